@@ -1,0 +1,61 @@
+# Shared build helpers: warnings, test and fuzz target conventions.
+
+set(ABX_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wcast-align
+    -Woverloaded-virtual -Wnull-dereference -Wimplicit-fallthrough -Wno-unused-parameter)
+if(ABX_WERROR)
+  list(APPEND ABX_WARNINGS -Werror)
+endif()
+
+# abx_module(<name> SOURCES ... DEPS ...): one library target per module, alias abx::<name>.
+function(abx_module name)
+  cmake_parse_arguments(M "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(abx_${name} STATIC ${M_SOURCES})
+  add_library(abx::${name} ALIAS abx_${name})
+  target_include_directories(abx_${name} PUBLIC ${PROJECT_SOURCE_DIR}/include
+                                        PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_compile_options(abx_${name} PRIVATE ${ABX_WARNINGS})
+  target_link_libraries(abx_${name} PUBLIC ${M_DEPS} PRIVATE ${M_PRIVATE_DEPS})
+endfunction()
+
+# abx_test(<name> SOURCES ... DEPS ...): a GoogleTest binary registered with ctest.
+function(abx_test name)
+  if(NOT ABX_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(T "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${T_SOURCES})
+  target_compile_options(${name} PRIVATE ${ABX_WARNINGS})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(${name} PRIVATE ${T_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  if(NOT T_LABELS)
+    set(T_LABELS unit)
+  endif()
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 30
+                       PROPERTIES LABELS "${T_LABELS}" TIMEOUT 120)
+endfunction()
+
+# abx_fuzz(<name> SOURCE <file> CORPUS <dir> DEPS ...): a libFuzzer target. Without
+# ABX_LIBFUZZER it links a replay driver instead, and ctest replays the seed corpus on
+# every build so the parser never regresses on a known input.
+function(abx_fuzz name)
+  cmake_parse_arguments(F "" "SOURCE;CORPUS" "DEPS" ${ARGN})
+  add_executable(${name} ${F_SOURCE})
+  target_compile_options(${name} PRIVATE ${ABX_WARNINGS})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(${name} PRIVATE ${F_DEPS})
+  if(ABX_LIBFUZZER)
+    target_compile_options(${name} PRIVATE -fsanitize=fuzzer)
+    target_link_options(${name} PRIVATE -fsanitize=fuzzer)
+  else()
+    target_link_libraries(${name} PRIVATE abx_fuzz_replay)
+  endif()
+  if(ABX_BUILD_TESTS)
+    add_test(NAME ${name}.corpus COMMAND ${name} ${F_CORPUS})
+    set_tests_properties(${name}.corpus PROPERTIES LABELS "unit;fuzz" TIMEOUT 120)
+  endif()
+endfunction()
+
+# abx_static_runtime(<target>): in-sandbox binaries and command modules depend on glibc only.
+function(abx_static_runtime target)
+  target_link_options(${target} PRIVATE -static-libstdc++ -static-libgcc)
+endfunction()

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs every build, test and benchmark dependency of abx from Debian 12's registry.
+# Idempotent; needs root (or sudo). Usage: scripts/install-deps.sh [--no-bench]
+set -euo pipefail
+
+bench=1
+for a in "$@"; do
+  case "$a" in
+    --no-bench) bench=0 ;;
+    *) echo "install-deps: unknown flag $a" >&2; exit 2 ;;
+  esac
+done
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+
+pkgs=(
+  build-essential cmake ninja-build pkg-config git ca-certificates curl
+  clang-14 libclang-rt-14-dev llvm-14 clang-format
+  libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev libboost-system1.81-dev
+  libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev
+  libssl-dev libseccomp-dev libsqlite3-dev sqlite3
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3
+)
+if [ "$bench" = 1 ]; then
+  pkgs+=(wrk nginx-light python3-fastapi python3-uvicorn)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+echo "install-deps: installing ${#missing[@]} packages: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

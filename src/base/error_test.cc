@@ -1,0 +1,33 @@
+#include "abx/base/error.h"
+
+#include <gtest/gtest.h>
+
+namespace abx {
+namespace {
+
+TEST(Error, DefaultTypeIsCodeName) {
+  Error e = invalid_argument("x must be an integer");
+  EXPECT_EQ(e.type(), "InvalidArgument");
+  EXPECT_EQ(e.to_string(), "InvalidArgument: x must be an integer");
+}
+
+TEST(Error, ExplicitTypeWins) {
+  Error e(ErrorCode::kInternal, "boom", "std::runtime_error");
+  EXPECT_EQ(e.type(), "std::runtime_error");
+}
+
+TEST(Result, HoldsValueOrError) {
+  Result<int> good = 3;
+  ASSERT_TRUE(good.ok());
+  EXPECT_EQ(*good, 3);
+  Result<int> bad = not_found("no such command: x");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code(), ErrorCode::kNotFound);
+  Status s;
+  EXPECT_TRUE(s.ok());
+  Status f = unavailable("shutting down");
+  EXPECT_FALSE(f.ok());
+}
+
+}  // namespace
+}  // namespace abx
