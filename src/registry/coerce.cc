@@ -1,0 +1,131 @@
+#include "abx/registry/coerce.h"
+
+#include <cmath>
+#include <string>
+
+namespace abx::registry {
+namespace json = boost::json;
+
+namespace {
+
+std::string_view kind_name(const json::value& v) {
+  switch (v.kind()) {
+    case json::kind::null: return "null";
+    case json::kind::bool_: return "boolean";
+    case json::kind::int64:
+    case json::kind::uint64: return "integer";
+    case json::kind::double_: return "float";
+    case json::kind::string: return "string";
+    case json::kind::array: return "array";
+    case json::kind::object: return "object";
+  }
+  return "value";
+}
+
+Error type_error(const CommandArg& arg, std::string_view want, const json::value& got) {
+  return invalid_argument("argument '" + arg.name + "' must be " + std::string(want) + ", got " +
+                          std::string(kind_name(got)));
+}
+
+}  // namespace
+
+Result<json::value> coerce_value(const CommandArg& arg, const json::value& v) {
+  switch (arg.type) {
+    case ArgType::kInteger: {
+      if (v.is_uint64()) {  // Boost.JSON only uses uint64 above INT64_MAX
+        return invalid_argument("argument '" + arg.name + "' is out of range: " +
+                                std::to_string(v.as_uint64()) + " exceeds int64");
+      }
+      if (!v.is_int64()) return type_error(arg, "an integer", v);
+      std::int64_t i = v.as_int64();
+      if ((arg.minimum && i < *arg.minimum) || (arg.maximum && i > *arg.maximum)) {
+        return invalid_argument(
+            "argument '" + arg.name + "' is out of range: " + std::to_string(i) + " not in [" +
+            (arg.minimum ? std::to_string(*arg.minimum) : std::string("-inf")) + ", " +
+            (arg.maximum ? std::to_string(*arg.maximum) : std::string("inf")) + "]");
+      }
+      return json::value(i);
+    }
+    case ArgType::kFloat: {
+      double d;
+      if (v.is_int64()) {
+        d = static_cast<double>(v.as_int64());
+      } else if (v.is_uint64()) {
+        d = static_cast<double>(v.as_uint64());
+      } else if (v.is_double()) {
+        d = v.as_double();
+      } else {
+        return type_error(arg, "a number", v);
+      }
+      if (!std::isfinite(d) || (arg.max_magnitude && std::fabs(d) > *arg.max_magnitude)) {
+        return invalid_argument("argument '" + arg.name + "' is out of range for a float");
+      }
+      return json::value(d);
+    }
+    case ArgType::kBoolean:
+      if (!v.is_bool()) return type_error(arg, "true or false", v);
+      return v;
+    case ArgType::kString:
+      if (!v.is_string()) return type_error(arg, "a string", v);
+      return v;
+  }
+  return internal_error("unknown argument type");
+}
+
+Result<json::object> coerce_kwargs(const RegisteredCommand& cmd, const json::value& kwargs) {
+  if (!kwargs.is_object()) {
+    return invalid_argument("request body must be a JSON object of keyword arguments, got " +
+                            std::string(kind_name(kwargs)));
+  }
+  const json::object& in = kwargs.get_object();
+  // Unknown names first: a typo should be reported as such, not as a missing argument.
+  std::string unknown;
+  for (const auto& kv : in) {
+    if (cmd.find_arg(kv.key()) == nullptr) {
+      unknown += (unknown.empty() ? "'" : ", '") + std::string(kv.key()) + "'";
+    }
+  }
+  if (!unknown.empty()) {
+    std::string takes;
+    for (const auto& a : cmd.args) takes += (takes.empty() ? "" : ", ") + a.name;
+    return invalid_argument("unknown argument" +
+                            std::string(unknown.find(',') == std::string::npos ? "" : "s") + " " +
+                            unknown + " for command '" + cmd.name + "' (it takes: " +
+                            (takes.empty() ? std::string("no arguments") : takes) + ")");
+  }
+  json::object out;
+  out.reserve(cmd.args.size());
+  std::string missing;
+  for (const auto& arg : cmd.args) {
+    auto it = in.find(arg.name);
+    if (it == in.end()) {
+      if (arg.required) {
+        missing += (missing.empty() ? "'" : ", '") + arg.name + "'";
+      } else if (!arg.default_value.is_null()) {
+        out.emplace(arg.name, arg.default_value);
+      }
+      continue;
+    }
+    auto v = coerce_value(arg, it->value());
+    if (!v.ok()) return v.error();
+    out.emplace(arg.name, std::move(*v));
+  }
+  if (!missing.empty()) {
+    return invalid_argument("missing required argument" +
+                            std::string(missing.find(',') == std::string::npos ? "" : "s") + " " +
+                            missing + " for command '" + cmd.name + "'");
+  }
+  return out;
+}
+
+Result<json::object> parse_kwargs(const RegisteredCommand& cmd, std::string_view body,
+                                  const JsonLimits& limits) {
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+    return coerce_kwargs(cmd, json::object());
+  }
+  auto v = parse_json_strict(body, limits);
+  if (!v.ok()) return v.error();
+  return coerce_kwargs(cmd, *v);
+}
+
+}  // namespace abx::registry
