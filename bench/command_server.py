@@ -524,6 +524,12 @@ def main():
         out.append("WARNING: runs with errors (non-2xx or socket errors) — their numbers are "
                    "suspect: " + ", ".join(f"{r['server']}@{r['connections']}" for r in errs))
     out.append("")
+    busy = [f"{r['server']}@{r['connections']}" for r in results
+            if (r["client_cpu_pct"] or 0) >= 90]
+    if busy:
+        out.append("")
+        out.append("note: wrk used >= 90% of its core in " + ", ".join(busy) + ": those rows are "
+                   "(partly) client-bound, so the server may have more to give.")
     ceil = []
     for peer in ("stdlib", "fastapi"):
         for c in conns_list:
