@@ -1,0 +1,52 @@
+// Access tokens: constant-time comparison and scoped tokens.
+//
+// A sandbox has one full access token. From it anyone who holds it — the platform, which minted
+// it — can derive a *scoped token*: claims (the commands it may run, an expiry) signed with
+// HMAC-SHA256 keyed by the full token. The command server verifies scoped tokens without any
+// call home, so the platform can mint them without touching the sandbox.
+//
+// Wire format:  abxs1.<base64url(claims JSON)>.<base64url(HMAC-SHA256(full, "abxs1." + claims64))>
+// claims JSON:  {"cmd":["demo",...],"exp":<unix seconds>}
+// Shared by the server, the platform and the client.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "abx/base/error.h"
+
+namespace abx::token {
+
+inline constexpr std::size_t kMaxTokenBytes = 4096;
+inline constexpr std::string_view kScopedPrefix = "abxs1.";
+
+// Compares two secrets in time independent of where they differ (and of their lengths, by
+// comparing SHA-256 digests with CRYPTO_memcmp).
+bool constant_time_equal(std::string_view a, std::string_view b);
+
+struct ScopedClaims {
+  std::vector<std::string> commands;  // the commands the bearer may discover and run
+  std::int64_t expires_at = 0;        // unix seconds
+};
+
+// Mints a scoped token. Errors: kInvalidArgument for an empty key, no commands, a bad command
+// name or a non-positive expiry.
+Result<std::string> mint_scoped(std::string_view full_token, const ScopedClaims& claims);
+
+// Verifies a scoped token against the full token at time `now` (unix seconds). Errors:
+// kUnauthenticated ("malformed", "bad signature", "expired"), never revealing more.
+Result<ScopedClaims> verify_scoped(std::string_view full_token, std::string_view presented,
+                                   std::int64_t now);
+
+bool looks_scoped(std::string_view presented);
+
+// A random token of `bytes` bytes, hex-encoded (OpenSSL RAND_bytes).
+Result<std::string> random_hex(std::size_t bytes);
+
+// RFC 4648 §5 base64url without padding.
+std::string base64url_encode(std::string_view in);
+Result<std::string> base64url_decode(std::string_view in);
+
+}  // namespace abx::token

@@ -1,0 +1,159 @@
+#include "abx/token/token.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+
+#include <algorithm>
+#include <array>
+#include <boost/json.hpp>
+
+#include "abx/base/json.h"
+
+namespace abx::token {
+namespace json = boost::json;
+
+namespace {
+
+std::array<unsigned char, SHA256_DIGEST_LENGTH> sha256(std::string_view s) {
+  std::array<unsigned char, SHA256_DIGEST_LENGTH> out{};
+  SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), out.data());
+  return out;
+}
+
+std::string hmac_sha256(std::string_view key, std::string_view msg) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out, &len);
+  return std::string(reinterpret_cast<char*>(out), len);
+}
+
+Error unauth(std::string why) {
+  return Error(ErrorCode::kUnauthenticated, "invalid scoped token: " + std::move(why));
+}
+
+bool valid_command(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '-';
+  });
+}
+
+}  // namespace
+
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  auto da = sha256(a);
+  auto db = sha256(b);
+  return CRYPTO_memcmp(da.data(), db.data(), da.size()) == 0;
+}
+
+std::string base64url_encode(std::string_view in) {
+  std::string out(4 * ((in.size() + 2) / 3) + 1, '\0');
+  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(in.data()),
+                          static_cast<int>(in.size()));
+  out.resize(static_cast<std::size_t>(n));
+  while (!out.empty() && out.back() == '=') out.pop_back();
+  for (char& c : out) {
+    if (c == '+') c = '-';
+    if (c == '/') c = '_';
+  }
+  return out;
+}
+
+Result<std::string> base64url_decode(std::string_view in) {
+  std::string s(in);
+  for (char& c : s) {
+    if (c == '-') {
+      c = '+';
+    } else if (c == '_') {
+      c = '/';
+    } else if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))) {
+      return invalid_argument("not base64url");
+    }
+  }
+  if (s.size() % 4 == 1) return invalid_argument("not base64url");
+  std::size_t pad = (4 - s.size() % 4) % 4;
+  s.append(pad, '=');
+  std::string out(s.size() / 4 * 3, '\0');
+  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(s.data()),
+                          static_cast<int>(s.size()));
+  if (n < 0) return invalid_argument("not base64url");
+  out.resize(static_cast<std::size_t>(n) - pad);
+  return out;
+}
+
+bool looks_scoped(std::string_view presented) {
+  return presented.substr(0, kScopedPrefix.size()) == kScopedPrefix;
+}
+
+Result<std::string> mint_scoped(std::string_view full_token, const ScopedClaims& claims) {
+  if (full_token.empty()) return invalid_argument("cannot mint a scoped token without a key");
+  if (claims.commands.empty()) return invalid_argument("a scoped token needs at least one command");
+  if (claims.expires_at <= 0) return invalid_argument("a scoped token needs an expiry");
+  json::array cmds;
+  for (const auto& c : claims.commands) {
+    if (!valid_command(c)) return invalid_argument("invalid command name in scope: '" + c + "'");
+    cmds.push_back(json::value(c));
+  }
+  json::object o{{"cmd", std::move(cmds)}, {"exp", claims.expires_at}};
+  std::string signed_part = std::string(kScopedPrefix) + base64url_encode(json::serialize(o));
+  std::string tok = signed_part + "." + base64url_encode(hmac_sha256(full_token, signed_part));
+  if (tok.size() > kMaxTokenBytes) return invalid_argument("too many commands for one token");
+  return tok;
+}
+
+Result<ScopedClaims> verify_scoped(std::string_view full_token, std::string_view presented,
+                                   std::int64_t now) {
+  if (presented.size() > kMaxTokenBytes || !looks_scoped(presented)) return unauth("malformed");
+  std::size_t dot = presented.rfind('.');
+  if (dot == std::string_view::npos || dot < kScopedPrefix.size()) return unauth("malformed");
+  std::string_view signed_part = presented.substr(0, dot);
+  auto sig = base64url_decode(presented.substr(dot + 1));
+  if (!sig.ok()) return unauth("malformed");
+  // Check the signature before looking at the claims: unsigned input is never parsed.
+  std::string want = hmac_sha256(full_token, signed_part);
+  if (sig->size() != want.size() || CRYPTO_memcmp(sig->data(), want.data(), want.size()) != 0) {
+    return unauth("bad signature");
+  }
+  auto raw = base64url_decode(signed_part.substr(kScopedPrefix.size()));
+  if (!raw.ok()) return unauth("malformed");
+  auto v = parse_json_strict(*raw);
+  if (!v.ok() || !v->is_object()) return unauth("malformed claims");
+  const json::object& o = v->get_object();
+  const json::value* cmd = o.if_contains("cmd");
+  const json::value* exp = o.if_contains("exp");
+  if (cmd == nullptr || !cmd->is_array() || exp == nullptr || !exp->is_int64()) {
+    return unauth("malformed claims");
+  }
+  ScopedClaims claims;
+  claims.expires_at = exp->as_int64();
+  for (const auto& c : cmd->get_array()) {
+    if (!c.is_string()) return unauth("malformed claims");
+    claims.commands.emplace_back(c.get_string());
+  }
+  if (now >= claims.expires_at) return unauth("expired");
+  return claims;
+}
+
+Result<std::string> random_hex(std::size_t bytes) {
+  std::string raw(bytes, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()), static_cast<int>(bytes)) != 1) {
+    return internal_error("RAND_bytes failed");
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes * 2);
+  for (unsigned char c : raw) {
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  }
+  return out;
+}
+
+}  // namespace abx::token

@@ -1,0 +1,89 @@
+#include "abx/token/token.h"
+
+#include <gtest/gtest.h>
+
+namespace abx::token {
+namespace {
+
+constexpr std::string_view kFull = "0123456789abcdef0123456789abcdef";
+
+TEST(ConstantTimeEqual, ComparesContent) {
+  EXPECT_TRUE(constant_time_equal("secret", "secret"));
+  EXPECT_FALSE(constant_time_equal("secret", "secreT"));
+  EXPECT_FALSE(constant_time_equal("secret", "secret2"));
+  EXPECT_FALSE(constant_time_equal("", "x"));
+}
+
+TEST(Base64url, RoundTripsEveryLength) {
+  std::string s;
+  for (int i = 0; i < 40; ++i) {
+    s.push_back(static_cast<char>(i * 37 + 251));
+    auto enc = base64url_encode(s);
+    EXPECT_EQ(enc.find_first_of("+/="), std::string::npos);
+    auto dec = base64url_decode(enc);
+    ASSERT_TRUE(dec.ok());
+    EXPECT_EQ(*dec, s);
+  }
+  EXPECT_FALSE(base64url_decode("a").ok());
+  EXPECT_FALSE(base64url_decode("ab+c").ok());
+}
+
+TEST(Scoped, MintVerifyRoundTrip) {
+  auto tok = mint_scoped(kFull, {{"demo", "add"}, 2000});
+  ASSERT_TRUE(tok.ok());
+  EXPECT_TRUE(looks_scoped(*tok));
+  auto c = verify_scoped(kFull, *tok, 1999);
+  ASSERT_TRUE(c.ok()) << c.error().message();
+  EXPECT_EQ(c->commands, (std::vector<std::string>{"demo", "add"}));
+  EXPECT_EQ(c->expires_at, 2000);
+}
+
+TEST(Scoped, ExpiredIsRefused) {
+  auto tok = mint_scoped(kFull, {{"demo"}, 2000});
+  auto c = verify_scoped(kFull, *tok, 2000);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code(), ErrorCode::kUnauthenticated);
+  EXPECT_NE(c.error().message().find("expired"), std::string::npos);
+}
+
+TEST(Scoped, OtherKeyIsRefused) {
+  auto tok = mint_scoped(kFull, {{"demo"}, 2000});
+  EXPECT_FALSE(verify_scoped("another-sandbox-token", *tok, 1).ok());
+}
+
+TEST(Scoped, EveryFlippedByteIsRefused) {
+  auto tok = *mint_scoped(kFull, {{"demo"}, 2000});
+  for (std::size_t i = 0; i < tok.size(); ++i) {
+    std::string bad = tok;
+    bad[i] = bad[i] == 'A' ? 'B' : 'A';
+    EXPECT_FALSE(verify_scoped(kFull, bad, 1).ok()) << "byte " << i;
+  }
+}
+
+TEST(Scoped, MintRefusesBadClaims) {
+  EXPECT_FALSE(mint_scoped("", {{"demo"}, 10}).ok());
+  EXPECT_FALSE(mint_scoped(kFull, {{}, 10}).ok());
+  EXPECT_FALSE(mint_scoped(kFull, {{"demo"}, 0}).ok());
+  EXPECT_FALSE(mint_scoped(kFull, {{"../x"}, 10}).ok());
+}
+
+TEST(Scoped, GarbageIsUnauthenticated) {
+  for (std::string_view junk : {"", "abxs1.", "abxs1..", "abxs1.e30.", "abxs1.!!!.???", "demo"}) {
+    auto c = verify_scoped(kFull, junk, 1);
+    ASSERT_FALSE(c.ok()) << junk;
+    EXPECT_EQ(c.error().code(), ErrorCode::kUnauthenticated);
+  }
+  EXPECT_FALSE(verify_scoped(kFull, "abxs1." + std::string(5000, 'a'), 1).ok());
+}
+
+TEST(RandomHex, LengthAndAlphabet) {
+  auto a = random_hex(16);
+  auto b = random_hex(16);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->size(), 32u);
+  EXPECT_NE(*a, *b);
+  EXPECT_EQ(a->find_first_not_of("0123456789abcdef"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace abx::token
