@@ -1,0 +1,27 @@
+// abx::runtime network-namespace sockets: how the host reaches a port inside a sandbox.
+//
+// A socket belongs to the network namespace it was created in, whatever thread later uses it.
+// So the host needs no veth or routing: one dedicated thread switches into a sandbox's netns
+// (setns), creates the socket, and switches back; the caller then connects from its own thread
+// and the connection goes to 127.0.0.1 *inside* that namespace. One shared thread serves every
+// sandbox (setns costs microseconds; a thread per sandbox would cost hundreds of threads).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+#include "abx/base/error.h"
+#include "abx/runtime/fd.h"
+
+namespace abx::runtime {
+
+// socket(domain, type | SOCK_CLOEXEC, 0) created inside the netns `netns_fd` refers to.
+// Errors name setns or socket with errno. Thread-safe.
+Result<UniqueFd> socket_in_netns(int netns_fd, int domain, int type);
+
+// Connects a non-blocking TCP socket made in `netns_fd` (-1: the caller's own netns) to
+// 127.0.0.1:`port`. unavailable on ECONNREFUSED, deadline_exceeded after `timeout`.
+Result<UniqueFd> connect_loopback(int netns_fd, std::uint16_t port,
+                                  std::chrono::milliseconds timeout);
+
+}  // namespace abx::runtime

@@ -1,0 +1,140 @@
+// abx::runtime::Sandbox: create, run and tear down one isolated sandbox.
+//
+// A sandbox is a process tree whose init (the argv given in SandboxConfig; abx-envd in
+// production) runs in new pid, mount, uts, ipc, cgroup and (unless NetworkMode::kHost) net
+// namespaces, after pivot_root into a per-sandbox root with a fresh /proc (kernel knobs
+// read-only, kcore/keys masked), read-only /sys and a minimal /dev (null, zero, full, random,
+// urandom, tty, a private devpts, shm). The hostname is the sandbox id.
+//
+// Root filesystems:
+//  - RootfsMode::kHost: the root is a tmpfs capped at `disk_bytes`; the host's /usr, /bin,
+//    /sbin, /lib*, /etc are bind-mounted read-only, nosuid, nodev (top-level symlinks such as
+//    /bin -> usr/bin are recreated as symlinks); /tmp, /root, /home/user, /var are plain
+//    directories of that tmpfs, so every write stays in the sandbox. /etc/shadow and
+//    /etc/gshadow are masked with /dev/null.
+//  - RootfsMode::kDirectory: `rootfs_dir` is the read-only lower layer of an overlayfs whose
+//    upper and work dirs live on a tmpfs capped at `disk_bytes`.
+// All of these mounts exist only in the sandbox's mount namespace: the host sees none of them,
+// and they vanish with the sandbox's last process.
+//
+// Before exec, the init: joins its cgroups (see cgroup.h), brings `lo` up, sets rlimits
+// (NOFILE, FSIZE, CORE=0), calls setsid(), drops capabilities to kKeptCapabilities (bounding,
+// permitted and effective; inheritable and ambient cleared), sets no_new_privs, closes every fd
+// but the mapped ones, and installs the seccomp filter described in seccomp.h. A failing step
+// reports {step, errno} to spawn(), which returns e.g. "mount proc on /proc: EPERM".
+//
+// Host state lives in `<state_dir>/<id>/` (a lock held by the owner, the init's pid and start
+// time, empty mount points). cleanup_stale() uses it after an owner died without destroy().
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "abx/base/error.h"
+#include "abx/runtime/cgroup.h"
+#include "abx/runtime/fd.h"
+
+namespace abx::runtime {
+
+enum class RootfsMode { kHost, kDirectory };
+
+// kNone: a private netns with only loopback up (the host reaches ports through open_tcp()).
+// kHost: the host netns is shared — weaker: the sandbox reaches every host loopback service
+// and abstract unix socket (catalogue E10). Only for templates that explicitly ask for it.
+enum class NetworkMode { kNone, kHost };
+
+// Capabilities the sandbox init keeps (everything else leaves the bounding set, so no exec can
+// regain it): CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, SETGID, SETUID, SETPCAP,
+// NET_BIND_SERVICE, SYS_CHROOT, AUDIT_WRITE — what an init that switches users and owns files
+// needs. Notably gone: SYS_ADMIN (mount, namespaces), SYS_PTRACE, SYS_MODULE, NET_ADMIN,
+// NET_RAW, MKNOD, SYS_RAWIO, DAC_READ_SEARCH (open_by_handle_at), SETFCAP, BPF, PERFMON.
+extern const std::uint64_t kKeptCapabilities;
+
+struct BindMount {
+  std::string source;  // absolute host path (file or directory)
+  std::string target;  // absolute path inside the sandbox; parents are created
+  bool writable = false;
+};
+
+// Passes the parent's `parent_fd` to the sandbox init as `child_fd`. Descriptors 0..2 not
+// mapped are /dev/null; every other descriptor is closed before exec.
+struct FdMapping {
+  int parent_fd;
+  int child_fd;
+};
+
+struct SandboxConfig {
+  std::string id;         // 1-64 of [a-z0-9-], starting alphanumeric: hostname, cgroup, dir name
+  std::string state_dir;  // absolute host directory for per-sandbox state; created if missing
+  RootfsMode rootfs = RootfsMode::kHost;
+  std::string rootfs_dir;  // kDirectory only: absolute path of the lower layer
+  NetworkMode network = NetworkMode::kNone;
+  std::vector<std::string> argv;  // argv[0]: absolute path inside the sandbox
+  std::vector<std::string> env;   // "K=V"; the host environment is never inherited
+  std::string cwd = "/";
+  std::vector<BindMount> binds;
+  std::vector<FdMapping> fds;
+  CgroupLimits limits;
+  std::uint64_t disk_bytes = 256ull << 20;  // size of the writable tmpfs layer (and /dev/shm cap)
+  std::uint64_t rlimit_nofile = 4096;
+  std::uint64_t rlimit_fsize = 0;  // bytes; 0 = unlimited
+  std::string cgroup_parent = "abx";
+  // Tests only: runs in the parent after the init joined its cgroups and before it is released.
+  std::function<void(pid_t)> before_start_hook;
+};
+
+class Sandbox {
+ public:
+  // Creates and starts a sandbox. Errors: invalid_argument (bad config), already_exists (id in
+  // use in state_dir or cgroups), failed_precondition (a limit without its controller), or the
+  // child step that failed with its errno (permission_denied for EPERM/EACCES, not_found for
+  // ENOENT, resource_exhausted for EAGAIN/ENOMEM/ENOSPC, internal otherwise). A failed spawn
+  // leaves nothing behind.
+  static Result<Sandbox> spawn(SandboxConfig config);
+
+  Sandbox(Sandbox&&) noexcept;
+  Sandbox& operator=(Sandbox&&) noexcept;
+  ~Sandbox();  // destroy(), errors ignored
+
+  const std::string& id() const;
+  pid_t pid() const;     // host pid of the sandbox init
+  int pidfd() const;     // pidfd of the init (poll it: readable once the init exited)
+  int netns_fd() const;  // the sandbox's network namespace
+  const SandboxCgroups& cgroups() const;
+  std::string state_path() const;  // <state_dir>/<id>
+
+  // Sends `sig` to the init only (SIGKILL there kills the whole pid namespace).
+  Status signal(int sig) const;
+  // Blocks until the init exits and reaps it; returns its wait status (as waitpid's). Repeated
+  // calls return the same status.
+  Result<int> wait();
+
+  // A TCP socket created in the sandbox's netns and connected to 127.0.0.1:`port` there,
+  // returned non-blocking and O_CLOEXEC. unavailable on ECONNREFUSED, deadline_exceeded on
+  // timeout.
+  Result<UniqueFd> open_tcp(std::uint16_t port,
+                            std::chrono::milliseconds timeout = std::chrono::seconds(2)) const;
+
+  // Kills the whole tree (cgroup.kill or freezer, then SIGKILL to the init), reaps the init,
+  // removes the cgroups and the state directory. Idempotent.
+  Status destroy();
+
+ private:
+  struct State;
+  explicit Sandbox(std::unique_ptr<State> state);
+  std::unique_ptr<State> s_;
+};
+
+// Removes what sandboxes in `state_dir` left behind when their owner died without destroy():
+// kills their process trees (matched by pid and start time through a pidfd, so a reused pid
+// is never hit), removes their cgroups and state directories. Directories still locked by a
+// live owner are skipped. Returns how many sandboxes were cleaned.
+Result<int> cleanup_stale(const std::string& state_dir);
+
+}  // namespace abx::runtime

@@ -1,0 +1,67 @@
+#include "child.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+namespace abx::runtime {
+namespace {
+
+void append(char* dst, std::size_t cap, std::size_t* len, const char* src) {
+  while (src && *src && *len + 1 < cap) dst[(*len)++] = *src++;
+  dst[*len] = '\0';
+}
+
+[[noreturn]] void report_and_exit(int sock, const ChildReport& r) {
+  // Best effort: if the parent is gone there is nobody to tell.
+  (void)!::send(sock, &r, sizeof r, MSG_NOSIGNAL);
+  _exit(127);
+}
+
+}  // namespace
+
+bool fail(ChildReport* r, const char* what, const char* path) {
+  r->err = errno;
+  std::size_t len = 0;
+  append(r->what, sizeof r->what, &len, what);
+  if (path) {
+    append(r->what, sizeof r->what, &len, " ");
+    append(r->what, sizeof r->what, &len, path);
+  }
+  return false;
+}
+
+void child_main(const ChildPlan& plan) {
+  ChildPlan p = plan;  // fds_child may move the report socket
+  ChildReport r;
+
+  // Wait until the parent has put us into our cgroups; EOF means it died meanwhile.
+  char go = 0;
+  ssize_t n;
+  do {
+    n = ::recv(p.sock, &go, 1, 0);
+  } while (n < 0 && errno == EINTR);
+  if (n != 1) _exit(126);
+
+  // Unshared only now, after the cgroup attach, so the namespace's root is our own group.
+  if (::unshare(CLONE_NEWCGROUP) != 0) report_and_exit(p.sock, (fail(&r, "unshare cgroup ns"), r));
+  if (!uts_child(p, &r)) report_and_exit(p.sock, r);
+  if (!mnt_child(p, &r)) report_and_exit(p.sock, r);
+  if (!net_child(p, &r)) report_and_exit(p.sock, r);
+  // A new session without a controlling terminal: TIOCSTI into a host tty needs one (E5).
+  if (::setsid() < 0) report_and_exit(p.sock, (fail(&r, "setsid"), r));
+  if (!rlimit_child(p, &r)) report_and_exit(p.sock, r);
+  if (!fds_child(p, &r)) report_and_exit(p.sock, r);
+  if (!caps_child(p, &r)) report_and_exit(p.sock, r);
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+    report_and_exit(p.sock, (fail(&r, "prctl PR_SET_NO_NEW_PRIVS"), r));
+  if (::chdir(p.cwd) != 0) report_and_exit(p.sock, (fail(&r, "chdir", p.cwd), r));
+  // Last: the filter denies mount and friends, which the steps above need.
+  if (!seccomp_child(p, &r)) report_and_exit(p.sock, r);
+  ::execve(p.exe, p.argv, p.envp);
+  report_and_exit(p.sock, (fail(&r, "execve", p.exe), r));
+}
+
+}  // namespace abx::runtime

@@ -1,0 +1,87 @@
+// The child side of spawn: what the sandbox init runs between clone and exec.
+//
+// Everything the child needs is prepared by the parent in a ChildPlan (plain pointers into
+// strings the parent owns; the child has a copy-on-write image of them). Child code only makes
+// raw syscalls and writes into fixed buffers: the parent may be multi-threaded, and a lock held
+// by another thread at clone time (malloc's, ASan's) would never be released in the child.
+//
+// One file per step, each exposing `bool <step>_child(const ChildPlan&, ChildReport*)`; a step
+// that fails fills the report and returns false, and child_main() sends the report over the
+// CLOEXEC socket and _exits. A successful exec closes the socket, which the parent reads as EOF.
+#pragma once
+
+#include <linux/filter.h>
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace abx::runtime {
+
+// Sent child -> parent on failure. Plain data with a fixed size: one SEQPACKET message.
+struct ChildReport {
+  std::int32_t err = 0;  // errno of the failing call
+  char what[240] = {};   // "mount proc on /proc", NUL-terminated
+};
+
+struct ChildBind {
+  const char* source;  // absolute host path
+  const char* target;  // relative to the new root, e.g. "usr/local/bin/abx-envd"
+  bool writable;
+};
+
+struct ChildFd {
+  int parent_fd;
+  int child_fd;
+};
+
+struct ChildPlan {
+  int sock = -1;  // SEQPACKET: parent sends one byte "go" after cgroup attach; child reports
+  const char* hostname = nullptr;
+
+  // Root filesystem. `root` is <state>/root, `rw` is <state>/rw (both empty host dirs; the
+  // mounts on them exist only in the child's mount namespace).
+  bool host_rootfs = true;
+  const char* root = nullptr;
+  const char* rw = nullptr;
+  const char* tmpfs_opts = nullptr;    // "size=...,mode=0755"
+  const char* shm_opts = nullptr;      // "size=...,mode=1777"
+  const char* overlay_opts = nullptr;  // kDirectory: "lowerdir=..,upperdir=..,workdir=.."
+  const ChildBind* binds = nullptr;
+  std::size_t nbinds = 0;
+
+  bool own_netns = true;
+
+  std::uint64_t rlimit_nofile = 0;
+  std::uint64_t rlimit_fsize = 0;  // 0 = leave unlimited
+
+  std::uint64_t keep_caps = 0;
+  int cap_last_cap = 40;
+
+  const sock_fprog* seccomp = nullptr;
+
+  const ChildFd* fds = nullptr;  // sorted by child_fd
+  std::size_t nfds = 0;
+
+  const char* exe = nullptr;  // absolute path inside the sandbox
+  char* const* argv = nullptr;
+  char* const* envp = nullptr;
+  const char* cwd = "/";
+};
+
+// Fills `r` with what failed and errno (the errno is read here, so call right after the call).
+bool fail(ChildReport* r, const char* what, const char* path = nullptr);
+
+// The steps, in the order child_main runs them.
+bool mnt_child(const ChildPlan& p, ChildReport* r);     // mnt.cc: new root, /proc, /dev, pivot
+bool uts_child(const ChildPlan& p, ChildReport* r);     // uts.cc: hostname
+bool net_child(const ChildPlan& p, ChildReport* r);     // net.cc: lo up
+bool rlimit_child(const ChildPlan& p, ChildReport* r);  // rlimit.cc
+bool caps_child(const ChildPlan& p, ChildReport* r);    // caps.cc: bounding, ambient, capset
+bool fds_child(ChildPlan& p, ChildReport* r);  // fds.cc: map, /dev/null, close rest; moves sock
+bool seccomp_child(const ChildPlan& p, ChildReport* r);  // seccomp.cc: install the filter
+
+// Runs the steps and execs; never returns.
+[[noreturn]] void child_main(const ChildPlan& p);
+
+}  // namespace abx::runtime

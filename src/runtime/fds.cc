@@ -1,0 +1,74 @@
+// File descriptor step: the init gets exactly the mapped descriptors plus 0..2 (catalogue E2).
+//
+// The child inherited a copy of every parent descriptor, CLOEXEC or not (another thread may have
+// opened one without it). Mapped sources are first moved above every target so a dup2 onto a
+// target never clobbers a source still to be mapped; then everything but the targets and the
+// report socket is closed, and the report socket is CLOEXEC so exec closes it too.
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "child.h"
+
+namespace abx::runtime {
+namespace {
+
+constexpr std::size_t kMaxFds = 64;
+
+bool close_range_(unsigned first, unsigned last, ChildReport* r) {
+  if (first > last) return true;
+  if (::syscall(SYS_close_range, first, last, 0) != 0) return fail(r, "close_range");
+  return true;
+}
+
+}  // namespace
+
+bool fds_child(ChildPlan& p, ChildReport* r) {
+  if (p.nfds > kMaxFds) {
+    errno = E2BIG;
+    return fail(r, "too many mapped descriptors");
+  }
+  int top = 2;
+  for (std::size_t i = 0; i < p.nfds; ++i)
+    if (p.fds[i].child_fd > top) top = p.fds[i].child_fd;
+  int high[kMaxFds];
+  for (std::size_t i = 0; i < p.nfds; ++i) {
+    high[i] = ::fcntl(p.fds[i].parent_fd, F_DUPFD_CLOEXEC, top + 1);
+    if (high[i] < 0) return fail(r, "dup mapped descriptor");
+  }
+  int sock = ::fcntl(p.sock, F_DUPFD_CLOEXEC, top + 1);
+  if (sock < 0) return fail(r, "dup report socket");
+  p.sock = sock;
+  bool mapped[3] = {false, false, false};
+  for (std::size_t i = 0; i < p.nfds; ++i) {
+    // dup2 leaves the new descriptor without FD_CLOEXEC: it survives the exec.
+    if (::dup2(high[i], p.fds[i].child_fd) < 0) return fail(r, "dup2 mapped descriptor");
+    if (p.fds[i].child_fd < 3) mapped[p.fds[i].child_fd] = true;
+  }
+  for (int fd = 0; fd < 3; ++fd) {
+    if (mapped[fd]) continue;
+    int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null < 0) return fail(r, "open", "/dev/null");
+    if (null != fd && ::dup2(null, fd) < 0) return fail(r, "dup2 /dev/null");
+    if (null != fd)
+      ::close(null);
+    else
+      ::fcntl(fd, F_SETFD, 0);
+  }
+  // Close the gaps between the kept descriptors (targets are sorted by the parent).
+  unsigned next = 3;
+  for (std::size_t i = 0; i < p.nfds; ++i) {
+    auto fd = static_cast<unsigned>(p.fds[i].child_fd);
+    if (fd < 3) continue;
+    if (fd > next && !close_range_(next, fd - 1, r)) return false;
+    next = fd + 1;
+  }
+  auto s = static_cast<unsigned>(sock);
+  if (!close_range_(next, s - 1, r)) return false;
+  if (!close_range_(s + 1, ~0u, r)) return false;
+  return true;
+}
+
+}  // namespace abx::runtime

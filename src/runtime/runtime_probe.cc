@@ -1,0 +1,252 @@
+// runtime_probe: isolation probes for runtime tests. Each probe attempts one thing a sandbox
+// must not be able to do; tests run it on the host (where it must succeed: the positive
+// control that proves the probe exercises the path) and inside a sandbox (where it must fail).
+//
+// Exit 0: the attempt succeeded (or, for `syscall`, reached the kernel rather than the seccomp
+// filter). Exit 1: it failed; stdout says how ("errno EPERM"). Exit 2: usage error.
+// Static and unsanitized so it runs in any rootfs.
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/reboot.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+namespace {
+
+int result(bool ok, int err = errno) {
+  if (ok) {
+    printf("ok\n");
+    return 0;
+  }
+  const char* n = strerrorname_np(err);
+  printf("errno %s\n", n ? n : "?");
+  return 1;
+}
+
+int see_pid(pid_t pid) {
+  std::string path = "/proc/" + std::to_string(pid);
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0) return result(true);
+  int e = errno;
+  if (kill(pid, 0) == 0) return result(true);
+  return result(false, e);
+}
+
+int write_file(const char* path) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return result(false);
+  bool ok = write(fd, "x", 1) == 1;
+  int e = errno;
+  close(fd);
+  return result(ok, e);
+}
+
+int connect_port(int port) {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return result(false);
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return result(connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+}
+
+int do_mount() {
+  // On the host, do it in a private mount namespace so the control changes nothing.
+  if (unshare(CLONE_NEWNS) == 0) mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
+  return result(mount("probe", "/tmp", "tmpfs", 0, "size=4k") == 0);
+}
+
+int forkbomb(int n) {
+  std::vector<pid_t> kids;
+  int err = 0;
+  for (int i = 0; i < n; ++i) {
+    pid_t p = fork();
+    if (p == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      pause();
+      _exit(0);
+    }
+    if (p < 0) {
+      err = errno;
+      break;
+    }
+    kids.push_back(p);
+  }
+  printf("forked %zu\n", kids.size());
+  for (pid_t p : kids) kill(p, SIGKILL);
+  for (pid_t p : kids) waitpid(p, nullptr, 0);
+  return result(static_cast<int>(kids.size()) == n, err);
+}
+
+int alloc(long mib) {
+  size_t bytes = static_cast<size_t>(mib) << 20;
+  char* p = static_cast<char*>(malloc(bytes));
+  if (!p) return result(false);
+  for (size_t i = 0; i < bytes; i += 4096) p[i] = 1;  // touch every page
+  printf("touched %ld MiB\n", mib);
+  return result(true);
+}
+
+int fds() {
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return result(false);
+  int self = dirfd(d), leaked = 0;
+  while (dirent* e = readdir(d)) {
+    int fd = atoi(e->d_name);
+    if (e->d_name[0] == '.' || fd < 3 || fd == self) continue;
+    char link[256] = {};
+    std::string path = std::string("/proc/self/fd/") + e->d_name;
+    readlink(path.c_str(), link, sizeof link - 1);
+    printf("fd %d -> %s\n", fd, link);
+    ++leaked;
+  }
+  closedir(d);
+  return result(leaked > 0, ENOENT);
+}
+
+int status() {
+  FILE* f = fopen("/proc/self/status", "re");
+  if (!f) return result(false);
+  char line[512];
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, "Cap", 3) || !strncmp(line, "NoNewPrivs", 10) ||
+        !strncmp(line, "Seccomp:", 8))
+      fputs(line, stdout);
+  fclose(f);
+  return 0;
+}
+
+int tiocsti(bool high) {
+  int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (m < 0 || grantpt(m) != 0 || unlockpt(m) != 0) return result(false);
+  int s = open(ptsname(m), O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (s < 0) return result(false);
+  unsigned long req = TIOCSTI;
+  if (high) req |= 1ul << 32;
+  char c = 'x';
+  return result(syscall(SYS_ioctl, s, req, &c) == 0);
+}
+
+// Calls `name` with arguments that are harmless on the host (they fail validation or act on
+// nothing). Success = the call got past seccomp (anything but EPERM).
+int call(const std::string& name) {
+  long rc = -1;
+  char zero[256] = {};
+  if (name == "bpf")
+    rc = syscall(SYS_bpf, 0 /* BPF_MAP_CREATE */, zero, 8);
+  else if (name == "io_uring_setup")
+    rc = syscall(SYS_io_uring_setup, 0, nullptr);
+  else if (name == "userfaultfd")
+    rc = syscall(SYS_userfaultfd, O_CLOEXEC);
+  else if (name == "perf_event_open")
+    rc = syscall(SYS_perf_event_open, nullptr, 0, -1, -1, 0);
+  else if (name == "keyctl")
+    rc = syscall(SYS_keyctl, 0x7fff, 0, 0, 0, 0);
+  else if (name == "add_key")
+    rc = syscall(SYS_add_key, nullptr, nullptr, nullptr, 0, 0);
+  else if (name == "ptrace")
+    rc = ptrace(PTRACE_CONT, getpid(), nullptr, nullptr);
+  else if (name == "finit_module")
+    rc = syscall(SYS_finit_module, -1, "", 0);
+  else if (name == "reboot")
+    rc = syscall(SYS_reboot, 0, 0, 0, nullptr);  // bad magic: EINVAL
+  else if (name == "setns")
+    rc = syscall(SYS_setns, -1, 0);
+  else if (name == "open_tree")
+    rc = syscall(SYS_open_tree, -1, "", 0);
+  else if (name == "swapon")
+    rc = syscall(SYS_swapon, "/nonexistent-abx", 0);
+  else if (name == "umount2")
+    rc = syscall(SYS_umount2, "/nonexistent-abx", 0);
+  else if (name == "pivot_root")
+    rc = syscall(SYS_pivot_root, "/nonexistent-abx", "/nonexistent");
+  else if (name == "clone_newuser") {
+    rc = syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, nullptr, nullptr, nullptr, 0);
+    if (rc == 0) _exit(0);
+    if (rc > 0) waitpid(static_cast<pid_t>(rc), nullptr, 0);
+  } else if (name == "unshare_newuser_i386") {
+    // i386 unshare is 310; the same request through the 32-bit entry point.
+    long ret;
+    asm volatile("int $0x80" : "=a"(ret) : "a"(310), "b"(CLONE_NEWUSER) : "memory");
+    if (ret < 0)
+      errno = static_cast<int>(-ret), rc = -1;
+    else
+      rc = ret;
+    if (errno == ENOSYS) {
+      printf("no ia32 emulation\n");
+      return 3;
+    }
+  } else {
+    return 2;
+  }
+  if (rc >= 0) return result(true);
+  int e = errno;
+  const char* n = strerrorname_np(e);
+  printf("errno %s\n", n ? n : "?");
+  return e == EPERM ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  setvbuf(stdout, nullptr, _IONBF, 0);
+  if (argc < 2) return 2;
+  std::string cmd = argv[1];
+  const char* arg = argc > 2 ? argv[2] : "";
+  if (cmd == "see-pid") return see_pid(atoi(arg));
+  if (cmd == "write") return write_file(arg);
+  if (cmd == "connect") return connect_port(atoi(arg));
+  if (cmd == "userns") return result(unshare(CLONE_NEWUSER) == 0);
+  if (cmd == "mount") return do_mount();
+  if (cmd == "forkbomb") return forkbomb(atoi(arg));
+  if (cmd == "alloc") return alloc(atol(arg));
+  if (cmd == "fds") return fds();
+  if (cmd == "status") return status();
+  if (cmd == "tiocsti") return tiocsti(std::string(arg) == "high");
+  if (cmd == "syscall") return call(arg);
+  if (cmd == "hostname") {
+    char h[256] = {};
+    gethostname(h, sizeof h - 1);
+    printf("%s\n", h);
+    return 0;
+  }
+  if (cmd == "ls") {  // entries of a directory, one per line
+    DIR* d = opendir(arg);
+    if (!d) return result(false);
+    while (dirent* e = readdir(d)) printf("%s\n", e->d_name);
+    closedir(d);
+    return 0;
+  }
+  if (cmd == "cat") {
+    FILE* f = fopen(arg, "re");
+    if (!f) return result(false);
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, n, stdout);
+    fclose(f);
+    return 0;
+  }
+  if (cmd == "sleep") {
+    sleep(static_cast<unsigned>(atoi(arg)));
+    return 0;
+  }
+  return 2;
+}

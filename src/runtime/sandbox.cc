@@ -1,0 +1,347 @@
+// The orchestrator: spawn() prepares everything that allocates, clones, attaches the child to
+// its cgroups, releases it and waits for exec; destroy() undoes it in reverse.
+//
+// Parent-side order (and why):
+//   1. validate the config, create <state>/<id> and lock it (cleanup_stale skips locked dirs);
+//   2. create the cgroups and write limits (before clone: the child must never run unlimited);
+//   3. build the ChildPlan (strings, argv/envp arrays, seccomp program) — all allocation is here;
+//   4. clone3 into new pid/mnt/uts/ipc(/net) namespaces with CLONE_PIDFD;
+//   5. record pid + start time, attach the pid to the cgroups, then send "go";
+//   6. read the report socket: EOF = exec happened, a ChildReport = a step failed.
+#include "abx/runtime/sandbox.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <optional>
+#include <set>
+
+#include "abx/runtime/netns.h"
+#include "child.h"
+#include "seccomp.h"
+#include "sys.h"
+
+namespace abx::runtime {
+namespace {
+
+constexpr const char* kLockFile = "lock";
+constexpr const char* kInitFile = "init";  // "<pid> <starttime> <cgroup_parent>\n"
+
+bool valid_id(const std::string& id) {
+  if (id.empty() || id.size() > 64) return false;
+  if (!std::isalnum(static_cast<unsigned char>(id[0]))) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+  });
+}
+
+bool valid_cgroup_parent(const std::string& p) {
+  return !p.empty() && p.find("..") == std::string::npos && p.front() != '/' &&
+         p.find("//") == std::string::npos;
+}
+
+// Paths spliced into overlayfs options must not contain its separators.
+bool overlay_safe(const std::string& p) { return p.find_first_of(",:\\\n") == std::string::npos; }
+
+Status validate(const SandboxConfig& c) {
+  if (!valid_id(c.id))
+    return invalid_argument("sandbox id must be 1-64 of [a-z0-9-]: '" + c.id + "'");
+  if (c.state_dir.empty() || c.state_dir[0] != '/' || !overlay_safe(c.state_dir))
+    return invalid_argument("state_dir must be an absolute path without , : \\");
+  if (c.argv.empty() || c.argv[0].empty() || c.argv[0][0] != '/')
+    return invalid_argument("argv[0] must be an absolute path inside the sandbox");
+  if (c.cwd.empty() || c.cwd[0] != '/') return invalid_argument("cwd must be absolute");
+  if (!valid_cgroup_parent(c.cgroup_parent)) return invalid_argument("bad cgroup_parent");
+  if (c.rootfs == RootfsMode::kDirectory) {
+    if (c.rootfs_dir.empty() || c.rootfs_dir[0] != '/' || !overlay_safe(c.rootfs_dir))
+      return invalid_argument("rootfs_dir must be an absolute path without , : \\");
+    struct stat st;
+    if (::stat(c.rootfs_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      return invalid_argument("rootfs_dir is not a directory: " + c.rootfs_dir);
+  }
+  for (const auto& b : c.binds) {
+    if (b.source.empty() || b.source[0] != '/' || b.target.size() < 2 || b.target[0] != '/')
+      return invalid_argument("bind paths must be absolute: " + b.source + " -> " + b.target);
+    if (b.target.find("/../") != std::string::npos || b.target.ends_with("/.."))
+      return invalid_argument("bind target must not contain '..': " + b.target);
+  }
+  std::set<int> targets;
+  for (const auto& f : c.fds) {
+    if (f.parent_fd < 0 || f.child_fd < 0 || f.child_fd > 1023)
+      return invalid_argument("fd mapping out of range");
+    if (!targets.insert(f.child_fd).second) return invalid_argument("fd mapped twice");
+  }
+  if (c.fds.size() > 64) return invalid_argument("at most 64 fd mappings");
+  if (c.rlimit_nofile == 0) return invalid_argument("rlimit_nofile must be > 0");
+  return {};
+}
+
+int cap_last_cap() {
+  auto text = read_file("/proc/sys/kernel/cap_last_cap");
+  int v = text ? std::atoi(text->c_str()) : 40;
+  return std::clamp(v, 0, 63);
+}
+
+const CgroupLayout& cgroup_layout() {
+  static const CgroupLayout layout = [] {
+    auto l = CgroupLayout::detect();
+    return l ? std::move(l).value() : CgroupLayout{};
+  }();
+  return layout;
+}
+
+Error child_error(const ChildReport& r) {
+  std::string what(r.what, strnlen(r.what, sizeof r.what));
+  return Error(code_for_errno(r.err), what + ": " + errno_name(r.err));
+}
+
+pid_t clone3_sandbox(std::uint64_t flags, int* pidfd) {
+  clone_args args = {};
+  args.flags = flags | CLONE_PIDFD;
+  args.pidfd = reinterpret_cast<std::uint64_t>(pidfd);
+  args.exit_signal = SIGCHLD;
+  return static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
+}
+
+}  // namespace
+
+struct Sandbox::State {
+  SandboxConfig config;
+  std::string dir;  // <state_dir>/<id>
+  UniqueFd lock;
+  UniqueFd pidfd;
+  UniqueFd netns;
+  pid_t pid = -1;
+  std::optional<int> status;  // set once reaped
+  SandboxCgroups cgroups;
+  bool destroyed = false;
+};
+
+Sandbox::Sandbox(std::unique_ptr<State> state) : s_(std::move(state)) {}
+Sandbox::Sandbox(Sandbox&&) noexcept = default;
+Sandbox& Sandbox::operator=(Sandbox&& other) noexcept {
+  if (this != &other) {
+    if (s_) (void)destroy();
+    s_ = std::move(other.s_);
+  }
+  return *this;
+}
+Sandbox::~Sandbox() {
+  if (s_) (void)destroy();
+}
+
+const std::string& Sandbox::id() const { return s_->config.id; }
+pid_t Sandbox::pid() const { return s_->pid; }
+int Sandbox::pidfd() const { return s_->pidfd.get(); }
+int Sandbox::netns_fd() const { return s_->netns.get(); }
+const SandboxCgroups& Sandbox::cgroups() const { return s_->cgroups; }
+std::string Sandbox::state_path() const { return s_->dir; }
+
+Status Sandbox::signal(int sig) const {
+  if (s_->status) return Error(ErrorCode::kFailedPrecondition, "sandbox init already exited");
+  if (sys_pidfd_send_signal(s_->pidfd.get(), sig) != 0)
+    return sys_error("pidfd_send_signal", errno);
+  return {};
+}
+
+Result<int> Sandbox::wait() {
+  if (s_->status) return *s_->status;
+  siginfo_t info = {};
+  int rc = retry_eintr(
+      [&] { return ::waitid(P_PIDFD, static_cast<id_t>(s_->pidfd.get()), &info, WEXITED); });
+  if (rc != 0) return sys_error("waitid P_PIDFD", errno);
+  int status = info.si_code == CLD_EXITED ? W_EXITCODE(info.si_status, 0) : info.si_status & 0x7f;
+  s_->status = status;
+  return status;
+}
+
+Result<UniqueFd> Sandbox::open_tcp(std::uint16_t port, std::chrono::milliseconds timeout) const {
+  return connect_loopback(s_->netns.get(), port, timeout);
+}
+
+Status Sandbox::destroy() {
+  if (!s_ || s_->destroyed) return {};
+  s_->destroyed = true;
+  Status result;
+  auto keep = [&](Status s) {
+    if (result && !s) result = s;
+  };
+  s_->netns.reset();  // a held netns fd would keep the namespace alive
+  if (!s_->status) {
+    // Killing the init of a pid namespace kills everything in it; the cgroup kill also catches
+    // anything that got out of the namespace but not out of the cgroup (nothing should).
+    keep(s_->cgroups.kill());
+    if (sys_pidfd_send_signal(s_->pidfd.get(), SIGKILL) != 0 && errno != ESRCH)
+      keep(sys_error("pidfd_send_signal SIGKILL", errno));
+    auto st = wait();
+    if (!st) keep(st.error());
+  }
+  keep(s_->cgroups.kill());  // the init is gone; make sure its tree is too
+  keep(s_->cgroups.remove());
+  keep(remove_tree(s_->dir));
+  s_->lock.reset();
+  return result;
+}
+
+Result<Sandbox> Sandbox::spawn(SandboxConfig config) {
+  if (Status s = validate(config); !s) return s.error();
+  auto prog = seccomp_program();
+  if (!prog) return prog.error();
+
+  auto st = std::make_unique<State>();
+  st->dir = config.state_dir + "/" + config.id;
+  if (::mkdir(config.state_dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return sys_error("mkdir " + config.state_dir, errno);
+  if (::mkdir(st->dir.c_str(), 0700) != 0) {
+    if (errno == EEXIST)
+      return Error(ErrorCode::kAlreadyExists, "sandbox " + config.id + " exists");
+    return sys_error("mkdir " + st->dir, errno);
+  }
+  // From here on, failures undo what was made.
+  bool committed = false;
+  std::optional<SandboxCgroups> made_cgroups;
+  struct Undo {
+    std::function<void()> f;
+    ~Undo() { f(); }
+  } undo{[&] {
+    if (committed) return;
+    if (made_cgroups) {
+      (void)made_cgroups->kill();
+      (void)made_cgroups->remove();
+    }
+    (void)remove_tree(st->dir);
+  }};
+
+  auto lock = open_fd(st->dir + "/" + kLockFile, O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (!lock) return lock.error();
+  if (::flock(lock->get(), LOCK_EX | LOCK_NB) != 0) return sys_error("flock", errno);
+  st->lock = std::move(lock).value();
+  for (const char* sub : {"root", "rw"}) {
+    std::string d = st->dir + "/" + sub;
+    if (::mkdir(d.c_str(), 0755) != 0) return sys_error("mkdir " + d, errno);
+  }
+
+  auto cg = SandboxCgroups::create(cgroup_layout(), config.cgroup_parent, config.id, config.limits);
+  if (!cg) return cg.error();
+  made_cgroups = *cg;
+  st->cgroups = std::move(cg).value();
+
+  // --- The plan: every string and array the child touches, allocated here. ---
+  std::string root = st->dir + "/root", rw = st->dir + "/rw";
+  std::string tmpfs_opts = "size=" + std::to_string(config.disk_bytes) + ",mode=0755";
+  std::string shm_opts = "size=" + std::to_string(config.disk_bytes) + ",mode=1777";
+  std::string overlay_opts =
+      "lowerdir=" + config.rootfs_dir + ",upperdir=" + rw + "/upper,workdir=" + rw + "/work";
+  std::vector<std::string> bind_targets;
+  std::vector<ChildBind> binds;
+  for (const auto& b : config.binds) {
+    std::string t = b.target;
+    while (!t.empty() && t.front() == '/') t.erase(0, 1);
+    bind_targets.push_back(t);
+  }
+  for (size_t i = 0; i < config.binds.size(); ++i)
+    binds.push_back(
+        {config.binds[i].source.c_str(), bind_targets[i].c_str(), config.binds[i].writable});
+  std::vector<ChildFd> fds;
+  for (const auto& f : config.fds) fds.push_back({f.parent_fd, f.child_fd});
+  std::sort(fds.begin(), fds.end(),
+            [](const ChildFd& a, const ChildFd& b) { return a.child_fd < b.child_fd; });
+  std::vector<char*> argv, envp;
+  for (auto& a : config.argv) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : config.env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  sock_fprog fprog{static_cast<unsigned short>((*prog)->size()),
+                   const_cast<sock_filter*>((*prog)->data())};
+
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
+    return sys_error("socketpair", errno);
+  UniqueFd parent_sock(pair[0]), child_sock(pair[1]);
+
+  ChildPlan plan;
+  plan.sock = child_sock.get();
+  plan.hostname = config.id.c_str();
+  plan.host_rootfs = config.rootfs == RootfsMode::kHost;
+  plan.root = root.c_str();
+  plan.rw = rw.c_str();
+  plan.tmpfs_opts = tmpfs_opts.c_str();
+  plan.shm_opts = shm_opts.c_str();
+  plan.overlay_opts = overlay_opts.c_str();
+  plan.binds = binds.data();
+  plan.nbinds = binds.size();
+  plan.own_netns = config.network == NetworkMode::kNone;
+  plan.rlimit_nofile = config.rlimit_nofile;
+  plan.rlimit_fsize = config.rlimit_fsize;
+  plan.keep_caps = kKeptCapabilities;
+  plan.cap_last_cap = cap_last_cap();
+  plan.seccomp = &fprog;
+  plan.fds = fds.data();
+  plan.nfds = fds.size();
+  plan.exe = config.argv[0].c_str();
+  plan.argv = argv.data();
+  plan.envp = envp.data();
+  plan.cwd = config.cwd.c_str();
+
+  std::uint64_t flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC;
+  if (plan.own_netns) flags |= CLONE_NEWNET;
+  int pidfd = -1;
+  pid_t pid = clone3_sandbox(flags, &pidfd);
+  if (pid == 0) child_main(plan);  // never returns
+  if (pid < 0) return sys_error("clone3", errno);
+  st->pidfd.reset(pidfd);
+  st->pid = pid;
+  child_sock.reset();
+
+  // Until "go" the child only waits; killing it here is always safe.
+  auto abort_child = [&](Error e) -> Error {
+    sys_pidfd_send_signal(st->pidfd.get(), SIGKILL);
+    siginfo_t info;
+    ::waitid(P_PIDFD, static_cast<id_t>(st->pidfd.get()), &info, WEXITED);
+    return e;
+  };
+  std::string init = std::to_string(pid) + " " + std::to_string(process_start_time(pid)) + " " +
+                     config.cgroup_parent + "\n";
+  if (Status s = create_file(st->dir + "/" + kInitFile, init); !s) return abort_child(s.error());
+  if (Status s = st->cgroups.attach(pid); !s) return abort_child(s.error());
+  if (config.before_start_hook) config.before_start_hook(pid);
+  char go = 1;
+  if (retry_eintr([&] { return ::send(parent_sock.get(), &go, 1, MSG_NOSIGNAL); }) != 1)
+    return abort_child(sys_error("send go to sandbox init", errno));
+
+  ChildReport report;
+  ssize_t n = retry_eintr([&] { return ::recv(parent_sock.get(), &report, sizeof report, 0); });
+  if (n != 0) {
+    Error e = n == static_cast<ssize_t>(sizeof report)
+                  ? child_error(report)
+                  : (n < 0 ? sys_error("recv from sandbox init", errno)
+                           : internal_error("short report from sandbox init"));
+    return abort_child(Error(e.code(), "sandbox " + config.id + ": " + e.message()));
+  }
+
+  if (plan.own_netns) {
+    // Safe by pid: the init is our unreaped child, so the pid cannot have been reused.
+    auto ns = open_fd("/proc/" + std::to_string(pid) + "/ns/net", O_RDONLY);
+    if (!ns) return abort_child(ns.error());
+    st->netns = std::move(ns).value();
+  }
+  st->config = std::move(config);
+  committed = true;
+  return Sandbox(std::move(st));
+}
+
+}  // namespace abx::runtime

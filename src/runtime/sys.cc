@@ -1,0 +1,172 @@
+#include "sys.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+namespace abx::runtime {
+
+std::string errno_name(int err) {
+  if (const char* n = strerrorname_np(err)) return n;
+  return "errno " + std::to_string(err);
+}
+
+ErrorCode code_for_errno(int err) {
+  switch (err) {
+    case EPERM:
+    case EACCES:
+      return ErrorCode::kPermissionDenied;
+    case ENOENT:
+      return ErrorCode::kNotFound;
+    case EEXIST:
+      return ErrorCode::kAlreadyExists;
+    case EAGAIN:
+    case ENOMEM:
+    case EMFILE:
+    case ENFILE:
+      return ErrorCode::kResourceExhausted;
+    case ENOSPC:
+    case EDQUOT:
+      return ErrorCode::kInsufficientStorage;
+    case EINVAL:
+      return ErrorCode::kInvalidArgument;
+    case ETIMEDOUT:
+      return ErrorCode::kDeadlineExceeded;
+    case ECONNREFUSED:
+      return ErrorCode::kUnavailable;
+    default:
+      return ErrorCode::kInternal;
+  }
+}
+
+Error sys_error(std::string_view what, int err) {
+  return Error(code_for_errno(err), std::string(what) + ": " + errno_name(err));
+}
+
+Result<UniqueFd> open_fd(const std::string& path, int flags, mode_t mode) {
+  int fd = retry_eintr([&] { return ::open(path.c_str(), flags | O_CLOEXEC, mode); });
+  if (fd < 0) return sys_error("open " + path, errno);
+  return UniqueFd(fd);
+}
+
+namespace {
+Status write_all(const std::string& path, std::string_view data, int flags) {
+  auto fd = open_fd(path, flags, 0600);
+  if (!fd) return fd.error();
+  ssize_t n = retry_eintr([&] { return ::write(fd->get(), data.data(), data.size()); });
+  if (n < 0) return sys_error("write " + path, errno);
+  if (static_cast<size_t>(n) != data.size()) return internal_error("short write to " + path);
+  return {};
+}
+}  // namespace
+
+Status write_file(const std::string& path, std::string_view data) {
+  return write_all(path, data, O_WRONLY | O_TRUNC);
+}
+
+Status create_file(const std::string& path, std::string_view data) {
+  return write_all(path, data, O_WRONLY | O_CREAT | O_EXCL);
+}
+
+Result<std::string> read_file(const std::string& path, std::size_t max) {
+  auto fd = open_fd(path, O_RDONLY);
+  if (!fd) return fd.error();
+  std::string out;
+  char buf[4096];
+  while (out.size() < max) {
+    ssize_t n = retry_eintr([&] { return ::read(fd->get(), buf, sizeof buf); });
+    if (n < 0) return sys_error("read " + path, errno);
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+namespace {
+
+// Depth-first removal relative to `dirfd`. O_NOFOLLOW everywhere: a symlink is unlinked, never
+// followed, so a planted link cannot redirect the removal onto host files.
+Status remove_children(int dirfd, const std::string& where, dev_t dev) {
+  int dup = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+  if (dup < 0) return sys_error("dup " + where, errno);
+  DIR* d = fdopendir(dup);
+  if (!d) {
+    int e = errno;
+    ::close(dup);
+    return sys_error("fdopendir " + where, e);
+  }
+  Status result;
+  while (dirent* ent = readdir(d)) {
+    std::string_view name = ent->d_name;
+    if (name == "." || name == "..") continue;
+    struct stat st;
+    if (fstatat(dirfd, ent->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) continue;
+      result = sys_error("stat " + where + "/" + ent->d_name, errno);
+      break;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      if (st.st_dev != dev) {
+        result = internal_error("refusing to remove mount point " + where + "/" + ent->d_name);
+        break;
+      }
+      int sub = openat(dirfd, ent->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub < 0) {
+        result = sys_error("open " + where + "/" + ent->d_name, errno);
+        break;
+      }
+      Status s = remove_children(sub, where + "/" + ent->d_name, dev);
+      ::close(sub);
+      if (!s) {
+        result = s;
+        break;
+      }
+      if (unlinkat(dirfd, ent->d_name, AT_REMOVEDIR) != 0 && errno != ENOENT) {
+        result = sys_error("rmdir " + where + "/" + ent->d_name, errno);
+        break;
+      }
+    } else if (unlinkat(dirfd, ent->d_name, 0) != 0 && errno != ENOENT) {
+      result = sys_error("unlink " + where + "/" + ent->d_name, errno);
+      break;
+    }
+  }
+  closedir(d);
+  return result;
+}
+
+}  // namespace
+
+Status remove_tree(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return {};
+    return sys_error("open " + path, errno);
+  }
+  UniqueFd dir(fd);
+  struct stat st;
+  if (fstat(dir.get(), &st) != 0) return sys_error("stat " + path, errno);
+  if (Status s = remove_children(dir.get(), path, st.st_dev); !s) return s;
+  if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return sys_error("rmdir " + path, errno);
+  return {};
+}
+
+unsigned long long process_start_time(pid_t pid) {
+  auto stat = read_file("/proc/" + std::to_string(pid) + "/stat", 4096);
+  if (!stat) return 0;
+  // comm (field 2) may contain spaces and parentheses: fields restart after the last ')'.
+  auto close = stat->rfind(')');
+  if (close == std::string::npos) return 0;
+  const char* p = stat->c_str() + close + 1;
+  // After ')' come fields 3..; starttime is field 22, i.e. the 20th after the ')'.
+  for (int field = 3; field < 22 && *p; ++field) {
+    while (*p == ' ') ++p;
+    while (*p && *p != ' ') ++p;
+  }
+  return std::strtoull(p, nullptr, 10);
+}
+
+}  // namespace abx::runtime

@@ -1,0 +1,134 @@
+// Helpers shared by the runtime tests: temp dirs, unique ids, running the probe on the host
+// and inside a sandbox with its output captured.
+#pragma once
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "abx/runtime/sandbox.h"
+#include "gtest/gtest.h"
+
+namespace abx::runtime::testing {
+
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kAsan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kAsan = true;
+#else
+inline constexpr bool kAsan = false;
+#endif
+#else
+inline constexpr bool kAsan = false;
+#endif
+
+inline const char* probe_path() { return ABX_RUNTIME_PROBE; }
+inline constexpr const char* kProbeInside = "/abx/probe";
+
+// A temporary directory removed (recursively) on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/abx-rt-test-XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::string cmd = "rm -rf '" + path_ + "'";
+    (void)!::system(cmd.c_str());
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Unique per process and call: tests may run in parallel processes under ctest.
+inline std::string unique_id(const std::string& prefix) {
+  static std::atomic<int> n{0};
+  return prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
+}
+
+struct RunResult {
+  int status = -1;  // wait status
+  std::string out;
+  bool exited_ok() const { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+  int exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+};
+
+inline std::string read_all(int fd) {
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+// Runs the probe directly on the host (positive control).
+inline RunResult run_on_host(std::vector<std::string> args) {
+  int p[2];
+  EXPECT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  args.insert(args.begin(), probe_path());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(p[1], 1);
+    ::execv(argv[0], argv.data());
+    _exit(127);
+  }
+  ::close(p[1]);
+  RunResult r;
+  r.out = read_all(p[0]);
+  ::close(p[0]);
+  ::waitpid(pid, &r.status, 0);
+  return r;
+}
+
+// A config that runs the probe (bound at /abx/probe) with `args` in a host-rootfs sandbox.
+inline SandboxConfig probe_config(const std::string& state_dir, std::vector<std::string> args) {
+  SandboxConfig c;
+  c.id = unique_id("t");
+  c.state_dir = state_dir;
+  c.argv = {kProbeInside};
+  for (auto& a : args) c.argv.push_back(a);
+  c.env = {"PATH=/usr/bin:/bin"};
+  c.binds.push_back({probe_path(), kProbeInside, false});
+  return c;
+}
+
+// Spawns `c` with stdout+stderr captured, waits for the init and destroys the sandbox.
+inline RunResult run_sandbox(SandboxConfig c) {
+  RunResult r;
+  int p[2];
+  EXPECT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  c.fds.push_back({p[1], 1});
+  c.fds.push_back({p[1], 2});
+  auto sb = Sandbox::spawn(std::move(c));
+  ::close(p[1]);
+  if (!sb) {
+    ::close(p[0]);
+    ADD_FAILURE() << "spawn: " << sb.error().to_string();
+    return r;
+  }
+  r.out = read_all(p[0]);
+  ::close(p[0]);
+  auto st = sb->wait();
+  EXPECT_TRUE(st.ok());
+  if (st) r.status = *st;
+  Status d = sb->destroy();
+  EXPECT_TRUE(d.ok()) << d.error().to_string();
+  return r;
+}
+
+inline RunResult run_in_sandbox(const std::string& state_dir, std::vector<std::string> args) {
+  return run_sandbox(probe_config(state_dir, std::move(args)));
+}
+
+}  // namespace abx::runtime::testing
