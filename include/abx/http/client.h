@@ -1,0 +1,47 @@
+// A blocking HTTP/1.1 client connection on Boost.Beast, with keep-alive and deadlines.
+//
+// Used by tests, tools and (later) the SDK. One Connection is one TCP connection; requests on it
+// are sent one after another. Errors: kUnavailable (connect/read/write failed or the peer
+// closed), kDeadlineExceeded (the timeout passed), kInvalidArgument (bad address).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "abx/base/error.h"
+#include "abx/http/server.h"
+
+namespace abx::http {
+
+class Connection {
+ public:
+  static Result<std::unique_ptr<Connection>> open(const std::string& host, std::uint16_t port,
+                                                  std::chrono::milliseconds timeout =
+                                                      std::chrono::seconds(10));
+  ~Connection();
+
+  // Sends `req` (Host and Content-Length are filled in when missing) and reads the response.
+  Result<Response> send(Request req, std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+  // Writes raw bytes and reads until the peer closes or `timeout` passes; for framing tests.
+  Result<std::string> raw_exchange(std::string_view bytes,
+                                   std::chrono::milliseconds timeout = std::chrono::seconds(5));
+
+  struct Impl;
+
+ private:
+  explicit Connection(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Convenience for one-off calls: opens a connection, sends, closes.
+Result<Response> fetch(const std::string& host, std::uint16_t port, Request req,
+                       std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+// Builds a request with a JSON (or empty) body.
+Request make_request(boost::beast::http::verb method, std::string target, std::string body = {},
+                     std::string content_type = "application/json");
+
+}  // namespace abx::http

@@ -1,0 +1,121 @@
+#include "abx/http/client.h"
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+
+namespace abx::http {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+
+struct Connection::Impl {
+  asio::io_context ioc;
+  beast::tcp_stream stream{ioc};
+  beast::flat_buffer buffer;
+  std::string host;
+  std::uint16_t port = 0;
+
+  // Runs the io_context until `done` or the deadline; Beast's own timeout closes the socket.
+  template <class Op>
+  beast::error_code run(std::chrono::milliseconds timeout, Op&& op) {
+    beast::error_code result = asio::error::would_block;
+    stream.expires_after(timeout);
+    op([&](beast::error_code ec, std::size_t = 0) { result = ec; });
+    ioc.restart();
+    ioc.run();
+    return result;
+  }
+};
+
+Connection::Connection(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Connection::~Connection() = default;
+
+namespace {
+Error io_error(const std::string& what, beast::error_code ec) {
+  if (ec == beast::error::timeout) return Error(ErrorCode::kDeadlineExceeded, what + ": timed out");
+  return unavailable(what + ": " + ec.message());
+}
+}  // namespace
+
+Result<std::unique_ptr<Connection>> Connection::open(const std::string& host, std::uint16_t port,
+                                                     std::chrono::milliseconds timeout) {
+  auto impl = std::make_unique<Impl>();
+  impl->host = host;
+  impl->port = port;
+  beast::error_code ec;
+  auto addr = asio::ip::make_address(host, ec);
+  if (ec) return invalid_argument("invalid address '" + host + "'");
+  tcp::endpoint ep(addr, port);
+  ec = impl->run(timeout, [&](auto done) { impl->stream.async_connect(ep, done); });
+  if (ec) return io_error("connect to " + host + ":" + std::to_string(port), ec);
+  impl->stream.socket().set_option(tcp::no_delay(true), ec);
+  return std::unique_ptr<Connection>(new Connection(std::move(impl)));
+}
+
+Result<Response> Connection::send(Request req, std::chrono::milliseconds timeout) {
+  if (req.find(bhttp::field::host) == req.end()) {
+    req.set(bhttp::field::host, impl_->host + ":" + std::to_string(impl_->port));
+  }
+  req.prepare_payload();
+  auto ec = impl_->run(timeout, [&](auto done) { bhttp::async_write(impl_->stream, req, done); });
+  if (ec) return io_error("send request", ec);
+  bhttp::response_parser<bhttp::string_body> parser;
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+  parser.skip(req.method() == bhttp::verb::head);
+  ec = impl_->run(timeout, [&](auto done) {
+    bhttp::async_read(impl_->stream, impl_->buffer, parser, done);
+  });
+  if (ec) return io_error("read response", ec);
+  return parser.release();
+}
+
+Result<std::string> Connection::raw_exchange(std::string_view bytes,
+                                             std::chrono::milliseconds timeout) {
+  auto ec = impl_->run(timeout, [&](auto done) {
+    asio::async_write(impl_->stream, asio::buffer(bytes.data(), bytes.size()), done);
+  });
+  if (ec) return io_error("write", ec);
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    std::size_t n = 0;
+    ec = impl_->run(timeout, [&](auto done) {
+      impl_->stream.async_read_some(asio::buffer(buf), [&, done](beast::error_code e, std::size_t k) {
+        n = k;
+        done(e);
+      });
+    });
+    out.append(buf, n);
+    if (ec == asio::error::eof || ec == asio::error::connection_reset) break;
+    if (ec == beast::error::timeout) break;  // the caller inspects what arrived
+    if (ec) return io_error("read", ec);
+  }
+  return out;
+}
+
+Result<Response> fetch(const std::string& host, std::uint16_t port, Request req,
+                       std::chrono::milliseconds timeout) {
+  auto c = Connection::open(host, port, timeout);
+  if (!c.ok()) return c.error();
+  return (*c)->send(std::move(req), timeout);
+}
+
+Request make_request(bhttp::verb method, std::string target, std::string body,
+                     std::string content_type) {
+  Request req{method, target, 11};
+  if (!body.empty() || method == bhttp::verb::post || method == bhttp::verb::put) {
+    req.set(bhttp::field::content_type, content_type);
+  }
+  req.body() = std::move(body);
+  req.prepare_payload();
+  return req;
+}
+
+}  // namespace abx::http

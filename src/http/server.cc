@@ -1,0 +1,436 @@
+#include "abx/http/server.h"
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/serialize.hpp>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <map>
+#include <thread>
+#include <vector>
+
+namespace abx::http {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+
+unsigned http_status(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kInvalidArgument: return 400;
+    case ErrorCode::kUnauthenticated: return 401;
+    case ErrorCode::kPermissionDenied: return 403;
+    case ErrorCode::kNotFound: return 404;
+    case ErrorCode::kMethodNotAllowed: return 405;
+    case ErrorCode::kAlreadyExists: return 409;
+    case ErrorCode::kFailedPrecondition: return 409;
+    case ErrorCode::kPayloadTooLarge: return 413;
+    case ErrorCode::kUnsupportedMediaType: return 415;
+    case ErrorCode::kResourceExhausted: return 429;
+    case ErrorCode::kInternal: return 500;
+    case ErrorCode::kUnimplemented: return 501;
+    case ErrorCode::kUnavailable: return 503;
+    case ErrorCode::kDeadlineExceeded: return 504;
+    case ErrorCode::kInsufficientStorage: return 507;
+  }
+  return 500;
+}
+
+Response json_response(unsigned status, const boost::json::value& body, unsigned version,
+                       bool keep_alive) {
+  Response res{static_cast<bhttp::status>(status), version};
+  res.set(bhttp::field::content_type, "application/json");
+  res.body() = boost::json::serialize(body);
+  res.keep_alive(keep_alive);
+  return res;
+}
+
+Response error_response(const Error& error, unsigned version, bool keep_alive) {
+  return json_response(http_status(error.code()),
+                       boost::json::object{{"error", error.message()}, {"type", error.type()}},
+                       version, keep_alive);
+}
+
+struct Server::Impl {
+  // Declared before the io_context so they outlive it: destroying the io_context destroys
+  // pending handlers, which may hold the last reference to a session.
+  ServerOptions opt;
+  Handler handler;
+  std::mutex mu;  // guards sessions, stopped
+  std::condition_variable cv;
+  std::map<detail::Session*, std::weak_ptr<detail::Session>> sessions;
+  bool stopped = false;
+  std::atomic<bool> draining{false};
+  std::atomic<std::size_t> connections{0};
+  std::uint16_t port = 0;
+
+  asio::io_context ioc;
+  tcp::acceptor acceptor{ioc};
+  // Keeps run() going while a handler holds a request on another thread and no I/O is pending.
+  asio::executor_work_guard<asio::io_context::executor_type> work{ioc.get_executor()};
+  std::vector<std::thread> threads;
+
+  // Live sessions, as strong references taken outside any destructor.
+  std::vector<std::shared_ptr<detail::Session>> live_sessions();
+
+  void do_accept();
+  void on_session_closed(detail::Session* s);
+};
+
+namespace detail {
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket&& socket, Server::Impl& server)
+      : stream_(std::move(socket)), server_(server) {}
+
+  void start() {
+    {
+      std::lock_guard lock(server_.mu);
+      server_.sessions.emplace(this, weak_from_this());
+    }
+    asio::dispatch(stream_.get_executor(),
+                   beast::bind_front_handler(&Session::read_header, shared_from_this()));
+  }
+
+  ~Session() { server_.on_session_closed(this); }
+
+  asio::any_io_executor executor() { return stream_.get_executor(); }
+
+  // Called from Responder, on any thread.
+  void respond(Response res) {
+    asio::dispatch(stream_.get_executor(), [self = shared_from_this(), r = std::move(res)]() mutable {
+      self->write(std::move(r));
+    });
+  }
+
+  // Called when the server starts draining: close now if waiting for a request.
+  void close_if_idle() {
+    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      if (!self->busy_) self->close();
+    });
+  }
+
+  void force_close() {
+    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->close(); });
+  }
+
+ private:
+  void read_header() {
+    if (server_.draining.load()) return close();
+    busy_ = false;
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(server_.opt.limits.max_header_bytes));
+    parser_->body_limit(server_.opt.limits.max_body_bytes);
+    // The first request on a connection, or a request already partly buffered, gets the header
+    // deadline; an idle keep-alive connection gets the idle deadline until bytes arrive.
+    stream_.expires_after(buffer_.size() > 0 || first_ ? server_.opt.limits.header_timeout
+                                                       : server_.opt.limits.idle_timeout);
+    first_ = false;
+    bhttp::async_read_header(stream_, buffer_, *parser_,
+                             beast::bind_front_handler(&Session::on_header, shared_from_this()));
+  }
+
+  void on_header(beast::error_code ec, std::size_t) {
+    busy_ = true;
+    if (ec) return on_read_error(ec);
+    const auto& req = parser_->get();
+    if (auto err = check_framing(req)) return fail(*err);
+    auto cl = parser_->content_length();
+    if (cl && *cl > server_.opt.limits.max_body_bytes) {
+      return fail(Error(ErrorCode::kPayloadTooLarge,
+                        "request body of " + std::to_string(*cl) + " bytes exceeds the limit of " +
+                            std::to_string(server_.opt.limits.max_body_bytes)));
+    }
+    if (parser_->is_done()) return dispatch_request();
+    if (beast::iequals(req[bhttp::field::expect], "100-continue")) {
+      auto cont = std::make_shared<bhttp::response<bhttp::empty_body>>(bhttp::status::continue_,
+                                                                       req.version());
+      stream_.expires_after(server_.opt.limits.write_timeout);
+      return bhttp::async_write(stream_, *cont,
+                                [self = shared_from_this(), cont](beast::error_code wec, std::size_t) {
+                                  if (wec) return self->close();
+                                  self->read_body();
+                                });
+    }
+    read_body();
+  }
+
+  void read_body() {
+    stream_.expires_after(server_.opt.limits.body_timeout);
+    bhttp::async_read(stream_, buffer_, *parser_,
+                      beast::bind_front_handler(&Session::on_body, shared_from_this()));
+  }
+
+  void on_body(beast::error_code ec, std::size_t) {
+    if (ec) return on_read_error(ec);
+    dispatch_request();
+  }
+
+  void dispatch_request() {
+    Request req = parser_->release();
+    version_ = req.version();
+    keep_alive_ = req.keep_alive();
+    stream_.expires_never();  // the handler may take its time; the write re-arms a deadline
+    try {
+      server_.handler(std::move(req), Responder(shared_from_this()));
+    } catch (const std::exception& e) {
+      write(error_response(internal_error(std::string("handler failed: ") + e.what()), version_,
+                           false));
+    }
+  }
+
+  std::optional<Error> check_framing(const Request& req) {
+    const auto& lim = server_.opt.limits;
+    if (req.target().size() > lim.max_target_bytes) {
+      status_override_ = 414;
+      return Error(ErrorCode::kInvalidArgument,
+                   "request target longer than " + std::to_string(lim.max_target_bytes) + " bytes");
+    }
+    std::size_t fields = 0;
+    std::size_t hosts = 0;
+    for (const auto& f : req) {
+      ++fields;
+      if (f.name() == bhttp::field::host) ++hosts;
+      if (f.name() == bhttp::field::transfer_encoding &&
+          !beast::iequals(f.value(), "chunked")) {
+        return invalid_argument("unsupported Transfer-Encoding '" + std::string(f.value()) +
+                                "' (only chunked is accepted)");
+      }
+    }
+    if (fields > lim.max_header_fields) {
+      status_override_ = 431;
+      return Error(ErrorCode::kInvalidArgument,
+                   "more than " + std::to_string(lim.max_header_fields) + " header fields");
+    }
+    if (hosts > 1) return invalid_argument("more than one Host header");
+    if (req.version() >= 11 && hosts == 0) return invalid_argument("missing Host header");
+    auto target = req.target();
+    if (target.empty() || target[0] != '/') {
+      if (!(req.method() == bhttp::verb::options && target == "*")) {
+        return invalid_argument("request target must be a path (origin-form)");
+      }
+    }
+    return std::nullopt;
+  }
+
+  void on_read_error(beast::error_code ec) {
+    // A peer closing or timing out between requests is normal; say nothing.
+    if (ec == bhttp::error::end_of_stream || ec == beast::error::timeout ||
+        ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||
+        ec == asio::error::eof) {
+      return close();
+    }
+    if (ec == bhttp::error::partial_message && !busy_) return close();
+    if (ec == bhttp::error::header_limit) {
+      return fail(Error(ErrorCode::kInvalidArgument, "request header block too large"), 431);
+    }
+    if (ec == bhttp::error::body_limit) {
+      return fail(Error(ErrorCode::kPayloadTooLarge,
+                        "request body exceeds the limit of " +
+                            std::to_string(server_.opt.limits.max_body_bytes) + " bytes"));
+    }
+    fail(invalid_argument("malformed HTTP request: " + ec.message()));
+  }
+
+  // Answers a framing error and closes the connection (the stream may be desynchronised).
+  void fail(const Error& err, unsigned status = 0) {
+    if (status == 0 && status_override_ != 0) status = status_override_;
+    Response res = error_response(err, 11, false);
+    if (status != 0) res.result(status);
+    keep_alive_ = false;
+    write(std::move(res));
+  }
+
+  void write(Response res) {
+    bool keep = keep_alive_ && res.keep_alive() && !server_.draining.load();
+    res.keep_alive(keep);
+    res.version(version_ == 10 ? 10 : 11);
+    res.set(bhttp::field::server, server_.opt.server_header);
+    res.prepare_payload();
+    auto sp = std::make_shared<Response>(std::move(res));
+    stream_.expires_after(server_.opt.limits.write_timeout);
+    bhttp::async_write(stream_, *sp,
+                       [self = shared_from_this(), sp, keep](beast::error_code ec, std::size_t) {
+                         if (ec || !keep) return self->close();
+                         self->status_override_ = 0;
+                         self->read_header();
+                       });
+  }
+
+  void close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.close();
+  }
+
+  beast::tcp_stream stream_;
+  Server::Impl& server_;
+  beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  unsigned version_ = 11;
+  bool keep_alive_ = true;
+  bool busy_ = false;   // between the first byte of a request and its response
+  bool first_ = true;
+  unsigned status_override_ = 0;
+};
+
+}  // namespace detail
+
+struct Responder::State {
+  std::shared_ptr<detail::Session> session;
+  std::atomic<bool> done{false};
+  ~State() {
+    if (!done.load() && session) {
+      session->respond(error_response(internal_error("the handler did not answer"), 11, false));
+    }
+  }
+};
+
+Responder::Responder(std::shared_ptr<detail::Session> session)
+    : state_(std::make_shared<State>()) {
+  state_->session = std::move(session);
+}
+
+void Responder::operator()(Response res) const {
+  if (state_->done.exchange(true)) return;  // exactly once
+  state_->session->respond(std::move(res));
+}
+
+asio::any_io_executor Responder::executor() const { return state_->session->executor(); }
+
+void Server::Impl::do_accept() {
+  acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
+      // EMFILE and friends: back off briefly instead of spinning.
+      auto t = std::make_shared<asio::steady_timer>(ioc, std::chrono::milliseconds(50));
+      t->async_wait([this, t](beast::error_code) { do_accept(); });
+      return;
+    }
+    if (connections.load() >= opt.limits.max_connections) {
+      static const std::string kBusy =
+          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+          "Connection: close\r\nContent-Length: 62\r\n\r\n"
+          "{\"error\":\"too many connections\",\"type\":\"ResourceExhausted\"}\n\n";
+      beast::error_code wec;
+      socket.non_blocking(true, wec);
+      socket.write_some(asio::buffer(kBusy), wec);
+      socket.close(wec);
+    } else {
+      beast::error_code nec;
+      socket.set_option(tcp::no_delay(true), nec);
+      ++connections;
+      std::make_shared<detail::Session>(std::move(socket), *this)->start();
+    }
+    do_accept();
+  });
+}
+
+std::vector<std::shared_ptr<detail::Session>> Server::Impl::live_sessions() {
+  std::vector<std::shared_ptr<detail::Session>> out;
+  std::lock_guard lock(mu);
+  for (auto& [raw, weak] : sessions) {
+    if (auto s = weak.lock()) out.push_back(std::move(s));
+  }
+  return out;  // dropped by the caller outside the lock (a last reference runs ~Session)
+}
+
+void Server::Impl::on_session_closed(detail::Session* s) {
+  {
+    std::lock_guard lock(mu);
+    sessions.erase(s);
+    --connections;
+  }
+  cv.notify_all();
+}
+
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Server::~Server() { shutdown(std::chrono::milliseconds(0)); }
+
+Result<std::unique_ptr<Server>> Server::start(ServerOptions options, Handler handler) {
+  auto impl = std::make_unique<Impl>();
+  impl->opt = std::move(options);
+  impl->handler = std::move(handler);
+  beast::error_code ec;
+  auto addr = asio::ip::make_address(impl->opt.host, ec);
+  if (ec) return invalid_argument("invalid listen address '" + impl->opt.host + "'");
+  tcp::endpoint ep(addr, impl->opt.port);
+  std::string where = impl->opt.host + ":" + std::to_string(impl->opt.port);
+  impl->acceptor.open(ep.protocol(), ec);
+  if (!ec) impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) impl->acceptor.bind(ep, ec);
+  if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return unavailable("cannot listen on " + where + ": " + ec.message());
+  impl->port = impl->acceptor.local_endpoint().port();
+  impl->do_accept();
+  int n = impl->opt.io_threads > 0 ? impl->opt.io_threads
+                                   : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int i = 0; i < n; ++i) {
+    impl->threads.emplace_back([io = &impl->ioc] { io->run(); });
+  }
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+std::uint16_t Server::port() const { return impl_->port; }
+const std::string& Server::host() const { return impl_->opt.host; }
+bool Server::draining() const { return impl_->draining.load(); }
+std::size_t Server::open_connections() const { return impl_->connections.load(); }
+asio::any_io_executor Server::executor() const { return impl_->ioc.get_executor(); }
+
+void Server::shutdown(std::chrono::milliseconds drain) {
+  if (impl_->draining.exchange(true)) {
+    wait();
+    return;
+  }
+  asio::post(impl_->ioc, [this] {
+    beast::error_code ec;
+    impl_->acceptor.close(ec);
+  });
+  for (auto& s : impl_->live_sessions()) s->close_if_idle();
+  {
+    std::unique_lock lock(impl_->mu);
+    impl_->cv.wait_for(lock, drain, [this] { return impl_->sessions.empty(); });
+  }
+  for (auto& s : impl_->live_sessions()) s->force_close();
+  {
+    // Give forced closes a moment to run their completion handlers, then stop.
+    std::unique_lock lock(impl_->mu);
+    impl_->cv.wait_for(lock, std::chrono::milliseconds(200),
+                       [this] { return impl_->sessions.empty(); });
+  }
+  impl_->work.reset();
+  impl_->ioc.stop();
+  for (auto& t : impl_->threads) {
+    if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
+  }
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->stopped = true;
+  }
+  impl_->cv.notify_all();
+}
+
+void Server::wait() {
+  std::unique_lock lock(impl_->mu);
+  impl_->cv.wait(lock, [this] { return impl_->stopped; });
+}
+
+}  // namespace abx::http

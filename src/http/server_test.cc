@@ -1,0 +1,236 @@
+// The HTTP layer over real loopback sockets: framing rows of the bad-input catalogue (§2.1),
+// keep-alive, pipelining, limits, and draining.
+#include "abx/http/server.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+#include <thread>
+
+#include "abx/http/client.h"
+
+namespace abx::http {
+namespace {
+
+namespace bhttp = boost::beast::http;
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void start(Limits limits = {}) {
+    ServerOptions opt;
+    opt.limits = limits;
+    opt.io_threads = 2;
+    auto s = Server::start(opt, [this](Request&& req, Responder respond) {
+      ++handled_;
+      if (req.target() == "/slow") {
+        std::thread([respond, version = req.version()] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          respond(json_response(200, boost::json::object{{"slow", true}}, version));
+        }).detach();
+        return;
+      }
+      if (req.target() == "/drop") return;  // never answers: the Responder must send a 500
+      respond(json_response(
+          200,
+          boost::json::object{{"method", std::string(req.method_string())},
+                              {"target", std::string(req.target())},
+                              {"body", req.body()}},
+          req.version(), req.keep_alive()));
+    });
+    ASSERT_TRUE(s.ok()) << s.error().message();
+    server_ = std::move(*s);
+  }
+
+  std::string raw(std::string_view bytes) {
+    auto c = Connection::open("127.0.0.1", server_->port());
+    EXPECT_TRUE(c.ok());
+    auto out = (*c)->raw_exchange(bytes, std::chrono::seconds(3));
+    EXPECT_TRUE(out.ok());
+    return out.ok() ? *out : std::string();
+  }
+
+  static int status_of(const std::string& response) {
+    if (response.size() < 12 || response.compare(0, 5, "HTTP/") != 0) return -1;
+    return std::stoi(response.substr(9, 3));
+  }
+
+  std::atomic<int> handled_{0};
+  std::unique_ptr<Server> server_;
+};
+
+TEST_F(HttpServerTest, KeepAliveServesManyRequestsOnOneConnection) {
+  start();
+  auto c = Connection::open("127.0.0.1", server_->port());
+  ASSERT_TRUE(c.ok());
+  for (int i = 0; i < 5; ++i) {
+    auto r = (*c)->send(make_request(bhttp::verb::post, "/x" + std::to_string(i), "{}"));
+    ASSERT_TRUE(r.ok()) << r.error().message();
+    EXPECT_EQ(r->result_int(), 200);
+    EXPECT_EQ(boost::json::parse(r->body()).at("target").as_string(), "/x" + std::to_string(i));
+    EXPECT_EQ((*r)[bhttp::field::content_type], "application/json");
+  }
+  EXPECT_EQ(server_->open_connections(), 1u);
+}
+
+TEST_F(HttpServerTest, PipelinedRequestsAreAnsweredInOrder) {
+  start();
+  std::string two =
+      "GET /first HTTP/1.1\r\nHost: x\r\n\r\n"
+      "GET /second HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  std::string out = raw(two);
+  auto a = out.find("/first");
+  auto b = out.find("/second");
+  ASSERT_NE(a, std::string::npos);
+  ASSERT_NE(b, std::string::npos);
+  EXPECT_LT(a, b);
+}
+
+struct FramingCase {
+  const char* name;
+  std::string request;
+  int status;
+};
+
+class Framing : public HttpServerTest, public ::testing::WithParamInterface<FramingCase> {};
+
+TEST_P(Framing, RejectedWithoutReachingTheHandler) {
+  Limits lim;
+  lim.max_body_bytes = 1024;
+  start(lim);
+  std::string out = raw(GetParam().request);
+  EXPECT_EQ(status_of(out), GetParam().status) << out;
+  EXPECT_NE(out.find("\"error\""), std::string::npos) << out;
+  EXPECT_NE(out.find("Connection: close"), std::string::npos) << out;
+  EXPECT_EQ(handled_.load(), 0);
+}
+
+const std::string kPost = "POST /commands/demo HTTP/1.1\r\nHost: x\r\n";
+
+INSTANTIATE_TEST_SUITE_P(
+    Catalogue, Framing,
+    ::testing::Values(
+        FramingCase{"cl_and_te", kPost + "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
+        FramingCase{"te_and_cl", kPost + "Transfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n0\r\n\r\n", 400},
+        FramingCase{"two_different_cl", kPost + "Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}x", 400},
+        FramingCase{"cl_plus", kPost + "Content-Length: +5\r\n\r\n{}{}{", 400},
+        FramingCase{"cl_space", kPost + "Content-Length: 5 5\r\n\r\n", 400},
+        FramingCase{"cl_hex", kPost + "Content-Length: 0x10\r\n\r\n", 400},
+        FramingCase{"cl_negative", kPost + "Content-Length: -1\r\n\r\n", 400},
+        FramingCase{"cl_2_64", kPost + "Content-Length: 18446744073709551616\r\n\r\n", 400},
+        FramingCase{"te_chunkedx", kPost + "Transfer-Encoding: chunkedx\r\n\r\n", 400},
+        FramingCase{"te_chunked_identity", kPost + "Transfer-Encoding: chunked, identity\r\n\r\n", 400},
+        FramingCase{"te_xchunked", kPost + "Transfer-Encoding: xchunked\r\n\r\n", 400},
+        FramingCase{"chunk_size_overflow", kPost + "Transfer-Encoding: chunked\r\n\r\nffffffffffffffff1\r\n", 400},
+        FramingCase{"chunk_missing_crlf", kPost + "Transfer-Encoding: chunked\r\n\r\n2\r\n{}0\r\n\r\n", 400},
+        FramingCase{"space_before_colon", "GET / HTTP/1.1\r\nHost : x\r\n\r\n", 400},
+        FramingCase{"nul_in_value", std::string("GET / HTTP/1.1\r\nHost: x\r\nX: a\0b\r\n\r\n", 39), 400},
+        FramingCase{"bad_method", "G(T / HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+        FramingCase{"absolute_form", "GET http://evil/ HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+        FramingCase{"two_hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400},
+        FramingCase{"no_host_11", "GET / HTTP/1.1\r\n\r\n", 400},
+        FramingCase{"long_target", "GET /" + std::string(9000, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n", 414},
+        FramingCase{"huge_header", "GET / HTTP/1.1\r\nHost: x\r\nX: " + std::string(17000, 'a') + "\r\n\r\n", 431},
+        FramingCase{"many_fields", [] {
+                      std::string r = "GET / HTTP/1.1\r\nHost: x\r\n";
+                      for (int i = 0; i < 101; ++i) r += "X-" + std::to_string(i) + ": v\r\n";
+                      return r + "\r\n";
+                    }(), 431},
+        FramingCase{"body_over_limit", kPost + "Content-Length: 2048\r\n\r\n", 413},
+        FramingCase{"expect_continue_over_limit", kPost + "Content-Length: 1000000\r\nExpect: 100-continue\r\n\r\n", 413},
+        FramingCase{"chunked_over_limit", kPost + "Transfer-Encoding: chunked\r\n\r\n800\r\n" + std::string(2048, 'a') + "\r\n0\r\n\r\n", 413}),
+    [](const auto& tc) { return std::string(tc.param.name); });
+
+TEST_F(HttpServerTest, ChunkedBodyWithinLimitIsAccepted) {
+  start();
+  std::string out = raw(kPost + "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n2\r\n{}\r\n0\r\n\r\n");
+  EXPECT_EQ(status_of(out), 200) << out;
+  EXPECT_NE(out.find(R"("body":"{}")"), std::string::npos) << out;
+}
+
+TEST_F(HttpServerTest, ExpectContinueWithinLimitGets100ThenTheAnswer) {
+  start();
+  std::string out = raw(kPost + "Content-Length: 2\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n{}");
+  EXPECT_EQ(out.rfind("HTTP/1.1 100 Continue", 0), 0u) << out;
+  EXPECT_NE(out.find("HTTP/1.1 200"), std::string::npos) << out;
+}
+
+TEST_F(HttpServerTest, SlowHeaderIsCutOffAtTheDeadline) {
+  Limits lim;
+  lim.header_timeout = std::chrono::milliseconds(300);
+  start(lim);
+  auto c = Connection::open("127.0.0.1", server_->port());
+  ASSERT_TRUE(c.ok());
+  // Only part of a header, then silence: the server must close (it cannot answer: the deadline
+  // closes the socket), not wait forever. Had it waited, our 5 s read would still be open.
+  auto out = (*c)->raw_exchange("GET / HTTP/1.1\r\nHost: x\r\n", std::chrono::seconds(5));
+  ASSERT_TRUE(out.ok());
+  EXPECT_TRUE(out->empty()) << *out;
+  EXPECT_EQ(server_->open_connections(), 0u);
+}
+
+TEST_F(HttpServerTest, IdleKeepAliveConnectionIsClosed) {
+  Limits lim;
+  lim.idle_timeout = std::chrono::milliseconds(200);
+  start(lim);
+  auto c = Connection::open("127.0.0.1", server_->port());
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE((*c)->send(make_request(bhttp::verb::get, "/")).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  EXPECT_EQ(server_->open_connections(), 0u);
+}
+
+TEST_F(HttpServerTest, ConnectionCapAnswers503) {
+  Limits lim;
+  lim.max_connections = 1;
+  start(lim);
+  auto first = Connection::open("127.0.0.1", server_->port());
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE((*first)->send(make_request(bhttp::verb::get, "/")).ok());
+  auto second = Connection::open("127.0.0.1", server_->port());
+  ASSERT_TRUE(second.ok());
+  auto out = (*second)->raw_exchange("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(status_of(*out), 503) << *out;
+}
+
+TEST_F(HttpServerTest, UnansweredRequestGets500NotAHang) {
+  start();
+  auto r = fetch("127.0.0.1", server_->port(), make_request(bhttp::verb::get, "/drop"),
+                 std::chrono::seconds(5));
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_EQ(r->result_int(), 500);
+}
+
+TEST_F(HttpServerTest, ShutdownDrainsInFlightRequests) {
+  start();
+  Result<Response> slow = Error(ErrorCode::kInternal, "not run");
+  std::thread t([&] {
+    slow = fetch("127.0.0.1", server_->port(), make_request(bhttp::verb::get, "/slow"));
+  });
+  while (handled_.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  server_->shutdown(std::chrono::seconds(5));
+  t.join();
+  ASSERT_TRUE(slow.ok()) << slow.error().message();
+  EXPECT_EQ(slow->result_int(), 200);
+  EXPECT_EQ((*slow)[bhttp::field::connection], "close");
+  EXPECT_TRUE(server_->draining());
+  EXPECT_FALSE(Connection::open("127.0.0.1", server_->port(), std::chrono::seconds(1)).ok());
+}
+
+TEST(HttpErrors, OneMappingToTheWire) {
+  EXPECT_EQ(http_status(ErrorCode::kInvalidArgument), 400u);
+  EXPECT_EQ(http_status(ErrorCode::kUnauthenticated), 401u);
+  EXPECT_EQ(http_status(ErrorCode::kNotFound), 404u);
+  EXPECT_EQ(http_status(ErrorCode::kMethodNotAllowed), 405u);
+  EXPECT_EQ(http_status(ErrorCode::kPayloadTooLarge), 413u);
+  EXPECT_EQ(http_status(ErrorCode::kUnsupportedMediaType), 415u);
+  EXPECT_EQ(http_status(ErrorCode::kInternal), 500u);
+  EXPECT_EQ(http_status(ErrorCode::kUnavailable), 503u);
+  EXPECT_EQ(http_status(ErrorCode::kDeadlineExceeded), 504u);
+  Response r = error_response(Error(ErrorCode::kInternal, "boom", "std::runtime_error"));
+  EXPECT_EQ(r.result_int(), 500);
+  EXPECT_EQ(r.body(), R"({"error":"boom","type":"std::runtime_error"})");
+}
+
+}  // namespace
+}  // namespace abx::http
