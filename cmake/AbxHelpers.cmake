@@ -59,3 +59,15 @@ endfunction()
 function(abx_static_runtime target)
   target_link_options(${target} PRIVATE -static-libstdc++ -static-libgcc)
 endfunction()
+
+# abx_command_module(<name> SOURCES ...): a command module for `abx-server --module`. It is not
+# linked against abx libraries: its ABX_REGISTERs bind at dlopen time to the registry exported
+# by the process that loads it, so every module shares one default_registry().
+function(abx_command_module name)
+  cmake_parse_arguments(C "" "" "SOURCES" ${ARGN})
+  add_library(${name} MODULE ${C_SOURCES})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/include)
+  target_link_libraries(${name} PRIVATE Boost::headers)
+  target_compile_options(${name} PRIVATE ${ABX_WARNINGS})
+  abx_static_runtime(${name})
+endfunction()

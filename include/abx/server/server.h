@@ -1,0 +1,68 @@
+// The in-sandbox command server: publishes a CommandRegistry over HTTP.
+//
+//   GET  /health            200 {"status":"ok"}                     (no auth)
+//   GET  /commands          200 {"commands":[schema...]}             (only the caller's scope)
+//   POST /commands/{name}   200 {"result": ...}  or {"error","type"}  with 400/401/404/405/413/
+//                           415/500/503/504 (see docs/command-server.md)
+//
+// Auth: the full access token, or a scoped token derived from it (abx/token/token.h), in
+// `X-Access-Token` or `Authorization: Bearer`. A scoped caller sees and runs only its commands;
+// every other command is a 404 to it. Commands run on a worker pool, so a slow command never
+// blocks other calls; a call past its deadline gets 504 (the command's thread is not killed —
+// C++ cannot cancel it — and its late result is dropped).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "abx/base/error.h"
+#include "abx/base/json.h"
+#include "abx/http/server.h"
+#include "abx/registry/registry.h"
+
+namespace abx::server {
+
+inline constexpr std::uint16_t kDefaultPort = 49982;
+
+struct CommandServerOptions {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = kDefaultPort;
+  // The sandbox's access token. Required unless no_auth is set.
+  std::optional<std::string> access_token;
+  bool no_auth = false;
+  std::chrono::milliseconds call_timeout{30'000};  // 0 = no deadline
+  int workers = 16;    // threads that run commands
+  int io_threads = 0;  // 0 = number of cores
+  http::Limits limits;
+  JsonLimits json;
+};
+
+class CommandServer {
+ public:
+  // Freezes `registry` and starts serving it. Errors: kFailedPrecondition when the registry
+  // recorded registration mistakes (listed in the message) or when there is no token and
+  // no_auth is not set; kUnavailable when the address cannot be bound.
+  static Result<std::unique_ptr<CommandServer>> start(registry::CommandRegistry& registry,
+                                                      CommandServerOptions options);
+  ~CommandServer();
+
+  std::uint16_t port() const;
+  const std::string& host() const;
+  // Answers new calls with 503, lets calls in progress finish for up to `drain`, then closes.
+  void shutdown(std::chrono::milliseconds drain);
+
+  struct Impl;
+
+ private:
+  explicit CommandServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The whole `abx-server` program: flags (see --help), module loading, signals. A user binary
+// that links abx::server can call this from main() to serve the commands it registered.
+int serve_main(int argc, char** argv);
+
+}  // namespace abx::server

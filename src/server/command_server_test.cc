@@ -1,0 +1,1 @@
+#include "abx/server/server.h"

@@ -1,0 +1,147 @@
+// `abx-server`: load command modules, freeze the registry, serve until SIGTERM/SIGINT.
+#include <dlfcn.h>
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <boost/json.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "abx/base/log.h"
+#include "abx/server/server.h"
+
+namespace abx::server {
+
+namespace {
+
+// Exit codes (documented in docs/command-server.md).
+constexpr int kExitOk = 0;
+constexpr int kExitUsage = 2;     // bad flags
+constexpr int kExitConfig = 3;    // a module failed to load, registration errors, no token
+constexpr int kExitListen = 4;    // could not bind
+
+Result<std::string> read_token_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return invalid_argument("cannot read token file " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string t = ss.str();
+  while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.pop_back();
+  if (t.empty()) return invalid_argument("token file " + path + " is empty");
+  return t;
+}
+
+std::chrono::milliseconds parse_duration(const std::string& s) {
+  // "30s", "500ms", "2m", or a bare number of seconds.
+  std::size_t pos = 0;
+  double n = std::stod(s, &pos);
+  std::string unit = s.substr(pos);
+  double ms = unit == "ms" ? n : unit == "m" ? n * 60000 : n * 1000;
+  if (!(unit.empty() || unit == "s" || unit == "ms" || unit == "m") || ms < 0) {
+    throw CLI::ValidationError("duration", "use e.g. 30s, 500ms or 2m");
+  }
+  return std::chrono::milliseconds(static_cast<long long>(ms));
+}
+
+}  // namespace
+
+int serve_main(int argc, char** argv) {
+  CLI::App app{
+      "abx-server: serves registered commands over HTTP (GET /commands, POST /commands/{name}).\n"
+      "The access token comes from $ABX_ACCESS_TOKEN or --token-file."};
+  std::vector<std::string> modules;
+  CommandServerOptions opt;
+  std::string token_file;
+  std::string call_timeout = "30s";
+  std::size_t max_body = opt.limits.max_body_bytes;
+  std::string log_level;
+  bool list_only = false;
+  app.add_option("--module,-m", modules, "Command module (.so) to load; repeatable")
+      ->check(CLI::ExistingFile);
+  app.add_option("--host", opt.host, "Address to listen on")->capture_default_str();
+  app.add_option("--port,-p", opt.port, "Port to listen on (0 picks a free one)")
+      ->capture_default_str();
+  app.add_option("--token-file", token_file, "Read the access token from this file");
+  app.add_flag("--no-auth", opt.no_auth, "Serve without authentication (logs a warning)");
+  app.add_option("--call-timeout", call_timeout, "Per-call deadline, e.g. 30s, 500ms; 0 = none")
+      ->capture_default_str();
+  app.add_option("--max-body", max_body, "Largest request body in bytes")->capture_default_str();
+  app.add_option("--workers", opt.workers, "Threads that run commands")->capture_default_str();
+  app.add_option("--io-threads", opt.io_threads, "Network threads (0 = one per core)")
+      ->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
+  app.add_flag("--list", list_only, "Print the commands' schema as JSON and exit");
+  try {
+    app.parse(argc, argv);
+    opt.call_timeout = parse_duration(call_timeout);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "abx-server: invalid --call-timeout '" << call_timeout << "'\n";
+    return kExitUsage;
+  }
+  if (!log_level.empty() && !set_log_level(log_level)) {
+    std::cerr << "abx-server: unknown --log-level '" << log_level << "'\n";
+    return kExitUsage;
+  }
+  opt.limits.max_body_bytes = max_body;
+  Logger log("server");
+
+  for (const auto& m : modules) {
+    // RTLD_GLOBAL is not needed: modules bind to this executable's exported registry.
+    if (dlopen(m.c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) {
+      std::cerr << "abx-server: cannot load module " << m << ": " << dlerror() << "\n";
+      return kExitConfig;
+    }
+  }
+  auto& reg = registry::default_registry();
+  if (list_only) {
+    boost::json::array out;
+    for (const auto* c : reg.list_all()) out.push_back(registry::describe(*c));
+    std::cout << boost::json::serialize(boost::json::object{{"commands", out}}) << "\n";
+    for (const auto& e : reg.errors()) std::cerr << "abx-server: " << e << "\n";
+    return reg.errors().empty() ? kExitOk : kExitConfig;
+  }
+
+  if (!token_file.empty()) {
+    auto t = read_token_file(token_file);
+    if (!t.ok()) {
+      std::cerr << "abx-server: " << t.error().message() << "\n";
+      return kExitConfig;
+    }
+    opt.access_token = *t;
+  } else if (const char* env = std::getenv("ABX_ACCESS_TOKEN"); env != nullptr && *env) {
+    opt.access_token = env;
+  }
+
+  // Block the stop signals before any thread starts, so only sigwait() below receives them.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+  auto server = CommandServer::start(reg, opt);
+  if (!server.ok()) {
+    std::cerr << "abx-server: " << server.error().message() << "\n";
+    return server.error().code() == ErrorCode::kUnavailable ? kExitListen : kExitConfig;
+  }
+  std::string addr = (*server)->host() + ":" + std::to_string((*server)->port());
+  std::cout << "listening on " << addr << std::endl;
+  log.info("serving " + std::to_string(reg.size()) + " command(s) on " + addr);
+
+  int sig = 0;
+  sigwait(&stop, &sig);
+  log.info(std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") +
+           ", draining calls in progress");
+  (*server)->shutdown(opt.call_timeout.count() > 0 ? opt.call_timeout : std::chrono::seconds(30));
+  log.info("stopped");
+  // A command still running past the drain cannot be cancelled; leave without waiting for it.
+  std::fflush(nullptr);
+  std::_Exit(kExitOk);
+}
+
+}  // namespace abx::server
