@@ -1,1 +1,369 @@
+// The command server over real loopback sockets: every status code of the wire contract,
+// keep-alive, slow and fast calls together, scoped tokens, draining, and the JSON/kwargs rows of
+// the bad-input catalogue (§2.2).
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <ctime>
+#include <stdexcept>
+#include <thread>
+
+#include "abx/http/client.h"
+#include "abx/registry/register.h"
 #include "abx/server/server.h"
+#include "abx/token/token.h"
+
+namespace abx::server {
+namespace {
+
+namespace bhttp = boost::beast::http;
+namespace json = boost::json;
+using http::Connection;
+using http::make_request;
+using http::Request;
+using http::Response;
+
+constexpr const char* kToken = "test-token-0123456789";
+
+class CommandServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    reg_.command("echo")
+        .description("Echo x and y.")
+        .arg("x", "a number")
+        .arg("y", "a word", "hello")
+        .bind([](int x, std::string y) { return std::to_string(x) + ": " + y; });
+    reg_.command("boom").description("Throws.").bind(
+        []() -> int { throw std::invalid_argument("bad things"); });
+    reg_.command("slow").arg("ms").bind([](int ms) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      return ms;
+    });
+    reg_.command("secret").bind([] { return std::string("classified"); });
+  }
+
+  void start(CommandServerOptions opt = {}) {
+    opt.host = "127.0.0.1";
+    opt.port = 0;
+    if (!opt.no_auth && !opt.access_token) opt.access_token = kToken;
+    opt.limits.max_body_bytes = 4096;
+    opt.call_timeout = std::chrono::milliseconds(1500);
+    opt.io_threads = 2;
+    auto s = CommandServer::start(reg_, opt);
+    ASSERT_TRUE(s.ok()) << s.error().message();
+    server_ = std::move(*s);
+  }
+
+  Response send(Request req, const std::string& token = kToken) {
+    if (!token.empty()) req.set("X-Access-Token", token);
+    auto r = http::fetch("127.0.0.1", server_->port(), std::move(req), std::chrono::seconds(10));
+    EXPECT_TRUE(r.ok()) << r.error().message();
+    return r.ok() ? *r : Response{};
+  }
+  Response post(const std::string& name, const std::string& body,
+                const std::string& token = kToken) {
+    return send(make_request(bhttp::verb::post, "/commands/" + name, body), token);
+  }
+  static json::value body(const Response& r) { return json::parse(r.body()); }
+  static void expect_error(const Response& r, int status, std::string_view type,
+                           std::string_view needle = {}) {
+    EXPECT_EQ(r.result_int(), status) << r.body();
+    auto b = json::parse(r.body());
+    ASSERT_TRUE(b.is_object()) << r.body();
+    EXPECT_EQ(b.at("type").as_string(), type) << r.body();
+    EXPECT_NE(std::string(b.at("error").as_string()).find(needle), std::string::npos) << r.body();
+    EXPECT_EQ(r[bhttp::field::content_type], "application/json");
+  }
+
+  registry::CommandRegistry reg_;
+  std::unique_ptr<CommandServer> server_;
+};
+
+TEST_F(CommandServerTest, HealthNeedsNoToken) {
+  start();
+  Response r = send(make_request(bhttp::verb::get, "/health"), "");
+  EXPECT_EQ(r.result_int(), 200);
+  EXPECT_EQ(body(r).at("status"), "ok");
+}
+
+TEST_F(CommandServerTest, ListsEveryCommandWithItsSchema) {
+  start();
+  Response r = send(make_request(bhttp::verb::get, "/commands"));
+  ASSERT_EQ(r.result_int(), 200);
+  json::value b = body(r);
+  const auto& cmds = b.at("commands").as_array();
+  ASSERT_EQ(cmds.size(), 4u);
+  EXPECT_EQ(cmds[1].at("name"), "echo");  // ordered by name: boom, echo, secret, slow
+  EXPECT_EQ(json::serialize(cmds[1]),
+            R"({"name":"echo","description":"Echo x and y.","args":[)"
+            R"({"name":"x","type":"integer","required":true,"default":null,"description":"a number"},)"
+            R"({"name":"y","type":"string","required":false,"default":"hello","description":"a word"}]})");
+}
+
+TEST_F(CommandServerTest, RunsACommand) {
+  start();
+  Response r = post("echo", R"({"x":42,"y":"world"})");
+  ASSERT_EQ(r.result_int(), 200) << r.body();
+  EXPECT_EQ(r.body(), R"({"result":"42: world"})");
+  EXPECT_EQ(post("echo", R"({"x":7})").body(), R"({"result":"7: hello"})");
+}
+
+TEST_F(CommandServerTest, BearerTokenWorksToo) {
+  start();
+  Request req = make_request(bhttp::verb::post, "/commands/echo", R"({"x":1})");
+  req.set(bhttp::field::authorization, std::string("Bearer ") + kToken);
+  EXPECT_EQ(send(std::move(req), "").result_int(), 200);
+}
+
+TEST_F(CommandServerTest, Unauthenticated401) {
+  start();
+  expect_error(send(make_request(bhttp::verb::get, "/commands"), ""), 401, "Unauthenticated",
+               "missing access token");
+  expect_error(post("echo", R"({"x":1})", "wrong"), 401, "Unauthenticated", "invalid");
+  expect_error(post("echo", R"({"x":1})", std::string(10000, 'a')), 401, "Unauthenticated");
+  // Auth comes before lookup: an unauthenticated caller learns nothing about which names exist.
+  expect_error(post("nope", "{}", "wrong"), 401, "Unauthenticated");
+}
+
+TEST_F(CommandServerTest, TwoTokensAreRefused) {
+  start();
+  Request req = make_request(bhttp::verb::post, "/commands/echo", R"({"x":1})");
+  req.set(bhttp::field::authorization, std::string("Bearer ") + kToken);
+  expect_error(send(std::move(req)), 400, "InvalidArgument", "more than one access token");
+}
+
+TEST_F(CommandServerTest, UnknownCommand404) {
+  start();
+  expect_error(post("nope", "{}"), 404, "NotFound", "unknown command 'nope'");
+  expect_error(post("..%2fadmin", "{}"), 404, "NotFound");
+  expect_error(post("%2e%2e", "{}"), 404, "NotFound");
+  expect_error(post(std::string(5000, 'a'), "{}"), 404, "NotFound");
+  expect_error(post("\xd0\xb5\x63ho", "{}"), 404, "NotFound");  // Cyrillic look-alike of "echo"
+  expect_error(send(make_request(bhttp::verb::get, "/admin")), 404, "NotFound");
+}
+
+TEST_F(CommandServerTest, WrongMethod405) {
+  start();
+  Response r = send(make_request(bhttp::verb::get, "/commands/echo"));
+  expect_error(r, 405, "MethodNotAllowed");
+  EXPECT_EQ(r[bhttp::field::allow], "POST");
+  r = send(make_request(bhttp::verb::post, "/commands", "{}"));
+  expect_error(r, 405, "MethodNotAllowed");
+  EXPECT_EQ(r[bhttp::field::allow], "GET, HEAD");
+}
+
+TEST_F(CommandServerTest, BodyOverLimit413) {
+  start();
+  std::string big = R"({"x":1,"y":")" + std::string(5000, 'a') + R"("})";
+  expect_error(post("echo", big), 413, "PayloadTooLarge");
+}
+
+TEST_F(CommandServerTest, NotJson415) {
+  start();
+  expect_error(send(make_request(bhttp::verb::post, "/commands/echo", "x=1", "text/plain")), 415,
+               "UnsupportedMediaType");
+  expect_error(send(make_request(bhttp::verb::post, "/commands/echo", R"({"x":1})",
+                                 "application/x-www-form-urlencoded")),
+               415, "UnsupportedMediaType");
+  // Parameters and +json suffixes are JSON too.
+  EXPECT_EQ(send(make_request(bhttp::verb::post, "/commands/echo", R"({"x":1})",
+                              "application/json; charset=utf-8"))
+                .result_int(),
+            200);
+  EXPECT_EQ(send(make_request(bhttp::verb::post, "/commands/echo", R"({"x":1})",
+                              "application/vnd.abx+json"))
+                .result_int(),
+            200);
+}
+
+TEST_F(CommandServerTest, EmptyBodyMeansNoArguments) {
+  start();
+  Request req{bhttp::verb::post, "/commands/secret", 11};
+  Response r = send(std::move(req));
+  EXPECT_EQ(r.result_int(), 200) << r.body();
+  EXPECT_EQ(r.body(), R"({"result":"classified"})");
+}
+
+TEST_F(CommandServerTest, ThrowingCommand500CarriesTheExceptionClass) {
+  start();
+  expect_error(post("boom", "{}"), 500, "std::invalid_argument", "bad things");
+}
+
+TEST_F(CommandServerTest, DeadlineExceeded504) {
+  start();
+  expect_error(post("slow", R"({"ms":3000})"), 504, "DeadlineExceeded", "did not finish");
+}
+
+struct BadKwargs {
+  const char* name;
+  std::string body;
+  const char* needle;
+};
+
+class KwargsCatalogue : public CommandServerTest,
+                        public ::testing::WithParamInterface<BadKwargs> {};
+
+TEST_P(KwargsCatalogue, Rejected400NamingTheProblem) {
+  start();
+  expect_error(post("echo", GetParam().body), 400, "InvalidArgument", GetParam().needle);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Catalogue, KwargsCatalogue,
+    ::testing::Values(
+        BadKwargs{"deep", std::string(2000, '[') + std::string(2000, ']'), "nesting deeper"},
+        BadKwargs{"duplicate_keys", R"({"x":1,"x":2})", "duplicate"},
+        BadKwargs{"overlong_utf8", "{\"x\":1,\"y\":\"\xc0\xaf\"}", "malformed JSON"},
+        BadKwargs{"encoded_surrogate", "{\"x\":1,\"y\":\"\xed\xa0\x80\"}", "malformed JSON"},
+        BadKwargs{"lone_surrogate", R"({"x":1,"y":"\ud800"})", "malformed JSON"},
+        BadKwargs{"nul_in_key", R"({"x":1,"\u0000":2})", "NUL"},
+        BadKwargs{"nan", R"({"x":NaN})", "malformed JSON"},
+        BadKwargs{"infinity", R"({"x":Infinity})", "malformed JSON"},
+        BadKwargs{"comment", R"({"x":1 /* c */})", "malformed JSON"},
+        BadKwargs{"trailing_comma", R"({"x":1,})", "malformed JSON"},
+        BadKwargs{"trailing_garbage", R"({"x":1} x)", "malformed JSON"},
+        BadKwargs{"bom", "\xef\xbb\xbf{\"x\":1}", "malformed JSON"},
+        BadKwargs{"top_level_array", "[1]", "JSON object"},
+        BadKwargs{"top_level_string", "\"x\"", "JSON object"},
+        BadKwargs{"int_exp_overflow", R"({"x":1e400})", "out of range"},
+        BadKwargs{"int_fraction", R"({"x":1.5})", "'x' must be an integer"},
+        BadKwargs{"int_string", R"({"x":"5"})", "'x' must be an integer"},
+        BadKwargs{"int_bool", R"({"x":true})", "'x' must be an integer"},
+        BadKwargs{"int_beyond_int32", R"({"x":9007199254740993})", "'x' is out of range"},
+        BadKwargs{"int_beyond_int64", R"({"x":18446744073709551615})", "'x' is out of range"},
+        BadKwargs{"string_null", R"({"x":1,"y":null})", "'y' must be a string"},
+        BadKwargs{"missing_required", R"({"y":"a"})", "missing required argument 'x'"},
+        BadKwargs{"unknown_extra", R"({"x":1,"z":2})", "unknown argument 'z'"}),
+    [](const auto& tc) { return std::string(tc.param.name); });
+
+TEST_F(CommandServerTest, KeepAliveCarriesManyCalls) {
+  start();
+  auto c = Connection::open("127.0.0.1", server_->port());
+  ASSERT_TRUE(c.ok());
+  for (int i = 0; i < 50; ++i) {
+    Request req = make_request(bhttp::verb::post, "/commands/echo",
+                               R"({"x":)" + std::to_string(i) + "}");
+    req.set("X-Access-Token", kToken);
+    auto r = (*c)->send(std::move(req));
+    ASSERT_TRUE(r.ok()) << r.error().message();
+    EXPECT_EQ(r->body(), R"({"result":")" + std::to_string(i) + R"(: hello"})");
+  }
+}
+
+TEST_F(CommandServerTest, SlowCallDoesNotBlockFastCalls) {
+  start();
+  std::atomic<int> order{0};
+  int slow_done = 0;
+  std::thread slow([&] {
+    EXPECT_EQ(post("slow", R"({"ms":1000})").result_int(), 200);
+    slow_done = ++order;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the slow call start
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(post("echo", R"({"x":1})").result_int(), 200);
+  int fast_done = ++order;
+  slow.join();
+  EXPECT_EQ(fast_done, 1);  // ten fast calls finished while the slow one was still running
+  EXPECT_EQ(slow_done, 2);
+}
+
+TEST_F(CommandServerTest, ScopedTokenSeesAndRunsOnlyItsCommands) {
+  start();
+  auto scoped = token::mint_scoped(kToken, {{"echo"}, std::time(nullptr) + 3600});
+  ASSERT_TRUE(scoped.ok());
+  Response list = send(make_request(bhttp::verb::get, "/commands"), *scoped);
+  ASSERT_EQ(list.result_int(), 200);
+  json::value b = body(list);
+  const auto& cmds = b.at("commands").as_array();
+  ASSERT_EQ(cmds.size(), 1u);
+  EXPECT_EQ(cmds[0].at("name"), "echo");
+  EXPECT_EQ(post("echo", R"({"x":1})", *scoped).result_int(), 200);
+  // Out of scope is indistinguishable from absent.
+  Response hidden = post("secret", "{}", *scoped);
+  Response absent = post("nope", "{}", *scoped);
+  expect_error(hidden, 404, "NotFound", "unknown command 'secret'");
+  expect_error(absent, 404, "NotFound", "unknown command 'nope'");
+}
+
+TEST_F(CommandServerTest, ScopedTokenExpiredOrForeignIs401) {
+  start();
+  auto expired = token::mint_scoped(kToken, {{"echo"}, std::time(nullptr) - 1});
+  expect_error(post("echo", R"({"x":1})", *expired), 401, "Unauthenticated", "expired");
+  auto foreign = token::mint_scoped("another-sandbox", {{"echo"}, std::time(nullptr) + 60});
+  expect_error(post("echo", R"({"x":1})", *foreign), 401, "Unauthenticated", "bad signature");
+}
+
+TEST_F(CommandServerTest, RegistryIsFrozenOnceServing) {
+  start();
+  EXPECT_TRUE(reg_.frozen());
+  EXPECT_THROW(reg_.command("late").bind([] { return 1; }), registry::RegistryError);
+}
+
+TEST_F(CommandServerTest, RefusesToStartWithoutATokenUnlessNoAuth) {
+  CommandServerOptions opt;
+  opt.port = 0;
+  auto s = CommandServer::start(reg_, opt);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_NE(s.error().message().find("--no-auth"), std::string::npos);
+  opt.no_auth = true;
+  start(opt);
+  EXPECT_EQ(post("echo", R"({"x":1})", "").result_int(), 200);
+}
+
+TEST_F(CommandServerTest, RefusesToStartWithRegistrationErrors) {
+  reg_.record_error("ABX_REGISTER(f): the default of 'v' (kX) is not a integer literal");
+  CommandServerOptions opt;
+  opt.port = 0;
+  opt.access_token = kToken;
+  auto s = CommandServer::start(reg_, opt);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message().find("ABX_REGISTER(f)"), std::string::npos);
+}
+
+TEST_F(CommandServerTest, ShutdownFinishesCallsInProgress) {
+  start();
+  Response slow_resp;
+  std::thread slow([&] { slow_resp = post("slow", R"({"ms":500})"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let the call start
+  server_->shutdown(std::chrono::seconds(5));
+  slow.join();
+  EXPECT_EQ(slow_resp.result_int(), 200) << slow_resp.body();
+  EXPECT_EQ(slow_resp.body(), R"({"result":500})");
+}
+
+TEST_F(CommandServerTest, RequestCompletedDuringShutdownGets503) {
+  start();
+  // A plain socket: the header goes before shutdown begins, the body after it.
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(server_->port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string head = std::string("POST /commands/echo HTTP/1.1\r\nHost: x\r\nX-Access-Token: ") +
+                     kToken + "\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n";
+  ASSERT_EQ(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the server reads the header
+  std::thread stopper([&] { server_->shutdown(std::chrono::seconds(5)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // shutdown is under way
+  std::string rest = R"({"x":1})";
+  ASSERT_EQ(::send(fd, rest.data(), rest.size(), MSG_NOSIGNAL), 7);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  stopper.join();
+  EXPECT_NE(out.find("HTTP/1.1 503"), std::string::npos) << out;
+  EXPECT_NE(out.find("shutting down"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace abx::server
