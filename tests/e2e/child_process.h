@@ -1,0 +1,121 @@
+// Test helper: runs one of our binaries as a child process, reads its "listening on" line, and
+// signals/waits for it. Test code only; production code keeps process control in its modules.
+#pragma once
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace abx::e2e {
+
+class ChildProcess {
+ public:
+  // Starts argv with extra environment entries ("K=V"); stdout is captured, stderr inherited.
+  ChildProcess(std::vector<std::string> argv, std::vector<std::string> env_extra = {}) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) return;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    std::vector<std::string> env_store;
+    for (char** e = environ; *e != nullptr; ++e) env_store.emplace_back(*e);
+    for (auto& e : env_extra) env_store.push_back(e);
+    std::vector<char*> envp;
+    for (auto& e : env_store) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    if (posix_spawn(&pid_, args[0], &fa, nullptr, args.data(), envp.data()) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    out_ = fds[0];
+  }
+  ~ChildProcess() {
+    if (pid_ > 0 && !exit_status_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (out_ >= 0) close(out_);
+  }
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  bool started() const { return pid_ > 0; }
+
+  // Reads stdout until a line starting with `prefix` arrives (or EOF / timeout).
+  std::optional<std::string> read_line_starting(const std::string& prefix,
+                                                std::chrono::milliseconds timeout =
+                                                    std::chrono::seconds(20)) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      for (std::size_t nl; (nl = buf_.find('\n')) != std::string::npos;) {
+        std::string line = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        if (line.rfind(prefix, 0) == 0) return line;
+      }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return std::nullopt;
+      pollfd p{out_, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) return std::nullopt;
+      char tmp[4096];
+      ssize_t n = read(out_, tmp, sizeof tmp);
+      if (n <= 0) return std::nullopt;
+      buf_.append(tmp, static_cast<std::size_t>(n));
+    }
+  }
+
+  // The port of a "listening on HOST:PORT" line.
+  std::optional<std::uint16_t> wait_listening() {
+    auto line = read_line_starting("listening on ");
+    if (!line) return std::nullopt;
+    return static_cast<std::uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));
+  }
+
+  // Everything remaining on stdout until EOF.
+  std::string read_all() {
+    std::string out = buf_;
+    buf_.clear();
+    char tmp[4096];
+    for (ssize_t n; (n = read(out_, tmp, sizeof tmp)) > 0;) out.append(tmp, static_cast<std::size_t>(n));
+    return out;
+  }
+
+  void signal(int sig) { kill(pid_, sig); }
+
+  // Waits for exit; returns the exit code, or 128+signal, or -1 on timeout.
+  int wait(std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    if (exit_status_) return *exit_status_;
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      int st = 0;
+      pid_t r = waitpid(pid_, &st, WNOHANG);
+      if (r == pid_) {
+        exit_status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        return *exit_status_;
+      }
+      if (std::chrono::steady_clock::now() > deadline) return -1;
+      usleep(10'000);
+    }
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int out_ = -1;
+  std::string buf_;
+  std::optional<int> exit_status_;
+};
+
+}  // namespace abx::e2e
