@@ -37,6 +37,7 @@ void child_main(const ChildPlan& plan) {
   ChildPlan p = plan;  // fds_child may move the report socket
   ChildReport r;
 
+  if (!close_inherited_child(p, &r)) report_and_exit(p.sock, r);
   // Wait until the parent has put us into our cgroups; EOF means it died meanwhile.
   char go = 0;
   ssize_t n;

@@ -81,6 +81,12 @@ bool caps_child(const ChildPlan& p, ChildReport* r);    // caps.cc: bounding, am
 bool fds_child(ChildPlan& p, ChildReport* r);  // fds.cc: map, /dev/null, close rest; moves sock
 bool seccomp_child(const ChildPlan& p, ChildReport* r);  // seccomp.cc: install the filter
 
+// First thing in the child: close every inherited descriptor except 0..2, the report socket and
+// the mapping sources. The parent's end of the report socket and its flock'ed state-dir lock
+// must not stay open in the child: the first would hide the parent's death (no EOF), the
+// second would make a dead owner's sandbox look alive to cleanup_stale().
+bool close_inherited_child(const ChildPlan& p, ChildReport* r);
+
 // Runs the steps and execs; never returns.
 [[noreturn]] void child_main(const ChildPlan& p);
 

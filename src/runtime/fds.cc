@@ -25,6 +25,33 @@ bool close_range_(unsigned first, unsigned last, ChildReport* r) {
 
 }  // namespace
 
+bool close_inherited_child(const ChildPlan& p, ChildReport* r) {
+  if (p.nfds > kMaxFds) {
+    errno = E2BIG;
+    return fail(r, "too many mapped descriptors");
+  }
+  // Keep 0..2, the report socket and the mapping sources; insertion sort, no allocation.
+  unsigned keep[kMaxFds + 1];
+  std::size_t n = 0;
+  auto add = [&](int fd) {
+    if (fd < 3) return;
+    std::size_t i = n++;
+    while (i > 0 && keep[i - 1] > static_cast<unsigned>(fd)) {
+      keep[i] = keep[i - 1];
+      --i;
+    }
+    keep[i] = static_cast<unsigned>(fd);
+  };
+  add(p.sock);
+  for (std::size_t i = 0; i < p.nfds; ++i) add(p.fds[i].parent_fd);
+  unsigned next = 3;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (keep[i] > next && !close_range_(next, keep[i] - 1, r)) return false;
+    if (keep[i] + 1 > next) next = keep[i] + 1;
+  }
+  return close_range_(next, ~0u, r);
+}
+
 bool fds_child(ChildPlan& p, ChildReport* r) {
   if (p.nfds > kMaxFds) {
     errno = E2BIG;

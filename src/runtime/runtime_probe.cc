@@ -30,7 +30,11 @@
 
 namespace {
 
-int result(bool ok, int err = errno) {
+// Reads errno here, after the argument (the call being checked) has been evaluated; a default
+// argument `int err = errno` could be evaluated before the call.
+int result(bool ok, int err);
+int result(bool ok) { return result(ok, errno); }
+int result(bool ok, int err) {
   if (ok) {
     printf("ok\n");
     return 0;
@@ -243,6 +247,25 @@ int main(int argc, char** argv) {
     while ((n = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, n, stdout);
     fclose(f);
     return 0;
+  }
+  if (cmd == "listen") {  // serve one connection on 127.0.0.1:<port>: write "hi" and exit
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a = {};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(atoi(arg)));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(s, 4) != 0)
+      return result(false);
+    printf("listening\n");
+    int c = accept4(s, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) return result(false);
+    return result(write(c, "hi", 2) == 2);
+  }
+  if (cmd == "sh") {  // run a shell command (host rootfs has /bin/sh)
+    execl("/bin/sh", "sh", "-c", arg, static_cast<char*>(nullptr));
+    return result(false);
   }
   if (cmd == "sleep") {
     sleep(static_cast<unsigned>(atoi(arg)));

@@ -318,6 +318,14 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config) {
                      config.cgroup_parent + "\n";
   if (Status s = create_file(st->dir + "/" + kInitFile, init); !s) return abort_child(s.error());
   if (Status s = st->cgroups.attach(pid); !s) return abort_child(s.error());
+  if (plan.own_netns) {
+    // Now, while the child waits: a short-lived init may be a zombie by the time exec is
+    // confirmed, and a zombie has no namespaces left. Safe by pid: the init is our unreaped
+    // child, so the pid cannot have been reused.
+    auto ns = open_fd("/proc/" + std::to_string(pid) + "/ns/net", O_RDONLY);
+    if (!ns) return abort_child(ns.error());
+    st->netns = std::move(ns).value();
+  }
   if (config.before_start_hook) config.before_start_hook(pid);
   char go = 1;
   if (retry_eintr([&] { return ::send(parent_sock.get(), &go, 1, MSG_NOSIGNAL); }) != 1)
@@ -333,12 +341,6 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config) {
     return abort_child(Error(e.code(), "sandbox " + config.id + ": " + e.message()));
   }
 
-  if (plan.own_netns) {
-    // Safe by pid: the init is our unreaped child, so the pid cannot have been reused.
-    auto ns = open_fd("/proc/" + std::to_string(pid) + "/ns/net", O_RDONLY);
-    if (!ns) return abort_child(ns.error());
-    st->netns = std::move(ns).value();
-  }
   st->config = std::move(config);
   committed = true;
   return Sandbox(std::move(st));

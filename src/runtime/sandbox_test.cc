@@ -1,5 +1,17 @@
 #include "abx/runtime/sandbox.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <fstream>
+
+#include "abx/runtime/netns.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
 
@@ -8,13 +20,295 @@ namespace {
 
 using testing::TempDir;
 
-TEST(SandboxTest, RunsProbeAndReportsHostname) {
-  TempDir tmp;
-  auto c = testing::probe_config(tmp.path(), {"hostname"});
+bool exists(const std::string& p) {
+  struct stat st;
+  return ::lstat(p.c_str(), &st) == 0;
+}
+
+// Alive and not a zombie.
+bool alive(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string all((std::istreambuf_iterator<char>(in)), {});
+  auto close = all.rfind(')');
+  return close != std::string::npos && close + 2 < all.size() && all[close + 2] != 'Z';
+}
+
+// Everything the sandbox put on the host is gone: state dir, cgroup dirs.
+void expect_no_leftovers(const std::string& state_path, const std::vector<std::string>& cgroups) {
+  EXPECT_FALSE(exists(state_path)) << state_path;
+  for (const auto& d : cgroups) EXPECT_FALSE(exists(d)) << d;
+}
+
+std::vector<std::string> cgroup_dirs(const std::string& id) {
+  auto l = CgroupLayout::detect();
+  return l ? SandboxCgroups::existing(*l, "abx", id).dirs() : std::vector<std::string>{};
+}
+
+// A listener on the host's 127.0.0.1; returns the fd and sets *port.
+int host_listener(uint16_t* port) {
+  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(s, 8) != 0 ||
+      ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    return -1;
+  *port = ntohs(a.sin_port);
+  return s;
+}
+
+class SandboxTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "sandboxes need root";
+  }
+  TempDir tmp_;
+};
+
+TEST_F(SandboxTest, RunsProbeAndReportsHostname) {
+  auto c = testing::probe_config(tmp_.path(), {"hostname"});
   std::string id = c.id;
   auto r = testing::run_sandbox(std::move(c));
   EXPECT_TRUE(r.exited_ok()) << r.out;
   EXPECT_EQ(r.out, id + "\n");
+}
+
+TEST_F(SandboxTest, InvalidConfigIsRejected) {
+  auto c = testing::probe_config(tmp_.path(), {"hostname"});
+  c.id = "Bad/Id";
+  auto r = Sandbox::spawn(c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument);
+  c = testing::probe_config(tmp_.path(), {"hostname"});
+  c.argv = {"relative/path"};
+  r = Sandbox::spawn(c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST_F(SandboxTest, FailedStepIsReportedWithErrnoAndLeavesNothing) {
+  auto c = testing::probe_config(tmp_.path(), {});
+  c.argv = {"/nonexistent/abx-binary"};
+  std::string id = c.id;
+  auto r = Sandbox::spawn(c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(r.error().message(), "sandbox " + id + ": execve /nonexistent/abx-binary: ENOENT");
+  expect_no_leftovers(tmp_.path() + "/" + id, cgroup_dirs(id));
+
+  // A step before exec: a bind source that does not exist.
+  c = testing::probe_config(tmp_.path(), {"hostname"});
+  c.binds.push_back({"/nonexistent-abx-src", "/x", false});
+  r = Sandbox::spawn(c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("stat bind source /nonexistent-abx-src: ENOENT"),
+            std::string::npos)
+      << r.error().message();
+  expect_no_leftovers(tmp_.path() + "/" + c.id, cgroup_dirs(c.id));
+}
+
+TEST_F(SandboxTest, DuplicateIdIsAlreadyExists) {
+  auto c = testing::probe_config(tmp_.path(), {"sleep", "30"});
+  auto a = Sandbox::spawn(c);
+  ASSERT_TRUE(a.ok()) << a.error().to_string();
+  auto b = Sandbox::spawn(c);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.error().code(), ErrorCode::kAlreadyExists);
+  EXPECT_TRUE(alive(a->pid()));  // the failed duplicate did not tear down the original
+}
+
+TEST_F(SandboxTest, DestroyKillsWholeTreeAndRemovesEverything) {
+  auto c = testing::probe_config(tmp_.path(), {"sh", "sleep 100 & sleep 100 & sleep 100 & wait"});
+  auto sb = Sandbox::spawn(c);
+  ASSERT_TRUE(sb.ok()) << sb.error().to_string();
+  std::vector<pid_t> pids;
+  for (int i = 0; i < 2000 && pids.size() < 4; ++i) {
+    pids = sb->cgroups().pids();
+    ::usleep(1000);
+  }
+  ASSERT_EQ(pids.size(), 4u);  // sh + 3 sleeps
+  auto dirs = sb->cgroups().dirs();
+  std::string state = sb->state_path();
+  EXPECT_TRUE(exists(state));
+  Status d = sb->destroy();
+  ASSERT_TRUE(d.ok()) << d.error().to_string();
+  for (pid_t p : pids) EXPECT_FALSE(alive(p)) << p;
+  expect_no_leftovers(state, dirs);
+  EXPECT_TRUE(sb->destroy().ok());  // idempotent
+}
+
+TEST_F(SandboxTest, DirectoryRootfsIsCopyOnWrite) {
+  std::string rootfs = tmp_.path() + "/rootfs";
+  ASSERT_EQ(::mkdir(rootfs.c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir((rootfs + "/bin").c_str(), 0755), 0);
+  std::ofstream(rootfs + "/hello") << "from lower\n";
+  std::string state = tmp_.path() + "/state";
+  auto make = [&](std::vector<std::string> args) {
+    auto c = testing::probe_config(state, std::move(args));
+    c.rootfs = RootfsMode::kDirectory;
+    c.rootfs_dir = rootfs;
+    return c;
+  };
+  auto r = testing::run_sandbox(make({"cat", "/hello"}));
+  EXPECT_EQ(r.out, "from lower\n");
+  // Writes (new files, and over a lower file) land in the sandbox's upper layer only.
+  r = testing::run_sandbox(make({"write", "/hello"}));
+  EXPECT_TRUE(r.exited_ok()) << r.out;
+  r = testing::run_sandbox(make({"write", "/bin/new"}));
+  EXPECT_TRUE(r.exited_ok()) << r.out;
+  std::ifstream in(rootfs + "/hello");
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "from lower");
+  EXPECT_FALSE(exists(rootfs + "/bin/new"));
+  r = testing::run_sandbox(make({"ls", "/bin"}));
+  EXPECT_EQ(r.out.find("new"), std::string::npos) << r.out;  // not in the next sandbox either
+  // No host binaries in a directory rootfs: only what the rootfs and binds provide.
+  r = testing::run_sandbox(make({"ls", "/"}));
+  EXPECT_EQ(r.out.find("usr"), std::string::npos) << r.out;
+}
+
+TEST_F(SandboxTest, SymlinkedMountPointInRootfsIsRefused) {
+  std::string rootfs = tmp_.path() + "/rootfs";
+  ASSERT_EQ(::mkdir(rootfs.c_str(), 0755), 0);
+  ASSERT_EQ(::symlink("/", (rootfs + "/proc").c_str()), 0);  // catalogue E3
+  auto c = testing::probe_config(tmp_.path() + "/state", {"hostname"});
+  c.rootfs = RootfsMode::kDirectory;
+  c.rootfs_dir = rootfs;
+  auto r = Sandbox::spawn(c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("refusing symlinked mount point proc: ELOOP"),
+            std::string::npos)
+      << r.error().message();
+}
+
+TEST_F(SandboxTest, MappedDescriptorIsPassed) {
+  int p[2];
+  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  auto c = testing::probe_config(tmp_.path(), {"fds"});
+  c.fds.push_back({p[1], 7});
+  auto r = testing::run_sandbox(c);
+  ::close(p[0]);
+  ::close(p[1]);
+  EXPECT_TRUE(r.exited_ok()) << r.out;
+  EXPECT_NE(r.out.find("fd 7 -> pipe:"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("fd 3"), std::string::npos) << r.out;
+}
+
+TEST_F(SandboxTest, HostReachesPortInsideSandboxNetns) {
+  int p[2];
+  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  auto c = testing::probe_config(tmp_.path(), {"listen", "8080"});
+  c.fds.push_back({p[1], 1});
+  auto sb = Sandbox::spawn(c);
+  ::close(p[1]);
+  ASSERT_TRUE(sb.ok()) << sb.error().to_string();
+  char buf[32] = {};
+  ASSERT_GT(::read(p[0], buf, sizeof buf - 1), 0);  // "listening"
+  ::close(p[0]);
+  // The host's own 127.0.0.1:8080 is a different stack (nothing or something else listens).
+  auto fd = sb->open_tcp(8080);
+  ASSERT_TRUE(fd.ok()) << fd.error().to_string();
+  pollfd pfd{fd->get(), POLLIN, 0};
+  ASSERT_EQ(::poll(&pfd, 1, 5000), 1);
+  char hi[3] = {};
+  EXPECT_EQ(::read(fd->get(), hi, 2), 2);
+  EXPECT_STREQ(hi, "hi");
+
+  // A port open on the host loopback is not reachable through the sandbox's netns.
+  uint16_t port = 0;
+  int l = host_listener(&port);
+  ASSERT_GE(l, 0);
+  EXPECT_TRUE(connect_loopback(-1, port, std::chrono::seconds(2)).ok());  // control
+  auto in = sb->open_tcp(port);
+  ASSERT_FALSE(in.ok());
+  EXPECT_EQ(in.error().code(), ErrorCode::kUnavailable) << in.error().to_string();
+  ::close(l);
+}
+
+TEST_F(SandboxTest, HostNetworkModeSharesHostLoopback) {
+  uint16_t port = 0;
+  int l = host_listener(&port);
+  ASSERT_GE(l, 0);
+  auto c = testing::probe_config(tmp_.path(), {"connect", std::to_string(port)});
+  c.network = NetworkMode::kHost;
+  auto r = testing::run_sandbox(c);
+  EXPECT_TRUE(r.exited_ok()) << r.out;  // documented as weaker: the host loopback is reachable
+  ::close(l);
+}
+
+// The owner of a sandbox dies by SIGKILL; cleanup_stale() must remove every trace.
+// `mid_spawn`: it dies between cgroup attach and releasing the init; else after exec.
+void owner_killed_then_cleanup(const std::string& state, bool mid_spawn) {
+  // Orphans are reparented to us, so we can reap them and check for real absence.
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  int report[2];
+  ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
+  auto c = testing::probe_config(state, {"sh", "sleep 100 & sleep 100 & wait"});
+  std::string id = c.id;
+  pid_t owner = ::fork();
+  if (owner == 0) {
+    if (mid_spawn)
+      c.before_start_hook = [&](pid_t init) {
+        (void)!::write(report[1], &init, sizeof init);
+        ::raise(SIGKILL);
+      };
+    auto sb = Sandbox::spawn(c);
+    if (sb) {
+      pid_t init = sb->pid();
+      (void)!::write(report[1], &init, sizeof init);
+      ::pause();
+    }
+    _exit(1);
+  }
+  ::close(report[1]);
+  pid_t init = 0;
+  ASSERT_EQ(::read(report[0], &init, sizeof init), static_cast<ssize_t>(sizeof init));
+  ::close(report[0]);
+  auto dirs = cgroup_dirs(id);
+  if (!mid_spawn) {
+    for (int i = 0; i < 2000; ++i) {  // wait for sh and both sleeps
+      auto l = CgroupLayout::detect();
+      if (SandboxCgroups::existing(*l, "abx", id).pids().size() >= 3) break;
+      ::usleep(1000);
+    }
+  }
+  ASSERT_EQ(::kill(owner, SIGKILL), 0);
+  ASSERT_EQ(::waitpid(owner, nullptr, 0), owner);
+  auto before = SandboxCgroups::existing(*CgroupLayout::detect(), "abx", id).pids();
+  if (!mid_spawn) {
+    EXPECT_EQ(before.size(), 3u);  // the sandbox outlived its owner...
+    EXPECT_TRUE(exists(state + "/" + id));
+  }
+
+  auto n = cleanup_stale(state);
+  ASSERT_TRUE(n.ok()) << n.error().to_string();
+  EXPECT_EQ(*n, 1);
+  // ...and cleanup leaves no process, cgroup or state behind.
+  ::waitpid(init, nullptr, 0);  // reap it if it was reparented to us
+  EXPECT_FALSE(alive(init));
+  for (pid_t p : before) EXPECT_FALSE(alive(p)) << p;
+  expect_no_leftovers(state + "/" + id, dirs);
+  ::prctl(PR_SET_CHILD_SUBREAPER, 0);
+}
+
+TEST_F(SandboxTest, CleanupAfterOwnerKilledWhileRunning) {
+  owner_killed_then_cleanup(tmp_.path(), false);
+}
+
+TEST_F(SandboxTest, CleanupAfterOwnerKilledMidSpawn) {
+  owner_killed_then_cleanup(tmp_.path(), true);
+}
+
+TEST_F(SandboxTest, CleanupSkipsLiveSandboxes) {
+  auto sb = Sandbox::spawn(testing::probe_config(tmp_.path(), {"sleep", "30"}));
+  ASSERT_TRUE(sb.ok()) << sb.error().to_string();
+  auto n = cleanup_stale(tmp_.path());
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 0);
+  EXPECT_TRUE(alive(sb->pid()));
+  EXPECT_TRUE(exists(sb->state_path()));
 }
 
 }  // namespace
