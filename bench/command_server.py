@@ -240,7 +240,43 @@ def session_cpu_seconds(sid):
     return total / _CLK_TCK
 
 
-def run_wrk(host, port, conns, threads, duration, prefix, raw_log, server_sid=None):
+def cpu_busy_seconds(cpu):
+    """Busy time of one CPU from /proc/stat (user+nice+system+irq+softirq+steal), in seconds."""
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith(f"cpu{cpu} "):
+                v = [int(x) for x in line.split()[1:]]
+                return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / _CLK_TCK
+    return None
+
+
+def machine_busy_fraction(sample_s=1.0):
+    def read():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v[:8]), v[3] + v[4]
+    t0, i0 = read()
+    time.sleep(sample_s)
+    t1, i1 = read()
+    return 1.0 - (i1 - i0) / max(1, t1 - t0)
+
+
+def wait_idle(limit_s, threshold=0.25):
+    deadline = time.monotonic() + limit_s
+    while True:
+        busy = machine_busy_fraction()
+        if busy < threshold:
+            log(f"machine idle enough ({busy:.0%} busy)")
+            return
+        if time.monotonic() >= deadline:
+            log(f"machine still {busy:.0%} busy after {limit_s}s; running anyway")
+            return
+        log(f"machine {busy:.0%} busy; waiting for it to settle")
+        time.sleep(4)
+
+
+def run_wrk(host, port, conns, threads, duration, prefix, raw_log, server_sid=None,
+            server_cpu=None):
     threads = max(1, min(threads, conns))
     argv = prefix + ["wrk", "-t", str(threads), "-c", str(conns), "-d", f"{duration}s",
                      "--latency", "-s", os.path.join(HERE, "lib", "post_demo.lua"),
@@ -248,10 +284,12 @@ def run_wrk(host, port, conns, threads, duration, prefix, raw_log, server_sid=No
     env = dict(os.environ, BENCH_TOKEN=TOKEN, BENCH_BODY=BODY)
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     s0 = session_cpu_seconds(server_sid) if server_sid else None
+    b0 = cpu_busy_seconds(server_cpu) if server_cpu is not None else None
     t0 = time.monotonic()
     r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=duration + 60)
     wall = time.monotonic() - t0
     s1 = session_cpu_seconds(server_sid) if server_sid else None
+    b1 = cpu_busy_seconds(server_cpu) if server_cpu is not None else None
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(raw_log, "a") as f:
         f.write(f"$ {' '.join(argv)}\n{r.stdout}{r.stderr}\n")
@@ -268,6 +306,11 @@ def run_wrk(host, port, conns, threads, duration, prefix, raw_log, server_sid=No
     res["client_cpu_pct"] = 100.0 * ((ru1.ru_utime - ru0.ru_utime) +
                                      (ru1.ru_stime - ru0.ru_stime)) / wall
     res["server_cpu_pct"] = 100.0 * (s1 - s0) / wall if server_sid else None
+    # What else ran on the server's core (other engineers' builds, steal): the core's busy time
+    # less the server's own.
+    res["others_on_server_cpu_pct"] = (max(0.0, 100.0 * ((b1 - b0) - (s1 - s0)) / wall)
+                                       if b0 is not None and b1 is not None and server_sid
+                                       else None)
     res["connections"] = conns
     res["wrk_text"] = r.stdout
     return res
@@ -344,6 +387,8 @@ def main():
     p.add_argument("--server-cpu", default="1")
     p.add_argument("--client-cpu", default="0")
     p.add_argument("--out", default=os.path.join(HERE, "out"))
+    p.add_argument("--wait-idle", type=int, default=int(os.environ.get("BENCH_WAIT_IDLE", 0)),
+                   help="wait up to S seconds for the machine to be idle (< 25%% busy) first")
     args = p.parse_args()
     args.threads = max(1, min(args.threads, 2))
     conns_list = [int(c) for c in args.connections.split(",") if c.strip()]
@@ -383,6 +428,8 @@ def main():
     pin_note = (f"server pinned to CPU {args.server_cpu}, wrk to CPU {args.client_cpu} (taskset)"
                 if pin else f"not pinned ({ncpu} CPU(s) available or --no-pin)")
 
+    if args.wait_idle > 0:
+        wait_idle(args.wait_idle)
     os.makedirs(args.out, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     raw_log = os.path.join(args.out, f"command_server-{stamp}.wrk.txt")
@@ -404,7 +451,8 @@ def main():
                         run_wrk(args.host, srv.port, c, args.threads, args.warmup,
                                 client_prefix, raw_log)
                     r = run_wrk(args.host, srv.port, c, args.threads, args.duration,
-                                client_prefix, raw_log, server_sid=srv.proc.pid)
+                                client_prefix, raw_log, server_sid=srv.proc.pid,
+                                server_cpu=int(args.server_cpu) if pin else None)
                     errs = sum(r["errors"].values())
                     log(f"{name} c={c}: {r['calls_per_sec']:,.0f} calls/s, "
                         f"p50 {r['latency_us']['p50']} us, p99 {r['latency_us']['p99']} us"
@@ -416,6 +464,7 @@ def main():
                         "errors": r["errors"], "wrk_requests_per_sec": r["wrk_requests_per_sec"],
                         "server_cpu_pct": r["server_cpu_pct"],
                         "client_cpu_pct": r["client_cpu_pct"],
+                        "others_on_server_cpu_pct": r["others_on_server_cpu_pct"],
                     })
                 # Checked again after the load: still correct, still alive.
                 verify(srv, args.host)
@@ -444,9 +493,9 @@ def main():
         rows.append([r["server"], str(r["connections"]), fmt_rate(r["calls_per_sec"]),
                      fmt_ms(r["latency_us"]["p50"]), fmt_ms(r["latency_us"]["p99"]), ratio,
                      fmt_pct(r["server_cpu_pct"]), fmt_pct(r["client_cpu_pct"]),
-                     str(sum(r["errors"].values()))])
+                     fmt_pct(r["others_on_server_cpu_pct"]), str(sum(r["errors"].values()))])
     head = ["server", "conns", "calls/s", "p50 ms", "p99 ms", "abx/peer", "srv cpu", "wrk cpu",
-            "errors"]
+            "others", "errors"]
     widths = [max(len(x[i]) for x in rows + [head]) for i in range(len(head))]
     right = set(range(1, len(head)))
 
@@ -518,18 +567,25 @@ def main():
         v = ", ".join(x["values"]) if x["values"] else ("abx-server not built" if not have_abx
                                                        else "peer not measured")
         out.append(f"  {x['aim'].ljust(aw)}  {x['verdict'].upper():12}  {v}")
+    out.append("")
     errs = [r for r in results if sum(r["errors"].values())]
     if errs:
-        out.append("")
         out.append("WARNING: runs with errors (non-2xx or socket errors) — their numbers are "
                    "suspect: " + ", ".join(f"{r['server']}@{r['connections']}" for r in errs))
+    noisy = [f"{r['server']}@{r['connections']}" for r in results
+             if (r["others_on_server_cpu_pct"] or 0) >= 10]
+    if noisy or float(load_before[0]) > 0.5 * ncpu:
+        out.append(f"WARNING: the machine was busy (loadavg {load_before[0]} on {ncpu} CPUs before "
+                   "the run" + ("; other processes took >= 10% of the server's core in "
+                                + ", ".join(noisy) if noisy else "")
+                   + "): these numbers are noisy; rerun when it is idle.")
     out.append("")
     busy = [f"{r['server']}@{r['connections']}" for r in results
             if (r["client_cpu_pct"] or 0) >= 90]
     if busy:
-        out.append("")
         out.append("note: wrk used >= 90% of its core in " + ", ".join(busy) + ": those rows are "
                    "(partly) client-bound, so the server may have more to give.")
+        out.append("")
     ceil = []
     for peer in ("stdlib", "fastapi"):
         for c in conns_list:
@@ -543,8 +599,10 @@ def main():
     out.append("p50/p99: wrk's per-call latency percentiles (microsecond resolution). "
                "abx/peer: abx calls/s / that row's calls/s at the same connection count. "
                "srv cpu / wrk cpu: CPU time of the server's processes / of wrk over the run's "
-               "wall time (100% = one core).")
+               "wall time (100% = one core). others: CPU time of other processes on the "
+               "server's core (when pinned).")
 
+    out = [x for i, x in enumerate(out) if x or i == 0 or out[i - 1]]  # no double blank lines
     report = {
         "bench": "command_server", "time": stamp, "body": BODY,
         "duration_s": args.duration, "warmup_s": args.warmup, "wrk_threads_max": args.threads,
