@@ -99,6 +99,42 @@ TEST_F(IsolationTest, CannotCreateUserNamespaceThroughI386Entry) {
   EXPECT_EQ(in.out, "errno EPERM\n");
 }
 
+TEST_F(IsolationTest, CannotCreateUserNamespaceThroughX32Entry) {
+  auto host = run_on_host({"syscall", "unshare_newuser_x32"});
+  if (host.exit_code() == 3) GTEST_SKIP() << "kernel without the x32 ABI";
+  EXPECT_TRUE(host.exited_ok()) << host.out;
+  auto in = run_in_sandbox(tmp_.path(), {"syscall", "unshare_newuser_x32"});
+  EXPECT_EQ(in.out, "errno EPERM\n");
+}
+
+TEST_F(IsolationTest, ProcMagicLinksStayInsideTheSandbox) {
+  // /proc/<pid>/root of every process the sandbox can see is the sandbox root: a host-only
+  // directory (the test's own temp dir) is reachable through it on the host only.
+  EXPECT_TRUE(run_on_host({"ls", "/proc/self/root" + tmp_.path()}).exited_ok());
+  auto in = run_in_sandbox(tmp_.path(), {"ls", "/proc/1/root" + tmp_.path()});
+  EXPECT_EQ(in.out, "errno ENOENT\n");
+  in = run_in_sandbox(tmp_.path(), {"ls", "/proc/self/cwd" + tmp_.path()});
+  EXPECT_EQ(in.out, "errno ENOENT\n");
+}
+
+TEST_F(IsolationTest, RlimitsApplied) {
+  auto c = testing::probe_config(tmp_.path(), {"cat", "/proc/self/limits"});
+  c.rlimit_nofile = 321;
+  c.rlimit_fsize = 1 << 20;
+  auto in = run_sandbox(c);
+  auto row = [&](const std::string& name) {
+    auto at = in.out.find(name);
+    if (at == std::string::npos) return std::string("<missing>");
+    std::istringstream line(in.out.substr(at + name.size(), 64));
+    std::string soft, hard;
+    line >> soft >> hard;
+    return soft + " " + hard;
+  };
+  EXPECT_EQ(row("Max open files"), "321 321") << in.out;
+  EXPECT_EQ(row("Max file size"), "1048576 1048576");
+  EXPECT_EQ(row("Max core file size"), "0 0");
+}
+
 TEST_F(IsolationTest, CannotMount) {
   EXPECT_TRUE(run_on_host({"mount"}).exited_ok());
   auto in = run_in_sandbox(tmp_.path(), {"mount"});

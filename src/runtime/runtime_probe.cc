@@ -198,6 +198,13 @@ int call(const std::string& name) {
       printf("no ia32 emulation\n");
       return 3;
     }
+  } else if (name == "unshare_newuser_x32") {
+    // x32 numbers are the x86_64 ones with bit 30 set.
+    rc = syscall(0x40000000 | SYS_unshare, CLONE_NEWUSER);
+    if (rc < 0 && errno == ENOSYS) {
+      printf("no x32 ABI\n");
+      return 3;
+    }
   } else {
     return 2;
   }
