@@ -40,7 +40,8 @@ ABX_REGISTER((std::map<std::string, std::int64_t>), word_lengths, (std::string t
   return out;
 }
 
-ABX_REGISTER(std::vector<std::string>, repeat, (std::string word, int times = 3, bool upper = false),
+ABX_REGISTER(std::vector<std::string>, repeat,
+             (std::string word, int times = 3, bool upper = false),
              "Repeat a word, optionally upper-cased.") {
   if (times < 0 || times > 1000) throw std::out_of_range("times must be between 0 and 1000");
   if (upper) {

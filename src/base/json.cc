@@ -23,7 +23,7 @@ class StrictHandler {
 
   json::value_stack st;
   std::vector<std::vector<std::string>> keys;  // keys seen, per open object
-  std::string key;                              // the key being assembled from parts
+  std::string key;                             // the key being assembled from parts
   std::string error;
 
   bool on_document_begin(json::error_code&) { return true; }

@@ -33,13 +33,10 @@ INSTANTIATE_TEST_SUITE_P(
                       RejectCase{"nul_in_key", R"({"\u0000":1})"},
                       RejectCase{"nan", R"({"x":NaN})"},
                       RejectCase{"infinity", R"({"x":Infinity})"},
-                      RejectCase{"overflow", R"({"x":1e400})"},
-                      RejectCase{"comment", "/*c*/{}"},
+                      RejectCase{"overflow", R"({"x":1e400})"}, RejectCase{"comment", "/*c*/{}"},
                       RejectCase{"trailing_comma", R"({"a":1,})"},
-                      RejectCase{"trailing_garbage", "{} x"},
-                      RejectCase{"bom", "\xef\xbb\xbf{}"},
-                      RejectCase{"empty", ""},
-                      RejectCase{"truncated", R"({"a":)"}),
+                      RejectCase{"trailing_garbage", "{} x"}, RejectCase{"bom", "\xef\xbb\xbf{}"},
+                      RejectCase{"empty", ""}, RejectCase{"truncated", R"({"a":)"}),
     [](const auto& tc) { return std::string(tc.param.name); });
 
 TEST(Json, AcceptsOrdinaryDocuments) {

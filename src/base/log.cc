@@ -15,12 +15,18 @@ namespace {
 
 spdlog::level::level_enum to_spd(LogLevel l) {
   switch (l) {
-    case LogLevel::kTrace: return spdlog::level::trace;
-    case LogLevel::kDebug: return spdlog::level::debug;
-    case LogLevel::kInfo: return spdlog::level::info;
-    case LogLevel::kWarn: return spdlog::level::warn;
-    case LogLevel::kError: return spdlog::level::err;
-    case LogLevel::kOff: return spdlog::level::off;
+    case LogLevel::kTrace:
+      return spdlog::level::trace;
+    case LogLevel::kDebug:
+      return spdlog::level::debug;
+    case LogLevel::kInfo:
+      return spdlog::level::info;
+    case LogLevel::kWarn:
+      return spdlog::level::warn;
+    case LogLevel::kError:
+      return spdlog::level::err;
+    case LogLevel::kOff:
+      return spdlog::level::off;
   }
   return spdlog::level::info;
 }
@@ -40,8 +46,8 @@ bool parse_level(std::string_view name, spdlog::level::level_enum& out) {
 
 spdlog::logger& sink() {
   static std::shared_ptr<spdlog::logger> logger = [] {
-    auto l = std::make_shared<spdlog::logger>(
-        "abx", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+    auto l =
+        std::make_shared<spdlog::logger>("abx", std::make_shared<spdlog::sinks::stderr_sink_mt>());
     l->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %v");
     spdlog::level::level_enum lvl = spdlog::level::info;
     if (const char* env = std::getenv("ABX_LOG_LEVEL")) parse_level(env, lvl);

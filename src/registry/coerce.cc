@@ -10,14 +10,21 @@ namespace {
 
 std::string_view kind_name(const json::value& v) {
   switch (v.kind()) {
-    case json::kind::null: return "null";
-    case json::kind::bool_: return "boolean";
+    case json::kind::null:
+      return "null";
+    case json::kind::bool_:
+      return "boolean";
     case json::kind::int64:
-    case json::kind::uint64: return "integer";
-    case json::kind::double_: return "float";
-    case json::kind::string: return "string";
-    case json::kind::array: return "array";
-    case json::kind::object: return "object";
+    case json::kind::uint64:
+      return "integer";
+    case json::kind::double_:
+      return "float";
+    case json::kind::string:
+      return "string";
+    case json::kind::array:
+      return "array";
+    case json::kind::object:
+      return "object";
   }
   return "value";
 }
@@ -88,10 +95,10 @@ Result<json::object> coerce_kwargs(const RegisteredCommand& cmd, const json::val
   if (!unknown.empty()) {
     std::string takes;
     for (const auto& a : cmd.args) takes += (takes.empty() ? "" : ", ") + a.name;
-    return invalid_argument("unknown argument" +
-                            std::string(unknown.find(',') == std::string::npos ? "" : "s") + " " +
-                            unknown + " for command '" + cmd.name + "' (it takes: " +
-                            (takes.empty() ? std::string("no arguments") : takes) + ")");
+    return invalid_argument(
+        "unknown argument" + std::string(unknown.find(',') == std::string::npos ? "" : "s") + " " +
+        unknown + " for command '" + cmd.name +
+        "' (it takes: " + (takes.empty() ? std::string("no arguments") : takes) + ")");
   }
   json::object out;
   out.reserve(cmd.args.size());

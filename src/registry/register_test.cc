@@ -73,7 +73,7 @@ TEST(AbxRegister, DemoCallUsesDefaultsAndValues) {
 TEST(AbxRegister, EveryParameterType) {
   const auto& c = cmd("reg_types");
   ASSERT_EQ(c.args.size(), 8u);
-  const char* types[] = {"integer", "integer", "float", "float",
+  const char* types[] = {"integer", "integer", "float",   "float",
                          "boolean", "string",  "integer", "integer"};
   for (std::size_t i = 0; i < 8; ++i) EXPECT_EQ(arg_type_name(c.args[i].type), types[i]) << i;
   EXPECT_EQ(c.args[0].maximum, std::numeric_limits<long>::max());

@@ -8,10 +8,14 @@ namespace json = boost::json;
 
 std::string_view arg_type_name(ArgType t) {
   switch (t) {
-    case ArgType::kString: return "string";
-    case ArgType::kInteger: return "integer";
-    case ArgType::kFloat: return "float";
-    case ArgType::kBoolean: return "boolean";
+    case ArgType::kString:
+      return "string";
+    case ArgType::kInteger:
+      return "integer";
+    case ArgType::kFloat:
+      return "float";
+    case ArgType::kBoolean:
+      return "boolean";
   }
   return "string";
 }
@@ -28,10 +32,14 @@ namespace {
 
 bool default_matches(ArgType t, const json::value& v) {
   switch (t) {
-    case ArgType::kString: return v.is_string();
-    case ArgType::kInteger: return v.is_int64();
-    case ArgType::kFloat: return v.is_double() || v.is_int64();
-    case ArgType::kBoolean: return v.is_bool();
+    case ArgType::kString:
+      return v.is_string();
+    case ArgType::kInteger:
+      return v.is_int64();
+    case ArgType::kFloat:
+      return v.is_double() || v.is_int64();
+    case ArgType::kBoolean:
+      return v.is_bool();
   }
   return false;
 }
@@ -52,7 +60,10 @@ bool valid_command_name(std::string_view name) { return valid_identifier(name, t
 bool valid_arg_name(std::string_view name) { return valid_identifier(name, false); }
 
 CommandArg::CommandArg(std::string n, ArgType t, bool req, json::value def, std::string desc)
-    : name(std::move(n)), type(t), required(req), default_value(std::move(def)),
+    : name(std::move(n)),
+      type(t),
+      required(req),
+      default_value(std::move(def)),
       description(std::move(desc)) {
   if (!valid_arg_name(name)) {
     throw RegistryError("invalid argument name '" + name + "': use [A-Za-z_][A-Za-z0-9_]{0,63}");
@@ -70,16 +81,17 @@ CommandArg::CommandArg(std::string n, ArgType t, bool req, json::value def, std:
 
 CommandArg::CommandArg(std::string n, std::string_view t, bool req, json::value def,
                        std::string desc)
-    : CommandArg(std::move(n),
-                 [&] {
-                   auto parsed = parse_arg_type(t);
-                   if (!parsed) {
-                     throw RegistryError("unsupported argument type '" + std::string(t) +
-                                         "': use string, integer, float or boolean");
-                   }
-                   return *parsed;
-                 }(),
-                 req, std::move(def), std::move(desc)) {}
+    : CommandArg(
+          std::move(n),
+          [&] {
+            auto parsed = parse_arg_type(t);
+            if (!parsed) {
+              throw RegistryError("unsupported argument type '" + std::string(t) +
+                                  "': use string, integer, float or boolean");
+            }
+            return *parsed;
+          }(),
+          req, std::move(def), std::move(desc)) {}
 
 const CommandArg* RegisteredCommand::find_arg(std::string_view arg_name) const {
   for (const auto& a : args) {
@@ -98,7 +110,8 @@ json::object describe(const RegisteredCommand& cmd) {
                                 {"default", a.default_value},
                                 {"description", a.description}});
   }
-  return json::object{{"name", cmd.name}, {"description", cmd.description}, {"args", std::move(args)}};
+  return json::object{
+      {"name", cmd.name}, {"description", cmd.description}, {"args", std::move(args)}};
 }
 
 void CommandRegistry::register_command(RegisteredCommand cmd) {

@@ -126,10 +126,11 @@ TEST(Describe, MatchesWireSchema) {
       .arg("loud", "shout", false)
       .bind([](const std::string& n, bool loud) { return loud ? n + "!" : n; });
   json::object d = describe(*reg.get("greet"));
-  EXPECT_EQ(json::serialize(d),
-            R"({"name":"greet","description":"Say hello.","args":[)"
-            R"({"name":"name","type":"string","required":true,"default":null,"description":"who"},)"
-            R"({"name":"loud","type":"boolean","required":false,"default":false,"description":"shout"}]})");
+  EXPECT_EQ(
+      json::serialize(d),
+      R"({"name":"greet","description":"Say hello.","args":[)"
+      R"({"name":"name","type":"string","required":true,"default":null,"description":"who"},)"
+      R"({"name":"loud","type":"boolean","required":false,"default":false,"description":"shout"}]})");
 }
 
 }  // namespace

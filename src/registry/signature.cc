@@ -22,9 +22,7 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-bool is_ident_char(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-}
+bool is_ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
 // Index just past a string or character literal starting at s[i] (a quote), or npos.
 std::size_t skip_quoted(std::string_view s, std::size_t i) {
@@ -51,14 +49,33 @@ Result<std::string> unescape(std::string_view body) {
     if (++i == body.size()) return invalid_argument("dangling backslash");
     char e = body[i];
     switch (e) {
-      case 'n': out += '\n'; break;
-      case 't': out += '\t'; break;
-      case 'r': out += '\r'; break;
-      case 'a': out += '\a'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'v': out += '\v'; break;
-      case '\\': case '"': case '\'': case '?': out += e; break;
+      case 'n':
+        out += '\n';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 'a':
+        out += '\a';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'v':
+        out += '\v';
+        break;
+      case '\\':
+      case '"':
+      case '\'':
+      case '?':
+        out += e;
+        break;
       case 'x': {
         unsigned v = 0;
         std::size_t j = i + 1;
@@ -157,7 +174,8 @@ Result<json::value> parse_integer_literal(std::string_view t) {
   if (i >= s.size()) return invalid_argument("not an integer literal");
   std::uint64_t mag = 0;
   auto [p, ec] = std::from_chars(s.data() + i, s.data() + s.size(), mag, base);
-  if (ec != std::errc() || p != s.data() + s.size()) return invalid_argument("not an integer literal");
+  if (ec != std::errc() || p != s.data() + s.size())
+    return invalid_argument("not an integer literal");
   constexpr std::uint64_t kMax = static_cast<std::uint64_t>(INT64_MAX);
   if (neg) {
     if (mag > kMax + 1) return invalid_argument("integer literal out of int64 range");
@@ -219,7 +237,8 @@ Result<std::vector<ParamText>> parse_param_list(std::string_view text) {
     int d = 0;
     for (std::size_t i = 0; i < piece.size(); ++i) {
       char c = piece[i];
-      if (c == '"' || (c == '\'' && !(i > 0 && std::isxdigit(static_cast<unsigned char>(piece[i - 1]))))) {
+      if (c == '"' ||
+          (c == '\'' && !(i > 0 && std::isxdigit(static_cast<unsigned char>(piece[i - 1]))))) {
         std::size_t end = skip_quoted(piece, i);
         if (end == std::string_view::npos) break;
         i = end - 1;
@@ -252,9 +271,12 @@ Result<std::vector<ParamText>> parse_param_list(std::string_view text) {
 Result<json::value> parse_default_literal(std::string_view text, ArgType type) {
   text = trim(text);
   switch (type) {
-    case ArgType::kString: return parse_string_literal(text);
-    case ArgType::kInteger: return parse_integer_literal(text);
-    case ArgType::kFloat: return parse_float_literal(text);
+    case ArgType::kString:
+      return parse_string_literal(text);
+    case ArgType::kInteger:
+      return parse_integer_literal(text);
+    case ArgType::kFloat:
+      return parse_float_literal(text);
     case ArgType::kBoolean:
       if (text == "true") return json::value(true);
       if (text == "false") return json::value(false);

@@ -1,14 +1,13 @@
 // The command server over real loopback sockets: every status code of the wire contract,
 // keep-alive, slow and fast calls together, scoped tokens, draining, and the JSON/kwargs rows of
 // the bad-input catalogue (§2.2).
-#include <gtest/gtest.h>
-
-#include <boost/json.hpp>
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <boost/json.hpp>
 #include <ctime>
 #include <stdexcept>
 #include <thread>
@@ -99,10 +98,11 @@ TEST_F(CommandServerTest, ListsEveryCommandWithItsSchema) {
   const auto& cmds = b.at("commands").as_array();
   ASSERT_EQ(cmds.size(), 4u);
   EXPECT_EQ(cmds[1].at("name"), "echo");  // ordered by name: boom, echo, secret, slow
-  EXPECT_EQ(json::serialize(cmds[1]),
-            R"({"name":"echo","description":"Echo x and y.","args":[)"
-            R"({"name":"x","type":"integer","required":true,"default":null,"description":"a number"},)"
-            R"({"name":"y","type":"string","required":false,"default":"hello","description":"a word"}]})");
+  EXPECT_EQ(
+      json::serialize(cmds[1]),
+      R"({"name":"echo","description":"Echo x and y.","args":[)"
+      R"({"name":"x","type":"integer","required":true,"default":null,"description":"a number"},)"
+      R"({"name":"y","type":"string","required":false,"default":"hello","description":"a word"}]})");
 }
 
 TEST_F(CommandServerTest, RunsACommand) {
@@ -246,8 +246,8 @@ TEST_F(CommandServerTest, KeepAliveCarriesManyCalls) {
   auto c = Connection::open("127.0.0.1", server_->port());
   ASSERT_TRUE(c.ok());
   for (int i = 0; i < 50; ++i) {
-    Request req = make_request(bhttp::verb::post, "/commands/echo",
-                               R"({"x":)" + std::to_string(i) + "}");
+    Request req =
+        make_request(bhttp::verb::post, "/commands/echo", R"({"x":)" + std::to_string(i) + "}");
     req.set("X-Access-Token", kToken);
     auto r = (*c)->send(std::move(req));
     ASSERT_TRUE(r.ok()) << r.error().message();
@@ -358,7 +358,8 @@ TEST_F(CommandServerTest, RequestCompletedDuringShutdownGets503) {
   ASSERT_EQ(::send(fd, rest.data(), rest.size(), MSG_NOSIGNAL), 7);
   std::string out;
   char buf[4096];
-  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<size_t>(n));
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;)
+    out.append(buf, static_cast<size_t>(n));
   ::close(fd);
   stopper.join();
   EXPECT_NE(out.find("HTTP/1.1 503"), std::string::npos) << out;

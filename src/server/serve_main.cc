@@ -19,9 +19,9 @@ namespace {
 
 // Exit codes (documented in docs/command-server.md).
 constexpr int kExitOk = 0;
-constexpr int kExitUsage = 2;     // bad flags
-constexpr int kExitConfig = 3;    // a module failed to load, registration errors, no token
-constexpr int kExitListen = 4;    // could not bind
+constexpr int kExitUsage = 2;   // bad flags
+constexpr int kExitConfig = 3;  // a module failed to load, registration errors, no token
+constexpr int kExitListen = 4;  // could not bind
 
 Result<std::string> read_token_file(const std::string& path) {
   std::ifstream in(path);

@@ -38,8 +38,8 @@ Error unauth(std::string why) {
 bool valid_command(std::string_view name) {
   if (name.empty() || name.size() > 64) return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-';
   });
 }
 
@@ -80,9 +80,9 @@ Result<std::string> base64url_decode(std::string_view in) {
   std::size_t pad = (4 - s.size() % 4) % 4;
   s.append(pad, '=');
   std::string out(s.size() / 4 * 3, '\0');
-  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(s.data()),
-                          static_cast<int>(s.size()));
+  int n =
+      EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                      reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()));
   if (n < 0) return invalid_argument("not base64url");
   out.resize(static_cast<std::size_t>(n) - pad);
   return out;

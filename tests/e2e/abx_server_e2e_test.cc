@@ -34,8 +34,8 @@ class AbxServerE2E : public ::testing::Test {
   void launch(std::vector<std::string> extra_args = {}) {
     std::vector<std::string> argv = {ABX_SERVER_BIN, "--module", ABX_DEMO_MODULE, "--port", "0"};
     argv.insert(argv.end(), extra_args.begin(), extra_args.end());
-    child_ = std::make_unique<ChildProcess>(argv, std::vector<std::string>{
-                                                      std::string("ABX_ACCESS_TOKEN=") + kToken});
+    child_ = std::make_unique<ChildProcess>(
+        argv, std::vector<std::string>{std::string("ABX_ACCESS_TOKEN=") + kToken});
     ASSERT_TRUE(child_->started());
     auto port = child_->wait_listening();
     ASSERT_TRUE(port.has_value()) << "abx-server did not report its port";
@@ -140,9 +140,10 @@ TEST(AbxServerCli, ListPrintsTheSchema) {
   for (const auto& cmd : v.at("commands").as_array()) {
     if (cmd.at("name") == "demo") {
       found = true;
-      EXPECT_EQ(json::serialize(cmd.at("args")),
-                R"([{"name":"x","type":"integer","required":true,"default":null,"description":""},)"
-                R"({"name":"y","type":"string","required":false,"default":"hello","description":""}])");
+      EXPECT_EQ(
+          json::serialize(cmd.at("args")),
+          R"([{"name":"x","type":"integer","required":true,"default":null,"description":""},)"
+          R"({"name":"y","type":"string","required":false,"default":"hello","description":""}])");
     }
   }
   EXPECT_TRUE(found);

@@ -55,9 +55,8 @@ class ChildProcess {
   bool started() const { return pid_ > 0; }
 
   // Reads stdout until a line starting with `prefix` arrives (or EOF / timeout).
-  std::optional<std::string> read_line_starting(const std::string& prefix,
-                                                std::chrono::milliseconds timeout =
-                                                    std::chrono::seconds(20)) {
+  std::optional<std::string> read_line_starting(
+      const std::string& prefix, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
     auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
       for (std::size_t nl; (nl = buf_.find('\n')) != std::string::npos;) {
@@ -89,7 +88,8 @@ class ChildProcess {
     std::string out = buf_;
     buf_.clear();
     char tmp[4096];
-    for (ssize_t n; (n = read(out_, tmp, sizeof tmp)) > 0;) out.append(tmp, static_cast<std::size_t>(n));
+    for (ssize_t n; (n = read(out_, tmp, sizeof tmp)) > 0;)
+      out.append(tmp, static_cast<std::size_t>(n));
     return out;
   }
 

@@ -54,7 +54,9 @@ class Error {
   std::string type_;
 };
 
-inline Error invalid_argument(std::string msg) { return {ErrorCode::kInvalidArgument, std::move(msg)}; }
+inline Error invalid_argument(std::string msg) {
+  return {ErrorCode::kInvalidArgument, std::move(msg)};
+}
 inline Error not_found(std::string msg) { return {ErrorCode::kNotFound, std::move(msg)}; }
 inline Error internal_error(std::string msg) { return {ErrorCode::kInternal, std::move(msg)}; }
 inline Error unavailable(std::string msg) { return {ErrorCode::kUnavailable, std::move(msg)}; }
@@ -69,10 +71,22 @@ class [[nodiscard]] Result {
   bool ok() const { return v_.index() == 0; }
   explicit operator bool() const { return ok(); }
 
-  T& value() & { assert(ok()); return std::get<0>(v_); }
-  const T& value() const& { assert(ok()); return std::get<0>(v_); }
-  T&& value() && { assert(ok()); return std::get<0>(std::move(v_)); }
-  const Error& error() const { assert(!ok()); return std::get<1>(v_); }
+  T& value() & {
+    assert(ok());
+    return std::get<0>(v_);
+  }
+  const T& value() const& {
+    assert(ok());
+    return std::get<0>(v_);
+  }
+  T&& value() && {
+    assert(ok());
+    return std::get<0>(std::move(v_));
+  }
+  const Error& error() const {
+    assert(!ok());
+    return std::get<1>(v_);
+  }
 
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
@@ -91,7 +105,10 @@ class [[nodiscard]] Result<void> {
 
   bool ok() const { return ok_; }
   explicit operator bool() const { return ok_; }
-  const Error& error() const { assert(!ok_); return error_; }
+  const Error& error() const {
+    assert(!ok_);
+    return error_;
+  }
 
  private:
   Error error_{ErrorCode::kInternal, {}};

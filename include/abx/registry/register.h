@@ -7,10 +7,9 @@
 // registers `demo` in default_registry(): the function name is the command name, the parameter
 // list is the argument schema and the string is the description. Parameter types map to
 // argument types as
-//   int, long, long long, std::int64_t, other signed/unsigned integers  -> integer (range of the type)
-//   float, double                                                        -> float
-//   bool                                                                 -> boolean
-//   std::string (by value or const&)                                     -> string
+//   int, long, long long, std::int64_t, other signed/unsigned integers  -> integer (range of the
+//   type) float, double                                                        -> float bool ->
+//   boolean std::string (by value or const&)                                     -> string
 // Any other parameter type is a compile-time error. A parameter with a literal default (a
 // number, true/false or a string literal) is optional with that default; the defaults are
 // written once, in the parameter list (the registrar re-declares the function at block scope,
@@ -194,7 +193,8 @@ constexpr std::size_t count_required() {
     ((invocable_with_prefix<Probe, T>(std::make_index_sequence<K>{}) ? (r = std::min(r, K), 0) : 0),
      ...);
     return r;
-  }(std::make_index_sequence<sizeof...(A) + 1>{});
+  }
+  (std::make_index_sequence<sizeof...(A) + 1>{});
 }
 
 // Parameter names and default texts from the stringified parameter list.
@@ -240,7 +240,7 @@ struct Registrar {
   }
 };
 
-}  // namespace abx::registry
+}  // namespace abx::registry::detail
 
 namespace abx::registry {
 
@@ -287,12 +287,12 @@ void CommandBuilder::bind(F&& fn) {
 // See the top of this file. The registrar lambda re-declares the function at block scope (so
 // the registrar can take its address before the definition that follows the macro), and a
 // probe lambda with the same parameter list tells which parameters have defaults.
-#define ABX_REGISTER(RET, NAME, PARAMS, DESCRIPTION)                                          \
-  _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wunused-parameter\"")     \
-      _Pragma("GCC diagnostic ignored \"-Wshadow\"") static const ::abx::registry::detail::   \
-          Registrar ABX_REGISTER_CAT_(abx_registrar_, NAME)([] {                              \
-            ::abx::registry::detail::strip_t<void(RET)> NAME PARAMS;                          \
-            ::abx::registry::detail::register_function(#NAME, &NAME, #PARAMS, DESCRIPTION,    \
-                                                       [] PARAMS {});                         \
-          });                                                                                 \
+#define ABX_REGISTER(RET, NAME, PARAMS, DESCRIPTION)                                               \
+  _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wunused-parameter\"") _Pragma( \
+      "GCC diagnostic ignored \"-Wshadow\"") static const ::abx::registry::detail::Registrar       \
+      ABX_REGISTER_CAT_(abx_registrar_, NAME)([] {                                                 \
+        ::abx::registry::detail::strip_t<void(RET)> NAME PARAMS;                                   \
+        ::abx::registry::detail::register_function(#NAME, &NAME, #PARAMS, DESCRIPTION,             \
+                                                   [] PARAMS {});                                  \
+      });                                                                                          \
   _Pragma("GCC diagnostic pop")::abx::registry::detail::strip_t<void(RET)> NAME PARAMS

@@ -97,7 +97,9 @@ class CommandRegistry;
 // arg() gives names in order, with an optional default that makes the argument optional.
 class CommandBuilder {
  public:
-  CommandBuilder(CommandRegistry& reg, std::string name) : reg_(reg) { cmd_.name = std::move(name); }
+  CommandBuilder(CommandRegistry& reg, std::string name) : reg_(reg) {
+    cmd_.name = std::move(name);
+  }
 
   CommandBuilder& description(std::string d) {
     cmd_.description = std::move(d);
@@ -175,3 +177,6 @@ bool valid_command_name(std::string_view name);
 bool valid_arg_name(std::string_view name);
 
 }  // namespace abx::registry
+
+// CommandBuilder::bind and ABX_REGISTER are defined here, so including either header is enough.
+#include "abx/registry/register.h"  // IWYU pragma: export

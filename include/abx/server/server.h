@@ -34,8 +34,8 @@ struct CommandServerOptions {
   std::optional<std::string> access_token;
   bool no_auth = false;
   std::chrono::milliseconds call_timeout{30'000};  // 0 = no deadline
-  int workers = 16;    // threads that run commands
-  int io_threads = 0;  // 0 = number of cores
+  int workers = 16;                                // threads that run commands
+  int io_threads = 0;                              // 0 = number of cores
   http::Limits limits;
   JsonLimits json;
 };
