@@ -25,6 +25,7 @@ pkgs=(
 )
 if [ "$bench" = 1 ]; then
   pkgs+=(wrk nginx-light python3-fastapi python3-uvicorn)
+  pkgs+=(bubblewrap)  # bench/sandbox_create: the namespace-setup floor to compare against
 fi
 
 missing=()
