@@ -4,9 +4,11 @@
 // it when the owner dies, however it dies. So an unlocked directory is stale by construction,
 // and a locked one belongs to a live owner and is never touched.
 #include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <sstream>
@@ -43,7 +45,13 @@ Result<int> cleanup_stale(const std::string& state_dir) {
   std::vector<std::string> ids;
   while (dirent* e = ::readdir(d)) {
     std::string name = e->d_name;
-    if (name != "." && name != ".." && e->d_type == DT_DIR) ids.push_back(name);
+    if (name == "." || name == "..") continue;
+    bool dir = e->d_type == DT_DIR;
+    if (e->d_type == DT_UNKNOWN) {  // some filesystems do not fill d_type
+      struct stat st;
+      dir = ::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+    }
+    if (dir) ids.push_back(name);
   }
   ::closedir(d);
 

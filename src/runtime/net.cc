@@ -117,8 +117,10 @@ class NetnsWorker {
 }  // namespace
 
 Result<UniqueFd> socket_in_netns(int netns_fd, int domain, int type) {
-  static NetnsWorker worker;  // started on first use, joined at exit
-  return worker.socket_in(netns_fd, domain, type);
+  // Started on first use and deliberately never destroyed: joining it from a static destructor
+  // would hang in a forked child that calls exit() (the thread does not exist there).
+  static NetnsWorker* worker = new NetnsWorker;
+  return worker->socket_in(netns_fd, domain, type);
 }
 
 Result<UniqueFd> connect_loopback(int netns_fd, std::uint16_t port,

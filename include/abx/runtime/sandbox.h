@@ -20,8 +20,8 @@
 // Before exec, the init: joins its cgroups (see cgroup.h), brings `lo` up, sets rlimits
 // (NOFILE, FSIZE, CORE=0), calls setsid(), drops capabilities to kKeptCapabilities (bounding,
 // permitted and effective; inheritable and ambient cleared), sets no_new_privs, closes every fd
-// but the mapped ones, and installs the seccomp filter described in seccomp.h. A failing step
-// reports {step, errno} to spawn(), which returns e.g. "mount proc on /proc: EPERM".
+// but the mapped ones, and installs the seccomp filter (policy: src/runtime/seccomp.h). A failing
+// step reports {step, errno} to spawn(), which returns e.g. "mount proc on /proc: EPERM".
 //
 // Host state lives in `<state_dir>/<id>/` (a lock held by the owner, the init's pid and start
 // time, empty mount points). cleanup_stale() uses it after an owner died without destroy().
