@@ -37,6 +37,10 @@ bool alive(pid_t pid) {
 void expect_no_leftovers(const std::string& state_path, const std::vector<std::string>& cgroups) {
   EXPECT_FALSE(exists(state_path)) << state_path;
   for (const auto& d : cgroups) EXPECT_FALSE(exists(d)) << d;
+  // Sandbox mounts live in the sandbox's mount namespace only; the host never sees one.
+  std::ifstream mi("/proc/self/mountinfo");
+  for (std::string line; std::getline(mi, line);)
+    EXPECT_EQ(line.find(state_path), std::string::npos) << line;
 }
 
 std::vector<std::string> cgroup_dirs(const std::string& id) {
