@@ -1,5 +1,8 @@
 #include "abx/http/server.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/executor_work_guard.hpp>
@@ -10,17 +13,23 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/chunk_encode.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
+#include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
-#include <map>
 #include <thread>
 #include <vector>
 
@@ -33,21 +42,36 @@ using tcp = asio::ip::tcp;
 
 unsigned http_status(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kInvalidArgument: return 400;
-    case ErrorCode::kUnauthenticated: return 401;
-    case ErrorCode::kPermissionDenied: return 403;
-    case ErrorCode::kNotFound: return 404;
-    case ErrorCode::kMethodNotAllowed: return 405;
-    case ErrorCode::kAlreadyExists: return 409;
-    case ErrorCode::kFailedPrecondition: return 409;
-    case ErrorCode::kPayloadTooLarge: return 413;
-    case ErrorCode::kUnsupportedMediaType: return 415;
-    case ErrorCode::kResourceExhausted: return 429;
-    case ErrorCode::kInternal: return 500;
-    case ErrorCode::kUnimplemented: return 501;
-    case ErrorCode::kUnavailable: return 503;
-    case ErrorCode::kDeadlineExceeded: return 504;
-    case ErrorCode::kInsufficientStorage: return 507;
+    case ErrorCode::kInvalidArgument:
+      return 400;
+    case ErrorCode::kUnauthenticated:
+      return 401;
+    case ErrorCode::kPermissionDenied:
+      return 403;
+    case ErrorCode::kNotFound:
+      return 404;
+    case ErrorCode::kMethodNotAllowed:
+      return 405;
+    case ErrorCode::kAlreadyExists:
+      return 409;
+    case ErrorCode::kFailedPrecondition:
+      return 409;
+    case ErrorCode::kPayloadTooLarge:
+      return 413;
+    case ErrorCode::kUnsupportedMediaType:
+      return 415;
+    case ErrorCode::kResourceExhausted:
+      return 429;
+    case ErrorCode::kInternal:
+      return 500;
+    case ErrorCode::kUnimplemented:
+      return 501;
+    case ErrorCode::kUnavailable:
+      return 503;
+    case ErrorCode::kDeadlineExceeded:
+      return 504;
+    case ErrorCode::kInsufficientStorage:
+      return 507;
   }
   return 500;
 }
@@ -65,6 +89,11 @@ Response error_response(const Error& error, unsigned version, bool keep_alive) {
   return json_response(http_status(error.code()),
                        boost::json::object{{"error", error.message()}, {"type", error.type()}},
                        version, keep_alive);
+}
+
+BodyFile::~BodyFile() {
+  if (!released_) ::unlink(path_.c_str());
+  if (fd_ >= 0) ::close(fd_);
 }
 
 struct Server::Impl {
@@ -93,7 +122,29 @@ struct Server::Impl {
   void on_session_closed(detail::Session* s);
 };
 
+struct Responder::State {
+  std::shared_ptr<detail::Session> session;
+  std::shared_ptr<BodyFile> body_file;
+  std::atomic<bool> done{false};
+  ~State();
+};
+
 namespace detail {
+
+// The shared state of one streaming response: filled by producers on any thread, drained by
+// the session on its strand.
+struct StreamState {
+  std::shared_ptr<Session> session;  // cleared when the stream ends, breaking the cycle
+  std::size_t high_water = 0;
+  std::size_t low_water = 0;
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::string> queue;
+  std::size_t queued = 0;
+  bool closed = false;     // ended (cleanly or not): writes are refused
+  bool finishing = false;  // finish() called: send the last chunk after the queue
+  std::vector<std::function<void()>> waiters;
+};
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
@@ -115,9 +166,39 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Called from Responder, on any thread.
   void respond(Response res) {
-    asio::dispatch(stream_.get_executor(), [self = shared_from_this(), r = std::move(res)]() mutable {
-      self->write(std::move(r));
+    asio::dispatch(
+        stream_.get_executor(),
+        [self = shared_from_this(), r = std::move(res)]() mutable { self->write(std::move(r)); });
+  }
+
+  // Called from Responder::stream, on any thread.
+  std::shared_ptr<StreamState> begin_stream(Response header) {
+    auto st = std::make_shared<StreamState>();
+    st->session = shared_from_this();
+    st->high_water = server_.opt.limits.stream_high_water;
+    st->low_water = std::min(server_.opt.limits.stream_low_water, st->high_water);
+    asio::dispatch(stream_.get_executor(),
+                   [self = shared_from_this(), st, h = std::move(header)]() mutable {
+                     self->write_stream_header(st, std::move(h));
+                   });
+    return st;
+  }
+
+  // Wakes the writer loop after a producer queued data or finished (any thread).
+  void kick_stream() {
+    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->pump_stream(); });
+  }
+
+  // The producer gave up without finish(): close so the client sees a truncated body.
+  void abort_stream() {
+    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      if (self->sstate_) self->end_stream(false);
     });
+  }
+
+  Response render_error(const Error& err, unsigned version) {
+    if (server_.opt.error_renderer) return server_.opt.error_renderer(err, version);
+    return error_response(err, version, false);
   }
 
   // Called when the server starts draining: close now if waiting for a request.
@@ -136,8 +217,12 @@ class Session : public std::enable_shared_from_this<Session> {
     if (server_.draining.load()) return close();
     busy_ = false;
     parser_.emplace();
+    file_parser_.reset();
+    body_file_.reset();
     parser_->header_limit(static_cast<std::uint32_t>(server_.opt.limits.max_header_bytes));
-    parser_->body_limit(server_.opt.limits.max_body_bytes);
+    // No limit while the header is read: Beast would reject a large Content-Length before the
+    // body policy has had its say. on_header applies the limit chosen for this request.
+    parser_->body_limit(boost::none);
     // The first request on a connection, or a request already partly buffered, gets the header
     // deadline; an idle keep-alive connection gets the idle deadline until bytes arrive.
     stream_.expires_after(buffer_.size() > 0 || first_ ? server_.opt.limits.header_timeout
@@ -152,27 +237,65 @@ class Session : public std::enable_shared_from_this<Session> {
     if (ec) return on_read_error(ec);
     const auto& req = parser_->get();
     if (auto err = check_framing(req)) return fail(*err);
+    BodyPlan plan{server_.opt.limits.max_body_bytes, {}};
+    if (server_.opt.body_policy) {
+      Result<BodyPlan> chosen = Error(ErrorCode::kInternal, "body policy failed");
+      try {
+        chosen = server_.opt.body_policy(req);
+      } catch (const std::exception& e) {
+        chosen = internal_error(std::string("body policy failed: ") + e.what());
+      }
+      if (!chosen.ok()) return fail(chosen.error());
+      plan = std::move(*chosen);
+    }
+    body_limit_ = plan.max_bytes;
+    parser_->body_limit(plan.max_bytes);
     auto cl = parser_->content_length();
-    if (cl && *cl > server_.opt.limits.max_body_bytes) {
-      return fail(Error(ErrorCode::kPayloadTooLarge,
-                        "request body of " + std::to_string(*cl) + " bytes exceeds the limit of " +
-                            std::to_string(server_.opt.limits.max_body_bytes)));
+    if (cl && *cl > plan.max_bytes) {
+      return fail(Error(ErrorCode::kPayloadTooLarge, "request body of " + std::to_string(*cl) +
+                                                         " bytes exceeds the limit of " +
+                                                         std::to_string(plan.max_bytes)));
+    }
+    if (!plan.spool_dir.empty()) {
+      auto file = open_spool_file(plan.spool_dir);
+      if (!file.ok()) return fail(file.error());
+      body_file_ = std::move(*file);
     }
     if (parser_->is_done()) return dispatch_request();
     if (beast::iequals(req[bhttp::field::expect], "100-continue")) {
       auto cont = std::make_shared<bhttp::response<bhttp::empty_body>>(bhttp::status::continue_,
                                                                        req.version());
       stream_.expires_after(server_.opt.limits.write_timeout);
-      return bhttp::async_write(stream_, *cont,
-                                [self = shared_from_this(), cont](beast::error_code wec, std::size_t) {
-                                  if (wec) return self->close();
-                                  self->read_body();
-                                });
+      return bhttp::async_write(
+          stream_, *cont, [self = shared_from_this(), cont](beast::error_code wec, std::size_t) {
+            if (wec) return self->close();
+            self->read_body();
+          });
     }
     read_body();
   }
 
+  static Result<std::shared_ptr<BodyFile>> open_spool_file(const std::string& dir) {
+    std::string tmpl = dir + "/.abx-body-XXXXXX";
+    int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);
+    if (fd < 0) {
+      int e = errno;
+      return Error(
+          e == ENOSPC || e == EDQUOT ? ErrorCode::kInsufficientStorage : ErrorCode::kInternal,
+          "cannot create a spool file in " + dir + ": " + std::strerror(e));
+    }
+    return std::make_shared<BodyFile>(fd, std::move(tmpl));
+  }
+
   void read_body() {
+    if (body_file_) {
+      // Move the header into a parser that hands us the body piece by piece.
+      file_parser_.emplace(std::move(*parser_));
+      parser_.reset();
+      file_parser_->body_limit(body_limit_);
+      spool_buf_.resize(64 * 1024);
+      return read_body_piece();
+    }
     stream_.expires_after(server_.opt.limits.body_timeout);
     bhttp::async_read(stream_, buffer_, *parser_,
                       beast::bind_front_handler(&Session::on_body, shared_from_this()));
@@ -183,16 +306,58 @@ class Session : public std::enable_shared_from_this<Session> {
     dispatch_request();
   }
 
+  // A spooled body may be large: the deadline is per piece (an inactivity timeout), not for
+  // the whole body. Writes to the spool file are synchronous; they go to the page cache.
+  void read_body_piece() {
+    auto& b = file_parser_->get().body();
+    b.data = spool_buf_.data();
+    b.size = spool_buf_.size();
+    b.more = true;
+    stream_.expires_after(server_.opt.limits.body_timeout);
+    bhttp::async_read_some(stream_, buffer_, *file_parser_,
+                           beast::bind_front_handler(&Session::on_body_piece, shared_from_this()));
+  }
+
+  void on_body_piece(beast::error_code ec, std::size_t) {
+    if (ec == bhttp::error::need_buffer) ec = {};
+    if (ec) return on_read_error(ec);
+    std::size_t got = spool_buf_.size() - file_parser_->get().body().size;
+    const char* p = spool_buf_.data();
+    std::size_t left = got;
+    while (left > 0) {
+      ssize_t w = ::write(body_file_->fd(), p, left);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) {
+        int e = errno;
+        bool full = e == ENOSPC || e == EDQUOT;
+        return fail(Error(full ? ErrorCode::kInsufficientStorage : ErrorCode::kInternal,
+                          std::string("cannot store the request body: ") + std::strerror(e)));
+      }
+      p += w;
+      left -= static_cast<std::size_t>(w);
+    }
+    body_file_->size_ += got;
+    if (file_parser_->is_done()) return dispatch_request();
+    read_body_piece();
+  }
+
   void dispatch_request() {
-    Request req = parser_->release();
+    Request req;
+    if (file_parser_) {
+      req = Request(file_parser_->release().base());
+      file_parser_.reset();
+    } else {
+      req = parser_->release();
+    }
     version_ = req.version();
     keep_alive_ = req.keep_alive();
     stream_.expires_never();  // the handler may take its time; the write re-arms a deadline
+    Responder responder(shared_from_this());
+    responder.state_->body_file = std::move(body_file_);
     try {
-      server_.handler(std::move(req), Responder(shared_from_this()));
+      server_.handler(std::move(req), responder);
     } catch (const std::exception& e) {
-      write(error_response(internal_error(std::string("handler failed: ") + e.what()), version_,
-                           false));
+      responder(render_error(internal_error(std::string("handler failed: ") + e.what()), version_));
     }
   }
 
@@ -208,8 +373,7 @@ class Session : public std::enable_shared_from_this<Session> {
     for (const auto& f : req) {
       ++fields;
       if (f.name() == bhttp::field::host) ++hosts;
-      if (f.name() == bhttp::field::transfer_encoding &&
-          !beast::iequals(f.value(), "chunked")) {
+      if (f.name() == bhttp::field::transfer_encoding && !beast::iequals(f.value(), "chunked")) {
         return invalid_argument("unsupported Transfer-Encoding '" + std::string(f.value()) +
                                 "' (only chunked is accepted)");
       }
@@ -252,7 +416,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // Answers a framing error and closes the connection (the stream may be desynchronised).
   void fail(const Error& err, unsigned status = 0) {
     if (status == 0 && status_override_ != 0) status = status_override_;
-    Response res = error_response(err, 11, false);
+    Response res = render_error(err, 11);
     if (status != 0) res.result(status);
     keep_alive_ = false;
     write(std::move(res));
@@ -274,6 +438,120 @@ class Session : public std::enable_shared_from_this<Session> {
                        });
   }
 
+  void write_stream_header(std::shared_ptr<StreamState> st, Response h) {
+    sstate_ = st;
+    stream_header_ = std::make_shared<bhttp::response<bhttp::empty_body>>(std::move(h.base()));
+    auto& hdr = *stream_header_;
+    stream_sized_ = hdr.has_content_length();
+    stream_expected_ = 0;
+    if (stream_sized_) {
+      stream_expected_ = std::stoull(std::string(hdr[bhttp::field::content_length]));
+    }
+    stream_sent_ = 0;
+    hdr.version(version_ == 10 ? 10 : 11);
+    stream_chunked_ = !stream_sized_ && version_ != 10;
+    // Without a length or chunking, the body ends with the connection.
+    stream_keep_ = keep_alive_ && hdr.keep_alive() && (stream_sized_ || stream_chunked_);
+    if (stream_chunked_) hdr.chunked(true);
+    hdr.keep_alive(stream_keep_);
+    hdr.set(bhttp::field::server, server_.opt.server_header);
+    stream_writing_ = true;
+    stream_.expires_after(server_.opt.limits.write_timeout);
+    auto sr = std::make_shared<bhttp::response_serializer<bhttp::empty_body>>(hdr);
+    bhttp::async_write_header(
+        stream_, *sr,
+        [self = shared_from_this(), sr, h = stream_header_](beast::error_code ec, std::size_t) {
+          self->stream_writing_ = false;
+          if (ec) return self->end_stream(false);
+          self->pump_stream();
+        });
+  }
+
+  void pump_stream() {
+    auto st = sstate_;
+    if (!st || stream_writing_) return;
+    auto data = std::make_shared<std::string>();
+    bool last = false;
+    {
+      std::lock_guard lock(st->mu);
+      if (st->closed) return;
+      // Coalesce small frames into one chunk (one syscall) up to 64 KiB.
+      while (!st->queue.empty() &&
+             (data->empty() || data->size() + st->queue.front().size() <= 64 * 1024)) {
+        if (data->empty()) {
+          *data = std::move(st->queue.front());
+        } else {
+          data->append(st->queue.front());
+        }
+        st->queue.pop_front();
+      }
+      if (data->empty()) {
+        if (!st->finishing) return;
+        last = true;
+      }
+    }
+    stream_writing_ = true;
+    stream_.expires_after(server_.opt.limits.write_timeout);
+    if (last) {
+      if (!stream_chunked_) {
+        stream_writing_ = false;
+        return end_stream(stream_sized_ && stream_sent_ == stream_expected_);
+      }
+      return asio::async_write(stream_, bhttp::make_chunk_last(),
+                               [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                                 self->stream_writing_ = false;
+                                 self->end_stream(!ec);
+                               });
+    }
+    auto done = [self = shared_from_this(), data](beast::error_code ec, std::size_t) {
+      self->stream_writing_ = false;
+      self->stream_sent_ += data->size();
+      if (ec) return self->end_stream(false);
+      self->on_stream_sent(data->size());
+    };
+    if (stream_chunked_) {
+      asio::async_write(stream_, bhttp::make_chunk(asio::buffer(*data)), std::move(done));
+    } else {
+      asio::async_write(stream_, asio::buffer(*data), std::move(done));
+    }
+  }
+
+  void on_stream_sent(std::size_t n) {
+    auto st = sstate_;
+    std::vector<std::function<void()>> wake;
+    {
+      std::lock_guard lock(st->mu);
+      st->queued -= n;
+      if (st->queued < st->low_water) wake.swap(st->waiters);
+    }
+    st->cv.notify_all();
+    for (auto& w : wake) asio::post(stream_.get_executor(), std::move(w));
+    pump_stream();
+  }
+
+  // The stream is over: `clean` means the whole body went out and the connection may serve the
+  // next request.
+  void end_stream(bool clean) {
+    auto st = std::move(sstate_);
+    sstate_.reset();
+    std::vector<std::function<void()>> wake;
+    if (st) {
+      {
+        std::lock_guard lock(st->mu);
+        st->closed = true;
+        st->queue.clear();
+        st->queued = 0;
+        wake.swap(st->waiters);
+        st->session.reset();
+      }
+      st->cv.notify_all();
+    }
+    for (auto& w : wake) asio::post(stream_.get_executor(), std::move(w));
+    if (!clean || !stream_keep_ || server_.draining.load()) return close();
+    status_override_ = 0;
+    read_header();
+  }
+
   void close() {
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
@@ -284,27 +562,38 @@ class Session : public std::enable_shared_from_this<Session> {
   Server::Impl& server_;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  // Spooled bodies: the parser after the header, the file and the piece buffer.
+  std::optional<bhttp::request_parser<bhttp::buffer_body>> file_parser_;
+  std::shared_ptr<BodyFile> body_file_;
+  std::vector<char> spool_buf_;
+  std::size_t body_limit_ = 0;
+  // The streaming response in progress, if any (strand only).
+  std::shared_ptr<StreamState> sstate_;
+  std::shared_ptr<bhttp::response<bhttp::empty_body>> stream_header_;
+  bool stream_writing_ = false;
+  bool stream_chunked_ = false;
+  bool stream_sized_ = false;
+  bool stream_keep_ = false;
+  std::uint64_t stream_expected_ = 0;
+  std::uint64_t stream_sent_ = 0;
   unsigned version_ = 11;
   bool keep_alive_ = true;
-  bool busy_ = false;   // between the first byte of a request and its response
+  bool busy_ = false;  // between the first byte of a request and its response
   bool first_ = true;
   unsigned status_override_ = 0;
 };
 
 }  // namespace detail
 
-struct Responder::State {
-  std::shared_ptr<detail::Session> session;
-  std::atomic<bool> done{false};
-  ~State() {
-    if (!done.load() && session) {
-      session->respond(error_response(internal_error("the handler did not answer"), 11, false));
-    }
+Responder::State::~State() {
+  if (!done.load() && session) {
+    auto res = session->render_error(internal_error("the handler did not answer"), 11);
+    res.keep_alive(false);
+    session->respond(std::move(res));
   }
-};
+}
 
-Responder::Responder(std::shared_ptr<detail::Session> session)
-    : state_(std::make_shared<State>()) {
+Responder::Responder(std::shared_ptr<detail::Session> session) : state_(std::make_shared<State>()) {
   state_->session = std::move(session);
 }
 
@@ -314,6 +603,84 @@ void Responder::operator()(Response res) const {
 }
 
 asio::any_io_executor Responder::executor() const { return state_->session->executor(); }
+
+std::shared_ptr<BodyFile> Responder::body_file() const { return state_->body_file; }
+
+std::shared_ptr<StreamWriter> Responder::stream(Response header) const {
+  if (state_->done.exchange(true)) return nullptr;  // already answered
+  return std::make_shared<StreamWriter>(state_->session->begin_stream(std::move(header)));
+}
+
+StreamWriter::StreamWriter(std::shared_ptr<detail::StreamState> state) : state_(std::move(state)) {}
+
+StreamWriter::~StreamWriter() {
+  std::shared_ptr<detail::Session> session;
+  {
+    std::lock_guard lock(state_->mu);
+    if (state_->closed || state_->finishing) return;
+    session = state_->session;
+  }
+  if (session) session->abort_stream();
+}
+
+bool StreamWriter::write(std::string data) {
+  if (data.empty()) return !closed();
+  std::shared_ptr<detail::Session> session;
+  {
+    std::lock_guard lock(state_->mu);
+    if (state_->closed || state_->finishing) return false;
+    state_->queued += data.size();
+    state_->queue.push_back(std::move(data));
+    session = state_->session;
+  }
+  if (session) session->kick_stream();
+  return true;
+}
+
+bool StreamWriter::ready() const {
+  std::lock_guard lock(state_->mu);
+  return !state_->closed && state_->queued < state_->high_water;
+}
+
+bool StreamWriter::closed() const {
+  std::lock_guard lock(state_->mu);
+  return state_->closed;
+}
+
+void StreamWriter::when_ready(std::function<void()> cb) {
+  std::shared_ptr<detail::Session> session;
+  {
+    std::lock_guard lock(state_->mu);
+    if (!state_->closed && state_->queued >= state_->low_water) {
+      state_->waiters.push_back(std::move(cb));
+      return;
+    }
+    session = state_->session;
+  }
+  if (session) {
+    asio::post(session->executor(), std::move(cb));
+  } else {
+    cb();  // the stream is over and its connection may be gone: run here
+  }
+}
+
+bool StreamWriter::wait_ready(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(state_->mu);
+  state_->cv.wait_for(lock, timeout,
+                      [&] { return state_->closed || state_->queued < state_->low_water; });
+  return !state_->closed && state_->queued < state_->high_water;
+}
+
+void StreamWriter::finish() {
+  std::shared_ptr<detail::Session> session;
+  {
+    std::lock_guard lock(state_->mu);
+    if (state_->closed || state_->finishing) return;
+    state_->finishing = true;
+    session = state_->session;
+  }
+  if (session) session->kick_stream();
+}
 
 void Server::Impl::do_accept() {
   acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
@@ -381,8 +748,9 @@ Result<std::unique_ptr<Server>> Server::start(ServerOptions options, Handler han
   if (ec) return unavailable("cannot listen on " + where + ": " + ec.message());
   impl->port = impl->acceptor.local_endpoint().port();
   impl->do_accept();
-  int n = impl->opt.io_threads > 0 ? impl->opt.io_threads
-                                   : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int n = impl->opt.io_threads > 0
+              ? impl->opt.io_threads
+              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   for (int i = 0; i < n; ++i) {
     impl->threads.emplace_back([io = &impl->ioc] { io->run(); });
   }

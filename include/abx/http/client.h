@@ -17,9 +17,9 @@ namespace abx::http {
 
 class Connection {
  public:
-  static Result<std::unique_ptr<Connection>> open(const std::string& host, std::uint16_t port,
-                                                  std::chrono::milliseconds timeout =
-                                                      std::chrono::seconds(10));
+  static Result<std::unique_ptr<Connection>> open(
+      const std::string& host, std::uint16_t port,
+      std::chrono::milliseconds timeout = std::chrono::seconds(10));
   ~Connection();
 
   // Sends `req` (Host and Content-Length are filled in when missing) and reads the response.

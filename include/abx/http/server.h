@@ -11,6 +11,16 @@
 // Handlers run on an I/O thread and must not block: they either answer at once or hand the work
 // to another thread and answer later through the Responder, from any thread. Requests on one
 // connection are answered in order (pipelined requests wait their turn).
+//
+// Two extensions serve bulk data in constant memory:
+//  - Streaming responses: Responder::stream() sends the header at once and returns a
+//    StreamWriter; the body follows chunk by chunk (chunked transfer coding, or raw bytes when
+//    the header carries a Content-Length). The writer's queue is bounded by a high-water mark
+//    and producers wait for it to drain, so a fast producer never grows the server's memory.
+//  - Large request bodies: ServerOptions::body_policy sees each request's header before its
+//    body is read and may raise the body limit for that request and have the body spooled to a
+//    file (Responder::body_file()) instead of memory. Without a policy every request keeps the
+//    default limit and an in-memory body, as before.
 #pragma once
 
 #include <atomic>
@@ -31,21 +41,87 @@ namespace abx::http {
 using Request = boost::beast::http::request<boost::beast::http::string_body>;
 using Response = boost::beast::http::response<boost::beast::http::string_body>;
 
+namespace detail {
+class Session;
+struct StreamState;
+}  // namespace detail
+
 struct Limits {
-  std::size_t max_target_bytes = 8 * 1024;    // request target; over it: 414
-  std::size_t max_header_bytes = 16 * 1024;   // whole header block; over it: 431
-  std::size_t max_header_fields = 100;        // over it: 431
-  std::size_t max_body_bytes = 1024 * 1024;   // over it: 413
+  std::size_t max_target_bytes = 8 * 1024;           // request target; over it: 414
+  std::size_t max_header_bytes = 16 * 1024;          // whole header block; over it: 431
+  std::size_t max_header_fields = 100;               // over it: 431
+  std::size_t max_body_bytes = 1024 * 1024;          // over it: 413
   std::chrono::milliseconds header_timeout{10'000};  // a request's header must arrive within this
   std::chrono::milliseconds body_timeout{30'000};    // and its body within this
   std::chrono::milliseconds idle_timeout{60'000};    // keep-alive connection with no request
   std::chrono::milliseconds write_timeout{30'000};
   std::size_t max_connections = 4096;  // further connections get 503 and are closed
+  // A StreamWriter reports "not ready" once this many bytes wait to be sent, and "ready" again
+  // below the low-water mark.
+  std::size_t stream_high_water = 256 * 1024;
+  std::size_t stream_low_water = 64 * 1024;
 };
 
-namespace detail {
-class Session;
-}
+// How one request's body is received; chosen by ServerOptions::body_policy from the header.
+struct BodyPlan {
+  std::size_t max_bytes = 0;  // the body limit for this request (over it: 413)
+  // Non-empty: the body is written to a new file in this directory (never held in memory) and
+  // handed over as Responder::body_file(); the request's string body stays empty.
+  std::string spool_dir;
+};
+
+// A request body spooled to disk. The file is unlinked when this object goes away unless its
+// owner moved it elsewhere (rename) and called release().
+class BodyFile {
+ public:
+  BodyFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  ~BodyFile();
+  BodyFile(const BodyFile&) = delete;
+  BodyFile& operator=(const BodyFile&) = delete;
+
+  int fd() const { return fd_; }  // O_RDWR | O_CLOEXEC, positioned at the end
+  const std::string& path() const { return path_; }
+  std::uint64_t size() const { return size_; }
+  void release() { released_ = true; }  // the path no longer names our file
+
+ private:
+  friend class detail::Session;
+  int fd_;
+  std::string path_;
+  std::uint64_t size_ = 0;
+  bool released_ = false;
+};
+
+// The body of a streaming response. Thread-safe; write() never blocks. Producers that may
+// outrun the client check ready() after each write and, when it is false, wait: with
+// when_ready() (a callback on the connection's executor) or wait_ready() (blocks the calling
+// thread; never call it on an I/O thread).
+class StreamWriter {
+ public:
+  explicit StreamWriter(std::shared_ptr<detail::StreamState> state);
+  // Dropping a writer without finish() aborts the connection: the client must not mistake a
+  // truncated body for a complete one.
+  ~StreamWriter();
+  StreamWriter(const StreamWriter&) = delete;
+  StreamWriter& operator=(const StreamWriter&) = delete;
+
+  // Queues `data` (one chunk). Returns false once the stream is closed (peer gone, write error
+  // or deadline); the producer should stop then. Empty data is ignored.
+  bool write(std::string data);
+  // True while fewer than Limits::stream_high_water bytes are queued and the stream is open.
+  bool ready() const;
+  bool closed() const;
+  // Runs `cb` once, on the connection's executor, when the queue drops below the low-water
+  // mark or the stream closes (check closed() in the callback).
+  void when_ready(std::function<void()> cb);
+  // Blocks until ready, closed, or `timeout`; returns ready().
+  bool wait_ready(std::chrono::milliseconds timeout);
+  // Ends the body (the last chunk) once everything queued is sent. Idempotent.
+  void finish();
+
+ private:
+  std::shared_ptr<detail::StreamState> state_;
+};
 
 // Completes one request. Call it exactly once, from any thread; if it is destroyed without
 // being called the client gets a 500 rather than a hung connection.
@@ -53,15 +129,28 @@ class Responder {
  public:
   explicit Responder(std::shared_ptr<detail::Session> session);
   void operator()(Response res) const;
+  // Answers with `header` (its body is ignored) and returns the writer for the body. If the
+  // header sets Content-Length, exactly that many bytes must follow and go out unchunked;
+  // otherwise the body is chunked (or, for an HTTP/1.0 client, ends with the connection).
+  // Counts as the one answer.
+  std::shared_ptr<StreamWriter> stream(Response header) const;
   // The executor of the connection (for timers tied to this request).
   boost::asio::any_io_executor executor() const;
+  // The spooled body, when the body policy asked for one; null otherwise.
+  std::shared_ptr<BodyFile> body_file() const;
 
  private:
+  friend class detail::Session;
   struct State;
   std::shared_ptr<State> state_;
 };
 
 using Handler = std::function<void(Request&& req, Responder respond)>;
+// Called with a request whose header is complete and whose body has not been read. Returning
+// an Error answers it at once (e.g. 401 before a large upload) and closes the connection.
+using BodyPolicy = std::function<Result<BodyPlan>(const Request& header)>;
+// Renders an Error as a response, for servers whose protocol fixes the error body's shape.
+using ErrorRenderer = std::function<Response(const Error& error, unsigned version)>;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
@@ -69,6 +158,12 @@ struct ServerOptions {
   int io_threads = 0;      // 0 = number of cores
   Limits limits;
   std::string server_header = "abx";
+  // Optional: per-request body limits and spooling (see BodyPlan). Unset: every request gets
+  // limits.max_body_bytes in memory.
+  BodyPolicy body_policy;
+  // Optional: the shape of errors the server itself produces (framing, limits, 500s). Unset:
+  // error_response().
+  ErrorRenderer error_renderer;
 };
 
 class Server {

@@ -1,0 +1,745 @@
+// Routing, auth and the Connect method table of envd.
+#include "abx/envd/envd.h"
+
+#include <openssl/sha.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <boost/beast/core/string.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/serialize.hpp>
+#include <cstdlib>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+
+#include "abx/base/log.h"
+#include "abx/http/server.h"
+#include "abx/token/token.h"
+#include "envd/connect.h"
+#include "envd/files.h"
+#include "envd/fs.h"
+#include "envd/process.h"
+#include "envd/proto_json.h"
+#include "envd/users.h"
+
+namespace abx::envd {
+
+namespace json = boost::json;
+namespace bhttp = boost::beast::http;
+using http::Request;
+using http::Responder;
+using http::Response;
+
+namespace {
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Query decoding as Go's url.ParseQuery: %XX and '+' as space. A bad escape is an error.
+Result<std::map<std::string, std::string>> parse_query(std::string_view q) {
+  std::map<std::string, std::string> out;
+  auto decode = [](std::string_view s) -> Result<std::string> {
+    std::string r;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      if (s[i] == '+') {
+        r += ' ';
+      } else if (s[i] == '%') {
+        int a = i + 1 < s.size() ? hex_value(s[i + 1]) : -1;
+        int b = i + 2 < s.size() ? hex_value(s[i + 2]) : -1;
+        if (a < 0 || b < 0) return invalid_argument("bad %-escape in query");
+        r += static_cast<char>(a * 16 + b);
+        i += 2;
+      } else {
+        r += s[i];
+      }
+    }
+    return r;
+  };
+  while (!q.empty()) {
+    auto amp = q.find('&');
+    std::string_view kv = q.substr(0, amp);
+    q = amp == std::string_view::npos ? std::string_view() : q.substr(amp + 1);
+    if (kv.empty()) continue;
+    auto eq = kv.find('=');
+    auto k = decode(kv.substr(0, eq));
+    auto v = decode(eq == std::string_view::npos ? std::string_view() : kv.substr(eq + 1));
+    if (!k.ok()) return k.error();
+    if (!v.ok()) return v.error();
+    out.emplace(std::move(*k), std::move(*v));  // first value wins
+  }
+  return out;
+}
+
+std::string query_value(const std::map<std::string, std::string>& q, const std::string& k) {
+  auto it = q.find(k);
+  return it == q.end() ? std::string() : it->second;
+}
+
+bool is_json_type(std::string_view ct, bool streaming) {
+  auto semi = ct.find(';');
+  std::string_view base = ct.substr(0, semi);
+  while (!base.empty() && base.back() == ' ') base.remove_suffix(1);
+  return boost::beast::iequals(base, streaming ? "application/connect+json" : "application/json");
+}
+
+}  // namespace
+
+struct PollWatcher {
+  std::mutex mu;
+  std::deque<json::object> events;
+  std::unique_ptr<Watcher> watcher;
+};
+
+struct Envd::Impl {
+  EnvdOptions opt;
+  Users users{"user", {}};
+  std::unique_ptr<ProcessManager> procs;
+  std::mutex watch_mu;
+  std::map<std::string, std::shared_ptr<PollWatcher>> poll_watchers;
+  std::vector<std::unique_ptr<Watcher>> stream_watchers;
+  std::unique_ptr<http::Server> server;
+
+  struct Call {
+    Request req;
+    Responder respond;
+    User user;
+    json::object msg;
+  };
+  using Unary = std::function<Result<json::object>(Call&)>;
+  using Streaming = std::function<Status(Call&)>;
+  std::map<std::string, Unary, std::less<>> unary;
+  std::map<std::string, Streaming, std::less<>> streaming;
+
+  void register_methods();
+  void handle(Request&& req, Responder respond);
+  Result<http::BodyPlan> body_policy(const Request& h);
+  Status check_token(const Request& req) const;
+  Status check_files_auth(const Request& req, const std::map<std::string, std::string>& q,
+                          const char* op) const;
+  Result<User> request_user(const Request& req, const std::map<std::string, std::string>& q) const;
+  void handle_files(Request&& req, Responder respond, const std::map<std::string, std::string>& q);
+  void handle_rpc(Request&& req, Responder respond, std::string_view path);
+  void reap_stream_watchers();
+  std::chrono::milliseconds keepalive_of(const Request& req) const;
+};
+
+// ---- auth and users ----
+
+Status Envd::Impl::check_token(const Request& req) const {
+  if (!opt.access_token) return {};
+  auto it = req.find("X-Access-Token");
+  if (it == req.end()) return Error(ErrorCode::kUnauthenticated, "missing X-Access-Token");
+  if (it->value().size() > token::kMaxTokenBytes ||
+      !token::constant_time_equal(it->value(), *opt.access_token)) {
+    return Error(ErrorCode::kUnauthenticated, "invalid access token");
+  }
+  return {};
+}
+
+// /files also accepts a signed URL: v1_ + base64(sha256("path:op:user:token[:exp]")), unpadded.
+Status Envd::Impl::check_files_auth(const Request& req, const std::map<std::string, std::string>& q,
+                                    const char* op) const {
+  if (!opt.access_token) return {};
+  if (req.find("X-Access-Token") != req.end()) return check_token(req);
+  std::string sig = query_value(q, "signature");
+  if (sig.empty()) return Error(ErrorCode::kUnauthenticated, "missing X-Access-Token or signature");
+  std::string exp = query_value(q, "signature_expiration");
+  std::string material = query_value(q, "path") + ":" + op + ":" + query_value(q, "username") +
+                         ":" + *opt.access_token;
+  if (!exp.empty()) {
+    if (exp.size() > 18 || exp.find_first_not_of("0123456789") != std::string::npos) {
+      return Error(ErrorCode::kUnauthenticated, "invalid signature expiration");
+    }
+    if (std::stoll(exp) < static_cast<long long>(std::time(nullptr))) {
+      return Error(ErrorCode::kUnauthenticated, "signature expired");
+    }
+    material += ":" + exp;
+  }
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  ::SHA256(reinterpret_cast<const unsigned char*>(material.data()), material.size(), digest);
+  std::string want =
+      "v1_" + base64_encode(std::string_view(reinterpret_cast<char*>(digest), sizeof digest));
+  while (want.back() == '=') want.pop_back();
+  if (!token::constant_time_equal(sig, want))
+    return Error(ErrorCode::kUnauthenticated, "invalid signature");
+  return {};
+}
+
+Result<User> Envd::Impl::request_user(const Request& req,
+                                      const std::map<std::string, std::string>& q) const {
+  std::string name;
+  if (auto it = req.find(bhttp::field::authorization); it != req.end()) {
+    std::string_view v = it->value();
+    if (v.size() > 6 && boost::beast::iequals(v.substr(0, 6), "basic ")) {
+      auto dec = base64_decode(v.substr(6));
+      if (!dec.ok()) return Error(ErrorCode::kUnauthenticated, "malformed Basic authorization");
+      name = dec->substr(0, dec->find(':'));
+    }
+  }
+  if (name.empty()) name = query_value(q, "username");
+  return users.resolve(name);
+}
+
+std::chrono::milliseconds Envd::Impl::keepalive_of(const Request& req) const {
+  auto it = req.find("Keepalive-Ping-Interval");
+  if (it != req.end()) {
+    std::string v(it->value());
+    if (!v.empty() && v.size() < 7 && v.find_first_not_of("0123456789") == std::string::npos) {
+      long s = std::stol(v);
+      if (s > 0) return std::chrono::seconds(s);
+    }
+  }
+  return opt.default_keepalive;
+}
+
+// ---- routing ----
+
+void Envd::Impl::handle(Request&& req, Responder respond) {
+  std::string_view target = req.target();
+  auto qm = target.find('?');
+  std::string_view path = target.substr(0, qm);
+  auto q = parse_query(qm == std::string_view::npos ? std::string_view() : target.substr(qm + 1));
+  unsigned v = req.version();
+  if (!q.ok()) return respond(rest_error_response(q.error(), v));
+  if (path == "/health") {
+    if (req.method() != bhttp::verb::get && req.method() != bhttp::verb::head) {
+      return respond(rest_error_response(Error(ErrorCode::kMethodNotAllowed, "use GET"), v));
+    }
+    Response res{bhttp::status::no_content, v};
+    res.keep_alive(req.keep_alive());
+    return respond(std::move(res));
+  }
+  if (path == "/files") return handle_files(std::move(req), std::move(respond), *q);
+  if (path.size() > 1 && path.find('/', 1) != std::string_view::npos &&
+      (path.starts_with("/process.") || path.starts_with("/filesystem."))) {
+    return handle_rpc(std::move(req), std::move(respond), path);
+  }
+  // Everything else needs the token too, so an unauthenticated caller learns nothing.
+  if (auto s = check_token(req); !s.ok()) return respond(rest_error_response(s.error(), v));
+  respond(connect_error_response(
+      Error(ErrorCode::kUnimplemented, "no such route: " + std::string(path)), v));
+}
+
+Result<http::BodyPlan> Envd::Impl::body_policy(const Request& h) {
+  std::string_view target = h.target();
+  auto qm = target.find('?');
+  if (target.substr(0, qm) != "/files" || h.method() != bhttp::verb::post) {
+    return http::BodyPlan{1024 * 1024, {}};
+  }
+  // Refuse early, before a large body is read.
+  auto q = parse_query(qm == std::string_view::npos ? std::string_view() : target.substr(qm + 1));
+  if (!q.ok()) return q.error();
+  if (auto s = check_files_auth(h, *q, "write"); !s.ok()) return s.error();
+  auto user = request_user(h, *q);
+  if (!user.ok()) return user.error();
+  std::string ct(h[bhttp::field::content_type]);
+  bool octet = is_json_type(ct, false)
+                   ? false
+                   : boost::beast::iequals(ct.substr(0, ct.find(';')), "application/octet-stream");
+  bool multipart = boost::beast::iequals(ct.substr(0, ct.find(';')), "multipart/form-data");
+  if (!octet && !multipart) {
+    return invalid_argument("POST /files needs multipart/form-data or application/octet-stream");
+  }
+  if (h.find(bhttp::field::content_encoding) != h.end() &&
+      !boost::beast::iequals(h[bhttp::field::content_encoding], "identity")) {
+    return invalid_argument("Content-Encoding '" + std::string(h[bhttp::field::content_encoding]) +
+                            "' is not supported");
+  }
+  std::string spool = opt.spool_dir;
+  std::string qpath = query_value(*q, "path");
+  if (octet && qpath.empty())
+    return invalid_argument("octet-stream upload needs the path query parameter");
+  if (!qpath.empty()) {
+    auto p = resolve_path(qpath, *user);
+    if (!p.ok()) return p.error();
+    std::string dir = p->substr(0, std::max<std::size_t>(1, p->rfind('/')));
+    auto made = make_dirs(dir, *user, false);
+    if (!made.ok()) return made.error();
+    spool = dir;  // same directory: the octet-stream body can be renamed into place
+  }
+  return http::BodyPlan{opt.max_upload_bytes, spool};
+}
+
+void Envd::Impl::handle_files(Request&& req, Responder respond,
+                              const std::map<std::string, std::string>& q) {
+  unsigned v = req.version();
+  auto fail = [&](const Error& e) { respond(rest_error_response(e, v)); };
+  bool get = req.method() == bhttp::verb::get;
+  if (!get && req.method() != bhttp::verb::post) {
+    return fail(Error(ErrorCode::kMethodNotAllowed, "use GET or POST"));
+  }
+  if (auto s = check_files_auth(req, q, get ? "read" : "write"); !s.ok()) return fail(s.error());
+  auto user = request_user(req, q);
+  if (!user.ok()) return fail(user.error());
+  std::string qpath = query_value(q, "path");
+  if (get) {
+    if (qpath.empty()) return fail(invalid_argument("missing path query parameter"));
+    auto p = resolve_path(qpath, *user);
+    if (!p.ok()) return fail(p.error());
+    auto s = serve_download(*p, v, respond);
+    if (!s.ok()) fail(s.error());
+    return;
+  }
+  auto body = respond.body_file();
+  if (!body) return fail(internal_error("upload body was not spooled"));
+  std::string ct(req[bhttp::field::content_type]);
+  json::array written;
+  auto place = [&](const std::string& raw_path, std::uint64_t off, std::uint64_t len) -> Status {
+    auto p = resolve_path(raw_path, *user);
+    if (!p.ok()) return p.error();
+    auto s = place_file(*body, off, len, *p, *user);
+    if (!s.ok()) return s;
+    written.push_back(
+        json::object{{"path", *p}, {"name", p->substr(p->rfind('/') + 1)}, {"type", "file"}});
+    return {};
+  };
+  if (boost::beast::iequals(ct.substr(0, ct.find(';')), "multipart/form-data")) {
+    auto parts = parse_multipart(body->fd(), body->size(), ct);
+    if (!parts.ok()) return fail(parts.error());
+    for (const auto& part : *parts) {
+      if (part.name != "file") continue;
+      std::string target = !qpath.empty() ? qpath : part.filename;
+      if (target.empty())
+        return fail(invalid_argument("a file part has neither a filename nor a path"));
+      if (auto s = place(target, part.offset, part.length); !s.ok()) return fail(s.error());
+    }
+    if (written.empty()) return fail(invalid_argument("no part named 'file' in the upload"));
+  } else {
+    if (auto s = place(qpath, 0, body->size()); !s.ok()) return fail(s.error());
+  }
+  Response res{bhttp::status::ok, v};
+  res.set(bhttp::field::content_type, "application/json");
+  res.body() = json::serialize(written);
+  respond(std::move(res));
+}
+
+void Envd::Impl::handle_rpc(Request&& req, Responder respond, std::string_view path) {
+  unsigned v = req.version();
+  std::string method(path.substr(1));
+  auto u = unary.find(method);
+  auto st = streaming.find(method);
+  if (auto s = check_token(req); !s.ok()) return respond(connect_error_response(s.error(), v));
+  if (u == unary.end() && st == streaming.end()) {
+    return respond(
+        connect_error_response(Error(ErrorCode::kUnimplemented, "unknown method " + method), v));
+  }
+  bool is_stream = st != streaming.end();
+  auto fail = [&](const Error& e) {
+    respond(is_stream ? connect_stream_error_response(e, v) : connect_error_response(e, v));
+  };
+  if (req.method() != bhttp::verb::post) {
+    return respond(
+        connect_error_response(Error(ErrorCode::kMethodNotAllowed, "Connect calls use POST"), v));
+  }
+  if (!is_json_type(req[bhttp::field::content_type], is_stream)) {
+    Error e(ErrorCode::kUnsupportedMediaType,
+            "unsupported content type '" + std::string(req[bhttp::field::content_type]) +
+                "'; expected " + (is_stream ? "application/connect+json" : "application/json"));
+    Response res = connect_error_response(e, v);
+    res.result(bhttp::status::unsupported_media_type);
+    return respond(std::move(res));
+  }
+  std::string_view payload = req.body();
+  if (is_stream) {
+    auto one = parse_single_request(req.body());
+    if (!one.ok()) return fail(one.error());
+    payload = *one;
+  }
+  auto msg = parse_message(payload.empty() ? std::string_view("{}") : payload);
+  if (!msg.ok()) return fail(msg.error());
+  auto user = request_user(req, {});
+  if (!user.ok()) return fail(user.error());
+  Call call{std::move(req), respond, std::move(*user), std::move(*msg)};
+  if (is_stream) {
+    auto s = st->second(call);
+    if (!s.ok()) fail(s.error());
+    return;
+  }
+  auto out = u->second(call);
+  if (!out.ok()) return fail(out.error());
+  Response res{bhttp::status::ok, v};
+  res.set(bhttp::field::content_type, "application/json");
+  res.body() = json::serialize(*out);
+  res.keep_alive(call.req.keep_alive());
+  respond(std::move(res));
+}
+
+// ---- message decoding helpers ----
+
+namespace {
+
+#define ABX_TRY(var, expr)                   \
+  auto var##_r = (expr);                     \
+  if (!var##_r.ok()) return var##_r.error(); \
+  auto var = std::move(*var##_r)
+
+struct Selector {
+  std::optional<std::uint32_t> pid;
+  std::optional<std::string> tag;
+};
+
+Result<Selector> parse_selector(const json::object& msg) {
+  ABX_TRY(sel, get_object(msg, "process"));
+  if (!sel) return invalid_argument("missing field 'process' (a pid or tag selector)");
+  ABX_TRY(pid, get_u32(**sel, "pid"));
+  ABX_TRY(tag, get_string(**sel, "tag"));
+  if (!pid && !tag) return invalid_argument("process selector needs 'pid' or 'tag'");
+  return Selector{pid, tag};
+}
+
+Result<std::optional<std::pair<std::uint16_t, std::uint16_t>>> parse_pty(const json::object& msg) {
+  using R = std::optional<std::pair<std::uint16_t, std::uint16_t>>;
+  ABX_TRY(pty, get_object(msg, "pty"));
+  if (!pty) return R();
+  ABX_TRY(size, get_object(**pty, "size"));
+  std::uint32_t cols = 80, rows = 24;
+  if (size) {
+    ABX_TRY(c, get_u32(**size, "cols"));
+    ABX_TRY(r, get_u32(**size, "rows"));
+    if (c) cols = *c;
+    if (r) rows = *r;
+  }
+  if (cols > 65535 || rows > 65535) return invalid_argument("pty size out of range");
+  return R(std::make_pair(static_cast<std::uint16_t>(cols), static_cast<std::uint16_t>(rows)));
+}
+
+Result<std::string> required_path(const json::object& msg, const char* name, const User& user) {
+  ABX_TRY(p, get_string(msg, name));
+  if (!p) return invalid_argument(std::string("missing field '") + name + "'");
+  return resolve_path(*p, user);
+}
+
+json::object process_config_json(const ProcessConfig& c) {
+  json::object o{{"cmd", c.cmd}};
+  json::array args;
+  for (const auto& a : c.args) args.emplace_back(a);
+  o["args"] = std::move(args);
+  json::object envs;
+  for (const auto& [k, v] : c.envs) envs[k] = v;
+  o["envs"] = std::move(envs);
+  if (c.cwd) o["cwd"] = *c.cwd;
+  return o;
+}
+
+Result<std::chrono::milliseconds> timeout_of(const Request& req) {
+  auto it = req.find("Connect-Timeout-Ms");
+  if (it == req.end()) return std::chrono::milliseconds(0);
+  std::string v(it->value());
+  if (v.empty() || v.size() > 10 || v.find_first_not_of("0123456789") != std::string::npos) {
+    return invalid_argument("invalid Connect-Timeout-Ms '" + v + "'");
+  }
+  return std::chrono::milliseconds(std::stoll(v));
+}
+
+Response stream_header(unsigned version) {
+  Response h{bhttp::status::ok, version};
+  h.set(bhttp::field::content_type, "application/connect+json");
+  return h;
+}
+
+json::object fs_event_json(const FsEvent& e, const std::string& dir, bool include_entry) {
+  json::object o{{"name", e.name}, {"type", fs_event_type_name(e.type)}};
+  if (include_entry && e.type != FsEventType::kRemove && e.type != FsEventType::kRename) {
+    auto info = entry_info(e.name.empty() ? dir : dir + "/" + e.name);
+    if (info.ok()) o["entry"] = std::move(*info);
+  }
+  return o;
+}
+
+}  // namespace
+
+void Envd::Impl::reap_stream_watchers() {
+  std::lock_guard lock(watch_mu);
+  std::erase_if(stream_watchers, [](const auto& w) { return !w->running(); });
+}
+
+void Envd::Impl::register_methods() {
+  // process.Process
+  streaming["process.Process/Start"] = [this](Call& c) -> Status {
+    ABX_TRY(proc, get_object(c.msg, "process"));
+    if (!proc) return invalid_argument("missing field 'process'");
+    StartSpec spec;
+    ABX_TRY(cmd, get_string(**proc, "cmd"));
+    if (!cmd || cmd->empty()) return invalid_argument("missing field 'process.cmd'");
+    spec.config.cmd = *cmd;
+    ABX_TRY(args, get_string_list(**proc, "args"));
+    spec.config.args = std::move(args);
+    ABX_TRY(envs, get_string_map(**proc, "envs"));
+    spec.config.envs = std::move(envs);
+    ABX_TRY(cwd, get_string(**proc, "cwd"));
+    spec.config.cwd = cwd;
+    ABX_TRY(pty, parse_pty(c.msg));
+    spec.pty = pty;
+    ABX_TRY(tag, get_string(c.msg, "tag"));
+    spec.tag = tag;
+    ABX_TRY(stdin_open, get_bool(c.msg, "stdin"));
+    spec.stdin_open = stdin_open.value_or(true);
+    ABX_TRY(timeout, timeout_of(c.req));
+    spec.timeout = timeout;
+    spec.user = c.user;
+    ABX_TRY(p, procs->start(spec));
+    auto writer = c.respond.stream(stream_header(c.req.version()));
+    p->subscribe(Subscriber{writer, keepalive_of(c.req)});
+    p->run_pump();
+    return {};
+  };
+  streaming["process.Process/Connect"] = [this](Call& c) -> Status {
+    ABX_TRY(sel, parse_selector(c.msg));
+    ABX_TRY(p, procs->find(sel.pid, sel.tag));
+    auto writer = c.respond.stream(stream_header(c.req.version()));
+    if (!p->subscribe(Subscriber{writer, keepalive_of(c.req)})) {
+      Error e = not_found("process " + std::to_string(p->pid()) + " has ended");
+      writer->write(encode_envelope(kFlagEndStream, end_stream_payload(&e)));
+      writer->finish();
+    }
+    return {};
+  };
+  unary["process.Process/List"] = [this](Call&) -> Result<json::object> {
+    json::array out;
+    for (const auto& p : procs->list()) {
+      json::object info{{"config", process_config_json(p->config())},
+                        {"pid", static_cast<std::uint32_t>(p->pid())}};
+      if (p->tag()) info["tag"] = *p->tag();
+      out.push_back(std::move(info));
+    }
+    return json::object{{"processes", std::move(out)}};
+  };
+  unary["process.Process/SendInput"] = [this](Call& c) -> Result<json::object> {
+    ABX_TRY(sel, parse_selector(c.msg));
+    ABX_TRY(input, get_object(c.msg, "input"));
+    if (!input) return invalid_argument("missing field 'input'");
+    ABX_TRY(in, get_bytes(**input, "stdin"));
+    ABX_TRY(pty, get_bytes(**input, "pty"));
+    ABX_TRY(p, procs->find(sel.pid, sel.tag));
+    Status s = pty  ? p->send_pty(*pty)
+               : in ? p->send_stdin(*in)
+                    : Status(invalid_argument("input needs 'stdin' or 'pty'"));
+    if (!s.ok()) return s.error();
+    return json::object{};
+  };
+  unary["process.Process/SendSignal"] = [this](Call& c) -> Result<json::object> {
+    static const std::map<std::string, int, std::less<>> kSignals{
+        {"SIGNAL_UNSPECIFIED", 0}, {"SIGNAL_SIGTERM", 15}, {"SIGNAL_SIGKILL", 9}};
+    ABX_TRY(sel, parse_selector(c.msg));
+    ABX_TRY(sig, get_enum(c.msg, "signal", "", kSignals));
+    if (!sig || (*sig != SIGTERM && *sig != SIGKILL)) {
+      return invalid_argument("signal must be SIGNAL_SIGTERM or SIGNAL_SIGKILL");
+    }
+    ABX_TRY(p, procs->find(sel.pid, sel.tag));
+    auto s = p->signal(*sig);
+    if (!s.ok()) return s.error();
+    return json::object{};
+  };
+  unary["process.Process/CloseStdin"] = [this](Call& c) -> Result<json::object> {
+    ABX_TRY(sel, parse_selector(c.msg));
+    ABX_TRY(p, procs->find(sel.pid, sel.tag));
+    auto s = p->close_stdin();
+    if (!s.ok()) return s.error();
+    return json::object{};
+  };
+  unary["process.Process/Update"] = [this](Call& c) -> Result<json::object> {
+    ABX_TRY(sel, parse_selector(c.msg));
+    ABX_TRY(pty, parse_pty(c.msg));
+    ABX_TRY(p, procs->find(sel.pid, sel.tag));
+    if (pty) {
+      auto s = p->resize(pty->first, pty->second);
+      if (!s.ok()) return s.error();
+    }
+    return json::object{};
+  };
+
+  // filesystem.Filesystem
+  unary["filesystem.Filesystem/Stat"] = [](Call& c) -> Result<json::object> {
+    ABX_TRY(path, required_path(c.msg, "path", c.user));
+    ABX_TRY(e, entry_info(path));
+    return json::object{{"entry", std::move(e)}};
+  };
+  unary["filesystem.Filesystem/ListDir"] = [](Call& c) -> Result<json::object> {
+    ABX_TRY(path, required_path(c.msg, "path", c.user));
+    ABX_TRY(depth, get_u32(c.msg, "depth"));
+    ABX_TRY(entries, list_dir(path, depth.value_or(1)));
+    return json::object{{"entries", std::move(entries)}};
+  };
+  unary["filesystem.Filesystem/MakeDir"] = [](Call& c) -> Result<json::object> {
+    ABX_TRY(path, required_path(c.msg, "path", c.user));
+    auto s = make_dirs(path, c.user, true);
+    if (!s.ok()) return s.error();
+    ABX_TRY(e, entry_info(path));
+    return json::object{{"entry", std::move(e)}};
+  };
+  unary["filesystem.Filesystem/Move"] = [](Call& c) -> Result<json::object> {
+    ABX_TRY(from, required_path(c.msg, "source", c.user));
+    ABX_TRY(to, required_path(c.msg, "destination", c.user));
+    auto s = move_path(from, to, c.user);
+    if (!s.ok()) return s.error();
+    ABX_TRY(e, entry_info(to));
+    return json::object{{"entry", std::move(e)}};
+  };
+  unary["filesystem.Filesystem/Remove"] = [](Call& c) -> Result<json::object> {
+    ABX_TRY(path, required_path(c.msg, "path", c.user));
+    auto s = remove_path(path);
+    if (!s.ok()) return s.error();
+    return json::object{};
+  };
+  streaming["filesystem.Filesystem/WatchDir"] = [this](Call& c) -> Status {
+    reap_stream_watchers();
+    ABX_TRY(path, required_path(c.msg, "path", c.user));
+    ABX_TRY(recursive, get_bool(c.msg, "recursive"));
+    ABX_TRY(include_entry, get_bool(c.msg, "includeEntry", "include_entry"));
+    // Validate before answering, so a bad path is an end-stream error with no start frame.
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return errno_error(errno, "watch " + path);
+    if (!S_ISDIR(st.st_mode)) return invalid_argument("path is not a directory: " + path);
+    auto writer = c.respond.stream(stream_header(c.req.version()));
+    writer->write(encode_envelope(0, R"({"start":{}})"));
+    auto keepalive = keepalive_of(c.req);
+    bool entries = include_entry.value_or(false);
+    auto sink = [writer, path, entries](const FsEvent& e) {
+      json::object frame{{"filesystem", fs_event_json(e, path, entries)}};
+      if (!writer->write(encode_envelope(0, json::serialize(frame)))) return false;
+      while (!writer->ready() && !writer->closed())
+        writer->wait_ready(std::chrono::milliseconds(200));
+      return !writer->closed();
+    };
+    auto tick = [writer, keepalive, last = std::chrono::steady_clock::now()]() mutable {
+      if (writer->closed()) return false;
+      if (std::chrono::steady_clock::now() - last >= keepalive) {
+        last = std::chrono::steady_clock::now();
+        return writer->write(encode_envelope(0, R"({"keepalive":{}})"));
+      }
+      return true;
+    };
+    auto w =
+        Watcher::start(path, recursive.value_or(false), sink, tick, std::chrono::milliseconds(500));
+    if (!w.ok()) {
+      Error e = w.error();
+      writer->write(encode_envelope(kFlagEndStream, end_stream_payload(&e)));
+      writer->finish();
+      return {};
+    }
+    // The stream ends when the client goes away (the end-stream frame is never reached then).
+    std::lock_guard lock(watch_mu);
+    stream_watchers.push_back(std::move(*w));
+    return {};
+  };
+  unary["filesystem.Filesystem/CreateWatcher"] = [this](Call& c) -> Result<json::object> {
+    ABX_TRY(path, required_path(c.msg, "path", c.user));
+    ABX_TRY(recursive, get_bool(c.msg, "recursive"));
+    ABX_TRY(include_entry, get_bool(c.msg, "includeEntry", "include_entry"));
+    auto pw = std::make_shared<PollWatcher>();
+    bool entries = include_entry.value_or(false);
+    std::weak_ptr<PollWatcher> weak = pw;
+    ABX_TRY(w, Watcher::start(
+                   path, recursive.value_or(false),
+                   [weak, path, entries](const FsEvent& e) {
+                     auto p = weak.lock();
+                     if (!p) return false;
+                     std::lock_guard lock(p->mu);
+                     if (p->events.size() >= 10000) p->events.pop_front();  // bounded
+                     p->events.push_back(fs_event_json(e, path, entries));
+                     return true;
+                   },
+                   [] { return true; }, std::chrono::milliseconds(1000)));
+    pw->watcher = std::move(w);
+    auto id = token::random_hex(8);
+    if (!id.ok()) return id.error();
+    std::lock_guard lock(watch_mu);
+    poll_watchers[*id] = pw;
+    return json::object{{"watcherId", *id}};
+  };
+  auto find_watcher = [this](const json::object& msg) -> Result<std::shared_ptr<PollWatcher>> {
+    ABX_TRY(id, get_string(msg, "watcherId", "watcher_id"));
+    if (!id) return invalid_argument("missing field 'watcherId'");
+    std::lock_guard lock(watch_mu);
+    auto it = poll_watchers.find(*id);
+    if (it == poll_watchers.end()) return not_found("watcher '" + *id + "' not found");
+    return it->second;
+  };
+  unary["filesystem.Filesystem/GetWatcherEvents"] =
+      [find_watcher](Call& c) -> Result<json::object> {
+    ABX_TRY(pw, find_watcher(c.msg));
+    json::array events;
+    std::lock_guard lock(pw->mu);
+    for (auto& e : pw->events) events.push_back(std::move(e));
+    pw->events.clear();
+    return json::object{{"events", std::move(events)}};
+  };
+  unary["filesystem.Filesystem/RemoveWatcher"] = [this,
+                                                  find_watcher](Call& c) -> Result<json::object> {
+    ABX_TRY(pw, find_watcher(c.msg));
+    std::unique_ptr<Watcher> w;
+    {
+      std::lock_guard lock(watch_mu);
+      std::erase_if(poll_watchers, [&](const auto& kv) { return kv.second == pw; });
+    }
+    pw->watcher.reset();  // stops and joins
+    return json::object{};
+  };
+}
+
+// ---- lifecycle ----
+
+Envd::Envd(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Envd::~Envd() { shutdown(std::chrono::milliseconds(0)); }
+
+Result<std::unique_ptr<Envd>> Envd::start(EnvdOptions options) {
+  auto impl = std::make_unique<Impl>();
+  impl->opt = std::move(options);
+  std::map<std::string, User> overrides;
+  for (const auto& [name, u] : impl->opt.users) overrides[name] = User{name, u.uid, u.gid, u.home};
+  impl->users = Users(impl->opt.default_user, std::move(overrides));
+  if (impl->opt.spool_dir.empty()) {
+    const char* t = std::getenv("TMPDIR");
+    impl->opt.spool_dir = t && *t ? t : "/tmp";
+  }
+  impl->procs = std::make_unique<ProcessManager>(Reaper::instance());
+  impl->register_methods();
+  http::ServerOptions so;
+  so.host = impl->opt.host;
+  so.port = impl->opt.port;
+  so.io_threads = impl->opt.io_threads;
+  so.server_header = "abx-envd";
+  so.limits.stream_high_water = impl->opt.stream_high_water;
+  so.limits.stream_low_water = impl->opt.stream_high_water / 4;
+  // Process streams may be silent for long stretches between keepalives.
+  so.limits.idle_timeout = std::chrono::minutes(10);
+  Impl* raw = impl.get();
+  so.body_policy = [raw](const Request& h) { return raw->body_policy(h); };
+  so.error_renderer = [](const Error& e, unsigned version) {
+    return rest_error_response(e, version);
+  };
+  auto server = http::Server::start(so, [raw](Request&& req, Responder respond) {
+    raw->handle(std::move(req), std::move(respond));
+  });
+  if (!server.ok()) return server.error();
+  impl->server = std::move(*server);
+  return std::unique_ptr<Envd>(new Envd(std::move(impl)));
+}
+
+std::uint16_t Envd::port() const { return impl_->server->port(); }
+const std::string& Envd::host() const { return impl_->server->host(); }
+void Envd::signal_processes(int sig) { impl_->procs->signal_all(sig); }
+
+void Envd::shutdown(std::chrono::milliseconds drain) {
+  if (!impl_->server) return;
+  // Processes first: their streams then end cleanly within the drain time.
+  impl_->procs->signal_all(SIGKILL);
+  impl_->server->shutdown(drain);
+  {
+    std::lock_guard lock(impl_->watch_mu);
+    impl_->poll_watchers.clear();
+    impl_->stream_watchers.clear();
+  }
+  impl_->procs.reset();
+  impl_->server.reset();
+}
+
+}  // namespace abx::envd

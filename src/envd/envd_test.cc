@@ -1,0 +1,2 @@
+// envd over real HTTP: see the tests below.
+#include <gtest/gtest.h>

@@ -1,0 +1,263 @@
+#include "envd/files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/beast/http/field.hpp>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "envd/fd.h"
+#include "envd/fs.h"
+
+namespace abx::envd {
+
+namespace bhttp = boost::beast::http;
+
+namespace {
+
+std::string dir_of(const std::string& path) {
+  auto slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::string name_of(const std::string& path) {
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// Feeds a file to a StreamWriter from the connection's executor, a block at a time, pausing
+// while the writer's queue is full.
+struct Download : std::enable_shared_from_this<Download> {
+  UniqueFd fd;
+  std::uint64_t offset = 0;
+  std::uint64_t remaining = 0;
+  std::shared_ptr<http::StreamWriter> writer;
+
+  void pump() {
+    while (remaining > 0) {
+      if (writer->closed()) return;
+      if (!writer->ready()) {
+        writer->when_ready([self = shared_from_this()] { self->pump(); });
+        return;
+      }
+      std::string block(static_cast<std::size_t>(std::min<std::uint64_t>(remaining, 64 * 1024)),
+                        '\0');
+      ssize_t n = ::pread(fd.get(), block.data(), block.size(), static_cast<off_t>(offset));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0)
+        return;  // shrank or failed: the sized body is cut short and the connection closed
+      block.resize(static_cast<std::size_t>(n));
+      offset += static_cast<std::uint64_t>(n);
+      remaining -= static_cast<std::uint64_t>(n);
+      if (!writer->write(std::move(block))) return;
+    }
+    writer->finish();
+  }
+};
+
+std::string quote_filename(const std::string& name) {
+  std::string out = "\"";
+  for (char c : name) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) continue;
+    out += c;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+Status serve_download(const std::string& path, unsigned version, const http::Responder& respond) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+  if (!fd.valid()) {
+    if (errno == ENOENT) return not_found("file not found: " + path);
+    if (errno == EISDIR) return invalid_argument("path is a directory: " + path);
+    return errno_error(errno, "open " + path);
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return errno_error(errno, "stat " + path);
+  if (S_ISDIR(st.st_mode)) return invalid_argument("path is a directory: " + path);
+  if (!S_ISREG(st.st_mode)) {
+    return invalid_argument("not a regular file (FIFO, device or socket): " + path);
+  }
+  http::Response h{bhttp::status::ok, version};
+  h.set(bhttp::field::content_type, "application/octet-stream");
+  h.set(bhttp::field::content_disposition, "inline; filename=" + quote_filename(name_of(path)));
+  h.set(bhttp::field::vary, "Accept-Encoding");
+  h.content_length(static_cast<std::uint64_t>(st.st_size));
+  auto d = std::make_shared<Download>();
+  d->fd = std::move(fd);
+  d->remaining = static_cast<std::uint64_t>(st.st_size);
+  d->writer = respond.stream(std::move(h));
+  if (!d->writer) return {};
+  d->pump();
+  return {};
+}
+
+namespace {
+Status copy_range(int from, std::uint64_t offset, std::uint64_t length, int to) {
+  std::vector<char> buf(256 * 1024);
+  while (length > 0) {
+    ssize_t n = ::pread(from, buf.data(), std::min<std::uint64_t>(length, buf.size()),
+                        static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno_error(errno, "read upload");
+    if (n == 0) return invalid_argument("upload shorter than announced");
+    const char* p = buf.data();
+    std::size_t left = static_cast<std::size_t>(n);
+    while (left > 0) {
+      ssize_t w = ::write(to, p, left);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) return errno_error(errno, "write");
+      p += w;
+      left -= static_cast<std::size_t>(w);
+    }
+    offset += static_cast<std::uint64_t>(n);
+    length -= static_cast<std::uint64_t>(n);
+  }
+  return {};
+}
+}  // namespace
+
+Status place_file(http::BodyFile& spooled, std::uint64_t offset, std::uint64_t length,
+                  const std::string& target, const User& owner) {
+  std::string dir = dir_of(target);
+  auto made = make_dirs(dir, owner, false);
+  if (!made.ok()) return made;
+  struct stat tst {};
+  if (::lstat(target.c_str(), &tst) == 0 && S_ISDIR(tst.st_mode)) {
+    return invalid_argument("path is a directory: " + target);
+  }
+  // Whole body already in the target directory: rename it, no copy.
+  if (offset == 0 && length == spooled.size() && dir_of(spooled.path()) == dir) {
+    ::fchmod(spooled.fd(), 0644);
+    chown_to(spooled.fd(), owner);
+    if (::rename(spooled.path().c_str(), target.c_str()) != 0) {
+      return errno_error(errno, "rename into " + target);
+    }
+    spooled.release();
+    return {};
+  }
+  std::string tmp = dir + "/.abx-upload-XXXXXX";
+  UniqueFd out(::mkostemp(tmp.data(), O_CLOEXEC));
+  if (!out.valid()) return errno_error(errno, "create a temporary file in " + dir);
+  auto s = copy_range(spooled.fd(), offset, length, out.get());
+  if (s.ok()) {
+    ::fchmod(out.get(), 0644);
+    chown_to(out.get(), owner);
+    if (::rename(tmp.c_str(), target.c_str()) != 0) s = errno_error(errno, "rename into " + target);
+  }
+  if (!s.ok()) ::unlink(tmp.c_str());  // the old content stays intact
+  return s;
+}
+
+namespace {
+
+// Finds `needle` in the file at or after `from`; returns the offset or npos.
+std::uint64_t find_in_file(int fd, std::uint64_t size, std::uint64_t from,
+                           std::string_view needle) {
+  constexpr std::size_t kBlock = 1 << 20;
+  std::string buf;
+  while (from < size) {
+    std::size_t want =
+        static_cast<std::size_t>(std::min<std::uint64_t>(kBlock + needle.size(), size - from));
+    buf.resize(want);
+    ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(from));
+    if (n <= 0) return std::string::npos;
+    buf.resize(static_cast<std::size_t>(n));
+    auto hit = std::string_view(buf).find(needle);
+    if (hit != std::string_view::npos) return from + hit;
+    if (static_cast<std::size_t>(n) < needle.size()) return std::string::npos;
+    from += static_cast<std::uint64_t>(n) - needle.size() + 1;
+  }
+  return std::string::npos;
+}
+
+std::string param_of(std::string_view header, std::string_view key) {
+  // key="value" or key=value, case-insensitive key.
+  std::string lower(header);
+  std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+  std::string k = std::string(key) + "=";
+  std::size_t at = 0;
+  while ((at = lower.find(k, at)) != std::string::npos) {
+    if (at == 0 || lower[at - 1] == ' ' || lower[at - 1] == ';' || lower[at - 1] == '\t') break;
+    at += k.size();
+  }
+  if (at == std::string::npos) return {};
+  std::size_t v = at + k.size();
+  if (v < header.size() && header[v] == '"') {
+    std::string out;
+    for (std::size_t i = v + 1; i < header.size() && header[i] != '"'; ++i) {
+      if (header[i] == '\\' && i + 1 < header.size()) ++i;
+      out += header[i];
+    }
+    return out;
+  }
+  std::size_t end = header.find(';', v);
+  std::string out(
+      header.substr(v, end == std::string_view::npos ? std::string_view::npos : end - v));
+  while (!out.empty() && (out.back() == ' ' || out.back() == '\t')) out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<MultipartPart>> parse_multipart(int fd, std::uint64_t size,
+                                                   std::string_view content_type) {
+  std::string boundary = param_of(content_type, "boundary");
+  if (boundary.empty() || boundary.size() > 200) {
+    return invalid_argument("multipart/form-data without a valid boundary");
+  }
+  std::string delim = "--" + boundary;
+  std::uint64_t pos = find_in_file(fd, size, 0, delim);
+  if (pos == std::string::npos) return invalid_argument("multipart body has no boundary line");
+  std::vector<MultipartPart> parts;
+  for (int guard = 0; guard < 10000; ++guard) {
+    pos += delim.size();
+    char two[2] = {0, 0};
+    if (::pread(fd, two, 2, static_cast<off_t>(pos)) != 2) {
+      return invalid_argument("truncated multipart body");
+    }
+    if (two[0] == '-' && two[1] == '-') return parts;  // closing delimiter
+    if (two[0] != '\r' || two[1] != '\n') return invalid_argument("malformed multipart delimiter");
+    pos += 2;
+    std::string head(static_cast<std::size_t>(std::min<std::uint64_t>(16 * 1024, size - pos)),
+                     '\0');
+    ssize_t n = ::pread(fd, head.data(), head.size(), static_cast<off_t>(pos));
+    if (n < 0) return errno_error(errno, "read upload");
+    head.resize(static_cast<std::size_t>(n));
+    auto end = head.find("\r\n\r\n");
+    if (end == std::string::npos)
+      return invalid_argument("multipart part headers too long or truncated");
+    MultipartPart part;
+    std::string_view hv(head.data(), end + 2);
+    while (!hv.empty()) {
+      auto eol = hv.find("\r\n");
+      std::string_view line = hv.substr(0, eol);
+      hv.remove_prefix(eol + 2);
+      auto colon = line.find(':');
+      if (colon == std::string_view::npos) continue;
+      std::string name(line.substr(0, colon));
+      std::transform(name.begin(), name.end(), name.begin(), ::tolower);
+      if (name == "content-disposition") {
+        part.name = param_of(line.substr(colon + 1), "name");
+        part.filename = param_of(line.substr(colon + 1), "filename");
+      }
+    }
+    std::uint64_t body = pos + end + 4;
+    std::uint64_t next = find_in_file(fd, size, body, "\r\n" + delim);
+    if (next == std::string::npos) return invalid_argument("multipart part is not terminated");
+    part.offset = body;
+    part.length = next - body;
+    parts.push_back(std::move(part));
+    pos = next + 2;
+  }
+  return invalid_argument("too many multipart parts");
+}
+
+}  // namespace abx::envd

@@ -1,0 +1,353 @@
+#include "envd/fs.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <pwd.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/json/array.hpp>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "envd/proto_json.h"
+
+namespace abx::envd {
+
+namespace json = boost::json;
+
+namespace {
+
+std::string user_name(uid_t uid) {
+  std::vector<char> buf(16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  if (::getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found) return pw.pw_name;
+  return std::to_string(uid);
+}
+
+std::string group_name(gid_t gid) {
+  std::vector<char> buf(16384);
+  group gr{};
+  group* found = nullptr;
+  if (::getgrgid_r(gid, &gr, buf.data(), buf.size(), &found) == 0 && found) return gr.gr_name;
+  return std::to_string(gid);
+}
+
+// Go's os.FileMode.String(): type letters, then rwx triplets.
+std::string mode_string(mode_t m) {
+  std::string out;
+  if (S_ISDIR(m)) out += 'd';
+  if (S_ISLNK(m)) out += 'L';
+  if (S_ISBLK(m)) out += 'D';
+  if (S_ISFIFO(m)) out += 'p';
+  if (S_ISSOCK(m)) out += 'S';
+  if (S_ISCHR(m)) out += "Dc";
+  if (m & S_ISUID) out += 'u';
+  if (m & S_ISGID) out += 'g';
+  if (m & S_ISVTX) out += 't';
+  if (out.empty()) out += '-';
+  const char* rwx = "rwxrwxrwx";
+  for (int i = 0; i < 9; ++i) out += (m & (1 << (8 - i))) ? rwx[i] : '-';
+  return out;
+}
+
+std::string base_name(const std::string& path) {
+  if (path == "/") return "/";
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string parent_of(const std::string& path) {
+  auto slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+}  // namespace
+
+Result<json::object> entry_info(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return errno_error(errno, "stat " + path);
+  json::object e;
+  e["name"] = base_name(path);
+  const char* type = "FILE_TYPE_FILE";
+  if (S_ISDIR(st.st_mode)) type = "FILE_TYPE_DIRECTORY";
+  if (S_ISLNK(st.st_mode)) type = "FILE_TYPE_SYMLINK";
+  e["type"] = type;
+  e["path"] = path;
+  e["size"] = std::to_string(st.st_size);  // int64 → JSON string
+  e["mode"] = static_cast<std::uint32_t>(st.st_mode & 0777);
+  e["permissions"] = mode_string(st.st_mode);
+  e["owner"] = user_name(st.st_uid);
+  e["group"] = group_name(st.st_gid);
+  e["modifiedTime"] = rfc3339(st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+  if (S_ISLNK(st.st_mode)) {
+    char target[4096];
+    ssize_t n = ::readlink(path.c_str(), target, sizeof target);
+    if (n >= 0) {
+      std::string t(target, static_cast<std::size_t>(n));
+      if (!t.empty() && t[0] != '/') t = parent_of(path) + "/" + t;
+      e["symlinkTarget"] = t;
+    }
+  }
+  return e;
+}
+
+namespace {
+Status list_into(const std::string& dir, std::uint32_t depth, json::array& out) {
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) return errno_error(errno, "open directory " + dir);
+  DIR* d = ::fdopendir(fd.get());
+  if (!d) return errno_error(errno, "read directory " + dir);
+  fd.release();  // owned by d now
+  std::vector<std::string> names;
+  while (dirent* de = ::readdir(d)) {
+    std::string n = de->d_name;
+    if (n != "." && n != "..") names.push_back(std::move(n));
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  for (const auto& n : names) {
+    std::string p = dir == "/" ? "/" + n : dir + "/" + n;
+    auto e = entry_info(p);
+    if (!e.ok()) continue;  // removed meanwhile
+    bool is_dir = e->at("type").as_string() == "FILE_TYPE_DIRECTORY";
+    out.push_back(std::move(*e));
+    if (is_dir && depth > 1) {
+      auto s = list_into(p, depth - 1, out);
+      (void)s;  // an unreadable subdirectory is listed but not descended into
+    }
+  }
+  return {};
+}
+}  // namespace
+
+Result<json::array> list_dir(const std::string& dir, std::uint32_t depth) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return errno_error(errno, "stat " + dir);
+  if (!S_ISDIR(st.st_mode)) return invalid_argument("path is not a directory: " + dir);
+  json::array out;
+  // Resolve a symlinked directory once, at the top, so the listing shows its entries.
+  char real[PATH_MAX];
+  std::string top = dir;
+  struct stat lst {};
+  if (::lstat(dir.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode) && ::realpath(dir.c_str(), real)) {
+    top = real;
+  }
+  auto s = list_into(top, depth == 0 ? 1 : depth, out);
+  if (!s.ok()) return s.error();
+  return out;
+}
+
+void chown_to(int fd, const User& user) {
+  if (::geteuid() != 0) return;
+  (void)::fchown(fd, user.uid, user.gid);
+}
+
+Status make_dirs(const std::string& path, const User& owner, bool fail_if_exists) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode))
+      return invalid_argument("path exists and is not a directory: " + path);
+    if (fail_if_exists)
+      return Error(ErrorCode::kAlreadyExists, "directory already exists: " + path);
+    return {};
+  }
+  if (errno == ELOOP) return errno_error(errno, "stat " + path);
+  std::string parent = parent_of(path);
+  if (parent != path) {
+    auto s = make_dirs(parent, owner, false);
+    if (!s.ok()) return s;
+  }
+  if (::mkdir(path.c_str(), 0755) != 0) {
+    if (errno == EEXIST && !fail_if_exists) return {};
+    return errno_error(errno, "mkdir " + path);
+  }
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+  if (fd.valid()) chown_to(fd.get(), owner);
+  return {};
+}
+
+Status move_path(const std::string& from, const std::string& to, const User& owner) {
+  struct stat st {};
+  if (::lstat(from.c_str(), &st) != 0) return errno_error(errno, "stat " + from);
+  auto s = make_dirs(parent_of(to), owner, false);
+  if (!s.ok()) return s;
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    return errno_error(errno, "rename " + from + " to " + to);
+  }
+  return {};
+}
+
+namespace {
+Status remove_tree_at(int dirfd, const char* name, const std::string& shown) {
+  if (::unlinkat(dirfd, name, 0) == 0) return {};
+  if (errno == ENOENT) return {};
+  if (errno != EISDIR && errno != EPERM) return errno_error(errno, "remove " + shown);
+  UniqueFd fd(::openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) return errno_error(errno, "remove " + shown);
+  int dup = ::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0);
+  DIR* d = dup >= 0 ? ::fdopendir(dup) : nullptr;
+  if (!d) {
+    if (dup >= 0) ::close(dup);
+    return errno_error(errno, "read directory " + shown);
+  }
+  std::vector<std::string> names;
+  while (dirent* de = ::readdir(d)) {
+    std::string n = de->d_name;
+    if (n != "." && n != "..") names.push_back(std::move(n));
+  }
+  ::closedir(d);
+  for (const auto& n : names) {
+    auto s = remove_tree_at(fd.get(), n.c_str(), shown + "/" + n);
+    if (!s.ok()) return s;
+  }
+  if (::unlinkat(dirfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT) {
+    return errno_error(errno, "remove " + shown);
+  }
+  return {};
+}
+}  // namespace
+
+Status remove_path(const std::string& path) {
+  if (path == "/") return invalid_argument("refusing to remove /");
+  std::string parent = parent_of(path);
+  UniqueFd dir(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir.valid()) {
+    if (errno == ENOENT) return {};
+    return errno_error(errno, "open " + parent);
+  }
+  return remove_tree_at(dir.get(), base_name(path).c_str(), path);
+}
+
+std::string_view fs_event_type_name(FsEventType t) {
+  switch (t) {
+    case FsEventType::kCreate:
+      return "EVENT_TYPE_CREATE";
+    case FsEventType::kWrite:
+      return "EVENT_TYPE_WRITE";
+    case FsEventType::kRemove:
+      return "EVENT_TYPE_REMOVE";
+    case FsEventType::kRename:
+      return "EVENT_TYPE_RENAME";
+    case FsEventType::kChmod:
+      return "EVENT_TYPE_CHMOD";
+  }
+  return "EVENT_TYPE_UNSPECIFIED";
+}
+
+namespace {
+constexpr std::uint32_t kWatchMask = IN_CREATE | IN_MODIFY | IN_DELETE | IN_MOVED_FROM |
+                                     IN_MOVED_TO | IN_ATTRIB | IN_DELETE_SELF | IN_ONLYDIR;
+}
+
+Result<std::unique_ptr<Watcher>> Watcher::start(const std::string& dir, bool recursive, Sink sink,
+                                                Tick tick, std::chrono::milliseconds interval) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return errno_error(errno, "watch " + dir);
+  if (!S_ISDIR(st.st_mode)) return invalid_argument("path is not a directory: " + dir);
+  std::unique_ptr<Watcher> w(new Watcher());
+  w->dir_ = dir;
+  w->recursive_ = recursive;
+  w->sink_ = std::move(sink);
+  w->tick_ = std::move(tick);
+  w->tick_interval_ = interval;
+  w->inotify_.reset(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
+  if (!w->inotify_.valid()) return errno_error(errno, "inotify_init1");
+  w->wake_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!w->wake_.valid()) return errno_error(errno, "eventfd");
+  int wd = ::inotify_add_watch(w->inotify_.get(), dir.c_str(), kWatchMask);
+  if (wd < 0) return errno_error(errno, "inotify_add_watch " + dir);
+  w->paths_[wd] = "";
+  if (recursive) {
+    // Subdirectories already there.
+    json::array all;
+    auto listed = list_dir(dir, 64);
+    if (listed.ok()) {
+      for (const auto& e : *listed) {
+        if (e.at("type").as_string() != "FILE_TYPE_DIRECTORY") continue;
+        std::string p(e.at("path").as_string());
+        int sub = ::inotify_add_watch(w->inotify_.get(), p.c_str(), kWatchMask);
+        if (sub >= 0) w->paths_[sub] = p.substr(dir.size() + (dir == "/" ? 0 : 1));
+      }
+    }
+  }
+  w->thread_ = std::thread([raw = w.get()] { raw->run(); });
+  return w;
+}
+
+void Watcher::add_tree(const std::string& path, const std::string& rel) {
+  int wd = ::inotify_add_watch(inotify_.get(), path.c_str(), kWatchMask);
+  if (wd < 0) return;
+  paths_[wd] = rel;
+}
+
+void Watcher::run() {
+  alignas(inotify_event) char buf[16384];
+  auto next_tick = std::chrono::steady_clock::now() + tick_interval_;
+  while (!done_.load()) {
+    auto now = std::chrono::steady_clock::now();
+    if (now >= next_tick) {
+      if (!tick_()) break;
+      next_tick = now + tick_interval_;
+    }
+    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_tick - now).count();
+    pollfd fds[2] = {{inotify_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
+    int r = ::poll(fds, 2, static_cast<int>(std::max<long>(1, std::min<long>(wait, 1000))));
+    if (r < 0 && errno != EINTR) break;
+    if (fds[1].revents) break;
+    if (!(fds[0].revents & POLLIN)) continue;
+    ssize_t n = ::read(inotify_.get(), buf, sizeof buf);
+    if (n <= 0) continue;
+    bool stop = false;
+    for (char* p = buf; p < buf + n && !stop;) {
+      auto* ev = reinterpret_cast<inotify_event*>(p);
+      p += sizeof(inotify_event) + ev->len;
+      auto it = paths_.find(ev->wd);
+      if (it == paths_.end()) continue;
+      std::string name = ev->len ? std::string(ev->name) : std::string();
+      std::string rel =
+          it->second.empty() ? name : (name.empty() ? it->second : it->second + "/" + name);
+      std::optional<FsEventType> type;
+      if (ev->mask & (IN_CREATE | IN_MOVED_TO)) type = FsEventType::kCreate;
+      if (ev->mask & IN_MODIFY) type = FsEventType::kWrite;
+      if (ev->mask & (IN_DELETE | IN_DELETE_SELF)) type = FsEventType::kRemove;
+      if (ev->mask & IN_MOVED_FROM) type = FsEventType::kRename;
+      if (ev->mask & IN_ATTRIB) type = FsEventType::kChmod;
+      if (ev->mask & IN_IGNORED) {
+        paths_.erase(ev->wd);
+        continue;
+      }
+      if (recursive_ && (ev->mask & IN_ISDIR) && (ev->mask & (IN_CREATE | IN_MOVED_TO))) {
+        add_tree(dir_ + "/" + rel, rel);
+      }
+      if (ev->mask & IN_DELETE_SELF) {
+        if (!it->second.empty()) continue;  // a subdirectory: its parent reports the removal
+        rel = "";
+      }
+      if (type && !sink_(FsEvent{rel, *type})) stop = true;
+    }
+    if (stop) break;
+  }
+  done_ = true;
+}
+
+void Watcher::stop() {
+  done_ = true;
+  std::uint64_t one = 1;
+  if (wake_.valid()) (void)!::write(wake_.get(), &one, sizeof one);
+}
+
+Watcher::~Watcher() {
+  stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace abx::envd

@@ -1,0 +1,80 @@
+// filesystem.Filesystem operations on the sandbox's own filesystem, and the inotify watcher
+// behind WatchDir and the CreateWatcher/GetWatcherEvents/RemoveWatcher trio.
+//
+// envd is the sandbox's PID 1 inside its mount namespace, so "/" is the sandbox root: absolute
+// paths need no further confinement here (the runtime's pivot_root provides it).
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <boost/json/object.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "abx/base/error.h"
+#include "envd/fd.h"
+#include "envd/users.h"
+
+namespace abx::envd {
+
+// EntryInfo of `path` (lstat: a symlink is reported as FILE_TYPE_SYMLINK with symlinkTarget).
+Result<boost::json::object> entry_info(const std::string& path);
+
+// ListDir: entries below `dir` down to `depth` levels (0 counts as 1); symlinked directories are
+// listed, not descended into. Errors: not_found, invalid_argument (not a directory).
+Result<boost::json::array> list_dir(const std::string& dir, std::uint32_t depth);
+
+// mkdir -p owned by `owner` (when envd can chown). Errors: already_exists when `path` is already
+// a directory; invalid_argument when it or a parent is a file.
+Status make_dirs(const std::string& path, const User& owner, bool fail_if_exists);
+Status move_path(const std::string& from, const std::string& to, const User& owner);
+// Removes a file or a whole tree; a missing path is not an error (as os.RemoveAll).
+Status remove_path(const std::string& path);
+// chown to the user when envd runs as root; a no-op otherwise.
+void chown_to(int fd, const User& user);
+
+enum class FsEventType { kCreate = 1, kWrite = 2, kRemove = 3, kRename = 4, kChmod = 5 };
+std::string_view fs_event_type_name(FsEventType t);
+
+struct FsEvent {
+  std::string name;  // relative to the watched directory
+  FsEventType type;
+};
+
+// An inotify watch on a directory (optionally recursive, adding watches for new
+// subdirectories), run on its own thread. `sink` gets each event; `tick` runs at least every
+// `tick_interval` (for keepalives) — either returning false stops the watcher.
+class Watcher {
+ public:
+  using Sink = std::function<bool(const FsEvent&)>;
+  using Tick = std::function<bool()>;
+  static Result<std::unique_ptr<Watcher>> start(const std::string& dir, bool recursive, Sink sink,
+                                                Tick tick, std::chrono::milliseconds tick_interval);
+  ~Watcher();  // stops and joins
+  void stop();
+  bool running() const { return !done_.load(); }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  Watcher() = default;
+  void run();
+  void add_tree(const std::string& path, const std::string& rel);
+  std::string dir_;
+  bool recursive_ = false;
+  UniqueFd inotify_;
+  UniqueFd wake_;  // eventfd
+  Sink sink_;
+  Tick tick_;
+  std::chrono::milliseconds tick_interval_{1000};
+  std::atomic<bool> done_{false};
+  std::map<int, std::string> paths_;  // watch descriptor → path relative to dir_ ("" = dir_)
+  std::thread thread_;
+};
+
+}  // namespace abx::envd

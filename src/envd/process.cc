@@ -1,0 +1,673 @@
+#include "envd/process.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/serialize.hpp>
+#include <cerrno>
+#include <cstring>
+
+#include "abx/base/log.h"
+#include "envd/connect.h"
+#include "envd/proto_json.h"
+
+extern char** environ;
+
+namespace abx::envd {
+
+namespace json = boost::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+const Logger& log() {
+  static const Logger l("envd");
+  return l;
+}
+}  // namespace
+
+// ---- Reaper ----
+
+Reaper::Reaper() : thread_([this] { run(); }) { thread_.detach(); }
+
+Reaper& Reaper::instance() {
+  static Reaper* r = new Reaper();  // intentionally leaked, see the header
+  return *r;
+}
+
+pid_t Reaper::spawn(const std::function<pid_t()>& spawn, OnExit on_exit) {
+  std::lock_guard lock(mu_);
+  pid_t pid = spawn();
+  if (pid > 0) watched_[pid] = std::move(on_exit);
+  cv_.notify_all();
+  return pid;
+}
+
+void Reaper::run() {
+  for (;;) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, 0);
+    if (pid > 0) {
+      OnExit cb;
+      {
+        std::lock_guard lock(mu_);  // waits for a spawn in progress to register
+        if (auto it = watched_.find(pid); it != watched_.end()) {
+          cb = std::move(it->second);
+          watched_.erase(it);
+        }
+      }
+      if (cb) {
+        cb(status);
+      } else {
+        log().debug("reaped orphan " + std::to_string(pid));
+      }
+      continue;
+    }
+    if (errno == EINTR) continue;
+    // ECHILD: nothing to wait for. Sleep until a spawn, or briefly (orphans may be reparented
+    // to us when we are PID 1 or a subreaper).
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(200));
+  }
+}
+
+// ---- spawning ----
+
+namespace {
+
+struct ChildError {
+  int step;
+  int err;
+};
+
+enum Step {
+  kStepSetsid = 1,
+  kStepCtty,
+  kStepDup,
+  kStepGroups,
+  kStepGid,
+  kStepUid,
+  kStepChdir,
+  kStepExec
+};
+
+const char* step_name(int s) {
+  switch (s) {
+    case kStepSetsid:
+      return "setsid";
+    case kStepCtty:
+      return "ioctl(TIOCSCTTY)";
+    case kStepDup:
+      return "dup2";
+    case kStepGroups:
+      return "setgroups";
+    case kStepGid:
+      return "setgid";
+    case kStepUid:
+      return "setuid";
+    case kStepChdir:
+      return "chdir";
+    case kStepExec:
+      return "execve";
+  }
+  return "?";
+}
+
+// Resolves a command without '/' on PATH (in the parent: execvpe may allocate, which a child of
+// a threaded process must not do).
+std::string find_executable(const std::string& cmd, const std::string& path) {
+  if (cmd.find('/') != std::string::npos) return cmd;
+  std::size_t start = 0;
+  while (start <= path.size()) {
+    std::size_t end = path.find(':', start);
+    if (end == std::string::npos) end = path.size();
+    std::string dir = path.substr(start, end - start);
+    if (dir.empty()) dir = ".";
+    std::string full = dir + "/" + cmd;
+    if (::access(full.c_str(), X_OK) == 0) {
+      struct stat st {};
+      if (::stat(full.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return full;
+    }
+    start = end + 1;
+  }
+  return cmd;  // execve reports ENOENT
+}
+
+Status set_nonblocking(int fd) {
+  int fl = ::fcntl(fd, F_GETFL);
+  if (fl < 0 || ::fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return errno_error(errno, "fcntl");
+  return {};
+}
+
+std::string data_frame(const char* kind, std::string_view bytes) {
+  json::object data{{kind, base64_encode(bytes)}};
+  json::object ev{{"event", json::object{{"data", std::move(data)}}}};
+  return encode_envelope(0, json::serialize(ev));
+}
+
+const std::string& keepalive_frame() {
+  static const std::string f = encode_envelope(
+      0, json::serialize(json::object{{"event", json::object{{"keepalive", json::object{}}}}}));
+  return f;
+}
+
+}  // namespace
+
+ProcessManager::~ProcessManager() {
+  std::map<pid_t, std::shared_ptr<Process>> procs;
+  {
+    std::lock_guard lock(mu_);
+    procs = procs_;
+  }
+  for (auto& [pid, p] : procs) (void)p->signal(SIGKILL);
+  procs.clear();
+  // Each pump removes its process when it has sent the end event.
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, std::chrono::seconds(10), [this] { return procs_.empty(); });
+}
+
+Result<std::shared_ptr<Process>> ProcessManager::start(const StartSpec& spec) {
+  if (spec.config.cmd.empty()) return invalid_argument("process.cmd is empty");
+  for (const auto& a : spec.config.args) {
+    if (a.find('\0') != std::string::npos) return invalid_argument("an argument contains NUL");
+  }
+  bool switch_user = ::geteuid() == 0 && spec.user.uid != 0;
+  if (::geteuid() != 0 && spec.user.uid != ::geteuid()) {
+    return Error(ErrorCode::kPermissionDenied,
+                 "envd is not root and cannot run as " + spec.user.name);
+  }
+
+  // Environment: envd's own, the user's identity, then the request's variables.
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string_view kv(*e);
+    auto eq = kv.find('=');
+    if (eq != std::string_view::npos)
+      env[std::string(kv.substr(0, eq))] = std::string(kv.substr(eq + 1));
+  }
+  env["HOME"] = spec.user.home;
+  env["USER"] = spec.user.name;
+  env["LOGNAME"] = spec.user.name;
+  if (!env.count("PATH"))
+    env["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  if (spec.pty && !env.count("TERM")) env["TERM"] = "xterm-256color";
+  for (const auto& [k, v] : spec.config.envs) {
+    if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos ||
+        v.find('\0') != std::string::npos) {
+      return invalid_argument("invalid environment variable name or value: '" + k + "'");
+    }
+    env[k] = v;
+  }
+
+  std::string cwd = spec.user.home;
+  if (spec.config.cwd && !spec.config.cwd->empty()) {
+    auto r = resolve_path(*spec.config.cwd, spec.user);
+    if (!r.ok()) return r.error();
+    cwd = *r;
+    struct stat st {};
+    if (::stat(cwd.c_str(), &st) != 0) return errno_error(errno, "cwd " + cwd);
+    if (!S_ISDIR(st.st_mode)) return invalid_argument("cwd is not a directory: " + cwd);
+  } else {
+    struct stat st {};
+    if (::stat(cwd.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) cwd = "/";
+  }
+
+  // Everything the child touches is built here, before fork.
+  std::string exe = find_executable(spec.config.cmd, env["PATH"]);
+  std::vector<std::string> argv_s{spec.config.cmd};
+  argv_s.insert(argv_s.end(), spec.config.args.begin(), spec.config.args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_s;
+  for (const auto& [k, v] : env) env_s.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  auto proc = std::shared_ptr<Process>(new Process());
+  proc->manager_ = this;
+  proc->config_ = spec.config;
+  proc->tag_ = spec.tag;
+  proc->is_pty_ = spec.pty.has_value();
+  if (spec.timeout.count() > 0) proc->deadline_ = Clock::now() + spec.timeout;
+  proc->wake_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!proc->wake_.valid()) return errno_error(errno, "eventfd");
+
+  UniqueFd child_in, child_out, child_err, pty_slave;
+  if (spec.pty) {
+    UniqueFd master(::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
+    if (!master.valid()) return errno_error(errno, "posix_openpt");
+    if (::grantpt(master.get()) != 0 || ::unlockpt(master.get()) != 0) {
+      return errno_error(errno, "unlockpt");
+    }
+    char name[128];
+    if (::ptsname_r(master.get(), name, sizeof name) != 0) return errno_error(errno, "ptsname");
+    pty_slave.reset(::open(name, O_RDWR | O_NOCTTY | O_CLOEXEC));
+    if (!pty_slave.valid()) return errno_error(errno, std::string("open ") + name);
+    winsize ws{};
+    ws.ws_col = spec.pty->first ? spec.pty->first : 80;
+    ws.ws_row = spec.pty->second ? spec.pty->second : 24;
+    ::ioctl(master.get(), TIOCSWINSZ, &ws);
+    if (switch_user) (void)::fchown(pty_slave.get(), spec.user.uid, spec.user.gid);
+    int dup = ::fcntl(master.get(), F_DUPFD_CLOEXEC, 0);
+    if (dup < 0) return errno_error(errno, "dup");
+    proc->stdin_.reset(dup);
+    proc->out_ = std::move(master);
+    (void)set_nonblocking(proc->out_.get());
+  } else {
+    int p[2];
+    if (spec.stdin_open) {
+      if (::pipe2(p, O_CLOEXEC) != 0) return errno_error(errno, "pipe2");
+      child_in.reset(p[0]);
+      proc->stdin_.reset(p[1]);
+    } else {
+      child_in.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+      if (!child_in.valid()) return errno_error(errno, "open /dev/null");
+    }
+    if (::pipe2(p, O_CLOEXEC) != 0) return errno_error(errno, "pipe2");
+    proc->out_.reset(p[0]);
+    child_out.reset(p[1]);
+    if (::pipe2(p, O_CLOEXEC) != 0) return errno_error(errno, "pipe2");
+    proc->err_.reset(p[0]);
+    child_err.reset(p[1]);
+    (void)set_nonblocking(proc->out_.get());
+    (void)set_nonblocking(proc->err_.get());
+  }
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) return errno_error(errno, "pipe2");
+  UniqueFd report_r(report[0]), report_w(report[1]);
+
+  const bool pty = spec.pty.has_value();
+  const uid_t uid = spec.user.uid;
+  const gid_t gid = spec.user.gid;
+  const char* exe_c = exe.c_str();
+  const char* cwd_c = cwd.c_str();
+  const int in_fd = pty ? pty_slave.get() : child_in.get();
+  const int out_fd = pty ? pty_slave.get() : child_out.get();
+  const int err_fd = pty ? pty_slave.get() : child_err.get();
+  const int rep_fd = report_w.get();
+
+  std::weak_ptr<Process> weak = proc;
+  pid_t pid = reaper_.spawn(
+      [&]() -> pid_t {
+        pid_t child = ::fork();
+        if (child != 0) return child;
+        // Child: async-signal-safe calls only, no allocation.
+        auto die = [&](int step) {
+          ChildError ce{step, errno};
+          (void)!::write(rep_fd, &ce, sizeof ce);
+          ::_exit(127);
+        };
+        sigset_t all;
+        ::sigemptyset(&all);
+        ::sigprocmask(SIG_SETMASK, &all, nullptr);
+        struct sigaction dfl {};
+        dfl.sa_handler = SIG_DFL;
+        for (int s : {SIGPIPE, SIGINT, SIGQUIT, SIGTERM, SIGHUP, SIGCHLD, SIGTTOU, SIGTTIN}) {
+          ::sigaction(s, &dfl, nullptr);
+        }
+        if (::setsid() < 0) die(kStepSetsid);
+        if (pty && ::ioctl(out_fd, TIOCSCTTY, 0) < 0) die(kStepCtty);
+        if (::dup2(in_fd, 0) < 0 || ::dup2(out_fd, 1) < 0 || ::dup2(err_fd, 2) < 0) die(kStepDup);
+        if (switch_user) {
+          if (::setgroups(1, &gid) < 0) die(kStepGroups);
+          if (::setgid(gid) < 0) die(kStepGid);
+          if (::setuid(uid) < 0) die(kStepUid);
+        }
+        if (::chdir(cwd_c) < 0) die(kStepChdir);
+        ::execve(exe_c, argv.data(), envp.data());
+        die(kStepExec);
+        return -1;
+      },
+      [weak](int status) {
+        if (auto p = weak.lock()) p->on_exit(status);
+      });
+  if (pid < 0) return errno_error(errno, "fork");
+  proc->pid_ = pid;
+  // The child holds its ends now; ours must go so EOF arrives when it exits.
+  report_w.reset();
+  child_in.reset();
+  child_out.reset();
+  child_err.reset();
+  pty_slave.reset();
+  ChildError ce{};
+  ssize_t n;
+  do {
+    n = ::read(report_r.get(), &ce, sizeof ce);
+  } while (n < 0 && errno == EINTR);
+  if (n == static_cast<ssize_t>(sizeof ce)) {
+    // exec failed; the reaper collects the child.
+    Error e = errno_error(ce.err, std::string("error starting process: ") + step_name(ce.step) +
+                                      (ce.step == kStepExec ? " " + exe : ""));
+    return Error(e.code() == ErrorCode::kNotFound ? ErrorCode::kInvalidArgument : e.code(),
+                 e.message());
+  }
+  {
+    std::lock_guard lock(mu_);
+    procs_[pid] = proc;
+  }
+  log().debug("started pid " + std::to_string(pid) + ": " + spec.config.cmd);
+  return proc;
+}
+
+Result<std::shared_ptr<Process>> ProcessManager::find(std::optional<std::uint32_t> pid,
+                                                      std::optional<std::string> tag) {
+  std::lock_guard lock(mu_);
+  if (pid) {
+    auto it = procs_.find(static_cast<pid_t>(*pid));
+    if (it != procs_.end()) return it->second;
+    return not_found("process with pid " + std::to_string(*pid) + " not found");
+  }
+  if (tag) {
+    for (auto& [p, proc] : procs_) {
+      if (proc->tag_ == tag) return proc;
+    }
+    return not_found("process with tag '" + *tag + "' not found");
+  }
+  return invalid_argument("process selector needs a pid or a tag");
+}
+
+std::vector<std::shared_ptr<Process>> ProcessManager::list() {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<Process>> out;
+  for (auto& [p, proc] : procs_) out.push_back(proc);
+  return out;
+}
+
+void ProcessManager::signal_all(int sig) {
+  for (auto& p : list()) (void)p->signal(sig);
+}
+
+void ProcessManager::forget(pid_t pid) {
+  std::shared_ptr<Process> keep;  // released outside the lock
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = procs_.find(pid); it != procs_.end()) {
+      keep = std::move(it->second);
+      procs_.erase(it);
+    }
+  }
+  cv_.notify_all();
+}
+
+// ---- Process ----
+
+Process::~Process() = default;
+
+bool Process::subscribe(Subscriber sub) {
+  std::string start = encode_envelope(
+      0, json::serialize(json::object{
+             {"event",
+              json::object{{"start", json::object{{"pid", static_cast<std::uint32_t>(pid_)}}}}}}));
+  std::lock_guard lock(mu_);
+  if (ended_) return false;
+  sub.writer->write(std::move(start));
+  sub.last_sent = Clock::now();
+  subscribers_.push_back(std::move(sub));
+  return true;
+}
+
+void Process::run_pump() {
+  // Detached: the pump holds the process alive and tells the manager when it is done.
+  std::thread([self = shared_from_this()] { self->pump(); }).detach();
+}
+
+void Process::on_exit(int status) {
+  {
+    std::lock_guard lock(mu_);
+    exit_status_ = status;
+  }
+  std::uint64_t one = 1;
+  (void)!::write(wake_.get(), &one, sizeof one);
+}
+
+void Process::emit(const std::string& frame) {
+  std::lock_guard lock(mu_);
+  for (auto it = subscribers_.begin(); it != subscribers_.end();) {
+    if (!it->writer->write(frame)) {
+      it = subscribers_.erase(it);  // the client went away; the process keeps running
+    } else {
+      it->last_sent = Clock::now();
+      ++it;
+    }
+  }
+}
+
+// Back-pressure: while any subscriber's queue is over its mark, do not read more output.
+void Process::wait_for_subscribers() {
+  for (;;) {
+    std::shared_ptr<http::StreamWriter> slow;
+    {
+      std::lock_guard lock(mu_);
+      for (auto& s : subscribers_) {
+        if (!s.writer->ready() && !s.writer->closed()) {
+          slow = s.writer;
+          break;
+        }
+      }
+    }
+    if (!slow) return;
+    {
+      // Once the process is gone only what is left in its pipes remains (bounded): stop waiting.
+      std::lock_guard lock(mu_);
+      if (exit_status_) return;
+    }
+    slow->wait_ready(std::chrono::milliseconds(100));
+    if (!deadline_hit_ && Clock::now() >= deadline_) {
+      deadline_hit_ = true;
+      (void)signal(SIGKILL);
+    }
+    keepalives();
+  }
+}
+
+void Process::keepalives() {
+  auto now = Clock::now();
+  std::lock_guard lock(mu_);
+  for (auto& s : subscribers_) {
+    if (now - s.last_sent >= s.keepalive && s.writer->ready()) {
+      s.writer->write(keepalive_frame());
+      s.last_sent = now;
+    }
+  }
+}
+
+// Reads what is available on `fd` (a bounded amount per call, so one stream cannot starve the
+// other). Returns true if it read anything.
+bool Process::read_output(int fd, const char* kind, bool& eof) {
+  char buf[32 * 1024];
+  bool any = false;
+  for (int i = 0; i < 4; ++i) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) {
+      emit(data_frame(kind, std::string_view(buf, static_cast<std::size_t>(n))));
+      wait_for_subscribers();
+      any = true;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return any;
+    eof = true;  // 0, or EIO on a pty master once the last slave fd is closed
+    return any;
+  }
+  return any;
+}
+
+std::string Process::end_event() const {
+  int st = *exit_status_;
+  json::object end;
+  std::string status;
+  int code = -1;
+  if (WIFEXITED(st)) {
+    code = WEXITSTATUS(st);
+    status = "exit status " + std::to_string(code);
+    end["exited"] = true;
+  } else if (WIFSIGNALED(st)) {
+    int sig = WTERMSIG(st);
+    const char* name = ::sigdescr_np(sig);
+    std::string lower = name ? name : ("signal " + std::to_string(sig));
+    for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    status = "signal: " + lower;
+    end["exited"] = false;
+  }
+  if (code != 0) end["exitCode"] = code;  // proto3 JSON omits the default 0
+  end["status"] = status;
+  if (code != 0) {
+    end["error"] = deadline_hit_ ? status + " (Connect-Timeout-Ms elapsed)" : status;
+  }
+  return encode_envelope(0, json::serialize(json::object{{"event", json::object{{"end", end}}}}));
+}
+
+void Process::pump() {
+  bool out_eof = !out_.valid();
+  bool err_eof = !err_.valid();
+  for (;;) {
+    bool exited;
+    {
+      std::lock_guard lock(mu_);
+      exited = exit_status_.has_value();
+    }
+    if (exited) {
+      // Drain what the process left in the pipes, without waiting for descendants that may
+      // still hold them open.
+      if (!out_eof) read_output(out_.get(), is_pty_ ? "pty" : "stdout", out_eof);
+      if (!err_eof) read_output(err_.get(), "stderr", err_eof);
+      break;
+    }
+    auto now = Clock::now();
+    if (!deadline_hit_ && now >= deadline_) {
+      deadline_hit_ = true;
+      (void)signal(SIGKILL);
+    }
+    keepalives();
+    long timeout_ms = 1000;
+    {
+      std::lock_guard lock(mu_);
+      for (auto& s : subscribers_) {
+        auto due =
+            std::chrono::duration_cast<std::chrono::milliseconds>(s.last_sent + s.keepalive - now)
+                .count();
+        timeout_ms = std::min(timeout_ms, std::max(1L, static_cast<long>(due)));
+      }
+    }
+    if (deadline_ != Clock::time_point::max() && !deadline_hit_) {
+      auto due = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - now).count();
+      timeout_ms = std::min(timeout_ms, std::max(1L, static_cast<long>(due)));
+    }
+    pollfd fds[3];
+    int n = 0;
+    fds[n++] = {wake_.get(), POLLIN, 0};
+    int out_i = -1, err_i = -1;
+    if (!out_eof) {
+      out_i = n;
+      fds[n++] = {out_.get(), POLLIN, 0};
+    }
+    if (!err_eof) {
+      err_i = n;
+      fds[n++] = {err_.get(), POLLIN, 0};
+    }
+    int r = ::poll(fds, static_cast<nfds_t>(n), static_cast<int>(timeout_ms));
+    if (r < 0 && errno != EINTR) break;
+    if (r <= 0) continue;
+    if (out_i >= 0 && fds[out_i].revents)
+      read_output(out_.get(), is_pty_ ? "pty" : "stdout", out_eof);
+    if (err_i >= 0 && fds[err_i].revents) read_output(err_.get(), "stderr", err_eof);
+  }
+  std::string end = end_event();
+  std::string trailer = encode_envelope(kFlagEndStream, "{}");
+  std::vector<Subscriber> subs;
+  {
+    std::lock_guard lock(mu_);
+    ended_ = true;
+    subs.swap(subscribers_);
+    stdin_.reset();
+  }
+  for (auto& s : subs) {
+    s.writer->write(end);
+    s.writer->write(trailer);
+    s.writer->finish();
+  }
+  manager_->forget(pid_);  // last touch of the manager
+}
+
+namespace {
+Status write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n > 0) {
+      data.remove_prefix(static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, 5000) == 0) {
+        return Error(ErrorCode::kUnavailable, "the process is not reading its input");
+      }
+      continue;
+    }
+    return errno_error(errno, "write input");
+  }
+  return {};
+}
+}  // namespace
+
+Status Process::send_stdin(std::string_view data) {
+  std::lock_guard lock(mu_);
+  if (is_pty_) return invalid_argument("process has a pty: send pty input instead of stdin");
+  if (!stdin_.valid())
+    return Error(ErrorCode::kFailedPrecondition, "stdin is closed or was not enabled");
+  (void)set_nonblocking(stdin_.get());
+  return write_all(stdin_.get(), data);
+}
+
+Status Process::send_pty(std::string_view data) {
+  std::lock_guard lock(mu_);
+  if (!is_pty_) return invalid_argument("process has no pty");
+  if (!stdin_.valid()) return Error(ErrorCode::kFailedPrecondition, "process has ended");
+  return write_all(stdin_.get(), data);
+}
+
+Status Process::close_stdin() {
+  std::lock_guard lock(mu_);
+  if (is_pty_) {
+    // A terminal has no separate stdin to close: send EOF (^D) as a user would.
+    if (!stdin_.valid()) return {};
+    return write_all(stdin_.get(), "\x04");
+  }
+  stdin_.reset();
+  return {};
+}
+
+Status Process::signal(int sig) {
+  // The process leads its own session and group: signal the group so its children go too.
+  if (::kill(-pid_, sig) != 0 && ::kill(pid_, sig) != 0) {
+    if (errno == ESRCH) return {};
+    return errno_error(errno, "kill");
+  }
+  return {};
+}
+
+Status Process::resize(std::uint16_t cols, std::uint16_t rows) {
+  std::lock_guard lock(mu_);
+  if (!is_pty_) return invalid_argument("process has no pty to resize");
+  winsize ws{};
+  ws.ws_col = cols;
+  ws.ws_row = rows;
+  if (!out_.valid() || ::ioctl(out_.get(), TIOCSWINSZ, &ws) != 0)
+    return errno_error(errno, "TIOCSWINSZ");
+  return {};
+}
+
+}  // namespace abx::envd

@@ -1,0 +1,58 @@
+// Proto3 canonical JSON, the parts envd's messages need: field lookup by lowerCamelCase or proto
+// name, int64 as string or number, enums by name or number, bytes as base64 (standard or URL-safe,
+// padded or not), and RFC 3339 timestamps. Every decoder checks types and reports the field.
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "abx/base/error.h"
+
+namespace abx::envd {
+
+// Parses a request message: strict JSON whose top level is an object.
+Result<boost::json::object> parse_message(std::string_view text);
+
+// The value of `camel` or, failing that, its proto (snake_case) name; null if absent or JSON null.
+const boost::json::value* field(const boost::json::object& o, std::string_view camel,
+                                std::string_view snake = {});
+
+Result<std::optional<std::string>> get_string(const boost::json::object& o, std::string_view camel,
+                                              std::string_view snake = {});
+Result<std::optional<bool>> get_bool(const boost::json::object& o, std::string_view camel,
+                                     std::string_view snake = {});
+// Unsigned 32-bit: a JSON number or decimal string within range.
+Result<std::optional<std::uint32_t>> get_u32(const boost::json::object& o, std::string_view camel,
+                                             std::string_view snake = {});
+Result<std::optional<const boost::json::object*>> get_object(const boost::json::object& o,
+                                                             std::string_view camel,
+                                                             std::string_view snake = {});
+Result<std::vector<std::string>> get_string_list(const boost::json::object& o,
+                                                 std::string_view camel,
+                                                 std::string_view snake = {});
+Result<std::map<std::string, std::string>> get_string_map(const boost::json::object& o,
+                                                          std::string_view camel,
+                                                          std::string_view snake = {});
+// bytes: base64 text decoded.
+Result<std::optional<std::string>> get_bytes(const boost::json::object& o, std::string_view camel,
+                                             std::string_view snake = {});
+// An enum given by name (from `names`, index = number) or by number.
+Result<std::optional<int>> get_enum(const boost::json::object& o, std::string_view camel,
+                                    std::string_view snake,
+                                    const std::map<std::string, int, std::less<>>& names);
+
+std::string base64_encode(std::string_view in);
+Result<std::string> base64_decode(std::string_view in);
+
+// RFC 3339 in UTC with 0, 3, 6 or 9 fractional digits, as Go's protojson writes it.
+std::string rfc3339(std::int64_t seconds, long nanos);
+
+}  // namespace abx::envd

@@ -1,0 +1,128 @@
+#include "envd/supervisor.h"
+
+#include <grp.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "abx/base/log.h"
+
+extern char** environ;
+
+namespace abx::envd {
+
+namespace {
+const Logger& log() {
+  static const Logger l("envd");
+  return l;
+}
+}  // namespace
+
+Supervisor::Supervisor(Reaper& reaper, std::string name, std::string cmd, User user, bool restart)
+    : reaper_(reaper),
+      name_(std::move(name)),
+      cmd_(std::move(cmd)),
+      user_(std::move(user)),
+      restart_(restart),
+      thread_([this] { run(); }) {}
+
+Supervisor::~Supervisor() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  signal(SIGTERM);
+  {
+    std::unique_lock lock(mu_);
+    if (!cv_.wait_for(lock, std::chrono::seconds(2), [this] { return pid_ < 0; })) {
+      if (pid_ > 0) ::kill(-pid_, SIGKILL);
+    }
+  }
+  thread_.join();
+}
+
+void Supervisor::signal(int sig) {
+  std::lock_guard lock(mu_);
+  if (pid_ > 0) ::kill(-pid_, sig);
+}
+
+pid_t Supervisor::spawn() {
+  std::string home_env = "HOME=" + user_.home;
+  std::string user_env = "USER=" + user_.name;
+  std::vector<char*> envp;
+  for (char** e = environ; e && *e; ++e) envp.push_back(*e);
+  envp.push_back(home_env.data());
+  envp.push_back(user_env.data());
+  envp.push_back(nullptr);
+  std::string cwd = user_.home;
+  struct stat st {};
+  if (::stat(cwd.c_str(), &st) != 0) cwd = "/";
+  const char* argv[] = {"/bin/sh", "-c", cmd_.c_str(), nullptr};
+  bool switch_user = ::geteuid() == 0 && user_.uid != 0;
+  uid_t uid = user_.uid;
+  gid_t gid = user_.gid;
+  return reaper_.spawn(
+      [&]() -> pid_t {
+        pid_t child = ::fork();
+        if (child != 0) return child;
+        sigset_t all;
+        ::sigemptyset(&all);
+        ::sigprocmask(SIG_SETMASK, &all, nullptr);
+        struct sigaction dfl {};
+        dfl.sa_handler = SIG_DFL;
+        for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD}) ::sigaction(s, &dfl, nullptr);
+        ::setsid();
+        if (switch_user && (::setgroups(1, &gid) < 0 || ::setgid(gid) < 0 || ::setuid(uid) < 0)) {
+          ::_exit(126);
+        }
+        if (::chdir(cwd.c_str()) < 0) ::_exit(126);
+        ::execve("/bin/sh", const_cast<char* const*>(argv), envp.data());
+        ::_exit(127);
+      },
+      [this](int status) {
+        std::lock_guard lock(mu_);
+        exited_ = true;
+        log().info(
+            name_ + " exited with status " +
+            std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)));
+        cv_.notify_all();
+      });
+}
+
+void Supervisor::run() {
+  auto backoff = std::chrono::milliseconds(100);
+  for (;;) {
+    {
+      std::lock_guard lock(mu_);
+      if (stop_) return;
+      exited_ = false;
+    }
+    auto started = std::chrono::steady_clock::now();
+    pid_t pid = spawn();
+    {
+      std::unique_lock lock(mu_);
+      if (pid < 0) {
+        log().error("cannot start " + name_);
+        exited_ = true;
+      } else {
+        pid_ = pid;
+        log().info("started " + name_ + " (pid " + std::to_string(pid) + "): " + cmd_);
+      }
+      cv_.wait(lock, [this] { return exited_; });
+      pid_ = -1;
+      cv_.notify_all();
+      if (!restart_ || stop_) return;
+      if (std::chrono::steady_clock::now() - started > std::chrono::seconds(60)) {
+        backoff = std::chrono::milliseconds(100);
+      }
+      log().warn(name_ + " exited; restarting in " + std::to_string(backoff.count()) + " ms");
+      cv_.wait_for(lock, backoff, [this] { return stop_; });
+      if (stop_) return;
+    }
+    backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::seconds(30));
+  }
+}
+
+}  // namespace abx::envd

@@ -1,0 +1,38 @@
+// Init duties of abx-envd beyond the API: running the template's start command once and
+// keeping the command server alive (restarting it with exponential backoff when it exits).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "envd/process.h"
+
+namespace abx::envd {
+
+class Supervisor {
+ public:
+  // `cmd` runs as `/bin/sh -c cmd` as `user`. `restart`: run again after each exit, waiting
+  // 100 ms doubling up to 30 s (reset after a run that lasted 60 s).
+  Supervisor(Reaper& reaper, std::string name, std::string cmd, User user, bool restart);
+  ~Supervisor();  // stops restarting, SIGTERMs the child (SIGKILL after 2 s) and joins
+  void signal(int sig);
+
+ private:
+  void run();
+  pid_t spawn();
+  Reaper& reaper_;
+  std::string name_, cmd_;
+  User user_;
+  bool restart_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace abx::envd
