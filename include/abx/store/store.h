@@ -1,0 +1,189 @@
+// abx::store — abxd's durable state in one SQLite 3 file: sandboxes, API keys, AK/SK
+// credentials, the signing nonce cache and the templates seen.
+//
+// The file is opened in WAL mode with synchronous=FULL, so a call that returned ok is on disk
+// (survives kill -9 of abxd; power loss too, as far as the disk honours fsync). Secrets are
+// stored as SHA-256 digests (API keys, sandbox access tokens); the AK/SK secret has to stay
+// usable for HMAC, so it is stored as-is and the database file is created with mode 0600 (SQLite
+// gives its -wal and -shm files the same mode). Encrypting it at rest is out of scope for now.
+//
+// A Store is safe to share between threads (one connection behind a mutex); several processes
+// may open the same file (WAL + busy timeout). The schema is versioned (table schema_version);
+// open() applies the missing migrations in order and refuses a file newer than this code.
+//
+// Error codes (every message names the SQL step that failed):
+//   kInvalidArgument     malformed input (bad id, state, digest, limit, page token)
+//   kNotFound            no such sandbox / key
+//   kAlreadyExists       primary-key or unique constraint (e.g. a sandbox id taken)
+//   kUnauthenticated     verify_api_key: unknown, revoked or malformed key (one message for all)
+//   kUnavailable         the database is busy/locked past the busy timeout, or cannot be opened
+//   kPermissionDenied    the file or directory is read-only / not ours
+//   kInsufficientStorage disk full
+//   kFailedPrecondition  the file's schema is newer than this build, or integrity_check failed
+//   kInternal            anything else SQLite reports (corruption included)
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "abx/base/error.h"
+
+namespace abx::store {
+
+enum class SandboxState { kRunning, kPaused, kKilled };
+
+// "running" | "paused" | "killed".
+std::string_view state_name(SandboxState s);
+std::optional<SandboxState> parse_state(std::string_view name);
+
+struct SandboxRecord {
+  std::string id;  // 20 lowercase alphanumerics
+  std::string template_id;
+  std::string client_id;
+  std::int64_t created_at_ms = 0;  // unix ms
+  std::int64_t end_at_ms = 0;      // deadline, unix ms
+  SandboxState state = SandboxState::kRunning;
+  std::int64_t init_pid = 0;  // host pid of the sandbox's init (0 = not started yet)
+  // /proc/<pid>/stat field 22 (start time in clock ticks since boot): with the pid it names one
+  // process across pid reuse, so a restarted abxd re-adopts (pidfd_open) the right one.
+  std::uint64_t init_start_time = 0;
+  std::string
+      access_token_digest;  // token_digest(envdAccessToken): 64 lowercase hex, never the token
+  double cpu_count = 0;
+  std::int64_t memory_mb = 0;
+  std::int64_t disk_mb = 0;
+  std::map<std::string, std::string> metadata;
+  std::map<std::string, std::string> env_vars;
+  std::string domain;
+};
+
+struct SandboxFilter {
+  std::vector<SandboxState> states;              // empty: any state
+  std::string template_id;                       // empty: any template
+  std::map<std::string, std::string> metadata;   // every pair must be present and equal
+  std::optional<std::int64_t> started_after_ms;  // created_at_ms > this
+  bool descending = false;                       // order by (created_at, id)
+  std::size_t limit = 100;                       // 1..1000
+  std::string page_token;                        // next_token of the previous page, or empty
+};
+
+struct SandboxPage {
+  std::vector<SandboxRecord> items;
+  // Opaque cursor (base64url of the last row's created_at and id); empty when no more rows.
+  // Paging is stable: rows inserted meanwhile are never returned twice and never make the
+  // listing skip a row that existed when paging began.
+  std::string next_token;
+};
+
+struct ApiKeyInfo {
+  std::string id;  // 16 hex; not secret
+  std::string name;
+  std::string prefix;  // "e2b_" + first 4 hex of the key, for humans to tell keys apart
+  std::int64_t created_at_ms = 0;
+  std::optional<std::int64_t> last_used_ms;
+  bool revoked = false;
+};
+
+struct NewApiKey {
+  ApiKeyInfo info;
+  std::string key;  // the plaintext "e2b_<40 hex>", returned once and never stored
+};
+
+struct AccessKey {
+  std::string access_key_id;  // "ABX" + 17 uppercase alphanumerics
+  std::string secret;         // 64 hex; empty in list_access_keys()
+  std::string name;
+  std::int64_t created_at_ms = 0;
+  bool revoked = false;
+};
+
+struct TemplateSeen {
+  std::string id;
+  std::int64_t last_loaded_at_ms = 0;
+  std::string status;  // e.g. "ok" | "error"
+  std::string error;   // "file:line:col: message" when status is "error"
+};
+
+struct StoreOptions {
+  std::chrono::milliseconds busy_timeout{5000};
+};
+
+// Lowercase hex SHA-256 of a secret: how sandbox access tokens and API keys are stored.
+std::string token_digest(std::string_view secret);
+// True if SHA-256(presented) equals the stored hex digest; constant time in the content.
+bool digest_matches(std::string_view stored_hex_digest, std::string_view presented);
+// A fresh random sandbox id: 20 characters of [a-z0-9] (uniform; OpenSSL RAND_bytes).
+Result<std::string> generate_sandbox_id();
+bool valid_sandbox_id(std::string_view id);
+
+inline constexpr int kSchemaVersion = 1;
+
+class Store {
+ public:
+  // Opens (creating with mode 0600 if missing) and migrates the database at `file`. The parent
+  // directory must exist.
+  static Result<std::unique_ptr<Store>> open(const std::filesystem::path& file,
+                                             const StoreOptions& options = {});
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  int schema_version() const;
+  // PRAGMA integrity_check; kFailedPrecondition with SQLite's report unless it says "ok".
+  Status check_integrity();
+
+  // --- sandboxes ---
+  Status insert_sandbox(const SandboxRecord& rec);
+  Result<SandboxRecord> get_sandbox(std::string_view id);
+  Result<SandboxPage> list_sandboxes(const SandboxFilter& filter);
+  Status update_state(std::string_view id, SandboxState state);
+  Status set_deadline(std::string_view id, std::int64_t end_at_ms);
+  Status set_init(std::string_view id, std::int64_t pid, std::uint64_t start_time);
+  Status delete_sandbox(std::string_view id);
+  // Running or paused sandboxes whose deadline is at or before now_ms, oldest deadline first.
+  Result<std::vector<SandboxRecord>> expired(std::int64_t now_ms);
+
+  // --- API keys (X-API-KEY / Authorization: Bearer) ---
+  Result<NewApiKey> create_api_key(std::string_view name);
+  // Returns the key id. Hashes the presented key, looks the digest up and compares it with
+  // CRYPTO_memcmp; kUnauthenticated ("invalid API key") for unknown, revoked or oversized keys.
+  // Updates last_used at most once a minute per key (each write is an fsync).
+  Result<std::string> verify_api_key(std::string_view presented);
+  Result<std::vector<ApiKeyInfo>> list_api_keys();
+  // Revokes by exact id, by a unique id prefix (>= 4 characters) or by the plaintext key.
+  // kNotFound when nothing matches, kInvalidArgument when a prefix matches several keys.
+  Status revoke_api_key(std::string_view id_or_prefix);
+
+  // --- AK/SK credentials for request signing (abx/auth/signing.h) ---
+  Result<AccessKey> create_access_key(std::string_view name);
+  // The secret of an active access key; nullopt when unknown or revoked.
+  Result<std::optional<std::string>> access_key_secret(std::string_view access_key_id);
+  Result<std::vector<AccessKey>> list_access_keys();
+  Status revoke_access_key(std::string_view access_key_id);
+
+  // --- replay guard for signed requests ---
+  // Records `nonce` until expires_at_ms. Returns true if it was already recorded and has not
+  // expired at now_ms (a replay); false if it is new (now remembered, durably). Prunes expired
+  // nonces every few hundred calls.
+  Result<bool> remember_nonce(std::string_view nonce, std::int64_t expires_at_ms,
+                              std::int64_t now_ms);
+  Result<std::int64_t> prune_nonces(std::int64_t now_ms);
+
+  // --- templates seen ---
+  Status record_template(const TemplateSeen& t);
+  Result<std::vector<TemplateSeen>> list_templates_seen();
+
+ private:
+  struct Impl;
+  explicit Store(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace abx::store

@@ -1,0 +1,822 @@
+#include "abx/store/store.h"
+
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <boost/json.hpp>
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <mutex>
+
+#include "abx/token/token.h"
+#include "store/sqlite.h"
+
+namespace abx::store {
+namespace json = boost::json;
+
+namespace {
+
+constexpr std::size_t kMaxPresentedKey = 256;
+constexpr std::int64_t kLastUsedGranularityMs = 60'000;
+constexpr int kPruneEvery = 256;
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::array<unsigned char, SHA256_DIGEST_LENGTH> sha256(std::string_view s) {
+  std::array<unsigned char, SHA256_DIGEST_LENGTH> out{};
+  SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), out.data());
+  return out;
+}
+
+std::string hex(const unsigned char* p, std::size_t n) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(n * 2);
+  for (std::size_t i = 0; i < n; ++i) {
+    out += kHex[p[i] >> 4];
+    out += kHex[p[i] & 15];
+  }
+  return out;
+}
+
+bool is_lower_hex(std::string_view s) {
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+// Uniform characters from `alphabet` (rejection sampling: no modulo bias).
+Result<std::string> random_chars(std::string_view alphabet, std::size_t n) {
+  const unsigned limit = 256 - (256 % alphabet.size());
+  std::string out;
+  while (out.size() < n) {
+    unsigned char buf[64];
+    if (RAND_bytes(buf, sizeof buf) != 1) return internal_error("RAND_bytes failed");
+    for (unsigned char b : buf) {
+      if (b < limit && out.size() < n) out += alphabet[b % alphabet.size()];
+    }
+  }
+  return out;
+}
+
+std::string encode_map(const std::map<std::string, std::string>& m) {
+  json::object o;
+  for (const auto& [k, v] : m) o[k] = v;
+  return json::serialize(o);
+}
+
+Result<std::map<std::string, std::string>> decode_map(const std::string& s, std::string_view what) {
+  std::error_code ec;
+  json::value v = json::parse(s, ec);
+  if (ec || !v.is_object()) return internal_error("store: corrupt " + std::string(what) + " JSON");
+  std::map<std::string, std::string> m;
+  for (const auto& kv : v.get_object()) {
+    if (!kv.value().is_string()) {
+      return internal_error("store: corrupt " + std::string(what) + " JSON");
+    }
+    m.emplace(std::string(kv.key()), std::string(kv.value().get_string()));
+  }
+  return m;
+}
+
+constexpr const char* kSandboxColumns =
+    "id, template_id, client_id, created_at, end_at, state, init_pid, init_start_time, "
+    "token_digest, cpu_count, memory_mb, disk_mb, metadata, env_vars, domain";
+
+Result<SandboxRecord> read_sandbox(const sql::Stmt& s) {
+  SandboxRecord r;
+  r.id = s.text(0);
+  r.template_id = s.text(1);
+  r.client_id = s.text(2);
+  r.created_at_ms = s.int64(3);
+  r.end_at_ms = s.int64(4);
+  auto st = parse_state(s.text(5));
+  if (!st) return internal_error("store: corrupt sandbox state for " + r.id);
+  r.state = *st;
+  r.init_pid = s.int64(6);
+  r.init_start_time = static_cast<std::uint64_t>(s.int64(7));
+  r.access_token_digest = s.text(8);
+  r.cpu_count = s.real(9);
+  r.memory_mb = s.int64(10);
+  r.disk_mb = s.int64(11);
+  auto md = decode_map(s.text(12), "metadata");
+  if (!md.ok()) return md.error();
+  r.metadata = std::move(*md);
+  auto env = decode_map(s.text(13), "env_vars");
+  if (!env.ok()) return env.error();
+  r.env_vars = std::move(*env);
+  r.domain = s.text(14);
+  return r;
+}
+
+// Schema migrations, applied in order; migration i brings the file to version i + 1. Never edit a
+// released entry: append a new one.
+constexpr const char* kMigrations[] = {
+    R"sql(
+CREATE TABLE sandboxes (
+  id              TEXT PRIMARY KEY NOT NULL CHECK (length(id) = 20),
+  template_id     TEXT NOT NULL,
+  client_id       TEXT NOT NULL,
+  created_at      INTEGER NOT NULL,
+  end_at          INTEGER NOT NULL,
+  state           TEXT NOT NULL CHECK (state IN ('running', 'paused', 'killed')),
+  init_pid        INTEGER NOT NULL DEFAULT 0,
+  init_start_time INTEGER NOT NULL DEFAULT 0,
+  token_digest    TEXT NOT NULL,
+  cpu_count       REAL NOT NULL,
+  memory_mb       INTEGER NOT NULL,
+  disk_mb         INTEGER NOT NULL,
+  metadata        TEXT NOT NULL DEFAULT '{}',
+  env_vars        TEXT NOT NULL DEFAULT '{}',
+  domain          TEXT NOT NULL DEFAULT ''
+) WITHOUT ROWID;
+CREATE INDEX sandboxes_by_created ON sandboxes (created_at, id);
+CREATE INDEX sandboxes_by_deadline ON sandboxes (state, end_at);
+CREATE TABLE api_keys (
+  id         TEXT PRIMARY KEY NOT NULL,
+  name       TEXT NOT NULL,
+  prefix     TEXT NOT NULL,
+  digest     TEXT NOT NULL UNIQUE,
+  created_at INTEGER NOT NULL,
+  last_used  INTEGER,
+  revoked    INTEGER NOT NULL DEFAULT 0
+);
+-- The secret must stay usable for HMAC, so it is stored as-is; the file is mode 0600.
+CREATE TABLE access_keys (
+  id         TEXT PRIMARY KEY NOT NULL,
+  secret     TEXT NOT NULL,
+  name       TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  revoked    INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE nonces (
+  nonce      TEXT PRIMARY KEY NOT NULL,
+  expires_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX nonces_by_expiry ON nonces (expires_at);
+CREATE TABLE templates_seen (
+  id             TEXT PRIMARY KEY NOT NULL,
+  last_loaded_at INTEGER NOT NULL,
+  status         TEXT NOT NULL,
+  error          TEXT NOT NULL DEFAULT ''
+);
+)sql",
+};
+static_assert(std::size(kMigrations) == kSchemaVersion);
+
+Error bad_id(std::string_view id) {
+  return invalid_argument("invalid sandbox id '" + std::string(id.substr(0, 64)) + "'");
+}
+
+}  // namespace
+
+std::string_view state_name(SandboxState s) {
+  switch (s) {
+    case SandboxState::kRunning:
+      return "running";
+    case SandboxState::kPaused:
+      return "paused";
+    case SandboxState::kKilled:
+      return "killed";
+  }
+  return "running";
+}
+
+std::optional<SandboxState> parse_state(std::string_view name) {
+  if (name == "running") return SandboxState::kRunning;
+  if (name == "paused") return SandboxState::kPaused;
+  if (name == "killed") return SandboxState::kKilled;
+  return std::nullopt;
+}
+
+std::string token_digest(std::string_view secret) {
+  auto d = sha256(secret);
+  return hex(d.data(), d.size());
+}
+
+bool digest_matches(std::string_view stored_hex_digest, std::string_view presented) {
+  std::string want = token_digest(presented);
+  if (stored_hex_digest.size() != want.size()) return false;
+  return CRYPTO_memcmp(stored_hex_digest.data(), want.data(), want.size()) == 0;
+}
+
+Result<std::string> generate_sandbox_id() {
+  return random_chars("abcdefghijklmnopqrstuvwxyz0123456789", 20);
+}
+
+bool valid_sandbox_id(std::string_view id) {
+  return id.size() == 20 && std::all_of(id.begin(), id.end(), [](char c) {
+           return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+         });
+}
+
+struct Store::Impl {
+  sql::Connection conn;
+  std::mutex mu;
+  int version = 0;
+  int nonce_calls = 0;
+
+  // BEGIN IMMEDIATE … COMMIT, rolled back unless committed.
+  class Tx {
+   public:
+    explicit Tx(sql::Connection& c) : c_(c) {}
+    Status begin() {
+      auto st = c_.exec("BEGIN IMMEDIATE", "begin");
+      open_ = st.ok();
+      return st;
+    }
+    Status commit() {
+      auto st = c_.exec("COMMIT", "commit");
+      if (st.ok()) open_ = false;
+      return st;
+    }
+    ~Tx() {
+      if (open_) (void)c_.exec("ROLLBACK", "rollback");
+    }
+
+   private:
+    sql::Connection& c_;
+    bool open_ = false;
+  };
+
+  Status migrate() {
+    if (auto st = conn.exec("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)",
+                            "create schema_version");
+        !st.ok()) {
+      return st;
+    }
+    for (;;) {
+      Tx tx(conn);
+      if (auto st = tx.begin(); !st.ok()) return st;
+      // Read inside the write transaction: two processes opening a new file at once must not
+      // both apply the same migration.
+      int v = 0;
+      bool has_row = false;
+      {
+        auto s = conn.prepare("SELECT version FROM schema_version", "read schema_version");
+        if (!s.ok()) return s.error();
+        auto row = s->step();
+        if (!row.ok()) return row.error();
+        has_row = *row;
+        if (has_row) v = static_cast<int>(s->int64(0));
+      }
+      if (v > kSchemaVersion) {
+        return Error(ErrorCode::kFailedPrecondition,
+                     "store: database schema version " + std::to_string(v) +
+                         " is newer than this build (" + std::to_string(kSchemaVersion) + ")");
+      }
+      if (v == kSchemaVersion) {
+        version = v;
+        return tx.commit();
+      }
+      if (auto st = conn.exec(kMigrations[v], "migrate"); !st.ok()) return st;
+      auto up = conn.prepare(has_row ? "UPDATE schema_version SET version = ?1"
+                                     : "INSERT INTO schema_version (version) VALUES (?1)",
+                             "write schema_version");
+      if (!up.ok()) return up.error();
+      if (auto st = up->bind(1, v + 1).exec(); !st.ok()) return st;
+      if (auto st = tx.commit(); !st.ok()) return st;
+    }
+  }
+
+  Status expect_one_change(std::string_view id) {
+    if (conn.changes() == 0) return not_found("sandbox '" + std::string(id) + "' not found");
+    return {};
+  }
+};
+
+Store::Store(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Store::~Store() = default;
+
+Result<std::unique_ptr<Store>> Store::open(const std::filesystem::path& file,
+                                           const StoreOptions& options) {
+  // Create the file ourselves so it is 0600 from the first byte; tighten an existing one.
+  int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    int e = errno;
+    ErrorCode code = (e == EACCES || e == EPERM || e == EROFS) ? ErrorCode::kPermissionDenied
+                                                               : ErrorCode::kUnavailable;
+    return Error(code, "store: open " + file.string() + ": " + std::strerror(e));
+  }
+  struct stat sb {};
+  if (::fstat(fd, &sb) == 0 && (sb.st_mode & 077) != 0) (void)::fchmod(fd, 0600);
+  ::close(fd);
+
+  auto conn = sql::Connection::open(file.string(), static_cast<int>(options.busy_timeout.count()));
+  if (!conn.ok()) return conn.error();
+  auto impl = std::make_unique<Impl>();
+  impl->conn = std::move(*conn);
+
+  {
+    auto s = impl->conn.prepare("PRAGMA journal_mode = WAL", "set journal_mode");
+    if (!s.ok()) return s.error();
+    auto row = s->step();
+    if (!row.ok()) return row.error();
+    if (!*row || s->text(0) != "wal") {
+      return unavailable("store: " + file.string() + " cannot use WAL journaling");
+    }
+  }
+  // FULL: in WAL mode each commit fsyncs the WAL, so an acknowledged write survives a crash.
+  if (auto st = impl->conn.exec("PRAGMA synchronous = FULL", "set synchronous"); !st.ok()) {
+    return st.error();
+  }
+  if (auto st = impl->conn.exec("PRAGMA foreign_keys = ON", "set foreign_keys"); !st.ok()) {
+    return st.error();
+  }
+  if (auto st = impl->migrate(); !st.ok()) return st.error();
+  return std::unique_ptr<Store>(new Store(std::move(impl)));
+}
+
+int Store::schema_version() const { return impl_->version; }
+
+Status Store::check_integrity() {
+  std::lock_guard lock(impl_->mu);
+  auto s = impl_->conn.prepare("PRAGMA integrity_check", "integrity_check");
+  if (!s.ok()) return s.error();
+  std::string report;
+  for (;;) {
+    auto row = s->step();
+    if (!row.ok()) return row.error();
+    if (!*row) break;
+    if (!report.empty()) report += "; ";
+    report += s->text(0);
+  }
+  if (report != "ok") {
+    return Error(ErrorCode::kFailedPrecondition, "store: integrity_check: " + report);
+  }
+  return {};
+}
+
+// --- sandboxes ---
+
+Status Store::insert_sandbox(const SandboxRecord& r) {
+  if (!valid_sandbox_id(r.id)) return bad_id(r.id);
+  if (r.access_token_digest.size() != 64 || !is_lower_hex(r.access_token_digest)) {
+    return invalid_argument("access_token_digest must be 64 lowercase hex (token_digest())");
+  }
+  if (r.template_id.empty()) return invalid_argument("sandbox needs a template id");
+  std::lock_guard lock(impl_->mu);
+  auto s = impl_->conn.prepare(
+      "INSERT INTO sandboxes (id, template_id, client_id, created_at, end_at, state, init_pid, "
+      "init_start_time, token_digest, cpu_count, memory_mb, disk_mb, metadata, env_vars, domain) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+      "insert sandbox");
+  if (!s.ok()) return s.error();
+  s->bind(1, r.id)
+      .bind(2, r.template_id)
+      .bind(3, r.client_id)
+      .bind(4, r.created_at_ms)
+      .bind(5, r.end_at_ms)
+      .bind(6, state_name(r.state))
+      .bind(7, r.init_pid)
+      .bind(8, static_cast<std::int64_t>(r.init_start_time))
+      .bind(9, r.access_token_digest)
+      .bind(10, r.cpu_count)
+      .bind(11, r.memory_mb)
+      .bind(12, r.disk_mb)
+      .bind(13, encode_map(r.metadata))
+      .bind(14, encode_map(r.env_vars))
+      .bind(15, r.domain);
+  return s->exec();
+}
+
+Result<SandboxRecord> Store::get_sandbox(std::string_view id) {
+  if (!valid_sandbox_id(id)) return bad_id(id);
+  std::lock_guard lock(impl_->mu);
+  auto s = impl_->conn.prepare(
+      std::string("SELECT ") + kSandboxColumns + " FROM sandboxes WHERE id = ?1", "get sandbox");
+  if (!s.ok()) return s.error();
+  s->bind(1, id);
+  auto row = s->step();
+  if (!row.ok()) return row.error();
+  if (!*row) return not_found("sandbox '" + std::string(id) + "' not found");
+  return read_sandbox(*s);
+}
+
+namespace {
+
+std::string encode_cursor(std::int64_t created_at, const std::string& id) {
+  return token::base64url_encode("c1:" + std::to_string(created_at) + ":" + id);
+}
+
+Result<std::pair<std::int64_t, std::string>> decode_cursor(std::string_view tok) {
+  Error bad = invalid_argument("invalid page token");
+  if (tok.size() > 128) return bad;
+  auto raw = token::base64url_decode(tok);
+  if (!raw.ok()) return bad;
+  std::string_view s = *raw;
+  if (s.substr(0, 3) != "c1:") return bad;
+  s.remove_prefix(3);
+  auto colon = s.find(':');
+  if (colon == std::string_view::npos || colon == 0 || colon > 19) return bad;
+  std::int64_t created = 0;
+  for (char c : s.substr(0, colon)) {
+    if (c < '0' || c > '9') return bad;
+    created = created * 10 + (c - '0');
+  }
+  std::string id(s.substr(colon + 1));
+  if (!valid_sandbox_id(id)) return bad;
+  return std::make_pair(created, std::move(id));
+}
+
+}  // namespace
+
+Result<SandboxPage> Store::list_sandboxes(const SandboxFilter& f) {
+  if (f.limit == 0 || f.limit > 1000) return invalid_argument("limit must be 1..1000");
+  std::optional<std::pair<std::int64_t, std::string>> cursor;
+  if (!f.page_token.empty()) {
+    auto c = decode_cursor(f.page_token);
+    if (!c.ok()) return c.error();
+    cursor = std::move(*c);
+  }
+  // The SQL text depends only on which filters are present; every value is bound.
+  std::string q = std::string("SELECT ") + kSandboxColumns + " FROM sandboxes AS s WHERE 1";
+  int n = 0;
+  std::vector<std::function<void(sql::Stmt&)>> binds;
+  if (!f.states.empty()) {
+    q += " AND state IN (";
+    for (std::size_t i = 0; i < f.states.size(); ++i) {
+      q += (i ? ", ?" : "?") + std::to_string(++n);
+      binds.push_back([n, v = f.states[i]](sql::Stmt& s) { s.bind(n, state_name(v)); });
+    }
+    q += ")";
+  }
+  if (!f.template_id.empty()) {
+    q += " AND template_id = ?" + std::to_string(++n);
+    binds.push_back([n, v = f.template_id](sql::Stmt& s) { s.bind(n, v); });
+  }
+  for (const auto& [k, v] : f.metadata) {
+    int kn = ++n;
+    int vn = ++n;
+    q += " AND EXISTS (SELECT 1 FROM json_each(s.metadata) WHERE json_each.key = ?" +
+         std::to_string(kn) + " AND json_each.value = ?" + std::to_string(vn) +
+         " AND json_each.type = 'text')";
+    binds.push_back([kn, vn, k = k, v = v](sql::Stmt& s) { s.bind(kn, k).bind(vn, v); });
+  }
+  if (f.started_after_ms) {
+    q += " AND created_at > ?" + std::to_string(++n);
+    binds.push_back([n, v = *f.started_after_ms](sql::Stmt& s) { s.bind(n, v); });
+  }
+  if (cursor) {
+    int cn = ++n;
+    int in = ++n;
+    q += std::string(" AND (created_at, id) ") + (f.descending ? "<" : ">") + " (?" +
+         std::to_string(cn) + ", ?" + std::to_string(in) + ")";
+    binds.push_back(
+        [cn, in, c = *cursor](sql::Stmt& s) { s.bind(cn, c.first).bind(in, c.second); });
+  }
+  q += f.descending ? " ORDER BY created_at DESC, id DESC" : " ORDER BY created_at ASC, id ASC";
+  int ln = ++n;
+  q += " LIMIT ?" + std::to_string(ln);
+  // One extra row says whether another page exists.
+  binds.push_back(
+      [ln, v = static_cast<std::int64_t>(f.limit + 1)](sql::Stmt& s) { s.bind(ln, v); });
+
+  std::lock_guard lock(impl_->mu);
+  auto s = impl_->conn.prepare(q, "list sandboxes");
+  if (!s.ok()) return s.error();
+  for (auto& b : binds) b(*s);
+  SandboxPage page;
+  for (;;) {
+    auto row = s->step();
+    if (!row.ok()) return row.error();
+    if (!*row) break;
+    if (page.items.size() == f.limit) {
+      const auto& last = page.items.back();
+      page.next_token = encode_cursor(last.created_at_ms, last.id);
+      break;
+    }
+    auto rec = read_sandbox(*s);
+    if (!rec.ok()) return rec.error();
+    page.items.push_back(std::move(*rec));
+  }
+  return page;
+}
+
+Status Store::update_state(std::string_view id, SandboxState state) {
+  if (!valid_sandbox_id(id)) return bad_id(id);
+  std::lock_guard lock(impl_->mu);
+  auto s = impl_->conn.prepare("UPDATE sandboxes SET state = ?2 WHERE id = ?1", "update state");
+  if (!s.ok()) return s.error();
+  if (auto st = s->bind(1, id).bind(2, state_name(state)).exec(); !st.ok()) return st;
+  return impl_->expect_one_change(id);
+}
+
+Status Store::set_deadline(std::string_view id, std::int64_t end_at_ms) {
+  if (!valid_sandbox_id(id)) return bad_id(id);
+  std::lock_guard lock(impl_->mu);
+  auto s = impl_->conn.prepare("UPDATE sandboxes SET end_at = ?2 WHERE id = ?1", "set deadline");
+  if (!s.ok()) return s.error();
+  if (auto st = s->bind(1, id).bind(2, end_at_ms).exec(); !st.ok()) return st;
+  return impl_->expect_one_change(id);
+}
+
+Status Store::set_init(std::string_view id, std::int64_t pid, std::uint64_t start_time) {
+  if (!valid_sandbox_id(id)) return bad_id(id);
+  std::lock_guard lock(impl_->mu);
+  auto s = impl_->conn.prepare(
+      "UPDATE sandboxes SET init_pid = ?2, init_start_time = ?3 WHERE id = ?1", "set init");
+  if (!s.ok()) return s.error();
+  auto st = s->bind(1, id).bind(2, pid).bind(3, static_cast<std::int64_t>(start_time)).exec();
+  if (!st.ok()) return st;
+  return impl_->expect_one_change(id);
+}
+
+Status Store::delete_sandbox(std::string_view id) {
+  if (!valid_sandbox_id(id)) return bad_id(id);
+  std::lock_guard lock(impl_->mu);
+  auto s = impl_->conn.prepare("DELETE FROM sandboxes WHERE id = ?1", "delete sandbox");
+  if (!s.ok()) return s.error();
+  if (auto st = s->bind(1, id).exec(); !st.ok()) return st;
+  return impl_->expect_one_change(id);
+}
+
+Result<std::vector<SandboxRecord>> Store::expired(std::int64_t now) {
+  std::lock_guard lock(impl_->mu);
+  auto s = impl_->conn.prepare(std::string("SELECT ") + kSandboxColumns +
+                                   " FROM sandboxes WHERE state IN ('running', 'paused') AND "
+                                   "end_at <= ?1 ORDER BY end_at, id",
+                               "list expired");
+  if (!s.ok()) return s.error();
+  s->bind(1, now);
+  std::vector<SandboxRecord> out;
+  for (;;) {
+    auto row = s->step();
+    if (!row.ok()) return row.error();
+    if (!*row) break;
+    auto rec = read_sandbox(*s);
+    if (!rec.ok()) return rec.error();
+    out.push_back(std::move(*rec));
+  }
+  return out;
+}
+
+// --- API keys ---
+
+Result<NewApiKey> Store::create_api_key(std::string_view name) {
+  if (name.size() > 256) return invalid_argument("API key name longer than 256 bytes");
+  auto secret = token::random_hex(20);
+  if (!secret.ok()) return secret.error();
+  auto id = token::random_hex(8);
+  if (!id.ok()) return id.error();
+  NewApiKey k;
+  k.key = "e2b_" + *secret;
+  k.info.id = *id;
+  k.info.name = std::string(name);
+  k.info.prefix = k.key.substr(0, 8);
+  k.info.created_at_ms = now_ms();
+  std::lock_guard lock(impl_->mu);
+  auto s = impl_->conn.prepare(
+      "INSERT INTO api_keys (id, name, prefix, digest, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+      "insert api key");
+  if (!s.ok()) return s.error();
+  auto st = s->bind(1, k.info.id)
+                .bind(2, k.info.name)
+                .bind(3, k.info.prefix)
+                .bind(4, token_digest(k.key))
+                .bind(5, k.info.created_at_ms)
+                .exec();
+  if (!st.ok()) return st.error();
+  return k;
+}
+
+Result<std::string> Store::verify_api_key(std::string_view presented) {
+  Error denied(ErrorCode::kUnauthenticated, "invalid API key");
+  // Cap before hashing: a 10 MB header must not cost a 10 MB hash.
+  if (presented.empty() || presented.size() > kMaxPresentedKey) return denied;
+  std::string digest = token_digest(presented);
+  std::lock_guard lock(impl_->mu);
+  std::string id;
+  std::int64_t last_used = 0;
+  {
+    auto s = impl_->conn.prepare(
+        "SELECT id, digest, revoked, last_used FROM api_keys WHERE digest = ?1", "verify api key");
+    if (!s.ok()) return s.error();
+    s->bind(1, digest);
+    auto row = s->step();
+    if (!row.ok()) return row.error();
+    if (!*row) return denied;
+    std::string stored = s->text(1);
+    // The lookup already matched on the digest; compare again in constant time so the decision
+    // never rests on the index's early-exit string compare.
+    if (stored.size() != digest.size() ||
+        CRYPTO_memcmp(stored.data(), digest.data(), digest.size()) != 0 || s->int64(2) != 0) {
+      return denied;
+    }
+    id = s->text(0);
+    last_used = s->is_null(3) ? 0 : s->int64(3);
+  }
+  std::int64_t now = now_ms();
+  if (now - last_used >= kLastUsedGranularityMs) {
+    auto u =
+        impl_->conn.prepare("UPDATE api_keys SET last_used = ?2 WHERE id = ?1", "touch api key");
+    if (u.ok()) (void)u->bind(1, id).bind(2, now).exec();  // best effort: never fails auth
+  }
+  return id;
+}
+
+Result<std::vector<ApiKeyInfo>> Store::list_api_keys() {
+  std::lock_guard lock(impl_->mu);
+  auto s = impl_->conn.prepare(
+      "SELECT id, name, prefix, created_at, last_used, revoked FROM api_keys "
+      "ORDER BY created_at, id",
+      "list api keys");
+  if (!s.ok()) return s.error();
+  std::vector<ApiKeyInfo> out;
+  for (;;) {
+    auto row = s->step();
+    if (!row.ok()) return row.error();
+    if (!*row) break;
+    ApiKeyInfo k;
+    k.id = s->text(0);
+    k.name = s->text(1);
+    k.prefix = s->text(2);
+    k.created_at_ms = s->int64(3);
+    if (!s->is_null(4)) k.last_used_ms = s->int64(4);
+    k.revoked = s->int64(5) != 0;
+    out.push_back(std::move(k));
+  }
+  return out;
+}
+
+Status Store::revoke_api_key(std::string_view which) {
+  if (which.empty() || which.size() > kMaxPresentedKey) return invalid_argument("no key given");
+  std::lock_guard lock(impl_->mu);
+  auto& c = impl_->conn;
+  if (which.substr(0, 4) == "e2b_") {
+    auto s = c.prepare("UPDATE api_keys SET revoked = 1 WHERE digest = ?1", "revoke api key");
+    if (!s.ok()) return s.error();
+    if (auto st = s->bind(1, token_digest(which)).exec(); !st.ok()) return st;
+    if (c.changes() == 0) return not_found("no such API key");
+    return {};
+  }
+  {
+    auto s = c.prepare("UPDATE api_keys SET revoked = 1 WHERE id = ?1", "revoke api key");
+    if (!s.ok()) return s.error();
+    if (auto st = s->bind(1, which).exec(); !st.ok()) return st;
+    if (c.changes() > 0) return {};
+  }
+  if (which.size() < 4) return not_found("no API key with id '" + std::string(which) + "'");
+  std::vector<std::string> ids;
+  {
+    auto s = c.prepare("SELECT id FROM api_keys WHERE substr(id, 1, length(?1)) = ?1 LIMIT 2",
+                       "find api key by prefix");
+    if (!s.ok()) return s.error();
+    s->bind(1, which);
+    for (;;) {
+      auto row = s->step();
+      if (!row.ok()) return row.error();
+      if (!*row) break;
+      ids.push_back(s->text(0));
+    }
+  }
+  if (ids.empty()) return not_found("no API key with id '" + std::string(which) + "'");
+  if (ids.size() > 1)
+    return invalid_argument("id prefix '" + std::string(which) + "' is ambiguous");
+  auto s = c.prepare("UPDATE api_keys SET revoked = 1 WHERE id = ?1", "revoke api key");
+  if (!s.ok()) return s.error();
+  return s->bind(1, ids[0]).exec();
+}
+
+// --- AK/SK ---
+
+Result<AccessKey> Store::create_access_key(std::string_view name) {
+  if (name.size() > 256) return invalid_argument("access key name longer than 256 bytes");
+  auto id = random_chars("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", 17);
+  if (!id.ok()) return id.error();
+  auto secret = token::random_hex(32);
+  if (!secret.ok()) return secret.error();
+  AccessKey k;
+  k.access_key_id = "ABX" + *id;
+  k.secret = *secret;
+  k.name = std::string(name);
+  k.created_at_ms = now_ms();
+  std::lock_guard lock(impl_->mu);
+  auto s = impl_->conn.prepare(
+      "INSERT INTO access_keys (id, secret, name, created_at) VALUES (?1, ?2, ?3, ?4)",
+      "insert access key");
+  if (!s.ok()) return s.error();
+  auto st =
+      s->bind(1, k.access_key_id).bind(2, k.secret).bind(3, k.name).bind(4, k.created_at_ms).exec();
+  if (!st.ok()) return st.error();
+  return k;
+}
+
+Result<std::optional<std::string>> Store::access_key_secret(std::string_view ak) {
+  if (ak.empty() || ak.size() > 128) return std::optional<std::string>();
+  std::lock_guard lock(impl_->mu);
+  auto s = impl_->conn.prepare("SELECT secret FROM access_keys WHERE id = ?1 AND revoked = 0",
+                               "get access key");
+  if (!s.ok()) return s.error();
+  s->bind(1, ak);
+  auto row = s->step();
+  if (!row.ok()) return row.error();
+  if (!*row) return std::optional<std::string>();
+  return std::optional<std::string>(s->text(0));
+}
+
+Result<std::vector<AccessKey>> Store::list_access_keys() {
+  std::lock_guard lock(impl_->mu);
+  auto s = impl_->conn.prepare(
+      "SELECT id, name, created_at, revoked FROM access_keys ORDER BY created_at, id",
+      "list access keys");
+  if (!s.ok()) return s.error();
+  std::vector<AccessKey> out;
+  for (;;) {
+    auto row = s->step();
+    if (!row.ok()) return row.error();
+    if (!*row) break;
+    AccessKey k;
+    k.access_key_id = s->text(0);
+    k.name = s->text(1);
+    k.created_at_ms = s->int64(2);
+    k.revoked = s->int64(3) != 0;
+    out.push_back(std::move(k));
+  }
+  return out;
+}
+
+Status Store::revoke_access_key(std::string_view ak) {
+  std::lock_guard lock(impl_->mu);
+  auto s =
+      impl_->conn.prepare("UPDATE access_keys SET revoked = 1 WHERE id = ?1", "revoke access key");
+  if (!s.ok()) return s.error();
+  if (auto st = s->bind(1, ak).exec(); !st.ok()) return st;
+  if (impl_->conn.changes() == 0) return not_found("no such access key");
+  return {};
+}
+
+// --- nonces ---
+
+Result<bool> Store::remember_nonce(std::string_view nonce, std::int64_t expires_at_ms,
+                                   std::int64_t now) {
+  if (nonce.empty() || nonce.size() > 256) return invalid_argument("nonce must be 1..256 bytes");
+  bool seen = false;
+  bool prune = false;
+  {
+    std::lock_guard lock(impl_->mu);
+    // Insert, or take over an expired entry; a live entry is left alone (changes() == 0).
+    auto s = impl_->conn.prepare(
+        "INSERT INTO nonces (nonce, expires_at) VALUES (?1, ?2) ON CONFLICT (nonce) DO UPDATE "
+        "SET expires_at = excluded.expires_at WHERE nonces.expires_at <= ?3",
+        "remember nonce");
+    if (!s.ok()) return s.error();
+    if (auto st = s->bind(1, nonce).bind(2, expires_at_ms).bind(3, now).exec(); !st.ok()) {
+      return st.error();
+    }
+    seen = impl_->conn.changes() == 0;
+    prune = ++impl_->nonce_calls % kPruneEvery == 0;
+  }
+  if (prune) (void)prune_nonces(now);
+  return seen;
+}
+
+Result<std::int64_t> Store::prune_nonces(std::int64_t now) {
+  std::lock_guard lock(impl_->mu);
+  auto s = impl_->conn.prepare("DELETE FROM nonces WHERE expires_at <= ?1", "prune nonces");
+  if (!s.ok()) return s.error();
+  if (auto st = s->bind(1, now).exec(); !st.ok()) return st.error();
+  return impl_->conn.changes();
+}
+
+// --- templates seen ---
+
+Status Store::record_template(const TemplateSeen& t) {
+  if (t.id.empty()) return invalid_argument("template id is empty");
+  std::lock_guard lock(impl_->mu);
+  auto s = impl_->conn.prepare(
+      "INSERT INTO templates_seen (id, last_loaded_at, status, error) VALUES (?1, ?2, ?3, ?4) "
+      "ON CONFLICT (id) DO UPDATE SET last_loaded_at = excluded.last_loaded_at, "
+      "status = excluded.status, error = excluded.error",
+      "record template");
+  if (!s.ok()) return s.error();
+  return s->bind(1, t.id).bind(2, t.last_loaded_at_ms).bind(3, t.status).bind(4, t.error).exec();
+}
+
+Result<std::vector<TemplateSeen>> Store::list_templates_seen() {
+  std::lock_guard lock(impl_->mu);
+  auto s = impl_->conn.prepare(
+      "SELECT id, last_loaded_at, status, error FROM templates_seen ORDER BY id",
+      "list templates seen");
+  if (!s.ok()) return s.error();
+  std::vector<TemplateSeen> out;
+  for (;;) {
+    auto row = s->step();
+    if (!row.ok()) return row.error();
+    if (!*row) break;
+    out.push_back({s->text(0), s->int64(1), s->text(2), s->text(3)});
+  }
+  return out;
+}
+
+}  // namespace abx::store

@@ -1,0 +1,579 @@
+#include "abx/store/store.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <iterator>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "store/sqlite.h"
+
+namespace abx::store {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "abx-store-XXXXXX").string();
+    path_ = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+std::unique_ptr<Store> open_or_die(const fs::path& p) {
+  auto s = Store::open(p);
+  EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().to_string());
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+std::string id_for(int i) {
+  std::string s = std::to_string(i);
+  return std::string(20 - s.size(), 'a') + s;
+}
+
+SandboxRecord make(int i, std::int64_t created = 0) {
+  SandboxRecord r;
+  r.id = id_for(i);
+  r.template_id = i % 2 ? "base" : "demo";
+  r.client_id = "6532622b";
+  r.created_at_ms = created ? created : 1'000'000 + i;
+  r.end_at_ms = r.created_at_ms + 300'000;
+  r.access_token_digest = token_digest("token-" + std::to_string(i));
+  r.cpu_count = 1.5;
+  r.memory_mb = 512;
+  r.disk_mb = 1024;
+  r.metadata = {{"i", std::to_string(i)}, {"parity", i % 2 ? "odd" : "even"}};
+  r.env_vars = {{"FOO", "bar"}};
+  r.domain = "localhost";
+  return r;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST(Store, OpensWithMode0600AndCurrentSchema) {
+  TempDir d;
+  auto s = open_or_die(d.path() / "abx.db");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->schema_version(), kSchemaVersion);
+  struct stat sb {};
+  ASSERT_EQ(::stat((d.path() / "abx.db").c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_mode & 0777, 0600u);
+  EXPECT_TRUE(s->check_integrity().ok());
+}
+
+TEST(Store, TightensModeOfExistingFile) {
+  TempDir d;
+  fs::path p = d.path() / "abx.db";
+  { std::ofstream(p) << ""; }
+  ::chmod(p.c_str(), 0644);
+  auto s = open_or_die(p);
+  struct stat sb {};
+  ASSERT_EQ(::stat(p.c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_mode & 0777, 0600u);
+}
+
+TEST(Store, RefusesNewerSchema) {
+  TempDir d;
+  fs::path p = d.path() / "abx.db";
+  { auto s = open_or_die(p); }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(p.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE schema_version SET version = 99", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto s = Store::open(p);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code(), ErrorCode::kFailedPrecondition);
+}
+
+TEST(Store, SandboxCrud) {
+  TempDir d;
+  auto s = open_or_die(d.path() / "abx.db");
+  SandboxRecord r = make(1);
+  ASSERT_TRUE(s->insert_sandbox(r).ok());
+
+  auto dup = s->insert_sandbox(r);
+  ASSERT_FALSE(dup.ok());
+  EXPECT_EQ(dup.error().code(), ErrorCode::kAlreadyExists);
+  EXPECT_NE(dup.error().message().find("insert sandbox"), std::string::npos);
+
+  auto got = s->get_sandbox(r.id);
+  ASSERT_TRUE(got.ok()) << got.error().to_string();
+  EXPECT_EQ(got->template_id, "base");
+  EXPECT_EQ(got->client_id, "6532622b");
+  EXPECT_EQ(got->state, SandboxState::kRunning);
+  EXPECT_EQ(got->metadata, r.metadata);
+  EXPECT_EQ(got->env_vars, r.env_vars);
+  EXPECT_DOUBLE_EQ(got->cpu_count, 1.5);
+  EXPECT_EQ(got->memory_mb, 512);
+  EXPECT_EQ(got->access_token_digest, r.access_token_digest);
+  EXPECT_TRUE(digest_matches(got->access_token_digest, "token-1"));
+  EXPECT_FALSE(digest_matches(got->access_token_digest, "token-2"));
+
+  ASSERT_TRUE(s->update_state(r.id, SandboxState::kPaused).ok());
+  ASSERT_TRUE(s->set_deadline(r.id, 42).ok());
+  ASSERT_TRUE(s->set_init(r.id, 1234, 0xFFFFFFFFFULL).ok());
+  got = s->get_sandbox(r.id);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->state, SandboxState::kPaused);
+  EXPECT_EQ(got->end_at_ms, 42);
+  EXPECT_EQ(got->init_pid, 1234);
+  EXPECT_EQ(got->init_start_time, 0xFFFFFFFFFULL);
+
+  ASSERT_TRUE(s->delete_sandbox(r.id).ok());
+  for (auto st : {s->delete_sandbox(r.id), s->update_state(r.id, SandboxState::kKilled),
+                  s->set_deadline(r.id, 1)}) {
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.error().code(), ErrorCode::kNotFound);
+  }
+  EXPECT_EQ(s->get_sandbox(r.id).error().code(), ErrorCode::kNotFound);
+}
+
+TEST(Store, RejectsMalformedRecords) {
+  TempDir d;
+  auto s = open_or_die(d.path() / "abx.db");
+  SandboxRecord r = make(1);
+  r.id = "UPPERCASEUPPERCASE00";
+  EXPECT_EQ(s->insert_sandbox(r).error().code(), ErrorCode::kInvalidArgument);
+  r.id = "short";
+  EXPECT_EQ(s->insert_sandbox(r).error().code(), ErrorCode::kInvalidArgument);
+  r = make(1);
+  r.access_token_digest = "the-token-itself";  // the store only takes digests
+  EXPECT_EQ(s->insert_sandbox(r).error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(s->get_sandbox("'; DROP TABLE sandboxes; --").error().code(),
+            ErrorCode::kInvalidArgument);
+}
+
+TEST(Store, GeneratesValidSandboxIds) {
+  std::set<std::string> seen;
+  for (int i = 0; i < 200; ++i) {
+    auto id = generate_sandbox_id();
+    ASSERT_TRUE(id.ok());
+    EXPECT_TRUE(valid_sandbox_id(*id)) << *id;
+    seen.insert(*id);
+  }
+  EXPECT_EQ(seen.size(), 200u);
+}
+
+TEST(Store, ListFilters) {
+  TempDir d;
+  auto s = open_or_die(d.path() / "abx.db");
+  for (int i = 1; i <= 10; ++i) {
+    SandboxRecord r = make(i);
+    if (i == 3) r.state = SandboxState::kPaused;
+    if (i == 4) r.state = SandboxState::kKilled;
+    if (i == 5) r.metadata["we\"ird.key"] = "v'al";
+    ASSERT_TRUE(s->insert_sandbox(r).ok());
+  }
+  auto ids = [](const SandboxPage& p) {
+    std::vector<std::string> out;
+    for (const auto& r : p.items) out.push_back(r.id);
+    return out;
+  };
+  SandboxFilter f;
+  auto p = s->list_sandboxes(f);
+  ASSERT_TRUE(p.ok()) << p.error().to_string();
+  EXPECT_EQ(p->items.size(), 10u);
+  EXPECT_TRUE(p->next_token.empty());
+
+  f.states = {SandboxState::kRunning, SandboxState::kPaused};
+  p = s->list_sandboxes(f);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->items.size(), 9u);
+
+  f.states = {SandboxState::kPaused};
+  p = s->list_sandboxes(f);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(ids(*p), std::vector<std::string>{id_for(3)});
+
+  f = {};
+  f.template_id = "demo";
+  f.metadata = {{"parity", "even"}, {"i", "6"}};
+  p = s->list_sandboxes(f);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(ids(*p), std::vector<std::string>{id_for(6)});
+
+  f.metadata = {{"parity", "odd"}};  // odd ids are "base"
+  p = s->list_sandboxes(f);
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->items.empty());
+
+  f = {};
+  f.metadata = {{"we\"ird.key", "v'al"}};
+  p = s->list_sandboxes(f);
+  ASSERT_TRUE(p.ok()) << p.error().to_string();
+  EXPECT_EQ(ids(*p), std::vector<std::string>{id_for(5)});
+
+  f = {};
+  f.started_after_ms = 1'000'008;
+  f.descending = true;
+  p = s->list_sandboxes(f);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(ids(*p), (std::vector<std::string>{id_for(10), id_for(9)}));
+
+  f = {};
+  f.limit = 0;
+  EXPECT_EQ(s->list_sandboxes(f).error().code(), ErrorCode::kInvalidArgument);
+  f.limit = 5;
+  for (std::string bad :
+       {std::string("x"), std::string("!!!"), std::string("YzE6MTI6Zm9v"), std::string(500, 'a')}) {
+    f.page_token = bad;
+    auto r = s->list_sandboxes(f);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument);
+  }
+}
+
+// Pages through the table while another connection keeps inserting: every row that existed
+// before paging began is returned exactly once, and no row is returned twice.
+TEST(Store, PagingIsStableUnderConcurrentInserts) {
+  for (bool desc : {false, true}) {
+    TempDir d;
+    fs::path p = d.path() / "abx.db";
+    auto s = open_or_die(p);
+    std::set<std::string> before;
+    for (int i = 0; i < 40; ++i) {
+      // Several rows share a created_at, so the id tie-break matters.
+      SandboxRecord r = make(i, 1'000'000 + i / 3);
+      ASSERT_TRUE(s->insert_sandbox(r).ok());
+      before.insert(r.id);
+    }
+    std::atomic<bool> stop{false};
+    std::atomic<int> inserted{0};
+    std::thread writer([&] {
+      auto w = open_or_die(p);
+      for (int i = 1000; !stop && i < 1200; ++i) {
+        // Newer rows, plus one with an old timestamp (a clock that stepped back).
+        SandboxRecord r = make(i, i % 7 == 0 ? 1'000'005 : 2'000'000 + i);
+        if (w->insert_sandbox(r).ok()) ++inserted;
+      }
+    });
+    std::vector<std::string> seen;
+    SandboxFilter f;
+    f.limit = 7;
+    f.descending = desc;
+    int pages = 0;
+    do {
+      auto page = s->list_sandboxes(f);
+      ASSERT_TRUE(page.ok()) << page.error().to_string();
+      for (auto& r : page->items) seen.push_back(r.id);
+      f.page_token = page->next_token;
+      ++pages;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    } while (!f.page_token.empty() && pages < 1000);
+    stop = true;
+    writer.join();
+    std::set<std::string> uniq(seen.begin(), seen.end());
+    EXPECT_EQ(uniq.size(), seen.size()) << "a row was returned twice";
+    for (const auto& id : before) EXPECT_TRUE(uniq.count(id)) << id << " skipped";
+    EXPECT_GT(pages, 5);
+  }
+}
+
+TEST(Store, Expired) {
+  TempDir d;
+  auto s = open_or_die(d.path() / "abx.db");
+  for (int i = 1; i <= 4; ++i) {
+    SandboxRecord r = make(i);
+    r.end_at_ms = 100 * i;
+    if (i == 2) r.state = SandboxState::kKilled;
+    if (i == 3) r.state = SandboxState::kPaused;
+    ASSERT_TRUE(s->insert_sandbox(r).ok());
+  }
+  auto e = s->expired(300);
+  ASSERT_TRUE(e.ok());
+  ASSERT_EQ(e->size(), 2u);
+  EXPECT_EQ((*e)[0].id, id_for(1));
+  EXPECT_EQ((*e)[1].id, id_for(3));
+  EXPECT_TRUE(s->expired(50)->empty());
+}
+
+TEST(Store, ApiKeysCreateVerifyRevoke) {
+  TempDir d;
+  auto s = open_or_die(d.path() / "abx.db");
+  auto k = s->create_api_key("ci");
+  ASSERT_TRUE(k.ok());
+  EXPECT_TRUE(std::regex_match(k->key, std::regex("^e2b_[0-9a-f]{40}$"))) << k->key;
+  EXPECT_EQ(k->info.prefix, k->key.substr(0, 8));
+  auto k2 = s->create_api_key("other");
+  ASSERT_TRUE(k2.ok());
+
+  auto v = s->verify_api_key(k->key);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, k->info.id);
+  EXPECT_EQ(*s->verify_api_key(k2->key), k2->info.id);
+
+  std::string wrong = k->key;
+  wrong.back() = wrong.back() == '0' ? '1' : '0';
+  for (std::string bad : {wrong, std::string(), std::string("e2b_"), std::string(100000, 'a'),
+                          k->info.id, token_digest(k->key)}) {
+    auto r = s->verify_api_key(bad);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().code(), ErrorCode::kUnauthenticated);
+    EXPECT_EQ(r.error().message(), "invalid API key");
+  }
+
+  auto list = s->list_api_keys();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_TRUE((*list)[0].last_used_ms.has_value() || (*list)[1].last_used_ms.has_value());
+
+  // By unique id prefix.
+  ASSERT_TRUE(s->revoke_api_key(k->info.id.substr(0, 12)).ok());
+  EXPECT_EQ(s->verify_api_key(k->key).error().code(), ErrorCode::kUnauthenticated);
+  EXPECT_TRUE(s->verify_api_key(k2->key).ok());
+  // By the plaintext key.
+  ASSERT_TRUE(s->revoke_api_key(k2->key).ok());
+  EXPECT_FALSE(s->verify_api_key(k2->key).ok());
+
+  EXPECT_EQ(s->revoke_api_key("zzzzzzzz").error().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(s->revoke_api_key("abc").error().code(), ErrorCode::kNotFound);  // prefix too short
+
+  auto k3 = s->create_api_key("by id");
+  ASSERT_TRUE(s->revoke_api_key(k3->info.id).ok());
+  list = s->list_api_keys();
+  ASSERT_EQ(list->size(), 3u);
+  for (const auto& i : *list) EXPECT_TRUE(i.revoked);
+}
+
+TEST(Store, StoresOnlyDigestsOfKeysAndTokens) {
+  TempDir d;
+  fs::path p = d.path() / "abx.db";
+  std::string key;
+  std::string tok = "envd-token-0123456789abcdef0123456789abcdef";
+  {
+    auto s = open_or_die(p);
+    auto k = s->create_api_key("ci");
+    ASSERT_TRUE(k.ok());
+    key = k->key;
+    SandboxRecord r = make(1);
+    r.access_token_digest = token_digest(tok);
+    ASSERT_TRUE(s->insert_sandbox(r).ok());
+    // Look at the files while the store is open (rows may sit in the WAL) and after close.
+    for (const char* suffix : {"", "-wal", "-shm"}) {
+      std::string bytes = slurp(p.string() + suffix);
+      EXPECT_EQ(bytes.find(key), std::string::npos) << suffix;
+      EXPECT_EQ(bytes.find(key.substr(4)), std::string::npos) << suffix;
+      EXPECT_EQ(bytes.find(tok), std::string::npos) << suffix;
+    }
+  }
+  std::string all;
+  for (const auto& e : fs::directory_iterator(d.path())) all += slurp(e.path());
+  EXPECT_EQ(all.find(key), std::string::npos);
+  EXPECT_EQ(all.find(key.substr(4)), std::string::npos);
+  EXPECT_EQ(all.find(tok), std::string::npos);
+  EXPECT_NE(all.find(token_digest(key)), std::string::npos);  // the digest is what is kept
+  EXPECT_NE(all.find(token_digest(tok)), std::string::npos);
+}
+
+TEST(Store, SurvivesReopen) {
+  TempDir d;
+  fs::path p = d.path() / "abx.db";
+  std::string key;
+  std::string ak;
+  {
+    auto s = open_or_die(p);
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(s->insert_sandbox(make(i)).ok());
+    ASSERT_TRUE(s->update_state(id_for(2), SandboxState::kPaused).ok());
+    key = s->create_api_key("ci")->key;
+    ak = s->create_access_key("sdk")->access_key_id;
+    ASSERT_FALSE(*s->remember_nonce("n1", 10'000, 0));
+    ASSERT_TRUE(s->record_template({"demo", 5, "ok", ""}).ok());
+  }
+  auto s = open_or_die(p);
+  EXPECT_TRUE(s->check_integrity().ok());
+  EXPECT_EQ(s->list_sandboxes({})->items.size(), 5u);
+  EXPECT_EQ(s->get_sandbox(id_for(2))->state, SandboxState::kPaused);
+  EXPECT_TRUE(s->verify_api_key(key).ok());
+  EXPECT_TRUE(s->access_key_secret(ak)->has_value());
+  EXPECT_TRUE(*s->remember_nonce("n1", 10'000, 1));  // replay after restart
+  ASSERT_EQ(s->list_templates_seen()->size(), 1u);
+}
+
+TEST(Store, AccessKeys) {
+  TempDir d;
+  auto s = open_or_die(d.path() / "abx.db");
+  auto k = s->create_access_key("sdk");
+  ASSERT_TRUE(k.ok());
+  EXPECT_TRUE(std::regex_match(k->access_key_id, std::regex("^ABX[A-Z0-9]{17}$")));
+  EXPECT_EQ(k->secret.size(), 64u);
+  auto sec = s->access_key_secret(k->access_key_id);
+  ASSERT_TRUE(sec.ok());
+  ASSERT_TRUE(sec->has_value());
+  EXPECT_EQ(**sec, k->secret);
+  EXPECT_FALSE(s->access_key_secret("ABXNOPE")->has_value());
+  auto list = s->list_access_keys();
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_TRUE((*list)[0].secret.empty());
+  ASSERT_TRUE(s->revoke_access_key(k->access_key_id).ok());
+  EXPECT_FALSE(s->access_key_secret(k->access_key_id)->has_value());
+  EXPECT_EQ(s->revoke_access_key("ABXNOPE").error().code(), ErrorCode::kNotFound);
+}
+
+TEST(Store, NonceReplayAndPruning) {
+  TempDir d;
+  auto s = open_or_die(d.path() / "abx.db");
+  EXPECT_FALSE(*s->remember_nonce("ak/abc", 1000, 0));
+  EXPECT_TRUE(*s->remember_nonce("ak/abc", 1000, 500));
+  EXPECT_TRUE(*s->remember_nonce("ak/abc", 5000, 999));
+  // Expired entries do not count as seen, and are taken over.
+  EXPECT_FALSE(*s->remember_nonce("ak/abc", 3000, 1000));
+  EXPECT_TRUE(*s->remember_nonce("ak/abc", 3000, 2000));
+  EXPECT_FALSE(*s->remember_nonce("ak/def", 100, 0));
+  EXPECT_FALSE(*s->remember_nonce("ak/ghi", 200, 0));
+  auto pruned = s->prune_nonces(150);
+  ASSERT_TRUE(pruned.ok());
+  EXPECT_EQ(*pruned, 1);
+  EXPECT_EQ(s->remember_nonce("", 1, 0).error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(s->remember_nonce(std::string(300, 'n'), 1, 0).error().code(),
+            ErrorCode::kInvalidArgument);
+}
+
+TEST(Store, TemplatesSeenUpsert) {
+  TempDir d;
+  auto s = open_or_die(d.path() / "abx.db");
+  ASSERT_TRUE(s->record_template({"a", 1, "error", "t.yaml:3:5: unknown key"}).ok());
+  ASSERT_TRUE(s->record_template({"a", 2, "ok", ""}).ok());
+  ASSERT_TRUE(s->record_template({"b", 2, "ok", ""}).ok());
+  auto l = s->list_templates_seen();
+  ASSERT_TRUE(l.ok());
+  ASSERT_EQ(l->size(), 2u);
+  EXPECT_EQ((*l)[0].status, "ok");
+  EXPECT_EQ((*l)[0].last_loaded_at_ms, 2);
+}
+
+TEST(Store, MapsSqliteErrors) {
+  EXPECT_EQ(sql::map_error(SQLITE_CONSTRAINT_PRIMARYKEY, nullptr, "x").code(),
+            ErrorCode::kAlreadyExists);
+  EXPECT_EQ(sql::map_error(SQLITE_CONSTRAINT_CHECK, nullptr, "x").code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(sql::map_error(SQLITE_BUSY, nullptr, "x").code(), ErrorCode::kUnavailable);
+  EXPECT_EQ(sql::map_error(SQLITE_BUSY_SNAPSHOT, nullptr, "x").code(), ErrorCode::kUnavailable);
+  EXPECT_EQ(sql::map_error(SQLITE_FULL, nullptr, "x").code(), ErrorCode::kInsufficientStorage);
+  EXPECT_EQ(sql::map_error(SQLITE_READONLY, nullptr, "x").code(), ErrorCode::kPermissionDenied);
+  EXPECT_EQ(sql::map_error(SQLITE_CORRUPT, nullptr, "x").code(), ErrorCode::kInternal);
+  auto e = sql::map_error(SQLITE_BUSY, nullptr, "insert sandbox");
+  EXPECT_NE(e.message().find("insert sandbox"), std::string::npos);
+}
+
+TEST(Store, BusyWriterIsUnavailable) {
+  TempDir d;
+  fs::path p = d.path() / "abx.db";
+  StoreOptions o;
+  o.busy_timeout = std::chrono::milliseconds(50);
+  auto s = Store::open(p, o);
+  ASSERT_TRUE(s.ok());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(p.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  auto st = (*s)->insert_sandbox(make(1));
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().code(), ErrorCode::kUnavailable);
+  sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(db);
+  EXPECT_TRUE((*s)->insert_sandbox(make(1)).ok());
+}
+
+// A child inserts rows and reports each acknowledged insert on a pipe; the parent SIGKILLs it
+// mid-stream, reopens the file and checks integrity and that every acknowledged row is there.
+TEST(StoreCrash, SigkillLosesNothingAcknowledged) {
+  TempDir d;
+  fs::path p = d.path() / "abx.db";
+  { ASSERT_TRUE(open_or_die(p)); }
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::close(fds[0]);
+    auto s = Store::open(p);
+    if (!s.ok()) ::_exit(2);
+    for (int i = 0;; ++i) {
+      SandboxRecord r = make(i);
+      r.metadata["pad"] = std::string(2000, 'x');  // bigger rows: more pages per commit
+      if (!(*s)->insert_sandbox(r).ok()) ::_exit(3);
+      int n = i;
+      if (::write(fds[1], &n, sizeof n) != sizeof n) ::_exit(4);
+    }
+  }
+  ::close(fds[1]);
+  int last = -1;
+  int n = 0;
+  while (last < 60 && ::read(fds[0], &n, sizeof n) == sizeof n) last = n;
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  // Drain acknowledgements written between our last read and the kill.
+  while (::read(fds[0], &n, sizeof n) == sizeof n) last = n;
+  ::close(fds[0]);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  ASSERT_GE(last, 60);
+
+  auto s = open_or_die(p);
+  ASSERT_TRUE(s->check_integrity().ok());
+  for (int i = 0; i <= last; ++i) {
+    EXPECT_TRUE(s->get_sandbox(id_for(i)).ok()) << "acknowledged row " << i << " lost";
+  }
+}
+
+// A writer that dies inside an open transaction leaves nothing half-written behind.
+TEST(StoreCrash, ExitInsideTransactionRollsBack) {
+  TempDir d;
+  fs::path p = d.path() / "abx.db";
+  {
+    auto s = open_or_die(p);
+    ASSERT_TRUE(s->insert_sandbox(make(1)).ok());
+  }
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    sqlite3* db = nullptr;
+    if (sqlite3_open(p.c_str(), &db) != SQLITE_OK) ::_exit(2);
+    if (sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK) ::_exit(3);
+    if (sqlite3_exec(db, "UPDATE sandboxes SET state = 'killed'", nullptr, nullptr, nullptr) !=
+        SQLITE_OK) {
+      ::_exit(4);
+    }
+    int rc = sqlite3_exec(
+        db,
+        "INSERT INTO sandboxes (id, template_id, client_id, created_at, end_at, state, "
+        "token_digest, cpu_count, memory_mb, disk_mb) VALUES ('bbbbbbbbbbbbbbbbbbbb', "
+        "'base', 'c', 1, 2, 'running', 'd', 1, 1, 1)",
+        nullptr, nullptr, nullptr);
+    if (rc != SQLITE_OK) ::_exit(5);
+    // Force dirty pages out to the WAL without committing, then die.
+    sqlite3_exec(db, "PRAGMA cache_size = 1", nullptr, nullptr, nullptr);
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  auto s = open_or_die(p);
+  ASSERT_TRUE(s->check_integrity().ok());
+  EXPECT_EQ(s->get_sandbox(id_for(1))->state, SandboxState::kRunning);
+  EXPECT_EQ(s->get_sandbox("bbbbbbbbbbbbbbbbbbbb").error().code(), ErrorCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace abx::store
