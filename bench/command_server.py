@@ -378,6 +378,7 @@ def main():
                    help="extra argument for abx-server (repeatable)")
     p.add_argument("--abx-build", default="", choices=["", "ok", "failed", "skipped"],
                    help="outcome of the release build (set by command_server.sh)")
+    p.add_argument("--abx-note", default="", help="a line about the abx build for the report")
     p.add_argument("--require-abx", action="store_true", help="fail if abx-server is missing")
     p.add_argument("--fastapi-sync", action="store_true",
                    help="FastAPI endpoint as plain def (thread pool) instead of async def")
@@ -517,6 +518,8 @@ def main():
         out.append(f"  abx      {abx_note}")
     elif "abx" in order and args.abx_build == "skipped":
         out.append("  abx      (not rebuilt: --no-build)")
+    if "abx" in order and args.abx_note:
+        out.append(f"  abx      {args.abx_note}")
     out.append("")
     out.append(line(head))
     out.append(line(["-" * w for w in widths]))
