@@ -1,0 +1,80 @@
+// abxd's one listener: the control API and the routing proxy to ports inside sandboxes.
+//
+// Each connection is a C++20 coroutine on its own strand. For every request the gateway reads the
+// header (with the limits and framing checks of the bad-input catalogue), routes it
+// (host_route.h), and then either
+//   - control plane: reads the body (1 MiB cap) and hands the complete request to
+//     GatewayBackend::handle_control on a worker thread (it may touch SQLite or spawn sandboxes);
+//   - sandbox plane: asks the backend for a connected socket to the target port (it checks the
+//     sandbox's token and resumes a paused sandbox), then relays the request and the response
+//     through fixed 64 KiB buffers — unbuffered, with back-pressure, whatever the size or
+//     duration (chunked Connect streams, uploads, downloads) — and turns into a byte tunnel
+//     after a `101 Switching Protocols` (WebSocket). Hop-by-hop headers are dropped per RFC 9110
+//     §7.6.1. Upstream connections are reused within a client connection.
+// Sandbox-plane errors are answered as `{"code": <status>, "message": …}` (502 for an unknown
+// sandbox or a closed port), which the e2b SDKs understand.
+#pragma once
+
+#include <boost/beast/http/fields.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "abx/base/error.h"
+#include "abx/http/server.h"
+#include "abx/platform/host_route.h"
+#include "abx/runtime/fd.h"
+
+namespace abx::platform {
+
+class GatewayBackend {
+ public:
+  virtual ~GatewayBackend() = default;
+  // A complete control-plane request; runs on a worker thread.
+  virtual http::Response handle_control(http::Request&& req) = 0;
+  // Checks that the request's credentials may reach route.port of route.sandbox_id (and
+  // resumes a paused sandbox). Runs on a worker thread for every proxied request. Errors:
+  // kNotFound (no such sandbox) → 502; kUnauthenticated → 401; kPermissionDenied → 403.
+  virtual Status authorize_sandbox(const Route& route,
+                                   const boost::beast::http::fields& headers) = 0;
+  // A connected, non-blocking TCP socket to route.port inside the sandbox; called only after
+  // authorize_sandbox, when no pooled connection is open. Errors: kUnavailable (nothing
+  // listens there) and kDeadlineExceeded → 502.
+  virtual Result<runtime::UniqueFd> connect_sandbox(const Route& route) = 0;
+};
+
+struct GatewayOptions {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 3000;
+  std::string domain = "localhost";
+  int io_threads = 0;  // 0 = number of cores
+  int workers = 8;     // threads for backend calls
+  http::Limits limits;
+};
+
+class Gateway {
+ public:
+  // `backend` must outlive the gateway. Errors: kUnavailable (cannot listen).
+  static Result<std::unique_ptr<Gateway>> start(GatewayOptions options, GatewayBackend& backend);
+  ~Gateway();
+
+  std::uint16_t port() const;
+  const std::string& host() const;
+  // Stops accepting, closes idle connections, waits up to `drain` for requests in progress
+  // (streams included), then closes the rest. Idempotent.
+  void shutdown(std::chrono::milliseconds drain);
+
+  struct Impl;
+
+ private:
+  explicit Gateway(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// {"code": status, "message": message} with that status: the E2B error shape.
+http::Response e2b_error(unsigned status, const std::string& message, unsigned version = 11,
+                         bool keep_alive = true);
+http::Response e2b_error(const Error& error, unsigned version = 11, bool keep_alive = true);
+
+}  // namespace abx::platform

@@ -1,0 +1,330 @@
+// The gateway over loopback: control requests, proxying to a real command server, streaming
+// without buffering, large uploads, upgrades, hop-by-hop headers and routing errors. The
+// "sandbox" here is a host loopback port (the runtime's netns sockets are tested in runtime/).
+#include "abx/platform/gateway.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <boost/json.hpp>
+#include <future>
+#include <thread>
+
+#include "abx/http/client.h"
+#include "abx/registry/registry.h"
+#include "abx/runtime/netns.h"
+#include "abx/server/server.h"
+
+namespace abx::platform {
+namespace {
+
+namespace bhttp = boost::beast::http;
+namespace json = boost::json;
+
+// Routes every sandbox id "known..." to a loopback port; checks X-Access-Token == "tok".
+class LoopbackBackend : public GatewayBackend {
+ public:
+  std::map<std::string, std::uint16_t> ports;  // sandbox id -> host port standing in for it
+  std::atomic<int> control_calls{0};
+  std::string last_forwarded_connection;
+
+  http::Response handle_control(http::Request&& req) override {
+    ++control_calls;
+    return http::json_response(
+        200, json::object{{"path", std::string(req.target())}, {"body", req.body()}});
+  }
+  Status authorize_sandbox(const Route& route, const bhttp::fields& headers) override {
+    if (ports.find(route.sandbox_id) == ports.end()) {
+      return not_found("sandbox '" + route.sandbox_id + "' not found");
+    }
+    if (headers["X-Access-Token"] != "tok") {
+      return Error(ErrorCode::kUnauthenticated, "invalid access token for the sandbox");
+    }
+    return {};
+  }
+  Result<runtime::UniqueFd> connect_sandbox(const Route& route) override {
+    ++connects;
+    return runtime::connect_loopback(-1, ports.at(route.sandbox_id), std::chrono::seconds(2));
+  }
+  std::atomic<int> connects{0};
+};
+
+// A one-shot raw TCP upstream: accepts one connection and runs `fn(fd)`.
+class RawUpstream {
+ public:
+  explicit RawUpstream(std::function<void(int)> fn) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(fd_, 4);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this, fn = std::move(fn)] {
+      int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c >= 0) {
+        fn(c);
+        ::close(c);
+      }
+    });
+  }
+  ~RawUpstream() {
+    ::shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(fd_);
+  }
+  std::uint16_t port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
+  std::thread thread_;
+};
+
+std::string read_until(int fd, const std::string& needle) {
+  std::string got;
+  char buf[4096];
+  while (got.find(needle) == std::string::npos) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<std::size_t>(n));
+  }
+  return got;
+}
+
+void send_all(int fd, std::string_view s) {
+  while (!s.empty()) {
+    ssize_t n = ::send(fd, s.data(), s.size(), MSG_NOSIGNAL);
+    if (n <= 0) return;
+    s.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    GatewayOptions opt;
+    opt.port = 0;
+    opt.io_threads = 2;
+    auto g = Gateway::start(opt, backend_);
+    ASSERT_TRUE(g.ok()) << g.error().message();
+    gw_ = std::move(*g);
+  }
+  http::Response send(http::Request req) {
+    auto r = http::fetch("127.0.0.1", gw_->port(), std::move(req), std::chrono::seconds(60));
+    EXPECT_TRUE(r.ok()) << r.error().message();
+    return r.ok() ? *r : http::Response{};
+  }
+  LoopbackBackend backend_;
+  std::unique_ptr<Gateway> gw_;
+};
+
+TEST_F(GatewayTest, ControlPlaneGetsCompleteRequests) {
+  auto r = send(http::make_request(bhttp::verb::post, "/sandboxes", R"({"templateID":"base"})"));
+  ASSERT_EQ(r.result_int(), 200);
+  EXPECT_EQ(json::parse(r.body()).at("body"), R"({"templateID":"base"})");
+  EXPECT_EQ(backend_.control_calls.load(), 1);
+}
+
+TEST_F(GatewayTest, ProxiesToARealCommandServerByHostAndByHeaders) {
+  registry::CommandRegistry reg;
+  reg.command("demo").arg("x").arg("y", "", "hello").bind([](int x, std::string y) {
+    return std::to_string(x) + ": " + y;
+  });
+  server::CommandServerOptions so;
+  so.port = 0;
+  so.access_token = "tok";
+  auto cs = server::CommandServer::start(reg, so);
+  ASSERT_TRUE(cs.ok());
+  backend_.ports["abc123"] = (*cs)->port();
+
+  auto by_host = http::make_request(bhttp::verb::post, "/commands/demo", R"({"x":42,"y":"world"})");
+  by_host.set(bhttp::field::host, "49982-abc123.localhost");
+  by_host.set("X-Access-Token", "tok");
+  auto r = send(std::move(by_host));
+  EXPECT_EQ(r.result_int(), 200);
+  EXPECT_EQ(r.body(), R"({"result":"42: world"})");
+
+  // Keep-alive through the proxy, routed by the SDK's headers.
+  auto c = http::Connection::open("127.0.0.1", gw_->port());
+  ASSERT_TRUE(c.ok());
+  for (int i = 0; i < 20; ++i) {
+    auto req = http::make_request(bhttp::verb::post, "/commands/demo",
+                                  R"({"x":)" + std::to_string(i) + "}");
+    req.set("E2b-Sandbox-Id", "abc123");
+    req.set("E2b-Sandbox-Port", "49982");
+    req.set("X-Access-Token", "tok");
+    auto resp = (*c)->send(std::move(req));
+    ASSERT_TRUE(resp.ok()) << resp.error().message();
+    EXPECT_EQ(resp->body(), R"({"result":")" + std::to_string(i) + R"(: hello"})");
+  }
+  EXPECT_EQ(backend_.connects.load(), 2);  // one for the first request, one pooled for the rest
+  // Control plane on the same connection still works.
+  auto ctl = (*c)->send(http::make_request(bhttp::verb::get, "/sandboxes"));
+  ASSERT_TRUE(ctl.ok());
+  EXPECT_EQ(json::parse(ctl->body()).at("path"), "/sandboxes");
+}
+
+TEST_F(GatewayTest, UnknownSandboxIs502InE2bShape) {
+  auto req = http::make_request(bhttp::verb::get, "/health");
+  req.set(bhttp::field::host, "49983-nosuch.localhost");
+  req.set("X-Access-Token", "tok");
+  auto r = send(std::move(req));
+  EXPECT_EQ(r.result_int(), 502);
+  auto b = json::parse(r.body());
+  EXPECT_EQ(b.at("code"), 502);
+  EXPECT_NE(std::string(b.at("message").as_string()).find("nosuch"), std::string::npos);
+}
+
+TEST_F(GatewayTest, WrongTokenIs401AndNothingReachesTheSandbox) {
+  std::atomic<bool> reached{false};
+  RawUpstream up([&](int) { reached = true; });
+  backend_.ports["abc"] = up.port();
+  auto req = http::make_request(bhttp::verb::get, "/health");
+  req.set(bhttp::field::host, "49983-abc.localhost");
+  req.set("X-Access-Token", "another-sandboxes-token");
+  auto r = send(std::move(req));
+  EXPECT_EQ(r.result_int(), 401);
+  EXPECT_EQ(json::parse(r.body()).at("code"), 401);
+  EXPECT_FALSE(reached.load());
+  backend_.ports.erase("abc");
+  // Unblock the upstream's accept so it can be torn down.
+  (void)runtime::connect_loopback(-1, up.port(), std::chrono::seconds(1));
+}
+
+TEST_F(GatewayTest, BadRoutingIs400) {
+  for (const char* host :
+       {"0-abc.localhost", "65536-abc.localhost", "080-abc.localhost", "80-ABC:x.localhost"}) {
+    auto req = http::make_request(bhttp::verb::get, "/");
+    req.set(bhttp::field::host, host);
+    EXPECT_EQ(send(std::move(req)).result_int(), 400) << host;
+  }
+}
+
+TEST_F(GatewayTest, StreamsAreRelayedAsTheyArrive) {
+  std::promise<void> client_saw_first;
+  auto saw = client_saw_first.get_future();
+  RawUpstream up([&](int fd) {
+    read_until(fd, "\r\n\r\n");
+    send_all(fd,
+             "HTTP/1.1 200 OK\r\nContent-Type: application/connect+json\r\n"
+             "Transfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n");
+    // Only once the client has the first chunk does the upstream finish: a buffering proxy
+    // would deadlock here (and the test would fail on its timeout).
+    saw.wait_for(std::chrono::seconds(10));
+    send_all(fd, "6\r\nsecond\r\n0\r\n\r\n");
+  });
+  backend_.ports["stream"] = up.port();
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(gw_->port());
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  send_all(fd,
+           "POST /process.Process/Start HTTP/1.1\r\nHost: 49983-stream.localhost\r\n"
+           "X-Access-Token: tok\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+  std::string got = read_until(fd, "first");
+  EXPECT_NE(got.find("first"), std::string::npos) << got;
+  EXPECT_EQ(got.find("second"), std::string::npos);
+  client_saw_first.set_value();
+  got += read_until(fd, "0\r\n\r\n");
+  ::close(fd);
+  EXPECT_NE(got.find("second"), std::string::npos) << got;
+}
+
+TEST_F(GatewayTest, LargeUploadIsStreamedThrough) {
+  constexpr std::size_t kSize = 8u << 20;  // bigger than any buffer on the way
+  std::atomic<std::size_t> received{0};
+  RawUpstream up([&](int fd) {
+    std::string head = read_until(fd, "\r\n\r\n");
+    std::size_t body_start = head.find("\r\n\r\n") + 4;
+    std::size_t n = head.size() - body_start;
+    char buf[65536];
+    while (n < kSize) {
+      ssize_t k = ::recv(fd, buf, sizeof buf, 0);
+      if (k <= 0) break;
+      n += static_cast<std::size_t>(k);
+    }
+    received = n;
+    std::string body = std::to_string(n);
+    send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" +
+                     body);
+  });
+  backend_.ports["big"] = up.port();
+  auto req = http::make_request(bhttp::verb::post, "/files?path=/tmp/x", std::string(kSize, 'z'),
+                                "application/octet-stream");
+  req.set(bhttp::field::host, "49983-big.localhost");
+  req.set("X-Access-Token", "tok");
+  auto r = send(std::move(req));
+  EXPECT_EQ(r.result_int(), 200);
+  EXPECT_EQ(r.body(), std::to_string(kSize));
+  EXPECT_EQ(received.load(), kSize);
+}
+
+TEST_F(GatewayTest, HopByHopHeadersStopAtTheProxy) {
+  std::string seen;
+  RawUpstream up([&](int fd) {
+    seen = read_until(fd, "\r\n\r\n");
+    send_all(fd,
+             "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nKeep-Alive: timeout=5\r\n"
+             "X-Upstream: yes\r\n\r\nok");
+  });
+  backend_.ports["hop"] = up.port();
+  auto req = http::make_request(bhttp::verb::get, "/x");
+  req.set(bhttp::field::host, "49983-hop.localhost");
+  req.set("X-Access-Token", "tok");
+  req.set(bhttp::field::connection, "keep-alive, X-Secret-Hop");
+  req.set("X-Secret-Hop", "drop me");
+  req.set(bhttp::field::te, "trailers");
+  req.set("X-End-To-End", "keep me");
+  auto r = send(std::move(req));
+  EXPECT_EQ(r.result_int(), 200);
+  EXPECT_EQ(r.body(), "ok");
+  EXPECT_EQ(r["X-Upstream"], "yes");
+  EXPECT_EQ(r.find(bhttp::field::keep_alive), r.end());
+  EXPECT_EQ(seen.find("X-Secret-Hop"), std::string::npos) << seen;
+  EXPECT_EQ(seen.find("TE:"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("X-End-To-End: keep me"), std::string::npos) << seen;
+}
+
+TEST_F(GatewayTest, UpgradeBecomesATunnel) {
+  RawUpstream up([&](int fd) {
+    read_until(fd, "\r\n\r\n");
+    send_all(
+        fd,
+        "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n");
+    std::string got = read_until(fd, "ping");
+    send_all(fd, "pong");
+  });
+  backend_.ports["ws"] = up.port();
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(gw_->port());
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  send_all(fd,
+           "GET /ws HTTP/1.1\r\nHost: 8080-ws.localhost\r\nX-Access-Token: tok\r\n"
+           "Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n");
+  std::string got = read_until(fd, "\r\n\r\n");
+  EXPECT_NE(got.find("101"), std::string::npos) << got;
+  EXPECT_NE(got.find("Upgrade: websocket"), std::string::npos) << got;
+  send_all(fd, "ping");
+  got = read_until(fd, "pong");
+  EXPECT_NE(got.find("pong"), std::string::npos);
+  ::close(fd);
+}
+
+}  // namespace
+}  // namespace abx::platform
