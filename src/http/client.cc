@@ -1,12 +1,16 @@
 #include "abx/http/client.h"
 
+#include <atomic>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
+#include <limits>
 
 namespace abx::http {
 
@@ -21,11 +25,13 @@ struct Connection::Impl {
   beast::flat_buffer buffer;
   std::string host;
   std::uint16_t port = 0;
+  std::atomic<bool> cancelled{false};
 
   // Runs the io_context until `done` or the deadline; Beast's own timeout closes the socket.
   template <class Op>
   beast::error_code run(std::chrono::milliseconds timeout, Op&& op) {
     beast::error_code result = asio::error::would_block;
+    if (cancelled.load()) return asio::error::operation_aborted;
     stream.expires_after(timeout);
     op([&](beast::error_code ec, std::size_t = 0) { result = ec; });
     ioc.restart();
@@ -69,11 +75,58 @@ Result<Response> Connection::send(Request req, std::chrono::milliseconds timeout
   bhttp::response_parser<bhttp::string_body> parser;
   parser.body_limit(std::numeric_limits<std::uint64_t>::max());
   parser.skip(req.method() == bhttp::verb::head);
-  ec = impl_->run(timeout, [&](auto done) {
-    bhttp::async_read(impl_->stream, impl_->buffer, parser, done);
-  });
+  ec = impl_->run(
+      timeout, [&](auto done) { bhttp::async_read(impl_->stream, impl_->buffer, parser, done); });
   if (ec) return io_error("read response", ec);
   return parser.release();
+}
+
+Result<Response> Connection::send_streaming(Request req, const BodyCallback& on_body,
+                                            std::chrono::milliseconds idle_timeout) {
+  if (req.find(bhttp::field::host) == req.end()) {
+    req.set(bhttp::field::host, impl_->host + ":" + std::to_string(impl_->port));
+  }
+  req.prepare_payload();
+  auto ec =
+      impl_->run(idle_timeout, [&](auto done) { bhttp::async_write(impl_->stream, req, done); });
+  if (ec) return io_error("send request", ec);
+  bhttp::response_parser<bhttp::buffer_body> parser;
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+  parser.skip(req.method() == bhttp::verb::head);
+  ec = impl_->run(idle_timeout, [&](auto done) {
+    bhttp::async_read_header(impl_->stream, impl_->buffer, parser, done);
+  });
+  if (ec) return io_error("read response header", ec);
+  // read_some rather than read: a stream's pieces must reach the caller as they arrive, not
+  // when a buffer fills.
+  char buf[16 * 1024];
+  while (!parser.is_done()) {
+    parser.get().body().data = buf;
+    parser.get().body().size = sizeof buf;
+    ec = impl_->run(idle_timeout, [&](auto done) {
+      bhttp::async_read_some(impl_->stream, impl_->buffer, parser, done);
+    });
+    if (ec == bhttp::error::need_buffer) ec = {};
+    if (ec) return io_error("read response body", ec);
+    std::size_t n = sizeof buf - parser.get().body().size;
+    if (n > 0 && !on_body(std::string_view(buf, n))) {
+      beast::error_code ignored;
+      impl_->stream.socket().close(ignored);
+      break;
+    }
+  }
+  return Response(std::move(parser.get().base()));
+}
+
+void Connection::cancel() {
+  impl_->cancelled = true;
+  // The socket belongs to whichever thread runs the io_context; closing it there is the only
+  // thread-safe way to wake a blocked read.
+  asio::post(impl_->ioc, [impl = impl_.get()] {
+    beast::error_code ignored;
+    impl->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    impl->stream.socket().close(ignored);
+  });
 }
 
 Result<std::string> Connection::raw_exchange(std::string_view bytes,
@@ -87,10 +140,11 @@ Result<std::string> Connection::raw_exchange(std::string_view bytes,
   for (;;) {
     std::size_t n = 0;
     ec = impl_->run(timeout, [&](auto done) {
-      impl_->stream.async_read_some(asio::buffer(buf), [&, done](beast::error_code e, std::size_t k) {
-        n = k;
-        done(e);
-      });
+      impl_->stream.async_read_some(asio::buffer(buf),
+                                    [&, done](beast::error_code e, std::size_t k) {
+                                      n = k;
+                                      done(e);
+                                    });
     });
     out.append(buf, n);
     if (ec == asio::error::eof || ec == asio::error::connection_reset) break;

@@ -7,8 +7,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "abx/base/error.h"
 #include "abx/http/server.h"
@@ -24,6 +26,19 @@ class Connection {
 
   // Sends `req` (Host and Content-Length are filled in when missing) and reads the response.
   Result<Response> send(Request req, std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+  // Sends `req` and delivers the response body piece by piece as it arrives (chunked or sized),
+  // for long-lived streams such as Connect server streams. `on_body` gets each piece and returns
+  // false to stop reading (the connection is then unusable). `idle_timeout` bounds each read,
+  // not the whole exchange. Returns the response header (with an empty body) once the body has
+  // ended or `on_body` stopped it.
+  using BodyCallback = std::function<bool(std::string_view piece)>;
+  Result<Response> send_streaming(
+      Request req, const BodyCallback& on_body,
+      std::chrono::milliseconds idle_timeout = std::chrono::seconds(30));
+
+  // Closes the socket from any thread; a blocked send/send_streaming fails with kUnavailable.
+  void cancel();
 
   // Writes raw bytes and reads until the peer closes or `timeout` passes; for framing tests.
   Result<std::string> raw_exchange(std::string_view bytes,
