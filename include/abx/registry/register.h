@@ -233,6 +233,18 @@ void register_function(const char* name, R (*fn)(A...), const char* params_text,
   finish_macro_registration(std::move(cmd), params_text, count_required<Probe, A...>());
 }
 
+// ABX_HINTS' body: sets the hints, recording (not throwing) a mistake, as during static
+// initialisation a throw would abort the process before main.
+inline void set_macro_hints(const char* name, CommandHints hints) {
+  try {
+    default_registry().set_hints(name, hints);
+  } catch (const RegistryError& e) {
+    default_registry().record_error(std::string("ABX_HINTS(") + name + "): " + e.what() +
+                                    " (write ABX_HINTS after the command's ABX_REGISTER, in the "
+                                    "same file)");
+  }
+}
+
 struct Registrar {
   template <class F>
   explicit Registrar(F&& f) {
@@ -296,3 +308,13 @@ void CommandBuilder::bind(F&& fn) {
                                                    [] PARAMS {});                                  \
       });                                                                                          \
   _Pragma("GCC diagnostic pop")::abx::registry::detail::strip_t<void(RET)> NAME PARAMS
+
+// Client hints for a command registered with ABX_REGISTER, published as MCP tool annotations
+// (readOnlyHint, destructiveHint, idempotentHint). Write it after the command's definition in
+// the same file (static initialisers run in order within a file):
+//   ABX_HINTS(divide, .read_only = true, .idempotent = true);
+// The fields are those of abx::registry::CommandHints; unset fields stay "not stated".
+#define ABX_HINTS(NAME, ...)                                                                     \
+  static const ::abx::registry::detail::Registrar ABX_REGISTER_CAT_(abx_hints_, NAME)([] {       \
+    ::abx::registry::detail::set_macro_hints(#NAME, ::abx::registry::CommandHints{__VA_ARGS__}); \
+  })

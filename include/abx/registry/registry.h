@@ -62,11 +62,13 @@ struct CommandArg {
              boost::json::value default_value = nullptr, std::string description = {});
 };
 
-// Hints for clients (MCP tool annotations); unset means "not stated".
+// Hints for clients (MCP tool annotations); unset means "not stated". The default member
+// initializers let callers name only some fields ({.read_only = true}) without a
+// -Wmissing-field-initializers warning.
 struct CommandHints {
-  std::optional<bool> read_only;
-  std::optional<bool> destructive;
-  std::optional<bool> idempotent;
+  std::optional<bool> read_only = std::nullopt;
+  std::optional<bool> destructive = std::nullopt;
+  std::optional<bool> idempotent = std::nullopt;
 };
 
 // Receives the coerced keyword arguments (every declared argument present, defaults applied;
@@ -145,6 +147,23 @@ class CommandRegistry {
   void register_command(std::string name, CommandFn fn, std::vector<CommandArg> args,
                         std::string description = {});
   CommandBuilder command(std::string name) { return CommandBuilder(*this, std::move(name)); }
+
+  // Sets the client hints (MCP tool annotations) of a command registered earlier; ABX_HINTS
+  // (register.h) calls it for macro registrations. Throws RegistryError when the registry is
+  // frozen or there is no such command. Inline so that a command module built against these
+  // headers needs no new symbol from the runner that loads it.
+  void set_hints(std::string_view name, CommandHints hints) {
+    std::lock_guard lock(mu_);
+    if (frozen()) {
+      throw RegistryError("cannot set hints of '" + std::string(name) +
+                          "': the registry is frozen (the server has started)");
+    }
+    auto it = commands_.find(name);
+    if (it == commands_.end()) {
+      throw RegistryError("hints for unknown command '" + std::string(name) + "'");
+    }
+    it->second.hints = hints;
+  }
 
   // After freeze() the set of commands never changes, and lookups take no lock.
   void freeze();
