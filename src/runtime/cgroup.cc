@@ -257,6 +257,38 @@ Status SandboxCgroups::kill() const {
   return {};
 }
 
+Status SandboxCgroups::freeze(bool frozen) const {
+  if (!v2_dir_.empty() && exists(v2_dir_ + "/cgroup.freeze")) {
+    // cgroup v2's core freezer needs no controller; cgroup.events reports when it has settled.
+    if (Status s = write_file(v2_dir_ + "/cgroup.freeze", frozen ? "1" : "0"); !s) return s;
+    std::string want = frozen ? "frozen 1" : "frozen 0";
+    bool settled = wait_until(
+        [&] {
+          auto ev = read_file(v2_dir_ + "/cgroup.events");
+          return ev && ev->find(want) != std::string::npos;
+        },
+        std::chrono::seconds(5));
+    if (!settled)
+      return Error(ErrorCode::kDeadlineExceeded,
+                   "cgroup " + v2_dir_ + " did not " + (frozen ? "freeze" : "thaw"));
+    return {};
+  }
+  if (!freezer_dir_.empty() && exists(freezer_dir_)) {
+    std::string state = freezer_dir_ + "/freezer.state";
+    if (Status s = write_file(state, frozen ? "FROZEN" : "THAWED"); !s) return s;
+    std::string want = frozen ? "FROZEN" : "THAWED";
+    bool settled = wait_until(
+        [&] {
+          auto st = read_file(state);
+          return st && st->rfind(want, 0) == 0;
+        },
+        std::chrono::seconds(5));
+    if (!settled) return Error(ErrorCode::kDeadlineExceeded, "freezer " + freezer_dir_ + " stuck");
+    return {};
+  }
+  return Error(ErrorCode::kFailedPrecondition, "no cgroup freezer available for this sandbox");
+}
+
 Status SandboxCgroups::remove() const {
   for (const auto& dir : dirs_) {
     // A killed task leaves the group shortly after it is reaped; rmdir says EBUSY meanwhile.

@@ -59,6 +59,10 @@ class SandboxCgroups {
   Status attach(pid_t pid) const;
   // Kills every task in the groups and waits (bounded) until they are empty.
   Status kill() const;
+  // Freezes (true) or thaws (false) every task, waiting until the kernel reports it done:
+  // cgroup v2's cgroup.freeze, else the v1 freezer. Memory is kept while frozen.
+  // failed_precondition when neither is available.
+  Status freeze(bool frozen) const;
   // Removes the directories (retrying while the kernel still tears tasks down). Missing ones
   // are fine.
   Status remove() const;

@@ -1,0 +1,51 @@
+// The control API (E2B-compatible REST) and the proxy's authorisation, as a GatewayBackend.
+//
+// Routes (shapes as in e2b-protocol.md §2; errors are {"code": status, "message": …}):
+//   GET    /health                         200, no auth
+//   POST   /sandboxes                      201 Sandbox
+//   GET    /v2/sandboxes                   200 [ListedSandbox], X-Next-Token paging
+//   GET    /sandboxes                      200 [ListedSandbox] (v1: running only)
+//   GET    /sandboxes/{id}                 200 SandboxDetail | 404
+//   DELETE /sandboxes/{id}                 204 | 404
+//   POST   /sandboxes/{id}/timeout         204 | 404
+//   POST   /sandboxes/{id}/connect         200 running | 201 resumed | 404
+//   POST   /sandboxes/{id}/pause           204 | 409 already paused | 404
+//   POST   /sandboxes/{id}/resume          201 | 409 not paused | 404
+//   GET    /sandboxes/{id}/metrics         200 [SandboxMetric]
+//   POST   /sandboxes/{id}/tokens          201 {"token","expiresAt"} (abx: scoped command token)
+//   GET    /templates, /templates/{id}     200 (with capabilities and customCommands)
+// Auth: X-API-KEY, Authorization: Bearer <key>, or Authorization: ABX-HMAC-SHA256 (signed).
+#pragma once
+
+#include <atomic>
+#include <mutex>
+
+#include "abx/base/log.h"
+#include "abx/platform/gateway.h"
+#include "abx/store/store.h"
+#include "platform/sandboxes.h"
+
+namespace abx::platform {
+
+class ControlApi : public GatewayBackend {
+ public:
+  ControlApi(SandboxManager& sandboxes, store::Store& store)
+      : sandboxes_(sandboxes), store_(store) {}
+
+  http::Response handle_control(http::Request&& req) override;
+  Status authorize_sandbox(const Route& route, const boost::beast::http::fields& headers) override;
+  Result<runtime::UniqueFd> connect_sandbox(const Route& route) override;
+
+ private:
+  Status authenticate(const http::Request& req);
+  http::Response route(http::Request& req);
+
+  SandboxManager& sandboxes_;
+  store::Store& store_;
+  Logger log_{"api"};
+  std::mutex auth_mu_;  // failed-auth rate limiting
+  std::int64_t fail_window_start_ms_ = 0;
+  int fails_in_window_ = 0;
+};
+
+}  // namespace abx::platform

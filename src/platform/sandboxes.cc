@@ -1,0 +1,385 @@
+#include "platform/sandboxes.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "abx/http/client.h"
+#include "abx/token/token.h"
+
+namespace abx::platform {
+
+namespace fs = std::filesystem;
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+namespace {
+
+constexpr const char* kEnvdInside = "/opt/abx/bin/abx-envd";
+constexpr const char* kServerInside = "/opt/abx/bin/abx-server";
+constexpr const char* kDemoInside = "/opt/abx/lib/libabx_demo_commands.so";
+constexpr const char* kTokenInside = "/run/abx/token";
+
+// Field 22 of /proc/<pid>/stat: with the pid it identifies one process across pid reuse.
+std::uint64_t start_time_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto close = s.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(s.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+    if (i == 22) return std::stoull(field);
+  }
+  return 0;
+}
+
+// A pidfd polls readable once its process has exited (the runtime reaps it in destroy()).
+bool init_exited(int pidfd) {
+  pollfd p{pidfd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+std::string join_quoted(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const auto& a : argv) out += (out.empty() ? "" : " ") + shell_quote(a);
+  return out;
+}
+
+Status write_token_file(const fs::path& path, const std::string& token) {
+  std::error_code ec;
+  fs::create_directories(path.parent_path(), ec);
+  if (ec) return internal_error("create " + path.parent_path().string() + ": " + ec.message());
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0444);
+  if (fd < 0) return internal_error("create " + path.string() + ": " + std::strerror(errno));
+  runtime::UniqueFd owned(fd);
+  if (::write(fd, token.data(), token.size()) != static_cast<ssize_t>(token.size())) {
+    return internal_error("write " + path.string() + ": " + std::strerror(errno));
+  }
+  return {};
+}
+
+}  // namespace
+
+SandboxManager::SandboxManager(ManagerOptions options, store::Store& store,
+                               const templates::TemplateCatalog& catalog)
+    : opt_(std::move(options)), store_(&store), catalog_(&catalog) {}
+
+Result<std::unique_ptr<SandboxManager>> SandboxManager::start(
+    ManagerOptions options, store::Store& store, const templates::TemplateCatalog& catalog) {
+  for (const auto& [what, path] : {std::pair{"abx-envd", options.binaries.envd},
+                                   std::pair{"abx-server", options.binaries.server}}) {
+    if (path.empty() || !fs::exists(path)) {
+      return Error(ErrorCode::kFailedPrecondition,
+                   std::string(what) + " not found at '" + path + "' (see abxd --help)");
+    }
+  }
+  std::unique_ptr<SandboxManager> m(new SandboxManager(std::move(options), store, catalog));
+  std::string state_dir = m->opt_.home + "/sandboxes";
+  std::error_code ec;
+  fs::create_directories(state_dir, ec);
+  // Reap policy: whatever a previous abxd left running dies now, and its record says so.
+  auto cleaned = runtime::cleanup_stale(state_dir);
+  if (cleaned.ok() && *cleaned > 0) {
+    m->log_.warn("killed " + std::to_string(*cleaned) + " sandbox(es) left by a previous abxd");
+  }
+  store::SandboxFilter f;
+  f.states = {store::SandboxState::kRunning, store::SandboxState::kPaused};
+  f.limit = 1000;
+  for (;;) {
+    auto page = store.list_sandboxes(f);
+    if (!page.ok()) return page.error();
+    for (const auto& rec : page->items) {
+      (void)store.update_state(rec.id, store::SandboxState::kKilled);
+      fs::remove_all(m->opt_.home + "/run/" + rec.id, ec);
+    }
+    if (page->next_token.empty()) break;
+    f.page_token = page->next_token;
+  }
+  m->reaper_ = std::thread([raw = m.get()] { raw->reaper_loop(); });
+  return m;
+}
+
+SandboxManager::~SandboxManager() {
+  {
+    std::lock_guard lock(reaper_mu_);
+    stopping_ = true;
+  }
+  reaper_cv_.notify_all();
+  if (reaper_.joinable()) reaper_.join();
+}
+
+Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest& req) {
+  const templates::Template* tmpl = catalog_->get(req.template_id);
+  if (tmpl == nullptr) return not_found("template '" + req.template_id + "' not found");
+  std::int64_t timeout = req.timeout_seconds.value_or(tmpl->timeout_seconds);
+  if (timeout < 0 || timeout > opt_.max_timeout_seconds) {
+    return invalid_argument("timeout must be between 0 and " +
+                            std::to_string(opt_.max_timeout_seconds) + " seconds");
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (live_.size() >= opt_.max_sandboxes) {
+      return Error(ErrorCode::kResourceExhausted,
+                   "sandbox limit reached (" + std::to_string(opt_.max_sandboxes) + ")");
+    }
+  }
+  auto id = store::generate_sandbox_id();
+  if (!id.ok()) return id.error();
+  std::string token;
+  if (req.secure) {
+    auto t = token::random_hex(24);
+    if (!t.ok()) return t.error();
+    token = *t;
+  }
+  Logger slog("sandboxes", *id);
+  fs::path run_dir = fs::path(opt_.home) / "run" / *id;
+  auto cleanup_run = [&] {
+    std::error_code ec;
+    fs::remove_all(run_dir, ec);
+  };
+
+  runtime::SandboxConfig cfg;
+  cfg.id = *id;
+  cfg.state_dir = opt_.home + "/sandboxes";
+  if (tmpl->rootfs == "host") {
+    cfg.rootfs = runtime::RootfsMode::kHost;
+  } else {
+    cfg.rootfs = runtime::RootfsMode::kDirectory;
+    cfg.rootfs_dir = tmpl->rootfs;
+  }
+  cfg.network = tmpl->network == templates::NetworkMode::kHost ? runtime::NetworkMode::kHost
+                                                               : runtime::NetworkMode::kNone;
+  cfg.argv = {kEnvdInside, "--host", "127.0.0.1", "--port", std::to_string(kEnvdPort)};
+  if (!token.empty()) {
+    if (Status s = write_token_file(run_dir / "token", token); !s) return s.error();
+    cfg.binds.push_back({(run_dir / "token").string(), kTokenInside, false});
+    cfg.argv.insert(cfg.argv.end(), {"--token-file", kTokenInside});
+  }
+  if (!tmpl->start.empty())
+    cfg.argv.insert(cfg.argv.end(), {"--start-cmd", join_quoted(tmpl->start)});
+  if (tmpl->server) {
+    // The command server reads the sandbox token from its file (it runs as the default user).
+    std::string cmd = join_quoted(tmpl->server->argv);
+    if (!token.empty())
+      cmd = "ABX_ACCESS_TOKEN=\"$(cat " + std::string(kTokenInside) + ")\" exec " + cmd;
+    cfg.argv.insert(cfg.argv.end(), {"--server-cmd", cmd});
+  }
+  cfg.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root",
+             "LANG=C.UTF-8", "ABX_SANDBOX_ID=" + *id, "E2B_SANDBOX_ID=" + *id};
+  for (const auto& [k, v] : tmpl->env) cfg.env.push_back(k + "=" + v);
+  for (const auto& [k, v] : req.env_vars) cfg.env.push_back(k + "=" + v);
+  cfg.binds.push_back({opt_.binaries.envd, kEnvdInside, false});
+  cfg.binds.push_back({opt_.binaries.server, kServerInside, false});
+  if (!opt_.binaries.demo_module.empty() && fs::exists(opt_.binaries.demo_module)) {
+    cfg.binds.push_back({opt_.binaries.demo_module, kDemoInside, false});
+  }
+  cfg.limits.memory_bytes = static_cast<std::uint64_t>(tmpl->resources.memory_bytes);
+  cfg.limits.pids_max = static_cast<std::uint32_t>(tmpl->resources.pids);
+  cfg.limits.cpu_millicores = static_cast<std::uint32_t>(tmpl->resources.cpu * 1000);
+  cfg.disk_bytes = static_cast<std::uint64_t>(tmpl->resources.disk_bytes);
+
+  auto sb = runtime::Sandbox::spawn(std::move(cfg));
+  if (!sb.ok()) {
+    cleanup_run();
+    slog.error("spawn failed: " + sb.error().message());
+    return sb.error();
+  }
+  // Ready means envd answers /health inside the sandbox's netns.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  Status ready = unavailable("envd did not start");
+  for (auto delay = std::chrono::microseconds(200); std::chrono::steady_clock::now() < deadline;
+       delay = std::min(delay * 2, std::chrono::microseconds(20'000))) {
+    auto fd = sb->open_tcp(kEnvdPort, std::chrono::milliseconds(500));
+    if (fd.ok()) {
+      ready = {};
+      break;
+    }
+    if (init_exited(sb->pidfd())) {
+      ready = unavailable("abx-envd exited during start (see the abxd log for its output)");
+      break;
+    }
+    std::this_thread::sleep_for(delay);
+  }
+  if (!ready.ok()) {
+    (void)sb->destroy();
+    cleanup_run();
+    slog.error(ready.error().message());
+    return ready.error();
+  }
+
+  store::SandboxRecord rec;
+  rec.id = *id;
+  rec.template_id = tmpl->id;
+  rec.client_id = kClientId;
+  rec.created_at_ms = now_ms();
+  rec.end_at_ms = rec.created_at_ms + timeout * 1000;
+  rec.state = store::SandboxState::kRunning;
+  rec.init_pid = sb->pid();
+  rec.init_start_time = start_time_of(sb->pid());
+  rec.access_token_digest = token.empty() ? std::string() : store::token_digest(token);
+  rec.cpu_count = tmpl->resources.cpu;
+  rec.memory_mb = tmpl->resources.memory_bytes >> 20;
+  rec.disk_mb = tmpl->resources.disk_bytes >> 20;
+  rec.metadata = req.metadata;
+  rec.env_vars = req.env_vars;
+  rec.domain = opt_.domain;
+  if (Status s = store_->insert_sandbox(rec); !s) {
+    (void)sb->destroy();
+    cleanup_run();
+    return s.error();
+  }
+  auto live = std::make_shared<LiveSandbox>(std::move(rec), std::move(*sb));
+  live->access_token = std::move(token);
+  live->tmpl = tmpl;
+  {
+    std::lock_guard lock(mu_);
+    live_[live->record.id] = live;
+  }
+  slog.info("created from template '" + tmpl->id + "', deadline in " + std::to_string(timeout) +
+            " s");
+  return live;
+}
+
+std::shared_ptr<LiveSandbox> SandboxManager::find(const std::string& id) const {
+  std::lock_guard lock(mu_);
+  auto it = live_.find(id);
+  return it == live_.end() ? nullptr : it->second;
+}
+
+Status SandboxManager::destroy(const std::shared_ptr<LiveSandbox>& sb) {
+  std::lock_guard lock(sb->mu);
+  if (sb->paused) {
+    (void)sb->sandbox.cgroups().freeze(false);  // frozen tasks would not die
+    sb->paused = false;
+  }
+  Status s = sb->sandbox.destroy();
+  std::error_code ec;
+  fs::remove_all(fs::path(opt_.home) / "run" / sb->record.id, ec);
+  (void)store_->update_state(sb->record.id, store::SandboxState::kKilled);
+  return s;
+}
+
+Status SandboxManager::kill(const std::string& id) {
+  std::shared_ptr<LiveSandbox> sb;
+  {
+    std::lock_guard lock(mu_);
+    auto it = live_.find(id);
+    if (it == live_.end()) return not_found("sandbox '" + id + "' not found");
+    sb = it->second;
+    live_.erase(it);
+  }
+  Logger("sandboxes", id).info("killed");
+  return destroy(sb);
+}
+
+Status SandboxManager::set_timeout(const std::string& id, std::int64_t seconds) {
+  auto sb = find(id);
+  if (!sb) return not_found("sandbox '" + id + "' not found");
+  if (seconds < 0 || seconds > opt_.max_timeout_seconds) {
+    return invalid_argument("timeout must be between 0 and " +
+                            std::to_string(opt_.max_timeout_seconds) + " seconds");
+  }
+  std::int64_t end = now_ms() + seconds * 1000;
+  if (Status s = store_->set_deadline(id, end); !s) return s;
+  std::lock_guard lock(sb->mu);
+  sb->record.end_at_ms = end;
+  reaper_cv_.notify_all();
+  return {};
+}
+
+Status SandboxManager::pause(const std::string& id) {
+  auto sb = find(id);
+  if (!sb) return not_found("sandbox '" + id + "' not found");
+  std::lock_guard lock(sb->mu);
+  if (sb->paused)
+    return Error(ErrorCode::kFailedPrecondition, "sandbox '" + id + "' is already paused");
+  if (Status s = sb->sandbox.cgroups().freeze(true); !s) return s;
+  sb->paused = true;
+  sb->record.state = store::SandboxState::kPaused;
+  return store_->update_state(id, store::SandboxState::kPaused);
+}
+
+Result<bool> SandboxManager::resume(const std::string& id) {
+  auto sb = find(id);
+  if (!sb) return not_found("sandbox '" + id + "' not found");
+  std::lock_guard lock(sb->mu);
+  if (!sb->paused) return false;
+  if (Status s = sb->sandbox.cgroups().freeze(false); !s) return s.error();
+  sb->paused = false;
+  sb->record.state = store::SandboxState::kRunning;
+  if (Status s = store_->update_state(id, store::SandboxState::kRunning); !s) return s.error();
+  Logger("sandboxes", id).info("resumed");
+  return true;
+}
+
+Result<runtime::UniqueFd> SandboxManager::connect(const std::string& id, std::uint16_t port) {
+  auto sb = find(id);
+  if (!sb) return not_found("sandbox '" + id + "' not found");
+  if (sb->paused) {
+    auto r = resume(id);  // traffic resumes a paused sandbox
+    if (!r.ok()) return r.error();
+  }
+  return sb->sandbox.open_tcp(port, std::chrono::seconds(2));
+}
+
+void SandboxManager::kill_all() {
+  std::map<std::string, std::shared_ptr<LiveSandbox>> all;
+  {
+    std::lock_guard lock(mu_);
+    all.swap(live_);
+  }
+  for (auto& [id, sb] : all) (void)destroy(sb);
+}
+
+void SandboxManager::reaper_loop() {
+  std::unique_lock lock(reaper_mu_);
+  while (!stopping_) {
+    reaper_cv_.wait_for(lock, std::chrono::milliseconds(250));
+    if (stopping_) break;
+    lock.unlock();
+    std::vector<std::string> due;
+    std::vector<std::string> dead;
+    {
+      std::lock_guard l(mu_);
+      std::int64_t now = now_ms();
+      for (auto& [id, sb] : live_) {
+        if (sb->record.end_at_ms <= now) due.push_back(id);
+        if (init_exited(sb->sandbox.pidfd())) dead.push_back(id);  // envd died on its own
+      }
+    }
+    for (const auto& id : due) {
+      Logger("sandboxes", id).info("timeout reached: killing");
+      (void)kill(id);
+    }
+    for (const auto& id : dead) {
+      Logger("sandboxes", id).warn("abx-envd exited: removing the sandbox");
+      (void)kill(id);
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace abx::platform

@@ -1,0 +1,123 @@
+// The sandbox manager: abxd's live sandboxes, their records and their lifecycle.
+//
+// create() spawns a runtime::Sandbox whose init is abx-envd (bind-mounted read-only from the
+// host at /opt/abx/bin, with abx-server and the demo module beside it), waits until envd
+// answers on 49983 inside the sandbox's netns, and only then records the sandbox in the store
+// and returns: an acknowledged create is durable and usable. Any failure on the way tears down
+// what was made.
+//
+// The access token exists in three places only: abxd's memory (to check proxied requests and
+// mint scoped tokens), the sandbox's token file (`<home>/run/<id>/token`, bind-mounted at
+// /run/abx/token for envd and the command server), and as a SHA-256 digest in SQLite.
+//
+// Restart policy ("reap"): sandboxes are children of abxd's process tree; when abxd starts it
+// kills whatever a previous abxd left running (runtime::cleanup_stale) and marks their records
+// killed, so no sandbox ever runs without a live owner and a record.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "abx/base/error.h"
+#include "abx/base/log.h"
+#include "abx/runtime/fd.h"
+#include "abx/runtime/sandbox.h"
+#include "abx/store/store.h"
+#include "abx/templates/template.h"
+
+namespace abx::platform {
+
+// Where the in-sandbox binaries come from on the host, and where they appear inside.
+struct SandboxBinaries {
+  std::string envd;         // host path of abx-envd
+  std::string server;       // host path of abx-server
+  std::string demo_module;  // host path of libabx_demo_commands.so
+};
+
+inline constexpr std::uint16_t kEnvdPort = 49983;
+inline constexpr const char* kEnvdVersion = "0.4.0";  // the envd API level abx-envd implements
+inline constexpr const char* kClientId = "6532622b";
+
+struct CreateRequest {
+  std::string template_id = "base";
+  std::optional<std::int64_t> timeout_seconds;
+  std::map<std::string, std::string> metadata;
+  std::map<std::string, std::string> env_vars;
+  bool secure = true;
+};
+
+struct LiveSandbox {
+  store::SandboxRecord record;
+  std::string access_token;  // empty when created with secure=false
+  const templates::Template* tmpl = nullptr;
+  runtime::Sandbox sandbox;
+  std::mutex mu;  // guards pause/resume/kill of this sandbox
+  bool paused = false;
+
+  LiveSandbox(store::SandboxRecord rec, runtime::Sandbox sb)
+      : record(std::move(rec)), sandbox(std::move(sb)) {}
+};
+
+struct ManagerOptions {
+  std::string home;    // $ABX_HOME
+  std::string domain;  // reported to clients
+  SandboxBinaries binaries;
+  std::int64_t max_timeout_seconds = 24 * 3600;
+  std::size_t max_sandboxes = 1000;
+};
+
+class SandboxManager {
+ public:
+  // Opens the catalog's templates and reaps what a previous abxd left behind.
+  static Result<std::unique_ptr<SandboxManager>> start(ManagerOptions options, store::Store& store,
+                                                       const templates::TemplateCatalog& catalog);
+  ~SandboxManager();  // stops the reaper; sandboxes keep running unless kill_all() was called
+
+  // Errors: kNotFound (unknown template), kInvalidArgument (bad timeout/metadata),
+  // kResourceExhausted (too many sandboxes), kInternal/kUnavailable (spawn or envd start failed).
+  Result<std::shared_ptr<LiveSandbox>> create(const CreateRequest& req);
+  // nullptr if there is no live sandbox with that id.
+  std::shared_ptr<LiveSandbox> find(const std::string& id) const;
+  // kNotFound if unknown.
+  Status kill(const std::string& id);
+  Status set_timeout(const std::string& id, std::int64_t seconds);
+  // Freezes every task (cgroup freezer; memory is kept). kFailedPrecondition if already paused.
+  Status pause(const std::string& id);
+  // Thaws; false if it was not paused.
+  Result<bool> resume(const std::string& id);
+  void kill_all();
+
+  // A connected socket to `port` inside the sandbox (resuming it if paused).
+  Result<runtime::UniqueFd> connect(const std::string& id, std::uint16_t port);
+
+  const templates::TemplateCatalog& catalog() const { return *catalog_; }
+  const ManagerOptions& options() const { return opt_; }
+
+ private:
+  SandboxManager(ManagerOptions options, store::Store& store,
+                 const templates::TemplateCatalog& catalog);
+  void reaper_loop();
+  Status destroy(const std::shared_ptr<LiveSandbox>& sb);
+
+  ManagerOptions opt_;
+  store::Store* store_;
+  const templates::TemplateCatalog* catalog_;
+  Logger log_{"sandboxes"};
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<LiveSandbox>> live_;
+  std::mutex reaper_mu_;
+  std::condition_variable reaper_cv_;
+  bool stopping_ = false;
+  std::thread reaper_;
+};
+
+std::int64_t now_ms();
+
+}  // namespace abx::platform
