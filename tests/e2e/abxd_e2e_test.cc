@@ -1,0 +1,284 @@
+// abxd end to end: the real daemon, real sandboxes (namespaces, cgroups, abx-envd as init), the
+// demo template's command server reached through the proxy. Needs root (CI runs as root).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <boost/json.hpp>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "abx/http/client.h"
+#include "child_process.h"
+
+namespace abx::e2e {
+namespace {
+
+namespace bhttp = boost::beast::http;
+namespace json = boost::json;
+namespace fs = std::filesystem;
+
+class AbxdE2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "abxd needs root for namespaces and cgroups";
+    home_ = fs::temp_directory_path() /
+            ("abxd-e2e-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
+    fs::create_directories(home_);
+    start();
+  }
+  void TearDown() override {
+    if (abxd_) {
+      abxd_->signal(SIGTERM);
+      EXPECT_EQ(abxd_->wait(), 0);
+    }
+    std::error_code ec;
+    fs::remove_all(home_, ec);
+  }
+  void start() {
+    abxd_ = std::make_unique<ChildProcess>(
+        std::vector<std::string>{ABXD_BIN, "--home", home_.string(), "--listen", "127.0.0.1:0"});
+    ASSERT_TRUE(abxd_->started());
+    auto port = abxd_->wait_listening();
+    ASSERT_TRUE(port) << "abxd did not start";
+    port_ = *port;
+    std::ifstream in(home_ / "api_key");
+    std::getline(in, key_);
+    ASSERT_EQ(key_.rfind("e2b_", 0), 0u) << key_;
+  }
+
+  http::Response api(bhttp::verb verb, const std::string& target, const std::string& body = {},
+                     const std::string& key = "<default>") {
+    auto req = http::make_request(verb, target, body);
+    if (body.empty() && verb != bhttp::verb::post) req.erase(bhttp::field::content_type);
+    if (key == "<default>") {
+      req.set("X-API-KEY", key_);
+    } else if (!key.empty()) {
+      req.set("X-API-KEY", key);
+    }
+    auto r = http::fetch("127.0.0.1", port_, std::move(req), std::chrono::seconds(30));
+    EXPECT_TRUE(r.ok()) << r.error().message();
+    return r.ok() ? *r : http::Response{};
+  }
+  // A request to `port` inside sandbox `id`, routed by the SDK's headers.
+  http::Response sandbox_call(const std::string& id, int port, bhttp::verb verb,
+                              const std::string& target, const std::string& body,
+                              const std::string& token) {
+    auto req = http::make_request(verb, target, body);
+    req.set("E2b-Sandbox-Id", id);
+    req.set("E2b-Sandbox-Port", std::to_string(port));
+    if (!token.empty()) req.set("X-Access-Token", token);
+    auto r = http::fetch("127.0.0.1", port_, std::move(req), std::chrono::seconds(30));
+    EXPECT_TRUE(r.ok()) << r.error().message();
+    return r.ok() ? *r : http::Response{};
+  }
+  json::object create(const std::string& body) {
+    auto r = api(bhttp::verb::post, "/sandboxes", body);
+    EXPECT_EQ(r.result_int(), 201) << r.body();
+    auto v = json::parse(r.body());
+    return v.is_object() ? v.as_object() : json::object{};
+  }
+  // The command server starts just after envd; wait (bounded) until it answers.
+  http::Response call_demo(const std::string& id, const std::string& token,
+                           const std::string& body) {
+    http::Response r;
+    for (int i = 0; i < 200; ++i) {
+      r = sandbox_call(id, 49982, bhttp::verb::post, "/commands/demo", body, token);
+      if (r.result_int() != 502) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    return r;
+  }
+
+  static inline int counter_ = 0;
+  fs::path home_;
+  std::unique_ptr<ChildProcess> abxd_;
+  std::uint16_t port_ = 0;
+  std::string key_;
+};
+
+TEST_F(AbxdE2E, MainJobCreateASandboxAndCallACommand) {
+  auto sb = create(R"({"templateID":"demo","timeout":120,"metadata":{"owner":"e2e"}})");
+  std::string id(sb.at("sandboxID").as_string());
+  std::string token(sb.at("envdAccessToken").as_string());
+  EXPECT_EQ(id.size(), 20u);
+  EXPECT_EQ(sb.at("clientID"), "6532622b");
+  EXPECT_EQ(sb.at("envdVersion"), "0.4.0");
+  EXPECT_EQ(sb.at("templateID"), "demo");
+
+  auto r = call_demo(id, token, R"({"x":42,"y":"world"})");
+  EXPECT_EQ(r.result_int(), 200) << r.body();
+  EXPECT_EQ(r.body(), R"({"result":"42: world"})");
+
+  // Discovery through the proxy, with the same credential.
+  auto list = sandbox_call(id, 49982, bhttp::verb::get, "/commands", "", token);
+  EXPECT_EQ(list.result_int(), 200);
+  EXPECT_NE(list.body().find(R"("name":"demo")"), std::string::npos);
+
+  // envd answers too.
+  EXPECT_EQ(sandbox_call(id, 49983, bhttp::verb::get, "/health", "", token).result_int(), 204);
+
+  auto info = api(bhttp::verb::get, "/sandboxes/" + id);
+  ASSERT_EQ(info.result_int(), 200);
+  auto iv = json::parse(info.body());
+  EXPECT_EQ(iv.at("state"), "running");
+  EXPECT_EQ(iv.at("metadata").at("owner"), "e2e");
+
+  EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);
+  auto again = api(bhttp::verb::delete_, "/sandboxes/" + id);
+  EXPECT_EQ(again.result_int(), 404);
+  EXPECT_EQ(json::parse(again.body()).at("code"), 404);
+  // Gone from the proxy as well.
+  EXPECT_EQ(sandbox_call(id, 49983, bhttp::verb::get, "/health", "", token).result_int(), 502);
+}
+
+TEST_F(AbxdE2E, AuthIsRequiredAndTokensDoNotCrossSandboxes) {
+  EXPECT_EQ(api(bhttp::verb::get, "/v2/sandboxes", "", "").result_int(), 401);
+  EXPECT_EQ(api(bhttp::verb::get, "/v2/sandboxes", "", "e2b_0000").result_int(), 401);
+  auto a = create(R"({"templateID":"demo"})");
+  auto b = create(R"({"templateID":"demo"})");
+  std::string ida(a.at("sandboxID").as_string()), idb(b.at("sandboxID").as_string());
+  std::string ta(a.at("envdAccessToken").as_string());
+  ASSERT_EQ(call_demo(ida, ta, R"({"x":1})").result_int(), 200);
+  // A's token on B: refused at the proxy, for envd and the command server alike.
+  EXPECT_EQ(sandbox_call(idb, 49983, bhttp::verb::get, "/health", "", ta).result_int(), 401);
+  EXPECT_EQ(sandbox_call(idb, 49982, bhttp::verb::get, "/commands", "", ta).result_int(), 401);
+  EXPECT_EQ(sandbox_call(ida, 49983, bhttp::verb::get, "/health", "", "").result_int(), 401);
+  // Other ports of a template without the `ports` capability are private.
+  EXPECT_EQ(sandbox_call(ida, 8080, bhttp::verb::get, "/", "", ta).result_int(), 403);
+}
+
+TEST_F(AbxdE2E, ScopedTokenReachesOnlyItsCommands) {
+  auto sb = create(R"({"templateID":"demo"})");
+  std::string id(sb.at("sandboxID").as_string());
+  std::string token(sb.at("envdAccessToken").as_string());
+  ASSERT_EQ(call_demo(id, token, R"({"x":1})").result_int(), 200);
+  auto minted = api(bhttp::verb::post, "/sandboxes/" + id + "/tokens",
+                    R"({"commands":["demo"],"ttlSeconds":600})");
+  ASSERT_EQ(minted.result_int(), 201) << minted.body();
+  std::string scoped(json::parse(minted.body()).at("token").as_string());
+  auto ok = sandbox_call(id, 49982, bhttp::verb::post, "/commands/demo", R"({"x":7})", scoped);
+  EXPECT_EQ(ok.result_int(), 200) << ok.body();
+  auto list = sandbox_call(id, 49982, bhttp::verb::get, "/commands", "", scoped);
+  ASSERT_EQ(list.result_int(), 200);
+  EXPECT_EQ(json::parse(list.body()).at("commands").as_array().size(), 1u);
+  EXPECT_EQ(sandbox_call(id, 49982, bhttp::verb::post, "/commands/add", R"({"a":1})", scoped)
+                .result_int(),
+            404);
+  // The scoped token never opens envd.
+  EXPECT_EQ(sandbox_call(id, 49983, bhttp::verb::get, "/health", "", scoped).result_int(), 401);
+}
+
+TEST_F(AbxdE2E, ListFiltersAndPaging) {
+  for (int i = 0; i < 3; ++i) {
+    create(R"({"templateID":"base","metadata":{"batch":"x","i":")" + std::to_string(i) + R"("}})");
+  }
+  create(R"({"templateID":"base","metadata":{"batch":"y"}})");
+  auto r = api(bhttp::verb::get, "/v2/sandboxes?metadata=batch%3Dx&limit=2");
+  ASSERT_EQ(r.result_int(), 200) << r.body();
+  auto first = json::parse(r.body()).as_array();
+  EXPECT_EQ(first.size(), 2u);
+  std::string next(r["X-Next-Token"]);
+  ASSERT_FALSE(next.empty());
+  auto r2 = api(bhttp::verb::get, "/v2/sandboxes?metadata=batch%3Dx&limit=2&nextToken=" + next);
+  ASSERT_EQ(r2.result_int(), 200);
+  auto second = json::parse(r2.body()).as_array();
+  EXPECT_EQ(second.size(), 1u);
+  EXPECT_TRUE(r2["X-Next-Token"].empty());
+  for (const auto& s : second) {
+    for (const auto& f : first) EXPECT_NE(s.at("sandboxID"), f.at("sandboxID"));
+  }
+  auto bad = api(bhttp::verb::get, "/v2/sandboxes?limit=0");
+  EXPECT_EQ(bad.result_int(), 400);
+}
+
+TEST_F(AbxdE2E, TimeoutKillsAndSetTimeoutExtends) {
+  auto a = create(R"({"templateID":"base","timeout":1})");
+  auto b = create(R"({"templateID":"base","timeout":1})");
+  std::string ida(a.at("sandboxID").as_string()), idb(b.at("sandboxID").as_string());
+  EXPECT_EQ(
+      api(bhttp::verb::post, "/sandboxes/" + idb + "/timeout", R"({"timeout":60})").result_int(),
+      204);
+  // Poll (bounded) until the reaper has removed A.
+  int status = 200;
+  for (int i = 0; i < 100 && status == 200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    status = api(bhttp::verb::get, "/sandboxes/" + ida).result_int();
+  }
+  EXPECT_EQ(status, 404);
+  EXPECT_EQ(api(bhttp::verb::get, "/sandboxes/" + idb).result_int(), 200);
+}
+
+TEST_F(AbxdE2E, PauseFreezesAndTrafficResumes) {
+  auto sb = create(R"({"templateID":"demo"})");
+  std::string id(sb.at("sandboxID").as_string());
+  std::string token(sb.at("envdAccessToken").as_string());
+  ASSERT_EQ(call_demo(id, token, R"({"x":1})").result_int(), 200);
+  EXPECT_EQ(api(bhttp::verb::post, "/sandboxes/" + id + "/pause", "{}").result_int(), 204);
+  EXPECT_EQ(api(bhttp::verb::post, "/sandboxes/" + id + "/pause", "{}").result_int(), 409);
+  EXPECT_EQ(json::parse(api(bhttp::verb::get, "/sandboxes/" + id).body()).at("state"), "paused");
+  // Traffic to a paused sandbox resumes it.
+  auto r = call_demo(id, token, R"({"x":5})");
+  EXPECT_EQ(r.result_int(), 200) << r.body();
+  EXPECT_EQ(json::parse(api(bhttp::verb::get, "/sandboxes/" + id).body()).at("state"), "running");
+  EXPECT_EQ(api(bhttp::verb::post, "/sandboxes/" + id + "/pause", "{}").result_int(), 204);
+  auto c = api(bhttp::verb::post, "/sandboxes/" + id + "/connect", R"({"timeout":30})");
+  EXPECT_EQ(c.result_int(), 201) << c.body();
+  auto c2 = api(bhttp::verb::post, "/sandboxes/" + id + "/connect", R"({"timeout":30})");
+  EXPECT_EQ(c2.result_int(), 200) << c2.body();
+}
+
+TEST_F(AbxdE2E, TemplatesCarryCapabilitiesAndBadInputIsRefused) {
+  auto t = api(bhttp::verb::get, "/templates/demo");
+  ASSERT_EQ(t.result_int(), 200) << t.body();
+  auto tv = json::parse(t.body());
+  EXPECT_EQ(tv.at("templateID"), "demo");
+  EXPECT_TRUE(tv.as_object().contains("capabilities"));
+  EXPECT_EQ(api(bhttp::verb::get, "/templates/nope").result_int(), 404);
+  EXPECT_EQ(api(bhttp::verb::post, "/sandboxes", R"({"templateID":"nope"})").result_int(), 404);
+  EXPECT_EQ(api(bhttp::verb::post, "/sandboxes", R"({"templateID":5})").result_int(), 400);
+  EXPECT_EQ(api(bhttp::verb::post, "/sandboxes", R"({"timeout":-1})").result_int(), 400);
+  EXPECT_EQ(api(bhttp::verb::post, "/sandboxes", R"({"metadata":{"a":1}})").result_int(), 400);
+  EXPECT_EQ(api(bhttp::verb::post, "/sandboxes", R"({"a":1,"a":2})").result_int(), 400);
+  EXPECT_EQ(api(bhttp::verb::get, "/sandboxes/..%2fetc").result_int(), 400);
+}
+
+TEST_F(AbxdE2E, RestartReapsAndKeepsRecords) {
+  auto sb = create(R"({"templateID":"base","timeout":300})");
+  std::string id(sb.at("sandboxID").as_string());
+  // kill -9: sandboxes outlive their owner for now...
+  abxd_->signal(SIGKILL);
+  abxd_->wait();
+  start();
+  // ...and the next abxd reaps them: the record says killed, the sandbox is gone.
+  EXPECT_EQ(api(bhttp::verb::get, "/sandboxes/" + id).result_int(), 404);
+  auto listed = api(bhttp::verb::get, "/v2/sandboxes");
+  EXPECT_EQ(listed.body().find(id), std::string::npos);
+  // No process of it is left: its cgroup is gone.
+  EXPECT_FALSE(fs::exists("/sys/fs/cgroup/pids/abx/" + id));
+  EXPECT_FALSE(fs::exists("/sys/fs/cgroup/unified/abx/" + id));
+}
+
+TEST(AbxdKeys, CreateListRevoke) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root like abxd";
+  auto home = fs::temp_directory_path() / ("abxd-keys-" + std::to_string(::getpid()));
+  fs::create_directories(home);
+  ChildProcess create({ABXD_BIN, "--home", home.string(), "keys", "create", "--name", "ci"});
+  std::string key = create.read_all();
+  EXPECT_EQ(create.wait(), 0);
+  EXPECT_EQ(key.rfind("e2b_", 0), 0u) << key;
+  ChildProcess list({ABXD_BIN, "--home", home.string(), "keys", "list"});
+  std::string listing = list.read_all();
+  EXPECT_EQ(list.wait(), 0);
+  EXPECT_NE(listing.find("ci"), std::string::npos);
+  EXPECT_EQ(listing.find(key.substr(0, 20)), std::string::npos);  // never the key itself
+  key.erase(key.find_last_not_of("\n") + 1);
+  ChildProcess revoke({ABXD_BIN, "--home", home.string(), "keys", "revoke", key});
+  EXPECT_EQ(revoke.wait(), 0);
+  ChildProcess again({ABXD_BIN, "--home", home.string(), "keys", "revoke", "ffffffffff"});
+  EXPECT_EQ(again.wait(), 2);
+  fs::remove_all(home);
+}
+
+}  // namespace
+}  // namespace abx::e2e
