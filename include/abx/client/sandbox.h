@@ -1,0 +1,196 @@
+// libabx — the C++ SDK for abx (and any E2B-compatible platform).
+//
+//   auto cfg = abx::client::ConnectionConfig::from_env();
+//   auto sbx = abx::client::Sandbox::create("demo", {}, cfg);
+//   auto out = sbx->commands().run("echo hi");                 // envd process.Process/Start
+//   sbx->files().write("/tmp/a", "data");                      // envd /files
+//   auto r = sbx->server().call("demo", {{"x", 42}});          // command server, port 49982
+//   auto cmds = sbx->list_commands();                          // two-layer discovery
+//
+// A Sandbox is a cheap handle (copies share one connection pool and caches). Control-plane
+// calls go to ConnectionConfig::api_url with X-API-KEY (or AK/SK signatures); sandbox-plane
+// calls (envd, command server) carry the sandbox's access token as X-Access-Token and the
+// E2b-Sandbox-Id / E2b-Sandbox-Port routing headers, so one abxd listener serves both.
+//
+// Capabilities (`shell`, `files`, `code`, `ports`; default shell, files, code) come from the
+// local template ($ABX_HOME/templates/**/template.yaml or a built-in), else from the
+// platform's GET /templates/{id}, else the defaults. Every API that needs one checks first and
+// fails with kFailedPrecondition: "sandbox <id> (template <t>) lacks the 'files' capability".
+//
+// Errors: control-plane responses {"code","message"} map by HTTP status (401
+// kUnauthenticated, 404 kNotFound, 409 kFailedPrecondition, 429 kResourceExhausted, 5xx
+// kUnavailable/kInternal, …), with the platform's message.
+#pragma once
+
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "abx/base/error.h"
+#include "abx/client/command_server.h"
+#include "abx/client/commands.h"
+#include "abx/client/config.h"
+#include "abx/client/export.h"
+#include "abx/client/files.h"
+
+namespace abx::client {
+
+enum class Capability { kShell, kFiles, kCode, kPorts };
+ABX_EXPORT std::string_view capability_name(Capability c);
+ABX_EXPORT std::optional<Capability> parse_capability(std::string_view name);
+// shell, files, code.
+ABX_EXPORT std::set<Capability> default_capabilities();
+
+struct ABX_EXPORT SandboxInfo {
+  std::string sandbox_id;
+  std::string template_id;
+  std::string alias;
+  std::string client_id;
+  std::string envd_version;
+  std::string envd_access_token;
+  std::string domain;
+  std::string state;  // running | paused (list/info only)
+  std::string started_at;
+  std::string end_at;
+  int cpu_count = 0;
+  int memory_mb = 0;
+  std::map<std::string, std::string> metadata;
+
+  boost::json::object to_json() const;  // E2B field names (sandboxID, templateID, …)
+};
+// Parses a Sandbox / ListedSandbox / SandboxDetail object. Errors: kInvalidArgument.
+ABX_EXPORT Result<SandboxInfo> sandbox_info_from_json(const boost::json::value& v);
+
+struct ABX_EXPORT CreateOptions {
+  std::chrono::seconds timeout{300};
+  std::map<std::string, std::string> envs;
+  std::map<std::string, std::string> metadata;
+  bool secure = true;
+  bool allow_internet_access = true;
+};
+
+struct ABX_EXPORT ListFilters {
+  std::vector<std::string> states;  // running, paused; empty: both
+  std::map<std::string, std::string> metadata;
+  std::string template_id;
+  int limit = 0;  // 0: every page
+};
+
+struct ABX_EXPORT DiscoveryOptions {
+  // Command modules (.so) to introspect locally (Layer 1, source "registered").
+  std::vector<std::string> modules;
+  // Layer 2: the command server's GET /commands, then the platform's template metadata.
+  bool remote = true;
+};
+
+// Results of run_code.
+enum class Language { kPython, kJavaScript, kBash };
+ABX_EXPORT std::optional<Language> parse_language(std::string_view name);
+
+class ABX_EXPORT Sandbox {
+ public:
+  // POST /sandboxes (201).
+  static Result<Sandbox> create(std::string_view template_id, const CreateOptions& opts = {},
+                                const ConnectionConfig& config = ConnectionConfig::from_env());
+  // POST /sandboxes/{id}/connect: resumes a paused sandbox, extends a running one's timeout
+  // to at least `timeout`, and returns its access token.
+  static Result<Sandbox> connect(std::string_view sandbox_id,
+                                 const ConnectionConfig& config = ConnectionConfig::from_env(),
+                                 std::chrono::seconds timeout = std::chrono::seconds(300));
+  // Direct mode, no control plane: a handle from what the caller already knows (id, template,
+  // access token; config.server_url / sandbox_url point at the servers). Used to talk to a
+  // standalone abx-server or abx-envd, e.g. while developing a command module.
+  static Sandbox attach(SandboxInfo info, const ConnectionConfig& config);
+  // GET /v2/sandboxes, following X-Next-Token.
+  static Result<std::vector<SandboxInfo>> list(
+      const ListFilters& filters = {},
+      const ConnectionConfig& config = ConnectionConfig::from_env());
+  // DELETE /sandboxes/{id}: true when killed, false when there was no such sandbox.
+  static Result<bool> kill(std::string_view sandbox_id, const ConnectionConfig& config);
+
+  const std::string& id() const;
+  const SandboxInfo& cached_info() const;
+  const ConnectionConfig& config() const;
+
+  Result<bool> kill();
+  Status set_timeout(std::chrono::seconds timeout);
+  Result<SandboxInfo> info();  // GET /sandboxes/{id}
+  Result<bool> pause();        // false when already paused
+
+  // Resolved once and cached (see the header comment).
+  Result<std::set<Capability>> capabilities();
+  Status check_capability(Capability c);
+
+  Commands commands();
+  Files files();
+  CommandServer server();
+
+  // "<port>-<id>.<domain>" (no scheme). Needs `ports`.
+  Result<std::string> get_host(std::uint16_t port);
+
+  // Runs `code` with the template's interpreter (python3, node, bash). Needs `code`.
+  Result<CommandResult> run_code(std::string_view code, Language language,
+                                 const CommandOptions& opts = {});
+
+  // Runs the template's custom command `name` (custom_commands in template.yaml, local or from
+  // the platform): arguments are type-checked against its schema, each value shell-quoted into
+  // the {placeholders}, then run through commands(). Needs `shell`. Errors: kNotFound (no such
+  // custom command), kInvalidArgument (unknown, missing or mistyped argument).
+  Result<CommandResult> run(std::string_view name, const boost::json::object& args,
+                            const CommandOptions& opts = {});
+
+  // Two-layer discovery, merged by name (remote > yaml > registered). Layer 1 (local, no
+  // network): the template's custom_commands and the given command modules. Layer 2 (remote,
+  // same credentials as execution): GET /commands of the command server; when no command
+  // server answers, the platform's template metadata. An auth failure in Layer 2 is returned,
+  // not hidden: discovery never reaches further than execution.
+  Result<std::vector<CommandEntry>> list_commands(const DiscoveryOptions& opts = {});
+
+  // A token for the command server limited to `commands`, valid for `ttl`. Minted locally
+  // (HMAC keyed by the access token, exactly as the platform does) when this handle holds the
+  // full access token, else by POST /sandboxes/{id}/tokens.
+  Result<std::string> scoped_token(const std::vector<std::string>& commands,
+                                   std::chrono::seconds ttl);
+
+  // Copies that share state; `with_access_token` makes one that authenticates with another
+  // token (e.g. a scoped one) on the sandbox plane.
+  Sandbox with_access_token(std::string token) const;
+
+  explicit Sandbox(std::shared_ptr<detail::SandboxState> state) : state_(std::move(state)) {}
+
+ private:
+  std::shared_ptr<detail::SandboxState> state_;
+};
+
+// Templates on the platform (GET /templates, GET /templates/{id}), as JSON objects.
+ABX_EXPORT Result<boost::json::array> list_templates(const ConnectionConfig& config);
+ABX_EXPORT Result<boost::json::object> get_template(std::string_view template_id,
+                                                    const ConnectionConfig& config);
+
+// Layer 1 alone (no sandbox, no network): the custom commands of local template `template_id`
+// (empty: none) and the commands registered by `modules`. Errors: kNotFound for an unknown
+// template id, kUnavailable/kInvalidArgument when a module does not load (dlerror() text).
+ABX_EXPORT Result<std::vector<CommandEntry>> discover_local(
+    const ConnectionConfig& config, std::string_view template_id,
+    const std::vector<std::string>& modules);
+
+// Loads a command module with dlopen and returns the commands it registered. The program must
+// export the registry (link abx_registry whole-archive with -rdynamic, as abx and abx-server
+// do); otherwise the module's symbols do not resolve and this fails with dlerror()'s text.
+// Loading the same path again returns the same commands.
+ABX_EXPORT Result<std::vector<CommandEntry>> load_command_module(const std::string& path);
+
+// Merges discovery layers by name: the first list wins for a name present in several.
+ABX_EXPORT std::vector<CommandEntry> merge_commands(
+    const std::vector<std::vector<CommandEntry>>& layers);
+
+}  // namespace abx::client

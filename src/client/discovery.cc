@@ -1,0 +1,229 @@
+// Two-layer command discovery and template custom commands.
+//
+// Layer 1 (local, no auth, no network): custom_commands of the local template.yaml and the
+// commands a command module registers when loaded with dlopen. Layer 2 (remote, the same
+// credentials as execution): the command server's GET /commands; when no command server
+// answers, the platform's template metadata (customCommands). Auth failures are returned, never
+// papered over with local results: discovery must not appear to work where execution fails.
+#include <dlfcn.h>
+
+#include <boost/json.hpp>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "abx/base/json.h"
+#include "abx/client/sandbox.h"
+#include "abx/registry/registry.h"
+#include "abx/templates/template.h"
+#include "client/state.h"
+
+namespace abx::client {
+
+namespace json = boost::json;
+
+namespace {
+
+CommandEntry entry_from_custom(const templates::CustomCommand& c) {
+  CommandEntry e;
+  e.name = c.name;
+  e.description = c.description;
+  e.source = CommandSource::kYaml;
+  e.command = c.command;
+  for (const auto& a : c.args) {
+    e.args.push_back({a.name, std::string(registry::arg_type_name(a.type)), a.required,
+                      a.default_value, a.description});
+  }
+  return e;
+}
+
+std::vector<CommandEntry> entries_of(const templates::Template& t) {
+  std::vector<CommandEntry> out;
+  for (const auto& c : t.custom_commands) out.push_back(entry_from_custom(c));
+  return out;
+}
+
+bool is_auth_error(const Error& e) {
+  return e.code() == ErrorCode::kUnauthenticated || e.code() == ErrorCode::kPermissionDenied;
+}
+
+// A platform template's customCommands as CustomCommands we can render. The text comes from
+// the network, so it passes the same placeholder-safety check as a local file.
+Result<std::vector<templates::CustomCommand>> remote_custom_commands(const json::object& tmpl) {
+  std::vector<templates::CustomCommand> out;
+  const json::value* list = tmpl.if_contains("customCommands");
+  json::value parsed;
+  if (list == nullptr) {  // E2B clients see it as a metadata string
+    if (auto* md = tmpl.if_contains("metadata"); md && md->is_object()) {
+      if (auto* s = md->as_object().if_contains("custom_commands"); s && s->is_string()) {
+        auto p = parse_json_strict(s->as_string());
+        if (p.ok()) {
+          parsed = std::move(*p);
+          list = &parsed;
+        }
+      }
+    }
+  }
+  if (list == nullptr || !list->is_array()) return out;
+  for (const auto& v : list->as_array()) {
+    auto e = command_entry_from_json(v, CommandSource::kYaml);
+    if (!e.ok()) return e.error();
+    templates::CustomCommand c;
+    c.name = e->name;
+    c.description = e->description;
+    c.command = e->command;
+    try {
+      for (const auto& a : e->args)
+        c.args.emplace_back(a.name, a.type, a.required, a.default_value, a.description);
+    } catch (const std::exception& ex) {
+      return invalid_argument("custom command " + c.name + ": " + ex.what());
+    }
+    if (auto st = templates::validate_custom_command(c); !st.ok()) return st.error();
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<CommandEntry>> load_command_module(const std::string& path) {
+  static std::mutex mu;
+  static std::map<std::string, std::vector<CommandEntry>> loaded;
+  std::lock_guard lk(mu);
+  if (auto it = loaded.find(path); it != loaded.end()) return it->second;
+  auto& reg = registry::default_registry();
+  std::set<std::string> before;
+  for (const auto* c : reg.list_all()) before.insert(c->name);
+  auto errors_before = reg.errors().size();
+  // RTLD_NOW: an unresolved symbol (a program that does not export the registry) fails here,
+  // with a message, instead of crashing at the first call.
+  void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) {
+    const char* err = ::dlerror();
+    return Error(ErrorCode::kInvalidArgument,
+                 "cannot load command module " + path + ": " + (err ? err : "unknown error"));
+  }
+  auto errors = reg.errors();
+  if (errors.size() > errors_before) {
+    return invalid_argument("command module " + path + ": " + errors[errors_before]);
+  }
+  std::vector<CommandEntry> out;
+  for (const auto* c : reg.list_all()) {
+    if (before.count(c->name)) continue;
+    auto e = command_entry_from_json(registry::describe(*c), CommandSource::kRegistered);
+    if (!e.ok()) return e.error();
+    out.push_back(std::move(*e));
+  }
+  loaded[path] = out;
+  return out;
+}
+
+std::vector<CommandEntry> merge_commands(const std::vector<std::vector<CommandEntry>>& layers) {
+  std::vector<CommandEntry> out;
+  std::set<std::string> seen;
+  for (const auto& layer : layers) {
+    for (const auto& e : layer) {
+      if (seen.insert(e.name).second) out.push_back(e);
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const CommandEntry& a, const CommandEntry& b) { return a.name < b.name; });
+  return out;
+}
+
+Result<std::vector<CommandEntry>> discover_local(const ConnectionConfig& config,
+                                                 std::string_view template_id,
+                                                 const std::vector<std::string>& modules) {
+  std::vector<CommandEntry> yaml;
+  if (!template_id.empty()) {
+    auto catalog = detail::load_local_catalog(config);
+    const auto* t = catalog.get(template_id);
+    if (t == nullptr) {
+      std::string msg = "no local template '" + std::string(template_id) + "' under " +
+                        (detail::abx_home(config) / "templates").string();
+      for (const auto& e : catalog.errors()) {
+        if (e.id_hint == template_id) msg += " (" + e.message + ")";
+      }
+      return not_found(msg);
+    }
+    yaml = entries_of(*t);
+  }
+  std::vector<CommandEntry> registered;
+  for (const auto& m : modules) {
+    auto r = load_command_module(m);
+    if (!r.ok()) return r.error();
+    registered.insert(registered.end(), r->begin(), r->end());
+  }
+  return merge_commands({yaml, registered});
+}
+
+Result<std::vector<CommandEntry>> Sandbox::list_commands(const DiscoveryOptions& opts) {
+  const std::string& tid = state_->info.template_id;
+  std::vector<CommandEntry> yaml;
+  bool have_local_template = false;
+  {
+    auto catalog = detail::load_local_catalog(state_->config);
+    if (const auto* t = detail::find_local_template(catalog, tid)) {
+      yaml = entries_of(*t);
+      have_local_template = true;
+    }
+  }
+  std::vector<CommandEntry> registered;
+  for (const auto& m : opts.modules) {
+    auto r = load_command_module(m);
+    if (!r.ok()) return r.error();
+    registered.insert(registered.end(), r->begin(), r->end());
+  }
+  std::vector<CommandEntry> remote;
+  if (opts.remote) {
+    auto r = server().list();
+    if (r.ok()) {
+      remote = std::move(*r);
+    } else if (is_auth_error(r.error())) {
+      return r.error();
+    } else if (!have_local_template && !tid.empty()) {
+      // No command server answered: the platform's template metadata.
+      auto t = get_template(tid, state_->config);
+      if (t.ok()) {
+        auto cc = remote_custom_commands(*t);
+        if (cc.ok()) {
+          for (const auto& c : *cc) yaml.push_back(entry_from_custom(c));
+        }
+      } else if (is_auth_error(t.error())) {
+        return t.error();
+      }
+    }
+  }
+  return merge_commands({remote, yaml, registered});
+}
+
+Result<CommandResult> Sandbox::run(std::string_view name, const json::object& args,
+                                   const CommandOptions& opts) {
+  if (auto st = check_capability(Capability::kShell); !st.ok()) return st.error();
+  const std::string& tid = state_->info.template_id;
+  std::optional<templates::CustomCommand> cmd;
+  {
+    auto catalog = detail::load_local_catalog(state_->config);
+    if (const auto* t = detail::find_local_template(catalog, tid)) {
+      if (const auto* c = t->find_command(name)) cmd = *c;
+    } else if (!tid.empty()) {
+      auto t = get_template(tid, state_->config);
+      if (!t.ok() && t.error().code() != ErrorCode::kNotFound) return t.error();
+      if (t.ok()) {
+        auto cc = remote_custom_commands(*t);
+        if (!cc.ok()) return cc.error();
+        for (auto& c : *cc) {
+          if (c.name == name) cmd = std::move(c);
+        }
+      }
+    }
+  }
+  if (!cmd) {
+    return not_found("template '" + tid + "' has no custom command '" + std::string(name) + "'");
+  }
+  auto rendered = templates::render_custom_command(*cmd, args);
+  if (!rendered.ok()) return rendered.error();
+  return commands().run(*rendered, opts);
+}
+
+}  // namespace abx::client

@@ -1,0 +1,525 @@
+// Sandbox lifecycle on the control plane, configuration, capabilities, templates.
+#include "abx/client/sandbox.h"
+
+#include <boost/json.hpp>
+#include <cstdlib>
+#include <ctime>
+
+#include "abx/auth/signing.h"
+#include "abx/base/json.h"
+#include "abx/token/token.h"
+#include "client/state.h"
+
+namespace abx::client {
+
+namespace bhttp = boost::beast::http;
+namespace json = boost::json;
+
+namespace {
+
+std::string env(const char* abx, const char* e2b = nullptr) {
+  if (const char* v = std::getenv(abx); v && *v) return v;
+  if (e2b != nullptr) {
+    if (const char* v = std::getenv(e2b); v && *v) return v;
+  }
+  return {};
+}
+
+std::string str_field(const json::object& o, std::string_view key) {
+  if (auto* v = o.if_contains(key); v && v->is_string()) return std::string(v->as_string());
+  return {};
+}
+
+int int_field(const json::object& o, std::string_view key) {
+  if (auto* v = o.if_contains(key)) {
+    if (v->is_int64()) return static_cast<int>(v->as_int64());
+    if (v->is_uint64()) return static_cast<int>(v->as_uint64());
+  }
+  return 0;
+}
+
+}  // namespace
+
+ConnectionConfig ConnectionConfig::from_env() {
+  ConnectionConfig c;
+  if (auto d = env("ABX_DOMAIN", "E2B_DOMAIN"); !d.empty()) {
+    c.domain = d;
+    c.api_url = "https://api." + d;
+  }
+  if (auto u = env("ABX_API_URL", "E2B_API_URL"); !u.empty()) c.api_url = u;
+  c.api_key = env("ABX_API_KEY", "E2B_API_KEY");
+  c.access_key_id = env("ABX_ACCESS_KEY_ID");
+  c.secret_access_key = env("ABX_SECRET_ACCESS_KEY");
+  c.sandbox_url = env("ABX_SANDBOX_URL", "E2B_SANDBOX_URL");
+  c.server_url = env("ABX_SERVER_URL");
+  c.access_token = env("ABX_ACCESS_TOKEN");
+  if (auto h = env("ABX_HOME"); !h.empty()) c.home = h;
+  if (auto t = env("ABX_REQUEST_TIMEOUT_MS"); !t.empty()) {
+    char* end = nullptr;
+    long v = std::strtol(t.c_str(), &end, 10);
+    if (end && *end == '\0' && v > 0) c.request_timeout = std::chrono::milliseconds(v);
+  }
+  if (auto r = env("ABX_MAX_RETRIES"); !r.empty()) {
+    char* end = nullptr;
+    long v = std::strtol(r.c_str(), &end, 10);
+    if (end && *end == '\0' && v >= 0 && v <= 20) c.max_retries = static_cast<int>(v);
+  }
+  return c;
+}
+
+std::string_view capability_name(Capability c) {
+  switch (c) {
+    case Capability::kShell:
+      return "shell";
+    case Capability::kFiles:
+      return "files";
+    case Capability::kCode:
+      return "code";
+    case Capability::kPorts:
+      return "ports";
+  }
+  return "?";
+}
+
+std::optional<Capability> parse_capability(std::string_view n) {
+  if (n == "shell") return Capability::kShell;
+  if (n == "files") return Capability::kFiles;
+  if (n == "code") return Capability::kCode;
+  if (n == "ports") return Capability::kPorts;
+  return std::nullopt;
+}
+
+std::set<Capability> default_capabilities() {
+  return {Capability::kShell, Capability::kFiles, Capability::kCode};
+}
+
+std::optional<Language> parse_language(std::string_view n) {
+  if (n == "python" || n == "python3" || n == "py") return Language::kPython;
+  if (n == "javascript" || n == "js" || n == "node") return Language::kJavaScript;
+  if (n == "bash" || n == "sh" || n == "shell") return Language::kBash;
+  return std::nullopt;
+}
+
+json::object SandboxInfo::to_json() const {
+  json::object o;
+  o["sandboxID"] = sandbox_id;
+  o["templateID"] = template_id;
+  if (!alias.empty()) o["alias"] = alias;
+  o["clientID"] = client_id;
+  o["envdVersion"] = envd_version;
+  if (!domain.empty()) o["domain"] = domain;
+  if (!state.empty()) o["state"] = state;
+  if (!started_at.empty()) o["startedAt"] = started_at;
+  if (!end_at.empty()) o["endAt"] = end_at;
+  if (cpu_count) o["cpuCount"] = cpu_count;
+  if (memory_mb) o["memoryMB"] = memory_mb;
+  json::object md;
+  for (const auto& [k, v] : metadata) md[k] = v;
+  o["metadata"] = std::move(md);
+  return o;
+}
+
+Result<SandboxInfo> sandbox_info_from_json(const json::value& v) {
+  if (!v.is_object()) return invalid_argument("sandbox: expected a JSON object");
+  const auto& o = v.as_object();
+  SandboxInfo i;
+  i.sandbox_id = str_field(o, "sandboxID");
+  if (i.sandbox_id.empty()) return invalid_argument("sandbox: missing sandboxID");
+  i.template_id = str_field(o, "templateID");
+  i.alias = str_field(o, "alias");
+  i.client_id = str_field(o, "clientID");
+  i.envd_version = str_field(o, "envdVersion");
+  i.envd_access_token = str_field(o, "envdAccessToken");
+  i.domain = str_field(o, "domain");
+  i.state = str_field(o, "state");
+  i.started_at = str_field(o, "startedAt");
+  i.end_at = str_field(o, "endAt");
+  i.cpu_count = int_field(o, "cpuCount");
+  i.memory_mb = int_field(o, "memoryMB");
+  if (auto* md = o.if_contains("metadata"); md && md->is_object()) {
+    for (const auto& [k, val] : md->as_object()) {
+      if (val.is_string()) i.metadata[std::string(k)] = std::string(val.as_string());
+    }
+  }
+  return i;
+}
+
+namespace detail {
+
+Result<http::Response> control_request(Transport& t, bhttp::verb method, std::string target,
+                                       const json::value* body, bool idempotent) {
+  const auto& cfg = t.config();
+  auto ep = parse_http_url(cfg.api_url);
+  if (!ep.ok()) return ep.error();
+  auto req = http::make_request(method, std::move(target), body ? to_json_string(*body) : "");
+  Transport::SendOptions opts;
+  opts.idempotent = idempotent;
+  if (!cfg.access_key_id.empty() && !cfg.secret_access_key.empty()) {
+    auth::Credentials creds{cfg.access_key_id, cfg.secret_access_key};
+    opts.before_send = [creds](http::Request& r) -> Status {
+      auth::HttpRequest hr;
+      hr.method = std::string(r.method_string());
+      hr.target = std::string(r.target());
+      for (const auto& f : r)
+        hr.headers.push_back({std::string(f.name_string()), std::string(f.value())});
+      auth::SignOptions so;
+      so.now_unix = std::time(nullptr);
+      auto headers = auth::sign(hr, r.body(), creds, so);
+      if (!headers.ok()) return headers.error();
+      for (const auto& h : *headers) r.set(h.name, h.value);
+      return {};
+    };
+  } else if (!cfg.api_key.empty()) {
+    req.set("X-API-KEY", cfg.api_key);
+  }
+  return t.send(*ep, std::move(req), opts);
+}
+
+Result<json::value> control_json(Transport& t, bhttp::verb method, std::string target,
+                                 const json::value* body, bool idempotent, std::string_view what) {
+  auto res = control_request(t, method, std::move(target), body, idempotent);
+  if (!res.ok()) return res.error();
+  if (res->result_int() / 100 != 2) return error_from_response(*res, Plane::kControl, what);
+  if (res->body().empty()) return json::value(nullptr);
+  auto v = parse_json_strict(res->body());
+  if (!v.ok())
+    return Error(ErrorCode::kInternal,
+                 std::string(what) + ": bad JSON from the platform: " + v.error().message());
+  return std::move(*v);
+}
+
+std::filesystem::path abx_home(const ConnectionConfig& config) {
+  if (!config.home.empty()) return config.home;
+  if (const char* h = std::getenv("ABX_HOME"); h && *h) return h;
+  if (const char* h = std::getenv("HOME"); h && *h) return std::filesystem::path(h) / ".abx";
+  return ".abx";
+}
+
+templates::TemplateCatalog load_local_catalog(const ConnectionConfig& config) {
+  return templates::TemplateCatalog::load(abx_home(config), templates::BuiltinOptions{});
+}
+
+const templates::Template* find_local_template(const templates::TemplateCatalog& catalog,
+                                               std::string_view id) {
+  return id.empty() ? nullptr : catalog.get(id);
+}
+
+Status SandboxState::check(Capability c) {
+  auto caps = resolve_capabilities(*this);
+  if (!caps.ok()) return caps.error();
+  if (caps->count(c)) return {};
+  return Error(ErrorCode::kFailedPrecondition,
+               "sandbox " + info.sandbox_id + " (template " +
+                   (info.template_id.empty() ? std::string("?") : info.template_id) +
+                   ") lacks the '" + std::string(capability_name(c)) + "' capability",
+               "MissingCapability");
+}
+
+Result<Endpoint> SandboxState::plane_endpoint(std::uint16_t port) const {
+  const std::string& override_url = port == kCommandServerPort
+                                        ? config.server_url
+                                        : (port == kEnvdPort ? config.sandbox_url : std::string());
+  return parse_http_url(override_url.empty() ? config.api_url : override_url);
+}
+
+void SandboxState::add_plane_headers(http::Request& req, std::uint16_t port) const {
+  req.set("E2b-Sandbox-Id", info.sandbox_id);
+  req.set("E2b-Sandbox-Port", std::to_string(port));
+  if (!access_token.empty()) req.set("X-Access-Token", access_token);
+}
+
+Result<http::Response> SandboxState::plane_send(std::uint16_t port, http::Request req,
+                                                Transport::SendOptions opts) {
+  auto ep = plane_endpoint(port);
+  if (!ep.ok()) return ep.error();
+  add_plane_headers(req, port);
+  return transport->send(*ep, std::move(req), opts);
+}
+
+Result<json::value> SandboxState::connect_unary(std::string_view path, const json::value& body,
+                                                bool idempotent) {
+  auto req = http::make_request(bhttp::verb::post, std::string(path), to_json_string(body));
+  req.set("Connect-Protocol-Version", "1");
+  auto res = plane_send(kEnvdPort, std::move(req), {.idempotent = idempotent});
+  if (!res.ok()) return res.error();
+  if (res->result_int() != 200) return error_from_response(*res, Plane::kEnvd, path.substr(1));
+  auto v = parse_json_strict(res->body().empty() ? std::string_view("{}")
+                                                 : std::string_view(res->body()));
+  if (!v.ok()) return Error(ErrorCode::kInternal, "envd sent bad JSON: " + v.error().message());
+  return std::move(*v);
+}
+
+}  // namespace detail
+
+using detail::control_json;
+
+Result<Sandbox> Sandbox::create(std::string_view template_id, const CreateOptions& opts,
+                                const ConnectionConfig& config) {
+  json::object body;
+  body["templateID"] = template_id;
+  body["timeout"] = opts.timeout.count();
+  body["secure"] = opts.secure;
+  body["allow_internet_access"] = opts.allow_internet_access;
+  json::object md, envs;
+  for (const auto& [k, v] : opts.metadata) md[k] = v;
+  for (const auto& [k, v] : opts.envs) envs[k] = v;
+  body["metadata"] = std::move(md);
+  body["envVars"] = std::move(envs);
+  detail::Transport t(config);
+  json::value bv = body;
+  auto v = control_json(t, bhttp::verb::post, "/sandboxes", &bv, false, "create sandbox");
+  if (!v.ok()) return v.error();
+  auto info = sandbox_info_from_json(*v);
+  if (!info.ok()) return info.error();
+  if (info->template_id.empty()) info->template_id = std::string(template_id);
+  return Sandbox(std::make_shared<detail::SandboxState>(config, std::move(*info)));
+}
+
+Result<Sandbox> Sandbox::connect(std::string_view sandbox_id, const ConnectionConfig& config,
+                                 std::chrono::seconds timeout) {
+  detail::Transport t(config);
+  json::value body = json::object{{"timeout", timeout.count()}};
+  auto v = control_json(t, bhttp::verb::post,
+                        "/sandboxes/" + detail::url_encode(sandbox_id) + "/connect", &body, false,
+                        "connect to sandbox " + std::string(sandbox_id));
+  if (!v.ok()) return v.error();
+  auto info = sandbox_info_from_json(*v);
+  if (!info.ok()) return info.error();
+  return Sandbox(std::make_shared<detail::SandboxState>(config, std::move(*info)));
+}
+
+Sandbox Sandbox::attach(SandboxInfo info, const ConnectionConfig& config) {
+  if (info.envd_access_token.empty()) info.envd_access_token = config.access_token;
+  return Sandbox(std::make_shared<detail::SandboxState>(config, std::move(info)));
+}
+
+Result<std::vector<SandboxInfo>> Sandbox::list(const ListFilters& f,
+                                               const ConnectionConfig& config) {
+  detail::Transport t(config);
+  std::vector<SandboxInfo> out;
+  std::string next;
+  for (;;) {
+    std::string q;
+    auto add = [&q](std::string_view k, std::string_view v) {
+      q += (q.empty() ? "?" : "&");
+      q += std::string(k) + "=" + detail::url_encode(v);
+    };
+    if (!f.states.empty()) {
+      std::string s;
+      for (const auto& st : f.states) s += (s.empty() ? "" : ",") + st;
+      add("state", s);
+    }
+    if (!f.metadata.empty()) {
+      std::string m;
+      for (const auto& [k, v] : f.metadata)
+        m += (m.empty() ? "" : "&") + detail::url_encode(k) + "=" + detail::url_encode(v);
+      add("metadata", m);
+    }
+    if (!f.template_id.empty()) add("template", f.template_id);
+    if (f.limit > 0) add("limit", std::to_string(std::min(f.limit, 100)));
+    if (!next.empty()) add("nextToken", next);
+    auto res = detail::control_request(t, bhttp::verb::get, "/v2/sandboxes" + q, nullptr, true);
+    if (!res.ok()) return res.error();
+    if (res->result_int() != 200)
+      return detail::error_from_response(*res, detail::Plane::kControl, "list sandboxes");
+    auto v = parse_json_strict(res->body());
+    if (!v.ok() || !v->is_array()) return internal_error("list sandboxes: expected a JSON array");
+    for (const auto& item : v->as_array()) {
+      auto i = sandbox_info_from_json(item);
+      if (!i.ok()) return i.error();
+      out.push_back(std::move(*i));
+    }
+    next = std::string((*res)["X-Next-Token"]);
+    if (next.empty() || (f.limit > 0 && static_cast<int>(out.size()) >= f.limit)) break;
+  }
+  if (f.limit > 0 && static_cast<int>(out.size()) > f.limit)
+    out.resize(static_cast<std::size_t>(f.limit));
+  return out;
+}
+
+Result<bool> Sandbox::kill(std::string_view sandbox_id, const ConnectionConfig& config) {
+  detail::Transport t(config);
+  auto res = detail::control_request(t, bhttp::verb::delete_,
+                                     "/sandboxes/" + detail::url_encode(sandbox_id), nullptr, true);
+  if (!res.ok()) return res.error();
+  if (res->result_int() / 100 == 2) return true;
+  if (res->result_int() == 404) return false;
+  return detail::error_from_response(*res, detail::Plane::kControl,
+                                     "kill sandbox " + std::string(sandbox_id));
+}
+
+const std::string& Sandbox::id() const { return state_->info.sandbox_id; }
+const SandboxInfo& Sandbox::cached_info() const { return state_->info; }
+const ConnectionConfig& Sandbox::config() const { return state_->config; }
+
+Result<bool> Sandbox::kill() { return kill(id(), state_->config); }
+
+Status Sandbox::set_timeout(std::chrono::seconds timeout) {
+  json::value body = json::object{{"timeout", timeout.count()}};
+  auto v = control_json(*state_->transport, bhttp::verb::post,
+                        "/sandboxes/" + detail::url_encode(id()) + "/timeout", &body, true,
+                        "set timeout of sandbox " + id());
+  if (!v.ok()) return v.error();
+  return {};
+}
+
+Result<SandboxInfo> Sandbox::info() {
+  auto v = control_json(*state_->transport, bhttp::verb::get,
+                        "/sandboxes/" + detail::url_encode(id()), nullptr, true, "sandbox " + id());
+  if (!v.ok()) return v.error();
+  return sandbox_info_from_json(*v);
+}
+
+Result<bool> Sandbox::pause() {
+  json::value body = json::object{{"memory", true}};
+  auto res =
+      detail::control_request(*state_->transport, bhttp::verb::post,
+                              "/sandboxes/" + detail::url_encode(id()) + "/pause", &body, false);
+  if (!res.ok()) return res.error();
+  if (res->result_int() / 100 == 2) return true;
+  if (res->result_int() == 409) return false;
+  return detail::error_from_response(*res, detail::Plane::kControl, "pause sandbox " + id());
+}
+
+namespace {
+// The platform's template JSON: a "capabilities" array, else metadata.capabilities
+// ("shell,files"), else nothing.
+std::optional<std::set<Capability>> capabilities_from_template_json(const json::value& v) {
+  if (!v.is_object()) return std::nullopt;
+  const auto& o = v.as_object();
+  std::set<Capability> caps;
+  if (auto* a = o.if_contains("capabilities"); a && a->is_array()) {
+    for (const auto& c : a->as_array()) {
+      if (c.is_string()) {
+        if (auto cap = parse_capability(c.as_string())) caps.insert(*cap);
+      }
+    }
+    return caps;
+  }
+  if (auto* md = o.if_contains("metadata"); md && md->is_object()) {
+    if (auto* s = md->as_object().if_contains("capabilities"); s && s->is_string()) {
+      std::string_view rest = s->as_string();
+      while (!rest.empty()) {
+        auto comma = rest.find(',');
+        auto item = rest.substr(0, comma);
+        while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+        while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+        if (auto cap = parse_capability(item)) caps.insert(*cap);
+        if (comma == std::string_view::npos) break;
+        rest.remove_prefix(comma + 1);
+      }
+      return caps;
+    }
+  }
+  return std::nullopt;
+}
+}  // namespace
+
+namespace detail {
+Result<std::set<Capability>> resolve_capabilities(SandboxState& st) {
+  {
+    std::lock_guard lk(st.mu);
+    if (st.capabilities) return *st.capabilities;
+  }
+  std::set<Capability> caps = default_capabilities();
+  const std::string& tid = st.info.template_id;
+  auto catalog = detail::load_local_catalog(st.config);
+  if (const auto* t = detail::find_local_template(catalog, tid)) {
+    caps.clear();
+    for (auto c : t->capabilities) caps.insert(*parse_capability(templates::capability_name(c)));
+  } else if (!tid.empty()) {
+    auto v = get_template(tid, st.config);
+    if (v.ok()) {
+      if (auto c = capabilities_from_template_json(*v)) caps = *c;
+    } else if (v.error().code() == ErrorCode::kUnauthenticated) {
+      return v.error();
+    }
+    // Unreachable platform or unknown template: the defaults, as the design records say.
+  }
+  std::lock_guard lk(st.mu);
+  st.capabilities = caps;
+  return caps;
+}
+}  // namespace detail
+
+Result<std::set<Capability>> Sandbox::capabilities() {
+  return detail::resolve_capabilities(*state_);
+}
+
+Status Sandbox::check_capability(Capability c) { return state_->check(c); }
+
+Commands Sandbox::commands() { return Commands(state_); }
+Files Sandbox::files() { return Files(state_); }
+CommandServer Sandbox::server() { return CommandServer(state_); }
+
+Result<std::string> Sandbox::get_host(std::uint16_t port) {
+  if (auto st = check_capability(Capability::kPorts); !st.ok()) return st.error();
+  const std::string& domain =
+      state_->info.domain.empty() ? state_->config.domain : state_->info.domain;
+  return std::to_string(port) + "-" + id() + "." + domain;
+}
+
+Result<CommandResult> Sandbox::run_code(std::string_view code, Language language,
+                                        const CommandOptions& opts) {
+  if (auto st = check_capability(Capability::kCode); !st.ok()) return st.error();
+  std::vector<std::string> argv;
+  switch (language) {
+    case Language::kPython:
+      argv = {"python3", "-c", std::string(code)};
+      break;
+    case Language::kJavaScript:
+      argv = {"node", "-e", std::string(code)};
+      break;
+    case Language::kBash:
+      argv = {"bash", "-c", std::string(code)};
+      break;
+  }
+  return commands().run_argv(argv, opts);
+}
+
+Result<std::string> Sandbox::scoped_token(const std::vector<std::string>& commands,
+                                          std::chrono::seconds ttl) {
+  if (ttl.count() <= 0) return invalid_argument("scoped token: ttl must be positive");
+  const std::string& full = state_->access_token;
+  if (!full.empty() && !token::looks_scoped(full)) {
+    return token::mint_scoped(
+        full, {commands, static_cast<std::int64_t>(std::time(nullptr)) + ttl.count()});
+  }
+  json::array cmds;
+  for (const auto& c : commands) cmds.emplace_back(c);
+  json::value body = json::object{{"commands", std::move(cmds)}, {"ttlSeconds", ttl.count()}};
+  auto v = control_json(*state_->transport, bhttp::verb::post,
+                        "/sandboxes/" + detail::url_encode(id()) + "/tokens", &body, false,
+                        "mint a scoped token for sandbox " + id());
+  if (!v.ok()) return v.error();
+  if (!v->is_object()) return internal_error("mint token: expected an object");
+  auto tok = str_field(v->as_object(), "token");
+  if (tok.empty()) return internal_error("mint token: the platform sent no token");
+  return tok;
+}
+
+Sandbox Sandbox::with_access_token(std::string tok) const {
+  auto s = std::make_shared<detail::SandboxState>(*state_, std::move(tok));
+  std::lock_guard lk(state_->mu);
+  s->capabilities = state_->capabilities;
+  return Sandbox(std::move(s));
+}
+
+Result<json::array> list_templates(const ConnectionConfig& config) {
+  detail::Transport t(config);
+  auto v = control_json(t, bhttp::verb::get, "/templates", nullptr, true, "list templates");
+  if (!v.ok()) return v.error();
+  if (!v->is_array()) return internal_error("list templates: expected a JSON array");
+  return v->as_array();
+}
+
+Result<json::object> get_template(std::string_view template_id, const ConnectionConfig& config) {
+  detail::Transport t(config);
+  auto v = control_json(t, bhttp::verb::get, "/templates/" + detail::url_encode(template_id),
+                        nullptr, true, "template " + std::string(template_id));
+  if (!v.ok()) return v.error();
+  if (!v->is_object()) return internal_error("template: expected a JSON object");
+  return v->as_object();
+}
+
+}  // namespace abx::client

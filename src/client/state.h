@@ -1,0 +1,68 @@
+// Internal: what a Sandbox handle and its Commands/Files/CommandServer views share.
+#pragma once
+
+#include <boost/json/value.hpp>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "abx/client/sandbox.h"
+#include "abx/templates/template.h"
+#include "client/transport.h"
+
+namespace abx::client::detail {
+
+// The control plane: api_url, with X-API-KEY or an AK/SK signature on every attempt.
+Result<http::Response> control_request(Transport& t, boost::beast::http::verb method,
+                                       std::string target, const boost::json::value* body,
+                                       bool idempotent);
+// Parses a 2xx JSON body, or turns anything else into the platform's error.
+Result<boost::json::value> control_json(Transport& t, boost::beast::http::verb method,
+                                        std::string target, const boost::json::value* body,
+                                        bool idempotent, std::string_view what);
+
+std::filesystem::path abx_home(const ConnectionConfig& config);
+// The local template catalogue ($ABX_HOME/templates plus the built-ins).
+const templates::Template* find_local_template(const templates::TemplateCatalog& catalog,
+                                               std::string_view id);
+templates::TemplateCatalog load_local_catalog(const ConnectionConfig& config);
+
+struct SandboxState {
+  SandboxState(ConnectionConfig cfg, SandboxInfo i)
+      : config(cfg),
+        transport(std::make_shared<Transport>(std::move(cfg))),
+        info(std::move(i)),
+        access_token(info.envd_access_token) {}
+  SandboxState(const SandboxState& other, std::string token)
+      : config(other.config),
+        transport(other.transport),
+        info(other.info),
+        access_token(std::move(token)) {}
+
+  ConnectionConfig config;
+  std::shared_ptr<Transport> transport;
+  SandboxInfo info;
+  std::string access_token;  // sent as X-Access-Token on the sandbox plane (full or scoped)
+
+  std::mutex mu;
+  std::optional<std::set<Capability>> capabilities;
+
+  Status check(Capability c);
+  // envd (kEnvdPort) or the command server (kCommandServerPort): the override URL when one is
+  // configured, else the API URL with routing headers.
+  Result<Endpoint> plane_endpoint(std::uint16_t port) const;
+  void add_plane_headers(http::Request& req, std::uint16_t port) const;
+  // A sandbox-plane request with its headers, sent through the pool.
+  Result<http::Response> plane_send(std::uint16_t port, http::Request req,
+                                    Transport::SendOptions opts);
+  // A unary Connect call to envd, e.g. "/filesystem.Filesystem/Stat".
+  Result<boost::json::value> connect_unary(std::string_view path, const boost::json::value& body,
+                                           bool idempotent);
+};
+
+// Capabilities of the sandbox's template, resolved once (local template, then the platform's
+// GET /templates/{id}, then the defaults) and cached in the state.
+Result<std::set<Capability>> resolve_capabilities(SandboxState& state);
+
+}  // namespace abx::client::detail
