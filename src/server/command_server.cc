@@ -14,6 +14,7 @@
 #include "abx/registry/coerce.h"
 #include "abx/server/server.h"
 #include "abx/token/token.h"
+#include "server/mcp_endpoint.h"
 #include "server/router.h"
 
 namespace abx::server {
@@ -48,62 +49,72 @@ struct CommandServer::Impl {
   std::atomic<bool> draining{false};
 
   std::unique_ptr<Router> router;
+  std::unique_ptr<McpEndpoint> mcp;
 
   void handle(Request&& req, Responder respond);
-  void call(const registry::RegisteredCommand& cmd, json::object kwargs, unsigned version,
-            bool keep_alive, Responder respond);
+  // The one path that runs a command, for POST /commands/{name} and MCP tools/call alike: on
+  // the worker pool, with the call deadline armed on `ex`. `done` is called exactly once, with
+  // the return value, kInternal typed with the exception's class, or kDeadlineExceeded.
+  void run(const registry::RegisteredCommand& cmd, json::object kwargs, asio::any_io_executor ex,
+           std::function<void(Result<json::value>)> done);
 };
 
 void CommandServer::Impl::handle(Request&& req, Responder respond) {
   Routed r = router->route(req, draining.load());
   if (r.immediate) return respond(std::move(*r.immediate));
-  call(*r.command, std::move(r.kwargs), req.version(), req.keep_alive(), std::move(respond));
+  if (r.mcp) return mcp->handle(req, std::move(r.caller), std::move(respond));
+  const unsigned version = req.version();
+  const bool keep_alive = req.keep_alive();
+  auto ex = respond.executor();
+  run(*r.command, std::move(r.kwargs), std::move(ex),
+      [respond = std::move(respond), version, keep_alive](Result<json::value> result) {
+        if (!result.ok()) return respond(http::error_response(result.error(), version, keep_alive));
+        respond(http::json_response(200, json::object{{"result", std::move(*result)}}, version,
+                                    keep_alive));
+      });
 }
 
-void CommandServer::Impl::call(const registry::RegisteredCommand& cmd, json::object kwargs,
-                               unsigned version, bool keep_alive, Responder respond) {
+void CommandServer::Impl::run(const registry::RegisteredCommand& cmd, json::object kwargs,
+                              asio::any_io_executor ex,
+                              std::function<void(Result<json::value>)> done) {
   // One call's shared state: whoever flips `done` first (the worker or the deadline) answers.
   struct Call {
-    Responder respond;
-    std::atomic<bool> done{false};
+    std::function<void(Result<json::value>)> done;
+    std::atomic<bool> finished{false};
     std::optional<asio::steady_timer> timer;
-    explicit Call(Responder r) : respond(std::move(r)) {}
+    asio::any_io_executor ex;
   };
-  auto c = std::make_shared<Call>(std::move(respond));
+  auto c = std::make_shared<Call>();
+  c->done = std::move(done);
+  c->ex = std::move(ex);
   if (opt.call_timeout.count() > 0) {
-    c->timer.emplace(c->respond.executor(), opt.call_timeout);
-    c->timer->async_wait([c, version, keep_alive, name = cmd.name, ms = opt.call_timeout.count(),
+    c->timer.emplace(c->ex, opt.call_timeout);
+    c->timer->async_wait([c, name = cmd.name, ms = opt.call_timeout.count(),
                           this](boost::system::error_code ec) {
-      if (ec || c->done.exchange(true)) return;
+      if (ec || c->finished.exchange(true)) return;
       log.warn("command '" + name + "' exceeded its deadline of " + std::to_string(ms) + " ms");
-      c->respond(http::error_response(
-          Error(ErrorCode::kDeadlineExceeded,
-                "command '" + name + "' did not finish within " + std::to_string(ms) + " ms"),
-          version, keep_alive));
+      c->done(Error(ErrorCode::kDeadlineExceeded,
+                    "command '" + name + "' did not finish within " + std::to_string(ms) + " ms"));
     });
   }
-  asio::post(*pool, [c, &cmd, kwargs = std::move(kwargs), version, keep_alive, this] {
-    Response res;
+  asio::post(*pool, [c, &cmd, kwargs = std::move(kwargs), this] {
+    std::optional<Result<json::value>> out;
     try {
-      json::value result = cmd.fn(kwargs);
-      res = http::json_response(200, json::object{{"result", std::move(result)}}, version,
-                                keep_alive);
+      out.emplace(cmd.fn(kwargs));
     } catch (const std::exception& e) {
       std::string type = current_exception_type();
       log.info("command '" + cmd.name + "' threw " + type + ": " + e.what());
-      res = http::error_response(Error(ErrorCode::kInternal, e.what(), type), version, keep_alive);
+      out.emplace(Error(ErrorCode::kInternal, e.what(), type));
     } catch (...) {
-      std::string type = current_exception_type();
-      res = http::error_response(
-          Error(ErrorCode::kInternal, "command '" + cmd.name + "' threw a non-standard exception",
-                type),
-          version, keep_alive);
+      out.emplace(Error(ErrorCode::kInternal,
+                        "command '" + cmd.name + "' threw a non-standard exception",
+                        current_exception_type()));
     }
-    if (c->done.exchange(true)) return;  // the deadline answered already
+    if (c->finished.exchange(true)) return;  // the deadline answered already
     if (c->timer) {
-      asio::post(c->respond.executor(), [c] { c->timer->cancel(); });
+      asio::post(c->ex, [c] { c->timer->cancel(); });
     }
-    c->respond(std::move(res));
+    c->done(std::move(*out));
   });
 }
 
@@ -134,6 +145,13 @@ Result<std::unique_ptr<CommandServer>> CommandServer::start(registry::CommandReg
   impl->registry = &reg;
   impl->opt = std::move(options);
   impl->router = std::make_unique<Router>(reg, impl->opt);
+  Impl* self = impl.get();
+  impl->mcp = std::make_unique<McpEndpoint>(
+      reg, impl->opt,
+      [self](const registry::RegisteredCommand& cmd, json::object kwargs, asio::any_io_executor ex,
+             std::function<void(Result<json::value>)> done) {
+        self->run(cmd, std::move(kwargs), std::move(ex), std::move(done));
+      });
   impl->pool =
       std::make_unique<asio::thread_pool>(static_cast<std::size_t>(std::max(1, impl->opt.workers)));
   http::ServerOptions hopt;

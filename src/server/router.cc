@@ -3,6 +3,7 @@
 #include <boost/beast/core/string.hpp>
 #include <ctime>
 
+#include "abx/mcp/mcp.h"
 #include "abx/registry/coerce.h"
 #include "abx/token/token.h"
 
@@ -16,6 +17,25 @@ using http::Response;
 namespace {
 
 constexpr std::string_view kCommandsPrefix = "/commands/";
+constexpr std::string_view kMcpPath = "/mcp";
+
+// The host of an origin "scheme://host[:port]" when the scheme is http(s); empty otherwise.
+std::string_view origin_host(std::string_view origin) {
+  std::string_view rest;
+  if (boost::beast::iequals(origin.substr(0, 7), "http://")) {
+    rest = origin.substr(7);
+  } else if (boost::beast::iequals(origin.substr(0, 8), "https://")) {
+    rest = origin.substr(8);
+  } else {
+    return {};
+  }
+  if (rest.find('/') != std::string_view::npos) return {};
+  if (!rest.empty() && rest.front() == '[') {  // [v6]:port
+    auto close = rest.find(']');
+    return close == std::string_view::npos ? std::string_view{} : rest.substr(0, close + 1);
+  }
+  return rest.substr(0, rest.find(':'));
+}
 
 std::string_view path_of(std::string_view target) {
   auto q = target.find('?');
@@ -33,6 +53,19 @@ bool is_json_content_type(std::string_view ct) {
 }
 
 }  // namespace
+
+http::Response mcp_error_response(const Error& e, unsigned version, bool keep_alive) {
+  return http::json_response(http::http_status(e.code()), mcp::error_response(e, nullptr), version,
+                             keep_alive);
+}
+
+bool Router::origin_allowed(std::string_view origin) const {
+  for (const auto& a : opt_.mcp_allowed_origins) {
+    if (a == "*" || boost::beast::iequals(a, origin)) return true;
+  }
+  std::string_view host = origin_host(origin);
+  return boost::beast::iequals(host, "localhost") || host == "127.0.0.1" || host == "[::1]";
+}
 
 bool Caller::may_run(std::string_view name) const {
   if (!scoped) return true;
@@ -70,12 +103,12 @@ Result<Caller> Router::authenticate(const Request& req) const {
     auto claims = token::verify_scoped(*opt_.access_token, presented,
                                        static_cast<std::int64_t>(std::time(nullptr)));
     if (!claims.ok()) return claims.error();
-    return Caller{true, std::move(claims->commands)};
+    return Caller{true, std::move(claims->commands), std::string(presented)};
   }
   if (!token::constant_time_equal(presented, *opt_.access_token)) {
     return Error(ErrorCode::kUnauthenticated, "invalid access token");
   }
-  return Caller{};
+  return Caller{false, {}, std::string(presented)};
 }
 
 Routed Router::route(const Request& req, bool draining) const {
@@ -98,6 +131,7 @@ Routed Router::route(const Request& req, bool draining) const {
     }
     return respond(http::json_response(200, json::object{{"status", "ok"}}, v, ka));
   }
+  if (path == kMcpPath) return route_mcp(req, draining);
   const bool list = path == "/commands" || path == "/commands/";
   const bool run = !list && path.substr(0, kCommandsPrefix.size()) == kCommandsPrefix;
   if (!list && !run) return fail(not_found("no route for " + std::string(path)));
@@ -148,6 +182,44 @@ Routed Router::route(const Request& req, bool draining) const {
   Routed out;
   out.command = cmd;
   out.kwargs = std::move(*kwargs);
+  return out;
+}
+
+// /mcp: the same refusals as the REST routes, in JSON-RPC shape. Origin is checked before the
+// token so that a page on a foreign origin learns nothing, not even whether a token works.
+Routed Router::route_mcp(const Request& req, bool draining) const {
+  const unsigned v = req.version();
+  const bool ka = req.keep_alive();
+  auto fail = [&](const Error& e) {
+    Routed out;
+    out.immediate = mcp_error_response(e, v, ka);
+    return out;
+  };
+  if (draining) return fail(unavailable("the command server is shutting down"));
+  if (auto origin = req[bhttp::field::origin]; !origin.empty() && !origin_allowed(origin)) {
+    std::string shown =
+        origin.size() > 100 ? std::string(origin.substr(0, 100)) + "..." : std::string(origin);
+    return fail(Error(ErrorCode::kPermissionDenied,
+                      "Origin '" + shown + "' may not use /mcp (see --mcp-allow-origin)"));
+  }
+  auto caller = authenticate(req);
+  if (!caller.ok()) return fail(caller.error());
+  if (req.method() != bhttp::verb::post && req.method() != bhttp::verb::delete_) {
+    // GET would open a server-to-client SSE stream; this server never sends requests or
+    // notifications of its own, so it offers none (the transport allows 405 here).
+    Routed out = fail(Error(ErrorCode::kMethodNotAllowed,
+                            "use POST /mcp for messages and DELETE /mcp to end a session"));
+    out.immediate->set(bhttp::field::allow, "POST, DELETE");
+    return out;
+  }
+  if (req.method() == bhttp::verb::post && !is_json_content_type(req[bhttp::field::content_type])) {
+    return fail(Error(ErrorCode::kUnsupportedMediaType,
+                      "send JSON-RPC messages as application/json, got '" +
+                          std::string(req[bhttp::field::content_type]) + "'"));
+  }
+  Routed out;
+  out.mcp = true;
+  out.caller = std::move(*caller);
   return out;
 }
 

@@ -1,11 +1,13 @@
 // Fuzz target: raw bytes -> Beast request parser (with the server's limits) -> command-server
 // routing, auth and kwarg coercion. Never crashes; every immediate answer is a JSON error or
-// listing with a known status; a routed call always has a command within the caller's scope.
+// listing with a known status; a routed call always has a command within the caller's scope;
+// a request passed on to /mcp has a body that the MCP decoder answers without crashing.
 #include <boost/beast/http/parser.hpp>
 #include <cstdint>
 #include <cstdlib>
 #include <set>
 
+#include "abx/mcp/mcp.h"
 #include "abx/registry/registry.h"
 #include "server/router.h"
 
@@ -45,9 +47,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (ec || !parser.is_done()) return 0;
   auto routed = router().route(parser.get(), false);
   if (routed.immediate) {
-    static const std::set<unsigned> kKnown = {200, 400, 401, 404, 405, 413, 415, 503};
+    static const std::set<unsigned> kKnown = {200, 400, 401, 403, 404, 405, 413, 415, 503};
     if (kKnown.count(routed.immediate->result_int()) == 0) std::abort();
     if (routed.immediate->body().empty()) std::abort();
+  } else if (routed.mcp) {
+    // /mcp goes on authenticated, with the caller; its body must decode without a crash.
+    if (routed.command != nullptr) std::abort();
+    auto d = abx::mcp::decode(parser.get().body());
+    if (d.message.has_value() == d.error_reply.has_value()) std::abort();
   } else if (routed.command == nullptr) {
     std::abort();
   }

@@ -50,7 +50,8 @@ std::chrono::milliseconds parse_duration(const std::string& s) {
 
 int serve_main(int argc, char** argv) {
   CLI::App app{
-      "abx-server: serves registered commands over HTTP (GET /commands, POST /commands/{name}).\n"
+      "abx-server: serves registered commands over HTTP (GET /commands, POST /commands/{name})\n"
+      "and as MCP tools (POST /mcp, Streamable HTTP).\n"
       "The access token comes from $ABX_ACCESS_TOKEN or --token-file."};
   std::vector<std::string> modules;
   CommandServerOptions opt;
@@ -72,6 +73,9 @@ int serve_main(int argc, char** argv) {
   app.add_option("--workers", opt.workers, "Threads that run commands")->capture_default_str();
   app.add_option("--io-threads", opt.io_threads, "Network threads (0 = one per core)")
       ->capture_default_str();
+  app.add_option("--mcp-allow-origin", opt.mcp_allowed_origins,
+                 "Browser Origin (scheme://host[:port], or *) allowed on /mcp besides loopback "
+                 "ones; repeatable");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
   app.add_flag("--list", list_only, "Print the commands' schema as JSON and exit");
   try {

@@ -4,6 +4,8 @@
 //   GET  /commands          200 {"commands":[schema...]}             (only the caller's scope)
 //   POST /commands/{name}   200 {"result": ...}  or {"error","type"}  with 400/401/404/405/413/
 //                           415/500/503/504 (see docs/command-server.md)
+//   POST /mcp, DELETE /mcp  the same commands as MCP tools (Streamable HTTP transport, JSON
+//                           responses, sessions; see docs/mcp.md)
 //
 // Auth: the full access token, or a scoped token derived from it (abx/token/token.h), in
 // `X-Access-Token` or `Authorization: Bearer`. A scoped caller sees and runs only its commands;
@@ -17,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "abx/base/error.h"
 #include "abx/base/json.h"
@@ -38,6 +41,13 @@ struct CommandServerOptions {
   int io_threads = 0;                              // 0 = number of cores
   http::Limits limits;
   JsonLimits json;
+  // /mcp: browsers send Origin; requests whose Origin is not a loopback host (localhost,
+  // 127.0.0.1, [::1]) or listed here (exact "scheme://host[:port]", or "*" for any) get 403,
+  // against DNS rebinding. Requests without Origin (non-browser clients) are not affected.
+  std::vector<std::string> mcp_allowed_origins;
+  // Live MCP sessions; when full, initialize evicts the least recently used one (its client
+  // then gets 404 and starts over, as the transport specifies).
+  std::size_t mcp_max_sessions = 1024;
 };
 
 class CommandServer {

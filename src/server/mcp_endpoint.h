@@ -1,0 +1,86 @@
+// The command server's /mcp: the MCP Streamable HTTP transport (revision 2025-06-18) over the
+// core in abx/mcp, serving the registry's commands as tools.
+//
+// Every POST carries one JSON-RPC message. A request is answered with 200 and one JSON body
+// (never an SSE stream: the server sends no requests or notifications of its own); a
+// notification or response with 202 and no body. `initialize` opens a session and its answer
+// carries `Mcp-Session-Id`; every later message must send it back (400 without, 404 for an
+// unknown, ended or evicted session — or one opened with another credential), and may send
+// `MCP-Protocol-Version`, which must be the session's negotiated version (else 400).
+// DELETE /mcp ends a session. Auth, Origin, method and content type are checked by the Router.
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "abx/http/server.h"
+#include "abx/mcp/mcp.h"
+#include "abx/registry/registry.h"
+#include "abx/server/server.h"
+#include "server/router.h"
+
+namespace abx::server {
+
+// Runs a command with the server's deadline; `done` gets its return value or an Error
+// (kInternal typed with the exception class when it threw, kDeadlineExceeded). Called on the
+// connection's executor `ex` for the deadline timer; `done` may run on any thread.
+using CommandRunner = std::function<void(
+    const registry::RegisteredCommand& cmd, boost::json::object kwargs,
+    boost::asio::any_io_executor ex, std::function<void(Result<boost::json::value>)> done)>;
+
+struct McpSession {
+  std::string id;
+  std::string credential;  // the token that opened it
+  mcp::SessionState state;
+};
+
+// Sessions by id, at most `cap`, least recently used evicted first. Thread-safe.
+class McpSessions {
+ public:
+  explicit McpSessions(std::size_t cap) : cap_(cap == 0 ? 1 : cap) {}
+  void insert(std::shared_ptr<McpSession> s);
+  std::shared_ptr<McpSession> find(const std::string& id);  // also marks it used
+  bool erase(const std::string& id);
+  std::size_t size() const;
+
+ private:
+  using Lru = std::list<std::shared_ptr<McpSession>>;
+  mutable std::mutex mu_;
+  std::size_t cap_;
+  Lru lru_;  // most recently used first
+  std::unordered_map<std::string, Lru::iterator> by_id_;
+};
+
+class McpEndpoint {
+ public:
+  // `registry` is frozen and outlives the endpoint.
+  McpEndpoint(const registry::CommandRegistry& registry, const CommandServerOptions& options,
+              CommandRunner run);
+
+  // A request the Router passed on (Routed::mcp): POST or DELETE, authenticated as `caller`.
+  void handle(const http::Request& req, Caller caller, http::Responder respond);
+
+  std::size_t session_count() const { return sessions_.size(); }
+
+ private:
+  void post(const http::Request& req, Caller caller, http::Responder respond);
+  void end_session(const http::Request& req, const Caller& caller, http::Responder respond);
+  // The session a request names, or the error to answer with.
+  Result<std::shared_ptr<McpSession>> session_of(const http::Request& req, const Caller& caller);
+
+  const registry::CommandRegistry* registry_;
+  std::vector<mcp::Tool> tools_;  // every command as a tool, by name; built once (frozen)
+  mcp::Dispatcher dispatcher_;
+  CommandRunner run_;
+  McpSessions sessions_;
+};
+
+}  // namespace abx::server
