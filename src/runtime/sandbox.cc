@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -129,6 +130,7 @@ struct Sandbox::State {
   std::optional<int> status;  // set once reaped
   SandboxCgroups cgroups;
   bool destroyed = false;
+  bool adopted = false;  // the init is not our child: no waitid, exit seen through the pidfd
 };
 
 Sandbox::Sandbox(std::unique_ptr<State> state) : s_(std::move(state)) {}
@@ -160,6 +162,15 @@ Status Sandbox::signal(int sig) const {
 
 Result<int> Sandbox::wait() {
   if (s_->status) return *s_->status;
+  if (s_->adopted) {
+    // Not our child (our predecessor started it): its exit status is not ours to collect, but
+    // its pidfd still turns readable when it exits.
+    pollfd p{s_->pidfd.get(), POLLIN, 0};
+    int rc = retry_eintr([&] { return ::poll(&p, 1, -1); });
+    if (rc < 0) return sys_error("poll pidfd", errno);
+    s_->status = 0;
+    return 0;
+  }
   siginfo_t info = {};
   int rc = retry_eintr(
       [&] { return ::waitid(P_PIDFD, static_cast<id_t>(s_->pidfd.get()), &info, WEXITED); });
@@ -195,6 +206,45 @@ Status Sandbox::destroy() {
   keep(remove_tree(s_->dir));
   s_->lock.reset();
   return result;
+}
+
+Result<Sandbox> Sandbox::adopt(const std::string& state_dir, const std::string& id) {
+  auto st = std::make_unique<State>();
+  st->config.id = id;
+  st->config.state_dir = state_dir;
+  st->dir = state_dir + "/" + id;
+  auto lock = open_fd(st->dir + "/" + kLockFile, O_RDWR);
+  if (!lock) return lock.error();
+  if (::flock(lock->get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK)
+      return Error(ErrorCode::kAlreadyExists, "sandbox " + id + " is owned by a live process");
+    return sys_error("flock", errno);
+  }
+  st->lock = std::move(lock).value();
+  auto init = read_file(st->dir + "/" + kInitFile, 4096);
+  if (!init) return init.error();
+  long long pid = 0;
+  unsigned long long start = 0;
+  char parent[256] = {0};
+  if (std::sscanf(init->c_str(), "%lld %llu %255s", &pid, &start, parent) != 3 || pid <= 0)
+    return Error(ErrorCode::kFailedPrecondition, "sandbox " + id + ": malformed init record");
+  // pidfd first, then the start time: if they match, the pidfd names the original init even if
+  // the pid is reused later.
+  int pidfd = sys_pidfd_open(static_cast<pid_t>(pid));
+  if (pidfd < 0) return Error(ErrorCode::kNotFound, "sandbox " + id + ": its init has exited");
+  st->pidfd.reset(pidfd);
+  if (process_start_time(static_cast<pid_t>(pid)) != start)
+    return Error(ErrorCode::kNotFound, "sandbox " + id + ": its init has exited");
+  st->pid = static_cast<pid_t>(pid);
+  auto ns = open_fd("/proc/" + std::to_string(pid) + "/ns/net", O_RDONLY);
+  if (!ns) return ns.error();
+  st->netns = std::move(ns).value();
+  auto layout = CgroupLayout::detect();
+  if (!layout) return layout.error();
+  st->config.cgroup_parent = parent;
+  st->cgroups = SandboxCgroups::existing(*layout, parent, id);
+  st->adopted = true;
+  return Sandbox(std::move(st));
 }
 
 Result<Sandbox> Sandbox::spawn(SandboxConfig config) {

@@ -305,6 +305,61 @@ TEST_F(SandboxTest, CleanupAfterOwnerKilledMidSpawn) {
   owner_killed_then_cleanup(tmp_.path(), true);
 }
 
+// A new owner adopts a sandbox whose owner was killed: same init (pid + start time), same
+// netns, and destroy() then removes everything. A live owner's sandbox cannot be adopted.
+TEST_F(SandboxTest, AdoptAfterOwnerKilled) {
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  int report[2];
+  ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
+  auto c = testing::probe_config(tmp_.path(), {"sh", "sleep 100 & sleep 100 & wait"});
+  std::string id = c.id;
+  pid_t owner = ::fork();
+  if (owner == 0) {
+    auto sb = Sandbox::spawn(c);
+    if (sb) {
+      pid_t init = sb->pid();
+      (void)!::write(report[1], &init, sizeof init);
+      ::pause();
+    }
+    _exit(1);
+  }
+  ::close(report[1]);
+  pid_t init = 0;
+  ASSERT_EQ(::read(report[0], &init, sizeof init), static_cast<ssize_t>(sizeof init));
+  ::close(report[0]);
+  auto dirs = cgroup_dirs(id);
+  auto busy = Sandbox::adopt(tmp_.path(), id);  // the owner is alive: refused
+  ASSERT_FALSE(busy.ok());
+  EXPECT_EQ(busy.error().code(), ErrorCode::kAlreadyExists);
+  ASSERT_EQ(::kill(owner, SIGKILL), 0);
+  ASSERT_EQ(::waitpid(owner, nullptr, 0), owner);
+
+  auto sb = Sandbox::adopt(tmp_.path(), id);
+  ASSERT_TRUE(sb.ok()) << sb.error().to_string();
+  EXPECT_EQ(sb->pid(), init);
+  EXPECT_TRUE(alive(init));
+  // The adopted netns is the sandbox's own: the host's listeners are not there.
+  uint16_t port = 0;
+  int l = host_listener(&port);
+  ASSERT_GE(l, 0);
+  EXPECT_FALSE(sb->open_tcp(port, std::chrono::milliseconds(500)).ok());
+  ::close(l);
+  EXPECT_EQ(cleanup_stale(tmp_.path()).value(), 0);  // adopted means locked: not stale
+  ASSERT_TRUE(sb->destroy().ok());
+  ::waitpid(init, nullptr, 0);  // reparented to us as subreaper
+  EXPECT_FALSE(alive(init));
+  expect_no_leftovers(tmp_.path() + "/" + id, dirs);
+  ::prctl(PR_SET_CHILD_SUBREAPER, 0);
+}
+
+TEST_F(SandboxTest, AdoptOfADeadSandboxIsNotFound) {
+  auto c = testing::probe_config(tmp_.path(), {"hostname"});
+  std::string id = c.id;
+  auto r = Sandbox::adopt(tmp_.path(), id);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ErrorCode::kNotFound);
+}
+
 TEST_F(SandboxTest, CleanupSkipsLiveSandboxes) {
   auto sb = Sandbox::spawn(testing::probe_config(tmp_.path(), {"sleep", "30"}));
   ASSERT_TRUE(sb.ok()) << sb.error().to_string();

@@ -98,6 +98,13 @@ class Sandbox {
   // leaves nothing behind.
   static Result<Sandbox> spawn(SandboxConfig config);
 
+  // Takes ownership of a sandbox that a previous owner (a killed abxd) left running in
+  // `state_dir`: locks its state directory, re-opens its init by pid *and* start time through a
+  // pidfd (a reused pid is never taken), and its netns and cgroups. wait() then reports 0 when
+  // the init exits (its status belongs to its original parent). Errors: not_found (the init is
+  // gone: use cleanup_stale), already_exists (a live owner holds it), failed_precondition.
+  static Result<Sandbox> adopt(const std::string& state_dir, const std::string& id);
+
   Sandbox(Sandbox&&) noexcept;
   Sandbox& operator=(Sandbox&&) noexcept;
   ~Sandbox();  // destroy(), errors ignored
