@@ -41,6 +41,11 @@ AIM_RATIO = {"stdlib": 30.0, "fastapi": 5.0}
 AIM_NGINX_FACTOR = 2.0  # abx within 2x of nginx: abx >= nginx / 2
 AIM_P99_US = 1000.0     # abx p99 < 1 ms at 64 connections
 AIM_P99_CONNS = 64
+NOISY_PCT = 10.0        # other processes' share of the server's core that makes a run noisy
+
+
+def others(r):
+    return r.get("others_on_server_cpu_pct") or 0.0
 
 
 def log(msg):
@@ -388,9 +393,15 @@ def main():
     p.add_argument("--server-cpu", default="1")
     p.add_argument("--client-cpu", default="0")
     p.add_argument("--out", default=os.path.join(HERE, "out"))
+    p.add_argument("--retries", type=int, default=int(os.environ.get("BENCH_RETRIES", 2)),
+                   help="measure a run again when others took >= 10%% of the server core "
+                        "(default 2 extra tries; the least disturbed run is kept)")
     p.add_argument("--wait-idle", type=int, default=int(os.environ.get("BENCH_WAIT_IDLE", 0)),
                    help="wait up to S seconds for the machine to be idle (< 25%% busy) first")
-    args = p.parse_args()
+    # bench/run.sh hands every option to every bench script: skip the ones for other benchmarks.
+    args, unknown = p.parse_known_args()
+    if unknown:
+        log(f"ignoring options not for this benchmark: {' '.join(unknown)}")
     args.threads = max(1, min(args.threads, 2))
     conns_list = [int(c) for c in args.connections.split(",") if c.strip()]
     wanted = [s.strip() for s in args.servers.split(",") if s.strip()]
@@ -448,12 +459,24 @@ def main():
                 srv.start(args.host, server_prefix, tmp)
                 verify(srv, args.host)
                 for c in conns_list:
-                    if args.warmup > 0:
-                        run_wrk(args.host, srv.port, c, args.threads, args.warmup,
-                                client_prefix, raw_log)
-                    r = run_wrk(args.host, srv.port, c, args.threads, args.duration,
-                                client_prefix, raw_log, server_sid=srv.proc.pid,
-                                server_cpu=int(args.server_cpu) if pin else None)
+                    # On a shared machine another process may take the server's core mid-run:
+                    # measure again (up to --retries times) and keep the least disturbed run.
+                    r, attempts = None, 0
+                    while True:
+                        attempts += 1
+                        if args.warmup > 0:
+                            run_wrk(args.host, srv.port, c, args.threads, args.warmup,
+                                    client_prefix, raw_log)
+                        x = run_wrk(args.host, srv.port, c, args.threads, args.duration,
+                                    client_prefix, raw_log, server_sid=srv.proc.pid,
+                                    server_cpu=int(args.server_cpu) if pin else None)
+                        if r is None or others(x) < others(r):
+                            r = x
+                        if others(x) < NOISY_PCT or attempts > args.retries:
+                            break
+                        log(f"{name} c={c}: other processes took {others(x):.0f}% of the "
+                            f"server's core; measuring again ({attempts}/{args.retries})")
+                        wait_idle(30)
                     errs = sum(r["errors"].values())
                     log(f"{name} c={c}: {r['calls_per_sec']:,.0f} calls/s, "
                         f"p50 {r['latency_us']['p50']} us, p99 {r['latency_us']['p99']} us"
@@ -466,6 +489,7 @@ def main():
                         "server_cpu_pct": r["server_cpu_pct"],
                         "client_cpu_pct": r["client_cpu_pct"],
                         "others_on_server_cpu_pct": r["others_on_server_cpu_pct"],
+                        "attempts": attempts,
                     })
                 # Checked again after the load: still correct, still alive.
                 verify(srv, args.host)
@@ -576,7 +600,7 @@ def main():
         out.append("WARNING: runs with errors (non-2xx or socket errors) — their numbers are "
                    "suspect: " + ", ".join(f"{r['server']}@{r['connections']}" for r in errs))
     noisy = [f"{r['server']}@{r['connections']}" for r in results
-             if (r["others_on_server_cpu_pct"] or 0) >= 10]
+             if others(r) >= NOISY_PCT]
     if noisy or float(load_before[0]) > 0.5 * ncpu:
         out.append(f"WARNING: the machine was busy (loadavg {load_before[0]} on {ncpu} CPUs before "
                    "the run" + ("; other processes took >= 10% of the server's core in "
