@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   platform::SandboxBinaries bins{locate("ABX_ENVD_BIN", ABX_ENVD_BIN),
                                  locate("ABX_SERVER_BIN", ABX_SERVER_BIN),
                                  locate("ABX_DEMO_MODULE", ABX_DEMO_MODULE)};
-  bool keep_sandboxes = false;
+  bool kill_sandboxes = false;
   app.add_option("--home", home, "State directory (default $ABX_HOME, ~/.abx)")
       ->capture_default_str();
   app.add_option("--listen", listen, "HOST:PORT for both planes")->capture_default_str();
@@ -112,8 +112,9 @@ int main(int argc, char** argv) {
   app.add_option("--demo-module", bins.demo_module, "Command module of the `demo` template")
       ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
-  app.add_flag("--keep-sandboxes", keep_sandboxes,
-               "On SIGTERM leave sandboxes running (the next abxd start reaps them)");
+  app.add_flag("--kill-sandboxes", kill_sandboxes,
+               "On SIGTERM kill every sandbox (default: leave them running; the next abxd "
+               "adopts them)");
   auto* keys = app.add_subcommand("keys", "Manage API keys (create prints the key on stdout)");
   std::string key_arg;
   auto* kc = keys->add_subcommand("create", "Create an API key");
@@ -208,7 +209,7 @@ int main(int argc, char** argv) {
   sigwait(&stop, &sig);
   log.info(std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") + ": draining");
   (*gw)->shutdown(std::chrono::seconds(10));
-  if (!keep_sandboxes) (*mgr)->kill_all();
+  if (kill_sandboxes) (*mgr)->kill_all();
   log.info("stopped");
   return kExitOk;
 }

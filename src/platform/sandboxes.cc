@@ -100,23 +100,46 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(
   std::string state_dir = m->opt_.home + "/sandboxes";
   std::error_code ec;
   fs::create_directories(state_dir, ec);
-  // Reap policy: whatever a previous abxd left running dies now, and its record says so.
-  auto cleaned = runtime::cleanup_stale(state_dir);
-  if (cleaned.ok() && *cleaned > 0) {
-    m->log_.warn("killed " + std::to_string(*cleaned) + " sandbox(es) left by a previous abxd");
-  }
+  // Live sandboxes of a previous abxd (killed, or stopped with --keep-sandboxes) are adopted:
+  // same init (pid + start time through a pidfd), netns, cgroups and token. Records whose
+  // sandbox is gone are marked killed; cleanup_stale() then removes what nobody owns.
   store::SandboxFilter f;
   f.states = {store::SandboxState::kRunning, store::SandboxState::kPaused};
   f.limit = 1000;
+  int adopted = 0, lost = 0;
   for (;;) {
     auto page = store.list_sandboxes(f);
     if (!page.ok()) return page.error();
     for (const auto& rec : page->items) {
-      (void)store.update_state(rec.id, store::SandboxState::kKilled);
-      fs::remove_all(m->opt_.home + "/run/" + rec.id, ec);
+      auto sb = runtime::Sandbox::adopt(state_dir, rec.id);
+      const templates::Template* tmpl = catalog.get(rec.template_id);
+      std::ifstream tin(fs::path(m->opt_.home) / "run" / rec.id / "token");
+      std::string token((std::istreambuf_iterator<char>(tin)), std::istreambuf_iterator<char>());
+      bool token_ok = rec.access_token_digest.empty()
+                          ? token.empty()
+                          : store::digest_matches(rec.access_token_digest, token);
+      if (!sb.ok() || tmpl == nullptr || !token_ok) {
+        if (sb.ok()) (void)sb->destroy();
+        (void)store.update_state(rec.id, store::SandboxState::kKilled);
+        fs::remove_all(m->opt_.home + "/run/" + rec.id, ec);
+        ++lost;
+        continue;
+      }
+      auto live = std::make_shared<LiveSandbox>(rec, std::move(*sb));
+      live->access_token = std::move(token);
+      live->tmpl = tmpl;
+      live->paused = rec.state == store::SandboxState::kPaused;
+      m->live_[rec.id] = std::move(live);
+      ++adopted;
     }
     if (page->next_token.empty()) break;
     f.page_token = page->next_token;
+  }
+  auto cleaned = runtime::cleanup_stale(state_dir);
+  if (adopted + lost > 0 || (cleaned.ok() && *cleaned > 0)) {
+    m->log_.info("restart: adopted " + std::to_string(adopted) + " live sandbox(es), " +
+                 std::to_string(lost) + " gone, " + std::to_string(cleaned.ok() ? *cleaned : 0) +
+                 " stale removed");
   }
   m->reaper_ = std::thread([raw = m.get()] { raw->reaper_loop(); });
   return m;

@@ -10,9 +10,11 @@
 // mint scoped tokens), the sandbox's token file (`<home>/run/<id>/token`, bind-mounted at
 // /run/abx/token for envd and the command server), and as a SHA-256 digest in SQLite.
 //
-// Restart policy ("reap"): sandboxes are children of abxd's process tree; when abxd starts it
-// kills whatever a previous abxd left running (runtime::cleanup_stale) and marks their records
-// killed, so no sandbox ever runs without a live owner and a record.
+// Restart: sandboxes outlive a killed abxd. On start, every running or paused record is adopted
+// (runtime::Sandbox::adopt: pidfd by pid + start time, netns, cgroups; token re-read from its
+// file and checked against the stored digest); records whose sandbox is gone are marked killed,
+// and runtime::cleanup_stale() removes sandboxes nobody records — so no sandbox runs without a
+// record and an owner.
 #pragma once
 
 #include <atomic>

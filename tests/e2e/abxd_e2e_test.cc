@@ -31,6 +31,14 @@ class AbxdE2E : public ::testing::Test {
     if (abxd_) {
       abxd_->signal(SIGTERM);
       EXPECT_EQ(abxd_->wait(), 0);
+      // abxd leaves sandboxes running on SIGTERM (the next abxd adopts them); a test's are
+      // removed by a last abxd run that kills them all.
+      ChildProcess last(
+          {ABXD_BIN, "--home", home_.string(), "--listen", "127.0.0.1:0", "--kill-sandboxes"});
+      if (last.wait_listening()) {
+        last.signal(SIGTERM);
+        last.wait();
+      }
     }
     std::error_code ec;
     fs::remove_all(home_, ec);
@@ -243,20 +251,44 @@ TEST_F(AbxdE2E, TemplatesCarryCapabilitiesAndBadInputIsRefused) {
   EXPECT_EQ(api(bhttp::verb::get, "/sandboxes/..%2fetc").result_int(), 400);
 }
 
-TEST_F(AbxdE2E, RestartReapsAndKeepsRecords) {
-  auto sb = create(R"({"templateID":"base","timeout":300})");
+TEST_F(AbxdE2E, KillNineAndRestartAdoptsLiveSandboxes) {
+  auto sb = create(R"({"templateID":"demo","timeout":300})");
   std::string id(sb.at("sandboxID").as_string());
-  // kill -9: sandboxes outlive their owner for now...
+  std::string token(sb.at("envdAccessToken").as_string());
+  ASSERT_EQ(call_demo(id, token, R"({"x":1})").result_int(), 200);
   abxd_->signal(SIGKILL);
   abxd_->wait();
   start();
-  // ...and the next abxd reaps them: the record says killed, the sandbox is gone.
-  EXPECT_EQ(api(bhttp::verb::get, "/sandboxes/" + id).result_int(), 404);
-  auto listed = api(bhttp::verb::get, "/v2/sandboxes");
-  EXPECT_EQ(listed.body().find(id), std::string::npos);
-  // No process of it is left: its cgroup is gone.
-  EXPECT_FALSE(fs::exists("/sys/fs/cgroup/pids/abx/" + id));
+  // The sandbox survived its owner and the new abxd adopted it: same id, same token, usable.
+  auto info = api(bhttp::verb::get, "/sandboxes/" + id);
+  EXPECT_EQ(info.result_int(), 200) << info.body();
+  EXPECT_EQ(call_demo(id, token, R"({"x":2})").body(), R"({"result":"2: hello"})");
+  EXPECT_NE(api(bhttp::verb::get, "/v2/sandboxes").body().find(id), std::string::npos);
+  // Killing it after adoption removes everything.
+  EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);
   EXPECT_FALSE(fs::exists("/sys/fs/cgroup/unified/abx/" + id));
+  EXPECT_FALSE(fs::exists(home_ / "sandboxes" / id));
+}
+
+TEST_F(AbxdE2E, SandboxKilledWhileAbxdWasDownIsCleanedUp) {
+  auto sb = create(R"({"templateID":"base","timeout":300})");
+  std::string id(sb.at("sandboxID").as_string());
+  abxd_->signal(SIGKILL);
+  abxd_->wait();
+  // While abxd is down the sandbox dies (its init is killed from outside).
+  std::ifstream init(home_ / "sandboxes" / id / "init");
+  long pid = 0;
+  init >> pid;
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(static_cast<pid_t>(pid), SIGKILL), 0);
+  for (int i = 0; i < 200 && ::kill(static_cast<pid_t>(pid), 0) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  start();
+  EXPECT_EQ(api(bhttp::verb::get, "/sandboxes/" + id).result_int(), 404);
+  EXPECT_EQ(api(bhttp::verb::get, "/v2/sandboxes").body().find(id), std::string::npos);
+  EXPECT_FALSE(fs::exists("/sys/fs/cgroup/unified/abx/" + id));
+  EXPECT_FALSE(fs::exists(home_ / "sandboxes" / id));
 }
 
 TEST(AbxdKeys, CreateListRevoke) {
