@@ -23,6 +23,11 @@ pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3
 )
+# tests/e2e/mcp: the official MCP TypeScript SDK runs on Node (npm ci fetches it). Debian's
+# nodejs + npm, unless a node with its own npm (e.g. NodeSource's) is already installed.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  pkgs+=(nodejs npm)
+fi
 if [ "$bench" = 1 ]; then
   pkgs+=(wrk nginx-light python3-fastapi python3-uvicorn)
   pkgs+=(bubblewrap)  # bench/sandbox_create: the namespace-setup floor to compare against

@@ -82,8 +82,9 @@ ToolResult command_result(json::value result) {
 }
 
 ToolResult command_failure(const Error& e) {
+  // No structuredContent: clients check it against the outputSchema even on errors (the
+  // TypeScript SDK does), and {"error","type"} is not {"result": …}.
   ToolResult r;
-  r.structured = json::object{{"error", e.message()}, {"type", e.type()}};
   r.text = e.type() + ": " + e.message();
   r.is_error = true;
   return r;

@@ -14,7 +14,8 @@
 // Results: structuredContent is always {"result": <the command's return value>} — the same
 // shape as the body of POST /commands/{name} — so one outputSchema describes every tool and a
 // client never has to guess whether an object result was wrapped. The text item carries the
-// same JSON. A command that failed becomes {"error","type"} with isError set.
+// same JSON. A command that failed is isError with the text "<type>: <message>" and no
+// structuredContent (clients validate that against the outputSchema even on errors).
 #pragma once
 
 #include <boost/json/object.hpp>
