@@ -25,7 +25,7 @@ cleanup() {
 trap cleanup EXIT
 
 step "starting abxd (home $home)"
-build/release/src/platform/abxd --home "$home" --listen 127.0.0.1:0 >"$out" 2>"$home/abxd.log" &
+build/release/src/platform/abxd --home "$home" --listen 127.0.0.1:0 --kill-sandboxes >"$out" 2>"$home/abxd.log" &
 pid=$!
 for _ in $(seq 200); do grep -q '^listening on' "$out" && break; sleep 0.05; done
 addr=$(sed -n 's/^listening on //p' "$out")
