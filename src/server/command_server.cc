@@ -1,5 +1,7 @@
 #include <cxxabi.h>
 
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
@@ -8,9 +10,11 @@
 #include <chrono>
 #include <ctime>
 #include <memory>
+#include <thread>
 #include <typeinfo>
 
 #include "abx/base/log.h"
+#include "abx/mcp/stdio.h"
 #include "abx/registry/coerce.h"
 #include "abx/server/server.h"
 #include "abx/token/token.h"
@@ -172,6 +176,41 @@ Result<std::unique_ptr<CommandServer>> CommandServer::start(registry::CommandReg
                    " can run every command");
   }
   return std::unique_ptr<CommandServer>(new CommandServer(std::move(impl)));
+}
+
+Status serve_mcp_stdio(registry::CommandRegistry& reg, CommandServerOptions options, int in_fd,
+                       int out_fd) {
+  auto errors = reg.errors();
+  if (!errors.empty()) {
+    std::string msg = "command registration failed:";
+    for (const auto& e : errors) msg += "\n  " + e;
+    return Error(ErrorCode::kFailedPrecondition, msg);
+  }
+  reg.freeze();
+  CommandServer::Impl impl;
+  impl.registry = &reg;
+  impl.opt = std::move(options);
+  impl.pool =
+      std::make_unique<asio::thread_pool>(static_cast<std::size_t>(std::max(1, impl.opt.workers)));
+  // Deadlines need a thread of their own: the workers may all be busy with slow commands.
+  asio::io_context timers;
+  auto guard = asio::make_work_guard(timers);
+  std::thread timer_thread([&] { timers.run(); });
+  std::vector<mcp::Tool> tools = tools_of(reg);
+  CommandRunner run = [&impl](const registry::RegisteredCommand& cmd, json::object kwargs,
+                              asio::any_io_executor ex,
+                              std::function<void(Result<json::value>)> done) {
+    impl.run(cmd, std::move(kwargs), std::move(ex), std::move(done));
+  };
+  CallerTools provider(reg, tools, Caller{}, timers.get_executor(), run);
+  mcp::Dispatcher dispatcher(command_server_info(),
+                             mcp::DecodeLimits{impl.opt.limits.max_body_bytes, impl.opt.json});
+  Status st = mcp::serve_stdio(dispatcher, provider, in_fd, out_fd);
+  impl.pool->join();
+  guard.reset();
+  timers.stop();
+  timer_thread.join();
+  return st;
 }
 
 std::uint16_t CommandServer::port() const { return impl_->http->port(); }

@@ -21,47 +21,6 @@ constexpr std::string_view kSessionHeader = "Mcp-Session-Id";
 constexpr std::string_view kVersionHeader = "MCP-Protocol-Version";
 constexpr std::size_t kSessionIdBytes = 16;  // 128 random bits, hex
 
-// The registry's commands as seen by one caller: a scoped caller lists and calls only its
-// commands, and every other name is an unknown tool (as on the REST routes: 404 there).
-class CallerTools : public mcp::ToolProvider {
- public:
-  CallerTools(const registry::CommandRegistry& reg, const std::vector<mcp::Tool>& all,
-              Caller caller, boost::asio::any_io_executor ex, const CommandRunner& run)
-      : reg_(reg), all_(all), caller_(std::move(caller)), ex_(std::move(ex)), run_(run) {}
-
-  std::vector<mcp::Tool> list_tools() override {
-    std::vector<mcp::Tool> out;
-    for (const auto& t : all_) {
-      if (caller_.may_run(t.name)) out.push_back(t);
-    }
-    return out;
-  }
-
-  void call_tool(std::string_view name, const json::object& arguments,
-                 mcp::ToolDone done) override {
-    const registry::RegisteredCommand* cmd =
-        registry::valid_command_name(name) ? reg_.get(name) : nullptr;
-    if (cmd == nullptr || !caller_.may_run(name)) {
-      std::string shown =
-          name.size() > 64 ? std::string(name.substr(0, 64)) + "..." : std::string(name);
-      return done(not_found("unknown tool '" + shown + "'"));
-    }
-    // The same strict coercion as POST /commands/{name}; its errors name the argument.
-    auto kwargs = registry::coerce_kwargs(*cmd, json::value(arguments));
-    if (!kwargs.ok()) return done(kwargs.error());
-    run_(*cmd, std::move(*kwargs), ex_, [done = std::move(done)](Result<json::value> r) {
-      done(r.ok() ? mcp::command_result(std::move(*r)) : mcp::command_failure(r.error()));
-    });
-  }
-
- private:
-  const registry::CommandRegistry& reg_;
-  const std::vector<mcp::Tool>& all_;
-  Caller caller_;
-  boost::asio::any_io_executor ex_;
-  const CommandRunner& run_;
-};
-
 Response empty_response(bhttp::status status, unsigned version, bool keep_alive) {
   Response r{status, version};
   r.keep_alive(keep_alive);
@@ -70,6 +29,41 @@ Response empty_response(bhttp::status status, unsigned version, bool keep_alive)
 }
 
 }  // namespace
+
+CallerTools::CallerTools(const registry::CommandRegistry& reg, const std::vector<mcp::Tool>& all,
+                         Caller caller, boost::asio::any_io_executor ex, const CommandRunner& run)
+    : reg_(reg), all_(all), caller_(std::move(caller)), ex_(std::move(ex)), run_(run) {}
+
+std::vector<mcp::Tool> CallerTools::list_tools() {
+  std::vector<mcp::Tool> out;
+  for (const auto& t : all_) {
+    if (caller_.may_run(t.name)) out.push_back(t);
+  }
+  return out;
+}
+
+void CallerTools::call_tool(std::string_view name, const json::object& arguments,
+                            mcp::ToolDone done) {
+  const registry::RegisteredCommand* cmd =
+      registry::valid_command_name(name) ? reg_.get(name) : nullptr;
+  if (cmd == nullptr || !caller_.may_run(name)) {
+    std::string shown =
+        name.size() > 64 ? std::string(name.substr(0, 64)) + "..." : std::string(name);
+    return done(not_found("unknown tool '" + shown + "'"));
+  }
+  // The same strict coercion as POST /commands/{name}; its errors name the argument.
+  auto kwargs = registry::coerce_kwargs(*cmd, json::value(arguments));
+  if (!kwargs.ok()) return done(kwargs.error());
+  run_(*cmd, std::move(*kwargs), ex_, [done = std::move(done)](Result<json::value> r) {
+    done(r.ok() ? mcp::command_result(std::move(*r)) : mcp::command_failure(r.error()));
+  });
+}
+
+std::vector<mcp::Tool> tools_of(const registry::CommandRegistry& registry) {
+  std::vector<mcp::Tool> out;
+  for (const auto* cmd : registry.list_all()) out.push_back(mcp::tool_from_command(*cmd));
+  return out;
+}
 
 void McpSessions::insert(std::shared_ptr<McpSession> s) {
   std::lock_guard lock(mu_);
@@ -106,12 +100,11 @@ std::size_t McpSessions::size() const {
 McpEndpoint::McpEndpoint(const registry::CommandRegistry& registry,
                          const CommandServerOptions& options, CommandRunner run)
     : registry_(&registry),
-      dispatcher_(mcp::ServerInfo{"abx-server", "0.1.0", ""},
+      dispatcher_(command_server_info(),
                   mcp::DecodeLimits{options.limits.max_body_bytes, options.json}),
       run_(std::move(run)),
-      sessions_(options.mcp_max_sessions) {
-  for (const auto* cmd : registry.list_all()) tools_.push_back(mcp::tool_from_command(*cmd));
-}
+      sessions_(options.mcp_max_sessions),
+      tools_(tools_of(registry)) {}
 
 void McpEndpoint::handle(const Request& req, Caller caller, Responder respond) {
   if (req.method() == bhttp::verb::delete_) return end_session(req, caller, std::move(respond));

@@ -36,6 +36,31 @@ using CommandRunner = std::function<void(
     const registry::RegisteredCommand& cmd, boost::json::object kwargs,
     boost::asio::any_io_executor ex, std::function<void(Result<boost::json::value>)> done)>;
 
+// The registry's commands as seen by one caller: a scoped caller lists and calls only its
+// commands, and every other name is an unknown tool (as on the REST routes: 404 there). Cheap
+// to build per request; `all`, `run` and the registry must outlive it.
+class CallerTools : public mcp::ToolProvider {
+ public:
+  CallerTools(const registry::CommandRegistry& reg, const std::vector<mcp::Tool>& all,
+              Caller caller, boost::asio::any_io_executor ex, const CommandRunner& run);
+  std::vector<mcp::Tool> list_tools() override;
+  void call_tool(std::string_view name, const boost::json::object& arguments,
+                 mcp::ToolDone done) override;
+
+ private:
+  const registry::CommandRegistry& reg_;
+  const std::vector<mcp::Tool>& all_;
+  Caller caller_;
+  boost::asio::any_io_executor ex_;
+  const CommandRunner& run_;
+};
+
+// Every command of a frozen registry as a tool, ordered by name.
+std::vector<mcp::Tool> tools_of(const registry::CommandRegistry& registry);
+
+// What abx-server says about itself in initialize.
+inline mcp::ServerInfo command_server_info() { return {"abx-server", "0.1.0", ""}; }
+
 struct McpSession {
   std::string id;
   std::string credential;  // the token that opened it
@@ -77,10 +102,10 @@ class McpEndpoint {
   Result<std::shared_ptr<McpSession>> session_of(const http::Request& req, const Caller& caller);
 
   const registry::CommandRegistry* registry_;
-  std::vector<mcp::Tool> tools_;  // every command as a tool, by name; built once (frozen)
   mcp::Dispatcher dispatcher_;
   CommandRunner run_;
   McpSessions sessions_;
+  std::vector<mcp::Tool> tools_;  // every command as a tool, by name; built once (frozen)
 };
 
 }  // namespace abx::server

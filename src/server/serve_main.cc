@@ -22,6 +22,7 @@ constexpr int kExitOk = 0;
 constexpr int kExitUsage = 2;   // bad flags
 constexpr int kExitConfig = 3;  // a module failed to load, registration errors, no token
 constexpr int kExitListen = 4;  // could not bind
+constexpr int kExitStdio = 5;   // --stdio: reading stdin or writing stdout failed
 
 Result<std::string> read_token_file(const std::string& path) {
   std::ifstream in(path);
@@ -60,6 +61,7 @@ int serve_main(int argc, char** argv) {
   std::size_t max_body = opt.limits.max_body_bytes;
   std::string log_level;
   bool list_only = false;
+  bool stdio = false;
   app.add_option("--module,-m", modules, "Command module (.so) to load; repeatable")
       ->check(CLI::ExistingFile);
   app.add_option("--host", opt.host, "Address to listen on")->capture_default_str();
@@ -78,6 +80,9 @@ int serve_main(int argc, char** argv) {
                  "ones; repeatable");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
   app.add_flag("--list", list_only, "Print the commands' schema as JSON and exit");
+  app.add_flag("--stdio", stdio,
+               "Serve the commands as MCP tools on stdin/stdout (one session, no token) "
+               "instead of HTTP; exits at end of input");
   try {
     app.parse(argc, argv);
     opt.call_timeout = parse_duration(call_timeout);
@@ -108,6 +113,18 @@ int serve_main(int argc, char** argv) {
     std::cout << boost::json::serialize(boost::json::object{{"commands", out}}) << "\n";
     for (const auto& e : reg.errors()) std::cerr << "abx-server: " << e << "\n";
     return reg.errors().empty() ? kExitOk : kExitConfig;
+  }
+
+  if (stdio) {
+    // stdout carries protocol messages only (logs go to stderr). A client that stops reading
+    // must not kill us with SIGPIPE mid-write: the write fails and we exit instead.
+    signal(SIGPIPE, SIG_IGN);
+    auto st = serve_mcp_stdio(reg, opt);
+    if (!st.ok()) {
+      std::cerr << "abx-server: " << st.error().message() << "\n";
+      return st.error().code() == ErrorCode::kFailedPrecondition ? kExitConfig : kExitStdio;
+    }
+    return kExitOk;
   }
 
   if (!token_file.empty()) {

@@ -71,6 +71,15 @@ class CommandServer {
   std::unique_ptr<Impl> impl_;
 };
 
+// Serves the registry's commands as MCP tools over stdio (newline-delimited JSON-RPC on in_fd /
+// out_fd, abx/mcp/stdio.h) until end of input: one session, no token (the process that launched
+// this one is the client), the same coercion, worker pool and call deadline as the HTTP server.
+// Returns once calls in progress have answered and the workers are idle, so a command running
+// past its deadline delays the return. Errors: kFailedPrecondition for registration mistakes,
+// kUnavailable when stdio fails.
+Status serve_mcp_stdio(registry::CommandRegistry& registry, CommandServerOptions options,
+                       int in_fd = 0, int out_fd = 1);
+
 // The whole `abx-server` program: flags (see --help), module loading, signals. A user binary
 // that links abx::server can call this from main() to serve the commands it registered.
 int serve_main(int argc, char** argv);

@@ -1,7 +1,8 @@
 // abx-server's /mcp driven by the official MCP TypeScript SDK (Client +
 // StreamableHTTPClientTransport): connect and negotiate, list tools and check every schema
 // against GET /commands, call tools with good and bad arguments, a throwing tool, a deadline,
-// annotations from ABX_HINTS in a dlopen'd module, scoped tokens, sessions and Origin.
+// annotations from ABX_HINTS in a dlopen'd module, scoped tokens, sessions and Origin; and the
+// same server over stdio (`abx-server --stdio`, StdioClientTransport).
 //
 // Env (set by ctest): ABX_SERVER_BIN, ABX_DEMO_MODULE, ABX_HINTED_MODULE.
 import { spawn } from 'node:child_process';
@@ -10,6 +11,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { ErrorCode, ListResourcesResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
 
@@ -289,5 +291,55 @@ describe('auth, scoped tokens, sessions and origins', () => {
     });
     assert.equal(r.status, 405);
     assert.equal(r.headers.get('allow'), 'POST, DELETE');
+  });
+});
+
+describe('abx-server --stdio with the MCP TypeScript SDK', () => {
+  test('the same tools and results over stdio as over HTTP', async () => {
+    const transport = new StdioClientTransport({
+      command: process.env.ABX_SERVER_BIN,
+      args: [
+        '--stdio', '--module', process.env.ABX_DEMO_MODULE,
+        '--module', process.env.ABX_HINTED_MODULE, '--call-timeout', `${CALL_TIMEOUT_MS}ms`,
+      ],
+      stderr: 'inherit',
+    });
+    const client = new Client({ name: 'abx-e2e-stdio', version: '1.0.0' });
+    await client.connect(transport);
+    assert.equal(client.getServerVersion().name, 'abx-server');
+
+    const { client: http } = await connect();
+    const viaHttp = (await http.listTools()).tools;
+    await http.close();
+    assert.deepEqual((await client.listTools()).tools, viaHttp);
+
+    const res = await client.callTool({ name: 'demo', arguments: { x: 42, y: 'world' } });
+    assert.deepEqual(res.structuredContent, { result: '42: world' });
+    const err = await client.callTool({ name: 'divide', arguments: { a: 1, b: 0 } });
+    assert.equal(err.isError, true);
+    assert.match(err.content[0].text, /division by zero/);
+    await expectMcpError(client.callTool({ name: 'demo', arguments: { x: 'no' } }),
+      ErrorCode.InvalidParams, /'x'/);
+    // Calls in flight together on the one session all come back.
+    const many = await Promise.all([1, 2, 3, 4].map((i) =>
+      client.callTool({ name: 'add', arguments: { a: i, b: 10 } })));
+    assert.deepEqual(many.map((r) => r.structuredContent.result), [11, 12, 13, 14]);
+    await client.close();
+  });
+
+  test('abx-server --stdio answers, then exits 0 at end of input', async () => {
+    const child = spawn(process.env.ABX_SERVER_BIN,
+      ['--stdio', '--module', process.env.ABX_DEMO_MODULE], { stdio: ['pipe', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (d) => { out += d; });
+    const exited = new Promise((resolve) => child.on('close', (code) => resolve(code)));
+    child.stdin.end(JSON.stringify({
+      jsonrpc: '2.0', id: 1, method: 'initialize',
+      params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'e', version: '1' } },
+    }) + '\n' + JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'ping' }) + '\n');
+    assert.equal(await exited, 0);
+    const lines = out.trim().split('\n').map((l) => JSON.parse(l));
+    assert.deepEqual(lines.map((l) => l.id), [1, 2]);
+    assert.equal(lines[0].result.protocolVersion, '2025-06-18');
   });
 });
