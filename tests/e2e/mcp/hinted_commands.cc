@@ -9,7 +9,5 @@ ABX_REGISTER(std::string, lookup, (std::string key), "Look up a key; never chang
 }
 ABX_HINTS(lookup, .read_only = true, .idempotent = true);
 
-ABX_REGISTER(bool, wipe, (bool confirm = false), "Pretend to wipe everything.") {
-  return confirm;
-}
+ABX_REGISTER(bool, wipe, (bool confirm = false), "Pretend to wipe everything.") { return confirm; }
 ABX_HINTS(wipe, .read_only = false, .destructive = true, .idempotent = true);
