@@ -77,7 +77,30 @@ int keys_main(const std::string& home, const std::string& action, const std::str
     }
     return kExitOk;
   }
-  Status s = (*st)->revoke_api_key(arg);
+  if (action == "ak-create") {
+    auto k = (*st)->create_access_key(arg.empty() ? "cli" : arg);
+    if (!k.ok()) {
+      std::cerr << "abxd: " << k.error().message() << "\n";
+      return kExitConfig;
+    }
+    std::cout << k->access_key_id << " " << k->secret << "\n";  // stdout: "AK SECRET"
+    std::cerr << "created access key " << k->access_key_id << " (" << k->name << ")\n";
+    return kExitOk;
+  }
+  if (action == "ak-list") {
+    auto ks = (*st)->list_access_keys();
+    if (!ks.ok()) {
+      std::cerr << "abxd: " << ks.error().message() << "\n";
+      return kExitConfig;
+    }
+    std::printf("%-22s %-20s %s\n", "ACCESS KEY", "NAME", "STATUS");
+    for (const auto& k : *ks) {
+      std::printf("%-22s %-20s %s\n", k.access_key_id.c_str(), k.name.c_str(),
+                  k.revoked ? "revoked" : "active");
+    }
+    return kExitOk;
+  }
+  Status s = action == "ak-revoke" ? (*st)->revoke_access_key(arg) : (*st)->revoke_api_key(arg);
   if (!s.ok()) {
     std::cerr << "abxd: " << s.error().message() << "\n";
     return s.error().code() == ErrorCode::kNotFound ? kExitUsage : kExitConfig;
@@ -123,6 +146,14 @@ int main(int argc, char** argv) {
   auto* kr = keys->add_subcommand("revoke", "Revoke an API key by id, id prefix or the key");
   kr->add_option("key", key_arg, "Key id, id prefix (>= 4) or the key itself")->required();
   keys->require_subcommand(1);
+  auto* aks = app.add_subcommand(
+      "access-keys", "Manage AK/SK pairs for signed requests (ABX-HMAC-SHA256, docs/abxd.md)");
+  auto* akc = aks->add_subcommand("create", "Create a pair; prints \"AK SECRET\" on stdout");
+  akc->add_option("--name", key_arg, "A name to tell pairs apart");
+  auto* akl = aks->add_subcommand("list", "List access keys (never the secrets)");
+  auto* akr = aks->add_subcommand("revoke", "Revoke an access key");
+  akr->add_option("access_key", key_arg, "The access key id")->required();
+  aks->require_subcommand(1);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -131,6 +162,11 @@ int main(int argc, char** argv) {
   if (!log_level.empty() && !set_log_level(log_level)) {
     std::cerr << "abxd: unknown --log-level '" << log_level << "'\n";
     return kExitUsage;
+  }
+  if (aks->parsed()) {
+    std::string action = akc->parsed() ? "ak-create" : akr->parsed() ? "ak-revoke" : "ak-list";
+    (void)akl;
+    return keys_main(home, action, key_arg);
   }
   if (keys->parsed()) {
     std::string action = kc->parsed() ? "create" : kr->parsed() ? "revoke" : "list";

@@ -4,10 +4,12 @@
 #include <unistd.h>
 
 #include <boost/json.hpp>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
+#include "abx/auth/signing.h"
 #include "abx/http/client.h"
 #include "child_process.h"
 
@@ -289,6 +291,46 @@ TEST_F(AbxdE2E, SandboxKilledWhileAbxdWasDownIsCleanedUp) {
   EXPECT_EQ(api(bhttp::verb::get, "/v2/sandboxes").body().find(id), std::string::npos);
   EXPECT_FALSE(fs::exists("/sys/fs/cgroup/unified/abx/" + id));
   EXPECT_FALSE(fs::exists(home_ / "sandboxes" / id));
+}
+
+TEST_F(AbxdE2E, SignedRequestsWithAccessKeys) {
+  ChildProcess mk({ABXD_BIN, "--home", home_.string(), "access-keys", "create", "--name", "ci"});
+  std::string line = mk.read_all();
+  ASSERT_EQ(mk.wait(), 0);
+  auto sp = line.find(' ');
+  ASSERT_NE(sp, std::string::npos) << line;
+  auth::Credentials creds{line.substr(0, sp), line.substr(sp + 1, line.find('\n') - sp - 1)};
+  auto signed_get = [&](const std::string& target, std::int64_t now) {
+    auth::HttpRequest hr{"GET", target, {{"host", "127.0.0.1:" + std::to_string(port_)}}};
+    auth::SignOptions so;
+    so.now_unix = now;
+    auto headers = auth::sign(hr, "", creds, so);
+    EXPECT_TRUE(headers.ok()) << headers.error().message();
+    auto req = http::make_request(bhttp::verb::get, target);
+    req.erase(bhttp::field::content_type);
+    req.set(bhttp::field::host, "127.0.0.1:" + std::to_string(port_));
+    for (const auto& h : *headers) req.set(h.name, h.value);
+    return req;
+  };
+  std::int64_t now = std::time(nullptr);
+  auto req = signed_get("/v2/sandboxes", now);
+  auto ok = http::fetch("127.0.0.1", port_, req);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->result_int(), 200) << ok->body();
+  // The same signed request again is a replay.
+  auto replay = http::fetch("127.0.0.1", port_, req);
+  ASSERT_TRUE(replay.ok());
+  EXPECT_EQ(replay->result_int(), 401) << replay->body();
+  // Outside the time window.
+  auto old = http::fetch("127.0.0.1", port_, signed_get("/v2/sandboxes", now - 3600));
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(old->result_int(), 401);
+  // Signed for one path, sent to another.
+  auto moved = signed_get("/v2/sandboxes", now);
+  moved.target("/templates");
+  auto m = http::fetch("127.0.0.1", port_, moved);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->result_int(), 401);
 }
 
 TEST(AbxdKeys, CreateListRevoke) {
