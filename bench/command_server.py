@@ -601,7 +601,9 @@ def main():
                    "suspect: " + ", ".join(f"{r['server']}@{r['connections']}" for r in errs))
     noisy = [f"{r['server']}@{r['connections']}" for r in results
              if others(r) >= NOISY_PCT]
-    if noisy or float(load_before[0]) > 0.5 * ncpu:
+    # When pinned, the per-run share of the server's core is the measure; the 1-minute load
+    # average lags (a build that just ended still shows), so it only decides when not pinned.
+    if noisy or (not pin and float(load_before[0]) > 0.5 * ncpu):
         out.append(f"WARNING: the machine was busy (loadavg {load_before[0]} on {ncpu} CPUs before "
                    "the run" + ("; other processes took >= 10% of the server's core in "
                                 + ", ".join(noisy) if noisy else "")
