@@ -28,6 +28,9 @@ struct ProcessStream {
   std::optional<Error> error;
   CommandResult result;
   std::thread reader;
+  // Process lifetime requested with Connect-Timeout-Ms; envd kills the process when it passes.
+  std::chrono::milliseconds timeout{0};
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
   ~ProcessStream() {
     if (reader.joinable()) {
@@ -103,6 +106,14 @@ struct ProcessStream {
     std::unique_lock lk(mu);
     cv.wait(lk, [&] { return done; });
     if (error) return *error;
+    // A process killed at its deadline is a timeout, as in the E2B SDKs (which abort locally
+    // at the same moment), not an ordinary non-zero exit.
+    if (result.exit_code != 0 && timeout.count() > 0 &&
+        std::chrono::steady_clock::now() - started >= timeout) {
+      return Error(ErrorCode::kDeadlineExceeded,
+                   "command timed out after " + std::to_string(timeout.count()) + " ms" +
+                       (result.error.empty() ? "" : " (" + result.error + ")"));
+    }
     return result;
   }
 };
@@ -155,6 +166,7 @@ Result<CommandHandle> Commands::start_argv(const std::vector<std::string>& argv,
   ps->conn = std::move(*conn);
   ps->on_stdout = opts.on_stdout;
   ps->on_stderr = opts.on_stderr;
+  ps->timeout = opts.timeout;
   auto idle =
       std::max<std::chrono::milliseconds>(state_->config.request_timeout, std::chrono::seconds(75));
   // The raw pointer: the thread must not own the stream, whose destructor joins it.
