@@ -10,6 +10,7 @@
 #include "abx/auth/signing.h"
 #include "abx/base/json.h"
 #include "abx/token/token.h"
+#include "platform/mcp_tools_abxd.h"
 
 namespace abx::platform {
 
@@ -205,6 +206,7 @@ Response ControlApi::route(Request& req) {
 
   if (path == "/health") return http::json_response(200, json::object{{"status", "ok"}});
   if (Status s = authenticate(req); !s) return error(s.error());
+  if (path == "/mcp") return serve_platform_mcp(sandboxes_, store_, req);  // MCP: mcp_tools.h
 
   // /templates
   if (!parts.empty() && parts[0] == "templates" && method == bhttp::verb::get) {
