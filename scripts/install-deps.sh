@@ -28,6 +28,9 @@ pkgs=(
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   pkgs+=(nodejs npm)
 fi
+# tests/e2e/js (the official E2B JS SDK against abxd) uses the same node and npm. Debian 12's
+# node 18 is older than the SDK needs (>= 20.18.1): tests/e2e/js/run.sh then fetches a Node 20
+# binary from npm's registry (package node-linux-<arch>), so no other source is needed.
 if [ "$bench" = 1 ]; then
   pkgs+=(wrk nginx-light python3-fastapi python3-uvicorn)
   pkgs+=(bubblewrap)  # bench/sandbox_create: the namespace-setup floor to compare against

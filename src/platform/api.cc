@@ -203,6 +203,13 @@ Response ControlApi::route(Request& req) {
   std::string path = url->path();
   auto parts = split_path(path);
   const auto method = req.method();
+  // JS SDK >= 2.46 creates with POST /v2/sandboxes and connects with
+  // POST /v2/sandboxes/{id}/connect; both take and answer the v1 shapes.
+  if (method == bhttp::verb::post && parts.size() >= 2 && parts[0] == "v2" &&
+      parts[1] == "sandboxes" &&
+      (parts.size() == 2 || (parts.size() == 4 && parts[3] == "connect"))) {
+    parts.erase(parts.begin());
+  }
 
   if (path == "/health") return http::json_response(200, json::object{{"status", "ok"}});
   if (Status s = authenticate(req); !s) return error(s.error());

@@ -121,6 +121,10 @@ awaitable<beast::error_code> relay(In& in, beast::flat_buffer& inbuf,
       p.get().body().data = buf.data();
       p.get().body().more = !p.is_done();
       if (p.get().body().size == 0 && !p.is_done()) continue;
+      // An empty buffer must be null: Beast's chunked serializer turns a non-null empty
+      // buffer with more=false into a "0\r\n\r\n" of its own, then adds the real last chunk,
+      // and the doubled terminator reads as garbage at the start of the next message.
+      if (p.get().body().size == 0) p.get().body().data = nullptr;
     } else {
       p.get().body().data = nullptr;
       p.get().body().size = 0;

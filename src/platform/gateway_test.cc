@@ -12,6 +12,7 @@
 #include <atomic>
 #include <boost/json.hpp>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "abx/http/client.h"
@@ -239,6 +240,59 @@ TEST_F(GatewayTest, StreamsAreRelayedAsTheyArrive) {
   got += read_until(fd, "0\r\n\r\n");
   ::close(fd);
   EXPECT_NE(got.find("second"), std::string::npos) << got;
+}
+
+std::size_t count_of(const std::string& hay, const std::string& needle) {
+  std::size_t n = 0;
+  for (auto pos = hay.find(needle); pos != std::string::npos; pos = hay.find(needle, pos + 1)) ++n;
+  return n;
+}
+
+// Found by the E2B JS SDK, whose multipart uploads are chunked: the relay used to end every
+// chunked body with two last-chunks, and the second one was parsed as the start of the next
+// request on the kept-alive upstream connection ("malformed HTTP request: bad method").
+TEST_F(GatewayTest, ChunkedBodiesEndWithOneLastChunkBothWays) {
+  std::string upstream_saw;
+  std::optional<RawUpstream> up;
+  up.emplace([&](int fd) {
+    upstream_saw = read_until(fd, "\r\n0\r\n\r\n");
+    send_all(fd, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+    // Everything else the proxy sends on this connection, until it closes it.
+    char buf[4096];
+    for (;;) {
+      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      upstream_saw.append(buf, static_cast<std::size_t>(n));
+    }
+  });
+  backend_.ports["chunky"] = up->port();
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(gw_->port());
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  send_all(fd,
+           "POST /files?path=%2Ftmp%2Fa HTTP/1.1\r\nHost: 49983-chunky.localhost\r\n"
+           "X-Access-Token: tok\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+           "3\r\nabc\r\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the last chunk on its own
+  send_all(fd, "0\r\n\r\n");
+  std::string got;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  EXPECT_EQ(count_of(got, "0\r\n\r\n"), 1u) << got;
+  EXPECT_TRUE(got.ends_with("5\r\nhello\r\n0\r\n\r\n")) << got;
+  up.reset();  // joins the upstream thread: it has seen all the proxy sent
+  EXPECT_EQ(count_of(upstream_saw, "0\r\n\r\n"), 1u) << upstream_saw;
+  EXPECT_TRUE(upstream_saw.ends_with("\r\n\r\n3\r\nabc\r\n0\r\n\r\n")) << upstream_saw;
 }
 
 TEST_F(GatewayTest, LargeUploadIsStreamedThrough) {

@@ -142,6 +142,34 @@ TEST_F(AbxdE2E, MainJobCreateASandboxAndCallACommand) {
   EXPECT_EQ(sandbox_call(id, 49983, bhttp::verb::get, "/health", "", token).result_int(), 502);
 }
 
+// The JS SDK from 2.46 creates with POST /v2/sandboxes (no `secure` field any more) and
+// connects with POST /v2/sandboxes/{id}/connect; the shapes are those of the v1 routes.
+TEST_F(AbxdE2E, V2CreateAndConnectRoutesOfNewerSdks) {
+  auto r = api(bhttp::verb::post, "/v2/sandboxes", R"({"templateID":"base","timeout":60})");
+  ASSERT_EQ(r.result_int(), 201) << r.body();
+  auto sb = json::parse(r.body()).as_object();
+  std::string id(sb.at("sandboxID").as_string());
+  EXPECT_EQ(sb.at("templateID"), "base");
+  EXPECT_EQ(sb.at("clientID"), "6532622b");
+  ASSERT_TRUE(sb.contains("envdAccessToken"));  // secure is the default when the field is absent
+  std::string token(sb.at("envdAccessToken").as_string());
+  EXPECT_EQ(sandbox_call(id, 49983, bhttp::verb::get, "/health", "", token).result_int(), 204);
+
+  auto c = api(bhttp::verb::post, "/v2/sandboxes/" + id + "/connect", R"({"timeout":120})");
+  ASSERT_EQ(c.result_int(), 200) << c.body();
+  EXPECT_EQ(json::parse(c.body()).at("sandboxID").as_string(), id);
+  EXPECT_EQ(json::parse(c.body()).at("envdAccessToken").as_string(), token);
+
+  auto missing = api(bhttp::verb::post, "/v2/sandboxes/" + std::string(20, 'a') + "/connect", "{}");
+  EXPECT_EQ(missing.result_int(), 404);
+  EXPECT_EQ(json::parse(missing.body()).at("code"), 404);
+  // Only create and connect live under /v2 for POST.
+  EXPECT_EQ(
+      api(bhttp::verb::post, "/v2/sandboxes/" + id + "/timeout", R"({"timeout":5})").result_int(),
+      404);
+  EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);
+}
+
 TEST_F(AbxdE2E, AuthIsRequiredAndTokensDoNotCrossSandboxes) {
   EXPECT_EQ(api(bhttp::verb::get, "/v2/sandboxes", "", "").result_int(), 401);
   EXPECT_EQ(api(bhttp::verb::get, "/v2/sandboxes", "", "e2b_0000").result_int(), 401);
