@@ -291,7 +291,9 @@ std::string describe(const json::value& v) {
   }
 }
 
-Status check_value(const std::string& where, const json::object& schema, const json::value& v) {
+Status check_value(const std::string& path, const json::object& schema, const json::value& v) {
+  // `path` names the argument (`envs.A` for a member); messages quote it.
+  const std::string where = "argument '" + path + "'";
   std::string_view type = schema.at("type").as_string();
   if (type == "string") {
     if (!v.is_string()) return invalid_argument(where + " must be a string, not " + describe(v));
@@ -320,7 +322,7 @@ Status check_value(const std::string& where, const json::object& schema, const j
     if (!v.is_object()) return invalid_argument(where + " must be an object, not " + describe(v));
     if (auto* ap = schema.if_contains("additionalProperties"); ap && ap->is_object()) {
       for (const auto& kv : v.as_object()) {
-        auto st = check_value(where + "." + std::string(kv.key()), ap->as_object(), kv.value());
+        auto st = check_value(path + "." + std::string(kv.key()), ap->as_object(), kv.value());
         if (!st.ok()) return st;
       }
     }
@@ -337,7 +339,7 @@ Status check_arguments(const mcp::Tool& tool, const json::object& args) {
       std::string k(kv.key().substr(0, 64));
       return invalid_argument("unknown argument '" + k + "' for tool '" + tool.name + "'");
     }
-    auto st = check_value("argument '" + std::string(kv.key()) + "'", p->as_object(), kv.value());
+    auto st = check_value(std::string(kv.key()), p->as_object(), kv.value());
     if (!st.ok()) return st;
   }
   if (auto* req = tool.input_schema.if_contains("required")) {

@@ -2,7 +2,8 @@
 # Runs the MCP e2e test (node --test) with the official MCP TypeScript SDK. Installs the pinned
 # SDK from package-lock.json first when node_modules is missing or older than the lock file, so
 # a fresh clone needs nothing but node and npm (scripts/install-deps.sh). ctest passes the paths
-# of abx-server and the command modules in ABX_SERVER_BIN, ABX_DEMO_MODULE, ABX_HINTED_MODULE.
+# of abx-server and the command modules in ABX_SERVER_BIN, ABX_DEMO_MODULE, ABX_HINTED_MODULE,
+# and ABX_MCP_TEST_FILE picks another test file (abxd_mcp.test.mjs: ABXD_BIN, ABX_CLI_BIN).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
@@ -20,4 +21,4 @@ if [ ! -f "$stamp" ] || [ package-lock.json -nt "$stamp" ]; then
   fi
   flock -u 9
 fi
-exec node --test --test-reporter=spec "$@" "$here/mcp.test.mjs"
+exec node --test --test-reporter=spec "$@" "$here/${ABX_MCP_TEST_FILE:-mcp.test.mjs}"
