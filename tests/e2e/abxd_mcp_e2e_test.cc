@@ -1,0 +1,174 @@
+// abxd's POST /mcp platform tools against the real daemon and real sandboxes, as raw JSON-RPC:
+// the edges the SDK test does not reach — output cut at 256 KiB, bytes that are not UTF-8,
+// a shell command past its timeout, a file over the read_file cap, a template without a
+// command server, auth. Needs root (CI runs as root).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <boost/json.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "abx/http/client.h"
+#include "child_process.h"
+
+namespace abx::e2e {
+namespace {
+
+namespace bhttp = boost::beast::http;
+namespace json = boost::json;
+namespace fs = std::filesystem;
+
+class AbxdMcpE2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "abxd needs root for namespaces and cgroups";
+    home_ = fs::temp_directory_path() /
+            ("abxd-mcp-e2e-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
+    fs::create_directories(home_);
+    abxd_ = std::make_unique<ChildProcess>(
+        std::vector<std::string>{ABXD_BIN, "--home", home_.string(), "--listen", "127.0.0.1:0"});
+    ASSERT_TRUE(abxd_->started());
+    auto port = abxd_->wait_listening();
+    ASSERT_TRUE(port) << "abxd did not start";
+    port_ = *port;
+    std::ifstream in(home_ / "api_key");
+    std::getline(in, key_);
+    initialize();
+  }
+  void TearDown() override {
+    if (abxd_) {
+      abxd_->signal(SIGTERM);
+      EXPECT_EQ(abxd_->wait(), 0);
+      ChildProcess last(
+          {ABXD_BIN, "--home", home_.string(), "--listen", "127.0.0.1:0", "--kill-sandboxes"});
+      if (last.wait_listening()) {
+        last.signal(SIGTERM);
+        last.wait();
+      }
+    }
+    std::error_code ec;
+    fs::remove_all(home_, ec);
+  }
+
+  http::Response post(const json::value& msg, const std::string& key) {
+    auto req = http::make_request(bhttp::verb::post, "/mcp", json::serialize(msg));
+    if (!key.empty()) req.set("X-API-KEY", key);
+    if (!session_.empty()) req.set("Mcp-Session-Id", session_);
+    auto r = http::fetch("127.0.0.1", port_, std::move(req), std::chrono::seconds(60));
+    EXPECT_TRUE(r.ok()) << r.error().message();
+    return r.ok() ? *r : http::Response{};
+  }
+  void initialize() {
+    auto r = post(
+        json::object{{"jsonrpc", "2.0"},
+                     {"id", 0},
+                     {"method", "initialize"},
+                     {"params",
+                      json::object{{"protocolVersion", "2025-06-18"},
+                                   {"capabilities", json::object{}},
+                                   {"clientInfo", json::object{{"name", "t"}, {"version", "1"}}}}}},
+        key_);
+    ASSERT_EQ(r.result_int(), 200) << r.body();
+    session_ = std::string(r["Mcp-Session-Id"]);
+    ASSERT_EQ(session_.size(), 32u);
+  }
+  // The tools/call result object (or the whole reply when it is a JSON-RPC error).
+  json::object call(const std::string& tool, json::object args) {
+    auto r = post(json::object{{"jsonrpc", "2.0"},
+                               {"id", ++id_},
+                               {"method", "tools/call"},
+                               {"params", json::object{{"name", tool}, {"arguments", args}}}},
+                  key_);
+    EXPECT_EQ(r.result_int(), 200) << r.body();
+    auto v = json::parse(r.body()).as_object();
+    if (auto* res = v.if_contains("result")) return res->as_object();
+    return v;
+  }
+  std::string create(const std::string& tmpl) {
+    auto r = call("create_sandbox", {{"template", tmpl}, {"timeoutSeconds", 120}});
+    EXPECT_EQ(r.at("isError"), false) << json::serialize(r);
+    return std::string(r.at("structuredContent").at("sandboxId").as_string());
+  }
+  static std::string text(const json::object& r) {
+    return std::string(r.at("content").at(0).at("text").as_string());
+  }
+
+  static inline int counter_ = 0;
+  fs::path home_;
+  std::unique_ptr<ChildProcess> abxd_;
+  std::uint16_t port_ = 0;
+  std::string key_;
+  std::string session_;
+  int id_ = 0;
+};
+
+TEST_F(AbxdMcpE2E, ShellOutputIsCutAndMadeValidUtf8) {
+  std::string id = create("base");
+  auto big = call(
+      "run_shell",
+      {{"sandboxId", id}, {"command", "head -c 300000 /dev/zero | tr '\\0' a; echo done >&2"}});
+  ASSERT_EQ(big.at("isError"), false) << json::serialize(big);
+  const auto& s = big.at("structuredContent").as_object();
+  EXPECT_EQ(s.at("stdout").as_string().size(), 256u * 1024);
+  EXPECT_EQ(s.at("stderr"), "done\n");
+  EXPECT_EQ(s.at("truncated"), true);
+  EXPECT_EQ(s.at("exitCode"), 0);
+
+  // \xff is never UTF-8: it becomes U+FFFD, and the text around it survives.
+  auto bad = call("run_shell", {{"sandboxId", id}, {"command", "printf 'a\\377b'"}});
+  ASSERT_EQ(bad.at("isError"), false) << json::serialize(bad);
+  EXPECT_EQ(bad.at("structuredContent").at("stdout"),
+            "a\xEF\xBF\xBD"
+            "b");
+  EXPECT_EQ(bad.at("structuredContent").at("truncated"), false);
+}
+
+TEST_F(AbxdMcpE2E, ShellTimeoutIsAToolError) {
+  std::string id = create("base");
+  auto r = call("run_shell", {{"sandboxId", id}, {"command", "sleep 30"}, {"timeoutSeconds", 1}});
+  EXPECT_EQ(r.at("isError"), true) << json::serialize(r);
+  EXPECT_NE(text(r).find("DeadlineExceeded"), std::string::npos) << text(r);
+  // The sandbox is still usable afterwards.
+  auto ok = call("run_shell", {{"sandboxId", id}, {"command", "echo still here"}});
+  EXPECT_EQ(ok.at("structuredContent").at("stdout"), "still here\n");
+}
+
+TEST_F(AbxdMcpE2E, ReadFileOverTheCapIsAToolError) {
+  std::string id = create("base");
+  auto w =
+      call("run_shell", {{"sandboxId", id}, {"command", "head -c 5000000 /dev/zero > /tmp/big"}});
+  ASSERT_EQ(w.at("structuredContent").at("exitCode"), 0) << json::serialize(w);
+  auto r = call("read_file", {{"sandboxId", id}, {"path", "/tmp/big"}});
+  EXPECT_EQ(r.at("isError"), true) << json::serialize(r);
+  EXPECT_NE(text(r).find("PayloadTooLarge"), std::string::npos) << text(r);
+  EXPECT_NE(text(r).find("run_shell"), std::string::npos) << text(r);  // says what to do instead
+}
+
+TEST_F(AbxdMcpE2E, TemplateWithoutCommandServer) {
+  std::string id = create("base");
+  auto l = call("list_commands", {{"sandboxId", id}});
+  ASSERT_EQ(l.at("isError"), false) << json::serialize(l);
+  EXPECT_EQ(l.at("structuredContent").at("commands"), json::array{});
+  auto c = call("call_command", {{"sandboxId", id}, {"name", "demo"}, {"arguments", {{"x", 1}}}});
+  EXPECT_EQ(c.at("isError"), true);
+  EXPECT_NE(text(c).find("no command 'demo'"), std::string::npos) << text(c);
+}
+
+TEST_F(AbxdMcpE2E, ProtocolErrorsAndAuth) {
+  auto unknown = call("nope", {});
+  EXPECT_EQ(unknown.at("error").at("code"), -32602) << json::serialize(unknown);
+  auto bad = call("list_files", {{"sandboxId", "x"}, {"path", "/"}, {"depth", 11}});
+  EXPECT_EQ(bad.at("error").at("code"), -32602) << json::serialize(bad);
+  EXPECT_NE(bad.at("error").at("message").as_string().find("'depth' must be between 1 and 10"),
+            std::string::npos)
+      << json::serialize(bad);
+
+  json::object ping{{"jsonrpc", "2.0"}, {"id", 1}, {"method", "ping"}};
+  EXPECT_EQ(post(ping, "").result_int(), 401);
+  EXPECT_EQ(post(ping, "e2b_" + std::string(40, '0')).result_int(), 401);
+  EXPECT_EQ(post(ping, key_).result_int(), 200);
+}
+
+}  // namespace
+}  // namespace abx::e2e
