@@ -393,6 +393,35 @@ TEST_F(EnvdTest, WatchDirStreamsEvents) {
   EXPECT_NE(missing.body().find("not_found"), std::string::npos);
 }
 
+std::string multipart(const std::string& filename, const std::string& content);
+
+// Uploads are staged in temporary files renamed onto the target. Found with the E2B JS SDK:
+// a watcher saw only those temporary names and a CREATE of the target, never the WRITE that
+// callers (the SDK's own watch tests among them) wait for after files.write().
+TEST_F(EnvdTest, WatchDirSeesUploadsAsTheTargetNotTheTempFiles) {
+  start();
+  StreamReader w(envd_->port(), "/filesystem.Filesystem/WatchDir", R"({"path":")" + home_ + "\"}");
+  ASSERT_EQ(w.status(), 200);
+  ASSERT_EQ(w.next_frames(1).size(), 1u);  // start
+  auto up = send(http::make_request(bhttp::verb::post, "/files?path=up.txt", multipart("x", "hi"),
+                                    "multipart/form-data; boundary=XyZ"));
+  ASSERT_EQ(up.result_int(), 200) << up.body();
+  up = send(http::make_request(bhttp::verb::post, "/files?path=up.txt", "again",
+                               "application/octet-stream"));
+  ASSERT_EQ(up.result_int(), 200) << up.body();
+  std::ofstream(home_ + "/marker") << "x";  // ends the sequence under test
+  std::vector<std::string> seen;
+  while (seen.empty() || seen.back().find("marker") == std::string::npos) {
+    auto f = w.next_frames(1);
+    ASSERT_EQ(f.size(), 1u);
+    seen.push_back(f[0].payload);
+  }
+  seen.pop_back();
+  const std::string create = R"({"filesystem":{"name":"up.txt","type":"EVENT_TYPE_CREATE"}})";
+  const std::string write = R"({"filesystem":{"name":"up.txt","type":"EVENT_TYPE_WRITE"}})";
+  EXPECT_EQ(seen, (std::vector<std::string>{create, write, create, write}));
+}
+
 TEST_F(EnvdTest, PollingWatcherTrio) {
   start();
   auto c = rpc_ok("filesystem.Filesystem/CreateWatcher", R"({"path":"~"})");

@@ -13,6 +13,8 @@
 #include <boost/json/array.hpp>
 #include <cerrno>
 #include <cstring>
+#include <set>
+#include <string_view>
 #include <vector>
 
 #include "envd/proto_json.h"
@@ -148,7 +150,8 @@ Result<json::array> list_dir(const std::string& dir, std::uint32_t depth) {
 
 void chown_to(int fd, const User& user) {
   if (::geteuid() != 0) return;
-  (void)::fchown(fd, user.uid, user.gid);
+  // Best effort: the file is usable either way; a failure only leaves it owned by root.
+  if (::fchown(fd, user.uid, user.gid) != 0) return;
 }
 
 Status make_dirs(const std::string& path, const User& owner, bool fail_if_exists) {
@@ -289,8 +292,21 @@ void Watcher::add_tree(const std::string& path, const std::string& rel) {
   paths_[wd] = rel;
 }
 
+namespace {
+
+// envd's own temporary files: request bodies spooled next to their target (http server) and
+// uploads staged for an atomic rename (files.cc). A watcher never reports them, and a rename
+// of one onto its target reads as the target being created and written, which is what envd
+// (writing in place) reports and what SDK callers wait for.
+bool internal_temp_name(std::string_view name) {
+  return name.starts_with(".abx-body-") || name.starts_with(".abx-upload-");
+}
+
+}  // namespace
+
 void Watcher::run() {
   alignas(inotify_event) char buf[16384];
+  std::set<std::uint32_t> internal_moves;  // cookies of renames away from internal temp files
   auto next_tick = std::chrono::steady_clock::now() + tick_interval_;
   while (!done_.load()) {
     auto now = std::chrono::steady_clock::now();
@@ -313,6 +329,14 @@ void Watcher::run() {
       auto it = paths_.find(ev->wd);
       if (it == paths_.end()) continue;
       std::string name = ev->len ? std::string(ev->name) : std::string();
+      if (internal_temp_name(name)) {
+        if (ev->mask & IN_MOVED_FROM) {
+          if (internal_moves.size() > 1024) internal_moves.clear();
+          internal_moves.insert(ev->cookie);
+        }
+        continue;
+      }
+      const bool upload = (ev->mask & IN_MOVED_TO) && internal_moves.erase(ev->cookie) > 0;
       std::string rel =
           it->second.empty() ? name : (name.empty() ? it->second : it->second + "/" + name);
       std::optional<FsEventType> type;
@@ -331,6 +355,11 @@ void Watcher::run() {
       if (ev->mask & IN_DELETE_SELF) {
         if (!it->second.empty()) continue;  // a subdirectory: its parent reports the removal
         rel = "";
+      }
+      if (upload) {
+        if (!sink_(FsEvent{rel, FsEventType::kCreate}) || !sink_(FsEvent{rel, FsEventType::kWrite}))
+          stop = true;
+        continue;
       }
       if (type && !sink_(FsEvent{rel, *type})) stop = true;
     }

@@ -17,6 +17,7 @@ import {
   CommandExitError,
   FileNotFoundError,
   FileType,
+  FilesystemEventType,
   NotFoundError,
   Sandbox,
   SandboxNotFoundError,
@@ -225,6 +226,37 @@ describe('base sandbox', () => {
     assert.equal(await sbx.files.exists('/tmp/js-e2e2/g'), false);
     await sbx.files.remove('/tmp/js-e2e2/sub'); // a non-empty directory
     assert.equal(await sbx.files.exists('/tmp/js-e2e2/sub'), false);
+  });
+
+  test('files: watchDir reports a write by its name', async () => {
+    await sbx.files.makeDir('/tmp/js-e2e-watch');
+    const events = [];
+    let resolveWrite;
+    const wrote = new Promise((r) => (resolveWrite = r));
+    const handle = await sbx.files.watchDir('/tmp/js-e2e-watch', (e) => {
+      events.push(`${e.type} ${e.name}`);
+      if (e.type === FilesystemEventType.WRITE && e.name === 'w.txt') resolveWrite();
+    });
+    let timer;
+    try {
+      await sbx.files.write('/tmp/js-e2e-watch/w.txt', 'watched');
+      const guard = new Promise((_, reject) => {
+        timer = setTimeout(
+          () => reject(new Error(`no write event; saw ${JSON.stringify(events)}`)),
+          10000
+        );
+      });
+      await Promise.race([wrote, guard]);
+    } finally {
+      clearTimeout(timer);
+      await handle.stop();
+    }
+    // envd's temporary upload files are not shown to watchers.
+    assert.deepEqual(
+      events.filter((e) => !e.endsWith(' w.txt')),
+      [],
+      JSON.stringify(events)
+    );
   });
 
   test('Sandbox.list().nextItems() shows the sandbox', async () => {
