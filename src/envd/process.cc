@@ -259,7 +259,9 @@ Result<std::shared_ptr<Process>> ProcessManager::start(const StartSpec& spec) {
     ws.ws_col = spec.pty->first ? spec.pty->first : 80;
     ws.ws_row = spec.pty->second ? spec.pty->second : 24;
     ::ioctl(master.get(), TIOCSWINSZ, &ws);
-    if (switch_user) (void)::fchown(pty_slave.get(), spec.user.uid, spec.user.gid);
+    if (switch_user && ::fchown(pty_slave.get(), spec.user.uid, spec.user.gid) != 0) {
+      // best effort: the child can still use the pty as root-owned
+    }
     int dup = ::fcntl(master.get(), F_DUPFD_CLOEXEC, 0);
     if (dup < 0) return errno_error(errno, "dup");
     proc->stdin_.reset(dup);
