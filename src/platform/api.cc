@@ -450,7 +450,9 @@ Status ControlApi::authorize_sandbox(const Route& route, const bhttp::fields& he
                  "port " + std::to_string(route.port) +
                      " of this sandbox is private (its template lacks the `ports` capability)");
   }
-  if (sb->access_token.empty()) return {};  // secure=false: open, as in E2B
+  if (sb->access_token.empty()) {  // secure=false: open, as in E2B
+    return sb->paused ? Status(Error(ErrorCode::kFailedPrecondition, "paused")) : Status();
+  }
   std::string_view presented = headers["X-Access-Token"];
   if (presented.empty()) {
     std::string_view a = headers[bhttp::field::authorization];
@@ -460,11 +462,14 @@ Status ControlApi::authorize_sandbox(const Route& route, const bhttp::fields& he
     return Error(ErrorCode::kUnauthenticated,
                  "missing X-Access-Token for sandbox '" + sb->record.id + "'");
   }
-  if (token::constant_time_equal(presented, sb->access_token)) return {};
+  // Allowed but paused: the gateway reconnects through connect_sandbox, which resumes it.
+  const Status allowed =
+      sb->paused ? Status(Error(ErrorCode::kFailedPrecondition, "paused")) : Status();
+  if (token::constant_time_equal(presented, sb->access_token)) return allowed;
   // A scoped token reaches the command server only; the server enforces its command list.
   if (server && token::looks_scoped(presented) &&
       token::verify_scoped(sb->access_token, presented, now_ms() / 1000).ok()) {
-    return {};
+    return allowed;
   }
   return Error(ErrorCode::kUnauthenticated,
                "invalid access token for sandbox '" + sb->record.id + "'");

@@ -426,12 +426,17 @@ awaitable<bool> Gateway::Impl::proxy(beast::tcp_stream& client, beast::flat_buff
   std::string key = route.sandbox_id + ":" + std::to_string(route.port);
 
   // Credentials are checked on every request, reused connection or not.
-  bhttp::fields headers = hp.get().base();
+  // authorize_sandbox only reads memory, so it runs right here (a hop to the worker pool and
+  // back costs more than the check); connecting may block and goes to the pool.
   const Route* routep = &route;
-  bhttp::fields* headersp = &headers;
-  auto authorized = co_await on_pool(
-      [this, routep, headersp] { return backend->authorize_sandbox(*routep, *headersp); });
+  std::optional<Status> authorized;
+  authorized.emplace(backend->authorize_sandbox(route, hp.get().base()));
   std::unique_ptr<beast::tcp_stream>& up = upstreams[key];
+  if (!authorized->ok() && authorized->error().code() == ErrorCode::kFailedPrecondition) {
+    // Paused: a pooled connection would hang on frozen tasks; connect_sandbox resumes it.
+    authorized.emplace(Status{});
+    up.reset();
+  }
   if (authorized->ok() && up && !still_open(*up)) up.reset();
   Status connected;
   if (authorized->ok() && !up) {
@@ -441,6 +446,9 @@ awaitable<bool> Gateway::Impl::proxy(beast::tcp_stream& client, beast::flat_buff
       beast::error_code aec;
       sock.assign(tcp::v4(), (*fd)->release(), aec);
       if (aec) co_return false;
+      // Header and body go out as separate writes: without TCP_NODELAY, Nagle's algorithm
+      // holds the second until the first is acked (40 ms of delayed ACK on every request).
+      sock.set_option(tcp::no_delay(true), aec);
       up = std::make_unique<beast::tcp_stream>(std::move(sock));
     } else {
       connected = fd->error();

@@ -60,8 +60,8 @@ struct LiveSandbox {
   std::string access_token;  // empty when created with secure=false
   const templates::Template* tmpl = nullptr;
   runtime::Sandbox sandbox;
-  std::mutex mu;  // guards pause/resume/kill of this sandbox
-  bool paused = false;
+  std::mutex mu;                    // guards pause/resume/kill of this sandbox
+  std::atomic<bool> paused{false};  // read by the gateway without the lock
 
   LiveSandbox(store::SandboxRecord rec, runtime::Sandbox sb)
       : record(std::move(rec)), sandbox(std::move(sb)) {}

@@ -33,13 +33,16 @@ class GatewayBackend {
   virtual ~GatewayBackend() = default;
   // A complete control-plane request; runs on a worker thread.
   virtual http::Response handle_control(http::Request&& req) = 0;
-  // Checks that the request's credentials may reach route.port of route.sandbox_id (and
-  // resumes a paused sandbox). Runs on a worker thread for every proxied request. Errors:
+  // Checks that the request's credentials may reach route.port of route.sandbox_id. Runs on an
+  // I/O thread for every proxied request, so it must not block (memory lookups only).
+  // kFailedPrecondition means "allowed, but paused": the gateway then drops any pooled
+  // connection and calls connect_sandbox, which resumes the sandbox. Errors:
   // kNotFound (no such sandbox) → 502; kUnauthenticated → 401; kPermissionDenied → 403.
   virtual Status authorize_sandbox(const Route& route,
                                    const boost::beast::http::fields& headers) = 0;
-  // A connected, non-blocking TCP socket to route.port inside the sandbox; called only after
-  // authorize_sandbox, when no pooled connection is open. Errors: kUnavailable (nothing
+  // A connected, non-blocking TCP socket to route.port inside the sandbox (resuming it if
+  // paused); called on a worker thread after authorize_sandbox, when no pooled connection is
+  // open. Errors: kUnavailable (nothing
   // listens there) and kDeadlineExceeded → 502.
   virtual Result<runtime::UniqueFd> connect_sandbox(const Route& route) = 0;
 };
