@@ -1,0 +1,83 @@
+// The abx CLI: a thin shell over libabx (CLI11), one file per subcommand.
+//
+// Every subcommand registers itself with add_<name>(app, ctx) and, when selected, sets
+// ctx.exit_code. Failures print "abx: <message>" on stderr (and, with --json, an
+// {"error","type","code"} object on stdout) and exit with the code of exit_code_for(); the codes
+// are documented in docs/cli.md.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <boost/json/value.hpp>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "abx/base/error.h"
+#include "abx/client/sandbox.h"
+
+namespace abx::cli {
+
+// Exit codes (docs/cli.md).
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;         // any other failure
+inline constexpr int kExitUsage = 2;         // bad flags, unknown/bad/missing command arguments
+inline constexpr int kExitAuth = 3;          // unauthenticated / permission denied
+inline constexpr int kExitNotFound = 4;      // no such sandbox, template, command, file
+inline constexpr int kExitUnavailable = 5;   // cannot reach the platform or sandbox; timed out
+inline constexpr int kExitPrecondition = 6;  // the sandbox lacks a capability; wrong state
+inline constexpr int kExitExecFailed = 125;  // `abx exec`: abx itself failed (not the command)
+
+struct GlobalFlags {
+  std::string api_url, api_key, domain, sandbox_url, server_url, access_token, home, template_id;
+  bool json = false;
+};
+
+struct Context {
+  GlobalFlags flags;
+  int exit_code = kExitOk;
+
+  // The environment overlaid with the global flags.
+  client::ConnectionConfig config() const;
+  // Direct mode (a server/envd URL and an access token given, no control plane) attaches;
+  // otherwise POST /sandboxes/{id}/connect.
+  Result<client::Sandbox> open_sandbox(const std::string& id) const;
+
+  // Prints the error and returns its exit code.
+  int fail(const Error& e) const;
+  int usage(const std::string& message) const;  // exit 2
+  void print_json(const boost::json::value& v) const;
+};
+
+int exit_code_for(const Error& e);
+
+// "90", "90s", "5m", "1h", "2d" → seconds. Errors: kInvalidArgument.
+Result<std::chrono::seconds> parse_duration(std::string_view s);
+// "K=V" pairs. Errors: kInvalidArgument naming the bad item.
+Result<std::map<std::string, std::string>> parse_pairs(const std::vector<std::string>& items,
+                                                       std::string_view what);
+
+// A table with a header row, columns padded to the widest cell.
+void print_table(const std::vector<std::string>& header,
+                 const std::vector<std::vector<std::string>>& rows);
+
+// `-a name=value` items converted to a command's declared types (see run.cc). Errors:
+// kInvalidArgument with a message naming the argument (unknown, malformed, bad value, missing
+// required, given twice).
+Result<boost::json::object> parse_command_args(const client::CommandEntry& entry,
+                                               const std::vector<std::string>& items);
+
+void add_sandbox(CLI::App& app, Context& ctx);
+void add_exec(CLI::App& app, Context& ctx);
+void add_files(CLI::App& app, Context& ctx);
+void add_template(CLI::App& app, Context& ctx);
+void add_commands(CLI::App& app, Context& ctx);
+void add_run(CLI::App& app, Context& ctx);
+void add_token(CLI::App& app, Context& ctx);
+void add_up(CLI::App& app, Context& ctx);
+void add_completion(CLI::App& app, Context& ctx);
+
+// Runs the CLI (main() is this plus nothing).
+int run_main(int argc, char** argv);
+
+}  // namespace abx::cli

@@ -1,0 +1,241 @@
+// The abx CLI: argument conversion as a unit, and the real binary as a subprocess against the
+// real abx-server with the demo module (direct mode: --server-url + --access-token).
+#include "cli/cli.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "child_process.h"
+
+namespace abx::cli {
+namespace {
+
+namespace json = boost::json;
+constexpr const char* kToken = "cli-test-token-0123456789";
+
+client::CommandEntry demo_entry() {
+  client::CommandEntry e;
+  e.name = "demo";
+  e.args = {{"x", "integer", true, nullptr, ""},
+            {"y", "string", false, "hello", ""},
+            {"f", "float", false, nullptr, ""},
+            {"b", "boolean", false, nullptr, ""}};
+  return e;
+}
+
+TEST(CliArgs, ConvertsEachValueToItsDeclaredType) {
+  auto r = parse_command_args(demo_entry(), {"x=42", "y=a=b c", "f=-2.5", "b=true"});
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_EQ(json::serialize(*r), R"({"x":42,"y":"a=b c","f":-2.5E0,"b":true})");
+  auto s = parse_command_args(demo_entry(), {"x=-7", "y=", "b=0"});
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->at("y"), "");
+  EXPECT_EQ(s->at("b"), false);
+}
+
+TEST(CliArgs, RejectsWithAMessageNamingTheArgument) {
+  struct Case {
+    std::vector<std::string> items;
+    std::string needle;
+  } cases[] = {
+      {{"x=4.2"}, "argument 'x': expected an integer"},
+      {{"x=abc"}, "argument 'x'"},
+      {{"x=99999999999999999999"}, "argument 'x'"},
+      {{"x=1", "f=nan"}, "argument 'f'"},
+      {{"x=1", "f=1e999"}, "argument 'f'"},
+      {{"x=1", "b=yes"}, "argument 'b': expected true or false"},
+      {{"x=1", "z=1"}, "has no argument 'z'"},
+      {{"x=1", "x=2"}, "given twice"},
+      {{"x"}, "not NAME=VALUE"},
+      {{"=1"}, "not NAME=VALUE"},
+      {{"y=1"}, "needs argument 'x'"},
+  };
+  for (const auto& c : cases) {
+    auto r = parse_command_args(demo_entry(), c.items);
+    ASSERT_FALSE(r.ok()) << c.needle;
+    EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(r.error().message().find(c.needle), std::string::npos) << r.error().message();
+  }
+}
+
+TEST(CliArgs, Durations) {
+  EXPECT_EQ(parse_duration("90")->count(), 90);
+  EXPECT_EQ(parse_duration("5m")->count(), 300);
+  EXPECT_EQ(parse_duration("1h")->count(), 3600);
+  EXPECT_EQ(parse_duration("2d")->count(), 172800);
+  for (const char* bad : {"", "h", "-1", "1x", "1.5h", "99999999999999999d"})
+    EXPECT_FALSE(parse_duration(bad).ok()) << bad;
+}
+
+struct Run {
+  int code;
+  std::string out;
+};
+
+Run abx(std::vector<std::string> args) {
+  args.insert(args.begin(), ABX_CLI_BIN);
+  e2e::ChildProcess p(args, {"ABX_API_URL=http://127.0.0.1:1", "ABX_MAX_RETRIES=0"});
+  EXPECT_TRUE(p.started());
+  std::string out = p.read_all();
+  return {p.wait(std::chrono::seconds(60)), out};
+}
+
+class CliServer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = std::make_unique<e2e::ChildProcess>(
+        std::vector<std::string>{ABX_SERVER_BIN, "--module", ABX_DEMO_MODULE, "--port", "0",
+                                 "--log-level", "warn"},
+        std::vector<std::string>{std::string("ABX_ACCESS_TOKEN=") + kToken});
+    ASSERT_TRUE(server_->started());
+    auto port = server_->wait_listening();
+    ASSERT_TRUE(port.has_value());
+    url_ = "http://127.0.0.1:" + std::to_string(*port);
+    std::string t = (std::filesystem::temp_directory_path() / "abx-cli-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(t.data()), nullptr);
+    home_ = t;
+    std::filesystem::create_directories(home_ / "templates" / "tpl");
+    std::ofstream(home_ / "templates" / "tpl" / "template.yaml") << R"(id: tpl
+custom_commands:
+  greet:
+    description: Greet.
+    command: "echo hello {name}"
+    args: [{name: name, type: string, required: true}]
+)";
+  }
+  void TearDown() override { std::filesystem::remove_all(home_); }
+
+  std::vector<std::string> direct(std::vector<std::string> rest,
+                                  const std::string& token = kToken) {
+    std::vector<std::string> a = {"--server-url", url_,     "--access-token",
+                                  token,          "--home", home_.string()};
+    a.insert(a.end(), rest.begin(), rest.end());
+    return a;
+  }
+
+  std::unique_ptr<e2e::ChildProcess> server_;
+  std::string url_;
+  std::filesystem::path home_;
+};
+
+TEST_F(CliServer, RunConvertsArgumentsAndPrintsTheServersResponse) {
+  auto r = abx(direct({"run", "sbx", "demo", "-a", "x=42", "-a", "y=world", "--json"}));
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(json::parse(r.out), json::parse(R"({"result":"42: world"})"));
+  auto human = abx(direct({"run", "sbx", "add", "-a", "a=40", "-a", "b=2"}));
+  EXPECT_EQ(human.code, 0);
+  EXPECT_EQ(human.out, "42\n");
+  auto f = abx(direct({"run", "sbx", "scale", "-a", "value=2", "--json"}));
+  EXPECT_EQ(f.code, 0);
+  EXPECT_EQ(json::parse(f.out).at("result").to_number<double>(), 5.0);
+}
+
+TEST_F(CliServer, RunArgumentErrorsExitTwoBeforeReachingTheServer) {
+  for (auto args : std::vector<std::vector<std::string>>{
+           {"-a", "x=forty-two"}, {"-a", "x=1", "-a", "zzz=1"}, {"-a", "y=no-x"}, {"-a", "x"}}) {
+    std::vector<std::string> a = {"run", "sbx", "demo", "--json"};
+    a.insert(a.end(), args.begin(), args.end());
+    auto r = abx(direct(a));
+    EXPECT_EQ(r.code, kExitUsage) << args.back();
+    auto j = json::parse(r.out);
+    EXPECT_EQ(j.at("code"), "InvalidArgument");
+  }
+  EXPECT_EQ(abx(direct({"run", "sbx", "no_such_command"})).code, kExitNotFound);
+  // The command threw: exit 1 with its error and type.
+  auto d = abx(direct({"run", "sbx", "divide", "-a", "a=1", "-a", "b=0", "--json"}));
+  EXPECT_EQ(d.code, kExitError);
+  EXPECT_EQ(json::parse(d.out).at("type"), "std::domain_error");
+  // A bad token fails discovery (and so the run) with the auth exit code.
+  EXPECT_EQ(abx(direct({"run", "sbx", "demo", "-a", "x=1"}, "wrong")).code, kExitAuth);
+}
+
+TEST_F(CliServer, CommandsListLocalAndRemote) {
+  auto local = abx({"--home", home_.string(), "commands", "list", "--template", "tpl", "--module",
+                    ABX_DEMO_MODULE, "--json"});
+  ASSERT_EQ(local.code, 0) << local.out;
+  std::map<std::string, std::string> src;
+  json::value local_json = json::parse(local.out);  // outlives the loop over its array
+  for (const auto& c : local_json.at("commands").as_array())
+    src[std::string(c.at("name").as_string())] = c.at("source").as_string();
+  EXPECT_EQ(src["greet"], "yaml") << local.out;
+  EXPECT_EQ(src["demo"], "registered");
+
+  auto remote = abx(direct({"--template", "tpl", "commands", "list", "sbx", "--json"}));
+  ASSERT_EQ(remote.code, 0) << remote.out;
+  src.clear();
+  json::value remote_json = json::parse(remote.out);
+  for (const auto& c : remote_json.at("commands").as_array()) {
+    src[std::string(c.at("name").as_string())] = c.at("source").as_string();
+    for (const auto& a : c.at("args").as_array()) EXPECT_TRUE(a.at("type").is_string());
+  }
+  EXPECT_EQ(src["greet"], "yaml") << remote.out;
+  EXPECT_EQ(src["demo"], "remote");
+
+  auto table = abx(direct({"commands", "list", "sbx"}));
+  EXPECT_EQ(table.code, 0);
+  EXPECT_NE(table.out.find("NAME"), std::string::npos);
+  EXPECT_NE(table.out.find("x:integer y:string=\"hello\""), std::string::npos) << table.out;
+  EXPECT_EQ(abx({"--home", home_.string(), "commands", "list", "--template", "nope"}).code,
+            kExitNotFound);
+  EXPECT_EQ(abx({"commands", "list"}).code, kExitUsage);
+}
+
+TEST_F(CliServer, TokenCreateMintsAScopedToken) {
+  auto t = abx(direct({"token", "create", "sbx", "--command", "demo", "--ttl", "10m", "--json"}));
+  ASSERT_EQ(t.code, 0);
+  std::string tok(json::parse(t.out).at("token").as_string());
+  EXPECT_EQ(abx(direct({"run", "sbx", "demo", "-a", "x=1"}, tok)).code, 0);
+  // The scoped token does not even see `add`: discovery fails it as an unknown command.
+  EXPECT_EQ(abx(direct({"run", "sbx", "add", "-a", "a=1", "-a", "b=2"}, tok)).code, kExitNotFound);
+  auto list = abx(direct({"commands", "list", "sbx", "--json"}, tok));
+  ASSERT_EQ(list.code, 0);
+  EXPECT_EQ(json::parse(list.out).at("commands").as_array().size(), 1u);
+  EXPECT_EQ(abx(direct({"token", "create", "sbx", "--command", "demo", "--ttl", "soon"})).code,
+            kExitUsage);
+}
+
+TEST(CliBinary, EverySubcommandHasHelpAndBadFlagsExitTwo) {
+  for (auto args : std::vector<std::vector<std::string>>{{"--help"},
+                                                         {"sandbox", "--help"},
+                                                         {"sandbox", "create", "--help"},
+                                                         {"sandbox", "list", "--help"},
+                                                         {"sandbox", "info", "--help"},
+                                                         {"sandbox", "kill", "--help"},
+                                                         {"sandbox", "timeout", "--help"},
+                                                         {"sandbox", "connect", "--help"},
+                                                         {"sandbox", "pause", "--help"},
+                                                         {"exec", "--help"},
+                                                         {"files", "read", "--help"},
+                                                         {"files", "write", "--help"},
+                                                         {"files", "ls", "--help"},
+                                                         {"files", "rm", "--help"},
+                                                         {"files", "mkdir", "--help"},
+                                                         {"template", "list", "--help"},
+                                                         {"template", "info", "--help"},
+                                                         {"commands", "list", "--help"},
+                                                         {"run", "--help"},
+                                                         {"token", "create", "--help"},
+                                                         {"up", "--help"},
+                                                         {"completion", "--help"}}) {
+    auto r = abx(args);
+    EXPECT_EQ(r.code, 0) << args[0];
+    EXPECT_FALSE(r.out.empty()) << args[0];
+  }
+  EXPECT_EQ(abx({"--no-such-flag"}).code, kExitUsage);
+  EXPECT_EQ(abx({"sandbox"}).code, kExitUsage);
+  EXPECT_EQ(abx({"run", "only-id"}).code, kExitUsage);
+  auto comp = abx({"completion", "bash"});
+  EXPECT_EQ(comp.code, 0);
+  EXPECT_NE(comp.out.find("complete -o default -F _abx abx"), std::string::npos);
+}
+
+TEST(CliBinary, UnreachablePlatformExitsFive) {
+  EXPECT_EQ(abx({"sandbox", "list"}).code, kExitUnavailable);
+  EXPECT_EQ(abx({"exec", "sbx", "--", "true"}).code, kExitExecFailed);
+}
+
+}  // namespace
+}  // namespace abx::cli

@@ -1,0 +1,204 @@
+// abx sandbox create|list|info|kill|timeout|connect|pause
+#include <boost/json.hpp>
+#include <iostream>
+
+#include "cli/cli.h"
+
+namespace abx::cli {
+
+namespace json = boost::json;
+
+namespace {
+
+struct SandboxOpts {
+  std::string id, template_id = "base", timeout = "300", state, limit;
+  std::vector<std::string> ids, envs, metadata;
+};
+
+void print_info(const Context& ctx, const client::SandboxInfo& i) {
+  if (ctx.flags.json) {
+    ctx.print_json(i.to_json());
+    return;
+  }
+  std::vector<std::vector<std::string>> rows = {{"id", i.sandbox_id}, {"template", i.template_id},
+                                                {"state", i.state},   {"started", i.started_at},
+                                                {"ends", i.end_at},   {"envd", i.envd_version},
+                                                {"domain", i.domain}};
+  for (const auto& r : rows) {
+    if (!r[1].empty())
+      std::cout << r[0] << ":" << std::string(10 - r[0].size(), ' ') << r[1] << "\n";
+  }
+}
+
+int create(Context& ctx, const SandboxOpts& o) {
+  client::CreateOptions co;
+  auto t = parse_duration(o.timeout);
+  if (!t.ok()) return ctx.fail(t.error());
+  co.timeout = *t;
+  auto envs = parse_pairs(o.envs, "--env");
+  if (!envs.ok()) return ctx.fail(envs.error());
+  auto md = parse_pairs(o.metadata, "--metadata");
+  if (!md.ok()) return ctx.fail(md.error());
+  co.envs = *envs;
+  co.metadata = *md;
+  if (!ctx.flags.json) std::cerr << "creating a sandbox from template " << o.template_id << "…\n";
+  auto s = client::Sandbox::create(o.template_id, co, ctx.config());
+  if (!s.ok()) return ctx.fail(s.error());
+  if (ctx.flags.json) {
+    auto j = s->cached_info().to_json();
+    j["envdAccessToken"] = s->cached_info().envd_access_token;
+    ctx.print_json(j);
+  } else {
+    std::cout << s->id() << "\n";
+  }
+  return kExitOk;
+}
+
+int list(Context& ctx, const SandboxOpts& o) {
+  client::ListFilters f;
+  if (!o.state.empty()) {
+    std::string_view rest = o.state;
+    while (!rest.empty()) {
+      auto c = rest.find(',');
+      f.states.emplace_back(rest.substr(0, c));
+      if (c == std::string_view::npos) break;
+      rest.remove_prefix(c + 1);
+    }
+  }
+  auto md = parse_pairs(o.metadata, "--metadata");
+  if (!md.ok()) return ctx.fail(md.error());
+  f.metadata = *md;
+  if (!o.limit.empty()) {
+    try {
+      f.limit = std::stoi(o.limit);
+    } catch (const std::exception&) {
+      return ctx.usage("--limit must be a number");
+    }
+  }
+  auto l = client::Sandbox::list(f, ctx.config());
+  if (!l.ok()) return ctx.fail(l.error());
+  if (ctx.flags.json) {
+    json::array a;
+    for (const auto& i : *l) a.push_back(i.to_json());
+    ctx.print_json(a);
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& i : *l)
+    rows.push_back({i.sandbox_id, i.template_id, i.state, i.started_at, i.end_at});
+  print_table({"ID", "TEMPLATE", "STATE", "STARTED", "ENDS"}, rows);
+  return kExitOk;
+}
+
+int info(Context& ctx, const SandboxOpts& o) {
+  auto cfg = ctx.config();
+  client::SandboxInfo si;
+  si.sandbox_id = o.id;
+  auto s = client::Sandbox::attach(si, cfg);
+  auto i = s.info();
+  if (!i.ok()) return ctx.fail(i.error());
+  print_info(ctx, *i);
+  return kExitOk;
+}
+
+int kill(Context& ctx, const SandboxOpts& o) {
+  int code = kExitOk;
+  json::object out;
+  for (const auto& id : o.ids) {
+    auto k = client::Sandbox::kill(id, ctx.config());
+    if (!k.ok()) {
+      code = ctx.fail(k.error());
+      continue;
+    }
+    if (!*k) {
+      code = ctx.fail(not_found("no sandbox " + id));
+      continue;
+    }
+    out[id] = "killed";
+    if (!ctx.flags.json) std::cout << "killed " << id << "\n";
+  }
+  if (ctx.flags.json && code == kExitOk) ctx.print_json(out);
+  return code;
+}
+
+int timeout(Context& ctx, const SandboxOpts& o) {
+  auto t = parse_duration(o.timeout);
+  if (!t.ok()) return ctx.fail(t.error());
+  client::SandboxInfo si;
+  si.sandbox_id = o.id;
+  auto st = client::Sandbox::attach(si, ctx.config()).set_timeout(*t);
+  if (!st.ok()) return ctx.fail(st.error());
+  if (ctx.flags.json)
+    ctx.print_json(json::object{{"sandboxID", o.id}, {"timeout", t->count()}});
+  else
+    std::cout << o.id << " now ends in " << t->count() << "s\n";
+  return kExitOk;
+}
+
+int connect(Context& ctx, const SandboxOpts& o) {
+  auto t = parse_duration(o.timeout);
+  if (!t.ok()) return ctx.fail(t.error());
+  auto s = client::Sandbox::connect(o.id, ctx.config(), *t);
+  if (!s.ok()) return ctx.fail(s.error());
+  print_info(ctx, s->cached_info());
+  return kExitOk;
+}
+
+int pause(Context& ctx, const SandboxOpts& o) {
+  client::SandboxInfo si;
+  si.sandbox_id = o.id;
+  auto p = client::Sandbox::attach(si, ctx.config()).pause();
+  if (!p.ok()) return ctx.fail(p.error());
+  if (ctx.flags.json)
+    ctx.print_json(json::object{{"sandboxID", o.id}, {"paused", *p}});
+  else
+    std::cout << (*p ? "paused " : "already paused ") << o.id << "\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_sandbox(CLI::App& app, Context& ctx) {
+  auto* sb = app.add_subcommand("sandbox", "Create, list, inspect and stop sandboxes");
+  sb->alias("sbx");
+  sb->require_subcommand(1);
+  auto o = std::make_shared<SandboxOpts>();
+
+  auto* c = sb->add_subcommand("create", "Create a sandbox from a template; prints its id");
+  c->add_option("template", o->template_id, "Template id")->capture_default_str();
+  c->add_option("--timeout", o->timeout, "Lifetime: 300, 5m, 1h")->capture_default_str();
+  c->add_option("--env", o->envs, "Environment variable KEY=VALUE (repeatable)");
+  c->add_option("--metadata", o->metadata, "Metadata KEY=VALUE (repeatable)");
+  c->callback([&ctx, o] { ctx.exit_code = create(ctx, *o); });
+
+  auto* l = sb->add_subcommand("list", "List sandboxes");
+  l->alias("ls");
+  l->add_option("--state", o->state, "running, paused or running,paused");
+  l->add_option("--metadata", o->metadata, "Only sandboxes with this KEY=VALUE (repeatable)");
+  l->add_option("--limit", o->limit, "At most this many");
+  l->callback([&ctx, o] { ctx.exit_code = list(ctx, *o); });
+
+  auto* i = sb->add_subcommand("info", "Show a sandbox");
+  i->add_option("sandbox", o->id, "Sandbox id")->required();
+  i->callback([&ctx, o] { ctx.exit_code = info(ctx, *o); });
+
+  auto* k = sb->add_subcommand("kill", "Stop and remove sandboxes");
+  k->add_option("sandbox", o->ids, "Sandbox ids")->required();
+  k->callback([&ctx, o] { ctx.exit_code = kill(ctx, *o); });
+
+  auto* t = sb->add_subcommand("timeout", "Set a sandbox's remaining lifetime");
+  t->add_option("sandbox", o->id, "Sandbox id")->required();
+  t->add_option("duration", o->timeout, "From now: 300, 5m, 1h")->required();
+  t->callback([&ctx, o] { ctx.exit_code = timeout(ctx, *o); });
+
+  auto* cn = sb->add_subcommand("connect", "Resume or keep alive a sandbox and show it");
+  cn->add_option("sandbox", o->id, "Sandbox id")->required();
+  cn->add_option("--timeout", o->timeout, "Keep it for at least this long")->capture_default_str();
+  cn->callback([&ctx, o] { ctx.exit_code = connect(ctx, *o); });
+
+  auto* p = sb->add_subcommand("pause", "Pause a sandbox");
+  p->add_option("sandbox", o->id, "Sandbox id")->required();
+  p->callback([&ctx, o] { ctx.exit_code = pause(ctx, *o); });
+}
+
+}  // namespace abx::cli
