@@ -40,6 +40,38 @@ namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using tcp = asio::ip::tcp;
 
+std::optional<FramingError> check_request_header(const bhttp::request_header<>& req,
+                                                 const Limits& lim) {
+  auto bad = [](unsigned status, std::string msg) {
+    return FramingError{status, invalid_argument(std::move(msg))};
+  };
+  if (req.target().size() > lim.max_target_bytes) {
+    return bad(414,
+               "request target longer than " + std::to_string(lim.max_target_bytes) + " bytes");
+  }
+  std::size_t fields = 0;
+  std::size_t hosts = 0;
+  for (const auto& f : req) {
+    ++fields;
+    if (f.name() == bhttp::field::host) ++hosts;
+    if (f.name() == bhttp::field::transfer_encoding && !beast::iequals(f.value(), "chunked")) {
+      return bad(400, "unsupported Transfer-Encoding '" + std::string(f.value()) +
+                          "' (only chunked is accepted)");
+    }
+  }
+  if (fields > lim.max_header_fields) {
+    return bad(431, "more than " + std::to_string(lim.max_header_fields) + " header fields");
+  }
+  if (hosts > 1) return bad(400, "more than one Host header");
+  if (req.version() >= 11 && hosts == 0) return bad(400, "missing Host header");
+  auto target = req.target();
+  if (target.empty() ||
+      (target[0] != '/' && !(req.method() == bhttp::verb::options && target == "*"))) {
+    return bad(400, "request target must be a path (origin-form)");
+  }
+  return std::nullopt;
+}
+
 unsigned http_status(ErrorCode code) {
   switch (code) {
     case ErrorCode::kInvalidArgument:
@@ -236,7 +268,10 @@ class Session : public std::enable_shared_from_this<Session> {
     busy_ = true;
     if (ec) return on_read_error(ec);
     const auto& req = parser_->get();
-    if (auto err = check_framing(req)) return fail(*err);
+    if (auto bad = check_request_header(req.base(), server_.opt.limits)) {
+      status_override_ = bad->status;
+      return fail(bad->error);
+    }
     BodyPlan plan{server_.opt.limits.max_body_bytes, {}};
     if (server_.opt.body_policy) {
       Result<BodyPlan> chosen = Error(ErrorCode::kInternal, "body policy failed");
@@ -359,39 +394,6 @@ class Session : public std::enable_shared_from_this<Session> {
     } catch (const std::exception& e) {
       responder(render_error(internal_error(std::string("handler failed: ") + e.what()), version_));
     }
-  }
-
-  std::optional<Error> check_framing(const Request& req) {
-    const auto& lim = server_.opt.limits;
-    if (req.target().size() > lim.max_target_bytes) {
-      status_override_ = 414;
-      return Error(ErrorCode::kInvalidArgument,
-                   "request target longer than " + std::to_string(lim.max_target_bytes) + " bytes");
-    }
-    std::size_t fields = 0;
-    std::size_t hosts = 0;
-    for (const auto& f : req) {
-      ++fields;
-      if (f.name() == bhttp::field::host) ++hosts;
-      if (f.name() == bhttp::field::transfer_encoding && !beast::iequals(f.value(), "chunked")) {
-        return invalid_argument("unsupported Transfer-Encoding '" + std::string(f.value()) +
-                                "' (only chunked is accepted)");
-      }
-    }
-    if (fields > lim.max_header_fields) {
-      status_override_ = 431;
-      return Error(ErrorCode::kInvalidArgument,
-                   "more than " + std::to_string(lim.max_header_fields) + " header fields");
-    }
-    if (hosts > 1) return invalid_argument("more than one Host header");
-    if (req.version() >= 11 && hosts == 0) return invalid_argument("missing Host header");
-    auto target = req.target();
-    if (target.empty() || target[0] != '/') {
-      if (!(req.method() == bhttp::verb::options && target == "*")) {
-        return invalid_argument("request target must be a path (origin-form)");
-      }
-    }
-    return std::nullopt;
   }
 
   void on_read_error(beast::error_code ec) {

@@ -172,34 +172,6 @@ awaitable<void> pump(beast::tcp_stream& from, beast::flat_buffer& pending, beast
   to.socket().shutdown(tcp::socket::shutdown_send, ignored);
 }
 
-std::optional<Error> check_framing(const bhttp::request_header<>& req, const http::Limits& lim,
-                                   unsigned& status) {
-  if (req.target().size() > lim.max_target_bytes) {
-    status = 414;
-    return invalid_argument("request target longer than " + std::to_string(lim.max_target_bytes) +
-                            " bytes");
-  }
-  std::size_t fields = 0, hosts = 0;
-  for (const auto& f : req) {
-    ++fields;
-    if (f.name() == bhttp::field::host) ++hosts;
-    if (f.name() == bhttp::field::transfer_encoding && !beast::iequals(f.value(), "chunked")) {
-      return invalid_argument("unsupported Transfer-Encoding '" + std::string(f.value()) + "'");
-    }
-  }
-  if (fields > lim.max_header_fields) {
-    status = 431;
-    return invalid_argument("too many header fields");
-  }
-  if (hosts != 1)
-    return invalid_argument(hosts == 0 ? "missing Host header" : "more than one Host header");
-  auto t = req.target();
-  if (t.empty() || (t[0] != '/' && !(req.method() == bhttp::verb::options && t == "*"))) {
-    return invalid_argument("request target must be a path (origin-form)");
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
 struct Gateway::Impl {
@@ -347,10 +319,9 @@ awaitable<bool> Gateway::Impl::serve_one(beast::tcp_stream& client, void* key,
     co_return false;
   }
   const unsigned version = hp.get().version();
-  unsigned fstatus = 400;
-  if (auto err = check_framing(hp.get(), opt.limits, fstatus)) {
+  if (auto bad = http::check_request_header(hp.get(), opt.limits)) {
     {
-      http::Response err_res = e2b_error(fstatus, err->message(), version);
+      http::Response err_res = e2b_error(bad->status, bad->error.message(), version);
       co_await write_error(client, err_res);
     }
     co_return false;

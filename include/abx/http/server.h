@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "abx/base/error.h"
@@ -196,6 +197,17 @@ class Server {
   explicit Server(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// The framing checks every abx listener applies to a request header before anything else
+// (catalogue §2.1): target length (414), header field count (431), Transfer-Encoding other than
+// `chunked`, a missing (HTTP/1.1) or repeated Host, and a target that is not origin-form (400).
+// Beast's parser already refuses conflicting Content-Length / Transfer-Encoding.
+struct FramingError {
+  unsigned status;
+  Error error;
+};
+std::optional<FramingError> check_request_header(const boost::beast::http::request_header<>& req,
+                                                 const Limits& limits);
 
 // The one mapping from Error to the wire: an HTTP status and {"error": message, "type": type}.
 unsigned http_status(ErrorCode code);
