@@ -179,7 +179,10 @@ Result<std::vector<CommandEntry>> Sandbox::list_commands(const DiscoveryOptions&
     auto r = server().list();
     if (r.ok()) {
       remote = std::move(*r);
-    } else if (is_auth_error(r.error())) {
+    } else if (r.error().code() == ErrorCode::kUnauthenticated) {
+      // A bad token: execution would fail the same way, so discovery must too. (A 403 is not
+      // this: abxd answers it for a port the template keeps private, i.e. no command server,
+      // and the custom commands below stay runnable through the shell.)
       return r.error();
     } else if (!have_local_template && !tid.empty()) {
       // No command server answered: the platform's template metadata.

@@ -151,7 +151,8 @@ class ABX_EXPORT Sandbox {
   // Two-layer discovery, merged by name (remote > yaml > registered). Layer 1 (local, no
   // network): the template's custom_commands and the given command modules. Layer 2 (remote,
   // same credentials as execution): GET /commands of the command server; when no command
-  // server answers, the platform's template metadata. An auth failure in Layer 2 is returned,
+  // server answers (or abxd keeps its port private: 403), the platform's template metadata. An
+  // authentication failure (401) in Layer 2 is returned,
   // not hidden: discovery never reaches further than execution.
   Result<std::vector<CommandEntry>> list_commands(const DiscoveryOptions& opts = {});
 
