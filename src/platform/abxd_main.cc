@@ -245,7 +245,11 @@ int main(int argc, char** argv) {
   sigwait(&stop, &sig);
   log.info(std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") + ": draining");
   (*gw)->shutdown(std::chrono::seconds(10));
-  if (kill_sandboxes) (*mgr)->kill_all();
+  if (kill_sandboxes) {
+    (*mgr)->kill_all();
+  } else {
+    (*mgr)->detach_all();  // they keep running; the next abxd adopts them
+  }
   log.info("stopped");
   return kExitOk;
 }

@@ -377,6 +377,18 @@ void SandboxManager::kill_all() {
   for (auto& [id, sb] : all) (void)destroy(sb);
 }
 
+void SandboxManager::detach_all() {
+  std::map<std::string, std::shared_ptr<LiveSandbox>> all;
+  {
+    std::lock_guard lock(mu_);
+    all.swap(live_);
+  }
+  for (auto& [id, sb] : all) {
+    std::lock_guard lock(sb->mu);
+    sb->sandbox.detach();
+  }
+}
+
 void SandboxManager::reaper_loop() {
   std::unique_lock lock(reaper_mu_);
   while (!stopping_) {

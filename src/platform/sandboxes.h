@@ -95,6 +95,8 @@ class SandboxManager {
   // Thaws; false if it was not paused.
   Result<bool> resume(const std::string& id);
   void kill_all();
+  // Leaves every sandbox running for the next abxd to adopt (what SIGTERM does by default).
+  void detach_all();
 
   // A connected socket to `port` inside the sandbox (resuming it if paused).
   Result<runtime::UniqueFd> connect(const std::string& id, std::uint16_t port);

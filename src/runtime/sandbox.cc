@@ -184,6 +184,14 @@ Result<UniqueFd> Sandbox::open_tcp(std::uint16_t port, std::chrono::milliseconds
   return connect_loopback(s_->netns.get(), port, timeout);
 }
 
+void Sandbox::detach() {
+  if (!s_ || s_->destroyed) return;
+  s_->destroyed = true;  // the destructor leaves it alone from now on
+  s_->netns.reset();
+  s_->pidfd.reset();
+  s_->lock.reset();  // unlocked: the next owner may adopt() it (or cleanup_stale() remove it)
+}
+
 Status Sandbox::destroy() {
   if (!s_ || s_->destroyed) return {};
   s_->destroyed = true;

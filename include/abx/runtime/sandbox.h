@@ -128,6 +128,10 @@ class Sandbox {
   Result<UniqueFd> open_tcp(std::uint16_t port,
                             std::chrono::milliseconds timeout = std::chrono::seconds(2)) const;
 
+  // Gives up ownership without stopping anything: the sandbox keeps running, its state directory
+  // is unlocked for a later adopt(). Used by an owner that exits but wants its sandboxes kept.
+  void detach();
+
   // Kills the whole tree (cgroup.kill or freezer, then SIGKILL to the init), reaps the init,
   // removes the cgroups and the state directory. Idempotent.
   Status destroy();
