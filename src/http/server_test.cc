@@ -30,12 +30,11 @@ class HttpServerTest : public ::testing::Test {
         return;
       }
       if (req.target() == "/drop") return;  // never answers: the Responder must send a 500
-      respond(json_response(
-          200,
-          boost::json::object{{"method", std::string(req.method_string())},
-                              {"target", std::string(req.target())},
-                              {"body", req.body()}},
-          req.version(), req.keep_alive()));
+      respond(json_response(200,
+                            boost::json::object{{"method", std::string(req.method_string())},
+                                                {"target", std::string(req.target())},
+                                                {"body", req.body()}},
+                            req.version(), req.keep_alive()));
     });
     ASSERT_TRUE(s.ok()) << s.error().message();
     server_ = std::move(*s);
@@ -117,47 +116,66 @@ const std::string kPost = "POST /commands/demo HTTP/1.1\r\nHost: x\r\n";
 INSTANTIATE_TEST_SUITE_P(
     Catalogue, Framing,
     ::testing::Values(
-        FramingCase{"cl_and_te", kPost + "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
-        FramingCase{"te_and_cl", kPost + "Transfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n0\r\n\r\n", 400},
-        FramingCase{"two_different_cl", kPost + "Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}x", 400},
+        FramingCase{"cl_and_te",
+                    kPost + "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+                    400},
+        FramingCase{"te_and_cl",
+                    kPost + "Transfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n0\r\n\r\n",
+                    400},
+        FramingCase{"two_different_cl", kPost + "Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}x",
+                    400},
         FramingCase{"cl_plus", kPost + "Content-Length: +5\r\n\r\n{}{}{", 400},
         FramingCase{"cl_space", kPost + "Content-Length: 5 5\r\n\r\n", 400},
         FramingCase{"cl_hex", kPost + "Content-Length: 0x10\r\n\r\n", 400},
         FramingCase{"cl_negative", kPost + "Content-Length: -1\r\n\r\n", 400},
         FramingCase{"cl_2_64", kPost + "Content-Length: 18446744073709551616\r\n\r\n", 400},
         FramingCase{"te_chunkedx", kPost + "Transfer-Encoding: chunkedx\r\n\r\n", 400},
-        FramingCase{"te_chunked_identity", kPost + "Transfer-Encoding: chunked, identity\r\n\r\n", 400},
+        FramingCase{"te_chunked_identity", kPost + "Transfer-Encoding: chunked, identity\r\n\r\n",
+                    400},
         FramingCase{"te_xchunked", kPost + "Transfer-Encoding: xchunked\r\n\r\n", 400},
-        FramingCase{"chunk_size_overflow", kPost + "Transfer-Encoding: chunked\r\n\r\nffffffffffffffff1\r\n", 400},
-        FramingCase{"chunk_missing_crlf", kPost + "Transfer-Encoding: chunked\r\n\r\n2\r\n{}0\r\n\r\n", 400},
+        FramingCase{"chunk_size_overflow",
+                    kPost + "Transfer-Encoding: chunked\r\n\r\nffffffffffffffff1\r\n", 400},
+        FramingCase{"chunk_missing_crlf",
+                    kPost + "Transfer-Encoding: chunked\r\n\r\n2\r\n{}0\r\n\r\n", 400},
         FramingCase{"space_before_colon", "GET / HTTP/1.1\r\nHost : x\r\n\r\n", 400},
-        FramingCase{"nul_in_value", std::string("GET / HTTP/1.1\r\nHost: x\r\nX: a\0b\r\n\r\n", 39), 400},
+        FramingCase{"nul_in_value", std::string("GET / HTTP/1.1\r\nHost: x\r\nX: a\0b\r\n\r\n", 39),
+                    400},
         FramingCase{"bad_method", "G(T / HTTP/1.1\r\nHost: x\r\n\r\n", 400},
         FramingCase{"absolute_form", "GET http://evil/ HTTP/1.1\r\nHost: x\r\n\r\n", 400},
         FramingCase{"two_hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400},
         FramingCase{"no_host_11", "GET / HTTP/1.1\r\n\r\n", 400},
-        FramingCase{"long_target", "GET /" + std::string(9000, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n", 414},
-        FramingCase{"huge_header", "GET / HTTP/1.1\r\nHost: x\r\nX: " + std::string(17000, 'a') + "\r\n\r\n", 431},
-        FramingCase{"many_fields", [] {
+        FramingCase{"long_target",
+                    "GET /" + std::string(9000, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n", 414},
+        FramingCase{"huge_header",
+                    "GET / HTTP/1.1\r\nHost: x\r\nX: " + std::string(17000, 'a') + "\r\n\r\n", 431},
+        FramingCase{"many_fields",
+                    [] {
                       std::string r = "GET / HTTP/1.1\r\nHost: x\r\n";
                       for (int i = 0; i < 101; ++i) r += "X-" + std::to_string(i) + ": v\r\n";
                       return r + "\r\n";
-                    }(), 431},
+                    }(),
+                    431},
         FramingCase{"body_over_limit", kPost + "Content-Length: 2048\r\n\r\n", 413},
-        FramingCase{"expect_continue_over_limit", kPost + "Content-Length: 1000000\r\nExpect: 100-continue\r\n\r\n", 413},
-        FramingCase{"chunked_over_limit", kPost + "Transfer-Encoding: chunked\r\n\r\n800\r\n" + std::string(2048, 'a') + "\r\n0\r\n\r\n", 413}),
+        FramingCase{"expect_continue_over_limit",
+                    kPost + "Content-Length: 1000000\r\nExpect: 100-continue\r\n\r\n", 413},
+        FramingCase{"chunked_over_limit",
+                    kPost + "Transfer-Encoding: chunked\r\n\r\n800\r\n" + std::string(2048, 'a') +
+                        "\r\n0\r\n\r\n",
+                    413}),
     [](const auto& tc) { return std::string(tc.param.name); });
 
 TEST_F(HttpServerTest, ChunkedBodyWithinLimitIsAccepted) {
   start();
-  std::string out = raw(kPost + "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n2\r\n{}\r\n0\r\n\r\n");
+  std::string out =
+      raw(kPost + "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n2\r\n{}\r\n0\r\n\r\n");
   EXPECT_EQ(status_of(out), 200) << out;
   EXPECT_NE(out.find(R"("body":"{}")"), std::string::npos) << out;
 }
 
 TEST_F(HttpServerTest, ExpectContinueWithinLimitGets100ThenTheAnswer) {
   start();
-  std::string out = raw(kPost + "Content-Length: 2\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n{}");
+  std::string out =
+      raw(kPost + "Content-Length: 2\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n{}");
   EXPECT_EQ(out.rfind("HTTP/1.1 100 Continue", 0), 0u) << out;
   EXPECT_NE(out.find("HTTP/1.1 200"), std::string::npos) << out;
 }
@@ -212,9 +230,8 @@ TEST_F(HttpServerTest, UnansweredRequestGets500NotAHang) {
 TEST_F(HttpServerTest, ShutdownDrainsInFlightRequests) {
   start();
   Result<Response> slow = Error(ErrorCode::kInternal, "not run");
-  std::thread t([&] {
-    slow = fetch("127.0.0.1", server_->port(), make_request(bhttp::verb::get, "/slow"));
-  });
+  std::thread t(
+      [&] { slow = fetch("127.0.0.1", server_->port(), make_request(bhttp::verb::get, "/slow")); });
   while (handled_.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   server_->shutdown(std::chrono::seconds(5));
   t.join();
