@@ -67,40 +67,6 @@ Result<Endpoint> parse_http_url(std::string_view url) {
   return ep;
 }
 
-ErrorCode code_for_status(unsigned status) {
-  switch (status) {
-    case 400:
-      return ErrorCode::kInvalidArgument;
-    case 401:
-      return ErrorCode::kUnauthenticated;
-    case 403:
-      return ErrorCode::kPermissionDenied;
-    case 404:
-      return ErrorCode::kNotFound;
-    case 405:
-      return ErrorCode::kMethodNotAllowed;
-    case 409:
-      return ErrorCode::kFailedPrecondition;
-    case 413:
-      return ErrorCode::kPayloadTooLarge;
-    case 415:
-      return ErrorCode::kUnsupportedMediaType;
-    case 429:
-      return ErrorCode::kResourceExhausted;
-    case 501:
-      return ErrorCode::kUnimplemented;
-    case 502:
-    case 503:
-      return ErrorCode::kUnavailable;
-    case 504:
-      return ErrorCode::kDeadlineExceeded;
-    case 507:
-      return ErrorCode::kInsufficientStorage;
-    default:
-      return status >= 500 ? ErrorCode::kInternal : ErrorCode::kInvalidArgument;
-  }
-}
-
 ErrorCode code_for_connect(std::string_view c) {
   if (c == "invalid_argument" || c == "out_of_range") return ErrorCode::kInvalidArgument;
   if (c == "unauthenticated") return ErrorCode::kUnauthenticated;
@@ -117,7 +83,7 @@ ErrorCode code_for_connect(std::string_view c) {
 
 Error error_from_response(const http::Response& res, Plane plane, std::string_view what) {
   unsigned status = res.result_int();
-  ErrorCode code = code_for_status(status);
+  ErrorCode code = http::error_code_for_status(status);
   std::string message;
   std::string type;
   auto body = parse_json_strict(res.body());

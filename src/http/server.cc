@@ -72,6 +72,40 @@ std::optional<FramingError> check_request_header(const bhttp::request_header<>& 
   return std::nullopt;
 }
 
+ErrorCode error_code_for_status(unsigned status) {
+  switch (status) {
+    case 400:
+      return ErrorCode::kInvalidArgument;
+    case 401:
+      return ErrorCode::kUnauthenticated;
+    case 403:
+      return ErrorCode::kPermissionDenied;
+    case 404:
+      return ErrorCode::kNotFound;
+    case 405:
+      return ErrorCode::kMethodNotAllowed;
+    case 409:
+      return ErrorCode::kFailedPrecondition;
+    case 413:
+      return ErrorCode::kPayloadTooLarge;
+    case 415:
+      return ErrorCode::kUnsupportedMediaType;
+    case 429:
+      return ErrorCode::kResourceExhausted;
+    case 501:
+      return ErrorCode::kUnimplemented;
+    case 502:
+    case 503:
+      return ErrorCode::kUnavailable;
+    case 504:
+      return ErrorCode::kDeadlineExceeded;
+    case 507:
+      return ErrorCode::kInsufficientStorage;
+    default:
+      return status >= 500 ? ErrorCode::kInternal : ErrorCode::kInvalidArgument;
+  }
+}
+
 unsigned http_status(ErrorCode code) {
   switch (code) {
     case ErrorCode::kInvalidArgument:

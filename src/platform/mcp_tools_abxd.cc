@@ -82,39 +82,6 @@ Result<Response> exchange(runtime::UniqueFd fd, Request req, std::chrono::millis
   return parser.release();
 }
 
-ErrorCode code_of_status(unsigned status) {
-  switch (status) {
-    case 400:
-      return ErrorCode::kInvalidArgument;
-    case 401:
-      return ErrorCode::kUnauthenticated;
-    case 403:
-      return ErrorCode::kPermissionDenied;
-    case 404:
-      return ErrorCode::kNotFound;
-    case 405:
-      return ErrorCode::kMethodNotAllowed;
-    case 409:
-      return ErrorCode::kFailedPrecondition;
-    case 413:
-      return ErrorCode::kPayloadTooLarge;
-    case 415:
-      return ErrorCode::kUnsupportedMediaType;
-    case 429:
-      return ErrorCode::kResourceExhausted;
-    case 501:
-      return ErrorCode::kUnimplemented;
-    case 503:
-      return ErrorCode::kUnavailable;
-    case 504:
-      return ErrorCode::kDeadlineExceeded;
-    case 507:
-      return ErrorCode::kInsufficientStorage;
-    default:
-      return status >= 500 ? ErrorCode::kInternal : ErrorCode::kInvalidArgument;
-  }
-}
-
 ErrorCode code_of_connect(std::string_view c) {
   if (c == "invalid_argument" || c == "out_of_range") return ErrorCode::kInvalidArgument;
   if (c == "unauthenticated") return ErrorCode::kUnauthenticated;
@@ -132,7 +99,7 @@ ErrorCode code_of_connect(std::string_view c) {
 // An error answer of envd ({"code": 404 | "not_found", "message"}) or of the command server
 // ({"error", "type"}), prefixed with what was being done.
 Error error_of(const Response& res, const std::string& doing) {
-  ErrorCode code = code_of_status(res.result_int());
+  ErrorCode code = http::error_code_for_status(res.result_int());
   std::string msg;
   std::string type;
   auto v = parse_json_strict(res.body());

@@ -211,6 +211,9 @@ std::optional<FramingError> check_request_header(const boost::beast::http::reque
 
 // The one mapping from Error to the wire: an HTTP status and {"error": message, "type": type}.
 unsigned http_status(ErrorCode code);
+// The other way, for clients: an HTTP status as the canonical code (502/503 → kUnavailable; an
+// unlisted 5xx → kInternal, 4xx → kInvalidArgument).
+ErrorCode error_code_for_status(unsigned status);
 Response error_response(const Error& error, unsigned version = 11, bool keep_alive = true);
 Response json_response(unsigned status, const boost::json::value& body, unsigned version = 11,
                        bool keep_alive = true);
