@@ -210,10 +210,10 @@ Result<CommandResult> Sandbox::run(std::string_view name, const json::object& ar
     if (const auto* t = detail::find_local_template(catalog, tid)) {
       if (const auto* c = t->find_command(name)) cmd = *c;
     } else if (!tid.empty()) {
-      auto t = get_template(tid, state_->config);
-      if (!t.ok() && t.error().code() != ErrorCode::kNotFound) return t.error();
-      if (t.ok()) {
-        auto cc = remote_custom_commands(*t);
+      auto remote = get_template(tid, state_->config);
+      if (!remote.ok() && remote.error().code() != ErrorCode::kNotFound) return remote.error();
+      if (remote.ok()) {
+        auto cc = remote_custom_commands(*remote);
         if (!cc.ok()) return cc.error();
         for (auto& c : *cc) {
           if (c.name == name) cmd = std::move(c);
