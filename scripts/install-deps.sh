@@ -22,6 +22,7 @@ pkgs=(
   libssl-dev libseccomp-dev libsqlite3-dev sqlite3
   libgtest-dev libgmock-dev libbenchmark-dev
   python3
+  ccache  # compiler cache: the dev, asan and release builds of one run share unchanged objects
 )
 # tests/e2e/mcp: the official MCP TypeScript SDK runs on Node (npm ci fetches it). Debian's
 # nodejs + npm, unless a node with its own npm (e.g. NodeSource's) is already installed.
