@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <sstream>
 #include <thread>
 
@@ -120,6 +121,19 @@ SandboxCgroups SandboxCgroups::existing(const CgroupLayout& layout, const std::s
     add(g.freezer_dir_);
   }
   return g;
+}
+
+CgroupUsage SandboxCgroups::usage() const {
+  CgroupUsage u;
+  const std::string mem = dir_for("memory");
+  if (mem.empty()) return u;
+  auto number = [](const std::string& path) -> std::uint64_t {
+    auto text = read_file(path, 64);
+    return text ? std::strtoull(text->c_str(), nullptr, 10) : 0;
+  };
+  u.memory_bytes = number(mem + "/memory.usage_in_bytes");                    // v1
+  if (u.memory_bytes == 0) u.memory_bytes = number(mem + "/memory.current");  // v2
+  return u;
 }
 
 std::string SandboxCgroups::dir_for(const std::string& controller) const {
