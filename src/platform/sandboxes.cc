@@ -321,7 +321,7 @@ Status SandboxManager::set_timeout(const std::string& id, std::int64_t seconds) 
                             std::to_string(opt_.max_timeout_seconds) + " seconds");
   }
   std::int64_t end = now_ms() + seconds * 1000;
-  if (Status s = store_->set_deadline(id, end); !s) return s;
+  ABX_TRY(store_->set_deadline(id, end));
   std::lock_guard lock(sb->mu);
   sb->record.end_at_ms = end;
   reaper_cv_.notify_all();
@@ -334,7 +334,7 @@ Status SandboxManager::pause(const std::string& id) {
   std::lock_guard lock(sb->mu);
   if (sb->paused)
     return Error(ErrorCode::kFailedPrecondition, "sandbox '" + id + "' is already paused");
-  if (Status s = sb->sandbox.cgroups().freeze(true); !s) return s;
+  ABX_TRY(sb->sandbox.cgroups().freeze(true));
   sb->paused = true;
   sb->record.state = store::SandboxState::kPaused;
   return store_->update_state(id, store::SandboxState::kPaused);
@@ -345,10 +345,10 @@ Result<bool> SandboxManager::resume(const std::string& id) {
   if (!sb) return not_found("sandbox '" + id + "' not found");
   std::lock_guard lock(sb->mu);
   if (!sb->paused) return false;
-  if (Status s = sb->sandbox.cgroups().freeze(false); !s) return s.error();
+  ABX_TRY(sb->sandbox.cgroups().freeze(false));
   sb->paused = false;
   sb->record.state = store::SandboxState::kRunning;
-  if (Status s = store_->update_state(id, store::SandboxState::kRunning); !s) return s.error();
+  ABX_TRY(store_->update_state(id, store::SandboxState::kRunning));
   Logger("sandboxes", id).info("resumed");
   return true;
 }

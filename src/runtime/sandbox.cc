@@ -350,20 +350,17 @@ Result<Sandbox> Sandbox::adopt(const std::string& state_dir, const std::string& 
   st->config.id = id;
   st->config.state_dir = state_dir;
   st->dir = state_dir + "/" + id;
-  auto lock = open_fd(st->dir + "/" + kLockFile, O_RDWR);
-  if (!lock) return lock.error();
-  if (::flock(lock->get(), LOCK_EX | LOCK_NB) != 0) {
+  ABX_ASSIGN_OR_RETURN(st->lock, open_fd(st->dir + "/" + kLockFile, O_RDWR));
+  if (::flock(st->lock.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno == EWOULDBLOCK)
       return Error(ErrorCode::kAlreadyExists, "sandbox " + id + " is owned by a live process");
     return sys_error("flock", errno);
   }
-  st->lock = std::move(lock).value();
-  auto init = read_file(st->dir + "/" + kInitFile, 4096);
-  if (!init) return init.error();
+  ABX_ASSIGN_OR_RETURN(const std::string init, read_file(st->dir + "/" + kInitFile, 4096));
   long long pid = 0;
   unsigned long long start = 0;
   char parent[256] = {0};
-  if (std::sscanf(init->c_str(), "%lld %llu %255s", &pid, &start, parent) != 3 || pid <= 0)
+  if (std::sscanf(init.c_str(), "%lld %llu %255s", &pid, &start, parent) != 3 || pid <= 0)
     return Error(ErrorCode::kFailedPrecondition, "sandbox " + id + ": malformed init record");
   // pidfd first, then the start time: if they match, the pidfd names the original init even if
   // the pid is reused later.
@@ -373,13 +370,10 @@ Result<Sandbox> Sandbox::adopt(const std::string& state_dir, const std::string& 
   if (process_start_time(static_cast<pid_t>(pid)) != start)
     return Error(ErrorCode::kNotFound, "sandbox " + id + ": its init has exited");
   st->pid = static_cast<pid_t>(pid);
-  auto ns = open_fd("/proc/" + std::to_string(pid) + "/ns/net", O_RDONLY);
-  if (!ns) return ns.error();
-  st->netns = std::move(ns).value();
-  auto layout = CgroupLayout::detect();
-  if (!layout) return layout.error();
+  ABX_ASSIGN_OR_RETURN(st->netns, open_fd("/proc/" + std::to_string(pid) + "/ns/net", O_RDONLY));
+  ABX_ASSIGN_OR_RETURN(const CgroupLayout layout, CgroupLayout::detect());
   st->config.cgroup_parent = parent;
-  st->cgroups = SandboxCgroups::existing(*layout, parent, id);
+  st->cgroups = SandboxCgroups::existing(layout, parent, id);
   st->adopted = true;
   return Sandbox(std::move(st));
 }
