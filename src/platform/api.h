@@ -15,6 +15,9 @@
 //   POST   /sandboxes/{id}/tokens          201 {"token","expiresAt"} (abx: scoped command token)
 //   GET    /templates, /templates/{id}     200 (with capabilities and customCommands)
 // Auth: X-API-KEY, Authorization: Bearer <key>, or Authorization: ABX-HMAC-SHA256 (signed).
+//
+// The routes are a table in api.cc, their handlers one file per resource (api_routes.h); a
+// handler's Error becomes the status and body above through e2b_error() alone.
 #pragma once
 
 #include <atomic>
@@ -38,7 +41,8 @@ class ControlApi : public GatewayBackend {
 
  private:
   Status authenticate(const http::Request& req);
-  http::Response route(http::Request& req);
+  Status verify_signature(const http::Request& req);
+  Result<http::Response> route(http::Request& req);
 
   SandboxManager& sandboxes_;
   store::Store& store_;

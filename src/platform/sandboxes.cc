@@ -8,9 +8,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
+#include "abx/base/try.h"
 #include "abx/http/client.h"
+#include "abx/runtime/process.h"
 #include "abx/token/token.h"
 
 namespace abx::platform {
@@ -30,41 +31,15 @@ constexpr const char* kServerInside = "/opt/abx/bin/abx-server";
 constexpr const char* kDemoInside = "/opt/abx/lib/libabx_demo_commands.so";
 constexpr const char* kTokenInside = "/run/abx/token";
 
-// Field 22 of /proc/<pid>/stat: with the pid it identifies one process across pid reuse.
-std::uint64_t start_time_of(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto close = s.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream rest(s.substr(close + 2));
-  std::string field;
-  for (int i = 3; i <= 22 && rest >> field; ++i) {
-    if (i == 22) return std::stoull(field);
-  }
-  return 0;
-}
-
 // A pidfd polls readable once its process has exited (the runtime reaps it in destroy()).
 bool init_exited(int pidfd) {
   pollfd p{pidfd, POLLIN, 0};
   return ::poll(&p, 1, 0) > 0;
 }
 
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  return out + "'";
-}
-
 std::string join_quoted(const std::vector<std::string>& argv) {
   std::string out;
-  for (const auto& a : argv) out += (out.empty() ? "" : " ") + shell_quote(a);
+  for (const auto& a : argv) out += (out.empty() ? "" : " ") + templates::shell_quote(a);
   return out;
 }
 
@@ -108,9 +83,8 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(
   f.limit = 1000;
   int adopted = 0, lost = 0;
   for (;;) {
-    auto page = store.list_sandboxes(f);
-    if (!page.ok()) return page.error();
-    for (const auto& rec : page->items) {
+    ABX_ASSIGN_OR_RETURN(store::SandboxPage page, store.list_sandboxes(f));
+    for (const auto& rec : page.items) {
       auto sb = runtime::Sandbox::adopt(state_dir, rec.id);
       const templates::Template* tmpl = catalog.get(rec.template_id);
       std::ifstream tin(fs::path(m->opt_.home) / "run" / rec.id / "token");
@@ -132,8 +106,8 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(
       m->live_[rec.id] = std::move(live);
       ++adopted;
     }
-    if (page->next_token.empty()) break;
-    f.page_token = page->next_token;
+    if (page.next_token.empty()) break;
+    f.page_token = page.next_token;
   }
   auto cleaned = runtime::cleanup_stale(state_dir);
   if (adopted + lost > 0 || (cleaned.ok() && *cleaned > 0)) {
@@ -154,6 +128,97 @@ SandboxManager::~SandboxManager() {
   if (reaper_.joinable()) reaper_.join();
 }
 
+namespace {
+
+// The runtime config of a sandbox whose init is abx-envd: the template's rootfs, network,
+// start and server commands, environment and limits, and the binaries bind-mounted read-only.
+runtime::SandboxConfig envd_sandbox_config(const ManagerOptions& opt,
+                                           const templates::Template& tmpl,
+                                           const CreateRequest& req, const std::string& id,
+                                           const std::string& token_file) {
+  runtime::SandboxConfig cfg;
+  cfg.id = id;
+  cfg.state_dir = opt.home + "/sandboxes";
+  if (tmpl.rootfs == "host") {
+    cfg.rootfs = runtime::RootfsMode::kHost;
+  } else {
+    cfg.rootfs = runtime::RootfsMode::kDirectory;
+    cfg.rootfs_dir = tmpl.rootfs;
+  }
+  cfg.network = tmpl.network == templates::NetworkMode::kHost ? runtime::NetworkMode::kHost
+                                                              : runtime::NetworkMode::kNone;
+  cfg.argv = {kEnvdInside, "--host", "127.0.0.1", "--port", std::to_string(kEnvdPort)};
+  if (!token_file.empty()) {
+    cfg.binds.push_back({token_file, kTokenInside, false});
+    cfg.argv.insert(cfg.argv.end(), {"--token-file", kTokenInside});
+  }
+  if (!tmpl.start.empty())
+    cfg.argv.insert(cfg.argv.end(), {"--start-cmd", join_quoted(tmpl.start)});
+  if (tmpl.server) {
+    // The command server reads the sandbox token from its file (it runs as the default user).
+    std::string cmd = join_quoted(tmpl.server->argv);
+    if (!token_file.empty())
+      cmd = "ABX_ACCESS_TOKEN=\"$(cat " + std::string(kTokenInside) + ")\" exec " + cmd;
+    cfg.argv.insert(cfg.argv.end(), {"--server-cmd", cmd});
+  }
+  cfg.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root",
+             "LANG=C.UTF-8", "ABX_SANDBOX_ID=" + id, "E2B_SANDBOX_ID=" + id};
+  for (const auto& [k, v] : tmpl.env) cfg.env.push_back(k + "=" + v);
+  for (const auto& [k, v] : req.env_vars) cfg.env.push_back(k + "=" + v);
+  cfg.binds.push_back({opt.binaries.envd, kEnvdInside, false});
+  cfg.binds.push_back({opt.binaries.server, kServerInside, false});
+  if (!opt.binaries.demo_module.empty() && fs::exists(opt.binaries.demo_module)) {
+    cfg.binds.push_back({opt.binaries.demo_module, kDemoInside, false});
+  }
+  cfg.limits.memory_bytes = static_cast<std::uint64_t>(tmpl.resources.memory_bytes);
+  cfg.limits.pids_max = static_cast<std::uint32_t>(tmpl.resources.pids);
+  cfg.limits.cpu_millicores = static_cast<std::uint32_t>(tmpl.resources.cpu * 1000);
+  cfg.disk_bytes = static_cast<std::uint64_t>(tmpl.resources.disk_bytes);
+  return cfg;
+}
+
+// Ready means envd answers on its port inside the sandbox's netns (10 s, backing off to 20 ms).
+Status wait_for_envd(const runtime::Sandbox& sb) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (auto delay = std::chrono::microseconds(200); std::chrono::steady_clock::now() < deadline;
+       delay = std::min(delay * 2, std::chrono::microseconds(20'000))) {
+    if (sb.open_tcp(kEnvdPort, std::chrono::milliseconds(500)).ok()) return {};
+    if (init_exited(sb.pidfd())) {
+      return unavailable("abx-envd exited during start (see the abxd log for its output)");
+    }
+    std::this_thread::sleep_for(delay);
+  }
+  return unavailable("envd did not start");
+}
+
+store::SandboxRecord new_record(const ManagerOptions& opt, const templates::Template& tmpl,
+                                const CreateRequest& req, const std::string& id,
+                                const runtime::Sandbox& sb, const std::string& token,
+                                std::int64_t timeout) {
+  store::SandboxRecord rec;
+  rec.id = id;
+  rec.template_id = tmpl.id;
+  rec.client_id = kClientId;
+  rec.created_at_ms = now_ms();
+  rec.end_at_ms = rec.created_at_ms + timeout * 1000;
+  rec.state = store::SandboxState::kRunning;
+  rec.init_pid = sb.pid();
+  rec.init_start_time = runtime::process_start_time(sb.pid());
+  rec.access_token_digest = token.empty() ? std::string() : store::token_digest(token);
+  rec.cpu_count = tmpl.resources.cpu;
+  rec.memory_mb = tmpl.resources.memory_bytes >> 20;
+  rec.disk_mb = tmpl.resources.disk_bytes >> 20;
+  rec.metadata = req.metadata;
+  rec.env_vars = req.env_vars;
+  rec.domain = opt.domain;
+  return rec;
+}
+
+}  // namespace
+
+// Order: check the request, make the token (file), spawn, wait for envd, then record; a failure
+// after the token file exists removes the run directory, and after spawn destroys the sandbox,
+// so an unacknowledged create leaves nothing behind.
 Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest& req) {
   const templates::Template* tmpl = catalog_->get(req.template_id);
   if (tmpl == nullptr) return not_found("template '" + req.template_id + "' not found");
@@ -169,106 +234,36 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
                    "sandbox limit reached (" + std::to_string(opt_.max_sandboxes) + ")");
     }
   }
-  auto id = store::generate_sandbox_id();
-  if (!id.ok()) return id.error();
+  ABX_ASSIGN_OR_RETURN(const std::string id, store::generate_sandbox_id());
   std::string token;
   if (req.secure) {
-    auto t = token::random_hex(24);
-    if (!t.ok()) return t.error();
-    token = *t;
+    ABX_ASSIGN_OR_RETURN(token, token::random_hex(24));
   }
-  Logger slog("sandboxes", *id);
-  fs::path run_dir = fs::path(opt_.home) / "run" / *id;
+  Logger slog("sandboxes", id);
+  const fs::path run_dir = fs::path(opt_.home) / "run" / id;
   auto cleanup_run = [&] {
     std::error_code ec;
     fs::remove_all(run_dir, ec);
   };
-
-  runtime::SandboxConfig cfg;
-  cfg.id = *id;
-  cfg.state_dir = opt_.home + "/sandboxes";
-  if (tmpl->rootfs == "host") {
-    cfg.rootfs = runtime::RootfsMode::kHost;
-  } else {
-    cfg.rootfs = runtime::RootfsMode::kDirectory;
-    cfg.rootfs_dir = tmpl->rootfs;
-  }
-  cfg.network = tmpl->network == templates::NetworkMode::kHost ? runtime::NetworkMode::kHost
-                                                               : runtime::NetworkMode::kNone;
-  cfg.argv = {kEnvdInside, "--host", "127.0.0.1", "--port", std::to_string(kEnvdPort)};
+  std::string token_file;
   if (!token.empty()) {
-    if (Status s = write_token_file(run_dir / "token", token); !s) return s.error();
-    cfg.binds.push_back({(run_dir / "token").string(), kTokenInside, false});
-    cfg.argv.insert(cfg.argv.end(), {"--token-file", kTokenInside});
+    token_file = (run_dir / "token").string();
+    ABX_TRY(write_token_file(token_file, token));
   }
-  if (!tmpl->start.empty())
-    cfg.argv.insert(cfg.argv.end(), {"--start-cmd", join_quoted(tmpl->start)});
-  if (tmpl->server) {
-    // The command server reads the sandbox token from its file (it runs as the default user).
-    std::string cmd = join_quoted(tmpl->server->argv);
-    if (!token.empty())
-      cmd = "ABX_ACCESS_TOKEN=\"$(cat " + std::string(kTokenInside) + ")\" exec " + cmd;
-    cfg.argv.insert(cfg.argv.end(), {"--server-cmd", cmd});
-  }
-  cfg.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root",
-             "LANG=C.UTF-8", "ABX_SANDBOX_ID=" + *id, "E2B_SANDBOX_ID=" + *id};
-  for (const auto& [k, v] : tmpl->env) cfg.env.push_back(k + "=" + v);
-  for (const auto& [k, v] : req.env_vars) cfg.env.push_back(k + "=" + v);
-  cfg.binds.push_back({opt_.binaries.envd, kEnvdInside, false});
-  cfg.binds.push_back({opt_.binaries.server, kServerInside, false});
-  if (!opt_.binaries.demo_module.empty() && fs::exists(opt_.binaries.demo_module)) {
-    cfg.binds.push_back({opt_.binaries.demo_module, kDemoInside, false});
-  }
-  cfg.limits.memory_bytes = static_cast<std::uint64_t>(tmpl->resources.memory_bytes);
-  cfg.limits.pids_max = static_cast<std::uint32_t>(tmpl->resources.pids);
-  cfg.limits.cpu_millicores = static_cast<std::uint32_t>(tmpl->resources.cpu * 1000);
-  cfg.disk_bytes = static_cast<std::uint64_t>(tmpl->resources.disk_bytes);
 
-  auto sb = runtime::Sandbox::spawn(std::move(cfg));
+  auto sb = runtime::Sandbox::spawn(envd_sandbox_config(opt_, *tmpl, req, id, token_file));
   if (!sb.ok()) {
     cleanup_run();
     slog.error("spawn failed: " + sb.error().message());
     return sb.error();
   }
-  // Ready means envd answers /health inside the sandbox's netns.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  Status ready = unavailable("envd did not start");
-  for (auto delay = std::chrono::microseconds(200); std::chrono::steady_clock::now() < deadline;
-       delay = std::min(delay * 2, std::chrono::microseconds(20'000))) {
-    auto fd = sb->open_tcp(kEnvdPort, std::chrono::milliseconds(500));
-    if (fd.ok()) {
-      ready = {};
-      break;
-    }
-    if (init_exited(sb->pidfd())) {
-      ready = unavailable("abx-envd exited during start (see the abxd log for its output)");
-      break;
-    }
-    std::this_thread::sleep_for(delay);
-  }
-  if (!ready.ok()) {
+  if (Status ready = wait_for_envd(*sb); !ready) {
     (void)sb->destroy();
     cleanup_run();
     slog.error(ready.error().message());
     return ready.error();
   }
-
-  store::SandboxRecord rec;
-  rec.id = *id;
-  rec.template_id = tmpl->id;
-  rec.client_id = kClientId;
-  rec.created_at_ms = now_ms();
-  rec.end_at_ms = rec.created_at_ms + timeout * 1000;
-  rec.state = store::SandboxState::kRunning;
-  rec.init_pid = sb->pid();
-  rec.init_start_time = start_time_of(sb->pid());
-  rec.access_token_digest = token.empty() ? std::string() : store::token_digest(token);
-  rec.cpu_count = tmpl->resources.cpu;
-  rec.memory_mb = tmpl->resources.memory_bytes >> 20;
-  rec.disk_mb = tmpl->resources.disk_bytes >> 20;
-  rec.metadata = req.metadata;
-  rec.env_vars = req.env_vars;
-  rec.domain = opt_.domain;
+  store::SandboxRecord rec = new_record(opt_, *tmpl, req, id, *sb, token, timeout);
   if (Status s = store_->insert_sandbox(rec); !s) {
     (void)sb->destroy();
     cleanup_run();
@@ -326,7 +321,7 @@ Status SandboxManager::set_timeout(const std::string& id, std::int64_t seconds) 
                             std::to_string(opt_.max_timeout_seconds) + " seconds");
   }
   std::int64_t end = now_ms() + seconds * 1000;
-  if (Status s = store_->set_deadline(id, end); !s) return s;
+  ABX_TRY(store_->set_deadline(id, end));
   std::lock_guard lock(sb->mu);
   sb->record.end_at_ms = end;
   reaper_cv_.notify_all();
@@ -339,7 +334,7 @@ Status SandboxManager::pause(const std::string& id) {
   std::lock_guard lock(sb->mu);
   if (sb->paused)
     return Error(ErrorCode::kFailedPrecondition, "sandbox '" + id + "' is already paused");
-  if (Status s = sb->sandbox.cgroups().freeze(true); !s) return s;
+  ABX_TRY(sb->sandbox.cgroups().freeze(true));
   sb->paused = true;
   sb->record.state = store::SandboxState::kPaused;
   return store_->update_state(id, store::SandboxState::kPaused);
@@ -350,10 +345,10 @@ Result<bool> SandboxManager::resume(const std::string& id) {
   if (!sb) return not_found("sandbox '" + id + "' not found");
   std::lock_guard lock(sb->mu);
   if (!sb->paused) return false;
-  if (Status s = sb->sandbox.cgroups().freeze(false); !s) return s.error();
+  ABX_TRY(sb->sandbox.cgroups().freeze(false));
   sb->paused = false;
   sb->record.state = store::SandboxState::kRunning;
-  if (Status s = store_->update_state(id, store::SandboxState::kRunning); !s) return s.error();
+  ABX_TRY(store_->update_state(id, store::SandboxState::kRunning));
   Logger("sandboxes", id).info("resumed");
   return true;
 }
@@ -362,8 +357,7 @@ Result<runtime::UniqueFd> SandboxManager::connect(const std::string& id, std::ui
   auto sb = find(id);
   if (!sb) return not_found("sandbox '" + id + "' not found");
   if (sb->paused) {
-    auto r = resume(id);  // traffic resumes a paused sandbox
-    if (!r.ok()) return r.error();
+    ABX_TRY(resume(id));  // traffic resumes a paused sandbox
   }
   return sb->sandbox.open_tcp(port, std::chrono::seconds(2));
 }

@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <sstream>
 #include <thread>
 
+#include "abx/base/try.h"
 #include "sys.h"
 
 namespace abx::runtime {
@@ -52,10 +54,9 @@ bool wait_until(F done, std::chrono::milliseconds limit) {
 }  // namespace
 
 Result<CgroupLayout> CgroupLayout::detect(const std::string& mountinfo_path) {
-  auto text = read_file(mountinfo_path);
-  if (!text) return text.error();
+  ABX_ASSIGN_OR_RETURN(const std::string text, read_file(mountinfo_path));
   CgroupLayout layout;
-  std::istringstream in(*text);
+  std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
     // "<id> <parent> <maj:min> <root> <mount point> <opts> [optional...] - <fstype> <src> <super>"
@@ -120,6 +121,19 @@ SandboxCgroups SandboxCgroups::existing(const CgroupLayout& layout, const std::s
     add(g.freezer_dir_);
   }
   return g;
+}
+
+CgroupUsage SandboxCgroups::usage() const {
+  CgroupUsage u;
+  const std::string mem = dir_for("memory");
+  if (mem.empty()) return u;
+  auto number = [](const std::string& path) -> std::uint64_t {
+    auto text = read_file(path, 64);
+    return text ? std::strtoull(text->c_str(), nullptr, 10) : 0;
+  };
+  u.memory_bytes = number(mem + "/memory.usage_in_bytes");                    // v1
+  if (u.memory_bytes == 0) u.memory_bytes = number(mem + "/memory.current");  // v2
+  return u;
 }
 
 std::string SandboxCgroups::dir_for(const std::string& controller) const {
@@ -217,8 +231,7 @@ Result<SandboxCgroups> SandboxCgroups::create(const CgroupLayout& layout, const 
 
 Status SandboxCgroups::attach(pid_t pid) const {
   std::string p = std::to_string(pid);
-  for (const auto& dir : dirs_)
-    if (Status s = write_file(dir + "/cgroup.procs", p); !s) return s;
+  for (const auto& dir : dirs_) ABX_TRY(write_file(dir + "/cgroup.procs", p));
   return {};
 }
 
@@ -233,12 +246,12 @@ std::vector<pid_t> SandboxCgroups::pids() const {
 Status SandboxCgroups::kill() const {
   auto empty = [&] { return pids().empty(); };
   if (!v2_dir_.empty() && exists(v2_dir_ + "/cgroup.kill")) {
-    if (Status s = write_file(v2_dir_ + "/cgroup.kill", "1"); !s) return s;
+    ABX_TRY(write_file(v2_dir_ + "/cgroup.kill", "1"));
   } else if (!freezer_dir_.empty() && exists(freezer_dir_)) {
     // Frozen tasks cannot fork, so one pass over cgroup.procs catches the whole tree; SIGKILL
     // is delivered once the group thaws.
     std::string state = freezer_dir_ + "/freezer.state";
-    if (Status s = write_file(state, "FROZEN"); !s) return s;
+    ABX_TRY(write_file(state, "FROZEN"));
     wait_until(
         [&] {
           auto st = read_file(state);
@@ -246,7 +259,7 @@ Status SandboxCgroups::kill() const {
         },
         std::chrono::seconds(2));
     for (pid_t p : read_pids(freezer_dir_)) ::kill(p, SIGKILL);
-    if (Status s = write_file(state, "THAWED"); !s) return s;
+    ABX_TRY(write_file(state, "THAWED"));
   } else {
     // No freezer: repeat until nothing is left (forks racing the loop are caught next round).
     for (int round = 0; round < 100 && !empty(); ++round)
@@ -260,7 +273,7 @@ Status SandboxCgroups::kill() const {
 Status SandboxCgroups::freeze(bool frozen) const {
   if (!v2_dir_.empty() && exists(v2_dir_ + "/cgroup.freeze")) {
     // cgroup v2's core freezer needs no controller; cgroup.events reports when it has settled.
-    if (Status s = write_file(v2_dir_ + "/cgroup.freeze", frozen ? "1" : "0"); !s) return s;
+    ABX_TRY(write_file(v2_dir_ + "/cgroup.freeze", frozen ? "1" : "0"));
     std::string want = frozen ? "frozen 1" : "frozen 0";
     bool settled = wait_until(
         [&] {
@@ -275,7 +288,7 @@ Status SandboxCgroups::freeze(bool frozen) const {
   }
   if (!freezer_dir_.empty() && exists(freezer_dir_)) {
     std::string state = freezer_dir_ + "/freezer.state";
-    if (Status s = write_file(state, frozen ? "FROZEN" : "THAWED"); !s) return s;
+    ABX_TRY(write_file(state, frozen ? "FROZEN" : "THAWED"));
     std::string want = frozen ? "FROZEN" : "THAWED";
     bool settled = wait_until(
         [&] {

@@ -31,6 +31,7 @@
 #include <optional>
 #include <set>
 
+#include "abx/base/try.h"
 #include "abx/runtime/netns.h"
 #include "child.h"
 #include "seccomp.h"
@@ -116,6 +117,134 @@ pid_t clone3_sandbox(std::uint64_t flags, int* pidfd) {
   args.pidfd = reinterpret_cast<std::uint64_t>(pidfd);
   args.exit_signal = SIGCHLD;
   return static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
+}
+
+// Step 1: <state_dir>/<id> must be new — an existing one is a live or stale sandbox of that id.
+Status make_state_dir(const SandboxConfig& config, const std::string& dir) {
+  if (::mkdir(config.state_dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return sys_error("mkdir " + config.state_dir, errno);
+  if (::mkdir(dir.c_str(), 0700) != 0) {
+    if (errno == EEXIST)
+      return Error(ErrorCode::kAlreadyExists, "sandbox " + config.id + " exists");
+    return sys_error("mkdir " + dir, errno);
+  }
+  return {};
+}
+
+// Step 1 (cont.): the lock tells cleanup_stale() that an owner is alive; root/ and rw/ are the
+// empty mount points the child mounts on.
+Result<UniqueFd> lock_state_dir(const std::string& dir) {
+  ABX_ASSIGN_OR_RETURN(UniqueFd lock,
+                       open_fd(dir + "/" + kLockFile, O_RDWR | O_CREAT | O_EXCL, 0600));
+  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) return sys_error("flock", errno);
+  for (const char* sub : {"root", "rw"}) {
+    std::string d = dir + "/" + sub;
+    if (::mkdir(d.c_str(), 0755) != 0) return sys_error("mkdir " + d, errno);
+  }
+  return lock;
+}
+
+// Step 3: every string and array the child touches, allocated here, because the child must not
+// allocate (child.h). Pinned in place: `plan` points into the other members.
+struct PlanStorage {
+  std::string root, rw, tmpfs_opts, shm_opts, overlay_opts;
+  std::vector<std::string> bind_targets;
+  std::vector<ChildBind> binds;
+  std::vector<ChildFd> fds;
+  std::vector<char*> argv, envp;
+  sock_fprog fprog{};
+  ChildPlan plan;
+
+  PlanStorage() = default;
+  PlanStorage(const PlanStorage&) = delete;
+  PlanStorage& operator=(const PlanStorage&) = delete;
+};
+
+// `config` must outlive the child's exec: argv and envp point into its strings.
+void build_plan(SandboxConfig& config, const std::string& dir,
+                const std::vector<sock_filter>& filter, int child_sock, PlanStorage& s) {
+  s.root = dir + "/root";
+  s.rw = dir + "/rw";
+  s.tmpfs_opts = "size=" + std::to_string(config.disk_bytes) + ",mode=0755";
+  s.shm_opts = "size=" + std::to_string(config.disk_bytes) + ",mode=1777";
+  s.overlay_opts =
+      "lowerdir=" + config.rootfs_dir + ",upperdir=" + s.rw + "/upper,workdir=" + s.rw + "/work";
+  for (const auto& b : config.binds) {
+    std::string t = b.target;
+    while (!t.empty() && t.front() == '/') t.erase(0, 1);
+    s.bind_targets.push_back(t);
+  }
+  for (size_t i = 0; i < config.binds.size(); ++i)
+    s.binds.push_back(
+        {config.binds[i].source.c_str(), s.bind_targets[i].c_str(), config.binds[i].writable});
+  for (const auto& f : config.fds) s.fds.push_back({f.parent_fd, f.child_fd});
+  std::sort(s.fds.begin(), s.fds.end(),
+            [](const ChildFd& a, const ChildFd& b) { return a.child_fd < b.child_fd; });
+  for (auto& a : config.argv) s.argv.push_back(a.data());
+  s.argv.push_back(nullptr);
+  for (auto& e : config.env) s.envp.push_back(e.data());
+  s.envp.push_back(nullptr);
+  s.fprog = {static_cast<unsigned short>(filter.size()), const_cast<sock_filter*>(filter.data())};
+
+  ChildPlan& plan = s.plan;
+  plan.sock = child_sock;
+  plan.hostname = config.id.c_str();
+  plan.host_rootfs = config.rootfs == RootfsMode::kHost;
+  plan.root = s.root.c_str();
+  plan.rw = s.rw.c_str();
+  plan.tmpfs_opts = s.tmpfs_opts.c_str();
+  plan.shm_opts = s.shm_opts.c_str();
+  plan.overlay_opts = s.overlay_opts.c_str();
+  plan.binds = s.binds.data();
+  plan.nbinds = s.binds.size();
+  plan.own_netns = config.network == NetworkMode::kNone;
+  plan.rlimit_nofile = config.rlimit_nofile;
+  plan.rlimit_fsize = config.rlimit_fsize;
+  plan.keep_caps = kKeptCapabilities;
+  plan.cap_last_cap = cap_last_cap();
+  plan.seccomp = &s.fprog;
+  plan.fds = s.fds.data();
+  plan.nfds = s.fds.size();
+  plan.exe = config.argv[0].c_str();
+  plan.argv = s.argv.data();
+  plan.envp = s.envp.data();
+  plan.cwd = config.cwd.c_str();
+}
+
+// Step 5, while the child waits for "go": the init record (pid + start time, for adopt() and
+// cleanup_stale()), the cgroups (before the child runs anything), and the netns. Returns the
+// netns fd (empty when the host netns is shared).
+Result<UniqueFd> prepare_child(const SandboxConfig& config, const std::string& dir,
+                               const SandboxCgroups& cgroups, pid_t pid, bool own_netns) {
+  std::string init = std::to_string(pid) + " " + std::to_string(process_start_time(pid)) + " " +
+                     config.cgroup_parent + "\n";
+  ABX_TRY(create_file(dir + "/" + kInitFile, init));
+  ABX_TRY(cgroups.attach(pid));
+  UniqueFd netns;
+  if (own_netns) {
+    // Now, while the child waits: a short-lived init may be a zombie by the time exec is
+    // confirmed, and a zombie has no namespaces left. Safe by pid: the init is our unreaped
+    // child, so the pid cannot have been reused.
+    ABX_ASSIGN_OR_RETURN(netns, open_fd("/proc/" + std::to_string(pid) + "/ns/net", O_RDONLY));
+  }
+  if (config.before_start_hook) config.before_start_hook(pid);
+  return netns;
+}
+
+// Step 6: "go", then EOF on the socket means exec happened (the child's end is CLOEXEC); a
+// ChildReport means a step failed.
+Status release_child(int parent_sock, const std::string& id) {
+  char go = 1;
+  if (retry_eintr([&] { return ::send(parent_sock, &go, 1, MSG_NOSIGNAL); }) != 1)
+    return sys_error("send go to sandbox init", errno);
+  ChildReport report;
+  ssize_t n = retry_eintr([&] { return ::recv(parent_sock, &report, sizeof report, 0); });
+  if (n == 0) return {};
+  Error e = n == static_cast<ssize_t>(sizeof report)
+                ? child_error(report)
+                : (n < 0 ? sys_error("recv from sandbox init", errno)
+                         : internal_error("short report from sandbox init"));
+  return Error(e.code(), "sandbox " + id + ": " + e.message());
 }
 
 }  // namespace
@@ -221,20 +350,17 @@ Result<Sandbox> Sandbox::adopt(const std::string& state_dir, const std::string& 
   st->config.id = id;
   st->config.state_dir = state_dir;
   st->dir = state_dir + "/" + id;
-  auto lock = open_fd(st->dir + "/" + kLockFile, O_RDWR);
-  if (!lock) return lock.error();
-  if (::flock(lock->get(), LOCK_EX | LOCK_NB) != 0) {
+  ABX_ASSIGN_OR_RETURN(st->lock, open_fd(st->dir + "/" + kLockFile, O_RDWR));
+  if (::flock(st->lock.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno == EWOULDBLOCK)
       return Error(ErrorCode::kAlreadyExists, "sandbox " + id + " is owned by a live process");
     return sys_error("flock", errno);
   }
-  st->lock = std::move(lock).value();
-  auto init = read_file(st->dir + "/" + kInitFile, 4096);
-  if (!init) return init.error();
+  ABX_ASSIGN_OR_RETURN(const std::string init, read_file(st->dir + "/" + kInitFile, 4096));
   long long pid = 0;
   unsigned long long start = 0;
   char parent[256] = {0};
-  if (std::sscanf(init->c_str(), "%lld %llu %255s", &pid, &start, parent) != 3 || pid <= 0)
+  if (std::sscanf(init.c_str(), "%lld %llu %255s", &pid, &start, parent) != 3 || pid <= 0)
     return Error(ErrorCode::kFailedPrecondition, "sandbox " + id + ": malformed init record");
   // pidfd first, then the start time: if they match, the pidfd names the original init even if
   // the pid is reused later.
@@ -244,31 +370,22 @@ Result<Sandbox> Sandbox::adopt(const std::string& state_dir, const std::string& 
   if (process_start_time(static_cast<pid_t>(pid)) != start)
     return Error(ErrorCode::kNotFound, "sandbox " + id + ": its init has exited");
   st->pid = static_cast<pid_t>(pid);
-  auto ns = open_fd("/proc/" + std::to_string(pid) + "/ns/net", O_RDONLY);
-  if (!ns) return ns.error();
-  st->netns = std::move(ns).value();
-  auto layout = CgroupLayout::detect();
-  if (!layout) return layout.error();
+  ABX_ASSIGN_OR_RETURN(st->netns, open_fd("/proc/" + std::to_string(pid) + "/ns/net", O_RDONLY));
+  ABX_ASSIGN_OR_RETURN(const CgroupLayout layout, CgroupLayout::detect());
   st->config.cgroup_parent = parent;
-  st->cgroups = SandboxCgroups::existing(*layout, parent, id);
+  st->cgroups = SandboxCgroups::existing(layout, parent, id);
   st->adopted = true;
   return Sandbox(std::move(st));
 }
 
 Result<Sandbox> Sandbox::spawn(SandboxConfig config) {
-  if (Status s = validate(config); !s) return s.error();
-  auto prog = seccomp_program();
-  if (!prog) return prog.error();
+  ABX_TRY(validate(config));
+  ABX_ASSIGN_OR_RETURN(const std::vector<sock_filter>* filter, seccomp_program());
 
+  // 1. state directory, locked.
   auto st = std::make_unique<State>();
   st->dir = config.state_dir + "/" + config.id;
-  if (::mkdir(config.state_dir.c_str(), 0700) != 0 && errno != EEXIST)
-    return sys_error("mkdir " + config.state_dir, errno);
-  if (::mkdir(st->dir.c_str(), 0700) != 0) {
-    if (errno == EEXIST)
-      return Error(ErrorCode::kAlreadyExists, "sandbox " + config.id + " exists");
-    return sys_error("mkdir " + st->dir, errno);
-  }
+  ABX_TRY(make_state_dir(config, st->dir));
   // From here on, failures undo what was made.
   bool committed = false;
   std::optional<SandboxCgroups> made_cgroups;
@@ -283,121 +400,43 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config) {
     }
     (void)remove_tree(st->dir);
   }};
+  ABX_ASSIGN_OR_RETURN(st->lock, lock_state_dir(st->dir));
 
-  auto lock = open_fd(st->dir + "/" + kLockFile, O_RDWR | O_CREAT | O_EXCL, 0600);
-  if (!lock) return lock.error();
-  if (::flock(lock->get(), LOCK_EX | LOCK_NB) != 0) return sys_error("flock", errno);
-  st->lock = std::move(lock).value();
-  for (const char* sub : {"root", "rw"}) {
-    std::string d = st->dir + "/" + sub;
-    if (::mkdir(d.c_str(), 0755) != 0) return sys_error("mkdir " + d, errno);
-  }
+  // 2. cgroups with their limits, before clone: the child must never run unlimited.
+  ABX_ASSIGN_OR_RETURN(st->cgroups, SandboxCgroups::create(cgroup_layout(), config.cgroup_parent,
+                                                           config.id, config.limits));
+  made_cgroups = st->cgroups;
 
-  auto cg = SandboxCgroups::create(cgroup_layout(), config.cgroup_parent, config.id, config.limits);
-  if (!cg) return cg.error();
-  made_cgroups = *cg;
-  st->cgroups = std::move(cg).value();
-
-  // --- The plan: every string and array the child touches, allocated here. ---
-  std::string root = st->dir + "/root", rw = st->dir + "/rw";
-  std::string tmpfs_opts = "size=" + std::to_string(config.disk_bytes) + ",mode=0755";
-  std::string shm_opts = "size=" + std::to_string(config.disk_bytes) + ",mode=1777";
-  std::string overlay_opts =
-      "lowerdir=" + config.rootfs_dir + ",upperdir=" + rw + "/upper,workdir=" + rw + "/work";
-  std::vector<std::string> bind_targets;
-  std::vector<ChildBind> binds;
-  for (const auto& b : config.binds) {
-    std::string t = b.target;
-    while (!t.empty() && t.front() == '/') t.erase(0, 1);
-    bind_targets.push_back(t);
-  }
-  for (size_t i = 0; i < config.binds.size(); ++i)
-    binds.push_back(
-        {config.binds[i].source.c_str(), bind_targets[i].c_str(), config.binds[i].writable});
-  std::vector<ChildFd> fds;
-  for (const auto& f : config.fds) fds.push_back({f.parent_fd, f.child_fd});
-  std::sort(fds.begin(), fds.end(),
-            [](const ChildFd& a, const ChildFd& b) { return a.child_fd < b.child_fd; });
-  std::vector<char*> argv, envp;
-  for (auto& a : config.argv) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : config.env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  sock_fprog fprog{static_cast<unsigned short>((*prog)->size()),
-                   const_cast<sock_filter*>((*prog)->data())};
-
+  // 3. the plan: all allocation for the child happens here.
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
     return sys_error("socketpair", errno);
   UniqueFd parent_sock(pair[0]), child_sock(pair[1]);
+  PlanStorage storage;
+  build_plan(config, st->dir, *filter, child_sock.get(), storage);
 
-  ChildPlan plan;
-  plan.sock = child_sock.get();
-  plan.hostname = config.id.c_str();
-  plan.host_rootfs = config.rootfs == RootfsMode::kHost;
-  plan.root = root.c_str();
-  plan.rw = rw.c_str();
-  plan.tmpfs_opts = tmpfs_opts.c_str();
-  plan.shm_opts = shm_opts.c_str();
-  plan.overlay_opts = overlay_opts.c_str();
-  plan.binds = binds.data();
-  plan.nbinds = binds.size();
-  plan.own_netns = config.network == NetworkMode::kNone;
-  plan.rlimit_nofile = config.rlimit_nofile;
-  plan.rlimit_fsize = config.rlimit_fsize;
-  plan.keep_caps = kKeptCapabilities;
-  plan.cap_last_cap = cap_last_cap();
-  plan.seccomp = &fprog;
-  plan.fds = fds.data();
-  plan.nfds = fds.size();
-  plan.exe = config.argv[0].c_str();
-  plan.argv = argv.data();
-  plan.envp = envp.data();
-  plan.cwd = config.cwd.c_str();
-
+  // 4. clone3 into the new namespaces; the child waits for "go".
   std::uint64_t flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC;
-  if (plan.own_netns) flags |= CLONE_NEWNET;
+  if (storage.plan.own_netns) flags |= CLONE_NEWNET;
   int pidfd = -1;
   pid_t pid = clone3_sandbox(flags, &pidfd);
-  if (pid == 0) child_main(plan);  // never returns
+  if (pid == 0) child_main(storage.plan);  // never returns
   if (pid < 0) return sys_error("clone3", errno);
   st->pidfd.reset(pidfd);
   st->pid = pid;
   child_sock.reset();
 
-  // Until "go" the child only waits; killing it here is always safe.
+  // 5.-6. record, attach, release; until "go" the child only waits, so killing it is safe.
   auto abort_child = [&](Error e) -> Error {
     sys_pidfd_send_signal(st->pidfd.get(), SIGKILL);
     siginfo_t info;
     ::waitid(P_PIDFD, static_cast<id_t>(st->pidfd.get()), &info, WEXITED);
     return e;
   };
-  std::string init = std::to_string(pid) + " " + std::to_string(process_start_time(pid)) + " " +
-                     config.cgroup_parent + "\n";
-  if (Status s = create_file(st->dir + "/" + kInitFile, init); !s) return abort_child(s.error());
-  if (Status s = st->cgroups.attach(pid); !s) return abort_child(s.error());
-  if (plan.own_netns) {
-    // Now, while the child waits: a short-lived init may be a zombie by the time exec is
-    // confirmed, and a zombie has no namespaces left. Safe by pid: the init is our unreaped
-    // child, so the pid cannot have been reused.
-    auto ns = open_fd("/proc/" + std::to_string(pid) + "/ns/net", O_RDONLY);
-    if (!ns) return abort_child(ns.error());
-    st->netns = std::move(ns).value();
-  }
-  if (config.before_start_hook) config.before_start_hook(pid);
-  char go = 1;
-  if (retry_eintr([&] { return ::send(parent_sock.get(), &go, 1, MSG_NOSIGNAL); }) != 1)
-    return abort_child(sys_error("send go to sandbox init", errno));
-
-  ChildReport report;
-  ssize_t n = retry_eintr([&] { return ::recv(parent_sock.get(), &report, sizeof report, 0); });
-  if (n != 0) {
-    Error e = n == static_cast<ssize_t>(sizeof report)
-                  ? child_error(report)
-                  : (n < 0 ? sys_error("recv from sandbox init", errno)
-                           : internal_error("short report from sandbox init"));
-    return abort_child(Error(e.code(), "sandbox " + config.id + ": " + e.message()));
-  }
+  auto netns = prepare_child(config, st->dir, st->cgroups, pid, storage.plan.own_netns);
+  if (!netns) return abort_child(netns.error());
+  st->netns = std::move(netns).value();
+  if (Status s = release_child(parent_sock.get(), config.id); !s) return abort_child(s.error());
 
   st->config = std::move(config);
   committed = true;

@@ -11,6 +11,7 @@
 
 #include "abx/base/error.h"
 #include "abx/runtime/fd.h"
+#include "abx/runtime/process.h"  // process_start_time, used with the helpers below
 
 namespace abx::runtime {
 
@@ -50,8 +51,5 @@ Result<UniqueFd> open_fd(const std::string& path, int flags, mode_t mode = 0);
 // Removes a directory tree without following symlinks and without crossing into other
 // filesystems' mount points (a mount point is left and reported as an error).
 Status remove_tree(const std::string& path);
-
-// Start time (field 22 of /proc/<pid>/stat, clock ticks since boot), 0 if the process is gone.
-unsigned long long process_start_time(pid_t pid);
 
 }  // namespace abx::runtime

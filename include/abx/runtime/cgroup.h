@@ -30,6 +30,12 @@ struct CgroupLimits {
   std::uint32_t cpu_millicores = 0;  // 1000 = one full core (CFS quota over a 100 ms period)
 };
 
+// What a sandbox's groups use right now; 0 where the controller is not in use or the kernel does
+// not report it.
+struct CgroupUsage {
+  std::uint64_t memory_bytes = 0;  // v1 memory.usage_in_bytes, else v2 memory.current
+};
+
 struct CgroupLayout {
   std::string v2_root;                    // cgroup2 mount point, empty if none mounted
   std::set<std::string> v2_controllers;   // controllers listed in <v2_root>/cgroup.controllers
@@ -68,6 +74,8 @@ class SandboxCgroups {
   Status remove() const;
   // Host pids in the groups (the first hierarchy that lists any).
   std::vector<pid_t> pids() const;
+  // Reads the usage counters (for the control API's metrics); never fails, see CgroupUsage.
+  CgroupUsage usage() const;
 
   // Absolute directories, v2 first if present.
   const std::vector<std::string>& dirs() const { return dirs_; }

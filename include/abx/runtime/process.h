@@ -1,0 +1,13 @@
+// Process identity across pid reuse: a pid names one process only together with its start time.
+#pragma once
+
+#include <sys/types.h>
+
+namespace abx::runtime {
+
+// Start time of `pid` (field 22 of /proc/<pid>/stat, clock ticks since boot), 0 if the process
+// is gone. Stored beside a pid, it lets a later reader (adopt(), cleanup_stale(), abxd's
+// records) tell the original process from a newer one that reused the pid.
+unsigned long long process_start_time(pid_t pid);
+
+}  // namespace abx::runtime

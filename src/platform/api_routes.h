@@ -1,0 +1,117 @@
+// The control API's routing pieces, private to abxd: the request context a handler sees, the
+// path matcher, the JSON field decoders shared by the resources, and one handler per route.
+//
+// Every handler returns Result<http::Response>; an Error becomes the E2B error body through
+// e2b_error() in ControlApi, the one mapping from canonical code to status. Handlers and
+// decoders therefore never spell a status for a failure: invalid_argument is 400, not_found 404,
+// kFailedPrecondition 409 and so on (abx/base/error.h).
+//
+// One file per resource: api_sandboxes.cc (lifecycle and listing), api_templates.cc,
+// api_tokens.cc (scoped command tokens), api_metrics.cc; the table itself is in api.cc.
+#pragma once
+
+#include <boost/beast/http/verb.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+#include <boost/url/url_view.hpp>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "abx/base/error.h"
+#include "abx/http/server.h"
+#include "abx/store/store.h"
+#include "platform/sandboxes.h"
+
+namespace abx::platform::api {
+
+// One authenticated control-plane request, as a handler sees it.
+struct Context {
+  const http::Request& req;
+  boost::urls::url_view url;
+  std::vector<std::string> params;  // the pattern's {captures}, in order
+  SandboxManager& sandboxes;
+  store::Store& store;
+};
+
+using Handler = Result<http::Response> (*)(Context&);
+
+struct RouteEntry {
+  boost::beast::http::verb method;
+  std::string_view pattern;  // "/sandboxes/{id}/timeout": literal segments and {captures}
+  Handler handler;
+};
+
+// The decoded path split at '/', without the leading empty segment and a trailing empty one
+// ("/sandboxes/" and "/sandboxes" are the same route, as they always were).
+std::vector<std::string> split_path(std::string_view path);
+// True if `parts` matches `pattern` segment for segment; {captures} are appended to `params`.
+bool match_pattern(std::string_view pattern, std::span<const std::string> parts,
+                   std::vector<std::string>& params);
+
+// --- JSON decoders shared by the resources (every error is invalid_argument) ---
+
+// The request body as an object; an empty or all-whitespace body is {}.
+Result<boost::json::object> body_object(const http::Request& req);
+// o[name] as an integer in [lo, hi]; absent or not an integer is an error.
+Result<std::int64_t> int_field(const boost::json::object& o, const char* name, std::int64_t lo,
+                               std::int64_t hi);
+// o["timeout"] in [0, max] if present.
+Result<std::optional<std::int64_t>> optional_timeout(const boost::json::object& o,
+                                                     std::int64_t max_seconds);
+// An object of strings (metadata, envVars), bounded in entries and bytes; null or absent is {}.
+Result<std::map<std::string, std::string>> string_map(const boost::json::value* v,
+                                                      const char* what);
+
+// --- Sandbox lookups shared by the {id} routes ---
+
+// The id in params[0]: the real API accepts <id> or <id>-<clientID>.
+Result<std::string> sandbox_id(const Context& ctx);
+// The live sandbox for params[0]; not_found if there is none.
+Result<std::shared_ptr<LiveSandbox>> live_sandbox(const Context& ctx);
+
+// What every POST /sandboxes/{id}/<op> checks first, in this order: the id (400), the sandbox
+// (404), the body as a JSON object (400) — whether or not the op reads a body.
+struct SandboxPost {
+  std::string id;
+  std::shared_ptr<LiveSandbox> sb;
+  boost::json::object body;
+};
+Result<SandboxPost> sandbox_post(const Context& ctx);
+
+// --- Handlers (api_sandboxes.cc) ---
+Result<http::Response> create_sandbox(Context& ctx);
+Result<http::Response> list_sandboxes_v1(Context& ctx);
+Result<http::Response> list_sandboxes_v2(Context& ctx);
+Result<http::Response> get_sandbox(Context& ctx);
+Result<http::Response> kill_sandbox(Context& ctx);
+Result<http::Response> set_sandbox_timeout(Context& ctx);
+Result<http::Response> connect_sandbox(Context& ctx);
+Result<http::Response> resume_sandbox(Context& ctx);
+Result<http::Response> pause_sandbox(Context& ctx);
+// Path shapes under /sandboxes/{id} that no route takes: the checks every {id} route makes
+// first, so that a bad id is a 400 and an unknown sandbox a 404 whatever follows it.
+Status check_unrouted_sandbox_path(Context& ctx, std::span<const std::string> parts);
+
+// --- Handlers (api_templates.cc, api_tokens.cc, api_metrics.cc) ---
+Result<http::Response> list_templates(Context& ctx);
+Result<http::Response> get_template(Context& ctx);
+Result<http::Response> mint_token(Context& ctx);
+Result<http::Response> sandbox_metrics(Context& ctx);
+
+// The typed requests and their decoders (api_sandboxes.cc, api_tokens.cc).
+Result<CreateRequest> parse_create(const boost::json::object& body, std::int64_t max_timeout);
+Result<store::SandboxFilter> parse_list_query(boost::urls::params_view params, bool v1);
+
+struct TokenRequest {
+  std::vector<std::string> commands;
+  std::int64_t ttl_seconds = 3600;
+};
+Result<TokenRequest> parse_token_request(const boost::json::object& body);
+
+}  // namespace abx::platform::api

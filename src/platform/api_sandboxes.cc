@@ -1,0 +1,209 @@
+// /sandboxes and /v2/sandboxes: create, list, get, kill, timeout, connect, resume, pause.
+#include <boost/json.hpp>
+#include <boost/url/parse.hpp>
+#include <stdexcept>
+
+#include "abx/base/time.h"
+#include "abx/base/try.h"
+#include "abx/platform/gateway.h"
+#include "platform/api_routes.h"
+
+namespace abx::platform::api {
+
+namespace bhttp = boost::beast::http;
+namespace json = boost::json;
+using http::Response;
+
+namespace {
+
+Response no_content() { return Response{bhttp::status::no_content, 11}; }
+
+json::object sandbox_json(const LiveSandbox& sb) {
+  json::object o{{"templateID", sb.record.template_id},
+                 {"sandboxID", sb.record.id},
+                 {"clientID", sb.record.client_id},
+                 {"envdVersion", kEnvdVersion},
+                 {"domain", sb.record.domain}};
+  if (!sb.access_token.empty()) o["envdAccessToken"] = sb.access_token;
+  return o;
+}
+
+json::object listed_json(const store::SandboxRecord& r) {
+  json::object meta;
+  for (const auto& [k, v] : r.metadata) meta[k] = v;
+  return json::object{{"templateID", r.template_id},
+                      {"sandboxID", r.id},
+                      {"clientID", r.client_id},
+                      {"startedAt", rfc3339_ms(r.created_at_ms)},
+                      {"endAt", rfc3339_ms(r.end_at_ms)},
+                      {"cpuCount", static_cast<std::int64_t>(r.cpu_count + 0.999)},
+                      {"memoryMB", r.memory_mb},
+                      {"diskSizeMB", r.disk_mb},
+                      {"state", store::state_name(r.state)},
+                      {"envdVersion", kEnvdVersion},
+                      {"metadata", std::move(meta)}};
+}
+
+// "running,paused": each must name a live state.
+Status parse_states(const std::string& v, std::vector<store::SandboxState>& out) {
+  std::size_t start = 0;
+  while (start <= v.size()) {
+    std::size_t end = v.find(',', start);
+    if (end == std::string::npos) end = v.size();
+    auto st = store::parse_state(v.substr(start, end - start));
+    if (!st || *st == store::SandboxState::kKilled) {
+      return invalid_argument("state must be running and/or paused");
+    }
+    out.push_back(*st);
+    start = end + 1;
+  }
+  return {};
+}
+
+// std::stol's grammar (leading blanks and a sign allowed), as the API has always accepted.
+Result<std::size_t> parse_limit(const std::string& v) {
+  try {
+    std::size_t n = 0;
+    long lim = std::stol(v, &n);
+    if (n == v.size() && lim >= 1 && lim <= 100) return static_cast<std::size_t>(lim);
+  } catch (const std::exception&) {
+  }
+  return invalid_argument("limit must be an integer between 1 and 100");
+}
+
+// "k=v&k2=v2", itself URL-encoded inside the parameter.
+Status parse_metadata_filter(const std::string& v, std::map<std::string, std::string>& out) {
+  std::string rel = "?" + v;
+  auto inner = boost::urls::parse_relative_ref(rel);
+  if (!inner) return invalid_argument("malformed metadata filter");
+  for (auto kv : inner->params())
+    out[std::string(kv.key)] = kv.has_value ? std::string(kv.value) : "";
+  return {};
+}
+
+Result<Response> list_sandboxes(Context& ctx, bool v1) {
+  ABX_ASSIGN_OR_RETURN(store::SandboxFilter f, parse_list_query(ctx.url.params(), v1));
+  ABX_ASSIGN_OR_RETURN(store::SandboxPage page, ctx.store.list_sandboxes(f));
+  json::array out;
+  for (const auto& r : page.items) out.push_back(listed_json(r));
+  Response res = http::json_response(200, out);
+  if (!page.next_token.empty()) res.set("X-Next-Token", page.next_token);
+  return res;
+}
+
+// connect answers 200 (running) or 201 (resumed); resume insists on a paused sandbox.
+Result<Response> resume_or_connect(Context& ctx, bool must_be_paused) {
+  ABX_ASSIGN_OR_RETURN(SandboxPost op, sandbox_post(ctx));
+  ABX_ASSIGN_OR_RETURN(bool resumed, ctx.sandboxes.resume(op.id));
+  if (must_be_paused && !resumed) {
+    return Error(ErrorCode::kFailedPrecondition, "sandbox '" + op.id + "' is already running");
+  }
+  // The timeout is read after resuming, as it always was (a bad one still leaves it resumed).
+  ABX_ASSIGN_OR_RETURN(auto timeout,
+                       optional_timeout(op.body, ctx.sandboxes.options().max_timeout_seconds));
+  if (timeout) ABX_TRY(ctx.sandboxes.set_timeout(op.id, *timeout));
+  return http::json_response(resumed ? 201 : 200, sandbox_json(*op.sb));
+}
+
+}  // namespace
+
+Result<CreateRequest> parse_create(const json::object& body, std::int64_t max_timeout) {
+  CreateRequest cr;
+  if (const json::value* t = body.if_contains("templateID")) {
+    if (!t->is_string()) return invalid_argument("templateID must be a string");
+    cr.template_id = std::string(t->get_string());
+  }
+  ABX_ASSIGN_OR_RETURN(cr.timeout_seconds, optional_timeout(body, max_timeout));
+  ABX_ASSIGN_OR_RETURN(cr.metadata, string_map(body.if_contains("metadata"), "metadata"));
+  ABX_ASSIGN_OR_RETURN(cr.env_vars, string_map(body.if_contains("envVars"), "envVars"));
+  if (const json::value* s = body.if_contains("secure")) {
+    if (!s->is_bool()) return invalid_argument("secure must be a boolean");
+    cr.secure = s->as_bool();
+  }
+  return cr;
+}
+
+Result<store::SandboxFilter> parse_list_query(boost::urls::params_view params, bool v1) {
+  store::SandboxFilter f;
+  f.limit = 100;
+  // v1 lists running sandboxes; a state parameter adds to that rather than replacing it.
+  if (v1) f.states = {store::SandboxState::kRunning};
+  for (auto param : params) {
+    std::string k = param.key;
+    std::string v = param.has_value ? std::string(param.value) : std::string();
+    if (k == "state") {
+      ABX_TRY(parse_states(v, f.states));
+    } else if (k == "template") {
+      f.template_id = v;
+    } else if (k == "limit") {
+      ABX_ASSIGN_OR_RETURN(f.limit, parse_limit(v));
+    } else if (k == "nextToken") {
+      f.page_token = v;
+    } else if (k == "order") {
+      if (v != "asc" && v != "desc") return invalid_argument("order must be asc or desc");
+      f.descending = v == "desc";
+    } else if (k == "metadata") {
+      ABX_TRY(parse_metadata_filter(v, f.metadata));
+    }
+  }
+  if (f.states.empty()) f.states = {store::SandboxState::kRunning, store::SandboxState::kPaused};
+  return f;
+}
+
+Result<Response> create_sandbox(Context& ctx) {
+  ABX_ASSIGN_OR_RETURN(json::object body, body_object(ctx.req));
+  ABX_ASSIGN_OR_RETURN(CreateRequest cr,
+                       parse_create(body, ctx.sandboxes.options().max_timeout_seconds));
+  ABX_ASSIGN_OR_RETURN(auto sb, ctx.sandboxes.create(cr));
+  return http::json_response(201, sandbox_json(*sb));
+}
+
+Result<Response> list_sandboxes_v1(Context& ctx) { return list_sandboxes(ctx, true); }
+Result<Response> list_sandboxes_v2(Context& ctx) { return list_sandboxes(ctx, false); }
+
+Result<Response> get_sandbox(Context& ctx) {
+  ABX_ASSIGN_OR_RETURN(auto sb, live_sandbox(ctx));
+  json::object o = listed_json(sb->record);
+  o["state"] = sb->paused ? "paused" : "running";
+  if (!sb->access_token.empty()) o["envdAccessToken"] = sb->access_token;
+  o["domain"] = sb->record.domain;
+  o["allowInternetAccess"] = false;
+  o["lifecycle"] = json::object{{"autoResume", true}, {"onTimeout", "kill"}};
+  return http::json_response(200, o);
+}
+
+Result<Response> kill_sandbox(Context& ctx) {
+  ABX_ASSIGN_OR_RETURN(std::string id, sandbox_id(ctx));
+  ABX_TRY(ctx.sandboxes.kill(id));
+  return no_content();
+}
+
+Result<Response> set_sandbox_timeout(Context& ctx) {
+  ABX_ASSIGN_OR_RETURN(SandboxPost op, sandbox_post(ctx));
+  ABX_ASSIGN_OR_RETURN(std::int64_t t, int_field(op.body, "timeout", 0,
+                                                 ctx.sandboxes.options().max_timeout_seconds));
+  ABX_TRY(ctx.sandboxes.set_timeout(op.id, t));
+  return no_content();
+}
+
+Result<Response> connect_sandbox(Context& ctx) { return resume_or_connect(ctx, false); }
+Result<Response> resume_sandbox(Context& ctx) { return resume_or_connect(ctx, true); }
+
+Result<Response> pause_sandbox(Context& ctx) {
+  ABX_ASSIGN_OR_RETURN(SandboxPost op, sandbox_post(ctx));
+  ABX_TRY(ctx.sandboxes.pause(op.id));  // kFailedPrecondition (409) if already paused
+  return no_content();
+}
+
+Status check_unrouted_sandbox_path(Context& ctx, std::span<const std::string> parts) {
+  if (parts.size() < 2 || parts[0] != "sandboxes") return {};
+  ctx.params = {parts[1]};
+  if (parts.size() == 3 && ctx.req.method() == bhttp::verb::post) {
+    ABX_TRY(sandbox_post(ctx));
+    return {};
+  }
+  ABX_TRY(sandbox_id(ctx));
+  return {};
+}
+
+}  // namespace abx::platform::api

@@ -1,0 +1,89 @@
+// The control API's routing and request decoders, without a server: the matcher's captures and
+// the canonical code (hence the status) each decoder gives a bad request.
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+#include <boost/url/parse.hpp>
+
+#include "abx/base/json.h"
+#include "platform/api_routes.h"
+
+namespace abx::platform::api {
+namespace {
+
+namespace json = boost::json;
+
+json::object obj(std::string_view text) { return parse_json_strict(text).value().as_object(); }
+
+TEST(ApiRoutes, SplitPathDropsOneTrailingSlashOnly) {
+  EXPECT_EQ(split_path("/sandboxes/"), (std::vector<std::string>{"sandboxes"}));
+  EXPECT_EQ(split_path("/sandboxes//x"), (std::vector<std::string>{"sandboxes", "", "x"}));
+  EXPECT_TRUE(split_path("/").empty());
+}
+
+TEST(ApiRoutes, MatchCapturesAndRejectsOtherShapes) {
+  std::vector<std::string> params;
+  auto parts = split_path("/sandboxes/abc/timeout");
+  EXPECT_TRUE(match_pattern("/sandboxes/{id}/timeout", parts, params));
+  EXPECT_EQ(params, (std::vector<std::string>{"abc"}));
+  params.clear();
+  EXPECT_FALSE(match_pattern("/sandboxes/{id}/pause", parts, params));
+  EXPECT_FALSE(match_pattern("/sandboxes/{id}", parts, params));
+  EXPECT_TRUE(params.empty());  // a failed match leaves no captures behind
+}
+
+TEST(ApiDecoders, CreateReadsEveryFieldAndRejectsBadOnesAsInvalidArgument) {
+  auto cr = parse_create(obj(R"({"templateID":"demo","timeout":30,"metadata":{"k":"v"},)"
+                             R"("envVars":{"A":"1"},"secure":false})"),
+                         3600);
+  ASSERT_TRUE(cr.ok()) << cr.error().to_string();
+  EXPECT_EQ(cr->template_id, "demo");
+  EXPECT_EQ(cr->timeout_seconds, 30);
+  EXPECT_EQ(cr->metadata.at("k"), "v");
+  EXPECT_EQ(cr->env_vars.at("A"), "1");
+  EXPECT_FALSE(cr->secure);
+  EXPECT_EQ(parse_create(obj("{}"), 3600)->template_id, "base");
+  for (const char* bad :
+       {R"({"templateID":1})", R"({"timeout":"x"})", R"({"timeout":3601})", R"({"timeout":null})",
+        R"({"metadata":{"a":1}})", R"({"envVars":[]})", R"({"secure":"yes"})"}) {
+    auto r = parse_create(obj(bad), 3600);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(ApiDecoders, ListQueryKeepsV1RunningAndChecksEachParameter) {
+  auto q = [](std::string_view target, bool v1) {
+    return parse_list_query(boost::urls::parse_origin_form(target)->params(), v1);
+  };
+  auto v1 = q("/sandboxes?state=paused&limit=5&order=desc&metadata=a%3Db", true);
+  ASSERT_TRUE(v1.ok());
+  EXPECT_EQ(v1->states.size(), 2u);  // v1's running, plus the paused asked for
+  EXPECT_EQ(v1->limit, 5u);
+  EXPECT_TRUE(v1->descending);
+  EXPECT_EQ(v1->metadata.at("a"), "b");
+  EXPECT_EQ(q("/v2/sandboxes", false)->states.size(), 2u);
+  for (const char* bad : {"/s?state=killed", "/s?state=bogus", "/s?limit=0", "/s?limit=101",
+                          "/s?limit=5x", "/s?order=up"}) {
+    auto r = q(bad, false);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(ApiDecoders, TokenRequestNeedsCommandsAndABoundedTtl) {
+  auto tr = parse_token_request(obj(R"({"commands":["ls","echo"],"ttlSeconds":60})"));
+  ASSERT_TRUE(tr.ok());
+  EXPECT_EQ(tr->commands, (std::vector<std::string>{"ls", "echo"}));
+  EXPECT_EQ(tr->ttl_seconds, 60);
+  EXPECT_EQ(parse_token_request(obj(R"({"commands":["ls"]})"))->ttl_seconds, 3600);
+  for (const char* bad : {"{}", R"({"commands":[]})", R"({"commands":[1]})",
+                          R"({"commands":["ls"],"ttlSeconds":0})"}) {
+    auto r = parse_token_request(obj(bad));
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace abx::platform::api
