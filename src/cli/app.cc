@@ -44,9 +44,7 @@ int run_main(int argc, char** argv) {
   add_token(app, ctx);
   add_up(app, ctx);
   add_completion(app, ctx);
-#ifdef ABX_CLI_MCP
   add_mcp(app, ctx);
-#endif
 
   try {
     app.parse(argc, argv);

@@ -76,7 +76,7 @@ void add_run(CLI::App& app, Context& ctx);
 void add_token(CLI::App& app, Context& ctx);
 void add_up(CLI::App& app, Context& ctx);
 void add_completion(CLI::App& app, Context& ctx);
-void add_mcp(CLI::App& app, Context& ctx);  // mcp.cc, when the platform tools are built
+void add_mcp(CLI::App& app, Context& ctx);  // mcp.cc: `abx mcp`
 
 // Runs the CLI (main() is this plus nothing).
 int run_main(int argc, char** argv);

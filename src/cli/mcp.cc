@@ -1,4 +1,4 @@
-// abx mcp: the platform's MCP tools (platform/mcp_tools.h: create/list/kill sandboxes, shell,
+// abx mcp: the platform's MCP tools (abx/mcp/platform_tools.h: create/list/kill sandboxes, shell,
 // files, sandbox commands) as a stdio MCP server, for desktop agents that launch MCP servers
 // as subprocesses. The tools are abxd's /mcp tools, but they act through libabx, so this works
 // against any platform libabx reaches (abxd, or an E2B-compatible cluster) with the usual
@@ -13,19 +13,19 @@
 #include <mutex>
 #include <thread>
 
+#include "abx/mcp/platform_tools.h"
 #include "abx/mcp/stdio.h"
 #include "cli/cli.h"
-#include "platform/mcp_tools.h"
 
 namespace abx::cli {
 
 namespace {
 
 namespace json = boost::json;
-using platform::CommandArgInfo;
-using platform::CommandInfo;
-using platform::FileEntry;
-using platform::SandboxSummary;
+using mcp::CommandArgInfo;
+using mcp::CommandInfo;
+using mcp::FileEntry;
+using mcp::SandboxSummary;
 
 SandboxSummary summary_of(const client::SandboxInfo& i) {
   return {i.sandbox_id, i.template_id, i.state, i.started_at, i.end_at, i.metadata};
@@ -34,11 +34,11 @@ SandboxSummary summary_of(const client::SandboxInfo& i) {
 // The platform tools through libabx. Handles are cached per sandbox id: opening one (POST
 // /sandboxes/{id}/connect) also resets the sandbox's timeout, which should happen once, not on
 // every call.
-class ClientBackend : public platform::PlatformBackend {
+class ClientBackend : public mcp::PlatformBackend {
  public:
   explicit ClientBackend(const Context& ctx) : ctx_(ctx), config_(ctx.config()) {}
 
-  Result<SandboxSummary> create_sandbox(const platform::SandboxSpec& spec) override {
+  Result<SandboxSummary> create_sandbox(const mcp::SandboxSpec& spec) override {
     client::CreateOptions o;
     if (spec.timeout_seconds) o.timeout = std::chrono::seconds(*spec.timeout_seconds);
     o.envs = spec.envs;
@@ -68,8 +68,7 @@ class ClientBackend : public platform::PlatformBackend {
     return r;
   }
 
-  Result<platform::ShellResult> run_shell(const std::string& id,
-                                          const platform::ShellRequest& req) override {
+  Result<mcp::ShellResult> run_shell(const std::string& id, const mcp::ShellRequest& req) override {
     auto sbx = open(id);
     if (!sbx.ok()) return sbx.error();
     client::CommandOptions o;
@@ -78,8 +77,8 @@ class ClientBackend : public platform::PlatformBackend {
     o.timeout = req.timeout;
     auto r = sbx->commands().run(req.command, o);
     if (!r.ok()) return r.error();
-    return platform::ShellResult{r->exit_code, std::move(r->stdout_data), std::move(r->stderr_data),
-                                 std::move(r->error)};
+    return mcp::ShellResult{r->exit_code, std::move(r->stdout_data), std::move(r->stderr_data),
+                            std::move(r->error)};
   }
 
   Result<std::string> read_file(const std::string& id, const std::string& path) override {
@@ -210,9 +209,9 @@ class ThreadedTools : public mcp::ToolProvider {
 
 int serve(Context& ctx) {
   ClientBackend backend(ctx);
-  platform::PlatformTools tools(backend);
+  mcp::PlatformTools tools(backend);
   ThreadedTools threaded(tools);
-  mcp::Dispatcher dispatcher(platform::platform_server_info("abx"));
+  mcp::Dispatcher dispatcher(mcp::platform_server_info("abx"));
   Status st = mcp::serve_stdio(dispatcher, threaded, 0, 1);
   if (!st.ok()) {
     std::cerr << "abx mcp: " << st.error().message() << "\n";

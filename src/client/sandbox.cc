@@ -216,6 +216,10 @@ Status SandboxState::check(Capability c) {
 }
 
 Result<Endpoint> SandboxState::plane_endpoint(std::uint16_t port) const {
+  if (config.sandbox_dialer) {
+    // The pool key (host:port) must not mix sandboxes.
+    return Endpoint{"sandbox/" + info.sandbox_id, port, "", "localhost", info.sandbox_id};
+  }
   const std::string& override_url = port == kCommandServerPort
                                         ? config.server_url
                                         : (port == kEnvdPort ? config.sandbox_url : std::string());
@@ -223,8 +227,10 @@ Result<Endpoint> SandboxState::plane_endpoint(std::uint16_t port) const {
 }
 
 void SandboxState::add_plane_headers(http::Request& req, std::uint16_t port) const {
-  req.set("E2b-Sandbox-Id", info.sandbox_id);
-  req.set("E2b-Sandbox-Port", std::to_string(port));
+  if (!config.sandbox_dialer) {  // a dialed socket reaches the port itself
+    req.set("E2b-Sandbox-Id", info.sandbox_id);
+    req.set("E2b-Sandbox-Port", std::to_string(port));
+  }
   if (!access_token.empty()) req.set("X-Access-Token", access_token);
 }
 
@@ -291,6 +297,13 @@ Result<Sandbox> Sandbox::connect(std::string_view sandbox_id, const ConnectionCo
 Sandbox Sandbox::attach(SandboxInfo info, const ConnectionConfig& config) {
   if (info.envd_access_token.empty()) info.envd_access_token = config.access_token;
   return Sandbox(std::make_shared<detail::SandboxState>(config, std::move(info)));
+}
+
+Sandbox Sandbox::attach(SandboxInfo info, const ConnectionConfig& config,
+                        std::set<Capability> capabilities) {
+  Sandbox s = attach(std::move(info), config);
+  s.state_->capabilities = std::move(capabilities);
+  return s;
 }
 
 Result<std::vector<SandboxInfo>> Sandbox::list(const ListFilters& f,

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "abx/base/json.h"
+#include "abx/base/try.h"
 
 namespace abx::client::detail {
 
@@ -158,6 +159,20 @@ Result<std::string> Transport::resolve(const std::string& host) {
   return addr;
 }
 
+Result<std::unique_ptr<http::Connection>> Transport::dial(const Endpoint& ep) {
+  std::unique_ptr<http::Connection> c;
+  if (!ep.dial_sandbox.empty()) {
+    if (!config_.sandbox_dialer) return internal_error("no sandbox dialer configured");
+    ABX_ASSIGN_OR_RETURN(auto fd, config_.sandbox_dialer(ep.dial_sandbox, ep.port));
+    ABX_ASSIGN_OR_RETURN(c, http::Connection::adopt(std::move(fd), ep.authority));
+  } else {
+    ABX_ASSIGN_OR_RETURN(auto addr, resolve(ep.host));
+    ABX_ASSIGN_OR_RETURN(c, http::Connection::open(addr, ep.port, config_.connect_timeout));
+  }
+  if (config_.max_response_bytes > 0) c->set_body_limit(config_.max_response_bytes);
+  return c;
+}
+
 Result<std::unique_ptr<http::Connection>> Transport::checkout(const Endpoint& ep, bool* reused) {
   std::string key = ep.host + ":" + std::to_string(ep.port);
   {
@@ -171,9 +186,7 @@ Result<std::unique_ptr<http::Connection>> Transport::checkout(const Endpoint& ep
     }
   }
   *reused = false;
-  auto addr = resolve(ep.host);
-  if (!addr.ok()) return addr.error();
-  return http::Connection::open(*addr, ep.port, config_.connect_timeout);
+  return dial(ep);
 }
 
 void Transport::checkin(const Endpoint& ep, std::unique_ptr<http::Connection> c) {
@@ -183,11 +196,8 @@ void Transport::checkin(const Endpoint& ep, std::unique_ptr<http::Connection> c)
 }
 
 Result<std::shared_ptr<http::Connection>> Transport::open_stream(const Endpoint& ep) {
-  auto addr = resolve(ep.host);
-  if (!addr.ok()) return addr.error();
-  auto c = http::Connection::open(*addr, ep.port, config_.connect_timeout);
-  if (!c.ok()) return c.error();
-  return std::shared_ptr<http::Connection>(std::move(*c));
+  ABX_ASSIGN_OR_RETURN(auto c, dial(ep));
+  return std::shared_ptr<http::Connection>(std::move(c));
 }
 
 namespace {

@@ -25,6 +25,8 @@ struct Endpoint {
   std::uint16_t port = 0;
   std::string base_path;  // without a trailing slash; "" for the root
   std::string authority;  // host[:port] for the Host header
+  // Set: connections come from config.sandbox_dialer(dial_sandbox, port), not from host.
+  std::string dial_sandbox;
 };
 
 // http://host[:port][/base]. Errors: kUnimplemented for https (no TLS in this transport),
@@ -71,6 +73,8 @@ class Transport {
 
  private:
   Result<std::string> resolve(const std::string& host);
+  // A new connection to `ep`: TCP, or the sandbox dialer's socket.
+  Result<std::unique_ptr<http::Connection>> dial(const Endpoint& ep);
   Result<std::unique_ptr<http::Connection>> checkout(const Endpoint& ep, bool* reused);
   void checkin(const Endpoint& ep, std::unique_ptr<http::Connection> c);
 

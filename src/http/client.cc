@@ -8,6 +8,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 #include <limits>
@@ -25,6 +26,7 @@ struct Connection::Impl {
   beast::flat_buffer buffer;
   std::string host;
   std::uint16_t port = 0;
+  std::uint64_t body_limit = std::numeric_limits<std::uint64_t>::max();
   std::atomic<bool> cancelled{false};
 
   // Runs the io_context until `done` or the deadline; Beast's own timeout closes the socket.
@@ -46,6 +48,9 @@ Connection::~Connection() = default;
 namespace {
 Error io_error(const std::string& what, beast::error_code ec) {
   if (ec == beast::error::timeout) return Error(ErrorCode::kDeadlineExceeded, what + ": timed out");
+  if (ec == bhttp::error::body_limit) {
+    return Error(ErrorCode::kPayloadTooLarge, what + ": the body is over the size limit");
+  }
   return unavailable(what + ": " + ec.message());
 }
 }  // namespace
@@ -65,15 +70,28 @@ Result<std::unique_ptr<Connection>> Connection::open(const std::string& host, st
   return std::unique_ptr<Connection>(new Connection(std::move(impl)));
 }
 
+Result<std::unique_ptr<Connection>> Connection::adopt(UniqueFd fd, std::string host) {
+  auto impl = std::make_unique<Impl>();
+  impl->host = std::move(host);
+  beast::error_code ec;
+  impl->stream.socket().assign(tcp::v4(), fd.get(), ec);
+  if (ec) return internal_error("cannot adopt a socket: " + ec.message());
+  (void)fd.release();  // the socket owns it now
+  return std::unique_ptr<Connection>(new Connection(std::move(impl)));
+}
+
+void Connection::set_body_limit(std::uint64_t bytes) { impl_->body_limit = bytes; }
+
 Result<Response> Connection::send(Request req, std::chrono::milliseconds timeout) {
   if (req.find(bhttp::field::host) == req.end()) {
-    req.set(bhttp::field::host, impl_->host + ":" + std::to_string(impl_->port));
+    req.set(bhttp::field::host,
+            impl_->port == 0 ? impl_->host : impl_->host + ":" + std::to_string(impl_->port));
   }
   req.prepare_payload();
   auto ec = impl_->run(timeout, [&](auto done) { bhttp::async_write(impl_->stream, req, done); });
   if (ec) return io_error("send request", ec);
   bhttp::response_parser<bhttp::string_body> parser;
-  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+  parser.body_limit(impl_->body_limit);
   parser.skip(req.method() == bhttp::verb::head);
   ec = impl_->run(
       timeout, [&](auto done) { bhttp::async_read(impl_->stream, impl_->buffer, parser, done); });
@@ -84,7 +102,8 @@ Result<Response> Connection::send(Request req, std::chrono::milliseconds timeout
 Result<Response> Connection::send_streaming(Request req, const BodyCallback& on_body,
                                             std::chrono::milliseconds idle_timeout) {
   if (req.find(bhttp::field::host) == req.end()) {
-    req.set(bhttp::field::host, impl_->host + ":" + std::to_string(impl_->port));
+    req.set(bhttp::field::host,
+            impl_->port == 0 ? impl_->host : impl_->host + ":" + std::to_string(impl_->port));
   }
   req.prepare_payload();
   auto ec =

@@ -1,17 +1,19 @@
-// abxd's POST /mcp: the platform tools (platform/mcp_tools.h) over the SandboxManager, served
+// abxd's POST /mcp: the platform tools (abx/mcp/platform_tools.h) over the SandboxManager, served
 // with the MCP Streamable HTTP transport (revision 2025-06-18, JSON responses only).
 //
 // Lifecycle goes through the SandboxManager and the store; work inside a sandbox (shell, files,
-// commands) goes over a socket SandboxManager::connect() opens inside the sandbox's netns —
-// straight to envd (49983) or the command server, with the sandbox's access token, exactly as
-// the proxy would forward it, but without a loop back through abxd's own listener (which would
-// tie up a gateway worker twice per call).
+// commands) goes through libabx (client::Sandbox), whose sandbox dialer hands it a socket
+// SandboxManager::connect() opens inside the sandbox's netns — straight to envd (49983) or the
+// command server, with the sandbox's access token, exactly as the proxy would forward it, but
+// without a loop back through abxd's own listener (which would tie up a gateway worker twice
+// per call).
 //
-// Transport: sessions as on the command server's /mcp (docs/mcp.md): initialize opens one and
-// its answer carries Mcp-Session-Id; later messages must send it (400 without, 404 when unknown
-// or opened with another API key); MCP-Protocol-Version must match when sent; DELETE ends a
-// session; GET and other methods are 405. Requests with an Origin header whose host is not
-// localhost / 127.0.0.1 / [::1] are 403. Auth is the control API's (X-API-KEY, Bearer or a
+// Transport: the sessions and Origin check of abx/mcp/session.h, as on the command server's
+// /mcp (docs/mcp.md): initialize opens a session and its answer carries Mcp-Session-Id; later
+// messages must send it (400 without, 404 when unknown or opened with another API key);
+// MCP-Protocol-Version must match when sent; DELETE ends a session; GET and other methods are
+// 405. Requests with an Origin header that is not http(s) on localhost / 127.0.0.1 / [::1] are
+// 403. Auth is the control API's (X-API-KEY, Bearer or a
 // signed request), checked before this code runs.
 //
 // A tool call blocks the gateway worker that handles it until it finishes (a shell command up
@@ -21,14 +23,15 @@
 #include <memory>
 
 #include "abx/http/server.h"
+#include "abx/mcp/platform_tools.h"
 #include "abx/store/store.h"
-#include "platform/mcp_tools.h"
 #include "platform/sandboxes.h"
 
 namespace abx::platform {
 
 // The backend alone (for tests and other transports).
-std::unique_ptr<PlatformBackend> make_abxd_backend(SandboxManager& sandboxes, store::Store& store);
+std::unique_ptr<mcp::PlatformBackend> make_abxd_backend(SandboxManager& sandboxes,
+                                                        store::Store& store);
 
 class PlatformMcpEndpoint {
  public:

@@ -6,23 +6,22 @@
 // notification or response with 202 and no body. `initialize` opens a session and its answer
 // carries `Mcp-Session-Id`; every later message must send it back (400 without, 404 for an
 // unknown, ended or evicted session — or one opened with another credential), and may send
-// `MCP-Protocol-Version`, which must be the session's negotiated version (else 400).
-// DELETE /mcp ends a session. Auth, Origin, method and content type are checked by the Router.
+// `MCP-Protocol-Version`, which must be the session's negotiated version (else 400); the
+// sessions are abx/mcp/session.h's. DELETE /mcp ends a session. Auth, Origin, method and content
+// type are checked by the Router.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 #include <functional>
-#include <list>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "abx/http/server.h"
 #include "abx/mcp/mcp.h"
+#include "abx/mcp/session.h"
 #include "abx/registry/registry.h"
 #include "abx/server/server.h"
 #include "server/router.h"
@@ -61,29 +60,6 @@ std::vector<mcp::Tool> tools_of(const registry::CommandRegistry& registry);
 // What abx-server says about itself in initialize.
 inline mcp::ServerInfo command_server_info() { return {"abx-server", "0.1.0", ""}; }
 
-struct McpSession {
-  std::string id;
-  std::string credential;  // the token that opened it
-  mcp::SessionState state;
-};
-
-// Sessions by id, at most `cap`, least recently used evicted first. Thread-safe.
-class McpSessions {
- public:
-  explicit McpSessions(std::size_t cap) : cap_(cap == 0 ? 1 : cap) {}
-  void insert(std::shared_ptr<McpSession> s);
-  std::shared_ptr<McpSession> find(const std::string& id);  // also marks it used
-  bool erase(const std::string& id);
-  std::size_t size() const;
-
- private:
-  using Lru = std::list<std::shared_ptr<McpSession>>;
-  mutable std::mutex mu_;
-  std::size_t cap_;
-  Lru lru_;  // most recently used first
-  std::unordered_map<std::string, Lru::iterator> by_id_;
-};
-
 class McpEndpoint {
  public:
   // `registry` is frozen and outlives the endpoint.
@@ -98,13 +74,11 @@ class McpEndpoint {
  private:
   void post(const http::Request& req, Caller caller, http::Responder respond);
   void end_session(const http::Request& req, const Caller& caller, http::Responder respond);
-  // The session a request names, or the error to answer with.
-  Result<std::shared_ptr<McpSession>> session_of(const http::Request& req, const Caller& caller);
 
   const registry::CommandRegistry* registry_;
   mcp::Dispatcher dispatcher_;
   CommandRunner run_;
-  McpSessions sessions_;
+  mcp::SessionStore sessions_;
   std::vector<mcp::Tool> tools_;  // every command as a tool, by name; built once (frozen)
 };
 

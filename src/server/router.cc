@@ -4,6 +4,7 @@
 #include <ctime>
 
 #include "abx/mcp/mcp.h"
+#include "abx/mcp/session.h"
 #include "abx/registry/coerce.h"
 #include "abx/token/token.h"
 
@@ -18,24 +19,6 @@ namespace {
 
 constexpr std::string_view kCommandsPrefix = "/commands/";
 constexpr std::string_view kMcpPath = "/mcp";
-
-// The host of an origin "scheme://host[:port]" when the scheme is http(s); empty otherwise.
-std::string_view origin_host(std::string_view origin) {
-  std::string_view rest;
-  if (boost::beast::iequals(origin.substr(0, 7), "http://")) {
-    rest = origin.substr(7);
-  } else if (boost::beast::iequals(origin.substr(0, 8), "https://")) {
-    rest = origin.substr(8);
-  } else {
-    return {};
-  }
-  if (rest.find('/') != std::string_view::npos) return {};
-  if (!rest.empty() && rest.front() == '[') {  // [v6]:port
-    auto close = rest.find(']');
-    return close == std::string_view::npos ? std::string_view{} : rest.substr(0, close + 1);
-  }
-  return rest.substr(0, rest.find(':'));
-}
 
 std::string_view path_of(std::string_view target) {
   auto q = target.find('?');
@@ -60,11 +43,7 @@ http::Response mcp_error_response(const Error& e, unsigned version, bool keep_al
 }
 
 bool Router::origin_allowed(std::string_view origin) const {
-  for (const auto& a : opt_.mcp_allowed_origins) {
-    if (a == "*" || boost::beast::iequals(a, origin)) return true;
-  }
-  std::string_view host = origin_host(origin);
-  return boost::beast::iequals(host, "localhost") || host == "127.0.0.1" || host == "[::1]";
+  return mcp::origin_allowed(origin, opt_.mcp_allowed_origins);
 }
 
 bool Caller::may_run(std::string_view name) const {
@@ -196,11 +175,10 @@ Routed Router::route_mcp(const Request& req, bool draining) const {
     return out;
   };
   if (draining) return fail(unavailable("the command server is shutting down"));
-  if (auto origin = req[bhttp::field::origin]; !origin.empty() && !origin_allowed(origin)) {
-    std::string shown =
-        origin.size() > 100 ? std::string(origin.substr(0, 100)) + "..." : std::string(origin);
-    return fail(Error(ErrorCode::kPermissionDenied,
-                      "Origin '" + shown + "' may not use /mcp (see --mcp-allow-origin)"));
+  if (Status st = mcp::check_origin(req[bhttp::field::origin], opt_.mcp_allowed_origins,
+                                    " (see --mcp-allow-origin)");
+      !st.ok()) {
+    return fail(st.error());
   }
   auto caller = authenticate(req);
   if (!caller.ok()) return fail(caller.error());

@@ -24,8 +24,11 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 
+#include "abx/base/error.h"
+#include "abx/base/fd.h"
 #include "abx/client/export.h"
 
 namespace abx::client {
@@ -50,6 +53,17 @@ struct ABX_EXPORT ConnectionConfig {
   // backoff from retry_backoff (doubling, with jitter).
   int max_retries = 3;
   std::chrono::milliseconds retry_backoff{100};
+  // Responses with a larger body fail with kPayloadTooLarge. 0: no limit. (Streams, such as a
+  // command's output, are not bounded by it.)
+  std::uint64_t max_response_bytes = 0;
+
+  // For a host that reaches sandboxes itself rather than through a URL (abxd dials into a
+  // sandbox's network namespace): returns a connected stream socket to `port` (kEnvdPort or
+  // kCommandServerPort) of sandbox `sandbox_id`. When set, every sandbox-plane request goes over
+  // it, and sandbox_url, server_url and the routing headers are not used.
+  using SandboxDialer =
+      std::function<Result<UniqueFd>(const std::string& sandbox_id, std::uint16_t port)>;
+  SandboxDialer sandbox_dialer;
 
   // Defaults overlaid with the environment (see the header comment).
   static ConnectionConfig from_env();

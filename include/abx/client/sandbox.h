@@ -110,6 +110,10 @@ class ABX_EXPORT Sandbox {
   // access token; config.server_url / sandbox_url point at the servers). Used to talk to a
   // standalone abx-server or abx-envd, e.g. while developing a command module.
   static Sandbox attach(SandboxInfo info, const ConnectionConfig& config);
+  // The same, when the caller already knows the template's capabilities (abxd does): they are
+  // used as they are, never looked up.
+  static Sandbox attach(SandboxInfo info, const ConnectionConfig& config,
+                        std::set<Capability> capabilities);
   // GET /v2/sandboxes, following X-Next-Token.
   static Result<std::vector<SandboxInfo>> list(
       const ListFilters& filters = {},

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "abx/base/error.h"
+#include "abx/base/fd.h"
 #include "abx/http/server.h"
 
 namespace abx::http {
@@ -22,7 +23,15 @@ class Connection {
   static Result<std::unique_ptr<Connection>> open(
       const std::string& host, std::uint16_t port,
       std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  // A connection over a stream socket the caller already connected (e.g. one opened inside
+  // another network namespace); `host` is the Host header sent when a request has none.
+  // Errors: kInternal when the descriptor cannot be adopted.
+  static Result<std::unique_ptr<Connection>> adopt(UniqueFd fd, std::string host);
   ~Connection();
+
+  // Responses to send() with a body over `bytes` fail with kPayloadTooLarge (the connection is
+  // then unusable). Default: no limit.
+  void set_body_limit(std::uint64_t bytes);
 
   // Sends `req` (Host and Content-Length are filled in when missing) and reads the response.
   Result<Response> send(Request req, std::chrono::milliseconds timeout = std::chrono::seconds(30));

@@ -15,8 +15,8 @@
 // The tools are the same wherever they are served (abxd's POST /mcp over its SandboxManager,
 // `abx mcp` over stdio through libabx), so this part knows nothing of either: it owns the
 // schemas, checks arguments strictly against them and turns a PlatformBackend's answers into
-// tool results. It depends on abx::mcp and abx::base only, so the CLI can link it without the
-// rest of the platform.
+// tool results. It is part of abx::mcp (no platform code), so the CLI links it without the rest
+// of the platform.
 //
 // Errors follow MCP's split: arguments that do not fit a tool's schema (missing, unknown,
 // mistyped, out of range) and unknown tools are protocol errors (-32602); anything the backend
@@ -38,7 +38,7 @@
 #include "abx/base/error.h"
 #include "abx/mcp/mcp.h"
 
-namespace abx::platform {
+namespace abx::mcp {
 
 // Output of run_shell larger than this (per stream) is cut, and the result says so: a model's
 // context is the wrong place for megabytes of output.
@@ -126,25 +126,25 @@ class PlatformBackend {
 
 // The tools over a backend. call_tool runs the backend call on the calling thread and calls
 // `done` before returning. Thread-safe when the backend is.
-class PlatformTools : public mcp::ToolProvider {
+class PlatformTools : public ToolProvider {
  public:
   explicit PlatformTools(PlatformBackend& backend);
-  std::vector<mcp::Tool> list_tools() override;
+  std::vector<Tool> list_tools() override;
   void call_tool(std::string_view name, const boost::json::object& arguments,
-                 mcp::ToolDone done) override;
+                 ToolDone done) override;
 
  private:
   PlatformBackend& backend_;
-  std::vector<mcp::Tool> tools_;
+  std::vector<Tool> tools_;
 };
 
 // The tool list alone (names, schemas, annotations), ordered by name.
-const std::vector<mcp::Tool>& platform_tools();
+const std::vector<Tool>& platform_tools();
 
 // What the platform's MCP servers say about themselves in initialize.
-mcp::ServerInfo platform_server_info(std::string name);
+ServerInfo platform_server_info(std::string name);
 
 // "<type>: <message>" as a tool error's text.
-mcp::ToolResult tool_error(const Error& e);
+ToolResult tool_error(const Error& e);
 
-}  // namespace abx::platform
+}  // namespace abx::mcp
