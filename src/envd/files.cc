@@ -10,7 +10,7 @@
 #include <cstring>
 #include <memory>
 
-#include "envd/fd.h"
+#include "abx/base/fd.h"
 #include "envd/fs.h"
 
 namespace abx::envd {

@@ -108,7 +108,7 @@ Status list_into(const std::string& dir, std::uint32_t depth, json::array& out) 
   if (!fd.valid()) return errno_error(errno, "open directory " + dir);
   DIR* d = ::fdopendir(fd.get());
   if (!d) return errno_error(errno, "read directory " + dir);
-  fd.release();  // owned by d now
+  (void)fd.release();  // owned by d now
   std::vector<std::string> names;
   while (dirent* de = ::readdir(d)) {
     std::string n = de->d_name;
