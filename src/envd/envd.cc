@@ -16,6 +16,7 @@
 #include <mutex>
 
 #include "abx/base/log.h"
+#include "abx/base/try.h"
 #include "abx/http/server.h"
 #include "abx/token/token.h"
 #include "envd/connect.h"
@@ -252,18 +253,17 @@ Result<http::BodyPlan> Envd::Impl::body_policy(const Request& h) {
     return invalid_argument("Content-Encoding '" + std::string(h[bhttp::field::content_encoding]) +
                             "' is not supported");
   }
-  std::string spool = opt.spool_dir;
+  std::string target_dir = opt.spool_dir;
   std::string qpath = query_value(*q, "path");
   if (octet && qpath.empty())
     return invalid_argument("octet-stream upload needs the path query parameter");
   if (!qpath.empty()) {
-    auto p = resolve_path(qpath, *user);
-    if (!p.ok()) return p.error();
-    std::string dir = p->substr(0, std::max<std::size_t>(1, p->rfind('/')));
-    auto made = make_dirs(dir, *user, false);
-    if (!made.ok()) return made.error();
-    spool = dir;  // same directory: the octet-stream body can be renamed into place
+    ABX_ASSIGN_OR_RETURN(auto p, resolve_path(qpath, *user));
+    target_dir = p.substr(0, std::max<std::size_t>(1, p.rfind('/')));
+    ABX_TRY(make_dirs(target_dir, *user, false));
   }
+  // Staged on the target's mount: an octet-stream body is then renamed into place, no copy.
+  ABX_ASSIGN_OR_RETURN(auto spool, staging_dir_for(target_dir, opt.spool_dir));
   return http::BodyPlan{opt.max_upload_bytes, spool};
 }
 
@@ -294,7 +294,7 @@ void Envd::Impl::handle_files(Request&& req, Responder respond,
   auto place = [&](const std::string& raw_path, std::uint64_t off, std::uint64_t len) -> Status {
     auto p = resolve_path(raw_path, *user);
     if (!p.ok()) return p.error();
-    auto s = place_file(*body, off, len, *p, *user);
+    auto s = place_file(*body, off, len, *p, *user, opt.spool_dir);
     if (!s.ok()) return s;
     written.push_back(
         json::object{{"path", *p}, {"name", p->substr(p->rfind('/') + 1)}, {"type", "file"}});
@@ -375,34 +375,29 @@ void Envd::Impl::handle_rpc(Request&& req, Responder respond, std::string_view p
 
 namespace {
 
-#define ABX_TRY(var, expr)                   \
-  auto var##_r = (expr);                     \
-  if (!var##_r.ok()) return var##_r.error(); \
-  auto var = std::move(*var##_r)
-
 struct Selector {
   std::optional<std::uint32_t> pid;
   std::optional<std::string> tag;
 };
 
 Result<Selector> parse_selector(const json::object& msg) {
-  ABX_TRY(sel, get_object(msg, "process"));
+  ABX_ASSIGN_OR_RETURN(auto sel, get_object(msg, "process"));
   if (!sel) return invalid_argument("missing field 'process' (a pid or tag selector)");
-  ABX_TRY(pid, get_u32(**sel, "pid"));
-  ABX_TRY(tag, get_string(**sel, "tag"));
+  ABX_ASSIGN_OR_RETURN(auto pid, get_u32(**sel, "pid"));
+  ABX_ASSIGN_OR_RETURN(auto tag, get_string(**sel, "tag"));
   if (!pid && !tag) return invalid_argument("process selector needs 'pid' or 'tag'");
   return Selector{pid, tag};
 }
 
 Result<std::optional<std::pair<std::uint16_t, std::uint16_t>>> parse_pty(const json::object& msg) {
   using R = std::optional<std::pair<std::uint16_t, std::uint16_t>>;
-  ABX_TRY(pty, get_object(msg, "pty"));
+  ABX_ASSIGN_OR_RETURN(auto pty, get_object(msg, "pty"));
   if (!pty) return R();
-  ABX_TRY(size, get_object(**pty, "size"));
+  ABX_ASSIGN_OR_RETURN(auto size, get_object(**pty, "size"));
   std::uint32_t cols = 80, rows = 24;
   if (size) {
-    ABX_TRY(c, get_u32(**size, "cols"));
-    ABX_TRY(r, get_u32(**size, "rows"));
+    ABX_ASSIGN_OR_RETURN(auto c, get_u32(**size, "cols"));
+    ABX_ASSIGN_OR_RETURN(auto r, get_u32(**size, "rows"));
     if (c) cols = *c;
     if (r) rows = *r;
   }
@@ -411,7 +406,7 @@ Result<std::optional<std::pair<std::uint16_t, std::uint16_t>>> parse_pty(const j
 }
 
 Result<std::string> required_path(const json::object& msg, const char* name, const User& user) {
-  ABX_TRY(p, get_string(msg, name));
+  ABX_ASSIGN_OR_RETURN(auto p, get_string(msg, name));
   if (!p) return invalid_argument(std::string("missing field '") + name + "'");
   return resolve_path(*p, user);
 }
@@ -463,36 +458,36 @@ void Envd::Impl::reap_stream_watchers() {
 void Envd::Impl::register_methods() {
   // process.Process
   streaming["process.Process/Start"] = [this](Call& c) -> Status {
-    ABX_TRY(proc, get_object(c.msg, "process"));
+    ABX_ASSIGN_OR_RETURN(auto proc, get_object(c.msg, "process"));
     if (!proc) return invalid_argument("missing field 'process'");
     StartSpec spec;
-    ABX_TRY(cmd, get_string(**proc, "cmd"));
+    ABX_ASSIGN_OR_RETURN(auto cmd, get_string(**proc, "cmd"));
     if (!cmd || cmd->empty()) return invalid_argument("missing field 'process.cmd'");
     spec.config.cmd = *cmd;
-    ABX_TRY(args, get_string_list(**proc, "args"));
+    ABX_ASSIGN_OR_RETURN(auto args, get_string_list(**proc, "args"));
     spec.config.args = std::move(args);
-    ABX_TRY(envs, get_string_map(**proc, "envs"));
+    ABX_ASSIGN_OR_RETURN(auto envs, get_string_map(**proc, "envs"));
     spec.config.envs = std::move(envs);
-    ABX_TRY(cwd, get_string(**proc, "cwd"));
+    ABX_ASSIGN_OR_RETURN(auto cwd, get_string(**proc, "cwd"));
     spec.config.cwd = cwd;
-    ABX_TRY(pty, parse_pty(c.msg));
+    ABX_ASSIGN_OR_RETURN(auto pty, parse_pty(c.msg));
     spec.pty = pty;
-    ABX_TRY(tag, get_string(c.msg, "tag"));
+    ABX_ASSIGN_OR_RETURN(auto tag, get_string(c.msg, "tag"));
     spec.tag = tag;
-    ABX_TRY(stdin_open, get_bool(c.msg, "stdin"));
+    ABX_ASSIGN_OR_RETURN(auto stdin_open, get_bool(c.msg, "stdin"));
     spec.stdin_open = stdin_open.value_or(true);
-    ABX_TRY(timeout, timeout_of(c.req));
+    ABX_ASSIGN_OR_RETURN(auto timeout, timeout_of(c.req));
     spec.timeout = timeout;
     spec.user = c.user;
-    ABX_TRY(p, procs->start(spec));
+    ABX_ASSIGN_OR_RETURN(auto p, procs->start(spec));
     auto writer = c.respond.stream(stream_header(c.req.version()));
     p->subscribe(Subscriber{writer, keepalive_of(c.req)});
     p->run_pump();
     return {};
   };
   streaming["process.Process/Connect"] = [this](Call& c) -> Status {
-    ABX_TRY(sel, parse_selector(c.msg));
-    ABX_TRY(p, procs->find(sel.pid, sel.tag));
+    ABX_ASSIGN_OR_RETURN(auto sel, parse_selector(c.msg));
+    ABX_ASSIGN_OR_RETURN(auto p, procs->find(sel.pid, sel.tag));
     auto writer = c.respond.stream(stream_header(c.req.version()));
     if (!p->subscribe(Subscriber{writer, keepalive_of(c.req)})) {
       Error e = not_found("process " + std::to_string(p->pid()) + " has ended");
@@ -512,12 +507,12 @@ void Envd::Impl::register_methods() {
     return json::object{{"processes", std::move(out)}};
   };
   unary["process.Process/SendInput"] = [this](Call& c) -> Result<json::object> {
-    ABX_TRY(sel, parse_selector(c.msg));
-    ABX_TRY(input, get_object(c.msg, "input"));
+    ABX_ASSIGN_OR_RETURN(auto sel, parse_selector(c.msg));
+    ABX_ASSIGN_OR_RETURN(auto input, get_object(c.msg, "input"));
     if (!input) return invalid_argument("missing field 'input'");
-    ABX_TRY(in, get_bytes(**input, "stdin"));
-    ABX_TRY(pty, get_bytes(**input, "pty"));
-    ABX_TRY(p, procs->find(sel.pid, sel.tag));
+    ABX_ASSIGN_OR_RETURN(auto in, get_bytes(**input, "stdin"));
+    ABX_ASSIGN_OR_RETURN(auto pty, get_bytes(**input, "pty"));
+    ABX_ASSIGN_OR_RETURN(auto p, procs->find(sel.pid, sel.tag));
     Status s = pty  ? p->send_pty(*pty)
                : in ? p->send_stdin(*in)
                     : Status(invalid_argument("input needs 'stdin' or 'pty'"));
@@ -527,27 +522,27 @@ void Envd::Impl::register_methods() {
   unary["process.Process/SendSignal"] = [this](Call& c) -> Result<json::object> {
     static const std::map<std::string, int, std::less<>> kSignals{
         {"SIGNAL_UNSPECIFIED", 0}, {"SIGNAL_SIGTERM", 15}, {"SIGNAL_SIGKILL", 9}};
-    ABX_TRY(sel, parse_selector(c.msg));
-    ABX_TRY(sig, get_enum(c.msg, "signal", "", kSignals));
+    ABX_ASSIGN_OR_RETURN(auto sel, parse_selector(c.msg));
+    ABX_ASSIGN_OR_RETURN(auto sig, get_enum(c.msg, "signal", "", kSignals));
     if (!sig || (*sig != SIGTERM && *sig != SIGKILL)) {
       return invalid_argument("signal must be SIGNAL_SIGTERM or SIGNAL_SIGKILL");
     }
-    ABX_TRY(p, procs->find(sel.pid, sel.tag));
+    ABX_ASSIGN_OR_RETURN(auto p, procs->find(sel.pid, sel.tag));
     auto s = p->signal(*sig);
     if (!s.ok()) return s.error();
     return json::object{};
   };
   unary["process.Process/CloseStdin"] = [this](Call& c) -> Result<json::object> {
-    ABX_TRY(sel, parse_selector(c.msg));
-    ABX_TRY(p, procs->find(sel.pid, sel.tag));
+    ABX_ASSIGN_OR_RETURN(auto sel, parse_selector(c.msg));
+    ABX_ASSIGN_OR_RETURN(auto p, procs->find(sel.pid, sel.tag));
     auto s = p->close_stdin();
     if (!s.ok()) return s.error();
     return json::object{};
   };
   unary["process.Process/Update"] = [this](Call& c) -> Result<json::object> {
-    ABX_TRY(sel, parse_selector(c.msg));
-    ABX_TRY(pty, parse_pty(c.msg));
-    ABX_TRY(p, procs->find(sel.pid, sel.tag));
+    ABX_ASSIGN_OR_RETURN(auto sel, parse_selector(c.msg));
+    ABX_ASSIGN_OR_RETURN(auto pty, parse_pty(c.msg));
+    ABX_ASSIGN_OR_RETURN(auto p, procs->find(sel.pid, sel.tag));
     if (pty) {
       auto s = p->resize(pty->first, pty->second);
       if (!s.ok()) return s.error();
@@ -557,42 +552,42 @@ void Envd::Impl::register_methods() {
 
   // filesystem.Filesystem
   unary["filesystem.Filesystem/Stat"] = [](Call& c) -> Result<json::object> {
-    ABX_TRY(path, required_path(c.msg, "path", c.user));
-    ABX_TRY(e, entry_info(path));
+    ABX_ASSIGN_OR_RETURN(auto path, required_path(c.msg, "path", c.user));
+    ABX_ASSIGN_OR_RETURN(auto e, entry_info(path));
     return json::object{{"entry", std::move(e)}};
   };
   unary["filesystem.Filesystem/ListDir"] = [](Call& c) -> Result<json::object> {
-    ABX_TRY(path, required_path(c.msg, "path", c.user));
-    ABX_TRY(depth, get_u32(c.msg, "depth"));
-    ABX_TRY(entries, list_dir(path, depth.value_or(1)));
+    ABX_ASSIGN_OR_RETURN(auto path, required_path(c.msg, "path", c.user));
+    ABX_ASSIGN_OR_RETURN(auto depth, get_u32(c.msg, "depth"));
+    ABX_ASSIGN_OR_RETURN(auto entries, list_dir(path, depth.value_or(1)));
     return json::object{{"entries", std::move(entries)}};
   };
   unary["filesystem.Filesystem/MakeDir"] = [](Call& c) -> Result<json::object> {
-    ABX_TRY(path, required_path(c.msg, "path", c.user));
+    ABX_ASSIGN_OR_RETURN(auto path, required_path(c.msg, "path", c.user));
     auto s = make_dirs(path, c.user, true);
     if (!s.ok()) return s.error();
-    ABX_TRY(e, entry_info(path));
+    ABX_ASSIGN_OR_RETURN(auto e, entry_info(path));
     return json::object{{"entry", std::move(e)}};
   };
   unary["filesystem.Filesystem/Move"] = [](Call& c) -> Result<json::object> {
-    ABX_TRY(from, required_path(c.msg, "source", c.user));
-    ABX_TRY(to, required_path(c.msg, "destination", c.user));
+    ABX_ASSIGN_OR_RETURN(auto from, required_path(c.msg, "source", c.user));
+    ABX_ASSIGN_OR_RETURN(auto to, required_path(c.msg, "destination", c.user));
     auto s = move_path(from, to, c.user);
     if (!s.ok()) return s.error();
-    ABX_TRY(e, entry_info(to));
+    ABX_ASSIGN_OR_RETURN(auto e, entry_info(to));
     return json::object{{"entry", std::move(e)}};
   };
   unary["filesystem.Filesystem/Remove"] = [](Call& c) -> Result<json::object> {
-    ABX_TRY(path, required_path(c.msg, "path", c.user));
+    ABX_ASSIGN_OR_RETURN(auto path, required_path(c.msg, "path", c.user));
     auto s = remove_path(path);
     if (!s.ok()) return s.error();
     return json::object{};
   };
   streaming["filesystem.Filesystem/WatchDir"] = [this](Call& c) -> Status {
     reap_stream_watchers();
-    ABX_TRY(path, required_path(c.msg, "path", c.user));
-    ABX_TRY(recursive, get_bool(c.msg, "recursive"));
-    ABX_TRY(include_entry, get_bool(c.msg, "includeEntry", "include_entry"));
+    ABX_ASSIGN_OR_RETURN(auto path, required_path(c.msg, "path", c.user));
+    ABX_ASSIGN_OR_RETURN(auto recursive, get_bool(c.msg, "recursive"));
+    ABX_ASSIGN_OR_RETURN(auto include_entry, get_bool(c.msg, "includeEntry", "include_entry"));
     // Validate before answering, so a bad path is an end-stream error with no start frame.
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) return errno_error(errno, "watch " + path);
@@ -630,23 +625,24 @@ void Envd::Impl::register_methods() {
     return {};
   };
   unary["filesystem.Filesystem/CreateWatcher"] = [this](Call& c) -> Result<json::object> {
-    ABX_TRY(path, required_path(c.msg, "path", c.user));
-    ABX_TRY(recursive, get_bool(c.msg, "recursive"));
-    ABX_TRY(include_entry, get_bool(c.msg, "includeEntry", "include_entry"));
+    ABX_ASSIGN_OR_RETURN(auto path, required_path(c.msg, "path", c.user));
+    ABX_ASSIGN_OR_RETURN(auto recursive, get_bool(c.msg, "recursive"));
+    ABX_ASSIGN_OR_RETURN(auto include_entry, get_bool(c.msg, "includeEntry", "include_entry"));
     auto pw = std::make_shared<PollWatcher>();
     bool entries = include_entry.value_or(false);
     std::weak_ptr<PollWatcher> weak = pw;
-    ABX_TRY(w, Watcher::start(
-                   path, recursive.value_or(false),
-                   [weak, path, entries](const FsEvent& e) {
-                     auto p = weak.lock();
-                     if (!p) return false;
-                     std::lock_guard lock(p->mu);
-                     if (p->events.size() >= 10000) p->events.pop_front();  // bounded
-                     p->events.push_back(fs_event_json(e, path, entries));
-                     return true;
-                   },
-                   [] { return true; }, std::chrono::milliseconds(1000)));
+    ABX_ASSIGN_OR_RETURN(auto w, Watcher::start(
+                                     path, recursive.value_or(false),
+                                     [weak, path, entries](const FsEvent& e) {
+                                       auto p = weak.lock();
+                                       if (!p) return false;
+                                       std::lock_guard lock(p->mu);
+                                       if (p->events.size() >= 10000)
+                                         p->events.pop_front();  // bounded
+                                       p->events.push_back(fs_event_json(e, path, entries));
+                                       return true;
+                                     },
+                                     [] { return true; }, std::chrono::milliseconds(1000)));
     pw->watcher = std::move(w);
     auto id = token::random_hex(8);
     if (!id.ok()) return id.error();
@@ -655,7 +651,7 @@ void Envd::Impl::register_methods() {
     return json::object{{"watcherId", *id}};
   };
   auto find_watcher = [this](const json::object& msg) -> Result<std::shared_ptr<PollWatcher>> {
-    ABX_TRY(id, get_string(msg, "watcherId", "watcher_id"));
+    ABX_ASSIGN_OR_RETURN(auto id, get_string(msg, "watcherId", "watcher_id"));
     if (!id) return invalid_argument("missing field 'watcherId'");
     std::lock_guard lock(watch_mu);
     auto it = poll_watchers.find(*id);
@@ -664,7 +660,7 @@ void Envd::Impl::register_methods() {
   };
   unary["filesystem.Filesystem/GetWatcherEvents"] =
       [find_watcher](Call& c) -> Result<json::object> {
-    ABX_TRY(pw, find_watcher(c.msg));
+    ABX_ASSIGN_OR_RETURN(auto pw, find_watcher(c.msg));
     json::array events;
     std::lock_guard lock(pw->mu);
     for (auto& e : pw->events) events.push_back(std::move(e));
@@ -673,7 +669,7 @@ void Envd::Impl::register_methods() {
   };
   unary["filesystem.Filesystem/RemoveWatcher"] = [this,
                                                   find_watcher](Call& c) -> Result<json::object> {
-    ABX_TRY(pw, find_watcher(c.msg));
+    ABX_ASSIGN_OR_RETURN(auto pw, find_watcher(c.msg));
     std::unique_ptr<Watcher> w;
     {
       std::lock_guard lock(watch_mu);

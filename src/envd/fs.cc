@@ -13,7 +13,6 @@
 #include <boost/json/array.hpp>
 #include <cerrno>
 #include <cstring>
-#include <set>
 #include <string_view>
 #include <vector>
 
@@ -294,19 +293,17 @@ void Watcher::add_tree(const std::string& path, const std::string& rel) {
 
 namespace {
 
-// envd's own temporary files: request bodies spooled next to their target (http server) and
-// uploads staged for an atomic rename (files.cc). A watcher never reports them, and a rename
-// of one onto its target reads as the target being created and written, which is what envd
-// (writing in place) reports and what SDK callers wait for.
+// envd's upload staging directory and the files in it (files.cc): they live outside the user's
+// directories, but a recursive watch of a parent of the staging directory would see them.
 bool internal_temp_name(std::string_view name) {
-  return name.starts_with(".abx-body-") || name.starts_with(".abx-upload-");
+  return name.starts_with(".abx-body-") || name.starts_with(".abx-upload-") ||
+         name.starts_with(".abx-spool-");
 }
 
 }  // namespace
 
 void Watcher::run() {
   alignas(inotify_event) char buf[16384];
-  std::set<std::uint32_t> internal_moves;  // cookies of renames away from internal temp files
   auto next_tick = std::chrono::steady_clock::now() + tick_interval_;
   while (!done_.load()) {
     auto now = std::chrono::steady_clock::now();
@@ -329,14 +326,7 @@ void Watcher::run() {
       auto it = paths_.find(ev->wd);
       if (it == paths_.end()) continue;
       std::string name = ev->len ? std::string(ev->name) : std::string();
-      if (internal_temp_name(name)) {
-        if (ev->mask & IN_MOVED_FROM) {
-          if (internal_moves.size() > 1024) internal_moves.clear();
-          internal_moves.insert(ev->cookie);
-        }
-        continue;
-      }
-      const bool upload = (ev->mask & IN_MOVED_TO) && internal_moves.erase(ev->cookie) > 0;
+      if (internal_temp_name(name)) continue;
       std::string rel =
           it->second.empty() ? name : (name.empty() ? it->second : it->second + "/" + name);
       std::optional<FsEventType> type;
@@ -355,11 +345,6 @@ void Watcher::run() {
       if (ev->mask & IN_DELETE_SELF) {
         if (!it->second.empty()) continue;  // a subdirectory: its parent reports the removal
         rel = "";
-      }
-      if (upload) {
-        if (!sink_(FsEvent{rel, FsEventType::kCreate}) || !sink_(FsEvent{rel, FsEventType::kWrite}))
-          stop = true;
-        continue;
       }
       if (type && !sink_(FsEvent{rel, *type})) stop = true;
     }
