@@ -1,4 +1,5 @@
-// Routing, auth and the Connect method table of envd.
+// envd's routing, auth, the /files endpoint and lifecycle. The Connect services register their
+// methods from process_service.cc and filesystem_service.cc.
 #include "abx/envd/envd.h"
 
 #include <openssl/sha.h>
@@ -10,8 +11,6 @@
 #include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
 #include <cstdlib>
-#include <deque>
-#include <functional>
 #include <map>
 #include <mutex>
 
@@ -20,6 +19,7 @@
 #include "abx/http/server.h"
 #include "abx/token/token.h"
 #include "envd/connect.h"
+#include "envd/envd_impl.h"
 #include "envd/files.h"
 #include "envd/fs.h"
 #include "envd/process.h"
@@ -91,45 +91,6 @@ bool is_json_type(std::string_view ct, bool streaming) {
 }
 
 }  // namespace
-
-struct PollWatcher {
-  std::mutex mu;
-  std::deque<json::object> events;
-  std::unique_ptr<Watcher> watcher;
-};
-
-struct Envd::Impl {
-  EnvdOptions opt;
-  Users users{"user", {}};
-  std::unique_ptr<ProcessManager> procs;
-  std::mutex watch_mu;
-  std::map<std::string, std::shared_ptr<PollWatcher>> poll_watchers;
-  std::vector<std::unique_ptr<Watcher>> stream_watchers;
-  std::unique_ptr<http::Server> server;
-
-  struct Call {
-    Request req;
-    Responder respond;
-    User user;
-    json::object msg;
-  };
-  using Unary = std::function<Result<json::object>(Call&)>;
-  using Streaming = std::function<Status(Call&)>;
-  std::map<std::string, Unary, std::less<>> unary;
-  std::map<std::string, Streaming, std::less<>> streaming;
-
-  void register_methods();
-  void handle(Request&& req, Responder respond);
-  Result<http::BodyPlan> body_policy(const Request& h);
-  Status check_token(const Request& req) const;
-  Status check_files_auth(const Request& req, const std::map<std::string, std::string>& q,
-                          const char* op) const;
-  Result<User> request_user(const Request& req, const std::map<std::string, std::string>& q) const;
-  void handle_files(Request&& req, Responder respond, const std::map<std::string, std::string>& q);
-  void handle_rpc(Request&& req, Responder respond, std::string_view path);
-  void reap_stream_watchers();
-  std::chrono::milliseconds keepalive_of(const Request& req) const;
-};
 
 // ---- auth and users ----
 
@@ -371,313 +332,10 @@ void Envd::Impl::handle_rpc(Request&& req, Responder respond, std::string_view p
   respond(std::move(res));
 }
 
-// ---- message decoding helpers ----
-
-namespace {
-
-struct Selector {
-  std::optional<std::uint32_t> pid;
-  std::optional<std::string> tag;
-};
-
-Result<Selector> parse_selector(const json::object& msg) {
-  ABX_ASSIGN_OR_RETURN(auto sel, get_object(msg, "process"));
-  if (!sel) return invalid_argument("missing field 'process' (a pid or tag selector)");
-  ABX_ASSIGN_OR_RETURN(auto pid, get_u32(**sel, "pid"));
-  ABX_ASSIGN_OR_RETURN(auto tag, get_string(**sel, "tag"));
-  if (!pid && !tag) return invalid_argument("process selector needs 'pid' or 'tag'");
-  return Selector{pid, tag};
-}
-
-Result<std::optional<std::pair<std::uint16_t, std::uint16_t>>> parse_pty(const json::object& msg) {
-  using R = std::optional<std::pair<std::uint16_t, std::uint16_t>>;
-  ABX_ASSIGN_OR_RETURN(auto pty, get_object(msg, "pty"));
-  if (!pty) return R();
-  ABX_ASSIGN_OR_RETURN(auto size, get_object(**pty, "size"));
-  std::uint32_t cols = 80, rows = 24;
-  if (size) {
-    ABX_ASSIGN_OR_RETURN(auto c, get_u32(**size, "cols"));
-    ABX_ASSIGN_OR_RETURN(auto r, get_u32(**size, "rows"));
-    if (c) cols = *c;
-    if (r) rows = *r;
-  }
-  if (cols > 65535 || rows > 65535) return invalid_argument("pty size out of range");
-  return R(std::make_pair(static_cast<std::uint16_t>(cols), static_cast<std::uint16_t>(rows)));
-}
-
-Result<std::string> required_path(const json::object& msg, const char* name, const User& user) {
-  ABX_ASSIGN_OR_RETURN(auto p, get_string(msg, name));
-  if (!p) return invalid_argument(std::string("missing field '") + name + "'");
-  return resolve_path(*p, user);
-}
-
-json::object process_config_json(const ProcessConfig& c) {
-  json::object o{{"cmd", c.cmd}};
-  json::array args;
-  for (const auto& a : c.args) args.emplace_back(a);
-  o["args"] = std::move(args);
-  json::object envs;
-  for (const auto& [k, v] : c.envs) envs[k] = v;
-  o["envs"] = std::move(envs);
-  if (c.cwd) o["cwd"] = *c.cwd;
-  return o;
-}
-
-Result<std::chrono::milliseconds> timeout_of(const Request& req) {
-  auto it = req.find("Connect-Timeout-Ms");
-  if (it == req.end()) return std::chrono::milliseconds(0);
-  std::string v(it->value());
-  if (v.empty() || v.size() > 10 || v.find_first_not_of("0123456789") != std::string::npos) {
-    return invalid_argument("invalid Connect-Timeout-Ms '" + v + "'");
-  }
-  return std::chrono::milliseconds(std::stoll(v));
-}
-
-Response stream_header(unsigned version) {
+http::Response connect_stream_header(unsigned version) {
   Response h{bhttp::status::ok, version};
   h.set(bhttp::field::content_type, "application/connect+json");
   return h;
-}
-
-json::object fs_event_json(const FsEvent& e, const std::string& dir, bool include_entry) {
-  json::object o{{"name", e.name}, {"type", fs_event_type_name(e.type)}};
-  if (include_entry && e.type != FsEventType::kRemove && e.type != FsEventType::kRename) {
-    auto info = entry_info(e.name.empty() ? dir : dir + "/" + e.name);
-    if (info.ok()) o["entry"] = std::move(*info);
-  }
-  return o;
-}
-
-}  // namespace
-
-void Envd::Impl::reap_stream_watchers() {
-  std::lock_guard lock(watch_mu);
-  std::erase_if(stream_watchers, [](const auto& w) { return !w->running(); });
-}
-
-void Envd::Impl::register_methods() {
-  // process.Process
-  streaming["process.Process/Start"] = [this](Call& c) -> Status {
-    ABX_ASSIGN_OR_RETURN(auto proc, get_object(c.msg, "process"));
-    if (!proc) return invalid_argument("missing field 'process'");
-    StartSpec spec;
-    ABX_ASSIGN_OR_RETURN(auto cmd, get_string(**proc, "cmd"));
-    if (!cmd || cmd->empty()) return invalid_argument("missing field 'process.cmd'");
-    spec.config.cmd = *cmd;
-    ABX_ASSIGN_OR_RETURN(auto args, get_string_list(**proc, "args"));
-    spec.config.args = std::move(args);
-    ABX_ASSIGN_OR_RETURN(auto envs, get_string_map(**proc, "envs"));
-    spec.config.envs = std::move(envs);
-    ABX_ASSIGN_OR_RETURN(auto cwd, get_string(**proc, "cwd"));
-    spec.config.cwd = cwd;
-    ABX_ASSIGN_OR_RETURN(auto pty, parse_pty(c.msg));
-    spec.pty = pty;
-    ABX_ASSIGN_OR_RETURN(auto tag, get_string(c.msg, "tag"));
-    spec.tag = tag;
-    ABX_ASSIGN_OR_RETURN(auto stdin_open, get_bool(c.msg, "stdin"));
-    spec.stdin_open = stdin_open.value_or(true);
-    ABX_ASSIGN_OR_RETURN(auto timeout, timeout_of(c.req));
-    spec.timeout = timeout;
-    spec.user = c.user;
-    ABX_ASSIGN_OR_RETURN(auto p, procs->start(spec));
-    auto writer = c.respond.stream(stream_header(c.req.version()));
-    p->subscribe(Subscriber{writer, keepalive_of(c.req)});
-    p->run_pump();
-    return {};
-  };
-  streaming["process.Process/Connect"] = [this](Call& c) -> Status {
-    ABX_ASSIGN_OR_RETURN(auto sel, parse_selector(c.msg));
-    ABX_ASSIGN_OR_RETURN(auto p, procs->find(sel.pid, sel.tag));
-    auto writer = c.respond.stream(stream_header(c.req.version()));
-    if (!p->subscribe(Subscriber{writer, keepalive_of(c.req)})) {
-      Error e = not_found("process " + std::to_string(p->pid()) + " has ended");
-      writer->write(encode_envelope(kFlagEndStream, end_stream_payload(&e)));
-      writer->finish();
-    }
-    return {};
-  };
-  unary["process.Process/List"] = [this](Call&) -> Result<json::object> {
-    json::array out;
-    for (const auto& p : procs->list()) {
-      json::object info{{"config", process_config_json(p->config())},
-                        {"pid", static_cast<std::uint32_t>(p->pid())}};
-      if (p->tag()) info["tag"] = *p->tag();
-      out.push_back(std::move(info));
-    }
-    return json::object{{"processes", std::move(out)}};
-  };
-  unary["process.Process/SendInput"] = [this](Call& c) -> Result<json::object> {
-    ABX_ASSIGN_OR_RETURN(auto sel, parse_selector(c.msg));
-    ABX_ASSIGN_OR_RETURN(auto input, get_object(c.msg, "input"));
-    if (!input) return invalid_argument("missing field 'input'");
-    ABX_ASSIGN_OR_RETURN(auto in, get_bytes(**input, "stdin"));
-    ABX_ASSIGN_OR_RETURN(auto pty, get_bytes(**input, "pty"));
-    ABX_ASSIGN_OR_RETURN(auto p, procs->find(sel.pid, sel.tag));
-    Status s = pty  ? p->send_pty(*pty)
-               : in ? p->send_stdin(*in)
-                    : Status(invalid_argument("input needs 'stdin' or 'pty'"));
-    if (!s.ok()) return s.error();
-    return json::object{};
-  };
-  unary["process.Process/SendSignal"] = [this](Call& c) -> Result<json::object> {
-    static const std::map<std::string, int, std::less<>> kSignals{
-        {"SIGNAL_UNSPECIFIED", 0}, {"SIGNAL_SIGTERM", 15}, {"SIGNAL_SIGKILL", 9}};
-    ABX_ASSIGN_OR_RETURN(auto sel, parse_selector(c.msg));
-    ABX_ASSIGN_OR_RETURN(auto sig, get_enum(c.msg, "signal", "", kSignals));
-    if (!sig || (*sig != SIGTERM && *sig != SIGKILL)) {
-      return invalid_argument("signal must be SIGNAL_SIGTERM or SIGNAL_SIGKILL");
-    }
-    ABX_ASSIGN_OR_RETURN(auto p, procs->find(sel.pid, sel.tag));
-    auto s = p->signal(*sig);
-    if (!s.ok()) return s.error();
-    return json::object{};
-  };
-  unary["process.Process/CloseStdin"] = [this](Call& c) -> Result<json::object> {
-    ABX_ASSIGN_OR_RETURN(auto sel, parse_selector(c.msg));
-    ABX_ASSIGN_OR_RETURN(auto p, procs->find(sel.pid, sel.tag));
-    auto s = p->close_stdin();
-    if (!s.ok()) return s.error();
-    return json::object{};
-  };
-  unary["process.Process/Update"] = [this](Call& c) -> Result<json::object> {
-    ABX_ASSIGN_OR_RETURN(auto sel, parse_selector(c.msg));
-    ABX_ASSIGN_OR_RETURN(auto pty, parse_pty(c.msg));
-    ABX_ASSIGN_OR_RETURN(auto p, procs->find(sel.pid, sel.tag));
-    if (pty) {
-      auto s = p->resize(pty->first, pty->second);
-      if (!s.ok()) return s.error();
-    }
-    return json::object{};
-  };
-
-  // filesystem.Filesystem
-  unary["filesystem.Filesystem/Stat"] = [](Call& c) -> Result<json::object> {
-    ABX_ASSIGN_OR_RETURN(auto path, required_path(c.msg, "path", c.user));
-    ABX_ASSIGN_OR_RETURN(auto e, entry_info(path));
-    return json::object{{"entry", std::move(e)}};
-  };
-  unary["filesystem.Filesystem/ListDir"] = [](Call& c) -> Result<json::object> {
-    ABX_ASSIGN_OR_RETURN(auto path, required_path(c.msg, "path", c.user));
-    ABX_ASSIGN_OR_RETURN(auto depth, get_u32(c.msg, "depth"));
-    ABX_ASSIGN_OR_RETURN(auto entries, list_dir(path, depth.value_or(1)));
-    return json::object{{"entries", std::move(entries)}};
-  };
-  unary["filesystem.Filesystem/MakeDir"] = [](Call& c) -> Result<json::object> {
-    ABX_ASSIGN_OR_RETURN(auto path, required_path(c.msg, "path", c.user));
-    auto s = make_dirs(path, c.user, true);
-    if (!s.ok()) return s.error();
-    ABX_ASSIGN_OR_RETURN(auto e, entry_info(path));
-    return json::object{{"entry", std::move(e)}};
-  };
-  unary["filesystem.Filesystem/Move"] = [](Call& c) -> Result<json::object> {
-    ABX_ASSIGN_OR_RETURN(auto from, required_path(c.msg, "source", c.user));
-    ABX_ASSIGN_OR_RETURN(auto to, required_path(c.msg, "destination", c.user));
-    auto s = move_path(from, to, c.user);
-    if (!s.ok()) return s.error();
-    ABX_ASSIGN_OR_RETURN(auto e, entry_info(to));
-    return json::object{{"entry", std::move(e)}};
-  };
-  unary["filesystem.Filesystem/Remove"] = [](Call& c) -> Result<json::object> {
-    ABX_ASSIGN_OR_RETURN(auto path, required_path(c.msg, "path", c.user));
-    auto s = remove_path(path);
-    if (!s.ok()) return s.error();
-    return json::object{};
-  };
-  streaming["filesystem.Filesystem/WatchDir"] = [this](Call& c) -> Status {
-    reap_stream_watchers();
-    ABX_ASSIGN_OR_RETURN(auto path, required_path(c.msg, "path", c.user));
-    ABX_ASSIGN_OR_RETURN(auto recursive, get_bool(c.msg, "recursive"));
-    ABX_ASSIGN_OR_RETURN(auto include_entry, get_bool(c.msg, "includeEntry", "include_entry"));
-    // Validate before answering, so a bad path is an end-stream error with no start frame.
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) return errno_error(errno, "watch " + path);
-    if (!S_ISDIR(st.st_mode)) return invalid_argument("path is not a directory: " + path);
-    auto writer = c.respond.stream(stream_header(c.req.version()));
-    writer->write(encode_envelope(0, R"({"start":{}})"));
-    auto keepalive = keepalive_of(c.req);
-    bool entries = include_entry.value_or(false);
-    auto sink = [writer, path, entries](const FsEvent& e) {
-      json::object frame{{"filesystem", fs_event_json(e, path, entries)}};
-      if (!writer->write(encode_envelope(0, json::serialize(frame)))) return false;
-      while (!writer->ready() && !writer->closed())
-        writer->wait_ready(std::chrono::milliseconds(200));
-      return !writer->closed();
-    };
-    auto tick = [writer, keepalive, last = std::chrono::steady_clock::now()]() mutable {
-      if (writer->closed()) return false;
-      if (std::chrono::steady_clock::now() - last >= keepalive) {
-        last = std::chrono::steady_clock::now();
-        return writer->write(encode_envelope(0, R"({"keepalive":{}})"));
-      }
-      return true;
-    };
-    auto w =
-        Watcher::start(path, recursive.value_or(false), sink, tick, std::chrono::milliseconds(500));
-    if (!w.ok()) {
-      Error e = w.error();
-      writer->write(encode_envelope(kFlagEndStream, end_stream_payload(&e)));
-      writer->finish();
-      return {};
-    }
-    // The stream ends when the client goes away (the end-stream frame is never reached then).
-    std::lock_guard lock(watch_mu);
-    stream_watchers.push_back(std::move(*w));
-    return {};
-  };
-  unary["filesystem.Filesystem/CreateWatcher"] = [this](Call& c) -> Result<json::object> {
-    ABX_ASSIGN_OR_RETURN(auto path, required_path(c.msg, "path", c.user));
-    ABX_ASSIGN_OR_RETURN(auto recursive, get_bool(c.msg, "recursive"));
-    ABX_ASSIGN_OR_RETURN(auto include_entry, get_bool(c.msg, "includeEntry", "include_entry"));
-    auto pw = std::make_shared<PollWatcher>();
-    bool entries = include_entry.value_or(false);
-    std::weak_ptr<PollWatcher> weak = pw;
-    ABX_ASSIGN_OR_RETURN(auto w, Watcher::start(
-                                     path, recursive.value_or(false),
-                                     [weak, path, entries](const FsEvent& e) {
-                                       auto p = weak.lock();
-                                       if (!p) return false;
-                                       std::lock_guard lock(p->mu);
-                                       if (p->events.size() >= 10000)
-                                         p->events.pop_front();  // bounded
-                                       p->events.push_back(fs_event_json(e, path, entries));
-                                       return true;
-                                     },
-                                     [] { return true; }, std::chrono::milliseconds(1000)));
-    pw->watcher = std::move(w);
-    auto id = token::random_hex(8);
-    if (!id.ok()) return id.error();
-    std::lock_guard lock(watch_mu);
-    poll_watchers[*id] = pw;
-    return json::object{{"watcherId", *id}};
-  };
-  auto find_watcher = [this](const json::object& msg) -> Result<std::shared_ptr<PollWatcher>> {
-    ABX_ASSIGN_OR_RETURN(auto id, get_string(msg, "watcherId", "watcher_id"));
-    if (!id) return invalid_argument("missing field 'watcherId'");
-    std::lock_guard lock(watch_mu);
-    auto it = poll_watchers.find(*id);
-    if (it == poll_watchers.end()) return not_found("watcher '" + *id + "' not found");
-    return it->second;
-  };
-  unary["filesystem.Filesystem/GetWatcherEvents"] =
-      [find_watcher](Call& c) -> Result<json::object> {
-    ABX_ASSIGN_OR_RETURN(auto pw, find_watcher(c.msg));
-    json::array events;
-    std::lock_guard lock(pw->mu);
-    for (auto& e : pw->events) events.push_back(std::move(e));
-    pw->events.clear();
-    return json::object{{"events", std::move(events)}};
-  };
-  unary["filesystem.Filesystem/RemoveWatcher"] = [this,
-                                                  find_watcher](Call& c) -> Result<json::object> {
-    ABX_ASSIGN_OR_RETURN(auto pw, find_watcher(c.msg));
-    std::unique_ptr<Watcher> w;
-    {
-      std::lock_guard lock(watch_mu);
-      std::erase_if(poll_watchers, [&](const auto& kv) { return kv.second == pw; });
-    }
-    pw->watcher.reset();  // stops and joins
-    return json::object{};
-  };
 }
 
 // ---- lifecycle ----
@@ -697,7 +355,8 @@ Result<std::unique_ptr<Envd>> Envd::start(EnvdOptions options) {
     impl->opt.spool_dir = t && *t ? t : "/tmp";
   }
   impl->procs = std::make_unique<ProcessManager>(Reaper::instance());
-  impl->register_methods();
+  register_process_service(*impl);
+  register_filesystem_service(*impl);
   http::ServerOptions so;
   so.host = impl->opt.host;
   so.port = impl->opt.port;
