@@ -525,6 +525,37 @@ TEST_F(EnvdTest, UploadOverQuotaIs413AndOldContentStays) {
   EXPECT_EQ(s, std::string(512, 'n'));
 }
 
+std::set<std::string> files_in(const std::string& dir) {
+  std::set<std::string> out;
+  for (const auto& de : fs::directory_iterator(dir)) out.insert(de.path().string());
+  return out;
+}
+
+// An octet-stream upload of 2 * `half` bytes of which only the first half is sent until
+// finish(): its body sits in a spool file meanwhile.
+class HeldUpload {
+ public:
+  HeldUpload(std::uint16_t port, const std::string& path, std::size_t half)
+      : sock_(io_), half_(half, 's') {
+    sock_.connect({asio::ip::make_address("127.0.0.1"), port});
+    asio::write(sock_, asio::buffer("POST /files?path=" + path + " HTTP/1.1\r\nHost: x\r\n" +
+                                    "Content-Type: application/octet-stream\r\nContent-Length: " +
+                                    std::to_string(2 * half) + "\r\n\r\n" + half_));
+  }
+  int finish() {
+    asio::write(sock_, asio::buffer(half_));
+    boost::beast::flat_buffer buf;
+    bhttp::response<bhttp::string_body> res;
+    bhttp::read(sock_, buf, res);
+    return res.result_int();
+  }
+
+ private:
+  asio::io_context io_;
+  asio::ip::tcp::socket sock_;
+  std::string half_;
+};
+
 // Issue 9 item 8: a listing made right after an upload returned the body's spool file
 // (`.abx-body-XXXXXX`), spooled next to the target and unlinked only after the response had
 // gone out. Bodies are now staged outside the user's directories: listings made while uploads
@@ -562,23 +593,12 @@ TEST_F(EnvdTest, ListingsDuringAndAfterConcurrentUploadsShowOnlyTheUsersFiles) {
   // One upload held half-sent, so its body sits in a spool file during every listing below.
   auto stage = staging_dir_for(dir, fs::temp_directory_path().string());
   ASSERT_TRUE(stage.ok()) << stage.error().message();
-  auto spool_files = [&] {
-    std::set<std::string> out;
-    for (const auto& de : fs::directory_iterator(*stage)) out.insert(de.path().string());
-    return out;
-  };
-  auto spooled_before = spool_files();
-  asio::io_context io;
-  asio::ip::tcp::socket slow(io);
-  slow.connect({asio::ip::make_address("127.0.0.1"), envd_->port()});
-  const std::string half(64 * 1024, 's');
-  asio::write(slow, asio::buffer("POST /files?path=up/slow HTTP/1.1\r\nHost: x\r\n"
-                                 "Content-Type: application/octet-stream\r\nContent-Length: " +
-                                 std::to_string(2 * half.size()) + "\r\n\r\n" + half));
+  auto before = files_in(*stage);
+  HeldUpload slow(envd_->port(), "up/slow", 64 * 1024);
   std::set<std::string> spooled;
   for (int i = 0; i < 500 && spooled.empty(); ++i) {
-    for (const auto& f : spool_files()) {
-      if (!spooled_before.count(f)) spooled.insert(f);
+    for (const auto& f : files_in(*stage)) {
+      if (!before.count(f)) spooled.insert(f);
     }
     if (spooled.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -606,19 +626,14 @@ TEST_F(EnvdTest, ListingsDuringAndAfterConcurrentUploadsShowOnlyTheUsersFiles) {
     });
   }
   for (auto& t : uploaders) t.join();
-  // The held upload completes last.
-  asio::write(slow, asio::buffer(half));
-  boost::beast::flat_buffer buf;
-  bhttp::response<bhttp::string_body> res;
-  bhttp::read(slow, buf, res);
-  EXPECT_EQ(res.result_int(), 200) << res.body();
+  EXPECT_EQ(slow.finish(), 200);  // the held upload completes last
   done = true;
   lister.join();
 
   EXPECT_EQ(unexpected, std::vector<std::string>{});
   auto after = check_listing();
   EXPECT_EQ(std::set<std::string>(after.begin(), after.end()), expected);
-  EXPECT_EQ(fs::file_size(dir + "/slow"), 2 * half.size());
+  EXPECT_EQ(fs::file_size(dir + "/slow"), 2u * 64 * 1024);
   EXPECT_EQ(fs::file_size(dir + "/f7"), 4096u * 8);
   std::ifstream m3(dir + "/m3");
   EXPECT_EQ(std::string((std::istreambuf_iterator<char>(m3)), {}), "multi 3");
