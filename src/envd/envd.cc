@@ -69,11 +69,10 @@ Result<std::map<std::string, std::string>> parse_query(std::string_view q) {
     q = amp == std::string_view::npos ? std::string_view() : q.substr(amp + 1);
     if (kv.empty()) continue;
     auto eq = kv.find('=');
-    auto k = decode(kv.substr(0, eq));
-    auto v = decode(eq == std::string_view::npos ? std::string_view() : kv.substr(eq + 1));
-    if (!k.ok()) return k.error();
-    if (!v.ok()) return v.error();
-    out.emplace(std::move(*k), std::move(*v));  // first value wins
+    ABX_ASSIGN_OR_RETURN(auto k, decode(kv.substr(0, eq)));
+    ABX_ASSIGN_OR_RETURN(
+        auto v, decode(eq == std::string_view::npos ? std::string_view() : kv.substr(eq + 1)));
+    out.emplace(std::move(k), std::move(v));  // first value wins
   }
   return out;
 }
@@ -196,11 +195,10 @@ Result<http::BodyPlan> Envd::Impl::body_policy(const Request& h) {
     return http::BodyPlan{1024 * 1024, {}};
   }
   // Refuse early, before a large body is read.
-  auto q = parse_query(qm == std::string_view::npos ? std::string_view() : target.substr(qm + 1));
-  if (!q.ok()) return q.error();
-  if (auto s = check_files_auth(h, *q, "write"); !s.ok()) return s.error();
-  auto user = request_user(h, *q);
-  if (!user.ok()) return user.error();
+  ABX_ASSIGN_OR_RETURN(auto q, parse_query(qm == std::string_view::npos ? std::string_view()
+                                                                        : target.substr(qm + 1)));
+  ABX_TRY(check_files_auth(h, q, "write"));
+  ABX_ASSIGN_OR_RETURN(auto user, request_user(h, q));
   std::string ct(h[bhttp::field::content_type]);
   bool octet = is_json_type(ct, false)
                    ? false
@@ -215,13 +213,13 @@ Result<http::BodyPlan> Envd::Impl::body_policy(const Request& h) {
                             "' is not supported");
   }
   std::string target_dir = opt.spool_dir;
-  std::string qpath = query_value(*q, "path");
+  std::string qpath = query_value(q, "path");
   if (octet && qpath.empty())
     return invalid_argument("octet-stream upload needs the path query parameter");
   if (!qpath.empty()) {
-    ABX_ASSIGN_OR_RETURN(auto p, resolve_path(qpath, *user));
+    ABX_ASSIGN_OR_RETURN(auto p, resolve_path(qpath, user));
     target_dir = p.substr(0, std::max<std::size_t>(1, p.rfind('/')));
-    ABX_TRY(make_dirs(target_dir, *user, false));
+    ABX_TRY(make_dirs(target_dir, user, false));
   }
   // Staged on the target's mount: an octet-stream body is then renamed into place, no copy.
   ABX_ASSIGN_OR_RETURN(auto spool, staging_dir_for(target_dir, opt.spool_dir));
@@ -230,55 +228,61 @@ Result<http::BodyPlan> Envd::Impl::body_policy(const Request& h) {
 
 void Envd::Impl::handle_files(Request&& req, Responder respond,
                               const std::map<std::string, std::string>& q) {
-  unsigned v = req.version();
-  auto fail = [&](const Error& e) { respond(rest_error_response(e, v)); };
+  auto s = serve_files(req, respond, q);
+  if (!s.ok()) respond(rest_error_response(s.error(), req.version()));
+}
+
+// Errors are returned before anything is sent; handle_files() renders them.
+Status Envd::Impl::serve_files(const Request& req, const Responder& respond,
+                               const std::map<std::string, std::string>& q) {
   bool get = req.method() == bhttp::verb::get;
   if (!get && req.method() != bhttp::verb::post) {
-    return fail(Error(ErrorCode::kMethodNotAllowed, "use GET or POST"));
+    return Error(ErrorCode::kMethodNotAllowed, "use GET or POST");
   }
-  if (auto s = check_files_auth(req, q, get ? "read" : "write"); !s.ok()) return fail(s.error());
-  auto user = request_user(req, q);
-  if (!user.ok()) return fail(user.error());
+  ABX_TRY(check_files_auth(req, q, get ? "read" : "write"));
+  ABX_ASSIGN_OR_RETURN(auto user, request_user(req, q));
   std::string qpath = query_value(q, "path");
   if (get) {
-    if (qpath.empty()) return fail(invalid_argument("missing path query parameter"));
-    auto p = resolve_path(qpath, *user);
-    if (!p.ok()) return fail(p.error());
-    auto s = serve_download(*p, v, respond);
-    if (!s.ok()) fail(s.error());
-    return;
+    if (qpath.empty()) return invalid_argument("missing path query parameter");
+    ABX_ASSIGN_OR_RETURN(auto p, resolve_path(qpath, user));
+    return serve_download(p, req.version(), respond);
   }
   auto body = respond.body_file();
-  if (!body) return fail(internal_error("upload body was not spooled"));
-  std::string ct(req[bhttp::field::content_type]);
-  json::array written;
-  auto place = [&](const std::string& raw_path, std::uint64_t off, std::uint64_t len) -> Status {
-    auto p = resolve_path(raw_path, *user);
-    if (!p.ok()) return p.error();
-    auto s = place_file(*body, off, len, *p, *user, opt.spool_dir);
-    if (!s.ok()) return s;
-    written.push_back(
-        json::object{{"path", *p}, {"name", p->substr(p->rfind('/') + 1)}, {"type", "file"}});
-    return {};
-  };
-  if (boost::beast::iequals(ct.substr(0, ct.find(';')), "multipart/form-data")) {
-    auto parts = parse_multipart(body->fd(), body->size(), ct);
-    if (!parts.ok()) return fail(parts.error());
-    for (const auto& part : *parts) {
-      if (part.name != "file") continue;
-      std::string target = !qpath.empty() ? qpath : part.filename;
-      if (target.empty())
-        return fail(invalid_argument("a file part has neither a filename nor a path"));
-      if (auto s = place(target, part.offset, part.length); !s.ok()) return fail(s.error());
-    }
-    if (written.empty()) return fail(invalid_argument("no part named 'file' in the upload"));
-  } else {
-    if (auto s = place(qpath, 0, body->size()); !s.ok()) return fail(s.error());
-  }
-  Response res{bhttp::status::ok, v};
+  if (!body) return internal_error("upload body was not spooled");
+  ABX_ASSIGN_OR_RETURN(auto written, store_upload(req, *body, user, qpath));
+  Response res{bhttp::status::ok, req.version()};
   res.set(bhttp::field::content_type, "application/json");
   res.body() = json::serialize(written);
   respond(std::move(res));
+  return {};
+}
+
+// Places each `file` part (or the whole octet-stream body) at its path; returns the written
+// entries, as E2B's envd answers POST /files.
+Result<json::array> Envd::Impl::store_upload(const Request& req, http::BodyFile& body,
+                                             const User& user, const std::string& qpath) {
+  json::array written;
+  auto place = [&](const std::string& raw_path, std::uint64_t off, std::uint64_t len) -> Status {
+    ABX_ASSIGN_OR_RETURN(auto p, resolve_path(raw_path, user));
+    ABX_TRY(place_file(body, off, len, p, user, opt.spool_dir));
+    written.push_back(
+        json::object{{"path", p}, {"name", p.substr(p.rfind('/') + 1)}, {"type", "file"}});
+    return {};
+  };
+  std::string ct(req[bhttp::field::content_type]);
+  if (!boost::beast::iequals(ct.substr(0, ct.find(';')), "multipart/form-data")) {
+    ABX_TRY(place(qpath, 0, body.size()));
+    return written;
+  }
+  ABX_ASSIGN_OR_RETURN(auto parts, parse_multipart(body.fd(), body.size(), ct));
+  for (const auto& part : parts) {
+    if (part.name != "file") continue;
+    std::string target = !qpath.empty() ? qpath : part.filename;
+    if (target.empty()) return invalid_argument("a file part has neither a filename nor a path");
+    ABX_TRY(place(target, part.offset, part.length));
+  }
+  if (written.empty()) return invalid_argument("no part named 'file' in the upload");
+  return written;
 }
 
 void Envd::Impl::handle_rpc(Request&& req, Responder respond, std::string_view path) {

@@ -3,6 +3,7 @@
 // method tables with register_*_service().
 #pragma once
 
+#include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 #include <chrono>
 #include <deque>
@@ -69,6 +70,10 @@ struct Envd::Impl {
                             const std::map<std::string, std::string>& q) const;
   void handle_files(http::Request&& req, http::Responder respond,
                     const std::map<std::string, std::string>& q);
+  Status serve_files(const http::Request& req, const http::Responder& respond,
+                     const std::map<std::string, std::string>& q);
+  Result<boost::json::array> store_upload(const http::Request& req, http::BodyFile& body,
+                                          const User& user, const std::string& qpath);
   void handle_rpc(http::Request&& req, http::Responder respond, std::string_view path);
   std::chrono::milliseconds keepalive_of(const http::Request& req) const;
 };

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "abx/base/try.h"
 #include "envd/proto_json.h"
 
 namespace abx::envd {
@@ -142,8 +143,7 @@ Result<json::array> list_dir(const std::string& dir, std::uint32_t depth) {
   if (::lstat(dir.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode) && ::realpath(dir.c_str(), real)) {
     top = real;
   }
-  auto s = list_into(top, depth == 0 ? 1 : depth, out);
-  if (!s.ok()) return s.error();
+  ABX_TRY(list_into(top, depth == 0 ? 1 : depth, out));
   return out;
 }
 
@@ -164,10 +164,7 @@ Status make_dirs(const std::string& path, const User& owner, bool fail_if_exists
   }
   if (errno == ELOOP) return errno_error(errno, "stat " + path);
   std::string parent = parent_of(path);
-  if (parent != path) {
-    auto s = make_dirs(parent, owner, false);
-    if (!s.ok()) return s;
-  }
+  if (parent != path) ABX_TRY(make_dirs(parent, owner, false));
   if (::mkdir(path.c_str(), 0755) != 0) {
     if (errno == EEXIST && !fail_if_exists) return {};
     return errno_error(errno, "mkdir " + path);
@@ -180,8 +177,7 @@ Status make_dirs(const std::string& path, const User& owner, bool fail_if_exists
 Status move_path(const std::string& from, const std::string& to, const User& owner) {
   struct stat st {};
   if (::lstat(from.c_str(), &st) != 0) return errno_error(errno, "stat " + from);
-  auto s = make_dirs(parent_of(to), owner, false);
-  if (!s.ok()) return s;
+  ABX_TRY(make_dirs(parent_of(to), owner, false));
   if (::rename(from.c_str(), to.c_str()) != 0) {
     return errno_error(errno, "rename " + from + " to " + to);
   }
@@ -207,10 +203,7 @@ Status remove_tree_at(int dirfd, const char* name, const std::string& shown) {
     if (n != "." && n != "..") names.push_back(std::move(n));
   }
   ::closedir(d);
-  for (const auto& n : names) {
-    auto s = remove_tree_at(fd.get(), n.c_str(), shown + "/" + n);
-    if (!s.ok()) return s;
-  }
+  for (const auto& n : names) ABX_TRY(remove_tree_at(fd.get(), n.c_str(), shown + "/" + n));
   if (::unlinkat(dirfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT) {
     return errno_error(errno, "remove " + shown);
   }
