@@ -1,4 +1,5 @@
-// Routing, auth and the Connect method table of envd.
+// envd's routing, auth, the /files endpoint and lifecycle. The Connect services register their
+// methods from process_service.cc and filesystem_service.cc.
 #include "abx/envd/envd.h"
 
 #include <openssl/sha.h>
@@ -10,15 +11,15 @@
 #include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
 #include <cstdlib>
-#include <deque>
-#include <functional>
 #include <map>
 #include <mutex>
 
 #include "abx/base/log.h"
+#include "abx/base/try.h"
 #include "abx/http/server.h"
 #include "abx/token/token.h"
 #include "envd/connect.h"
+#include "envd/envd_impl.h"
 #include "envd/files.h"
 #include "envd/fs.h"
 #include "envd/process.h"
@@ -68,11 +69,10 @@ Result<std::map<std::string, std::string>> parse_query(std::string_view q) {
     q = amp == std::string_view::npos ? std::string_view() : q.substr(amp + 1);
     if (kv.empty()) continue;
     auto eq = kv.find('=');
-    auto k = decode(kv.substr(0, eq));
-    auto v = decode(eq == std::string_view::npos ? std::string_view() : kv.substr(eq + 1));
-    if (!k.ok()) return k.error();
-    if (!v.ok()) return v.error();
-    out.emplace(std::move(*k), std::move(*v));  // first value wins
+    ABX_ASSIGN_OR_RETURN(auto k, decode(kv.substr(0, eq)));
+    ABX_ASSIGN_OR_RETURN(
+        auto v, decode(eq == std::string_view::npos ? std::string_view() : kv.substr(eq + 1)));
+    out.emplace(std::move(k), std::move(v));  // first value wins
   }
   return out;
 }
@@ -90,45 +90,6 @@ bool is_json_type(std::string_view ct, bool streaming) {
 }
 
 }  // namespace
-
-struct PollWatcher {
-  std::mutex mu;
-  std::deque<json::object> events;
-  std::unique_ptr<Watcher> watcher;
-};
-
-struct Envd::Impl {
-  EnvdOptions opt;
-  Users users{"user", {}};
-  std::unique_ptr<ProcessManager> procs;
-  std::mutex watch_mu;
-  std::map<std::string, std::shared_ptr<PollWatcher>> poll_watchers;
-  std::vector<std::unique_ptr<Watcher>> stream_watchers;
-  std::unique_ptr<http::Server> server;
-
-  struct Call {
-    Request req;
-    Responder respond;
-    User user;
-    json::object msg;
-  };
-  using Unary = std::function<Result<json::object>(Call&)>;
-  using Streaming = std::function<Status(Call&)>;
-  std::map<std::string, Unary, std::less<>> unary;
-  std::map<std::string, Streaming, std::less<>> streaming;
-
-  void register_methods();
-  void handle(Request&& req, Responder respond);
-  Result<http::BodyPlan> body_policy(const Request& h);
-  Status check_token(const Request& req) const;
-  Status check_files_auth(const Request& req, const std::map<std::string, std::string>& q,
-                          const char* op) const;
-  Result<User> request_user(const Request& req, const std::map<std::string, std::string>& q) const;
-  void handle_files(Request&& req, Responder respond, const std::map<std::string, std::string>& q);
-  void handle_rpc(Request&& req, Responder respond, std::string_view path);
-  void reap_stream_watchers();
-  std::chrono::milliseconds keepalive_of(const Request& req) const;
-};
 
 // ---- auth and users ----
 
@@ -234,11 +195,10 @@ Result<http::BodyPlan> Envd::Impl::body_policy(const Request& h) {
     return http::BodyPlan{1024 * 1024, {}};
   }
   // Refuse early, before a large body is read.
-  auto q = parse_query(qm == std::string_view::npos ? std::string_view() : target.substr(qm + 1));
-  if (!q.ok()) return q.error();
-  if (auto s = check_files_auth(h, *q, "write"); !s.ok()) return s.error();
-  auto user = request_user(h, *q);
-  if (!user.ok()) return user.error();
+  ABX_ASSIGN_OR_RETURN(auto q, parse_query(qm == std::string_view::npos ? std::string_view()
+                                                                        : target.substr(qm + 1)));
+  ABX_TRY(check_files_auth(h, q, "write"));
+  ABX_ASSIGN_OR_RETURN(auto user, request_user(h, q));
   std::string ct(h[bhttp::field::content_type]);
   bool octet = is_json_type(ct, false)
                    ? false
@@ -252,72 +212,77 @@ Result<http::BodyPlan> Envd::Impl::body_policy(const Request& h) {
     return invalid_argument("Content-Encoding '" + std::string(h[bhttp::field::content_encoding]) +
                             "' is not supported");
   }
-  std::string spool = opt.spool_dir;
-  std::string qpath = query_value(*q, "path");
+  std::string target_dir = opt.spool_dir;
+  std::string qpath = query_value(q, "path");
   if (octet && qpath.empty())
     return invalid_argument("octet-stream upload needs the path query parameter");
   if (!qpath.empty()) {
-    auto p = resolve_path(qpath, *user);
-    if (!p.ok()) return p.error();
-    std::string dir = p->substr(0, std::max<std::size_t>(1, p->rfind('/')));
-    auto made = make_dirs(dir, *user, false);
-    if (!made.ok()) return made.error();
-    spool = dir;  // same directory: the octet-stream body can be renamed into place
+    ABX_ASSIGN_OR_RETURN(auto p, resolve_path(qpath, user));
+    target_dir = p.substr(0, std::max<std::size_t>(1, p.rfind('/')));
+    ABX_TRY(make_dirs(target_dir, user, false));
   }
+  // Staged on the target's mount: an octet-stream body is then renamed into place, no copy.
+  ABX_ASSIGN_OR_RETURN(auto spool, staging_dir_for(target_dir, opt.spool_dir));
   return http::BodyPlan{opt.max_upload_bytes, spool};
 }
 
 void Envd::Impl::handle_files(Request&& req, Responder respond,
                               const std::map<std::string, std::string>& q) {
-  unsigned v = req.version();
-  auto fail = [&](const Error& e) { respond(rest_error_response(e, v)); };
+  auto s = serve_files(req, respond, q);
+  if (!s.ok()) respond(rest_error_response(s.error(), req.version()));
+}
+
+// Errors are returned before anything is sent; handle_files() renders them.
+Status Envd::Impl::serve_files(const Request& req, const Responder& respond,
+                               const std::map<std::string, std::string>& q) {
   bool get = req.method() == bhttp::verb::get;
   if (!get && req.method() != bhttp::verb::post) {
-    return fail(Error(ErrorCode::kMethodNotAllowed, "use GET or POST"));
+    return Error(ErrorCode::kMethodNotAllowed, "use GET or POST");
   }
-  if (auto s = check_files_auth(req, q, get ? "read" : "write"); !s.ok()) return fail(s.error());
-  auto user = request_user(req, q);
-  if (!user.ok()) return fail(user.error());
+  ABX_TRY(check_files_auth(req, q, get ? "read" : "write"));
+  ABX_ASSIGN_OR_RETURN(auto user, request_user(req, q));
   std::string qpath = query_value(q, "path");
   if (get) {
-    if (qpath.empty()) return fail(invalid_argument("missing path query parameter"));
-    auto p = resolve_path(qpath, *user);
-    if (!p.ok()) return fail(p.error());
-    auto s = serve_download(*p, v, respond);
-    if (!s.ok()) fail(s.error());
-    return;
+    if (qpath.empty()) return invalid_argument("missing path query parameter");
+    ABX_ASSIGN_OR_RETURN(auto p, resolve_path(qpath, user));
+    return serve_download(p, req.version(), respond);
   }
   auto body = respond.body_file();
-  if (!body) return fail(internal_error("upload body was not spooled"));
-  std::string ct(req[bhttp::field::content_type]);
-  json::array written;
-  auto place = [&](const std::string& raw_path, std::uint64_t off, std::uint64_t len) -> Status {
-    auto p = resolve_path(raw_path, *user);
-    if (!p.ok()) return p.error();
-    auto s = place_file(*body, off, len, *p, *user);
-    if (!s.ok()) return s;
-    written.push_back(
-        json::object{{"path", *p}, {"name", p->substr(p->rfind('/') + 1)}, {"type", "file"}});
-    return {};
-  };
-  if (boost::beast::iequals(ct.substr(0, ct.find(';')), "multipart/form-data")) {
-    auto parts = parse_multipart(body->fd(), body->size(), ct);
-    if (!parts.ok()) return fail(parts.error());
-    for (const auto& part : *parts) {
-      if (part.name != "file") continue;
-      std::string target = !qpath.empty() ? qpath : part.filename;
-      if (target.empty())
-        return fail(invalid_argument("a file part has neither a filename nor a path"));
-      if (auto s = place(target, part.offset, part.length); !s.ok()) return fail(s.error());
-    }
-    if (written.empty()) return fail(invalid_argument("no part named 'file' in the upload"));
-  } else {
-    if (auto s = place(qpath, 0, body->size()); !s.ok()) return fail(s.error());
-  }
-  Response res{bhttp::status::ok, v};
+  if (!body) return internal_error("upload body was not spooled");
+  ABX_ASSIGN_OR_RETURN(auto written, store_upload(req, *body, user, qpath));
+  Response res{bhttp::status::ok, req.version()};
   res.set(bhttp::field::content_type, "application/json");
   res.body() = json::serialize(written);
   respond(std::move(res));
+  return {};
+}
+
+// Places each `file` part (or the whole octet-stream body) at its path; returns the written
+// entries, as E2B's envd answers POST /files.
+Result<json::array> Envd::Impl::store_upload(const Request& req, http::BodyFile& body,
+                                             const User& user, const std::string& qpath) {
+  json::array written;
+  auto place = [&](const std::string& raw_path, std::uint64_t off, std::uint64_t len) -> Status {
+    ABX_ASSIGN_OR_RETURN(auto p, resolve_path(raw_path, user));
+    ABX_TRY(place_file(body, off, len, p, user, opt.spool_dir));
+    written.push_back(
+        json::object{{"path", p}, {"name", p.substr(p.rfind('/') + 1)}, {"type", "file"}});
+    return {};
+  };
+  std::string ct(req[bhttp::field::content_type]);
+  if (!boost::beast::iequals(ct.substr(0, ct.find(';')), "multipart/form-data")) {
+    ABX_TRY(place(qpath, 0, body.size()));
+    return written;
+  }
+  ABX_ASSIGN_OR_RETURN(auto parts, parse_multipart(body.fd(), body.size(), ct));
+  for (const auto& part : parts) {
+    if (part.name != "file") continue;
+    std::string target = !qpath.empty() ? qpath : part.filename;
+    if (target.empty()) return invalid_argument("a file part has neither a filename nor a path");
+    ABX_TRY(place(target, part.offset, part.length));
+  }
+  if (written.empty()) return invalid_argument("no part named 'file' in the upload");
+  return written;
 }
 
 void Envd::Impl::handle_rpc(Request&& req, Responder respond, std::string_view path) {
@@ -371,317 +336,10 @@ void Envd::Impl::handle_rpc(Request&& req, Responder respond, std::string_view p
   respond(std::move(res));
 }
 
-// ---- message decoding helpers ----
-
-namespace {
-
-#define ABX_TRY(var, expr)                   \
-  auto var##_r = (expr);                     \
-  if (!var##_r.ok()) return var##_r.error(); \
-  auto var = std::move(*var##_r)
-
-struct Selector {
-  std::optional<std::uint32_t> pid;
-  std::optional<std::string> tag;
-};
-
-Result<Selector> parse_selector(const json::object& msg) {
-  ABX_TRY(sel, get_object(msg, "process"));
-  if (!sel) return invalid_argument("missing field 'process' (a pid or tag selector)");
-  ABX_TRY(pid, get_u32(**sel, "pid"));
-  ABX_TRY(tag, get_string(**sel, "tag"));
-  if (!pid && !tag) return invalid_argument("process selector needs 'pid' or 'tag'");
-  return Selector{pid, tag};
-}
-
-Result<std::optional<std::pair<std::uint16_t, std::uint16_t>>> parse_pty(const json::object& msg) {
-  using R = std::optional<std::pair<std::uint16_t, std::uint16_t>>;
-  ABX_TRY(pty, get_object(msg, "pty"));
-  if (!pty) return R();
-  ABX_TRY(size, get_object(**pty, "size"));
-  std::uint32_t cols = 80, rows = 24;
-  if (size) {
-    ABX_TRY(c, get_u32(**size, "cols"));
-    ABX_TRY(r, get_u32(**size, "rows"));
-    if (c) cols = *c;
-    if (r) rows = *r;
-  }
-  if (cols > 65535 || rows > 65535) return invalid_argument("pty size out of range");
-  return R(std::make_pair(static_cast<std::uint16_t>(cols), static_cast<std::uint16_t>(rows)));
-}
-
-Result<std::string> required_path(const json::object& msg, const char* name, const User& user) {
-  ABX_TRY(p, get_string(msg, name));
-  if (!p) return invalid_argument(std::string("missing field '") + name + "'");
-  return resolve_path(*p, user);
-}
-
-json::object process_config_json(const ProcessConfig& c) {
-  json::object o{{"cmd", c.cmd}};
-  json::array args;
-  for (const auto& a : c.args) args.emplace_back(a);
-  o["args"] = std::move(args);
-  json::object envs;
-  for (const auto& [k, v] : c.envs) envs[k] = v;
-  o["envs"] = std::move(envs);
-  if (c.cwd) o["cwd"] = *c.cwd;
-  return o;
-}
-
-Result<std::chrono::milliseconds> timeout_of(const Request& req) {
-  auto it = req.find("Connect-Timeout-Ms");
-  if (it == req.end()) return std::chrono::milliseconds(0);
-  std::string v(it->value());
-  if (v.empty() || v.size() > 10 || v.find_first_not_of("0123456789") != std::string::npos) {
-    return invalid_argument("invalid Connect-Timeout-Ms '" + v + "'");
-  }
-  return std::chrono::milliseconds(std::stoll(v));
-}
-
-Response stream_header(unsigned version) {
+http::Response connect_stream_header(unsigned version) {
   Response h{bhttp::status::ok, version};
   h.set(bhttp::field::content_type, "application/connect+json");
   return h;
-}
-
-json::object fs_event_json(const FsEvent& e, const std::string& dir, bool include_entry) {
-  json::object o{{"name", e.name}, {"type", fs_event_type_name(e.type)}};
-  if (include_entry && e.type != FsEventType::kRemove && e.type != FsEventType::kRename) {
-    auto info = entry_info(e.name.empty() ? dir : dir + "/" + e.name);
-    if (info.ok()) o["entry"] = std::move(*info);
-  }
-  return o;
-}
-
-}  // namespace
-
-void Envd::Impl::reap_stream_watchers() {
-  std::lock_guard lock(watch_mu);
-  std::erase_if(stream_watchers, [](const auto& w) { return !w->running(); });
-}
-
-void Envd::Impl::register_methods() {
-  // process.Process
-  streaming["process.Process/Start"] = [this](Call& c) -> Status {
-    ABX_TRY(proc, get_object(c.msg, "process"));
-    if (!proc) return invalid_argument("missing field 'process'");
-    StartSpec spec;
-    ABX_TRY(cmd, get_string(**proc, "cmd"));
-    if (!cmd || cmd->empty()) return invalid_argument("missing field 'process.cmd'");
-    spec.config.cmd = *cmd;
-    ABX_TRY(args, get_string_list(**proc, "args"));
-    spec.config.args = std::move(args);
-    ABX_TRY(envs, get_string_map(**proc, "envs"));
-    spec.config.envs = std::move(envs);
-    ABX_TRY(cwd, get_string(**proc, "cwd"));
-    spec.config.cwd = cwd;
-    ABX_TRY(pty, parse_pty(c.msg));
-    spec.pty = pty;
-    ABX_TRY(tag, get_string(c.msg, "tag"));
-    spec.tag = tag;
-    ABX_TRY(stdin_open, get_bool(c.msg, "stdin"));
-    spec.stdin_open = stdin_open.value_or(true);
-    ABX_TRY(timeout, timeout_of(c.req));
-    spec.timeout = timeout;
-    spec.user = c.user;
-    ABX_TRY(p, procs->start(spec));
-    auto writer = c.respond.stream(stream_header(c.req.version()));
-    p->subscribe(Subscriber{writer, keepalive_of(c.req)});
-    p->run_pump();
-    return {};
-  };
-  streaming["process.Process/Connect"] = [this](Call& c) -> Status {
-    ABX_TRY(sel, parse_selector(c.msg));
-    ABX_TRY(p, procs->find(sel.pid, sel.tag));
-    auto writer = c.respond.stream(stream_header(c.req.version()));
-    if (!p->subscribe(Subscriber{writer, keepalive_of(c.req)})) {
-      Error e = not_found("process " + std::to_string(p->pid()) + " has ended");
-      writer->write(encode_envelope(kFlagEndStream, end_stream_payload(&e)));
-      writer->finish();
-    }
-    return {};
-  };
-  unary["process.Process/List"] = [this](Call&) -> Result<json::object> {
-    json::array out;
-    for (const auto& p : procs->list()) {
-      json::object info{{"config", process_config_json(p->config())},
-                        {"pid", static_cast<std::uint32_t>(p->pid())}};
-      if (p->tag()) info["tag"] = *p->tag();
-      out.push_back(std::move(info));
-    }
-    return json::object{{"processes", std::move(out)}};
-  };
-  unary["process.Process/SendInput"] = [this](Call& c) -> Result<json::object> {
-    ABX_TRY(sel, parse_selector(c.msg));
-    ABX_TRY(input, get_object(c.msg, "input"));
-    if (!input) return invalid_argument("missing field 'input'");
-    ABX_TRY(in, get_bytes(**input, "stdin"));
-    ABX_TRY(pty, get_bytes(**input, "pty"));
-    ABX_TRY(p, procs->find(sel.pid, sel.tag));
-    Status s = pty  ? p->send_pty(*pty)
-               : in ? p->send_stdin(*in)
-                    : Status(invalid_argument("input needs 'stdin' or 'pty'"));
-    if (!s.ok()) return s.error();
-    return json::object{};
-  };
-  unary["process.Process/SendSignal"] = [this](Call& c) -> Result<json::object> {
-    static const std::map<std::string, int, std::less<>> kSignals{
-        {"SIGNAL_UNSPECIFIED", 0}, {"SIGNAL_SIGTERM", 15}, {"SIGNAL_SIGKILL", 9}};
-    ABX_TRY(sel, parse_selector(c.msg));
-    ABX_TRY(sig, get_enum(c.msg, "signal", "", kSignals));
-    if (!sig || (*sig != SIGTERM && *sig != SIGKILL)) {
-      return invalid_argument("signal must be SIGNAL_SIGTERM or SIGNAL_SIGKILL");
-    }
-    ABX_TRY(p, procs->find(sel.pid, sel.tag));
-    auto s = p->signal(*sig);
-    if (!s.ok()) return s.error();
-    return json::object{};
-  };
-  unary["process.Process/CloseStdin"] = [this](Call& c) -> Result<json::object> {
-    ABX_TRY(sel, parse_selector(c.msg));
-    ABX_TRY(p, procs->find(sel.pid, sel.tag));
-    auto s = p->close_stdin();
-    if (!s.ok()) return s.error();
-    return json::object{};
-  };
-  unary["process.Process/Update"] = [this](Call& c) -> Result<json::object> {
-    ABX_TRY(sel, parse_selector(c.msg));
-    ABX_TRY(pty, parse_pty(c.msg));
-    ABX_TRY(p, procs->find(sel.pid, sel.tag));
-    if (pty) {
-      auto s = p->resize(pty->first, pty->second);
-      if (!s.ok()) return s.error();
-    }
-    return json::object{};
-  };
-
-  // filesystem.Filesystem
-  unary["filesystem.Filesystem/Stat"] = [](Call& c) -> Result<json::object> {
-    ABX_TRY(path, required_path(c.msg, "path", c.user));
-    ABX_TRY(e, entry_info(path));
-    return json::object{{"entry", std::move(e)}};
-  };
-  unary["filesystem.Filesystem/ListDir"] = [](Call& c) -> Result<json::object> {
-    ABX_TRY(path, required_path(c.msg, "path", c.user));
-    ABX_TRY(depth, get_u32(c.msg, "depth"));
-    ABX_TRY(entries, list_dir(path, depth.value_or(1)));
-    return json::object{{"entries", std::move(entries)}};
-  };
-  unary["filesystem.Filesystem/MakeDir"] = [](Call& c) -> Result<json::object> {
-    ABX_TRY(path, required_path(c.msg, "path", c.user));
-    auto s = make_dirs(path, c.user, true);
-    if (!s.ok()) return s.error();
-    ABX_TRY(e, entry_info(path));
-    return json::object{{"entry", std::move(e)}};
-  };
-  unary["filesystem.Filesystem/Move"] = [](Call& c) -> Result<json::object> {
-    ABX_TRY(from, required_path(c.msg, "source", c.user));
-    ABX_TRY(to, required_path(c.msg, "destination", c.user));
-    auto s = move_path(from, to, c.user);
-    if (!s.ok()) return s.error();
-    ABX_TRY(e, entry_info(to));
-    return json::object{{"entry", std::move(e)}};
-  };
-  unary["filesystem.Filesystem/Remove"] = [](Call& c) -> Result<json::object> {
-    ABX_TRY(path, required_path(c.msg, "path", c.user));
-    auto s = remove_path(path);
-    if (!s.ok()) return s.error();
-    return json::object{};
-  };
-  streaming["filesystem.Filesystem/WatchDir"] = [this](Call& c) -> Status {
-    reap_stream_watchers();
-    ABX_TRY(path, required_path(c.msg, "path", c.user));
-    ABX_TRY(recursive, get_bool(c.msg, "recursive"));
-    ABX_TRY(include_entry, get_bool(c.msg, "includeEntry", "include_entry"));
-    // Validate before answering, so a bad path is an end-stream error with no start frame.
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) return errno_error(errno, "watch " + path);
-    if (!S_ISDIR(st.st_mode)) return invalid_argument("path is not a directory: " + path);
-    auto writer = c.respond.stream(stream_header(c.req.version()));
-    writer->write(encode_envelope(0, R"({"start":{}})"));
-    auto keepalive = keepalive_of(c.req);
-    bool entries = include_entry.value_or(false);
-    auto sink = [writer, path, entries](const FsEvent& e) {
-      json::object frame{{"filesystem", fs_event_json(e, path, entries)}};
-      if (!writer->write(encode_envelope(0, json::serialize(frame)))) return false;
-      while (!writer->ready() && !writer->closed())
-        writer->wait_ready(std::chrono::milliseconds(200));
-      return !writer->closed();
-    };
-    auto tick = [writer, keepalive, last = std::chrono::steady_clock::now()]() mutable {
-      if (writer->closed()) return false;
-      if (std::chrono::steady_clock::now() - last >= keepalive) {
-        last = std::chrono::steady_clock::now();
-        return writer->write(encode_envelope(0, R"({"keepalive":{}})"));
-      }
-      return true;
-    };
-    auto w =
-        Watcher::start(path, recursive.value_or(false), sink, tick, std::chrono::milliseconds(500));
-    if (!w.ok()) {
-      Error e = w.error();
-      writer->write(encode_envelope(kFlagEndStream, end_stream_payload(&e)));
-      writer->finish();
-      return {};
-    }
-    // The stream ends when the client goes away (the end-stream frame is never reached then).
-    std::lock_guard lock(watch_mu);
-    stream_watchers.push_back(std::move(*w));
-    return {};
-  };
-  unary["filesystem.Filesystem/CreateWatcher"] = [this](Call& c) -> Result<json::object> {
-    ABX_TRY(path, required_path(c.msg, "path", c.user));
-    ABX_TRY(recursive, get_bool(c.msg, "recursive"));
-    ABX_TRY(include_entry, get_bool(c.msg, "includeEntry", "include_entry"));
-    auto pw = std::make_shared<PollWatcher>();
-    bool entries = include_entry.value_or(false);
-    std::weak_ptr<PollWatcher> weak = pw;
-    ABX_TRY(w, Watcher::start(
-                   path, recursive.value_or(false),
-                   [weak, path, entries](const FsEvent& e) {
-                     auto p = weak.lock();
-                     if (!p) return false;
-                     std::lock_guard lock(p->mu);
-                     if (p->events.size() >= 10000) p->events.pop_front();  // bounded
-                     p->events.push_back(fs_event_json(e, path, entries));
-                     return true;
-                   },
-                   [] { return true; }, std::chrono::milliseconds(1000)));
-    pw->watcher = std::move(w);
-    auto id = token::random_hex(8);
-    if (!id.ok()) return id.error();
-    std::lock_guard lock(watch_mu);
-    poll_watchers[*id] = pw;
-    return json::object{{"watcherId", *id}};
-  };
-  auto find_watcher = [this](const json::object& msg) -> Result<std::shared_ptr<PollWatcher>> {
-    ABX_TRY(id, get_string(msg, "watcherId", "watcher_id"));
-    if (!id) return invalid_argument("missing field 'watcherId'");
-    std::lock_guard lock(watch_mu);
-    auto it = poll_watchers.find(*id);
-    if (it == poll_watchers.end()) return not_found("watcher '" + *id + "' not found");
-    return it->second;
-  };
-  unary["filesystem.Filesystem/GetWatcherEvents"] =
-      [find_watcher](Call& c) -> Result<json::object> {
-    ABX_TRY(pw, find_watcher(c.msg));
-    json::array events;
-    std::lock_guard lock(pw->mu);
-    for (auto& e : pw->events) events.push_back(std::move(e));
-    pw->events.clear();
-    return json::object{{"events", std::move(events)}};
-  };
-  unary["filesystem.Filesystem/RemoveWatcher"] = [this,
-                                                  find_watcher](Call& c) -> Result<json::object> {
-    ABX_TRY(pw, find_watcher(c.msg));
-    std::unique_ptr<Watcher> w;
-    {
-      std::lock_guard lock(watch_mu);
-      std::erase_if(poll_watchers, [&](const auto& kv) { return kv.second == pw; });
-    }
-    pw->watcher.reset();  // stops and joins
-    return json::object{};
-  };
 }
 
 // ---- lifecycle ----
@@ -701,7 +359,8 @@ Result<std::unique_ptr<Envd>> Envd::start(EnvdOptions options) {
     impl->opt.spool_dir = t && *t ? t : "/tmp";
   }
   impl->procs = std::make_unique<ProcessManager>(Reaper::instance());
-  impl->register_methods();
+  register_process_service(*impl);
+  register_filesystem_service(*impl);
   http::ServerOptions so;
   so.host = impl->opt.host;
   so.port = impl->opt.port;

@@ -17,10 +17,13 @@
 #include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "abx/http/client.h"
 #include "envd/connect.h"
+#include "envd/files.h"
 #include "envd/proto_json.h"
 
 namespace abx::envd {
@@ -520,6 +523,125 @@ TEST_F(EnvdTest, UploadOverQuotaIs413AndOldContentStays) {
   std::ifstream in(home_ + "/keep");
   std::string s((std::istreambuf_iterator<char>(in)), {});
   EXPECT_EQ(s, std::string(512, 'n'));
+}
+
+std::set<std::string> files_in(const std::string& dir) {
+  std::set<std::string> out;
+  for (const auto& de : fs::directory_iterator(dir)) out.insert(de.path().string());
+  return out;
+}
+
+// An octet-stream upload of 2 * `half` bytes of which only the first half is sent until
+// finish(): its body sits in a spool file meanwhile.
+class HeldUpload {
+ public:
+  HeldUpload(std::uint16_t port, const std::string& path, std::size_t half)
+      : sock_(io_), half_(half, 's') {
+    sock_.connect({asio::ip::make_address("127.0.0.1"), port});
+    asio::write(sock_, asio::buffer("POST /files?path=" + path + " HTTP/1.1\r\nHost: x\r\n" +
+                                    "Content-Type: application/octet-stream\r\nContent-Length: " +
+                                    std::to_string(2 * half) + "\r\n\r\n" + half_));
+  }
+  int finish() {
+    asio::write(sock_, asio::buffer(half_));
+    boost::beast::flat_buffer buf;
+    bhttp::response<bhttp::string_body> res;
+    bhttp::read(sock_, buf, res);
+    return res.result_int();
+  }
+
+ private:
+  asio::io_context io_;
+  asio::ip::tcp::socket sock_;
+  std::string half_;
+};
+
+// Issue 9 item 8: a listing made right after an upload returned the body's spool file
+// (`.abx-body-XXXXXX`), spooled next to the target and unlinked only after the response had
+// gone out. Bodies are now staged outside the user's directories: listings made while uploads
+// are in flight (one of them held half-sent) and after they finish show only the user's files,
+// and nothing is left behind.
+TEST_F(EnvdTest, ListingsDuringAndAfterConcurrentUploadsShowOnlyTheUsersFiles) {
+  start();
+  const std::string dir = home_ + "/up";
+  fs::create_directory(dir);
+  std::set<std::string> expected{"slow"};
+  for (int i = 0; i < 8; ++i) {
+    expected.insert("f" + std::to_string(i));  // octet-stream, half of them replacing a file
+    expected.insert("m" + std::to_string(i));  // multipart, by filename (no path parameter)
+    if (i % 2 == 0) std::ofstream(dir + "/f" + std::to_string(i)) << "old";
+  }
+  std::mutex mu;
+  std::vector<std::string> unexpected;
+  auto check_listing = [&] {
+    std::vector<std::string> names;
+    auto r = rpc("filesystem.Filesystem/ListDir", R"({"path":")" + dir + "\"}");
+    if (r.result_int() == 200) {
+      json::value listing = json::parse(r.body());
+      for (const auto& e : listing.at("entries").as_array()) {
+        names.emplace_back(e.at("name").as_string());
+      }
+    }
+    for (const auto& de : fs::directory_iterator(dir)) names.push_back(de.path().filename());
+    std::lock_guard lock(mu);
+    for (auto& n : names) {
+      if (!expected.count(n)) unexpected.push_back(n);
+    }
+    return names;
+  };
+
+  // One upload held half-sent, so its body sits in a spool file during every listing below.
+  auto stage = staging_dir_for(dir, fs::temp_directory_path().string());
+  ASSERT_TRUE(stage.ok()) << stage.error().message();
+  auto before = files_in(*stage);
+  HeldUpload slow(envd_->port(), "up/slow", 64 * 1024);
+  std::set<std::string> spooled;
+  for (int i = 0; i < 500 && spooled.empty(); ++i) {
+    for (const auto& f : files_in(*stage)) {
+      if (!before.count(f)) spooled.insert(f);
+    }
+    if (spooled.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_FALSE(spooled.empty()) << "the half-sent body was not spooled in " << *stage;
+  check_listing();
+
+  std::atomic<bool> done{false};
+  std::thread lister([&] {
+    while (!done.load()) check_listing();
+  });
+  std::vector<std::thread> uploaders;
+  for (int i = 0; i < 8; ++i) {
+    uploaders.emplace_back([&, i] {
+      std::string n = std::to_string(i);
+      for (int round = 0; round < 5; ++round) {
+        auto a = send(http::make_request(bhttp::verb::post, "/files?path=up/f" + n,
+                                         std::string(4096 * (i + 1), 'a' + i),
+                                         "application/octet-stream"));
+        EXPECT_EQ(a.result_int(), 200) << a.body();
+        auto b = send(http::make_request(bhttp::verb::post, "/files",
+                                         multipart("up/m" + n, "multi " + n),
+                                         "multipart/form-data; boundary=XyZ"));
+        EXPECT_EQ(b.result_int(), 200) << b.body();
+      }
+    });
+  }
+  for (auto& t : uploaders) t.join();
+  EXPECT_EQ(slow.finish(), 200);  // the held upload completes last
+  done = true;
+  lister.join();
+
+  EXPECT_EQ(unexpected, std::vector<std::string>{});
+  auto after = check_listing();
+  EXPECT_EQ(std::set<std::string>(after.begin(), after.end()), expected);
+  EXPECT_EQ(fs::file_size(dir + "/slow"), 2u * 64 * 1024);
+  EXPECT_EQ(fs::file_size(dir + "/f7"), 4096u * 8);
+  std::ifstream m3(dir + "/m3");
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(m3)), {}), "multi 3");
+  for (const auto& de : fs::recursive_directory_iterator(home_)) {
+    EXPECT_EQ(de.path().filename().string().rfind(".abx-", 0), std::string::npos) << de.path();
+  }
+  // The held body's spool file is gone too (it was renamed onto its target).
+  for (const auto& f : spooled) EXPECT_FALSE(fs::exists(f)) << f;
 }
 
 TEST_F(EnvdTest, LargeFileStreamsBothWays) {

@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <boost/beast/http/field.hpp>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
-#include "envd/fd.h"
+#include "abx/base/fd.h"
+#include "abx/base/try.h"
 #include "envd/fs.h"
 
 namespace abx::envd {
@@ -124,34 +126,99 @@ Status copy_range(int from, std::uint64_t offset, std::uint64_t length, int to) 
 }
 }  // namespace
 
+namespace {
+
+// The mount a path is on: rename(2) works only within one mount, and two bind mounts of one
+// filesystem share st_dev, so the mount id is the test.
+Result<std::uint64_t> mount_id_of(const std::string& path) {
+  struct statx sx {};
+  if (::statx(AT_FDCWD, path.c_str(), 0, STATX_MNT_ID, &sx) != 0) {
+    return errno_error(errno, "stat " + path);
+  }
+  if (!(sx.stx_mask & STATX_MNT_ID)) {  // before Linux 5.8: the device is the best we have
+    return (std::uint64_t{1} << 63) | (std::uint64_t{sx.stx_dev_major} << 32) | sx.stx_dev_minor;
+  }
+  return sx.stx_mnt_id;
+}
+
+Result<std::string> private_dir_in(const std::string& parent) {
+  std::string dir = (parent == "/" ? "" : parent) + "/.abx-spool-" + std::to_string(::geteuid());
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return errno_error(errno, "create the upload staging directory " + dir);
+  }
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) return errno_error(errno, "stat " + dir);
+  // Someone else's directory (or a symlink) there could redirect or expose uploads.
+  if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
+    return internal_error("the upload staging directory " + dir +
+                          " is not envd's own (a directory of mode 0700 owned by uid " +
+                          std::to_string(::geteuid()) + ")");
+  }
+  return dir;
+}
+
+// The topmost ancestor of `dir` (an absolute path without symlinks) on mount `mount`.
+Result<std::string> mount_root_of(const std::string& dir, std::uint64_t mount) {
+  std::string cur = dir;
+  while (cur != "/") {
+    std::string parent = dir_of(cur);
+    ABX_ASSIGN_OR_RETURN(auto id, mount_id_of(parent));
+    if (id != mount) break;
+    cur = parent;
+  }
+  return cur;
+}
+
+// Mode and owner are set while the file is still private. The rename is what watchers of the
+// target's directory see as IN_MOVED_TO (CREATE); the truncate to the file's own size changes
+// nothing but raises IN_MODIFY on the target: the WRITE that the e2b SDK waits for after
+// files.write() (E2B's envd writes in place, so its watchers see CREATE then WRITE).
+Status move_into_place(int fd, const std::string& staged, const std::string& target,
+                       const User& owner) {
+  ::fchmod(fd, 0644);
+  chown_to(fd, owner);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return errno_error(errno, "stat " + staged);
+  if (::rename(staged.c_str(), target.c_str()) != 0) {
+    return errno_error(errno, "rename into " + target);
+  }
+  (void)::ftruncate(fd, st.st_size);
+  return {};
+}
+
+}  // namespace
+
+Result<std::string> staging_dir_for(const std::string& dir, const std::string& spool_root) {
+  ABX_ASSIGN_OR_RETURN(auto mount, mount_id_of(dir));
+  if (auto first = private_dir_in(spool_root); first.ok()) {
+    if (auto id = mount_id_of(*first); id.ok() && *id == mount) return first;
+  }
+  std::unique_ptr<char, decltype(&::free)> real(::realpath(dir.c_str(), nullptr), &::free);
+  if (!real) return errno_error(errno, "resolve " + dir);
+  ABX_ASSIGN_OR_RETURN(auto root, mount_root_of(real.get(), mount));
+  return private_dir_in(root);
+}
+
 Status place_file(http::BodyFile& spooled, std::uint64_t offset, std::uint64_t length,
-                  const std::string& target, const User& owner) {
+                  const std::string& target, const User& owner, const std::string& spool_root) {
   std::string dir = dir_of(target);
-  auto made = make_dirs(dir, owner, false);
-  if (!made.ok()) return made;
+  ABX_TRY(make_dirs(dir, owner, false));
   struct stat tst {};
   if (::lstat(target.c_str(), &tst) == 0 && S_ISDIR(tst.st_mode)) {
     return invalid_argument("path is a directory: " + target);
   }
-  // Whole body already in the target directory: rename it, no copy.
-  if (offset == 0 && length == spooled.size() && dir_of(spooled.path()) == dir) {
-    ::fchmod(spooled.fd(), 0644);
-    chown_to(spooled.fd(), owner);
-    if (::rename(spooled.path().c_str(), target.c_str()) != 0) {
-      return errno_error(errno, "rename into " + target);
-    }
+  ABX_ASSIGN_OR_RETURN(auto stage, staging_dir_for(dir, spool_root));
+  // The whole body, already staged on the target's mount: rename it, no copy.
+  if (offset == 0 && length == spooled.size() && dir_of(spooled.path()) == stage) {
+    ABX_TRY(move_into_place(spooled.fd(), spooled.path(), target, owner));
     spooled.release();
     return {};
   }
-  std::string tmp = dir + "/.abx-upload-XXXXXX";
+  std::string tmp = stage + "/.abx-upload-XXXXXX";
   UniqueFd out(::mkostemp(tmp.data(), O_CLOEXEC));
-  if (!out.valid()) return errno_error(errno, "create a temporary file in " + dir);
+  if (!out.valid()) return errno_error(errno, "create a staging file in " + stage);
   auto s = copy_range(spooled.fd(), offset, length, out.get());
-  if (s.ok()) {
-    ::fchmod(out.get(), 0644);
-    chown_to(out.get(), owner);
-    if (::rename(tmp.c_str(), target.c_str()) != 0) s = errno_error(errno, "rename into " + target);
-  }
+  if (s.ok()) s = move_into_place(out.get(), tmp, target, owner);
   if (!s.ok()) ::unlink(tmp.c_str());  // the old content stays intact
   return s;
 }

@@ -1,4 +1,5 @@
-// GET/POST /files: downloads streamed from disk, uploads spooled to disk and moved into place.
+// GET/POST /files: downloads streamed from disk, uploads spooled to a private staging directory
+// and moved into place.
 #pragma once
 
 #include <cstdint>
@@ -17,11 +18,21 @@ namespace abx::envd {
 // O_NONBLOCK and fstat decides). Errors are returned before anything is sent.
 Status serve_download(const std::string& path, unsigned version, const http::Responder& respond);
 
-// Moves an uploaded body into `target` atomically: a temp file in the target's directory,
+// The directory where uploads to `dir` are staged: private to envd (mode 0700, owned by envd's
+// user) and on the same mount as `dir`, so that a staged file is renamed onto its target
+// atomically and no listing of the user's directories ever shows it (issue 9 item 8: a listing
+// raced the removal of a body spooled next to its target). First choice is
+// `<spool_root>/.abx-spool-<euid>`; when that is on another mount, `.abx-spool-<euid>` at the
+// root of `dir`'s mount. Errors: those of stat/mkdir, and internal when the directory exists but
+// is not envd's own.
+Result<std::string> staging_dir_for(const std::string& dir, const std::string& spool_root);
+
+// Moves an uploaded body into `target` atomically: staged in staging_dir_for(target's directory),
 // chowned to `owner`, renamed over the target. `spooled` is the body already on disk; when it
-// lies in the target directory it is renamed without a copy.
+// is already staged on the target's mount it is renamed without a copy. Watchers of the
+// target's directory see CREATE then WRITE of the target and nothing else.
 Status place_file(http::BodyFile& spooled, std::uint64_t offset, std::uint64_t length,
-                  const std::string& target, const User& owner);
+                  const std::string& target, const User& owner, const std::string& spool_root);
 
 struct MultipartPart {
   std::string name;          // form field name

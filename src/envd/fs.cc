@@ -13,10 +13,10 @@
 #include <boost/json/array.hpp>
 #include <cerrno>
 #include <cstring>
-#include <set>
 #include <string_view>
 #include <vector>
 
+#include "abx/base/try.h"
 #include "envd/proto_json.h"
 
 namespace abx::envd {
@@ -108,7 +108,7 @@ Status list_into(const std::string& dir, std::uint32_t depth, json::array& out) 
   if (!fd.valid()) return errno_error(errno, "open directory " + dir);
   DIR* d = ::fdopendir(fd.get());
   if (!d) return errno_error(errno, "read directory " + dir);
-  fd.release();  // owned by d now
+  (void)fd.release();  // owned by d now
   std::vector<std::string> names;
   while (dirent* de = ::readdir(d)) {
     std::string n = de->d_name;
@@ -143,8 +143,7 @@ Result<json::array> list_dir(const std::string& dir, std::uint32_t depth) {
   if (::lstat(dir.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode) && ::realpath(dir.c_str(), real)) {
     top = real;
   }
-  auto s = list_into(top, depth == 0 ? 1 : depth, out);
-  if (!s.ok()) return s.error();
+  ABX_TRY(list_into(top, depth == 0 ? 1 : depth, out));
   return out;
 }
 
@@ -165,10 +164,7 @@ Status make_dirs(const std::string& path, const User& owner, bool fail_if_exists
   }
   if (errno == ELOOP) return errno_error(errno, "stat " + path);
   std::string parent = parent_of(path);
-  if (parent != path) {
-    auto s = make_dirs(parent, owner, false);
-    if (!s.ok()) return s;
-  }
+  if (parent != path) ABX_TRY(make_dirs(parent, owner, false));
   if (::mkdir(path.c_str(), 0755) != 0) {
     if (errno == EEXIST && !fail_if_exists) return {};
     return errno_error(errno, "mkdir " + path);
@@ -181,8 +177,7 @@ Status make_dirs(const std::string& path, const User& owner, bool fail_if_exists
 Status move_path(const std::string& from, const std::string& to, const User& owner) {
   struct stat st {};
   if (::lstat(from.c_str(), &st) != 0) return errno_error(errno, "stat " + from);
-  auto s = make_dirs(parent_of(to), owner, false);
-  if (!s.ok()) return s;
+  ABX_TRY(make_dirs(parent_of(to), owner, false));
   if (::rename(from.c_str(), to.c_str()) != 0) {
     return errno_error(errno, "rename " + from + " to " + to);
   }
@@ -208,10 +203,7 @@ Status remove_tree_at(int dirfd, const char* name, const std::string& shown) {
     if (n != "." && n != "..") names.push_back(std::move(n));
   }
   ::closedir(d);
-  for (const auto& n : names) {
-    auto s = remove_tree_at(fd.get(), n.c_str(), shown + "/" + n);
-    if (!s.ok()) return s;
-  }
+  for (const auto& n : names) ABX_TRY(remove_tree_at(fd.get(), n.c_str(), shown + "/" + n));
   if (::unlinkat(dirfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT) {
     return errno_error(errno, "remove " + shown);
   }
@@ -294,19 +286,17 @@ void Watcher::add_tree(const std::string& path, const std::string& rel) {
 
 namespace {
 
-// envd's own temporary files: request bodies spooled next to their target (http server) and
-// uploads staged for an atomic rename (files.cc). A watcher never reports them, and a rename
-// of one onto its target reads as the target being created and written, which is what envd
-// (writing in place) reports and what SDK callers wait for.
+// envd's upload staging directory and the files in it (files.cc): they live outside the user's
+// directories, but a recursive watch of a parent of the staging directory would see them.
 bool internal_temp_name(std::string_view name) {
-  return name.starts_with(".abx-body-") || name.starts_with(".abx-upload-");
+  return name.starts_with(".abx-body-") || name.starts_with(".abx-upload-") ||
+         name.starts_with(".abx-spool-");
 }
 
 }  // namespace
 
 void Watcher::run() {
   alignas(inotify_event) char buf[16384];
-  std::set<std::uint32_t> internal_moves;  // cookies of renames away from internal temp files
   auto next_tick = std::chrono::steady_clock::now() + tick_interval_;
   while (!done_.load()) {
     auto now = std::chrono::steady_clock::now();
@@ -329,14 +319,7 @@ void Watcher::run() {
       auto it = paths_.find(ev->wd);
       if (it == paths_.end()) continue;
       std::string name = ev->len ? std::string(ev->name) : std::string();
-      if (internal_temp_name(name)) {
-        if (ev->mask & IN_MOVED_FROM) {
-          if (internal_moves.size() > 1024) internal_moves.clear();
-          internal_moves.insert(ev->cookie);
-        }
-        continue;
-      }
-      const bool upload = (ev->mask & IN_MOVED_TO) && internal_moves.erase(ev->cookie) > 0;
+      if (internal_temp_name(name)) continue;
       std::string rel =
           it->second.empty() ? name : (name.empty() ? it->second : it->second + "/" + name);
       std::optional<FsEventType> type;
@@ -355,11 +338,6 @@ void Watcher::run() {
       if (ev->mask & IN_DELETE_SELF) {
         if (!it->second.empty()) continue;  // a subdirectory: its parent reports the removal
         rel = "";
-      }
-      if (upload) {
-        if (!sink_(FsEvent{rel, FsEventType::kCreate}) || !sink_(FsEvent{rel, FsEventType::kWrite}))
-          stop = true;
-        continue;
       }
       if (type && !sink_(FsEvent{rel, *type})) stop = true;
     }

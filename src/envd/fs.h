@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "abx/base/error.h"
-#include "envd/fd.h"
+#include "abx/base/fd.h"
 #include "envd/users.h"
 
 namespace abx::envd {

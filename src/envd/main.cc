@@ -21,67 +21,90 @@ constexpr int kExitOk = 0;
 constexpr int kExitUsage = 2;
 constexpr int kExitConfig = 3;
 constexpr int kExitListen = 4;
-}  // namespace
 
-int main(int argc, char** argv) {
-  using namespace abx;
-  envd::EnvdOptions opt;
+struct Flags {
+  abx::envd::EnvdOptions opt;
   std::string token_file, start_cmd, server_cmd, log_level;
+};
+
+// Parses the command line; an exit code when abx-envd should stop there (--help, bad usage).
+std::optional<int> parse_flags(int argc, char** argv, Flags& f) {
   CLI::App app{
       "abx-envd: the sandbox daemon (PID 1). Serves the envd-compatible API (health, /files, "
       "Connect process.Process and filesystem.Filesystem), reaps zombies, forwards SIGTERM and "
       "supervises the template's start command and command server.\n"
       "Exit codes: 0 ok, 2 usage, 3 configuration, 4 cannot listen."};
-  app.add_option("--port,-p", opt.port, "Port to listen on (0 picks a free one)")
+  app.add_option("--port,-p", f.opt.port, "Port to listen on (0 picks a free one)")
       ->capture_default_str();
-  app.add_option("--host", opt.host, "Address to listen on")->capture_default_str();
-  app.add_option("--token-file", token_file,
+  app.add_option("--host", f.opt.host, "Address to listen on")->capture_default_str();
+  app.add_option("--token-file", f.token_file,
                  "Read the access token (X-Access-Token) from this file; else ABX_ACCESS_TOKEN; "
                  "else no auth");
-  app.add_option("--start-cmd", start_cmd, "Run once at start (/bin/sh -c), as the default user");
-  app.add_option("--server-cmd", server_cmd,
+  app.add_option("--start-cmd", f.start_cmd, "Run once at start (/bin/sh -c), as the default user");
+  app.add_option("--server-cmd", f.server_cmd,
                  "Command server to keep running (/bin/sh -c); restarted with backoff on exit");
-  app.add_option("--default-user", opt.default_user, "User for requests that name none")
+  app.add_option("--default-user", f.opt.default_user, "User for requests that name none")
       ->capture_default_str();
-  app.add_option("--max-upload", opt.max_upload_bytes, "Largest POST /files body in bytes")
+  app.add_option("--max-upload", f.opt.max_upload_bytes, "Largest POST /files body in bytes")
       ->capture_default_str();
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
+  app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error or off");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
-  if (!log_level.empty() && !set_log_level(log_level)) {
-    std::cerr << "abx-envd: unknown --log-level '" << log_level << "'\n";
+  if (!f.log_level.empty() && !abx::set_log_level(f.log_level)) {
+    std::cerr << "abx-envd: unknown --log-level '" << f.log_level << "'\n";
     return kExitUsage;
   }
-  Logger log("envd");
-  if (!token_file.empty()) {
-    std::ifstream in(token_file);
+  return std::nullopt;
+}
+
+// The access token from --token-file, else ABX_ACCESS_TOKEN, else none; false: unreadable file.
+bool load_token(Flags& f) {
+  if (!f.token_file.empty()) {
+    std::ifstream in(f.token_file);
     std::stringstream ss;
     ss << in.rdbuf();
     std::string t = ss.str();
     while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.pop_back();
     if (!in || t.empty()) {
-      std::cerr << "abx-envd: cannot read a token from " << token_file << "\n";
-      return kExitConfig;
+      std::cerr << "abx-envd: cannot read a token from " << f.token_file << "\n";
+      return false;
     }
-    opt.access_token = t;
+    f.opt.access_token = t;
   } else if (const char* env = std::getenv("ABX_ACCESS_TOKEN"); env && *env) {
-    opt.access_token = env;
+    f.opt.access_token = env;
   }
   ::unsetenv("ABX_ACCESS_TOKEN");  // never inherited by the processes we start
+  return true;
+}
 
+// The init duties set up before any thread starts; returns the signals main() waits for.
+sigset_t become_init() {
   // Orphans of our descendants come to us (as they would to PID 1) and are reaped.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   ::signal(SIGPIPE, SIG_IGN);
-  // Block the stop signals before any thread starts, so only sigwait() below receives them.
+  // Block the stop signals before any thread starts, so only sigwait() in main receives them.
   // (PID 1 ignores signals without handlers; sigwait does not need one.)
   sigset_t stop;
   sigemptyset(&stop);
   sigaddset(&stop, SIGTERM);
   sigaddset(&stop, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  return stop;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace abx;
+  Flags f;
+  if (auto code = parse_flags(argc, argv, f)) return *code;
+  Logger log("envd");
+  if (!load_token(f)) return kExitConfig;
+  const envd::EnvdOptions& opt = f.opt;
+  sigset_t stop = become_init();
 
   auto server = envd::Envd::start(opt);
   if (!server.ok()) {
@@ -90,16 +113,16 @@ int main(int argc, char** argv) {
   }
   envd::Users users(opt.default_user, {});
   std::optional<envd::Supervisor> start_sup, server_sup;
-  if (!start_cmd.empty() || !server_cmd.empty()) {
+  if (!f.start_cmd.empty() || !f.server_cmd.empty()) {
     auto u = users.resolve("");
     if (!u.ok()) {
       std::cerr << "abx-envd: " << u.error().message() << "\n";
       return kExitConfig;
     }
-    if (!start_cmd.empty())
-      start_sup.emplace(envd::Reaper::instance(), "start command", start_cmd, *u, false);
-    if (!server_cmd.empty())
-      server_sup.emplace(envd::Reaper::instance(), "command server", server_cmd, *u, true);
+    if (!f.start_cmd.empty())
+      start_sup.emplace(envd::Reaper::instance(), "start command", f.start_cmd, *u, false);
+    if (!f.server_cmd.empty())
+      server_sup.emplace(envd::Reaper::instance(), "command server", f.server_cmd, *u, true);
   }
   std::string addr = (*server)->host() + ":" + std::to_string((*server)->port());
   std::cout << "listening on " << addr << std::endl;

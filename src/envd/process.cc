@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "abx/base/log.h"
+#include "abx/base/try.h"
 #include "envd/connect.h"
 #include "envd/proto_json.h"
 
@@ -176,18 +177,11 @@ ProcessManager::~ProcessManager() {
   cv_.wait_for(lock, std::chrono::seconds(10), [this] { return procs_.empty(); });
 }
 
-Result<std::shared_ptr<Process>> ProcessManager::start(const StartSpec& spec) {
-  if (spec.config.cmd.empty()) return invalid_argument("process.cmd is empty");
-  for (const auto& a : spec.config.args) {
-    if (a.find('\0') != std::string::npos) return invalid_argument("an argument contains NUL");
-  }
-  bool switch_user = ::geteuid() == 0 && spec.user.uid != 0;
-  if (::geteuid() != 0 && spec.user.uid != ::geteuid()) {
-    return Error(ErrorCode::kPermissionDenied,
-                 "envd is not root and cannot run as " + spec.user.name);
-  }
+namespace {
 
-  // Environment: envd's own, the user's identity, then the request's variables.
+// The environment of a started process: envd's own, the user's identity, then the request's
+// variables. Errors: invalid_argument for a name or value that cannot be passed to execve.
+Result<std::map<std::string, std::string>> process_environment(const StartSpec& spec) {
   std::map<std::string, std::string> env;
   for (char** e = environ; e && *e; ++e) {
     std::string_view kv(*e);
@@ -208,32 +202,178 @@ Result<std::shared_ptr<Process>> ProcessManager::start(const StartSpec& spec) {
     }
     env[k] = v;
   }
+  return env;
+}
 
-  std::string cwd = spec.user.home;
+// The requested cwd (which must be a directory), else the user's home, else "/".
+Result<std::string> process_cwd(const StartSpec& spec) {
   if (spec.config.cwd && !spec.config.cwd->empty()) {
-    auto r = resolve_path(*spec.config.cwd, spec.user);
-    if (!r.ok()) return r.error();
-    cwd = *r;
+    ABX_ASSIGN_OR_RETURN(auto cwd, resolve_path(*spec.config.cwd, spec.user));
     struct stat st {};
     if (::stat(cwd.c_str(), &st) != 0) return errno_error(errno, "cwd " + cwd);
     if (!S_ISDIR(st.st_mode)) return invalid_argument("cwd is not a directory: " + cwd);
-  } else {
-    struct stat st {};
-    if (::stat(cwd.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) cwd = "/";
+    return cwd;
   }
+  struct stat st {};
+  if (::stat(spec.user.home.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return std::string("/");
+  return spec.user.home;
+}
 
-  // Everything the child touches is built here, before fork.
-  std::string exe = find_executable(spec.config.cmd, env["PATH"]);
-  std::vector<std::string> argv_s{spec.config.cmd};
-  argv_s.insert(argv_s.end(), spec.config.args.begin(), spec.config.args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_s;
-  for (const auto& [k, v] : env) env_s.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
+// Everything the child passes to execve, built before fork: the child of a threaded process
+// must not allocate.
+struct ExecImage {
+  std::string exe;
+  std::string cwd;
+  std::vector<std::string> argv_s, env_s;
+  std::vector<char*> argv, envp;
+
+  ExecImage(const StartSpec& spec, const std::map<std::string, std::string>& env, std::string dir)
+      : exe(find_executable(spec.config.cmd, env.at("PATH"))), cwd(std::move(dir)) {
+    argv_s.push_back(spec.config.cmd);
+    argv_s.insert(argv_s.end(), spec.config.args.begin(), spec.config.args.end());
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (const auto& [k, v] : env) env_s.push_back(k + "=" + v);
+    for (auto& e : env_s) envp.push_back(e.data());
+    envp.push_back(nullptr);
+  }
+};
+
+// The child's ends of its stdio; the parent's ends go into the Process.
+struct ChildStdio {
+  UniqueFd in, out, err;  // pipes (or /dev/null for a closed stdin)
+  UniqueFd pty_slave;     // a pty: the slave is all three
+  int stdin_fd() const { return pty_slave.valid() ? pty_slave.get() : in.get(); }
+  int stdout_fd() const { return pty_slave.valid() ? pty_slave.get() : out.get(); }
+  int stderr_fd() const { return pty_slave.valid() ? pty_slave.get() : err.get(); }
+};
+
+// A fresh pty of the requested size; the master is the process's stdin and output.
+Status open_pty(const StartSpec& spec, bool switch_user, UniqueFd& stdin_w, UniqueFd& out_r,
+                ChildStdio& child) {
+  UniqueFd master(::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
+  if (!master.valid()) return errno_error(errno, "posix_openpt");
+  if (::grantpt(master.get()) != 0 || ::unlockpt(master.get()) != 0) {
+    return errno_error(errno, "unlockpt");
+  }
+  char name[128];
+  if (::ptsname_r(master.get(), name, sizeof name) != 0) return errno_error(errno, "ptsname");
+  child.pty_slave.reset(::open(name, O_RDWR | O_NOCTTY | O_CLOEXEC));
+  if (!child.pty_slave.valid()) return errno_error(errno, std::string("open ") + name);
+  winsize ws{};
+  ws.ws_col = spec.pty->first ? spec.pty->first : 80;
+  ws.ws_row = spec.pty->second ? spec.pty->second : 24;
+  ::ioctl(master.get(), TIOCSWINSZ, &ws);
+  if (switch_user && ::fchown(child.pty_slave.get(), spec.user.uid, spec.user.gid) != 0) {
+    // best effort: the child can still use the pty as root-owned
+  }
+  int dup = ::fcntl(master.get(), F_DUPFD_CLOEXEC, 0);
+  if (dup < 0) return errno_error(errno, "dup");
+  stdin_w.reset(dup);
+  out_r = std::move(master);
+  (void)set_nonblocking(out_r.get());
+  return {};
+}
+
+// Three pipes (stdin only when the request keeps it open, /dev/null otherwise).
+Status open_pipes(const StartSpec& spec, UniqueFd& stdin_w, UniqueFd& out_r, UniqueFd& err_r,
+                  ChildStdio& child) {
+  int p[2];
+  if (spec.stdin_open) {
+    if (::pipe2(p, O_CLOEXEC) != 0) return errno_error(errno, "pipe2");
+    child.in.reset(p[0]);
+    stdin_w.reset(p[1]);
+  } else {
+    child.in.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (!child.in.valid()) return errno_error(errno, "open /dev/null");
+  }
+  if (::pipe2(p, O_CLOEXEC) != 0) return errno_error(errno, "pipe2");
+  out_r.reset(p[0]);
+  child.out.reset(p[1]);
+  if (::pipe2(p, O_CLOEXEC) != 0) return errno_error(errno, "pipe2");
+  err_r.reset(p[0]);
+  child.err.reset(p[1]);
+  (void)set_nonblocking(out_r.get());
+  (void)set_nonblocking(err_r.get());
+  return {};
+}
+
+// What the forked child needs, as plain values (nothing here allocates or frees).
+struct ChildArgs {
+  bool pty;
+  bool switch_user;
+  uid_t uid;
+  gid_t gid;
+  int in_fd, out_fd, err_fd;
+  int report_fd;  // write end: a ChildError if a step fails
+  const char* exe;
+  const char* cwd;
+  char* const* argv;
+  char* const* envp;
+};
+
+// The child between fork and execve: async-signal-safe calls only, no allocation. A failing step
+// writes {step, errno} to the report pipe and exits 127.
+[[noreturn]] void run_child(const ChildArgs& a) {
+  auto die = [&](int step) {
+    ChildError ce{step, errno};
+    (void)!::write(a.report_fd, &ce, sizeof ce);
+    ::_exit(127);
+  };
+  sigset_t all;
+  ::sigemptyset(&all);
+  ::sigprocmask(SIG_SETMASK, &all, nullptr);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int s : {SIGPIPE, SIGINT, SIGQUIT, SIGTERM, SIGHUP, SIGCHLD, SIGTTOU, SIGTTIN}) {
+    ::sigaction(s, &dfl, nullptr);
+  }
+  if (::setsid() < 0) die(kStepSetsid);
+  if (a.pty && ::ioctl(a.out_fd, TIOCSCTTY, 0) < 0) die(kStepCtty);
+  if (::dup2(a.in_fd, 0) < 0 || ::dup2(a.out_fd, 1) < 0 || ::dup2(a.err_fd, 2) < 0) die(kStepDup);
+  if (a.switch_user) {
+    if (::setgroups(1, &a.gid) < 0) die(kStepGroups);
+    if (::setgid(a.gid) < 0) die(kStepGid);
+    if (::setuid(a.uid) < 0) die(kStepUid);
+  }
+  if (::chdir(a.cwd) < 0) die(kStepChdir);
+  ::execve(a.exe, a.argv, a.envp);
+  die(kStepExec);
+  ::_exit(127);  // not reached
+}
+
+// Waits for the exec: EOF on the report pipe means it happened (the pipe is O_CLOEXEC), a
+// ChildError means a step failed (the reaper then collects the child).
+Status await_exec(int report_r, const std::string& exe) {
+  ChildError ce{};
+  ssize_t n;
+  do {
+    n = ::read(report_r, &ce, sizeof ce);
+  } while (n < 0 && errno == EINTR);
+  if (n != static_cast<ssize_t>(sizeof ce)) return {};
+  Error e = errno_error(ce.err, std::string("error starting process: ") + step_name(ce.step) +
+                                    (ce.step == kStepExec ? " " + exe : ""));
+  return Error(e.code() == ErrorCode::kNotFound ? ErrorCode::kInvalidArgument : e.code(),
+               e.message());
+}
+
+}  // namespace
+
+// The steps in order: check the request, build the environment, cwd and exec image, open the
+// stdio, fork (registered with the reaper), close the child's ends, wait for the exec.
+Result<std::shared_ptr<Process>> ProcessManager::start(const StartSpec& spec) {
+  if (spec.config.cmd.empty()) return invalid_argument("process.cmd is empty");
+  for (const auto& a : spec.config.args) {
+    if (a.find('\0') != std::string::npos) return invalid_argument("an argument contains NUL");
+  }
+  bool switch_user = ::geteuid() == 0 && spec.user.uid != 0;
+  if (::geteuid() != 0 && spec.user.uid != ::geteuid()) {
+    return Error(ErrorCode::kPermissionDenied,
+                 "envd is not root and cannot run as " + spec.user.name);
+  }
+  ABX_ASSIGN_OR_RETURN(auto env, process_environment(spec));
+  ABX_ASSIGN_OR_RETURN(auto cwd, process_cwd(spec));
+  ExecImage image(spec, env, std::move(cwd));
 
   auto proc = std::shared_ptr<Process>(new Process());
   proc->manager_ = this;
@@ -244,93 +384,26 @@ Result<std::shared_ptr<Process>> ProcessManager::start(const StartSpec& spec) {
   proc->wake_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!proc->wake_.valid()) return errno_error(errno, "eventfd");
 
-  UniqueFd child_in, child_out, child_err, pty_slave;
+  ChildStdio child;
   if (spec.pty) {
-    UniqueFd master(::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
-    if (!master.valid()) return errno_error(errno, "posix_openpt");
-    if (::grantpt(master.get()) != 0 || ::unlockpt(master.get()) != 0) {
-      return errno_error(errno, "unlockpt");
-    }
-    char name[128];
-    if (::ptsname_r(master.get(), name, sizeof name) != 0) return errno_error(errno, "ptsname");
-    pty_slave.reset(::open(name, O_RDWR | O_NOCTTY | O_CLOEXEC));
-    if (!pty_slave.valid()) return errno_error(errno, std::string("open ") + name);
-    winsize ws{};
-    ws.ws_col = spec.pty->first ? spec.pty->first : 80;
-    ws.ws_row = spec.pty->second ? spec.pty->second : 24;
-    ::ioctl(master.get(), TIOCSWINSZ, &ws);
-    if (switch_user && ::fchown(pty_slave.get(), spec.user.uid, spec.user.gid) != 0) {
-      // best effort: the child can still use the pty as root-owned
-    }
-    int dup = ::fcntl(master.get(), F_DUPFD_CLOEXEC, 0);
-    if (dup < 0) return errno_error(errno, "dup");
-    proc->stdin_.reset(dup);
-    proc->out_ = std::move(master);
-    (void)set_nonblocking(proc->out_.get());
+    ABX_TRY(open_pty(spec, switch_user, proc->stdin_, proc->out_, child));
   } else {
-    int p[2];
-    if (spec.stdin_open) {
-      if (::pipe2(p, O_CLOEXEC) != 0) return errno_error(errno, "pipe2");
-      child_in.reset(p[0]);
-      proc->stdin_.reset(p[1]);
-    } else {
-      child_in.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-      if (!child_in.valid()) return errno_error(errno, "open /dev/null");
-    }
-    if (::pipe2(p, O_CLOEXEC) != 0) return errno_error(errno, "pipe2");
-    proc->out_.reset(p[0]);
-    child_out.reset(p[1]);
-    if (::pipe2(p, O_CLOEXEC) != 0) return errno_error(errno, "pipe2");
-    proc->err_.reset(p[0]);
-    child_err.reset(p[1]);
-    (void)set_nonblocking(proc->out_.get());
-    (void)set_nonblocking(proc->err_.get());
+    ABX_TRY(open_pipes(spec, proc->stdin_, proc->out_, proc->err_, child));
   }
   int report[2];
   if (::pipe2(report, O_CLOEXEC) != 0) return errno_error(errno, "pipe2");
   UniqueFd report_r(report[0]), report_w(report[1]);
 
-  const bool pty = spec.pty.has_value();
-  const uid_t uid = spec.user.uid;
-  const gid_t gid = spec.user.gid;
-  const char* exe_c = exe.c_str();
-  const char* cwd_c = cwd.c_str();
-  const int in_fd = pty ? pty_slave.get() : child_in.get();
-  const int out_fd = pty ? pty_slave.get() : child_out.get();
-  const int err_fd = pty ? pty_slave.get() : child_err.get();
-  const int rep_fd = report_w.get();
-
+  const ChildArgs args{spec.pty.has_value(), switch_user,       spec.user.uid,
+                       spec.user.gid,        child.stdin_fd(),  child.stdout_fd(),
+                       child.stderr_fd(),    report_w.get(),    image.exe.c_str(),
+                       image.cwd.c_str(),    image.argv.data(), image.envp.data()};
   std::weak_ptr<Process> weak = proc;
   pid_t pid = reaper_.spawn(
       [&]() -> pid_t {
-        pid_t child = ::fork();
-        if (child != 0) return child;
-        // Child: async-signal-safe calls only, no allocation.
-        auto die = [&](int step) {
-          ChildError ce{step, errno};
-          (void)!::write(rep_fd, &ce, sizeof ce);
-          ::_exit(127);
-        };
-        sigset_t all;
-        ::sigemptyset(&all);
-        ::sigprocmask(SIG_SETMASK, &all, nullptr);
-        struct sigaction dfl {};
-        dfl.sa_handler = SIG_DFL;
-        for (int s : {SIGPIPE, SIGINT, SIGQUIT, SIGTERM, SIGHUP, SIGCHLD, SIGTTOU, SIGTTIN}) {
-          ::sigaction(s, &dfl, nullptr);
-        }
-        if (::setsid() < 0) die(kStepSetsid);
-        if (pty && ::ioctl(out_fd, TIOCSCTTY, 0) < 0) die(kStepCtty);
-        if (::dup2(in_fd, 0) < 0 || ::dup2(out_fd, 1) < 0 || ::dup2(err_fd, 2) < 0) die(kStepDup);
-        if (switch_user) {
-          if (::setgroups(1, &gid) < 0) die(kStepGroups);
-          if (::setgid(gid) < 0) die(kStepGid);
-          if (::setuid(uid) < 0) die(kStepUid);
-        }
-        if (::chdir(cwd_c) < 0) die(kStepChdir);
-        ::execve(exe_c, argv.data(), envp.data());
-        die(kStepExec);
-        return -1;
+        pid_t forked = ::fork();
+        if (forked == 0) run_child(args);
+        return forked;
       },
       [weak](int status) {
         if (auto p = weak.lock()) p->on_exit(status);
@@ -339,22 +412,8 @@ Result<std::shared_ptr<Process>> ProcessManager::start(const StartSpec& spec) {
   proc->pid_ = pid;
   // The child holds its ends now; ours must go so EOF arrives when it exits.
   report_w.reset();
-  child_in.reset();
-  child_out.reset();
-  child_err.reset();
-  pty_slave.reset();
-  ChildError ce{};
-  ssize_t n;
-  do {
-    n = ::read(report_r.get(), &ce, sizeof ce);
-  } while (n < 0 && errno == EINTR);
-  if (n == static_cast<ssize_t>(sizeof ce)) {
-    // exec failed; the reaper collects the child.
-    Error e = errno_error(ce.err, std::string("error starting process: ") + step_name(ce.step) +
-                                      (ce.step == kStepExec ? " " + exe : ""));
-    return Error(e.code() == ErrorCode::kNotFound ? ErrorCode::kInvalidArgument : e.code(),
-                 e.message());
-  }
+  child = ChildStdio{};
+  ABX_TRY(await_exec(report_r.get(), image.exe));
   {
     std::lock_guard lock(mu_);
     procs_[pid] = proc;

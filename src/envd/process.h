@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "abx/base/error.h"
+#include "abx/base/fd.h"
 #include "abx/http/server.h"
-#include "envd/fd.h"
 #include "envd/users.h"
 
 namespace abx::envd {

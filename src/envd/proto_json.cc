@@ -1,7 +1,5 @@
 #include "envd/proto_json.h"
 
-#include <ctime>
-
 #include "abx/base/json.h"
 
 namespace abx::envd {
@@ -132,87 +130,6 @@ Result<std::optional<int>> get_enum(const json::object& o, std::string_view came
     return std::optional<int>(static_cast<int>(v->as_int64()));
   }
   return type_error(camel, "an enum name or number");
-}
-
-namespace {
-constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-int b64_value(char c) {
-  if (c >= 'A' && c <= 'Z') return c - 'A';
-  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-  if (c >= '0' && c <= '9') return c - '0' + 52;
-  if (c == '+' || c == '-') return 62;
-  if (c == '/' || c == '_') return 63;
-  return -1;
-}
-}  // namespace
-
-std::string base64_encode(std::string_view in) {
-  std::string out;
-  out.reserve((in.size() + 2) / 3 * 4);
-  std::size_t i = 0;
-  auto u = [&](std::size_t k) { return static_cast<unsigned char>(in[k]); };
-  for (; i + 3 <= in.size(); i += 3) {
-    unsigned n = (u(i) << 16) | (u(i + 1) << 8) | u(i + 2);
-    out += kB64[n >> 18];
-    out += kB64[(n >> 12) & 63];
-    out += kB64[(n >> 6) & 63];
-    out += kB64[n & 63];
-  }
-  if (in.size() - i == 1) {
-    unsigned n = u(i) << 16;
-    out += kB64[n >> 18];
-    out += kB64[(n >> 12) & 63];
-    out += "==";
-  } else if (in.size() - i == 2) {
-    unsigned n = (u(i) << 16) | (u(i + 1) << 8);
-    out += kB64[n >> 18];
-    out += kB64[(n >> 12) & 63];
-    out += kB64[(n >> 6) & 63];
-    out += '=';
-  }
-  return out;
-}
-
-Result<std::string> base64_decode(std::string_view in) {
-  while (!in.empty() && in.back() == '=') in.remove_suffix(1);
-  if (in.size() % 4 == 1) return invalid_argument("invalid base64 length");
-  std::string out;
-  out.reserve(in.size() * 3 / 4);
-  unsigned acc = 0;
-  int bits = 0;
-  for (char c : in) {
-    int v = b64_value(c);
-    if (v < 0) return invalid_argument("invalid base64 character");
-    acc = (acc << 6) | static_cast<unsigned>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out += static_cast<char>((acc >> bits) & 0xff);
-    }
-  }
-  return out;
-}
-
-std::string rfc3339(std::int64_t seconds, long nanos) {
-  std::time_t t = static_cast<std::time_t>(seconds);
-  std::tm tm{};
-  ::gmtime_r(&t, &tm);
-  char buf[64];
-  std::size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  std::string out(buf, n);
-  if (nanos > 0) {
-    char frac[32];
-    if (nanos % 1000000 == 0) {
-      std::snprintf(frac, sizeof frac, ".%03ld", nanos / 1000000);
-    } else if (nanos % 1000 == 0) {
-      std::snprintf(frac, sizeof frac, ".%06ld", nanos / 1000);
-    } else {
-      std::snprintf(frac, sizeof frac, ".%09ld", nanos);
-    }
-    out += frac;
-  }
-  out += 'Z';
-  return out;
 }
 
 }  // namespace abx::envd

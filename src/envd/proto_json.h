@@ -14,7 +14,9 @@
 #include <string_view>
 #include <vector>
 
+#include "abx/base/base64.h"  // bytes fields (abx::base64_encode / base64_decode)
 #include "abx/base/error.h"
+#include "abx/base/time.h"  // Timestamp fields (abx::rfc3339)
 
 namespace abx::envd {
 
@@ -48,11 +50,5 @@ Result<std::optional<std::string>> get_bytes(const boost::json::object& o, std::
 Result<std::optional<int>> get_enum(const boost::json::object& o, std::string_view camel,
                                     std::string_view snake,
                                     const std::map<std::string, int, std::less<>>& names);
-
-std::string base64_encode(std::string_view in);
-Result<std::string> base64_decode(std::string_view in);
-
-// RFC 3339 in UTC with 0, 3, 6 or 9 fractional digits, as Go's protojson writes it.
-std::string rfc3339(std::int64_t seconds, long nanos);
 
 }  // namespace abx::envd

@@ -42,8 +42,10 @@ struct EnvdOptions {
   // Replaces the password database for these names (tests map both users to themselves).
   std::map<std::string, UserSpec> users;
   std::uint64_t max_upload_bytes = 16ULL << 30;  // a larger POST /files body gets 413
-  std::string
-      spool_dir;  // uploads without a usable target directory spool here; empty: $TMPDIR or /tmp
+  // Upload bodies are staged in a private `.abx-spool-<euid>` directory made here (or, for a
+  // target on another mount, at the root of that mount), never in the user's directories.
+  // Empty: $TMPDIR or /tmp.
+  std::string spool_dir;
   std::chrono::milliseconds default_keepalive{90'000};  // without Keepalive-Ping-Interval
   std::size_t stream_high_water = 256 * 1024;           // per-stream queue bound (back-pressure)
 };

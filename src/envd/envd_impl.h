@@ -1,0 +1,90 @@
+// Envd::Impl, shared by envd.cc (routing, auth, /files, lifecycle) and one file per Connect
+// service (process_service.cc, filesystem_service.cc), each of which adds its methods to the
+// method tables with register_*_service().
+#pragma once
+
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "abx/base/error.h"
+#include "abx/envd/envd.h"
+#include "abx/http/server.h"
+#include "envd/fs.h"
+#include "envd/process.h"
+#include "envd/users.h"
+
+namespace abx::envd {
+
+// A CreateWatcher watcher: events wait here until GetWatcherEvents takes them.
+struct PollWatcher {
+  std::mutex mu;
+  std::deque<boost::json::object> events;
+  std::unique_ptr<Watcher> watcher;
+};
+
+struct Envd::Impl {
+  EnvdOptions opt;
+  Users users{"user", {}};
+  std::unique_ptr<ProcessManager> procs;
+  std::mutex watch_mu;  // guards poll_watchers, stream_watchers
+  std::map<std::string, std::shared_ptr<PollWatcher>> poll_watchers;
+  std::vector<std::unique_ptr<Watcher>> stream_watchers;
+  std::unique_ptr<http::Server> server;
+
+  // One decoded Connect call: the request (body already parsed into `msg`) and its user.
+  struct Call {
+    http::Request req;
+    http::Responder respond;
+    User user;
+    boost::json::object msg;
+  };
+  // A unary method returns its response message; a server-streaming one answers through
+  // call.respond.stream() itself and returns an error only before it has started the stream.
+  using Unary = std::function<Result<boost::json::object>(Call&)>;
+  using Streaming = std::function<Status(Call&)>;
+  std::map<std::string, Unary, std::less<>> unary;
+  std::map<std::string, Streaming, std::less<>> streaming;
+
+  void add_unary(const std::string& method, Result<boost::json::object> (*fn)(Impl&, Call&)) {
+    unary[method] = [this, fn](Call& c) { return fn(*this, c); };
+  }
+  void add_streaming(const std::string& method, Status (*fn)(Impl&, Call&)) {
+    streaming[method] = [this, fn](Call& c) { return fn(*this, c); };
+  }
+
+  void handle(http::Request&& req, http::Responder respond);
+  Result<http::BodyPlan> body_policy(const http::Request& h);
+  Status check_token(const http::Request& req) const;
+  Status check_files_auth(const http::Request& req, const std::map<std::string, std::string>& q,
+                          const char* op) const;
+  Result<User> request_user(const http::Request& req,
+                            const std::map<std::string, std::string>& q) const;
+  void handle_files(http::Request&& req, http::Responder respond,
+                    const std::map<std::string, std::string>& q);
+  Status serve_files(const http::Request& req, const http::Responder& respond,
+                     const std::map<std::string, std::string>& q);
+  Result<boost::json::array> store_upload(const http::Request& req, http::BodyFile& body,
+                                          const User& user, const std::string& qpath);
+  void handle_rpc(http::Request&& req, http::Responder respond, std::string_view path);
+  std::chrono::milliseconds keepalive_of(const http::Request& req) const;
+};
+
+// process.Process: Start, Connect, List, SendInput, SendSignal, CloseStdin, Update.
+void register_process_service(Envd::Impl& envd);
+// filesystem.Filesystem: Stat, ListDir, MakeDir, Move, Remove, WatchDir and the
+// CreateWatcher / GetWatcherEvents / RemoveWatcher trio.
+void register_filesystem_service(Envd::Impl& envd);
+
+// The header of a server-streaming Connect response.
+http::Response connect_stream_header(unsigned version);
+
+}  // namespace abx::envd
