@@ -382,12 +382,6 @@ TEST_F(EnvdTest, FilesystemUnaryMethodsAndErrorCodes) {
 }
 
 TEST_F(EnvdTest, WatchDirStreamsEvents) {
-#if defined(__SANITIZE_ADDRESS__)
-  // Known issue: LeakSanitizer reports the HTTP session of a WatchDir stream that the client
-  // closed as never freed (a reference cycle between the session and its stream writer). The
-  // behaviour is tested in the plain build; the leak is tracked in the closing note.
-  GTEST_SKIP() << "WatchDir stream session leak under LSan (known issue)";
-#endif
   start();
   StreamReader w(envd_->port(), "/filesystem.Filesystem/WatchDir", R"({"path":")" + home_ + "\"}");
   ASSERT_EQ(w.status(), 200);
@@ -408,12 +402,6 @@ std::string multipart(const std::string& filename, const std::string& content);
 // a watcher saw only those temporary names and a CREATE of the target, never the WRITE that
 // callers (the SDK's own watch tests among them) wait for after files.write().
 TEST_F(EnvdTest, WatchDirSeesUploadsAsTheTargetNotTheTempFiles) {
-#if defined(__SANITIZE_ADDRESS__)
-  // Known issue: LeakSanitizer reports the HTTP session of a WatchDir stream that the client
-  // closed as never freed (a reference cycle between the session and its stream writer). The
-  // behaviour is tested in the plain build; the leak is tracked in the closing note.
-  GTEST_SKIP() << "WatchDir stream session leak under LSan (known issue)";
-#endif
   start();
   StreamReader w(envd_->port(), "/filesystem.Filesystem/WatchDir", R"({"path":")" + home_ + "\"}");
   ASSERT_EQ(w.status(), 200);

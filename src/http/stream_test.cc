@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include "abx/http/client.h"
@@ -199,7 +200,8 @@ TEST(HttpSpool, ChunkedUploadIsSpooled) {
   auto s = Server::start(opt, [&](Request&& req, Responder respond) {
     auto f = respond.body_file();
     std::string content(f->size(), '\0');
-    ::pread(f->fd(), content.data(), content.size(), 0);
+    EXPECT_EQ(::pread(f->fd(), content.data(), content.size(), 0),
+              static_cast<ssize_t>(content.size()));
     respond(json_response(200, boost::json::string(content), req.version()));
   });
   ASSERT_TRUE(s.ok());
@@ -210,6 +212,35 @@ TEST(HttpSpool, ChunkedUploadIsSpooled) {
   ASSERT_TRUE(out.ok());
   EXPECT_NE(out->find("\"hello world\""), std::string::npos) << *out;
   std::filesystem::remove_all(dir);
+}
+
+// A stream whose client went away while its producer still holds the writer (envd's WatchDir
+// between events): shutting the server down must free the session, not leave it in a cycle with
+// the stream's state (LeakSanitizer found that one).
+TEST(HttpStream, ShutdownFreesTheSessionOfAStreamWhoseWriterIsStillHeld) {
+  std::shared_ptr<StreamWriter> held;
+  std::mutex mu;
+  auto s = Server::start({}, [&](Request&& req, Responder respond) {
+    auto w = respond.stream(Response{bhttp::status::ok, req.version()});
+    w->write("start\n");
+    std::lock_guard lock(mu);
+    held = w;
+  });
+  ASSERT_TRUE(s.ok());
+  {
+    auto c = Connection::open("127.0.0.1", (*s)->port());
+    ASSERT_TRUE(c.ok());
+    auto r = (*c)->send_streaming(make_request(bhttp::verb::get, "/watch"),
+                                  [](std::string_view) { return false; });
+    ASSERT_TRUE(r.ok()) << r.error().message();
+  }  // the client is gone; the producer is idle and never learns of it
+  EXPECT_EQ((*s)->open_connections(), 1u);
+  (*s)->shutdown(std::chrono::milliseconds(0));
+  EXPECT_EQ((*s)->open_connections(), 0u);
+  std::lock_guard lock(mu);
+  ASSERT_TRUE(held);
+  EXPECT_TRUE(held->closed());
+  EXPECT_FALSE(held->write("late"));
 }
 
 }  // namespace

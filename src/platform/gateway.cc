@@ -6,34 +6,28 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
-#include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
-#include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/buffer_body.hpp>
-#include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/serializer.hpp>
-#include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 #include <boost/json.hpp>
 #include <cerrno>
-#include <condition_variable>
 #include <map>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "abx/base/log.h"
+#include "abx/base/try.h"
 
 namespace abx::platform {
 
@@ -98,10 +92,11 @@ void strip_hop_by_hop(Fields& f, bool keep_upgrade) {
 }
 
 // Relays one message whose header `p` has read from `in` to `out`, body included.
+// `buf` holds kRelayBuffer bytes: one piece in flight, so a slow reader holds back the writer.
 template <bool isRequest, class In, class Out>
 awaitable<beast::error_code> relay(In& in, beast::flat_buffer& inbuf,
-                                   bhttp::parser<isRequest, bhttp::buffer_body>& p, Out& out) {
-  std::vector<char> buf(kRelayBuffer);
+                                   bhttp::parser<isRequest, bhttp::buffer_body>& p, Out& out,
+                                   char* buf) {
   bhttp::serializer<isRequest, bhttp::buffer_body> sr{p.get()};
   beast::error_code hec;
   [[maybe_unused]] auto hn =
@@ -109,16 +104,16 @@ awaitable<beast::error_code> relay(In& in, beast::flat_buffer& inbuf,
   if (hec) co_return hec;
   while (!sr.is_done()) {
     if (!p.is_done()) {
-      p.get().body().data = buf.data();
-      p.get().body().size = buf.size();
+      p.get().body().data = buf;
+      p.get().body().size = kRelayBuffer;
       // read_some: forward whatever has arrived, so streams are not held back.
       beast::error_code ec;
       [[maybe_unused]] auto n =
           co_await bhttp::async_read_some(in, inbuf, p, asio::redirect_error(use_awaitable, ec));
       if (ec == bhttp::error::need_buffer) ec = {};
       if (ec) co_return ec;
-      p.get().body().size = buf.size() - p.get().body().size;
-      p.get().body().data = buf.data();
+      p.get().body().size = kRelayBuffer - p.get().body().size;
+      p.get().body().data = buf;
       p.get().body().more = !p.is_done();
       if (p.get().body().size == 0 && !p.is_done()) continue;
       // An empty buffer must be null: Beast's chunked serializer turns a non-null empty
@@ -147,7 +142,8 @@ bool still_open(beast::tcp_stream& s) {
 }
 
 // Copies bytes one way until EOF or error, then half-closes the other side.
-awaitable<void> pump(beast::tcp_stream& from, beast::flat_buffer& pending, beast::tcp_stream& to) {
+awaitable<void> pump(beast::tcp_stream& from, beast::flat_buffer& pending, beast::tcp_stream& to,
+                     char* buf) {
   if (pending.size() > 0) {
     beast::error_code ec;
     [[maybe_unused]] auto n =
@@ -155,15 +151,14 @@ awaitable<void> pump(beast::tcp_stream& from, beast::flat_buffer& pending, beast
     if (ec) co_return;
     pending.consume(n);
   }
-  std::vector<char> buf(kRelayBuffer);
   for (;;) {
     beast::error_code ec;
-    [[maybe_unused]] auto n =
-        co_await from.async_read_some(asio::buffer(buf), asio::redirect_error(use_awaitable, ec));
+    [[maybe_unused]] auto n = co_await from.async_read_some(
+        asio::buffer(buf, kRelayBuffer), asio::redirect_error(use_awaitable, ec));
     if (n > 0) {
       beast::error_code wec;
       [[maybe_unused]] auto wn = co_await asio::async_write(
-          to, asio::buffer(buf.data(), n), asio::redirect_error(use_awaitable, wec));
+          to, asio::buffer(buf, n), asio::redirect_error(use_awaitable, wec));
       if (wec) break;
     }
     if (ec) break;
@@ -172,43 +167,25 @@ awaitable<void> pump(beast::tcp_stream& from, beast::flat_buffer& pending, beast
   to.socket().shutdown(tcp::socket::shutdown_send, ignored);
 }
 
+// The upstream connections of one client connection (Takeover::user_data), reused across its
+// requests: "sandbox:port" -> stream.
+using Upstreams = std::map<std::string, std::unique_ptr<beast::tcp_stream>>;
+
 }  // namespace
 
 struct Gateway::Impl {
   GatewayOptions opt;
   GatewayBackend* backend = nullptr;
   Logger log{"gateway"};
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<void*, std::weak_ptr<beast::tcp_stream>> clients;  // idle-closable client streams
-  std::map<void*, bool> busy;                                 // guarded by mu
-  std::atomic<bool> draining{false};
-  bool stopped = false;
-
-  asio::io_context ioc;
-  tcp::acceptor acceptor{ioc};
-  asio::executor_work_guard<asio::io_context::executor_type> work{ioc.get_executor()};
   asio::thread_pool pool;
-  std::vector<std::thread> threads;
-  std::uint16_t port = 0;
+  std::unique_ptr<http::Server> server;
+  std::atomic<bool> stopped{false};
 
   explicit Impl(int workers) : pool(static_cast<std::size_t>(std::max(1, workers))) {}
 
-  awaitable<void> accept_loop();
-  using Upstreams = std::map<std::string, std::unique_ptr<beast::tcp_stream>>;
-
-  awaitable<void> session(tcp::socket socket);
-  awaitable<bool> serve_one(beast::tcp_stream& client, void* key, beast::flat_buffer& buf,
-                            Upstreams& upstreams, bool first);
-  // Takes an lvalue on purpose: see on_pool about temporaries in co_await expressions.
-  awaitable<void> write_error(beast::tcp_stream& client, http::Response& res);
-  awaitable<bool> proxy(beast::tcp_stream& client, beast::flat_buffer& buf,
-                        bhttp::request_parser<bhttp::empty_body>& hp, const Route& route,
-                        Upstreams& upstreams);
-  void set_busy(void* key, bool b) {
-    std::lock_guard lock(mu);
-    busy[key] = b;
-  }
+  Status on_header(http::Takeover& conn);
+  void handle_control(http::Request&& req, http::Responder respond);
+  awaitable<void> proxy(http::Takeover conn, Route route);
 
   // Runs a blocking call on the worker pool; `co_await` yields std::optional<result> (always
   // engaged) back on the coroutine's own strand.
@@ -237,159 +214,42 @@ struct Gateway::Impl {
   }
 };
 
-awaitable<void> Gateway::Impl::accept_loop() {
-  for (;;) {
-    beast::error_code ec;
-    [[maybe_unused]] auto socket = co_await acceptor.async_accept(
-        asio::make_strand(ioc), asio::redirect_error(use_awaitable, ec));
-    if (ec) {
-      if (!acceptor.is_open()) co_return;
-      asio::steady_timer t(ioc, std::chrono::milliseconds(50));  // EMFILE: back off, no spin
-      co_await t.async_wait(asio::redirect_error(use_awaitable, ec));
-      continue;
-    }
-    beast::error_code nec;
-    socket.set_option(tcp::no_delay(true), nec);
-    auto ex = socket.get_executor();
-    asio::co_spawn(ex, session(std::move(socket)), asio::detached);
-  }
+// Every request header, on its connection's strand: control-plane requests stay with the http
+// server (bounded body, then handle_control); sandbox-plane requests take the connection over
+// for the relay.
+Status Gateway::Impl::on_header(http::Takeover& conn) {
+  const auto& h = conn.parser().get();
+  auto route =
+      route_request(h[bhttp::field::host], h["E2b-Sandbox-Id"], h["E2b-Sandbox-Port"], opt.domain);
+  if (!route.ok()) return invalid_argument(route.error().message());
+  if (route->kind == Route::Kind::kControl) return {};
+  auto ex = conn.stream().get_executor();
+  asio::co_spawn(ex, proxy(std::move(conn), std::move(*route)), asio::detached);
+  return {};
 }
 
-awaitable<void> Gateway::Impl::session(tcp::socket socket) {
-  auto client = std::make_shared<beast::tcp_stream>(std::move(socket));
-  void* key = client.get();
-  {
-    std::lock_guard lock(mu);
-    clients[key] = client;
-    busy[key] = false;
-  }
-  beast::flat_buffer buf;
-  Upstreams upstreams;
-  bool first = true;
-  // One request per iteration; the work lives in serve_one so that no local of a request
-  // outlives its iteration inside this coroutine frame.
-  while (!draining.load()) {
-    bool more = co_await serve_one(*client, key, buf, upstreams, first);
-    first = false;
-    if (!more) break;
-  }
-  beast::error_code ignored;
-  client->socket().shutdown(tcp::socket::shutdown_send, ignored);
-  client->close();
-  {
-    std::lock_guard lock(mu);
-    clients.erase(key);
-    busy.erase(key);
-  }
-  cv.notify_all();
-}
-
-awaitable<void> Gateway::Impl::write_error(beast::tcp_stream& client, http::Response& res) {
-  res.keep_alive(false);
-  res.set(bhttp::field::server, "abxd");
-  res.prepare_payload();
-  beast::error_code ignored;
-  client.expires_after(opt.limits.write_timeout);
-  co_await bhttp::async_write(client, res, asio::redirect_error(use_awaitable, ignored));
-}
-
-awaitable<bool> Gateway::Impl::serve_one(beast::tcp_stream& client, void* key,
-                                         beast::flat_buffer& buf, Upstreams& upstreams,
-                                         bool first) {
-  bhttp::request_parser<bhttp::empty_body> hp;
-  hp.header_limit(static_cast<std::uint32_t>(opt.limits.max_header_bytes));
-  hp.body_limit(boost::none);
-  set_busy(key, false);
-  client.expires_after(first || buf.size() > 0 ? opt.limits.header_timeout
-                                               : opt.limits.idle_timeout);
-  beast::error_code ec;
-  co_await bhttp::async_read_header(client, buf, hp, asio::redirect_error(use_awaitable, ec));
-  set_busy(key, true);
-  if (ec) {
-    if (ec == bhttp::error::end_of_stream || ec == beast::error::timeout ||
-        ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||
-        ec == asio::error::eof || (ec == bhttp::error::partial_message && buf.size() == 0)) {
-      co_return false;
-    }
-    unsigned status = ec == bhttp::error::header_limit ? 431 : 400;
-    {
-      http::Response err_res = e2b_error(status, "malformed HTTP request: " + ec.message());
-      co_await write_error(client, err_res);
-    }
-    co_return false;
-  }
-  const unsigned version = hp.get().version();
-  if (auto bad = http::check_request_header(hp.get(), opt.limits)) {
-    {
-      http::Response err_res = e2b_error(bad->status, bad->error.message(), version);
-      co_await write_error(client, err_res);
-    }
-    co_return false;
-  }
-  auto route = route_request(hp.get()[bhttp::field::host], hp.get()["E2b-Sandbox-Id"],
-                             hp.get()["E2b-Sandbox-Port"], opt.domain);
-  if (!route.ok()) {
-    {
-      http::Response err_res = e2b_error(400, route.error().message(), version);
-      co_await write_error(client, err_res);
-    }
-    co_return false;
-  }
-  if (route->kind == Route::Kind::kSandbox) {
-    client.expires_never();  // streams may run as long as the process or watch they carry
-    co_return co_await proxy(client, buf, hp, *route, upstreams);
-  }
-
-  // Control plane: a bounded body, then the backend on a worker thread.
-  auto cl = hp.content_length();
-  if (cl && *cl > opt.limits.max_body_bytes) {
-    {
-      http::Response err_res = e2b_error(413, "request body too large", version);
-      co_await write_error(client, err_res);
-    }
-    co_return false;
-  }
-  bhttp::request_parser<bhttp::string_body> sp(std::move(hp));
-  sp.body_limit(opt.limits.max_body_bytes);
-  if (!sp.is_done()) {
-    client.expires_after(opt.limits.body_timeout);
-    co_await bhttp::async_read(client, buf, sp, asio::redirect_error(use_awaitable, ec));
-    if (ec) {
-      if (ec != beast::error::timeout && ec != bhttp::error::end_of_stream) {
-        unsigned st = ec == bhttp::error::body_limit ? 413 : 400;
-        {
-          http::Response err_res = e2b_error(st, "malformed request body: " + ec.message());
-          co_await write_error(client, err_res);
-        }
-      }
-      co_return false;
-    }
-  }
-  client.expires_never();
-  http::Request req = sp.release();
-  bool keep_alive = req.keep_alive();
-  http::Request* reqp = &req;  // the lambda captures pointers only (see on_pool)
-  std::optional<http::Response> answered = co_await on_pool([this, reqp] {
+// The backend may touch SQLite or spawn sandboxes: never on an I/O thread.
+void Gateway::Impl::handle_control(http::Request&& req, http::Responder respond) {
+  asio::post(pool, [this, req = std::move(req), respond = std::move(respond)]() mutable {
     try {
-      return backend->handle_control(std::move(*reqp));
+      respond(backend->handle_control(std::move(req)));
     } catch (const std::exception& e) {
-      return e2b_error(500, std::string("internal error: ") + e.what());
+      respond(e2b_error(500, std::string("internal error: ") + e.what()));
     }
   });
-  http::Response& res = *answered;
-  keep_alive = keep_alive && res.keep_alive() && !draining.load();
-  res.keep_alive(keep_alive);
-  res.version(version == 10 ? 10 : 11);
-  res.set(bhttp::field::server, "abxd");
-  res.prepare_payload();
-  client.expires_after(opt.limits.write_timeout);
-  co_await bhttp::async_write(client, res, asio::redirect_error(use_awaitable, ec));
-  co_return !ec && keep_alive;
 }
 
-awaitable<bool> Gateway::Impl::proxy(beast::tcp_stream& client, beast::flat_buffer& buf,
-                                     bhttp::request_parser<bhttp::empty_body>& hp,
-                                     const Route& route, Upstreams& upstreams) {
+// One proxied request (and its response, or the tunnel after a 101) on a connection taken over
+// after its header. Gives the connection back for the next request when both sides keep it
+// alive; answers errors through the server; otherwise lets it close.
+awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
+  beast::tcp_stream& client = conn.stream();
+  beast::flat_buffer& buf = conn.buffer();
+  http::HeaderParser& hp = conn.parser();
+  client.expires_never();  // streams may run as long as the process or watch they carry
+  if (!conn.user_data()) conn.user_data() = std::make_shared<Upstreams>();
+  Upstreams& upstreams = *static_cast<Upstreams*>(conn.user_data().get());
+
   const unsigned version = hp.get().version();
   const bool client_keep_alive = hp.get().keep_alive();
   const bool head = hp.get().method() == bhttp::verb::head;
@@ -416,7 +276,7 @@ awaitable<bool> Gateway::Impl::proxy(beast::tcp_stream& client, beast::flat_buff
       tcp::socket sock(client.get_executor());
       beast::error_code aec;
       sock.assign(tcp::v4(), (*fd)->release(), aec);
-      if (aec) co_return false;
+      if (aec) co_return;
       // Header and body go out as separate writes: without TCP_NODELAY, Nagle's algorithm
       // holds the second until the first is acked (40 ms of delayed ACK on every request).
       sock.set_option(tcp::no_delay(true), aec);
@@ -434,28 +294,24 @@ awaitable<bool> Gateway::Impl::proxy(beast::tcp_stream& client, beast::flat_buff
                           ? 502
                           : http::http_status(e.code());
     // The request body (if any) is unread: close after answering.
-    {
-      http::Response err_res = e2b_error(status, e.message(), version, false);
-      co_await write_error(client, err_res);
-    }
-    co_return false;
+    std::move(conn).respond(e2b_error(status, e.message(), version, false));
+    co_return;
   }
 
+  // One buffer for both directions (they take turns); a tunnel adds a second one.
+  std::unique_ptr<char[]> piece(new char[kRelayBuffer]);
   bhttp::request_parser<bhttp::buffer_body> rp(std::move(hp));
   strip_hop_by_hop(rp.get(), upgrade);
   rp.get().keep_alive(upgrade ? false : true);
   if (upgrade) rp.get().set(bhttp::field::connection, "upgrade");
-  auto rec = co_await relay(client, buf, rp, *up);
+  auto rec = co_await relay(client, buf, rp, *up, piece.get());
   if (rec) {
     upstreams.erase(key);
-    if (rec == bhttp::error::end_of_stream || rec == asio::error::eof) co_return false;
+    if (rec == bhttp::error::end_of_stream || rec == asio::error::eof) co_return;
     // The upstream went away mid-request: tell the client if nothing was sent yet.
-    {
-      http::Response err_res =
-          e2b_error(502, "sandbox connection failed: " + rec.message(), version, false);
-      co_await write_error(client, err_res);
-    }
-    co_return false;
+    std::move(conn).respond(
+        e2b_error(502, "sandbox connection failed: " + rec.message(), version, false));
+    co_return;
   }
 
   beast::flat_buffer upbuf;
@@ -468,32 +324,30 @@ awaitable<bool> Gateway::Impl::proxy(beast::tcp_stream& client, beast::flat_buff
       co_await bhttp::async_read_header(*up, upbuf, resp, asio::redirect_error(use_awaitable, hec));
   if (hec) {
     upstreams.erase(key);
-    {
-      http::Response err_res =
-          e2b_error(502, "no response from the sandbox: " + hec.message(), version, false);
-      co_await write_error(client, err_res);
-    }
-    co_return false;
+    std::move(conn).respond(
+        e2b_error(502, "no response from the sandbox: " + hec.message(), version, false));
+    co_return;
   }
   const bool switching = resp.get().result() == bhttp::status::switching_protocols;
   const bool upstream_keep = resp.get().keep_alive();
   strip_hop_by_hop(resp.get(), switching);
-  const bool keep = client_keep_alive && !switching && !draining.load();
+  const bool keep = client_keep_alive && !switching && !server->draining();
   resp.get().keep_alive(keep);
   if (switching) resp.get().set(bhttp::field::connection, "upgrade");
-  auto sec = co_await relay(*up, upbuf, resp, client);
+  auto sec = co_await relay(*up, upbuf, resp, client, piece.get());
   if (sec) {
     upstreams.erase(key);
-    co_return false;
+    co_return;
   }
   if (switching) {
     using namespace asio::experimental::awaitable_operators;
-    co_await (pump(client, buf, *up) && pump(*up, upbuf, client));
+    std::unique_ptr<char[]> back(new char[kRelayBuffer]);
+    co_await (pump(client, buf, *up, piece.get()) && pump(*up, upbuf, client, back.get()));
     upstreams.erase(key);
-    co_return false;
+    co_return;
   }
   if (!upstream_keep || upbuf.size() > 0) upstreams.erase(key);
-  co_return keep;
+  if (keep) std::move(conn).resume();
 }
 
 Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -504,70 +358,34 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options, GatewayB
   auto impl = std::make_unique<Impl>(options.workers);
   impl->opt = std::move(options);
   impl->backend = &backend;
-  beast::error_code ec;
-  auto addr = asio::ip::make_address(impl->opt.host, ec);
-  if (ec) return invalid_argument("invalid listen address '" + impl->opt.host + "'");
-  tcp::endpoint ep(addr, impl->opt.port);
-  std::string where = impl->opt.host + ":" + std::to_string(impl->opt.port);
-  impl->acceptor.open(ep.protocol(), ec);
-  if (!ec) impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) impl->acceptor.bind(ep, ec);
-  if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return unavailable("cannot listen on " + where + ": " + ec.message());
-  impl->port = impl->acceptor.local_endpoint().port();
-  asio::co_spawn(impl->ioc, impl->accept_loop(), asio::detached);
-  int n = impl->opt.io_threads > 0
-              ? impl->opt.io_threads
-              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (int i = 0; i < n; ++i) impl->threads.emplace_back([io = &impl->ioc] { io->run(); });
+  Impl* raw = impl.get();
+  http::ServerOptions so;
+  so.host = raw->opt.host;
+  so.port = raw->opt.port;
+  so.io_threads = raw->opt.io_threads;
+  so.limits = raw->opt.limits;
+  so.server_header = "abxd";
+  so.error_renderer = [](const Error& e, unsigned status, unsigned version) {
+    return e2b_error(status, e.message(), version, false);
+  };
+  so.on_header = [raw](http::Takeover& conn) { return raw->on_header(conn); };
+  ABX_ASSIGN_OR_RETURN(
+      impl->server,
+      http::Server::start(std::move(so), [raw](http::Request&& req, http::Responder respond) {
+        raw->handle_control(std::move(req), std::move(respond));
+      }));
   return std::unique_ptr<Gateway>(new Gateway(std::move(impl)));
 }
 
-std::uint16_t Gateway::port() const { return impl_->port; }
+std::uint16_t Gateway::port() const { return impl_->server->port(); }
 const std::string& Gateway::host() const { return impl_->opt.host; }
 
+// The server drains and joins its I/O threads first; the pool then finishes the control calls
+// in flight (their answers go nowhere) before the backend may go away.
 void Gateway::shutdown(std::chrono::milliseconds drain) {
-  {
-    std::lock_guard lock(impl_->mu);
-    if (impl_->stopped) return;
-  }
-  if (impl_->draining.exchange(true)) return;
-  asio::post(impl_->ioc, [this] {
-    beast::error_code ec;
-    impl_->acceptor.close(ec);
-  });
-  auto close_where = [this](bool only_idle) {
-    std::vector<std::shared_ptr<beast::tcp_stream>> victims;
-    {
-      std::lock_guard lock(impl_->mu);
-      for (auto& [k, w] : impl_->clients) {
-        if (only_idle && impl_->busy[k]) continue;
-        if (auto s = w.lock()) victims.push_back(std::move(s));
-      }
-    }
-    for (auto& s : victims) {
-      asio::post(s->get_executor(), [s] { s->cancel(); });
-    }
-  };
-  close_where(true);
-  {
-    std::unique_lock lock(impl_->mu);
-    impl_->cv.wait_for(lock, drain, [this] { return impl_->clients.empty(); });
-  }
-  close_where(false);
-  {
-    std::unique_lock lock(impl_->mu);
-    impl_->cv.wait_for(lock, std::chrono::milliseconds(500),
-                       [this] { return impl_->clients.empty(); });
-  }
-  impl_->work.reset();
-  impl_->ioc.stop();
-  for (auto& t : impl_->threads) {
-    if (t.joinable()) t.join();
-  }
+  if (impl_->stopped.exchange(true)) return;
+  impl_->server->shutdown(drain);
   impl_->pool.join();
-  std::lock_guard lock(impl_->mu);
-  impl_->stopped = true;
 }
 
 }  // namespace abx::platform

@@ -21,11 +21,20 @@
 //    body is read and may raise the body limit for that request and have the body spooled to a
 //    file (Responder::body_file()) instead of memory. Without a policy every request keeps the
 //    default limit and an in-memory body, as before.
+//
+// A server that proxies (abxd's gateway) takes a connection over after a request header with
+// ServerOptions::on_header: it gets the socket, the bytes already buffered and the parser holding
+// the header (a Takeover), relays the request however it likes, and gives the connection back
+// for the next request or lets it close. Accepting, limits, deadlines for headers and error
+// rendering stay here, written once.
 #pragma once
 
 #include <atomic>
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/message.hpp>
+#include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/json/value.hpp>
 #include <chrono>
@@ -34,8 +43,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "abx/base/error.h"
+#include "abx/base/fd.h"
 
 namespace abx::http {
 
@@ -75,19 +86,19 @@ struct BodyPlan {
 // owner moved it elsewhere (rename) and called release().
 class BodyFile {
  public:
-  BodyFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  BodyFile(UniqueFd fd, std::string path) : fd_(std::move(fd)), path_(std::move(path)) {}
   ~BodyFile();
   BodyFile(const BodyFile&) = delete;
   BodyFile& operator=(const BodyFile&) = delete;
 
-  int fd() const { return fd_; }  // O_RDWR | O_CLOEXEC, positioned at the end
+  int fd() const { return fd_.get(); }  // O_RDWR | O_CLOEXEC, positioned at the end
   const std::string& path() const { return path_; }
   std::uint64_t size() const { return size_; }
   void release() { released_ = true; }  // the path no longer names our file
 
  private:
   friend class detail::Session;
-  int fd_;
+  UniqueFd fd_;
   std::string path_;
   std::uint64_t size_ = 0;
   bool released_ = false;
@@ -146,12 +157,79 @@ class Responder {
   std::shared_ptr<State> state_;
 };
 
+// The parser of a request whose header has been read and whose body has not.
+using HeaderParser = boost::beast::http::request_parser<boost::beast::http::string_body>;
+
+// A connection taken over after a request header (ServerOptions::on_header). Every accessor
+// and the two hand-backs must be used on the connection's executor (stream().get_executor(), a
+// strand). Move-only and allocation-free: it holds the session. Dropping it without resume() or
+// respond() closes the connection.
+class Takeover {
+ public:
+  Takeover(Takeover&&) noexcept = default;
+  Takeover& operator=(Takeover&&) noexcept = default;
+  ~Takeover();
+  explicit operator bool() const { return session_ != nullptr; }
+
+  boost::beast::tcp_stream& stream() const;
+  // Bytes read past the header (the start of the body, or pipelined requests).
+  boost::beast::flat_buffer& buffer() const;
+  // Holds the header; the body is unread, so the parser may be moved into one of another body
+  // type (e.g. buffer_body for relaying).
+  HeaderParser& parser() const;
+  const Limits& limits() const;
+  // State the taker keeps for the life of the connection (e.g. a pool of upstream sockets).
+  std::shared_ptr<void>& user_data() const;
+
+  // Gives the connection back at a message boundary: the server reads the next request with the
+  // usual deadlines (or closes it when draining).
+  void resume() &&;
+  // Gives the connection back with a response to write (the server adds Server, framing and a
+  // write deadline); the connection closes after it unless `res` and the server keep it alive.
+  void respond(Response res) &&;
+
+ private:
+  friend class detail::Session;
+  explicit Takeover(std::shared_ptr<detail::Session> session) : session_(std::move(session)) {}
+  std::shared_ptr<detail::Session> session_;
+};
+
 using Handler = std::function<void(Request&& req, Responder respond)>;
 // Called with a request whose header is complete and whose body has not been read. Returning
 // an Error answers it at once (e.g. 401 before a large upload) and closes the connection.
 using BodyPolicy = std::function<Result<BodyPlan>(const Request& header)>;
+// Sees every request header that passed the framing checks, on the connection's strand, before
+// the body policy. Moving from `conn` takes the connection over (the server then does nothing
+// more with it until the Takeover comes back); leaving it alone lets the request go on to the
+// body policy and the handler. Returning an Error answers it (rendered) and closes the
+// connection. Must not block.
+using HeaderHook = std::function<Status(Takeover& conn)>;
+
 // Renders an Error as a response, for servers whose protocol fixes the error body's shape.
-using ErrorRenderer = std::function<Response(const Error& error, unsigned version)>;
+// Accepts a callable (error, version) or (error, status, version); `status` is the one the
+// server will send, which differs from http_status(error.code()) for 414 and 431.
+class ErrorRenderer {
+ public:
+  using Fn = std::function<Response(const Error& error, unsigned status, unsigned version)>;
+  ErrorRenderer() = default;
+  template <class F>
+  requires std::is_invocable_r_v<Response, F&, const Error&, unsigned, unsigned> ErrorRenderer(F f)
+      : fn_(std::move(f)) {}  // NOLINT(google-explicit-constructor)
+  template <class F>
+  requires(std::is_invocable_r_v<Response, F&, const Error&, unsigned> &&
+           !std::is_invocable_r_v<Response, F&, const Error&, unsigned, unsigned>)
+      ErrorRenderer(F f)  // NOLINT(google-explicit-constructor)
+      : fn_([f = std::move(f)](const Error& e, unsigned, unsigned version) {
+          return f(e, version);
+        }) {}
+  explicit operator bool() const { return static_cast<bool>(fn_); }
+  Response operator()(const Error& error, unsigned status, unsigned version) const {
+    return fn_(error, status, version);
+  }
+
+ private:
+  Fn fn_;
+};
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
@@ -165,6 +243,8 @@ struct ServerOptions {
   // Optional: the shape of errors the server itself produces (framing, limits, 500s). Unset:
   // error_response().
   ErrorRenderer error_renderer;
+  // Optional: lets a proxy take connections over after the header (see Takeover).
+  HeaderHook on_header;
 };
 
 class Server {

@@ -1,16 +1,18 @@
 // abxd's one listener: the control API and the routing proxy to ports inside sandboxes.
 //
-// Each connection is a C++20 coroutine on its own strand. For every request the gateway reads the
-// header (with the limits and framing checks of the bad-input catalogue), routes it
-// (host_route.h), and then either
-//   - control plane: reads the body (1 MiB cap) and hands the complete request to
+// The gateway runs on the http::Server engine: accepting, deadlines, the limits and framing
+// checks of the bad-input catalogue and error rendering are the server's. For every request
+// header it routes the request (host_route.h) and then either
+//   - control plane: lets the server read the body (1 MiB cap) and hands the complete request to
 //     GatewayBackend::handle_control on a worker thread (it may touch SQLite or spawn sandboxes);
-//   - sandbox plane: asks the backend for a connected socket to the target port (it checks the
-//     sandbox's token and resumes a paused sandbox), then relays the request and the response
+//   - sandbox plane: takes the connection over (http::Takeover) in a C++20 coroutine on the
+//     connection's strand, asks the backend for a connected socket to the target port (it checks
+//     the sandbox's token and resumes a paused sandbox), then relays the request and the response
 //     through fixed 64 KiB buffers — unbuffered, with back-pressure, whatever the size or
 //     duration (chunked Connect streams, uploads, downloads) — and turns into a byte tunnel
 //     after a `101 Switching Protocols` (WebSocket). Hop-by-hop headers are dropped per RFC 9110
-//     §7.6.1. Upstream connections are reused within a client connection.
+//     §7.6.1. Upstream connections are reused within a client connection, which goes back to
+//     the server for its next request.
 // Sandbox-plane errors are answered as `{"code": <status>, "message": …}` (502 for an unknown
 // sandbox or a closed port), which the e2b SDKs understand.
 #pragma once

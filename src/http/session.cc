@@ -1,0 +1,311 @@
+// One Session per connection: reading requests (header deadline, framing checks, body policy,
+// spooling) and writing plain responses. The streaming half is in stream_writer.cc.
+#include "http/session.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/beast/core/bind_handler.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+#include <cerrno>
+#include <cstring>
+
+namespace abx::http::detail {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+Result<std::shared_ptr<BodyFile>> open_spool_file(const std::string& dir) {
+  std::string tmpl = dir + "/.abx-body-XXXXXX";
+  UniqueFd fd(::mkostemp(tmpl.data(), O_CLOEXEC));
+  if (!fd) {
+    int e = errno;
+    return Error(
+        e == ENOSPC || e == EDQUOT ? ErrorCode::kInsufficientStorage : ErrorCode::kInternal,
+        "cannot create a spool file in " + dir + ": " + std::strerror(e));
+  }
+  return std::make_shared<BodyFile>(std::move(fd), std::move(tmpl));
+}
+
+}  // namespace
+
+void Session::start() {
+  {
+    std::lock_guard lock(server_.mu);
+    server_.sessions.emplace(this, weak_from_this());
+  }
+  asio::dispatch(stream_.get_executor(),
+                 beast::bind_front_handler(&Session::read_header, shared_from_this()));
+}
+
+void Session::respond(Response res) {
+  asio::dispatch(stream_.get_executor(), [self = shared_from_this(), r = std::move(res)]() mutable {
+    self->write(std::move(r));
+  });
+}
+
+Response Session::render_error(const Error& err, unsigned status, unsigned version) {
+  if (server_.opt.error_renderer) {
+    Response res = server_.opt.error_renderer(err, status, version);
+    res.result(status);
+    return res;
+  }
+  Response res = error_response(err, version, false);
+  res.result(status);
+  return res;
+}
+
+void Session::close_if_idle() {
+  asio::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+    if (!self->busy_) self->close();
+  });
+}
+
+void Session::force_close() {
+  asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->close(); });
+}
+
+void Session::read_header() {
+  if (server_.draining.load()) return close();
+  busy_ = false;
+  parser_.emplace();
+  file_parser_.reset();
+  body_file_.reset();
+  parser_->header_limit(static_cast<std::uint32_t>(server_.opt.limits.max_header_bytes));
+  // No limit while the header is read: Beast would reject a large Content-Length before the
+  // body policy has had its say. on_header applies the limit chosen for this request.
+  parser_->body_limit(boost::none);
+  // The first request on a connection, or a request already partly buffered, gets the header
+  // deadline; an idle keep-alive connection gets the idle deadline until bytes arrive.
+  stream_.expires_after(buffer_.size() > 0 || first_ ? server_.opt.limits.header_timeout
+                                                     : server_.opt.limits.idle_timeout);
+  first_ = false;
+  bhttp::async_read_header(stream_, buffer_, *parser_,
+                           beast::bind_front_handler(&Session::on_header, shared_from_this()));
+}
+
+// The order is the contract of server.h: framing checks, then the header hook (which may take
+// the connection), then the body policy, then Expect: 100-continue, then the body.
+void Session::on_header(beast::error_code ec, std::size_t) {
+  busy_ = true;
+  if (ec) return on_read_error(ec);
+  const auto& req = parser_->get();
+  if (auto bad = check_request_header(req.base(), server_.opt.limits)) {
+    status_override_ = bad->status;
+    return fail(bad->error);
+  }
+  if (server_.opt.on_header) {
+    Takeover conn(shared_from_this());
+    Status hooked = internal_error("header hook failed");
+    try {
+      hooked = server_.opt.on_header(conn);
+    } catch (const std::exception& e) {
+      hooked = internal_error(std::string("header hook failed: ") + e.what());
+    }
+    if (!conn) return;      // taken over: the Takeover owns the connection now
+    conn.session_.reset();  // not taken: no close on the way out
+    if (!hooked.ok()) return fail(hooked.error());
+  }
+  BodyPlan plan{server_.opt.limits.max_body_bytes, {}};
+  if (server_.opt.body_policy) {
+    Result<BodyPlan> chosen = Error(ErrorCode::kInternal, "body policy failed");
+    try {
+      chosen = server_.opt.body_policy(req);
+    } catch (const std::exception& e) {
+      chosen = internal_error(std::string("body policy failed: ") + e.what());
+    }
+    if (!chosen.ok()) return fail(chosen.error());
+    plan = std::move(*chosen);
+  }
+  body_limit_ = plan.max_bytes;
+  parser_->body_limit(plan.max_bytes);
+  auto cl = parser_->content_length();
+  if (cl && *cl > plan.max_bytes) {
+    return fail(Error(ErrorCode::kPayloadTooLarge, "request body of " + std::to_string(*cl) +
+                                                       " bytes exceeds the limit of " +
+                                                       std::to_string(plan.max_bytes)));
+  }
+  if (!plan.spool_dir.empty()) {
+    auto file = open_spool_file(plan.spool_dir);
+    if (!file.ok()) return fail(file.error());
+    body_file_ = std::move(*file);
+  }
+  if (parser_->is_done()) return dispatch_request();
+  if (beast::iequals(req[bhttp::field::expect], "100-continue")) {
+    auto cont = std::make_shared<bhttp::response<bhttp::empty_body>>(bhttp::status::continue_,
+                                                                     req.version());
+    stream_.expires_after(server_.opt.limits.write_timeout);
+    return bhttp::async_write(
+        stream_, *cont, [self = shared_from_this(), cont](beast::error_code wec, std::size_t) {
+          if (wec) return self->close();
+          self->read_body();
+        });
+  }
+  read_body();
+}
+
+void Session::read_body() {
+  if (body_file_) {
+    // Move the header into a parser that hands us the body piece by piece.
+    file_parser_.emplace(std::move(*parser_));
+    parser_.reset();
+    file_parser_->body_limit(body_limit_);
+    spool_buf_.resize(64 * 1024);
+    return read_body_piece();
+  }
+  stream_.expires_after(server_.opt.limits.body_timeout);
+  bhttp::async_read(stream_, buffer_, *parser_,
+                    beast::bind_front_handler(&Session::on_body, shared_from_this()));
+}
+
+void Session::on_body(beast::error_code ec, std::size_t) {
+  if (ec) return on_read_error(ec);
+  dispatch_request();
+}
+
+// A spooled body may be large: the deadline is per piece (an inactivity timeout), not for
+// the whole body. Writes to the spool file are synchronous; they go to the page cache.
+void Session::read_body_piece() {
+  auto& b = file_parser_->get().body();
+  b.data = spool_buf_.data();
+  b.size = spool_buf_.size();
+  b.more = true;
+  stream_.expires_after(server_.opt.limits.body_timeout);
+  bhttp::async_read_some(stream_, buffer_, *file_parser_,
+                         beast::bind_front_handler(&Session::on_body_piece, shared_from_this()));
+}
+
+void Session::on_body_piece(beast::error_code ec, std::size_t) {
+  if (ec == bhttp::error::need_buffer) ec = {};
+  if (ec) return on_read_error(ec);
+  std::size_t got = spool_buf_.size() - file_parser_->get().body().size;
+  const char* p = spool_buf_.data();
+  std::size_t left = got;
+  while (left > 0) {
+    ssize_t w = ::write(body_file_->fd(), p, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) {
+      int e = errno;
+      bool full = e == ENOSPC || e == EDQUOT;
+      return fail(Error(full ? ErrorCode::kInsufficientStorage : ErrorCode::kInternal,
+                        std::string("cannot store the request body: ") + std::strerror(e)));
+    }
+    p += w;
+    left -= static_cast<std::size_t>(w);
+  }
+  body_file_->size_ += got;
+  if (file_parser_->is_done()) return dispatch_request();
+  read_body_piece();
+}
+
+void Session::dispatch_request() {
+  Request req;
+  if (file_parser_) {
+    req = Request(file_parser_->release().base());
+    file_parser_.reset();
+  } else {
+    req = parser_->release();
+  }
+  version_ = req.version();
+  keep_alive_ = req.keep_alive();
+  stream_.expires_never();  // the handler may take its time; the write re-arms a deadline
+  Responder responder(shared_from_this());
+  responder.state_->body_file = std::move(body_file_);
+  try {
+    server_.handler(std::move(req), responder);
+  } catch (const std::exception& e) {
+    Error err = internal_error(std::string("handler failed: ") + e.what());
+    responder(render_error(err, 500, version_));
+  }
+}
+
+void Session::on_read_error(beast::error_code ec) {
+  // A peer closing or timing out between requests is normal; say nothing.
+  if (ec == bhttp::error::end_of_stream || ec == beast::error::timeout ||
+      ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||
+      ec == asio::error::eof) {
+    return close();
+  }
+  if (ec == bhttp::error::partial_message && !busy_) return close();
+  if (ec == bhttp::error::header_limit) {
+    return fail(Error(ErrorCode::kInvalidArgument, "request header block too large"), 431);
+  }
+  if (ec == bhttp::error::body_limit) {
+    return fail(Error(ErrorCode::kPayloadTooLarge,
+                      "request body exceeds the limit of " +
+                          std::to_string(server_.opt.limits.max_body_bytes) + " bytes"));
+  }
+  fail(invalid_argument("malformed HTTP request: " + ec.message()));
+}
+
+// Answers a framing error and closes the connection (the stream may be desynchronised).
+void Session::fail(const Error& err, unsigned status) {
+  if (status == 0) status = status_override_;
+  if (status == 0) status = http_status(err.code());
+  Response res = render_error(err, status, 11);
+  keep_alive_ = false;
+  write(std::move(res));
+}
+
+void Session::write(Response res) {
+  bool keep = keep_alive_ && res.keep_alive() && !server_.draining.load();
+  res.keep_alive(keep);
+  res.version(version_ == 10 ? 10 : 11);
+  res.set(bhttp::field::server, server_.opt.server_header);
+  res.prepare_payload();
+  auto sp = std::make_shared<Response>(std::move(res));
+  stream_.expires_after(server_.opt.limits.write_timeout);
+  bhttp::async_write(stream_, *sp,
+                     [self = shared_from_this(), sp, keep](beast::error_code ec, std::size_t) {
+                       if (ec || !keep) return self->close();
+                       self->status_override_ = 0;
+                       self->read_header();
+                     });
+}
+
+void Session::close() {
+  beast::error_code ec;
+  stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+  stream_.close();
+  // A stream still open here would keep this session alive through its StreamState forever.
+  drop_stream();
+}
+
+}  // namespace abx::http::detail
+
+namespace abx::http {
+
+namespace beast = boost::beast;
+
+Takeover::~Takeover() {
+  if (session_) session_->close();
+}
+
+beast::tcp_stream& Takeover::stream() const { return session_->stream_; }
+beast::flat_buffer& Takeover::buffer() const { return session_->buffer_; }
+HeaderParser& Takeover::parser() const { return *session_->parser_; }
+const Limits& Takeover::limits() const { return session_->server_.opt.limits; }
+std::shared_ptr<void>& Takeover::user_data() const { return session_->user_data_; }
+
+void Takeover::resume() && {
+  auto session = std::move(session_);
+  session->status_override_ = 0;
+  session->read_header();
+}
+
+void Takeover::respond(Response res) && {
+  auto session = std::move(session_);
+  session->version_ = res.version();
+  session->keep_alive_ = true;
+  session->write(std::move(res));
+}
+
+}  // namespace abx::http

@@ -1,0 +1,167 @@
+// Private to abx::http: the server's shared state and one Session per connection.
+//
+// Split by concern: session.cc reads requests (header, framing, body policy, spooling) and writes
+// plain responses; stream_writer.cc holds the streaming-response half of a Session and the
+// StreamWriter its producers use; server.cc accepts connections and drains them; status.cc and
+// framing.cc are stateless.
+#pragma once
+
+#include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "abx/http/server.h"
+
+namespace abx::http {
+
+struct Server::Impl {
+  // Declared before the io_context so they outlive it: destroying the io_context destroys
+  // pending handlers, which may hold the last reference to a session.
+  ServerOptions opt;
+  Handler handler;
+  std::mutex mu;  // guards sessions, stopped
+  std::condition_variable cv;
+  std::map<detail::Session*, std::weak_ptr<detail::Session>> sessions;
+  bool stopped = false;
+  std::atomic<bool> draining{false};
+  std::atomic<std::size_t> connections{0};
+  std::uint16_t port = 0;
+
+  boost::asio::io_context ioc;
+  boost::asio::ip::tcp::acceptor acceptor{ioc};
+  // Keeps run() going while a handler holds a request on another thread and no I/O is pending.
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work{ioc.get_executor()};
+  std::vector<std::thread> threads;
+
+  // Live sessions, as strong references taken outside any destructor.
+  std::vector<std::shared_ptr<detail::Session>> live_sessions();
+
+  void do_accept();
+  void on_session_closed(detail::Session* s);
+};
+
+struct Responder::State {
+  std::shared_ptr<detail::Session> session;
+  std::shared_ptr<BodyFile> body_file;
+  std::atomic<bool> done{false};
+  ~State();
+};
+
+namespace detail {
+
+// The shared state of one streaming response: filled by producers on any thread, drained by
+// the session on its strand.
+//
+// Ownership: the StreamWriter (held by the producer) owns this state, and the state owns the
+// session while the stream is open, so a stream with nothing in flight keeps its connection.
+// The session owns the state back (sstate_) to drain it. That cycle is broken in one place,
+// Session::drop_stream, which every way of ending a stream goes through: the last chunk sent, a
+// write error, the producer giving up, and the connection closing (peer gone, server shutdown).
+struct StreamState {
+  std::shared_ptr<Session> session;  // cleared by Session::drop_stream
+  std::size_t high_water = 0;
+  std::size_t low_water = 0;
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::string> queue;
+  std::size_t queued = 0;
+  bool closed = false;     // ended (cleanly or not): writes are refused
+  bool finishing = false;  // finish() called: send the last chunk after the queue
+  std::vector<std::function<void()>> waiters;
+};
+
+// One connection: reads a request, hands it to the handler (or to the header hook), writes the
+// answer, and repeats. Every member below runs on the connection's strand unless it says
+// "any thread".
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(boost::asio::ip::tcp::socket&& socket, Server::Impl& server)
+      : stream_(std::move(socket)), server_(server) {}
+  ~Session() { server_.on_session_closed(this); }
+
+  void start();
+  boost::asio::any_io_executor executor() { return stream_.get_executor(); }
+
+  // Called from Responder, on any thread.
+  void respond(Response res);
+  // Called from Responder::stream, on any thread.
+  std::shared_ptr<StreamState> begin_stream(Response header);
+  // Wakes the writer loop after a producer queued data or finished (any thread).
+  void kick_stream();
+  // The producer gave up without finish(): close so the client sees a truncated body (any
+  // thread).
+  void abort_stream();
+
+  Response render_error(const Error& err, unsigned status, unsigned version);
+  // Called when the server starts draining: close now if waiting for a request (any thread).
+  void close_if_idle();
+  void force_close();  // any thread
+
+ private:
+  friend class abx::http::Takeover;
+
+  // session.cc: requests in, plain responses out.
+  void read_header();
+  void on_header(boost::beast::error_code ec, std::size_t);
+  void read_body();
+  void on_body(boost::beast::error_code ec, std::size_t);
+  void read_body_piece();
+  void on_body_piece(boost::beast::error_code ec, std::size_t);
+  void dispatch_request();
+  void on_read_error(boost::beast::error_code ec);
+  void fail(const Error& err, unsigned status = 0);
+  void write(Response res);
+  void close();
+
+  // stream_writer.cc: the streaming response in progress.
+  void write_stream_header(std::shared_ptr<StreamState> st, Response h);
+  void pump_stream();
+  void on_stream_sent(std::size_t n);
+  void end_stream(bool clean);
+  void drop_stream();
+
+  boost::beast::tcp_stream stream_;
+  Server::Impl& server_;
+  boost::beast::flat_buffer buffer_;
+  std::optional<HeaderParser> parser_;
+  // Spooled bodies: the parser after the header, the file and the piece buffer.
+  std::optional<boost::beast::http::request_parser<boost::beast::http::buffer_body>> file_parser_;
+  std::shared_ptr<BodyFile> body_file_;
+  std::vector<char> spool_buf_;
+  std::size_t body_limit_ = 0;
+  // The header hook's per-connection state (Takeover::user_data).
+  std::shared_ptr<void> user_data_;
+  // The streaming response in progress, if any.
+  std::shared_ptr<StreamState> sstate_;
+  std::shared_ptr<boost::beast::http::response<boost::beast::http::empty_body>> stream_header_;
+  bool stream_writing_ = false;
+  bool stream_chunked_ = false;
+  bool stream_sized_ = false;
+  bool stream_keep_ = false;
+  std::uint64_t stream_expected_ = 0;
+  std::uint64_t stream_sent_ = 0;
+  unsigned version_ = 11;
+  bool keep_alive_ = true;
+  bool busy_ = false;  // between the first byte of a request and its response
+  bool first_ = true;
+  unsigned status_override_ = 0;
+};
+
+}  // namespace detail
+}  // namespace abx::http
