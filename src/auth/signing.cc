@@ -9,29 +9,18 @@
 #include <array>
 #include <cstdio>
 
+#include "abx/base/hex.h"
 #include "abx/token/token.h"
 
 namespace abx::auth {
 
 namespace {
 
-constexpr char kHex[] = "0123456789abcdef";
-
 Error incomplete(std::string msg) {
   return Error(ErrorCode::kUnauthenticated, std::move(msg), "IncompleteSignature");
 }
 Error mismatch(std::string msg = "signature does not match") {
   return Error(ErrorCode::kUnauthenticated, std::move(msg), "SignatureDoesNotMatch");
-}
-
-std::string to_hex(const unsigned char* p, std::size_t n) {
-  std::string out;
-  out.reserve(2 * n);
-  for (std::size_t i = 0; i < n; ++i) {
-    out += kHex[p[i] >> 4];
-    out += kHex[p[i] & 15];
-  }
-  return out;
 }
 
 std::string hmac_raw(std::string_view key, std::string_view msg) {
@@ -388,10 +377,8 @@ Result<std::vector<Header>> sign(const HttpRequest& req, std::string_view body,
   std::string mac = hmac_raw(creds.secret, string_to_sign(*creq));
   std::string list;
   for (const auto& n : names) list += (list.empty() ? "" : ";") + n;
-  added.push_back(
-      {"authorization",
-       std::string(kAlgorithm) + " Credential=" + creds.access_key_id + ",SignedHeaders=" + list +
-           ",Signature=" + to_hex(reinterpret_cast<const unsigned char*>(mac.data()), mac.size())});
+  added.push_back({"authorization", std::string(kAlgorithm) + " Credential=" + creds.access_key_id +
+                                        ",SignedHeaders=" + list + ",Signature=" + to_hex(mac)});
   return added;
 }
 

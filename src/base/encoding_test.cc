@@ -33,6 +33,18 @@ TEST(Base64, UrlAlphabetHasNoPaddingAndRoundTrips) {
   EXPECT_EQ(*base64_decode("Zg"), "f");        // padding optional
 }
 
+TEST(Base64, UrlRoundTripsEveryLength) {
+  std::string s;
+  for (int i = 0; i < 40; ++i) {
+    s.push_back(static_cast<char>(i * 37 + 251));
+    auto enc = base64url_encode(s);
+    EXPECT_EQ(enc.find_first_of("+/="), std::string::npos);
+    auto dec = base64url_decode(enc);
+    ASSERT_TRUE(dec.ok());
+    EXPECT_EQ(*dec, s);
+  }
+}
+
 TEST(Base64, RejectsBadInput) {
   EXPECT_FALSE(base64_decode("Zg=").ok());    // wrong padding
   EXPECT_FALSE(base64_decode("Z").ok());      // impossible length

@@ -1,4 +1,4 @@
-// libabx internals without a network: URLs, Connect framing, base64, error mapping, command
+// libabx internals without a network: URLs, error mapping, command
 // entries and layer merging, configuration from the environment, local discovery.
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -8,7 +8,6 @@
 #include <fstream>
 
 #include "abx/client/sandbox.h"
-#include "client/connect.h"
 #include "client/transport.h"
 
 namespace abx::client {
@@ -40,63 +39,6 @@ TEST(ClientUrl, RejectsWhatItCannotSpeak) {
                           "127.0.0.1:3000", "http://[::1"}) {
     EXPECT_EQ(parse_http_url(bad).error().code(), ErrorCode::kInvalidArgument) << bad;
   }
-}
-
-TEST(ClientConnect, EnvelopesRoundTripAcrossArbitrarySplits) {
-  std::string wire =
-      detail::encode_envelope(R"({"a":1})") + detail::encode_envelope("{}", detail::kEndStreamFlag);
-  for (std::size_t split = 0; split <= wire.size(); ++split) {
-    detail::EnvelopeReader r;
-    r.feed(wire.substr(0, split));
-    std::vector<detail::Envelope> got;
-    for (;;) {
-      auto e = r.next();
-      ASSERT_TRUE(e.ok());
-      if (!*e) break;
-      got.push_back(**e);
-    }
-    r.feed(wire.substr(split));
-    for (;;) {
-      auto e = r.next();
-      ASSERT_TRUE(e.ok());
-      if (!*e) break;
-      got.push_back(**e);
-    }
-    ASSERT_EQ(got.size(), 2u) << split;
-    EXPECT_EQ(got[0].data, R"({"a":1})");
-    EXPECT_EQ(got[1].flags, detail::kEndStreamFlag);
-  }
-}
-
-TEST(ClientConnect, RejectsCompressedAndOversizeFrames) {
-  detail::EnvelopeReader r;
-  r.feed(std::string("\x01\0\0\0\x02{}", 7));
-  EXPECT_FALSE(r.next().ok());
-  detail::EnvelopeReader big;
-  big.feed(std::string("\x00\x7f\xff\xff\xff", 5));
-  EXPECT_FALSE(big.next().ok());
-}
-
-TEST(ClientConnect, EndStreamErrorsMapToCodes) {
-  auto e =
-      detail::end_stream_error(json::parse(R"({"error":{"code":"not_found","message":"no"}})"));
-  ASSERT_TRUE(e.has_value());
-  EXPECT_EQ(e->code(), ErrorCode::kNotFound);
-  EXPECT_EQ(e->message(), "no");
-  EXPECT_FALSE(detail::end_stream_error(json::parse("{}")).has_value());
-}
-
-TEST(ClientBase64, StandardWithPaddingAndLenientDecode) {
-  for (std::string s : std::vector<std::string>{"", "f", "fo", "foo", "foob", "fooba", "foobar",
-                                                std::string("\0\xff\xfe", 3)}) {
-    auto d = detail::base64_decode(detail::base64_encode(s));
-    ASSERT_TRUE(d.ok());
-    EXPECT_EQ(*d, s);
-  }
-  EXPECT_EQ(detail::base64_encode("foob"), "Zm9vYg==");
-  EXPECT_EQ(*detail::base64_decode("Zm9vYg"), "foob");   // unpadded
-  EXPECT_EQ(*detail::base64_decode("-_8"), "\xfb\xff");  // URL-safe
-  EXPECT_FALSE(detail::base64_decode("a!bc").ok());
 }
 
 TEST(ClientErrors, CommandServerErrorsKeepTheServersWordsAndType) {

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "abx/base/json.h"
+#include "abx/connect/connect.h"
 #include "client/connect.h"
 #include "client/state.h"
 
@@ -182,7 +183,7 @@ Result<WatchHandle> Files::watch(std::string_view path,
   if (!conn.ok()) return conn.error();
   json::object body{{"path", path}, {"recursive", recursive}};
   auto req = http::make_request(bhttp::verb::post, "/filesystem.Filesystem/WatchDir",
-                                detail::encode_envelope(json::serialize(body)),
+                                connect::encode_envelope(0, json::serialize(body)),
                                 "application/connect+json");
   req.set("Connect-Protocol-Version", "1");
   req.set("Keepalive-Ping-Interval", "30");

@@ -4,7 +4,9 @@
 #include <condition_variable>
 #include <thread>
 
+#include "abx/base/base64.h"
 #include "abx/client/commands.h"
+#include "abx/connect/connect.h"
 #include "client/connect.h"
 #include "client/state.h"
 
@@ -61,7 +63,7 @@ struct ProcessStream {
       for (const char* stream : {"stdout", "stderr", "pty"}) {
         auto* b = d->as_object().if_contains(stream);
         if (b == nullptr || !b->is_string()) continue;
-        auto bytes = base64_decode(b->as_string());
+        auto bytes = abx::base64_decode(b->as_string());
         if (!bytes.ok()) return internal_error("envd: bad base64 in process output");
         bool err = std::string_view(stream) == "stderr";
         {
@@ -121,7 +123,7 @@ struct ProcessStream {
 namespace {
 
 std::string basic_user(std::string_view user) {
-  return "Basic " + base64_encode(std::string(user) + ":");
+  return "Basic " + abx::base64_encode(std::string(user) + ":");
 }
 
 json::object selector(std::uint32_t pid) { return {{"process", json::object{{"pid", pid}}}}; }
@@ -151,7 +153,7 @@ Result<CommandHandle> Commands::start_argv(const std::vector<std::string>& argv,
   auto conn = state_->transport->open_stream(*ep);
   if (!conn.ok()) return conn.error();
   auto req = http::make_request(bhttp::verb::post, "/process.Process/Start",
-                                detail::encode_envelope(json::serialize(body)),
+                                connect::encode_envelope(0, json::serialize(body)),
                                 "application/connect+json");
   req.set("Connect-Protocol-Version", "1");
   // envd sends keepalive frames this often when the process is quiet, so a silent process
@@ -257,7 +259,7 @@ Result<bool> CommandHandle::kill() { return Commands(state_).kill(pid()); }
 
 Status CommandHandle::send_stdin(std::string_view data) {
   json::object body = detail::selector(pid());
-  body["input"] = json::object{{"stdin", detail::base64_encode(data)}};
+  body["input"] = json::object{{"stdin", abx::base64_encode(data)}};
   auto v = state_->connect_unary("/process.Process/SendInput", body, false);
   if (!v.ok()) return v.error();
   return {};

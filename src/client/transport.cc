@@ -8,6 +8,7 @@
 
 #include "abx/base/json.h"
 #include "abx/base/try.h"
+#include "abx/connect/connect.h"
 
 namespace abx::client::detail {
 
@@ -68,20 +69,6 @@ Result<Endpoint> parse_http_url(std::string_view url) {
   return ep;
 }
 
-ErrorCode code_for_connect(std::string_view c) {
-  if (c == "invalid_argument" || c == "out_of_range") return ErrorCode::kInvalidArgument;
-  if (c == "unauthenticated") return ErrorCode::kUnauthenticated;
-  if (c == "permission_denied") return ErrorCode::kPermissionDenied;
-  if (c == "not_found") return ErrorCode::kNotFound;
-  if (c == "already_exists") return ErrorCode::kAlreadyExists;
-  if (c == "failed_precondition" || c == "aborted") return ErrorCode::kFailedPrecondition;
-  if (c == "resource_exhausted") return ErrorCode::kResourceExhausted;
-  if (c == "unimplemented") return ErrorCode::kUnimplemented;
-  if (c == "unavailable") return ErrorCode::kUnavailable;
-  if (c == "deadline_exceeded" || c == "canceled") return ErrorCode::kDeadlineExceeded;
-  return ErrorCode::kInternal;
-}
-
 Error error_from_response(const http::Response& res, Plane plane, std::string_view what) {
   unsigned status = res.result_int();
   ErrorCode code = http::error_code_for_status(status);
@@ -97,7 +84,7 @@ Error error_from_response(const http::Response& res, Plane plane, std::string_vi
       if (auto* t = o.if_contains("type"); t && t->is_string()) type = t->as_string().c_str();
     }
     if (auto* c = o.if_contains("code"); c && c->is_string()) {
-      code = code_for_connect(c->as_string());
+      code = connect::code_from_connect(c->as_string());
     }
   } else if (!res.body().empty() && res.body().size() < 512) {
     message = res.body();

@@ -44,9 +44,6 @@ enum class Plane {
 };
 Error error_from_response(const http::Response& res, Plane plane, std::string_view what);
 
-// Connect error code names ("not_found", …) to ErrorCode.
-ErrorCode code_for_connect(std::string_view code);
-
 std::string url_encode(std::string_view s);
 
 class Transport {

@@ -15,6 +15,8 @@
 #include <functional>
 #include <mutex>
 
+#include "abx/base/base64.h"
+#include "abx/base/hex.h"
 #include "abx/token/token.h"
 #include "store/sqlite.h"
 
@@ -36,17 +38,6 @@ std::int64_t now_ms() {
 std::array<unsigned char, SHA256_DIGEST_LENGTH> sha256(std::string_view s) {
   std::array<unsigned char, SHA256_DIGEST_LENGTH> out{};
   SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), out.data());
-  return out;
-}
-
-std::string hex(const unsigned char* p, std::size_t n) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(n * 2);
-  for (std::size_t i = 0; i < n; ++i) {
-    out += kHex[p[i] >> 4];
-    out += kHex[p[i] & 15];
-  }
   return out;
 }
 
@@ -201,7 +192,7 @@ std::optional<SandboxState> parse_state(std::string_view name) {
 
 std::string token_digest(std::string_view secret) {
   auto d = sha256(secret);
-  return hex(d.data(), d.size());
+  return to_hex(d.data(), d.size());
 }
 
 bool digest_matches(std::string_view stored_hex_digest, std::string_view presented) {
@@ -406,13 +397,13 @@ Result<SandboxRecord> Store::get_sandbox(std::string_view id) {
 namespace {
 
 std::string encode_cursor(std::int64_t created_at, const std::string& id) {
-  return token::base64url_encode("c1:" + std::to_string(created_at) + ":" + id);
+  return base64url_encode("c1:" + std::to_string(created_at) + ":" + id);
 }
 
 Result<std::pair<std::int64_t, std::string>> decode_cursor(std::string_view tok) {
   Error bad = invalid_argument("invalid page token");
   if (tok.size() > 128) return bad;
-  auto raw = token::base64url_decode(tok);
+  auto raw = base64url_decode(tok);
   if (!raw.ok()) return bad;
   std::string_view s = *raw;
   if (s.substr(0, 3) != "c1:") return bad;

@@ -10,6 +10,8 @@
 #include <array>
 #include <boost/json.hpp>
 
+#include "abx/base/base64.h"
+#include "abx/base/hex.h"
 #include "abx/base/json.h"
 
 namespace abx::token {
@@ -49,43 +51,6 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
   auto da = sha256(a);
   auto db = sha256(b);
   return CRYPTO_memcmp(da.data(), db.data(), da.size()) == 0;
-}
-
-std::string base64url_encode(std::string_view in) {
-  std::string out(4 * ((in.size() + 2) / 3) + 1, '\0');
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(in.data()),
-                          static_cast<int>(in.size()));
-  out.resize(static_cast<std::size_t>(n));
-  while (!out.empty() && out.back() == '=') out.pop_back();
-  for (char& c : out) {
-    if (c == '+') c = '-';
-    if (c == '/') c = '_';
-  }
-  return out;
-}
-
-Result<std::string> base64url_decode(std::string_view in) {
-  std::string s(in);
-  for (char& c : s) {
-    if (c == '-') {
-      c = '+';
-    } else if (c == '_') {
-      c = '/';
-    } else if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))) {
-      return invalid_argument("not base64url");
-    }
-  }
-  if (s.size() % 4 == 1) return invalid_argument("not base64url");
-  std::size_t pad = (4 - s.size() % 4) % 4;
-  s.append(pad, '=');
-  std::string out(s.size() / 4 * 3, '\0');
-  int n =
-      EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                      reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()));
-  if (n < 0) return invalid_argument("not base64url");
-  out.resize(static_cast<std::size_t>(n) - pad);
-  return out;
 }
 
 bool looks_scoped(std::string_view presented) {
@@ -146,14 +111,7 @@ Result<std::string> random_hex(std::size_t bytes) {
   if (RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()), static_cast<int>(bytes)) != 1) {
     return internal_error("RAND_bytes failed");
   }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes * 2);
-  for (unsigned char c : raw) {
-    out += kHex[c >> 4];
-    out += kHex[c & 15];
-  }
-  return out;
+  return to_hex(raw);
 }
 
 }  // namespace abx::token

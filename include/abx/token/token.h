@@ -45,8 +45,4 @@ bool looks_scoped(std::string_view presented);
 // A random token of `bytes` bytes, hex-encoded (OpenSSL RAND_bytes).
 Result<std::string> random_hex(std::size_t bytes);
 
-// RFC 4648 §5 base64url without padding.
-std::string base64url_encode(std::string_view in);
-Result<std::string> base64url_decode(std::string_view in);
-
 }  // namespace abx::token
