@@ -8,7 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "child_process.h"
+#include "abx/testing/server.h"
+#include "abx/testing/temp_dir.h"
 
 namespace abx::cli {
 namespace {
@@ -77,7 +78,7 @@ struct Run {
 
 Run abx(std::vector<std::string> args) {
   args.insert(args.begin(), ABX_CLI_BIN);
-  e2e::ChildProcess p(args, {"ABX_API_URL=http://127.0.0.1:1", "ABX_MAX_RETRIES=0"});
+  testing::ChildProcess p(args, {"ABX_API_URL=http://127.0.0.1:1", "ABX_MAX_RETRIES=0"});
   EXPECT_TRUE(p.started());
   std::string out = p.read_all();
   return {p.wait(std::chrono::seconds(60)), out};
@@ -86,17 +87,8 @@ Run abx(std::vector<std::string> args) {
 class CliServer : public ::testing::Test {
  protected:
   void SetUp() override {
-    server_ = std::make_unique<e2e::ChildProcess>(
-        std::vector<std::string>{ABX_SERVER_BIN, "--module", ABX_DEMO_MODULE, "--port", "0",
-                                 "--log-level", "warn"},
-        std::vector<std::string>{std::string("ABX_ACCESS_TOKEN=") + kToken});
-    ASSERT_TRUE(server_->started());
-    auto port = server_->wait_listening();
-    ASSERT_TRUE(port.has_value());
-    url_ = "http://127.0.0.1:" + std::to_string(*port);
-    std::string t = (std::filesystem::temp_directory_path() / "abx-cli-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(t.data()), nullptr);
-    home_ = t;
+    ASSERT_TRUE(server_.start(kToken, {"--log-level", "warn"}));
+    url_ = server_.url();
     std::filesystem::create_directories(home_ / "templates" / "tpl");
     std::ofstream(home_ / "templates" / "tpl" / "template.yaml") << R"(id: tpl
 custom_commands:
@@ -106,7 +98,6 @@ custom_commands:
     args: [{name: name, type: string, required: true}]
 )";
   }
-  void TearDown() override { std::filesystem::remove_all(home_); }
 
   std::vector<std::string> direct(std::vector<std::string> rest,
                                   const std::string& token = kToken) {
@@ -116,9 +107,9 @@ custom_commands:
     return a;
   }
 
-  std::unique_ptr<e2e::ChildProcess> server_;
+  testing::CommandServerProcess server_;
   std::string url_;
-  std::filesystem::path home_;
+  testing::TempDir home_{"abx-cli"};
 };
 
 TEST_F(CliServer, RunConvertsArgumentsAndPrintsTheServersResponse) {
