@@ -20,10 +20,11 @@ constexpr const char* kToken = "cli-test-token-0123456789";
 client::CommandEntry demo_entry() {
   client::CommandEntry e;
   e.name = "demo";
-  e.args = {{"x", "integer", true, nullptr, ""},
-            {"y", "string", false, "hello", ""},
-            {"f", "float", false, nullptr, ""},
-            {"b", "boolean", false, nullptr, ""}};
+  using client::ArgType;
+  e.args = {{"x", ArgType::kInteger, true, nullptr, ""},
+            {"y", ArgType::kString, false, "hello", ""},
+            {"f", ArgType::kFloat, false, nullptr, ""},
+            {"b", ArgType::kBoolean, false, nullptr, ""}};
   return e;
 }
 
@@ -59,6 +60,25 @@ TEST(CliArgs, RejectsWithAMessageNamingTheArgument) {
     ASSERT_FALSE(r.ok()) << c.needle;
     EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument);
     EXPECT_NE(r.error().message().find(c.needle), std::string::npos) << r.error().message();
+  }
+}
+
+// A range the spec carries (an int32 parameter of a module introspected locally) is checked
+// before anything is sent, with the server's message.
+TEST(CliArgs, ChecksTheRangeTheSpecCarries) {
+  client::CommandEntry e;
+  e.name = "small";
+  client::ArgSpec n{"n", client::ArgType::kInteger, true, nullptr, ""};
+  n.minimum = -2;
+  n.maximum = 10;
+  e.args = {n};
+  EXPECT_EQ(parse_command_args(e, {"n=10"})->at("n"), 10);
+  EXPECT_EQ(parse_command_args(e, {"n=-2"})->at("n"), -2);
+  for (const char* bad : {"n=11", "n=-3", "n=2147483648"}) {
+    auto r = parse_command_args(e, {bad});
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(r.error().message().find("out of range"), std::string::npos) << r.error().message();
   }
 }
 
