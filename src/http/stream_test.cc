@@ -199,7 +199,8 @@ TEST(HttpSpool, ChunkedUploadIsSpooled) {
   auto s = Server::start(opt, [&](Request&& req, Responder respond) {
     auto f = respond.body_file();
     std::string content(f->size(), '\0');
-    ::pread(f->fd(), content.data(), content.size(), 0);
+    EXPECT_EQ(::pread(f->fd(), content.data(), content.size(), 0),
+              static_cast<ssize_t>(content.size()));
     respond(json_response(200, boost::json::string(content), req.version()));
   });
   ASSERT_TRUE(s.ok());
