@@ -1,19 +1,41 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds, and runs every test: the `dev` preset (all tests), then the
-# `asan` preset (AddressSanitizer + UBSan, unit-labelled tests). Usage: scripts/test.sh [--no-asan]
+# Installs dependencies, lints, builds, and runs every test: the `dev` preset (all tests), then
+# the `asan` preset (AddressSanitizer + UBSan, unit-labelled tests), then builds the `release`
+# preset with every target (tests included: -Werror and -O2 find what -O0 does not) without
+# running it. After each ctest, no sandbox the run started may still be alive.
+# Usage: scripts/test.sh [--no-asan] [--no-release] [--no-lint]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 asan=1
+release=1
+lint=1
 for a in "$@"; do
   case "$a" in
     --no-asan) asan=0 ;;
+    --no-release) release=0 ;;
+    --no-lint) lint=0 ;;
     *) echo "test.sh: unknown flag $a" >&2; exit 2 ;;
   esac
 done
 
 jobs=$(nproc)
 step() { printf '\n==> %s\n' "$*"; }
+
+# The run's identity: abx::testing puts ABX_TEST_RUN_ID into every home it makes, and TMPDIR
+# (for the tests only) is a directory named after it, so the SDK tests' homes carry it too.
+# scripts/leaked-sandboxes.sh finds the sandboxes of this run, and only those, by it.
+run_id="abxrun$(date +%s)x$$"
+run_tmp=$(mktemp -d "${TMPDIR:-/tmp}/abx-$run_id-XXXXXX")
+trap 'rm -rf "$run_tmp"' EXIT
+
+# ctest, then the leak check; fails if either did (the check runs even when tests failed).
+run_ctest() {
+  local rc=0
+  ABX_TEST_RUN_ID=$run_id TMPDIR=$run_tmp ctest "$@" || rc=$?
+  scripts/leaked-sandboxes.sh "$run_id" || rc=1
+  return "$rc"
+}
 
 step "installing dependencies"
 scripts/install-deps.sh --no-bench
@@ -22,8 +44,13 @@ step "building (dev preset)"
 cmake --preset dev
 cmake --build --preset dev -j "$jobs"
 
+if [ "$lint" = 1 ]; then
+  step "lint (clang-format, clang-tidy, syscall placement)"
+  scripts/lint.sh --build-dir build/dev
+fi
+
 step "running tests (dev preset)"
-ctest --preset dev -j "$jobs" --timeout 300
+run_ctest --preset dev -j "$jobs" --timeout 300
 
 if [ "$asan" = 1 ]; then
   step "building (asan preset)"
@@ -31,5 +58,13 @@ if [ "$asan" = 1 ]; then
   cmake --build --preset asan -j "$jobs"
   step "running unit tests under AddressSanitizer + UBSan (asan preset)"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --preset asan -j "$jobs" --timeout 600
+    run_ctest --preset asan -j "$jobs" --timeout 600
+fi
+
+if [ "$release" = 1 ]; then
+  # Every target, tests and benches included: the release flags (-O2, _FORTIFY_SOURCE, -Werror)
+  # report what the dev build does not (e.g. an ignored warn_unused_result). Built, not run.
+  step "building (release preset, all targets)"
+  cmake --preset release
+  cmake --build --preset release -j "$jobs"
 fi

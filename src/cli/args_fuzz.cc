@@ -15,10 +15,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::string in(reinterpret_cast<const char*>(data), size);
   abx::client::CommandEntry e;
   e.name = "f";
-  e.args = {{"s", "string", false, nullptr, ""},
-            {"i", "integer", true, nullptr, ""},
-            {"f", "float", false, nullptr, ""},
-            {"b", "boolean", false, nullptr, ""}};
+  using abx::client::ArgType;
+  e.args = {{"s", ArgType::kString, false, nullptr, ""},
+            {"i", ArgType::kInteger, true, nullptr, ""},
+            {"f", ArgType::kFloat, false, nullptr, ""},
+            {"b", ArgType::kBoolean, false, nullptr, ""}};
   std::vector<std::string> items;
   std::size_t start = 0;
   for (std::size_t nl; (nl = in.find('\n', start)) != std::string::npos; start = nl + 1)

@@ -8,7 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "child_process.h"
+#include "abx/testing/server.h"
+#include "abx/testing/temp_dir.h"
 
 namespace abx::cli {
 namespace {
@@ -19,10 +20,11 @@ constexpr const char* kToken = "cli-test-token-0123456789";
 client::CommandEntry demo_entry() {
   client::CommandEntry e;
   e.name = "demo";
-  e.args = {{"x", "integer", true, nullptr, ""},
-            {"y", "string", false, "hello", ""},
-            {"f", "float", false, nullptr, ""},
-            {"b", "boolean", false, nullptr, ""}};
+  using client::ArgType;
+  e.args = {{"x", ArgType::kInteger, true, nullptr, ""},
+            {"y", ArgType::kString, false, "hello", ""},
+            {"f", ArgType::kFloat, false, nullptr, ""},
+            {"b", ArgType::kBoolean, false, nullptr, ""}};
   return e;
 }
 
@@ -61,6 +63,25 @@ TEST(CliArgs, RejectsWithAMessageNamingTheArgument) {
   }
 }
 
+// A range the spec carries (an int32 parameter of a module introspected locally) is checked
+// before anything is sent, with the server's message.
+TEST(CliArgs, ChecksTheRangeTheSpecCarries) {
+  client::CommandEntry e;
+  e.name = "small";
+  client::ArgSpec n{"n", client::ArgType::kInteger, true, nullptr, ""};
+  n.minimum = -2;
+  n.maximum = 10;
+  e.args = {n};
+  EXPECT_EQ(parse_command_args(e, {"n=10"})->at("n"), 10);
+  EXPECT_EQ(parse_command_args(e, {"n=-2"})->at("n"), -2);
+  for (const char* bad : {"n=11", "n=-3", "n=2147483648"}) {
+    auto r = parse_command_args(e, {bad});
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(r.error().message().find("out of range"), std::string::npos) << r.error().message();
+  }
+}
+
 TEST(CliArgs, Durations) {
   EXPECT_EQ(parse_duration("90")->count(), 90);
   EXPECT_EQ(parse_duration("5m")->count(), 300);
@@ -77,7 +98,7 @@ struct Run {
 
 Run abx(std::vector<std::string> args) {
   args.insert(args.begin(), ABX_CLI_BIN);
-  e2e::ChildProcess p(args, {"ABX_API_URL=http://127.0.0.1:1", "ABX_MAX_RETRIES=0"});
+  testing::ChildProcess p(args, {"ABX_API_URL=http://127.0.0.1:1", "ABX_MAX_RETRIES=0"});
   EXPECT_TRUE(p.started());
   std::string out = p.read_all();
   return {p.wait(std::chrono::seconds(60)), out};
@@ -86,17 +107,8 @@ Run abx(std::vector<std::string> args) {
 class CliServer : public ::testing::Test {
  protected:
   void SetUp() override {
-    server_ = std::make_unique<e2e::ChildProcess>(
-        std::vector<std::string>{ABX_SERVER_BIN, "--module", ABX_DEMO_MODULE, "--port", "0",
-                                 "--log-level", "warn"},
-        std::vector<std::string>{std::string("ABX_ACCESS_TOKEN=") + kToken});
-    ASSERT_TRUE(server_->started());
-    auto port = server_->wait_listening();
-    ASSERT_TRUE(port.has_value());
-    url_ = "http://127.0.0.1:" + std::to_string(*port);
-    std::string t = (std::filesystem::temp_directory_path() / "abx-cli-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(t.data()), nullptr);
-    home_ = t;
+    ASSERT_TRUE(server_.start(kToken, {"--log-level", "warn"}));
+    url_ = server_.url();
     std::filesystem::create_directories(home_ / "templates" / "tpl");
     std::ofstream(home_ / "templates" / "tpl" / "template.yaml") << R"(id: tpl
 custom_commands:
@@ -106,7 +118,6 @@ custom_commands:
     args: [{name: name, type: string, required: true}]
 )";
   }
-  void TearDown() override { std::filesystem::remove_all(home_); }
 
   std::vector<std::string> direct(std::vector<std::string> rest,
                                   const std::string& token = kToken) {
@@ -116,9 +127,9 @@ custom_commands:
     return a;
   }
 
-  std::unique_ptr<e2e::ChildProcess> server_;
+  testing::CommandServerProcess server_;
   std::string url_;
-  std::filesystem::path home_;
+  testing::TempDir home_{"abx-cli"};
 };
 
 TEST_F(CliServer, RunConvertsArgumentsAndPrintsTheServersResponse) {

@@ -22,7 +22,7 @@ std::string describe_args(const client::CommandEntry& e) {
   std::string s;
   for (const auto& a : e.args) {
     if (!s.empty()) s += " ";
-    s += a.name + ":" + a.type;
+    s += a.name + ":" + std::string(client::arg_type_name(a.type));
     if (!a.default_value.is_null())
       s += "=" + json::serialize(a.default_value);
     else if (!a.required)

@@ -116,8 +116,8 @@ class ClientBackend : public mcp::PlatformBackend {
     for (const auto& c : *l) {
       CommandInfo ci{c.name, c.description, std::string(client::command_source_name(c.source)), {}};
       for (const auto& a : c.args) {
-        ci.args.push_back(
-            CommandArgInfo{a.name, a.type, a.required, a.default_value, a.description});
+        ci.args.push_back(CommandArgInfo{a.name, std::string(client::arg_type_name(a.type)),
+                                         a.required, a.default_value, a.description});
       }
       out.push_back(std::move(ci));
     }

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "abx/client/sandbox.h"
-#include "child_process.h"
+#include "abx/testing/abxd.h"
 
 namespace abx::client {
 namespace {
@@ -17,17 +17,14 @@ namespace {
 namespace fs = std::filesystem;
 namespace json = boost::json;
 
-class ClientAbxd : public ::testing::Test {
+class ClientAbxd : public abx::testing::AbxdFixture {
  protected:
-  void SetUp() override {
-    if (::geteuid() != 0) GTEST_SKIP() << "abxd needs root for namespaces and cgroups";
-    std::string t = (fs::temp_directory_path() / "abx-client-abxd-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(t.data()), nullptr);
-    root_ = t;
-    fs::create_directories(root_ / "abxd" / "templates" / "slim");
-    // A template the client knows only through the platform (the client's own ABX_HOME is
-    // empty): no `files` capability, one custom command.
-    std::ofstream(root_ / "abxd" / "templates" / "slim" / "template.yaml") << R"(id: slim
+  ClientAbxd() : AbxdFixture("abx-client-abxd") {}
+  // A template the client knows only through the platform (the client's own ABX_HOME is
+  // empty): no `files` capability, one custom command.
+  void prepare_home(const fs::path& home) override {
+    fs::create_directories(home / "templates" / "slim");
+    std::ofstream(home / "templates" / "slim" / "template.yaml") << R"(id: slim
 capabilities: [shell]
 custom_commands:
   greet:
@@ -35,37 +32,19 @@ custom_commands:
     command: "printf 'hello %s\n' {name}"
     args: [{name: name, type: string, required: true}]
 )";
-    fs::create_directories(root_ / "client");
-    abxd_ = std::make_unique<e2e::ChildProcess>(std::vector<std::string>{
-        ABXD_BIN, "--home", (root_ / "abxd").string(), "--listen", "127.0.0.1:0"});
-    ASSERT_TRUE(abxd_->started());
-    auto port = abxd_->wait_listening();
-    ASSERT_TRUE(port) << "abxd did not start";
-    std::ifstream in(root_ / "abxd" / "api_key");
-    std::getline(in, cfg_.api_key);
-    cfg_.api_url = "http://127.0.0.1:" + std::to_string(*port);
-    cfg_.home = root_ / "client";
   }
-  void TearDown() override {
-    if (abxd_) {
-      for (const auto& id : created_) (void)Sandbox::kill(id, cfg_);
-      abxd_->signal(SIGTERM);
-      abxd_->wait();
-      e2e::ChildProcess last({ABXD_BIN, "--home", (root_ / "abxd").string(), "--listen",
-                              "127.0.0.1:0", "--kill-sandboxes"});
-      if (last.wait_listening()) {
-        last.signal(SIGTERM);
-        last.wait();
-      }
-    }
-    std::error_code ec;
-    fs::remove_all(root_, ec);
+  void SetUp() override {
+    AbxdFixture::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    fs::create_directories(tmp() / "client");
+    cfg_.api_key = key();
+    cfg_.api_url = abxd().url();
+    cfg_.home = tmp() / "client";
   }
   Sandbox create(const std::string& tpl) {
     auto s = Sandbox::create(tpl, {.timeout = std::chrono::seconds(120)}, cfg_);
     EXPECT_TRUE(s.ok()) << s.error().to_string();
     if (!s.ok()) std::abort();
-    created_.push_back(s->id());
     return *s;
   }
   // The command server starts just after envd; discovery (a GET, retried) tells when it is up.
@@ -77,10 +56,7 @@ custom_commands:
     FAIL() << "the command server did not come up";
   }
 
-  fs::path root_;
-  std::unique_ptr<e2e::ChildProcess> abxd_;
   ConnectionConfig cfg_;
-  std::vector<std::string> created_;
 };
 
 TEST_F(ClientAbxd, LifecycleCommandsFilesAndRegisteredCommands) {
@@ -173,14 +149,13 @@ TEST_F(ClientAbxd, CliAgainstAbxd) {
   auto abx = [&](std::vector<std::string> args) {
     args.insert(args.begin(), {ABX_CLI_BIN, "--api-url", cfg_.api_url, "--api-key", cfg_.api_key,
                                "--home", cfg_.home.string()});
-    e2e::ChildProcess p(args);
+    abx::testing::ChildProcess p(args);
     std::string out = p.read_all();
     return CliRun{p.wait(std::chrono::seconds(60)), out};
   };
   auto c = abx({"sandbox", "create", "demo", "--timeout", "2m", "--json"});
   ASSERT_EQ(c.code, 0) << c.out;
   std::string id(json::parse(c.out).at("sandboxID").as_string());
-  created_.push_back(id);
   EXPECT_EQ(abx({"exec", id, "--", "sh", "-c", "echo out; exit 7"}).code, 7);
   auto e = abx({"exec", id, "--", "echo", "a b", "$HOME"});
   EXPECT_EQ(e.code, 0);

@@ -8,7 +8,8 @@
 #include <mutex>
 
 #include "abx/client/sandbox.h"
-#include "child_process.h"
+#include "abx/testing/server.h"
+#include "abx/testing/temp_dir.h"
 
 namespace abx::client {
 namespace {
@@ -16,13 +17,9 @@ namespace {
 namespace json = boost::json;
 constexpr const char* kToken = "client-e2e-token-0123456789";
 
-std::filesystem::path make_home(const std::string& yaml) {
-  std::string t = (std::filesystem::temp_directory_path() / "abx-client-XXXXXX").string();
-  EXPECT_NE(::mkdtemp(t.data()), nullptr);
-  std::filesystem::path home(t);
+void write_template(const std::filesystem::path& home, const std::string& yaml) {
   std::filesystem::create_directories(home / "templates" / "tpl");
   std::ofstream(home / "templates" / "tpl" / "template.yaml") << yaml;
-  return home;
 }
 
 constexpr const char* kTemplateYaml = R"(id: tpl
@@ -40,21 +37,14 @@ custom_commands:
 class ServerFixture : public ::testing::Test {
  protected:
   void SetUp() override {
-    server_ = std::make_unique<e2e::ChildProcess>(
-        std::vector<std::string>{ABX_SERVER_BIN, "--module", ABX_DEMO_MODULE, "--port", "0",
-                                 "--log-level", "warn"},
-        std::vector<std::string>{std::string("ABX_ACCESS_TOKEN=") + kToken});
-    ASSERT_TRUE(server_->started());
-    auto port = server_->wait_listening();
-    ASSERT_TRUE(port.has_value());
-    home_ = make_home(kTemplateYaml);
-    cfg_.server_url = "http://127.0.0.1:" + std::to_string(*port);
+    ASSERT_TRUE(server_.start(kToken, {"--log-level", "warn"}));
+    write_template(home_.path(), kTemplateYaml);
+    cfg_.server_url = server_.url();
     cfg_.sandbox_url = "http://127.0.0.1:1";  // nothing listens: envd is not part of this fixture
     cfg_.api_url = "http://127.0.0.1:1";
-    cfg_.home = home_;
+    cfg_.home = home_.path();
     cfg_.max_retries = 0;
   }
-  void TearDown() override { std::filesystem::remove_all(home_); }
 
   Sandbox sandbox(std::string token = kToken, std::string tpl = "tpl") {
     SandboxInfo info;
@@ -64,8 +54,8 @@ class ServerFixture : public ::testing::Test {
     return Sandbox::attach(info, cfg_);
   }
 
-  std::unique_ptr<e2e::ChildProcess> server_;
-  std::filesystem::path home_;
+  abx::testing::CommandServerProcess server_;
+  abx::testing::TempDir home_{"abx-client"};
   ConnectionConfig cfg_;
 };
 
@@ -140,9 +130,7 @@ TEST_F(ServerFixture, DiscoveryMergesLocalYamlModuleAndRemote) {
   EXPECT_EQ(by_name.at("greet"), CommandSource::kYaml);
   EXPECT_EQ(by_name.at("demo"), CommandSource::kRemote);  // remote wins over the module's copy
   EXPECT_EQ(by_name.at("add"), CommandSource::kRemote);
-  for (const auto& e : *all) {
-    for (const auto& a : e.args) EXPECT_FALSE(a.type.empty()) << e.name << "." << a.name;
-  }
+  // (Every argument's type is one of the four: ArgSpec::type is an enum, parsed strictly.)
   // Layer 1 alone: no network at all.
   auto local = discover_local(cfg_, "tpl", {ABX_DEMO_MODULE});
   ASSERT_TRUE(local.ok()) << local.error().to_string();
@@ -188,31 +176,24 @@ TEST_F(ServerFixture, CapabilitiesComeFromTheLocalTemplateAndGateCallsClientSide
 class EnvdFixture : public ::testing::Test {
  protected:
   void SetUp() override {
-    envd_ = std::make_unique<e2e::ChildProcess>(
+    envd_ = std::make_unique<abx::testing::ChildProcess>(
         std::vector<std::string>{ABX_ENVD_BIN, "--port", "0", "--host", "127.0.0.1", "--log-level",
                                  "warn", "--default-user", "root"},
         std::vector<std::string>{std::string("ABX_ACCESS_TOKEN=") + kToken});
     ASSERT_TRUE(envd_->started());
     auto port = envd_->wait_listening();
     ASSERT_TRUE(port.has_value());
-    home_ = make_home(kTemplateYaml);
-    std::string t = (std::filesystem::temp_directory_path() / "abx-client-work-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(t.data()), nullptr);
-    work_ = t;
+    write_template(home_.path(), kTemplateYaml);
     cfg_.sandbox_url = "http://127.0.0.1:" + std::to_string(*port);
     cfg_.server_url = "http://127.0.0.1:1";
     cfg_.api_url = "http://127.0.0.1:1";
-    cfg_.home = home_;
+    cfg_.home = home_.path();
     cfg_.max_retries = 0;
     SandboxInfo info;
     info.sandbox_id = "sbxenvd";
     info.template_id = "tpl";
     info.envd_access_token = kToken;
     sbx_ = std::make_unique<Sandbox>(Sandbox::attach(info, cfg_));
-  }
-  void TearDown() override {
-    std::filesystem::remove_all(home_);
-    std::filesystem::remove_all(work_);
   }
   // commands.run uses a login shell (bash -l, as the E2B SDKs do). HOME points at the test's
   // own directory so the host user's profile (pyenv hooks and the like) stays out of the test.
@@ -221,8 +202,8 @@ class EnvdFixture : public ::testing::Test {
     o.envs["HOME"] = work_.string();
     return o;
   }
-  std::unique_ptr<e2e::ChildProcess> envd_;
-  std::filesystem::path home_, work_;
+  std::unique_ptr<abx::testing::ChildProcess> envd_;
+  abx::testing::TempDir home_{"abx-client"}, work_{"abx-client-work"};
   ConnectionConfig cfg_;
   std::unique_ptr<Sandbox> sbx_;
 };

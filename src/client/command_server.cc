@@ -2,8 +2,10 @@
 #include "abx/client/command_server.h"
 
 #include <boost/json.hpp>
+#include <ostream>
 
 #include "abx/base/json.h"
+#include "abx/registry/coerce.h"
 #include "client/state.h"
 
 namespace abx::client {
@@ -30,6 +32,44 @@ const ArgSpec* CommandEntry::find_arg(std::string_view arg_name) const {
   return nullptr;
 }
 
+std::string_view arg_type_name(ArgType t) {
+  switch (t) {
+    case ArgType::kInteger:
+      return "integer";
+    case ArgType::kFloat:
+      return "float";
+    case ArgType::kBoolean:
+      return "boolean";
+    case ArgType::kString:
+      break;
+  }
+  return "string";
+}
+
+std::optional<ArgType> parse_arg_type(std::string_view name) {
+  for (ArgType t : {ArgType::kString, ArgType::kInteger, ArgType::kFloat, ArgType::kBoolean}) {
+    if (arg_type_name(t) == name) return t;
+  }
+  return std::nullopt;
+}
+
+std::ostream& operator<<(std::ostream& out, ArgType t) { return out << arg_type_name(t); }
+
+// The registry's coercion is the command server's; one table for both sides of the wire.
+Result<json::value> ArgSpec::check(const json::value& v) const {
+  registry::CommandArg arg;
+  arg.name = name;
+  arg.type = type == ArgType::kInteger   ? registry::ArgType::kInteger
+             : type == ArgType::kFloat   ? registry::ArgType::kFloat
+             : type == ArgType::kBoolean ? registry::ArgType::kBoolean
+                                         : registry::ArgType::kString;
+  arg.required = required;
+  arg.minimum = minimum;
+  arg.maximum = maximum;
+  arg.max_magnitude = max_magnitude;
+  return registry::coerce_value(arg, v);
+}
+
 json::object to_json(const CommandEntry& e) {
   json::object o;
   o["name"] = e.name;
@@ -38,7 +78,7 @@ json::object to_json(const CommandEntry& e) {
   json::array args;
   for (const auto& a : e.args) {
     args.push_back(json::object{{"name", a.name},
-                                {"type", a.type},
+                                {"type", arg_type_name(a.type)},
                                 {"required", a.required},
                                 {"default", a.default_value},
                                 {"description", a.description}});
@@ -68,10 +108,13 @@ Result<CommandEntry> command_entry_from_json(const json::value& v, CommandSource
       if (an == nullptr || !an->is_string())
         return invalid_argument("command " + e.name + ": argument without a name");
       a.name = an->as_string();
-      if (auto* t = ao.if_contains("type"); t && t->is_string()) a.type = t->as_string();
-      if (a.type != "string" && a.type != "integer" && a.type != "float" && a.type != "boolean")
-        return invalid_argument("command " + e.name + ": argument " + a.name +
-                                " has unknown type '" + a.type + "'");
+      if (auto* t = ao.if_contains("type"); t && t->is_string()) {
+        auto type = parse_arg_type(t->as_string());
+        if (!type)
+          return invalid_argument("command " + e.name + ": argument " + a.name +
+                                  " has unknown type '" + std::string(t->as_string()) + "'");
+        a.type = *type;
+      }
       if (auto* r = ao.if_contains("required"); r && r->is_bool()) a.required = r->as_bool();
       if (auto* d = ao.if_contains("default")) a.default_value = *d;
       if (auto* d = ao.if_contains("description"); d && d->is_string())

@@ -31,8 +31,16 @@ CommandEntry entry_from_custom(const templates::CustomCommand& c) {
   e.source = CommandSource::kYaml;
   e.command = c.command;
   for (const auto& a : c.args) {
-    e.args.push_back({a.name, std::string(registry::arg_type_name(a.type)), a.required,
-                      a.default_value, a.description});
+    ArgSpec s;
+    s.name = a.name;
+    s.type = *parse_arg_type(registry::arg_type_name(a.type));  // the same four names
+    s.required = a.required;
+    s.default_value = a.default_value;
+    s.description = a.description;
+    s.minimum = a.minimum;
+    s.maximum = a.maximum;
+    s.max_magnitude = a.max_magnitude;
+    e.args.push_back(std::move(s));
   }
   return e;
 }
@@ -74,7 +82,8 @@ Result<std::vector<templates::CustomCommand>> remote_custom_commands(const json:
     c.command = e->command;
     try {
       for (const auto& a : e->args)
-        c.args.emplace_back(a.name, a.type, a.required, a.default_value, a.description);
+        c.args.emplace_back(a.name, arg_type_name(a.type), a.required, a.default_value,
+                            a.description);
     } catch (const std::exception& ex) {
       return invalid_argument("custom command " + c.name + ": " + ex.what());
     }
@@ -112,6 +121,12 @@ Result<std::vector<CommandEntry>> load_command_module(const std::string& path) {
     if (before.count(c->name)) continue;
     auto e = command_entry_from_json(registry::describe(*c), CommandSource::kRegistered);
     if (!e.ok()) return e.error();
+    // The wire form has no ranges; the module's own schema does (an int32 parameter's).
+    for (std::size_t i = 0; i < e->args.size() && i < c->args.size(); ++i) {
+      e->args[i].minimum = c->args[i].minimum;
+      e->args[i].maximum = c->args[i].maximum;
+      e->args[i].max_magnitude = c->args[i].max_magnitude;
+    }
     out.push_back(std::move(*e));
   }
   loaded[path] = out;

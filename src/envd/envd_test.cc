@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "abx/http/client.h"
+#include "abx/testing/temp_dir.h"
 #include "envd/connect.h"
 #include "envd/files.h"
 #include "envd/proto_json.h"
@@ -96,15 +97,7 @@ class StreamReader {
 
 class EnvdTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string t = (fs::temp_directory_path() / "abx-envd-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(t.data()), nullptr);
-    home_ = t;
-  }
-  void TearDown() override {
-    envd_.reset();
-    fs::remove_all(home_);
-  }
+  void TearDown() override { envd_.reset(); }
   void start(std::optional<std::string> token = std::nullopt,
              std::uint64_t max_upload = 1ULL << 30) {
     EnvdOptions o;
@@ -158,7 +151,8 @@ class EnvdTest : public ::testing::Test {
     return out;
   }
 
-  std::string home_;
+  abx::testing::TempDir tmp_{"abx-envd"};
+  std::string home_ = tmp_.string();
   std::optional<std::string> token_;
   std::unique_ptr<Envd> envd_;
 };

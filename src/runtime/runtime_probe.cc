@@ -118,7 +118,7 @@ int fds() {
     if (e->d_name[0] == '.' || fd < 3 || fd == self) continue;
     char link[256] = {};
     std::string path = std::string("/proc/self/fd/") + e->d_name;
-    readlink(path.c_str(), link, sizeof link - 1);
+    if (readlink(path.c_str(), link, sizeof link - 1) < 0) link[0] = '?';
     printf("fd %d -> %s\n", fd, link);
     ++leaked;
   }

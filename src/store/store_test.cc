@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "abx/testing/temp_dir.h"
 #include "store/sqlite.h"
 
 namespace abx::store {
@@ -21,21 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "abx-store-XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using abx::testing::TempDir;
 
 std::unique_ptr<Store> open_or_die(const fs::path& p) {
   auto s = Store::open(p);

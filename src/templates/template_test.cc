@@ -6,27 +6,15 @@
 #include <boost/json.hpp>
 #include <fstream>
 
+#include "abx/testing/temp_dir.h"
+
 namespace abx::templates {
 namespace {
 
 namespace fs = std::filesystem;
 namespace json = boost::json;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "abx-tmpl-XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using abx::testing::TempDir;
 
 void write_file(const fs::path& p, std::string_view text) {
   fs::create_directories(p.parent_path());

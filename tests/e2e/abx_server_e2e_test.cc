@@ -9,12 +9,14 @@
 #include <thread>
 
 #include "abx/http/client.h"
+#include "abx/testing/server.h"
+#include "abx/testing/temp_dir.h"
 #include "abx/token/token.h"
-#include "child_process.h"
 
 namespace abx::e2e {
 namespace {
 
+using testing::ChildProcess;
 namespace bhttp = boost::beast::http;
 namespace json = boost::json;
 
@@ -32,16 +34,10 @@ http::Response call(std::uint16_t port, const std::string& name, const std::stri
 class AbxServerE2E : public ::testing::Test {
  protected:
   void launch(std::vector<std::string> extra_args = {}) {
-    std::vector<std::string> argv = {ABX_SERVER_BIN, "--module", ABX_DEMO_MODULE, "--port", "0"};
-    argv.insert(argv.end(), extra_args.begin(), extra_args.end());
-    child_ = std::make_unique<ChildProcess>(
-        argv, std::vector<std::string>{std::string("ABX_ACCESS_TOKEN=") + kToken});
-    ASSERT_TRUE(child_->started());
-    auto port = child_->wait_listening();
-    ASSERT_TRUE(port.has_value()) << "abx-server did not report its port";
-    port_ = *port;
+    ASSERT_TRUE(server_.start(kToken, std::move(extra_args)));
+    port_ = server_.port();
   }
-  std::unique_ptr<ChildProcess> child_;
+  testing::CommandServerProcess server_;
   std::uint16_t port_ = 0;
 };
 
@@ -88,11 +84,11 @@ TEST_F(AbxServerE2E, SigtermDrainsTheCallInProgressThenExits) {
   http::Response slow;
   std::thread t([&] { slow = call(port_, "sleep_ms", R"({"ms":700})"); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the call is under way
-  child_->signal(SIGTERM);
+  server_.process().signal(SIGTERM);
   t.join();
   EXPECT_EQ(slow.result_int(), 200) << slow.body();
   EXPECT_EQ(slow.body(), R"({"result":"slept 700 ms"})");
-  EXPECT_EQ(child_->wait(), 0);
+  EXPECT_EQ(server_.process().wait(), 0);
   EXPECT_FALSE(http::Connection::open("127.0.0.1", port_, std::chrono::seconds(1)).ok());
 }
 
@@ -111,8 +107,8 @@ TEST(AbxServerCli, RefusesToStartWithoutToken) {
 }
 
 TEST(AbxServerCli, TokenFileAndNoAuth) {
-  auto dir = std::filesystem::temp_directory_path() / ("abx-e2e-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
+  testing::TempDir tmp("abx-server-e2e");
+  const std::filesystem::path& dir = tmp.path();
   std::ofstream(dir / "token") << "from-file\n";
   {
     ChildProcess c({ABX_SERVER_BIN, "-m", ABX_DEMO_MODULE, "--port", "0", "--token-file",
@@ -128,7 +124,6 @@ TEST(AbxServerCli, TokenFileAndNoAuth) {
     ASSERT_TRUE(port);
     EXPECT_EQ(call(*port, "demo", R"({"x":1})", "").result_int(), 200);
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST(AbxServerCli, ListPrintsTheSchema) {

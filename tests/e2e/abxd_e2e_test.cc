@@ -13,7 +13,7 @@
 
 #include "abx/auth/signing.h"
 #include "abx/http/client.h"
-#include "child_process.h"
+#include "abx/testing/abxd.h"
 
 namespace abx::e2e {
 namespace {
@@ -22,53 +22,21 @@ namespace bhttp = boost::beast::http;
 namespace json = boost::json;
 namespace fs = std::filesystem;
 
-class AbxdE2E : public ::testing::Test {
+class AbxdE2E : public testing::AbxdFixture {
  protected:
-  void SetUp() override {
-    if (::geteuid() != 0) GTEST_SKIP() << "abxd needs root for namespaces and cgroups";
-    home_ = fs::temp_directory_path() /
-            ("abxd-e2e-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
-    fs::create_directories(home_);
-    start();
-  }
-  void TearDown() override {
-    if (abxd_) {
-      abxd_->signal(SIGTERM);
-      EXPECT_EQ(abxd_->wait(), 0);
-      // abxd leaves sandboxes running on SIGTERM (the next abxd adopts them); a test's are
-      // removed by a last abxd run that kills them all.
-      ChildProcess last(
-          {ABXD_BIN, "--home", home_.string(), "--listen", "127.0.0.1:0", "--kill-sandboxes"});
-      if (last.wait_listening()) {
-        last.signal(SIGTERM);
-        last.wait();
-      }
-    }
-    std::error_code ec;
-    fs::remove_all(home_, ec);
-  }
-  void start() {
-    abxd_ = std::make_unique<ChildProcess>(
-        std::vector<std::string>{ABXD_BIN, "--home", home_.string(), "--listen", "127.0.0.1:0"});
-    ASSERT_TRUE(abxd_->started());
-    auto port = abxd_->wait_listening();
-    ASSERT_TRUE(port) << "abxd did not start";
-    port_ = *port;
-    std::ifstream in(home_ / "api_key");
-    std::getline(in, key_);
-    ASSERT_EQ(key_.rfind("e2b_", 0), 0u) << key_;
-  }
+  AbxdE2E() : AbxdFixture("abxd-e2e") {}
+  void start() { ASSERT_TRUE(abxd().start()); }
 
   http::Response api(bhttp::verb verb, const std::string& target, const std::string& body = {},
                      const std::string& key = "<default>") {
     auto req = http::make_request(verb, target, body);
     if (body.empty() && verb != bhttp::verb::post) req.erase(bhttp::field::content_type);
     if (key == "<default>") {
-      req.set("X-API-KEY", key_);
+      req.set("X-API-KEY", abxd().api_key());
     } else if (!key.empty()) {
       req.set("X-API-KEY", key);
     }
-    auto r = http::fetch("127.0.0.1", port_, std::move(req), std::chrono::seconds(30));
+    auto r = http::fetch("127.0.0.1", abxd().port(), std::move(req), std::chrono::seconds(30));
     EXPECT_TRUE(r.ok()) << r.error().message();
     return r.ok() ? *r : http::Response{};
   }
@@ -80,7 +48,7 @@ class AbxdE2E : public ::testing::Test {
     req.set("E2b-Sandbox-Id", id);
     req.set("E2b-Sandbox-Port", std::to_string(port));
     if (!token.empty()) req.set("X-Access-Token", token);
-    auto r = http::fetch("127.0.0.1", port_, std::move(req), std::chrono::seconds(30));
+    auto r = http::fetch("127.0.0.1", abxd().port(), std::move(req), std::chrono::seconds(30));
     EXPECT_TRUE(r.ok()) << r.error().message();
     return r.ok() ? *r : http::Response{};
   }
@@ -101,12 +69,6 @@ class AbxdE2E : public ::testing::Test {
     }
     return r;
   }
-
-  static inline int counter_ = 0;
-  fs::path home_;
-  std::unique_ptr<ChildProcess> abxd_;
-  std::uint16_t port_ = 0;
-  std::string key_;
 };
 
 TEST_F(AbxdE2E, MainJobCreateASandboxAndCallACommand) {
@@ -288,8 +250,7 @@ TEST_F(AbxdE2E, KillNineAndRestartAdoptsLiveSandboxes) {
   std::string id(sb.at("sandboxID").as_string());
   std::string token(sb.at("envdAccessToken").as_string());
   ASSERT_EQ(call_demo(id, token, R"({"x":1})").result_int(), 200);
-  abxd_->signal(SIGKILL);
-  abxd_->wait();
+  abxd().kill9();
   start();
   // The sandbox survived its owner and the new abxd adopted it: same id, same token, usable.
   auto info = api(bhttp::verb::get, "/sandboxes/" + id);
@@ -299,7 +260,7 @@ TEST_F(AbxdE2E, KillNineAndRestartAdoptsLiveSandboxes) {
   // Killing it after adoption removes everything.
   EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);
   EXPECT_FALSE(fs::exists("/sys/fs/cgroup/unified/abx/" + id));
-  EXPECT_FALSE(fs::exists(home_ / "sandboxes" / id));
+  EXPECT_FALSE(fs::exists(home() / "sandboxes" / id));
 }
 
 TEST_F(AbxdE2E, KillNineUnderLoadLosesNothingAcknowledged) {
@@ -308,8 +269,8 @@ TEST_F(AbxdE2E, KillNineUnderLoadLosesNothingAcknowledged) {
   std::vector<std::string> acked;  // written by the load thread; read after join
   std::atomic<std::size_t> n_acked{0};
   std::atomic<bool> stop{false};
-  std::uint16_t port = port_;
-  std::string key = key_;
+  std::uint16_t port = AbxdE2E::port();
+  std::string key = AbxdE2E::key();
   std::thread load([&] {
     while (!stop.load()) {
       auto req = http::make_request(bhttp::verb::post, "/sandboxes", R"({"templateID":"base"})");
@@ -325,8 +286,7 @@ TEST_F(AbxdE2E, KillNineUnderLoadLosesNothingAcknowledged) {
   for (int i = 0; i < 6000 && n_acked.load() < 5; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  abxd_->signal(SIGKILL);
-  abxd_->wait();
+  abxd().kill9();
   stop = true;
   load.join();
   ASSERT_GE(n_acked.load(), 5u) << "the load never got going";
@@ -345,7 +305,7 @@ TEST_F(AbxdE2E, KillNineUnderLoadLosesNothingAcknowledged) {
   for (const auto& id : acked) EXPECT_TRUE(listed.count(id)) << "acknowledged sandbox lost: " << id;
   // Every sandbox that exists on disk has a record (a create cut off before its record was
   // written was cleaned up, not left running).
-  for (const auto& e : fs::directory_iterator(home_ / "sandboxes")) {
+  for (const auto& e : fs::directory_iterator(home() / "sandboxes")) {
     EXPECT_TRUE(listed.count(e.path().filename().string())) << "orphan " << e.path();
   }
   auto integrity = api(bhttp::verb::get, "/health");
@@ -357,8 +317,7 @@ TEST_F(AbxdE2E, SigtermLeavesSandboxesForTheNextAbxd) {
   std::string id(sb.at("sandboxID").as_string());
   std::string token(sb.at("envdAccessToken").as_string());
   ASSERT_EQ(call_demo(id, token, R"({"x":1})").result_int(), 200);
-  abxd_->signal(SIGTERM);
-  ASSERT_EQ(abxd_->wait(), 0);
+  ASSERT_EQ(abxd().stop(), 0);
   start();
   EXPECT_EQ(api(bhttp::verb::get, "/sandboxes/" + id).result_int(), 200);
   EXPECT_EQ(call_demo(id, token, R"({"x":3})").body(), R"({"result":"3: hello"})");
@@ -367,10 +326,9 @@ TEST_F(AbxdE2E, SigtermLeavesSandboxesForTheNextAbxd) {
 TEST_F(AbxdE2E, SandboxKilledWhileAbxdWasDownIsCleanedUp) {
   auto sb = create(R"({"templateID":"base","timeout":300})");
   std::string id(sb.at("sandboxID").as_string());
-  abxd_->signal(SIGKILL);
-  abxd_->wait();
+  abxd().kill9();
   // While abxd is down the sandbox dies (its init is killed from outside).
-  std::ifstream init(home_ / "sandboxes" / id / "init");
+  std::ifstream init(home() / "sandboxes" / id / "init");
   long pid = 0;
   init >> pid;
   ASSERT_GT(pid, 0);
@@ -382,68 +340,71 @@ TEST_F(AbxdE2E, SandboxKilledWhileAbxdWasDownIsCleanedUp) {
   EXPECT_EQ(api(bhttp::verb::get, "/sandboxes/" + id).result_int(), 404);
   EXPECT_EQ(api(bhttp::verb::get, "/v2/sandboxes").body().find(id), std::string::npos);
   EXPECT_FALSE(fs::exists("/sys/fs/cgroup/unified/abx/" + id));
-  EXPECT_FALSE(fs::exists(home_ / "sandboxes" / id));
+  EXPECT_FALSE(fs::exists(home() / "sandboxes" / id));
 }
 
 TEST_F(AbxdE2E, SignedRequestsWithAccessKeys) {
-  ChildProcess mk({ABXD_BIN, "--home", home_.string(), "access-keys", "create", "--name", "ci"});
+  testing::ChildProcess mk(
+      {testing::abxd_bin(), "--home", home().string(), "access-keys", "create", "--name", "ci"});
   std::string line = mk.read_all();
   ASSERT_EQ(mk.wait(), 0);
   auto sp = line.find(' ');
   ASSERT_NE(sp, std::string::npos) << line;
   auth::Credentials creds{line.substr(0, sp), line.substr(sp + 1, line.find('\n') - sp - 1)};
   auto signed_get = [&](const std::string& target, std::int64_t now) {
-    auth::HttpRequest hr{"GET", target, {{"host", "127.0.0.1:" + std::to_string(port_)}}};
+    auth::HttpRequest hr{"GET", target, {{"host", "127.0.0.1:" + std::to_string(port())}}};
     auth::SignOptions so;
     so.now_unix = now;
     auto headers = auth::sign(hr, "", creds, so);
     EXPECT_TRUE(headers.ok()) << headers.error().message();
     auto req = http::make_request(bhttp::verb::get, target);
     req.erase(bhttp::field::content_type);
-    req.set(bhttp::field::host, "127.0.0.1:" + std::to_string(port_));
+    req.set(bhttp::field::host, "127.0.0.1:" + std::to_string(port()));
     for (const auto& h : *headers) req.set(h.name, h.value);
     return req;
   };
   std::int64_t now = std::time(nullptr);
   auto req = signed_get("/v2/sandboxes", now);
-  auto ok = http::fetch("127.0.0.1", port_, req);
+  auto ok = http::fetch("127.0.0.1", port(), req);
   ASSERT_TRUE(ok.ok());
   EXPECT_EQ(ok->result_int(), 200) << ok->body();
   // The same signed request again is a replay.
-  auto replay = http::fetch("127.0.0.1", port_, req);
+  auto replay = http::fetch("127.0.0.1", port(), req);
   ASSERT_TRUE(replay.ok());
   EXPECT_EQ(replay->result_int(), 401) << replay->body();
   // Outside the time window.
-  auto old = http::fetch("127.0.0.1", port_, signed_get("/v2/sandboxes", now - 3600));
+  auto old = http::fetch("127.0.0.1", port(), signed_get("/v2/sandboxes", now - 3600));
   ASSERT_TRUE(old.ok());
   EXPECT_EQ(old->result_int(), 401);
   // Signed for one path, sent to another.
   auto moved = signed_get("/v2/sandboxes", now);
   moved.target("/templates");
-  auto m = http::fetch("127.0.0.1", port_, moved);
+  auto m = http::fetch("127.0.0.1", port(), moved);
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(m->result_int(), 401);
 }
 
 TEST(AbxdKeys, CreateListRevoke) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root like abxd";
-  auto home = fs::temp_directory_path() / ("abxd-keys-" + std::to_string(::getpid()));
-  fs::create_directories(home);
-  ChildProcess create({ABXD_BIN, "--home", home.string(), "keys", "create", "--name", "ci"});
+  testing::TempDir tmp("abxd-keys");
+  const fs::path& home = tmp.path();
+  testing::ChildProcess create(
+      {testing::abxd_bin(), "--home", home.string(), "keys", "create", "--name", "ci"});
   std::string key = create.read_all();
   EXPECT_EQ(create.wait(), 0);
   EXPECT_EQ(key.rfind("e2b_", 0), 0u) << key;
-  ChildProcess list({ABXD_BIN, "--home", home.string(), "keys", "list"});
+  testing::ChildProcess list({testing::abxd_bin(), "--home", home.string(), "keys", "list"});
   std::string listing = list.read_all();
   EXPECT_EQ(list.wait(), 0);
   EXPECT_NE(listing.find("ci"), std::string::npos);
   EXPECT_EQ(listing.find(key.substr(0, 20)), std::string::npos);  // never the key itself
   key.erase(key.find_last_not_of("\n") + 1);
-  ChildProcess revoke({ABXD_BIN, "--home", home.string(), "keys", "revoke", key});
+  testing::ChildProcess revoke(
+      {testing::abxd_bin(), "--home", home.string(), "keys", "revoke", key});
   EXPECT_EQ(revoke.wait(), 0);
-  ChildProcess again({ABXD_BIN, "--home", home.string(), "keys", "revoke", "ffffffffff"});
+  testing::ChildProcess again(
+      {testing::abxd_bin(), "--home", home.string(), "keys", "revoke", "ffffffffff"});
   EXPECT_EQ(again.wait(), 2);
-  fs::remove_all(home);
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 #include <fstream>
 
 #include "abx/http/client.h"
-#include "child_process.h"
+#include "abx/testing/abxd.h"
 
 namespace abx::e2e {
 namespace {
@@ -19,43 +19,20 @@ namespace bhttp = boost::beast::http;
 namespace json = boost::json;
 namespace fs = std::filesystem;
 
-class AbxdMcpE2E : public ::testing::Test {
+class AbxdMcpE2E : public testing::AbxdFixture {
  protected:
+  AbxdMcpE2E() : AbxdFixture("abxd-mcp-e2e") {}
   void SetUp() override {
-    if (::geteuid() != 0) GTEST_SKIP() << "abxd needs root for namespaces and cgroups";
-    home_ = fs::temp_directory_path() /
-            ("abxd-mcp-e2e-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
-    fs::create_directories(home_);
-    abxd_ = std::make_unique<ChildProcess>(
-        std::vector<std::string>{ABXD_BIN, "--home", home_.string(), "--listen", "127.0.0.1:0"});
-    ASSERT_TRUE(abxd_->started());
-    auto port = abxd_->wait_listening();
-    ASSERT_TRUE(port) << "abxd did not start";
-    port_ = *port;
-    std::ifstream in(home_ / "api_key");
-    std::getline(in, key_);
+    AbxdFixture::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     initialize();
-  }
-  void TearDown() override {
-    if (abxd_) {
-      abxd_->signal(SIGTERM);
-      EXPECT_EQ(abxd_->wait(), 0);
-      ChildProcess last(
-          {ABXD_BIN, "--home", home_.string(), "--listen", "127.0.0.1:0", "--kill-sandboxes"});
-      if (last.wait_listening()) {
-        last.signal(SIGTERM);
-        last.wait();
-      }
-    }
-    std::error_code ec;
-    fs::remove_all(home_, ec);
   }
 
   http::Response post(const json::value& msg, const std::string& key) {
     auto req = http::make_request(bhttp::verb::post, "/mcp", json::serialize(msg));
     if (!key.empty()) req.set("X-API-KEY", key);
     if (!session_.empty()) req.set("Mcp-Session-Id", session_);
-    auto r = http::fetch("127.0.0.1", port_, std::move(req), std::chrono::seconds(60));
+    auto r = http::fetch("127.0.0.1", port(), std::move(req), std::chrono::seconds(60));
     EXPECT_TRUE(r.ok()) << r.error().message();
     return r.ok() ? *r : http::Response{};
   }
@@ -68,7 +45,7 @@ class AbxdMcpE2E : public ::testing::Test {
                       json::object{{"protocolVersion", "2025-06-18"},
                                    {"capabilities", json::object{}},
                                    {"clientInfo", json::object{{"name", "t"}, {"version", "1"}}}}}},
-        key_);
+        key());
     ASSERT_EQ(r.result_int(), 200) << r.body();
     session_ = std::string(r["Mcp-Session-Id"]);
     ASSERT_EQ(session_.size(), 32u);
@@ -79,7 +56,7 @@ class AbxdMcpE2E : public ::testing::Test {
                                {"id", ++id_},
                                {"method", "tools/call"},
                                {"params", json::object{{"name", tool}, {"arguments", args}}}},
-                  key_);
+                  key());
     EXPECT_EQ(r.result_int(), 200) << r.body();
     auto v = json::parse(r.body()).as_object();
     if (auto* res = v.if_contains("result")) return res->as_object();
@@ -94,11 +71,6 @@ class AbxdMcpE2E : public ::testing::Test {
     return std::string(r.at("content").at(0).at("text").as_string());
   }
 
-  static inline int counter_ = 0;
-  fs::path home_;
-  std::unique_ptr<ChildProcess> abxd_;
-  std::uint16_t port_ = 0;
-  std::string key_;
   std::string session_;
   int id_ = 0;
 };
@@ -167,7 +139,7 @@ TEST_F(AbxdMcpE2E, ProtocolErrorsAndAuth) {
   json::object ping{{"jsonrpc", "2.0"}, {"id", 1}, {"method", "ping"}};
   EXPECT_EQ(post(ping, "").result_int(), 401);
   EXPECT_EQ(post(ping, "e2b_" + std::string(40, '0')).result_int(), 401);
-  EXPECT_EQ(post(ping, key_).result_int(), 200);
+  EXPECT_EQ(post(ping, key()).result_int(), 200);
 }
 
 }  // namespace

@@ -14,7 +14,10 @@
 
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
+#include <cstdint>
+#include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,12 +40,30 @@ enum class CommandSource { kYaml, kRegistered, kRemote };
 ABX_EXPORT std::string_view command_source_name(
     CommandSource s);  // "yaml" | "registered" | "remote"
 
+// A command argument's type; on the wire (GET /commands, template.yaml) its name.
+enum class ArgType { kString, kInteger, kFloat, kBoolean };
+ABX_EXPORT std::string_view arg_type_name(ArgType t);  // "string" | "integer" | "float" | ...
+ABX_EXPORT std::optional<ArgType> parse_arg_type(std::string_view name);
+// `spec.type == "integer"`: a type compares equal to its wire name.
+inline bool operator==(ArgType t, std::string_view name) { return arg_type_name(t) == name; }
+ABX_EXPORT std::ostream& operator<<(std::ostream& out, ArgType t);
+
 struct ABX_EXPORT ArgSpec {
   std::string name;
-  std::string type = "string";  // string | integer | float | boolean
+  ArgType type = ArgType::kString;
   bool required = false;
   boost::json::value default_value;  // null: none
   std::string description;
+  // The inclusive range of an integer argument and the largest magnitude of a float one, when
+  // known (a command module introspected locally: the C++ parameter's range). The command
+  // server applies its own in any case.
+  std::optional<std::int64_t> minimum;
+  std::optional<std::int64_t> maximum;
+  std::optional<double> max_magnitude;
+
+  // Checks a value as the command server will (type, then range: the table in
+  // abx/registry/coerce.h) and returns it normalised; kInvalidArgument naming the argument.
+  Result<boost::json::value> check(const boost::json::value& v) const;
 };
 
 struct ABX_EXPORT CommandEntry {

@@ -17,7 +17,7 @@
 
 extern char** environ;
 
-namespace abx::e2e {
+namespace abx::testing {
 
 class ChildProcess {
  public:
@@ -118,4 +118,4 @@ class ChildProcess {
   std::optional<int> exit_status_;
 };
 
-}  // namespace abx::e2e
+}  // namespace abx::testing

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Lists the sandboxes of one test run that are still alive, kills them, and exits 1 if there
+# were any. Usage: scripts/leaked-sandboxes.sh RUN_ID
+#
+# A sandbox is an abx-envd running as PID 1 of its own pid namespace (the last NSpid field is
+# 1). It belongs to the run when the run id appears in its mount table: abxd bind-mounts the
+# sandbox's token from <abxd home>/run/<id>/token, and every home of the run has the id in its
+# path (abx::testing::TempDir adds $ABX_TEST_RUN_ID; scripts/test.sh points TMPDIR at a
+# directory named after the run for the SDK tests' own homes). The mount table keeps the path
+# even after the home is deleted, which is exactly the leak this looks for. Other runs on the
+# same machine (other checkouts, other users) are never touched.
+set -uo pipefail
+
+run_id=${1:?usage: leaked-sandboxes.sh RUN_ID}
+found=0
+for status in /proc/[0-9]*/status; do
+  dir=${status%/status}
+  pid=${dir#/proc/}
+  [ "$(cat "$dir/comm" 2>/dev/null)" = abx-envd ] || continue
+  nspid=$(awk '/^NSpid:/ {print $NF; n=NF} END {if (n < 3) print "host"}' "$status" 2>/dev/null \
+          | head -n1)
+  [ "$nspid" = 1 ] || continue
+  grep -qF -- "$run_id" "$dir/mountinfo" 2>/dev/null || continue
+  id=$(tr '\0' '\n' < "$dir/environ" 2>/dev/null | sed -n 's/^ABX_SANDBOX_ID=//p')
+  home=$(awk '$5 == "/run/abx/token" {print $4}' "$dir/mountinfo" 2>/dev/null)
+  echo "leaked sandbox: pid $pid id ${id:-?} token ${home:-?} (started $(ps -o lstart= -p "$pid"))"
+  found=$((found + 1))
+  kill -KILL "$pid" 2>/dev/null  # its pid namespace (everything in the sandbox) goes with it
+done
+if [ "$found" -gt 0 ]; then
+  echo "leaked-sandboxes: $found sandbox(es) of run $run_id were still alive (now killed)" >&2
+  exit 1
+fi
+echo "leaked-sandboxes: no sandbox of run $run_id is alive"

@@ -1,0 +1,31 @@
+#include "abx/testing/temp_dir.h"
+
+#include <stdlib.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace abx::testing {
+
+std::string run_id() {
+  const char* v = std::getenv("ABX_TEST_RUN_ID");
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+TempDir::TempDir(const std::string& prefix) {
+  std::string name = prefix;
+  if (std::string run = run_id(); !run.empty()) name += "-" + run;
+  std::string tmpl = (std::filesystem::temp_directory_path() / (name + "-XXXXXX")).string();
+  if (::mkdtemp(tmpl.data()) == nullptr) {
+    std::perror(("mkdtemp " + tmpl).c_str());
+    std::abort();
+  }
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+}  // namespace abx::testing
