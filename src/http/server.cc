@@ -159,7 +159,6 @@ Response error_response(const Error& error, unsigned version, bool keep_alive) {
 
 BodyFile::~BodyFile() {
   if (!released_) ::unlink(path_.c_str());
-  if (fd_ >= 0) ::close(fd_);
 }
 
 struct Server::Impl {
@@ -353,7 +352,7 @@ class Session : public std::enable_shared_from_this<Session> {
           e == ENOSPC || e == EDQUOT ? ErrorCode::kInsufficientStorage : ErrorCode::kInternal,
           "cannot create a spool file in " + dir + ": " + std::strerror(e));
     }
-    return std::make_shared<BodyFile>(fd, std::move(tmpl));
+    return std::make_shared<BodyFile>(UniqueFd(fd), std::move(tmpl));
   }
 
   void read_body() {

@@ -36,6 +36,7 @@
 #include <string>
 
 #include "abx/base/error.h"
+#include "abx/base/fd.h"
 
 namespace abx::http {
 
@@ -75,19 +76,19 @@ struct BodyPlan {
 // owner moved it elsewhere (rename) and called release().
 class BodyFile {
  public:
-  BodyFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  BodyFile(UniqueFd fd, std::string path) : fd_(std::move(fd)), path_(std::move(path)) {}
   ~BodyFile();
   BodyFile(const BodyFile&) = delete;
   BodyFile& operator=(const BodyFile&) = delete;
 
-  int fd() const { return fd_; }  // O_RDWR | O_CLOEXEC, positioned at the end
+  int fd() const { return fd_.get(); }  // O_RDWR | O_CLOEXEC, positioned at the end
   const std::string& path() const { return path_; }
   std::uint64_t size() const { return size_; }
   void release() { released_ = true; }  // the path no longer names our file
 
  private:
   friend class detail::Session;
-  int fd_;
+  UniqueFd fd_;
   std::string path_;
   std::uint64_t size_ = 0;
   bool released_ = false;
