@@ -7,6 +7,7 @@
 #include <cmath>
 #include <set>
 
+#include "abx/base/try.h"
 #include "abx/registry/coerce.h"
 #include "cli/cli.h"
 
@@ -71,17 +72,15 @@ Result<json::object> parse_command_args(const client::CommandEntry& entry,
                               "' (arguments: " + arg_list(entry) + ")");
     }
     if (out.contains(name)) return invalid_argument("argument '" + name + "' given twice");
-    auto v = convert(*a, it.substr(eq + 1));
-    if (!v.ok()) return v.error();
+    ABX_ASSIGN_OR_RETURN(auto v, convert(*a, it.substr(eq + 1)));
     // The same range and type check as the server (e.g. an int32 parameter's range).
     try {
       registry::CommandArg spec(a->name, a->type, a->required, nullptr, a->description);
-      auto checked = registry::coerce_value(spec, *v);
-      if (!checked.ok()) return checked.error();
+      ABX_TRY(registry::coerce_value(spec, v));
     } catch (const std::exception&) {
       // A schema we cannot rebuild locally; the server checks the value itself.
     }
-    out[name] = std::move(*v);
+    out[name] = std::move(v);
   }
   for (const auto& a : entry.args) {
     if (a.required && !out.contains(a.name)) {

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "abx/base/json.h"
+#include "abx/base/try.h"
 #include "abx/connect/connect.h"
 
 namespace abx::client::detail {
@@ -158,9 +159,8 @@ Result<std::unique_ptr<http::Connection>> Transport::checkout(const Endpoint& ep
     }
   }
   *reused = false;
-  auto addr = resolve(ep.host);
-  if (!addr.ok()) return addr.error();
-  return http::Connection::open(*addr, ep.port, config_.connect_timeout);
+  ABX_ASSIGN_OR_RETURN(auto addr, resolve(ep.host));
+  return http::Connection::open(addr, ep.port, config_.connect_timeout);
 }
 
 void Transport::checkin(const Endpoint& ep, std::unique_ptr<http::Connection> c) {
@@ -170,11 +170,9 @@ void Transport::checkin(const Endpoint& ep, std::unique_ptr<http::Connection> c)
 }
 
 Result<std::shared_ptr<http::Connection>> Transport::open_stream(const Endpoint& ep) {
-  auto addr = resolve(ep.host);
-  if (!addr.ok()) return addr.error();
-  auto c = http::Connection::open(*addr, ep.port, config_.connect_timeout);
-  if (!c.ok()) return c.error();
-  return std::shared_ptr<http::Connection>(std::move(*c));
+  ABX_ASSIGN_OR_RETURN(auto addr, resolve(ep.host));
+  ABX_ASSIGN_OR_RETURN(auto c, http::Connection::open(addr, ep.port, config_.connect_timeout));
+  return std::shared_ptr<http::Connection>(std::move(c));
 }
 
 namespace {
@@ -190,8 +188,7 @@ Result<http::Response> Transport::send(const Endpoint& ep, http::Request req, Se
   for (int attempt = 0;; ++attempt) {
     http::Request attempt_req = req;
     if (opts.before_send) {
-      auto st = opts.before_send(attempt_req);
-      if (!st.ok()) return st.error();
+      ABX_TRY(opts.before_send(attempt_req));
     }
     bool reused = false;
     auto conn = checkout(ep, &reused);
