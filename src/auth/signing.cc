@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "abx/base/hex.h"
+#include "abx/base/try.h"
 #include "abx/token/token.h"
 
 namespace abx::auth {
@@ -193,9 +194,8 @@ Result<std::string> canonical_uri(std::string_view path) {
     std::size_t slash = path.find('/', start);
     std::string_view seg = path.substr(
         start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
-    auto dec = decode(seg, /*plus_is_space=*/false);
-    if (!dec.ok()) return dec.error();
-    encode_into(out, *dec);
+    ABX_ASSIGN_OR_RETURN(auto dec, decode(seg, /*plus_is_space=*/false));
+    encode_into(out, dec);
     if (slash == std::string_view::npos) break;
     out += '/';
     start = slash + 1;
@@ -212,16 +212,13 @@ Result<std::string> canonical_query(std::string_view query) {
         query.substr(start, amp == std::string_view::npos ? std::string_view::npos : amp - start);
     if (!part.empty()) {
       std::size_t eq = part.find('=');
-      auto k = decode(part.substr(0, eq), true);
-      if (!k.ok()) return k.error();
+      ABX_ASSIGN_OR_RETURN(auto k, decode(part.substr(0, eq), true));
       std::string v;
       if (eq != std::string_view::npos) {
-        auto dv = decode(part.substr(eq + 1), true);
-        if (!dv.ok()) return dv.error();
-        v = std::move(*dv);
+        ABX_ASSIGN_OR_RETURN(v, decode(part.substr(eq + 1), true));
       }
       std::string ek, ev;
-      encode_into(ek, *k);
+      encode_into(ek, k);
       encode_into(ev, v);
       pairs.emplace_back(std::move(ek), std::move(ev));
     }
@@ -245,12 +242,11 @@ Result<std::string> canonical_request(const HttpRequest& req,
   if (req.method.empty() || req.method.size() > 32) return invalid_argument("bad method");
   std::string_view target = req.target;
   std::size_t q = target.find('?');
-  auto uri = canonical_uri(target.substr(0, q));
-  if (!uri.ok()) return uri.error();
+  ABX_ASSIGN_OR_RETURN(auto uri, canonical_uri(target.substr(0, q)));
   auto query =
       canonical_query(q == std::string_view::npos ? std::string_view() : target.substr(q + 1));
   if (!query.ok()) return query.error();
-  std::string out = req.method + "\n" + *uri + "\n" + *query + "\n";
+  std::string out = req.method + "\n" + uri + "\n" + *query + "\n";
   std::string list;
   for (const auto& name : signed_headers) {
     auto hs = find_all(req, name);
@@ -349,9 +345,7 @@ Result<std::vector<Header>> sign(const HttpRequest& req, std::string_view body,
   }
   std::string nonce = opts.nonce;
   if (nonce.empty()) {
-    auto n = token::random_hex(16);
-    if (!n.ok()) return n.error();
-    nonce = std::move(*n);
+    ABX_ASSIGN_OR_RETURN(nonce, token::random_hex(16));
   }
   std::string body_hash = sha256_hex(body);
   std::vector<Header> added = {{std::string(kDateHeader), format_date(opts.now_unix)},
@@ -372,9 +366,8 @@ Result<std::vector<Header>> sign(const HttpRequest& req, std::string_view body,
     if (!valid_header_name(n)) return invalid_argument("cannot sign header '" + n + "'");
   }
 
-  auto creq = canonical_request(full, names, body_hash);
-  if (!creq.ok()) return creq.error();
-  std::string mac = hmac_raw(creds.secret, string_to_sign(*creq));
+  ABX_ASSIGN_OR_RETURN(auto creq, canonical_request(full, names, body_hash));
+  std::string mac = hmac_raw(creds.secret, string_to_sign(creq));
   std::string list;
   for (const auto& n : names) list += (list.empty() ? "" : ";") + n;
   added.push_back({"authorization", std::string(kAlgorithm) + " Credential=" + creds.access_key_id +
@@ -386,9 +379,8 @@ Result<std::string> verify(const HttpRequest& req, std::string_view body,
                            const VerifyOptions& opts) {
   auto auths = find_all(req, "authorization");
   if (auths.size() != 1) return incomplete("exactly one Authorization header is required");
-  auto parsed = parse_authorization(auths[0]->value);
-  if (!parsed.ok()) return parsed.error();
-  const auto& list = parsed->signed_headers;
+  ABX_ASSIGN_OR_RETURN(auto parsed, parse_authorization(auths[0]->value));
+  const auto& list = parsed.signed_headers;
   auto is_signed = [&](std::string_view n) {
     return std::binary_search(list.begin(), list.end(), n);
   };
@@ -430,32 +422,31 @@ Result<std::string> verify(const HttpRequest& req, std::string_view body,
   if (!creq.ok()) return incomplete("cannot canonicalise request: " + creq.error().message());
 
   if (!opts.lookup_secret) return internal_error("verify: no lookup_secret callback");
-  auto secret = opts.lookup_secret(parsed->access_key_id);
-  if (!secret.ok()) return secret.error();
+  ABX_ASSIGN_OR_RETURN(auto secret, opts.lookup_secret(parsed.access_key_id));
   // An unknown key costs the same HMAC as a known one, so timing does not reveal which keys exist.
   static const std::string kDummySecret(64, '0');
-  const std::string& key = secret->has_value() ? **secret : kDummySecret;
+  const std::string& key = secret.has_value() ? *secret : kDummySecret;
   std::string want = hmac_raw(key, string_to_sign(*creq));
   std::string got(32, '\0');
   for (std::size_t i = 0; i < 32; ++i) {
-    got[i] = static_cast<char>(hex_value(parsed->signature_hex[2 * i]) * 16 +
-                               hex_value(parsed->signature_hex[2 * i + 1]));
+    got[i] = static_cast<char>(hex_value(parsed.signature_hex[2 * i]) * 16 +
+                               hex_value(parsed.signature_hex[2 * i + 1]));
   }
   bool sig_ok =
       want.size() == got.size() && CRYPTO_memcmp(want.data(), got.data(), got.size()) == 0;
-  if (!sig_ok || !secret->has_value()) return mismatch();
+  if (!sig_ok || !secret.has_value()) return mismatch();
   if (!body_ok) return mismatch("body does not match x-abx-content-sha256");
 
   // Only a correctly signed request may consume a nonce, so forgeries cannot poison the cache.
   // Remember it for two windows past its timestamp: it can never be fresh again after that.
   if (!opts.remember_nonce) return internal_error("verify: no remember_nonce callback");
   auto seen =
-      opts.remember_nonce(parsed->access_key_id + "/" + nonce, *date + 2 * opts.window_seconds);
+      opts.remember_nonce(parsed.access_key_id + "/" + nonce, *date + 2 * opts.window_seconds);
   if (!seen.ok()) return seen.error();
   if (*seen) {
     return Error(ErrorCode::kUnauthenticated, "nonce already used", "NonceReused");
   }
-  return parsed->access_key_id;
+  return parsed.access_key_id;
 }
 
 }  // namespace abx::auth

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <set>
 
+#include "abx/base/try.h"
 #include "cli/cli.h"
 
 namespace abx::cli {

@@ -41,6 +41,14 @@ TEST(ClientUrl, RejectsWhatItCannotSpeak) {
   }
 }
 
+TEST(ClientCapability, IsTheTemplatesEnum) {
+  static_assert(std::is_same_v<Capability, templates::Capability>);
+  EXPECT_EQ(capability_name(Capability::kCode), "code");
+  EXPECT_EQ(parse_capability("ports"), Capability::kPorts);
+  EXPECT_EQ(default_capabilities(),
+            (std::set<Capability>{Capability::kShell, Capability::kFiles, Capability::kCode}));
+}
+
 TEST(ClientErrors, CommandServerErrorsKeepTheServersWordsAndType) {
   http::Response res{boost::beast::http::status::internal_server_error, 11};
   res.body() = R"({"error":"division by zero","type":"std::domain_error"})";

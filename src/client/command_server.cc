@@ -6,6 +6,7 @@
 
 #include "abx/base/json.h"
 #include "abx/registry/coerce.h"
+#include "abx/base/try.h"
 #include "client/state.h"
 
 namespace abx::client {
@@ -128,13 +129,12 @@ Result<CommandEntry> command_entry_from_json(const json::value& v, CommandSource
 Result<json::object> CommandServer::call_raw(std::string_view name, const json::object& kwargs) {
   auto req = http::make_request(bhttp::verb::post, "/commands/" + detail::url_encode(name),
                                 json::serialize(kwargs));
-  auto res = state_->plane_send(kCommandServerPort, std::move(req), {});
-  if (!res.ok()) return res.error();
-  if (res->result_int() != 200) {
-    return detail::error_from_response(*res, detail::Plane::kCommandServer,
+  ABX_ASSIGN_OR_RETURN(auto res, state_->plane_send(kCommandServerPort, std::move(req), {}));
+  if (res.result_int() != 200) {
+    return detail::error_from_response(res, detail::Plane::kCommandServer,
                                        "command " + std::string(name));
   }
-  auto v = parse_json_strict(res->body());
+  auto v = parse_json_strict(res.body());
   if (!v.ok() || !v->is_object() || !v->as_object().contains("result")) {
     return internal_error("command " + std::string(name) +
                           ": the server's answer is not {\"result\": …}");
@@ -143,28 +143,26 @@ Result<json::object> CommandServer::call_raw(std::string_view name, const json::
 }
 
 Result<json::value> CommandServer::call(std::string_view name, const json::object& kwargs) {
-  auto o = call_raw(name, kwargs);
-  if (!o.ok()) return o.error();
-  return std::move(o->at("result"));
+  ABX_ASSIGN_OR_RETURN(auto o, call_raw(name, kwargs));
+  return std::move(o.at("result"));
 }
 
 Result<std::vector<CommandEntry>> CommandServer::list() {
   auto req = http::make_request(bhttp::verb::get, "/commands");
-  auto res = state_->plane_send(kCommandServerPort, std::move(req), {.idempotent = true});
-  if (!res.ok()) return res.error();
-  if (res->result_int() != 200) {
-    return detail::error_from_response(*res, detail::Plane::kCommandServer, "list commands");
+  ABX_ASSIGN_OR_RETURN(
+      auto res, state_->plane_send(kCommandServerPort, std::move(req), {.idempotent = true}));
+  if (res.result_int() != 200) {
+    return detail::error_from_response(res, detail::Plane::kCommandServer, "list commands");
   }
-  auto v = parse_json_strict(res->body());
+  auto v = parse_json_strict(res.body());
   if (!v.ok() || !v->is_object()) return internal_error("GET /commands: expected a JSON object");
   auto* cmds = v->as_object().if_contains("commands");
   if (cmds == nullptr || !cmds->is_array())
     return internal_error("GET /commands: no commands array");
   std::vector<CommandEntry> out;
   for (const auto& c : cmds->as_array()) {
-    auto e = command_entry_from_json(c, CommandSource::kRemote);
-    if (!e.ok()) return e.error();
-    out.push_back(std::move(*e));
+    ABX_ASSIGN_OR_RETURN(auto e, command_entry_from_json(c, CommandSource::kRemote));
+    out.push_back(std::move(e));
   }
   return out;
 }

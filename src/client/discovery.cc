@@ -13,6 +13,7 @@
 #include <set>
 
 #include "abx/base/json.h"
+#include "abx/base/try.h"
 #include "abx/client/sandbox.h"
 #include "abx/registry/registry.h"
 #include "abx/templates/template.h"
@@ -74,12 +75,11 @@ Result<std::vector<templates::CustomCommand>> remote_custom_commands(const json:
   }
   if (list == nullptr || !list->is_array()) return out;
   for (const auto& v : list->as_array()) {
-    auto e = command_entry_from_json(v, CommandSource::kYaml);
-    if (!e.ok()) return e.error();
+    ABX_ASSIGN_OR_RETURN(auto e, command_entry_from_json(v, CommandSource::kYaml));
     templates::CustomCommand c;
-    c.name = e->name;
-    c.description = e->description;
-    c.command = e->command;
+    c.name = e.name;
+    c.description = e.description;
+    c.command = e.command;
     try {
       for (const auto& a : e->args)
         c.args.emplace_back(a.name, arg_type_name(a.type), a.required, a.default_value,
@@ -87,7 +87,7 @@ Result<std::vector<templates::CustomCommand>> remote_custom_commands(const json:
     } catch (const std::exception& ex) {
       return invalid_argument("custom command " + c.name + ": " + ex.what());
     }
-    if (auto st = templates::validate_custom_command(c); !st.ok()) return st.error();
+    ABX_TRY(templates::validate_custom_command(c));
     out.push_back(std::move(c));
   }
   return out;
@@ -165,9 +165,8 @@ Result<std::vector<CommandEntry>> discover_local(const ConnectionConfig& config,
   }
   std::vector<CommandEntry> registered;
   for (const auto& m : modules) {
-    auto r = load_command_module(m);
-    if (!r.ok()) return r.error();
-    registered.insert(registered.end(), r->begin(), r->end());
+    ABX_ASSIGN_OR_RETURN(auto r, load_command_module(m));
+    registered.insert(registered.end(), r.begin(), r.end());
   }
   return merge_commands({yaml, registered});
 }
@@ -185,9 +184,8 @@ Result<std::vector<CommandEntry>> Sandbox::list_commands(const DiscoveryOptions&
   }
   std::vector<CommandEntry> registered;
   for (const auto& m : opts.modules) {
-    auto r = load_command_module(m);
-    if (!r.ok()) return r.error();
-    registered.insert(registered.end(), r->begin(), r->end());
+    ABX_ASSIGN_OR_RETURN(auto r, load_command_module(m));
+    registered.insert(registered.end(), r.begin(), r.end());
   }
   std::vector<CommandEntry> remote;
   if (opts.remote) {
@@ -217,7 +215,7 @@ Result<std::vector<CommandEntry>> Sandbox::list_commands(const DiscoveryOptions&
 
 Result<CommandResult> Sandbox::run(std::string_view name, const json::object& args,
                                    const CommandOptions& opts) {
-  if (auto st = check_capability(Capability::kShell); !st.ok()) return st.error();
+  ABX_TRY(check_capability(Capability::kShell));
   const std::string& tid = state_->info.template_id;
   std::optional<templates::CustomCommand> cmd;
   {
@@ -228,9 +226,8 @@ Result<CommandResult> Sandbox::run(std::string_view name, const json::object& ar
       auto remote = get_template(tid, state_->config);
       if (!remote.ok() && remote.error().code() != ErrorCode::kNotFound) return remote.error();
       if (remote.ok()) {
-        auto cc = remote_custom_commands(*remote);
-        if (!cc.ok()) return cc.error();
-        for (auto& c : *cc) {
+        ABX_ASSIGN_OR_RETURN(auto cc, remote_custom_commands(*remote));
+        for (auto& c : cc) {
           if (c.name == name) cmd = std::move(c);
         }
       }
@@ -239,9 +236,8 @@ Result<CommandResult> Sandbox::run(std::string_view name, const json::object& ar
   if (!cmd) {
     return not_found("template '" + tid + "' has no custom command '" + std::string(name) + "'");
   }
-  auto rendered = templates::render_custom_command(*cmd, args);
-  if (!rendered.ok()) return rendered.error();
-  return commands().run(*rendered, opts);
+  ABX_ASSIGN_OR_RETURN(auto rendered, templates::render_custom_command(*cmd, args));
+  return commands().run(rendered, opts);
 }
 
 }  // namespace abx::client

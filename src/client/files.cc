@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "abx/base/json.h"
+#include "abx/base/try.h"
 #include "abx/connect/connect.h"
 #include "client/connect.h"
 #include "client/state.h"
@@ -88,25 +89,25 @@ EntryInfo entry_of(const json::value& response) {
 }  // namespace detail
 
 Result<std::string> Files::read(std::string_view path) {
-  if (auto st = state_->check(Capability::kFiles); !st.ok()) return st.error();
+  ABX_TRY(state_->check(Capability::kFiles));
   auto req = http::make_request(bhttp::verb::get, "/files?path=" + detail::url_encode(path));
-  auto res = state_->plane_send(kEnvdPort, std::move(req), {.idempotent = true});
-  if (!res.ok()) return res.error();
-  if (res->result_int() != 200)
-    return detail::error_from_response(*res, detail::Plane::kEnvd, "read " + std::string(path));
-  return std::move(res->body());
+  ABX_ASSIGN_OR_RETURN(auto res,
+                       state_->plane_send(kEnvdPort, std::move(req), {.idempotent = true}));
+  if (res.result_int() != 200)
+    return detail::error_from_response(res, detail::Plane::kEnvd, "read " + std::string(path));
+  return std::move(res.body());
 }
 
 Result<EntryInfo> Files::write(std::string_view path, std::string_view data) {
-  if (auto st = state_->check(Capability::kFiles); !st.ok()) return st.error();
+  ABX_TRY(state_->check(Capability::kFiles));
   auto req = http::make_request(bhttp::verb::post, "/files?path=" + detail::url_encode(path),
                                 std::string(data), "application/octet-stream");
   // A whole-file replace is idempotent.
-  auto res = state_->plane_send(kEnvdPort, std::move(req), {.idempotent = true});
-  if (!res.ok()) return res.error();
-  if (res->result_int() != 200)
-    return detail::error_from_response(*res, detail::Plane::kEnvd, "write " + std::string(path));
-  auto v = parse_json_strict(res->body());
+  ABX_ASSIGN_OR_RETURN(auto res,
+                       state_->plane_send(kEnvdPort, std::move(req), {.idempotent = true}));
+  if (res.result_int() != 200)
+    return detail::error_from_response(res, detail::Plane::kEnvd, "write " + std::string(path));
+  auto v = parse_json_strict(res.body());
   if (!v.ok() || !v->is_array() || v->as_array().empty())
     return internal_error("write " + std::string(path) +
                           ": envd did not describe the written file");
@@ -114,12 +115,12 @@ Result<EntryInfo> Files::write(std::string_view path, std::string_view data) {
 }
 
 Result<std::vector<EntryInfo>> Files::list(std::string_view path, std::uint32_t depth) {
-  if (auto st = state_->check(Capability::kFiles); !st.ok()) return st.error();
-  auto v = state_->connect_unary("/filesystem.Filesystem/ListDir",
-                                 json::object{{"path", path}, {"depth", depth}}, true);
-  if (!v.ok()) return v.error();
+  ABX_TRY(state_->check(Capability::kFiles));
+  ABX_ASSIGN_OR_RETURN(auto v,
+                       state_->connect_unary("/filesystem.Filesystem/ListDir",
+                                             json::object{{"path", path}, {"depth", depth}}, true));
   std::vector<EntryInfo> out;
-  if (auto* es = v->is_object() ? v->as_object().if_contains("entries") : nullptr;
+  if (auto* es = v.is_object() ? v.as_object().if_contains("entries") : nullptr;
       es && es->is_array()) {
     for (const auto& e : es->as_array()) out.push_back(detail::entry_from_json(e));
   }
@@ -127,10 +128,10 @@ Result<std::vector<EntryInfo>> Files::list(std::string_view path, std::uint32_t 
 }
 
 Result<EntryInfo> Files::stat(std::string_view path) {
-  if (auto st = state_->check(Capability::kFiles); !st.ok()) return st.error();
-  auto v = state_->connect_unary("/filesystem.Filesystem/Stat", json::object{{"path", path}}, true);
-  if (!v.ok()) return v.error();
-  return detail::entry_of(*v);
+  ABX_TRY(state_->check(Capability::kFiles));
+  ABX_ASSIGN_OR_RETURN(auto v, state_->connect_unary("/filesystem.Filesystem/Stat",
+                                                     json::object{{"path", path}}, true));
+  return detail::entry_of(v);
 }
 
 Result<bool> Files::exists(std::string_view path) {
@@ -141,7 +142,7 @@ Result<bool> Files::exists(std::string_view path) {
 }
 
 Result<bool> Files::make_dir(std::string_view path) {
-  if (auto st = state_->check(Capability::kFiles); !st.ok()) return st.error();
+  ABX_TRY(state_->check(Capability::kFiles));
   auto v =
       state_->connect_unary("/filesystem.Filesystem/MakeDir", json::object{{"path", path}}, false);
   if (v.ok()) return true;
@@ -150,7 +151,7 @@ Result<bool> Files::make_dir(std::string_view path) {
 }
 
 Status Files::remove(std::string_view path) {
-  if (auto st = state_->check(Capability::kFiles); !st.ok()) return st.error();
+  ABX_TRY(state_->check(Capability::kFiles));
   auto v =
       state_->connect_unary("/filesystem.Filesystem/Remove", json::object{{"path", path}}, false);
   if (!v.ok()) return v.error();
@@ -158,11 +159,11 @@ Status Files::remove(std::string_view path) {
 }
 
 Result<EntryInfo> Files::rename(std::string_view from, std::string_view to) {
-  if (auto st = state_->check(Capability::kFiles); !st.ok()) return st.error();
-  auto v = state_->connect_unary("/filesystem.Filesystem/Move",
-                                 json::object{{"source", from}, {"destination", to}}, false);
-  if (!v.ok()) return v.error();
-  return detail::entry_of(*v);
+  ABX_TRY(state_->check(Capability::kFiles));
+  ABX_ASSIGN_OR_RETURN(
+      auto v, state_->connect_unary("/filesystem.Filesystem/Move",
+                                    json::object{{"source", from}, {"destination", to}}, false));
+  return detail::entry_of(v);
 }
 
 WatchHandle::WatchHandle(std::shared_ptr<detail::WatchStream> s) : stream_(std::move(s)) {}
@@ -176,18 +177,16 @@ void WatchHandle::stop() {
 Result<WatchHandle> Files::watch(std::string_view path,
                                  std::function<void(const FilesystemEvent&)> on_event,
                                  bool recursive) {
-  if (auto st = state_->check(Capability::kFiles); !st.ok()) return st.error();
-  auto ep = state_->plane_endpoint(kEnvdPort);
-  if (!ep.ok()) return ep.error();
-  auto conn = state_->transport->open_stream(*ep);
-  if (!conn.ok()) return conn.error();
+  ABX_TRY(state_->check(Capability::kFiles));
+  ABX_ASSIGN_OR_RETURN(auto ep, state_->plane_endpoint(kEnvdPort));
+  ABX_ASSIGN_OR_RETURN(auto conn, state_->transport->open_stream(ep));
   json::object body{{"path", path}, {"recursive", recursive}};
   auto req = http::make_request(bhttp::verb::post, "/filesystem.Filesystem/WatchDir",
                                 connect::encode_envelope(0, json::serialize(body)),
                                 "application/connect+json");
   req.set("Connect-Protocol-Version", "1");
   req.set("Keepalive-Ping-Interval", "30");
-  state_->transport->prepare(*ep, req);
+  state_->transport->prepare(ep, req);
   state_->add_plane_headers(req, kEnvdPort);
 
   struct Started {
@@ -199,7 +198,7 @@ Result<WatchHandle> Files::watch(std::string_view path,
   };
   auto started = std::make_shared<Started>();
   auto ws = std::make_shared<detail::WatchStream>();
-  ws->conn = std::move(*conn);
+  ws->conn = std::move(conn);
   auto* c = ws->conn.get();
   ws->reader = std::thread([c, r = std::move(req), started, cb = std::move(on_event)]() mutable {
     auto st = detail::read_connect_stream(

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "abx/base/base64.h"
+#include "abx/base/try.h"
 #include "abx/client/commands.h"
 #include "abx/connect/connect.h"
 #include "client/connect.h"
@@ -148,10 +149,8 @@ Result<CommandHandle> Commands::start_argv(const std::vector<std::string>& argv,
   if (!opts.cwd.empty()) process["cwd"] = opts.cwd;
   json::object body{{"process", std::move(process)}, {"stdin", opts.stdin}};
 
-  auto ep = state_->plane_endpoint(kEnvdPort);
-  if (!ep.ok()) return ep.error();
-  auto conn = state_->transport->open_stream(*ep);
-  if (!conn.ok()) return conn.error();
+  ABX_ASSIGN_OR_RETURN(auto ep, state_->plane_endpoint(kEnvdPort));
+  ABX_ASSIGN_OR_RETURN(auto conn, state_->transport->open_stream(ep));
   auto req = http::make_request(bhttp::verb::post, "/process.Process/Start",
                                 connect::encode_envelope(0, json::serialize(body)),
                                 "application/connect+json");
@@ -161,11 +160,11 @@ Result<CommandHandle> Commands::start_argv(const std::vector<std::string>& argv,
   req.set("Keepalive-Ping-Interval", "30");
   if (opts.timeout.count() > 0) req.set("Connect-Timeout-Ms", std::to_string(opts.timeout.count()));
   if (!opts.user.empty()) req.set(bhttp::field::authorization, detail::basic_user(opts.user));
-  state_->transport->prepare(*ep, req);
+  state_->transport->prepare(ep, req);
   state_->add_plane_headers(req, kEnvdPort);
 
   auto ps = std::make_shared<detail::ProcessStream>();
-  ps->conn = std::move(*conn);
+  ps->conn = std::move(conn);
   ps->on_stdout = opts.on_stdout;
   ps->on_stderr = opts.on_stderr;
   ps->timeout = opts.timeout;
@@ -189,29 +188,27 @@ Result<CommandHandle> Commands::start_argv(const std::vector<std::string>& argv,
 }
 
 Result<CommandHandle> Commands::start(std::string_view cmd, const CommandOptions& opts) {
-  if (auto st = state_->check(Capability::kShell); !st.ok()) return st.error();
+  ABX_TRY(state_->check(Capability::kShell));
   return start_argv({"/bin/bash", "-l", "-c", std::string(cmd)}, opts);
 }
 
 Result<CommandResult> Commands::run(std::string_view cmd, const CommandOptions& opts) {
-  auto h = start(cmd, opts);
-  if (!h.ok()) return h.error();
-  return h->wait();
+  ABX_ASSIGN_OR_RETURN(auto h, start(cmd, opts));
+  return h.wait();
 }
 
 Result<CommandResult> Commands::run_argv(const std::vector<std::string>& argv,
                                          const CommandOptions& opts) {
-  auto h = start_argv(argv, opts);
-  if (!h.ok()) return h.error();
-  return h->wait();
+  ABX_ASSIGN_OR_RETURN(auto h, start_argv(argv, opts));
+  return h.wait();
 }
 
 Result<std::vector<ProcessInfo>> Commands::list() {
-  if (auto st = state_->check(Capability::kShell); !st.ok()) return st.error();
-  auto v = state_->connect_unary("/process.Process/List", json::object{}, true);
-  if (!v.ok()) return v.error();
+  ABX_TRY(state_->check(Capability::kShell));
+  ABX_ASSIGN_OR_RETURN(auto v,
+                       state_->connect_unary("/process.Process/List", json::object{}, true));
   std::vector<ProcessInfo> out;
-  const json::value* procs = v->is_object() ? v->as_object().if_contains("processes") : nullptr;
+  const json::value* procs = v.is_object() ? v.as_object().if_contains("processes") : nullptr;
   if (procs == nullptr || !procs->is_array()) return out;
   for (const auto& p : procs->as_array()) {
     if (!p.is_object()) continue;
@@ -235,7 +232,7 @@ Result<std::vector<ProcessInfo>> Commands::list() {
 }
 
 Result<bool> Commands::kill(std::uint32_t pid) {
-  if (auto st = state_->check(Capability::kShell); !st.ok()) return st.error();
+  ABX_TRY(state_->check(Capability::kShell));
   json::object body = detail::selector(pid);
   body["signal"] = "SIGNAL_SIGKILL";
   auto v = state_->connect_unary("/process.Process/SendSignal", body, false);
@@ -260,14 +257,12 @@ Result<bool> CommandHandle::kill() { return Commands(state_).kill(pid()); }
 Status CommandHandle::send_stdin(std::string_view data) {
   json::object body = detail::selector(pid());
   body["input"] = json::object{{"stdin", abx::base64_encode(data)}};
-  auto v = state_->connect_unary("/process.Process/SendInput", body, false);
-  if (!v.ok()) return v.error();
+  ABX_TRY(state_->connect_unary("/process.Process/SendInput", body, false));
   return {};
 }
 
 Status CommandHandle::close_stdin() {
-  auto v = state_->connect_unary("/process.Process/CloseStdin", detail::selector(pid()), false);
-  if (!v.ok()) return v.error();
+  ABX_TRY(state_->connect_unary("/process.Process/CloseStdin", detail::selector(pid()), false));
   return {};
 }
 

@@ -7,6 +7,7 @@
 
 #include "abx/auth/signing.h"
 #include "abx/base/json.h"
+#include "abx/base/try.h"
 #include "abx/token/token.h"
 #include "client/state.h"
 
@@ -67,30 +68,8 @@ ConnectionConfig ConnectionConfig::from_env() {
   return c;
 }
 
-std::string_view capability_name(Capability c) {
-  switch (c) {
-    case Capability::kShell:
-      return "shell";
-    case Capability::kFiles:
-      return "files";
-    case Capability::kCode:
-      return "code";
-    case Capability::kPorts:
-      return "ports";
-  }
-  return "?";
-}
-
-std::optional<Capability> parse_capability(std::string_view n) {
-  if (n == "shell") return Capability::kShell;
-  if (n == "files") return Capability::kFiles;
-  if (n == "code") return Capability::kCode;
-  if (n == "ports") return Capability::kPorts;
-  return std::nullopt;
-}
-
 std::set<Capability> default_capabilities() {
-  return {Capability::kShell, Capability::kFiles, Capability::kCode};
+  return {templates::kDefaultCapabilities.begin(), templates::kDefaultCapabilities.end()};
 }
 
 std::optional<Language> parse_language(std::string_view n) {
@@ -149,8 +128,7 @@ namespace detail {
 Result<http::Response> control_request(Transport& t, bhttp::verb method, std::string target,
                                        const json::value* body, bool idempotent) {
   const auto& cfg = t.config();
-  auto ep = parse_http_url(cfg.api_url);
-  if (!ep.ok()) return ep.error();
+  ABX_ASSIGN_OR_RETURN(auto ep, parse_http_url(cfg.api_url));
   auto req = http::make_request(method, std::move(target), body ? to_json_string(*body) : "");
   Transport::SendOptions opts;
   opts.idempotent = idempotent;
@@ -164,24 +142,22 @@ Result<http::Response> control_request(Transport& t, bhttp::verb method, std::st
         hr.headers.push_back({std::string(f.name_string()), std::string(f.value())});
       auth::SignOptions so;
       so.now_unix = std::time(nullptr);
-      auto headers = auth::sign(hr, r.body(), creds, so);
-      if (!headers.ok()) return headers.error();
-      for (const auto& h : *headers) r.set(h.name, h.value);
+      ABX_ASSIGN_OR_RETURN(auto headers, auth::sign(hr, r.body(), creds, so));
+      for (const auto& h : headers) r.set(h.name, h.value);
       return {};
     };
   } else if (!cfg.api_key.empty()) {
     req.set("X-API-KEY", cfg.api_key);
   }
-  return t.send(*ep, std::move(req), opts);
+  return t.send(ep, std::move(req), opts);
 }
 
 Result<json::value> control_json(Transport& t, bhttp::verb method, std::string target,
                                  const json::value* body, bool idempotent, std::string_view what) {
-  auto res = control_request(t, method, std::move(target), body, idempotent);
-  if (!res.ok()) return res.error();
-  if (res->result_int() / 100 != 2) return error_from_response(*res, Plane::kControl, what);
-  if (res->body().empty()) return json::value(nullptr);
-  auto v = parse_json_strict(res->body());
+  ABX_ASSIGN_OR_RETURN(auto res, control_request(t, method, std::move(target), body, idempotent));
+  if (res.result_int() / 100 != 2) return error_from_response(res, Plane::kControl, what);
+  if (res.body().empty()) return json::value(nullptr);
+  auto v = parse_json_strict(res.body());
   if (!v.ok())
     return Error(ErrorCode::kInternal,
                  std::string(what) + ": bad JSON from the platform: " + v.error().message());
@@ -205,9 +181,8 @@ const templates::Template* find_local_template(const templates::TemplateCatalog&
 }
 
 Status SandboxState::check(Capability c) {
-  auto caps = resolve_capabilities(*this);
-  if (!caps.ok()) return caps.error();
-  if (caps->count(c)) return {};
+  ABX_ASSIGN_OR_RETURN(auto caps, resolve_capabilities(*this));
+  if (caps.count(c)) return {};
   return Error(ErrorCode::kFailedPrecondition,
                "sandbox " + info.sandbox_id + " (template " +
                    (info.template_id.empty() ? std::string("?") : info.template_id) +
@@ -236,21 +211,19 @@ void SandboxState::add_plane_headers(http::Request& req, std::uint16_t port) con
 
 Result<http::Response> SandboxState::plane_send(std::uint16_t port, http::Request req,
                                                 Transport::SendOptions opts) {
-  auto ep = plane_endpoint(port);
-  if (!ep.ok()) return ep.error();
+  ABX_ASSIGN_OR_RETURN(auto ep, plane_endpoint(port));
   add_plane_headers(req, port);
-  return transport->send(*ep, std::move(req), opts);
+  return transport->send(ep, std::move(req), opts);
 }
 
 Result<json::value> SandboxState::connect_unary(std::string_view path, const json::value& body,
                                                 bool idempotent) {
   auto req = http::make_request(bhttp::verb::post, std::string(path), to_json_string(body));
   req.set("Connect-Protocol-Version", "1");
-  auto res = plane_send(kEnvdPort, std::move(req), {.idempotent = idempotent});
-  if (!res.ok()) return res.error();
-  if (res->result_int() != 200) return error_from_response(*res, Plane::kEnvd, path.substr(1));
-  auto v = parse_json_strict(res->body().empty() ? std::string_view("{}")
-                                                 : std::string_view(res->body()));
+  ABX_ASSIGN_OR_RETURN(auto res, plane_send(kEnvdPort, std::move(req), {.idempotent = idempotent}));
+  if (res.result_int() != 200) return error_from_response(res, Plane::kEnvd, path.substr(1));
+  auto v =
+      parse_json_strict(res.body().empty() ? std::string_view("{}") : std::string_view(res.body()));
   if (!v.ok()) return Error(ErrorCode::kInternal, "envd sent bad JSON: " + v.error().message());
   return std::move(*v);
 }
@@ -273,25 +246,23 @@ Result<Sandbox> Sandbox::create(std::string_view template_id, const CreateOption
   body["envVars"] = std::move(envs);
   detail::Transport t(config);
   json::value bv = body;
-  auto v = control_json(t, bhttp::verb::post, "/sandboxes", &bv, false, "create sandbox");
-  if (!v.ok()) return v.error();
-  auto info = sandbox_info_from_json(*v);
-  if (!info.ok()) return info.error();
-  if (info->template_id.empty()) info->template_id = std::string(template_id);
-  return Sandbox(std::make_shared<detail::SandboxState>(config, std::move(*info)));
+  ABX_ASSIGN_OR_RETURN(
+      auto v, control_json(t, bhttp::verb::post, "/sandboxes", &bv, false, "create sandbox"));
+  ABX_ASSIGN_OR_RETURN(auto info, sandbox_info_from_json(v));
+  if (info.template_id.empty()) info.template_id = std::string(template_id);
+  return Sandbox(std::make_shared<detail::SandboxState>(config, std::move(info)));
 }
 
 Result<Sandbox> Sandbox::connect(std::string_view sandbox_id, const ConnectionConfig& config,
                                  std::chrono::seconds timeout) {
   detail::Transport t(config);
   json::value body = json::object{{"timeout", timeout.count()}};
-  auto v = control_json(t, bhttp::verb::post,
-                        "/sandboxes/" + detail::url_encode(sandbox_id) + "/connect", &body, false,
-                        "connect to sandbox " + std::string(sandbox_id));
-  if (!v.ok()) return v.error();
-  auto info = sandbox_info_from_json(*v);
-  if (!info.ok()) return info.error();
-  return Sandbox(std::make_shared<detail::SandboxState>(config, std::move(*info)));
+  ABX_ASSIGN_OR_RETURN(
+      auto v, control_json(t, bhttp::verb::post,
+                           "/sandboxes/" + detail::url_encode(sandbox_id) + "/connect", &body,
+                           false, "connect to sandbox " + std::string(sandbox_id)));
+  ABX_ASSIGN_OR_RETURN(auto info, sandbox_info_from_json(v));
+  return Sandbox(std::make_shared<detail::SandboxState>(config, std::move(info)));
 }
 
 Sandbox Sandbox::attach(SandboxInfo info, const ConnectionConfig& config) {
@@ -331,18 +302,17 @@ Result<std::vector<SandboxInfo>> Sandbox::list(const ListFilters& f,
     if (!f.template_id.empty()) add("template", f.template_id);
     if (f.limit > 0) add("limit", std::to_string(std::min(f.limit, 100)));
     if (!next.empty()) add("nextToken", next);
-    auto res = detail::control_request(t, bhttp::verb::get, "/v2/sandboxes" + q, nullptr, true);
-    if (!res.ok()) return res.error();
-    if (res->result_int() != 200)
-      return detail::error_from_response(*res, detail::Plane::kControl, "list sandboxes");
-    auto v = parse_json_strict(res->body());
+    ABX_ASSIGN_OR_RETURN(
+        auto res, detail::control_request(t, bhttp::verb::get, "/v2/sandboxes" + q, nullptr, true));
+    if (res.result_int() != 200)
+      return detail::error_from_response(res, detail::Plane::kControl, "list sandboxes");
+    auto v = parse_json_strict(res.body());
     if (!v.ok() || !v->is_array()) return internal_error("list sandboxes: expected a JSON array");
     for (const auto& item : v->as_array()) {
-      auto i = sandbox_info_from_json(item);
-      if (!i.ok()) return i.error();
-      out.push_back(std::move(*i));
+      ABX_ASSIGN_OR_RETURN(auto i, sandbox_info_from_json(item));
+      out.push_back(std::move(i));
     }
-    next = std::string((*res)["X-Next-Token"]);
+    next = std::string(res["X-Next-Token"]);
     if (next.empty() || (f.limit > 0 && static_cast<int>(out.size()) >= f.limit)) break;
   }
   if (f.limit > 0 && static_cast<int>(out.size()) > f.limit)
@@ -352,12 +322,13 @@ Result<std::vector<SandboxInfo>> Sandbox::list(const ListFilters& f,
 
 Result<bool> Sandbox::kill(std::string_view sandbox_id, const ConnectionConfig& config) {
   detail::Transport t(config);
-  auto res = detail::control_request(t, bhttp::verb::delete_,
-                                     "/sandboxes/" + detail::url_encode(sandbox_id), nullptr, true);
-  if (!res.ok()) return res.error();
-  if (res->result_int() / 100 == 2) return true;
-  if (res->result_int() == 404) return false;
-  return detail::error_from_response(*res, detail::Plane::kControl,
+  ABX_ASSIGN_OR_RETURN(
+      auto res,
+      detail::control_request(t, bhttp::verb::delete_,
+                              "/sandboxes/" + detail::url_encode(sandbox_id), nullptr, true));
+  if (res.result_int() / 100 == 2) return true;
+  if (res.result_int() == 404) return false;
+  return detail::error_from_response(res, detail::Plane::kControl,
                                      "kill sandbox " + std::string(sandbox_id));
 }
 
@@ -369,18 +340,17 @@ Result<bool> Sandbox::kill() { return kill(id(), state_->config); }
 
 Status Sandbox::set_timeout(std::chrono::seconds timeout) {
   json::value body = json::object{{"timeout", timeout.count()}};
-  auto v = control_json(*state_->transport, bhttp::verb::post,
-                        "/sandboxes/" + detail::url_encode(id()) + "/timeout", &body, true,
-                        "set timeout of sandbox " + id());
-  if (!v.ok()) return v.error();
+  ABX_TRY(control_json(*state_->transport, bhttp::verb::post,
+                       "/sandboxes/" + detail::url_encode(id()) + "/timeout", &body, true,
+                       "set timeout of sandbox " + id()));
   return {};
 }
 
 Result<SandboxInfo> Sandbox::info() {
-  auto v = control_json(*state_->transport, bhttp::verb::get,
-                        "/sandboxes/" + detail::url_encode(id()), nullptr, true, "sandbox " + id());
-  if (!v.ok()) return v.error();
-  return sandbox_info_from_json(*v);
+  ABX_ASSIGN_OR_RETURN(auto v, control_json(*state_->transport, bhttp::verb::get,
+                                            "/sandboxes/" + detail::url_encode(id()), nullptr, true,
+                                            "sandbox " + id()));
+  return sandbox_info_from_json(v);
 }
 
 Result<bool> Sandbox::pause() {
@@ -439,7 +409,7 @@ Result<std::set<Capability>> resolve_capabilities(SandboxState& st) {
   auto catalog = detail::load_local_catalog(st.config);
   if (const auto* t = detail::find_local_template(catalog, tid)) {
     caps.clear();
-    for (auto c : t->capabilities) caps.insert(*parse_capability(templates::capability_name(c)));
+    caps.insert(t->capabilities.begin(), t->capabilities.end());
   } else if (!tid.empty()) {
     auto v = get_template(tid, st.config);
     if (v.ok()) {
@@ -466,7 +436,7 @@ Files Sandbox::files() { return Files(state_); }
 CommandServer Sandbox::server() { return CommandServer(state_); }
 
 Result<std::string> Sandbox::get_host(std::uint16_t port) {
-  if (auto st = check_capability(Capability::kPorts); !st.ok()) return st.error();
+  ABX_TRY(check_capability(Capability::kPorts));
   const std::string& domain =
       state_->info.domain.empty() ? state_->config.domain : state_->info.domain;
   return std::to_string(port) + "-" + id() + "." + domain;
@@ -474,7 +444,7 @@ Result<std::string> Sandbox::get_host(std::uint16_t port) {
 
 Result<CommandResult> Sandbox::run_code(std::string_view code, Language language,
                                         const CommandOptions& opts) {
-  if (auto st = check_capability(Capability::kCode); !st.ok()) return st.error();
+  ABX_TRY(check_capability(Capability::kCode));
   std::vector<std::string> argv;
   switch (language) {
     case Language::kPython:
@@ -501,12 +471,12 @@ Result<std::string> Sandbox::scoped_token(const std::vector<std::string>& comman
   json::array cmds;
   for (const auto& c : commands) cmds.emplace_back(c);
   json::value body = json::object{{"commands", std::move(cmds)}, {"ttlSeconds", ttl.count()}};
-  auto v = control_json(*state_->transport, bhttp::verb::post,
-                        "/sandboxes/" + detail::url_encode(id()) + "/tokens", &body, false,
-                        "mint a scoped token for sandbox " + id());
-  if (!v.ok()) return v.error();
-  if (!v->is_object()) return internal_error("mint token: expected an object");
-  auto tok = str_field(v->as_object(), "token");
+  ABX_ASSIGN_OR_RETURN(
+      auto v, control_json(*state_->transport, bhttp::verb::post,
+                           "/sandboxes/" + detail::url_encode(id()) + "/tokens", &body, false,
+                           "mint a scoped token for sandbox " + id()));
+  if (!v.is_object()) return internal_error("mint token: expected an object");
+  auto tok = str_field(v.as_object(), "token");
   if (tok.empty()) return internal_error("mint token: the platform sent no token");
   return tok;
 }
@@ -520,19 +490,19 @@ Sandbox Sandbox::with_access_token(std::string tok) const {
 
 Result<json::array> list_templates(const ConnectionConfig& config) {
   detail::Transport t(config);
-  auto v = control_json(t, bhttp::verb::get, "/templates", nullptr, true, "list templates");
-  if (!v.ok()) return v.error();
-  if (!v->is_array()) return internal_error("list templates: expected a JSON array");
-  return v->as_array();
+  ABX_ASSIGN_OR_RETURN(
+      auto v, control_json(t, bhttp::verb::get, "/templates", nullptr, true, "list templates"));
+  if (!v.is_array()) return internal_error("list templates: expected a JSON array");
+  return v.as_array();
 }
 
 Result<json::object> get_template(std::string_view template_id, const ConnectionConfig& config) {
   detail::Transport t(config);
-  auto v = control_json(t, bhttp::verb::get, "/templates/" + detail::url_encode(template_id),
-                        nullptr, true, "template " + std::string(template_id));
-  if (!v.ok()) return v.error();
-  if (!v->is_object()) return internal_error("template: expected a JSON object");
-  return v->as_object();
+  ABX_ASSIGN_OR_RETURN(
+      auto v, control_json(t, bhttp::verb::get, "/templates/" + detail::url_encode(template_id),
+                           nullptr, true, "template " + std::string(template_id)));
+  if (!v.is_object()) return internal_error("template: expected a JSON object");
+  return v.as_object();
 }
 
 }  // namespace abx::client

@@ -200,8 +200,7 @@ Result<http::Response> Transport::send(const Endpoint& ep, http::Request req, Se
   for (int attempt = 0;; ++attempt) {
     http::Request attempt_req = req;
     if (opts.before_send) {
-      auto st = opts.before_send(attempt_req);
-      if (!st.ok()) return st.error();
+      ABX_TRY(opts.before_send(attempt_req));
     }
     bool reused = false;
     auto conn = checkout(ep, &reused);

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <string>
 
+#include "abx/base/try.h"
+
 namespace abx::registry {
 namespace json = boost::json;
 
@@ -113,9 +115,8 @@ Result<json::object> coerce_kwargs(const RegisteredCommand& cmd, const json::val
       }
       continue;
     }
-    auto v = coerce_value(arg, it->value());
-    if (!v.ok()) return v.error();
-    out.emplace(arg.name, std::move(*v));
+    ABX_ASSIGN_OR_RETURN(auto v, coerce_value(arg, it->value()));
+    out.emplace(arg.name, std::move(v));
   }
   if (!missing.empty()) {
     return invalid_argument("missing required argument" +
@@ -130,9 +131,8 @@ Result<json::object> parse_kwargs(const RegisteredCommand& cmd, std::string_view
   if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) {
     return coerce_kwargs(cmd, json::object());
   }
-  auto v = parse_json_strict(body, limits);
-  if (!v.ok()) return v.error();
-  return coerce_kwargs(cmd, *v);
+  ABX_ASSIGN_OR_RETURN(auto v, parse_json_strict(body, limits));
+  return coerce_kwargs(cmd, v);
 }
 
 }  // namespace abx::registry

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <string>
 
+#include "abx/base/try.h"
 #include "abx/registry/coerce.h"
 #include "abx/registry/register.h"
 
@@ -133,9 +134,8 @@ Result<json::value> parse_string_literal(std::string_view t) {
     if (i >= t.size() || t[i] != '"') return invalid_argument("not a string literal");
     std::size_t end = skip_quoted(t, i);
     if (end == std::string_view::npos) return invalid_argument("unterminated string literal");
-    auto piece = unescape(t.substr(i + 1, end - i - 2));
-    if (!piece.ok()) return piece.error();
-    out += *piece;
+    ABX_ASSIGN_OR_RETURN(auto piece, unescape(t.substr(i + 1, end - i - 2)));
+    out += piece;
     any = true;
     i = end;
   }

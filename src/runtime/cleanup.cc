@@ -13,6 +13,7 @@
 
 #include <sstream>
 
+#include "abx/base/try.h"
 #include "abx/runtime/sandbox.h"
 #include "sys.h"
 
@@ -55,8 +56,7 @@ Result<int> cleanup_stale(const std::string& state_dir) {
   }
   ::closedir(d);
 
-  auto layout = CgroupLayout::detect();
-  if (!layout) return layout.error();
+  ABX_ASSIGN_OR_RETURN(auto layout, CgroupLayout::detect());
   int cleaned = 0;
   Status first_error;
   for (const auto& id : ids) {
@@ -76,7 +76,7 @@ Result<int> cleanup_stale(const std::string& state_dir) {
       in >> pid >> start >> parent;
     }
     kill_init(pid, start);
-    SandboxCgroups cg = SandboxCgroups::existing(*layout, parent, id);
+    SandboxCgroups cg = SandboxCgroups::existing(layout, parent, id);
     Status s = cg.kill();
     if (s) s = cg.remove();
     if (s) s = remove_tree(dir);

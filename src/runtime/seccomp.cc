@@ -12,7 +12,8 @@
 #include <memory>
 #include <mutex>
 
-#include "abx/runtime/fd.h"
+#include "abx/base/fd.h"
+#include "abx/base/try.h"
 #include "child.h"
 #include "sys.h"
 
@@ -86,17 +87,16 @@ Result<std::vector<sock_filter>> build() {
     if (rc != 0) return sys_error(std::string("seccomp_rule_add ") + name, -rc);
     return {};
   };
-  for (const char* name : kDenied)
-    if (Status s = rule(name, deny, 0, nullptr); !s) return s.error();
+  for (const char* name : kDenied) ABX_TRY(rule(name, deny, 0, nullptr));
 
   const scmp_arg_cmp newuser = SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER);
-  if (Status s = rule("clone", deny, 1, &newuser); !s) return s.error();
-  if (Status s = rule("unshare", deny, 1, &newuser); !s) return s.error();
-  if (Status s = rule("clone3", SCMP_ACT_ERRNO(ENOSYS), 0, nullptr); !s) return s.error();
+  ABX_TRY(rule("clone", deny, 1, &newuser));
+  ABX_TRY(rule("unshare", deny, 1, &newuser));
+  ABX_TRY(rule("clone3", SCMP_ACT_ERRNO(ENOSYS), 0, nullptr));
   for (unsigned long req :
        {static_cast<unsigned long>(TIOCSTI), static_cast<unsigned long>(TIOCLINUX)}) {
     const scmp_arg_cmp cmp = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, req);
-    if (Status s = rule("ioctl", deny, 1, &cmp); !s) return s.error();
+    ABX_TRY(rule("ioctl", deny, 1, &cmp));
   }
 
   // libseccomp 2.5 exports only to a descriptor.

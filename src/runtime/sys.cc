@@ -8,6 +8,8 @@
 
 #include <cstdio>
 
+#include "abx/base/try.h"
+
 namespace abx::runtime {
 
 std::string errno_name(int err) {
@@ -55,9 +57,8 @@ Result<UniqueFd> open_fd(const std::string& path, int flags, mode_t mode) {
 
 namespace {
 Status write_all(const std::string& path, std::string_view data, int flags) {
-  auto fd = open_fd(path, flags, 0600);
-  if (!fd) return fd.error();
-  ssize_t n = retry_eintr([&] { return ::write(fd->get(), data.data(), data.size()); });
+  ABX_ASSIGN_OR_RETURN(auto fd, open_fd(path, flags, 0600));
+  ssize_t n = retry_eintr([&] { return ::write(fd.get(), data.data(), data.size()); });
   if (n < 0) return sys_error("write " + path, errno);
   if (static_cast<size_t>(n) != data.size()) return internal_error("short write to " + path);
   return {};
@@ -73,12 +74,11 @@ Status create_file(const std::string& path, std::string_view data) {
 }
 
 Result<std::string> read_file(const std::string& path, std::size_t max) {
-  auto fd = open_fd(path, O_RDONLY);
-  if (!fd) return fd.error();
+  ABX_ASSIGN_OR_RETURN(auto fd, open_fd(path, O_RDONLY));
   std::string out;
   char buf[4096];
   while (out.size() < max) {
-    ssize_t n = retry_eintr([&] { return ::read(fd->get(), buf, sizeof buf); });
+    ssize_t n = retry_eintr([&] { return ::read(fd.get(), buf, sizeof buf); });
     if (n < 0) return sys_error("read " + path, errno);
     if (n == 0) break;
     out.append(buf, static_cast<size_t>(n));
@@ -149,7 +149,7 @@ Status remove_tree(const std::string& path) {
   UniqueFd dir(fd);
   struct stat st;
   if (fstat(dir.get(), &st) != 0) return sys_error("stat " + path, errno);
-  if (Status s = remove_children(dir.get(), path, st.st_dev); !s) return s;
+  ABX_TRY(remove_children(dir.get(), path, st.st_dev));
   if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return sys_error("rmdir " + path, errno);
   return {};
 }

@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "abx/base/error.h"
-#include "abx/runtime/fd.h"
+#include "abx/base/fd.h"
 #include "abx/runtime/process.h"  // process_start_time, used with the helpers below
 
 namespace abx::runtime {

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "abx/base/error.h"
+#include "abx/base/try.h"
 
 namespace abx::store::sql {
 
@@ -72,8 +73,7 @@ class Stmt {
   }
   // Runs a statement that returns no rows.
   Status exec() {
-    auto r = step();
-    if (!r.ok()) return r.error();
+    ABX_TRY(step());
     return {};
   }
 

@@ -17,6 +17,7 @@
 
 #include "abx/base/base64.h"
 #include "abx/base/hex.h"
+#include "abx/base/try.h"
 #include "abx/token/token.h"
 #include "store/sqlite.h"
 
@@ -100,12 +101,8 @@ Result<SandboxRecord> read_sandbox(const sql::Stmt& s) {
   r.cpu_count = s.real(9);
   r.memory_mb = s.int64(10);
   r.disk_mb = s.int64(11);
-  auto md = decode_map(s.text(12), "metadata");
-  if (!md.ok()) return md.error();
-  r.metadata = std::move(*md);
-  auto env = decode_map(s.text(13), "env_vars");
-  if (!env.ok()) return env.error();
-  r.env_vars = std::move(*env);
+  ABX_ASSIGN_OR_RETURN(r.metadata, decode_map(s.text(12), "metadata"));
+  ABX_ASSIGN_OR_RETURN(r.env_vars, decode_map(s.text(13), "env_vars"));
   r.domain = s.text(14);
   return r;
 }
@@ -248,18 +245,17 @@ struct Store::Impl {
     }
     for (;;) {
       Tx tx(conn);
-      if (auto st = tx.begin(); !st.ok()) return st;
+      ABX_TRY(tx.begin());
       // Read inside the write transaction: two processes opening a new file at once must not
       // both apply the same migration.
       int v = 0;
       bool has_row = false;
       {
-        auto s = conn.prepare("SELECT version FROM schema_version", "read schema_version");
-        if (!s.ok()) return s.error();
-        auto row = s->step();
-        if (!row.ok()) return row.error();
-        has_row = *row;
-        if (has_row) v = static_cast<int>(s->int64(0));
+        ABX_ASSIGN_OR_RETURN(
+            auto s, conn.prepare("SELECT version FROM schema_version", "read schema_version"));
+        ABX_ASSIGN_OR_RETURN(auto row, s.step());
+        has_row = row;
+        if (has_row) v = static_cast<int>(s.int64(0));
       }
       if (v > kSchemaVersion) {
         return Error(ErrorCode::kFailedPrecondition,
@@ -270,13 +266,13 @@ struct Store::Impl {
         version = v;
         return tx.commit();
       }
-      if (auto st = conn.exec(kMigrations[v], "migrate"); !st.ok()) return st;
-      auto up = conn.prepare(has_row ? "UPDATE schema_version SET version = ?1"
-                                     : "INSERT INTO schema_version (version) VALUES (?1)",
-                             "write schema_version");
-      if (!up.ok()) return up.error();
-      if (auto st = up->bind(1, v + 1).exec(); !st.ok()) return st;
-      if (auto st = tx.commit(); !st.ok()) return st;
+      ABX_TRY(conn.exec(kMigrations[v], "migrate"));
+      ABX_ASSIGN_OR_RETURN(
+          auto up, conn.prepare(has_row ? "UPDATE schema_version SET version = ?1"
+                                        : "INSERT INTO schema_version (version) VALUES (?1)",
+                                "write schema_version"));
+      ABX_TRY(up.bind(1, v + 1).exec());
+      ABX_TRY(tx.commit());
     }
   }
 
@@ -303,17 +299,18 @@ Result<std::unique_ptr<Store>> Store::open(const std::filesystem::path& file,
   if (::fstat(fd, &sb) == 0 && (sb.st_mode & 077) != 0) (void)::fchmod(fd, 0600);
   ::close(fd);
 
-  auto conn = sql::Connection::open(file.string(), static_cast<int>(options.busy_timeout.count()));
-  if (!conn.ok()) return conn.error();
+  ABX_ASSIGN_OR_RETURN(
+      auto conn,
+      sql::Connection::open(file.string(), static_cast<int>(options.busy_timeout.count())));
   auto impl = std::make_unique<Impl>();
-  impl->conn = std::move(*conn);
+  impl->conn = std::move(conn);
 
   {
-    auto s = impl->conn.prepare("PRAGMA journal_mode = WAL", "set journal_mode");
-    if (!s.ok()) return s.error();
-    auto row = s->step();
+    ABX_ASSIGN_OR_RETURN(auto s,
+                         impl->conn.prepare("PRAGMA journal_mode = WAL", "set journal_mode"));
+    auto row = s.step();
     if (!row.ok()) return row.error();
-    if (!*row || s->text(0) != "wal") {
+    if (!*row || s.text(0) != "wal") {
       return unavailable("store: " + file.string() + " cannot use WAL journaling");
     }
   }
@@ -324,7 +321,7 @@ Result<std::unique_ptr<Store>> Store::open(const std::filesystem::path& file,
   if (auto st = impl->conn.exec("PRAGMA foreign_keys = ON", "set foreign_keys"); !st.ok()) {
     return st.error();
   }
-  if (auto st = impl->migrate(); !st.ok()) return st.error();
+  ABX_TRY(impl->migrate());
   return std::unique_ptr<Store>(new Store(std::move(impl)));
 }
 
@@ -332,15 +329,13 @@ int Store::schema_version() const { return impl_->version; }
 
 Status Store::check_integrity() {
   std::lock_guard lock(impl_->mu);
-  auto s = impl_->conn.prepare("PRAGMA integrity_check", "integrity_check");
-  if (!s.ok()) return s.error();
+  ABX_ASSIGN_OR_RETURN(auto s, impl_->conn.prepare("PRAGMA integrity_check", "integrity_check"));
   std::string report;
   for (;;) {
-    auto row = s->step();
-    if (!row.ok()) return row.error();
-    if (!*row) break;
+    ABX_ASSIGN_OR_RETURN(auto row, s.step());
+    if (!row) break;
     if (!report.empty()) report += "; ";
-    report += s->text(0);
+    report += s.text(0);
   }
   if (report != "ok") {
     return Error(ErrorCode::kFailedPrecondition, "store: integrity_check: " + report);
@@ -357,13 +352,15 @@ Status Store::insert_sandbox(const SandboxRecord& r) {
   }
   if (r.template_id.empty()) return invalid_argument("sandbox needs a template id");
   std::lock_guard lock(impl_->mu);
-  auto s = impl_->conn.prepare(
-      "INSERT INTO sandboxes (id, template_id, client_id, created_at, end_at, state, init_pid, "
-      "init_start_time, token_digest, cpu_count, memory_mb, disk_mb, metadata, env_vars, domain) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
-      "insert sandbox");
-  if (!s.ok()) return s.error();
-  s->bind(1, r.id)
+  ABX_ASSIGN_OR_RETURN(
+      auto s,
+      impl_->conn.prepare(
+          "INSERT INTO sandboxes (id, template_id, client_id, created_at, end_at, state, init_pid, "
+          "init_start_time, token_digest, cpu_count, memory_mb, disk_mb, metadata, env_vars, "
+          "domain) "
+          "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+          "insert sandbox"));
+  s.bind(1, r.id)
       .bind(2, r.template_id)
       .bind(3, r.client_id)
       .bind(4, r.created_at_ms)
@@ -378,20 +375,19 @@ Status Store::insert_sandbox(const SandboxRecord& r) {
       .bind(13, encode_map(r.metadata))
       .bind(14, encode_map(r.env_vars))
       .bind(15, r.domain);
-  return s->exec();
+  return s.exec();
 }
 
 Result<SandboxRecord> Store::get_sandbox(std::string_view id) {
   if (!valid_sandbox_id(id)) return bad_id(id);
   std::lock_guard lock(impl_->mu);
-  auto s = impl_->conn.prepare(
-      std::string("SELECT ") + kSandboxColumns + " FROM sandboxes WHERE id = ?1", "get sandbox");
-  if (!s.ok()) return s.error();
-  s->bind(1, id);
-  auto row = s->step();
-  if (!row.ok()) return row.error();
-  if (!*row) return not_found("sandbox '" + std::string(id) + "' not found");
-  return read_sandbox(*s);
+  ABX_ASSIGN_OR_RETURN(auto s, impl_->conn.prepare(std::string("SELECT ") + kSandboxColumns +
+                                                       " FROM sandboxes WHERE id = ?1",
+                                                   "get sandbox"));
+  s.bind(1, id);
+  ABX_ASSIGN_OR_RETURN(auto row, s.step());
+  if (!row) return not_found("sandbox '" + std::string(id) + "' not found");
+  return read_sandbox(s);
 }
 
 namespace {
@@ -426,9 +422,7 @@ Result<SandboxPage> Store::list_sandboxes(const SandboxFilter& f) {
   if (f.limit == 0 || f.limit > 1000) return invalid_argument("limit must be 1..1000");
   std::optional<std::pair<std::int64_t, std::string>> cursor;
   if (!f.page_token.empty()) {
-    auto c = decode_cursor(f.page_token);
-    if (!c.ok()) return c.error();
-    cursor = std::move(*c);
+    ABX_ASSIGN_OR_RETURN(cursor, decode_cursor(f.page_token));
   }
   // The SQL text depends only on which filters are present; every value is bound.
   std::string q = std::string("SELECT ") + kSandboxColumns + " FROM sandboxes AS s WHERE 1";
@@ -474,20 +468,18 @@ Result<SandboxPage> Store::list_sandboxes(const SandboxFilter& f) {
       [ln, v = static_cast<std::int64_t>(f.limit + 1)](sql::Stmt& s) { s.bind(ln, v); });
 
   std::lock_guard lock(impl_->mu);
-  auto s = impl_->conn.prepare(q, "list sandboxes");
-  if (!s.ok()) return s.error();
-  for (auto& b : binds) b(*s);
+  ABX_ASSIGN_OR_RETURN(auto s, impl_->conn.prepare(q, "list sandboxes"));
+  for (auto& b : binds) b(s);
   SandboxPage page;
   for (;;) {
-    auto row = s->step();
-    if (!row.ok()) return row.error();
-    if (!*row) break;
+    ABX_ASSIGN_OR_RETURN(auto row, s.step());
+    if (!row) break;
     if (page.items.size() == f.limit) {
       const auto& last = page.items.back();
       page.next_token = encode_cursor(last.created_at_ms, last.id);
       break;
     }
-    auto rec = read_sandbox(*s);
+    auto rec = read_sandbox(s);
     if (!rec.ok()) return rec.error();
     page.items.push_back(std::move(*rec));
   }
@@ -497,28 +489,29 @@ Result<SandboxPage> Store::list_sandboxes(const SandboxFilter& f) {
 Status Store::update_state(std::string_view id, SandboxState state) {
   if (!valid_sandbox_id(id)) return bad_id(id);
   std::lock_guard lock(impl_->mu);
-  auto s = impl_->conn.prepare("UPDATE sandboxes SET state = ?2 WHERE id = ?1", "update state");
-  if (!s.ok()) return s.error();
-  if (auto st = s->bind(1, id).bind(2, state_name(state)).exec(); !st.ok()) return st;
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare("UPDATE sandboxes SET state = ?2 WHERE id = ?1", "update state"));
+  ABX_TRY(s.bind(1, id).bind(2, state_name(state)).exec());
   return impl_->expect_one_change(id);
 }
 
 Status Store::set_deadline(std::string_view id, std::int64_t end_at_ms) {
   if (!valid_sandbox_id(id)) return bad_id(id);
   std::lock_guard lock(impl_->mu);
-  auto s = impl_->conn.prepare("UPDATE sandboxes SET end_at = ?2 WHERE id = ?1", "set deadline");
-  if (!s.ok()) return s.error();
-  if (auto st = s->bind(1, id).bind(2, end_at_ms).exec(); !st.ok()) return st;
+  ABX_ASSIGN_OR_RETURN(auto s, impl_->conn.prepare("UPDATE sandboxes SET end_at = ?2 WHERE id = ?1",
+                                                   "set deadline"));
+  ABX_TRY(s.bind(1, id).bind(2, end_at_ms).exec());
   return impl_->expect_one_change(id);
 }
 
 Status Store::set_init(std::string_view id, std::int64_t pid, std::uint64_t start_time) {
   if (!valid_sandbox_id(id)) return bad_id(id);
   std::lock_guard lock(impl_->mu);
-  auto s = impl_->conn.prepare(
-      "UPDATE sandboxes SET init_pid = ?2, init_start_time = ?3 WHERE id = ?1", "set init");
-  if (!s.ok()) return s.error();
-  auto st = s->bind(1, id).bind(2, pid).bind(3, static_cast<std::int64_t>(start_time)).exec();
+  ABX_ASSIGN_OR_RETURN(
+      auto s,
+      impl_->conn.prepare("UPDATE sandboxes SET init_pid = ?2, init_start_time = ?3 WHERE id = ?1",
+                          "set init"));
+  auto st = s.bind(1, id).bind(2, pid).bind(3, static_cast<std::int64_t>(start_time)).exec();
   if (!st.ok()) return st;
   return impl_->expect_one_change(id);
 }
@@ -526,26 +519,25 @@ Status Store::set_init(std::string_view id, std::int64_t pid, std::uint64_t star
 Status Store::delete_sandbox(std::string_view id) {
   if (!valid_sandbox_id(id)) return bad_id(id);
   std::lock_guard lock(impl_->mu);
-  auto s = impl_->conn.prepare("DELETE FROM sandboxes WHERE id = ?1", "delete sandbox");
-  if (!s.ok()) return s.error();
-  if (auto st = s->bind(1, id).exec(); !st.ok()) return st;
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare("DELETE FROM sandboxes WHERE id = ?1", "delete sandbox"));
+  ABX_TRY(s.bind(1, id).exec());
   return impl_->expect_one_change(id);
 }
 
 Result<std::vector<SandboxRecord>> Store::expired(std::int64_t now) {
   std::lock_guard lock(impl_->mu);
-  auto s = impl_->conn.prepare(std::string("SELECT ") + kSandboxColumns +
-                                   " FROM sandboxes WHERE state IN ('running', 'paused') AND "
-                                   "end_at <= ?1 ORDER BY end_at, id",
-                               "list expired");
-  if (!s.ok()) return s.error();
-  s->bind(1, now);
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare(std::string("SELECT ") + kSandboxColumns +
+                                      " FROM sandboxes WHERE state IN ('running', 'paused') AND "
+                                      "end_at <= ?1 ORDER BY end_at, id",
+                                  "list expired"));
+  s.bind(1, now);
   std::vector<SandboxRecord> out;
   for (;;) {
-    auto row = s->step();
-    if (!row.ok()) return row.error();
-    if (!*row) break;
-    auto rec = read_sandbox(*s);
+    ABX_ASSIGN_OR_RETURN(auto row, s.step());
+    if (!row) break;
+    auto rec = read_sandbox(s);
     if (!rec.ok()) return rec.error();
     out.push_back(std::move(*rec));
   }
@@ -556,22 +548,22 @@ Result<std::vector<SandboxRecord>> Store::expired(std::int64_t now) {
 
 Result<NewApiKey> Store::create_api_key(std::string_view name) {
   if (name.size() > 256) return invalid_argument("API key name longer than 256 bytes");
-  auto secret = token::random_hex(20);
-  if (!secret.ok()) return secret.error();
+  ABX_ASSIGN_OR_RETURN(auto secret, token::random_hex(20));
   auto id = token::random_hex(8);
   if (!id.ok()) return id.error();
   NewApiKey k;
-  k.key = "e2b_" + *secret;
+  k.key = "e2b_" + secret;
   k.info.id = *id;
   k.info.name = std::string(name);
   k.info.prefix = k.key.substr(0, 8);
   k.info.created_at_ms = now_ms();
   std::lock_guard lock(impl_->mu);
-  auto s = impl_->conn.prepare(
-      "INSERT INTO api_keys (id, name, prefix, digest, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-      "insert api key");
-  if (!s.ok()) return s.error();
-  auto st = s->bind(1, k.info.id)
+  ABX_ASSIGN_OR_RETURN(
+      auto s,
+      impl_->conn.prepare(
+          "INSERT INTO api_keys (id, name, prefix, digest, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+          "insert api key"));
+  auto st = s.bind(1, k.info.id)
                 .bind(2, k.info.name)
                 .bind(3, k.info.prefix)
                 .bind(4, token_digest(k.key))
@@ -594,9 +586,8 @@ Result<std::string> Store::verify_api_key(std::string_view presented) {
         "SELECT id, digest, revoked, last_used FROM api_keys WHERE digest = ?1", "verify api key");
     if (!s.ok()) return s.error();
     s->bind(1, digest);
-    auto row = s->step();
-    if (!row.ok()) return row.error();
-    if (!*row) return denied;
+    ABX_ASSIGN_OR_RETURN(auto row, s->step());
+    if (!row) return denied;
     std::string stored = s->text(1);
     // The lookup already matched on the digest; compare again in constant time so the decision
     // never rests on the index's early-exit string compare.
@@ -618,23 +609,22 @@ Result<std::string> Store::verify_api_key(std::string_view presented) {
 
 Result<std::vector<ApiKeyInfo>> Store::list_api_keys() {
   std::lock_guard lock(impl_->mu);
-  auto s = impl_->conn.prepare(
-      "SELECT id, name, prefix, created_at, last_used, revoked FROM api_keys "
-      "ORDER BY created_at, id",
-      "list api keys");
-  if (!s.ok()) return s.error();
+  ABX_ASSIGN_OR_RETURN(
+      auto s,
+      impl_->conn.prepare("SELECT id, name, prefix, created_at, last_used, revoked FROM api_keys "
+                          "ORDER BY created_at, id",
+                          "list api keys"));
   std::vector<ApiKeyInfo> out;
   for (;;) {
-    auto row = s->step();
-    if (!row.ok()) return row.error();
-    if (!*row) break;
+    ABX_ASSIGN_OR_RETURN(auto row, s.step());
+    if (!row) break;
     ApiKeyInfo k;
-    k.id = s->text(0);
-    k.name = s->text(1);
-    k.prefix = s->text(2);
-    k.created_at_ms = s->int64(3);
-    if (!s->is_null(4)) k.last_used_ms = s->int64(4);
-    k.revoked = s->int64(5) != 0;
+    k.id = s.text(0);
+    k.name = s.text(1);
+    k.prefix = s.text(2);
+    k.created_at_ms = s.int64(3);
+    if (!s.is_null(4)) k.last_used_ms = s.int64(4);
+    k.revoked = s.int64(5) != 0;
     out.push_back(std::move(k));
   }
   return out;
@@ -645,38 +635,37 @@ Status Store::revoke_api_key(std::string_view which) {
   std::lock_guard lock(impl_->mu);
   auto& c = impl_->conn;
   if (which.substr(0, 4) == "e2b_") {
-    auto s = c.prepare("UPDATE api_keys SET revoked = 1 WHERE digest = ?1", "revoke api key");
-    if (!s.ok()) return s.error();
-    if (auto st = s->bind(1, token_digest(which)).exec(); !st.ok()) return st;
+    ABX_ASSIGN_OR_RETURN(
+        auto s, c.prepare("UPDATE api_keys SET revoked = 1 WHERE digest = ?1", "revoke api key"));
+    ABX_TRY(s.bind(1, token_digest(which)).exec());
     if (c.changes() == 0) return not_found("no such API key");
     return {};
   }
   {
-    auto s = c.prepare("UPDATE api_keys SET revoked = 1 WHERE id = ?1", "revoke api key");
-    if (!s.ok()) return s.error();
-    if (auto st = s->bind(1, which).exec(); !st.ok()) return st;
+    ABX_ASSIGN_OR_RETURN(
+        auto s, c.prepare("UPDATE api_keys SET revoked = 1 WHERE id = ?1", "revoke api key"));
+    ABX_TRY(s.bind(1, which).exec());
     if (c.changes() > 0) return {};
   }
   if (which.size() < 4) return not_found("no API key with id '" + std::string(which) + "'");
   std::vector<std::string> ids;
   {
-    auto s = c.prepare("SELECT id FROM api_keys WHERE substr(id, 1, length(?1)) = ?1 LIMIT 2",
-                       "find api key by prefix");
-    if (!s.ok()) return s.error();
-    s->bind(1, which);
+    ABX_ASSIGN_OR_RETURN(
+        auto s, c.prepare("SELECT id FROM api_keys WHERE substr(id, 1, length(?1)) = ?1 LIMIT 2",
+                          "find api key by prefix"));
+    s.bind(1, which);
     for (;;) {
-      auto row = s->step();
-      if (!row.ok()) return row.error();
-      if (!*row) break;
-      ids.push_back(s->text(0));
+      ABX_ASSIGN_OR_RETURN(auto row, s.step());
+      if (!row) break;
+      ids.push_back(s.text(0));
     }
   }
   if (ids.empty()) return not_found("no API key with id '" + std::string(which) + "'");
   if (ids.size() > 1)
     return invalid_argument("id prefix '" + std::string(which) + "' is ambiguous");
-  auto s = c.prepare("UPDATE api_keys SET revoked = 1 WHERE id = ?1", "revoke api key");
-  if (!s.ok()) return s.error();
-  return s->bind(1, ids[0]).exec();
+  ABX_ASSIGN_OR_RETURN(
+      auto s, c.prepare("UPDATE api_keys SET revoked = 1 WHERE id = ?1", "revoke api key"));
+  return s.bind(1, ids[0]).exec();
 }
 
 // --- AK/SK ---
@@ -693,12 +682,12 @@ Result<AccessKey> Store::create_access_key(std::string_view name) {
   k.name = std::string(name);
   k.created_at_ms = now_ms();
   std::lock_guard lock(impl_->mu);
-  auto s = impl_->conn.prepare(
-      "INSERT INTO access_keys (id, secret, name, created_at) VALUES (?1, ?2, ?3, ?4)",
-      "insert access key");
-  if (!s.ok()) return s.error();
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare(
+                  "INSERT INTO access_keys (id, secret, name, created_at) VALUES (?1, ?2, ?3, ?4)",
+                  "insert access key"));
   auto st =
-      s->bind(1, k.access_key_id).bind(2, k.secret).bind(3, k.name).bind(4, k.created_at_ms).exec();
+      s.bind(1, k.access_key_id).bind(2, k.secret).bind(3, k.name).bind(4, k.created_at_ms).exec();
   if (!st.ok()) return st.error();
   return k;
 }
@@ -706,32 +695,30 @@ Result<AccessKey> Store::create_access_key(std::string_view name) {
 Result<std::optional<std::string>> Store::access_key_secret(std::string_view ak) {
   if (ak.empty() || ak.size() > 128) return std::optional<std::string>();
   std::lock_guard lock(impl_->mu);
-  auto s = impl_->conn.prepare("SELECT secret FROM access_keys WHERE id = ?1 AND revoked = 0",
-                               "get access key");
-  if (!s.ok()) return s.error();
-  s->bind(1, ak);
-  auto row = s->step();
-  if (!row.ok()) return row.error();
-  if (!*row) return std::optional<std::string>();
-  return std::optional<std::string>(s->text(0));
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare("SELECT secret FROM access_keys WHERE id = ?1 AND revoked = 0",
+                                  "get access key"));
+  s.bind(1, ak);
+  ABX_ASSIGN_OR_RETURN(auto row, s.step());
+  if (!row) return std::optional<std::string>();
+  return std::optional<std::string>(s.text(0));
 }
 
 Result<std::vector<AccessKey>> Store::list_access_keys() {
   std::lock_guard lock(impl_->mu);
-  auto s = impl_->conn.prepare(
-      "SELECT id, name, created_at, revoked FROM access_keys ORDER BY created_at, id",
-      "list access keys");
-  if (!s.ok()) return s.error();
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare(
+                  "SELECT id, name, created_at, revoked FROM access_keys ORDER BY created_at, id",
+                  "list access keys"));
   std::vector<AccessKey> out;
   for (;;) {
-    auto row = s->step();
-    if (!row.ok()) return row.error();
-    if (!*row) break;
+    ABX_ASSIGN_OR_RETURN(auto row, s.step());
+    if (!row) break;
     AccessKey k;
-    k.access_key_id = s->text(0);
-    k.name = s->text(1);
-    k.created_at_ms = s->int64(2);
-    k.revoked = s->int64(3) != 0;
+    k.access_key_id = s.text(0);
+    k.name = s.text(1);
+    k.created_at_ms = s.int64(2);
+    k.revoked = s.int64(3) != 0;
     out.push_back(std::move(k));
   }
   return out;
@@ -742,7 +729,7 @@ Status Store::revoke_access_key(std::string_view ak) {
   auto s =
       impl_->conn.prepare("UPDATE access_keys SET revoked = 1 WHERE id = ?1", "revoke access key");
   if (!s.ok()) return s.error();
-  if (auto st = s->bind(1, ak).exec(); !st.ok()) return st;
+  ABX_TRY(s->bind(1, ak).exec());
   if (impl_->conn.changes() == 0) return not_found("no such access key");
   return {};
 }
@@ -757,12 +744,13 @@ Result<bool> Store::remember_nonce(std::string_view nonce, std::int64_t expires_
   {
     std::lock_guard lock(impl_->mu);
     // Insert, or take over an expired entry; a live entry is left alone (changes() == 0).
-    auto s = impl_->conn.prepare(
-        "INSERT INTO nonces (nonce, expires_at) VALUES (?1, ?2) ON CONFLICT (nonce) DO UPDATE "
-        "SET expires_at = excluded.expires_at WHERE nonces.expires_at <= ?3",
-        "remember nonce");
-    if (!s.ok()) return s.error();
-    if (auto st = s->bind(1, nonce).bind(2, expires_at_ms).bind(3, now).exec(); !st.ok()) {
+    ABX_ASSIGN_OR_RETURN(
+        auto s,
+        impl_->conn.prepare(
+            "INSERT INTO nonces (nonce, expires_at) VALUES (?1, ?2) ON CONFLICT (nonce) DO UPDATE "
+            "SET expires_at = excluded.expires_at WHERE nonces.expires_at <= ?3",
+            "remember nonce"));
+    if (auto st = s.bind(1, nonce).bind(2, expires_at_ms).bind(3, now).exec(); !st.ok()) {
       return st.error();
     }
     seen = impl_->conn.changes() == 0;
@@ -774,9 +762,9 @@ Result<bool> Store::remember_nonce(std::string_view nonce, std::int64_t expires_
 
 Result<std::int64_t> Store::prune_nonces(std::int64_t now) {
   std::lock_guard lock(impl_->mu);
-  auto s = impl_->conn.prepare("DELETE FROM nonces WHERE expires_at <= ?1", "prune nonces");
-  if (!s.ok()) return s.error();
-  if (auto st = s->bind(1, now).exec(); !st.ok()) return st.error();
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare("DELETE FROM nonces WHERE expires_at <= ?1", "prune nonces"));
+  ABX_TRY(s.bind(1, now).exec());
   return impl_->conn.changes();
 }
 
@@ -785,27 +773,27 @@ Result<std::int64_t> Store::prune_nonces(std::int64_t now) {
 Status Store::record_template(const TemplateSeen& t) {
   if (t.id.empty()) return invalid_argument("template id is empty");
   std::lock_guard lock(impl_->mu);
-  auto s = impl_->conn.prepare(
-      "INSERT INTO templates_seen (id, last_loaded_at, status, error) VALUES (?1, ?2, ?3, ?4) "
-      "ON CONFLICT (id) DO UPDATE SET last_loaded_at = excluded.last_loaded_at, "
-      "status = excluded.status, error = excluded.error",
-      "record template");
-  if (!s.ok()) return s.error();
-  return s->bind(1, t.id).bind(2, t.last_loaded_at_ms).bind(3, t.status).bind(4, t.error).exec();
+  ABX_ASSIGN_OR_RETURN(
+      auto s,
+      impl_->conn.prepare(
+          "INSERT INTO templates_seen (id, last_loaded_at, status, error) VALUES (?1, ?2, ?3, ?4) "
+          "ON CONFLICT (id) DO UPDATE SET last_loaded_at = excluded.last_loaded_at, "
+          "status = excluded.status, error = excluded.error",
+          "record template"));
+  return s.bind(1, t.id).bind(2, t.last_loaded_at_ms).bind(3, t.status).bind(4, t.error).exec();
 }
 
 Result<std::vector<TemplateSeen>> Store::list_templates_seen() {
   std::lock_guard lock(impl_->mu);
-  auto s = impl_->conn.prepare(
-      "SELECT id, last_loaded_at, status, error FROM templates_seen ORDER BY id",
-      "list templates seen");
-  if (!s.ok()) return s.error();
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare(
+                  "SELECT id, last_loaded_at, status, error FROM templates_seen ORDER BY id",
+                  "list templates seen"));
   std::vector<TemplateSeen> out;
   for (;;) {
-    auto row = s->step();
-    if (!row.ok()) return row.error();
-    if (!*row) break;
-    out.push_back({s->text(0), s->int64(1), s->text(2), s->text(3)});
+    ABX_ASSIGN_OR_RETURN(auto row, s.step());
+    if (!row) break;
+    out.push_back({s.text(0), s.int64(1), s.text(2), s.text(3)});
   }
   return out;
 }

@@ -15,6 +15,7 @@
 #include <charconv>
 #include <set>
 
+#include "abx/base/try.h"
 #include "abx/registry/coerce.h"
 #include "abx/templates/template.h"
 
@@ -173,14 +174,13 @@ std::string render_value(const json::value& v) {
 
 Status validate_custom_command(const CustomCommand& cmd) {
   if (cmd.command.empty()) return invalid_argument("command is empty");
-  auto pieces = scan(cmd.command);
-  if (!pieces.ok()) return pieces.error();
+  ABX_ASSIGN_OR_RETURN(auto pieces, scan(cmd.command));
   std::set<std::string> names;
   for (const auto& a : cmd.args) {
     if (!names.insert(a.name).second)
       return invalid_argument("arg '" + a.name + "' declared twice");
   }
-  for (const auto& p : *pieces) {
+  for (const auto& p : pieces) {
     if (p.placeholder && !names.count(p.text)) {
       return invalid_argument("placeholder {" + p.text + "} is not a declared arg");
     }
@@ -189,22 +189,20 @@ Status validate_custom_command(const CustomCommand& cmd) {
 }
 
 Result<std::string> render_custom_command(const CustomCommand& cmd, const json::value& args) {
-  auto pieces = scan(cmd.command);
-  if (!pieces.ok()) return pieces.error();
-  if (auto st = validate_custom_command(cmd); !st.ok()) return st.error();
-  auto kwargs = registry::coerce_kwargs(as_registered(cmd), args);
-  if (!kwargs.ok()) return kwargs.error();
-  for (const auto& kv : *kwargs) {
+  ABX_ASSIGN_OR_RETURN(auto pieces, scan(cmd.command));
+  ABX_TRY(validate_custom_command(cmd));
+  ABX_ASSIGN_OR_RETURN(auto kwargs, registry::coerce_kwargs(as_registered(cmd), args));
+  for (const auto& kv : kwargs) {
     if (kv.value().is_string() && kv.value().get_string().find(char{0}) != json::string::npos) {
       return invalid_argument("argument '" + std::string(kv.key()) +
                               "' contains a NUL byte, which no shell argument can hold");
     }
   }
   std::string out;
-  for (const auto& p : *pieces) {
+  for (const auto& p : pieces) {
     if (!p.placeholder) {
       out += p.text;
-    } else if (const json::value* v = kwargs->if_contains(p.text)) {
+    } else if (const json::value* v = kwargs.if_contains(p.text)) {
       out += render_value(*v);
     } else {
       out += "''";  // optional, no default, not given: an empty word

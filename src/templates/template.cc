@@ -12,33 +12,13 @@
 #include <cstring>
 #include <set>
 
+#include "abx/base/try.h"
 #include "templates/yaml_strict.h"
 
 namespace abx::templates {
 namespace json = boost::json;
 namespace fs = std::filesystem;
 using yaml::Node;
-
-std::string_view capability_name(Capability c) {
-  switch (c) {
-    case Capability::kShell:
-      return "shell";
-    case Capability::kFiles:
-      return "files";
-    case Capability::kCode:
-      return "code";
-    case Capability::kPorts:
-      return "ports";
-  }
-  return "shell";
-}
-
-std::optional<Capability> parse_capability(std::string_view name) {
-  for (auto c : {Capability::kShell, Capability::kFiles, Capability::kCode, Capability::kPorts}) {
-    if (capability_name(c) == name) return c;
-  }
-  return std::nullopt;
-}
 
 bool Template::has(Capability c) const {
   return std::find(capabilities.begin(), capabilities.end(), c) != capabilities.end();
@@ -138,19 +118,17 @@ class SchemaReader {
   // A command: a string (run by /bin/sh -c) or a non-empty list of strings (argv).
   Result<std::vector<std::string>> command(const Node& n, std::string_view what) const {
     if (n.kind == Node::Kind::kScalar) {
-      auto s = string(n, what);
-      if (!s.ok()) return s.error();
-      if (s->empty()) return err(n, std::string(what) + " is empty");
-      return std::vector<std::string>{"/bin/sh", "-c", *s};
+      ABX_ASSIGN_OR_RETURN(auto s, string(n, what));
+      if (s.empty()) return err(n, std::string(what) + " is empty");
+      return std::vector<std::string>{"/bin/sh", "-c", s};
     }
     if (n.kind != Node::Kind::kSeq || n.items.empty()) {
       return err(n, std::string(what) + " must be a string or a non-empty list of strings");
     }
     std::vector<std::string> argv;
     for (const auto& item : n.items) {
-      auto s = string(item, what);
-      if (!s.ok()) return s.error();
-      argv.push_back(std::move(*s));
+      ABX_ASSIGN_OR_RETURN(auto s, string(item, what));
+      argv.push_back(std::move(s));
     }
     return argv;
   }
@@ -223,19 +201,6 @@ bool valid_env_name(std::string_view s) {
   });
 }
 
-#define ABX_TRY_ASSIGN(lhs, expr)    \
-  do {                               \
-    auto r_ = (expr);                \
-    if (!r_.ok()) return r_.error(); \
-    lhs = std::move(*r_);            \
-  } while (0)
-
-#define ABX_TRY(expr)                \
-  do {                               \
-    auto s_ = (expr);                \
-    if (!s_.ok()) return s_.error(); \
-  } while (0)
-
 Result<Template> SchemaReader::read(const Node& root, const fs::path& file) const {
   if (root.kind != Node::Kind::kMap) {
     Node at = root;
@@ -250,7 +215,7 @@ Result<Template> SchemaReader::read(const Node& root, const fs::path& file) cons
   t.source = file.string();
   const Node* id = root.find("id");
   if (id == nullptr) return err(root, "missing required key 'id'");
-  ABX_TRY_ASSIGN(t.id, string(*id, "id"));
+  ABX_ASSIGN_OR_RETURN(t.id, string(*id, "id"));
   if (!valid_template_id(t.id)) return err(*id, "id must match [a-z0-9][a-z0-9._-]{0,63}");
 
   for (const auto& [k, v] : root.entries) {
@@ -258,10 +223,10 @@ Result<Template> SchemaReader::read(const Node& root, const fs::path& file) cons
     const std::string& key = k.value;
     if (key == "id") continue;
     if (key == "description") {
-      ABX_TRY_ASSIGN(t.description, string(v, "description"));
+      ABX_ASSIGN_OR_RETURN(t.description, string(v, "description"));
     } else if (key == "rootfs") {
       std::string r;
-      ABX_TRY_ASSIGN(r, string(v, "rootfs"));
+      ABX_ASSIGN_OR_RETURN(r, string(v, "rootfs"));
       if (r.empty()) return err(v, "rootfs must be 'host' or a directory");
       if (r == "host") {
         t.rootfs = r;
@@ -277,18 +242,20 @@ Result<Template> SchemaReader::read(const Node& root, const fs::path& file) cons
           return err(ek, "invalid environment variable name '" + ek.value + "'");
         }
         std::string val;
-        if (ev.kind != Node::Kind::kNull) ABX_TRY_ASSIGN(val, string(ev, "env value"));
+        if (ev.kind != Node::Kind::kNull) {
+          ABX_ASSIGN_OR_RETURN(val, string(ev, "env value"));
+        }
         t.env[ek.value] = std::move(val);
       }
     } else if (key == "start") {
-      ABX_TRY_ASSIGN(t.start, command(v, "start"));
+      ABX_ASSIGN_OR_RETURN(t.start, command(v, "start"));
     } else if (key == "server") {
       ABX_TRY(read_server(v, t));
     } else if (key == "resources") {
       ABX_TRY(read_resources(v, t.resources));
     } else if (key == "network") {
       std::string mode;
-      ABX_TRY_ASSIGN(mode, string(v, "network"));
+      ABX_ASSIGN_OR_RETURN(mode, string(v, "network"));
       if (mode == "none") {
         t.network = NetworkMode::kNone;
       } else if (mode == "host") {
@@ -297,14 +264,14 @@ Result<Template> SchemaReader::read(const Node& root, const fs::path& file) cons
         return err(v, "network must be 'none' or 'host'");
       }
     } else if (key == "timeout") {
-      ABX_TRY_ASSIGN(t.timeout_seconds, duration_seconds(v, "timeout"));
+      ABX_ASSIGN_OR_RETURN(t.timeout_seconds, duration_seconds(v, "timeout"));
     } else if (key == "capabilities") {
       ABX_TRY(read_capabilities(v, t));
     } else if (key == "custom_commands") {
       if (v.kind != Node::Kind::kMap) return err(v, "custom_commands must be a mapping");
       for (const auto& [ck, cv] : v.entries) {
         CustomCommand c;
-        ABX_TRY_ASSIGN(c, read_custom_command(ck, cv));
+        ABX_ASSIGN_OR_RETURN(c, read_custom_command(ck, cv));
         t.custom_commands.push_back(std::move(c));
       }
       std::sort(t.custom_commands.begin(), t.custom_commands.end(),
@@ -319,15 +286,15 @@ Status SchemaReader::read_resources(const Node& n, Resources& r) const {
   ABX_TRY(only_keys(n, {"cpu", "memory", "pids", "disk"}, "resources"));
   for (const auto& [k, v] : n.entries) {
     if (k.value == "cpu") {
-      ABX_TRY_ASSIGN(r.cpu, number(v, "resources.cpu"));
+      ABX_ASSIGN_OR_RETURN(r.cpu, number(v, "resources.cpu"));
       if (!(r.cpu > 0 && r.cpu <= 1024)) return err(v, "resources.cpu must be in (0, 1024]");
     } else if (k.value == "memory") {
-      ABX_TRY_ASSIGN(r.memory_bytes, size(v, "resources.memory"));
+      ABX_ASSIGN_OR_RETURN(r.memory_bytes, size(v, "resources.memory"));
       if (r.memory_bytes < (1 << 20)) return err(v, "resources.memory must be at least 1Mi");
     } else if (k.value == "pids") {
-      ABX_TRY_ASSIGN(r.pids, integer(v, "resources.pids", 1, 4194304));
+      ABX_ASSIGN_OR_RETURN(r.pids, integer(v, "resources.pids", 1, 4194304));
     } else if (k.value == "disk") {
-      ABX_TRY_ASSIGN(r.disk_bytes, size(v, "resources.disk"));
+      ABX_ASSIGN_OR_RETURN(r.disk_bytes, size(v, "resources.disk"));
     }
   }
   return {};
@@ -339,10 +306,10 @@ Status SchemaReader::read_server(const Node& n, Template& t) const {
   ServerSpec s;
   const Node* cmd = n.find("command");
   if (cmd == nullptr) return err(n, "server needs a 'command'");
-  ABX_TRY_ASSIGN(s.argv, command(*cmd, "server.command"));
+  ABX_ASSIGN_OR_RETURN(s.argv, command(*cmd, "server.command"));
   if (const Node* port = n.find("port")) {
     std::int64_t p = 0;
-    ABX_TRY_ASSIGN(p, integer(*port, "server.port", 1, 65535));
+    ABX_ASSIGN_OR_RETURN(p, integer(*port, "server.port", 1, 65535));
     s.port = static_cast<std::uint16_t>(p);
   }
   t.server = std::move(s);
@@ -354,7 +321,7 @@ Status SchemaReader::read_capabilities(const Node& n, Template& t) const {
   if (n.kind == Node::Kind::kSeq) {
     for (const auto& item : n.items) {
       std::string s;
-      ABX_TRY_ASSIGN(s, string(item, "capability"));
+      ABX_ASSIGN_OR_RETURN(s, string(item, "capability"));
       names.emplace_back(std::move(s), &item);
     }
   } else if (n.kind == Node::Kind::kScalar) {  // "shell, files"
@@ -391,18 +358,18 @@ Result<registry::CommandArg> SchemaReader::read_arg(const Node& n) const {
   std::string type_s;
   std::string desc;
   bool required = false;
-  ABX_TRY_ASSIGN(name_s, string(*name, "arg name"));
+  ABX_ASSIGN_OR_RETURN(name_s, string(*name, "arg name"));
   if (!registry::valid_arg_name(name_s)) {
     return err(*name, "invalid arg name '" + name_s + "': use [A-Za-z_][A-Za-z0-9_]{0,63}");
   }
-  ABX_TRY_ASSIGN(type_s, string(*type, "arg type"));
+  ABX_ASSIGN_OR_RETURN(type_s, string(*type, "arg type"));
   auto at = registry::parse_arg_type(type_s);
   if (!at) return err(*type, "unknown arg type '" + type_s + "' (string, integer, float, boolean)");
   if (const Node* r = n.find("required"); r && r->kind != Node::Kind::kNull) {
-    ABX_TRY_ASSIGN(required, boolean(*r, "required"));
+    ABX_ASSIGN_OR_RETURN(required, boolean(*r, "required"));
   }
   if (const Node* d = n.find("description"); d && d->kind != Node::Kind::kNull) {
-    ABX_TRY_ASSIGN(desc, string(*d, "description"));
+    ABX_ASSIGN_OR_RETURN(desc, string(*d, "description"));
   }
   json::value def = nullptr;
   if (const Node* d = n.find("default"); d && d->kind != Node::Kind::kNull) {
@@ -411,25 +378,25 @@ Result<registry::CommandArg> SchemaReader::read_arg(const Node& n) const {
     switch (*at) {
       case registry::ArgType::kString: {
         std::string s;
-        ABX_TRY_ASSIGN(s, string(*d, what));
+        ABX_ASSIGN_OR_RETURN(s, string(*d, what));
         def = json::string(s);
         break;
       }
       case registry::ArgType::kInteger: {
         std::int64_t i = 0;
-        ABX_TRY_ASSIGN(i, integer(*d, what, INT64_MIN, INT64_MAX));
+        ABX_ASSIGN_OR_RETURN(i, integer(*d, what, INT64_MIN, INT64_MAX));
         def = i;
         break;
       }
       case registry::ArgType::kFloat: {
         double f = 0;
-        ABX_TRY_ASSIGN(f, number(*d, what));
+        ABX_ASSIGN_OR_RETURN(f, number(*d, what));
         def = f;
         break;
       }
       case registry::ArgType::kBoolean: {
         bool b = false;
-        ABX_TRY_ASSIGN(b, boolean(*d, what));
+        ABX_ASSIGN_OR_RETURN(b, boolean(*d, what));
         def = b;
         break;
       }
@@ -453,15 +420,15 @@ Result<CustomCommand> SchemaReader::read_custom_command(const Node& key, const N
   ABX_TRY(only_keys(n, {"description", "command", "args"}, "custom command '" + c.name + "'"));
   const Node* cmd = n.find("command");
   if (cmd == nullptr) return err(n, "custom command '" + c.name + "' needs a 'command'");
-  ABX_TRY_ASSIGN(c.command, string(*cmd, "command"));
+  ABX_ASSIGN_OR_RETURN(c.command, string(*cmd, "command"));
   if (const Node* d = n.find("description"); d && d->kind != Node::Kind::kNull) {
-    ABX_TRY_ASSIGN(c.description, string(*d, "description"));
+    ABX_ASSIGN_OR_RETURN(c.description, string(*d, "description"));
   }
   if (const Node* args = n.find("args"); args && args->kind != Node::Kind::kNull) {
     if (args->kind != Node::Kind::kSeq) return err(*args, "args must be a list");
     for (const auto& a : args->items) {
       registry::CommandArg arg;
-      ABX_TRY_ASSIGN(arg, read_arg(a));
+      ABX_ASSIGN_OR_RETURN(arg, read_arg(a));
       if (std::any_of(c.args.begin(), c.args.end(),
                       [&](const auto& x) { return x.name == arg.name; })) {
         return err(a, "arg '" + arg.name + "' declared twice");
@@ -577,15 +544,13 @@ Result<Template> parse_template(std::string_view yaml_text, const fs::path& file
     return Error(ErrorCode::kPayloadTooLarge,
                  name + ":1:1: larger than " + std::to_string(kMaxTemplateFileBytes) + " bytes");
   }
-  auto root = yaml::parse(yaml_text, name, kMaxYamlDepth);
-  if (!root.ok()) return root.error();
-  return SchemaReader(name).read(*root, file);
+  ABX_ASSIGN_OR_RETURN(auto root, yaml::parse(yaml_text, name, kMaxYamlDepth));
+  return SchemaReader(name).read(root, file);
 }
 
 Result<Template> load_template_file(const fs::path& file) {
-  auto text = read_regular_file(file, kMaxTemplateFileBytes);
-  if (!text.ok()) return text.error();
-  auto t = parse_template(*text, file);
+  ABX_ASSIGN_OR_RETURN(auto text, read_regular_file(file, kMaxTemplateFileBytes));
+  auto t = parse_template(text, file);
   if (!t.ok()) return t.error();
   if (t->rootfs != "host") {
     std::error_code ec;

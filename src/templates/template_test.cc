@@ -70,6 +70,14 @@ void expect_error(std::string_view text, int line, std::string_view needle) {
   EXPECT_NE(m.find(needle), std::string::npos) << m;
 }
 
+TEST(Capability, NamesRoundTripAndAreExact) {
+  for (Capability c : kAllCapabilities) EXPECT_EQ(parse_capability(capability_name(c)), c);
+  EXPECT_EQ(capability_name(Capability::kPorts), "ports");
+  EXPECT_FALSE(parse_capability("Shell").has_value());
+  EXPECT_FALSE(parse_capability("").has_value());
+  static_assert(parse_capability("files") == Capability::kFiles);  // usable at compile time
+}
+
 TEST(TemplateParse, FullTemplate) {
   auto t = parse(kFull);
   ASSERT_TRUE(t.ok()) << t.error().to_string();

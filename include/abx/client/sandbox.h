@@ -41,12 +41,14 @@
 #include "abx/client/config.h"
 #include "abx/client/export.h"
 #include "abx/client/files.h"
+#include "abx/templates/capability.h"
 
 namespace abx::client {
 
-enum class Capability { kShell, kFiles, kCode, kPorts };
-ABX_EXPORT std::string_view capability_name(Capability c);
-ABX_EXPORT std::optional<Capability> parse_capability(std::string_view name);
+// The one capability enum (templates owns it, header-only); the names are part of the SDK's API.
+using Capability = templates::Capability;
+using templates::capability_name;
+using templates::parse_capability;
 // shell, files, code.
 ABX_EXPORT std::set<Capability> default_capabilities();
 

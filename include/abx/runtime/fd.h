@@ -1,43 +1,12 @@
-// abx::runtime::UniqueFd: the one owner of a file descriptor in the runtime.
-//
-// Every descriptor the runtime opens is O_CLOEXEC and held by a UniqueFd, so a descriptor can
-// only leak into a sandbox if the caller passes it explicitly (SandboxConfig::fds). Moving
-// transfers ownership; destruction closes. close(2) is never retried on EINTR (Linux releases
-// the descriptor even when close reports EINTR).
+// runtime::UniqueFd is abx::UniqueFd (abx/base/fd.h), the one owner type of a descriptor. This
+// alias keeps `runtime::UniqueFd` spelled in platform code compiling; new code includes
+// abx/base/fd.h and says abx::UniqueFd.
 #pragma once
 
-#include <unistd.h>
-
-#include <utility>
+#include "abx/base/fd.h"
 
 namespace abx::runtime {
 
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    if (this != &other) reset(other.release());
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() { reset(); }
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  explicit operator bool() const { return valid(); }
-
-  // Gives up ownership without closing.
-  int release() { return std::exchange(fd_, -1); }
-  void reset(int fd = -1) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_ = -1;
-};
+using UniqueFd = abx::UniqueFd;
 
 }  // namespace abx::runtime

@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "abx/base/error.h"
-#include "abx/runtime/fd.h"
+#include "abx/base/fd.h"
 
 namespace abx::runtime {
 

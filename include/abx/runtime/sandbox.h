@@ -37,8 +37,8 @@
 #include <vector>
 
 #include "abx/base/error.h"
+#include "abx/base/fd.h"
 #include "abx/runtime/cgroup.h"
-#include "abx/runtime/fd.h"
 
 namespace abx::runtime {
 

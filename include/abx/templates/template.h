@@ -45,6 +45,7 @@
 
 #include "abx/base/error.h"
 #include "abx/registry/registry.h"
+#include "abx/templates/capability.h"
 
 namespace abx::templates {
 
@@ -55,11 +56,7 @@ inline constexpr std::int64_t kDefaultTimeoutSeconds = 300;
 // A rendered command travels as one argv string of `sh -c`; Linux caps those at 128 KiB.
 inline constexpr std::size_t kMaxRenderedCommandBytes = 128 * 1024 - 1;
 
-enum class Capability { kShell, kFiles, kCode, kPorts };
 enum class NetworkMode { kNone, kHost };
-
-std::string_view capability_name(Capability c);
-std::optional<Capability> parse_capability(std::string_view name);
 
 struct ServerSpec {
   std::vector<std::string> argv;  // a string command becomes {"/bin/sh", "-c", command}
@@ -90,7 +87,7 @@ struct Template {
   Resources resources;
   NetworkMode network = NetworkMode::kNone;
   std::int64_t timeout_seconds = kDefaultTimeoutSeconds;
-  std::vector<Capability> capabilities{Capability::kShell, Capability::kFiles, Capability::kCode};
+  std::vector<Capability> capabilities{kDefaultCapabilities.begin(), kDefaultCapabilities.end()};
   std::vector<CustomCommand> custom_commands;  // ordered by name
   std::string source;                          // the file it came from, or "builtin"
 
