@@ -10,12 +10,14 @@ if(ABX_WERROR)
 endif()
 
 # abx_module(<name> SOURCES ... DEPS ...): one library target per module, alias abx::<name>.
+# No private include directory: a module's private headers are found only relative to the file
+# that includes them (same folder), so including another module's private header fails to
+# compile (and scripts/lint.sh rejects "../" includes). Public headers: include/abx/.
 function(abx_module name)
   cmake_parse_arguments(M "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(abx_${name} STATIC ${M_SOURCES})
   add_library(abx::${name} ALIAS abx_${name})
-  target_include_directories(abx_${name} PUBLIC ${PROJECT_SOURCE_DIR}/include
-                                        PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_include_directories(abx_${name} PUBLIC ${PROJECT_SOURCE_DIR}/include)
   target_compile_options(abx_${name} PRIVATE ${ABX_WARNINGS})
   target_link_libraries(abx_${name} PUBLIC ${M_DEPS} PRIVATE ${M_PRIVATE_DEPS})
 endfunction()
@@ -28,7 +30,6 @@ function(abx_test name)
   cmake_parse_arguments(T "" "" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   target_compile_options(${name} PRIVATE ${ABX_WARNINGS})
-  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(${name} PRIVATE ${T_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   if(NOT T_LABELS)
     set(T_LABELS unit)
@@ -44,7 +45,6 @@ function(abx_fuzz name)
   cmake_parse_arguments(F "" "SOURCE;CORPUS" "DEPS" ${ARGN})
   add_executable(${name} ${F_SOURCE})
   target_compile_options(${name} PRIVATE ${ABX_WARNINGS})
-  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(${name} PRIVATE ${F_DEPS})
   if(ABX_LIBFUZZER)
     target_compile_options(${name} PRIVATE -fsanitize=fuzzer)

@@ -106,4 +106,16 @@ else
   echo "only in src/runtime (+ ${#exceptions[@]} listed exceptions)"
 fi
 
+section "module layering"
+# A module's private headers are reachable only from its own folder (no private include
+# directories; see cmake/AbxHelpers.cmake). A "../" include would get around that.
+up_includes=$(printf '%s\n' "${cxx_files[@]}" | xargs grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"\.\./' || true)
+if [ -n "$up_includes" ]; then
+  printf '%s\n' "$up_includes"
+  echo "lint: include another module's public header (abx/<module>/...), not its private files"
+  status=1
+else
+  echo "no include reaches into another module's folder"
+fi
+
 exit "$status"

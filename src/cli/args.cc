@@ -8,7 +8,7 @@
 #include <set>
 
 #include "abx/base/try.h"
-#include "cli/cli.h"
+#include "cli.h"
 
 namespace abx::cli {
 

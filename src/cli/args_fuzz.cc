@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "abx/templates/template.h"
-#include "cli/cli.h"
+#include "cli.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string in(reinterpret_cast<const char*>(data), size);

@@ -1,6 +1,6 @@
 // The abx CLI: argument conversion as a unit, and the real binary as a subprocess against the
 // real abx-server with the demo module (direct mode: --server-url + --access-token).
-#include "cli/cli.h"
+#include "cli.h"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 #include <boost/json.hpp>
 #include <iostream>
 
-#include "cli/cli.h"
+#include "cli.h"
 
 namespace abx::cli {
 

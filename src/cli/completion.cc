@@ -1,7 +1,7 @@
 // abx completion bash: a bash completion script (`source <(abx completion bash)`).
 #include <iostream>
 
-#include "cli/cli.h"
+#include "cli.h"
 
 namespace abx::cli {
 

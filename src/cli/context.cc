@@ -2,7 +2,7 @@
 #include <charconv>
 #include <iostream>
 
-#include "cli/cli.h"
+#include "cli.h"
 
 namespace abx::cli {
 

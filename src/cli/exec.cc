@@ -5,7 +5,7 @@
 #include <iostream>
 
 #include "abx/templates/template.h"
-#include "cli/cli.h"
+#include "cli.h"
 
 namespace abx::cli {
 

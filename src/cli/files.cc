@@ -5,7 +5,7 @@
 #include <iterator>
 #include <sstream>
 
-#include "cli/cli.h"
+#include "cli.h"
 
 namespace abx::cli {
 

@@ -15,7 +15,7 @@
 
 #include "abx/mcp/platform_tools.h"
 #include "abx/mcp/stdio.h"
-#include "cli/cli.h"
+#include "cli.h"
 
 namespace abx::cli {
 

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <iostream>
 
-#include "cli/cli.h"
+#include "cli.h"
 
 namespace abx::cli {
 

@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "abx/client/sandbox.h"
-#include "client/transport.h"
+#include "transport.h"
 
 namespace abx::client {
 namespace {

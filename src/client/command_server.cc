@@ -7,7 +7,7 @@
 #include "abx/base/json.h"
 #include "abx/registry/coerce.h"
 #include "abx/base/try.h"
-#include "client/state.h"
+#include "state.h"
 
 namespace abx::client {
 

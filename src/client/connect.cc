@@ -1,10 +1,10 @@
-#include "client/connect.h"
+#include "connect.h"
 
 #include <boost/json.hpp>
 
 #include "abx/base/json.h"
 #include "abx/connect/connect.h"
-#include "client/transport.h"
+#include "transport.h"
 
 namespace abx::client::detail {
 

@@ -17,7 +17,7 @@
 #include "abx/client/sandbox.h"
 #include "abx/registry/registry.h"
 #include "abx/templates/template.h"
-#include "client/state.h"
+#include "state.h"
 
 namespace abx::client {
 

@@ -8,8 +8,8 @@
 #include "abx/base/json.h"
 #include "abx/base/try.h"
 #include "abx/connect/connect.h"
-#include "client/connect.h"
-#include "client/state.h"
+#include "connect.h"
+#include "state.h"
 
 namespace abx::client {
 

@@ -9,7 +9,7 @@
 #include "abx/base/json.h"
 #include "abx/base/try.h"
 #include "abx/token/token.h"
-#include "client/state.h"
+#include "state.h"
 
 namespace abx::client {
 

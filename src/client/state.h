@@ -9,7 +9,7 @@
 
 #include "abx/client/sandbox.h"
 #include "abx/templates/template.h"
-#include "client/transport.h"
+#include "transport.h"
 
 namespace abx::client::detail {
 

@@ -1,4 +1,4 @@
-#include "client/transport.h"
+#include "transport.h"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>

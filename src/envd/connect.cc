@@ -1,4 +1,4 @@
-#include "envd/connect.h"
+#include "connect.h"
 
 #include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>

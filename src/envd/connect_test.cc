@@ -1,9 +1,9 @@
 // Connect framing, error mappings and proto3 JSON helpers.
-#include "envd/connect.h"
+#include "connect.h"
 
 #include <gtest/gtest.h>
 
-#include "envd/proto_json.h"
+#include "proto_json.h"
 
 namespace abx::envd {
 namespace {

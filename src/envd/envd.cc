@@ -18,13 +18,13 @@
 #include "abx/base/try.h"
 #include "abx/http/server.h"
 #include "abx/token/token.h"
-#include "envd/connect.h"
-#include "envd/envd_impl.h"
-#include "envd/files.h"
-#include "envd/fs.h"
-#include "envd/process.h"
-#include "envd/proto_json.h"
-#include "envd/users.h"
+#include "connect.h"
+#include "envd_impl.h"
+#include "files.h"
+#include "fs.h"
+#include "process.h"
+#include "proto_json.h"
+#include "users.h"
 
 namespace abx::envd {
 

@@ -18,9 +18,9 @@
 #include "abx/base/error.h"
 #include "abx/envd/envd.h"
 #include "abx/http/server.h"
-#include "envd/fs.h"
-#include "envd/process.h"
-#include "envd/users.h"
+#include "fs.h"
+#include "process.h"
+#include "users.h"
 
 namespace abx::envd {
 

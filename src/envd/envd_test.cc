@@ -23,9 +23,9 @@
 
 #include "abx/http/client.h"
 #include "abx/testing/temp_dir.h"
-#include "envd/connect.h"
-#include "envd/files.h"
-#include "envd/proto_json.h"
+#include "connect.h"
+#include "files.h"
+#include "proto_json.h"
 
 namespace abx::envd {
 namespace {

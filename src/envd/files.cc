@@ -1,4 +1,4 @@
-#include "envd/files.h"
+#include "files.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,7 +13,7 @@
 
 #include "abx/base/fd.h"
 #include "abx/base/try.h"
-#include "envd/fs.h"
+#include "fs.h"
 
 namespace abx::envd {
 

@@ -9,7 +9,7 @@
 
 #include "abx/base/error.h"
 #include "abx/http/server.h"
-#include "envd/users.h"
+#include "users.h"
 
 namespace abx::envd {
 

@@ -1,4 +1,4 @@
-#include "envd/fs.h"
+#include "fs.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "abx/base/try.h"
-#include "envd/proto_json.h"
+#include "proto_json.h"
 
 namespace abx::envd {
 

@@ -19,7 +19,7 @@
 
 #include "abx/base/error.h"
 #include "abx/base/fd.h"
-#include "envd/users.h"
+#include "users.h"
 
 namespace abx::envd {
 

@@ -12,9 +12,9 @@
 
 #include "abx/base/log.h"
 #include "abx/envd/envd.h"
-#include "envd/process.h"
-#include "envd/supervisor.h"
-#include "envd/users.h"
+#include "process.h"
+#include "supervisor.h"
+#include "users.h"
 
 namespace {
 constexpr int kExitOk = 0;

@@ -1,4 +1,4 @@
-#include "envd/process.h"
+#include "process.h"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -20,8 +20,8 @@
 
 #include "abx/base/log.h"
 #include "abx/base/try.h"
-#include "envd/connect.h"
-#include "envd/proto_json.h"
+#include "connect.h"
+#include "proto_json.h"
 
 extern char** environ;
 

@@ -26,7 +26,7 @@
 #include "abx/base/error.h"
 #include "abx/base/fd.h"
 #include "abx/http/server.h"
-#include "envd/users.h"
+#include "users.h"
 
 namespace abx::envd {
 

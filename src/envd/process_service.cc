@@ -10,9 +10,9 @@
 #include <utility>
 
 #include "abx/base/try.h"
-#include "envd/connect.h"
-#include "envd/envd_impl.h"
-#include "envd/proto_json.h"
+#include "connect.h"
+#include "envd_impl.h"
+#include "proto_json.h"
 
 namespace abx::envd {
 

@@ -1,4 +1,4 @@
-#include "envd/proto_json.h"
+#include "proto_json.h"
 
 #include "abx/base/json.h"
 

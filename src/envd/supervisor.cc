@@ -1,4 +1,4 @@
-#include "envd/supervisor.h"
+#include "supervisor.h"
 
 #include <grp.h>
 #include <signal.h>

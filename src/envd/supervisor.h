@@ -8,7 +8,7 @@
 #include <string>
 #include <thread>
 
-#include "envd/process.h"
+#include "process.h"
 
 namespace abx::envd {
 

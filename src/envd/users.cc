@@ -1,4 +1,4 @@
-#include "envd/users.h"
+#include "users.h"
 
 #include <pwd.h>
 #include <unistd.h>

@@ -8,7 +8,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 
-#include "http/session.h"
+#include "session.h"
 
 namespace abx::http {
 

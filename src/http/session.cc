@@ -1,6 +1,6 @@
 // One Session per connection: reading requests (header deadline, framing checks, body policy,
 // spooling) and writing plain responses. The streaming half is in stream_writer.cc.
-#include "http/session.h"
+#include "session.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -7,7 +7,7 @@
 #include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
 
-#include "http/session.h"
+#include "session.h"
 
 namespace abx::http {
 

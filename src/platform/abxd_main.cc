@@ -20,8 +20,8 @@
 #include "abx/platform/gateway.h"
 #include "abx/store/store.h"
 #include "abx/templates/template.h"
-#include "platform/api.h"
-#include "platform/sandboxes.h"
+#include "api.h"
+#include "sandboxes.h"
 
 namespace fs = std::filesystem;
 using namespace abx;

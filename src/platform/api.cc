@@ -1,4 +1,4 @@
-#include "platform/api.h"
+#include "api.h"
 
 #include <boost/beast/core/string.hpp>
 #include <boost/json.hpp>
@@ -9,8 +9,8 @@
 #include "abx/auth/signing.h"
 #include "abx/base/try.h"
 #include "abx/token/token.h"
-#include "platform/api_routes.h"
-#include "platform/mcp_tools_abxd.h"
+#include "api_routes.h"
+#include "mcp_tools_abxd.h"
 
 namespace abx::platform {
 

@@ -26,7 +26,7 @@
 #include "abx/base/log.h"
 #include "abx/platform/gateway.h"
 #include "abx/store/store.h"
-#include "platform/sandboxes.h"
+#include "sandboxes.h"
 
 namespace abx::platform {
 

@@ -4,7 +4,7 @@
 #include "abx/base/json.h"
 #include "abx/base/try.h"
 #include "abx/platform/host_route.h"
-#include "platform/api_routes.h"
+#include "api_routes.h"
 
 namespace abx::platform::api {
 

@@ -3,7 +3,7 @@
 
 #include "abx/base/time.h"
 #include "abx/base/try.h"
-#include "platform/api_routes.h"
+#include "api_routes.h"
 
 namespace abx::platform::api {
 

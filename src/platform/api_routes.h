@@ -26,7 +26,7 @@
 #include "abx/base/error.h"
 #include "abx/http/server.h"
 #include "abx/store/store.h"
-#include "platform/sandboxes.h"
+#include "sandboxes.h"
 
 namespace abx::platform::api {
 

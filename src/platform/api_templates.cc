@@ -1,7 +1,7 @@
 // /templates and /templates/{id}: the catalog, with each template's capabilities and commands.
 #include <boost/json.hpp>
 
-#include "platform/api_routes.h"
+#include "api_routes.h"
 
 namespace abx::platform::api {
 

@@ -6,7 +6,7 @@
 #include <boost/url/parse.hpp>
 
 #include "abx/base/json.h"
-#include "platform/api_routes.h"
+#include "api_routes.h"
 
 namespace abx::platform::api {
 namespace {

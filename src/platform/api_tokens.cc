@@ -5,7 +5,7 @@
 #include "abx/base/time.h"
 #include "abx/base/try.h"
 #include "abx/token/token.h"
-#include "platform/api_routes.h"
+#include "api_routes.h"
 
 namespace abx::platform::api {
 

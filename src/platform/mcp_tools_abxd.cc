@@ -1,4 +1,4 @@
-#include "platform/mcp_tools_abxd.h"
+#include "mcp_tools_abxd.h"
 
 #include <algorithm>
 #include <boost/beast/core/string.hpp>

@@ -25,7 +25,7 @@
 #include "abx/http/server.h"
 #include "abx/mcp/platform_tools.h"
 #include "abx/store/store.h"
-#include "platform/sandboxes.h"
+#include "sandboxes.h"
 
 namespace abx::platform {
 

@@ -1,4 +1,4 @@
-#include "platform/sandboxes.h"
+#include "sandboxes.h"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -18,8 +18,8 @@
 #include "abx/registry/coerce.h"
 #include "abx/server/server.h"
 #include "abx/token/token.h"
-#include "server/mcp_endpoint.h"
-#include "server/router.h"
+#include "mcp_endpoint.h"
+#include "router.h"
 
 namespace abx::server {
 

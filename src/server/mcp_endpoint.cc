@@ -1,4 +1,4 @@
-#include "server/mcp_endpoint.h"
+#include "mcp_endpoint.h"
 
 #include <boost/beast/http/status.hpp>
 #include <boost/json.hpp>

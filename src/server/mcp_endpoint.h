@@ -24,7 +24,7 @@
 #include "abx/mcp/session.h"
 #include "abx/registry/registry.h"
 #include "abx/server/server.h"
-#include "server/router.h"
+#include "router.h"
 
 namespace abx::server {
 

@@ -1,4 +1,4 @@
-#include "server/router.h"
+#include "router.h"
 
 #include <boost/beast/core/string.hpp>
 #include <ctime>

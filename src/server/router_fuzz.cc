@@ -9,7 +9,7 @@
 
 #include "abx/mcp/mcp.h"
 #include "abx/registry/registry.h"
-#include "server/router.h"
+#include "router.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "store/sqlite.h"
+#include "sqlite.h"
 
 namespace abx::store::sql {
 

@@ -19,7 +19,7 @@
 #include "abx/base/hex.h"
 #include "abx/base/try.h"
 #include "abx/token/token.h"
-#include "store/sqlite.h"
+#include "sqlite.h"
 
 namespace abx::store {
 namespace json = boost::json;

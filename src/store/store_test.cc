@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "abx/testing/temp_dir.h"
-#include "store/sqlite.h"
+#include "sqlite.h"
 
 namespace abx::store {
 namespace {

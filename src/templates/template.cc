@@ -13,7 +13,7 @@
 #include <set>
 
 #include "abx/base/try.h"
-#include "templates/yaml_strict.h"
+#include "yaml_strict.h"
 
 namespace abx::templates {
 namespace json = boost::json;

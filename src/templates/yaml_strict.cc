@@ -1,4 +1,4 @@
-#include "templates/yaml_strict.h"
+#include "yaml_strict.h"
 
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/exceptions.h>
