@@ -237,5 +237,12 @@ TEST(CliBinary, UnreachablePlatformExitsFive) {
   EXPECT_EQ(abx({"exec", "sbx", "--", "true"}).code, kExitExecFailed);
 }
 
+// A zero lifetime is refused before any request (the platform would reap the sandbox at once).
+TEST(CliBinary, CreateWithZeroTimeoutIsAUsageError) {
+  auto r = abx({"--json", "sandbox", "create", "--timeout", "0"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.out.find("--timeout must be at least 1s"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace abx::cli

@@ -101,7 +101,8 @@ Result<Response> resume_or_connect(Context& ctx, bool must_be_paused) {
   // The timeout is read after resuming, as it always was (a bad one still leaves it resumed).
   ABX_ASSIGN_OR_RETURN(auto timeout,
                        optional_timeout(op.body, ctx.sandboxes.options().max_timeout_seconds));
-  if (timeout) ABX_TRY(ctx.sandboxes.set_timeout(op.id, *timeout));
+  // E2B: connect only ever extends the deadline; POST .../timeout is the way to shorten it.
+  if (timeout) ABX_TRY(ctx.sandboxes.extend_timeout(op.id, *timeout));
   return http::json_response(resumed ? 201 : 200, sandbox_json(*op.sb));
 }
 
@@ -114,6 +115,9 @@ Result<CreateRequest> parse_create(const json::object& body, std::int64_t max_ti
     cr.template_id = std::string(t->get_string());
   }
   ABX_ASSIGN_OR_RETURN(cr.timeout_seconds, optional_timeout(body, max_timeout));
+  if (cr.timeout_seconds == 0) {
+    return invalid_argument("timeout must be at least 1 second (0 would end the sandbox at once)");
+  }
   ABX_ASSIGN_OR_RETURN(cr.metadata, string_map(body.if_contains("metadata"), "metadata"));
   ABX_ASSIGN_OR_RETURN(cr.env_vars, string_map(body.if_contains("envVars"), "envVars"));
   if (const json::value* s = body.if_contains("secure")) {

@@ -43,9 +43,9 @@ TEST(ApiDecoders, CreateReadsEveryFieldAndRejectsBadOnesAsInvalidArgument) {
   EXPECT_EQ(cr->env_vars.at("A"), "1");
   EXPECT_FALSE(cr->secure);
   EXPECT_EQ(parse_create(obj("{}"), 3600)->template_id, "base");
-  for (const char* bad :
-       {R"({"templateID":1})", R"({"timeout":"x"})", R"({"timeout":3601})", R"({"timeout":null})",
-        R"({"metadata":{"a":1}})", R"({"envVars":[]})", R"({"secure":"yes"})"}) {
+  for (const char* bad : {R"({"templateID":1})", R"({"timeout":"x"})", R"({"timeout":3601})",
+                          R"({"timeout":0})", R"({"timeout":null})", R"({"metadata":{"a":1}})",
+                          R"({"envVars":[]})", R"({"secure":"yes"})"}) {
     auto r = parse_create(obj(bad), 3600);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument) << bad;

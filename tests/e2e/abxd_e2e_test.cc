@@ -446,5 +446,58 @@ TEST(AbxdKeys, CreateListRevoke) {
   fs::remove_all(home);
 }
 
+// --- E2B parity of the lifecycle API (issues 12 and 16) ---
+
+std::int64_t end_at_ms(const json::value& listed) {
+  // "2026-11-30T15:29:46.123Z": compare as text is enough within one test, but the difference
+  // in seconds is what the assertions need.
+  std::string s(listed.at("endAt").as_string());
+  std::tm tm{};
+  ::strptime(s.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
+  std::int64_t ms = static_cast<std::int64_t>(::timegm(&tm)) * 1000;
+  if (auto dot = s.find('.'); dot != std::string::npos) ms += std::stoi(s.substr(dot + 1, 3));
+  return ms;
+}
+
+// Connect (v1 and v2) only ever extends the deadline; POST .../timeout still sets it, shorter
+// included. Create with timeout 0 is a 400 instead of a sandbox the reaper kills at once.
+TEST_F(AbxdE2E, ConnectNeverShortensTheDeadline) {
+  auto sb = create(R"({"templateID":"base","timeout":3600})");
+  std::string id(sb.at("sandboxID").as_string());
+  auto end_of = [&] {
+    auto r = api(bhttp::verb::get, "/sandboxes/" + id);
+    EXPECT_EQ(r.result_int(), 200) << r.body();
+    return end_at_ms(json::parse(r.body()));
+  };
+  const std::int64_t hour = end_of();
+  EXPECT_EQ(
+      api(bhttp::verb::post, "/sandboxes/" + id + "/connect", R"({"timeout":300})").result_int(),
+      200);
+  EXPECT_EQ(end_of(), hour);
+  EXPECT_EQ(
+      api(bhttp::verb::post, "/v2/sandboxes/" + id + "/connect", R"({"timeout":60})").result_int(),
+      200);
+  EXPECT_EQ(end_of(), hour);
+  // A longer timeout extends.
+  ASSERT_EQ(
+      api(bhttp::verb::post, "/sandboxes/" + id + "/connect", R"({"timeout":7200})").result_int(),
+      200);
+  EXPECT_GT(end_of(), hour + 3000 * 1000);
+  // setTimeout sets, shorter too.
+  ASSERT_EQ(
+      api(bhttp::verb::post, "/sandboxes/" + id + "/timeout", R"({"timeout":120})").result_int(),
+      204);
+  EXPECT_LT(end_of(), hour - 3000 * 1000);
+
+  for (const char* path : {"/sandboxes", "/v2/sandboxes"}) {
+    auto zero = api(bhttp::verb::post, path, R"({"templateID":"base","timeout":0})");
+    EXPECT_EQ(zero.result_int(), 400) << zero.body();
+    EXPECT_NE(zero.body().find("at least 1 second"), std::string::npos) << zero.body();
+  }
+  auto listed = json::parse(api(bhttp::verb::get, "/v2/sandboxes").body()).as_array();
+  EXPECT_EQ(listed.size(), 1u);  // no zero-timeout sandbox was made
+  EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);
+}
+
 }  // namespace
 }  // namespace abx::e2e
