@@ -499,5 +499,52 @@ TEST_F(AbxdE2E, ConnectNeverShortensTheDeadline) {
   EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);
 }
 
+// GET /v2/sandboxes as E2B: newest first (order=asc for the old order), state as a comma list
+// or repeated, metadata as the SDK encodes it, startedAfter, paging in the same order.
+TEST_F(AbxdE2E, V2ListIsNewestFirstAndFiltersLikeE2b) {
+  std::vector<std::string> ids;
+  std::string started_after;
+  for (int i = 0; i < 3; ++i) {
+    auto sb = create(R"({"templateID":"base","metadata":{"run":"l","n":")" + std::to_string(i) +
+                     R"("}})");
+    ids.emplace_back(sb.at("sandboxID").as_string());
+    if (i == 0) {
+      auto info = json::parse(api(bhttp::verb::get, "/sandboxes/" + ids[0]).body());
+      started_after = std::string(info.at("startedAt").as_string());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // distinct startedAt
+  }
+  auto listed_ids = [&](const std::string& query) {
+    auto r = api(bhttp::verb::get, "/v2/sandboxes" + query);
+    EXPECT_EQ(r.result_int(), 200) << query << ": " << r.body();
+    std::vector<std::string> out;
+    const json::value listed = json::parse(r.body());
+    for (const auto& v : listed.as_array()) out.emplace_back(v.at("sandboxID").as_string());
+    return out;
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(listed_ids(""), (V{ids[2], ids[1], ids[0]}));
+  EXPECT_EQ(listed_ids("?order=asc"), (V{ids[0], ids[1], ids[2]}));
+  // Paging keeps the order.
+  auto p1 = api(bhttp::verb::get, "/v2/sandboxes?limit=2");
+  std::string next(p1["X-Next-Token"]);
+  ASSERT_FALSE(next.empty());
+  EXPECT_EQ(listed_ids("?limit=2&nextToken=" + next), (V{ids[0]}));
+
+  ASSERT_EQ(api(bhttp::verb::post, "/sandboxes/" + ids[1] + "/pause", "{}").result_int(), 204);
+  EXPECT_EQ(listed_ids("?state=paused"), (V{ids[1]}));
+  EXPECT_EQ(listed_ids("?state=running"), (V{ids[2], ids[0]}));
+  EXPECT_EQ(listed_ids("?state=running,paused"), (V{ids[2], ids[1], ids[0]}));
+  EXPECT_EQ(listed_ids("?state=running&state=paused"), (V{ids[2], ids[1], ids[0]}));
+  // The SDK's metadata: encodeURIComponent of "run=l&n=1".
+  EXPECT_EQ(listed_ids("?metadata=run%3Dl%26n%3D1"), (V{ids[1]}));
+  EXPECT_EQ(listed_ids("?metadata=run%3Dl%26n%3D9"), (V{}));
+  // startedAfter is exclusive: the first sandbox's own startedAt leaves it out.
+  EXPECT_EQ(listed_ids("?startedAfter=" + started_after), (V{ids[2], ids[1]}));
+  EXPECT_EQ(api(bhttp::verb::get, "/v2/sandboxes?startedAfter=yesterday").result_int(), 400);
+  for (const auto& id : ids)
+    EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);
+}
+
 }  // namespace
 }  // namespace abx::e2e
