@@ -222,6 +222,11 @@ store::SandboxRecord new_record(const ManagerOptions& opt, const templates::Temp
 Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest& req) {
   const templates::Template* tmpl = catalog_->get(req.template_id);
   if (tmpl == nullptr) return not_found("template '" + req.template_id + "' not found");
+  // secure=false opens envd without a token (as in E2B); a command server always needs one.
+  if (!req.secure && tmpl->server) {
+    return invalid_argument("secure=false needs a template without a command server ('" + tmpl->id +
+                            "' serves commands, which always need a token)");
+  }
   std::int64_t timeout = req.timeout_seconds.value_or(tmpl->timeout_seconds);
   // A zero timeout would hand back a sandbox the reaper kills at once.
   if (timeout < 1 || timeout > opt_.max_timeout_seconds) {

@@ -546,5 +546,37 @@ TEST_F(AbxdE2E, V2ListIsNewestFirstAndFiltersLikeE2b) {
     EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);
 }
 
+// secure=false (E2B): no envdAccessToken, envd answers without a token, through the proxy and
+// for its RPC too; the record survives an abxd restart. A command server always needs a token.
+TEST_F(AbxdE2E, InsecureSandboxNeedsNoAccessToken) {
+  auto r = api(bhttp::verb::post, "/sandboxes", R"({"templateID":"base","secure":false})");
+  ASSERT_EQ(r.result_int(), 201) << r.body();
+  auto sb = json::parse(r.body()).as_object();
+  std::string id(sb.at("sandboxID").as_string());
+  EXPECT_FALSE(sb.contains("envdAccessToken"));
+  EXPECT_EQ(sandbox_call(id, 49983, bhttp::verb::get, "/health", "", "").result_int(), 204);
+  auto ls = sandbox_call(id, 49983, bhttp::verb::post, "/filesystem.Filesystem/ListDir",
+                         R"({"path":"/","depth":1})", "");
+  EXPECT_EQ(ls.result_int(), 200) << ls.body();
+  auto info = api(bhttp::verb::get, "/sandboxes/" + id);
+  ASSERT_EQ(info.result_int(), 200);
+  EXPECT_FALSE(json::parse(info.body()).as_object().contains("envdAccessToken"));
+  // Minting a scoped token needs a sandbox token to derive it from.
+  EXPECT_EQ(api(bhttp::verb::post, "/sandboxes/" + id + "/tokens", R"({"commands":["demo"]})")
+                .result_int(),
+            409);
+  // Adopted by the next abxd as it is: still open, still listed.
+  abxd_->signal(SIGKILL);
+  abxd_->wait();
+  start();
+  EXPECT_EQ(api(bhttp::verb::get, "/sandboxes/" + id).result_int(), 200);
+  EXPECT_EQ(sandbox_call(id, 49983, bhttp::verb::get, "/health", "", "").result_int(), 204);
+
+  auto demo = api(bhttp::verb::post, "/sandboxes", R"({"templateID":"demo","secure":false})");
+  EXPECT_EQ(demo.result_int(), 400) << demo.body();
+  EXPECT_NE(demo.body().find("command server"), std::string::npos) << demo.body();
+  EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);
+}
+
 }  // namespace
 }  // namespace abx::e2e
