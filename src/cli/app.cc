@@ -20,6 +20,7 @@ int run_main(int argc, char** argv) {
       "5 unreachable or timed out, 6 missing capability or wrong state; `abx exec` and custom "
       "commands exit with the command's code (exec: 125 when abx itself fails).",
       "abx"};
+  app.set_version_flag("--version", std::string("abx ") + ABX_VERSION);
   app.require_subcommand(1);
   app.fallthrough();
   auto& f = ctx.flags;

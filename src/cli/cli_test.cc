@@ -248,5 +248,18 @@ TEST(CliBinary, UnreachablePlatformExitsFive) {
   EXPECT_EQ(abx({"exec", "sbx", "--", "true"}).code, kExitExecFailed);
 }
 
+TEST(CliBinary, PrintsItsVersion) {
+  auto r = abx({"--version"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out.rfind("abx 0.", 0), 0u) << r.out;
+}
+
+// A zero lifetime is refused before any request (the platform would reap the sandbox at once).
+TEST(CliBinary, CreateWithZeroTimeoutIsAUsageError) {
+  auto r = abx({"--json", "sandbox", "create", "--timeout", "0"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.out.find("--timeout must be at least 1s"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace abx::cli

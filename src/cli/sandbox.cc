@@ -34,6 +34,11 @@ int create(Context& ctx, const SandboxOpts& o) {
   client::CreateOptions co;
   auto t = parse_duration(o.timeout);
   if (!t.ok()) return ctx.fail(t.error());
+  if (t->count() <= 0) {
+    return ctx.fail(
+        invalid_argument("--timeout must be at least 1s: a sandbox with no lifetime "
+                         "would be removed as soon as it is created"));
+  }
   co.timeout = *t;
   auto envs = parse_pairs(o.envs, "--env");
   if (!envs.ok()) return ctx.fail(envs.error());

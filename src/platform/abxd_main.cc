@@ -4,17 +4,22 @@
 // main() is three steps: flags into a Config (parse_flags), then either a key subcommand
 // (keys_main) or the daemon (serve: store, templates, sandboxes, gateway, then wait for a stop
 // signal and drain).
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
 
+#include "abx/base/fd.h"
 #include "abx/base/log.h"
 #include "abx/base/try.h"
 #include "abx/platform/gateway.h"
@@ -71,6 +76,7 @@ std::optional<int> parse_flags(int argc, char** argv, Config& cfg) {
   CLI::App app{
       "abxd: the abx platform daemon — E2B-compatible control API and the routing proxy to "
       "sandboxes on one listener.\nExit codes: 0 ok, 2 usage, 3 configuration, 4 cannot listen."};
+  app.set_version_flag("--version", std::string("abxd ") + ABX_VERSION);
   app.add_option("--home", cfg.home, "State directory (default $ABX_HOME, ~/.abx)")
       ->capture_default_str();
   app.add_option("--listen", cfg.listen, "HOST:PORT for both planes")->capture_default_str();
@@ -136,6 +142,34 @@ Result<std::unique_ptr<store::Store>> open_store(const std::string& home) {
   if (ec) return internal_error("cannot create " + home + ": " + ec.message());
   ::chmod(home.c_str(), 0700);
   return store::Store::open(fs::path(home) / "abx.db");
+}
+
+// One daemon per home: an exclusive flock on <home>/abxd.lock, held for the process's life (the
+// kernel drops it when abxd dies, however it dies). Two daemons on one home would each adopt
+// and reap the other's sandboxes. The holder's pid is written into the file so the refusal can
+// name it. Sandbox children never hold the lock: the runtime closes every inherited descriptor.
+Result<UniqueFd> lock_home(const std::string& home) {
+  std::error_code ec;
+  fs::create_directories(home, ec);
+  if (ec) return internal_error("cannot create " + home + ": " + ec.message());
+  const std::string path = (fs::path(home) / "abxd.lock").string();
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd) return internal_error("cannot open " + path + ": " + std::strerror(errno));
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK) return internal_error("flock " + path + ": " + std::strerror(errno));
+    std::ifstream in(path);
+    std::string pid;
+    std::getline(in, pid);
+    return Error(ErrorCode::kFailedPrecondition,
+                 "another abxd (pid " + (pid.empty() ? std::string("unknown") : pid) +
+                     ") is already serving home " + home + "; stop it or pick another --home");
+  }
+  const std::string me = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd.get(), 0) != 0 ||
+      ::pwrite(fd.get(), me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+    return internal_error("write " + path + ": " + std::strerror(errno));
+  }
+  return fd;
 }
 
 // --- key subcommands: each prints what scripts capture on stdout, the rest on stderr ---
@@ -229,6 +263,8 @@ sigset_t block_stop_signals() {
 
 int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   Logger log("abxd");
+  auto home_lock = lock_home(cfg.home);  // first: a second abxd must not even open the store
+  if (!home_lock.ok()) return fail(home_lock.error(), kExitConfig);
   auto st = open_store(cfg.home);
   if (!st.ok()) return fail(st.error(), kExitConfig);
   ensure_first_api_key(**st, cfg.home);

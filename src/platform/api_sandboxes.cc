@@ -1,6 +1,8 @@
 // /sandboxes and /v2/sandboxes: create, list, get, kill, timeout, connect, resume, pause.
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
+#include <cctype>
+#include <cstdio>
 #include <stdexcept>
 
 #include "abx/base/time.h"
@@ -71,14 +73,80 @@ Result<std::size_t> parse_limit(const std::string& v) {
   return invalid_argument("limit must be an integer between 1 and 100");
 }
 
-// "k=v&k2=v2", itself URL-encoded inside the parameter.
+// One more level of URL decoding ('+' is a space, as Go's url.QueryUnescape has it).
+Result<std::string> unescape(std::string_view s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      out += ' ';
+    } else if (s[i] != '%') {
+      out += s[i];
+    } else if (i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+               std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+      out += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
+      i += 2;
+    } else {
+      return invalid_argument("malformed metadata filter");
+    }
+  }
+  return out;
+}
+
+// "k=v&k2=v2", itself URL-encoded inside the parameter, with each key and value URL-encoded
+// before that (the JS SDK: encodeURIComponent on both, then URLSearchParams), as E2B's API
+// decodes it: the query, then the pairs, then each key and value.
 Status parse_metadata_filter(const std::string& v, std::map<std::string, std::string>& out) {
   std::string rel = "?" + v;
   auto inner = boost::urls::parse_relative_ref(rel);
   if (!inner) return invalid_argument("malformed metadata filter");
-  for (auto kv : inner->params())
-    out[std::string(kv.key)] = kv.has_value ? std::string(kv.value) : "";
+  for (auto kv : inner->params()) {
+    ABX_ASSIGN_OR_RETURN(std::string key, unescape(kv.key));
+    ABX_ASSIGN_OR_RETURN(std::string value, unescape(kv.has_value ? kv.value : ""));
+    out[std::move(key)] = std::move(value);
+  }
   return {};
+}
+
+// RFC 3339 as the SDK sends it (Date.toISOString(): "2026-11-30T14:39:30.123Z"); a numeric
+// offset ("+02:00") and any number of fraction digits are accepted too.
+Result<std::int64_t> parse_rfc3339_ms(const std::string& v) {
+  const auto bad = [&] { return invalid_argument("startedAfter must be an RFC 3339 date-time"); };
+  int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0, used = 0;
+  if (std::sscanf(v.c_str(), "%4d-%2d-%2d%*1[Tt ]%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec,
+                  &used) != 6 ||
+      used != 19 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60) {
+    return bad();
+  }
+  std::size_t i = 19;
+  std::int64_t ms = 0;
+  if (i < v.size() && v[i] == '.') {
+    std::size_t digits = 0;
+    for (++i; i < v.size() && std::isdigit(static_cast<unsigned char>(v[i])); ++i, ++digits) {
+      if (digits < 3) ms = ms * 10 + (v[i] - '0');
+    }
+    if (digits == 0) return bad();
+    for (; digits < 3; ++digits) ms *= 10;
+  }
+  std::int64_t offset_s = 0;
+  if (i < v.size() && (v[i] == 'Z' || v[i] == 'z')) {
+    ++i;
+  } else if (i + 6 == v.size() && (v[i] == '+' || v[i] == '-') && v[i + 3] == ':') {
+    int oh = 0, om = 0;
+    if (std::sscanf(v.c_str() + i + 1, "%2d:%2d", &oh, &om) != 2) return bad();
+    offset_s = (v[i] == '+' ? 1 : -1) * (oh * 3600 + om * 60);
+    i += 6;
+  } else {
+    return bad();
+  }
+  if (i != v.size()) return bad();
+  // Days from the civil date (Howard Hinnant's algorithm), so no locale or TZ is involved.
+  const int yy = mo <= 2 ? y - 1 : y;
+  const int era = (yy >= 0 ? yy : yy - 399) / 400;
+  const int yoe = yy - era * 400;
+  const int doy = (153 * (mo + (mo > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  const int doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  const std::int64_t days = static_cast<std::int64_t>(era) * 146097 + doe - 719468;
+  return (days * 86400 + h * 3600 + mi * 60 + sec - offset_s) * 1000 + ms;
 }
 
 Result<Response> list_sandboxes(Context& ctx, bool v1) {
@@ -101,7 +169,8 @@ Result<Response> resume_or_connect(Context& ctx, bool must_be_paused) {
   // The timeout is read after resuming, as it always was (a bad one still leaves it resumed).
   ABX_ASSIGN_OR_RETURN(auto timeout,
                        optional_timeout(op.body, ctx.sandboxes.options().max_timeout_seconds));
-  if (timeout) ABX_TRY(ctx.sandboxes.set_timeout(op.id, *timeout));
+  // E2B: connect only ever extends the deadline; POST .../timeout is the way to shorten it.
+  if (timeout) ABX_TRY(ctx.sandboxes.extend_timeout(op.id, *timeout));
   return http::json_response(resumed ? 201 : 200, sandbox_json(*op.sb));
 }
 
@@ -114,6 +183,9 @@ Result<CreateRequest> parse_create(const json::object& body, std::int64_t max_ti
     cr.template_id = std::string(t->get_string());
   }
   ABX_ASSIGN_OR_RETURN(cr.timeout_seconds, optional_timeout(body, max_timeout));
+  if (cr.timeout_seconds == 0) {
+    return invalid_argument("timeout must be at least 1 second (0 would end the sandbox at once)");
+  }
   ABX_ASSIGN_OR_RETURN(cr.metadata, string_map(body.if_contains("metadata"), "metadata"));
   ABX_ASSIGN_OR_RETURN(cr.env_vars, string_map(body.if_contains("envVars"), "envVars"));
   if (const json::value* s = body.if_contains("secure")) {
@@ -128,6 +200,8 @@ Result<store::SandboxFilter> parse_list_query(boost::urls::params_view params, b
   f.limit = 100;
   // v1 lists running sandboxes; a state parameter adds to that rather than replacing it.
   if (v1) f.states = {store::SandboxState::kRunning};
+  // v2 lists newest first, as E2B's API does; v1 keeps its oldest-first order.
+  f.descending = !v1;
   for (auto param : params) {
     std::string k = param.key;
     std::string v = param.has_value ? std::string(param.value) : std::string();
@@ -144,6 +218,8 @@ Result<store::SandboxFilter> parse_list_query(boost::urls::params_view params, b
       f.descending = v == "desc";
     } else if (k == "metadata") {
       ABX_TRY(parse_metadata_filter(v, f.metadata));
+    } else if (k == "startedAfter") {
+      ABX_ASSIGN_OR_RETURN(f.started_after_ms, parse_rfc3339_ms(v));
     }
   }
   if (f.states.empty()) f.states = {store::SandboxState::kRunning, store::SandboxState::kPaused};

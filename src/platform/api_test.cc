@@ -43,9 +43,9 @@ TEST(ApiDecoders, CreateReadsEveryFieldAndRejectsBadOnesAsInvalidArgument) {
   EXPECT_EQ(cr->env_vars.at("A"), "1");
   EXPECT_FALSE(cr->secure);
   EXPECT_EQ(parse_create(obj("{}"), 3600)->template_id, "base");
-  for (const char* bad :
-       {R"({"templateID":1})", R"({"timeout":"x"})", R"({"timeout":3601})", R"({"timeout":null})",
-        R"({"metadata":{"a":1}})", R"({"envVars":[]})", R"({"secure":"yes"})"}) {
+  for (const char* bad : {R"({"templateID":1})", R"({"timeout":"x"})", R"({"timeout":3601})",
+                          R"({"timeout":0})", R"({"timeout":null})", R"({"metadata":{"a":1}})",
+                          R"({"envVars":[]})", R"({"secure":"yes"})"}) {
     auto r = parse_create(obj(bad), 3600);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument) << bad;
@@ -63,8 +63,31 @@ TEST(ApiDecoders, ListQueryKeepsV1RunningAndChecksEachParameter) {
   EXPECT_TRUE(v1->descending);
   EXPECT_EQ(v1->metadata.at("a"), "b");
   EXPECT_EQ(q("/v2/sandboxes", false)->states.size(), 2u);
-  for (const char* bad : {"/s?state=killed", "/s?state=bogus", "/s?limit=0", "/s?limit=101",
-                          "/s?limit=5x", "/s?order=up"}) {
+  // v2 is newest first unless asked otherwise (E2B); v1 keeps oldest first.
+  EXPECT_TRUE(q("/v2/sandboxes", false)->descending);
+  EXPECT_FALSE(q("/v2/sandboxes?order=asc", false)->descending);
+  EXPECT_FALSE(q("/sandboxes", true)->descending);
+  // state as a comma list or repeated.
+  EXPECT_EQ(q("/v2/sandboxes?state=paused", false)->states.size(), 1u);
+  EXPECT_EQ(q("/v2/sandboxes?state=paused&state=running", false)->states.size(), 2u);
+  EXPECT_EQ(q("/v2/sandboxes?state=running%2Cpaused", false)->states.size(), 2u);
+  // metadata as the JS SDK sends {a: "1", "b c": "x y&z=%"}: each key and value
+  // encodeURIComponent'ed, joined by URLSearchParams, the whole URL-encoded as a query value.
+  auto md = q("/v2/sandboxes?metadata=a%3D1%26b%252520c%3Dx%252520y%252526z%25253D%252525", false);
+  ASSERT_TRUE(md.ok());
+  EXPECT_EQ(md->metadata.at("a"), "1");
+  EXPECT_EQ(md->metadata.at("b c"), "x y&z=%");
+  EXPECT_FALSE(q("/v2/sandboxes?metadata=a%3D%2525zz", false).ok());
+  EXPECT_EQ(q("/v2/sandboxes?startedAfter=2026-11-30T14:39:30.123Z", false)->started_after_ms,
+            1796049570123);
+  EXPECT_EQ(q("/v2/sandboxes?startedAfter=1970-01-01T01:00:00%2B01:00", false)->started_after_ms,
+            0);
+  EXPECT_EQ(q("/v2/sandboxes?startedAfter=2000-03-01T00:00:00.5Z", false)->started_after_ms,
+            951868800500);
+  for (const char* bad :
+       {"/s?state=killed", "/s?state=bogus", "/s?limit=0", "/s?limit=101", "/s?limit=5x",
+        "/s?order=up", "/s?startedAfter=yesterday", "/s?startedAfter=2026-11-30",
+        "/s?startedAfter=2026-11-30T14:39:30", "/s?startedAfter=2026-13-30T14:39:30Z"}) {
     auto r = q(bad, false);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument) << bad;

@@ -222,9 +222,15 @@ store::SandboxRecord new_record(const ManagerOptions& opt, const templates::Temp
 Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest& req) {
   const templates::Template* tmpl = catalog_->get(req.template_id);
   if (tmpl == nullptr) return not_found("template '" + req.template_id + "' not found");
+  // secure=false opens envd without a token (as in E2B); a command server always needs one.
+  if (!req.secure && tmpl->server) {
+    return invalid_argument("secure=false needs a template without a command server ('" + tmpl->id +
+                            "' serves commands, which always need a token)");
+  }
   std::int64_t timeout = req.timeout_seconds.value_or(tmpl->timeout_seconds);
-  if (timeout < 0 || timeout > opt_.max_timeout_seconds) {
-    return invalid_argument("timeout must be between 0 and " +
+  // A zero timeout would hand back a sandbox the reaper kills at once.
+  if (timeout < 1 || timeout > opt_.max_timeout_seconds) {
+    return invalid_argument("timeout must be between 1 and " +
                             std::to_string(opt_.max_timeout_seconds) + " seconds");
   }
   {
@@ -314,15 +320,27 @@ Status SandboxManager::kill(const std::string& id) {
 }
 
 Status SandboxManager::set_timeout(const std::string& id, std::int64_t seconds) {
+  return move_deadline(id, seconds, false);
+}
+
+Status SandboxManager::extend_timeout(const std::string& id, std::int64_t seconds) {
+  return move_deadline(id, seconds, true);
+}
+
+Status SandboxManager::move_deadline(const std::string& id, std::int64_t seconds,
+                                     bool extend_only) {
   auto sb = find(id);
   if (!sb) return not_found("sandbox '" + id + "' not found");
   if (seconds < 0 || seconds > opt_.max_timeout_seconds) {
     return invalid_argument("timeout must be between 0 and " +
                             std::to_string(opt_.max_timeout_seconds) + " seconds");
   }
-  std::int64_t end = now_ms() + seconds * 1000;
-  ABX_TRY(store_->set_deadline(id, end));
+  // The sandbox's lock covers read, store write and update, so two concurrent extensions
+  // cannot leave the earlier deadline in place.
   std::lock_guard lock(sb->mu);
+  std::int64_t end = now_ms() + seconds * 1000;
+  if (extend_only && sb->record.end_at_ms >= end) return {};
+  ABX_TRY(store_->set_deadline(id, end));
   sb->record.end_at_ms = end;
   reaper_cv_.notify_all();
   return {};

@@ -89,7 +89,10 @@ class SandboxManager {
   std::shared_ptr<LiveSandbox> find(const std::string& id) const;
   // kNotFound if unknown.
   Status kill(const std::string& id);
+  // The deadline becomes now + seconds, earlier or later than it was (POST .../timeout).
   Status set_timeout(const std::string& id, std::int64_t seconds);
+  // The deadline becomes max(deadline, now + seconds): connect never shortens a sandbox's life.
+  Status extend_timeout(const std::string& id, std::int64_t seconds);
   // Freezes every task (cgroup freezer; memory is kept). kFailedPrecondition if already paused.
   Status pause(const std::string& id);
   // Thaws; false if it was not paused.
@@ -109,6 +112,7 @@ class SandboxManager {
                  const templates::TemplateCatalog& catalog);
   void reaper_loop();
   Status destroy(const std::shared_ptr<LiveSandbox>& sb);
+  Status move_deadline(const std::string& id, std::int64_t seconds, bool extend_only);
 
   ManagerOptions opt_;
   store::Store* store_;

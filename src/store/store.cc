@@ -347,8 +347,11 @@ Status Store::check_integrity() {
 
 Status Store::insert_sandbox(const SandboxRecord& r) {
   if (!valid_sandbox_id(r.id)) return bad_id(r.id);
-  if (r.access_token_digest.size() != 64 || !is_lower_hex(r.access_token_digest)) {
-    return invalid_argument("access_token_digest must be 64 lowercase hex (token_digest())");
+  // Empty: the sandbox was created with secure=false and has no token at all.
+  if (!r.access_token_digest.empty() &&
+      (r.access_token_digest.size() != 64 || !is_lower_hex(r.access_token_digest))) {
+    return invalid_argument(
+        "access_token_digest must be 64 lowercase hex (token_digest()) or empty (no token)");
   }
   if (r.template_id.empty()) return invalid_argument("sandbox needs a template id");
   std::lock_guard lock(impl_->mu);

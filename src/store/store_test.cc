@@ -151,6 +151,19 @@ TEST(Store, RejectsMalformedRecords) {
             ErrorCode::kInvalidArgument);
 }
 
+// secure=false: a sandbox without a token is stored with an empty digest and read back so.
+TEST(Store, AcceptsASandboxWithoutAToken) {
+  TempDir d;
+  auto s = open_or_die(d.path() / "abx.db");
+  SandboxRecord r = make(2);
+  r.access_token_digest.clear();
+  ASSERT_TRUE(s->insert_sandbox(r).ok());
+  auto got = s->get_sandbox(r.id);
+  ASSERT_TRUE(got.ok());
+  EXPECT_TRUE(got->access_token_digest.empty());
+  EXPECT_FALSE(digest_matches(got->access_token_digest, ""));
+}
+
 TEST(Store, GeneratesValidSandboxIds) {
   std::set<std::string> seen;
   for (int i = 0; i < 200; ++i) {

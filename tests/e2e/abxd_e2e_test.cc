@@ -407,5 +407,167 @@ TEST(AbxdKeys, CreateListRevoke) {
   EXPECT_EQ(again.wait(), 2);
 }
 
+// --- E2B parity of the lifecycle API (issues 12 and 16) ---
+
+std::int64_t end_at_ms(const json::value& listed) {
+  // "2026-11-30T15:29:46.123Z": compare as text is enough within one test, but the difference
+  // in seconds is what the assertions need.
+  std::string s(listed.at("endAt").as_string());
+  std::tm tm{};
+  ::strptime(s.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
+  std::int64_t ms = static_cast<std::int64_t>(::timegm(&tm)) * 1000;
+  if (auto dot = s.find('.'); dot != std::string::npos) ms += std::stoi(s.substr(dot + 1, 3));
+  return ms;
+}
+
+// Connect (v1 and v2) only ever extends the deadline; POST .../timeout still sets it, shorter
+// included. Create with timeout 0 is a 400 instead of a sandbox the reaper kills at once.
+TEST_F(AbxdE2E, ConnectNeverShortensTheDeadline) {
+  auto sb = create(R"({"templateID":"base","timeout":3600})");
+  std::string id(sb.at("sandboxID").as_string());
+  auto end_of = [&] {
+    auto r = api(bhttp::verb::get, "/sandboxes/" + id);
+    EXPECT_EQ(r.result_int(), 200) << r.body();
+    return end_at_ms(json::parse(r.body()));
+  };
+  const std::int64_t hour = end_of();
+  EXPECT_EQ(
+      api(bhttp::verb::post, "/sandboxes/" + id + "/connect", R"({"timeout":300})").result_int(),
+      200);
+  EXPECT_EQ(end_of(), hour);
+  EXPECT_EQ(
+      api(bhttp::verb::post, "/v2/sandboxes/" + id + "/connect", R"({"timeout":60})").result_int(),
+      200);
+  EXPECT_EQ(end_of(), hour);
+  // A longer timeout extends.
+  ASSERT_EQ(
+      api(bhttp::verb::post, "/sandboxes/" + id + "/connect", R"({"timeout":7200})").result_int(),
+      200);
+  EXPECT_GT(end_of(), hour + 3000 * 1000);
+  // setTimeout sets, shorter too.
+  ASSERT_EQ(
+      api(bhttp::verb::post, "/sandboxes/" + id + "/timeout", R"({"timeout":120})").result_int(),
+      204);
+  EXPECT_LT(end_of(), hour - 3000 * 1000);
+
+  for (const char* path : {"/sandboxes", "/v2/sandboxes"}) {
+    auto zero = api(bhttp::verb::post, path, R"({"templateID":"base","timeout":0})");
+    EXPECT_EQ(zero.result_int(), 400) << zero.body();
+    EXPECT_NE(zero.body().find("at least 1 second"), std::string::npos) << zero.body();
+  }
+  auto listed = json::parse(api(bhttp::verb::get, "/v2/sandboxes").body()).as_array();
+  EXPECT_EQ(listed.size(), 1u);  // no zero-timeout sandbox was made
+  EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);
+}
+
+// GET /v2/sandboxes as E2B: newest first (order=asc for the old order), state as a comma list
+// or repeated, metadata as the SDK encodes it, startedAfter, paging in the same order.
+TEST_F(AbxdE2E, V2ListIsNewestFirstAndFiltersLikeE2b) {
+  std::vector<std::string> ids;
+  std::string started_after;
+  for (int i = 0; i < 3; ++i) {
+    auto sb = create(R"({"templateID":"base","metadata":{"run":"l","n":")" + std::to_string(i) +
+                     R"("}})");
+    ids.emplace_back(sb.at("sandboxID").as_string());
+    if (i == 0) {
+      auto info = json::parse(api(bhttp::verb::get, "/sandboxes/" + ids[0]).body());
+      started_after = std::string(info.at("startedAt").as_string());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // distinct startedAt
+  }
+  auto listed_ids = [&](const std::string& query) {
+    auto r = api(bhttp::verb::get, "/v2/sandboxes" + query);
+    EXPECT_EQ(r.result_int(), 200) << query << ": " << r.body();
+    std::vector<std::string> out;
+    const json::value listed = json::parse(r.body());
+    for (const auto& v : listed.as_array()) out.emplace_back(v.at("sandboxID").as_string());
+    return out;
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(listed_ids(""), (V{ids[2], ids[1], ids[0]}));
+  EXPECT_EQ(listed_ids("?order=asc"), (V{ids[0], ids[1], ids[2]}));
+  // Paging keeps the order.
+  auto p1 = api(bhttp::verb::get, "/v2/sandboxes?limit=2");
+  std::string next(p1["X-Next-Token"]);
+  ASSERT_FALSE(next.empty());
+  EXPECT_EQ(listed_ids("?limit=2&nextToken=" + next), (V{ids[0]}));
+
+  ASSERT_EQ(api(bhttp::verb::post, "/sandboxes/" + ids[1] + "/pause", "{}").result_int(), 204);
+  EXPECT_EQ(listed_ids("?state=paused"), (V{ids[1]}));
+  EXPECT_EQ(listed_ids("?state=running"), (V{ids[2], ids[0]}));
+  EXPECT_EQ(listed_ids("?state=running,paused"), (V{ids[2], ids[1], ids[0]}));
+  EXPECT_EQ(listed_ids("?state=running&state=paused"), (V{ids[2], ids[1], ids[0]}));
+  // The SDK's metadata: encodeURIComponent of "run=l&n=1".
+  EXPECT_EQ(listed_ids("?metadata=run%3Dl%26n%3D1"), (V{ids[1]}));
+  EXPECT_EQ(listed_ids("?metadata=run%3Dl%26n%3D9"), (V{}));
+  // startedAfter is exclusive: the first sandbox's own startedAt leaves it out.
+  EXPECT_EQ(listed_ids("?startedAfter=" + started_after), (V{ids[2], ids[1]}));
+  EXPECT_EQ(api(bhttp::verb::get, "/v2/sandboxes?startedAfter=yesterday").result_int(), 400);
+  for (const auto& id : ids)
+    EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);
+}
+
+// secure=false (E2B): no envdAccessToken, envd answers without a token, through the proxy and
+// for its RPC too; the record survives an abxd restart. A command server always needs a token.
+TEST_F(AbxdE2E, InsecureSandboxNeedsNoAccessToken) {
+  auto r = api(bhttp::verb::post, "/sandboxes", R"({"templateID":"base","secure":false})");
+  ASSERT_EQ(r.result_int(), 201) << r.body();
+  auto sb = json::parse(r.body()).as_object();
+  std::string id(sb.at("sandboxID").as_string());
+  EXPECT_FALSE(sb.contains("envdAccessToken"));
+  EXPECT_EQ(sandbox_call(id, 49983, bhttp::verb::get, "/health", "", "").result_int(), 204);
+  auto ls = sandbox_call(id, 49983, bhttp::verb::post, "/filesystem.Filesystem/ListDir",
+                         R"({"path":"/","depth":1})", "");
+  EXPECT_EQ(ls.result_int(), 200) << ls.body();
+  auto info = api(bhttp::verb::get, "/sandboxes/" + id);
+  ASSERT_EQ(info.result_int(), 200);
+  EXPECT_FALSE(json::parse(info.body()).as_object().contains("envdAccessToken"));
+  // Minting a scoped token needs a sandbox token to derive it from.
+  EXPECT_EQ(api(bhttp::verb::post, "/sandboxes/" + id + "/tokens", R"({"commands":["demo"]})")
+                .result_int(),
+            409);
+  // Adopted by the next abxd as it is: still open, still listed.
+  abxd_->signal(SIGKILL);
+  abxd_->wait();
+  start();
+  EXPECT_EQ(api(bhttp::verb::get, "/sandboxes/" + id).result_int(), 200);
+  EXPECT_EQ(sandbox_call(id, 49983, bhttp::verb::get, "/health", "", "").result_int(), 204);
+
+  auto demo = api(bhttp::verb::post, "/sandboxes", R"({"templateID":"demo","secure":false})");
+  EXPECT_EQ(demo.result_int(), 400) << demo.body();
+  EXPECT_NE(demo.body().find("command server"), std::string::npos) << demo.body();
+  EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);
+}
+
+// One abxd per home: a second one on the same --home exits at once (config error, 3) naming
+// the home and the first one's pid, and leaves the first serving.
+TEST_F(AbxdE2E, SecondAbxdOnTheSameHomeExitsAtOnce) {
+  std::ifstream lock(home_ / "abxd.lock");
+  std::string pid;
+  std::getline(lock, pid);
+  ASSERT_FALSE(pid.empty());
+  std::ifstream cmdline("/proc/" + pid + "/cmdline");  // the holder is the running abxd
+  std::string args((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+  EXPECT_NE(args.find(home_.string()), std::string::npos) << args;
+
+  // Through sh so that abxd's stderr, where the refusal goes, is captured.
+  ChildProcess second({"/bin/sh", "-c",
+                       std::string(ABXD_BIN) + " --home '" + home_.string() +
+                           "' --listen 127.0.0.1:0 2>&1; echo \"exit=$?\""});
+  ASSERT_TRUE(second.started());
+  std::string out = second.read_all();
+  EXPECT_EQ(second.wait(std::chrono::seconds(10)), 0);
+  EXPECT_NE(out.find("exit=3"), std::string::npos) << out;
+  EXPECT_NE(out.find("pid " + pid), std::string::npos) << out;
+  EXPECT_NE(out.find(home_.string()), std::string::npos) << out;
+  EXPECT_EQ(out.find("listening"), std::string::npos) << out;
+  EXPECT_EQ(api(bhttp::verb::get, "/v2/sandboxes").result_int(), 200);
+
+  ChildProcess version({ABXD_BIN, "--version"});
+  std::string v = version.read_all();
+  EXPECT_EQ(version.wait(), 0);
+  EXPECT_EQ(v.rfind("abxd 0.", 0), 0u) << v;
+}
+
 }  // namespace
 }  // namespace abx::e2e

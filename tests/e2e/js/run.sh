@@ -1,5 +1,6 @@
 #!/bin/sh
-# Runs the E2B JS SDK end-to-end test (sdk.test.mjs) against abxd ($ABXD_BIN, set by ctest).
+# Runs the E2B JS SDK end-to-end tests (sdk.test.mjs, lifecycle.test.mjs) against abxd
+# ($ABXD_BIN, set by ctest).
 # On a fresh clone it installs the pinned packages first (`npm ci`, from package-lock.json).
 # The SDK needs Node >= 20.18.1; when the system's node is older (Debian 12 ships 18), a Node 20
 # binary is taken from npm's registry (package node-linux-<arch>) into $ABX_NODE_DIR
@@ -47,4 +48,4 @@ if [ ! -d node_modules/e2b ]; then
   npm ci --no-audit --no-fund
 fi
 
-exec node --test --test-reporter=spec "$@" sdk.test.mjs
+exec node --test --test-reporter=spec "$@" sdk.test.mjs lifecycle.test.mjs
