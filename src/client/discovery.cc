@@ -81,7 +81,7 @@ Result<std::vector<templates::CustomCommand>> remote_custom_commands(const json:
     c.description = e.description;
     c.command = e.command;
     try {
-      for (const auto& a : e->args)
+      for (const auto& a : e.args)
         c.args.emplace_back(a.name, arg_type_name(a.type), a.required, a.default_value,
                             a.description);
     } catch (const std::exception& ex) {

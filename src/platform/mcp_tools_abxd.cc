@@ -93,7 +93,8 @@ std::set<client::Capability> capabilities_of(const templates::Template* t) {
 CommandInfo info_of(const client::CommandEntry& e) {
   CommandInfo ci{e.name, e.description, std::string(client::command_source_name(e.source)), {}};
   for (const auto& a : e.args) {
-    ci.args.push_back(CommandArgInfo{a.name, a.type, a.required, a.default_value, a.description});
+    ci.args.push_back(CommandArgInfo{a.name, std::string(client::arg_type_name(a.type)), a.required,
+                                     a.default_value, a.description});
   }
   return ci;
 }

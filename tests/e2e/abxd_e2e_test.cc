@@ -527,8 +527,7 @@ TEST_F(AbxdE2E, InsecureSandboxNeedsNoAccessToken) {
                 .result_int(),
             409);
   // Adopted by the next abxd as it is: still open, still listed.
-  abxd_->signal(SIGKILL);
-  abxd_->wait();
+  abxd().kill9();
   start();
   EXPECT_EQ(api(bhttp::verb::get, "/sandboxes/" + id).result_int(), 200);
   EXPECT_EQ(sandbox_call(id, 49983, bhttp::verb::get, "/health", "", "").result_int(), 204);
@@ -542,28 +541,28 @@ TEST_F(AbxdE2E, InsecureSandboxNeedsNoAccessToken) {
 // One abxd per home: a second one on the same --home exits at once (config error, 3) naming
 // the home and the first one's pid, and leaves the first serving.
 TEST_F(AbxdE2E, SecondAbxdOnTheSameHomeExitsAtOnce) {
-  std::ifstream lock(home_ / "abxd.lock");
+  std::ifstream lock(home() / "abxd.lock");
   std::string pid;
   std::getline(lock, pid);
   ASSERT_FALSE(pid.empty());
   std::ifstream cmdline("/proc/" + pid + "/cmdline");  // the holder is the running abxd
   std::string args((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
-  EXPECT_NE(args.find(home_.string()), std::string::npos) << args;
+  EXPECT_NE(args.find(home().string()), std::string::npos) << args;
 
   // Through sh so that abxd's stderr, where the refusal goes, is captured.
-  ChildProcess second({"/bin/sh", "-c",
-                       std::string(ABXD_BIN) + " --home '" + home_.string() +
-                           "' --listen 127.0.0.1:0 2>&1; echo \"exit=$?\""});
+  testing::ChildProcess second({"/bin/sh", "-c",
+                                std::string(testing::abxd_bin()) + " --home '" + home().string() +
+                                    "' --listen 127.0.0.1:0 2>&1; echo \"exit=$?\""});
   ASSERT_TRUE(second.started());
   std::string out = second.read_all();
   EXPECT_EQ(second.wait(std::chrono::seconds(10)), 0);
   EXPECT_NE(out.find("exit=3"), std::string::npos) << out;
   EXPECT_NE(out.find("pid " + pid), std::string::npos) << out;
-  EXPECT_NE(out.find(home_.string()), std::string::npos) << out;
+  EXPECT_NE(out.find(home().string()), std::string::npos) << out;
   EXPECT_EQ(out.find("listening"), std::string::npos) << out;
   EXPECT_EQ(api(bhttp::verb::get, "/v2/sandboxes").result_int(), 200);
 
-  ChildProcess version({ABXD_BIN, "--version"});
+  testing::ChildProcess version({testing::abxd_bin(), "--version"});
   std::string v = version.read_all();
   EXPECT_EQ(version.wait(), 0);
   EXPECT_EQ(v.rfind("abxd 0.", 0), 0u) << v;
