@@ -297,5 +297,8 @@ ErrorCode error_code_for_status(unsigned status);
 Response error_response(const Error& error, unsigned version = 11, bool keep_alive = true);
 Response json_response(unsigned status, const boost::json::value& body, unsigned version = 11,
                        bool keep_alive = true);
+// A response with no body (202 Accepted, 204 No Content, ...).
+Response empty_response(boost::beast::http::status status, unsigned version = 11,
+                        bool keep_alive = true);
 
 }  // namespace abx::http
