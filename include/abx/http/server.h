@@ -44,6 +44,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "abx/base/error.h"
 #include "abx/base/fd.h"
@@ -246,6 +247,20 @@ struct ServerOptions {
   // Optional: lets a proxy take connections over after the header (see Takeover).
   HeaderHook on_header;
 };
+
+// The listener part of ServerOptions (address, I/O threads, limits) taken from a component's
+// own options, which spell those four fields the same way (GatewayOptions,
+// CommandServerOptions), plus the Server header it answers with.
+template <class ComponentOptions>
+ServerOptions listener_options(const ComponentOptions& o, std::string server_header) {
+  ServerOptions so;
+  so.host = o.host;
+  so.port = o.port;
+  so.io_threads = o.io_threads;
+  so.limits = o.limits;
+  so.server_header = std::move(server_header);
+  return so;
+}
 
 class Server {
  public:
