@@ -67,6 +67,11 @@ void print_table(const std::vector<std::string>& header,
 Result<boost::json::object> parse_command_args(const client::CommandEntry& entry,
                                                const std::vector<std::string>& items);
 
+// A subcommand of `parent` that acts on one sandbox: its first argument, required, is the
+// sandbox id (into `id`), spelled and explained the same way by every such command.
+CLI::App* add_sandbox_subcommand(CLI::App& parent, const std::string& name, const std::string& help,
+                                 std::string& id);
+
 void add_sandbox(CLI::App& app, Context& ctx);
 void add_exec(CLI::App& app, Context& ctx);
 void add_files(CLI::App& app, Context& ctx);

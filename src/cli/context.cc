@@ -100,6 +100,13 @@ Result<std::map<std::string, std::string>> parse_pairs(const std::vector<std::st
   return out;
 }
 
+CLI::App* add_sandbox_subcommand(CLI::App& parent, const std::string& name, const std::string& help,
+                                 std::string& id) {
+  CLI::App* sub = parent.add_subcommand(name, help);
+  sub->add_option("sandbox", id, "Sandbox id")->required();
+  return sub;
+}
+
 void print_table(const std::vector<std::string>& header,
                  const std::vector<std::vector<std::string>>& rows) {
   std::vector<std::size_t> w(header.size());

@@ -58,11 +58,11 @@ int exec(Context& ctx, const ExecOpts& o) {
 
 void add_exec(CLI::App& app, Context& ctx) {
   auto o = std::make_shared<ExecOpts>();
-  auto* sub = app.add_subcommand(
-      "exec",
+  auto* sub = add_sandbox_subcommand(
+      app, "exec",
       "Run a shell command in a sandbox, streaming its output; exits with its code "
-      "(125 when abx itself fails)");
-  sub->add_option("sandbox", o->id, "Sandbox id")->required();
+      "(125 when abx itself fails)",
+      o->id);
   sub->add_option("command", o->argv, "Command and arguments (after --)")->required();
   sub->add_option("--cwd", o->cwd, "Working directory");
   sub->add_option("--user", o->user, "User to run as");

@@ -38,9 +38,8 @@ void add_files(CLI::App& app, Context& ctx) {
   fs->require_subcommand(1);
   auto o = std::make_shared<FilesOpts>();
 
-  auto* r = fs->add_subcommand("read", "Print a file's bytes on stdout");
+  auto* r = add_sandbox_subcommand(*fs, "read", "Print a file's bytes on stdout", o->id);
   r->alias("cat");
-  r->add_option("sandbox", o->id, "Sandbox id")->required();
   r->add_option("path", o->path, "Path in the sandbox")->required();
   r->callback([&ctx, o] {
     ctx.exit_code = with_files(ctx, *o, [&](client::Files f) {
@@ -54,8 +53,7 @@ void add_files(CLI::App& app, Context& ctx) {
     });
   });
 
-  auto* w = fs->add_subcommand("write", "Write a file from a local file or stdin");
-  w->add_option("sandbox", o->id, "Sandbox id")->required();
+  auto* w = add_sandbox_subcommand(*fs, "write", "Write a file from a local file or stdin", o->id);
   w->add_option("path", o->path, "Path in the sandbox")->required();
   w->add_option("source", o->local, "Local file, or - for stdin")->capture_default_str();
   w->callback([&ctx, o] {
@@ -83,8 +81,7 @@ void add_files(CLI::App& app, Context& ctx) {
     });
   });
 
-  auto* ls = fs->add_subcommand("ls", "List a directory");
-  ls->add_option("sandbox", o->id, "Sandbox id")->required();
+  auto* ls = add_sandbox_subcommand(*fs, "ls", "List a directory", o->id);
   ls->add_option("path", o->path, "Directory")->required();
   ls->add_option("--depth", o->depth, "Levels to descend")->capture_default_str();
   ls->callback([&ctx, o] {
@@ -105,8 +102,7 @@ void add_files(CLI::App& app, Context& ctx) {
     });
   });
 
-  auto* rm = fs->add_subcommand("rm", "Remove a file or directory (recursively)");
-  rm->add_option("sandbox", o->id, "Sandbox id")->required();
+  auto* rm = add_sandbox_subcommand(*fs, "rm", "Remove a file or directory (recursively)", o->id);
   rm->add_option("path", o->path, "Path")->required();
   rm->callback([&ctx, o] {
     ctx.exit_code = with_files(ctx, *o, [&](client::Files f) {
@@ -117,8 +113,7 @@ void add_files(CLI::App& app, Context& ctx) {
     });
   });
 
-  auto* mk = fs->add_subcommand("mkdir", "Create a directory (and its parents)");
-  mk->add_option("sandbox", o->id, "Sandbox id")->required();
+  auto* mk = add_sandbox_subcommand(*fs, "mkdir", "Create a directory (and its parents)", o->id);
   mk->add_option("path", o->path, "Path")->required();
   mk->callback([&ctx, o] {
     ctx.exit_code = with_files(ctx, *o, [&](client::Files f) {

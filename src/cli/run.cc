@@ -76,11 +76,11 @@ int run(Context& ctx, const RunOpts& o) {
 
 void add_run(CLI::App& app, Context& ctx) {
   auto o = std::make_shared<RunOpts>();
-  auto* sub = app.add_subcommand(
-      "run",
+  auto* sub = add_sandbox_subcommand(
+      app, "run",
       "Run a command in a sandbox: a registered command on its command server, or a "
-      "template custom command. Values are converted to the declared argument types.");
-  sub->add_option("sandbox", o->id, "Sandbox id")->required();
+      "template custom command. Values are converted to the declared argument types.",
+      o->id);
   sub->add_option("command", o->command, "Command name (see `abx commands list <id>`)")->required();
   sub->add_option("-a,--arg", o->args, "Argument NAME=VALUE (repeatable)");
   sub->add_option("--module", o->modules, "Also discover commands of this local module (.so)");

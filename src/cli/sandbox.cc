@@ -183,26 +183,23 @@ void add_sandbox(CLI::App& app, Context& ctx) {
   l->add_option("--limit", o->limit, "At most this many");
   l->callback([&ctx, o] { ctx.exit_code = list(ctx, *o); });
 
-  auto* i = sb->add_subcommand("info", "Show a sandbox");
-  i->add_option("sandbox", o->id, "Sandbox id")->required();
+  auto* i = add_sandbox_subcommand(*sb, "info", "Show a sandbox", o->id);
   i->callback([&ctx, o] { ctx.exit_code = info(ctx, *o); });
 
   auto* k = sb->add_subcommand("kill", "Stop and remove sandboxes");
   k->add_option("sandbox", o->ids, "Sandbox ids")->required();
   k->callback([&ctx, o] { ctx.exit_code = kill(ctx, *o); });
 
-  auto* t = sb->add_subcommand("timeout", "Set a sandbox's remaining lifetime");
-  t->add_option("sandbox", o->id, "Sandbox id")->required();
+  auto* t = add_sandbox_subcommand(*sb, "timeout", "Set a sandbox's remaining lifetime", o->id);
   t->add_option("duration", o->timeout, "From now: 300, 5m, 1h")->required();
   t->callback([&ctx, o] { ctx.exit_code = timeout(ctx, *o); });
 
-  auto* cn = sb->add_subcommand("connect", "Resume or keep alive a sandbox and show it");
-  cn->add_option("sandbox", o->id, "Sandbox id")->required();
+  auto* cn =
+      add_sandbox_subcommand(*sb, "connect", "Resume or keep alive a sandbox and show it", o->id);
   cn->add_option("--timeout", o->timeout, "Keep it for at least this long")->capture_default_str();
   cn->callback([&ctx, o] { ctx.exit_code = connect(ctx, *o); });
 
-  auto* p = sb->add_subcommand("pause", "Pause a sandbox");
-  p->add_option("sandbox", o->id, "Sandbox id")->required();
+  auto* p = add_sandbox_subcommand(*sb, "pause", "Pause a sandbox", o->id);
   p->callback([&ctx, o] { ctx.exit_code = pause(ctx, *o); });
 }
 

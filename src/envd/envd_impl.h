@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "abx/base/error.h"
@@ -54,11 +55,18 @@ struct Envd::Impl {
   std::map<std::string, Unary, std::less<>> unary;
   std::map<std::string, Streaming, std::less<>> streaming;
 
-  void add_unary(const std::string& method, Result<boost::json::object> (*fn)(Impl&, Call&)) {
-    unary[method] = [this, fn](Call& c) { return fn(*this, c); };
-  }
-  void add_streaming(const std::string& method, Status (*fn)(Impl&, Call&)) {
-    streaming[method] = [this, fn](Call& c) { return fn(*this, c); };
+  // One Connect service's methods by their short names; add_service() registers each as
+  // "<service>/<name>", so a service spells its name once.
+  struct ServiceMethods {
+    std::vector<std::pair<const char*, Result<boost::json::object> (*)(Impl&, Call&)>> unary;
+    std::vector<std::pair<const char*, Status (*)(Impl&, Call&)>> streaming;
+  };
+  void add_service(std::string_view service, const ServiceMethods& methods) {
+    std::string prefix = std::string(service) + "/";
+    for (auto [name, fn] : methods.unary)
+      unary[prefix + name] = [this, fn](Call& c) { return fn(*this, c); };
+    for (auto [name, fn] : methods.streaming)
+      streaming[prefix + name] = [this, fn](Call& c) { return fn(*this, c); };
   }
 
   void handle(http::Request&& req, http::Responder respond);

@@ -175,15 +175,15 @@ Result<json::object> remove_watcher(Impl& envd, Call& c) {
 }  // namespace
 
 void register_filesystem_service(Impl& envd) {
-  envd.add_unary("filesystem.Filesystem/Stat", stat_entry);
-  envd.add_unary("filesystem.Filesystem/ListDir", list_entries);
-  envd.add_unary("filesystem.Filesystem/MakeDir", make_dir);
-  envd.add_unary("filesystem.Filesystem/Move", move_entry);
-  envd.add_unary("filesystem.Filesystem/Remove", remove_entry);
-  envd.add_streaming("filesystem.Filesystem/WatchDir", watch_dir);
-  envd.add_unary("filesystem.Filesystem/CreateWatcher", create_watcher);
-  envd.add_unary("filesystem.Filesystem/GetWatcherEvents", get_watcher_events);
-  envd.add_unary("filesystem.Filesystem/RemoveWatcher", remove_watcher);
+  envd.add_service("filesystem.Filesystem", {.unary = {{"Stat", stat_entry},
+                                                       {"ListDir", list_entries},
+                                                       {"MakeDir", make_dir},
+                                                       {"Move", move_entry},
+                                                       {"Remove", remove_entry},
+                                                       {"CreateWatcher", create_watcher},
+                                                       {"GetWatcherEvents", get_watcher_events},
+                                                       {"RemoveWatcher", remove_watcher}},
+                                             .streaming = {{"WatchDir", watch_dir}}});
 }
 
 }  // namespace abx::envd

@@ -177,13 +177,13 @@ Result<json::object> update(Impl& envd, Call& c) {
 }  // namespace
 
 void register_process_service(Impl& envd) {
-  envd.add_streaming("process.Process/Start", start);
-  envd.add_streaming("process.Process/Connect", connect_stream);
-  envd.add_unary("process.Process/List", list);
-  envd.add_unary("process.Process/SendInput", send_input);
-  envd.add_unary("process.Process/SendSignal", send_signal);
-  envd.add_unary("process.Process/CloseStdin", close_stdin);
-  envd.add_unary("process.Process/Update", update);
+  envd.add_service("process.Process",
+                   {.unary = {{"List", list},
+                              {"SendInput", send_input},
+                              {"SendSignal", send_signal},
+                              {"CloseStdin", close_stdin},
+                              {"Update", update}},
+                    .streaming = {{"Start", start}, {"Connect", connect_stream}}});
 }
 
 }  // namespace abx::envd

@@ -41,11 +41,18 @@ class HttpServerTest : public ::testing::Test {
   }
 
   std::string raw(std::string_view bytes) {
-    auto c = Connection::open("127.0.0.1", server_->port());
-    EXPECT_TRUE(c.ok());
-    auto out = (*c)->raw_exchange(bytes, std::chrono::seconds(3));
+    auto c = open_connection();
+    if (!c) return {};
+    auto out = c->raw_exchange(bytes, std::chrono::seconds(3));
     EXPECT_TRUE(out.ok());
     return out.ok() ? *out : std::string();
+  }
+
+  // A new keep-alive connection to the server; null (and the test failed) when it cannot open.
+  std::unique_ptr<Connection> open_connection() {
+    auto c = Connection::open("127.0.0.1", server_->port());
+    EXPECT_TRUE(c.ok()) << c.error().message();
+    return c.ok() ? std::move(*c) : nullptr;
   }
 
   // True once the server has no open connection (bounded wait: 5 s).
@@ -67,10 +74,10 @@ class HttpServerTest : public ::testing::Test {
 
 TEST_F(HttpServerTest, KeepAliveServesManyRequestsOnOneConnection) {
   start();
-  auto c = Connection::open("127.0.0.1", server_->port());
-  ASSERT_TRUE(c.ok());
+  auto c = open_connection();
+  ASSERT_TRUE(c);
   for (int i = 0; i < 5; ++i) {
-    auto r = (*c)->send(make_request(bhttp::verb::post, "/x" + std::to_string(i), "{}"));
+    auto r = c->send(make_request(bhttp::verb::post, "/x" + std::to_string(i), "{}"));
     ASSERT_TRUE(r.ok()) << r.error().message();
     EXPECT_EQ(r->result_int(), 200);
     EXPECT_EQ(boost::json::parse(r->body()).at("target").as_string(), "/x" + std::to_string(i));
@@ -101,9 +108,7 @@ struct FramingCase {
 class Framing : public HttpServerTest, public ::testing::WithParamInterface<FramingCase> {};
 
 TEST_P(Framing, RejectedWithoutReachingTheHandler) {
-  Limits lim;
-  lim.max_body_bytes = 1024;
-  start(lim);
+  start({.max_body_bytes = 1024});
   std::string out = raw(GetParam().request);
   EXPECT_EQ(status_of(out), GetParam().status) << out;
   EXPECT_NE(out.find("\"error\""), std::string::npos) << out;
@@ -181,40 +186,34 @@ TEST_F(HttpServerTest, ExpectContinueWithinLimitGets100ThenTheAnswer) {
 }
 
 TEST_F(HttpServerTest, SlowHeaderIsCutOffAtTheDeadline) {
-  Limits lim;
-  lim.header_timeout = std::chrono::milliseconds(300);
-  start(lim);
-  auto c = Connection::open("127.0.0.1", server_->port());
-  ASSERT_TRUE(c.ok());
+  start({.header_timeout = std::chrono::milliseconds(300)});
+  auto c = open_connection();
+  ASSERT_TRUE(c);
   // Only part of a header, then silence: the server must close (it cannot answer: the deadline
   // closes the socket), not wait forever. Had it waited, our 5 s read would still be open.
-  auto out = (*c)->raw_exchange("GET / HTTP/1.1\r\nHost: x\r\n", std::chrono::seconds(5));
+  auto out = c->raw_exchange("GET / HTTP/1.1\r\nHost: x\r\n", std::chrono::seconds(5));
   ASSERT_TRUE(out.ok());
   EXPECT_TRUE(out->empty()) << *out;
   EXPECT_TRUE(wait_for_no_connections());
 }
 
 TEST_F(HttpServerTest, IdleKeepAliveConnectionIsClosed) {
-  Limits lim;
-  lim.idle_timeout = std::chrono::milliseconds(200);
-  start(lim);
-  auto c = Connection::open("127.0.0.1", server_->port());
-  ASSERT_TRUE(c.ok());
-  ASSERT_TRUE((*c)->send(make_request(bhttp::verb::get, "/")).ok());
+  start({.idle_timeout = std::chrono::milliseconds(200)});
+  auto c = open_connection();
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->send(make_request(bhttp::verb::get, "/")).ok());
   // The session object goes away just after the socket closes; give it a moment.
   EXPECT_TRUE(wait_for_no_connections());
 }
 
 TEST_F(HttpServerTest, ConnectionCapAnswers503) {
-  Limits lim;
-  lim.max_connections = 1;
-  start(lim);
-  auto first = Connection::open("127.0.0.1", server_->port());
-  ASSERT_TRUE(first.ok());
-  ASSERT_TRUE((*first)->send(make_request(bhttp::verb::get, "/")).ok());
-  auto second = Connection::open("127.0.0.1", server_->port());
-  ASSERT_TRUE(second.ok());
-  auto out = (*second)->raw_exchange("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  start({.max_connections = 1});
+  auto first = open_connection();
+  ASSERT_TRUE(first);
+  ASSERT_TRUE(first->send(make_request(bhttp::verb::get, "/")).ok());
+  auto second = open_connection();
+  ASSERT_TRUE(second);
+  auto out = second->raw_exchange("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
   ASSERT_TRUE(out.ok());
   EXPECT_EQ(status_of(*out), 503) << *out;
 }

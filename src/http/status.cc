@@ -87,6 +87,13 @@ Response json_response(unsigned status, const boost::json::value& body, unsigned
   return res;
 }
 
+Response empty_response(bhttp::status status, unsigned version, bool keep_alive) {
+  Response r{status, version};
+  r.keep_alive(keep_alive);
+  r.prepare_payload();
+  return r;
+}
+
 Response error_response(const Error& error, unsigned version, bool keep_alive) {
   return json_response(http_status(error.code()),
                        boost::json::object{{"error", error.message()}, {"type", error.type()}},

@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "mcp/test_tools.h"
+
 namespace abx::mcp {
 namespace {
 
@@ -18,11 +20,7 @@ namespace json = boost::json;
 class FakeTools : public ToolProvider {
  public:
   std::vector<Tool> list_tools() override {
-    Tool t;
-    t.name = "echo";
-    t.description = "Echo.";
-    t.input_schema = json::object{{"type", "object"}};
-    return {t};
+    return {Tool{.name = "echo", .description = "Echo.", .input_schema = {{"type", "object"}}}};
   }
   void call_tool(std::string_view name, const json::object& arguments, ToolDone done) override {
     if (name == "echo") {
@@ -38,14 +36,7 @@ class FakeTools : public ToolProvider {
       r.is_error = true;
       return done(r);
     }
-    if (name == "later") {
-      std::thread([done] {
-        ToolResult r;
-        r.text = "late";
-        done(r);
-      }).detach();
-      return;
-    }
+    if (name == "later") return answer_from_thread(done, "late");
     if (name == "throws") throw std::runtime_error("provider bug");
     if (name == "answers_then_throws") {
       done(ToolResult{});

@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "mcp/test_tools.h"
+
 namespace abx::mcp {
 namespace {
 
@@ -20,19 +22,10 @@ namespace json = boost::json;
 
 class SlowTools : public ToolProvider {
  public:
-  std::vector<Tool> list_tools() override {
-    Tool t;
-    t.name = "later";
-    return {t};
-  }
+  std::vector<Tool> list_tools() override { return {Tool{.name = "later"}}; }
   void call_tool(std::string_view name, const json::object&, ToolDone done) override {
     if (name != "later") return done(not_found("unknown tool"));
-    std::thread([done] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      ToolResult r;
-      r.text = "done";
-      done(r);
-    }).detach();
+    answer_from_thread(done, "done", std::chrono::milliseconds(200));
   }
 };
 

@@ -71,6 +71,41 @@ int fail(const Error& e, int code) {
   return code;
 }
 
+// The help texts of one credential group (`abxd keys`, `abxd access-keys`).
+struct CredentialHelp {
+  const char* name;
+  const char* help;
+  const char* create;
+  const char* create_name;
+  const char* list;
+  const char* revoke;
+  const char* revoke_arg;
+  const char* revoke_arg_help;
+};
+
+// A credential group's subcommands: create [--name], list and revoke <id>, exactly one per run;
+// the name or id lands in `arg`.
+struct CredentialGroup {
+  CLI::App* group;
+  CLI::App* create;
+  CLI::App* revoke;
+  std::string action() const {
+    return create->parsed() ? "create" : revoke->parsed() ? "revoke" : "list";
+  }
+};
+
+CredentialGroup add_credential_group(CLI::App& app, std::string& arg, const CredentialHelp& h) {
+  CredentialGroup g;
+  g.group = app.add_subcommand(h.name, h.help);
+  g.create = g.group->add_subcommand("create", h.create);
+  g.create->add_option("--name", arg, h.create_name);
+  g.group->add_subcommand("list", h.list);
+  g.revoke = g.group->add_subcommand("revoke", h.revoke);
+  g.revoke->add_option(h.revoke_arg, arg, h.revoke_arg_help)->required();
+  g.group->require_subcommand(1);
+  return g;
+}
+
 // Fills `cfg` from the command line; an exit code if abxd should stop here (help, usage).
 std::optional<int> parse_flags(int argc, char** argv, Config& cfg) {
   CLI::App app{
@@ -92,30 +127,35 @@ std::optional<int> parse_flags(int argc, char** argv, Config& cfg) {
   app.add_flag("--kill-sandboxes", cfg.kill_sandboxes,
                "On SIGTERM kill every sandbox (default: leave them running; the next abxd "
                "adopts them)");
-  auto* keys = app.add_subcommand("keys", "Manage API keys (create prints the key on stdout)");
-  auto* kc = keys->add_subcommand("create", "Create an API key");
-  kc->add_option("--name", cfg.key_arg, "A name to tell keys apart");
-  keys->add_subcommand("list", "List API keys");
-  auto* kr = keys->add_subcommand("revoke", "Revoke an API key by id, id prefix or the key");
-  kr->add_option("key", cfg.key_arg, "Key id, id prefix (>= 4) or the key itself")->required();
-  keys->require_subcommand(1);
-  auto* aks = app.add_subcommand(
-      "access-keys", "Manage AK/SK pairs for signed requests (ABX-HMAC-SHA256, docs/abxd.md)");
-  auto* akc = aks->add_subcommand("create", "Create a pair; prints \"AK SECRET\" on stdout");
-  akc->add_option("--name", cfg.key_arg, "A name to tell pairs apart");
-  aks->add_subcommand("list", "List access keys (never the secrets)");
-  auto* akr = aks->add_subcommand("revoke", "Revoke an access key");
-  akr->add_option("access_key", cfg.key_arg, "The access key id")->required();
-  aks->require_subcommand(1);
+  CredentialGroup keys =
+      add_credential_group(app, cfg.key_arg,
+                           {.name = "keys",
+                            .help = "Manage API keys (create prints the key on stdout)",
+                            .create = "Create an API key",
+                            .create_name = "A name to tell keys apart",
+                            .list = "List API keys",
+                            .revoke = "Revoke an API key by id, id prefix or the key",
+                            .revoke_arg = "key",
+                            .revoke_arg_help = "Key id, id prefix (>= 4) or the key itself"});
+  CredentialGroup aks = add_credential_group(
+      app, cfg.key_arg,
+      {.name = "access-keys",
+       .help = "Manage AK/SK pairs for signed requests (ABX-HMAC-SHA256, docs/abxd.md)",
+       .create = "Create a pair; prints \"AK SECRET\" on stdout",
+       .create_name = "A name to tell pairs apart",
+       .list = "List access keys (never the secrets)",
+       .revoke = "Revoke an access key",
+       .revoke_arg = "access_key",
+       .revoke_arg_help = "The access key id"});
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
-  if (aks->parsed()) {
-    cfg.key_action = akc->parsed() ? "ak-create" : akr->parsed() ? "ak-revoke" : "ak-list";
-  } else if (keys->parsed()) {
-    cfg.key_action = kc->parsed() ? "create" : kr->parsed() ? "revoke" : "list";
+  if (aks.group->parsed()) {
+    cfg.key_action = "ak-" + aks.action();
+  } else if (keys.group->parsed()) {
+    cfg.key_action = keys.action();
   }
   return std::nullopt;
 }

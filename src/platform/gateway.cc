@@ -362,12 +362,7 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options, GatewayB
   impl->opt = std::move(options);
   impl->backend = &backend;
   Impl* raw = impl.get();
-  http::ServerOptions so;
-  so.host = raw->opt.host;
-  so.port = raw->opt.port;
-  so.io_threads = raw->opt.io_threads;
-  so.limits = raw->opt.limits;
-  so.server_header = "abxd";
+  http::ServerOptions so = http::listener_options(raw->opt, "abxd");
   so.error_renderer = [](const Error& e, unsigned status, unsigned version) {
     return e2b_error(status, e.message(), version, false);
   };

@@ -19,6 +19,7 @@
 #include "abx/registry/registry.h"
 #include "abx/runtime/netns.h"
 #include "abx/server/server.h"
+#include "abx/testing/socket.h"
 
 namespace abx::platform {
 namespace {
@@ -222,14 +223,9 @@ TEST_F(GatewayTest, StreamsAreRelayedAsTheyArrive) {
     send_all(fd, "6\r\nsecond\r\n0\r\n\r\n");
   });
   backend_.ports["stream"] = up.port();
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(gw_->port());
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  timeval tv{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  UniqueFd conn = abx::testing::connect_raw(gw_->port(), std::chrono::seconds(10));
+  ASSERT_TRUE(conn.valid());
+  int fd = conn.get();
   send_all(fd,
            "POST /process.Process/Start HTTP/1.1\r\nHost: 49983-stream.localhost\r\n"
            "X-Access-Token: tok\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
@@ -238,7 +234,7 @@ TEST_F(GatewayTest, StreamsAreRelayedAsTheyArrive) {
   EXPECT_EQ(got.find("second"), std::string::npos);
   client_saw_first.set_value();
   got += read_until(fd, "0\r\n\r\n");
-  ::close(fd);
+  conn.reset();
   EXPECT_NE(got.find("second"), std::string::npos) << got;
 }
 
@@ -266,14 +262,9 @@ TEST_F(GatewayTest, ChunkedBodiesEndWithOneLastChunkBothWays) {
     }
   });
   backend_.ports["chunky"] = up->port();
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(gw_->port());
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  timeval tv{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  UniqueFd conn = abx::testing::connect_raw(gw_->port(), std::chrono::seconds(10));
+  ASSERT_TRUE(conn.valid());
+  int fd = conn.get();
   send_all(fd,
            "POST /files?path=%2Ftmp%2Fa HTTP/1.1\r\nHost: 49983-chunky.localhost\r\n"
            "X-Access-Token: tok\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
@@ -287,7 +278,7 @@ TEST_F(GatewayTest, ChunkedBodiesEndWithOneLastChunkBothWays) {
     if (n <= 0) break;
     got.append(buf, static_cast<std::size_t>(n));
   }
-  ::close(fd);
+  conn.reset();
   EXPECT_EQ(count_of(got, "0\r\n\r\n"), 1u) << got;
   EXPECT_TRUE(got.ends_with("5\r\nhello\r\n0\r\n\r\n")) << got;
   up.reset();  // joins the upstream thread: it has seen all the proxy sent
@@ -360,14 +351,9 @@ TEST_F(GatewayTest, UpgradeBecomesATunnel) {
     send_all(fd, "pong");
   });
   backend_.ports["ws"] = up.port();
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(gw_->port());
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  timeval tv{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  UniqueFd conn = abx::testing::connect_raw(gw_->port(), std::chrono::seconds(10));
+  ASSERT_TRUE(conn.valid());
+  int fd = conn.get();
   send_all(fd,
            "GET /ws HTTP/1.1\r\nHost: 8080-ws.localhost\r\nX-Access-Token: tok\r\n"
            "Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n");
@@ -377,7 +363,7 @@ TEST_F(GatewayTest, UpgradeBecomesATunnel) {
   send_all(fd, "ping");
   got = read_until(fd, "pong");
   EXPECT_NE(got.find("pong"), std::string::npos);
-  ::close(fd);
+  conn.reset();
 }
 
 }  // namespace

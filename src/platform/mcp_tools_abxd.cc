@@ -299,13 +299,6 @@ Response rpc_error_response(const Error& e, unsigned version, bool keep_alive) {
                              keep_alive);
 }
 
-Response empty(bhttp::status status, unsigned version, bool keep_alive) {
-  Response r{status, version};
-  r.keep_alive(keep_alive);
-  r.prepare_payload();
-  return r;
-}
-
 }  // namespace
 
 std::unique_ptr<PlatformBackend> make_abxd_backend(SandboxManager& sandboxes, store::Store& store) {
@@ -349,7 +342,7 @@ Response PlatformMcpEndpoint::handle(const Request& req) {
     if (Status st = impl_->sessions.end(req[mcp::kSessionIdHeader], credential); !st.ok()) {
       return rpc_error_response(st.error(), v, ka);
     }
-    return empty(bhttp::status::no_content, v, ka);
+    return http::empty_response(bhttp::status::no_content, v, ka);
   }
   if (auto ct = req[bhttp::field::content_type];
       !ct.empty() && !beast::iequals(ct.substr(0, ct.find(';')), "application/json")) {
@@ -372,7 +365,7 @@ Response PlatformMcpEndpoint::handle(const Request& req) {
       *d.message, session->state, impl_->tools,
       [&reply](std::optional<json::object> r) { reply.set_value(std::move(r)); });
   auto r = fut.get();
-  if (!r) return empty(bhttp::status::accepted, v, ka);
+  if (!r) return http::empty_response(bhttp::status::accepted, v, ka);
   Response res = http::json_response(200, *r, v, ka);
   // A new session (no id yet) whose initialize succeeded is stored now.
   if (session->id.empty() && session->state.initialized.load()) {

@@ -242,17 +242,17 @@ TEST_F(SandboxTest, HostNetworkModeSharesHostLoopback) {
   ::close(l);
 }
 
-// The owner of a sandbox dies by SIGKILL; cleanup_stale() must remove every trace.
-// `mid_spawn`: it dies between cgroup attach and releasing the init; else after exec.
-void owner_killed_then_cleanup(const std::string& state, bool mid_spawn) {
-  // Orphans are reparented to us, so we can reap them and check for real absence.
-  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+// Forks an owner process that spawns a sandbox (sh with two sleeps) over `state` and reports
+// its init pid through a pipe, then waits to be killed; with `mid_spawn` it SIGKILLs itself
+// between cgroup attach and releasing the init instead. Sets *id, *owner and *init.
+void fork_owner(const std::string& state, bool mid_spawn, std::string* id, pid_t* owner,
+                pid_t* init) {
   int report[2];
   ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
   auto c = testing::probe_config(state, {"sh", "sleep 100 & sleep 100 & wait"});
-  std::string id = c.id;
-  pid_t owner = ::fork();
-  if (owner == 0) {
+  *id = c.id;
+  *owner = ::fork();
+  if (*owner == 0) {
     if (mid_spawn)
       c.before_start_hook = [&](pid_t init) {
         (void)!::write(report[1], &init, sizeof init);
@@ -267,9 +267,19 @@ void owner_killed_then_cleanup(const std::string& state, bool mid_spawn) {
     _exit(1);
   }
   ::close(report[1]);
-  pid_t init = 0;
-  ASSERT_EQ(::read(report[0], &init, sizeof init), static_cast<ssize_t>(sizeof init));
+  *init = 0;
+  ASSERT_EQ(::read(report[0], init, sizeof *init), static_cast<ssize_t>(sizeof *init));
   ::close(report[0]);
+}
+
+// The owner of a sandbox dies by SIGKILL; cleanup_stale() must remove every trace.
+// `mid_spawn`: it dies between cgroup attach and releasing the init; else after exec.
+void owner_killed_then_cleanup(const std::string& state, bool mid_spawn) {
+  // Orphans are reparented to us, so we can reap them and check for real absence.
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  std::string id;
+  pid_t owner = 0, init = 0;
+  ASSERT_NO_FATAL_FAILURE(fork_owner(state, mid_spawn, &id, &owner, &init));
   auto dirs = cgroup_dirs(id);
   if (!mid_spawn) {
     for (int i = 0; i < 2000; ++i) {  // wait for sh and both sleeps
@@ -309,24 +319,9 @@ TEST_F(SandboxTest, CleanupAfterOwnerKilledMidSpawn) {
 // netns, and destroy() then removes everything. A live owner's sandbox cannot be adopted.
 TEST_F(SandboxTest, AdoptAfterOwnerKilled) {
   ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
-  int report[2];
-  ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
-  auto c = testing::probe_config(tmp_.path(), {"sh", "sleep 100 & sleep 100 & wait"});
-  std::string id = c.id;
-  pid_t owner = ::fork();
-  if (owner == 0) {
-    auto sb = Sandbox::spawn(c);
-    if (sb) {
-      pid_t init = sb->pid();
-      (void)!::write(report[1], &init, sizeof init);
-      ::pause();
-    }
-    _exit(1);
-  }
-  ::close(report[1]);
-  pid_t init = 0;
-  ASSERT_EQ(::read(report[0], &init, sizeof init), static_cast<ssize_t>(sizeof init));
-  ::close(report[0]);
+  std::string id;
+  pid_t owner = 0, init = 0;
+  ASSERT_NO_FATAL_FAILURE(fork_owner(tmp_.path(), false, &id, &owner, &init));
   auto dirs = cgroup_dirs(id);
   auto busy = Sandbox::adopt(tmp_.path(), id);  // the owner is alive: refused
   ASSERT_FALSE(busy.ok());

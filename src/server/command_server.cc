@@ -158,12 +158,7 @@ Result<std::unique_ptr<CommandServer>> CommandServer::start(registry::CommandReg
       });
   impl->pool =
       std::make_unique<asio::thread_pool>(static_cast<std::size_t>(std::max(1, impl->opt.workers)));
-  http::ServerOptions hopt;
-  hopt.host = impl->opt.host;
-  hopt.port = impl->opt.port;
-  hopt.io_threads = impl->opt.io_threads;
-  hopt.limits = impl->opt.limits;
-  hopt.server_header = "abx-server";
+  http::ServerOptions hopt = http::listener_options(impl->opt, "abx-server");
   Impl* raw = impl.get();
   auto http = http::Server::start(hopt, [raw](Request&& req, Responder respond) {
     raw->handle(std::move(req), std::move(respond));

@@ -15,55 +15,24 @@
 #include "abx/http/client.h"
 #include "abx/registry/register.h"
 #include "abx/server/server.h"
+#include "abx/testing/socket.h"
 #include "abx/token/token.h"
+#include "server/test_command_server.h"
 
 namespace abx::server {
 namespace {
 
-namespace bhttp = boost::beast::http;
 namespace json = boost::json;
 using http::Connection;
 using http::make_request;
-using http::Request;
-using http::Response;
 
-constexpr const char* kToken = "test-token-0123456789";
-
-class CommandServerTest : public ::testing::Test {
+class CommandServerTest : public InProcessServerTest {
  protected:
   void SetUp() override {
-    reg_.command("echo")
-        .description("Echo x and y.")
-        .arg("x", "a number")
-        .arg("y", "a word", "hello")
-        .bind([](int x, std::string y) { return std::to_string(x) + ": " + y; });
-    reg_.command("boom").description("Throws.").bind(
-        []() -> int { throw std::invalid_argument("bad things"); });
-    reg_.command("slow").arg("ms").bind([](int ms) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-      return ms;
-    });
+    add_test_commands();
     reg_.command("secret").bind([] { return std::string("classified"); });
   }
 
-  void start(CommandServerOptions opt = {}) {
-    opt.host = "127.0.0.1";
-    opt.port = 0;
-    if (!opt.no_auth && !opt.access_token) opt.access_token = kToken;
-    opt.limits.max_body_bytes = 4096;
-    opt.call_timeout = std::chrono::milliseconds(1500);
-    opt.io_threads = 2;
-    auto s = CommandServer::start(reg_, opt);
-    ASSERT_TRUE(s.ok()) << s.error().message();
-    server_ = std::move(*s);
-  }
-
-  Response send(Request req, const std::string& token = kToken) {
-    if (!token.empty()) req.set("X-Access-Token", token);
-    auto r = http::fetch("127.0.0.1", server_->port(), std::move(req), std::chrono::seconds(10));
-    EXPECT_TRUE(r.ok()) << r.error().message();
-    return r.ok() ? *r : Response{};
-  }
   Response post(const std::string& name, const std::string& body,
                 const std::string& token = kToken) {
     return send(make_request(bhttp::verb::post, "/commands/" + name, body), token);
@@ -78,9 +47,6 @@ class CommandServerTest : public ::testing::Test {
     EXPECT_NE(std::string(b.at("error").as_string()).find(needle), std::string::npos) << r.body();
     EXPECT_EQ(r[bhttp::field::content_type], "application/json");
   }
-
-  registry::CommandRegistry reg_;
-  std::unique_ptr<CommandServer> server_;
 };
 
 TEST_F(CommandServerTest, HealthNeedsNoToken) {
@@ -339,15 +305,9 @@ TEST_F(CommandServerTest, ShutdownFinishesCallsInProgress) {
 TEST_F(CommandServerTest, RequestCompletedDuringShutdownGets503) {
   start();
   // A plain socket: the header goes before shutdown begins, the body after it.
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(server_->port());
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  UniqueFd conn = abx::testing::connect_raw(server_->port(), std::chrono::seconds(5));
+  ASSERT_TRUE(conn.valid());
+  int fd = conn.get();
   std::string head = std::string("POST /commands/echo HTTP/1.1\r\nHost: x\r\nX-Access-Token: ") +
                      kToken + "\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n";
   ASSERT_EQ(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
@@ -360,7 +320,7 @@ TEST_F(CommandServerTest, RequestCompletedDuringShutdownGets503) {
   char buf[4096];
   for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;)
     out.append(buf, static_cast<size_t>(n));
-  ::close(fd);
+  conn.reset();
   stopper.join();
   EXPECT_NE(out.find("HTTP/1.1 503"), std::string::npos) << out;
   EXPECT_NE(out.find("shutting down"), std::string::npos) << out;

@@ -14,17 +14,6 @@ using http::Request;
 using http::Responder;
 using http::Response;
 
-namespace {
-
-Response empty_response(bhttp::status status, unsigned version, bool keep_alive) {
-  Response r{status, version};
-  r.keep_alive(keep_alive);
-  r.prepare_payload();
-  return r;
-}
-
-}  // namespace
-
 CallerTools::CallerTools(const registry::CommandRegistry& reg, const std::vector<mcp::Tool>& all,
                          Caller caller, boost::asio::any_io_executor ex, const CommandRunner& run)
     : reg_(reg), all_(all), caller_(std::move(caller)), ex_(std::move(ex)), run_(run) {}
@@ -80,7 +69,7 @@ void McpEndpoint::end_session(const Request& req, const Caller& caller, Responde
   if (Status st = sessions_.end(req[mcp::kSessionIdHeader], caller.credential); !st.ok()) {
     return respond(mcp_error_response(st.error(), v, ka));
   }
-  respond(empty_response(bhttp::status::no_content, v, ka));
+  respond(http::empty_response(bhttp::status::no_content, v, ka));
 }
 
 void McpEndpoint::post(const Request& req, Caller caller, Responder respond) {
@@ -98,7 +87,8 @@ void McpEndpoint::post(const Request& req, Caller caller, Responder respond) {
                                              respond.executor(), run_);
   dispatcher_.dispatch(m, session->state, *tools,
                        [this, tools, session, v, ka, respond](std::optional<json::object> reply) {
-                         if (!reply) return respond(empty_response(bhttp::status::accepted, v, ka));
+                         if (!reply)
+                           return respond(http::empty_response(bhttp::status::accepted, v, ka));
                          Response r = http::json_response(200, *reply, v, ka);
                          // A new session (no id yet) whose initialize succeeded is stored now.
                          if (session->id.empty() && session->state.initialized.load()) {

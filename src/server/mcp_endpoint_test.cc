@@ -14,55 +14,21 @@
 #include "abx/registry/register.h"
 #include "abx/server/server.h"
 #include "abx/token/token.h"
+#include "server/test_command_server.h"
 
 namespace abx::server {
 namespace {
 
-namespace bhttp = boost::beast::http;
 namespace json = boost::json;
 using http::make_request;
-using http::Request;
-using http::Response;
 
-constexpr const char* kToken = "test-token-0123456789";
-
-class McpEndpointTest : public ::testing::Test {
+class McpEndpointTest : public InProcessServerTest {
  protected:
   void SetUp() override {
-    reg_.command("echo")
-        .description("Echo x and y.")
-        .arg("x", "a number")
-        .arg("y", "a word", "hello")
-        .hints({.read_only = true, .idempotent = true})
-        .bind([](int x, std::string y) { return std::to_string(x) + ": " + y; });
-    reg_.command("boom").description("Throws.").hints({.destructive = true}).bind([]() -> int {
-      throw std::invalid_argument("bad things");
-    });
-    reg_.command("slow").arg("ms").bind([](int ms) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-      return ms;
-    });
+    add_test_commands({.read_only = true, .idempotent = true}, {.destructive = true});
     reg_.command("pair").bind([] { return json::object{{"a", 1}}; });
   }
 
-  void start(CommandServerOptions opt = {}) {
-    opt.host = "127.0.0.1";
-    opt.port = 0;
-    if (!opt.no_auth && !opt.access_token) opt.access_token = kToken;
-    opt.limits.max_body_bytes = 4096;
-    opt.call_timeout = std::chrono::milliseconds(1500);
-    opt.io_threads = 2;
-    auto s = CommandServer::start(reg_, opt);
-    ASSERT_TRUE(s.ok()) << s.error().message();
-    server_ = std::move(*s);
-  }
-
-  Response send(Request req, const std::string& token = kToken) {
-    if (!token.empty()) req.set("X-Access-Token", token);
-    auto r = http::fetch("127.0.0.1", server_->port(), std::move(req), std::chrono::seconds(10));
-    EXPECT_TRUE(r.ok()) << r.error().message();
-    return r.ok() ? *r : Response{};
-  }
   Response post(const std::string& body, const std::string& session = {},
                 const std::string& token = kToken) {
     Request req = make_request(bhttp::verb::post, "/mcp", body);
@@ -113,9 +79,6 @@ class McpEndpointTest : public ::testing::Test {
     EXPECT_TRUE(b.at("id").is_null());
     expect_rpc_error(b, code, needle);
   }
-
-  registry::CommandRegistry reg_;
-  std::unique_ptr<CommandServer> server_;
 };
 
 TEST_F(McpEndpointTest, InitializeOpensASession) {

@@ -44,6 +44,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "abx/base/error.h"
 #include "abx/base/fd.h"
@@ -247,6 +248,20 @@ struct ServerOptions {
   HeaderHook on_header;
 };
 
+// The listener part of ServerOptions (address, I/O threads, limits) taken from a component's
+// own options, which spell those four fields the same way (GatewayOptions,
+// CommandServerOptions), plus the Server header it answers with.
+template <class ComponentOptions>
+ServerOptions listener_options(const ComponentOptions& o, std::string server_header) {
+  ServerOptions so;
+  so.host = o.host;
+  so.port = o.port;
+  so.io_threads = o.io_threads;
+  so.limits = o.limits;
+  so.server_header = std::move(server_header);
+  return so;
+}
+
 class Server {
  public:
   // Binds, listens and starts the I/O threads. Errors: kInvalidArgument (bad host),
@@ -297,5 +312,8 @@ ErrorCode error_code_for_status(unsigned status);
 Response error_response(const Error& error, unsigned version = 11, bool keep_alive = true);
 Response json_response(unsigned status, const boost::json::value& body, unsigned version = 11,
                        bool keep_alive = true);
+// A response with no body (202 Accepted, 204 No Content, ...).
+Response empty_response(boost::beast::http::status status, unsigned version = 11,
+                        bool keep_alive = true);
 
 }  // namespace abx::http
