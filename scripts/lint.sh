@@ -3,15 +3,15 @@
 # set up or control sandboxes appear only in src/runtime (and the listed exceptions).
 # Usage: scripts/lint.sh [--build-dir DIR] [--format=report|fail] [--tidy=changed|all|none]
 #                        [--base REV]
-#   --format  report (default for now: prints the files clang-format would change, passes) or
-#             fail. Flip the default below (format_mode) once the tree has been formatted.
+#   --format  fail (default: the files clang-format would change fail the lint) or report (print
+#             them and pass).
 #   --tidy    changed (default): the C++ files changed since --base (default origin/main, else
 #             main) plus, when none changed, a fixed sample; all: every file in compile_commands;
 #             none: skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-format_mode=report  # TODO(integrator): set to `fail` after formatting the tree once.
+format_mode=fail
 tidy_mode=changed
 build_dir=build/dev
 base=""

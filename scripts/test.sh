@@ -46,7 +46,7 @@ cmake --build --preset dev -j "$jobs"
 
 if [ "$lint" = 1 ]; then
   step "lint (clang-format, clang-tidy, syscall placement)"
-  scripts/lint.sh --build-dir build/dev
+  scripts/lint.sh --build-dir=build/dev
 fi
 
 step "running tests (dev preset)"

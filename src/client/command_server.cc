@@ -5,8 +5,8 @@
 #include <ostream>
 
 #include "abx/base/json.h"
-#include "abx/registry/coerce.h"
 #include "abx/base/try.h"
+#include "abx/registry/coerce.h"
 #include "state.h"
 
 namespace abx::client {

@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "mcp/test_tools.h"
+#include "test_tools.h"
 
 namespace abx::mcp {
 namespace {

@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "mcp/test_tools.h"
+#include "test_tools.h"
 
 namespace abx::mcp {
 namespace {

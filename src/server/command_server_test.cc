@@ -17,7 +17,7 @@
 #include "abx/server/server.h"
 #include "abx/testing/socket.h"
 #include "abx/token/token.h"
-#include "server/test_command_server.h"
+#include "test_command_server.h"
 
 namespace abx::server {
 namespace {

@@ -14,7 +14,7 @@
 #include "abx/registry/register.h"
 #include "abx/server/server.h"
 #include "abx/token/token.h"
-#include "server/test_command_server.h"
+#include "test_command_server.h"
 
 namespace abx::server {
 namespace {
