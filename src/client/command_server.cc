@@ -11,9 +11,6 @@
 
 namespace abx::client {
 
-namespace bhttp = boost::beast::http;
-namespace json = boost::json;
-
 std::string_view command_source_name(CommandSource s) {
   switch (s) {
     case CommandSource::kYaml:
@@ -33,37 +30,11 @@ const ArgSpec* CommandEntry::find_arg(std::string_view arg_name) const {
   return nullptr;
 }
 
-std::string_view arg_type_name(ArgType t) {
-  switch (t) {
-    case ArgType::kInteger:
-      return "integer";
-    case ArgType::kFloat:
-      return "float";
-    case ArgType::kBoolean:
-      return "boolean";
-    case ArgType::kString:
-      break;
-  }
-  return "string";
-}
-
-std::optional<ArgType> parse_arg_type(std::string_view name) {
-  for (ArgType t : {ArgType::kString, ArgType::kInteger, ArgType::kFloat, ArgType::kBoolean}) {
-    if (arg_type_name(t) == name) return t;
-  }
-  return std::nullopt;
-}
-
-std::ostream& operator<<(std::ostream& out, ArgType t) { return out << arg_type_name(t); }
-
 // The registry's coercion is the command server's; one table for both sides of the wire.
 Result<json::value> ArgSpec::check(const json::value& v) const {
   registry::CommandArg arg;
   arg.name = name;
-  arg.type = type == ArgType::kInteger   ? registry::ArgType::kInteger
-             : type == ArgType::kFloat   ? registry::ArgType::kFloat
-             : type == ArgType::kBoolean ? registry::ArgType::kBoolean
-                                         : registry::ArgType::kString;
+  arg.type = type;
   arg.required = required;
   arg.minimum = minimum;
   arg.maximum = maximum;

@@ -21,8 +21,6 @@
 
 namespace abx::client {
 
-namespace json = boost::json;
-
 namespace {
 
 CommandEntry entry_from_custom(const templates::CustomCommand& c) {
@@ -34,7 +32,7 @@ CommandEntry entry_from_custom(const templates::CustomCommand& c) {
   for (const auto& a : c.args) {
     ArgSpec s;
     s.name = a.name;
-    s.type = *parse_arg_type(registry::arg_type_name(a.type));  // the same four names
+    s.type = a.type;
     s.required = a.required;
     s.default_value = a.default_value;
     s.description = a.description;

@@ -13,9 +13,6 @@
 
 namespace abx::client {
 
-namespace bhttp = boost::beast::http;
-namespace json = boost::json;
-
 namespace detail {
 
 // One Process/Start (or Connect) stream and what it has reported so far.

@@ -11,6 +11,12 @@
 #include "abx/templates/template.h"
 #include "transport.h"
 
+namespace abx::client {
+// The two namespaces every file of libabx speaks, named once.
+namespace bhttp = boost::beast::http;
+namespace json = boost::json;
+}  // namespace abx::client
+
 namespace abx::client::detail {
 
 // The control plane: api_url, with X-API-KEY or an AK/SK signature on every attempt.

@@ -6,28 +6,6 @@
 namespace abx::registry {
 namespace json = boost::json;
 
-std::string_view arg_type_name(ArgType t) {
-  switch (t) {
-    case ArgType::kString:
-      return "string";
-    case ArgType::kInteger:
-      return "integer";
-    case ArgType::kFloat:
-      return "float";
-    case ArgType::kBoolean:
-      return "boolean";
-  }
-  return "string";
-}
-
-std::optional<ArgType> parse_arg_type(std::string_view name) {
-  if (name == "string") return ArgType::kString;
-  if (name == "integer") return ArgType::kInteger;
-  if (name == "float") return ArgType::kFloat;
-  if (name == "boolean") return ArgType::kBoolean;
-  return std::nullopt;
-}
-
 namespace {
 
 bool default_matches(ArgType t, const json::value& v) {

@@ -38,7 +38,6 @@ std::string current_exception_type() {
 }  // namespace
 
 namespace asio = boost::asio;
-namespace bhttp = boost::beast::http;
 namespace json = boost::json;
 using http::Request;
 using http::Responder;

@@ -24,6 +24,7 @@
 
 #include "abx/base/error.h"
 #include "abx/client/export.h"
+#include "abx/registry/arg_type.h"
 
 namespace abx::client {
 
@@ -40,13 +41,12 @@ enum class CommandSource { kYaml, kRegistered, kRemote };
 ABX_EXPORT std::string_view command_source_name(
     CommandSource s);  // "yaml" | "registered" | "remote"
 
-// A command argument's type; on the wire (GET /commands, template.yaml) its name.
-enum class ArgType { kString, kInteger, kFloat, kBoolean };
-ABX_EXPORT std::string_view arg_type_name(ArgType t);  // "string" | "integer" | "float" | ...
-ABX_EXPORT std::optional<ArgType> parse_arg_type(std::string_view name);
-// `spec.type == "integer"`: a type compares equal to its wire name.
-inline bool operator==(ArgType t, std::string_view name) { return arg_type_name(t) == name; }
-ABX_EXPORT std::ostream& operator<<(std::ostream& out, ArgType t);
+// A command argument's type: the registry's own enum (header-only), so the SDK and the command
+// server agree by construction. arg_type_name / parse_arg_type give and read its wire name, and
+// `spec.type == "integer"` compares a type with a name.
+using ArgType = registry::ArgType;
+using registry::arg_type_name;
+using registry::parse_arg_type;
 
 struct ABX_EXPORT ArgSpec {
   std::string name;

@@ -25,14 +25,9 @@
 #include <vector>
 
 #include "abx/base/error.h"
+#include "abx/registry/arg_type.h"
 
 namespace abx::registry {
-
-enum class ArgType { kString, kInteger, kFloat, kBoolean };
-
-// "string" | "integer" | "float" | "boolean".
-std::string_view arg_type_name(ArgType t);
-std::optional<ArgType> parse_arg_type(std::string_view name);
 
 // Thrown for registration mistakes (bad names or types, duplicates, registering when frozen).
 // Registration happens at start-up, where a mistake is a programming error and should be loud.
