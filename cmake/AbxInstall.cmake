@@ -11,6 +11,9 @@ foreach(d ${ABX_PUBLIC_HEADER_DIRS})
           DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/abx COMPONENT sdk
           FILES_MATCHING PATTERN "*.h")
 endforeach()
+# The capability enum the client API names (header-only; the rest of templates stays private).
+install(FILES ${PROJECT_SOURCE_DIR}/include/abx/templates/capability.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/abx/templates COMPONENT sdk)
 
 # The in-tree target's include directory is the source tree; the installed one is the prefix.
 target_include_directories(libabx INTERFACE $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
