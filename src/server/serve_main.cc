@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "abx/base/log.h"
@@ -47,27 +48,31 @@ std::chrono::milliseconds parse_duration(const std::string& s) {
   return std::chrono::milliseconds(static_cast<long long>(ms));
 }
 
-}  // namespace
+// What the command line asks for, parsed into the server's options.
+struct Flags {
+  std::vector<std::string> modules;
+  CommandServerOptions opt;
+  std::string token_file;
+  bool list_only = false;
+  bool stdio = false;
+};
 
-int serve_main(int argc, char** argv) {
+// Parses argv; on a usage error or --help, the exit code to return instead.
+std::optional<int> parse_flags(int argc, char** argv, Flags& f) {
   CLI::App app{
       "abx-server: serves registered commands over HTTP (GET /commands, POST /commands/{name})\n"
       "and as MCP tools (POST /mcp, Streamable HTTP).\n"
       "The access token comes from $ABX_ACCESS_TOKEN or --token-file."};
-  std::vector<std::string> modules;
-  CommandServerOptions opt;
-  std::string token_file;
+  CommandServerOptions& opt = f.opt;
   std::string call_timeout = "30s";
   std::size_t max_body = opt.limits.max_body_bytes;
   std::string log_level;
-  bool list_only = false;
-  bool stdio = false;
-  app.add_option("--module,-m", modules, "Command module (.so) to load; repeatable")
+  app.add_option("--module,-m", f.modules, "Command module (.so) to load; repeatable")
       ->check(CLI::ExistingFile);
   app.add_option("--host", opt.host, "Address to listen on")->capture_default_str();
   app.add_option("--port,-p", opt.port, "Port to listen on (0 picks a free one)")
       ->capture_default_str();
-  app.add_option("--token-file", token_file, "Read the access token from this file");
+  app.add_option("--token-file", f.token_file, "Read the access token from this file");
   app.add_flag("--no-auth", opt.no_auth, "Serve without authentication (logs a warning)");
   app.add_option("--call-timeout", call_timeout, "Per-call deadline, e.g. 30s, 500ms; 0 = none")
       ->capture_default_str();
@@ -79,8 +84,8 @@ int serve_main(int argc, char** argv) {
                  "Browser Origin (scheme://host[:port], or *) allowed on /mcp besides loopback "
                  "ones; repeatable");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
-  app.add_flag("--list", list_only, "Print the commands' schema as JSON and exit");
-  app.add_flag("--stdio", stdio,
+  app.add_flag("--list", f.list_only, "Print the commands' schema as JSON and exit");
+  app.add_flag("--stdio", f.stdio,
                "Serve the commands as MCP tools on stdin/stdout (one session, no token) "
                "instead of HTTP; exits at end of input");
   try {
@@ -97,58 +102,58 @@ int serve_main(int argc, char** argv) {
     return kExitUsage;
   }
   opt.limits.max_body_bytes = max_body;
-  Logger log("server");
+  return std::nullopt;
+}
 
+// dlopens every module: their ABX_REGISTERs bind to this executable's exported registry.
+bool load_modules(const std::vector<std::string>& modules) {
   for (const auto& m : modules) {
     // RTLD_GLOBAL is not needed: modules bind to this executable's exported registry.
     if (dlopen(m.c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) {
       std::cerr << "abx-server: cannot load module " << m << ": " << dlerror() << "\n";
-      return kExitConfig;
+      return false;
     }
   }
-  auto& reg = registry::default_registry();
-  if (list_only) {
-    boost::json::array out;
-    for (const auto* c : reg.list_all()) out.push_back(registry::describe(*c));
-    std::cout << boost::json::serialize(boost::json::object{{"commands", out}}) << "\n";
-    for (const auto& e : reg.errors()) std::cerr << "abx-server: " << e << "\n";
-    return reg.errors().empty() ? kExitOk : kExitConfig;
+  return true;
+}
+
+int print_schema(const registry::CommandRegistry& reg) {
+  boost::json::array out;
+  for (const auto* c : reg.list_all()) out.push_back(registry::describe(*c));
+  std::cout << boost::json::serialize(boost::json::object{{"commands", out}}) << "\n";
+  for (const auto& e : reg.errors()) std::cerr << "abx-server: " << e << "\n";
+  return reg.errors().empty() ? kExitOk : kExitConfig;
+}
+
+int serve_stdio(registry::CommandRegistry& reg, const CommandServerOptions& opt) {
+  // stdout carries protocol messages only (logs go to stderr). A client that stops reading
+  // must not kill us with SIGPIPE mid-write: the write fails and we exit instead.
+  signal(SIGPIPE, SIG_IGN);
+  auto st = serve_mcp_stdio(reg, opt);
+  if (!st.ok()) {
+    std::cerr << "abx-server: " << st.error().message() << "\n";
+    return st.error().code() == ErrorCode::kFailedPrecondition ? kExitConfig : kExitStdio;
   }
+  return kExitOk;
+}
 
-  if (stdio) {
-    // stdout carries protocol messages only (logs go to stderr). A client that stops reading
-    // must not kill us with SIGPIPE mid-write: the write fails and we exit instead.
-    signal(SIGPIPE, SIG_IGN);
-    auto st = serve_mcp_stdio(reg, opt);
-    if (!st.ok()) {
-      std::cerr << "abx-server: " << st.error().message() << "\n";
-      return st.error().code() == ErrorCode::kFailedPrecondition ? kExitConfig : kExitStdio;
-    }
-    return kExitOk;
-  }
+// --token-file, else $ABX_ACCESS_TOKEN; empty when neither (the server then refuses to start
+// unless --no-auth).
+Result<std::string> access_token(const std::string& token_file) {
+  if (!token_file.empty()) return read_token_file(token_file);
+  if (const char* env = std::getenv("ABX_ACCESS_TOKEN"); env != nullptr && *env)
+    return std::string(env);
+  return std::string();
+}
 
-  if (!token_file.empty()) {
-    auto t = read_token_file(token_file);
-    if (!t.ok()) {
-      std::cerr << "abx-server: " << t.error().message() << "\n";
-      return kExitConfig;
-    }
-    opt.access_token = *t;
-  } else if (const char* env = std::getenv("ABX_ACCESS_TOKEN"); env != nullptr && *env) {
-    opt.access_token = env;
-  }
-
-  // Block the stop signals before any thread starts, so only sigwait() below receives them.
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGTERM);
-  sigaddset(&stop, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-
+// Serves HTTP until SIGTERM/SIGINT, then drains calls in progress and exits the process.
+[[noreturn]] void serve_http(registry::CommandRegistry& reg, const CommandServerOptions& opt,
+                             const sigset_t& stop) {
+  Logger log("server");
   auto server = CommandServer::start(reg, opt);
   if (!server.ok()) {
     std::cerr << "abx-server: " << server.error().message() << "\n";
-    return server.error().code() == ErrorCode::kUnavailable ? kExitListen : kExitConfig;
+    std::exit(server.error().code() == ErrorCode::kUnavailable ? kExitListen : kExitConfig);
   }
   std::string addr = (*server)->host() + ":" + std::to_string((*server)->port());
   std::cout << "listening on " << addr << std::endl;
@@ -163,6 +168,32 @@ int serve_main(int argc, char** argv) {
   // A command still running past the drain cannot be cancelled; leave without waiting for it.
   std::fflush(nullptr);
   std::_Exit(kExitOk);
+}
+
+}  // namespace
+
+int serve_main(int argc, char** argv) {
+  Flags f;
+  if (auto exit_code = parse_flags(argc, argv, f)) return *exit_code;
+  if (!load_modules(f.modules)) return kExitConfig;
+  auto& reg = registry::default_registry();
+  if (f.list_only) return print_schema(reg);
+  if (f.stdio) return serve_stdio(reg, f.opt);
+
+  auto token = access_token(f.token_file);
+  if (!token.ok()) {
+    std::cerr << "abx-server: " << token.error().message() << "\n";
+    return kExitConfig;
+  }
+  f.opt.access_token = *token;
+
+  // Block the stop signals before any thread starts, so only sigwait() receives them.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  serve_http(reg, f.opt, stop);
 }
 
 }  // namespace abx::server
