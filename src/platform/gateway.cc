@@ -26,6 +26,7 @@
 #include <map>
 #include <vector>
 
+#include "abx/auth/signing.h"
 #include "abx/base/log.h"
 #include "abx/base/try.h"
 
@@ -88,6 +89,25 @@ void strip_hop_by_hop(Fields& f, bool keep_upgrade) {
     f.set(bhttp::field::connection, "upgrade");
   } else {
     f.erase(bhttp::field::upgrade);
+  }
+}
+
+// Platform credentials end at abxd (issue 11): the API key (X-API-KEY, or Authorization: Bearer
+// e2b_...) and an abx request signature authenticate a caller to the control plane and must
+// never reach code inside a sandbox. X-Access-Token and any other Authorization (envd's Basic
+// username, a sandbox token as Bearer for the command server's /mcp) pass: the sandbox checks
+// those itself.
+template <class Fields>
+void strip_platform_credentials(Fields& f) {
+  f.erase("X-API-KEY");
+  auto it = f.find(bhttp::field::authorization);
+  if (it == f.end()) return;
+  std::string_view v = it->value();
+  auto starts_with_nocase = [&](std::string_view prefix) {
+    return v.size() >= prefix.size() && beast::iequals(v.substr(0, prefix.size()), prefix);
+  };
+  if (starts_with_nocase("Bearer e2b_") || starts_with_nocase(auth::kAlgorithm)) {
+    f.erase(bhttp::field::authorization);
   }
 }
 
@@ -305,6 +325,7 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   std::unique_ptr<char[]> piece(new char[kRelayBuffer]);
   bhttp::request_parser<bhttp::buffer_body> rp(std::move(hp));
   strip_hop_by_hop(rp.get(), upgrade);
+  strip_platform_credentials(rp.get());
   rp.get().keep_alive(upgrade ? false : true);
   if (upgrade) rp.get().set(bhttp::field::connection, "upgrade");
   auto rec = co_await relay(client, buf, rp, *up, piece.get());
@@ -332,6 +353,16 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
     co_return;
   }
   const bool switching = resp.get().result() == bhttp::status::switching_protocols;
+  if (switching && !upgrade) {
+    // A 101 the client did not ask for would turn its connection into a tunnel it does not
+    // know about: its next request (for another sandbox, with that sandbox's token) would land
+    // in this one. Refuse it and close both sides.
+    upstreams.erase(key);
+    std::move(conn).respond(
+        e2b_error(502, "the sandbox answered 101 Switching Protocols to a request without Upgrade",
+                  version, false));
+    co_return;
+  }
   const bool upstream_keep = resp.get().keep_alive();
   strip_hop_by_hop(resp.get(), switching);
   const bool keep = client_keep_alive && !switching && !server->draining();

@@ -366,5 +366,72 @@ TEST_F(GatewayTest, UpgradeBecomesATunnel) {
   conn.reset();
 }
 
+// Issue 11: the API key and an abx signature never reach the sandbox; the sandbox's own
+// credentials (X-Access-Token, a Basic username for envd) do.
+TEST_F(GatewayTest, PlatformCredentialsStopAtTheProxy) {
+  std::string seen_key, seen_sig, seen_basic;
+  RawUpstream key_up([&](int fd) {
+    seen_key = read_until(fd, "\r\n\r\n");
+    send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+  });
+  RawUpstream sig_up([&](int fd) {
+    seen_sig = read_until(fd, "\r\n\r\n");
+    send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+  });
+  RawUpstream basic_up([&](int fd) {
+    seen_basic = read_until(fd, "\r\n\r\n");
+    send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+  });
+  backend_.ports["key"] = key_up.port();
+  backend_.ports["sig"] = sig_up.port();
+  backend_.ports["basic"] = basic_up.port();
+  auto request = [](const std::string& host, const std::string& authorization) {
+    auto req = http::make_request(bhttp::verb::get, "/x");
+    req.set(bhttp::field::host, host);
+    req.set("X-Access-Token", "tok");
+    req.set("X-API-KEY", "e2b_0123456789abcdef");
+    req.set(bhttp::field::authorization, authorization);
+    return req;
+  };
+  EXPECT_EQ(send(request("49983-key.localhost", "bearer e2b_0123456789abcdef")).result_int(), 200);
+  EXPECT_EQ(send(request("49983-sig.localhost",
+                         "ABX-HMAC-SHA256 Credential=ak,SignedHeaders=host,Signature=00"))
+                .result_int(),
+            200);
+  EXPECT_EQ(send(request("49983-basic.localhost", "Basic dXNlcjo=")).result_int(), 200);
+  for (const std::string* seen : {&seen_key, &seen_sig, &seen_basic}) {
+    EXPECT_NE(seen->find("X-Access-Token: tok"), std::string::npos) << *seen;
+    EXPECT_EQ(seen->find("e2b_0123456789abcdef"), std::string::npos) << *seen;
+    EXPECT_EQ(seen->find("X-API-KEY"), std::string::npos) << *seen;
+  }
+  EXPECT_EQ(seen_key.find("Authorization"), std::string::npos) << seen_key;
+  EXPECT_EQ(seen_sig.find("ABX-HMAC-SHA256"), std::string::npos) << seen_sig;
+  EXPECT_NE(seen_basic.find("Authorization: Basic dXNlcjo="), std::string::npos) << seen_basic;
+}
+
+// Issue 11: a 101 to a request that asked for no upgrade is refused and the client's
+// connection is closed, never turned into a tunnel.
+TEST_F(GatewayTest, UnsolicitedSwitchingProtocolsIsRefused) {
+  RawUpstream up([&](int fd) {
+    read_until(fd, "\r\n\r\n");
+    send_all(fd, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: x\r\n\r\n");
+    send_all(fd, "tunnel bytes");
+  });
+  backend_.ports["sneaky"] = up.port();
+  UniqueFd conn = abx::testing::connect_raw(gw_->port(), std::chrono::seconds(10));
+  ASSERT_TRUE(conn.valid());
+  send_all(conn.get(),
+           "GET /x HTTP/1.1\r\nHost: 49983-sneaky.localhost\r\nX-Access-Token: tok\r\n\r\n");
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(conn.get(), buf, sizeof buf, 0)) > 0;) {
+    got.append(buf, static_cast<std::size_t>(n));
+  }
+  // The whole reply is a 502, then EOF: nothing of the upstream's tunnel reaches the client.
+  EXPECT_EQ(got.rfind("HTTP/1.1 502", 0), 0u) << got;
+  EXPECT_EQ(got.find("101"), got.find("101 Switching Protocols to a request")) << got;
+  EXPECT_EQ(got.find("tunnel bytes"), std::string::npos) << got;
+}
+
 }  // namespace
 }  // namespace abx::platform
