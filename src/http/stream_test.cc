@@ -116,6 +116,10 @@ TEST(HttpStream, SlowReaderHoldsTheProducerBack) {
   ASSERT_TRUE(s.ok());
   asio::io_context io;
   asio::ip::tcp::socket sock(io);
+  // A fixed receive buffer: with autotuning the kernel may grow it to tcp_rmem's maximum (32 MiB
+  // on this kernel), and the bound below would measure the kernel, not our queue.
+  sock.open(asio::ip::tcp::v4());
+  sock.set_option(asio::socket_base::receive_buffer_size(256 * 1024));
   sock.connect({asio::ip::make_address("127.0.0.1"), (*s)->port()});
   std::string req = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
   asio::write(sock, asio::buffer(req));
