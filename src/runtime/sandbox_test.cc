@@ -244,9 +244,9 @@ TEST_F(SandboxTest, HostNetworkModeSharesHostLoopback) {
 
 // Forks an owner process that spawns a sandbox (sh with two sleeps) over `state` and reports
 // its init pid through a pipe, then waits to be killed; with `mid_spawn` it SIGKILLs itself
-// between cgroup attach and releasing the init instead. Sets *id, *owner and *init.
+// between cgroup attach and releasing the init instead. Sets *id, *owner and *init_out.
 void fork_owner(const std::string& state, bool mid_spawn, std::string* id, pid_t* owner,
-                pid_t* init) {
+                pid_t* init_out) {
   int report[2];
   ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
   auto c = testing::probe_config(state, {"sh", "sleep 100 & sleep 100 & wait"});
@@ -267,8 +267,8 @@ void fork_owner(const std::string& state, bool mid_spawn, std::string* id, pid_t
     _exit(1);
   }
   ::close(report[1]);
-  *init = 0;
-  ASSERT_EQ(::read(report[0], init, sizeof *init), static_cast<ssize_t>(sizeof *init));
+  *init_out = 0;
+  ASSERT_EQ(::read(report[0], init_out, sizeof *init_out), static_cast<ssize_t>(sizeof *init_out));
   ::close(report[0]);
 }
 
