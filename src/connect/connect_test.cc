@@ -76,7 +76,8 @@ TEST(ConnectEnvelope, DecodeReportsPartialInput) {
     ASSERT_TRUE(d.ok()) << n;
     EXPECT_FALSE(d->has_value()) << n;
   }
-  auto d = decode_envelope(wire + "tail", 64);
+  const std::string with_tail = wire + "tail";  // the decoded payload is a view into it
+  auto d = decode_envelope(with_tail, 64);
   ASSERT_TRUE(d.ok() && d->has_value());
   EXPECT_EQ((*d)->envelope.payload, "hello");
   EXPECT_EQ((*d)->wire_size, wire.size());
