@@ -83,9 +83,9 @@ std::set<client::Capability> capabilities_of(const templates::Template* t) {
   std::set<client::Capability> out;
   for (auto c : {client::Capability::kShell, client::Capability::kFiles, client::Capability::kCode,
                  client::Capability::kPorts}) {
-    // A sandbox without a template (none today) is not restricted.
-    auto tc = templates::parse_capability(client::capability_name(c));
-    if (t == nullptr || (tc && t->has(*tc))) out.insert(c);
+    // A sandbox without a template (none today) is not restricted. client::Capability is the
+    // templates enum, so no name round trip is needed.
+    if (t == nullptr || t->has(c)) out.insert(c);
   }
   return out;
 }
