@@ -22,6 +22,12 @@ pkgs=(
   libssl-dev libseccomp-dev libsqlite3-dev sqlite3
   libgtest-dev libgmock-dev libbenchmark-dev
   python3
+  libarchive-dev  # image layers (src/image)
+  e2fsprogs  # mkfs.ext4: each sandbox's writable layer is an ext4 image capped at its disk size
+  # tests: the reference registry on loopback, skopeo as a peer/producer of images, a static
+  # busybox and a musl toolchain for test images, runc/crun to run abx images elsewhere,
+  # mmdebstrap to build the default Debian template from Debian's registry, htpasswd (bcrypt)
+  docker-registry skopeo busybox-static musl-tools runc crun mmdebstrap apache2-utils
   ccache  # compiler cache: the dev, asan and release builds of one run share unchanged objects
 )
 # tests/e2e/mcp: the official MCP TypeScript SDK runs on Node (npm ci fetches it). Debian's

@@ -1,0 +1,123 @@
+// abx::image::Store: the content-addressed image store under $ABX_HOME/images.
+//
+//   blobs/sha256/<hex>        manifests, configs and compressed layers, verified on write
+//   layers/sha256/<hex>/      each layer blob extracted once (libarchive), shared by every
+//                             image, template and sandbox; OCI whiteouts become overlay ones
+//   tmp/                      partial blobs and extractions; never visible under the names above
+//   refs.json                 name -> manifest digest (template ids, pulled references)
+//
+// Writes are atomic: a blob is streamed to tmp/, its sha256 and size checked while streaming,
+// and renamed into place only when both match; an extraction happens in tmp/ and is renamed
+// into layers/ when complete. A failure or crash leaves at most files under tmp/, which open()
+// removes. Nothing here talks to the network (see registry.h) or spawns sandboxes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "abx/base/error.h"
+#include "abx/image/reference.h"
+
+namespace abx::image {
+
+// The parts of an OCI image config that become a template's defaults.
+struct ImageConfig {
+  std::vector<std::string> env;  // "K=V"
+  std::vector<std::string> entrypoint;
+  std::vector<std::string> cmd;
+  std::string working_dir;
+  std::string user;
+  std::map<std::string, std::string> labels;
+};
+
+struct Image {
+  std::string manifest_digest;  // "sha256:..." of the image manifest (never an index)
+  std::string config_digest;
+  std::vector<std::string> layers;      // layer blob digests, lowest first
+  std::vector<std::string> layer_dirs;  // extracted directories, lowest first (overlay lowers)
+  ImageConfig config;
+  std::int64_t size = 0;  // sum of the compressed layer sizes
+};
+
+// Extraction limits (hostile layers): entries, expanded bytes, and expanded/compressed ratio.
+struct LayerLimits {
+  std::uint64_t max_entries = 1'000'000;
+  std::uint64_t max_bytes = 64ull << 30;
+  std::uint64_t max_ratio = 1000;  // expanded bytes per compressed byte (after 1 MiB)
+};
+
+// Streams one blob into the store. write() hashes as it goes; commit() checks digest and size
+// and renames the blob into place (already_exists is not an error: the blob is just there).
+// Destroying an uncommitted writer removes the partial file.
+class BlobWriter {
+ public:
+  BlobWriter(BlobWriter&&) noexcept;
+  BlobWriter& operator=(BlobWriter&&) noexcept;
+  ~BlobWriter();
+  Status write(std::string_view chunk);
+  std::int64_t written() const;
+  // invalid_argument "digest mismatch: expected X, got Y" / "size mismatch" on failure.
+  Status commit();
+
+ private:
+  friend class Store;
+  struct State;
+  explicit BlobWriter(std::unique_ptr<State> s);
+  std::unique_ptr<State> s_;
+};
+
+class Store {
+ public:
+  // Opens (creating) the store at `root` and removes leftovers under tmp/.
+  static Result<Store> open(std::string root, LayerLimits limits = {});
+  Store(Store&&) noexcept;
+  Store& operator=(Store&&) noexcept;
+  ~Store();
+
+  const std::string& root() const;
+
+  bool has_blob(std::string_view digest) const;
+  std::string blob_path(std::string_view digest) const;
+  Result<std::string> read_blob(std::string_view digest, std::size_t max_bytes = 4 << 20) const;
+  // expected_size < 0: unknown.
+  Result<BlobWriter> blob_writer(std::string_view expected_digest, std::int64_t expected_size);
+  // Stores `data` as a blob and returns its digest.
+  Result<std::string> put_blob(std::string_view data);
+
+  // Registers the image whose manifest (OCI or Docker v2 schema 2) and every blob it names are
+  // already blobs: parses manifest and config, extracts each layer not yet extracted, and
+  // returns the image. `progress` (may be empty) gets one line per layer.
+  Result<Image> add_image(std::string_view manifest_digest,
+                          const std::function<void(std::string_view)>& progress = {});
+
+  // Imports from a local transport (oci-archive:, docker-archive:, oci:) — kRegistry is
+  // registry.h's pull().
+  Result<Image> import(const Reference& ref,
+                       const std::function<void(std::string_view)>& progress = {});
+
+  // A plain directory as a one-layer image (its own path is the only lower dir; not copied).
+  static Result<Image> directory_image(const std::string& dir);
+
+  // Names: template ids and pulled references -> manifest digests.
+  Status tag(std::string_view name, std::string_view manifest_digest);
+  Status untag(std::string_view name);
+  Result<Image> get(std::string_view name_or_digest);
+  std::map<std::string, std::string> tags() const;
+
+  // Removes blobs and layers no tagged image (and no digest in `keep`) references. Returns the
+  // number of bytes freed.
+  Result<std::uint64_t> gc(const std::set<std::string>& keep = {});
+
+ private:
+  struct State;
+  explicit Store(std::unique_ptr<State> s);
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace abx::image
