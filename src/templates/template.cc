@@ -57,6 +57,9 @@ class SchemaReader {
     return {};
   }
 
+  Result<std::string> image_reference(const Node& v, const std::string& ref,
+                                      const fs::path& file) const;
+
   Result<std::string> string(const Node& n, std::string_view what) const {
     if (n.kind != Node::Kind::kScalar) return err(n, std::string(what) + " must be a string");
     if (n.value.find('\0') != std::string::npos) return err(n, std::string(what) + " contains NUL");
@@ -201,6 +204,30 @@ bool valid_env_name(std::string_view s) {
   });
 }
 
+// The `image:` value with relative archive and layout paths resolved against the file's folder.
+// Only the shape is checked here (abxd parses the reference when it resolves it).
+Result<std::string> SchemaReader::image_reference(const Node& v, const std::string& ref,
+                                                  const fs::path& file) const {
+  constexpr std::size_t kMaxRef = 1024;
+  if (ref.empty() || ref.size() > kMaxRef) return err(v, "image must be 1-1024 characters");
+  for (char c : ref) {
+    if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f) {
+      return err(v, "image must not contain spaces or control characters");
+    }
+  }
+  for (std::string_view prefix : {"oci-archive:", "docker-archive:", "oci:"}) {
+    if (ref.rfind(prefix, 0) != 0) continue;
+    std::string rest = ref.substr(prefix.size());
+    if (rest.empty()) return err(v, "image '" + ref + "' names no path");
+    if (rest[0] == '/') return ref;
+    return std::string(prefix) + (file.parent_path() / rest).lexically_normal().string();
+  }
+  if (ref.rfind("abx:", 0) == 0 && !valid_template_id(ref.substr(4))) {
+    return err(v, "image '" + ref + "': abx:NAME needs a template name ([a-z0-9][a-z0-9._-]*)");
+  }
+  return ref;
+}
+
 Result<Template> SchemaReader::read(const Node& root, const fs::path& file) const {
   if (root.kind != Node::Kind::kMap) {
     Node at = root;
@@ -208,7 +235,7 @@ Result<Template> SchemaReader::read(const Node& root, const fs::path& file) cons
     return err(at, "a template must be a mapping with at least 'id'");
   }
   ABX_TRY(only_keys(root,
-                    {"id", "description", "rootfs", "env", "start", "server", "resources",
+                    {"id", "description", "image", "rootfs", "env", "start", "server", "resources",
                      "network", "timeout", "capabilities", "custom_commands"},
                     "template"));
   Template t;
@@ -224,10 +251,18 @@ Result<Template> SchemaReader::read(const Node& root, const fs::path& file) cons
     if (key == "id") continue;
     if (key == "description") {
       ABX_ASSIGN_OR_RETURN(t.description, string(v, "description"));
+    } else if (key == "image") {
+      std::string ref;
+      ABX_ASSIGN_OR_RETURN(ref, string(v, "image"));
+      ABX_ASSIGN_OR_RETURN(t.image, image_reference(v, ref, file));
+      if (!t.rootfs.empty()) return err(v, "image and rootfs are mutually exclusive");
     } else if (key == "rootfs") {
       std::string r;
       ABX_ASSIGN_OR_RETURN(r, string(v, "rootfs"));
-      if (r.empty()) return err(v, "rootfs must be 'host' or a directory");
+      if (r.empty()) return err(v, "rootfs must be a directory (or 'host', development mode)");
+      if (root.find("image") != nullptr && root.find("image")->kind != Node::Kind::kNull) {
+        return err(v, "image and rootfs are mutually exclusive");
+      }
       if (r == "host") {
         t.rootfs = r;
       } else {
@@ -235,6 +270,7 @@ Result<Template> SchemaReader::read(const Node& root, const fs::path& file) cons
         if (p.is_relative()) p = file.parent_path() / p;
         t.rootfs = p.lexically_normal().string();
       }
+      t.image.clear();
     } else if (key == "env") {
       if (v.kind != Node::Kind::kMap) return err(v, "env must be a mapping of NAME: value");
       for (const auto& [ek, ev] : v.entries) {
@@ -524,6 +560,7 @@ json::object Template::to_json() const {
       {"memoryMB", static_cast<std::int64_t>(std::ceil(resources.memory_bytes / kMiB))},
       {"diskSizeMB", static_cast<std::int64_t>(std::ceil(resources.disk_bytes / kMiB))},
       {"pids", resources.pids},
+      {"image", image},
       {"rootfs", rootfs},
       {"network", network == NetworkMode::kHost ? "host" : "none"},
       {"timeout", timeout_seconds},
@@ -552,7 +589,7 @@ Result<Template> load_template_file(const fs::path& file) {
   ABX_ASSIGN_OR_RETURN(auto text, read_regular_file(file, kMaxTemplateFileBytes));
   auto t = parse_template(text, file);
   if (!t.ok()) return t.error();
-  if (t->rootfs != "host") {
+  if (!t->rootfs.empty() && t->rootfs != "host") {
     std::error_code ec;
     if (!fs::is_directory(t->rootfs, ec)) {
       return invalid_argument(file.string() + ":1:1: rootfs '" + t->rootfs +
@@ -565,7 +602,9 @@ Result<Template> load_template_file(const fs::path& file) {
 Template builtin_base() {
   Template t;
   t.id = "base";
-  t.description = "The host's /usr, /bin, /lib and /etc read-only under a private writable layer.";
+  t.description =
+      "Debian 12 (bookworm) with bash, coreutils and python3, built from Debian's packages "
+      "(scripts/build-images.sh).";
   t.source = "builtin";
   return t;
 }

@@ -84,6 +84,7 @@ TEST(TemplateParse, FullTemplate) {
   EXPECT_EQ(t->id, "python");
   EXPECT_EQ(t->description, "Python 3 with the toolbox");
   EXPECT_EQ(t->rootfs, "/t/x/rootfs");
+  EXPECT_EQ(t->image, "");  // a rootfs directory replaces the default image
   EXPECT_EQ(t->env.at("LANG"), "C.UTF-8");
   EXPECT_EQ(t->env.at("DEBUG"), "1");
   EXPECT_EQ(t->start, (std::vector<std::string>{"/usr/bin/python3", "-m", "http.server"}));
@@ -112,10 +113,38 @@ TEST(TemplateParse, FullTemplate) {
   EXPECT_TRUE(c->args[1].default_value.is_double());  // int default of a float arg widened
 }
 
+TEST(TemplateParse, Images) {
+  auto reg = parse("id: py\nimage: python:3.12-slim\n");
+  ASSERT_TRUE(reg.ok()) << reg.error().to_string();
+  EXPECT_EQ(reg->image, "python:3.12-slim");  // abxd normalises it when it pulls
+  EXPECT_EQ(reg->rootfs, "");
+  auto rel = parse("id: a\nimage: oci-archive:img/app.tar\n");
+  ASSERT_TRUE(rel.ok()) << rel.error().to_string();
+  EXPECT_EQ(rel->image, "oci-archive:/t/x/img/app.tar");  // against the file's folder
+  auto abs = parse("id: a\nimage: oci:/srv/layout:v1\n");
+  ASSERT_TRUE(abs.ok());
+  EXPECT_EQ(abs->image, "oci:/srv/layout:v1");
+  auto host = parse("id: h\nrootfs: host\n");
+  ASSERT_TRUE(host.ok());
+  EXPECT_EQ(host->rootfs, "host");
+  EXPECT_EQ(host->image, "");
+
+  for (const char* bad : {"id: b\nimage: ''\n", "id: b\nimage: 'a b'\n",
+                          "id: b\nimage: 'oci-archive:'\n", "id: b\nimage: abx:Bad/Name\n",
+                          "id: b\nimage: busybox\nrootfs: host\n",
+                          "id: b\nrootfs: host\nimage: busybox\n"}) {
+    auto t = parse(bad);
+    ASSERT_FALSE(t.ok()) << bad;
+    EXPECT_EQ(t.error().code(), ErrorCode::kInvalidArgument) << bad;
+    EXPECT_NE(t.error().message().find("image"), std::string::npos) << t.error().message();
+  }
+}
+
 TEST(TemplateParse, Defaults) {
   auto t = parse("id: tiny\n");
   ASSERT_TRUE(t.ok()) << t.error().to_string();
-  EXPECT_EQ(t->rootfs, "host");
+  EXPECT_EQ(t->rootfs, "");
+  EXPECT_EQ(t->image, "abx:base");  // never the host's files by default
   EXPECT_EQ(t->network, NetworkMode::kNone);
   EXPECT_EQ(t->timeout_seconds, 300);
   EXPECT_FALSE(t->server);

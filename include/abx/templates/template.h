@@ -4,7 +4,8 @@
 // A template.yaml (see docs and the architecture doc) declares:
 //   id: python                      # [a-z0-9][a-z0-9._-]{0,63}, required
 //   description: "…"
-//   rootfs: host                    # "host" or a directory (relative to the file's folder ok)
+//   image: python:3.12-slim         # an OCI image (see below); default abx:base
+//   rootfs: ./rootfs                # or a directory as a one-layer image ("host": dev mode only)
 //   env: {KEY: value}
 //   start: "cmd args" | [argv…]     # a string runs under /bin/sh -c
 //   server: {command: "…" | [argv…], port: 49982}
@@ -17,6 +18,14 @@
 //       description: "…"
 //       command: "echo hello {name} {{literal braces}}"
 //       args: [{name: name, type: string, required: true, description: "…"}]
+//
+// `image` is a registry reference (`host[:port]/repo:tag`, `…@sha256:…`, Docker Hub short names
+// such as `debian:bookworm`), `oci-archive:PATH[:tag]`, `docker-archive:PATH`, `oci:DIR[:tag]`
+// (relative paths are resolved against the file's folder), or `abx:NAME` — an image in abxd's
+// own store (what `abx template build -t NAME` makes; `abx:base` is the default Debian image).
+// abxd resolves it (pull or import, once) when a sandbox of the template is first created.
+// `rootfs: host` binds the host's /usr, /etc, … read-only: an explicit development mode, never
+// a default. `image` and `rootfs` are mutually exclusive.
 //
 // Parsing is strict, because the file is configuration that abxd trusts: unknown keys, duplicate
 // keys, anchors and aliases (no billion laughs), tags, multiple documents, nesting deeper than
@@ -56,6 +65,9 @@ inline constexpr std::int64_t kDefaultTimeoutSeconds = 300;
 // A rendered command travels as one argv string of `sh -c`; Linux caps those at 128 KiB.
 inline constexpr std::size_t kMaxRenderedCommandBytes = 128 * 1024 - 1;
 
+// The image of a template that names neither `image` nor `rootfs`.
+inline constexpr std::string_view kDefaultImage = "abx:base";
+
 enum class NetworkMode { kNone, kHost };
 
 struct ServerSpec {
@@ -80,7 +92,8 @@ struct CustomCommand {
 struct Template {
   std::string id;
   std::string description;
-  std::string rootfs = "host";  // "host" or an absolute directory path
+  std::string image = std::string(kDefaultImage);  // see the header comment; empty with rootfs
+  std::string rootfs;  // empty (image), "host" (development mode) or an absolute directory
   std::map<std::string, std::string> env;
   std::vector<std::string> start;  // empty: nothing; a string becomes {"/bin/sh", "-c", s}
   std::optional<ServerSpec> server;
@@ -95,7 +108,7 @@ struct Template {
   const CustomCommand* find_command(std::string_view name) const;
 
   // The template's part of GET /templates/{id}: templateID, description, aliases, names,
-  // public, cpuCount (cores rounded up), cpu, memoryMB, diskSizeMB, pids, rootfs, network,
+  // public, cpuCount (cores rounded up), cpu, memoryMB, diskSizeMB, pids, image, rootfs, network,
   // timeout, start, server {command, port} | null, capabilities (array), customCommands (array
   // of {"name","description","command","args":[{"name","type","required","default",
   // "description"}]}) and metadata {"capabilities": "shell,files,code", "custom_commands":
@@ -136,7 +149,7 @@ struct BuiltinOptions {
 
 class TemplateCatalog {
  public:
-  // Built-ins `base` (host rootfs, no command server) and `demo` (host rootfs, command server
+  // Built-ins `base` (image abx:base, no command server) and `demo` (abx:base, command server
   // `abx-server --module <demo_module> --port 49982`), then every
   // `home/templates/**/template.yaml` in path order, adding to or overriding them. An invalid
   // file (or a second file declaring an id already loaded from home) is skipped and recorded in
