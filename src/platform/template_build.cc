@@ -1,0 +1,814 @@
+// The template build engine: one function per kind of step, and build() running them in order
+// over a BuildState (the image so far).
+#include "template_build.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <boost/json.hpp>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "abx/auth/signing.h"
+#include "abx/base/fd.h"
+#include "abx/base/hex.h"
+#include "abx/base/json.h"
+#include "abx/base/try.h"
+#include "abx/image/dockerfile.h"
+#include "abx/image/layer.h"
+#include "abx/templates/template.h"
+#include "build_context.h"
+
+namespace abx::platform {
+
+namespace fs = std::filesystem;
+namespace json = boost::json;
+
+bool valid_template_name(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  auto lower_alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (!lower_alnum(name[0])) return false;
+  for (char c : name) {
+    if (!lower_alnum(c) && c != '.' && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+namespace {
+
+constexpr const char* kOciManifest = "application/vnd.oci.image.manifest.v1+json";
+constexpr const char* kOciConfig = "application/vnd.oci.image.config.v1+json";
+constexpr const char* kDefaultPath =
+    "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+constexpr std::size_t kMaxDockerfileBytes = 1 << 20;
+constexpr std::size_t kMaxLogLine = 16 * 1024;
+
+struct Layer {
+  std::string digest;
+  std::int64_t size = 0;
+  std::string diff_id;
+  std::string media_type = image::kLayerMediaType;
+};
+
+// The image being built.
+struct BuildState {
+  std::vector<Layer> layers;
+  image::ImageConfig config;
+  std::map<std::string, std::string> args;  // ARG values in scope
+  bool cmd_inherited = false;               // CMD came from the base image
+};
+
+// A removable temporary directory.
+struct WorkDir {
+  std::string path;
+  ~WorkDir() {
+    if (path.empty()) return;
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+Result<std::string> read_small_file(const std::string& path, std::size_t max) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd) return not_found(path + ": " + std::strerror(errno));
+  std::string out;
+  std::string buf(64 * 1024, '\0');
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return internal_error("read " + path + ": " + std::strerror(errno));
+    if (n == 0) break;
+    out.append(buf.data(), static_cast<std::size_t>(n));
+    if (out.size() > max) {
+      return invalid_argument(path + " is larger than " + std::to_string(max) + " bytes");
+    }
+  }
+  return out;
+}
+
+Status write_file_atomic(const fs::path& path, std::string_view data) {
+  std::error_code ec;
+  fs::create_directories(path.parent_path(), ec);
+  if (ec) return internal_error("create " + path.parent_path().string() + ": " + ec.message());
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+    if (!out) return internal_error("write " + tmp.string());
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return internal_error("rename " + path.string() + ": " + ec.message());
+  }
+  return {};
+}
+
+std::string random_hex(std::size_t bytes) {
+  std::random_device rd;
+  std::string raw;
+  for (std::size_t i = 0; i < bytes; ++i) raw.push_back(static_cast<char>(rd() & 0xff));
+  return to_hex(raw);
+}
+
+std::string key_of(std::initializer_list<std::string_view> parts) {
+  std::string joined;
+  for (auto p : parts) {
+    joined.append(p);
+    joined.push_back('\0');
+  }
+  return auth::sha256_hex(joined);
+}
+
+std::string chain_id(const BuildState& st) {
+  std::string s;
+  for (const auto& l : st.layers) s += l.diff_id + "\n";
+  return auth::sha256_hex(s);
+}
+
+std::map<std::string, std::string> env_map(const image::ImageConfig& c) {
+  std::map<std::string, std::string> m;
+  for (const auto& kv : c.env) {
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) m[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return m;
+}
+
+void set_env(image::ImageConfig& c, const std::string& k, const std::string& v) {
+  for (auto& kv : c.env) {
+    if (kv.compare(0, k.size() + 1, k + "=") == 0) {
+      kv = k + "=" + v;
+      return;
+    }
+  }
+  c.env.push_back(k + "=" + v);
+}
+
+// ARGs, then ENV over them: what $VARs expand to.
+std::map<std::string, std::string> vars_of(const BuildState& st) {
+  auto m = st.args;
+  for (auto& [k, v] : env_map(st.config)) m[k] = v;
+  return m;
+}
+
+json::array str_array(const std::vector<std::string>& v) {
+  json::array a;
+  for (const auto& s : v) a.emplace_back(s);
+  return a;
+}
+
+std::vector<std::string> strings_of(const json::value* v) {
+  std::vector<std::string> out;
+  if (v && v->is_array()) {
+    for (const auto& e : v->as_array()) {
+      if (e.is_string()) out.emplace_back(e.as_string());
+    }
+  }
+  return out;
+}
+
+// The build cache: key -> layer, in <store root>/build-cache.json.
+class Cache {
+ public:
+  explicit Cache(std::string path) : path_(std::move(path)) {
+    auto text = read_small_file(path_, 64 << 20);
+    if (!text.ok()) return;
+    boost::system::error_code ec;
+    auto v = json::parse(*text, ec);
+    if (ec || !v.is_object()) return;
+    for (const auto& [k, e] : v.as_object()) {
+      if (!e.is_object()) continue;
+      const auto& o = e.as_object();
+      Layer l;
+      if (auto* d = o.if_contains("digest"); d && d->is_string()) l.digest = d->as_string();
+      if (auto* d = o.if_contains("diff_id"); d && d->is_string()) l.diff_id = d->as_string();
+      if (auto* d = o.if_contains("size"); d && d->is_int64()) l.size = d->as_int64();
+      if (!l.digest.empty() && !l.diff_id.empty()) entries_[std::string(k)] = l;
+    }
+  }
+  const Layer* find(const std::string& key, const image::Store& store) const {
+    auto it = entries_.find(key);
+    if (it == entries_.end() || !store.has_blob(it->second.digest)) return nullptr;
+    return &it->second;
+  }
+  Status put(const std::string& key, const Layer& l) {
+    entries_[key] = l;
+    json::object o;
+    for (const auto& [k, e] : entries_) {
+      o[k] = json::object{{"digest", e.digest}, {"diff_id", e.diff_id}, {"size", e.size}};
+    }
+    return write_file_atomic(path_, json::serialize(o));
+  }
+
+ private:
+  std::string path_;
+  std::map<std::string, Layer> entries_;
+};
+
+class Build {
+ public:
+  Build(const TemplateBuildOptions& opt, const BuildRequest& req, const BuildProgress& progress,
+        const Logger& log)
+      : opt_(opt),
+        req_(req),
+        progress_(progress),
+        log_(log),
+        store_(*opt.store),
+        cache_(store_.root() + "/build-cache.json") {}
+
+  Result<BuildResult> run();
+
+ private:
+  Error at(const image::Instruction& in, const Error& e) const {
+    return Error(e.code(), req_.dockerfile + ":" + std::to_string(in.line) + ": " + e.message());
+  }
+  void step(std::size_t i, const image::Instruction& in, bool cached, std::string shown = {}) {
+    if (cached) ++cached_;
+    if (!progress_) return;
+    progress_(json::object{{"type", "step"},
+                           {"step", i + 1},
+                           {"total", total_},
+                           {"instruction", shown.empty() ? in.text : shown},
+                           {"cached", cached}});
+  }
+  void log_line(std::string line) {
+    if (progress_) progress_(json::object{{"type", "log"}, {"line", std::move(line)}});
+  }
+
+  Result<std::string> derive_template_yaml() const;
+  Status from(const image::Instruction& in, bool& cached);
+  Status run_step(std::size_t i, const image::Instruction& in);
+  Status copy_step(std::size_t i, const image::Instruction& in);
+  Status workdir_step(std::size_t i, const image::Instruction& in);
+  Result<Layer> layer_from(const std::string& dir, bool overlay_upper,
+                           const std::set<std::string>& skip = {});
+  Result<std::string> write_image();
+  Result<std::vector<std::string>> lower_dirs();
+  Result<int> run_sandbox(const image::Instruction& in, const std::vector<std::string>& lowers,
+                          const std::vector<std::string>& env, Layer& layer);
+  std::set<std::string> mount_points() const;
+  std::string scratch(const std::string& what) {
+    std::string p = work_.path + "/" + what + "-" + std::to_string(++scratch_n_);
+    fs::create_directories(p);
+    return p;
+  }
+
+  const TemplateBuildOptions& opt_;
+  const BuildRequest& req_;
+  const BuildProgress& progress_;
+  const Logger& log_;
+  image::Store& store_;
+  Cache cache_;
+  WorkDir work_;
+  std::string ctx_;
+  BuildState st_;
+  std::size_t total_ = 0;
+  int cached_ = 0;
+  bool all_cached_ = true;  // every step so far came from the cache
+  int scratch_n_ = 0;
+};
+
+// template.yaml for the built template: abx metadata from the context's template.yaml (if
+// any), id and image set here. Checked with the catalog's own parser before anything runs.
+Result<std::string> Build::derive_template_yaml() const {
+  YAML::Node out(YAML::NodeType::Map);
+  out["id"] = req_.name;
+  out["image"] = "abx:" + req_.name;
+  const std::string ctx_yaml = ctx_ + "/template.yaml";
+  struct stat sst;
+  if (::lstat(ctx_yaml.c_str(), &sst) == 0) {
+    ABX_ASSIGN_OR_RETURN(auto text, read_small_file(ctx_yaml, templates::kMaxTemplateFileBytes));
+    // The catalog's strict parser first: its errors carry file:line:col.
+    ABX_TRY(templates::parse_template(text, "template.yaml"));
+    YAML::Node in;
+    try {
+      in = YAML::Load(text);
+    } catch (const YAML::Exception& e) {
+      return invalid_argument(std::string("template.yaml: ") + e.what());
+    }
+    for (const char* k : {"description", "server", "capabilities", "resources", "custom_commands",
+                          "network", "timeout"}) {
+      if (in[k]) out[k] = in[k];
+    }
+  } else if (out["description"].IsNull() || !out["description"]) {
+    out["description"] = "built from " + req_.dockerfile;
+  }
+  YAML::Emitter em;
+  em << out;
+  std::string text = std::string(kBuiltMarker) + "\n" + em.c_str() + "\n";
+  ABX_TRY(templates::parse_template(text, "template.yaml (generated)"));
+  return text;
+}
+
+Result<std::vector<std::string>> Build::lower_dirs() {
+  if (st_.layers.empty()) return std::vector<std::string>{scratch("empty")};
+  ABX_ASSIGN_OR_RETURN(auto digest, write_image());
+  ABX_ASSIGN_OR_RETURN(auto img, store_.add_image(digest));
+  if (img.layer_dirs.empty()) return std::vector<std::string>{scratch("empty")};
+  return img.layer_dirs;
+}
+
+// The OCI config and manifest of the image so far, as blobs; returns the manifest digest.
+// Both are deterministic (no timestamps), so an unchanged build rewrites the same blobs.
+Result<std::string> Build::write_image() {
+  const auto& c = st_.config;
+  json::object cfg;
+  if (!c.env.empty()) cfg["Env"] = str_array(c.env);
+  if (!c.entrypoint.empty()) cfg["Entrypoint"] = str_array(c.entrypoint);
+  if (!c.cmd.empty()) cfg["Cmd"] = str_array(c.cmd);
+  if (!c.working_dir.empty()) cfg["WorkingDir"] = c.working_dir;
+  if (!c.user.empty()) cfg["User"] = c.user;
+  if (!c.labels.empty()) {
+    json::object labels;
+    for (const auto& [k, v] : c.labels) labels[k] = v;
+    cfg["Labels"] = std::move(labels);
+  }
+  json::array diff_ids, layers;
+  for (const auto& l : st_.layers) {
+    diff_ids.emplace_back(l.diff_id);
+    layers.push_back(
+        json::object{{"mediaType", l.media_type}, {"digest", l.digest}, {"size", l.size}});
+  }
+  json::object config{
+      {"architecture", "amd64"},
+      {"os", "linux"},
+      {"config", std::move(cfg)},
+      {"rootfs", json::object{{"type", "layers"}, {"diff_ids", std::move(diff_ids)}}}};
+  const std::string config_text = json::serialize(config);
+  ABX_ASSIGN_OR_RETURN(auto config_digest, store_.put_blob(config_text));
+  json::object manifest{{"schemaVersion", 2},
+                        {"mediaType", kOciManifest},
+                        {"config", json::object{{"mediaType", kOciConfig},
+                                                {"digest", config_digest},
+                                                {"size", config_text.size()}}},
+                        {"layers", std::move(layers)}};
+  return store_.put_blob(json::serialize(manifest));
+}
+
+Result<Layer> Build::layer_from(const std::string& dir, bool overlay_upper,
+                                const std::set<std::string>& skip) {
+  image::LayerWriteOptions lo;
+  lo.overlay_upper = overlay_upper;
+  lo.skip_if_empty = skip;
+  ABX_ASSIGN_OR_RETURN(auto blob, image::write_layer(store_, dir, lo));
+  Layer l;
+  l.digest = blob.digest;
+  l.size = blob.size;
+  l.diff_id = blob.diff_id;
+  return l;
+}
+
+// FROM: the base image's layers (with their descriptors and diff_ids) and config.
+Status Build::from(const image::Instruction& in, bool& cached) {
+  ABX_ASSIGN_OR_RETURN(auto name, image::expand_vars(in.args.at(0), st_.args));
+  cached = true;
+  if (name == "scratch") return {};
+  Result<image::Image> img = not_found("");
+  if (name.starts_with("abx:")) {
+    img = store_.get(name.substr(4));
+    if (!img.ok())
+      return not_found("FROM " + name + ": no image '" + name.substr(4) + "' in the store");
+  } else {
+    if (valid_template_name(name)) img = store_.get(name);  // a template built or pulled here
+    if (!img.ok()) {
+      ABX_ASSIGN_OR_RETURN(auto ref, image::parse_reference(name));
+      img = store_.get(ref.str());
+      if (!img.ok()) {
+        cached = false;
+        if (ref.transport != image::Transport::kRegistry) {
+          img = store_.import(ref, [this](std::string_view l) { log_line(std::string(l)); });
+        } else if (opt_.pull) {
+          img = opt_.pull(ref, progress_);
+        } else {
+          return unavailable("FROM " + name + ": pulling from registries is not available");
+        }
+        if (!img.ok())
+          return Error(img.error().code(), "FROM " + name + ": " + img.error().message());
+      }
+    }
+  }
+  ABX_ASSIGN_OR_RETURN(auto manifest_text, store_.read_blob(img->manifest_digest));
+  ABX_ASSIGN_OR_RETURN(auto config_text, store_.read_blob(img->config_digest));
+  ABX_ASSIGN_OR_RETURN(auto manifest, parse_json_strict(manifest_text));
+  ABX_ASSIGN_OR_RETURN(auto config, parse_json_strict(config_text));
+  std::vector<std::string> diff_ids;
+  if (config.is_object()) {
+    if (auto* r = config.as_object().if_contains("rootfs"); r && r->is_object())
+      diff_ids = strings_of(r->as_object().if_contains("diff_ids"));
+  }
+  const json::value* ls =
+      manifest.is_object() ? manifest.as_object().if_contains("layers") : nullptr;
+  if (!ls || !ls->is_array() || ls->as_array().size() != diff_ids.size()) {
+    return internal_error("FROM " + name + ": the image's manifest and config disagree on layers");
+  }
+  for (std::size_t i = 0; i < diff_ids.size(); ++i) {
+    const auto& d = ls->as_array()[i];
+    if (!d.is_object()) return internal_error("FROM " + name + ": bad layer descriptor");
+    Layer l;
+    l.diff_id = diff_ids[i];
+    if (auto* v = d.as_object().if_contains("digest"); v && v->is_string())
+      l.digest = v->as_string();
+    if (auto* v = d.as_object().if_contains("size"); v && v->is_int64()) l.size = v->as_int64();
+    if (auto* v = d.as_object().if_contains("mediaType"); v && v->is_string()) {
+      std::string mt(v->as_string());
+      // Docker's gzip layer type is the same bytes; an OCI manifest names it the OCI way.
+      l.media_type = mt == "application/vnd.docker.image.rootfs.diff.tar.gzip"
+                         ? std::string(image::kLayerMediaType)
+                         : mt;
+    }
+    st_.layers.push_back(std::move(l));
+  }
+  st_.config = img->config;
+  st_.cmd_inherited = !st_.config.cmd.empty();
+  return {};
+}
+
+// What the runtime mounts over the image (and so creates in the upper dir when the image lacks
+// it): left out of RUN layers when empty.
+std::set<std::string> Build::mount_points() const {
+  std::set<std::string> s = {"proc", "sys", "dev", "opt", "opt/abx", "run", "run/abx"};
+  for (const auto& b : opt_.binds) {
+    std::string rel = build::clean_path(b.target).substr(1);
+    while (!rel.empty()) {
+      s.insert(rel);
+      auto slash = rel.rfind('/');
+      rel = slash == std::string::npos ? "" : rel.substr(0, slash);
+    }
+  }
+  return s;
+}
+
+// Spawns the RUN sandbox, streams its output, waits; the layer comes from its upper dir.
+// Returns the wait status.
+Result<int> Build::run_sandbox(const image::Instruction& in, const std::vector<std::string>& lowers,
+                               const std::vector<std::string>& env, Layer& layer) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0)
+    return internal_error(std::string("pipe: ") + std::strerror(errno));
+  UniqueFd rd(p[0]), wr(p[1]);
+  runtime::SandboxConfig sc;
+  sc.id = "build-" + random_hex(6);
+  sc.state_dir = opt_.state_dir.empty() ? opt_.home + "/builds" : opt_.state_dir;
+  sc.rootfs = runtime::RootfsMode::kImage;
+  sc.lower_dirs = lowers;
+  sc.network = opt_.network;
+  sc.argv = in.args;
+  sc.env = env;
+  sc.cwd = st_.config.working_dir.empty() ? "/" : st_.config.working_dir;
+  sc.binds = opt_.binds;
+  sc.fds = {{wr.get(), 1}, {wr.get(), 2}};
+  sc.limits = opt_.limits;
+  sc.disk_bytes = opt_.disk_bytes;
+  auto sb = runtime::Sandbox::spawn(std::move(sc));
+  wr.reset();
+  if (!sb.ok()) return Error(sb.error().code(), "RUN could not start: " + sb.error().message());
+  // Output, line by line, until every process of the sandbox is gone (EOF) or the deadline.
+  const auto deadline = std::chrono::steady_clock::now() + opt_.run_timeout;
+  std::string pending;
+  char buf[8192];
+  bool timed_out = false;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd pfd{rd.get(), POLLIN, 0};
+    int pr = ::poll(&pfd, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 1000)));
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr <= 0) continue;
+    ssize_t n = ::read(rd.get(), buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    pending.append(buf, static_cast<std::size_t>(n));
+    std::size_t nl;
+    while ((nl = pending.find('\n')) != std::string::npos || pending.size() > kMaxLogLine) {
+      std::size_t cut = nl == std::string::npos ? kMaxLogLine : nl;
+      log_line(pending.substr(0, cut));
+      pending.erase(0, nl == std::string::npos ? cut : cut + 1);
+    }
+  }
+  if (!pending.empty()) log_line(pending);
+  if (timed_out) {
+    (void)sb->signal(SIGKILL);
+    (void)sb->wait();
+    (void)sb->destroy();
+    return Error(ErrorCode::kDeadlineExceeded,
+                 "RUN did not finish within " + std::to_string(opt_.run_timeout.count()) + "s");
+  }
+  ABX_ASSIGN_OR_RETURN(int status, sb->wait());
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    auto l = layer_from(sb->upper_dir(), true, mount_points());
+    (void)sb->destroy();
+    if (!l.ok()) return l.error();
+    layer = std::move(*l);
+  } else {
+    (void)sb->destroy();
+  }
+  return status;
+}
+
+Status Build::run_step(std::size_t i, const image::Instruction& in) {
+  // RUN sees the ARGs as environment variables, under the image's own ENV.
+  auto env_vars = st_.args;
+  for (auto& [k, v] : env_map(st_.config)) env_vars[k] = v;
+  if (!env_vars.count("PATH")) env_vars["PATH"] = std::string(kDefaultPath).substr(5);
+  std::vector<std::string> env;
+  for (const auto& [k, v] : env_vars) env.push_back(k + "=" + v);
+  const std::string key = key_of({"run", chain_id(st_), json::serialize(str_array(in.args)),
+                                  json::serialize(str_array(env)), st_.config.working_dir});
+  if (const Layer* hit = cache_.find(key, store_)) {
+    step(i, in, true);
+    st_.layers.push_back(*hit);
+    return {};
+  }
+  all_cached_ = false;
+  step(i, in, false);
+  ABX_ASSIGN_OR_RETURN(auto lowers, lower_dirs());
+  Layer layer;
+  ABX_ASSIGN_OR_RETURN(int status, run_sandbox(in, lowers, env, layer));
+  if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
+    return Error(ErrorCode::kFailedPrecondition,
+                 "RUN exited with " + std::to_string(WEXITSTATUS(status)));
+  }
+  if (WIFSIGNALED(status)) {
+    return Error(ErrorCode::kFailedPrecondition,
+                 "RUN was killed by signal " + std::to_string(WTERMSIG(status)));
+  }
+  ABX_TRY(cache_.put(key, layer));
+  st_.layers.push_back(std::move(layer));
+  return {};
+}
+
+Status Build::copy_step(std::size_t i, const image::Instruction& in) {
+  const auto vars = vars_of(st_);
+  const bool add = in.op == image::Op::kAdd;
+  ABX_ASSIGN_OR_RETURN(auto dest_raw, image::expand_vars(in.args.back(), vars));
+  const std::string base = st_.config.working_dir.empty() ? "/" : st_.config.working_dir;
+  const std::string dest = build::clean_path(dest_raw, base);
+  const bool dest_is_dir = dest_raw.ends_with('/') || in.args.size() > 2 ||
+                           (dest_raw.ends_with("/.") || dest_raw == ".");
+  std::uint32_t uid = 0, gid = 0;
+  if (!in.chown.empty()) {
+    ABX_ASSIGN_OR_RETURN(auto ug, build::parse_chown(in.chown));
+    uid = ug.first;
+    gid = ug.second;
+  }
+  std::vector<std::string> srcs;
+  std::string shown = std::string(image::op_name(in.op));
+  for (std::size_t s = 0; s + 1 < in.args.size(); ++s) {
+    ABX_ASSIGN_OR_RETURN(auto src, image::expand_vars(in.args[s], vars));
+    auto resolved = build::resolve_in_root(ctx_, src);
+    if (!resolved.ok()) {
+      return Error(resolved.error().code(), std::string(image::op_name(in.op)) + " source " + src +
+                                                " not found in the build context");
+    }
+    srcs.push_back(*resolved);
+    shown += " " + src;
+  }
+  shown += " " + dest_raw;
+  ABX_ASSIGN_OR_RETURN(auto content, build::content_digest(srcs));
+  const std::string key = key_of({add ? "add" : "copy", chain_id(st_), shown, dest,
+                                  dest_is_dir ? "dir" : "file", in.chown, content});
+  if (const Layer* hit = cache_.find(key, store_)) {
+    step(i, in, true);
+    st_.layers.push_back(*hit);
+    return {};
+  }
+  all_cached_ = false;
+  step(i, in, false);
+  const std::string stage = scratch("stage");
+  for (const auto& src : srcs) {
+    struct stat s;
+    if (add && ::stat(src.c_str(), &s) == 0 && S_ISREG(s.st_mode) && build::is_archive(src)) {
+      // ADD of a local archive: its contents go into dest (a directory).
+      ABX_TRY(build::make_dir(stage, dest));
+      const std::string into = stage + (dest == "/" ? "" : dest);
+      ABX_TRY(build::extract_archive(src, into));
+      if (!in.chown.empty()) ABX_TRY(build::chown_tree(into, uid, gid));
+      continue;
+    }
+    ABX_TRY(build::copy_into(src, stage, dest, dest_is_dir, uid, gid));
+  }
+  ABX_ASSIGN_OR_RETURN(auto layer, layer_from(stage, false));
+  ABX_TRY(cache_.put(key, layer));
+  st_.layers.push_back(std::move(layer));
+  return {};
+}
+
+// WORKDIR: the config, and a layer with the directory when no layer has it yet.
+Status Build::workdir_step(std::size_t i, const image::Instruction& in) {
+  ABX_ASSIGN_OR_RETURN(auto raw, image::expand_vars(in.args.at(0), vars_of(st_)));
+  const std::string dir =
+      build::clean_path(raw, st_.config.working_dir.empty() ? "/" : st_.config.working_dir);
+  st_.config.working_dir = dir;
+  if (dir == "/") {
+    step(i, in, all_cached_);
+    return {};
+  }
+  const std::string key = key_of({"workdir", chain_id(st_), dir});
+  if (const Layer* hit = cache_.find(key, store_)) {
+    step(i, in, true);
+    st_.layers.push_back(*hit);
+    return {};
+  }
+  if (!st_.layers.empty()) {
+    ABX_ASSIGN_OR_RETURN(auto lowers, lower_dirs());
+    for (const auto& l : lowers) {
+      struct stat s;
+      if (::stat((l + dir).c_str(), &s) == 0 && S_ISDIR(s.st_mode)) {
+        step(i, in, all_cached_);
+        return {};
+      }
+    }
+  }
+  all_cached_ = false;
+  step(i, in, false);
+  const std::string stage = scratch("workdir");
+  ABX_TRY(build::make_dir(stage, dir));
+  ABX_ASSIGN_OR_RETURN(auto layer, layer_from(stage, false));
+  ABX_TRY(cache_.put(key, layer));
+  st_.layers.push_back(std::move(layer));
+  return {};
+}
+
+Result<BuildResult> Build::run() {
+  // The workspace lives in the store's tmp/, which the store empties when it opens: a crash
+  // mid-build leaves nothing behind for long.
+  std::string tmpl = store_.root() + "/tmp/build-XXXXXX";
+  if (!::mkdtemp(tmpl.data()))
+    return internal_error("mkdtemp " + tmpl + ": " + std::strerror(errno));
+  work_.path = tmpl;
+  ctx_ = work_.path + "/context";
+  fs::create_directories(ctx_);
+  build::ArchiveLimits al;
+  al.max_bytes = opt_.max_context_bytes;
+  if (auto s = build::extract_archive(req_.context_tar, ctx_, al); !s.ok()) {
+    return Error(s.error().code(), "build context: " + s.error().message());
+  }
+  auto df_path = build::resolve_in_root(ctx_, req_.dockerfile);
+  if (!df_path.ok()) return invalid_argument(req_.dockerfile + " not found in the build context");
+  ABX_ASSIGN_OR_RETURN(auto df_text, read_small_file(*df_path, kMaxDockerfileBytes));
+  ABX_ASSIGN_OR_RETURN(auto df, image::parse_dockerfile(df_text, {}, req_.dockerfile));
+  ABX_ASSIGN_OR_RETURN(auto yaml, derive_template_yaml());
+  total_ = df.instructions.size();
+
+  for (std::size_t i = 0; i < df.instructions.size(); ++i) {
+    const auto& in = df.instructions[i];
+    Status s;
+    switch (in.op) {
+      case image::Op::kArg: {
+        const auto& [name, def] = in.pairs.at(0);
+        auto given = req_.build_args.find(name);
+        if (given != req_.build_args.end()) {
+          st_.args[name] = given->second;
+        } else if (in.has_default) {
+          auto v = image::expand_vars(def, vars_of(st_));
+          if (!v.ok()) return at(in, v.error());
+          st_.args[name] = *v;
+        }
+        step(i, in, all_cached_);
+        break;
+      }
+      case image::Op::kFrom: {
+        bool cached = true;
+        s = from(in, cached);
+        if (s.ok()) {
+          all_cached_ = all_cached_ && cached;
+          step(i, in, cached);
+        }
+        break;
+      }
+      case image::Op::kRun:
+        s = run_step(i, in);
+        break;
+      case image::Op::kCopy:
+      case image::Op::kAdd:
+        s = copy_step(i, in);
+        break;
+      case image::Op::kWorkdir:
+        s = workdir_step(i, in);
+        break;
+      case image::Op::kEnv:
+      case image::Op::kLabel:
+        for (const auto& [k, v] : in.pairs) {
+          auto val = image::expand_vars(v, vars_of(st_));
+          if (!val.ok()) return at(in, val.error());
+          if (in.op == image::Op::kEnv) {
+            set_env(st_.config, k, *val);
+          } else {
+            st_.config.labels[k] = *val;
+          }
+        }
+        step(i, in, all_cached_);
+        break;
+      case image::Op::kUser: {
+        auto val = image::expand_vars(in.args.at(0), vars_of(st_));
+        if (!val.ok()) return at(in, val.error());
+        st_.config.user = *val;
+        step(i, in, all_cached_);
+        break;
+      }
+      case image::Op::kCmd:
+        st_.config.cmd = in.args;
+        st_.cmd_inherited = false;
+        step(i, in, all_cached_);
+        break;
+      case image::Op::kEntrypoint:
+        st_.config.entrypoint = in.args;
+        if (st_.cmd_inherited) st_.config.cmd.clear();  // Docker: a new ENTRYPOINT resets CMD
+        step(i, in, all_cached_);
+        break;
+    }
+    if (!s.ok()) return at(in, s.error());
+    if (st_.layers.size() > runtime::kMaxLowerDirs) {
+      return at(in, Error(ErrorCode::kResourceExhausted,
+                          "more than " + std::to_string(runtime::kMaxLowerDirs) + " layers"));
+    }
+  }
+
+  ABX_ASSIGN_OR_RETURN(auto manifest_digest, write_image());
+  ABX_ASSIGN_OR_RETURN(auto img, store_.add_image(manifest_digest, [this](std::string_view l) {
+    log_line(std::string(l));
+  }));
+  // Tag, then the template file; a failure after tagging puts the old tag back.
+  auto tags = store_.tags();
+  auto old = tags.find(req_.name);
+  const std::string previous = old == tags.end() ? "" : old->second;
+  ABX_TRY(store_.tag(req_.name, manifest_digest));
+  const fs::path file = fs::path(opt_.home) / "templates" / req_.name / "template.yaml";
+  if (auto s = write_file_atomic(file, yaml); !s.ok()) {
+    if (previous.empty()) {
+      (void)store_.untag(req_.name);
+    } else {
+      (void)store_.tag(req_.name, previous);
+    }
+    return s.error();
+  }
+  if (opt_.reload_templates) ABX_TRY(opt_.reload_templates());
+  BuildResult r;
+  r.name = req_.name;
+  r.image = std::move(img);
+  r.steps = static_cast<int>(total_);
+  r.cached = cached_;
+  log_.info("built template " + req_.name + " (" + manifest_digest + ", " +
+            std::to_string(r.cached) + "/" + std::to_string(r.steps) + " steps cached)");
+  return r;
+}
+
+}  // namespace
+
+TemplateBuilder::TemplateBuilder(TemplateBuildOptions options) : opt_(std::move(options)) {
+  if (opt_.state_dir.empty()) opt_.state_dir = opt_.home + "/builds";
+  std::error_code ec;
+  fs::create_directories(opt_.state_dir, ec);
+  // RUN sandboxes a previous abxd left behind (killed mid-build).
+  (void)runtime::cleanup_stale(opt_.state_dir);
+}
+
+Result<BuildResult> TemplateBuilder::build(const BuildRequest& req, const BuildProgress& progress) {
+  if (!valid_template_name(req.name)) {
+    return invalid_argument("template name '" + req.name +
+                            "' must match [a-z0-9][a-z0-9._-]{0,63}");
+  }
+  if (!opt_.store) return internal_error("template builds need an image store");
+  std::lock_guard lock(mu_);
+  Build b(opt_, req, progress, log_);
+  return b.run();
+}
+
+bool TemplateBuilder::is_built(const std::string& name) const {
+  if (!valid_template_name(name)) return false;
+  auto text = read_small_file((fs::path(opt_.home) / "templates" / name / "template.yaml").string(),
+                              1 << 20);
+  return text.ok() && text->starts_with(kBuiltMarker);
+}
+
+Status TemplateBuilder::remove(const std::string& name) {
+  std::lock_guard lock(mu_);
+  if (!is_built(name))
+    return not_found("template '" + name + "' was not built by abx template build");
+  std::error_code ec;
+  fs::remove_all(fs::path(opt_.home) / "templates" / name, ec);
+  if (ec) return internal_error("remove template " + name + ": " + ec.message());
+  (void)opt_.store->untag(name);
+  if (opt_.reload_templates) ABX_TRY(opt_.reload_templates());
+  auto freed = opt_.store->gc();
+  if (freed.ok())
+    log_.info("removed template " + name + "; gc freed " + std::to_string(*freed) + " bytes");
+  return {};
+}
+
+}  // namespace abx::platform

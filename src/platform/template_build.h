@@ -1,0 +1,106 @@
+// Template builds in abxd: a Dockerfile subset (abx/image/dockerfile.h) and a build context
+// become an image in abxd's store, tagged NAME, and a template `NAME` served without a restart.
+//
+// Steps, in the Dockerfile's order:
+//   FROM     `scratch` (no layers), `abx:NAME` or a bare NAME found in the store (a template
+//            built or pulled before), else a registry reference pulled through the pull hook.
+//   RUN      runs in a runtime sandbox of the image so far (its layers as overlay lower dirs,
+//            the image's env and workdir, the template default network `none` unless the
+//            options say otherwise, the abx bundle bound at /opt/abx); stdout and stderr are
+//            streamed as log events; the sandbox's overlay upper dir becomes the layer.
+//   COPY/ADD a layer made from context files (build_context.h); ADD extracts local archives.
+//   WORKDIR  a layer with the directory when the image lacks it, and the config's WorkingDir.
+//   ENV, USER, CMD, ENTRYPOINT, LABEL, ARG: the config only.
+// Every layer step is cached by (the chain of layers so far, the instruction as expanded,
+// the content digest of COPY/ADD sources, and for RUN the env/workdir it runs with); the cache
+// is `<store root>/build-cache.json`, entries whose blob is gone are ignored. A build where
+// every step hits the cache writes no new blob (config and manifest are deterministic).
+//
+// Failures ("Dockerfile:N: RUN exited with 1", a missing COPY source, …) leave no tag and no
+// template; blobs that were written stay for the cache, temporary files never do. USER is
+// recorded in the image config but RUN steps run as root (the runtime has no user switch yet).
+#pragma once
+
+#include <boost/json/object.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "abx/base/error.h"
+#include "abx/base/log.h"
+#include "abx/image/reference.h"
+#include "abx/image/store.h"
+#include "abx/runtime/sandbox.h"
+
+namespace abx::platform {
+
+// One progress event, as the API streams it (NDJSON): {"type":"step","step":N,"total":M,
+// "instruction":"RUN …","cached":bool} or {"type":"log","line":"…"}.
+using BuildProgress = std::function<void(const boost::json::object& event)>;
+
+struct TemplateBuildOptions {
+  std::string home;  // $ABX_HOME: templates/NAME/template.yaml goes under it
+  image::Store* store = nullptr;
+  std::string state_dir;                  // runtime state of RUN sandboxes (default <home>/builds)
+  std::vector<runtime::BindMount> binds;  // the abx bundle under /opt/abx
+  runtime::NetworkMode network = runtime::NetworkMode::kNone;
+  std::uint64_t disk_bytes = 8ull << 30;         // each RUN step's writable layer
+  runtime::CgroupLimits limits;                  // each RUN step's cgroup limits
+  std::chrono::seconds run_timeout{3600};        // one RUN step
+  std::uint64_t max_context_bytes = 8ull << 30;  // expanded context
+  // FROM a registry reference: pull it into the store (registry.h). Unset: such a FROM fails.
+  std::function<Result<image::Image>(const image::Reference&, const BuildProgress&)> pull;
+  // Called after template.yaml is written, so the catalog serves the new template.
+  std::function<Status()> reload_templates;
+};
+
+struct BuildRequest {
+  std::string name;         // the template id and the store tag
+  std::string context_tar;  // host path of the uploaded context (tar, optionally compressed)
+  std::string dockerfile = "Dockerfile";  // path inside the context
+  std::map<std::string, std::string> build_args;
+};
+
+struct BuildResult {
+  std::string name;
+  image::Image image;
+  int steps = 0;
+  int cached = 0;
+};
+
+class TemplateBuilder {
+ public:
+  explicit TemplateBuilder(TemplateBuildOptions options);
+
+  // Builds; one build at a time per builder (others wait). Errors carry the Dockerfile line:
+  // invalid_argument for a bad Dockerfile, context or missing source; failed_precondition for
+  // a RUN that exited non-zero; not_found for an unknown FROM image.
+  Result<BuildResult> build(const BuildRequest& req, const BuildProgress& progress);
+
+  // Removes a built template: its template.yaml (only one this builder wrote), its tag, then
+  // store gc. not_found if NAME was not built here.
+  Status remove(const std::string& name);
+
+  // True if NAME's template.yaml was written by a build (it carries the marker comment).
+  bool is_built(const std::string& name) const;
+
+  const TemplateBuildOptions& options() const { return opt_; }
+
+ private:
+  TemplateBuildOptions opt_;
+  std::mutex mu_;
+  Logger log_{"build"};
+};
+
+// The marker the first line of a built template.yaml carries.
+inline constexpr std::string_view kBuiltMarker = "# built by abx template build";
+
+// [a-z0-9][a-z0-9._-]{0,63}
+bool valid_template_name(std::string_view name);
+
+}  // namespace abx::platform
