@@ -56,7 +56,9 @@ bool make_busybox_layer(const fs::path& dir, std::string* why) {
 }
 
 bool make_musl_layer(const fs::path& dir, std::string* why) {
-  const fs::path libc = "/usr/lib/musl/lib/libc.so";
+  // Debian's musl package: the library (also the dynamic loader) and the loader's symlink.
+  fs::path libc = "/lib/x86_64-linux-musl/libc.so";
+  if (!fs::exists(libc)) libc = "/usr/lib/musl/lib/libc.so";  // upstream's layout
   std::string out;
   if (!fs::exists(libc) || !run("command -v musl-gcc", &out)) {
     *why = "no musl-gcc (Debian musl-tools; scripts/install-deps.sh)";

@@ -13,8 +13,8 @@ namespace abx::testing {
 // and /etc/group with root and user (1000), /home/user, /root, /tmp. No libc at all.
 bool make_busybox_layer(const std::filesystem::path& dir, std::string* why);
 
-// A musl system and nothing else: /lib/ld-musl-x86_64.so.1 (musl's libc.so, which is also its
-// dynamic loader) and /bin/hello, a musl-dynamic program printing "hello from musl" (built
+// A musl system and nothing else: /lib/ld-musl-x86_64.so.1 (a copy of musl's libc.so, which is
+// also its dynamic loader) and /bin/hello, a musl-dynamic program printing "hello from musl" (built
 // with musl-gcc), /etc/passwd with root, /tmp.
 bool make_musl_layer(const std::filesystem::path& dir, std::string* why);
 
