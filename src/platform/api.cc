@@ -4,7 +4,11 @@
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
 #include <boost/url/url_view.hpp>
+#include <filesystem>
 #include <iterator>
+#include <optional>
+
+#include <unistd.h>
 
 #include "abx/auth/signing.h"
 #include "abx/base/try.h"
@@ -29,6 +33,9 @@ using bhttp::verb;
 constexpr api::RouteEntry kRoutes[] = {
     {verb::get, "/templates", api::list_templates},
     {verb::get, "/templates/{id}", api::get_template},
+    {verb::delete_, "/templates/{id}", api::delete_template},
+    {verb::post, "/templates/{id}/push", api::push_template},
+    {verb::get, "/templates/{id}/image", api::template_image},
     {verb::get, "/v2/sandboxes", api::list_sandboxes_v2},
     {verb::get, "/sandboxes", api::list_sandboxes_v1},
     {verb::post, "/sandboxes", api::create_sandbox},
@@ -161,7 +168,7 @@ Result<Response> ControlApi::route(Request& req) {
   if (path == "/mcp") return serve_platform_mcp(sandboxes_, store_, req);  // MCP: mcp_tools.h
 
   const auto parts = api::split_path(path);
-  api::Context ctx{req, *url, {}, sandboxes_, store_};
+  api::Context ctx{req, *url, {}, sandboxes_, store_, builder_, images_};
   for (const auto& r : kRoutes) {
     if (r.method != req.method()) continue;
     ctx.params.clear();
@@ -169,6 +176,76 @@ Result<Response> ControlApi::route(Request& req) {
   }
   ABX_TRY(api::check_unrouted_sandbox_path(ctx, parts));
   return not_found("no route for " + std::string(req.method_string()) + " " + path);
+}
+
+void ControlApi::enable_builds(TemplateBuilder& builder, image::Store& images,
+                               std::string upload_dir, std::uint64_t max_upload_bytes) {
+  builder_ = &builder;
+  images_ = &images;
+  upload_dir_ = std::move(upload_dir);
+  max_upload_bytes_ = max_upload_bytes;
+  std::error_code ec;
+  std::filesystem::create_directories(upload_dir_, ec);
+}
+
+namespace {
+bool is_build_request(const Request& req) {
+  if (req.method() != verb::post) return false;
+  auto url = boost::urls::parse_origin_form(req.target());
+  return url && url->path() == "/templates/build";
+}
+}  // namespace
+
+// A build context may be large: spooled to disk under its own limit. Only requests that carry
+// a credential get the larger limit (it is checked in full before the body is used).
+Result<http::BodyPlan> ControlApi::control_body_plan(const Request& header,
+                                                     std::size_t default_max) {
+  if (!builder_ || !is_build_request(header)) return http::BodyPlan{default_max, {}};
+  if (header["X-API-KEY"].empty() && header[bhttp::field::authorization].empty()) {
+    return http::BodyPlan{default_max, {}};  // the handler answers 401
+  }
+  return http::BodyPlan{static_cast<std::size_t>(max_upload_bytes_), upload_dir_};
+}
+
+bool ControlApi::serve_control(Request& req, const http::Responder& respond) {
+  if (!is_build_request(req)) return false;
+  auto fail = [&](const Error& e) {
+    Response res = e2b_error(e);
+    res.set(bhttp::field::content_type, "application/json");
+    respond(std::move(res));
+    return true;
+  };
+  if (auto s = authenticate(req); !s.ok()) return fail(s.error());
+  if (!builder_) return fail(Error(ErrorCode::kUnimplemented, "template builds are not enabled"));
+  auto url = boost::urls::parse_origin_form(req.target());
+  api::Context ctx{req, *url, {}, sandboxes_, store_, builder_, images_};
+  std::string context_tar;
+  std::optional<std::filesystem::path> own_tmp;
+  if (auto f = respond.body_file()) {
+    context_tar = f->path();
+  } else {
+    // A small body that stayed in memory (no credential header at the plan stage cannot get
+    // here: authenticate() refused it). Written out for libarchive.
+    std::string tmpl = upload_dir_ + "/ctx-XXXXXX";
+    int fd = ::mkstemp(tmpl.data());
+    if (fd < 0) return fail(internal_error("cannot spool the build context"));
+    bool ok = ::write(fd, req.body().data(), req.body().size()) ==
+              static_cast<ssize_t>(req.body().size());
+    ::close(fd);
+    own_tmp = tmpl;
+    if (!ok) {
+      std::filesystem::remove(tmpl);
+      return fail(internal_error("cannot spool the build context"));
+    }
+    context_tar = tmpl;
+  }
+  Status s = api::build_template(ctx, context_tar, respond);
+  if (own_tmp) {
+    std::error_code ec;
+    std::filesystem::remove(*own_tmp, ec);
+  }
+  if (!s.ok()) return fail(s.error());
+  return true;
 }
 
 Status ControlApi::authorize_sandbox(const Route& route, const bhttp::fields& headers) {

@@ -14,6 +14,10 @@
 //   GET    /sandboxes/{id}/metrics         200 [SandboxMetric]
 //   POST   /sandboxes/{id}/tokens          201 {"token","expiresAt"} (abx: scoped command token)
 //   GET    /templates, /templates/{id}     200 (with capabilities and customCommands)
+//   POST   /templates/build?name=N&dockerfile=P   200 NDJSON progress (abx: body = context tar)
+//   DELETE /templates/{id}                 204 | 404 (abx: built templates only; then store gc)
+//   POST   /templates/{id}/push            200 {"ref","digest"} (abx: body {"ref":"host/repo:tag"})
+//   GET    /templates/{id}/image           200 {"manifestDigest","layers",…} (abx: inspect)
 // Auth: X-API-KEY, Authorization: Bearer <key>, or Authorization: ABX-HMAC-SHA256 (signed).
 //
 // The routes are a table in api.cc, their handlers one file per resource (api_routes.h); a
@@ -27,6 +31,7 @@
 #include "abx/platform/gateway.h"
 #include "abx/store/store.h"
 #include "sandboxes.h"
+#include "template_build.h"
 
 namespace abx::platform {
 
@@ -35,9 +40,18 @@ class ControlApi : public GatewayBackend {
   ControlApi(SandboxManager& sandboxes, store::Store& store)
       : sandboxes_(sandboxes), store_(store) {}
 
+  // Turns on template builds (POST /templates/build, DELETE and push of templates, their image
+  // metadata). Both must outlive the API. Uploads are spooled under `upload_dir`, at most
+  // `max_upload_bytes` each.
+  void enable_builds(TemplateBuilder& builder, image::Store& images, std::string upload_dir,
+                     std::uint64_t max_upload_bytes = 2ull << 30);
+
   http::Response handle_control(http::Request&& req) override;
   Status authorize_sandbox(const Route& route, const boost::beast::http::fields& headers) override;
   Result<runtime::UniqueFd> connect_sandbox(const Route& route) override;
+  Result<http::BodyPlan> control_body_plan(const http::Request& header,
+                                           std::size_t default_max) override;
+  bool serve_control(http::Request& req, const http::Responder& respond) override;
 
  private:
   Status authenticate(const http::Request& req);
@@ -46,6 +60,10 @@ class ControlApi : public GatewayBackend {
 
   SandboxManager& sandboxes_;
   store::Store& store_;
+  TemplateBuilder* builder_ = nullptr;
+  image::Store* images_ = nullptr;
+  std::string upload_dir_;
+  std::uint64_t max_upload_bytes_ = 0;
   Logger log_{"api"};
   std::mutex auth_mu_;  // failed-auth rate limiting
   std::int64_t fail_window_start_ms_ = 0;

@@ -25,8 +25,10 @@
 
 #include "abx/base/error.h"
 #include "abx/http/server.h"
+#include "abx/image/store.h"
 #include "abx/store/store.h"
 #include "sandboxes.h"
+#include "template_build.h"
 
 namespace abx::platform::api {
 
@@ -37,6 +39,10 @@ struct Context {
   std::vector<std::string> params;  // the pattern's {captures}, in order
   SandboxManager& sandboxes;
   store::Store& store;
+  // Template builds and the image store; null when abxd runs without them (then the build,
+  // delete, push and image routes answer kUnimplemented).
+  TemplateBuilder* builder = nullptr;
+  image::Store* images = nullptr;
 };
 
 using Handler = Result<http::Response> (*)(Context&);
@@ -101,6 +107,13 @@ Status check_unrouted_sandbox_path(Context& ctx, std::span<const std::string> pa
 // --- Handlers (api_templates.cc, api_tokens.cc, api_metrics.cc) ---
 Result<http::Response> list_templates(Context& ctx);
 Result<http::Response> get_template(Context& ctx);
+Result<http::Response> delete_template(Context& ctx);
+Result<http::Response> push_template(Context& ctx);
+Result<http::Response> template_image(Context& ctx);
+// POST /templates/build: the body (the context tar) is in `body` (spooled); the answer is an
+// NDJSON stream of progress events ending in {"type":"done"} or {"type":"error"}. Errors
+// before the stream starts (name, query, a build already running) are returned.
+Status build_template(Context& ctx, const std::string& context_tar, const http::Responder& respond);
 Result<http::Response> mint_token(Context& ctx);
 Result<http::Response> sandbox_metrics(Context& ctx);
 

@@ -252,6 +252,7 @@ Status Gateway::Impl::on_header(http::Takeover& conn) {
 void Gateway::Impl::handle_control(http::Request&& req, http::Responder respond) {
   asio::post(pool, [this, req = std::move(req), respond = std::move(respond)]() mutable {
     try {
+      if (backend->serve_control(req, respond)) return;
       respond(backend->handle_control(std::move(req)));
     } catch (const std::exception& e) {
       respond(e2b_error(500, std::string("internal error: ") + e.what()));
@@ -398,6 +399,10 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options, GatewayB
     return e2b_error(status, e.message(), version, false);
   };
   so.on_header = [raw](http::Takeover& conn) { return raw->on_header(conn); };
+  // Only control-plane requests get this far (the proxy took the others over in on_header).
+  so.body_policy = [raw](const http::Request& header) {
+    return raw->backend->control_body_plan(header, raw->opt.limits.max_body_bytes);
+  };
   ABX_ASSIGN_OR_RETURN(
       impl->server,
       http::Server::start(std::move(so), [raw](http::Request&& req, http::Responder respond) {

@@ -47,6 +47,18 @@ class GatewayBackend {
   // open. Errors: kUnavailable (nothing
   // listens there) and kDeadlineExceeded → 502.
   virtual Result<runtime::UniqueFd> connect_sandbox(const Route& route) = 0;
+
+  // Optional. How a control-plane request's body is received, decided from its header on an
+  // I/O thread (memory lookups only): e.g. a larger limit and a spool file for an upload.
+  // Default: in memory, up to `default_max` (GatewayOptions::limits). An Error answers at once.
+  virtual Result<http::BodyPlan> control_body_plan(const http::Request& header,
+                                                   std::size_t default_max) {
+    return http::BodyPlan{default_max, {}};
+  }
+  // Optional. Runs on a worker thread before handle_control: returns true when it answered the
+  // request itself through `respond` (a streamed response, a spooled body), false to leave it
+  // to handle_control.
+  virtual bool serve_control(http::Request& req, const http::Responder& respond) { return false; }
 };
 
 struct GatewayOptions {
