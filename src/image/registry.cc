@@ -1,15 +1,13 @@
 #include "abx/image/registry.h"
 
-#include <openssl/sha.h>
-
 #include <boost/beast/http/field.hpp>
 #include <boost/json.hpp>
 #include <set>
 
 #include "abx/base/base64.h"
-#include "abx/base/hex.h"
 #include "abx/base/json.h"
 #include "abx/base/try.h"
+#include "digest.h"
 #include "registry_auth.h"
 #include "registry_transport.h"
 
@@ -50,12 +48,6 @@ bool known_layer_type(std::string_view t) {
       "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip",
   };
   return kTypes.contains(t);
-}
-
-std::string sha256_digest(std::string_view data) {
-  unsigned char md[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), md);
-  return "sha256:" + to_hex(md, sizeof md);
 }
 
 std::string short_digest(std::string_view d) {
@@ -387,13 +379,14 @@ Result<Manifest> parse_manifest(std::string bytes, std::string digest, std::stri
   return m;
 }
 
-// The config and layers of an image manifest, with their media types checked.
-Result<std::vector<Descriptor>> blobs_of(const Manifest& m) {
+// The config and layers of an image manifest. Pulling checks their media types (we must be able
+// to run what we fetch); pushing copies whatever the store holds.
+Result<std::vector<Descriptor>> blobs_of(const Manifest& m, bool check_media_types) {
   std::vector<Descriptor> out;
   const auto* config = m.doc.if_contains("config");
   if (config == nullptr) return invalid_argument("image manifest without a config");
   ABX_ASSIGN_OR_RETURN(auto c, descriptor_of(*config, "the manifest's config"));
-  if (!known_config_type(c.media_type)) {
+  if (check_media_types && !known_config_type(c.media_type)) {
     return Error(ErrorCode::kUnsupportedMediaType,
                  "unknown config media type '" + c.media_type +
                      "' (not a container image; an OCI artifact?)");
@@ -406,7 +399,7 @@ Result<std::vector<Descriptor>> blobs_of(const Manifest& m) {
   std::size_t i = 0;
   for (const auto& l : layers->as_array()) {
     ABX_ASSIGN_OR_RETURN(auto d, descriptor_of(l, "layer " + std::to_string(i)));
-    if (!known_layer_type(d.media_type)) {
+    if (check_media_types && !known_layer_type(d.media_type)) {
       return Error(ErrorCode::kUnsupportedMediaType, "unknown media type '" + d.media_type +
                                                          "' for layer " + std::to_string(i) + " (" +
                                                          short_digest(d.digest) + ")");
@@ -506,7 +499,7 @@ Result<Image> pull_impl(Store& store, const Reference& ref, const RegistryOption
                                                          m.media_type + "', not an image manifest");
     }
   }
-  ABX_ASSIGN_OR_RETURN(auto blobs, blobs_of(m));
+  ABX_ASSIGN_OR_RETURN(auto blobs, blobs_of(m, /*check_media_types=*/true));
   for (const auto& d : blobs) {
     if (store.has_blob(d.digest)) {
       if (o.progress) o.progress("have " + d.digest);
@@ -567,7 +560,7 @@ Status push_impl(Store& store, std::string_view manifest_digest, const Reference
   if (!is_image_manifest(m.media_type)) {
     return Error(ErrorCode::kUnimplemented, "pushing an index is not supported");
   }
-  ABX_ASSIGN_OR_RETURN(auto blobs, blobs_of(m));
+  ABX_ASSIGN_OR_RETURN(auto blobs, blobs_of(m, /*check_media_types=*/false));
   ABX_ASSIGN_OR_RETURN(auto session, Session::open(dest, o, "pull,push"));
   for (const auto& d : blobs) ABX_TRY(push_blob(session, store, d, o));
   std::string name = dest.digest.empty() ? dest.tag : dest.digest;

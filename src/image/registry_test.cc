@@ -694,6 +694,28 @@ TEST_F(RegistryTest, UnreachableRegistry) {
   EXPECT_THAT(img.error().message(), HasSubstr("unreachable"));
 }
 
+TEST_F(RegistryTest, SilentServerTimesOut) {
+  // A listening socket nobody accepts on: the connect succeeds (backlog), nothing ever answers.
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(listen(fd, 8), 0);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  port_ = ntohs(a.sin_port);
+  options_.connect_timeout = std::chrono::milliseconds(300);
+  options_.read_timeout = std::chrono::milliseconds(300);
+  auto start = std::chrono::steady_clock::now();
+  auto img = pull(*store_, ref(host() + "/test/busybox:v1"), options_);
+  close(fd);
+  ASSERT_FALSE(img.ok());
+  EXPECT_EQ(img.error().code(), ErrorCode::kDeadlineExceeded) << img.error().to_string();
+  EXPECT_THAT(img.error().message(), HasSubstr("timed out"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
 TEST_F(RegistryTest, PushThenPullBackByDigestAndSkopeoInspect) {
   start_registry();
   seed("v1", "test/busybox:v1");
