@@ -435,7 +435,7 @@ TEST_F(RegistryTest, IndexWithoutAmd64NamesThePlatforms) {
   ASSERT_FALSE(img.ok());
   EXPECT_EQ(img.error().code(), ErrorCode::kNotFound);
   EXPECT_THAT(img.error().message(), HasSubstr("test/noamd:latest"));
-  EXPECT_THAT(img.error().message(), HasSubstr("no linux/amd64"));
+  EXPECT_THAT(img.error().message(), HasSubstr("no manifest for linux/amd64"));
   EXPECT_THAT(img.error().message(), HasSubstr("linux/arm64, linux/s390x"));
   EXPECT_TRUE(store_->tags().empty());
 }
@@ -679,7 +679,8 @@ TEST_F(RegistryTest, UnknownMediaTypeIsRefused) {
   EXPECT_EQ(img.error().code(), ErrorCode::kUnsupportedMediaType);
   EXPECT_THAT(
       img.error().message(),
-      HasSubstr("unknown media type 'application/vnd.cncf.helm.chart.content.v1.tar+gzip'"));
+      HasSubstr(
+          "unsupported layer media type \"application/vnd.cncf.helm.chart.content.v1.tar+gzip\""));
   EXPECT_FALSE(fresh->has_blob(*content));
 }
 
