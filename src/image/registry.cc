@@ -1,15 +1,13 @@
 #include "abx/image/registry.h"
 
-#include <openssl/sha.h>
-
 #include <boost/beast/http/field.hpp>
 #include <boost/json.hpp>
-#include <set>
 
 #include "abx/base/base64.h"
-#include "abx/base/hex.h"
 #include "abx/base/json.h"
 #include "abx/base/try.h"
+#include "abx/image/manifest.h"
+#include "digest.h"
 #include "registry_auth.h"
 #include "registry_transport.h"
 
@@ -23,44 +21,7 @@ using detail::Url;
 
 namespace {
 
-constexpr std::string_view kOciManifest = "application/vnd.oci.image.manifest.v1+json";
-constexpr std::string_view kOciIndex = "application/vnd.oci.image.index.v1+json";
-constexpr std::string_view kDockerManifest = "application/vnd.docker.distribution.manifest.v2+json";
-constexpr std::string_view kDockerList =
-    "application/vnd.docker.distribution.manifest.list.v2+json";
 constexpr std::uint64_t kSmallBody = 64 * 1024;
-
-bool is_index(std::string_view t) { return t == kOciIndex || t == kDockerList; }
-bool is_image_manifest(std::string_view t) { return t == kOciManifest || t == kDockerManifest; }
-
-bool known_config_type(std::string_view t) {
-  return t == "application/vnd.oci.image.config.v1+json" ||
-         t == "application/vnd.docker.container.image.v1+json";
-}
-
-bool known_layer_type(std::string_view t) {
-  static const std::set<std::string_view> kTypes = {
-      "application/vnd.oci.image.layer.v1.tar",
-      "application/vnd.oci.image.layer.v1.tar+gzip",
-      "application/vnd.oci.image.layer.v1.tar+zstd",
-      "application/vnd.oci.image.layer.nondistributable.v1.tar",
-      "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
-      "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd",
-      "application/vnd.docker.image.rootfs.diff.tar.gzip",
-      "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip",
-  };
-  return kTypes.contains(t);
-}
-
-std::string sha256_digest(std::string_view data) {
-  unsigned char md[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), md);
-  return "sha256:" + to_hex(md, sizeof md);
-}
-
-std::string short_digest(std::string_view d) {
-  return std::string(d.substr(0, std::min<std::size_t>(d.size(), 19)));
-}
 
 std::string percent_encode(std::string_view s) {
   static constexpr char kHex[] = "0123456789ABCDEF";
@@ -324,107 +285,19 @@ class Session {
   std::string authorization_;
 };
 
-struct Descriptor {
-  std::string media_type;
-  std::string digest;
-  std::int64_t size = -1;
-  std::string platform;  // "os/arch[/variant]" in an index
-};
-
-Result<Descriptor> descriptor_of(const json::value& v, const std::string& what) {
-  if (!v.is_object()) return invalid_argument(what + " is not an object");
-  const auto& o = v.as_object();
-  Descriptor d;
-  if (const auto* t = o.if_contains("mediaType"); t != nullptr && t->is_string()) {
-    d.media_type = std::string(t->as_string());
-  }
-  const auto* dg = o.if_contains("digest");
-  if (dg == nullptr || !dg->is_string() || !valid_digest(std::string_view(dg->as_string()))) {
-    return invalid_argument(what + " has no valid sha256 digest");
-  }
-  d.digest = std::string(dg->as_string());
-  const auto* sz = o.if_contains("size");
-  if (sz == nullptr || !sz->is_int64() || sz->as_int64() < 0) {
-    return invalid_argument(what + " has no valid size");
-  }
-  d.size = sz->as_int64();
-  if (const auto* p = o.if_contains("platform"); p != nullptr && p->is_object()) {
-    auto field = [&](const char* k) {
-      const auto* f = p->as_object().if_contains(k);
-      return f != nullptr && f->is_string() ? std::string(f->as_string()) : std::string();
-    };
-    d.platform = field("os") + "/" + field("architecture");
-    if (auto var = field("variant"); !var.empty()) d.platform += "/" + var;
-  }
-  return d;
-}
-
-struct Manifest {
+// A manifest or index as the registry served it.
+struct Fetched {
   std::string bytes;
-  std::string digest;
-  std::string media_type;
-  json::object doc;
+  std::string digest;        // of the bytes, verified
+  std::string content_type;  // without parameters
 };
-
-// Parses a manifest's JSON and settles its media type: the document's own mediaType, else the
-// Content-Type it was served with.
-Result<Manifest> parse_manifest(std::string bytes, std::string digest, std::string served_as) {
-  auto doc = parse_json_strict(bytes);
-  if (!doc.ok()) return invalid_argument("manifest is not valid JSON: " + doc.error().message());
-  if (!doc->is_object()) return invalid_argument("manifest is not a JSON object");
-  Manifest m{std::move(bytes), std::move(digest), std::move(served_as),
-             std::move(doc->as_object())};
-  if (const auto* t = m.doc.if_contains("mediaType"); t != nullptr && t->is_string()) {
-    m.media_type = std::string(t->as_string());
-  }
-  if (m.media_type.empty() && m.doc.contains("manifests")) m.media_type = std::string(kOciIndex);
-  if (m.media_type.empty() && m.doc.contains("config")) m.media_type = std::string(kOciManifest);
-  if (!is_index(m.media_type) && !is_image_manifest(m.media_type)) {
-    return Error(ErrorCode::kUnsupportedMediaType,
-                 "unknown manifest media type '" + m.media_type +
-                     "' (expected an OCI or Docker v2 image manifest or index)");
-  }
-  return m;
-}
-
-// The config and layers of an image manifest, with their media types checked.
-Result<std::vector<Descriptor>> blobs_of(const Manifest& m) {
-  std::vector<Descriptor> out;
-  const auto* config = m.doc.if_contains("config");
-  if (config == nullptr) return invalid_argument("image manifest without a config");
-  ABX_ASSIGN_OR_RETURN(auto c, descriptor_of(*config, "the manifest's config"));
-  if (!known_config_type(c.media_type)) {
-    return Error(ErrorCode::kUnsupportedMediaType,
-                 "unknown config media type '" + c.media_type +
-                     "' (not a container image; an OCI artifact?)");
-  }
-  out.push_back(std::move(c));
-  const auto* layers = m.doc.if_contains("layers");
-  if (layers == nullptr || !layers->is_array()) {
-    return invalid_argument("image manifest without a layers array");
-  }
-  std::size_t i = 0;
-  for (const auto& l : layers->as_array()) {
-    ABX_ASSIGN_OR_RETURN(auto d, descriptor_of(l, "layer " + std::to_string(i)));
-    if (!known_layer_type(d.media_type)) {
-      return Error(ErrorCode::kUnsupportedMediaType, "unknown media type '" + d.media_type +
-                                                         "' for layer " + std::to_string(i) + " (" +
-                                                         short_digest(d.digest) + ")");
-    }
-    out.push_back(std::move(d));
-    ++i;
-  }
-  return out;
-}
 
 // GET a manifest by tag or digest; verifies the digest of the bytes against the one asked for
 // and against the registry's Docker-Content-Digest.
-Result<Manifest> get_manifest(Session& s, const std::string& tag_or_digest,
-                              const RegistryOptions& o) {
+Result<Fetched> get_manifest(Session& s, const std::string& tag_or_digest,
+                             const RegistryOptions& o) {
   auto req = s.request(bhttp::verb::get, s.repo_path() + "/manifests/" + tag_or_digest);
-  req.headers.emplace_back("Accept", std::string(kOciManifest) + ", " + std::string(kOciIndex) +
-                                         ", " + std::string(kDockerManifest) + ", " +
-                                         std::string(kDockerList));
+  req.headers.emplace_back("Accept", std::string(kManifestAccept));
   auto res = s.call(req, o.max_manifest_bytes);
   if (!res.ok()) {
     if (res.error().code() == ErrorCode::kPayloadTooLarge) {
@@ -452,7 +325,7 @@ Result<Manifest> get_manifest(Session& s, const std::string& tag_or_digest,
     return invalid_argument("manifest digest mismatch: the registry says " +
                             std::string(it->value()) + ", its bytes hash to " + digest);
   }
-  return parse_manifest(std::move(res->body), std::move(digest), media_type_of_header(*res));
+  return Fetched{std::move(res->body), std::move(digest), media_type_of_header(*res)};
 }
 
 Status fetch_blob(Session& s, Store& store, const Descriptor& d, const RegistryOptions& o) {
@@ -479,34 +352,23 @@ Status fetch_blob(Session& s, Store& store, const Descriptor& d, const RegistryO
 
 Result<Image> pull_impl(Store& store, const Reference& ref, const RegistryOptions& o) {
   ABX_ASSIGN_OR_RETURN(auto session, Session::open(ref, o, "pull"));
-  ABX_ASSIGN_OR_RETURN(auto m, get_manifest(session, ref.digest.empty() ? ref.tag : ref.digest, o));
-  if (is_index(m.media_type)) {
-    const auto* list = m.doc.if_contains("manifests");
-    if (list == nullptr || !list->is_array()) return invalid_argument("index without manifests");
-    std::optional<Descriptor> chosen;
-    std::vector<std::string> platforms;
-    std::size_t i = 0;
-    for (const auto& entry : list->as_array()) {
-      ABX_ASSIGN_OR_RETURN(auto d, descriptor_of(entry, "index entry " + std::to_string(i++)));
-      if (d.platform.empty()) continue;  // attestations and other non-images
-      if (!chosen && (d.platform == "linux/amd64" || d.platform.starts_with("linux/amd64/"))) {
-        chosen = d;
-      }
-      platforms.push_back(d.platform);
-    }
-    if (!chosen) {
-      std::string names;
-      for (const auto& p : platforms) names += (names.empty() ? "" : ", ") + p;
-      return not_found("no linux/amd64 image in the index; it has: " +
-                       (names.empty() ? std::string("no platforms") : names));
-    }
-    ABX_ASSIGN_OR_RETURN(m, get_manifest(session, chosen->digest, o));
-    if (!is_image_manifest(m.media_type)) {
-      return Error(ErrorCode::kUnsupportedMediaType, "index entry " + chosen->digest + " is a '" +
-                                                         m.media_type + "', not an image manifest");
+  ABX_ASSIGN_OR_RETURN(auto f, get_manifest(session, ref.digest.empty() ? ref.tag : ref.digest, o));
+  ABX_ASSIGN_OR_RETURN(auto kind, manifest_kind(f.bytes, f.content_type));
+  if (kind == ManifestKind::kIndex) {
+    ABX_ASSIGN_OR_RETURN(auto index, parse_index(f.bytes, f.content_type));
+    ABX_ASSIGN_OR_RETURN(auto chosen, select_platform(index, "linux", "amd64"));
+    ABX_ASSIGN_OR_RETURN(f, get_manifest(session, chosen.digest, o));
+  }
+  ABX_ASSIGN_OR_RETURN(auto m, parse_manifest(f.bytes, f.content_type));
+  // Refuse what we could not unpack before fetching any of it.
+  for (std::size_t i = 0; i < m.layers.size(); ++i) {
+    if (auto c = layer_compression(m.layers[i].media_type); !c.ok()) {
+      return Error(ErrorCode::kUnsupportedMediaType,
+                   "layer " + std::to_string(i) + ": " + c.error().message());
     }
   }
-  ABX_ASSIGN_OR_RETURN(auto blobs, blobs_of(m));
+  std::vector<Descriptor> blobs{m.config};
+  blobs.insert(blobs.end(), m.layers.begin(), m.layers.end());
   for (const auto& d : blobs) {
     if (store.has_blob(d.digest)) {
       if (o.progress) o.progress("have " + d.digest);
@@ -514,10 +376,10 @@ Result<Image> pull_impl(Store& store, const Reference& ref, const RegistryOption
     }
     ABX_TRY(fetch_blob(session, store, d, o));
   }
-  ABX_ASSIGN_OR_RETURN(auto stored, store.put_blob(m.bytes));
-  if (stored != m.digest) return internal_error("the store filed the manifest under " + stored);
-  ABX_ASSIGN_OR_RETURN(auto image, store.add_image(m.digest, o.progress));
-  ABX_TRY(store.tag(ref.str(), m.digest));
+  ABX_ASSIGN_OR_RETURN(auto stored, store.put_blob(f.bytes));
+  if (stored != f.digest) return internal_error("the store filed the manifest under " + stored);
+  ABX_ASSIGN_OR_RETURN(auto image, store.add_image(f.digest, o.progress));
+  ABX_TRY(store.tag(ref.str(), f.digest));
   return image;
 }
 
@@ -563,17 +425,20 @@ Status push_impl(Store& store, std::string_view manifest_digest, const Reference
                             std::string(manifest_digest));
   }
   ABX_ASSIGN_OR_RETURN(auto bytes, store.read_blob(manifest_digest, o.max_manifest_bytes));
-  ABX_ASSIGN_OR_RETURN(auto m, parse_manifest(std::move(bytes), std::string(manifest_digest), ""));
-  if (!is_image_manifest(m.media_type)) {
-    return Error(ErrorCode::kUnimplemented, "pushing an index is not supported");
+  ABX_ASSIGN_OR_RETURN(auto kind, manifest_kind(bytes));
+  if (kind == ManifestKind::kIndex) {
+    return Error(ErrorCode::kUnimplemented, "pushing an image index is not supported");
   }
-  ABX_ASSIGN_OR_RETURN(auto blobs, blobs_of(m));
+  // Whatever layer media types the manifest names are copied as they are.
+  ABX_ASSIGN_OR_RETURN(auto m, parse_manifest(bytes));
+  std::vector<Descriptor> blobs{m.config};
+  blobs.insert(blobs.end(), m.layers.begin(), m.layers.end());
   ABX_ASSIGN_OR_RETURN(auto session, Session::open(dest, o, "pull,push"));
   for (const auto& d : blobs) ABX_TRY(push_blob(session, store, d, o));
   std::string name = dest.digest.empty() ? dest.tag : dest.digest;
   auto req = session.request(bhttp::verb::put, session.repo_path() + "/manifests/" + name);
   req.headers.emplace_back("Content-Type", m.media_type);
-  req.body = m.bytes;
+  req.body = std::move(bytes);
   ABX_ASSIGN_OR_RETURN(auto res, session.call(req, kSmallBody));
   if (res.status != 201) return status_error(res, "PUT manifest " + name);
   auto it = res.headers.find("Docker-Content-Digest");

@@ -435,7 +435,7 @@ TEST_F(RegistryTest, IndexWithoutAmd64NamesThePlatforms) {
   ASSERT_FALSE(img.ok());
   EXPECT_EQ(img.error().code(), ErrorCode::kNotFound);
   EXPECT_THAT(img.error().message(), HasSubstr("test/noamd:latest"));
-  EXPECT_THAT(img.error().message(), HasSubstr("no linux/amd64"));
+  EXPECT_THAT(img.error().message(), HasSubstr("no manifest for linux/amd64"));
   EXPECT_THAT(img.error().message(), HasSubstr("linux/arm64, linux/s390x"));
   EXPECT_TRUE(store_->tags().empty());
 }
@@ -679,7 +679,8 @@ TEST_F(RegistryTest, UnknownMediaTypeIsRefused) {
   EXPECT_EQ(img.error().code(), ErrorCode::kUnsupportedMediaType);
   EXPECT_THAT(
       img.error().message(),
-      HasSubstr("unknown media type 'application/vnd.cncf.helm.chart.content.v1.tar+gzip'"));
+      HasSubstr(
+          "unsupported layer media type \"application/vnd.cncf.helm.chart.content.v1.tar+gzip\""));
   EXPECT_FALSE(fresh->has_blob(*content));
 }
 
@@ -692,6 +693,118 @@ TEST_F(RegistryTest, UnreachableRegistry) {
   EXPECT_EQ(img.error().code(), ErrorCode::kUnavailable);
   EXPECT_THAT(img.error().message(), HasSubstr(r.str()));
   EXPECT_THAT(img.error().message(), HasSubstr("unreachable"));
+}
+
+TEST_F(RegistryTest, SilentServerTimesOut) {
+  // A listening socket nobody accepts on: the connect succeeds (backlog), nothing ever answers.
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(listen(fd, 8), 0);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  port_ = ntohs(a.sin_port);
+  options_.connect_timeout = std::chrono::milliseconds(300);
+  options_.read_timeout = std::chrono::milliseconds(300);
+  auto start = std::chrono::steady_clock::now();
+  auto img = pull(*store_, ref(host() + "/test/busybox:v1"), options_);
+  close(fd);
+  ASSERT_FALSE(img.ok());
+  EXPECT_EQ(img.error().code(), ErrorCode::kDeadlineExceeded) << img.error().to_string();
+  EXPECT_THAT(img.error().message(), HasSubstr("timed out"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+// Blob storage elsewhere (S3-style): a front registry with Basic auth answers blob GETs with a
+// redirect to another host, which must not see the registry's credentials. Both are small
+// servers in the test, serving the test layout's blobs.
+class RedirectingRegistry {
+ public:
+  explicit RedirectingRegistry(fs::path layout) : layout_(std::move(layout)) {
+    http::ServerOptions so;
+    so.io_threads = 1;
+    auto storage = http::Server::start(so, [this](http::Request&& req, http::Responder respond) {
+      if (req.find(boost::beast::http::field::authorization) != req.end()) ++storage_saw_auth_;
+      std::string target(req.target());
+      std::string hex = target.substr(target.rfind(':') + 1, 64);
+      respond(reply(req, 200, read_file(layout_ / "blobs/sha256" / hex)));
+    });
+    EXPECT_TRUE(storage.ok());
+    storage_ = std::move(*storage);
+    auto front = http::Server::start(so, [this](http::Request&& req, http::Responder respond) {
+      std::string target(req.target());
+      auto auth = req.find(boost::beast::http::field::authorization);
+      if (auth == req.end() || auth->value() != "Basic " + base64_encode("carol:pw")) {
+        auto res = reply(req, 401, R"({"errors":[{"code":"UNAUTHORIZED"}]})");
+        res.set(boost::beast::http::field::www_authenticate, R"(Basic realm="front")");
+        return respond(std::move(res));
+      }
+      if (target == "/v2/") return respond(reply(req, 200, "{}"));
+      if (auto m = target.find("/manifests/"); m != std::string::npos) {
+        std::string digest = manifest_;
+        auto res = reply(req, 200, read_file(layout_ / "blobs/sha256" / digest.substr(7)));
+        res.set(boost::beast::http::field::content_type,
+                "application/vnd.oci.image.manifest.v1+json");
+        return respond(std::move(res));
+      }
+      auto b = target.find("/blobs/");
+      std::string digest = target.substr(b + 7);
+      auto res = reply(req, 307, "");
+      if (target.starts_with("/v2/loop/")) {
+        res.set(boost::beast::http::field::location, target);
+      } else {
+        res.set(boost::beast::http::field::location,
+                "http://localhost:" + std::to_string(storage_->port()) + "/bucket/" + digest +
+                    "?X-Signature=abc");
+      }
+      respond(std::move(res));
+    });
+    EXPECT_TRUE(front.ok());
+    front_ = std::move(*front);
+  }
+  ~RedirectingRegistry() {
+    front_->shutdown(std::chrono::milliseconds(0));
+    storage_->shutdown(std::chrono::milliseconds(0));
+  }
+  std::string host() const { return "127.0.0.1:" + std::to_string(front_->port()); }
+  void serve_manifest(std::string digest) { manifest_ = std::move(digest); }
+  int storage_saw_auth() const { return storage_saw_auth_; }
+
+ private:
+  static http::Response reply(const http::Request& req, unsigned status, std::string body) {
+    http::Response res{static_cast<boost::beast::http::status>(status), req.version()};
+    res.body() = std::move(body);
+    res.prepare_payload();
+    return res;
+  }
+  fs::path layout_;
+  std::string manifest_;
+  std::atomic<int> storage_saw_auth_{0};
+  std::unique_ptr<http::Server> storage_;
+  std::unique_ptr<http::Server> front_;
+};
+
+TEST_F(RegistryTest, FollowsBlobRedirectsWithoutCredentials) {
+  RedirectingRegistry front(images_->layout);
+  front.serve_manifest(images_->busybox.digest);
+  port_ = 0;
+  options_.auth_file = (tmp_.path() / "auth.json").string();
+  write_file(options_.auth_file, R"({"auths":{")" + front.host() + R"(":{"auth":")" +
+                                     base64_encode("carol:pw") + R"("}}})");
+  auto img = pull(*store_, ref(front.host() + "/redir/img:v1"), options_);
+  ASSERT_TRUE(img.ok()) << img.error().to_string();
+  EXPECT_EQ(img->manifest_digest, images_->busybox.digest);
+  EXPECT_TRUE(store_->has_blob(images_->busybox_layer.digest));
+  EXPECT_EQ(front.storage_saw_auth(), 0);
+
+  auto fresh = Store::open((tmp_.path() / "fresh").string());
+  ASSERT_TRUE(fresh.ok());
+  options_.max_redirects = 3;
+  auto loop = pull(*fresh, ref(front.host() + "/loop/img:v1"), options_);
+  ASSERT_FALSE(loop.ok());
+  EXPECT_THAT(loop.error().message(), HasSubstr("more than 3 redirects"));
 }
 
 TEST_F(RegistryTest, PushThenPullBackByDigestAndSkopeoInspect) {

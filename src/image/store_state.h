@@ -37,6 +37,17 @@ struct Store::State {
   Result<FileLock> shared_lock() const {
     return FileLock::acquire(lock_path(), FileLock::Mode::kShared);
   }
+
+  // The image of a manifest blob (image.cc). With `extract`, layers not yet under layers/ are
+  // extracted (callers hold the shared lock); without, a missing layer dir is not_found.
+  Result<Image> load_image(std::string_view manifest_digest,
+                           const std::function<void(std::string_view)>& progress, bool extract);
+  // Extracts one layer blob into layers/ through tmp/ (no-op when already there).
+  Status ensure_layer(std::string_view digest,
+                      const std::function<void(std::string_view)>& progress);
+  // refs.json (image.cc).
+  Result<std::map<std::string, std::string>> read_refs() const;
+  Status write_refs(const std::map<std::string, std::string>& refs);
 };
 
 }  // namespace abx::image

@@ -6,11 +6,12 @@
 //   auto img = pull(*store, *ref, {});            // manifest, config and layers, verified
 //   push(*store, img->manifest_digest, *parse_reference("localhost:5000/app:1.2"), {});
 //
-// Pull: GET /v2/<repo>/manifests/<tag|digest> (OCI manifest/index, Docker v2 manifest/list); an
-// index picks linux/amd64; config and layers are streamed into Store::blob_writer (sha256 and
-// size checked while streaming, nothing half-stored on failure) and skipped when already there;
-// then Store::add_image and the reference's str() is tagged. Push: each blob the registry lacks
-// (HEAD) is uploaded monolithically (POST + PUT ?digest=), then the manifest is PUT.
+// Pull: GET /v2/<repo>/manifests/<tag|digest> (OCI manifest/index, Docker v2 manifest/list,
+// parsed by manifest.h); an index picks linux/amd64 (select_platform); config and layers are
+// streamed into Store::blob_writer (sha256 and size checked while streaming, nothing half-stored on
+// failure) and skipped when already there; then Store::add_image and the reference's str() is
+// tagged. Push: each blob the registry lacks (HEAD) is uploaded monolithically (POST + PUT
+// ?digest=), then the manifest is PUT.
 //
 // Transport: HTTPS verified against the system CAs (+ RegistryOptions::ca_file), with SNI and
 // host name checks. Plain HTTP only for loopback hosts (localhost, 127.0.0.0/8, [::1]) and hosts
@@ -26,8 +27,10 @@
 // Errors name the reference: kUnavailable (registry unreachable, TLS failure), kDeadlineExceeded,
 // kUnauthenticated (credentials missing or rejected), kPermissionDenied (403), kNotFound (tag or
 // blob unknown; no linux/amd64 image in an index — the message lists the platforms there),
-// kInvalidArgument (digest or size mismatch, malformed manifest), kUnsupportedMediaType,
-// kPayloadTooLarge (manifest over the limit). Push errors name the destination.
+// kInvalidArgument (digest or size mismatch; a malformed manifest, or one whose manifest or
+// config media type is not an image's — manifest.h's messages), kUnsupportedMediaType (a layer
+// type we cannot unpack, refused before any blob is fetched), kPayloadTooLarge (manifest over
+// the limit). Push errors name the destination.
 #pragma once
 
 #include <chrono>
