@@ -416,6 +416,10 @@ Result<Sandbox> Sandbox::adopt(const std::string& state_dir, const std::string& 
   ABX_ASSIGN_OR_RETURN(const CgroupLayout layout, CgroupLayout::detect());
   st->config.cgroup_parent = parent;
   st->cgroups = SandboxCgroups::existing(layout, parent, id);
+  // What upper_dir() reports: an image sandbox has its writable layer in the state dir.
+  struct stat img;
+  st->config.rootfs = ::stat((st->dir + "/" + kRwImage).c_str(), &img) == 0 ? RootfsMode::kImage
+                                                                            : RootfsMode::kHost;
   st->adopted = true;
   return Sandbox(std::move(st));
 }
