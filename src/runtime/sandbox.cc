@@ -201,7 +201,8 @@ void build_plan(SandboxConfig& config, const std::string& dir,
   for (const auto& l : s.lowers) s.lower_ptrs.push_back(l.c_str());
   std::string lowerdir;
   for (const auto& l : s.lowers) lowerdir += (lowerdir.empty() ? "" : ":") + l;
-  s.overlay_opts = "lowerdir=" + lowerdir + ",upperdir=" + s.upper + ",workdir=" + s.work;
+  s.overlay_opts =
+      "lowerdir=" + lowerdir + ",upperdir=" + s.upper + ",workdir=" + s.work + ",volatile";
   for (const auto& b : config.binds) {
     std::string t = b.target;
     while (!t.empty() && t.front() == '/') t.erase(0, 1);
