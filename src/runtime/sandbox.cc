@@ -201,7 +201,8 @@ void build_plan(SandboxConfig& config, const std::string& dir,
   for (const auto& l : s.lowers) s.lower_ptrs.push_back(l.c_str());
   std::string lowerdir;
   for (const auto& l : s.lowers) lowerdir += (lowerdir.empty() ? "" : ":") + l;
-  s.overlay_opts = "lowerdir=" + lowerdir + ",upperdir=" + s.upper + ",workdir=" + s.work;
+  s.overlay_opts =
+      "lowerdir=" + lowerdir + ",upperdir=" + s.upper + ",workdir=" + s.work + ",volatile";
   for (const auto& b : config.binds) {
     std::string t = b.target;
     while (!t.empty() && t.front() == '/') t.erase(0, 1);
@@ -416,6 +417,10 @@ Result<Sandbox> Sandbox::adopt(const std::string& state_dir, const std::string& 
   ABX_ASSIGN_OR_RETURN(const CgroupLayout layout, CgroupLayout::detect());
   st->config.cgroup_parent = parent;
   st->cgroups = SandboxCgroups::existing(layout, parent, id);
+  // What upper_dir() reports: an image sandbox has its writable layer in the state dir.
+  struct stat img;
+  st->config.rootfs = ::stat((st->dir + "/" + kRwImage).c_str(), &img) == 0 ? RootfsMode::kImage
+                                                                            : RootfsMode::kHost;
   st->adopted = true;
   return Sandbox(std::move(st));
 }

@@ -38,7 +38,9 @@ class ImageEnvdTest : public ::testing::Test {
     std::ofstream(tmp_ / "token") << kToken;
   }
   void TearDown() override {
-    if (sb_) EXPECT_TRUE(sb_->destroy().ok());
+    if (sb_) {
+      EXPECT_TRUE(sb_->destroy().ok());
+    }
   }
 
   // abx-envd from the bundle as PID 1 of an image sandbox whose only layer is image_, with the
@@ -71,6 +73,7 @@ class ImageEnvdTest : public ::testing::Test {
               json::serialize(server)};
     c.env = {"PATH=/bin:/usr/bin"};
     c.limits.pids_max = 256;
+    c.disk_bytes = 32ull << 20;
     auto sb = runtime::Sandbox::spawn(std::move(c));
     ASSERT_TRUE(sb.ok()) << sb.error().to_string();
     sb_.emplace(std::move(*sb));
@@ -156,6 +159,14 @@ TEST_F(ImageEnvdTest, BusyboxImage) {
   start();
   expect_abx_works();
   EXPECT_EQ(run("/bin/sh", {"-c", "echo hi from busybox"}), "hi from busybox\n");
+  // The disk quota: ENOSPC for the writer, envd (PID 1) unaffected.
+  EXPECT_EQ(run("/bin/sh", {"-c",
+                            "dd if=/dev/zero of=/big bs=1M count=64 2>&1 | "
+                            "grep -o 'No space left on device'; rm /big; echo ok"}),
+            "No space left on device\nok\n");
+  auto health = send(kEnvdPort, http::make_request(bhttp::verb::get, "/health"));
+  ASSERT_TRUE(health.ok()) << health.error().to_string();
+  EXPECT_EQ(health->result_int(), 204);
   EXPECT_FALSE(fs::exists(image_ / "lib"));  // no glibc but the bundle's
 }
 

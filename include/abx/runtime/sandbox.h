@@ -14,7 +14,9 @@
 //    `<state>/<id>/rw`, with the overlay's upper dir at `rw/upper` (upper_dir()). Writes past
 //    the quota fail with ENOSPC inside the sandbox only; the layer is disk, not tmpfs memory.
 //    The mount stays readable by the owner after the sandbox's processes exit (template builds
-//    turn the upper dir into a layer) and is removed by destroy() and cleanup_stale().
+//    turn the upper dir into a layer) and is removed by destroy() and cleanup_stale(). The
+//    overlay is mounted `volatile` (no syncs: the layer is not meant to survive a host crash);
+//    whoever mounts the same upper again later must first remove `rw/work/incompat/volatile`.
 //  - RootfsMode::kDirectory: the one-layer case of kImage, `lower_dirs = {rootfs_dir}`.
 //  - RootfsMode::kHost — development only, never a default: the root is a tmpfs capped at
 //    `disk_bytes`; the host's /usr, /bin, /sbin, /lib*, /etc are bind-mounted read-only,
