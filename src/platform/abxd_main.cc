@@ -14,14 +14,18 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <optional>
 
 #include "abx/base/fd.h"
 #include "abx/base/log.h"
 #include "abx/base/try.h"
+#include "abx/image/registry.h"
+#include "abx/image/store.h"
 #include "abx/platform/gateway.h"
 #include "abx/store/store.h"
 #include "abx/templates/template.h"
@@ -326,6 +330,38 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   auto mgr = platform::SandboxManager::start(mo, **st, catalog);
   if (!mgr.ok()) return fail(mgr.error(), kExitConfig);
   platform::ControlApi api(**mgr, **st);
+
+  // The image store and template builds. A reload loads a fresh catalog and swaps it in; the
+  // old ones stay alive (live sandboxes point into them) until abxd exits.
+  auto images = image::Store::open((fs::path(cfg.home) / "images").string());
+  if (!images.ok()) return fail(images.error(), kExitConfig);
+  std::mutex reload_mu;
+  std::deque<templates::TemplateCatalog> reloaded;
+  platform::TemplateBuildOptions tbo;
+  tbo.home = cfg.home;
+  tbo.store = &*images;
+  if (!cfg.bins.bundle.empty() && fs::exists(fs::path(cfg.bins.bundle) / "bin/abx-envd")) {
+    tbo.binds.push_back({cfg.bins.bundle, "/opt/abx", false});
+  }
+  const std::string auth_file = (fs::path(cfg.home) / "auth.json").string();
+  tbo.pull = [&images, auth_file](const image::Reference& ref,
+                                  const platform::BuildProgress& progress) {
+    image::RegistryOptions ro;
+    if (fs::exists(auth_file)) ro.auth_file = auth_file;
+    ro.progress = [&progress](std::string_view line) {
+      if (progress) progress(boost::json::object{{"type", "log"}, {"line", std::string(line)}});
+    };
+    return image::pull(*images, ref, ro);
+  };
+  tbo.reload_templates = [&]() -> Status {
+    std::lock_guard lock(reload_mu);
+    reloaded.push_back(templates::TemplateCatalog::load(cfg.home, bo));
+    for (const auto& e : reloaded.back().errors()) log.error("template skipped: " + e.message);
+    (*mgr)->set_catalog(reloaded.back());
+    return {};
+  };
+  platform::TemplateBuilder builder(tbo);
+  api.enable_builds(builder, *images, (fs::path(cfg.home) / "uploads").string());
 
   const sigset_t stop = block_stop_signals();
   auto gw = platform::Gateway::start(gopt, api);

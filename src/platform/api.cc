@@ -1,5 +1,7 @@
 #include "api.h"
 
+#include <unistd.h>
+
 #include <boost/beast/core/string.hpp>
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
@@ -7,8 +9,6 @@
 #include <filesystem>
 #include <iterator>
 #include <optional>
-
-#include <unistd.h>
 
 #include "abx/auth/signing.h"
 #include "abx/base/try.h"

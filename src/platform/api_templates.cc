@@ -1,6 +1,5 @@
 // /templates and /templates/{id}: the catalog, with each template's capabilities and commands.
 #include <boost/json.hpp>
-
 #include <filesystem>
 
 #include "abx/base/json.h"
@@ -65,10 +64,12 @@ Result<image::Image> image_of(Context& ctx, const std::string& id) {
   if (auto img = ctx.images->get(id); img.ok()) return img;
   const auto* t = ctx.sandboxes.catalog().get(id);
   if (!t) return not_found("template '" + id + "' not found");
-  if (t->image.empty()) return not_found("template '" + id + "' has no image (rootfs: " + t->rootfs + ")");
+  if (t->image.empty())
+    return not_found("template '" + id + "' has no image (rootfs: " + t->rootfs + ")");
   if (t->image.starts_with("abx:")) {
     auto img = ctx.images->get(t->image.substr(4));
-    if (!img.ok()) return not_found("template '" + id + "': image " + t->image + " is not in the store");
+    if (!img.ok())
+      return not_found("template '" + id + "': image " + t->image + " is not in the store");
     return img;
   }
   ABX_ASSIGN_OR_RETURN(auto ref, image::parse_reference(t->image));
@@ -109,12 +110,10 @@ Result<Response> template_image(Context& ctx) {
   }
   json::object labels;
   for (const auto& [k, v] : img.config.labels) labels[k] = v;
-  json::object config{{"env", strings(img.config.env)},
-                      {"entrypoint", strings(img.config.entrypoint)},
-                      {"cmd", strings(img.config.cmd)},
-                      {"workingDir", img.config.working_dir},
-                      {"user", img.config.user},
-                      {"labels", std::move(labels)}};
+  json::object config{
+      {"env", strings(img.config.env)}, {"entrypoint", strings(img.config.entrypoint)},
+      {"cmd", strings(img.config.cmd)}, {"workingDir", img.config.working_dir},
+      {"user", img.config.user},        {"labels", std::move(labels)}};
   json::object out{{"templateID", id},
                    {"manifestDigest", img.manifest_digest},
                    {"configDigest", img.config_digest},
@@ -158,8 +157,8 @@ Result<Response> push_template(Context& ctx) {
   const auto auth = std::filesystem::path(ctx.sandboxes.options().home) / "auth.json";
   if (std::filesystem::exists(auth)) ro.auth_file = auth.string();
   ABX_TRY(image::push(*ctx.images, img, dest, ro));
-  return http::json_response(
-      200, json::object{{"ref", dest.str()}, {"digest", img.manifest_digest}});
+  return http::json_response(200,
+                             json::object{{"ref", dest.str()}, {"digest", img.manifest_digest}});
 }
 
 Status build_template(Context& ctx, const std::string& context_tar,
@@ -182,9 +181,11 @@ Status build_template(Context& ctx, const std::string& context_tar,
       return invalid_argument("unknown query parameter '" + p.key + "'");
     }
   }
-  if (req.name.empty()) return invalid_argument("name is required: POST /templates/build?name=NAME");
+  if (req.name.empty())
+    return invalid_argument("name is required: POST /templates/build?name=NAME");
   if (!valid_template_name(req.name)) {
-    return invalid_argument("template name '" + req.name + "' must match [a-z0-9][a-z0-9._-]{0,63}");
+    return invalid_argument("template name '" + req.name +
+                            "' must match [a-z0-9][a-z0-9._-]{0,63}");
   }
   if (req.dockerfile.empty()) return invalid_argument("dockerfile must not be empty");
 

@@ -231,7 +231,7 @@ store::SandboxRecord new_record(const ManagerOptions& opt, const templates::Temp
 // after the token file exists removes the run directory, and after spawn destroys the sandbox,
 // so an unacknowledged create leaves nothing behind.
 Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest& req) {
-  const templates::Template* tmpl = catalog_->get(req.template_id);
+  const templates::Template* tmpl = catalog().get(req.template_id);
   if (tmpl == nullptr) return not_found("template '" + req.template_id + "' not found");
   // secure=false opens envd without a token (as in E2B); a command server always needs one.
   if (!req.secure && tmpl->server) {

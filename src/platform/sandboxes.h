@@ -108,7 +108,10 @@ class SandboxManager {
   // A connected socket to `port` inside the sandbox (resuming it if paused).
   Result<runtime::UniqueFd> connect(const std::string& id, std::uint16_t port);
 
-  const templates::TemplateCatalog& catalog() const { return *catalog_; }
+  const templates::TemplateCatalog& catalog() const { return *catalog_.load(); }
+  // Serves `catalog` from now on (a reload). The previous one must stay alive: live sandboxes
+  // keep pointing at its templates.
+  void set_catalog(const templates::TemplateCatalog& catalog) { catalog_.store(&catalog); }
   const ManagerOptions& options() const { return opt_; }
 
  private:
@@ -120,7 +123,7 @@ class SandboxManager {
 
   ManagerOptions opt_;
   store::Store* store_;
-  const templates::TemplateCatalog* catalog_;
+  std::atomic<const templates::TemplateCatalog*> catalog_;
   Logger log_{"sandboxes"};
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<LiveSandbox>> live_;
