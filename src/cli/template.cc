@@ -1,12 +1,19 @@
 // abx template list|info <id> [--local] [--json]
+// abx template build [-f Dockerfile] [-t NAME] [--build-arg K=V]… [CONTEXT]
+// abx template inspect NAME | rm NAME | push NAME REF
 //
-// From the platform (GET /templates, GET /templates/{id}); --local reads $ABX_HOME/templates
-// and the built-ins instead, with no network.
+// list and info read the platform (GET /templates, GET /templates/{id}); --local reads
+// $ABX_HOME/templates and the built-ins instead, with no network. build, inspect, rm and push
+// are abxd's extensions (abx/client/templates.h).
 #include "abx/templates/template.h"
 
+#include <unistd.h>
+
 #include <boost/json.hpp>
+#include <filesystem>
 #include <iostream>
 
+#include "abx/client/templates.h"
 #include "cli.h"
 
 namespace abx::cli {
@@ -18,6 +25,12 @@ namespace {
 struct TemplateOpts {
   std::string id;
   bool local = false;
+  // build
+  std::string dockerfile;
+  std::string context = ".";
+  std::vector<std::string> build_args;
+  // push
+  std::string ref;
 };
 
 std::string str(const json::object& o, std::string_view k) {
@@ -103,6 +116,123 @@ int info(Context& ctx, const TemplateOpts& o) {
   return kExitOk;
 }
 
+std::string human_size(std::int64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+int build(Context& ctx, const TemplateOpts& o) {
+  client::BuildOptions bo;
+  bo.name = o.id;
+  if (bo.name.empty()) {
+    // Default name: the context directory's name, lowercased.
+    std::error_code ec;
+    auto abs = std::filesystem::weakly_canonical(o.context, ec);
+    for (char c : abs.filename().string()) {
+      bo.name.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+    }
+  }
+  bo.dockerfile = o.dockerfile;
+  auto args = parse_pairs(o.build_args, "--build-arg");
+  if (!args.ok()) return ctx.fail(args.error());
+  bo.build_args = *args;
+  const bool tty = ::isatty(STDOUT_FILENO) == 1;
+  auto on_event = [&](const client::BuildEvent& e) {
+    if (ctx.flags.json) {
+      ctx.print_json(e.raw);
+      std::cout.flush();
+      return;
+    }
+    if (e.type == "step") {
+      if (tty) {
+        std::cout << "\033[1m[" << e.step << "/" << e.total << "]\033[0m " << e.instruction
+                  << (e.cached ? "  \033[32mCACHED\033[0m" : "") << std::endl;
+      } else {
+        std::cout << "Step " << e.step << "/" << e.total << " : " << e.instruction
+                  << (e.cached ? " CACHED" : "") << std::endl;
+      }
+    } else if (e.type == "log") {
+      std::cout << (tty ? "\033[2m  | " : "  ") << e.line << (tty ? "\033[0m" : "") << std::endl;
+    }
+  };
+  auto t = client::build_template(o.context, bo, on_event, ctx.config());
+  if (!t.ok()) return ctx.fail(t.error());
+  if (!ctx.flags.json) {
+    std::cout << "built template " << str(*t, "templateID") << " (" << str(*t, "manifestDigest")
+              << ")" << std::endl;
+  }
+  return kExitOk;
+}
+
+int inspect(Context& ctx, const TemplateOpts& o) {
+  auto r = client::template_image(o.id, ctx.config());
+  if (!r.ok()) return ctx.fail(r.error());
+  if (ctx.flags.json) {
+    ctx.print_json(*r);
+    return kExitOk;
+  }
+  const auto& t = *r;
+  std::cout << "template:  " << str(t, "templateID") << "\n"
+            << "manifest:  " << str(t, "manifestDigest") << "\n"
+            << "config:    " << str(t, "configDigest") << "\n";
+  std::int64_t size = 0;
+  if (auto* v = t.if_contains("size"); v && v->is_int64()) size = v->as_int64();
+  std::cout << "size:      " << human_size(size) << "\n";
+  if (auto* ls = t.if_contains("layers"); ls && ls->is_array()) {
+    std::cout << "layers:    " << ls->as_array().size() << "\n";
+    for (const auto& l : ls->as_array()) {
+      if (!l.is_object()) continue;
+      std::int64_t n = 0;
+      if (auto* v = l.as_object().if_contains("size"); v && v->is_int64()) n = v->as_int64();
+      std::cout << "  " << str(l.as_object(), "digest") << "  " << human_size(n) << "\n";
+    }
+  }
+  if (auto* c = t.if_contains("config"); c && c->is_object()) {
+    std::cout << "config:\n";
+    for (const char* k : {"entrypoint", "cmd", "workingDir", "user", "env"}) {
+      auto v = str(c->as_object(), k);
+      if (!v.empty()) std::cout << "  " << k << ": " << v << "\n";
+    }
+    if (auto* l = c->as_object().if_contains("labels"); l && l->is_object()) {
+      for (const auto& [k, v] : l->as_object())
+        std::cout << "  label " << std::string(k) << "="
+                  << (v.is_string() ? std::string(v.as_string()) : json::serialize(v)) << "\n";
+    }
+  }
+  return kExitOk;
+}
+
+int remove(Context& ctx, const TemplateOpts& o) {
+  auto s = client::delete_template(o.id, ctx.config());
+  if (!s.ok()) return ctx.fail(s.error());
+  if (ctx.flags.json) {
+    ctx.print_json(json::object{{"removed", o.id}});
+  } else {
+    std::cout << "removed template " << o.id << "\n";
+  }
+  return kExitOk;
+}
+
+int push(Context& ctx, const TemplateOpts& o) {
+  auto r = client::push_template(o.id, o.ref, ctx.config());
+  if (!r.ok()) return ctx.fail(r.error());
+  if (ctx.flags.json) {
+    ctx.print_json(*r);
+  } else {
+    std::cout << "pushed " << o.id << " to " << str(*r, "ref") << " (" << str(*r, "digest")
+              << ")\n";
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 void add_template(CLI::App& app, Context& ctx) {
@@ -118,6 +248,35 @@ void add_template(CLI::App& app, Context& ctx) {
   i->add_option("template", o->id, "Template id")->required();
   i->add_flag("--local", o->local, "Read $ABX_HOME/templates and the built-ins, no network");
   i->callback([&ctx, o] { ctx.exit_code = info(ctx, *o); });
+
+  auto* b = tp->add_subcommand(
+      "build", "Build a template from a Dockerfile and a context directory on the platform");
+  b->add_option("context", o->context, "Context directory: COPY/ADD sources (default .)");
+  b->add_option("-f,--file", o->dockerfile, "Dockerfile (default CONTEXT/Dockerfile)");
+  b->add_option("-t,--tag", o->id,
+                "Template name [a-z0-9][a-z0-9._-]{0,63} (default: the context's folder name)");
+  b->add_option("--build-arg", o->build_args, "ARG value NAME=VALUE (repeatable)");
+  b->footer(
+      "Progress: one line per step (CACHED when reused) and the RUN output; --json prints the "
+      "platform's NDJSON events ({\"type\":\"step\"|\"log\"|\"done\"|\"error\"}). A "
+      "template.yaml in the context supplies the template's server, capabilities, resources and "
+      "custom_commands.");
+  b->callback([&ctx, o] { ctx.exit_code = build(ctx, *o); });
+
+  auto* ins = tp->add_subcommand("inspect", "Show a template's image: layers, size, config");
+  ins->add_option("template", o->id, "Template id")->required();
+  ins->callback([&ctx, o] { ctx.exit_code = inspect(ctx, *o); });
+
+  auto* rm = tp->add_subcommand("rm", "Remove a built template (then unused layers are freed)");
+  rm->alias("remove");
+  rm->add_option("template", o->id, "Template id")->required();
+  rm->callback([&ctx, o] { ctx.exit_code = remove(ctx, *o); });
+
+  auto* p = tp->add_subcommand("push", "Push a template's image to an OCI registry");
+  p->add_option("template", o->id, "Template id")->required();
+  p->add_option("ref", o->ref, "Destination host[:port]/repo:tag")->required();
+  p->footer("Credentials: $ABX_HOME/auth.json of abxd (Docker's auths format).");
+  p->callback([&ctx, o] { ctx.exit_code = push(ctx, *o); });
 }
 
 }  // namespace abx::cli

@@ -196,13 +196,16 @@ bool is_build_request(const Request& req) {
 }
 }  // namespace
 
-// A build context may be large: spooled to disk under its own limit. Only requests that carry
-// a credential get the larger limit (it is checked in full before the body is used).
+// A build context may be large: spooled to disk under its own limit. A build request without a
+// credential is refused before its body is read; the credential itself is checked in full
+// (authenticate) before the body is used.
 Result<http::BodyPlan> ControlApi::control_body_plan(const Request& header,
                                                      std::size_t default_max) {
   if (!builder_ || !is_build_request(header)) return http::BodyPlan{default_max, {}};
   if (header["X-API-KEY"].empty() && header[bhttp::field::authorization].empty()) {
-    return http::BodyPlan{default_max, {}};  // the handler answers 401
+    // Refused before the upload is read.
+    return Error(ErrorCode::kUnauthenticated,
+                 "missing API key: send X-API-KEY (or Authorization: Bearer)");
   }
   return http::BodyPlan{static_cast<std::size_t>(max_upload_bytes_), upload_dir_};
 }

@@ -1,0 +1,170 @@
+// Template builds end to end: libabx uploads a context to the real abxd, which builds an image
+// FROM scratch (COPY of Debian's static busybox, a RUN in a real sandbox, ENV/WORKDIR/CMD),
+// serves the new template without a restart, runs a sandbox of it; a second build is cached
+// step for step and writes no blob; a failing RUN names its line and leaves no template.
+// Needs root (abxd), busybox-static and the /opt/abx bundle.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <boost/json.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "abx/client/sandbox.h"
+#include "abx/client/templates.h"
+#include "abx/testing/abxd.h"
+
+namespace abx::e2e {
+namespace {
+
+namespace fs = std::filesystem;
+namespace json = boost::json;
+
+constexpr const char* kBusybox = "/bin/busybox";
+
+class TemplateBuildE2E : public testing::AbxdFixture {
+ protected:
+  TemplateBuildE2E() : AbxdFixture("template-build-e2e") {}
+
+  void SetUp() override {
+    AbxdFixture::SetUp();
+    if (IsSkipped()) return;
+    // Debian's busybox package is dynamic; busybox-static puts the static one here.
+    std::error_code ec;
+    if (!fs::exists(kBusybox)) GTEST_SKIP() << "needs busybox-static (" << kBusybox << ")";
+    ASSERT_TRUE(abxd().start());
+    cfg_.api_url = abxd().url();
+    cfg_.api_key = abxd().api_key();
+    cfg_.home = home();
+    cfg_.request_timeout = std::chrono::seconds(120);
+  }
+
+  fs::path context(const std::string& name, const std::string& dockerfile) {
+    fs::path dir = tmp() / name;
+    fs::create_directories(dir);
+    fs::copy_file(kBusybox, dir / "busybox", fs::copy_options::overwrite_existing);
+    std::ofstream(dir / "Dockerfile") << dockerfile;
+    return dir;
+  }
+
+  std::size_t blob_count() const {
+    std::size_t n = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(home() / "images/blobs/sha256", ec)) {
+      (void)e;
+      ++n;
+    }
+    return n;
+  }
+
+  bool listed(const std::string& id) {
+    auto all = client::list_templates(cfg_);
+    EXPECT_TRUE(all.ok()) << all.error().message();
+    if (!all.ok()) return false;
+    for (const auto& t : *all) {
+      if (t.is_object() && t.as_object().if_contains("templateID") &&
+          t.as_object().at("templateID") == id)
+        return true;
+    }
+    return false;
+  }
+
+  client::ConnectionConfig cfg_;
+};
+
+constexpr const char* kDockerfile =
+    "FROM scratch\n"
+    "COPY busybox /bin/busybox\n"
+    "RUN [\"/bin/busybox\",\"sh\",\"-c\",\"echo hi > /hello; echo building\"]\n"
+    "ENV GREETING=hello PATH=/bin\n"
+    "WORKDIR /work\n"
+    "CMD [\"/bin/busybox\", \"sh\"]\n";
+
+TEST_F(TemplateBuildE2E, BuildServeCacheAndFail) {
+  fs::path ctx = context("ctx", kDockerfile);
+  client::BuildOptions bo;
+  bo.name = "hello";
+  std::vector<client::BuildEvent> events;
+  auto collect = [&events](const client::BuildEvent& e) { events.push_back(e); };
+
+  auto built = client::build_template(ctx.string(), bo, collect, cfg_);
+  ASSERT_TRUE(built.ok()) << built.error().message();
+  int steps = 0;
+  bool saw_output = false;
+  for (const auto& e : events) {
+    if (e.type == "step") {
+      ++steps;
+      EXPECT_EQ(e.total, 6);
+      if (e.instruction.starts_with("RUN") || e.instruction.starts_with("COPY")) {
+        EXPECT_FALSE(e.cached) << e.instruction;
+      }
+    }
+    if (e.type == "log" && e.line == "building") saw_output = true;
+  }
+  EXPECT_EQ(steps, 6);
+  EXPECT_TRUE(saw_output) << "the RUN step's stdout is streamed as a log event";
+  EXPECT_EQ(events.back().type, "done");
+
+  // Served without a restart, with its image metadata.
+  EXPECT_TRUE(listed("hello"));
+  auto img = client::template_image("hello", cfg_);
+  ASSERT_TRUE(img.ok()) << img.error().message();
+  ASSERT_TRUE(img->at("layers").is_array());
+  EXPECT_EQ(img->at("layers").as_array().size(), 3u);  // COPY, RUN, WORKDIR /work
+  const auto& config = img->at("config").as_object();
+  EXPECT_EQ(config.at("workingDir"), "/work");
+  EXPECT_EQ(config.at("cmd"), (json::array{"/bin/busybox", "sh"}));
+
+  // A sandbox of it: /hello was written by the RUN step.
+  {
+    auto sbx = client::Sandbox::create("hello", {}, cfg_);
+    ASSERT_TRUE(sbx.ok()) << sbx.error().message();
+    auto hello = sbx->files().read("/hello");
+    EXPECT_TRUE(hello.ok()) << (hello.ok() ? "" : hello.error().message());
+    if (hello.ok()) EXPECT_EQ(*hello, "hi\n");
+    (void)sbx->kill();
+  }
+
+  // The same build again: every step cached, no new blob.
+  const std::size_t blobs = blob_count();
+  events.clear();
+  auto again = client::build_template(ctx.string(), bo, collect, cfg_);
+  ASSERT_TRUE(again.ok()) << again.error().message();
+  steps = 0;
+  for (const auto& e : events) {
+    if (e.type != "step") continue;
+    ++steps;
+    EXPECT_TRUE(e.cached) << e.instruction;
+  }
+  EXPECT_EQ(steps, 6);
+  EXPECT_EQ(blob_count(), blobs);
+  EXPECT_EQ(again->at("manifestDigest"), built->at("manifestDigest"));
+
+  // A failing RUN: the line, the exit code, and no template.
+  fs::path bad = context("bad",
+                         "FROM scratch\nCOPY busybox /bin/busybox\n"
+                         "RUN [\"/bin/busybox\",\"sh\",\"-c\",\"exit 3\"]\n");
+  client::BuildOptions bad_opts;
+  bad_opts.name = "broken";
+  auto failed = client::build_template(bad.string(), bad_opts, {}, cfg_);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.error().message(), "Dockerfile:3: RUN exited with 3");
+  EXPECT_FALSE(listed("broken"));
+  EXPECT_FALSE(fs::exists(home() / "templates/broken"));
+  EXPECT_TRUE(client::template_image("broken", cfg_).error().code() == ErrorCode::kNotFound);
+
+  // A missing COPY source names the line too.
+  fs::path missing = context("missing", "FROM scratch\nCOPY nothere /x\n");
+  auto nosrc = client::build_template(missing.string(), bad_opts, {}, cfg_);
+  ASSERT_FALSE(nosrc.ok());
+  EXPECT_EQ(nosrc.error().message(),
+            "Dockerfile:2: COPY source nothere not found in the build context");
+
+  // rm: the template goes away (and its layers with gc).
+  ASSERT_TRUE(client::delete_template("hello", cfg_).ok());
+  EXPECT_FALSE(listed("hello"));
+  EXPECT_EQ(client::delete_template("hello", cfg_).error().code(), ErrorCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace abx::e2e
