@@ -25,6 +25,7 @@
 #include "abx/platform/gateway.h"
 #include "abx/store/store.h"
 #include "abx/templates/template.h"
+#include "abxd_images.h"
 #include "api.h"
 #include "sandboxes.h"
 
@@ -51,6 +52,11 @@ std::string locate(const char* env, const std::string& compiled) {
   return compiled;
 }
 
+std::string env_or(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
 // Everything the flags set. A key subcommand fills `key_action` ("create", "list", "revoke",
 // "ak-create", "ak-list", "ak-revoke") and `key_arg`; the daemon leaves them empty.
 struct Config {
@@ -62,6 +68,10 @@ struct Config {
                                  locate("ABX_SERVER_BIN", ABX_SERVER_BIN),
                                  locate("ABX_DEMO_MODULE", ABX_DEMO_MODULE)};
   bool kill_sandboxes = false;
+  std::string registry_auth;
+  std::vector<std::string> insecure_registries;
+  std::string image_store = env_or("ABX_IMAGE_STORE");  // empty: <home>/images
+  platform::ImageCommand image_cmd;
   std::string key_action;
   std::string key_arg;
 };
@@ -124,6 +134,15 @@ std::optional<int> parse_flags(int argc, char** argv, Config& cfg) {
   app.add_option("--demo-module", cfg.bins.demo_module, "Command module of the `demo` template")
       ->capture_default_str();
   app.add_option("--log-level", cfg.log_level, "trace, debug, info, warn, error or off");
+  app.add_option("--registry-auth", cfg.registry_auth,
+                 "Registry credentials for pulls and pushes (docker-style auth.json; default "
+                 "$ABX_HOME/auth.json if it exists)");
+  app.add_option("--insecure-registry", cfg.insecure_registries,
+                 "HOST[:PORT] reached over plain HTTP (loopback registries always are); repeatable")
+      ->take_all();
+  app.add_option("--image-store", cfg.image_store,
+                 "Image store directory (default $ABX_IMAGE_STORE, else <home>/images); several "
+                 "homes may share one");
   app.add_flag("--kill-sandboxes", cfg.kill_sandboxes,
                "On SIGTERM kill every sandbox (default: leave them running; the next abxd "
                "adopts them)");
@@ -147,6 +166,7 @@ std::optional<int> parse_flags(int argc, char** argv, Config& cfg) {
        .revoke = "Revoke an access key",
        .revoke_arg = "access_key",
        .revoke_arg_help = "The access key id"});
+  platform::add_image_commands(app, cfg.image_cmd);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -296,6 +316,7 @@ sigset_t block_stop_signals() {
   sigemptyset(&stop);
   sigaddset(&stop, SIGTERM);
   sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGHUP);  // reload templates
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
   return stop;
@@ -313,12 +334,17 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   bo.demo_module = "/opt/abx/lib/libabx_demo_commands.so";
   auto catalog = templates::TemplateCatalog::load(cfg.home, bo);
   for (const auto& e : catalog.errors()) log.error("template skipped: " + e.message);
+  const std::size_t ntemplates = catalog.list().size();
 
   platform::ManagerOptions mo;
   mo.home = cfg.home;
   mo.domain = cfg.domain;
   mo.binaries = cfg.bins;
-  auto mgr = platform::SandboxManager::start(mo, **st, catalog);
+  mo.builtins = bo;
+  mo.registry_auth_file = cfg.registry_auth;
+  mo.insecure_registries = cfg.insecure_registries;
+  mo.image_store = cfg.image_store;
+  auto mgr = platform::SandboxManager::start(mo, **st, std::move(catalog));
   if (!mgr.ok()) return fail(mgr.error(), kExitConfig);
   platform::ControlApi api(**mgr, **st);
 
@@ -328,9 +354,13 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   std::string addr = (*gw)->host() + ":" + std::to_string((*gw)->port());
   std::cout << "listening on " << addr << std::endl;
   log.info("abxd serving on " + addr + " (home " + cfg.home + ", domain " + cfg.domain + ", " +
-           std::to_string(catalog.list().size()) + " templates)");
+           std::to_string(ntemplates) + " templates)");
   int sig = 0;
-  sigwait(&stop, &sig);
+  for (;;) {
+    sigwait(&stop, &sig);
+    if (sig != SIGHUP) break;
+    (*mgr)->reload_templates();  // SIGHUP: re-read $ABX_HOME/templates
+  }
   log.info(std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") + ": draining");
   (*gw)->shutdown(std::chrono::seconds(10));
   if (cfg.kill_sandboxes) {
@@ -352,6 +382,10 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   if (!cfg.key_action.empty()) return keys_main(cfg);
+  if (cfg.image_cmd.group->parsed()) {
+    return platform::run_image_command(
+        cfg.image_cmd, cfg.image_store.empty() ? cfg.home + "/images" : cfg.image_store);
+  }
   auto gopt = gateway_options(cfg);
   if (!gopt.ok()) return fail(gopt.error(), kExitUsage);
   return serve(cfg, *gopt);

@@ -21,19 +21,20 @@ json::object template_json(const templates::Template& t) {
 
 Result<Response> list_templates(Context& ctx) {
   json::array out;
-  for (const auto* t : ctx.sandboxes.catalog().list()) out.push_back(template_json(*t));
+  auto cat = ctx.sandboxes.catalog();
+  for (const auto* t : cat->list()) out.push_back(template_json(*t));
   return http::json_response(200, out);
 }
 
 Result<Response> get_template(Context& ctx) {
-  const auto& cat = ctx.sandboxes.catalog();
+  auto cat = ctx.sandboxes.catalog();
   const std::string& id = ctx.params.at(0);
-  if (const auto* t = cat.get(id)) {
+  if (const auto* t = cat->get(id)) {
     json::object o = template_json(*t);
     o["builds"] = json::array{};
     return http::json_response(200, o);
   }
-  for (const auto& e : cat.errors()) {
+  for (const auto& e : cat->errors()) {
     if (e.id_hint == id) return not_found("template '" + id + "' failed to load: " + e.message);
   }
   return not_found("template '" + id + "' not found");
