@@ -64,6 +64,8 @@ class BlobWriter {
   std::int64_t written() const;
   // invalid_argument "digest mismatch: expected X, got Y" / "size mismatch" on failure.
   Status commit();
+  // The blob's digest once commit() succeeded (what the content hashed to), else empty.
+  const std::string& digest() const;
 
  private:
   friend class Store;
@@ -85,7 +87,9 @@ class Store {
   bool has_blob(std::string_view digest) const;
   std::string blob_path(std::string_view digest) const;
   Result<std::string> read_blob(std::string_view digest, std::size_t max_bytes = 4 << 20) const;
-  // expected_size < 0: unknown.
+  // expected_size < 0: unknown. An empty expected_digest stores the content under whatever it
+  // hashes to (local archives whose files are not named by digest); BlobWriter::digest() says.
+  // The writer holds the store's lock shared until it commits or is destroyed.
   Result<BlobWriter> blob_writer(std::string_view expected_digest, std::int64_t expected_size);
   // Stores `data` as a blob and returns its digest.
   Result<std::string> put_blob(std::string_view data);
