@@ -24,6 +24,7 @@ pkgs=(
   python3
   libarchive-dev  # image layers (src/image)
   e2fsprogs  # mkfs.ext4: each sandbox's writable layer is an ext4 image capped at its disk size
+  patchelf  # scripts/bundle.sh: the /opt/abx bundle's interpreter and RUNPATH
   # tests: the reference registry on loopback, skopeo as a peer/producer of images, a static
   # busybox and a musl toolchain for test images, runc/crun to run abx images elsewhere,
   # mmdebstrap to build the default Debian template from Debian's registry, htpasswd (bcrypt)

@@ -3,6 +3,8 @@
 // Measures, per tool, the wall time from starting creation to the exit of /bin/true inside:
 //   abx     Sandbox::spawn() + wait() (host rootfs, own netns, cgroups, seccomp, caps...);
 //           destroy() (kill, cgroup rmdir, state dir removal) is timed separately
+//   abx-img the same with an image rootfs: one busybox layer under an overlay whose writable
+//           layer is a fresh ext4 image (sparse copy, loop device, host mount) per sandbox
 //   bwrap   bwrap --unshare-all with /usr, /etc read-only, /proc, /dev, /tmp  (Debian bubblewrap)
 //   unshare unshare --fork --pid --mount --uts --ipc --net --mount-proc true  (util-linux)
 // each sequentially (N runs) and 32-way parallel (32 threads, N/32 rounds each), and prints
@@ -20,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -83,14 +86,21 @@ const std::vector<std::string> kUnshare = {
     "--mount-proc",     "/bin/true"};
 
 std::string g_state_dir;
+std::string g_image_layer;  // a busybox layer: /bin/busybox and /bin/true -> busybox
 std::atomic<int> g_seq{0};
 std::mutex g_destroy_mu;
 Stats g_destroy;
 
-bool abx_once() {
+bool abx_once(bool image) {
   abx::runtime::SandboxConfig c;
   c.id = "bench-" + std::to_string(getpid()) + "-" + std::to_string(g_seq++);
   c.state_dir = g_state_dir;
+  if (image) {
+    c.rootfs = abx::runtime::RootfsMode::kImage;
+    c.lower_dirs = {g_image_layer};
+  } else {
+    c.rootfs = abx::runtime::RootfsMode::kHost;
+  }
   c.argv = {"/bin/true"};
   c.limits.pids_max = 256;
   c.limits.memory_bytes = 256ull << 20;
@@ -167,6 +177,14 @@ int main(int argc, char** argv) {
   }
   g_state_dir = state;
   (void)abx::runtime::cleanup_stale(state);
+  // Dot-named: cleanup_stale() never takes it for a sandbox.
+  g_image_layer = state + "/.bench-image";
+  std::filesystem::create_directories(g_image_layer + "/bin");
+  std::error_code ec;
+  std::filesystem::copy_file("/bin/busybox", g_image_layer + "/bin/busybox",
+                             std::filesystem::copy_options::overwrite_existing, ec);
+  std::filesystem::create_symlink("busybox", g_image_layer + "/bin/true", ec);
+  bool have_busybox = std::filesystem::exists(g_image_layer + "/bin/busybox");
   bool have_bwrap = access(kBwrap[0].c_str(), X_OK) == 0;
 
   unsigned ncpu = std::thread::hardware_concurrency();
@@ -183,7 +201,11 @@ int main(int argc, char** argv) {
     Stats bw = have_bwrap ? measure([] { return run(kBwrap); }, runs, par) : Stats{};
     Stats un = measure([] { return run(kUnshare); }, runs, par);
     g_destroy = {};
-    Stats ab = measure(abx_once, runs, par);
+    Stats ab = measure([] { return abx_once(false); }, runs, par);
+    Stats ab_del = g_destroy;
+    g_destroy = {};
+    Stats img = have_busybox ? measure([] { return abx_once(true); }, runs, par) : Stats{};
+    Stats img_del = g_destroy;
     double base = bw.pct(50);
     if (have_bwrap)
       row(mode, "bwrap", bw, base);
@@ -191,7 +213,13 @@ int main(int argc, char** argv) {
       std::printf("%-10s %-8s not installed (Debian bubblewrap)\n", mode, "bwrap");
     row(mode, "unshare", un, base);
     row(mode, "abx", ab, base);
-    row(mode, "abx-del", g_destroy, 0);
+    row(mode, "abx-del", ab_del, 0);
+    if (have_busybox) {
+      row(mode, "abx-img", img, base);
+      row(mode, "img-del", img_del, 0);
+    } else {
+      std::printf("%-10s %-8s no /bin/busybox (Debian busybox-static)\n", mode, "abx-img");
+    }
   }
   getloadavg(load, 3);
   std::printf(

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <boost/json/parse.hpp>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -24,8 +25,36 @@ constexpr int kExitListen = 4;
 
 struct Flags {
   abx::envd::EnvdOptions opt;
-  std::string token_file, start_cmd, server_cmd, log_level;
+  std::string token_file, start_cmd, server_cmd, server_argv_json, log_level;
+  std::vector<std::string> server_argv;  // parsed from server_argv_json
 };
+
+// --server-argv's JSON array of strings; false (with a message) when it is not one.
+bool parse_server_argv(Flags& f) {
+  if (f.server_argv_json.empty()) return true;
+  boost::system::error_code ec;
+  boost::json::value v = boost::json::parse(f.server_argv_json, ec);
+  bool ok = !ec && v.is_array() && !v.as_array().empty();
+  if (ok) {
+    for (const auto& a : v.as_array()) {
+      if (!a.is_string()) {
+        ok = false;
+        break;
+      }
+      f.server_argv.emplace_back(a.as_string());
+    }
+  }
+  if (!ok || f.server_argv[0].empty()) {
+    std::cerr << "abx-envd: --server-argv must be a non-empty JSON array of strings, e.g. "
+                 "[\"/opt/abx/bin/abx-server\",\"--port\",\"8080\"]\n";
+    return false;
+  }
+  if (!f.server_cmd.empty()) {
+    std::cerr << "abx-envd: give --server-cmd or --server-argv, not both\n";
+    return false;
+  }
+  return true;
+}
 
 // Parses the command line; an exit code when abx-envd should stop there (--help, bad usage).
 std::optional<int> parse_flags(int argc, char** argv, Flags& f) {
@@ -43,6 +72,9 @@ std::optional<int> parse_flags(int argc, char** argv, Flags& f) {
   app.add_option("--start-cmd", f.start_cmd, "Run once at start (/bin/sh -c), as the default user");
   app.add_option("--server-cmd", f.server_cmd,
                  "Command server to keep running (/bin/sh -c); restarted with backoff on exit");
+  app.add_option("--server-argv", f.server_argv_json,
+                 "The command server as a JSON array of strings, executed directly (searched in "
+                 "$PATH without a '/'; no shell needed in the image); restarted with backoff");
   app.add_option("--default-user", f.opt.default_user, "User for requests that name none")
       ->capture_default_str();
   app.add_option("--max-upload", f.opt.max_upload_bytes, "Largest POST /files body in bytes")
@@ -102,6 +134,7 @@ int main(int argc, char** argv) {
   Flags f;
   if (auto code = parse_flags(argc, argv, f)) return *code;
   Logger log("envd");
+  if (!parse_server_argv(f)) return kExitUsage;
   if (!load_token(f)) return kExitConfig;
   const envd::EnvdOptions& opt = f.opt;
   sigset_t stop = become_init();
@@ -113,7 +146,7 @@ int main(int argc, char** argv) {
   }
   envd::Users users(opt.default_user, {});
   std::optional<envd::Supervisor> start_sup, server_sup;
-  if (!f.start_cmd.empty() || !f.server_cmd.empty()) {
+  if (!f.start_cmd.empty() || !f.server_cmd.empty() || !f.server_argv.empty()) {
     auto u = users.resolve("");
     if (!u.ok()) {
       std::cerr << "abx-envd: " << u.error().message() << "\n";
@@ -121,8 +154,18 @@ int main(int argc, char** argv) {
     }
     if (!f.start_cmd.empty())
       start_sup.emplace(envd::Reaper::instance(), "start command", f.start_cmd, *u, false);
-    if (!f.server_cmd.empty())
-      server_sup.emplace(envd::Reaper::instance(), "command server", f.server_cmd, *u, true);
+    // The command server checks the same token as envd: it gets it in its environment (from
+    // the file envd read), so abxd needs no shell in the image to pass it on.
+    std::vector<std::string> server_env;
+    if (opt.access_token) server_env.push_back("ABX_ACCESS_TOKEN=" + *opt.access_token);
+    if (!f.server_argv.empty()) {
+      server_sup.emplace(envd::Reaper::instance(), "command server", f.server_argv, server_env, *u,
+                         true);
+    } else if (!f.server_cmd.empty()) {
+      server_sup.emplace(envd::Reaper::instance(), "command server",
+                         std::vector<std::string>{"/bin/sh", "-c", f.server_cmd}, server_env, *u,
+                         true);
+    }
   }
   std::string addr = (*server)->host() + ":" + std::to_string((*server)->port());
   std::cout << "listening on " << addr << std::endl;

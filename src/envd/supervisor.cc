@@ -20,12 +20,19 @@ const Logger& log() {
 }  // namespace
 
 Supervisor::Supervisor(Reaper& reaper, std::string name, std::string cmd, User user, bool restart)
+    : Supervisor(reaper, std::move(name), {"/bin/sh", "-c", cmd}, {}, std::move(user), restart) {}
+
+Supervisor::Supervisor(Reaper& reaper, std::string name, std::vector<std::string> argv,
+                       std::vector<std::string> env, User user, bool restart)
     : reaper_(reaper),
       name_(std::move(name)),
-      cmd_(std::move(cmd)),
+      argv_(std::move(argv)),
+      env_(std::move(env)),
       user_(std::move(user)),
-      restart_(restart),
-      thread_([this] { run(); }) {}
+      restart_(restart) {
+  for (const auto& a : argv_) cmd_ += (cmd_.empty() ? "" : " ") + a;
+  thread_ = std::thread([this] { run(); });
+}
 
 Supervisor::~Supervisor() {
   {
@@ -53,13 +60,16 @@ pid_t Supervisor::spawn() {
   std::string user_env = "USER=" + user_.name;
   std::vector<char*> envp;
   for (char** e = environ; e && *e; ++e) envp.push_back(*e);
+  for (auto& e : env_) envp.push_back(e.data());
   envp.push_back(home_env.data());
   envp.push_back(user_env.data());
   envp.push_back(nullptr);
   std::string cwd = user_.home;
   struct stat st {};
   if (::stat(cwd.c_str(), &st) != 0) cwd = "/";
-  const char* argv[] = {"/bin/sh", "-c", cmd_.c_str(), nullptr};
+  std::vector<char*> argv;
+  for (auto& a : argv_) argv.push_back(a.data());
+  argv.push_back(nullptr);
   bool switch_user = ::geteuid() == 0 && user_.uid != 0;
   uid_t uid = user_.uid;
   gid_t gid = user_.gid;
@@ -78,7 +88,7 @@ pid_t Supervisor::spawn() {
           ::_exit(126);
         }
         if (::chdir(cwd.c_str()) < 0) ::_exit(126);
-        ::execve("/bin/sh", const_cast<char* const*>(argv), envp.data());
+        ::execvpe(argv[0], argv.data(), envp.data());  // PATH: envd's, i.e. the sandbox's
         ::_exit(127);
       },
       [this](int status) {

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "process.h"
 
@@ -17,6 +18,10 @@ class Supervisor {
   // `cmd` runs as `/bin/sh -c cmd` as `user`. `restart`: run again after each exit, waiting
   // 100 ms doubling up to 30 s (reset after a run that lasted 60 s).
   Supervisor(Reaper& reaper, std::string name, std::string cmd, User user, bool restart);
+  // Runs `argv` directly (argv[0] searched in $PATH if it has no '/'; no shell needed), with `env`
+  // ("K=V") added to envd's environment.
+  Supervisor(Reaper& reaper, std::string name, std::vector<std::string> argv,
+             std::vector<std::string> env, User user, bool restart);
   ~Supervisor();  // stops restarting, SIGTERMs the child (SIGKILL after 2 s) and joins
   void signal(int sig);
 
@@ -24,7 +29,8 @@ class Supervisor {
   void run();
   pid_t spawn();
   Reaper& reaper_;
-  std::string name_, cmd_;
+  std::string name_, cmd_;  // cmd_: argv joined, for the log
+  std::vector<std::string> argv_, env_;
   User user_;
   bool restart_;
   std::mutex mu_;

@@ -64,9 +64,9 @@ struct Config {
   std::string listen = "127.0.0.1:3000";
   std::string domain = "localhost";
   std::string log_level;
-  platform::SandboxBinaries bins{locate("ABX_ENVD_BIN", ABX_ENVD_BIN),
-                                 locate("ABX_SERVER_BIN", ABX_SERVER_BIN),
-                                 locate("ABX_DEMO_MODULE", ABX_DEMO_MODULE)};
+  platform::SandboxBinaries bins{
+      locate("ABX_ENVD_BIN", ABX_ENVD_BIN), locate("ABX_SERVER_BIN", ABX_SERVER_BIN),
+      locate("ABX_DEMO_MODULE", ABX_DEMO_MODULE), locate("ABX_BUNDLE_DIR", ABX_BUNDLE_DIR)};
   bool kill_sandboxes = false;
   std::string registry_auth;
   std::vector<std::string> insecure_registries;
@@ -132,6 +132,11 @@ std::optional<int> parse_flags(int argc, char** argv, Config& cfg) {
   app.add_option("--server-bin", cfg.bins.server, "abx-server for templates with a command server")
       ->capture_default_str();
   app.add_option("--demo-module", cfg.bins.demo_module, "Command module of the `demo` template")
+      ->capture_default_str();
+  app.add_option("--bundle", cfg.bins.bundle,
+                 "The /opt/abx bundle (bin/, lib/ with its own glibc) bound into every sandbox; "
+                 "takes precedence over --envd-bin/--server-bin/--demo-module when it has "
+                 "bin/abx-envd (--bundle '' to bind those single files instead)")
       ->capture_default_str();
   app.add_option("--log-level", cfg.log_level, "trace, debug, info, warn, error or off");
   app.add_option("--registry-auth", cfg.registry_auth,

@@ -4,6 +4,8 @@
 #include <poll.h>
 #include <sys/stat.h>
 
+#include <boost/json/array.hpp>
+#include <boost/json/serialize.hpp>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -32,6 +34,11 @@ constexpr const char* kEnvdInside = "/opt/abx/bin/abx-envd";
 constexpr const char* kServerInside = "/opt/abx/bin/abx-server";
 constexpr const char* kDemoInside = "/opt/abx/lib/libabx_demo_commands.so";
 constexpr const char* kTokenInside = "/run/abx/token";
+constexpr const char* kBundleInside = "/opt/abx";
+
+bool has_bundle(const SandboxBinaries& b) {
+  return !b.bundle.empty() && fs::exists(fs::path(b.bundle) / "bin/abx-envd");
+}
 
 // A pidfd polls readable once its process has exited (the runtime reaps it in destroy()).
 bool init_exited(int pidfd) {
@@ -72,6 +79,7 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions opt
                                                               templates::TemplateCatalog catalog) {
   for (const auto& [what, path] : {std::pair{"abx-envd", options.binaries.envd},
                                    std::pair{"abx-server", options.binaries.server}}) {
+    if (has_bundle(options.binaries)) break;
     if (path.empty() || !fs::exists(path)) {
       return Error(ErrorCode::kFailedPrecondition,
                    std::string(what) + " not found at '" + path + "' (see abxd --help)");
@@ -178,11 +186,10 @@ runtime::SandboxConfig envd_sandbox_config(const ManagerOptions& opt,
     cfg.argv.insert(cfg.argv.end(), {"--default-user", img->config.user});
   }
   if (tmpl.server) {
-    // The command server reads the sandbox token from its file (it runs as the default user).
-    std::string cmd = join_quoted(tmpl.server->argv);
-    if (!token_file.empty())
-      cmd = "ABX_ACCESS_TOKEN=\"$(cat " + std::string(kTokenInside) + ")\" exec " + cmd;
-    cfg.argv.insert(cfg.argv.end(), {"--server-cmd", cmd});
+    // Executed directly (no shell needed in the image); envd gives it the token it read.
+    boost::json::array argv;
+    for (const auto& a : tmpl.server->argv) argv.emplace_back(a);
+    cfg.argv.insert(cfg.argv.end(), {"--server-argv", boost::json::serialize(argv)});
   }
   // Later sources override earlier ones: abx's defaults, the image, the template, the request.
   std::map<std::string, std::string> env = {
@@ -200,10 +207,14 @@ runtime::SandboxConfig envd_sandbox_config(const ManagerOptions& opt,
   env["ABX_SANDBOX_ID"] = id;
   env["E2B_SANDBOX_ID"] = id;
   for (const auto& [k, v] : env) cfg.env.push_back(k + "=" + v);
-  cfg.binds.push_back({opt.binaries.envd, kEnvdInside, false});
-  cfg.binds.push_back({opt.binaries.server, kServerInside, false});
-  if (!opt.binaries.demo_module.empty() && fs::exists(opt.binaries.demo_module)) {
-    cfg.binds.push_back({opt.binaries.demo_module, kDemoInside, false});
+  if (has_bundle(opt.binaries)) {
+    cfg.binds.push_back({opt.binaries.bundle, kBundleInside, false});
+  } else {
+    cfg.binds.push_back({opt.binaries.envd, kEnvdInside, false});
+    cfg.binds.push_back({opt.binaries.server, kServerInside, false});
+    if (!opt.binaries.demo_module.empty() && fs::exists(opt.binaries.demo_module)) {
+      cfg.binds.push_back({opt.binaries.demo_module, kDemoInside, false});
+    }
   }
   cfg.limits.memory_bytes = static_cast<std::uint64_t>(tmpl.resources.memory_bytes);
   cfg.limits.pids_max = static_cast<std::uint32_t>(tmpl.resources.pids);

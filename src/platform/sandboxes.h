@@ -43,6 +43,10 @@ struct SandboxBinaries {
   std::string envd;         // host path of abx-envd
   std::string server;       // host path of abx-server
   std::string demo_module;  // host path of libabx_demo_commands.so
+  // Host directory of the /opt/abx bundle (bin/ and lib/: the binaries with their own glibc, so
+  // they run in any image; the abx_bundle target and `cmake --install` make it). When it has
+  // bin/abx-envd it is bind-mounted read-only at /opt/abx and the three paths above are unused.
+  std::string bundle;
 };
 
 inline constexpr std::uint16_t kEnvdPort = 49983;

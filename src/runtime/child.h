@@ -39,14 +39,20 @@ struct ChildPlan {
   int sock = -1;  // SEQPACKET: parent sends one byte "go" after cgroup attach; child reports
   const char* hostname = nullptr;
 
-  // Root filesystem. `root` is <state>/root, `rw` is <state>/rw (both empty host dirs; the
-  // mounts on them exist only in the child's mount namespace).
-  bool host_rootfs = true;
+  // Root filesystem. `root` is <state>/root, an empty host dir; the mounts on it exist only in
+  // the child's mount namespace. For an image, the writable layer is already mounted on the
+  // host (disk.h) and holds `upper` and `work`.
+  bool host_rootfs = false;
   const char* root = nullptr;
-  const char* rw = nullptr;
-  const char* tmpfs_opts = nullptr;    // "size=...,mode=0755"
-  const char* shm_opts = nullptr;      // "size=...,mode=1777"
-  const char* overlay_opts = nullptr;  // kDirectory: "lowerdir=..,upperdir=..,workdir=.."
+  const char* tmpfs_opts = nullptr;     // kHost: the root tmpfs, "size=...,mode=0755"
+  const char* shm_opts = nullptr;       // "size=...,mode=1777"
+  const char* const* lowers = nullptr;  // image layers, TOP first (overlayfs's order)
+  std::size_t nlowers = 0;
+  const char* upper = nullptr;
+  const char* work = nullptr;
+  // The same overlay as legacy mount(2) data, for kernels without fsconfig "lowerdir+" (< 6.8);
+  // nullptr when it does not fit the 4 KiB mount data page.
+  const char* overlay_opts = nullptr;
   const ChildBind* binds = nullptr;
   std::size_t nbinds = 0;
 

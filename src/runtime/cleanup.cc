@@ -15,6 +15,7 @@
 
 #include "abx/base/try.h"
 #include "abx/runtime/sandbox.h"
+#include "disk.h"
 #include "sys.h"
 
 namespace abx::runtime {
@@ -46,7 +47,7 @@ Result<int> cleanup_stale(const std::string& state_dir) {
   std::vector<std::string> ids;
   while (dirent* e = ::readdir(d)) {
     std::string name = e->d_name;
-    if (name == "." || name == "..") continue;
+    if (name.empty() || name[0] == '.') continue;  // ., .. and .rw-cache: never a sandbox id
     bool dir = e->d_type == DT_DIR;
     if (e->d_type == DT_UNKNOWN) {  // some filesystems do not fill d_type
       struct stat st;
@@ -79,6 +80,7 @@ Result<int> cleanup_stale(const std::string& state_dir) {
     SandboxCgroups cg = SandboxCgroups::existing(layout, parent, id);
     Status s = cg.kill();
     if (s) s = cg.remove();
+    if (s) s = remove_rw_layer(dir);
     if (s) s = remove_tree(dir);
     if (s) {
       ++cleaned;

@@ -2,7 +2,8 @@
 // its cgroups, releases it and waits for exec; destroy() undoes it in reverse.
 //
 // Parent-side order (and why):
-//   1. validate the config, create <state>/<id> and lock it (cleanup_stale skips locked dirs);
+//   1. validate the config, create <state>/<id> and lock it (cleanup_stale skips locked dirs),
+//      then make and mount the writable layer there (disk.h: the child only stacks the overlay);
 //   2. create the cgroups and write limits (before clone: the child must never run unlimited);
 //   3. build the ChildPlan (strings, argv/envp arrays, seccomp program) — all allocation is here;
 //   4. clone3 into new pid/mnt/uts/ipc(/net) namespaces with CLONE_PIDFD;
@@ -34,6 +35,7 @@
 #include "abx/base/try.h"
 #include "abx/runtime/netns.h"
 #include "child.h"
+#include "disk.h"
 #include "seccomp.h"
 #include "sys.h"
 
@@ -59,6 +61,19 @@ bool valid_cgroup_parent(const std::string& p) {
 // Paths spliced into overlayfs options must not contain its separators.
 bool overlay_safe(const std::string& p) { return p.find_first_of(",:\\\n") == std::string::npos; }
 
+// The overlay's lower layers, lowest first; empty for kHost.
+std::vector<std::string> layers_of(const SandboxConfig& c) {
+  switch (c.rootfs) {
+    case RootfsMode::kImage:
+      return c.lower_dirs;
+    case RootfsMode::kDirectory:
+      return {c.rootfs_dir};
+    case RootfsMode::kHost:
+      break;
+  }
+  return {};
+}
+
 Status validate(const SandboxConfig& c) {
   if (!valid_id(c.id))
     return invalid_argument("sandbox id must be 1-64 of [a-z0-9-]: '" + c.id + "'");
@@ -68,13 +83,23 @@ Status validate(const SandboxConfig& c) {
     return invalid_argument("argv[0] must be an absolute path inside the sandbox");
   if (c.cwd.empty() || c.cwd[0] != '/') return invalid_argument("cwd must be absolute");
   if (!valid_cgroup_parent(c.cgroup_parent)) return invalid_argument("bad cgroup_parent");
-  if (c.rootfs == RootfsMode::kDirectory) {
-    if (c.rootfs_dir.empty() || c.rootfs_dir[0] != '/' || !overlay_safe(c.rootfs_dir))
-      return invalid_argument("rootfs_dir must be an absolute path without , : \\");
+  if (c.rootfs == RootfsMode::kDirectory && c.rootfs_dir.empty())
+    return invalid_argument("rootfs_dir is required with RootfsMode::kDirectory");
+  if (c.rootfs == RootfsMode::kImage &&
+      (c.lower_dirs.empty() || c.lower_dirs.size() > kMaxLowerDirs))
+    return invalid_argument("an image rootfs needs 1-" + std::to_string(kMaxLowerDirs) +
+                            " lower_dirs, got " + std::to_string(c.lower_dirs.size()));
+  for (const auto& dir : layers_of(c)) {
+    if (dir.empty() || dir[0] != '/' || !overlay_safe(dir))
+      return invalid_argument("a rootfs layer must be an absolute path without , : \\: '" + dir +
+                              "'");
     struct stat st;
-    if (::stat(c.rootfs_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-      return invalid_argument("rootfs_dir is not a directory: " + c.rootfs_dir);
+    if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      return invalid_argument("rootfs layer is not a directory: " + dir);
   }
+  if (c.rootfs != RootfsMode::kHost && c.disk_bytes < (8ull << 20))
+    return invalid_argument("disk_bytes must be at least 8 MiB for an ext4 writable layer");
+  if (c.shm_bytes == 0) return invalid_argument("shm_bytes must be > 0");
   for (const auto& b : c.binds) {
     if (b.source.empty() || b.source[0] != '/' || b.target.size() < 2 || b.target[0] != '/')
       return invalid_argument("bind paths must be absolute: " + b.source + " -> " + b.target);
@@ -131,8 +156,8 @@ Status make_state_dir(const SandboxConfig& config, const std::string& dir) {
   return {};
 }
 
-// Step 1 (cont.): the lock tells cleanup_stale() that an owner is alive; root/ and rw/ are the
-// empty mount points the child mounts on.
+// Step 1 (cont.): the lock tells cleanup_stale() that an owner is alive; root/ is the empty
+// mount point the child mounts its root on, rw/ the one the writable layer is mounted on.
 Result<UniqueFd> lock_state_dir(const std::string& dir) {
   ABX_ASSIGN_OR_RETURN(UniqueFd lock,
                        open_fd(dir + "/" + kLockFile, O_RDWR | O_CREAT | O_EXCL, 0600));
@@ -147,7 +172,9 @@ Result<UniqueFd> lock_state_dir(const std::string& dir) {
 // Step 3: every string and array the child touches, allocated here, because the child must not
 // allocate (child.h). Pinned in place: `plan` points into the other members.
 struct PlanStorage {
-  std::string root, rw, tmpfs_opts, shm_opts, overlay_opts;
+  std::string root, upper, work, tmpfs_opts, shm_opts, overlay_opts;
+  std::vector<std::string> lowers;  // top first
+  std::vector<const char*> lower_ptrs;
   std::vector<std::string> bind_targets;
   std::vector<ChildBind> binds;
   std::vector<ChildFd> fds;
@@ -164,11 +191,18 @@ struct PlanStorage {
 void build_plan(SandboxConfig& config, const std::string& dir,
                 const std::vector<sock_filter>& filter, int child_sock, PlanStorage& s) {
   s.root = dir + "/root";
-  s.rw = dir + "/rw";
+  s.upper = dir + "/" + kRwMount + "/upper";
+  s.work = dir + "/" + kRwMount + "/work";
   s.tmpfs_opts = "size=" + std::to_string(config.disk_bytes) + ",mode=0755";
-  s.shm_opts = "size=" + std::to_string(config.disk_bytes) + ",mode=1777";
+  s.shm_opts = "size=" + std::to_string(config.shm_bytes) + ",mode=1777";
+  // The image store lists layers lowest first; overlayfs stacks them top first.
+  auto layers = layers_of(config);
+  s.lowers.assign(layers.rbegin(), layers.rend());
+  for (const auto& l : s.lowers) s.lower_ptrs.push_back(l.c_str());
+  std::string lowerdir;
+  for (const auto& l : s.lowers) lowerdir += (lowerdir.empty() ? "" : ":") + l;
   s.overlay_opts =
-      "lowerdir=" + config.rootfs_dir + ",upperdir=" + s.rw + "/upper,workdir=" + s.rw + "/work";
+      "lowerdir=" + lowerdir + ",upperdir=" + s.upper + ",workdir=" + s.work + ",volatile";
   for (const auto& b : config.binds) {
     std::string t = b.target;
     while (!t.empty() && t.front() == '/') t.erase(0, 1);
@@ -191,10 +225,14 @@ void build_plan(SandboxConfig& config, const std::string& dir,
   plan.hostname = config.id.c_str();
   plan.host_rootfs = config.rootfs == RootfsMode::kHost;
   plan.root = s.root.c_str();
-  plan.rw = s.rw.c_str();
   plan.tmpfs_opts = s.tmpfs_opts.c_str();
   plan.shm_opts = s.shm_opts.c_str();
-  plan.overlay_opts = s.overlay_opts.c_str();
+  plan.lowers = s.lower_ptrs.data();
+  plan.nlowers = s.lower_ptrs.size();
+  plan.upper = s.upper.c_str();
+  plan.work = s.work.c_str();
+  // mount(2) copies at most one page of options (the kernel truncates, not fails).
+  plan.overlay_opts = s.overlay_opts.size() < 4096 ? s.overlay_opts.c_str() : nullptr;
   plan.binds = s.binds.data();
   plan.nbinds = s.binds.size();
   plan.own_netns = config.network == NetworkMode::kNone;
@@ -281,6 +319,10 @@ int Sandbox::pidfd() const { return s_->pidfd.get(); }
 int Sandbox::netns_fd() const { return s_->netns.get(); }
 const SandboxCgroups& Sandbox::cgroups() const { return s_->cgroups; }
 std::string Sandbox::state_path() const { return s_->dir; }
+std::string Sandbox::upper_dir() const {
+  if (s_->config.rootfs == RootfsMode::kHost) return {};
+  return s_->dir + "/" + kRwMount + "/upper";
+}
 
 Status Sandbox::signal(int sig) const {
   if (s_->status) return Error(ErrorCode::kFailedPrecondition, "sandbox init already exited");
@@ -340,6 +382,7 @@ Status Sandbox::destroy() {
   }
   keep(s_->cgroups.kill());  // the init is gone; make sure its tree is too
   keep(s_->cgroups.remove());
+  keep(remove_rw_layer(s_->dir));  // before remove_tree, which does not cross mount points
   keep(remove_tree(s_->dir));
   s_->lock.reset();
   return result;
@@ -374,6 +417,10 @@ Result<Sandbox> Sandbox::adopt(const std::string& state_dir, const std::string& 
   ABX_ASSIGN_OR_RETURN(const CgroupLayout layout, CgroupLayout::detect());
   st->config.cgroup_parent = parent;
   st->cgroups = SandboxCgroups::existing(layout, parent, id);
+  // What upper_dir() reports: an image sandbox has its writable layer in the state dir.
+  struct stat img;
+  st->config.rootfs = ::stat((st->dir + "/" + kRwImage).c_str(), &img) == 0 ? RootfsMode::kImage
+                                                                            : RootfsMode::kHost;
   st->adopted = true;
   return Sandbox(std::move(st));
 }
@@ -398,9 +445,13 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config) {
       (void)made_cgroups->kill();
       (void)made_cgroups->remove();
     }
+    (void)remove_rw_layer(st->dir);
     (void)remove_tree(st->dir);
   }};
   ABX_ASSIGN_OR_RETURN(st->lock, lock_state_dir(st->dir));
+  // 1b. the writable layer, mounted on the host (so the owner can read it after exit).
+  if (config.rootfs != RootfsMode::kHost)
+    ABX_TRY(make_rw_layer(config.state_dir, st->dir, config.disk_bytes));
 
   // 2. cgroups with their limits, before clone: the child must never run unlimited.
   ABX_ASSIGN_OR_RETURN(st->cgroups, SandboxCgroups::create(cgroup_layout(), config.cgroup_parent,

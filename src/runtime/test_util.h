@@ -91,9 +91,11 @@ inline RunResult run_on_host(std::vector<std::string> args) {
   return r;
 }
 
-// A config that runs the probe (bound at /abx/probe) with `args` in a host-rootfs sandbox.
+// A config that runs the probe (bound at /abx/probe) with `args` in a host-rootfs sandbox
+// (RootfsMode::kHost, the development mode: the isolation tests need the host's tools).
 inline SandboxConfig probe_config(const std::string& state_dir, std::vector<std::string> args) {
   SandboxConfig c;
+  c.rootfs = RootfsMode::kHost;
   c.id = unique_id("t");
   c.state_dir = state_dir;
   c.argv = {kProbeInside};

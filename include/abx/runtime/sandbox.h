@@ -7,15 +7,26 @@
 // urandom, tty, a private devpts, shm). The hostname is the sandbox id.
 //
 // Root filesystems:
-//  - RootfsMode::kHost: the root is a tmpfs capped at `disk_bytes`; the host's /usr, /bin,
-//    /sbin, /lib*, /etc are bind-mounted read-only, nosuid, nodev (top-level symlinks such as
-//    /bin -> usr/bin are recreated as symlinks); /tmp, /root, /home/user, /var are plain
-//    directories of that tmpfs, so every write stays in the sandbox. /etc/shadow and
-//    /etc/gshadow are masked with /dev/null.
-//  - RootfsMode::kDirectory: `rootfs_dir` is the read-only lower layer of an overlayfs whose
-//    upper and work dirs live on a tmpfs capped at `disk_bytes`.
-// All of these mounts exist only in the sandbox's mount namespace: the host sees none of them,
-// and they vanish with the sandbox's last process.
+//  - RootfsMode::kImage (the default): the root is an overlayfs of `lower_dirs` (image layers,
+//    lowest first, as an image store lists them; overlay whiteouts and opaque dirs inside them
+//    are honoured) under a writable layer on disk: `<state>/<id>/rw.img`, a sparse ext4 image
+//    of `disk_bytes`, loop-attached (autoclear) and mounted in the *host* mount namespace at
+//    `<state>/<id>/rw`, with the overlay's upper dir at `rw/upper` (upper_dir()). Writes past
+//    the quota fail with ENOSPC inside the sandbox only; the layer is disk, not tmpfs memory.
+//    The mount stays readable by the owner after the sandbox's processes exit (template builds
+//    turn the upper dir into a layer) and is removed by destroy() and cleanup_stale(). The
+//    overlay is mounted `volatile` (no syncs: the layer is not meant to survive a host crash);
+//    whoever mounts the same upper again later must first remove `rw/work/incompat/volatile`.
+//  - RootfsMode::kDirectory: the one-layer case of kImage, `lower_dirs = {rootfs_dir}`.
+//  - RootfsMode::kHost — development only, never a default: the root is a tmpfs capped at
+//    `disk_bytes`; the host's /usr, /bin, /sbin, /lib*, /etc are bind-mounted read-only,
+//    nosuid, nodev (top-level symlinks such as /bin -> usr/bin are recreated as symlinks);
+//    /tmp, /root, /home/user, /var are plain directories of that tmpfs. /etc/shadow and
+//    /etc/gshadow are masked with /dev/null. It shares the host's binaries and libraries with
+//    the sandbox, so it is weaker than an image and only for tests and local development.
+// Except the writable layer, these mounts exist only in the sandbox's mount namespace: the
+// host sees none of them, and they vanish with the sandbox's last process. /dev/shm is a tmpfs
+// of `shm_bytes` in every mode.
 //
 // Before exec, the init: joins its cgroups (see cgroup.h), brings `lo` up, sets rlimits
 // (NOFILE, FSIZE, CORE=0), calls setsid(), drops capabilities to kKeptCapabilities (bounding,
@@ -30,6 +41,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -42,7 +54,7 @@
 
 namespace abx::runtime {
 
-enum class RootfsMode { kHost, kDirectory };
+enum class RootfsMode { kImage, kDirectory, kHost };
 
 // kNone: a private netns with only loopback up (the host reaches ports through open_tcp()).
 // kHost: the host netns is shared — weaker: the sandbox reaches every host loopback service
@@ -69,11 +81,17 @@ struct FdMapping {
   int child_fd;
 };
 
+// Overlay layers one sandbox may stack (overlayfs's own limit is 500).
+inline constexpr std::size_t kMaxLowerDirs = 128;
+
 struct SandboxConfig {
   std::string id;         // 1-64 of [a-z0-9-], starting alphanumeric: hostname, cgroup, dir name
   std::string state_dir;  // absolute host directory for per-sandbox state; created if missing
-  RootfsMode rootfs = RootfsMode::kHost;
-  std::string rootfs_dir;  // kDirectory only: absolute path of the lower layer
+  RootfsMode rootfs = RootfsMode::kImage;
+  // kImage: absolute host directories of the image's layers, LOWEST first (an image store's
+  // order; overlayfs wants them top-first, the runtime converts). 1..kMaxLowerDirs of them.
+  std::vector<std::string> lower_dirs;
+  std::string rootfs_dir;  // kDirectory only: absolute path of the single lower layer
   NetworkMode network = NetworkMode::kNone;
   std::vector<std::string> argv;  // argv[0]: absolute path inside the sandbox
   std::vector<std::string> env;   // "K=V"; the host environment is never inherited
@@ -81,7 +99,9 @@ struct SandboxConfig {
   std::vector<BindMount> binds;
   std::vector<FdMapping> fds;
   CgroupLimits limits;
-  std::uint64_t disk_bytes = 256ull << 20;  // size of the writable tmpfs layer (and /dev/shm cap)
+  // Size of the writable layer: the ext4 image (kImage, kDirectory) or the root tmpfs (kHost).
+  std::uint64_t disk_bytes = 256ull << 20;
+  std::uint64_t shm_bytes = 64ull << 20;  // cap of the /dev/shm tmpfs (memory, not disk)
   std::uint64_t rlimit_nofile = 4096;
   std::uint64_t rlimit_fsize = 0;  // bytes; 0 = unlimited
   std::string cgroup_parent = "abx";
@@ -115,6 +135,10 @@ class Sandbox {
   int netns_fd() const;  // the sandbox's network namespace
   const SandboxCgroups& cgroups() const;
   std::string state_path() const;  // <state_dir>/<id>
+  // Host path of the overlay's upper dir (`<state_dir>/<id>/rw/upper`): what the sandbox wrote,
+  // with overlay whiteouts for deletions. Readable after the sandbox's processes exited; valid
+  // until destroy(). Empty for RootfsMode::kHost (its writes live in a tmpfs of its own).
+  std::string upper_dir() const;
 
   // Sends `sig` to the init only (SIGKILL there kills the whole pid namespace).
   Status signal(int sig) const;
@@ -133,7 +157,8 @@ class Sandbox {
   void detach();
 
   // Kills the whole tree (cgroup.kill or freezer, then SIGKILL to the init), reaps the init,
-  // removes the cgroups and the state directory. Idempotent.
+  // removes the cgroups, unmounts the writable layer and removes the state directory (the
+  // layer's image included). Idempotent.
   Status destroy();
 
  private:
@@ -144,8 +169,8 @@ class Sandbox {
 
 // Removes what sandboxes in `state_dir` left behind when their owner died without destroy():
 // kills their process trees (matched by pid and start time through a pidfd, so a reused pid
-// is never hit), removes their cgroups and state directories. Directories still locked by a
-// live owner are skipped. Returns how many sandboxes were cleaned.
+// is never hit), removes their cgroups, writable layers and state directories. Directories still
+// locked by a live owner are skipped. Returns how many sandboxes were cleaned.
 Result<int> cleanup_stale(const std::string& state_dir);
 
 }  // namespace abx::runtime

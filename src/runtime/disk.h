@@ -1,0 +1,27 @@
+// The writable layer of an image sandbox: a sparse ext4 image in the sandbox's state dir,
+// loop-attached and mounted in the host mount namespace, so its size is a real quota (ENOSPC
+// inside the sandbox), it is disk rather than tmpfs memory, and its upper dir stays readable by
+// the owner after the sandbox's processes exit. Parent side only (allocates, forks mkfs).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "abx/base/error.h"
+
+namespace abx::runtime {
+
+inline constexpr const char* kRwImage = "rw.img";  // <state>/<id>/rw.img
+inline constexpr const char* kRwMount = "rw";      // <state>/<id>/rw, the mount point
+
+// Creates `<dir>/rw.img` of `bytes` (sparse; a copy of a per-size ext4 image formatted once into
+// `<state_dir>/.rw-cache/`), attaches it to a free loop device with LO_FLAGS_AUTOCLEAR, mounts
+// it on `<dir>/rw` (nosuid, nodev, noatime) and creates `rw/upper` and `rw/work`. On failure
+// nothing stays mounted (the image file is left for the caller's removal of `dir`).
+Status make_rw_layer(const std::string& state_dir, const std::string& dir, std::uint64_t bytes);
+
+// Lazily unmounts `<dir>/rw` if it is mounted (the loop device then detaches itself once the
+// last user of the filesystem is gone) and removes `<dir>/rw.img`. Missing pieces are fine.
+Status remove_rw_layer(const std::string& dir);
+
+}  // namespace abx::runtime

@@ -1,0 +1,205 @@
+// Image root filesystems: layers stacked by overlayfs (whiteouts, opaque dirs, many layers) over
+// the ext4 writable layer on disk (upper dir on the host, quota), with a busybox image built
+// from Debian's busybox-static. Real sandboxes; needs root.
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/sysmacros.h>
+#include <sys/vfs.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "abx/runtime/layer.h"
+#include "abx/runtime/sandbox.h"
+#include "abx/testing/rootfs.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+
+namespace abx::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+// Every mount and loop device a sandbox made is gone once it is destroyed.
+void expect_no_disk_leftovers(const std::string& state_path) {
+  EXPECT_FALSE(fs::exists(state_path)) << state_path;
+  std::ifstream mi("/proc/self/mountinfo");
+  for (std::string line; std::getline(mi, line);)
+    EXPECT_EQ(line.find(state_path), std::string::npos) << line;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/sys/block", ec)) {
+    std::string backing = slurp(e.path() / "loop/backing_file");
+    EXPECT_EQ(backing.find(state_path), std::string::npos) << e.path() << ": " << backing;
+  }
+}
+
+class ImageTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "sandboxes need root";
+    base_ = tmp_.path() + "/layers/0-busybox";
+    fs::create_directories(base_);
+    std::string why;
+    if (!abx::testing::make_busybox_layer(base_, &why)) GTEST_SKIP() << why;
+    state_ = tmp_.path() + "/state";
+  }
+
+  SandboxConfig shell(std::vector<std::string> lowers, const std::string& script) {
+    SandboxConfig c;
+    c.id = testing::unique_id("img");
+    c.state_dir = state_;
+    c.rootfs = RootfsMode::kImage;
+    c.lower_dirs = std::move(lowers);
+    c.argv = {"/bin/sh", "-c", script};
+    c.env = {"PATH=/bin"};
+    c.disk_bytes = 64ull << 20;
+    return c;
+  }
+
+  // Spawns `c` with stdout+stderr captured and waits for the init; the sandbox is returned
+  // alive (its processes exited) so the test can look at its upper dir, then destroys it.
+  struct Ran {
+    std::string out;
+    int status = -1;
+    std::optional<Sandbox> sb;
+  };
+  Ran run(SandboxConfig c) {
+    Ran r;
+    int p[2];
+    EXPECT_EQ(::pipe2(p, O_CLOEXEC), 0);
+    c.fds.push_back({p[1], 1});
+    c.fds.push_back({p[1], 2});
+    auto sb = Sandbox::spawn(std::move(c));
+    ::close(p[1]);
+    if (!sb) {
+      ::close(p[0]);
+      ADD_FAILURE() << "spawn: " << sb.error().to_string();
+      return r;
+    }
+    r.out = testing::read_all(p[0]);
+    ::close(p[0]);
+    auto st = sb->wait();
+    EXPECT_TRUE(st.ok());
+    if (st) r.status = *st;
+    r.sb.emplace(std::move(*sb));
+    return r;
+  }
+
+  testing::TempDir tmp_;
+  std::string base_, state_;
+};
+
+TEST_F(ImageTest, LayersStackWithWhiteoutsAndOpaqueDirsAndWritesGoToUpperOnDisk) {
+  // Layer 0: busybox plus files that the layer above hides.
+  fs::create_directories(base_ + "/data/old");
+  std::ofstream(base_ + "/etc/hidden") << "lower\n";
+  std::ofstream(base_ + "/etc/kept") << "kept\n";
+  std::ofstream(base_ + "/data/old/x") << "x\n";
+  // Layer 1: a whiteout for /etc/hidden, /data/old opaque with one new file, a new /etc file.
+  std::string top = tmp_.path() + "/layers/1-top";
+  fs::create_directories(top + "/etc");
+  fs::create_directories(top + "/data/old");
+  ASSERT_TRUE(make_whiteout(top + "/etc/hidden").ok());
+  ASSERT_TRUE(make_opaque(top + "/data/old").ok());
+  std::ofstream(top + "/data/old/new") << "new\n";
+  std::ofstream(top + "/etc/added") << "added\n";
+
+  auto r = run(shell({base_, top},
+                     "ls /etc; echo --; ls /data/old; echo --; cat /etc/kept; "
+                     "echo written > /newfile && rm /etc/kept && echo done"));
+  ASSERT_TRUE(r.sb);
+  EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.out;
+  EXPECT_EQ(r.out, "added\ngroup\nkept\npasswd\n--\nnew\n--\nkept\ndone\n");
+  // The writes are on the host, in the upper dir of the ext4 layer, after the init exited.
+  std::string upper = r.sb->upper_dir();
+  EXPECT_EQ(upper, r.sb->state_path() + "/rw/upper");
+  EXPECT_EQ(slurp(upper + "/newfile"), "written\n");
+  struct stat st;
+  ASSERT_EQ(::lstat((upper + "/etc/kept").c_str(), &st), 0);  // the deletion: a whiteout
+  EXPECT_TRUE(S_ISCHR(st.st_mode) && st.st_rdev == makedev(0, 0));
+  struct statfs sfs;
+  ASSERT_EQ(::statfs(upper.c_str(), &sfs), 0);
+  EXPECT_EQ(sfs.f_type, 0xEF53u);  // ext4, not tmpfs
+  // The layers themselves are untouched.
+  EXPECT_TRUE(fs::exists(base_ + "/etc/kept"));
+  EXPECT_FALSE(fs::exists(base_ + "/newfile"));
+  std::string state = r.sb->state_path();
+  ASSERT_TRUE(r.sb->destroy().ok());
+  expect_no_disk_leftovers(state);
+}
+
+TEST_F(ImageTest, WritesPastTheQuotaGetEnospcInsideOnly) {
+  struct statvfs before;
+  ASSERT_EQ(::statvfs(tmp_.path().c_str(), &before), 0);
+  auto c = shell({base_},
+                 "dd if=/dev/zero of=/big bs=1M count=64 2>&1 | grep -o 'No space left on device'; "
+                 "rm /big; echo small > /small && cat /small; echo alive");
+  c.disk_bytes = 16ull << 20;
+  auto r = run(std::move(c));
+  ASSERT_TRUE(r.sb);
+  EXPECT_EQ(r.out, "No space left on device\nsmall\nalive\n");
+  // The image never grows past its size, and the host filesystem did not fill.
+  struct stat st;
+  ASSERT_EQ(::stat((r.sb->state_path() + "/rw.img").c_str(), &st), 0);
+  EXPECT_LE(static_cast<std::uint64_t>(st.st_blocks) * 512, 16ull << 20);
+  struct statvfs after;
+  ASSERT_EQ(::statvfs(tmp_.path().c_str(), &after), 0);
+  EXPECT_GT(after.f_bavail * after.f_frsize, 64ull << 20);
+  std::string state = r.sb->state_path();
+  ASSERT_TRUE(r.sb->destroy().ok());
+  expect_no_disk_leftovers(state);
+}
+
+TEST_F(ImageTest, ManyLayersPastTheLegacyOptionPage) {
+  // 100 layers of ~70-byte paths: ~7 KiB of lowerdir, more than mount(2)'s 4 KiB page.
+  std::vector<std::string> lowers = {base_};
+  for (int i = 1; i < 100; ++i) {
+    std::string d = tmp_.path() + "/layers/layer-" + std::to_string(1000 + i) +
+                    "-with-a-long-name-like-an-image-store-digest";
+    fs::create_directories(d + "/many");
+    std::ofstream(d + "/many/" + std::to_string(i)) << i;
+    std::ofstream(d + "/top") << i;  // the last layer's wins
+    lowers.push_back(d);
+  }
+  auto r = run(shell(lowers, "ls /many | wc -l; cat /top"));
+  ASSERT_TRUE(r.sb);
+  EXPECT_EQ(r.out, "99\n99");
+  ASSERT_TRUE(r.sb->destroy().ok());
+}
+
+TEST_F(ImageTest, ConfigErrors) {
+  auto c = shell({}, "true");
+  auto r = Sandbox::spawn(c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument);
+  c = shell({tmp_.path() + "/missing"}, "true");
+  r = Sandbox::spawn(c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("not a directory"), std::string::npos);
+  // A config left at its defaults is an image without layers, never the host's root.
+  SandboxConfig d;
+  EXPECT_EQ(d.rootfs, RootfsMode::kImage);
+  EXPECT_FALSE(fs::exists(state_ + "/" + c.id));
+}
+
+TEST_F(ImageTest, CleanupStaleUnmountsTheWritableLayer) {
+  auto c = shell({base_}, "sleep 100");
+  std::string id = c.id;
+  auto sb = Sandbox::spawn(std::move(c));
+  ASSERT_TRUE(sb.ok()) << sb.error().to_string();
+  std::string state = sb->state_path();
+  sb->detach();  // as if the owner died: unlocked, running, mounted
+  auto n = cleanup_stale(state_);
+  ASSERT_TRUE(n.ok()) << n.error().to_string();
+  EXPECT_EQ(*n, 1);
+  expect_no_disk_leftovers(state);
+  EXPECT_TRUE(fs::exists(state_ + "/.rw-cache"));  // the cache is not a sandbox
+}
+
+}  // namespace
+}  // namespace abx::runtime
