@@ -15,6 +15,9 @@ step "building (release preset)"
 cmake --preset release >/dev/null
 cmake --build --preset release -j "$(nproc)" --target abxd abx-envd abx-server abx_demo_commands
 
+step "building the base image (Debian bookworm via mmdebstrap; cached after the first run)"
+scripts/build-images.sh --store build/images --abxd build/release/src/platform/abxd
+
 home=$(mktemp -d /tmp/abx-demo.XXXXXX)
 out="$home/abxd.out"
 pid=""
@@ -25,7 +28,7 @@ cleanup() {
 trap cleanup EXIT
 
 step "starting abxd (home $home)"
-build/release/src/platform/abxd --home "$home" --listen 127.0.0.1:0 --kill-sandboxes >"$out" 2>"$home/abxd.log" &
+build/release/src/platform/abxd --home "$home" --image-store build/images --listen 127.0.0.1:0 --kill-sandboxes >"$out" 2>"$home/abxd.log" &
 pid=$!
 for _ in $(seq 200); do grep -q '^listening on' "$out" && break; sleep 0.05; done
 addr=$(sed -n 's/^listening on //p' "$out")

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs dependencies, lints, builds, and runs every test: the `dev` preset (all tests), then
+# Installs dependencies, lints, builds, builds the base image once (scripts/build-images.sh into
+# build/images, shared by every test), and runs every test: the `dev` preset (all tests), then
 # the `asan` preset (AddressSanitizer + UBSan, unit-labelled tests), then builds the `release`
 # preset with every target (tests included: -Werror and -O2 find what -O0 does not) without
 # running it. After each ctest, no sandbox the run started may still be alive.
@@ -48,6 +49,11 @@ if [ "$lint" = 1 ]; then
   step "lint (clang-format, clang-tidy, syscall placement)"
   scripts/lint.sh --build-dir=build/dev
 fi
+
+# The default image (Debian bookworm from Debian's registry, mmdebstrap; the tarball is cached
+# in /var/cache/abx) goes once into build/images, the store every test's abxd shares.
+step "building the base image into build/images (scripts/build-images.sh)"
+scripts/build-images.sh --store build/images --abxd build/dev/src/platform/abxd
 
 step "running tests (dev preset)"
 run_ctest --preset dev -j "$jobs" --timeout 300

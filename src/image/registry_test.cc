@@ -729,7 +729,16 @@ class RedirectingRegistry {
       if (req.find(boost::beast::http::field::authorization) != req.end()) ++storage_saw_auth_;
       std::string target(req.target());
       std::string hex = target.substr(target.rfind(':') + 1, 64);
-      respond(reply(req, 200, read_file(layout_ / "blobs/sha256" / hex)));
+      std::string data = read_file(layout_ / "blobs/sha256" / hex);
+      if (truncate_ && data.size() > 1000) {
+        // Announce the whole blob, send half, drop the connection: an interrupted download.
+        http::Response head{boost::beast::http::status::ok, req.version()};
+        head.content_length(data.size());
+        auto writer = respond.stream(std::move(head));
+        writer->write(data.substr(0, data.size() / 2));
+        return;  // the writer goes without finish(): the connection is aborted
+      }
+      respond(reply(req, 200, std::move(data)));
     });
     EXPECT_TRUE(storage.ok());
     storage_ = std::move(*storage);
@@ -771,6 +780,7 @@ class RedirectingRegistry {
   std::string host() const { return "127.0.0.1:" + std::to_string(front_->port()); }
   void serve_manifest(std::string digest) { manifest_ = std::move(digest); }
   int storage_saw_auth() const { return storage_saw_auth_; }
+  void truncate_blobs(bool on) { truncate_ = on; }
 
  private:
   static http::Response reply(const http::Request& req, unsigned status, std::string body) {
@@ -782,6 +792,7 @@ class RedirectingRegistry {
   fs::path layout_;
   std::string manifest_;
   std::atomic<int> storage_saw_auth_{0};
+  std::atomic<bool> truncate_{false};
   std::unique_ptr<http::Server> storage_;
   std::unique_ptr<http::Server> front_;
 };
@@ -805,6 +816,39 @@ TEST_F(RegistryTest, FollowsBlobRedirectsWithoutCredentials) {
   auto loop = pull(*fresh, ref(front.host() + "/loop/img:v1"), options_);
   ASSERT_FALSE(loop.ok());
   EXPECT_THAT(loop.error().message(), HasSubstr("more than 3 redirects"));
+}
+
+TEST_F(RegistryTest, InterruptedBlobStoresNothingAndRetryWorks) {
+  RedirectingRegistry front(images_->layout);
+  front.serve_manifest(images_->busybox.digest);
+  front.truncate_blobs(true);
+  options_.auth_file = (tmp_.path() / "auth.json").string();
+  write_file(options_.auth_file, R"({"auths":{")" + front.host() + R"(":{"auth":")" +
+                                     base64_encode("carol:pw") + R"("}}})");
+  auto r = ref(front.host() + "/redir/img:v1");
+  auto cut = pull(*store_, r, options_);
+  ASSERT_FALSE(cut.ok());
+  EXPECT_EQ(cut.error().code(), ErrorCode::kUnavailable) << cut.error().to_string();
+  EXPECT_THAT(cut.error().message(), HasSubstr(images_->busybox_layer.digest));
+  EXPECT_FALSE(store_->has_blob(images_->busybox_layer.digest));
+  EXPECT_TRUE(store_->tags().empty());
+  EXPECT_TRUE(!fs::exists(tmp_.path() / "store" / "tmp") ||
+              fs::is_empty(tmp_.path() / "store" / "tmp"));
+
+  front.truncate_blobs(false);
+  auto retry = pull(*store_, r, options_);
+  ASSERT_TRUE(retry.ok()) << retry.error().to_string();
+  EXPECT_TRUE(store_->has_blob(images_->busybox_layer.digest));
+}
+
+TEST_F(RegistryTest, ManifestOverTheLimitIsRefused) {
+  start_registry();
+  seed("v1", "test/busybox:v1");
+  options_.max_manifest_bytes = 100;
+  auto img = pull(*store_, ref(host() + "/test/busybox:v1"), options_);
+  ASSERT_FALSE(img.ok());
+  EXPECT_EQ(img.error().code(), ErrorCode::kPayloadTooLarge);
+  EXPECT_THAT(img.error().message(), HasSubstr("over the limit of 100 bytes"));
 }
 
 TEST_F(RegistryTest, PushThenPullBackByDigestAndSkopeoInspect) {

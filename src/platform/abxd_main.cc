@@ -14,7 +14,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -29,6 +28,7 @@
 #include "abx/platform/gateway.h"
 #include "abx/store/store.h"
 #include "abx/templates/template.h"
+#include "abxd_images.h"
 #include "api.h"
 #include "sandboxes.h"
 
@@ -55,6 +55,11 @@ std::string locate(const char* env, const std::string& compiled) {
   return compiled;
 }
 
+std::string env_or(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
 // Everything the flags set. A key subcommand fills `key_action` ("create", "list", "revoke",
 // "ak-create", "ak-list", "ak-revoke") and `key_arg`; the daemon leaves them empty.
 struct Config {
@@ -66,6 +71,10 @@ struct Config {
       locate("ABX_ENVD_BIN", ABX_ENVD_BIN), locate("ABX_SERVER_BIN", ABX_SERVER_BIN),
       locate("ABX_DEMO_MODULE", ABX_DEMO_MODULE), locate("ABX_BUNDLE_DIR", ABX_BUNDLE_DIR)};
   bool kill_sandboxes = false;
+  std::string registry_auth;
+  std::vector<std::string> insecure_registries;
+  std::string image_store = env_or("ABX_IMAGE_STORE");  // empty: <home>/images
+  platform::ImageCommand image_cmd;
   std::string key_action;
   std::string key_arg;
 };
@@ -133,6 +142,15 @@ std::optional<int> parse_flags(int argc, char** argv, Config& cfg) {
                  "bin/abx-envd (--bundle '' to bind those single files instead)")
       ->capture_default_str();
   app.add_option("--log-level", cfg.log_level, "trace, debug, info, warn, error or off");
+  app.add_option("--registry-auth", cfg.registry_auth,
+                 "Registry credentials for pulls and pushes (docker-style auth.json; default "
+                 "$ABX_HOME/auth.json if it exists)");
+  app.add_option("--insecure-registry", cfg.insecure_registries,
+                 "HOST[:PORT] reached over plain HTTP (loopback registries always are); repeatable")
+      ->take_all();
+  app.add_option("--image-store", cfg.image_store,
+                 "Image store directory (default $ABX_IMAGE_STORE, else <home>/images); several "
+                 "homes may share one");
   app.add_flag("--kill-sandboxes", cfg.kill_sandboxes,
                "On SIGTERM kill every sandbox (default: leave them running; the next abxd "
                "adopts them)");
@@ -156,6 +174,7 @@ std::optional<int> parse_flags(int argc, char** argv, Config& cfg) {
        .revoke = "Revoke an access key",
        .revoke_arg = "access_key",
        .revoke_arg_help = "The access key id"});
+  platform::add_image_commands(app, cfg.image_cmd);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -305,6 +324,7 @@ sigset_t block_stop_signals() {
   sigemptyset(&stop);
   sigaddset(&stop, SIGTERM);
   sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGHUP);  // reload templates
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
   return stop;
@@ -322,46 +342,43 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   bo.demo_module = "/opt/abx/lib/libabx_demo_commands.so";
   auto catalog = templates::TemplateCatalog::load(cfg.home, bo);
   for (const auto& e : catalog.errors()) log.error("template skipped: " + e.message);
+  const std::size_t ntemplates = catalog.list().size();
 
   platform::ManagerOptions mo;
   mo.home = cfg.home;
   mo.domain = cfg.domain;
   mo.binaries = cfg.bins;
-  auto mgr = platform::SandboxManager::start(mo, **st, catalog);
+  mo.builtins = bo;
+  mo.registry_auth_file = cfg.registry_auth;
+  mo.insecure_registries = cfg.insecure_registries;
+  mo.image_store = cfg.image_store;
+  auto mgr = platform::SandboxManager::start(mo, **st, std::move(catalog));
   if (!mgr.ok()) return fail(mgr.error(), kExitConfig);
   platform::ControlApi api(**mgr, **st);
 
-  // The image store and template builds. A reload loads a fresh catalog and swaps it in; the
-  // old ones stay alive (live sandboxes point into them) until abxd exits.
-  auto images = image::Store::open((fs::path(cfg.home) / "images").string());
-  if (!images.ok()) return fail(images.error(), kExitConfig);
-  std::mutex reload_mu;
-  std::deque<templates::TemplateCatalog> reloaded;
+  // Template builds, into the manager's image store; a finished build reloads the catalog.
   platform::TemplateBuildOptions tbo;
   tbo.home = cfg.home;
-  tbo.store = &*images;
+  tbo.store = &(*mgr)->images();
   if (!cfg.bins.bundle.empty() && fs::exists(fs::path(cfg.bins.bundle) / "bin/abx-envd")) {
     tbo.binds.push_back({cfg.bins.bundle, "/opt/abx", false});
   }
-  const std::string auth_file = (fs::path(cfg.home) / "auth.json").string();
-  tbo.pull = [&images, auth_file](const image::Reference& ref,
-                                  const platform::BuildProgress& progress) {
+  platform::SandboxManager* manager = mgr->get();
+  tbo.pull = [manager](const image::Reference& ref, const platform::BuildProgress& progress) {
     image::RegistryOptions ro;
-    if (fs::exists(auth_file)) ro.auth_file = auth_file;
+    ro.auth_file = manager->options().registry_auth_file;
+    ro.insecure_registries = manager->options().insecure_registries;
     ro.progress = [&progress](std::string_view line) {
       if (progress) progress(boost::json::object{{"type", "log"}, {"line", std::string(line)}});
     };
-    return image::pull(*images, ref, ro);
+    return image::pull(manager->images(), ref, ro);
   };
-  tbo.reload_templates = [&]() -> Status {
-    std::lock_guard lock(reload_mu);
-    reloaded.push_back(templates::TemplateCatalog::load(cfg.home, bo));
-    for (const auto& e : reloaded.back().errors()) log.error("template skipped: " + e.message);
-    (*mgr)->set_catalog(reloaded.back());
+  tbo.reload_templates = [manager]() -> Status {
+    manager->reload_templates();
     return {};
   };
   platform::TemplateBuilder builder(tbo);
-  api.enable_builds(builder, *images, (fs::path(cfg.home) / "uploads").string());
+  api.enable_builds(builder, (*mgr)->images(), (fs::path(cfg.home) / "uploads").string());
 
   const sigset_t stop = block_stop_signals();
   auto gw = platform::Gateway::start(gopt, api);
@@ -369,9 +386,13 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   std::string addr = (*gw)->host() + ":" + std::to_string((*gw)->port());
   std::cout << "listening on " << addr << std::endl;
   log.info("abxd serving on " + addr + " (home " + cfg.home + ", domain " + cfg.domain + ", " +
-           std::to_string(catalog.list().size()) + " templates)");
+           std::to_string(ntemplates) + " templates)");
   int sig = 0;
-  sigwait(&stop, &sig);
+  for (;;) {
+    sigwait(&stop, &sig);
+    if (sig != SIGHUP) break;
+    (*mgr)->reload_templates();  // SIGHUP: re-read $ABX_HOME/templates
+  }
   log.info(std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") + ": draining");
   (*gw)->shutdown(std::chrono::seconds(10));
   if (cfg.kill_sandboxes) {
@@ -393,6 +414,10 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   if (!cfg.key_action.empty()) return keys_main(cfg);
+  if (cfg.image_cmd.group->parsed()) {
+    return platform::run_image_command(
+        cfg.image_cmd, cfg.image_store.empty() ? cfg.home + "/images" : cfg.image_store);
+  }
   auto gopt = gateway_options(cfg);
   if (!gopt.ok()) return fail(gopt.error(), kExitUsage);
   return serve(cfg, *gopt);

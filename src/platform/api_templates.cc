@@ -25,19 +25,20 @@ json::object template_json(const templates::Template& t) {
 
 Result<Response> list_templates(Context& ctx) {
   json::array out;
-  for (const auto* t : ctx.sandboxes.catalog().list()) out.push_back(template_json(*t));
+  auto cat = ctx.sandboxes.catalog();
+  for (const auto* t : cat->list()) out.push_back(template_json(*t));
   return http::json_response(200, out);
 }
 
 Result<Response> get_template(Context& ctx) {
-  const auto& cat = ctx.sandboxes.catalog();
+  auto cat = ctx.sandboxes.catalog();
   const std::string& id = ctx.params.at(0);
-  if (const auto* t = cat.get(id)) {
+  if (const auto* t = cat->get(id)) {
     json::object o = template_json(*t);
     o["builds"] = json::array{};
     return http::json_response(200, o);
   }
-  for (const auto& e : cat.errors()) {
+  for (const auto& e : cat->errors()) {
     if (e.id_hint == id) return not_found("template '" + id + "' failed to load: " + e.message);
   }
   return not_found("template '" + id + "' not found");
@@ -62,7 +63,8 @@ Status need_builds(const Context& ctx) {
 // reference (abx:NAME or the reference a pull tagged).
 Result<image::Image> image_of(Context& ctx, const std::string& id) {
   if (auto img = ctx.images->get(id); img.ok()) return img;
-  const auto* t = ctx.sandboxes.catalog().get(id);
+  const auto catalog = ctx.sandboxes.catalog();  // held: t points into it
+  const auto* t = catalog->get(id);
   if (!t) return not_found("template '" + id + "' not found");
   if (t->image.empty())
     return not_found("template '" + id + "' has no image (rootfs: " + t->rootfs + ")");
@@ -128,7 +130,7 @@ Result<Response> delete_template(Context& ctx) {
   ABX_TRY(need_builds(ctx));
   const std::string& id = ctx.params.at(0);
   if (!ctx.builder->is_built(id)) {
-    if (ctx.sandboxes.catalog().get(id)) {
+    if (ctx.sandboxes.catalog()->get(id)) {
       return Error(ErrorCode::kFailedPrecondition,
                    "template '" + id + "' was not built by abx template build; remove its " +
                        "template.yaml instead");
@@ -204,7 +206,8 @@ Status build_template(Context& ctx, const std::string& context_tar,
   auto result = ctx.builder->build(req, send);
   if (result.ok()) {
     json::object t;
-    if (const auto* tmpl = ctx.sandboxes.catalog().get(req.name)) {
+    const auto catalog = ctx.sandboxes.catalog();
+    if (const auto* tmpl = catalog->get(req.name)) {
       t = tmpl->to_json();
     } else {
       t["templateID"] = req.name;

@@ -219,7 +219,7 @@ class AbxdBackend : public PlatformBackend {
                                    const json::object& arguments) override {
     ABX_ASSIGN_OR_RETURN(auto live, find(id));
     client::Sandbox sbx = handle(*live);
-    const templates::Template* t = live->tmpl;
+    const templates::Template* t = live->tmpl.get();
     const templates::CustomCommand* custom = nullptr;
     if (t) {
       for (const auto& cc : t->custom_commands) {
@@ -265,7 +265,7 @@ class AbxdBackend : public PlatformBackend {
     info.sandbox_id = sb.record.id;
     info.template_id = sb.record.template_id;
     info.envd_access_token = sb.access_token;
-    return client::Sandbox::attach(std::move(info), config, capabilities_of(sb.tmpl));
+    return client::Sandbox::attach(std::move(info), config, capabilities_of(sb.tmpl.get()));
   }
 
   Result<client::Sandbox> open(const std::string& id,

@@ -13,6 +13,8 @@
 
 #include "abx/base/try.h"
 #include "abx/http/client.h"
+#include "abx/image/reference.h"
+#include "abx/image/registry.h"
 #include "abx/runtime/process.h"
 #include "abx/token/token.h"
 
@@ -66,11 +68,15 @@ Status write_token_file(const fs::path& path, const std::string& token) {
 }  // namespace
 
 SandboxManager::SandboxManager(ManagerOptions options, store::Store& store,
-                               const templates::TemplateCatalog& catalog)
-    : opt_(std::move(options)), store_(&store), catalog_(&catalog) {}
+                               templates::TemplateCatalog catalog, image::Store images)
+    : opt_(std::move(options)),
+      store_(&store),
+      images_(std::move(images)),
+      catalog_(std::make_shared<const templates::TemplateCatalog>(std::move(catalog))) {}
 
-Result<std::unique_ptr<SandboxManager>> SandboxManager::start(
-    ManagerOptions options, store::Store& store, const templates::TemplateCatalog& catalog) {
+Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions options,
+                                                              store::Store& store,
+                                                              templates::TemplateCatalog catalog) {
   for (const auto& [what, path] : {std::pair{"abx-envd", options.binaries.envd},
                                    std::pair{"abx-server", options.binaries.server}}) {
     if (has_bundle(options.binaries)) break;
@@ -79,7 +85,14 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(
                    std::string(what) + " not found at '" + path + "' (see abxd --help)");
     }
   }
-  std::unique_ptr<SandboxManager> m(new SandboxManager(std::move(options), store, catalog));
+  auto images = image::Store::open(options.image_store.empty() ? options.home + "/images"
+                                                              : options.image_store);
+  if (!images.ok()) {
+    return Error(images.error().code(), "image store: " + images.error().message());
+  }
+  std::unique_ptr<SandboxManager> m(
+      new SandboxManager(std::move(options), store, std::move(catalog), std::move(*images)));
+  auto cat = m->catalog();
   std::string state_dir = m->opt_.home + "/sandboxes";
   std::error_code ec;
   fs::create_directories(state_dir, ec);
@@ -94,7 +107,7 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(
     ABX_ASSIGN_OR_RETURN(store::SandboxPage page, store.list_sandboxes(f));
     for (const auto& rec : page.items) {
       auto sb = runtime::Sandbox::adopt(state_dir, rec.id);
-      const templates::Template* tmpl = catalog.get(rec.template_id);
+      const templates::Template* tmpl = cat->get(rec.template_id);
       std::ifstream tin(fs::path(m->opt_.home) / "run" / rec.id / "token");
       std::string token((std::istreambuf_iterator<char>(tin)), std::istreambuf_iterator<char>());
       bool token_ok = rec.access_token_digest.empty()
@@ -109,7 +122,7 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(
       }
       auto live = std::make_shared<LiveSandbox>(rec, std::move(*sb));
       live->access_token = std::move(token);
-      live->tmpl = tmpl;
+      live->tmpl = std::make_shared<const templates::Template>(*tmpl);
       live->paused = rec.state == store::SandboxState::kPaused;
       m->live_[rec.id] = std::move(live);
       ++adopted;
@@ -142,16 +155,17 @@ namespace {
 // start and server commands, environment and limits, and the binaries bind-mounted read-only.
 runtime::SandboxConfig envd_sandbox_config(const ManagerOptions& opt,
                                            const templates::Template& tmpl,
+                                           const std::optional<image::Image>& img,
                                            const CreateRequest& req, const std::string& id,
                                            const std::string& token_file) {
   runtime::SandboxConfig cfg;
   cfg.id = id;
   cfg.state_dir = opt.home + "/sandboxes";
-  if (tmpl.rootfs == "host") {
-    cfg.rootfs = runtime::RootfsMode::kHost;
+  if (!img) {
+    cfg.rootfs = runtime::RootfsMode::kHost;  // `rootfs: host`, the explicit development mode
   } else {
-    cfg.rootfs = runtime::RootfsMode::kDirectory;
-    cfg.rootfs_dir = tmpl.rootfs;
+    cfg.rootfs = runtime::RootfsMode::kImage;
+    cfg.lower_dirs = img->layer_dirs;
   }
   cfg.network = tmpl.network == templates::NetworkMode::kHost ? runtime::NetworkMode::kHost
                                                               : runtime::NetworkMode::kNone;
@@ -160,18 +174,39 @@ runtime::SandboxConfig envd_sandbox_config(const ManagerOptions& opt,
     cfg.binds.push_back({token_file, kTokenInside, false});
     cfg.argv.insert(cfg.argv.end(), {"--token-file", kTokenInside});
   }
-  if (!tmpl.start.empty())
-    cfg.argv.insert(cfg.argv.end(), {"--start-cmd", join_quoted(tmpl.start)});
+  // The image's config gives the defaults: its Entrypoint + Cmd start unless the template has a
+  // start command, its User is the default user, its Env comes before the template's.
+  std::vector<std::string> start = tmpl.start;
+  if (start.empty() && img) {
+    start = img->config.entrypoint;
+    start.insert(start.end(), img->config.cmd.begin(), img->config.cmd.end());
+  }
+  if (!start.empty()) cfg.argv.insert(cfg.argv.end(), {"--start-cmd", join_quoted(start)});
+  if (img && !img->config.user.empty()) {
+    cfg.argv.insert(cfg.argv.end(), {"--default-user", img->config.user});
+  }
   if (tmpl.server) {
     // Executed directly (no shell needed in the image); envd gives it the token it read.
     boost::json::array argv;
     for (const auto& a : tmpl.server->argv) argv.emplace_back(a);
     cfg.argv.insert(cfg.argv.end(), {"--server-argv", boost::json::serialize(argv)});
   }
-  cfg.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root",
-             "LANG=C.UTF-8", "ABX_SANDBOX_ID=" + id, "E2B_SANDBOX_ID=" + id};
-  for (const auto& [k, v] : tmpl.env) cfg.env.push_back(k + "=" + v);
-  for (const auto& [k, v] : req.env_vars) cfg.env.push_back(k + "=" + v);
+  // Later sources override earlier ones: abx's defaults, the image, the template, the request.
+  std::map<std::string, std::string> env = {
+      {"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+      {"HOME", "/root"},
+      {"LANG", "C.UTF-8"}};
+  if (img) {
+    for (const auto& kv : img->config.env) {
+      auto eq = kv.find('=');
+      if (eq != std::string::npos && eq > 0) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+  }
+  for (const auto& [k, v] : tmpl.env) env[k] = v;
+  for (const auto& [k, v] : req.env_vars) env[k] = v;
+  env["ABX_SANDBOX_ID"] = id;
+  env["E2B_SANDBOX_ID"] = id;
+  for (const auto& [k, v] : env) cfg.env.push_back(k + "=" + v);
   if (has_bundle(opt.binaries)) {
     cfg.binds.push_back({opt.binaries.bundle, kBundleInside, false});
   } else {
@@ -231,8 +266,17 @@ store::SandboxRecord new_record(const ManagerOptions& opt, const templates::Temp
 // after the token file exists removes the run directory, and after spawn destroys the sandbox,
 // so an unacknowledged create leaves nothing behind.
 Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest& req) {
-  const templates::Template* tmpl = catalog().get(req.template_id);
-  if (tmpl == nullptr) return not_found("template '" + req.template_id + "' not found");
+  auto catalog = this->catalog();
+  const templates::Template* tmpl = catalog->get(req.template_id);
+  if (tmpl == nullptr) {
+    for (const auto& e : catalog->errors()) {
+      if (e.id_hint == req.template_id) {
+        return Error(ErrorCode::kFailedPrecondition,
+                     "template '" + req.template_id + "' failed to load: " + e.message);
+      }
+    }
+    return not_found("template '" + req.template_id + "' not found");
+  }
   // secure=false opens envd without a token (as in E2B); a command server always needs one.
   if (!req.secure && tmpl->server) {
     return invalid_argument("secure=false needs a template without a command server ('" + tmpl->id +
@@ -251,6 +295,10 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
                    "sandbox limit reached (" + std::to_string(opt_.max_sandboxes) + ")");
     }
   }
+  std::optional<image::Image> img;
+  if (tmpl->rootfs != "host") {
+    ABX_ASSIGN_OR_RETURN(img, resolve_image(*tmpl));
+  }
   ABX_ASSIGN_OR_RETURN(const std::string id, store::generate_sandbox_id());
   std::string token;
   if (req.secure) {
@@ -268,7 +316,7 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
     ABX_TRY(write_token_file(token_file, token));
   }
 
-  auto sb = runtime::Sandbox::spawn(envd_sandbox_config(opt_, *tmpl, req, id, token_file));
+  auto sb = runtime::Sandbox::spawn(envd_sandbox_config(opt_, *tmpl, img, req, id, token_file));
   if (!sb.ok()) {
     cleanup_run();
     slog.error("spawn failed: " + sb.error().message());
@@ -288,7 +336,7 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   }
   auto live = std::make_shared<LiveSandbox>(std::move(rec), std::move(*sb));
   live->access_token = std::move(token);
-  live->tmpl = tmpl;
+  live->tmpl = std::make_shared<const templates::Template>(*tmpl);
   {
     std::lock_guard lock(mu_);
     live_[live->record.id] = live;
@@ -296,6 +344,68 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   slog.info("created from template '" + tmpl->id + "', deadline in " + std::to_string(timeout) +
             " s");
   return live;
+}
+
+std::shared_ptr<const templates::TemplateCatalog> SandboxManager::catalog() const {
+  std::lock_guard lock(catalog_mu_);
+  return catalog_;
+}
+
+std::size_t SandboxManager::reload_templates() {
+  auto fresh = std::make_shared<const templates::TemplateCatalog>(
+      templates::TemplateCatalog::load(opt_.home, opt_.builtins));
+  for (const auto& e : fresh->errors()) log_.error("template skipped: " + e.message);
+  std::size_t n = fresh->list().size();
+  {
+    std::lock_guard lock(catalog_mu_);
+    catalog_ = std::move(fresh);
+  }
+  log_.info("templates reloaded: " + std::to_string(n));
+  return n;
+}
+
+Result<image::Image> SandboxManager::resolve_image(const templates::Template& tmpl) {
+  auto fail = [&](const Error& e) {
+    return Error(e.code(), "template '" + tmpl.id + "': " + e.message());
+  };
+  if (!tmpl.rootfs.empty()) {
+    auto img = image::Store::directory_image(tmpl.rootfs);
+    if (!img.ok()) return fail(img.error());
+    return img;
+  }
+  std::lock_guard lock(pull_mu_);
+  if (tmpl.image.rfind("abx:", 0) == 0) {
+    std::string name = tmpl.image.substr(4);
+    auto img = images_.get(name);
+    if (img.ok()) return img;
+    if (img.error().code() != ErrorCode::kNotFound) return fail(img.error());
+    std::string hint = name == "base" ? "scripts/build-images.sh builds it"
+                                      : "build it with `abx template build -t " + name + " DIR`";
+    return Error(ErrorCode::kFailedPrecondition, "template '" + tmpl.id + "': image " +
+                                                     tmpl.image + " is not built (" + hint + ")");
+  }
+  auto ref = image::parse_reference(tmpl.image);
+  if (!ref.ok()) return fail(ref.error());
+  if (auto cached = images_.get(ref->str()); cached.ok()) return cached;
+  Logger plog("images", tmpl.id);
+  auto progress = [&](std::string_view line) { plog.info(std::string(line)); };
+  plog.info("fetching " + ref->str());
+  Result<image::Image> img = internal_error("unreachable");
+  if (ref->transport == image::Transport::kRegistry) {
+    image::RegistryOptions ro;
+    ro.auth_file = opt_.registry_auth_file;
+    if (ro.auth_file.empty() && fs::exists(opt_.home + "/auth.json")) {
+      ro.auth_file = opt_.home + "/auth.json";
+    }
+    ro.insecure_registries = opt_.insecure_registries;
+    ro.progress = progress;
+    img = image::pull(images_, *ref, ro);
+  } else {
+    img = images_.import(*ref, progress);
+    if (img.ok()) ABX_TRY(images_.tag(ref->str(), img->manifest_digest));
+  }
+  if (!img.ok()) return fail(img.error());
+  return img;
 }
 
 std::shared_ptr<LiveSandbox> SandboxManager::find(const std::string& id) const {

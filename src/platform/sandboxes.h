@@ -1,7 +1,8 @@
 // The sandbox manager: abxd's live sandboxes, their records and their lifecycle.
 //
-// create() spawns a runtime::Sandbox whose init is abx-envd (bind-mounted read-only from the
-// host at /opt/abx/bin, with abx-server and the demo module beside it), waits until envd
+// create() resolves the template's image (image::Store; pulled or imported once), spawns a
+// runtime::Sandbox on it whose init is abx-envd (bind-mounted read-only from the host at
+// /opt/abx/bin, with abx-server and the demo module beside it), waits until envd
 // answers on 49983 inside the sandbox's netns, and only then records the sandbox in the store
 // and returns: an acknowledged create is durable and usable. Any failure on the way tears down
 // what was made.
@@ -29,6 +30,7 @@
 
 #include "abx/base/error.h"
 #include "abx/base/log.h"
+#include "abx/image/store.h"
 #include "abx/runtime/fd.h"
 #include "abx/runtime/sandbox.h"
 #include "abx/store/store.h"
@@ -62,7 +64,9 @@ struct CreateRequest {
 struct LiveSandbox {
   store::SandboxRecord record;
   std::string access_token;  // empty when created with secure=false
-  const templates::Template* tmpl = nullptr;
+  // The template as it was when the sandbox was created (a reload or rebuild does not change
+  // a running sandbox); null for an adopted sandbox whose template is gone.
+  std::shared_ptr<const templates::Template> tmpl;
   runtime::Sandbox sandbox;
   std::mutex mu;                    // guards pause/resume/kill of this sandbox
   std::atomic<bool> paused{false};  // read by the gateway without the lock
@@ -75,15 +79,22 @@ struct ManagerOptions {
   std::string home;    // $ABX_HOME
   std::string domain;  // reported to clients
   SandboxBinaries binaries;
+  templates::BuiltinOptions builtins;  // for reload_templates()
+  // Pulls: credentials (docker-style auth.json; empty = $ABX_HOME/auth.json if present) and
+  // registries reached over plain HTTP besides loopback ones.
+  std::string registry_auth_file;
+  std::string image_store;  // default <home>/images
+  std::vector<std::string> insecure_registries;
   std::int64_t max_timeout_seconds = 24 * 3600;
   std::size_t max_sandboxes = 1000;
 };
 
 class SandboxManager {
  public:
-  // Opens the catalog's templates and reaps what a previous abxd left behind.
+  // Opens the image store ($ABX_HOME/images), takes the catalog and reaps what a previous abxd
+  // left behind.
   static Result<std::unique_ptr<SandboxManager>> start(ManagerOptions options, store::Store& store,
-                                                       const templates::TemplateCatalog& catalog);
+                                                       templates::TemplateCatalog catalog);
   ~SandboxManager();  // stops the reaper; sandboxes keep running unless kill_all() was called
 
   // Errors: kNotFound (unknown template), kInvalidArgument (bad timeout/metadata),
@@ -108,22 +119,31 @@ class SandboxManager {
   // A connected socket to `port` inside the sandbox (resuming it if paused).
   Result<runtime::UniqueFd> connect(const std::string& id, std::uint16_t port);
 
-  const templates::TemplateCatalog& catalog() const { return *catalog_.load(); }
-  // Serves `catalog` from now on (a reload). The previous one must stay alive: live sandboxes
-  // keep pointing at its templates.
-  void set_catalog(const templates::TemplateCatalog& catalog) { catalog_.store(&catalog); }
+  // The current catalog; a snapshot stays valid while held, across reloads.
+  std::shared_ptr<const templates::TemplateCatalog> catalog() const;
+  // Re-reads $ABX_HOME/templates (new, changed and removed template.yaml files; built
+  // templates); running sandboxes keep the template they were created from. Returns the number
+  // of templates; files that fail to load are logged and listed in catalog()->errors().
+  std::size_t reload_templates();
+  // The image a template runs (pulled or imported into the store on first use, then cached).
+  // Errors name the template and the reference: not built, unreachable registry, 401, 404, ...
+  Result<image::Image> resolve_image(const templates::Template& tmpl);
+  image::Store& images() { return images_; }
   const ManagerOptions& options() const { return opt_; }
 
  private:
-  SandboxManager(ManagerOptions options, store::Store& store,
-                 const templates::TemplateCatalog& catalog);
+  SandboxManager(ManagerOptions options, store::Store& store, templates::TemplateCatalog catalog,
+                 image::Store images);
   void reaper_loop();
   Status destroy(const std::shared_ptr<LiveSandbox>& sb);
   Status move_deadline(const std::string& id, std::int64_t seconds, bool extend_only);
 
   ManagerOptions opt_;
   store::Store* store_;
-  std::atomic<const templates::TemplateCatalog*> catalog_;
+  image::Store images_;
+  std::mutex pull_mu_;  // one pull or import at a time (they share the store's disk and network)
+  mutable std::mutex catalog_mu_;
+  std::shared_ptr<const templates::TemplateCatalog> catalog_;
   Logger log_{"sandboxes"};
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<LiveSandbox>> live_;

@@ -3,6 +3,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <boost/json.hpp>
 #include <fstream>
 #include <iostream>
@@ -42,6 +44,15 @@ std::vector<std::string> list_sandboxes(std::uint16_t port, const std::string& k
 
 }  // namespace
 
+std::string shared_image_store() {
+  if (const char* s = std::getenv("ABX_TEST_IMAGE_STORE"); s && *s) return s;
+#ifdef ABX_TEST_IMAGE_STORE
+  return ABX_TEST_IMAGE_STORE;
+#else
+  return "";
+#endif
+}
+
 const char* abxd_bin() {
 #ifdef ABXD_BIN
   return ABXD_BIN;
@@ -59,6 +70,13 @@ Abxd::~Abxd() { shutdown(); }
 
 ::testing::AssertionResult Abxd::start() {
   std::vector<std::string> argv{abxd_bin(), "--home", home_.string(), "--listen", "127.0.0.1:0"};
+  // The run's shared image store (scripts/build-images.sh put `base` there), unless the test
+  // passes its own --image-store.
+  bool own_store = std::find(extra_args_.begin(), extra_args_.end(), "--image-store") !=
+                   extra_args_.end();
+  if (!own_store && !shared_image_store().empty()) {
+    argv.insert(argv.end(), {"--image-store", shared_image_store()});
+  }
   argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
   proc_ = std::make_unique<ChildProcess>(argv);
   if (!proc_->started()) return ::testing::AssertionFailure() << "cannot run " << argv[0];

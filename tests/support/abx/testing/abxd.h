@@ -18,6 +18,8 @@ namespace abx::testing {
 
 // The abxd binary this build made (ABXD_BIN when the build has abxd; "" otherwise).
 const char* abxd_bin();
+// The image store tests share: $ABX_TEST_IMAGE_STORE, else <source>/build/images.
+std::string shared_image_store();
 
 class Abxd {
  public:

@@ -1,0 +1,98 @@
+#include "abxd_images.h"
+
+#include <iostream>
+
+#include "abx/image/compose.h"
+#include "abx/image/reference.h"
+#include "abx/image/registry.h"
+#include "abx/image/store.h"
+
+namespace abx::platform {
+
+void add_image_commands(CLI::App& app, ImageCommand& cmd) {
+  cmd.group = app.add_subcommand("image", "Manage the image store offline (docs/templates.md)");
+  cmd.group->require_subcommand(1);
+  cmd.group->add_option("--store", cmd.store, "Image store (default: abxd's --image-store)");
+  cmd.import = cmd.group->add_subcommand(
+      "import", "Import SOURCE as NAME: a registry reference, oci-archive:PATH, "
+                "docker-archive:PATH, oci:DIR, or rootfs-tar:PATH (a root filesystem tarball)");
+  cmd.import->add_option("name", cmd.name, "Name the image is known by (template image abx:NAME)")
+      ->required();
+  cmd.import->add_option("source", cmd.source, "Where the image comes from")->required();
+  cmd.import->add_option("--env", cmd.env, "K=V in the config of a rootfs-tar image; repeatable")
+      ->take_all();
+  cmd.import->add_option("--registry-auth", cmd.registry_auth, "docker-style auth.json for pulls");
+  cmd.import->add_option("--insecure-registry", cmd.insecure_registries,
+                         "HOST[:PORT] reached over plain HTTP; repeatable")
+      ->take_all();
+  cmd.list = cmd.group->add_subcommand("list", "List named images: NAME DIGEST LAYERS SIZE");
+  cmd.rm = cmd.group->add_subcommand("rm", "Remove a name (the data goes at the next gc)");
+  cmd.rm->add_option("name", cmd.name, "Image name")->required();
+  cmd.gc = cmd.group->add_subcommand("gc", "Remove blobs and layers no named image uses");
+}
+
+namespace {
+
+int fail(const Error& e) {
+  std::cerr << "abxd image: " << e.message() << "\n";
+  return 1;
+}
+
+Result<image::Image> import_source(image::Store& st, const ImageCommand& cmd) {
+  auto progress = [](std::string_view line) { std::cerr << line << "\n"; };
+  constexpr std::string_view kRootfsTar = "rootfs-tar:";
+  if (cmd.source.rfind(kRootfsTar, 0) == 0) {
+    std::string path = cmd.source.substr(kRootfsTar.size());
+    std::cerr << "storing " << path << "\n";
+    auto layer = image::add_tar_layer(st, path);
+    if (!layer.ok()) return layer.error();
+    image::ImageConfig config;
+    config.env = cmd.env;
+    return image::compose_image(st, {*layer}, config, progress);
+  }
+  auto ref = image::parse_reference(cmd.source);
+  if (!ref.ok()) return ref.error();
+  if (ref->transport != image::Transport::kRegistry) return st.import(*ref, progress);
+  image::RegistryOptions ro;
+  ro.auth_file = cmd.registry_auth;
+  ro.insecure_registries = cmd.insecure_registries;
+  ro.progress = progress;
+  return image::pull(st, *ref, ro);
+}
+
+}  // namespace
+
+int run_image_command(const ImageCommand& cmd, const std::string& default_store) {
+  std::string root = cmd.store.empty() ? default_store : cmd.store;
+  auto st = image::Store::open(root);
+  if (!st.ok()) {
+    std::cerr << "abxd image: store " << root << ": " << st.error().message() << "\n";
+    return 3;
+  }
+  if (cmd.import->parsed()) {
+    auto img = import_source(*st, cmd);
+    if (!img.ok()) return fail(img.error());
+    if (Status s = st->tag(cmd.name, img->manifest_digest); !s) return fail(s.error());
+    std::cout << cmd.name << " " << img->manifest_digest << "\n";
+    return 0;
+  }
+  if (cmd.list->parsed()) {
+    for (const auto& [name, digest] : st->tags()) {
+      auto img = st->get(name);
+      std::cout << name << " " << digest << " "
+                << (img.ok() ? std::to_string(img->layers.size()) : "?") << " "
+                << (img.ok() ? std::to_string(img->size) : "?") << "\n";
+    }
+    return 0;
+  }
+  if (cmd.rm->parsed()) {
+    if (Status s = st->untag(cmd.name); !s) return fail(s.error());
+    return 0;
+  }
+  auto freed = st->gc();
+  if (!freed.ok()) return fail(freed.error());
+  std::cout << "freed " << *freed << " bytes\n";
+  return 0;
+}
+
+}  // namespace abx::platform
