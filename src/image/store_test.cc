@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "abx/testing/temp_dir.h"
 #include "test_tar.h"
@@ -334,6 +335,41 @@ TEST_F(StoreImages, ImportArchivesMadeBySkopeo) {
   EXPECT_NE(none.error().message().find("example/app:v1"), std::string::npos)
       << none.error().message();
   EXPECT_EQ(fresh->import(*parse_reference("busybox")).error().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST_F(StoreImages, ConcurrentTagsAndGcWaitingForWriters) {
+  auto b = testing::put_image(*store_, {TarBuilder().file("f", "f").finish()});
+  ASSERT_TRUE(b.ok());
+  // Two Store objects on one root stand in for two processes (flock is per open file).
+  auto other = Store::open(store_->root());
+  ASSERT_TRUE(other.ok());
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      Store& s = t % 2 == 0 ? *store_ : *other;
+      for (int i = 0; i < 10; ++i) {
+        EXPECT_TRUE(s.tag("t" + std::to_string(t) + "-" + std::to_string(i), b->manifest).ok());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(store_->tags().size(), 40u);  // no lost update
+
+  // A writer in flight (another process pulling) holds the store: gc does not wait for it and
+  // does not remove its partial blob.
+  auto w = other->blob_writer("", -1);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(w->write("partial").ok());
+  auto g = store_->gc();
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.error().code(), ErrorCode::kUnavailable);
+  // open() leaves tmp/ alone while a writer is active.
+  ASSERT_TRUE(Store::open(store_->root()).ok());
+  EXPECT_FALSE(fs::is_empty(dir_ / "store/tmp"));
+  ASSERT_TRUE(w->commit().ok());
+  EXPECT_TRUE(store_->gc().ok());
+  EXPECT_FALSE(store_->has_blob(w->digest()));  // unreferenced
+  EXPECT_TRUE(store_->has_blob(b->manifest));
 }
 
 TEST(StoreDirectory, DirectoryImage) {
