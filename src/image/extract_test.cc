@@ -123,6 +123,26 @@ TEST_F(Extract, RefusesEscapes) {
   EXPECT_FALSE(fs::exists(dir_ / "store/escape"));
 }
 
+// A symlink replaced by a file of the same name: the file replaces the link, never writes
+// through it.
+TEST_F(Extract, FileReplacesSymlinkNotItsTarget) {
+  fs::path outside = dir_ / "outside";
+  fs::create_directories(outside);
+  testing::write_file(outside / "target", "original");
+  auto img = add({TarBuilder()
+                      .symlink("link", (outside / "target").string())
+                      .file("link", "replaced")
+                      .symlink("rel", "../../../../../../../../" + (outside / "target").string())
+                      .file("rel", "replaced")
+                      .finish()});
+  ASSERT_TRUE(img.ok()) << img.error().to_string();
+  std::ifstream f(outside / "target");
+  std::string content((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(content, "original");
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(fs::path(img->layer_dirs[0]) / "link")));
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(fs::path(img->layer_dirs[0]) / "rel")));
+}
+
 TEST_F(Extract, SkipsDevicesFifosSockets) {
   TarBuilder t;
   t.special("dev/sda", AE_IFBLK, makedev(8, 0));
