@@ -5,6 +5,7 @@
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <sys/vfs.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -186,6 +187,23 @@ TEST_F(ImageTest, ConfigErrors) {
   SandboxConfig d;
   EXPECT_EQ(d.rootfs, RootfsMode::kImage);
   EXPECT_FALSE(fs::exists(state_ + "/" + c.id));
+}
+
+TEST_F(ImageTest, AdoptedSandboxKeepsItsUpperDirAndDestroyRemovesIt) {
+  auto c = shell({base_}, "echo kept > /mark; sleep 100");
+  std::string id = c.id;
+  auto sb = Sandbox::spawn(std::move(c));
+  ASSERT_TRUE(sb.ok()) << sb.error().to_string();
+  std::string state = sb->state_path();
+  std::string upper = sb->upper_dir();
+  sb->detach();  // a restarting owner
+  auto again = Sandbox::adopt(state_, id);
+  ASSERT_TRUE(again.ok()) << again.error().to_string();
+  EXPECT_EQ(again->upper_dir(), upper);
+  for (int i = 0; i < 500 && !fs::exists(upper + "/mark"); ++i) ::usleep(2000);
+  EXPECT_EQ(slurp(upper + "/mark"), "kept\n");
+  ASSERT_TRUE(again->destroy().ok());
+  expect_no_disk_leftovers(state);
 }
 
 TEST_F(ImageTest, CleanupStaleUnmountsTheWritableLayer) {
