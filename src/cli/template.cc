@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <boost/json.hpp>
+#include <cctype>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 

@@ -212,10 +212,11 @@ Status extract_archive(const std::string& archive, const std::string& dest,
                               "' would land outside the destination");
     }
     const auto type = archive_entry_filetype(e);
-    if (rel.empty() || !(type == AE_IFREG || type == AE_IFDIR || type == AE_IFLNK)) {
+    const char* link = archive_entry_hardlink(e);  // hard links may carry no file type
+    if (rel.empty() || (!link && !(type == AE_IFREG || type == AE_IFDIR || type == AE_IFLNK))) {
       continue;  // the root itself, devices, fifos, sockets
     }
-    if (const char* link = archive_entry_hardlink(e)) {
+    if (link) {
       std::string lrel;
       if (!safe_relative(link, lrel) || lrel.empty()) {
         return invalid_argument("archive entry '" + rel + "' links outside the destination");
@@ -333,6 +334,21 @@ Status copy_into(const std::string& src, const std::string& stage, const std::st
   fs::path file = dest_is_dir ? target / fs::path(src).filename() : target;
   ABX_TRY(make_parents(file.parent_path()));
   return copy_entry(src, file, uid, gid);
+}
+
+Status reset_parent_times(const std::string& stage, const std::string& dest) {
+  // Creating entries in a directory touches its mtime: put the parents make_parents created
+  // back to 0, so that the same COPY makes the same layer.
+  fs::path p = fs::path(stage).concat(clean_path(dest));
+  const fs::path root(stage);
+  struct timespec ts[2] = {{0, 0}, {0, 0}};
+  for (; p != root && p.has_relative_path(); p = p.parent_path()) {
+    struct stat st;
+    if (::lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      ::utimensat(AT_FDCWD, p.c_str(), ts, AT_SYMLINK_NOFOLLOW);
+    }
+  }
+  return {};
 }
 
 Status make_dir(const std::string& stage, const std::string& dest) {

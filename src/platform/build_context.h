@@ -48,6 +48,10 @@ Result<std::string> content_digest(const std::vector<std::string>& paths);
 Status copy_into(const std::string& src, const std::string& stage, const std::string& dest,
                  bool dest_is_dir, std::uint32_t uid, std::uint32_t gid);
 
+// Sets mtime 0 on `dest` (if a directory) and each of its parents in `stage`: what copy_into
+// and make_dir created, after files were added to them.
+Status reset_parent_times(const std::string& stage, const std::string& dest);
+
 // Makes `dest` (absolute, in the image) a directory in `stage`, parents included (WORKDIR).
 Status make_dir(const std::string& stage, const std::string& dest);
 

@@ -602,6 +602,7 @@ Status Build::copy_step(std::size_t i, const image::Instruction& in) {
     }
     ABX_TRY(build::copy_into(src, stage, dest, dest_is_dir, uid, gid));
   }
+  ABX_TRY(build::reset_parent_times(stage, dest_is_dir ? dest : build::clean_path(dest + "/..")));
   ABX_ASSIGN_OR_RETURN(auto layer, layer_from(stage, false));
   ABX_TRY(cache_.put(key, layer));
   st_.layers.push_back(std::move(layer));

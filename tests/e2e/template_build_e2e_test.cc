@@ -63,7 +63,7 @@ class TemplateBuildE2E : public testing::AbxdFixture {
     if (!all.ok()) return false;
     for (const auto& t : *all) {
       if (t.is_object() && t.as_object().if_contains("templateID") &&
-          t.as_object().at("templateID") == id)
+          t.as_object().at("templateID") == json::value(id))
         return true;
     }
     return false;
