@@ -198,7 +198,7 @@ int inspect(Context& ctx, const TemplateOpts& o) {
     }
   }
   if (auto* c = t.if_contains("config"); c && c->is_object()) {
-    std::cout << "config:\n";
+    std::cout << "image config:\n";
     for (const char* k : {"entrypoint", "cmd", "workingDir", "user", "env"}) {
       auto v = str(c->as_object(), k);
       if (!v.empty()) std::cout << "  " << k << ": " << v << "\n";
@@ -257,7 +257,7 @@ void add_template(CLI::App& app, Context& ctx) {
   b->add_option("-f,--file", o->dockerfile, "Dockerfile (default CONTEXT/Dockerfile)");
   b->add_option("-t,--tag", o->id,
                 "Template name [a-z0-9][a-z0-9._-]{0,63} (default: the context's folder name)");
-  b->add_option("--build-arg", o->build_args, "ARG value NAME=VALUE (repeatable)");
+  b->add_option("--build-arg", o->build_args, "ARG value NAME=VALUE (repeatable)")->expected(1);
   b->footer(
       "Progress: one line per step (CACHED when reused) and the RUN output; --json prints the "
       "platform's NDJSON events ({\"type\":\"step\"|\"log\"|\"done\"|\"error\"}). A "
