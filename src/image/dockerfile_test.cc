@@ -19,7 +19,7 @@ std::string parse_err(std::string_view text, const ParseLimits& limits = {}) {
 
 using V = std::vector<std::string>;
 
-TEST(Dockerfile, TheE2eFile) {
+TEST(ImageDockerfile, TheE2eFile) {
   auto df = parse_ok(
       "FROM scratch\n"
       "COPY busybox /bin/busybox\n"
@@ -41,7 +41,7 @@ TEST(Dockerfile, TheE2eFile) {
   EXPECT_EQ(df.instructions[5].args, (V{"/bin/busybox", "sh"}));
 }
 
-TEST(Dockerfile, ShellFormAndContinuations) {
+TEST(ImageDockerfile, ShellFormAndContinuations) {
   auto df = parse_ok(
       "# syntax comment\n"
       "\n"
@@ -61,7 +61,7 @@ TEST(Dockerfile, ShellFormAndContinuations) {
   EXPECT_EQ(df.instructions[2].line, 7);
 }
 
-TEST(Dockerfile, EnvForms) {
+TEST(ImageDockerfile, EnvForms) {
   auto df = parse_ok("FROM a\nENV PATH /usr/bin:$PATH\nENV X=1 Y='a b' Z=c\\ d\n");
   EXPECT_EQ(df.instructions[1].pairs,
             (std::vector<std::pair<std::string, std::string>>{{"PATH", "/usr/bin:$PATH"}}));
@@ -69,7 +69,7 @@ TEST(Dockerfile, EnvForms) {
                                           {"X", "1"}, {"Y", "a b"}, {"Z", "c d"}}));
 }
 
-TEST(Dockerfile, ArgLabelUserCopyFlags) {
+TEST(ImageDockerfile, ArgLabelUserCopyFlags) {
   auto df = parse_ok(
       "ARG BASE=scratch\nARG NODEF\nFROM $BASE\nLABEL a=b \"c d\"=e\nUSER 1000:100\n"
       "COPY --chown=1:2 a b /dst/\nADD [\"x y.tar\", \"/opt\"]\n");
@@ -84,7 +84,7 @@ TEST(Dockerfile, ArgLabelUserCopyFlags) {
   EXPECT_EQ(df.instructions[6].args, (V{"x y.tar", "/opt"}));
 }
 
-TEST(Dockerfile, Errors) {
+TEST(ImageDockerfile, Errors) {
   EXPECT_EQ(parse_err("FROM a\nFOO bar\n"), "Dockerfile:2: unknown instruction FOO");
   EXPECT_EQ(parse_err("FROM a\n\nRUN [\"a\", 1]\n"),
             "Dockerfile:3: bad JSON array (strings only): [\"a\", 1]");
@@ -111,7 +111,7 @@ TEST(Dockerfile, Errors) {
   EXPECT_EQ(parse_err("FROM a\nENV K\n"), "Dockerfile:2: ENV K needs a value");
 }
 
-TEST(Dockerfile, Limits) {
+TEST(ImageDockerfile, Limits) {
   ParseLimits l;
   l.max_bytes = 10;
   EXPECT_EQ(parse_err("FROM scratch\n", l), "Dockerfile: larger than 10 bytes");
@@ -123,7 +123,7 @@ TEST(Dockerfile, Limits) {
   EXPECT_EQ(parse_err("FROM a\nRUN a\nRUN b\n", l), "Dockerfile:3: more than 2 instructions");
 }
 
-TEST(Dockerfile, ExpandVars) {
+TEST(ImageDockerfile, ExpandVars) {
   std::map<std::string, std::string> v{{"A", "x"}, {"E", ""}};
   EXPECT_EQ(*expand_vars("$A/${A}/${B:-d}/${E:-d}/${A:+y}/${E:+y}/\\$A/$/$B.", v),
             "x/x/d/d/y//$A/$/.");

@@ -59,7 +59,7 @@ std::map<std::string, std::string> read_layer(const std::string& file) {
   return out;
 }
 
-TEST(Layer, FilesDirsLinksAndDeterminism) {
+TEST(ImageLayer, FilesDirsLinksAndDeterminism) {
   Tmp t;
   fs::path d = t.path / "root";
   write(d / "bin/busybox", "ELF");
@@ -93,7 +93,7 @@ TEST(Layer, FilesDirsLinksAndDeterminism) {
   EXPECT_EQ(entries.count("opt/abx"), 0u);
 }
 
-TEST(Layer, OverlayWhiteoutsBecomeOciOnes) {
+TEST(ImageLayer, OverlayWhiteoutsBecomeOciOnes) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root (a 0:0 device node, trusted.* xattrs)";
   Tmp t;
   fs::path d = t.path / "upper";
