@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <cerrno>
 #include <utility>
 
@@ -131,6 +132,11 @@ const std::string& Store::root() const { return s_->root; }
 Result<Store> Store::open(std::string root, LayerLimits limits) {
   while (root.size() > 1 && root.back() == '/') root.pop_back();
   if (root.empty()) return invalid_argument("image store: empty root path");
+  // Absolute: layer paths become overlay lower dirs, and extraction changes directory.
+  std::error_code ec;
+  root = std::filesystem::absolute(root, ec).lexically_normal().string();
+  if (ec) return invalid_argument("image store: cannot resolve '" + root + "': " + ec.message());
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
   auto s = std::make_unique<State>();
   s->root = std::move(root);
   s->limits = limits;
