@@ -27,6 +27,14 @@ for status in /proc/[0-9]*/status; do
   found=$((found + 1))
   kill -KILL "$pid" 2>/dev/null  # its pid namespace (everything in the sandbox) goes with it
 done
+# A sandbox's writable layer (an ext4 image on a loop device) is mounted on the host at
+# <state>/<id>/rw until destroy() or cleanup_stale(); one of the run still mounted is a leak too.
+while read -r mnt; do
+  echo "leaked writable layer: $mnt"
+  found=$((found + 1))
+  umount -l "$mnt" 2>/dev/null  # the loop device detaches itself (autoclear)
+done < <(awk -v run="$run_id" '$5 ~ /\/rw$/ && index($5, run) && $0 ~ / - ext4 \/dev\/loop/ {print $5}' \
+           /proc/self/mountinfo)
 if [ "$found" -gt 0 ]; then
   echo "leaked-sandboxes: $found sandbox(es) of run $run_id were still alive (now killed)" >&2
   exit 1

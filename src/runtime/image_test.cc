@@ -5,6 +5,7 @@
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <sys/vfs.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include "abx/runtime/layer.h"
 #include "abx/runtime/sandbox.h"
 #include "abx/testing/rootfs.h"
+#include "abx/testing/temp_dir.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
 
@@ -42,11 +44,11 @@ class ImageTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "sandboxes need root";
-    base_ = tmp_.path() + "/layers/0-busybox";
+    base_ = tmp_.string() + "/layers/0-busybox";
     fs::create_directories(base_);
     std::string why;
     if (!abx::testing::make_busybox_layer(base_, &why)) GTEST_SKIP() << why;
-    state_ = tmp_.path() + "/state";
+    state_ = tmp_.string() + "/state";
   }
 
   SandboxConfig shell(std::vector<std::string> lowers, const std::string& script) {
@@ -90,7 +92,7 @@ class ImageTest : public ::testing::Test {
     return r;
   }
 
-  testing::TempDir tmp_;
+  abx::testing::TempDir tmp_{"abx-rt-image"};
   std::string base_, state_;
 };
 
@@ -101,7 +103,7 @@ TEST_F(ImageTest, LayersStackWithWhiteoutsAndOpaqueDirsAndWritesGoToUpperOnDisk)
   std::ofstream(base_ + "/etc/kept") << "kept\n";
   std::ofstream(base_ + "/data/old/x") << "x\n";
   // Layer 1: a whiteout for /etc/hidden, /data/old opaque with one new file, a new /etc file.
-  std::string top = tmp_.path() + "/layers/1-top";
+  std::string top = tmp_.string() + "/layers/1-top";
   fs::create_directories(top + "/etc");
   fs::create_directories(top + "/data/old");
   ASSERT_TRUE(make_whiteout(top + "/etc/hidden").ok());
@@ -135,7 +137,7 @@ TEST_F(ImageTest, LayersStackWithWhiteoutsAndOpaqueDirsAndWritesGoToUpperOnDisk)
 
 TEST_F(ImageTest, WritesPastTheQuotaGetEnospcInsideOnly) {
   struct statvfs before;
-  ASSERT_EQ(::statvfs(tmp_.path().c_str(), &before), 0);
+  ASSERT_EQ(::statvfs(tmp_.string().c_str(), &before), 0);
   auto c = shell({base_},
                  "dd if=/dev/zero of=/big bs=1M count=64 2>&1 | grep -o 'No space left on device'; "
                  "rm /big; echo small > /small && cat /small; echo alive");
@@ -148,7 +150,7 @@ TEST_F(ImageTest, WritesPastTheQuotaGetEnospcInsideOnly) {
   ASSERT_EQ(::stat((r.sb->state_path() + "/rw.img").c_str(), &st), 0);
   EXPECT_LE(static_cast<std::uint64_t>(st.st_blocks) * 512, 16ull << 20);
   struct statvfs after;
-  ASSERT_EQ(::statvfs(tmp_.path().c_str(), &after), 0);
+  ASSERT_EQ(::statvfs(tmp_.string().c_str(), &after), 0);
   EXPECT_GT(after.f_bavail * after.f_frsize, 64ull << 20);
   std::string state = r.sb->state_path();
   ASSERT_TRUE(r.sb->destroy().ok());
@@ -159,7 +161,7 @@ TEST_F(ImageTest, ManyLayersPastTheLegacyOptionPage) {
   // 100 layers of ~70-byte paths: ~7 KiB of lowerdir, more than mount(2)'s 4 KiB page.
   std::vector<std::string> lowers = {base_};
   for (int i = 1; i < 100; ++i) {
-    std::string d = tmp_.path() + "/layers/layer-" + std::to_string(1000 + i) +
+    std::string d = tmp_.string() + "/layers/layer-" + std::to_string(1000 + i) +
                     "-with-a-long-name-like-an-image-store-digest";
     fs::create_directories(d + "/many");
     std::ofstream(d + "/many/" + std::to_string(i)) << i;
@@ -177,7 +179,7 @@ TEST_F(ImageTest, ConfigErrors) {
   auto r = Sandbox::spawn(c);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument);
-  c = shell({tmp_.path() + "/missing"}, "true");
+  c = shell({tmp_.string() + "/missing"}, "true");
   r = Sandbox::spawn(c);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message().find("not a directory"), std::string::npos);
@@ -185,6 +187,23 @@ TEST_F(ImageTest, ConfigErrors) {
   SandboxConfig d;
   EXPECT_EQ(d.rootfs, RootfsMode::kImage);
   EXPECT_FALSE(fs::exists(state_ + "/" + c.id));
+}
+
+TEST_F(ImageTest, AdoptedSandboxKeepsItsUpperDirAndDestroyRemovesIt) {
+  auto c = shell({base_}, "echo kept > /mark; sleep 100");
+  std::string id = c.id;
+  auto sb = Sandbox::spawn(std::move(c));
+  ASSERT_TRUE(sb.ok()) << sb.error().to_string();
+  std::string state = sb->state_path();
+  std::string upper = sb->upper_dir();
+  sb->detach();  // a restarting owner
+  auto again = Sandbox::adopt(state_, id);
+  ASSERT_TRUE(again.ok()) << again.error().to_string();
+  EXPECT_EQ(again->upper_dir(), upper);
+  for (int i = 0; i < 500 && !fs::exists(upper + "/mark"); ++i) ::usleep(2000);
+  EXPECT_EQ(slurp(upper + "/mark"), "kept\n");
+  ASSERT_TRUE(again->destroy().ok());
+  expect_no_disk_leftovers(state);
 }
 
 TEST_F(ImageTest, CleanupStaleUnmountsTheWritableLayer) {
