@@ -143,6 +143,29 @@ TEST_F(Extract, FileReplacesSymlinkNotItsTarget) {
   EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(fs::path(img->layer_dirs[0]) / "rel")));
 }
 
+// A directory entry over a symlink to a directory outside must not chmod/chown/utime the target.
+TEST_F(Extract, DirectoryOverSymlinkLeavesTargetAlone) {
+  fs::path outside = dir_ / "outside";
+  fs::create_directories(outside);
+  ::chmod(outside.c_str(), 0755);
+  struct stat before {};
+  ASSERT_EQ(::stat(outside.c_str(), &before), 0);
+  auto img = add({TarBuilder()
+                      .symlink("d", outside.string())
+                      .dir("d", {.mode = 0777, .uid = 4242, .gid = 4242, .mtime = 1})
+                      .finish()});
+  struct stat after {};
+  ASSERT_EQ(::stat(outside.c_str(), &after), 0);
+  EXPECT_EQ(after.st_mode, before.st_mode);
+  EXPECT_EQ(after.st_uid, before.st_uid);
+  EXPECT_EQ(after.st_mtime, before.st_mtime);
+  if (img.ok()) {
+    EXPECT_TRUE(fs::is_directory(fs::symlink_status(fs::path(img->layer_dirs[0]) / "d")));
+  } else {
+    expect_clean();
+  }
+}
+
 TEST_F(Extract, SkipsDevicesFifosSockets) {
   TarBuilder t;
   t.special("dev/sda", AE_IFBLK, makedev(8, 0));

@@ -41,6 +41,16 @@ TEST(Store, OpenCreatesLayoutAndCleansTmp) {
   EXPECT_TRUE(fs::is_empty(root + "/tmp"));
 }
 
+TEST(Store, RelativeRootBecomesAbsolute) {
+  abx::testing::TempDir tmp;
+  std::string cwd = fs::current_path().string();
+  fs::current_path(tmp.path());
+  auto s = Store::open("rel/images/");
+  fs::current_path(cwd);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->root(), (tmp / "rel/images").string());
+}
+
 TEST(Store, PutReadHasBlob) {
   abx::testing::TempDir tmp;
   auto s = Store::open(tmp.string());
