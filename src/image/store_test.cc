@@ -25,7 +25,7 @@ std::size_t count_files(const fs::path& dir) {
   return n;
 }
 
-TEST(Store, OpenCreatesLayoutAndCleansTmp) {
+TEST(ImageStore, OpenCreatesLayoutAndCleansTmp) {
   abx::testing::TempDir tmp;
   std::string root = (tmp / "images").string();
   {
@@ -41,7 +41,7 @@ TEST(Store, OpenCreatesLayoutAndCleansTmp) {
   EXPECT_TRUE(fs::is_empty(root + "/tmp"));
 }
 
-TEST(Store, RelativeRootBecomesAbsolute) {
+TEST(ImageStore, RelativeRootBecomesAbsolute) {
   abx::testing::TempDir tmp;
   std::string cwd = fs::current_path().string();
   fs::current_path(tmp.path());
@@ -51,7 +51,7 @@ TEST(Store, RelativeRootBecomesAbsolute) {
   EXPECT_EQ(s->root(), (tmp / "rel/images").string());
 }
 
-TEST(Store, PutReadHasBlob) {
+TEST(ImageStore, PutReadHasBlob) {
   abx::testing::TempDir tmp;
   auto s = Store::open(tmp.string());
   ASSERT_TRUE(s.ok());
@@ -74,7 +74,7 @@ TEST(Store, PutReadHasBlob) {
   EXPECT_EQ(missing.error().code(), ErrorCode::kNotFound);
 }
 
-TEST(Store, BlobWriterStreamsAndVerifies) {
+TEST(ImageStore, BlobWriterStreamsAndVerifies) {
   abx::testing::TempDir tmp;
   auto s = Store::open(tmp.string());
   ASSERT_TRUE(s.ok());
@@ -89,7 +89,7 @@ TEST(Store, BlobWriterStreamsAndVerifies) {
   EXPECT_EQ(count_files(tmp / "tmp"), 0u);
 }
 
-TEST(Store, CorruptBlobLeavesNothing) {
+TEST(ImageStore, CorruptBlobLeavesNothing) {
   abx::testing::TempDir tmp;
   auto s = Store::open(tmp.string());
   ASSERT_TRUE(s.ok());
@@ -107,7 +107,7 @@ TEST(Store, CorruptBlobLeavesNothing) {
   EXPECT_EQ(count_files(tmp / "blobs"), 0u);
 }
 
-TEST(Store, SizeMismatchAndTruncatedWrite) {
+TEST(ImageStore, SizeMismatchAndTruncatedWrite) {
   abx::testing::TempDir tmp;
   auto s = Store::open(tmp.string());
   ASSERT_TRUE(s.ok());
@@ -136,7 +136,7 @@ TEST(Store, SizeMismatchAndTruncatedWrite) {
   EXPECT_EQ(count_files(tmp / "blobs"), 0u);
 }
 
-TEST(Store, WriterWithoutExpectedDigest) {
+TEST(ImageStore, WriterWithoutExpectedDigest) {
   abx::testing::TempDir tmp;
   auto s = Store::open(tmp.string());
   ASSERT_TRUE(s.ok());
@@ -151,7 +151,7 @@ TEST(Store, WriterWithoutExpectedDigest) {
 // ---------------------------------------------------------------------------------------------
 // Images, names, gc and imports (extraction needs root: owners and whiteouts).
 
-class StoreImages : public ::testing::Test {
+class ImageStoreImages : public ::testing::Test {
  protected:
   void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "layer extraction runs as root";
@@ -167,7 +167,7 @@ class StoreImages : public ::testing::Test {
 
 using testing::TarBuilder;
 
-TEST_F(StoreImages, AddTagGetUntagGc) {
+TEST_F(ImageStoreImages, AddTagGetUntagGc) {
   std::string base = TarBuilder().file("bin/sh", "sh", {.mode = 0755}).finish();
   std::string app = TarBuilder().file("app/run", "run").finish();
   auto a = testing::put_image(*store_, {base, app});
@@ -231,7 +231,7 @@ TEST_F(StoreImages, AddTagGetUntagGc) {
   EXPECT_TRUE(store_->get("docker.io/library/b:latest").ok());
 }
 
-TEST_F(StoreImages, AddImageErrors) {
+TEST_F(ImageStoreImages, AddImageErrors) {
   // An index is the registry client's to resolve.
   auto idx = store_->put_blob(R"({"schemaVersion":2,"mediaType":")" + std::string(kOciIndex) +
                               R"(","manifests":[]})");
@@ -257,7 +257,7 @@ TEST_F(StoreImages, AddImageErrors) {
   EXPECT_TRUE(fs::is_empty(layers()));
 }
 
-TEST_F(StoreImages, ImportOciLayoutDirectory) {
+TEST_F(ImageStoreImages, ImportOciLayoutDirectory) {
   auto b = testing::put_image(*store_, {TarBuilder().file("hello", "world").finish()});
   ASSERT_TRUE(b.ok());
   fs::path layout = dir_ / "layout";
@@ -292,7 +292,7 @@ TEST_F(StoreImages, ImportOciLayoutDirectory) {
 
 // skopeo (installed by install-deps) converts the layout the test writes into the archives
 // `docker save` and `podman save` produce.
-TEST_F(StoreImages, ImportArchivesMadeBySkopeo) {
+TEST_F(ImageStoreImages, ImportArchivesMadeBySkopeo) {
   if (std::system("skopeo --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "no skopeo";
   std::string l1 = TarBuilder(TarBuilder::Compression::kGzip).file("etc/os", "abx").finish();
   std::string l2 = TarBuilder(TarBuilder::Compression::kGzip)
@@ -347,7 +347,7 @@ TEST_F(StoreImages, ImportArchivesMadeBySkopeo) {
   EXPECT_EQ(fresh->import(*parse_reference("busybox")).error().code(), ErrorCode::kInvalidArgument);
 }
 
-TEST_F(StoreImages, ConcurrentTagsAndGcWaitingForWriters) {
+TEST_F(ImageStoreImages, ConcurrentTagsAndGcWaitingForWriters) {
   auto b = testing::put_image(*store_, {TarBuilder().file("f", "f").finish()});
   ASSERT_TRUE(b.ok());
   // Two Store objects on one root stand in for two processes (flock is per open file).
@@ -382,7 +382,7 @@ TEST_F(StoreImages, ConcurrentTagsAndGcWaitingForWriters) {
   EXPECT_TRUE(store_->has_blob(b->manifest));
 }
 
-TEST(StoreDirectory, DirectoryImage) {
+TEST(ImageStoreDirectory, DirectoryImage) {
   abx::testing::TempDir tmp;
   auto img = Store::directory_image(tmp.string());
   ASSERT_TRUE(img.ok());
