@@ -6,8 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <cerrno>
+#include <filesystem>
 #include <utility>
 
 #include "abx/base/try.h"
@@ -132,11 +132,14 @@ const std::string& Store::root() const { return s_->root; }
 Result<Store> Store::open(std::string root, LayerLimits limits) {
   while (root.size() > 1 && root.back() == '/') root.pop_back();
   if (root.empty()) return invalid_argument("image store: empty root path");
-  // Absolute: layer paths become overlay lower dirs, and extraction changes directory.
-  std::error_code ec;
-  root = std::filesystem::absolute(root, ec).lexically_normal().string();
-  if (ec) return invalid_argument("image store: cannot resolve '" + root + "': " + ec.message());
-  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  // Layer directories become overlay lowerdirs, which must be absolute.
+  if (root.front() != '/') {
+    std::error_code ec;
+    auto abs = std::filesystem::absolute(root, ec);
+    if (ec) return errno_error("image store: resolve", root, ec.value());
+    root = abs.lexically_normal().string();
+    while (root.size() > 1 && root.back() == '/') root.pop_back();
+  }
   auto s = std::make_unique<State>();
   s->root = std::move(root);
   s->limits = limits;
