@@ -6,7 +6,11 @@
 //   localhost:5000/app@sha256:<hex>  -> by digest (a tag before the digest is kept for display)
 //   oci-archive:/path/img.tar[:tag]  -> a tar of an OCI image layout
 //   docker-archive:/path/img.tar     -> what `docker save` writes
+//   docker-archive:/p.tar:app:1      -> one image of a multi-image archive, by its RepoTags
 //   oci:/path/layout[:tag]           -> an OCI image layout directory
+// As in skopeo, the path ends at its first ':' (the rest is the tag). A registry host is kept as
+// written (Docker does not lower-case it either); "index.docker.io" is docker.io; "docker://"
+// in front is accepted. Repository names must be lower case.
 // Relative archive and layout paths are resolved by the caller (template.yaml: against the
 // file's folder) before parse_reference sees them.
 #pragma once

@@ -10,6 +10,20 @@
 // and renamed into place only when both match; an extraction happens in tmp/ and is renamed
 // into layers/ when complete. A failure or crash leaves at most files under tmp/, which open()
 // removes. Nothing here talks to the network (see registry.h) or spawns sandboxes.
+//
+// Concurrency: one Store may be used from several threads, and several processes may open the
+// same root. <root>/lock is an flock held shared by every writer (a BlobWriter for its whole
+// life, add_image, import, tag) and exclusive by gc() and by open()'s tmp/ cleanup, which is
+// skipped while anyone writes; refs.json updates are serialised by <root>/refs.lock. gc() does
+// not wait: it returns unavailable while any writer is active, so it cannot deadlock a thread
+// that holds a BlobWriter. Between operations nothing is pinned: blobs written for an image
+// that is not yet tagged are unreferenced, so a pull should pass its manifest digest in gc's
+// `keep` (or tag before gc can run); a gc in between makes add_image fail with not_found, never
+// produce a broken image.
+// Layer extraction (see src/image/extract.h) keeps owners, modes incl. setuid and mtimes (the
+// store runs as root), skips device nodes, fifos and sockets, keeps only user.* and
+// security.capability xattrs (never trusted.*, so a layer cannot forge overlayfs metadata), and
+// refuses the whole layer for any entry that would land outside it.
 #pragma once
 
 #include <cstdint>
@@ -76,7 +90,8 @@ class BlobWriter {
 
 class Store {
  public:
-  // Opens (creating) the store at `root` and removes leftovers under tmp/.
+  // Opens (creating) the store at `root` (made absolute: layer_dirs are overlay lowerdirs) and
+  // removes leftovers under tmp/.
   static Result<Store> open(std::string root, LayerLimits limits = {});
   Store(Store&&) noexcept;
   Store& operator=(Store&&) noexcept;
@@ -101,21 +116,30 @@ class Store {
                           const std::function<void(std::string_view)>& progress = {});
 
   // Imports from a local transport (oci-archive:, docker-archive:, oci:) — kRegistry is
-  // registry.h's pull().
+  // registry.h's pull(). oci:/oci-archive: pick the index.json entry whose
+  // org.opencontainers.image.ref.name is the reference's tag (or the only entry when no tag),
+  // resolving a nested index to linux/amd64, and copy every blob in through a BlobWriter
+  // (digest-checked). docker-archive: manifest.json's entry whose RepoTags has the tag (as
+  // written or normalised; the only entry when no tag); layers are hashed on the way in and an
+  // OCI manifest is synthesized (so the image's manifest digest is abx's own). Does not tag.
   Result<Image> import(const Reference& ref,
                        const std::function<void(std::string_view)>& progress = {});
 
   // A plain directory as a one-layer image (its own path is the only lower dir; not copied).
   static Result<Image> directory_image(const std::string& dir);
 
-  // Names: template ids and pulled references -> manifest digests.
+  // Names: template ids and pulled references -> manifest digests. tag: invalid_argument for an
+  // empty, over-512-byte or digest-shaped name, or a digest that is not an image manifest;
+  // not_found when the manifest is not stored. untag/get: not_found for an unknown name. get
+  // also accepts a manifest digest, and re-extracts a layer whose directory is missing.
   Status tag(std::string_view name, std::string_view manifest_digest);
   Status untag(std::string_view name);
   Result<Image> get(std::string_view name_or_digest);
   std::map<std::string, std::string> tags() const;
 
-  // Removes blobs and layers no tagged image (and no digest in `keep`) references. Returns the
-  // number of bytes freed.
+  // Removes blobs and layers no tagged image (and no digest in `keep`) references, and tmp/.
+  // `keep` may name manifests, indexes (their platform manifests are kept) or single blobs.
+  // Returns the number of bytes freed; unavailable while another operation holds the store.
   Result<std::uint64_t> gc(const std::set<std::string>& keep = {});
 
  private:
