@@ -43,7 +43,7 @@ using ::testing::HasSubstr;
 
 // ---- parsing, no I/O ----
 
-TEST(RegistryAuth, ParsesBearerChallenge) {
+TEST(ImageRegistryAuth, ParsesBearerChallenge) {
   auto c = detail::parse_challenge(
       R"(Bearer realm="https://auth.docker.io/token",service="registry.docker.io",scope="repository:library/busybox:pull")");
   ASSERT_TRUE(c.ok()) << c.error().to_string();
@@ -53,7 +53,7 @@ TEST(RegistryAuth, ParsesBearerChallenge) {
   EXPECT_EQ(c->params["scope"], "repository:library/busybox:pull");
 }
 
-TEST(RegistryAuth, ParsesBasicAndEscapes) {
+TEST(ImageRegistryAuth, ParsesBasicAndEscapes) {
   auto c = detail::parse_challenge(R"(Basic realm="a \"quoted\" realm", charset=UTF-8)");
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->scheme, "basic");
@@ -63,7 +63,7 @@ TEST(RegistryAuth, ParsesBasicAndEscapes) {
   EXPECT_FALSE(detail::parse_challenge(R"(Bearer realm="open)").ok());
 }
 
-TEST(RegistryAuth, FindsCredentialsByHost) {
+TEST(ImageRegistryAuth, FindsCredentialsByHost) {
   std::string file = R"({"auths":{"localhost:5000":{"auth":")" + base64_encode("u:p:w") +
                      R"("},"https://index.docker.io/v1/":{"auth":")" + base64_encode("hub:x") +
                      R"("}}})";
@@ -81,7 +81,7 @@ TEST(RegistryAuth, FindsCredentialsByHost) {
   EXPECT_FALSE(detail::credentials_from_auth_json("[", "h").ok());
 }
 
-TEST(RegistryTransport, Urls) {
+TEST(ImageRegistryTransport, Urls) {
   auto u = detail::parse_url("https://auth.example.com/token?x=1");
   ASSERT_TRUE(u.ok());
   EXPECT_TRUE(u->tls);
@@ -260,7 +260,7 @@ struct TestImages {
   Blob no_amd64;  // index: linux/arm64 + linux/s390x
 };
 
-class RegistryTest : public ::testing::Test {
+class ImageRegistryTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (std::system("test -x /usr/bin/docker-registry && test -x /usr/bin/skopeo") != 0) return;
@@ -374,10 +374,10 @@ class RegistryTest : public ::testing::Test {
   std::unique_ptr<testing::ChildProcess> registry_;  // killed (SIGKILL) with the fixture
 };
 
-testing::TempDir* RegistryTest::root_ = nullptr;
-TestImages* RegistryTest::images_ = nullptr;
+testing::TempDir* ImageRegistryTest::root_ = nullptr;
+TestImages* ImageRegistryTest::images_ = nullptr;
 
-TEST_F(RegistryTest, PullsByTagThenSkipsBlobsItHas) {
+TEST_F(ImageRegistryTest, PullsByTagThenSkipsBlobsItHas) {
   start_registry();
   seed("v1", "test/busybox:v1");
   auto r = ref(host() + "/test/busybox:v1");
@@ -402,7 +402,7 @@ TEST_F(RegistryTest, PullsByTagThenSkipsBlobsItHas) {
   EXPECT_THAT(progress_, ::testing::Not(::testing::Contains(HasSubstr("pulling"))));
 }
 
-TEST_F(RegistryTest, PullsByDigestAndRejectsUnknownDigest) {
+TEST_F(ImageRegistryTest, PullsByDigestAndRejectsUnknownDigest) {
   start_registry();
   seed("v1", "test/busybox:v1");
   auto img = pull(*store_, ref(host() + "/test/busybox@" + images_->busybox.digest), options_);
@@ -415,7 +415,7 @@ TEST_F(RegistryTest, PullsByDigestAndRejectsUnknownDigest) {
   EXPECT_THAT(missing.error().message(), HasSubstr("not found"));
 }
 
-TEST_F(RegistryTest, IndexPicksLinuxAmd64) {
+TEST_F(ImageRegistryTest, IndexPicksLinuxAmd64) {
   start_registry();
   seed("multi", "test/multi:latest", "", /*all=*/true);
   auto img = pull(*store_, ref(host() + "/test/multi:latest"), options_);
@@ -428,7 +428,7 @@ TEST_F(RegistryTest, IndexPicksLinuxAmd64) {
   EXPECT_FALSE(store_->has_blob(std::string(arm.at("config").at("digest").as_string())));
 }
 
-TEST_F(RegistryTest, IndexWithoutAmd64NamesThePlatforms) {
+TEST_F(ImageRegistryTest, IndexWithoutAmd64NamesThePlatforms) {
   start_registry();
   seed("noamd64", "test/noamd:latest", "", /*all=*/true);
   auto img = pull(*store_, ref(host() + "/test/noamd:latest"), options_);
@@ -440,7 +440,7 @@ TEST_F(RegistryTest, IndexWithoutAmd64NamesThePlatforms) {
   EXPECT_TRUE(store_->tags().empty());
 }
 
-TEST_F(RegistryTest, BasicAuth) {
+TEST_F(ImageRegistryTest, BasicAuth) {
   fs::path htpasswd = tmp_.path() / "htpasswd";
   ASSERT_EQ(sh("htpasswd -Bbn alice s3cret > " + htpasswd.string(), tmp_.path() / "ht.log"), 0);
   start_registry("auth:\n  htpasswd:\n    realm: abx-test\n    path: " + htpasswd.string() + "\n");
@@ -580,7 +580,7 @@ class TokenServer {
   std::unique_ptr<http::Server> server_;
 };
 
-TEST_F(RegistryTest, BearerTokenChallenge) {
+TEST_F(ImageRegistryTest, BearerTokenChallenge) {
   TokenServer tokens(tmp_.path(), "bob", "hunter2");
   start_registry("auth:\n  token:\n    realm: " + tokens.realm() +
                  "\n    service: abx-test-registry\n    issuer: abx-test-issuer\n"
@@ -607,7 +607,7 @@ TEST_F(RegistryTest, BearerTokenChallenge) {
   EXPECT_GT(tokens.issued(), before);
 }
 
-TEST_F(RegistryTest, CorruptedBlobStoresNothingAndRetryWorks) {
+TEST_F(ImageRegistryTest, CorruptedBlobStoresNothingAndRetryWorks) {
   start_registry();
   seed("v1", "test/busybox:v1");
   fs::path data = blob_data(images_->busybox_layer.digest);
@@ -641,7 +641,7 @@ TEST_F(RegistryTest, CorruptedBlobStoresNothingAndRetryWorks) {
   EXPECT_TRUE(store_->has_blob(images_->busybox_layer.digest));
 }
 
-TEST_F(RegistryTest, UnknownTagIsNotFound) {
+TEST_F(ImageRegistryTest, UnknownTagIsNotFound) {
   start_registry();
   seed("v1", "test/busybox:v1");
   auto r = ref(host() + "/test/busybox:nope");
@@ -652,7 +652,7 @@ TEST_F(RegistryTest, UnknownTagIsNotFound) {
   EXPECT_THAT(img.error().message(), HasSubstr("tag 'nope' not found"));
 }
 
-TEST_F(RegistryTest, UnknownMediaTypeIsRefused) {
+TEST_F(ImageRegistryTest, UnknownMediaTypeIsRefused) {
   start_registry();
   // An OCI artifact (a Helm chart's media types), pushed with our own push().
   auto cfg = store_->put_blob("{}");
@@ -684,7 +684,7 @@ TEST_F(RegistryTest, UnknownMediaTypeIsRefused) {
   EXPECT_FALSE(fresh->has_blob(*content));
 }
 
-TEST_F(RegistryTest, UnreachableRegistry) {
+TEST_F(ImageRegistryTest, UnreachableRegistry) {
   port_ = free_port();  // nothing listens there
   options_.connect_timeout = std::chrono::seconds(2);
   auto r = ref(host() + "/test/busybox:v1");
@@ -695,7 +695,7 @@ TEST_F(RegistryTest, UnreachableRegistry) {
   EXPECT_THAT(img.error().message(), HasSubstr("unreachable"));
 }
 
-TEST_F(RegistryTest, SilentServerTimesOut) {
+TEST_F(ImageRegistryTest, SilentServerTimesOut) {
   // A listening socket nobody accepts on: the connect succeeds (backlog), nothing ever answers.
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
@@ -797,7 +797,7 @@ class RedirectingRegistry {
   std::unique_ptr<http::Server> front_;
 };
 
-TEST_F(RegistryTest, FollowsBlobRedirectsWithoutCredentials) {
+TEST_F(ImageRegistryTest, FollowsBlobRedirectsWithoutCredentials) {
   RedirectingRegistry front(images_->layout);
   front.serve_manifest(images_->busybox.digest);
   port_ = 0;
@@ -818,7 +818,7 @@ TEST_F(RegistryTest, FollowsBlobRedirectsWithoutCredentials) {
   EXPECT_THAT(loop.error().message(), HasSubstr("more than 3 redirects"));
 }
 
-TEST_F(RegistryTest, InterruptedBlobStoresNothingAndRetryWorks) {
+TEST_F(ImageRegistryTest, InterruptedBlobStoresNothingAndRetryWorks) {
   RedirectingRegistry front(images_->layout);
   front.serve_manifest(images_->busybox.digest);
   front.truncate_blobs(true);
@@ -841,7 +841,7 @@ TEST_F(RegistryTest, InterruptedBlobStoresNothingAndRetryWorks) {
   EXPECT_TRUE(store_->has_blob(images_->busybox_layer.digest));
 }
 
-TEST_F(RegistryTest, ManifestOverTheLimitIsRefused) {
+TEST_F(ImageRegistryTest, ManifestOverTheLimitIsRefused) {
   start_registry();
   seed("v1", "test/busybox:v1");
   options_.max_manifest_bytes = 100;
@@ -851,7 +851,7 @@ TEST_F(RegistryTest, ManifestOverTheLimitIsRefused) {
   EXPECT_THAT(img.error().message(), HasSubstr("over the limit of 100 bytes"));
 }
 
-TEST_F(RegistryTest, PushThenPullBackByDigestAndSkopeoInspect) {
+TEST_F(ImageRegistryTest, PushThenPullBackByDigestAndSkopeoInspect) {
   start_registry();
   seed("v1", "test/busybox:v1");
   auto img = pull(*store_, ref(host() + "/test/busybox:v1"), options_);
@@ -887,7 +887,7 @@ TEST_F(RegistryTest, PushThenPullBackByDigestAndSkopeoInspect) {
   EXPECT_EQ(back->layers, img->layers);
 }
 
-TEST_F(RegistryTest, TlsWithExtraCaAndNotWithout) {
+TEST_F(ImageRegistryTest, TlsWithExtraCaAndNotWithout) {
   // The certificate names localhost only: reached as 127.0.0.1 it must fail host name checks.
   fs::path key = tmp_.path() / "tls-key.pem";
   fs::path cert = tmp_.path() / "tls-cert.pem";
