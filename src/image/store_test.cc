@@ -290,6 +290,39 @@ TEST_F(ImageStoreImages, ImportOciLayoutDirectory) {
   EXPECT_TRUE(fs::is_empty(dir_ / "broken/layers/sha256"));
 }
 
+// A layout whose tag names a multi-platform index: linux/amd64 is picked.
+TEST_F(ImageStoreImages, ImportLayoutWithIndexPicksLinuxAmd64) {
+  auto amd = testing::put_image(*store_, {TarBuilder().file("arch", "amd64").finish()});
+  auto arm = testing::put_image(*store_, {TarBuilder().file("arch", "arm64").finish()});
+  ASSERT_TRUE(amd.ok() && arm.ok());
+  auto entry = [](const testing::Built& b, const char* arch) {
+    return R"({"mediaType":")" + std::string(kOciManifest) + R"(","digest":")" + b.manifest +
+           R"(","size":)" + std::to_string(b.body.size()) +
+           R"(,"platform":{"os":"linux","architecture":")" + arch + R"("}})";
+  };
+  std::string index = R"({"schemaVersion":2,"mediaType":")" + std::string(kOciIndex) +
+                      R"(","manifests":[)" + entry(*arm, "arm64") + "," + entry(*amd, "amd64") +
+                      "]}";
+  auto index_digest = store_->put_blob(index);
+  ASSERT_TRUE(index_digest.ok());
+  fs::path layout = dir_ / "layout";
+  testing::write_layout(*store_, *amd, layout, "unused");
+  testing::write_layout(*store_, *arm, layout, "unused");
+  fs::copy_file(store_->blob_path(*index_digest),
+                layout / "blobs/sha256" / index_digest->substr(7));
+  testing::write_file(layout / "index.json",
+                      R"({"schemaVersion":2,"manifests":[{"mediaType":")" + std::string(kOciIndex) +
+                          R"(","digest":")" + *index_digest + R"(","size":)" +
+                          std::to_string(index.size()) +
+                          R"(,"annotations":{"org.opencontainers.image.ref.name":"multi"}}]})");
+  auto fresh = Store::open((dir_ / "fresh").string());
+  ASSERT_TRUE(fresh.ok());
+  auto img = fresh->import(*parse_reference("oci:" + layout.string() + ":multi"));
+  ASSERT_TRUE(img.ok()) << img.error().to_string();
+  EXPECT_EQ(img->manifest_digest, amd->manifest);
+  EXPECT_FALSE(fresh->has_blob(arm->layers[0].digest));  // only what the platform needs
+}
+
 // skopeo (installed by install-deps) converts the layout the test writes into the archives
 // `docker save` and `podman save` produce.
 TEST_F(ImageStoreImages, ImportArchivesMadeBySkopeo) {
