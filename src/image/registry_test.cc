@@ -336,11 +336,13 @@ class ImageRegistryTest : public ::testing::Test {
 
   std::string host() const { return "127.0.0.1:" + std::to_string(port_); }
 
-  // skopeo copy of a tag of the test layout into repo:tag on our registry.
+  // skopeo copy of a tag of the test layout into repo:tag on our registry (`format` v2s2:
+  // converted to Docker schema 2 media types on the way).
   void seed(const std::string& tag, const std::string& repo, const std::string& creds = "",
-            bool all = false) {
+            bool all = false, const std::string& format = "") {
     std::string cmd = "skopeo --insecure-policy copy --dest-tls-verify=false ";
     if (all) cmd += "--all ";
+    if (!format.empty()) cmd += "--format " + format + " ";
     if (!creds.empty()) cmd += "--dest-creds " + creds + " ";
     cmd += "oci:" + images_->layout.string() + ":" + tag + " docker://" + host() + "/" + repo;
     ASSERT_EQ(sh(cmd, tmp_.path() / "skopeo.log"), 0) << read_file(tmp_.path() / "skopeo.log");
@@ -413,6 +415,19 @@ TEST_F(ImageRegistryTest, PullsByDigestAndRejectsUnknownDigest) {
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.error().code(), ErrorCode::kNotFound);
   EXPECT_THAT(missing.error().message(), HasSubstr("not found"));
+}
+
+TEST_F(ImageRegistryTest, PullsDockerSchema2) {
+  start_registry();
+  seed("v1", "test/docker:v1", "", false, "v2s2");
+  auto img = pull(*store_, ref(host() + "/test/docker:v1"), options_);
+  ASSERT_TRUE(img.ok()) << img.error().to_string();
+  auto manifest = store_->read_blob(img->manifest_digest);
+  ASSERT_TRUE(manifest.ok());
+  EXPECT_THAT(*manifest, HasSubstr("application/vnd.docker.distribution.manifest.v2+json"));
+  EXPECT_THAT(*manifest, HasSubstr("application/vnd.docker.image.rootfs.diff.tar.gzip"));
+  EXPECT_EQ(img->layers, std::vector<std::string>{images_->busybox_layer.digest});
+  EXPECT_EQ(img->config.cmd, (std::vector<std::string>{"/bin/busybox", "sh"}));
 }
 
 TEST_F(ImageRegistryTest, IndexPicksLinuxAmd64) {
