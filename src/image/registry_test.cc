@@ -81,6 +81,42 @@ TEST(ImageRegistryAuth, FindsCredentialsByHost) {
   EXPECT_FALSE(detail::credentials_from_auth_json("[", "h").ok());
 }
 
+TEST(ImageRegistryAuth, AuthFileOrderAndFirstEntryWins) {
+  testing::TempDir tmp("abx-registry-auth");
+  std::string saved_home = std::getenv("HOME") != nullptr ? std::getenv("HOME") : "";
+  setenv("ABX_HOME", (tmp.path() / "abx").c_str(), 1);
+  setenv("REGISTRY_AUTH_FILE", (tmp.path() / "containers-auth.json").c_str(), 1);
+  setenv("HOME", tmp.path().c_str(), 1);
+  auto files = detail::auth_file_candidates("");
+  EXPECT_EQ(files, (std::vector<std::string>{(tmp.path() / "abx/auth.json").string(),
+                                             (tmp.path() / "containers-auth.json").string(),
+                                             (tmp.path() / ".docker/config.json").string()}));
+  EXPECT_EQ(detail::auth_file_candidates("/x.json"), std::vector<std::string>{"/x.json"});
+  auto entry = [](const std::string& host, const std::string& user) {
+    return R"({"auths":{")" + host + R"(":{"auth":")" + base64_encode(user + ":pw") + R"("}}})";
+  };
+  // The abx file has no entry for ghcr.io: the next file that has one answers.
+  std::ofstream(tmp.path() / "containers-auth.json") << entry("ghcr.io", "from-containers");
+  std::filesystem::create_directories(tmp.path() / "abx");
+  std::filesystem::create_directories(tmp.path() / ".docker");
+  std::ofstream(tmp.path() / "abx/auth.json") << entry("quay.io", "from-abx");
+  std::ofstream(tmp.path() / ".docker/config.json") << entry("ghcr.io", "from-docker");
+  auto c = detail::find_credentials(files, "ghcr.io");
+  ASSERT_TRUE(c.ok() && c->has_value());
+  EXPECT_EQ((*c)->username, "from-containers");
+  EXPECT_EQ((*c)->source, (tmp.path() / "containers-auth.json").string());
+  auto q = detail::find_credentials(files, "quay.io");
+  ASSERT_TRUE(q.ok() && q->has_value());
+  EXPECT_EQ((*q)->username, "from-abx");
+  std::ofstream(tmp.path() / "abx/auth.json") << "{not json";
+  auto broken = detail::find_credentials(files, "ghcr.io");
+  ASSERT_FALSE(broken.ok());
+  EXPECT_THAT(broken.error().message(), HasSubstr("abx/auth.json"));
+  unsetenv("ABX_HOME");
+  unsetenv("REGISTRY_AUTH_FILE");
+  setenv("HOME", saved_home.c_str(), 1);
+}
+
 TEST(ImageRegistryTransport, Urls) {
   auto u = detail::parse_url("https://auth.example.com/token?x=1");
   ASSERT_TRUE(u.ok());
