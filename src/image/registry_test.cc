@@ -81,6 +81,42 @@ TEST(ImageRegistryAuth, FindsCredentialsByHost) {
   EXPECT_FALSE(detail::credentials_from_auth_json("[", "h").ok());
 }
 
+TEST(ImageRegistryAuth, AuthFileOrderAndFirstEntryWins) {
+  testing::TempDir tmp("abx-registry-auth");
+  std::string saved_home = std::getenv("HOME") != nullptr ? std::getenv("HOME") : "";
+  setenv("ABX_HOME", (tmp.path() / "abx").c_str(), 1);
+  setenv("REGISTRY_AUTH_FILE", (tmp.path() / "containers-auth.json").c_str(), 1);
+  setenv("HOME", tmp.path().c_str(), 1);
+  auto files = detail::auth_file_candidates("");
+  EXPECT_EQ(files, (std::vector<std::string>{(tmp.path() / "abx/auth.json").string(),
+                                             (tmp.path() / "containers-auth.json").string(),
+                                             (tmp.path() / ".docker/config.json").string()}));
+  EXPECT_EQ(detail::auth_file_candidates("/x.json"), std::vector<std::string>{"/x.json"});
+  auto entry = [](const std::string& host, const std::string& user) {
+    return R"({"auths":{")" + host + R"(":{"auth":")" + base64_encode(user + ":pw") + R"("}}})";
+  };
+  // The abx file has no entry for ghcr.io: the next file that has one answers.
+  std::ofstream(tmp.path() / "containers-auth.json") << entry("ghcr.io", "from-containers");
+  std::filesystem::create_directories(tmp.path() / "abx");
+  std::filesystem::create_directories(tmp.path() / ".docker");
+  std::ofstream(tmp.path() / "abx/auth.json") << entry("quay.io", "from-abx");
+  std::ofstream(tmp.path() / ".docker/config.json") << entry("ghcr.io", "from-docker");
+  auto c = detail::find_credentials(files, "ghcr.io");
+  ASSERT_TRUE(c.ok() && c->has_value());
+  EXPECT_EQ((*c)->username, "from-containers");
+  EXPECT_EQ((*c)->source, (tmp.path() / "containers-auth.json").string());
+  auto q = detail::find_credentials(files, "quay.io");
+  ASSERT_TRUE(q.ok() && q->has_value());
+  EXPECT_EQ((*q)->username, "from-abx");
+  std::ofstream(tmp.path() / "abx/auth.json") << "{not json";
+  auto broken = detail::find_credentials(files, "ghcr.io");
+  ASSERT_FALSE(broken.ok());
+  EXPECT_THAT(broken.error().message(), HasSubstr("abx/auth.json"));
+  unsetenv("ABX_HOME");
+  unsetenv("REGISTRY_AUTH_FILE");
+  setenv("HOME", saved_home.c_str(), 1);
+}
+
 TEST(ImageRegistryTransport, Urls) {
   auto u = detail::parse_url("https://auth.example.com/token?x=1");
   ASSERT_TRUE(u.ok());
@@ -336,11 +372,13 @@ class ImageRegistryTest : public ::testing::Test {
 
   std::string host() const { return "127.0.0.1:" + std::to_string(port_); }
 
-  // skopeo copy of a tag of the test layout into repo:tag on our registry.
+  // skopeo copy of a tag of the test layout into repo:tag on our registry (`format` v2s2:
+  // converted to Docker schema 2 media types on the way).
   void seed(const std::string& tag, const std::string& repo, const std::string& creds = "",
-            bool all = false) {
+            bool all = false, const std::string& format = "") {
     std::string cmd = "skopeo --insecure-policy copy --dest-tls-verify=false ";
     if (all) cmd += "--all ";
+    if (!format.empty()) cmd += "--format " + format + " ";
     if (!creds.empty()) cmd += "--dest-creds " + creds + " ";
     cmd += "oci:" + images_->layout.string() + ":" + tag + " docker://" + host() + "/" + repo;
     ASSERT_EQ(sh(cmd, tmp_.path() / "skopeo.log"), 0) << read_file(tmp_.path() / "skopeo.log");
@@ -413,6 +451,19 @@ TEST_F(ImageRegistryTest, PullsByDigestAndRejectsUnknownDigest) {
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.error().code(), ErrorCode::kNotFound);
   EXPECT_THAT(missing.error().message(), HasSubstr("not found"));
+}
+
+TEST_F(ImageRegistryTest, PullsDockerSchema2) {
+  start_registry();
+  seed("v1", "test/docker:v1", "", false, "v2s2");
+  auto img = pull(*store_, ref(host() + "/test/docker:v1"), options_);
+  ASSERT_TRUE(img.ok()) << img.error().to_string();
+  auto manifest = store_->read_blob(img->manifest_digest);
+  ASSERT_TRUE(manifest.ok());
+  EXPECT_THAT(*manifest, HasSubstr("application/vnd.docker.distribution.manifest.v2+json"));
+  EXPECT_THAT(*manifest, HasSubstr("application/vnd.docker.image.rootfs.diff.tar.gzip"));
+  EXPECT_EQ(img->layers, std::vector<std::string>{images_->busybox_layer.digest});
+  EXPECT_EQ(img->config.cmd, (std::vector<std::string>{"/bin/busybox", "sh"}));
 }
 
 TEST_F(ImageRegistryTest, IndexPicksLinuxAmd64) {
