@@ -45,11 +45,11 @@ key=$(printf '%s\n' "$suite" "$packages" "$hook" "$mirror" | sha256sum | cut -c1
 tarball="$cache/base-$suite-$key.tar"
 
 mkdir -p "$cache"
-if [ -s "$tarball" ]; then
+if [ -f "$tarball" ] && [ -s "$tarball" ]; then
   echo "build-images: using cached $tarball"
 else
   echo "build-images: mmdebstrap $suite ($packages) -> $tarball"
-  tmp="$tarball.tmp.$$"
+  tmp="$cache/.base-$suite-$key.$$.tar"  # mmdebstrap picks its output format by the .tar suffix
   trap 'rm -f "$tmp"' EXIT
   # SOURCE_DATE_EPOCH: the same packages give the same tarball.
   SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-1700000000} \
@@ -60,5 +60,5 @@ else
 fi
 
 echo "build-images: importing into $store as base"
-"$abxd" image import --store "$store" --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+"$abxd" --image-store "$store" image import --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   --env LANG=C.UTF-8 base "rootfs-tar:$tarball"

@@ -2,6 +2,7 @@
 
 #include <boost/json.hpp>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <vector>
 
@@ -13,6 +14,10 @@ namespace abx::image {
 namespace json = boost::json;
 
 Result<LayerRef> add_tar_layer(Store& store, const std::string& tar_path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(tar_path, ec)) {
+    return not_found("layer tarball '" + tar_path + "' is not a regular file");
+  }
   std::ifstream in(tar_path, std::ios::binary);
   if (!in) return not_found("layer tarball '" + tar_path + "' cannot be opened");
   // The digest is known only at the end: stream into a writer that checks nothing, then ask

@@ -20,7 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::TarBuilder;
 
-class Extract : public ::testing::Test {
+class ImageExtract : public ::testing::Test {
  protected:
   void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "extraction restores owners and makes whiteouts: root";
@@ -46,7 +46,7 @@ class Extract : public ::testing::Test {
   std::unique_ptr<Store> store_;
 };
 
-TEST_F(Extract, RestoresOwnersModesTimesLinksAndUserXattrs) {
+TEST_F(ImageExtract, RestoresOwnersModesTimesLinksAndUserXattrs) {
   TarBuilder t;
   t.dir("usr/", {.mode = 0755});
   t.dir("usr/bin", {.mode = 0750, .uid = 7, .gid = 8});
@@ -91,7 +91,7 @@ TEST_F(Extract, RestoresOwnersModesTimesLinksAndUserXattrs) {
   ASSERT_TRUE(again.ok());
 }
 
-TEST_F(Extract, RefusesEscapes) {
+TEST_F(ImageExtract, RefusesEscapes) {
   fs::path outside = dir_ / "outside";
   fs::create_directories(outside);
   struct Case {
@@ -125,7 +125,7 @@ TEST_F(Extract, RefusesEscapes) {
 
 // A symlink replaced by a file of the same name: the file replaces the link, never writes
 // through it.
-TEST_F(Extract, FileReplacesSymlinkNotItsTarget) {
+TEST_F(ImageExtract, FileReplacesSymlinkNotItsTarget) {
   fs::path outside = dir_ / "outside";
   fs::create_directories(outside);
   testing::write_file(outside / "target", "original");
@@ -143,7 +143,30 @@ TEST_F(Extract, FileReplacesSymlinkNotItsTarget) {
   EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(fs::path(img->layer_dirs[0]) / "rel")));
 }
 
-TEST_F(Extract, SkipsDevicesFifosSockets) {
+// A directory entry over a symlink to a directory outside must not chmod/chown/utime the target.
+TEST_F(ImageExtract, DirectoryOverSymlinkLeavesTargetAlone) {
+  fs::path outside = dir_ / "outside";
+  fs::create_directories(outside);
+  ::chmod(outside.c_str(), 0755);
+  struct stat before {};
+  ASSERT_EQ(::stat(outside.c_str(), &before), 0);
+  auto img = add({TarBuilder()
+                      .symlink("d", outside.string())
+                      .dir("d", {.mode = 0777, .uid = 4242, .gid = 4242, .mtime = 1})
+                      .finish()});
+  struct stat after {};
+  ASSERT_EQ(::stat(outside.c_str(), &after), 0);
+  EXPECT_EQ(after.st_mode, before.st_mode);
+  EXPECT_EQ(after.st_uid, before.st_uid);
+  EXPECT_EQ(after.st_mtime, before.st_mtime);
+  if (img.ok()) {
+    EXPECT_TRUE(fs::is_directory(fs::symlink_status(fs::path(img->layer_dirs[0]) / "d")));
+  } else {
+    expect_clean();
+  }
+}
+
+TEST_F(ImageExtract, SkipsDevicesFifosSockets) {
   TarBuilder t;
   t.special("dev/sda", AE_IFBLK, makedev(8, 0));
   t.special("dev/null", AE_IFCHR, makedev(1, 3));
@@ -160,7 +183,7 @@ TEST_F(Extract, SkipsDevicesFifosSockets) {
   EXPECT_FALSE(fs::exists(fs::symlink_status(root / "run/sock")));
 }
 
-TEST_F(Extract, WhiteoutsBecomeOverlayWhiteouts) {
+TEST_F(ImageExtract, WhiteoutsBecomeOverlayWhiteouts) {
   std::string lower =
       TarBuilder().file("etc/gone", "old").file("etc/kept", "k").file("opq/old", "o").finish();
   TarBuilder up;
@@ -201,7 +224,7 @@ TEST_F(Extract, WhiteoutsBecomeOverlayWhiteouts) {
   EXPECT_EQ(std::system(("umount " + mnt.string()).c_str()), 0);
 }
 
-TEST_F(Extract, GzipBombHitsRatioLimit) {
+TEST_F(ImageExtract, GzipBombHitsRatioLimit) {
   open_store({.max_entries = 100, .max_bytes = 1ull << 30, .max_ratio = 20});
   std::string bomb = TarBuilder(TarBuilder::Compression::kGzip).zeros("zeros", 8 << 20).finish();
   ASSERT_LT(bomb.size(), 64u << 10);
@@ -214,7 +237,7 @@ TEST_F(Extract, GzipBombHitsRatioLimit) {
   expect_clean();
 }
 
-TEST_F(Extract, EntryAndByteLimits) {
+TEST_F(ImageExtract, EntryAndByteLimits) {
   open_store({.max_entries = 3, .max_bytes = 1000, .max_ratio = 1000});
   auto many = add({TarBuilder().file("a", "").file("b", "").file("c", "").file("d", "").finish()});
   ASSERT_FALSE(many.ok());
@@ -228,7 +251,7 @@ TEST_F(Extract, EntryAndByteLimits) {
   expect_clean();
 }
 
-TEST_F(Extract, ZstdAndGzipLayers) {
+TEST_F(ImageExtract, ZstdAndGzipLayers) {
   auto z =
       add({TarBuilder(TarBuilder::Compression::kZstd).file("z", "zstd").finish()}, kOciLayerZstd);
   ASSERT_TRUE(z.ok()) << z.error().to_string();
@@ -239,7 +262,7 @@ TEST_F(Extract, ZstdAndGzipLayers) {
   EXPECT_TRUE(fs::exists(fs::path(g->layer_dirs[0]) / "g"));
 }
 
-TEST_F(Extract, CorruptArchiveLeavesNothing) {
+TEST_F(ImageExtract, CorruptArchiveLeavesNothing) {
   std::string tar =
       TarBuilder(TarBuilder::Compression::kGzip).file("f", std::string(5000, 'x')).finish();
   tar.resize(tar.size() / 2);  // a truncated gzip stream, stored under its own (valid) digest

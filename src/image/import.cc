@@ -319,7 +319,12 @@ Result<Image> Store::import(const Reference& ref,
         if (archive_entry_filetype(e) != AE_IFREG) continue;
         Member m;
         m.size = archive_entry_size(e);
-        if (m.size >= 0 && static_cast<std::size_t>(m.size) <= kSmallFile) {
+        if (name == "manifest.json" && m.size > static_cast<std::int64_t>(kMaxManifestBytes)) {
+          return invalid_argument(ctx + ": manifest.json is over " +
+                                  std::to_string(kMaxManifestBytes) + " bytes");
+        }
+        if (name == "manifest.json" ||
+            (m.size >= 0 && static_cast<std::size_t>(m.size) <= kSmallFile)) {
           small_total += static_cast<std::size_t>(m.size);
           if (small_total > kMaxSmallTotal) {
             return Error(ErrorCode::kResourceExhausted, ctx + ": too many small files");

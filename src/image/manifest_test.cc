@@ -15,7 +15,7 @@ std::string corpus(const std::string& name) {
   return ss.str();
 }
 
-TEST(Manifest, OciAndDocker) {
+TEST(ImageManifest, OciAndDocker) {
   auto m = parse_manifest(corpus("oci_manifest.json"));
   ASSERT_TRUE(m.ok()) << m.error().message();
   EXPECT_EQ(m->media_type, kOciManifest);
@@ -31,7 +31,7 @@ TEST(Manifest, OciAndDocker) {
   EXPECT_EQ(*manifest_kind(corpus("docker_manifest.json")), ManifestKind::kManifest);
 }
 
-TEST(Manifest, IndexIsRejectedByParseManifestAndSelectable) {
+TEST(ImageManifest, IndexIsRejectedByParseManifestAndSelectable) {
   auto m = parse_manifest(corpus("oci_index.json"));
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.error().message().find("image index"), std::string::npos);
@@ -53,7 +53,7 @@ TEST(Manifest, IndexIsRejectedByParseManifestAndSelectable) {
   EXPECT_EQ(*manifest_kind(corpus("layout_index.json")), ManifestKind::kIndex);
 }
 
-TEST(Manifest, ClearErrors) {
+TEST(ImageManifest, ClearErrors) {
   auto foreign = parse_manifest(corpus("foreign_layer.json"));
   ASSERT_TRUE(foreign.ok());
   auto c = layer_compression(foreign->layers[0].media_type);
@@ -70,7 +70,7 @@ TEST(Manifest, ClearErrors) {
   EXPECT_FALSE(parse_manifest(deep + std::string(100, ']')).ok());
 }
 
-TEST(Manifest, ImageConfig) {
+TEST(ImageManifest, ImageConfig) {
   auto c = parse_image_config(corpus("config.json"));
   ASSERT_TRUE(c.ok()) << c.error().message();
   EXPECT_EQ(c->env.size(), 2u);

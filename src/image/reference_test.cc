@@ -15,7 +15,7 @@ Reference parse_ok(std::string_view s) {
   return r.ok() ? *r : Reference{};
 }
 
-TEST(Reference, DockerNormalisation) {
+TEST(ImageReference, DockerNormalisation) {
   auto r = parse_ok("busybox");
   EXPECT_EQ(r.transport, Transport::kRegistry);
   EXPECT_EQ(r.registry, "docker.io");
@@ -32,7 +32,7 @@ TEST(Reference, DockerNormalisation) {
   EXPECT_EQ(parse_ok("docker://alpine:3").str(), "docker.io/library/alpine:3");
 }
 
-TEST(Reference, RegistriesPortsDigests) {
+TEST(ImageReference, RegistriesPortsDigests) {
   auto r = parse_ok("ghcr.io/org/app:1.2");
   EXPECT_EQ(r.registry, "ghcr.io");
   EXPECT_EQ(r.repository, "org/app");
@@ -60,7 +60,7 @@ TEST(Reference, RegistriesPortsDigests) {
   EXPECT_EQ(parse_ok("a.b/x__y.z-w---v").repository, "x__y.z-w---v");
 }
 
-TEST(Reference, LocalTransports) {
+TEST(ImageReference, LocalTransports) {
   auto r = parse_ok("oci-archive:/path/img.tar:v1");
   EXPECT_EQ(r.transport, Transport::kOciArchive);
   EXPECT_EQ(r.path, "/path/img.tar");
@@ -78,7 +78,7 @@ TEST(Reference, LocalTransports) {
   EXPECT_EQ(r.str(), "oci:/layout");
 }
 
-TEST(Reference, Rejects) {
+TEST(ImageReference, Rejects) {
   for (const std::string& bad : std::vector<std::string>{"",
                                                          "UPPERx",
                                                          "docker.io/Library/x",
@@ -115,7 +115,7 @@ TEST(Reference, Rejects) {
             std::string::npos);
 }
 
-TEST(Reference, ValidDigest) {
+TEST(ImageReference, ValidDigest) {
   EXPECT_TRUE(valid_digest(kDigest));
   EXPECT_FALSE(valid_digest("sha256:" + std::string(63, 'a')));
   EXPECT_FALSE(valid_digest("sha256:" + std::string(64, 'g')));

@@ -2,6 +2,12 @@
 
 #include <boost/beast/http/field.hpp>
 #include <boost/json.hpp>
+#include <cctype>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "abx/base/base64.h"
 #include "abx/base/json.h"
@@ -13,7 +19,6 @@
 
 namespace abx::image {
 
-namespace json = boost::json;
 namespace bhttp = boost::beast::http;
 using detail::HttpRequest;
 using detail::HttpResponse;
@@ -174,7 +179,7 @@ class Session {
   bool plain_http_allowed(const std::string& host, const std::string& authority) const {
     if (detail::is_loopback_host(host)) return true;
     for (const auto& r : options_.insecure_registries) {
-      if (r == authority || r == host || r == ref_.registry) return true;
+      if (r == authority || r == host) return true;
     }
     return false;
   }

@@ -43,7 +43,7 @@ using ::testing::HasSubstr;
 
 // ---- parsing, no I/O ----
 
-TEST(RegistryAuth, ParsesBearerChallenge) {
+TEST(ImageRegistryAuth, ParsesBearerChallenge) {
   auto c = detail::parse_challenge(
       R"(Bearer realm="https://auth.docker.io/token",service="registry.docker.io",scope="repository:library/busybox:pull")");
   ASSERT_TRUE(c.ok()) << c.error().to_string();
@@ -53,7 +53,7 @@ TEST(RegistryAuth, ParsesBearerChallenge) {
   EXPECT_EQ(c->params["scope"], "repository:library/busybox:pull");
 }
 
-TEST(RegistryAuth, ParsesBasicAndEscapes) {
+TEST(ImageRegistryAuth, ParsesBasicAndEscapes) {
   auto c = detail::parse_challenge(R"(Basic realm="a \"quoted\" realm", charset=UTF-8)");
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->scheme, "basic");
@@ -63,7 +63,7 @@ TEST(RegistryAuth, ParsesBasicAndEscapes) {
   EXPECT_FALSE(detail::parse_challenge(R"(Bearer realm="open)").ok());
 }
 
-TEST(RegistryAuth, FindsCredentialsByHost) {
+TEST(ImageRegistryAuth, FindsCredentialsByHost) {
   std::string file = R"({"auths":{"localhost:5000":{"auth":")" + base64_encode("u:p:w") +
                      R"("},"https://index.docker.io/v1/":{"auth":")" + base64_encode("hub:x") +
                      R"("}}})";
@@ -81,7 +81,43 @@ TEST(RegistryAuth, FindsCredentialsByHost) {
   EXPECT_FALSE(detail::credentials_from_auth_json("[", "h").ok());
 }
 
-TEST(RegistryTransport, Urls) {
+TEST(ImageRegistryAuth, AuthFileOrderAndFirstEntryWins) {
+  testing::TempDir tmp("abx-registry-auth");
+  std::string saved_home = std::getenv("HOME") != nullptr ? std::getenv("HOME") : "";
+  setenv("ABX_HOME", (tmp.path() / "abx").c_str(), 1);
+  setenv("REGISTRY_AUTH_FILE", (tmp.path() / "containers-auth.json").c_str(), 1);
+  setenv("HOME", tmp.path().c_str(), 1);
+  auto files = detail::auth_file_candidates("");
+  EXPECT_EQ(files, (std::vector<std::string>{(tmp.path() / "abx/auth.json").string(),
+                                             (tmp.path() / "containers-auth.json").string(),
+                                             (tmp.path() / ".docker/config.json").string()}));
+  EXPECT_EQ(detail::auth_file_candidates("/x.json"), std::vector<std::string>{"/x.json"});
+  auto entry = [](const std::string& host, const std::string& user) {
+    return R"({"auths":{")" + host + R"(":{"auth":")" + base64_encode(user + ":pw") + R"("}}})";
+  };
+  // The abx file has no entry for ghcr.io: the next file that has one answers.
+  std::ofstream(tmp.path() / "containers-auth.json") << entry("ghcr.io", "from-containers");
+  std::filesystem::create_directories(tmp.path() / "abx");
+  std::filesystem::create_directories(tmp.path() / ".docker");
+  std::ofstream(tmp.path() / "abx/auth.json") << entry("quay.io", "from-abx");
+  std::ofstream(tmp.path() / ".docker/config.json") << entry("ghcr.io", "from-docker");
+  auto c = detail::find_credentials(files, "ghcr.io");
+  ASSERT_TRUE(c.ok() && c->has_value());
+  EXPECT_EQ((*c)->username, "from-containers");
+  EXPECT_EQ((*c)->source, (tmp.path() / "containers-auth.json").string());
+  auto q = detail::find_credentials(files, "quay.io");
+  ASSERT_TRUE(q.ok() && q->has_value());
+  EXPECT_EQ((*q)->username, "from-abx");
+  std::ofstream(tmp.path() / "abx/auth.json") << "{not json";
+  auto broken = detail::find_credentials(files, "ghcr.io");
+  ASSERT_FALSE(broken.ok());
+  EXPECT_THAT(broken.error().message(), HasSubstr("abx/auth.json"));
+  unsetenv("ABX_HOME");
+  unsetenv("REGISTRY_AUTH_FILE");
+  setenv("HOME", saved_home.c_str(), 1);
+}
+
+TEST(ImageRegistryTransport, Urls) {
   auto u = detail::parse_url("https://auth.example.com/token?x=1");
   ASSERT_TRUE(u.ok());
   EXPECT_TRUE(u->tls);
@@ -260,7 +296,7 @@ struct TestImages {
   Blob no_amd64;  // index: linux/arm64 + linux/s390x
 };
 
-class RegistryTest : public ::testing::Test {
+class ImageRegistryTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (std::system("test -x /usr/bin/docker-registry && test -x /usr/bin/skopeo") != 0) return;
@@ -336,11 +372,13 @@ class RegistryTest : public ::testing::Test {
 
   std::string host() const { return "127.0.0.1:" + std::to_string(port_); }
 
-  // skopeo copy of a tag of the test layout into repo:tag on our registry.
+  // skopeo copy of a tag of the test layout into repo:tag on our registry (`format` v2s2:
+  // converted to Docker schema 2 media types on the way).
   void seed(const std::string& tag, const std::string& repo, const std::string& creds = "",
-            bool all = false) {
+            bool all = false, const std::string& format = "") {
     std::string cmd = "skopeo --insecure-policy copy --dest-tls-verify=false ";
     if (all) cmd += "--all ";
+    if (!format.empty()) cmd += "--format " + format + " ";
     if (!creds.empty()) cmd += "--dest-creds " + creds + " ";
     cmd += "oci:" + images_->layout.string() + ":" + tag + " docker://" + host() + "/" + repo;
     ASSERT_EQ(sh(cmd, tmp_.path() / "skopeo.log"), 0) << read_file(tmp_.path() / "skopeo.log");
@@ -374,10 +412,10 @@ class RegistryTest : public ::testing::Test {
   std::unique_ptr<testing::ChildProcess> registry_;  // killed (SIGKILL) with the fixture
 };
 
-testing::TempDir* RegistryTest::root_ = nullptr;
-TestImages* RegistryTest::images_ = nullptr;
+testing::TempDir* ImageRegistryTest::root_ = nullptr;
+TestImages* ImageRegistryTest::images_ = nullptr;
 
-TEST_F(RegistryTest, PullsByTagThenSkipsBlobsItHas) {
+TEST_F(ImageRegistryTest, PullsByTagThenSkipsBlobsItHas) {
   start_registry();
   seed("v1", "test/busybox:v1");
   auto r = ref(host() + "/test/busybox:v1");
@@ -402,7 +440,7 @@ TEST_F(RegistryTest, PullsByTagThenSkipsBlobsItHas) {
   EXPECT_THAT(progress_, ::testing::Not(::testing::Contains(HasSubstr("pulling"))));
 }
 
-TEST_F(RegistryTest, PullsByDigestAndRejectsUnknownDigest) {
+TEST_F(ImageRegistryTest, PullsByDigestAndRejectsUnknownDigest) {
   start_registry();
   seed("v1", "test/busybox:v1");
   auto img = pull(*store_, ref(host() + "/test/busybox@" + images_->busybox.digest), options_);
@@ -415,7 +453,20 @@ TEST_F(RegistryTest, PullsByDigestAndRejectsUnknownDigest) {
   EXPECT_THAT(missing.error().message(), HasSubstr("not found"));
 }
 
-TEST_F(RegistryTest, IndexPicksLinuxAmd64) {
+TEST_F(ImageRegistryTest, PullsDockerSchema2) {
+  start_registry();
+  seed("v1", "test/docker:v1", "", false, "v2s2");
+  auto img = pull(*store_, ref(host() + "/test/docker:v1"), options_);
+  ASSERT_TRUE(img.ok()) << img.error().to_string();
+  auto manifest = store_->read_blob(img->manifest_digest);
+  ASSERT_TRUE(manifest.ok());
+  EXPECT_THAT(*manifest, HasSubstr("application/vnd.docker.distribution.manifest.v2+json"));
+  EXPECT_THAT(*manifest, HasSubstr("application/vnd.docker.image.rootfs.diff.tar.gzip"));
+  EXPECT_EQ(img->layers, std::vector<std::string>{images_->busybox_layer.digest});
+  EXPECT_EQ(img->config.cmd, (std::vector<std::string>{"/bin/busybox", "sh"}));
+}
+
+TEST_F(ImageRegistryTest, IndexPicksLinuxAmd64) {
   start_registry();
   seed("multi", "test/multi:latest", "", /*all=*/true);
   auto img = pull(*store_, ref(host() + "/test/multi:latest"), options_);
@@ -428,7 +479,7 @@ TEST_F(RegistryTest, IndexPicksLinuxAmd64) {
   EXPECT_FALSE(store_->has_blob(std::string(arm.at("config").at("digest").as_string())));
 }
 
-TEST_F(RegistryTest, IndexWithoutAmd64NamesThePlatforms) {
+TEST_F(ImageRegistryTest, IndexWithoutAmd64NamesThePlatforms) {
   start_registry();
   seed("noamd64", "test/noamd:latest", "", /*all=*/true);
   auto img = pull(*store_, ref(host() + "/test/noamd:latest"), options_);
@@ -440,7 +491,7 @@ TEST_F(RegistryTest, IndexWithoutAmd64NamesThePlatforms) {
   EXPECT_TRUE(store_->tags().empty());
 }
 
-TEST_F(RegistryTest, BasicAuth) {
+TEST_F(ImageRegistryTest, BasicAuth) {
   fs::path htpasswd = tmp_.path() / "htpasswd";
   ASSERT_EQ(sh("htpasswd -Bbn alice s3cret > " + htpasswd.string(), tmp_.path() / "ht.log"), 0);
   start_registry("auth:\n  htpasswd:\n    realm: abx-test\n    path: " + htpasswd.string() + "\n");
@@ -580,7 +631,7 @@ class TokenServer {
   std::unique_ptr<http::Server> server_;
 };
 
-TEST_F(RegistryTest, BearerTokenChallenge) {
+TEST_F(ImageRegistryTest, BearerTokenChallenge) {
   TokenServer tokens(tmp_.path(), "bob", "hunter2");
   start_registry("auth:\n  token:\n    realm: " + tokens.realm() +
                  "\n    service: abx-test-registry\n    issuer: abx-test-issuer\n"
@@ -607,7 +658,7 @@ TEST_F(RegistryTest, BearerTokenChallenge) {
   EXPECT_GT(tokens.issued(), before);
 }
 
-TEST_F(RegistryTest, CorruptedBlobStoresNothingAndRetryWorks) {
+TEST_F(ImageRegistryTest, CorruptedBlobStoresNothingAndRetryWorks) {
   start_registry();
   seed("v1", "test/busybox:v1");
   fs::path data = blob_data(images_->busybox_layer.digest);
@@ -641,7 +692,7 @@ TEST_F(RegistryTest, CorruptedBlobStoresNothingAndRetryWorks) {
   EXPECT_TRUE(store_->has_blob(images_->busybox_layer.digest));
 }
 
-TEST_F(RegistryTest, UnknownTagIsNotFound) {
+TEST_F(ImageRegistryTest, UnknownTagIsNotFound) {
   start_registry();
   seed("v1", "test/busybox:v1");
   auto r = ref(host() + "/test/busybox:nope");
@@ -652,7 +703,7 @@ TEST_F(RegistryTest, UnknownTagIsNotFound) {
   EXPECT_THAT(img.error().message(), HasSubstr("tag 'nope' not found"));
 }
 
-TEST_F(RegistryTest, UnknownMediaTypeIsRefused) {
+TEST_F(ImageRegistryTest, UnknownMediaTypeIsRefused) {
   start_registry();
   // An OCI artifact (a Helm chart's media types), pushed with our own push().
   auto cfg = store_->put_blob("{}");
@@ -684,7 +735,7 @@ TEST_F(RegistryTest, UnknownMediaTypeIsRefused) {
   EXPECT_FALSE(fresh->has_blob(*content));
 }
 
-TEST_F(RegistryTest, UnreachableRegistry) {
+TEST_F(ImageRegistryTest, UnreachableRegistry) {
   port_ = free_port();  // nothing listens there
   options_.connect_timeout = std::chrono::seconds(2);
   auto r = ref(host() + "/test/busybox:v1");
@@ -695,7 +746,7 @@ TEST_F(RegistryTest, UnreachableRegistry) {
   EXPECT_THAT(img.error().message(), HasSubstr("unreachable"));
 }
 
-TEST_F(RegistryTest, SilentServerTimesOut) {
+TEST_F(ImageRegistryTest, SilentServerTimesOut) {
   // A listening socket nobody accepts on: the connect succeeds (backlog), nothing ever answers.
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
@@ -797,7 +848,7 @@ class RedirectingRegistry {
   std::unique_ptr<http::Server> front_;
 };
 
-TEST_F(RegistryTest, FollowsBlobRedirectsWithoutCredentials) {
+TEST_F(ImageRegistryTest, FollowsBlobRedirectsWithoutCredentials) {
   RedirectingRegistry front(images_->layout);
   front.serve_manifest(images_->busybox.digest);
   port_ = 0;
@@ -818,7 +869,7 @@ TEST_F(RegistryTest, FollowsBlobRedirectsWithoutCredentials) {
   EXPECT_THAT(loop.error().message(), HasSubstr("more than 3 redirects"));
 }
 
-TEST_F(RegistryTest, InterruptedBlobStoresNothingAndRetryWorks) {
+TEST_F(ImageRegistryTest, InterruptedBlobStoresNothingAndRetryWorks) {
   RedirectingRegistry front(images_->layout);
   front.serve_manifest(images_->busybox.digest);
   front.truncate_blobs(true);
@@ -841,7 +892,7 @@ TEST_F(RegistryTest, InterruptedBlobStoresNothingAndRetryWorks) {
   EXPECT_TRUE(store_->has_blob(images_->busybox_layer.digest));
 }
 
-TEST_F(RegistryTest, ManifestOverTheLimitIsRefused) {
+TEST_F(ImageRegistryTest, ManifestOverTheLimitIsRefused) {
   start_registry();
   seed("v1", "test/busybox:v1");
   options_.max_manifest_bytes = 100;
@@ -851,7 +902,7 @@ TEST_F(RegistryTest, ManifestOverTheLimitIsRefused) {
   EXPECT_THAT(img.error().message(), HasSubstr("over the limit of 100 bytes"));
 }
 
-TEST_F(RegistryTest, PushThenPullBackByDigestAndSkopeoInspect) {
+TEST_F(ImageRegistryTest, PushThenPullBackByDigestAndSkopeoInspect) {
   start_registry();
   seed("v1", "test/busybox:v1");
   auto img = pull(*store_, ref(host() + "/test/busybox:v1"), options_);
@@ -887,7 +938,7 @@ TEST_F(RegistryTest, PushThenPullBackByDigestAndSkopeoInspect) {
   EXPECT_EQ(back->layers, img->layers);
 }
 
-TEST_F(RegistryTest, TlsWithExtraCaAndNotWithout) {
+TEST_F(ImageRegistryTest, TlsWithExtraCaAndNotWithout) {
   // The certificate names localhost only: reached as 127.0.0.1 it must fail host name checks.
   fs::path key = tmp_.path() / "tls-key.pem";
   fs::path cert = tmp_.path() / "tls-cert.pem";

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <utility>
 
 #include "abx/base/try.h"
@@ -131,6 +132,14 @@ const std::string& Store::root() const { return s_->root; }
 Result<Store> Store::open(std::string root, LayerLimits limits) {
   while (root.size() > 1 && root.back() == '/') root.pop_back();
   if (root.empty()) return invalid_argument("image store: empty root path");
+  // Layer directories become overlay lowerdirs, which must be absolute.
+  if (root.front() != '/') {
+    std::error_code ec;
+    auto abs = std::filesystem::absolute(root, ec);
+    if (ec) return errno_error("image store: resolve", root, ec.value());
+    root = abs.lexically_normal().string();
+    while (root.size() > 1 && root.back() == '/') root.pop_back();
+  }
   auto s = std::make_unique<State>();
   s->root = std::move(root);
   s->limits = limits;

@@ -25,7 +25,7 @@ std::size_t count_files(const fs::path& dir) {
   return n;
 }
 
-TEST(Store, OpenCreatesLayoutAndCleansTmp) {
+TEST(ImageStore, OpenCreatesLayoutAndCleansTmp) {
   abx::testing::TempDir tmp;
   std::string root = (tmp / "images").string();
   {
@@ -41,7 +41,17 @@ TEST(Store, OpenCreatesLayoutAndCleansTmp) {
   EXPECT_TRUE(fs::is_empty(root + "/tmp"));
 }
 
-TEST(Store, PutReadHasBlob) {
+TEST(ImageStore, RelativeRootBecomesAbsolute) {
+  abx::testing::TempDir tmp;
+  std::string cwd = fs::current_path().string();
+  fs::current_path(tmp.path());
+  auto s = Store::open("rel/images/");
+  fs::current_path(cwd);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->root(), (tmp / "rel/images").string());
+}
+
+TEST(ImageStore, PutReadHasBlob) {
   abx::testing::TempDir tmp;
   auto s = Store::open(tmp.string());
   ASSERT_TRUE(s.ok());
@@ -64,7 +74,7 @@ TEST(Store, PutReadHasBlob) {
   EXPECT_EQ(missing.error().code(), ErrorCode::kNotFound);
 }
 
-TEST(Store, BlobWriterStreamsAndVerifies) {
+TEST(ImageStore, BlobWriterStreamsAndVerifies) {
   abx::testing::TempDir tmp;
   auto s = Store::open(tmp.string());
   ASSERT_TRUE(s.ok());
@@ -79,7 +89,7 @@ TEST(Store, BlobWriterStreamsAndVerifies) {
   EXPECT_EQ(count_files(tmp / "tmp"), 0u);
 }
 
-TEST(Store, CorruptBlobLeavesNothing) {
+TEST(ImageStore, CorruptBlobLeavesNothing) {
   abx::testing::TempDir tmp;
   auto s = Store::open(tmp.string());
   ASSERT_TRUE(s.ok());
@@ -97,7 +107,7 @@ TEST(Store, CorruptBlobLeavesNothing) {
   EXPECT_EQ(count_files(tmp / "blobs"), 0u);
 }
 
-TEST(Store, SizeMismatchAndTruncatedWrite) {
+TEST(ImageStore, SizeMismatchAndTruncatedWrite) {
   abx::testing::TempDir tmp;
   auto s = Store::open(tmp.string());
   ASSERT_TRUE(s.ok());
@@ -126,7 +136,7 @@ TEST(Store, SizeMismatchAndTruncatedWrite) {
   EXPECT_EQ(count_files(tmp / "blobs"), 0u);
 }
 
-TEST(Store, WriterWithoutExpectedDigest) {
+TEST(ImageStore, WriterWithoutExpectedDigest) {
   abx::testing::TempDir tmp;
   auto s = Store::open(tmp.string());
   ASSERT_TRUE(s.ok());
@@ -141,7 +151,7 @@ TEST(Store, WriterWithoutExpectedDigest) {
 // ---------------------------------------------------------------------------------------------
 // Images, names, gc and imports (extraction needs root: owners and whiteouts).
 
-class StoreImages : public ::testing::Test {
+class ImageStoreImages : public ::testing::Test {
  protected:
   void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "layer extraction runs as root";
@@ -157,7 +167,7 @@ class StoreImages : public ::testing::Test {
 
 using testing::TarBuilder;
 
-TEST_F(StoreImages, AddTagGetUntagGc) {
+TEST_F(ImageStoreImages, AddTagGetUntagGc) {
   std::string base = TarBuilder().file("bin/sh", "sh", {.mode = 0755}).finish();
   std::string app = TarBuilder().file("app/run", "run").finish();
   auto a = testing::put_image(*store_, {base, app});
@@ -221,7 +231,7 @@ TEST_F(StoreImages, AddTagGetUntagGc) {
   EXPECT_TRUE(store_->get("docker.io/library/b:latest").ok());
 }
 
-TEST_F(StoreImages, AddImageErrors) {
+TEST_F(ImageStoreImages, AddImageErrors) {
   // An index is the registry client's to resolve.
   auto idx = store_->put_blob(R"({"schemaVersion":2,"mediaType":")" + std::string(kOciIndex) +
                               R"(","manifests":[]})");
@@ -247,7 +257,7 @@ TEST_F(StoreImages, AddImageErrors) {
   EXPECT_TRUE(fs::is_empty(layers()));
 }
 
-TEST_F(StoreImages, ImportOciLayoutDirectory) {
+TEST_F(ImageStoreImages, ImportOciLayoutDirectory) {
   auto b = testing::put_image(*store_, {TarBuilder().file("hello", "world").finish()});
   ASSERT_TRUE(b.ok());
   fs::path layout = dir_ / "layout";
@@ -280,9 +290,42 @@ TEST_F(StoreImages, ImportOciLayoutDirectory) {
   EXPECT_TRUE(fs::is_empty(dir_ / "broken/layers/sha256"));
 }
 
+// A layout whose tag names a multi-platform index: linux/amd64 is picked.
+TEST_F(ImageStoreImages, ImportLayoutWithIndexPicksLinuxAmd64) {
+  auto amd = testing::put_image(*store_, {TarBuilder().file("arch", "amd64").finish()});
+  auto arm = testing::put_image(*store_, {TarBuilder().file("arch", "arm64").finish()});
+  ASSERT_TRUE(amd.ok() && arm.ok());
+  auto entry = [](const testing::Built& b, const char* arch) {
+    return R"({"mediaType":")" + std::string(kOciManifest) + R"(","digest":")" + b.manifest +
+           R"(","size":)" + std::to_string(b.body.size()) +
+           R"(,"platform":{"os":"linux","architecture":")" + arch + R"("}})";
+  };
+  std::string index = R"({"schemaVersion":2,"mediaType":")" + std::string(kOciIndex) +
+                      R"(","manifests":[)" + entry(*arm, "arm64") + "," + entry(*amd, "amd64") +
+                      "]}";
+  auto index_digest = store_->put_blob(index);
+  ASSERT_TRUE(index_digest.ok());
+  fs::path layout = dir_ / "layout";
+  testing::write_layout(*store_, *amd, layout, "unused");
+  testing::write_layout(*store_, *arm, layout, "unused");
+  fs::copy_file(store_->blob_path(*index_digest),
+                layout / "blobs/sha256" / index_digest->substr(7));
+  testing::write_file(layout / "index.json",
+                      R"({"schemaVersion":2,"manifests":[{"mediaType":")" + std::string(kOciIndex) +
+                          R"(","digest":")" + *index_digest + R"(","size":)" +
+                          std::to_string(index.size()) +
+                          R"(,"annotations":{"org.opencontainers.image.ref.name":"multi"}}]})");
+  auto fresh = Store::open((dir_ / "fresh").string());
+  ASSERT_TRUE(fresh.ok());
+  auto img = fresh->import(*parse_reference("oci:" + layout.string() + ":multi"));
+  ASSERT_TRUE(img.ok()) << img.error().to_string();
+  EXPECT_EQ(img->manifest_digest, amd->manifest);
+  EXPECT_FALSE(fresh->has_blob(arm->layers[0].digest));  // only what the platform needs
+}
+
 // skopeo (installed by install-deps) converts the layout the test writes into the archives
 // `docker save` and `podman save` produce.
-TEST_F(StoreImages, ImportArchivesMadeBySkopeo) {
+TEST_F(ImageStoreImages, ImportArchivesMadeBySkopeo) {
   if (std::system("skopeo --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "no skopeo";
   std::string l1 = TarBuilder(TarBuilder::Compression::kGzip).file("etc/os", "abx").finish();
   std::string l2 = TarBuilder(TarBuilder::Compression::kGzip)
@@ -337,7 +380,7 @@ TEST_F(StoreImages, ImportArchivesMadeBySkopeo) {
   EXPECT_EQ(fresh->import(*parse_reference("busybox")).error().code(), ErrorCode::kInvalidArgument);
 }
 
-TEST_F(StoreImages, ConcurrentTagsAndGcWaitingForWriters) {
+TEST_F(ImageStoreImages, ConcurrentTagsAndGcWaitingForWriters) {
   auto b = testing::put_image(*store_, {TarBuilder().file("f", "f").finish()});
   ASSERT_TRUE(b.ok());
   // Two Store objects on one root stand in for two processes (flock is per open file).
@@ -372,7 +415,7 @@ TEST_F(StoreImages, ConcurrentTagsAndGcWaitingForWriters) {
   EXPECT_TRUE(store_->has_blob(b->manifest));
 }
 
-TEST(StoreDirectory, DirectoryImage) {
+TEST(ImageStoreDirectory, DirectoryImage) {
   abx::testing::TempDir tmp;
   auto img = Store::directory_image(tmp.string());
   ASSERT_TRUE(img.ok());

@@ -12,7 +12,6 @@ namespace abx::platform {
 void add_image_commands(CLI::App& app, ImageCommand& cmd) {
   cmd.group = app.add_subcommand("image", "Manage the image store offline (docs/templates.md)");
   cmd.group->require_subcommand(1);
-  cmd.group->add_option("--store", cmd.store, "Image store (default: abxd's --image-store)");
   cmd.import = cmd.group->add_subcommand(
       "import", "Import SOURCE as NAME: a registry reference, oci-archive:PATH, "
                 "docker-archive:PATH, oci:DIR, or rootfs-tar:PATH (a root filesystem tarball)");
@@ -62,8 +61,8 @@ Result<image::Image> import_source(image::Store& st, const ImageCommand& cmd) {
 
 }  // namespace
 
-int run_image_command(const ImageCommand& cmd, const std::string& default_store) {
-  std::string root = cmd.store.empty() ? default_store : cmd.store;
+int run_image_command(const ImageCommand& cmd, const std::string& store) {
+  const std::string& root = store;
   auto st = image::Store::open(root);
   if (!st.ok()) {
     std::cerr << "abxd image: store " << root << ": " << st.error().message() << "\n";

@@ -1,4 +1,4 @@
-// `abxd image …`: the image store offline (abxd need not run; the store's lock makes it safe
+// `abxd [--image-store DIR] image …`: the image store offline (abxd need not run; the store's lock makes it safe
 // while one does): import an image or a root filesystem tarball under a name, list, remove a
 // name, collect garbage. scripts/build-images.sh uses `import` to install the `base` image.
 #pragma once
@@ -15,7 +15,6 @@ struct ImageCommand {
   CLI::App* list = nullptr;
   CLI::App* rm = nullptr;
   CLI::App* gc = nullptr;
-  std::string store;  // --store
   std::string name;
   std::string source;
   std::vector<std::string> env;  // import: K=V for a rootfs tarball's config
@@ -25,7 +24,7 @@ struct ImageCommand {
 
 void add_image_commands(CLI::App& app, ImageCommand& cmd);
 // Runs the parsed subcommand; returns the process exit code (0 ok, 1 failed, 3 store unusable).
-// `default_store`: --image-store / $ABX_IMAGE_STORE / <home>/images, unless --store is given.
-int run_image_command(const ImageCommand& cmd, const std::string& default_store);
+// `store`: abxd's --image-store, else $ABX_IMAGE_STORE, else <home>/images.
+int run_image_command(const ImageCommand& cmd, const std::string& store);
 
 }  // namespace abx::platform

@@ -48,7 +48,9 @@ namespace abx::image {
 
 struct RegistryOptions {
   // A Docker-style auth file. Empty: the first of $ABX_HOME/auth.json (~/.abx/auth.json),
-  // $REGISTRY_AUTH_FILE and ~/.docker/config.json that has an entry for the registry.
+  // $REGISTRY_AUTH_FILE and ~/.docker/config.json that has an entry for the registry. Missing
+  // files mean no credentials (anonymous); a file that exists but is malformed is an error.
+  // Credential helpers (credsStore/credHelpers) are not consulted.
   std::string auth_file;
   // Extra PEM CA certificates trusted besides the system's (a private registry, tests).
   std::string ca_file;

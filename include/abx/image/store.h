@@ -90,7 +90,8 @@ class BlobWriter {
 
 class Store {
  public:
-  // Opens (creating) the store at `root` and removes leftovers under tmp/.
+  // Opens (creating) the store at `root` (made absolute: layer_dirs are overlay lowerdirs) and
+  // removes leftovers under tmp/.
   static Result<Store> open(std::string root, LayerLimits limits = {});
   Store(Store&&) noexcept;
   Store& operator=(Store&&) noexcept;
