@@ -247,7 +247,9 @@ class Build {
   }
 
   Result<std::string> derive_template_yaml() const;
-  Status from(const image::Instruction& in, bool& cached);
+  // `announce(cached)` emits the step line: before a pull or import (so their progress follows
+  // it), after a store lookup otherwise.
+  Status from(const image::Instruction& in, const std::function<void(bool)>& announce);
   Status run_step(std::size_t i, const image::Instruction& in);
   Status copy_step(std::size_t i, const image::Instruction& in);
   Status workdir_step(std::size_t i, const image::Instruction& in);
@@ -370,9 +372,8 @@ Result<Layer> Build::layer_from(const std::string& dir, bool overlay_upper,
 }
 
 // FROM: the base image's layers (with their descriptors and diff_ids) and config.
-Status Build::from(const image::Instruction& in, bool& cached) {
+Status Build::from(const image::Instruction& in, const std::function<void(bool)>& announce) {
   ABX_ASSIGN_OR_RETURN(auto name, image::expand_vars(in.args.at(0), st_.args));
-  cached = true;
   if (name == "scratch") return {};
   Result<image::Image> img = not_found("");
   if (name.starts_with("abx:")) {
@@ -385,7 +386,7 @@ Status Build::from(const image::Instruction& in, bool& cached) {
       ABX_ASSIGN_OR_RETURN(auto ref, image::parse_reference(name));
       img = store_.get(ref.str());
       if (!img.ok()) {
-        cached = false;
+        announce(false);
         if (ref.transport != image::Transport::kRegistry) {
           img = store_.import(ref, [this](std::string_view l) { log_line(std::string(l)); });
         } else if (opt_.pull) {
@@ -684,12 +685,13 @@ Result<BuildResult> Build::run() {
         break;
       }
       case image::Op::kFrom: {
-        bool cached = true;
-        s = from(in, cached);
-        if (s.ok()) {
+        bool announced = false;
+        s = from(in, [&](bool cached) {
+          announced = true;
           all_cached_ = all_cached_ && cached;
           step(i, in, cached);
-        }
+        });
+        if (s.ok() && !announced) step(i, in, all_cached_);
         break;
       }
       case image::Op::kRun:
