@@ -9,6 +9,8 @@
 #include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <optional>
 
 #include "abx/client/sandbox.h"
 #include "abx/client/templates.h"
@@ -22,22 +24,28 @@ namespace json = boost::json;
 
 constexpr const char* kBusybox = "/bin/busybox";
 
-class TemplateBuildE2E : public testing::AbxdFixture {
+// Its own image store (not the run's shared one): builds write blobs and `rm` runs gc.
+class TemplateBuildE2E : public ::testing::Test {
  protected:
-  TemplateBuildE2E() : AbxdFixture("template-build-e2e") {}
-
   void SetUp() override {
-    AbxdFixture::SetUp();
-    if (IsSkipped()) return;
+    if (::geteuid() != 0) GTEST_SKIP() << "abxd needs root for namespaces and cgroups";
     // Debian's busybox package is dynamic; busybox-static puts the static one here.
-    std::error_code ec;
     if (!fs::exists(kBusybox)) GTEST_SKIP() << "needs busybox-static (" << kBusybox << ")";
-    ASSERT_TRUE(abxd().start());
-    cfg_.api_url = abxd().url();
-    cfg_.api_key = abxd().api_key();
-    cfg_.home = home();
+    tmp_.emplace("template-build-e2e");
+    const fs::path home = tmp_->path() / "abxd";
+    abxd_ = std::make_unique<testing::Abxd>(
+        home, std::vector<std::string>{"--image-store", (home / "images").string()});
+    ASSERT_TRUE(abxd_->start());
+    cfg_.api_url = abxd_->url();
+    cfg_.api_key = abxd_->api_key();
+    cfg_.home = home;
     cfg_.request_timeout = std::chrono::seconds(120);
   }
+  void TearDown() override {
+    if (abxd_) abxd_->shutdown();
+  }
+  const fs::path& home() const { return abxd_->home(); }
+  const testing::TempDir& tmp() const { return *tmp_; }
 
   fs::path context(const std::string& name, const std::string& dockerfile) {
     fs::path dir = tmp() / name;
@@ -69,6 +77,8 @@ class TemplateBuildE2E : public testing::AbxdFixture {
     return false;
   }
 
+  std::optional<testing::TempDir> tmp_;
+  std::unique_ptr<testing::Abxd> abxd_;
   client::ConnectionConfig cfg_;
 };
 
