@@ -1,5 +1,11 @@
 #include "abx/image/compose.h"
 
+#include <archive.h>
+#include <archive_entry.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <boost/json.hpp>
 #include <ctime>
 #include <filesystem>
@@ -79,6 +85,144 @@ Result<Image> compose_image(Store& store, const std::vector<LayerRef>& layers,
       {"layers", std::move(manifest_layers)}};
   ABX_ASSIGN_OR_RETURN(std::string manifest_digest, store.put_blob(json::serialize(manifest)));
   return store.add_image(manifest_digest, progress);
+}
+
+namespace {
+
+// Writes `dir` into a tar at `out` under `prefix`, entries sorted, owners 0:0, mtimes 0.
+Status write_dir_tar(const std::string& dir, const std::string& prefix, const std::string& out) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<fs::path> paths;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    paths.push_back(it->path());
+  }
+  if (ec) return internal_error("read bundle " + dir + ": " + ec.message());
+  std::sort(paths.begin(), paths.end());
+  std::unique_ptr<archive, decltype(&archive_write_free)> a(archive_write_new(),
+                                                            &archive_write_free);
+  archive_write_set_format_pax_restricted(a.get());
+  if (archive_write_open_filename(a.get(), out.c_str()) != ARCHIVE_OK) {
+    return internal_error("create " + out + ": " + archive_error_string(a.get()));
+  }
+  auto add = [&](const std::string& name, const struct stat& st, const std::string& file,
+                 const std::string& link) -> Status {
+    std::unique_ptr<archive_entry, decltype(&archive_entry_free)> e(archive_entry_new(),
+                                                                    &archive_entry_free);
+    archive_entry_set_pathname(e.get(), name.c_str());
+    archive_entry_set_mode(e.get(), st.st_mode);
+    archive_entry_set_uid(e.get(), 0);
+    archive_entry_set_gid(e.get(), 0);
+    archive_entry_set_mtime(e.get(), 0, 0);
+    if (S_ISREG(st.st_mode)) archive_entry_set_size(e.get(), st.st_size);
+    if (S_ISLNK(st.st_mode)) archive_entry_set_symlink(e.get(), link.c_str());
+    if (archive_write_header(a.get(), e.get()) != ARCHIVE_OK) {
+      return internal_error("tar " + name + ": " + archive_error_string(a.get()));
+    }
+    if (!S_ISREG(st.st_mode)) return {};
+    std::ifstream in(file, std::ios::binary);
+    std::vector<char> buf(1 << 16);
+    while (in) {
+      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+      if (in.gcount() > 0 &&
+          archive_write_data(a.get(), buf.data(), static_cast<size_t>(in.gcount())) < 0) {
+        return internal_error("tar " + name + ": " + archive_error_string(a.get()));
+      }
+    }
+    if (in.bad()) return internal_error("read " + file + " failed");
+    return {};
+  };
+  struct stat dst {};
+  dst.st_mode = S_IFDIR | 0755;
+  std::string acc;
+  for (const auto& part : fs::path(prefix)) {  // opt/, opt/abx/
+    acc += part.string() + "/";
+    ABX_TRY(add(acc, dst, "", ""));
+  }
+  for (const auto& p : paths) {
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) != 0) return internal_error("stat " + p.string() + " failed");
+    std::string name = prefix + "/" + fs::relative(p, dir).string();
+    std::string link;
+    if (S_ISLNK(st.st_mode)) link = fs::read_symlink(p, ec).string();
+    if (S_ISDIR(st.st_mode)) name += "/";
+    if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode) && !S_ISLNK(st.st_mode)) continue;
+    ABX_TRY(add(name, st, p.string(), link));
+  }
+  if (archive_write_close(a.get()) != ARCHIVE_OK) {
+    return internal_error("finish " + out + ": " + archive_error_string(a.get()));
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<Image> with_runtime(Store& store, const Image& image, const std::string& bundle_dir) {
+  namespace fs = std::filesystem;
+  if (!image.config.entrypoint.empty() && image.config.entrypoint.front() == kRuntimeEntrypoint[0]) {
+    return image;  // already portable
+  }
+  std::error_code ec;
+  if (!fs::exists(fs::path(bundle_dir) / "bin" / "abx-envd", ec)) {
+    return Error(ErrorCode::kFailedPrecondition,
+                 "no abx bundle at '" + bundle_dir + "' (bin/abx-envd missing; see abxd --bundle)");
+  }
+  std::string tar = store.root() + "/tmp/runtime-layer-" + std::to_string(::getpid()) + ".tar";
+  Status written = write_dir_tar(bundle_dir, std::string(kRuntimeDir).substr(1), tar);
+  Result<LayerRef> layer = written.ok() ? add_tar_layer(store, tar) : Result<LayerRef>(written.error());
+  fs::remove(tar, ec);
+  if (!layer.ok()) return layer.error();
+
+  ABX_ASSIGN_OR_RETURN(std::string manifest_text, store.read_blob(image.manifest_digest));
+  boost::system::error_code jec;
+  json::value manifest = json::parse(manifest_text, jec);
+  if (jec || !manifest.is_object() || !manifest.as_object().if_contains("layers")) {
+    return invalid_argument("image " + image.manifest_digest + ": unreadable manifest");
+  }
+  ABX_ASSIGN_OR_RETURN(std::string config_text, store.read_blob(image.config_digest));
+  json::value config = json::parse(config_text, jec);
+  if (jec || !config.is_object()) {
+    return invalid_argument("image " + image.manifest_digest + ": unreadable config");
+  }
+  // Layers as the manifest has them (media types and sizes kept), then the runtime layer.
+  std::vector<LayerRef> layers;
+  const json::array* diff_ids = nullptr;
+  if (auto* rootfs = config.as_object().if_contains("rootfs"); rootfs && rootfs->is_object()) {
+    if (auto* d = rootfs->as_object().if_contains("diff_ids"); d && d->is_array()) {
+      diff_ids = &d->as_array();
+    }
+  }
+  const json::array& ml = manifest.as_object().at("layers").as_array();
+  if (diff_ids == nullptr || diff_ids->size() != ml.size()) {
+    return invalid_argument("image " + image.manifest_digest + ": config lists " +
+                            std::to_string(diff_ids ? diff_ids->size() : 0) + " diff_ids for " +
+                            std::to_string(ml.size()) + " layers");
+  }
+  for (std::size_t i = 0; i < ml.size(); ++i) {
+    const auto& l = ml[i].as_object();
+    LayerRef r;
+    r.digest = std::string(l.at("digest").as_string());
+    r.size = l.at("size").to_number<std::int64_t>();
+    r.media_type = std::string(l.at("mediaType").as_string());
+    r.diff_id = std::string((*diff_ids)[i].as_string());
+    layers.push_back(std::move(r));
+  }
+  layers.push_back(*layer);
+  ImageConfig cfg = image.config;
+  std::vector<std::string> start = cfg.entrypoint;
+  start.insert(start.end(), cfg.cmd.begin(), cfg.cmd.end());
+  cfg.entrypoint = kRuntimeEntrypoint;
+  cfg.cmd.clear();
+  if (!start.empty()) {
+    std::string joined;
+    for (const auto& a : start) {
+      std::string q = "'";
+      for (char c : a) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+      joined += (joined.empty() ? "" : " ") + q + "'";
+    }
+    cfg.cmd = {"--start-cmd", joined};
+  }
+  return compose_image(store, layers, cfg);
 }
 
 }  // namespace abx::image

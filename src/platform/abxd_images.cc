@@ -28,6 +28,17 @@ void add_image_commands(CLI::App& app, ImageCommand& cmd) {
   cmd.rm = cmd.group->add_subcommand("rm", "Remove a name (the data goes at the next gc)");
   cmd.rm->add_option("name", cmd.name, "Image name")->required();
   cmd.gc = cmd.group->add_subcommand("gc", "Remove blobs and layers no named image uses");
+  cmd.push = cmd.group->add_subcommand(
+      "push", "Push NAME to a registry REF with abx's runtime layer (/opt/abx, envd as "
+              "entrypoint), so runc, crun or Kubernetes run it as an E2B sandbox");
+  cmd.push->add_option("name", cmd.name, "Image name")->required();
+  cmd.push->add_option("ref", cmd.dest, "Registry reference, e.g. 127.0.0.1:5000/abx/base:1")
+      ->required();
+  cmd.push->add_flag("--bare", cmd.bare, "Push the image as stored, without the runtime layer");
+  cmd.push->add_option("--registry-auth", cmd.registry_auth, "docker-style auth.json");
+  cmd.push->add_option("--insecure-registry", cmd.insecure_registries,
+                       "HOST[:PORT] reached over plain HTTP; repeatable")
+      ->take_all();
 }
 
 namespace {
@@ -86,6 +97,26 @@ int run_image_command(const ImageCommand& cmd, const std::string& store) {
   }
   if (cmd.rm->parsed()) {
     if (Status s = st->untag(cmd.name); !s) return fail(s.error());
+    return 0;
+  }
+  if (cmd.push->parsed()) {
+    auto ref = image::parse_reference(cmd.dest);
+    if (!ref.ok()) return fail(ref.error());
+    if (ref->transport != image::Transport::kRegistry) {
+      return fail(invalid_argument("push needs a registry reference, not '" + cmd.dest + "'"));
+    }
+    auto img = st->get(cmd.name);
+    if (!img.ok()) return fail(img.error());
+    if (!cmd.bare) {
+      img = image::with_runtime(*st, *img, cmd.bundle);
+      if (!img.ok()) return fail(img.error());
+    }
+    image::RegistryOptions ro;
+    ro.auth_file = cmd.registry_auth;
+    ro.insecure_registries = cmd.insecure_registries;
+    ro.progress = [](std::string_view line) { std::cerr << line << "\n"; };
+    if (Status s = image::push(*st, *img, *ref, ro); !s) return fail(s.error());
+    std::cout << ref->str() << " " << img->manifest_digest << "\n";
     return 0;
   }
   auto freed = st->gc();

@@ -15,8 +15,12 @@ struct ImageCommand {
   CLI::App* list = nullptr;
   CLI::App* rm = nullptr;
   CLI::App* gc = nullptr;
+  CLI::App* push = nullptr;
   std::string name;
   std::string source;
+  std::string dest;
+  bool bare = false;          // push: without the /opt/abx runtime layer
+  std::string bundle;         // abxd's --bundle
   std::vector<std::string> env;  // import: K=V for a rootfs tarball's config
   std::string registry_auth;
   std::vector<std::string> insecure_registries;

@@ -415,6 +415,7 @@ int main(int argc, char** argv) {
   }
   if (!cfg.key_action.empty()) return keys_main(cfg);
   if (cfg.image_cmd.group->parsed()) {
+    cfg.image_cmd.bundle = cfg.bins.bundle;
     return platform::run_image_command(
         cfg.image_cmd, cfg.image_store.empty() ? cfg.home + "/images" : cfg.image_store);
   }

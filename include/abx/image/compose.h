@@ -35,4 +35,18 @@ Result<Image> compose_image(Store& store, const std::vector<LayerRef>& layers,
                             const ImageConfig& config,
                             const std::function<void(std::string_view)>& progress = {});
 
+// Where abx's in-sandbox binaries live in every image (bind-mounted by abxd, a layer elsewhere).
+inline constexpr std::string_view kRuntimeDir = "/opt/abx";
+// The entrypoint of an image made portable by with_runtime(): envd serves the E2B protocol on
+// all interfaces of the container's network namespace (its port is what E2B clients expect).
+inline const std::vector<std::string> kRuntimeEntrypoint = {"/opt/abx/bin/abx-envd", "--host",
+                                                            "0.0.0.0", "--port", "49983"};
+
+// The image plus one layer holding `bundle_dir` (abx's bundle: bin/abx-envd, its own loader and
+// glibc in lib/) at /opt/abx, with kRuntimeEntrypoint as Entrypoint (the image's own Entrypoint
+// and Cmd become envd's start command, --start-cmd), so that any OCI runtime (runc, crun,
+// Kubernetes) runs it as an E2B sandbox. The layer tar is deterministic (sorted, mtime 0, root
+// owned): the same bundle gives the same layer digest, shared by every image. Not tagged.
+Result<Image> with_runtime(Store& store, const Image& image, const std::string& bundle_dir);
+
 }  // namespace abx::image

@@ -48,4 +48,6 @@ if [ ! -d node_modules/e2b ]; then
   npm ci --no-audit --no-fund
 fi
 
-exec node --test --test-reporter=spec "$@" sdk.test.mjs lifecycle.test.mjs
+# ABX_JS_TESTS picks other files (tests/e2e/runc/run.sh runs runc.test.mjs this way).
+# shellcheck disable=SC2086
+exec node --test --test-reporter=spec "$@" ${ABX_JS_TESTS:-sdk.test.mjs lifecycle.test.mjs}
