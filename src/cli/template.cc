@@ -33,6 +33,7 @@ struct TemplateOpts {
   std::vector<std::string> build_args;
   // push
   std::string ref;
+  bool bare = false;
 };
 
 std::string str(const json::object& o, std::string_view k) {
@@ -224,7 +225,7 @@ int remove(Context& ctx, const TemplateOpts& o) {
 }
 
 int push(Context& ctx, const TemplateOpts& o) {
-  auto r = client::push_template(o.id, o.ref, ctx.config());
+  auto r = client::push_template(o.id, o.ref, ctx.config(), o.bare);
   if (!r.ok()) return ctx.fail(r.error());
   if (ctx.flags.json) {
     ctx.print_json(*r);
@@ -277,7 +278,11 @@ void add_template(CLI::App& app, Context& ctx) {
   auto* p = tp->add_subcommand("push", "Push a template's image to an OCI registry");
   p->add_option("template", o->id, "Template id")->required();
   p->add_option("ref", o->ref, "Destination host[:port]/repo:tag")->required();
-  p->footer("Credentials: $ABX_HOME/auth.json of abxd (Docker's auths format).");
+  p->add_flag("--bare", o->bare,
+              "Push the image as built, without abx's runtime layer (/opt/abx, abx-envd "
+              "entrypoint) that lets other OCI runtimes serve it");
+  p->footer(
+      "Credentials and insecure registries: abxd's (--registry-auth, Docker's auths format).");
   p->callback([&ctx, o] { ctx.exit_code = push(ctx, *o); });
 }
 

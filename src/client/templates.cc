@@ -293,9 +293,9 @@ Status delete_template(std::string_view template_id, const ConnectionConfig& con
 }
 
 Result<json::object> push_template(std::string_view template_id, std::string_view ref,
-                                   const ConnectionConfig& config) {
+                                   const ConnectionConfig& config, bool bare) {
   Transport t(config);
-  json::value body = json::object{{"ref", ref}};
+  json::value body = json::object{{"ref", ref}, {"bare", bare}};
   // A push takes as long as its layers: no retry (not idempotent in time), a long timeout.
   ABX_ASSIGN_OR_RETURN(
       auto v, detail::control_json(t, bhttp::verb::post,

@@ -16,8 +16,9 @@
 //   GET    /templates, /templates/{id}     200 (with capabilities and customCommands)
 //   POST   /templates/build?name=N&dockerfile=P   200 NDJSON progress (abx: body = context tar)
 //   DELETE /templates/{id}                 204 | 404 (abx: built templates only; then store gc)
-//   POST   /templates/{id}/push            200 {"ref","digest"} (abx: body {"ref":"host/repo:tag"})
-//   GET    /templates/{id}/image           200 {"manifestDigest","layers",…} (abx: inspect)
+//   POST   /templates/{id}/push            200 {"ref","digest"} (abx:
+//   {"ref":"host/repo:tag","bare"}) GET    /templates/{id}/image           200
+//   {"manifestDigest","layers",…} (abx: inspect)
 // Auth: X-API-KEY, Authorization: Bearer <key>, or Authorization: ABX-HMAC-SHA256 (signed).
 //
 // The routes are a table in api.cc, their handlers one file per resource (api_routes.h); a

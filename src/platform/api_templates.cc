@@ -4,6 +4,7 @@
 
 #include "abx/base/json.h"
 #include "abx/base/try.h"
+#include "abx/image/compose.h"
 #include "abx/image/registry.h"
 #include "api_routes.h"
 
@@ -154,10 +155,25 @@ Result<Response> push_template(Context& ctx) {
   if (dest.transport != image::Transport::kRegistry) {
     return invalid_argument("push: " + dest.str() + " is not a registry reference");
   }
+  bool bare = false;
+  if (auto* b = body.if_contains("bare")) {
+    if (!b->is_bool()) return invalid_argument("push: \"bare\" must be a boolean");
+    bare = b->as_bool();
+  }
   ABX_ASSIGN_OR_RETURN(auto img, image_of(ctx, id));
+  const auto& mo = ctx.sandboxes.options();
+  if (!bare) {
+    // Portable: abx's runtime layer at /opt/abx and abx-envd as the entrypoint, so any OCI
+    // runtime serves the E2B protocol from it (as `abxd image push` does).
+    if (mo.binaries.bundle.empty()) {
+      return Error(ErrorCode::kFailedPrecondition,
+                   "push: abxd has no /opt/abx bundle (--bundle) to add; push with bare");
+    }
+    ABX_ASSIGN_OR_RETURN(img, image::with_runtime(*ctx.images, img, mo.binaries.bundle));
+  }
   image::RegistryOptions ro;
-  const auto auth = std::filesystem::path(ctx.sandboxes.options().home) / "auth.json";
-  if (std::filesystem::exists(auth)) ro.auth_file = auth.string();
+  ro.auth_file = mo.registry_auth_file;
+  ro.insecure_registries = mo.insecure_registries;
   ABX_TRY(image::push(*ctx.images, img, dest, ro));
   return http::json_response(200,
                              json::object{{"ref", dest.str()}, {"digest", img.manifest_digest}});

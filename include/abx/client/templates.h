@@ -62,10 +62,12 @@ ABX_EXPORT Result<boost::json::object> template_image(std::string_view template_
                                                       const ConnectionConfig& config);
 // DELETE /templates/{id}: built templates only. kNotFound, kFailedPrecondition (not built).
 ABX_EXPORT Status delete_template(std::string_view template_id, const ConnectionConfig& config);
-// POST /templates/{id}/push {"ref"}: returns {"ref","digest"}.
+// POST /templates/{id}/push {"ref","bare"}: returns {"ref","digest"}. Unless `bare`, abxd adds
+// abx's runtime layer (/opt/abx, abx-envd as the entrypoint) so any OCI runtime runs the image.
 ABX_EXPORT Result<boost::json::object> push_template(std::string_view template_id,
                                                      std::string_view ref,
-                                                     const ConnectionConfig& config);
+                                                     const ConnectionConfig& config,
+                                                     bool bare = false);
 
 // The tar the build uploads (exposed for tests): `context_dir` as a tar in memory, plus
 // `extra_name` with `extra_data` when extra_name is not empty. kResourceExhausted over
