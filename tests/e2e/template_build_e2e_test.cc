@@ -3,7 +3,10 @@
 // serves the new template without a restart, runs a sandbox of it; a second build is cached
 // step for step and writes no blob; a failing RUN names its line and leaves no template.
 // Needs root (abxd), busybox-static and the /opt/abx bundle.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <boost/json.hpp>
@@ -14,7 +17,9 @@
 
 #include "abx/client/sandbox.h"
 #include "abx/client/templates.h"
+#include "abx/http/client.h"
 #include "abx/testing/abxd.h"
+#include "abx/testing/child_process.h"
 
 namespace abx::e2e {
 namespace {
@@ -174,6 +179,97 @@ TEST_F(TemplateBuildE2E, BuildServeCacheAndFail) {
   ASSERT_TRUE(client::delete_template("hello", cfg_).ok());
   EXPECT_FALSE(listed("hello"));
   EXPECT_EQ(client::delete_template("hello", cfg_).error().code(), ErrorCode::kNotFound);
+}
+
+// A free loopback port (bound and released; the registry takes it right after).
+std::uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Push to Debian's reference registry on loopback (as built and bare), then build FROM the
+// pushed image: the registry client's pull and push through the template API.
+TEST_F(TemplateBuildE2E, PushAndBuildFromARegistry) {
+  if (!fs::exists("/usr/bin/docker-registry")) GTEST_SKIP() << "needs docker-registry";
+  const std::uint16_t port = free_port();
+  const std::string host = "127.0.0.1:" + std::to_string(port);
+  fs::create_directories(tmp().path() / "registry");
+  std::ofstream(tmp().path() / "registry/config.yml")
+      << "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: "
+      << (tmp().path() / "registry/data").string() << "\nhttp:\n  addr: " << host << "\n";
+  const fs::path dir = tmp().path() / "registry";
+  testing::ChildProcess registry({"/bin/sh", "-c",
+                                  "exec /usr/bin/docker-registry serve " +
+                                      (dir / "config.yml").string() + " >>" +
+                                      (dir / "log").string() + " 2>&1"});
+  bool up = false;
+  for (int i = 0; i < 100 && !up; ++i) {
+    auto r =
+        http::fetch("127.0.0.1", port, http::make_request(boost::beast::http::verb::get, "/v2/"),
+                    std::chrono::seconds(1));
+    up = r.ok() && r->result_int() == 200;
+    if (!up) ::usleep(50'000);
+  }
+  ASSERT_TRUE(up) << "docker-registry did not start on " << host;
+
+  client::BuildOptions bo;
+  bo.name = "hello";
+  ASSERT_TRUE(client::build_template(context("ctx", kDockerfile).string(), bo, {}, cfg_).ok());
+  auto pushed = client::push_template("hello", host + "/abx/hello:bare", cfg_, /*bare=*/true);
+  ASSERT_TRUE(pushed.ok()) << pushed.error().message();
+  EXPECT_EQ(pushed->at("ref"), json::value(host + "/abx/hello:bare"));
+  auto tags =
+      http::fetch("127.0.0.1", port,
+                  http::make_request(boost::beast::http::verb::get, "/v2/abx/hello/tags/list"));
+  ASSERT_TRUE(tags.ok());
+  EXPECT_NE(tags->body().find("bare"), std::string::npos) << tags->body();
+
+  // FROM the pushed image under another reference: pulled, then a RUN on top of it.
+  fs::path ctx =
+      context("from-registry", "FROM " + host +
+                                   "/abx/hello:bare\n"
+                                   "RUN [\"/bin/busybox\",\"cp\",\"/hello\",\"/copied\"]\n");
+  client::BuildOptions child;
+  child.name = "child";
+  std::vector<std::string> steps;
+  auto built = client::build_template(
+      ctx.string(), child,
+      [&](const client::BuildEvent& e) {
+        if (e.type == "step") steps.push_back(e.instruction + (e.cached ? " CACHED" : ""));
+      },
+      cfg_);
+  ASSERT_TRUE(built.ok()) << built.error().message();
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_EQ(steps[0], "FROM " + host + "/abx/hello:bare");  // pulled: not from the cache
+  auto img = client::template_image("child", cfg_);
+  ASSERT_TRUE(img.ok());
+  EXPECT_EQ(img->at("layers").as_array().size(), 4u);
+}
+
+TEST_F(TemplateBuildE2E, RefusedRequests) {
+  // No credential: refused before the upload is read.
+  auto req = http::make_request(boost::beast::http::verb::post, "/templates/build?name=x",
+                                std::string(2 << 20, 'x'));
+  auto r = http::fetch("127.0.0.1", abxd_->port(), std::move(req));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->result_int(), 401) << r->body();
+  client::BuildOptions bo;
+  bo.name = "Not-Valid";
+  auto bad = client::build_template(context("c", kDockerfile).string(), bo, {}, cfg_);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code(), ErrorCode::kInvalidArgument);
+  bo.name = "ok";
+  fs::path unknown = context("u", "FROM scratch\nFROBNICATE x\n");
+  auto parse = client::build_template(unknown.string(), bo, {}, cfg_);
+  ASSERT_FALSE(parse.ok());
+  EXPECT_EQ(parse.error().message(), "Dockerfile:2: unknown instruction FROBNICATE");
 }
 
 }  // namespace
