@@ -3,6 +3,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -309,6 +310,30 @@ Result<std::string> resolve_in_root(const std::string& root, const std::string& 
   }
   std::string out = root;
   for (const auto& p : cur) out += "/" + p;
+  return out;
+}
+
+Result<std::vector<std::string>> expand_source(const std::string& root, const std::string& src) {
+  if (src.find_first_of("*?[") == std::string::npos) return std::vector<std::string>{src};
+  std::string rel;
+  if (!safe_relative(src.starts_with('/') ? src.substr(1) : src, rel) || rel.empty()) {
+    return invalid_argument("source pattern " + src + " leaves the build context");
+  }
+  glob_t g{};
+  const std::string pattern = root + "/" + rel;
+  int rc = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &g);
+  std::vector<std::string> out;
+  if (rc == 0) {
+    for (std::size_t i = 0; i < g.gl_pathc; ++i) {
+      std::string p = g.gl_pathv[i];
+      if (p.size() > root.size() + 1 && p.compare(0, root.size() + 1, root + "/") == 0) {
+        out.push_back(p.substr(root.size() + 1));
+      }
+    }
+  }
+  ::globfree(&g);
+  if (out.empty()) return not_found("no file in the build context matches " + src);
+  std::sort(out.begin(), out.end());
   return out;
 }
 

@@ -37,6 +37,11 @@ bool is_archive(const std::string& path);
 // exist.
 Result<std::string> resolve_in_root(const std::string& root, const std::string& rel);
 
+// The context paths (relative) a COPY source names: itself, or when it has glob characters
+// (* ? [) the sorted matches (glob(3)); `..` components are refused. not_found if nothing
+// matches. Each result still goes through resolve_in_root.
+Result<std::vector<std::string>> expand_source(const std::string& root, const std::string& src);
+
 // A digest of what COPY would take from `paths` (host paths, in order): names, types, modes,
 // symlink targets and contents of every file under them. Ownership and times are not part of it.
 Result<std::string> content_digest(const std::vector<std::string>& paths);

@@ -130,6 +130,18 @@ TEST(BuildContext, ResolveStaysInsideTheRoot) {
   EXPECT_EQ(resolve_in_root(root.string(), "sub/f/x").error().code(), ErrorCode::kNotFound);
 }
 
+TEST(BuildContext, GlobSources) {
+  testing::TempDir t("build-ctx");
+  fs::path root = t / "ctx";
+  fs::create_directories(root / "src");
+  for (const char* f : {"src/b.py", "src/a.py", "src/c.txt"}) std::ofstream(root / f) << f;
+  EXPECT_EQ(*expand_source(root.string(), "src/*.py"),
+            (std::vector<std::string>{"src/a.py", "src/b.py"}));
+  EXPECT_EQ(*expand_source(root.string(), "plain"), std::vector<std::string>{"plain"});
+  EXPECT_EQ(expand_source(root.string(), "*.none").error().code(), ErrorCode::kNotFound);
+  EXPECT_FALSE(expand_source(root.string(), "../*").ok());
+}
+
 TEST(BuildContext, CopySemanticsAndDigest) {
   testing::TempDir t("build-ctx");
   fs::create_directories(t / "src/d/e");

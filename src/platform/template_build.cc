@@ -559,8 +559,6 @@ Status Build::copy_step(std::size_t i, const image::Instruction& in) {
   ABX_ASSIGN_OR_RETURN(auto dest_raw, image::expand_vars(in.args.back(), vars));
   const std::string base = st_.config.working_dir.empty() ? "/" : st_.config.working_dir;
   const std::string dest = build::clean_path(dest_raw, base);
-  const bool dest_is_dir = dest_raw.ends_with('/') || in.args.size() > 2 ||
-                           (dest_raw.ends_with("/.") || dest_raw == ".");
   std::uint32_t uid = 0, gid = 0;
   if (!in.chown.empty()) {
     ABX_ASSIGN_OR_RETURN(auto ug, build::parse_chown(in.chown));
@@ -569,17 +567,27 @@ Status Build::copy_step(std::size_t i, const image::Instruction& in) {
   }
   std::vector<std::string> srcs;
   std::string shown = std::string(image::op_name(in.op));
+  bool dest_multi = in.args.size() > 2;  // several sources (or a glob's matches)
   for (std::size_t s = 0; s + 1 < in.args.size(); ++s) {
     ABX_ASSIGN_OR_RETURN(auto src, image::expand_vars(in.args[s], vars));
-    auto resolved = build::resolve_in_root(ctx_, src);
-    if (!resolved.ok()) {
-      return Error(resolved.error().code(), std::string(image::op_name(in.op)) + " source " + src +
-                                                " not found in the build context");
+    const std::string what = std::string(image::op_name(in.op)) + " source ";
+    auto matches = build::expand_source(ctx_, src);
+    if (!matches.ok()) {
+      return Error(matches.error().code(), what + src + " not found in the build context");
     }
-    srcs.push_back(*resolved);
+    for (const auto& m : *matches) {
+      auto resolved = build::resolve_in_root(ctx_, m);
+      if (!resolved.ok()) {
+        return Error(resolved.error().code(), what + m + " not found in the build context");
+      }
+      srcs.push_back(*resolved);
+    }
+    if (matches->size() > 1) dest_multi = true;
     shown += " " + src;
   }
   shown += " " + dest_raw;
+  const bool dest_is_dir =
+      dest_raw.ends_with('/') || dest_multi || dest_raw.ends_with("/.") || dest_raw == ".";
   ABX_ASSIGN_OR_RETURN(auto content, build::content_digest(srcs));
   const std::string key = key_of({add ? "add" : "copy", chain_id(st_), shown, dest,
                                   dest_is_dir ? "dir" : "file", in.chown, content});

@@ -89,7 +89,7 @@ class TemplateBuildE2E : public ::testing::Test {
 
 constexpr const char* kDockerfile =
     "FROM scratch\n"
-    "COPY busybox /bin/busybox\n"
+    "COPY busy* /bin/\n"  // a glob into a directory
     "RUN [\"/bin/busybox\",\"sh\",\"-c\",\"echo hi > /hello; echo building\"]\n"
     "ENV GREETING=hello PATH=/bin\n"
     "WORKDIR /work\n"
