@@ -8,7 +8,8 @@
 //            the image's env and workdir, the template default network `none` unless the
 //            options say otherwise, the abx bundle bound at /opt/abx); stdout and stderr are
 //            streamed as log events; the sandbox's overlay upper dir becomes the layer.
-//   COPY/ADD a layer made from context files (build_context.h); ADD extracts local archives.
+//   COPY/ADD a layer made from context files (build_context.h; sources may be globs); ADD
+//            extracts local archives.
 //   WORKDIR  a layer with the directory when the image lacks it, and the config's WorkingDir.
 //   ENV, USER, CMD, ENTRYPOINT, LABEL, ARG: the config only.
 // Every layer step is cached by (the chain of layers so far, the instruction as expanded,
