@@ -253,6 +253,42 @@ TEST_F(TemplateBuildE2E, PushAndBuildFromARegistry) {
   EXPECT_EQ(img->at("layers").as_array().size(), 4u);
 }
 
+// ADD of a local tar extracts it; ARG/ENV expansion and a relative WORKDIR; a RUN checks it all
+// (the build fails if anything is off).
+TEST_F(TemplateBuildE2E, AddArgEnvWorkdir) {
+  fs::path ctx = context("add",
+                         "FROM scratch\n"
+                         "ARG DIR=data\n"
+                         "COPY busybox /bin/busybox\n"
+                         "ADD files.tar.gz /$DIR/\n"
+                         "ENV WHERE=/${DIR}\n"
+                         "WORKDIR $WHERE\n"
+                         "WORKDIR sub\n"
+                         "RUN [\"/bin/busybox\", \"sh\", \"-c\", "
+                         "\"test \\\"$(/bin/busybox cat ../a)\\\" = A && "
+                         "test \\\"$(/bin/busybox pwd)\\\" = /data/sub && "
+                         "test \\\"$WHERE\\\" = /data\"]\n");
+  fs::create_directories(tmp().path() / "files");
+  std::ofstream(tmp().path() / "files/a") << "A";
+  ASSERT_EQ(std::system(("tar -C " + (tmp().path() / "files").string() + " -czf " +
+                         (ctx / "files.tar.gz").string() + " a")
+                            .c_str()),
+            0);
+  client::BuildOptions bo;
+  bo.name = "added";
+  std::vector<std::string> logs;
+  auto built = client::build_template(
+      ctx.string(), bo,
+      [&](const client::BuildEvent& e) {
+        if (e.type == "log") logs.push_back(e.line);
+      },
+      cfg_);
+  ASSERT_TRUE(built.ok()) << built.error().message();
+  auto img = client::template_image("added", cfg_);
+  ASSERT_TRUE(img.ok());
+  EXPECT_EQ(img->at("config").at("workingDir"), "/data/sub");
+}
+
 TEST_F(TemplateBuildE2E, RefusedRequests) {
   // No credential: refused before the upload is read.
   auto req = http::make_request(boost::beast::http::verb::post, "/templates/build?name=x",
