@@ -176,12 +176,21 @@ runtime::SandboxConfig envd_sandbox_config(const ManagerOptions& opt,
   }
   // The image's config gives the defaults: its Entrypoint + Cmd start unless the template has a
   // start command, its User is the default user, its Env comes before the template's.
-  std::vector<std::string> start = tmpl.start;
-  if (start.empty() && img) {
-    start = img->config.entrypoint;
-    start.insert(start.end(), img->config.cmd.begin(), img->config.cmd.end());
+  // A portable image (image::with_runtime) already names envd as its entrypoint: its own start
+  // command is the --start-cmd in Cmd.
+  std::string start_cmd = join_quoted(tmpl.start);
+  if (tmpl.start.empty() && img) {
+    const auto& ep = img->config.entrypoint;
+    const auto& cmd = img->config.cmd;
+    if (!ep.empty() && ep.front() == kEnvdInside) {
+      if (cmd.size() == 2 && cmd[0] == "--start-cmd") start_cmd = cmd[1];
+    } else {
+      std::vector<std::string> start = ep;
+      start.insert(start.end(), cmd.begin(), cmd.end());
+      start_cmd = join_quoted(start);
+    }
   }
-  if (!start.empty()) cfg.argv.insert(cfg.argv.end(), {"--start-cmd", join_quoted(start)});
+  if (!start_cmd.empty()) cfg.argv.insert(cfg.argv.end(), {"--start-cmd", start_cmd});
   if (img && !img->config.user.empty()) {
     cfg.argv.insert(cfg.argv.end(), {"--default-user", img->config.user});
   }
