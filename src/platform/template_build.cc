@@ -381,7 +381,13 @@ Status Build::from(const image::Instruction& in, const std::function<void(bool)>
     if (!img.ok())
       return not_found("FROM " + name + ": no image '" + name.substr(4) + "' in the store");
   } else {
-    if (valid_template_name(name)) img = store_.get(name);  // a template built or pulled here
+    if (valid_template_name(name) && opt_.template_image) {
+      img = opt_.template_image(name);  // a template of the catalog: its image
+      if (!img.ok() && img.error().code() != ErrorCode::kNotFound) {
+        return Error(img.error().code(), "FROM " + name + ": " + img.error().message());
+      }
+    }
+    if (!img.ok() && valid_template_name(name)) img = store_.get(name);  // a store tag
     if (!img.ok()) {
       ABX_ASSIGN_OR_RETURN(auto ref, image::parse_reference(name));
       img = store_.get(ref.str());

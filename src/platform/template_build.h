@@ -2,8 +2,8 @@
 // become an image in abxd's store, tagged NAME, and a template `NAME` served without a restart.
 //
 // Steps, in the Dockerfile's order:
-//   FROM     `scratch` (no layers), `abx:NAME` or a bare NAME found in the store (a template
-//            built or pulled before), else a registry reference pulled through the pull hook.
+//   FROM     `scratch` (no layers), `abx:NAME`, a template name (its image, through the
+//            template_image hook), a store tag, else a reference pulled through the pull hook.
 //   RUN      runs in a runtime sandbox of the image so far (its layers as overlay lower dirs,
 //            the image's env and workdir, the template default network `none` unless the
 //            options say otherwise, the abx bundle bound at /opt/abx); stdout and stderr are
@@ -56,6 +56,9 @@ struct TemplateBuildOptions {
   std::uint64_t max_context_bytes = 8ull << 30;  // expanded context
   // FROM a registry reference: pull it into the store (registry.h). Unset: such a FROM fails.
   std::function<Result<image::Image>(const image::Reference&, const BuildProgress&)> pull;
+  // FROM NAME where NAME is a template of the catalog: its image (pulled or imported on first
+  // use). Unset, or not_found: NAME is looked up as a store tag, then as a reference.
+  std::function<Result<image::Image>(const std::string& name)> template_image;
   // Called after template.yaml is written, so the catalog serves the new template.
   std::function<Status()> reload_templates;
 };
