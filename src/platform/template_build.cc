@@ -661,9 +661,12 @@ Status Build::workdir_step(std::size_t i, const image::Instruction& in) {
 }
 
 Result<BuildResult> Build::run() {
-  // The workspace lives in the store's tmp/, which the store empties when it opens: a crash
-  // mid-build leaves nothing behind for long.
-  std::string tmpl = store_.root() + "/tmp/build-XXXXXX";
+  // The workspace (context, staging trees) lives under <home>/build-work, not in the store's
+  // tmp/: a gc or a store opened elsewhere empties that. The builder clears leftovers of a
+  // crash when abxd starts.
+  std::string tmpl = opt_.home + "/build-work/build-XXXXXX";
+  std::error_code mk;
+  fs::create_directories(opt_.home + "/build-work", mk);
   if (!::mkdtemp(tmpl.data()))
     return internal_error("mkdtemp " + tmpl + ": " + std::strerror(errno));
   work_.path = tmpl;
@@ -793,6 +796,7 @@ TemplateBuilder::TemplateBuilder(TemplateBuildOptions options) : opt_(std::move(
   fs::create_directories(opt_.state_dir, ec);
   // RUN sandboxes a previous abxd left behind (killed mid-build).
   (void)runtime::cleanup_stale(opt_.state_dir);
+  fs::remove_all(opt_.home + "/build-work", ec);
 }
 
 Result<BuildResult> TemplateBuilder::build(const BuildRequest& req, const BuildProgress& progress) {

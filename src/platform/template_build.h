@@ -20,6 +20,9 @@
 // Failures ("Dockerfile:N: RUN exited with 1", a missing COPY source, …) leave no tag and no
 // template; blobs that were written stay for the cache, temporary files never do. USER is
 // recorded in the image config but RUN steps run as root (the runtime has no user switch yet).
+// The workspace (extracted context, staging trees) is <home>/build-work, emptied at start. A
+// store gc while a build runs could drop the untagged intermediate layers its RUN sandboxes use
+// as lower dirs: `abx template rm` waits for builds; `abxd image gc` is an operator's choice.
 #pragma once
 
 #include <boost/json/object.hpp>

@@ -166,6 +166,11 @@ TEST_F(TemplateBuildE2E, BuildServeCacheAndFail) {
   EXPECT_EQ(failed.error().message(), "Dockerfile:3: RUN exited with 3");
   EXPECT_FALSE(listed("broken"));
   EXPECT_FALSE(fs::exists(home() / "templates/broken"));
+  // No partial files: the workspace, the uploads and the store's tmp/ are empty again.
+  for (const char* dir : {"build-work", "uploads", "images/tmp"}) {
+    std::error_code ec;
+    EXPECT_TRUE(!fs::exists(home() / dir) || fs::is_empty(home() / dir, ec)) << dir;
+  }
   EXPECT_TRUE(client::template_image("broken", cfg_).error().code() == ErrorCode::kNotFound);
 
   // A missing COPY source names the line too.
