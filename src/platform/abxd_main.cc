@@ -374,8 +374,8 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
     return image::pull(manager->images(), ref, ro);
   };
   tbo.template_image = [manager](const std::string& name) -> Result<image::Image> {
-    auto catalog = manager->catalog();
-    const templates::Template* t = catalog->get(name);
+    auto current = manager->catalog();
+    const templates::Template* t = current->get(name);
     if (!t) return not_found("no template '" + name + "'");
     return manager->resolve_image(*t);
   };

@@ -136,7 +136,9 @@ TEST_F(TemplateBuildE2E, BuildServeCacheAndFail) {
     ASSERT_TRUE(sbx.ok()) << sbx.error().message();
     auto hello = sbx->files().read("/hello");
     EXPECT_TRUE(hello.ok()) << (hello.ok() ? "" : hello.error().message());
-    if (hello.ok()) EXPECT_EQ(*hello, "hi\n");
+    if (hello.ok()) {
+      EXPECT_EQ(*hello, "hi\n");
+    }
     (void)sbx->kill();
   }
 
