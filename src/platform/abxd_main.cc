@@ -400,6 +400,8 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
     (*mgr)->reload_templates();  // SIGHUP: re-read $ABX_HOME/templates
   }
   log.info(std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") + ": draining");
+  builder.shutdown();  // a running build stops (its RUN sandbox is killed) instead of holding the
+                       // drain
   (*gw)->shutdown(std::chrono::seconds(10));
   if (cfg.kill_sandboxes) {
     (*mgr)->kill_all();

@@ -219,6 +219,7 @@ Status build_template(Context& ctx, const std::string& context_tar,
     out->write(json::serialize(ev) + "\n");
     if (!out->ready()) out->wait_ready(std::chrono::seconds(60));
   };
+  req.cancelled = [&out] { return out->closed(); };  // the client went away
   auto result = ctx.builder->build(req, send);
   if (result.ok()) {
     json::object t;

@@ -219,8 +219,9 @@ class Cache {
 class Build {
  public:
   Build(const TemplateBuildOptions& opt, const BuildRequest& req, const BuildProgress& progress,
-        const Logger& log)
-      : opt_(opt),
+        const Logger& log, const std::atomic<bool>& stopping)
+      : stopping_(stopping),
+        opt_(opt),
         req_(req),
         progress_(progress),
         log_(log),
@@ -230,6 +231,8 @@ class Build {
   Result<BuildResult> run();
 
  private:
+  const std::atomic<bool>& stopping_;
+  bool cancelled() const { return stopping_ || (req_.cancelled && req_.cancelled()); }
   Error at(const image::Instruction& in, const Error& e) const {
     return Error(e.code(), req_.dockerfile + ":" + std::to_string(in.line) + ": " + e.message());
   }
@@ -492,6 +495,7 @@ Result<int> Build::run_sandbox(const image::Instruction& in, const std::vector<s
       timed_out = true;
       break;
     }
+    if (cancelled()) break;
     pollfd pfd{rd.get(), POLLIN, 0};
     int pr = ::poll(&pfd, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 1000)));
     if (pr < 0 && errno == EINTR) continue;
@@ -508,6 +512,12 @@ Result<int> Build::run_sandbox(const image::Instruction& in, const std::vector<s
     }
   }
   if (!pending.empty()) log_line(pending);
+  if (cancelled()) {
+    (void)sb->signal(SIGKILL);
+    (void)sb->wait();
+    (void)sb->destroy();
+    return Error(ErrorCode::kUnavailable, "the build was cancelled during RUN");
+  }
   if (timed_out) {
     (void)sb->signal(SIGKILL);
     (void)sb->wait();
@@ -686,6 +696,7 @@ Result<BuildResult> Build::run() {
 
   for (std::size_t i = 0; i < df.instructions.size(); ++i) {
     const auto& in = df.instructions[i];
+    if (cancelled()) return Error(ErrorCode::kUnavailable, "the build was cancelled");
     Status s;
     switch (in.op) {
       case image::Op::kArg: {
@@ -806,7 +817,8 @@ Result<BuildResult> TemplateBuilder::build(const BuildRequest& req, const BuildP
   }
   if (!opt_.store) return internal_error("template builds need an image store");
   std::lock_guard lock(mu_);
-  Build b(opt_, req, progress, log_);
+  if (stopping_) return unavailable("abxd is shutting down");
+  Build b(opt_, req, progress, log_, stopping_);
   return b.run();
 }
 

@@ -25,6 +25,7 @@
 // as lower dirs: `abx template rm` waits for builds; `abxd image gc` is an operator's choice.
 #pragma once
 
+#include <atomic>
 #include <boost/json/object.hpp>
 #include <chrono>
 #include <cstdint>
@@ -71,6 +72,9 @@ struct BuildRequest {
   std::string context_tar;  // host path of the uploaded context (tar, optionally compressed)
   std::string dockerfile = "Dockerfile";  // path inside the context
   std::map<std::string, std::string> build_args;
+  // Polled between steps and while a RUN runs (about once a second): true stops the build
+  // (kUnavailable) and kills the RUN sandbox. E.g. the client went away.
+  std::function<bool()> cancelled;
 };
 
 struct BuildResult {
@@ -98,8 +102,12 @@ class TemplateBuilder {
 
   const TemplateBuildOptions& options() const { return opt_; }
 
+  // Stops the running build and refuses new ones (abxd shutting down).
+  void shutdown() { stopping_ = true; }
+
  private:
   TemplateBuildOptions opt_;
+  std::atomic<bool> stopping_{false};
   std::mutex mu_;
   Logger log_{"build"};
 };
