@@ -89,8 +89,20 @@ Result<Image> compose_image(Store& store, const std::vector<LayerRef>& layers,
 
 namespace {
 
-// Writes `dir` into a tar at `out` under `prefix`, entries sorted, owners 0:0, mtimes 0.
-Status write_dir_tar(const std::string& dir, const std::string& prefix, const std::string& out) {
+// libarchive's output callback: the tar goes straight into a blob writer (no temporary file).
+la_ssize_t to_blob(struct archive* a, void* client, const void* buf, size_t n) {
+  auto* w = static_cast<BlobWriter*>(client);
+  Status s = w->write(std::string_view(static_cast<const char*>(buf), n));
+  if (!s.ok()) {
+    archive_set_error(a, EIO, "%s", s.error().message().c_str());
+    return -1;
+  }
+  return static_cast<la_ssize_t>(n);
+}
+
+// Writes `dir` as an uncompressed tar into `out` under `prefix`: entries sorted, owners 0:0,
+// mtimes 0, so the same files always give the same bytes (and the same layer digest).
+Status write_dir_tar(const std::string& dir, const std::string& prefix, BlobWriter& out) {
   namespace fs = std::filesystem;
   std::error_code ec;
   std::vector<fs::path> paths;
@@ -102,8 +114,9 @@ Status write_dir_tar(const std::string& dir, const std::string& prefix, const st
   std::unique_ptr<archive, decltype(&archive_write_free)> a(archive_write_new(),
                                                             &archive_write_free);
   archive_write_set_format_pax_restricted(a.get());
-  if (archive_write_open_filename(a.get(), out.c_str()) != ARCHIVE_OK) {
-    return internal_error("create " + out + ": " + archive_error_string(a.get()));
+  archive_write_set_bytes_in_last_block(a.get(), 1);
+  if (archive_write_open2(a.get(), &out, nullptr, &to_blob, nullptr, nullptr) != ARCHIVE_OK) {
+    return internal_error(std::string("tar: ") + archive_error_string(a.get()));
   }
   auto add = [&](const std::string& name, const struct stat& st, const std::string& file,
                  const std::string& link) -> Status {
@@ -150,7 +163,7 @@ Status write_dir_tar(const std::string& dir, const std::string& prefix, const st
     ABX_TRY(add(name, st, p.string(), link));
   }
   if (archive_write_close(a.get()) != ARCHIVE_OK) {
-    return internal_error("finish " + out + ": " + archive_error_string(a.get()));
+    return internal_error(std::string("tar: ") + archive_error_string(a.get()));
   }
   return {};
 }
@@ -167,11 +180,14 @@ Result<Image> with_runtime(Store& store, const Image& image, const std::string& 
     return Error(ErrorCode::kFailedPrecondition,
                  "no abx bundle at '" + bundle_dir + "' (bin/abx-envd missing; see abxd --bundle)");
   }
-  std::string tar = store.root() + "/tmp/runtime-layer-" + std::to_string(::getpid()) + ".tar";
-  Status written = write_dir_tar(bundle_dir, std::string(kRuntimeDir).substr(1), tar);
-  Result<LayerRef> layer = written.ok() ? add_tar_layer(store, tar) : Result<LayerRef>(written.error());
-  fs::remove(tar, ec);
-  if (!layer.ok()) return layer.error();
+  ABX_ASSIGN_OR_RETURN(BlobWriter w, store.blob_writer("", -1));
+  ABX_TRY(write_dir_tar(bundle_dir, std::string(kRuntimeDir).substr(1), w));
+  LayerRef layer;
+  layer.size = w.written();
+  ABX_TRY(w.commit());
+  layer.digest = w.digest();
+  layer.diff_id = layer.digest;
+  layer.media_type = std::string(kOciLayerTar);
 
   ABX_ASSIGN_OR_RETURN(std::string manifest_text, store.read_blob(image.manifest_digest));
   boost::system::error_code jec;
@@ -207,7 +223,7 @@ Result<Image> with_runtime(Store& store, const Image& image, const std::string& 
     r.diff_id = std::string((*diff_ids)[i].as_string());
     layers.push_back(std::move(r));
   }
-  layers.push_back(*layer);
+  layers.push_back(layer);
   ImageConfig cfg = image.config;
   std::vector<std::string> start = cfg.entrypoint;
   start.insert(start.end(), cfg.cmd.begin(), cfg.cmd.end());

@@ -20,7 +20,7 @@ reg_pid=""
 cleanup() {
   "$runtime" --root "$work/state" kill "$name" KILL 2>/dev/null || true
   "$runtime" --root "$work/state" delete --force "$name" 2>/dev/null || true
-  [ -n "$reg_pid" ] && kill "$reg_pid" 2>/dev/null && wait "$reg_pid" 2>/dev/null
+  if [ -n "$reg_pid" ]; then kill "$reg_pid" 2>/dev/null || true; wait "$reg_pid" 2>/dev/null || true; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -42,8 +42,10 @@ reg_pid=$!
 for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$port/v2/" >/dev/null 2>&1 && break; sleep 0.1; done
 
 echo "== abxd image push base -> 127.0.0.1:$port/abx/base:e2e"
-"$ABXD_BIN" --image-store "$ABX_IMAGE_STORE" --bundle "$ABX_BUNDLE_DIR" image push base \
-  "127.0.0.1:$port/abx/base:e2e" 2>"$work/push.log"
+if ! "$ABXD_BIN" --image-store "$ABX_IMAGE_STORE" --bundle "$ABX_BUNDLE_DIR" image push base \
+  "127.0.0.1:$port/abx/base:e2e" 2>"$work/push.log"; then
+  echo "runc e2e: push failed:" >&2; cat "$work/push.log" >&2; exit 1
+fi
 
 echo "== skopeo copy to an OCI layout"
 skopeo copy --quiet --src-tls-verify=false "docker://127.0.0.1:$port/abx/base:e2e" "oci:$work/layout:e2e"
