@@ -172,7 +172,8 @@ Status write_dir_tar(const std::string& dir, const std::string& prefix, BlobWrit
 
 Result<Image> with_runtime(Store& store, const Image& image, const std::string& bundle_dir) {
   namespace fs = std::filesystem;
-  if (!image.config.entrypoint.empty() && image.config.entrypoint.front() == kRuntimeEntrypoint[0]) {
+  if (!image.config.entrypoint.empty() &&
+      image.config.entrypoint.front() == kRuntimeEntrypoint[0]) {
     return image;  // already portable
   }
   std::error_code ec;

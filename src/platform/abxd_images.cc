@@ -13,31 +13,35 @@ void add_image_commands(CLI::App& app, ImageCommand& cmd) {
   cmd.group = app.add_subcommand("image", "Manage the image store offline (docs/templates.md)");
   cmd.group->require_subcommand(1);
   cmd.import = cmd.group->add_subcommand(
-      "import", "Import SOURCE as NAME: a registry reference, oci-archive:PATH, "
-                "docker-archive:PATH, oci:DIR, or rootfs-tar:PATH (a root filesystem tarball)");
+      "import",
+      "Import SOURCE as NAME: a registry reference, oci-archive:PATH, "
+      "docker-archive:PATH, oci:DIR, or rootfs-tar:PATH (a root filesystem tarball)");
   cmd.import->add_option("name", cmd.name, "Name the image is known by (template image abx:NAME)")
       ->required();
   cmd.import->add_option("source", cmd.source, "Where the image comes from")->required();
   cmd.import->add_option("--env", cmd.env, "K=V in the config of a rootfs-tar image; repeatable")
       ->take_all();
   cmd.import->add_option("--registry-auth", cmd.registry_auth, "docker-style auth.json for pulls");
-  cmd.import->add_option("--insecure-registry", cmd.insecure_registries,
-                         "HOST[:PORT] reached over plain HTTP; repeatable")
+  cmd.import
+      ->add_option("--insecure-registry", cmd.insecure_registries,
+                   "HOST[:PORT] reached over plain HTTP; repeatable")
       ->take_all();
   cmd.list = cmd.group->add_subcommand("list", "List named images: NAME DIGEST LAYERS SIZE");
   cmd.rm = cmd.group->add_subcommand("rm", "Remove a name (the data goes at the next gc)");
   cmd.rm->add_option("name", cmd.name, "Image name")->required();
   cmd.gc = cmd.group->add_subcommand("gc", "Remove blobs and layers no named image uses");
   cmd.push = cmd.group->add_subcommand(
-      "push", "Push NAME to a registry REF with abx's runtime layer (/opt/abx, envd as "
-              "entrypoint), so runc, crun or Kubernetes run it as an E2B sandbox");
+      "push",
+      "Push NAME to a registry REF with abx's runtime layer (/opt/abx, envd as "
+      "entrypoint), so runc, crun or Kubernetes run it as an E2B sandbox");
   cmd.push->add_option("name", cmd.name, "Image name")->required();
   cmd.push->add_option("ref", cmd.dest, "Registry reference, e.g. 127.0.0.1:5000/abx/base:1")
       ->required();
   cmd.push->add_flag("--bare", cmd.bare, "Push the image as stored, without the runtime layer");
   cmd.push->add_option("--registry-auth", cmd.registry_auth, "docker-style auth.json");
-  cmd.push->add_option("--insecure-registry", cmd.insecure_registries,
-                       "HOST[:PORT] reached over plain HTTP; repeatable")
+  cmd.push
+      ->add_option("--insecure-registry", cmd.insecure_registries,
+                   "HOST[:PORT] reached over plain HTTP; repeatable")
       ->take_all();
 }
 

@@ -1,6 +1,7 @@
-// `abxd [--image-store DIR] image …`: the image store offline (abxd need not run; the store's lock makes it safe
-// while one does): import an image or a root filesystem tarball under a name, list, remove a
-// name, collect garbage. scripts/build-images.sh uses `import` to install the `base` image.
+// `abxd [--image-store DIR] image …`: the image store offline (abxd need not run; the store's lock
+// makes it safe while one does): import an image or a root filesystem tarball under a name, list,
+// remove a name, collect garbage. scripts/build-images.sh uses `import` to install the `base`
+// image.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -19,8 +20,8 @@ struct ImageCommand {
   std::string name;
   std::string source;
   std::string dest;
-  bool bare = false;          // push: without the /opt/abx runtime layer
-  std::string bundle;         // abxd's --bundle
+  bool bare = false;             // push: without the /opt/abx runtime layer
+  std::string bundle;            // abxd's --bundle
   std::vector<std::string> env;  // import: K=V for a rootfs tarball's config
   std::string registry_auth;
   std::vector<std::string> insecure_registries;

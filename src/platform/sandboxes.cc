@@ -86,7 +86,7 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions opt
     }
   }
   auto images = image::Store::open(options.image_store.empty() ? options.home + "/images"
-                                                              : options.image_store);
+                                                               : options.image_store);
   if (!images.ok()) {
     return Error(images.error().code(), "image store: " + images.error().message());
   }
@@ -390,8 +390,8 @@ Result<image::Image> SandboxManager::resolve_image(const templates::Template& tm
     if (img.error().code() != ErrorCode::kNotFound) return fail(img.error());
     std::string hint = name == "base" ? "scripts/build-images.sh builds it"
                                       : "build it with `abx template build -t " + name + " DIR`";
-    return Error(ErrorCode::kFailedPrecondition, "template '" + tmpl.id + "': image " +
-                                                     tmpl.image + " is not built (" + hint + ")");
+    return Error(ErrorCode::kFailedPrecondition, "template '" + tmpl.id + "': image " + tmpl.image +
+                                                     " is not built (" + hint + ")");
   }
   auto ref = image::parse_reference(tmpl.image);
   if (!ref.ok()) return fail(ref.error());

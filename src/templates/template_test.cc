@@ -129,10 +129,10 @@ TEST(TemplateParse, Images) {
   EXPECT_EQ(host->rootfs, "host");
   EXPECT_EQ(host->image, "");
 
-  for (const char* bad : {"id: b\nimage: ''\n", "id: b\nimage: 'a b'\n",
-                          "id: b\nimage: 'oci-archive:'\n", "id: b\nimage: abx:Bad/Name\n",
-                          "id: b\nimage: busybox\nrootfs: host\n",
-                          "id: b\nrootfs: host\nimage: busybox\n"}) {
+  for (const char* bad :
+       {"id: b\nimage: ''\n", "id: b\nimage: 'a b'\n", "id: b\nimage: 'oci-archive:'\n",
+        "id: b\nimage: abx:Bad/Name\n", "id: b\nimage: busybox\nrootfs: host\n",
+        "id: b\nrootfs: host\nimage: busybox\n"}) {
     auto t = parse(bad);
     ASSERT_FALSE(t.ok()) << bad;
     EXPECT_EQ(t.error().code(), ErrorCode::kInvalidArgument) << bad;

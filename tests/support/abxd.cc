@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <boost/json.hpp>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 
@@ -72,8 +72,8 @@ Abxd::~Abxd() { shutdown(); }
   std::vector<std::string> argv{abxd_bin(), "--home", home_.string(), "--listen", "127.0.0.1:0"};
   // The run's shared image store (scripts/build-images.sh put `base` there), unless the test
   // passes its own --image-store.
-  bool own_store = std::find(extra_args_.begin(), extra_args_.end(), "--image-store") !=
-                   extra_args_.end();
+  bool own_store =
+      std::find(extra_args_.begin(), extra_args_.end(), "--image-store") != extra_args_.end();
   if (!own_store && !shared_image_store().empty()) {
     argv.insert(argv.end(), {"--image-store", shared_image_store()});
   }
