@@ -7,12 +7,10 @@
 
 #include <algorithm>
 #include <boost/json.hpp>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <vector>
 
-#include "abx/base/time.h"
 #include "abx/base/try.h"
 
 namespace abx::image {
@@ -44,9 +42,8 @@ Result<LayerRef> add_tar_layer(Store& store, const std::string& tar_path) {
   return l;
 }
 
-Result<Image> compose_image(Store& store, const std::vector<LayerRef>& layers,
-                            const ImageConfig& config,
-                            const std::function<void(std::string_view)>& progress) {
+Result<std::string> write_image_blobs(Store& store, const std::vector<LayerRef>& layers,
+                                      const ImageConfig& config) {
   auto strings = [](const std::vector<std::string>& v) {
     json::array a;
     for (const auto& s : v) a.emplace_back(s);
@@ -71,7 +68,6 @@ Result<Image> compose_image(Store& store, const std::vector<LayerRef>& layers,
   }
   json::object image_config{{"architecture", "amd64"},
                             {"os", "linux"},
-                            {"created", rfc3339(std::time(nullptr), 0)},
                             {"config", std::move(cfg)},
                             {"rootfs", json::object{{"type", "layers"}, {"diff_ids", diff_ids}}}};
   std::string config_text = json::serialize(image_config);
@@ -83,7 +79,13 @@ Result<Image> compose_image(Store& store, const std::vector<LayerRef>& layers,
                               {"digest", config_digest},
                               {"size", static_cast<std::int64_t>(config_text.size())}}},
       {"layers", std::move(manifest_layers)}};
-  ABX_ASSIGN_OR_RETURN(std::string manifest_digest, store.put_blob(json::serialize(manifest)));
+  return store.put_blob(json::serialize(manifest));
+}
+
+Result<Image> compose_image(Store& store, const std::vector<LayerRef>& layers,
+                            const ImageConfig& config,
+                            const std::function<void(std::string_view)>& progress) {
+  ABX_ASSIGN_OR_RETURN(std::string manifest_digest, write_image_blobs(store, layers, config));
   return store.add_image(manifest_digest, progress);
 }
 

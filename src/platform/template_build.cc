@@ -24,6 +24,7 @@
 #include "abx/base/hex.h"
 #include "abx/base/json.h"
 #include "abx/base/try.h"
+#include "abx/image/compose.h"
 #include "abx/image/dockerfile.h"
 #include "abx/image/layer.h"
 #include "abx/templates/template.h"
@@ -46,8 +47,6 @@ bool valid_template_name(std::string_view name) {
 
 namespace {
 
-constexpr const char* kOciManifest = "application/vnd.oci.image.manifest.v1+json";
-constexpr const char* kOciConfig = "application/vnd.oci.image.config.v1+json";
 constexpr const char* kDefaultPath =
     "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 constexpr std::size_t kMaxDockerfileBytes = 1 << 20;
@@ -327,38 +326,9 @@ Result<std::vector<std::string>> Build::lower_dirs() {
 // The OCI config and manifest of the image so far, as blobs; returns the manifest digest.
 // Both are deterministic (no timestamps), so an unchanged build rewrites the same blobs.
 Result<std::string> Build::write_image() {
-  const auto& c = st_.config;
-  json::object cfg;
-  if (!c.env.empty()) cfg["Env"] = str_array(c.env);
-  if (!c.entrypoint.empty()) cfg["Entrypoint"] = str_array(c.entrypoint);
-  if (!c.cmd.empty()) cfg["Cmd"] = str_array(c.cmd);
-  if (!c.working_dir.empty()) cfg["WorkingDir"] = c.working_dir;
-  if (!c.user.empty()) cfg["User"] = c.user;
-  if (!c.labels.empty()) {
-    json::object labels;
-    for (const auto& [k, v] : c.labels) labels[k] = v;
-    cfg["Labels"] = std::move(labels);
-  }
-  json::array diff_ids, layers;
-  for (const auto& l : st_.layers) {
-    diff_ids.emplace_back(l.diff_id);
-    layers.push_back(
-        json::object{{"mediaType", l.media_type}, {"digest", l.digest}, {"size", l.size}});
-  }
-  json::object config{
-      {"architecture", "amd64"},
-      {"os", "linux"},
-      {"config", std::move(cfg)},
-      {"rootfs", json::object{{"type", "layers"}, {"diff_ids", std::move(diff_ids)}}}};
-  const std::string config_text = json::serialize(config);
-  ABX_ASSIGN_OR_RETURN(auto config_digest, store_.put_blob(config_text));
-  json::object manifest{{"schemaVersion", 2},
-                        {"mediaType", kOciManifest},
-                        {"config", json::object{{"mediaType", kOciConfig},
-                                                {"digest", config_digest},
-                                                {"size", config_text.size()}}},
-                        {"layers", std::move(layers)}};
-  return store_.put_blob(json::serialize(manifest));
+  std::vector<image::LayerRef> layers;
+  for (const auto& l : st_.layers) layers.push_back({l.digest, l.size, l.media_type, l.diff_id});
+  return image::write_image_blobs(store_, layers, st_.config);
 }
 
 Result<Layer> Build::layer_from(const std::string& dir, bool overlay_upper,

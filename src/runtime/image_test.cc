@@ -7,8 +7,10 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "abx/runtime/layer.h"
 #include "abx/runtime/sandbox.h"
@@ -33,11 +35,21 @@ void expect_no_disk_leftovers(const std::string& state_path) {
   std::ifstream mi("/proc/self/mountinfo");
   for (std::string line; std::getline(mi, line);)
     EXPECT_EQ(line.find(state_path), std::string::npos) << line;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator("/sys/block", ec)) {
-    std::string backing = slurp(e.path() / "loop/backing_file");
-    EXPECT_EQ(backing.find(state_path), std::string::npos) << e.path() << ": " << backing;
+  // The loop device clears itself (LO_FLAGS_AUTOCLEAR) when its last user is gone, which the
+  // kernel finishes asynchronously after the sandbox's mount namespace is torn down: wait for
+  // it (bounded) rather than sample the moment after destroy().
+  std::string left;
+  for (int i = 0; i < 100; ++i) {
+    left.clear();
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/sys/block", ec)) {
+      std::string backing = slurp(e.path() / "loop/backing_file");
+      if (backing.find(state_path) != std::string::npos) left += e.path().string() + " ";
+    }
+    if (left.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  EXPECT_EQ(left, "") << "loop devices still backed by " << state_path;
 }
 
 class ImageTest : public ::testing::Test {

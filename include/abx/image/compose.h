@@ -30,7 +30,13 @@ struct LayerRef {
 Result<LayerRef> add_tar_layer(Store& store, const std::string& tar_path);
 
 // Writes the OCI config (linux/amd64, `config`, the layers' diff_ids) and manifest blobs and
-// registers the image (Store::add_image extracts the layers). Does not tag it.
+// returns the manifest digest. Deterministic (no timestamps): the same layers and config give
+// the same digests, so an unchanged rebuild writes nothing new.
+Result<std::string> write_image_blobs(Store& store, const std::vector<LayerRef>& layers,
+                                      const ImageConfig& config);
+
+// write_image_blobs, then registers the image (Store::add_image extracts the layers). Does not
+// tag it.
 Result<Image> compose_image(Store& store, const std::vector<LayerRef>& layers,
                             const ImageConfig& config,
                             const std::function<void(std::string_view)>& progress = {});
