@@ -11,11 +11,13 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "abx/http/client.h"
 #include "abx/http/server.h"
@@ -245,6 +247,54 @@ TEST(HttpStream, ShutdownFreesTheSessionOfAStreamWhoseWriterIsStillHeld) {
   ASSERT_TRUE(held);
   EXPECT_TRUE(held->closed());
   EXPECT_FALSE(held->write("late"));
+}
+
+// Shutdown while a producer keeps writing: the forced close can run on the strand ahead of the
+// completion of a chunk write that had already succeeded, so that completion finds the stream
+// dropped (ec == success, no stream state). It used to dereference the dropped state (the
+// WatchDir test's SIGSEGV under load); it must just stop.
+TEST(HttpStream, ShutdownWhileChunksAreInFlightIsSafe) {
+  for (int round = 0; round < 30; ++round) {
+    std::vector<std::thread> producers;
+    std::mutex mu;
+    std::atomic<bool> stop{false};
+    ServerOptions o;
+    o.io_threads = 2;
+    auto s = Server::start(o, [&](Request&& req, Responder respond) {
+      auto w = respond.stream(Response{bhttp::status::ok, req.version()});
+      std::lock_guard lock(mu);
+      producers.emplace_back([w, &stop] {
+        while (!stop && w->write(std::string(100, 'x'))) {
+          if (!w->ready()) w->wait_ready(std::chrono::milliseconds(50));
+        }
+      });
+    });
+    ASSERT_TRUE(s.ok());
+    asio::io_context io;
+    asio::ip::tcp::socket sock(io);
+    sock.connect({asio::ip::make_address("127.0.0.1"), (*s)->port()});
+    asio::write(sock, asio::buffer(std::string("GET /s HTTP/1.1\r\nHost: x\r\n\r\n")));
+    std::thread reader([&sock] {
+      char buf[4096];
+      boost::system::error_code ec;
+      while (!ec) sock.read_some(asio::buffer(buf), ec);
+    });
+    for (int i = 0; i < 2000; ++i) {  // until the producer runs
+      std::lock_guard lock(mu);
+      if (!producers.empty()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    (*s)->shutdown(std::chrono::milliseconds(0));
+    // As envd does: producers let go of their writers before the server is destroyed.
+    stop = true;
+    {
+      std::lock_guard lock(mu);
+      for (auto& t : producers) t.join();
+    }
+    s->reset();  // closes whatever the stopped server still holds, so the reader sees EOF
+    reader.join();
+  }
 }
 
 }  // namespace

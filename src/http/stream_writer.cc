@@ -67,8 +67,9 @@ void Session::write_stream_header(std::shared_ptr<StreamState> st, Response h) {
   auto sr = std::make_shared<bhttp::response_serializer<bhttp::empty_body>>(hdr);
   bhttp::async_write_header(
       stream_, *sr,
-      [self = shared_from_this(), sr, h = stream_header_](beast::error_code ec, std::size_t) {
+      [self = shared_from_this(), sr, h = stream_header_, st](beast::error_code ec, std::size_t) {
         self->stream_writing_ = false;
+        if (self->sstate_ != st) return;  // closed while the write was in flight
         if (ec) return self->end_stream(false);
         self->pump_stream();
       });
@@ -105,13 +106,19 @@ void Session::pump_stream() {
       return end_stream(stream_sized_ && stream_sent_ == stream_expected_);
     }
     return asio::async_write(stream_, bhttp::make_chunk_last(),
-                             [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                             [self = shared_from_this(), st](beast::error_code ec, std::size_t) {
                                self->stream_writing_ = false;
+                               if (self->sstate_ != st) return;  // closed meanwhile
                                self->end_stream(!ec);
                              });
   }
-  auto done = [self = shared_from_this(), data](beast::error_code ec, std::size_t) {
+  // A write's completion may run after close() dropped the stream: close() (a forced close at
+  // shutdown, or the producer aborting) can be queued on the strand ahead of a completion whose
+  // write had already succeeded, so the completion sees ec == success and no stream. The
+  // handlers therefore check that the stream they wrote for is still this session's.
+  auto done = [self = shared_from_this(), data, st](beast::error_code ec, std::size_t) {
     self->stream_writing_ = false;
+    if (self->sstate_ != st) return;
     self->stream_sent_ += data->size();
     if (ec) return self->end_stream(false);
     self->on_stream_sent(data->size());
@@ -125,6 +132,7 @@ void Session::pump_stream() {
 
 void Session::on_stream_sent(std::size_t n) {
   auto st = sstate_;
+  if (!st) return;
   std::vector<std::function<void()>> wake;
   {
     std::lock_guard lock(st->mu);
