@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Image pull benchmark (issue 10): abx's registry pull into a fresh empty store
+# (`abxd --image-store DIR image import NAME 127.0.0.1:PORT/bench/pull:1`, which downloads,
+# sha256-checks AND extracts every layer) vs `skopeo copy docker://… oci:DIR` (download + check,
+# no extraction) and vs skopeo copy followed by `tar -xzf` of each layer into its own directory
+# (the same work as abx). Debian's docker-registry on a free loopback port serves a generated
+# 5-layer image (~200 MB uncompressed, ~140 MB gzip; bench/lib/oci_seed.py). Traffic stays on
+# loopback. p50/min per tool and the ratios peer/abx (aim: skopeo/abx >= 1, abx at least as fast).
+# Usage: bench/image_pull.sh [--runs N] [--abxd PATH] [--build-dir DIR] [--scale F]
+#                            [--wait-idle S] [--keep]
+#   (other options given to bench/run.sh, e.g. --no-build, are ignored; nothing is built here:
+#    build abxd first, e.g. cmake --build --preset release --target abxd)
+# Not a test: never run from .ci/run or ctest.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(dirname "$here")"
+. "$here/lib/load.sh"
+
+runs=${BENCH_RUNS:-5}
+abxd=""
+bd=""
+scale=1.0
+wait_idle=${BENCH_WAIT_IDLE:-0}
+keep=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --runs) runs=$2; shift ;;
+    --abxd) abxd=$2; shift ;;
+    --build-dir) bd=$2; shift ;;
+    --scale) scale=$2; shift ;;
+    --wait-idle) wait_idle=$2; shift ;;
+    --keep) keep=1 ;;
+    *) ;;
+  esac
+  shift
+done
+if [ -z "$abxd" ]; then
+  for d in ${bd:-build/release build/dev}; do
+    [ -x "$root/$d/src/platform/abxd" ] && { abxd="$root/$d/src/platform/abxd"; break; }
+  done
+fi
+[ -n "$abxd" ] && [ -x "$abxd" ] ||
+  { echo "[bench] abxd not built (cmake --build --preset release --target abxd, or --abxd PATH)" >&2; exit 1; }
+for t in docker-registry skopeo tar curl /usr/bin/python3; do
+  command -v "$t" >/dev/null || { echo "[bench] $t missing (scripts/install-deps.sh)" >&2; exit 1; }
+done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/abx-bench-pull.XXXXXX")
+reg_pid=""
+cleanup() {
+  if [ -n "$reg_pid" ]; then kill -TERM "$reg_pid" 2>/dev/null || true; wait "$reg_pid" 2>/dev/null || true; fi
+  if [ "$keep" = 1 ]; then echo "[bench] kept $work" >&2; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+mkdir -p "$root/bench/out"
+export BENCH_LOG="$work/tools.log"
+
+echo "[bench] generating the seed image (scale $scale)" >&2
+read -r nlayers gzbytes rawbytes < <(/usr/bin/python3 "$here/lib/oci_seed.py" "$work/seed" --scale "$scale")
+
+port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+cat >"$work/registry.yml" <<YML
+version: 0.1
+storage:
+  filesystem:
+    rootdirectory: $work/registry
+http:
+  addr: 127.0.0.1:$port
+log:
+  level: error
+YML
+docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
+reg_pid=$!
+for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$port/v2/" >/dev/null 2>&1 && break; sleep 0.1; done
+ref="127.0.0.1:$port/bench/pull:1"
+skopeo copy --quiet --dest-tls-verify=false "oci:$work/seed:bench" "docker://$ref"
+rm -rf "$work/seed"
+export BENCH_SERVER_PIDS=$reg_pid
+
+# One run of each tool into a fresh directory; the tools alternate so that noise hits them alike.
+run_abx() { "$abxd" --image-store "$1/store" image import bench "$ref"; }
+run_skopeo() { skopeo copy --quiet --src-tls-verify=false "docker://$ref" "oci:$1/layout:bench"; }
+run_skopeo_tar() {
+  run_skopeo "$1" || return 1
+  local m l i=0
+  m=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["manifests"][0]["digest"][7:])' "$1/layout/index.json")
+  for l in $(/usr/bin/python3 -c 'import json,sys; print(" ".join(x["digest"][7:] for x in json.load(open(sys.argv[1]))["layers"]))' "$1/layout/blobs/sha256/$m"); do
+    i=$((i + 1)); mkdir -p "$1/rootfs/$i"
+    tar -xzf "$1/layout/blobs/sha256/$l" -C "$1/rootfs/$i" || return 1
+  done
+}
+tools=(abx skopeo skopeo_tar)
+declare -A ms cpu oth
+bench_wait_idle "$wait_idle"
+load_before=$(bench_load)
+maxoth=0
+for r in $(seq "$runs"); do
+  for t in "${tools[@]}"; do
+    d="$work/run-$t-$r"; mkdir -p "$d"; sync
+    bench_timed X "run_$t" "$d" || { echo "[bench] $t failed; log:" >&2; tail -20 "$BENCH_LOG" >&2; exit 1; }
+    if [ "$t" = abx ] && [ "$r" = 1 ]; then
+      du_store=$(du -sb "$d/store/blobs" "$d/store/layers" | awk '{s+=$1} END {print s}')
+    fi
+    rm -rf "$d"
+    ms[$t]+="$X_ms "; cpu[$t]+="$X_cpu "; oth[$t]+="$X_oth "
+    [ "$X_oth" -gt "$maxoth" ] && maxoth=$X_oth
+    printf '[bench] run %d %-10s %6d ms  cpu %5.2f s  others %3d%%\n' "$r" "$t" "$X_ms" "$X_cpu" "$X_oth" >&2
+  done
+done
+load_after=$(bench_load)
+
+p50() { bench_pct 50 ${ms[$1]}; }
+out="$root/bench/out/image_pull-$(date +%Y%m%d-%H%M%S).txt"
+{
+  btype=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$(dirname "$abxd")/../../CMakeCache.txt" 2>/dev/null || true)
+  echo "image pull: $nlayers layers, $((gzbytes / 1000000)) MB gzip / $((rawbytes / 1000000)) MB tar, loopback docker-registry, $runs runs each"
+  echo "abxd: $abxd${btype:+ ($btype)}; skopeo $(skopeo --version | awk '{print $3}'), GNU tar + gzip"
+  echo "machine: $BENCH_NCPU CPUs, not pinned, load $load_before -> $load_after, others up to $maxoth% of the machine"
+  printf '%-34s %9s %9s %9s %9s %8s\n' tool "p50 ms" "min ms" "max ms" "cpu s" "others"
+  for t in "${tools[@]}"; do
+    case $t in
+      abx) label="abxd image import (pull+extract)" ;;
+      skopeo) label="skopeo copy -> oci: (no extract)" ;;
+      skopeo_tar) label="skopeo copy + tar -xzf layers" ;;
+    esac
+    printf '%-34s %9d %9d %9d %9.2f %7d%%\n' "$label" "$(p50 $t)" "$(bench_min ${ms[$t]})" \
+      "$(bench_max ${ms[$t]})" "$(bench_pct 50 ${cpu[$t]})" "$(bench_pct 50 ${oth[$t]})"
+  done
+  a=$(p50 abx)
+  for t in skopeo skopeo_tar; do
+    awk -v p="$(p50 $t)" -v a="$a" -v t="$t" 'BEGIN {
+      r = p / a; printf "ratio %s/abx at p50: %.2fx", t, r
+      if (t == "skopeo") printf "   aim >= 1x (abx at least as fast): %s", (r >= 1 ? "MET" : "NOT MET")
+      printf "\n" }'
+  done
+  echo "abx store after one pull: $((du_store / 1000000)) MB (blobs/ + layers/)"
+  [ "$maxoth" -ge 10 ] && echo "WARNING: other processes took up to $maxoth% of the machine during a run; rerun with --wait-idle 120"
+  true
+} | tee "$out"
+cp "$out" "$root/bench/out/image_pull-latest.txt"
