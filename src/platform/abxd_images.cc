@@ -1,6 +1,9 @@
 #include "abxd_images.h"
 
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <set>
 
 #include "abx/image/compose.h"
 #include "abx/image/reference.h"
@@ -123,7 +126,15 @@ int run_image_command(const ImageCommand& cmd, const std::string& store) {
     std::cout << ref->str() << " " << img->manifest_digest << "\n";
     return 0;
   }
-  auto freed = st->gc();
+  // Sandboxes of this home (running under an abxd, or left for the next one) keep their images.
+  std::set<std::string> keep;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(cmd.home + "/run", ec)) {
+    std::ifstream in(e.path() / "image");
+    std::string digest;
+    if (std::getline(in, digest) && !digest.empty()) keep.insert(digest);
+  }
+  auto freed = st->gc(keep);
   if (!freed.ok()) return fail(freed.error());
   std::cout << "freed " << *freed << " bytes\n";
   return 0;

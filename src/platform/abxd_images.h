@@ -22,6 +22,7 @@ struct ImageCommand {
   std::string dest;
   bool bare = false;             // push: without the /opt/abx runtime layer
   std::string bundle;            // abxd's --bundle
+  std::string home;              // abxd's --home (gc keeps the images of its sandboxes)
   std::vector<std::string> env;  // import: K=V for a rootfs tarball's config
   std::string registry_auth;
   std::vector<std::string> insecure_registries;

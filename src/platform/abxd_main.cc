@@ -379,6 +379,7 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
     if (!t) return not_found("no template '" + name + "'");
     return manager->resolve_image(*t);
   };
+  tbo.images_in_use = [manager] { return manager->images_in_use(); };
   tbo.reload_templates = [manager]() -> Status {
     manager->reload_templates();
     return {};
@@ -424,6 +425,7 @@ int main(int argc, char** argv) {
   if (!cfg.key_action.empty()) return keys_main(cfg);
   if (cfg.image_cmd.group->parsed()) {
     cfg.image_cmd.bundle = cfg.bins.bundle;
+    cfg.image_cmd.home = cfg.home;
     return platform::run_image_command(
         cfg.image_cmd, cfg.image_store.empty() ? cfg.home + "/images" : cfg.image_store);
   }

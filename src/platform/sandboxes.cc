@@ -52,6 +52,17 @@ std::string join_quoted(const std::vector<std::string>& argv) {
   return out;
 }
 
+// <home>/run/<id>/image: the manifest digest a sandbox runs on, so that an abxd that adopts it
+// (and `abxd image gc`) know which image it still needs.
+constexpr const char* kImageFile = "image";
+
+std::string read_image_file(const fs::path& run_dir) {
+  std::ifstream in(run_dir / kImageFile);
+  std::string digest;
+  std::getline(in, digest);
+  return digest;
+}
+
 Status write_token_file(const fs::path& path, const std::string& token) {
   std::error_code ec;
   fs::create_directories(path.parent_path(), ec);
@@ -123,6 +134,7 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions opt
       auto live = std::make_shared<LiveSandbox>(rec, std::move(*sb));
       live->access_token = std::move(token);
       live->tmpl = std::make_shared<const templates::Template>(*tmpl);
+      live->image_digest = read_image_file(fs::path(m->opt_.home) / "run" / rec.id);
       live->paused = rec.state == store::SandboxState::kPaused;
       m->live_[rec.id] = std::move(live);
       ++adopted;
@@ -324,6 +336,11 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
     token_file = (run_dir / "token").string();
     ABX_TRY(write_token_file(token_file, token));
   }
+  if (img) {
+    std::error_code ec;
+    fs::create_directories(run_dir, ec);
+    std::ofstream(run_dir / kImageFile) << img->manifest_digest << "\n";
+  }
 
   auto sb = runtime::Sandbox::spawn(envd_sandbox_config(opt_, *tmpl, img, req, id, token_file));
   if (!sb.ok()) {
@@ -346,6 +363,7 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   auto live = std::make_shared<LiveSandbox>(std::move(rec), std::move(*sb));
   live->access_token = std::move(token);
   live->tmpl = std::make_shared<const templates::Template>(*tmpl);
+  live->image_digest = img ? img->manifest_digest : std::string();
   {
     std::lock_guard lock(mu_);
     live_[live->record.id] = live;
@@ -353,6 +371,15 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   slog.info("created from template '" + tmpl->id + "', deadline in " + std::to_string(timeout) +
             " s");
   return live;
+}
+
+std::set<std::string> SandboxManager::images_in_use() const {
+  std::set<std::string> out;
+  std::lock_guard lock(mu_);
+  for (const auto& [id, sb] : live_) {
+    if (!sb->image_digest.empty()) out.insert(sb->image_digest);
+  }
+  return out;
 }
 
 std::shared_ptr<const templates::TemplateCatalog> SandboxManager::catalog() const {

@@ -25,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -67,6 +68,7 @@ struct LiveSandbox {
   // The template as it was when the sandbox was created (a reload or rebuild does not change
   // a running sandbox); null for an adopted sandbox whose template is gone.
   std::shared_ptr<const templates::Template> tmpl;
+  std::string image_digest;  // manifest digest of the image below its root (empty: host mode)
   runtime::Sandbox sandbox;
   std::mutex mu;                    // guards pause/resume/kill of this sandbox
   std::atomic<bool> paused{false};  // read by the gateway without the lock
@@ -129,6 +131,8 @@ class SandboxManager {
   // Errors name the template and the reference: not built, unreachable registry, 401, 404, ...
   Result<image::Image> resolve_image(const templates::Template& tmpl);
   image::Store& images() { return images_; }
+  // Manifest digests of the images live sandboxes run on (image gc must keep them).
+  std::set<std::string> images_in_use() const;
   const ManagerOptions& options() const { return opt_; }
 
  private:

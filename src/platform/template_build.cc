@@ -808,7 +808,8 @@ Status TemplateBuilder::remove(const std::string& name) {
   if (ec) return internal_error("remove template " + name + ": " + ec.message());
   (void)opt_.store->untag(name);
   if (opt_.reload_templates) ABX_TRY(opt_.reload_templates());
-  auto freed = opt_.store->gc();
+  // Layers of the removed template that running sandboxes still stand on stay until those go.
+  auto freed = opt_.store->gc(opt_.images_in_use ? opt_.images_in_use() : std::set<std::string>{});
   if (freed.ok())
     log_.info("removed template " + name + "; gc freed " + std::to_string(*freed) + " bytes");
   return {};

@@ -32,6 +32,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,6 +66,8 @@ struct TemplateBuildOptions {
   std::function<Result<image::Image>(const std::string& name)> template_image;
   // Called after template.yaml is written, so the catalog serves the new template.
   std::function<Status()> reload_templates;
+  // Manifest digests of images running sandboxes stand on: gc after a removal keeps them.
+  std::function<std::set<std::string>()> images_in_use;
 };
 
 struct BuildRequest {

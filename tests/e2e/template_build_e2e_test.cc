@@ -182,10 +182,19 @@ TEST_F(TemplateBuildE2E, BuildServeCacheAndFail) {
   EXPECT_EQ(nosrc.error().message(),
             "Dockerfile:2: COPY source nothere not found in the build context");
 
-  // rm: the template goes away (and its layers with gc).
+  // rm while a sandbox of it runs: the template goes, the layers the sandbox stands on stay
+  // until it is gone (gc keeps images in use).
+  auto running = client::Sandbox::create("hello", {}, cfg_);
+  ASSERT_TRUE(running.ok()) << running.error().message();
   ASSERT_TRUE(client::delete_template("hello", cfg_).ok());
   EXPECT_FALSE(listed("hello"));
   EXPECT_EQ(client::delete_template("hello", cfg_).error().code(), ErrorCode::kNotFound);
+  auto still = running->files().read("/hello");  // from the RUN step's layer
+  EXPECT_TRUE(still.ok()) << (still.ok() ? "" : still.error().message());
+  if (still.ok()) {
+    EXPECT_EQ(*still, "hi\n");
+  }
+  (void)running->kill();
 }
 
 // A free loopback port (bound and released; the registry takes it right after).
