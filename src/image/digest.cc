@@ -1,4 +1,4 @@
-#include "digest.h"
+#include "abx/image/digest.h"
 
 #include <openssl/evp.h>
 

@@ -6,7 +6,6 @@
 #include <archive_entry.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
@@ -20,8 +19,8 @@
 #include <memory>
 #include <vector>
 
-#include "abx/base/hex.h"
 #include "abx/base/try.h"
+#include "abx/image/digest.h"
 
 namespace abx::image {
 
@@ -30,24 +29,6 @@ namespace {
 std::string errno_text(const std::string& what, int err) {
   return what + ": " + std::strerror(err);
 }
-
-class Sha256 {
- public:
-  Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
-  ~Sha256() { EVP_MD_CTX_free(ctx_); }
-  Sha256(const Sha256&) = delete;
-  Sha256& operator=(const Sha256&) = delete;
-  void update(const void* p, std::size_t n) { EVP_DigestUpdate(ctx_, p, n); }
-  std::string digest() {
-    unsigned char md[32];
-    unsigned int len = 0;
-    EVP_DigestFinal_ex(ctx_, md, &len);
-    return "sha256:" + to_hex(md, len);
-  }
-
- private:
-  EVP_MD_CTX* ctx_;
-};
 
 // Where libarchive's bytes go: hash, gzip, hash again, write.
 struct Sink {
@@ -64,7 +45,7 @@ struct Sink {
     return deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK;
   }
   bool write_all(const unsigned char* p, std::size_t n) {
-    gz.update(p, n);
+    gz.update(std::string_view(reinterpret_cast<const char*>(p), n));
     size += static_cast<std::int64_t>(n);
     while (n > 0) {
       ssize_t w = ::write(fd, p, n);
@@ -98,7 +79,7 @@ struct Sink {
 
 la_ssize_t sink_write(struct archive*, void* client, const void* data, size_t n) {
   auto* s = static_cast<Sink*>(client);
-  s->raw.update(data, n);
+  s->raw.update(std::string_view(static_cast<const char*>(data), n));
   if (!s->deflate_some(data, n, Z_NO_FLUSH)) return -1;
   return static_cast<la_ssize_t>(n);
 }
@@ -268,8 +249,8 @@ Result<LayerBlob> write_layer_to(const std::string& dir, int out,
   }
   if (!sink.deflate_some(nullptr, 0, Z_FINISH)) return internal_error(sink.error);
   LayerBlob b;
-  b.diff_id = sink.raw.digest();
-  b.digest = sink.gz.digest();
+  b.diff_id = sink.raw.finish();
+  b.digest = sink.gz.finish();
   b.size = sink.size;
   return b;
 }

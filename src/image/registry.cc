@@ -13,7 +13,7 @@
 #include "abx/base/json.h"
 #include "abx/base/try.h"
 #include "abx/image/manifest.h"
-#include "digest.h"
+#include "abx/image/digest.h"
 #include "registry_auth.h"
 #include "registry_transport.h"
 

@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "abx/base/try.h"
-#include "digest.h"
+#include "abx/image/digest.h"
 #include "fs.h"
 #include "store_state.h"
 

@@ -4,7 +4,6 @@
 #include <archive_entry.h>
 #include <fcntl.h>
 #include <glob.h>
-#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,8 +14,8 @@
 #include <memory>
 
 #include "abx/base/fd.h"
-#include "abx/base/hex.h"
 #include "abx/base/try.h"
+#include "abx/image/digest.h"
 
 namespace abx::platform::build {
 
@@ -60,25 +59,7 @@ std::unique_ptr<struct archive, ReadDeleter> open_reader(const std::string& path
   return a;
 }
 
-class Sha256 {
- public:
-  Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
-  ~Sha256() { EVP_MD_CTX_free(ctx_); }
-  Sha256(const Sha256&) = delete;
-  Sha256& operator=(const Sha256&) = delete;
-  void update(std::string_view s) { EVP_DigestUpdate(ctx_, s.data(), s.size()); }
-  std::string digest() {
-    unsigned char md[32];
-    unsigned int len = 0;
-    EVP_DigestFinal_ex(ctx_, md, &len);
-    return "sha256:" + to_hex(md, len);
-  }
-
- private:
-  EVP_MD_CTX* ctx_;
-};
-
-Status hash_tree(Sha256& h, const fs::path& p, const std::string& rel) {
+Status hash_tree(image::Sha256& h, const fs::path& p, const std::string& rel) {
   struct stat st;
   if (::lstat(p.c_str(), &st) != 0) return internal_error(errno_msg("stat " + p.string()));
   h.update(rel);
@@ -338,9 +319,9 @@ Result<std::vector<std::string>> expand_source(const std::string& root, const st
 }
 
 Result<std::string> content_digest(const std::vector<std::string>& paths) {
-  Sha256 h;
+  image::Sha256 h;
   for (const auto& p : paths) ABX_TRY(hash_tree(h, p, ""));
-  return h.digest();
+  return h.finish();
 }
 
 Status copy_into(const std::string& src, const std::string& stage, const std::string& dest,

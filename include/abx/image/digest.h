@@ -1,4 +1,5 @@
-// Streaming sha256 (OpenSSL EVP) and "sha256:<hex>" digest strings, private to abx::image.
+// Streaming sha256 (OpenSSL EVP) and "sha256:<hex>" digest strings: blob and layer digests,
+// and the content digests template builds key their cache with.
 #pragma once
 
 #include <memory>
