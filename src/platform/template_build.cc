@@ -235,6 +235,15 @@ class Build {
   Error at(const image::Instruction& in, const Error& e) const {
     return Error(e.code(), req_.dockerfile + ":" + std::to_string(in.line) + ": " + e.message());
   }
+  // A cache hit for `key`: announces step i as CACHED and takes its layer.
+  bool from_cache(const std::string& key, std::size_t i, const image::Instruction& in) {
+    const Layer* hit = cache_.find(key, store_);
+    if (hit == nullptr) return false;
+    step(i, in, true);
+    st_.layers.push_back(*hit);
+    return true;
+  }
+
   void step(std::size_t i, const image::Instruction& in, bool cached, std::string shown = {}) {
     if (cached) ++cached_;
     if (!progress_) return;
@@ -516,11 +525,7 @@ Status Build::run_step(std::size_t i, const image::Instruction& in) {
   for (const auto& [k, v] : env_vars) env.push_back(k + "=" + v);
   const std::string key = key_of({"run", chain_id(st_), json::serialize(str_array(in.args)),
                                   json::serialize(str_array(env)), st_.config.working_dir});
-  if (const Layer* hit = cache_.find(key, store_)) {
-    step(i, in, true);
-    st_.layers.push_back(*hit);
-    return {};
-  }
+  if (from_cache(key, i, in)) return {};
   all_cached_ = false;
   step(i, in, false);
   ABX_ASSIGN_OR_RETURN(auto lowers, lower_dirs());
@@ -577,11 +582,7 @@ Status Build::copy_step(std::size_t i, const image::Instruction& in) {
   ABX_ASSIGN_OR_RETURN(auto content, build::content_digest(srcs));
   const std::string key = key_of({add ? "add" : "copy", chain_id(st_), shown, dest,
                                   dest_is_dir ? "dir" : "file", in.chown, content});
-  if (const Layer* hit = cache_.find(key, store_)) {
-    step(i, in, true);
-    st_.layers.push_back(*hit);
-    return {};
-  }
+  if (from_cache(key, i, in)) return {};
   all_cached_ = false;
   step(i, in, false);
   const std::string stage = scratch("stage");
@@ -615,11 +616,7 @@ Status Build::workdir_step(std::size_t i, const image::Instruction& in) {
     return {};
   }
   const std::string key = key_of({"workdir", chain_id(st_), dir});
-  if (const Layer* hit = cache_.find(key, store_)) {
-    step(i, in, true);
-    st_.layers.push_back(*hit);
-    return {};
-  }
+  if (from_cache(key, i, in)) return {};
   if (!st_.layers.empty()) {
     ABX_ASSIGN_OR_RETURN(auto lowers, lower_dirs());
     for (const auto& l : lowers) {
