@@ -12,8 +12,8 @@
 #include "abx/base/base64.h"
 #include "abx/base/json.h"
 #include "abx/base/try.h"
-#include "abx/image/manifest.h"
 #include "abx/image/digest.h"
+#include "abx/image/manifest.h"
 #include "registry_auth.h"
 #include "registry_transport.h"
 
