@@ -26,6 +26,7 @@
 #include "abx/image/registry.h"
 #include "abx/image/store.h"
 #include "abx/platform/gateway.h"
+#include "abx/runtime/userns.h"
 #include "abx/store/store.h"
 #include "abx/templates/template.h"
 #include "abxd_images.h"
@@ -71,6 +72,8 @@ struct Config {
       locate("ABX_ENVD_BIN", ABX_ENVD_BIN), locate("ABX_SERVER_BIN", ABX_SERVER_BIN),
       locate("ABX_DEMO_MODULE", ABX_DEMO_MODULE), locate("ABX_BUNDLE_DIR", ABX_BUNDLE_DIR)};
   bool kill_sandboxes = false;
+  runtime::UserNamespace userns;
+  bool no_userns = false;
   std::string registry_auth;
   std::vector<std::string> insecure_registries;
   std::string image_store = env_or("ABX_IMAGE_STORE");  // empty: <home>/images
@@ -151,6 +154,17 @@ std::optional<int> parse_flags(int argc, char** argv, Config& cfg) {
   app.add_option("--image-store", cfg.image_store,
                  "Image store directory (default $ABX_IMAGE_STORE, else <home>/images); several "
                  "homes may share one");
+  app.add_option("--userns-base", cfg.userns.base,
+                 "First host uid/gid of sandbox id ranges: sandbox N of the machine maps its ids "
+                 "0-65535 to base + N*65536 (must overlap no host user, group or /etc/subuid, "
+                 "/etc/subgid entry; checked at start)")
+      ->capture_default_str();
+  app.add_option("--userns-slots", cfg.userns.slots,
+                 "How many id ranges (so concurrent sandboxes, builds included) the machine has")
+      ->capture_default_str();
+  app.add_flag("--no-userns", cfg.no_userns,
+               "Run sandboxes without a user namespace (sandbox root is host root): only for "
+               "kernels or image stores without idmapped mounts, and for benchmarks");
   app.add_flag("--kill-sandboxes", cfg.kill_sandboxes,
                "On SIGTERM kill every sandbox (default: leave them running; the next abxd "
                "adopts them)");
@@ -334,6 +348,11 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   Logger log("abxd");
   auto home_lock = lock_home(cfg.home);  // first: a second abxd must not even open the store
   if (!home_lock.ok()) return fail(home_lock.error(), kExitConfig);
+  if (cfg.userns.enabled) {
+    // A range that a host user or a subordinate range also has would let that user (or its
+    // containers) own sandbox files and signal sandbox processes.
+    if (Status s = runtime::check_id_range(cfg.userns); !s) return fail(s.error(), kExitConfig);
+  }
   auto st = open_store(cfg.home);
   if (!st.ok()) return fail(st.error(), kExitConfig);
   ensure_first_api_key(**st, cfg.home);
@@ -352,6 +371,7 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   mo.registry_auth_file = cfg.registry_auth;
   mo.insecure_registries = cfg.insecure_registries;
   mo.image_store = cfg.image_store;
+  mo.userns = cfg.userns;
   auto mgr = platform::SandboxManager::start(mo, **st, std::move(catalog));
   if (!mgr.ok()) return fail(mgr.error(), kExitConfig);
   platform::ControlApi api(**mgr, **st);
@@ -360,6 +380,7 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   platform::TemplateBuildOptions tbo;
   tbo.home = cfg.home;
   tbo.store = &(*mgr)->images();
+  tbo.userns = cfg.userns;
   if (!cfg.bins.bundle.empty() && fs::exists(fs::path(cfg.bins.bundle) / "bin/abx-envd")) {
     tbo.binds.push_back({cfg.bins.bundle, "/opt/abx", false});
   }
@@ -418,6 +439,7 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
 int main(int argc, char** argv) {
   Config cfg;
   if (auto done = parse_flags(argc, argv, cfg)) return *done;
+  if (cfg.no_userns) cfg.userns.enabled = false;
   if (!cfg.log_level.empty() && !set_log_level(cfg.log_level)) {
     std::cerr << "abxd: unknown --log-level '" << cfg.log_level << "'\n";
     return kExitUsage;

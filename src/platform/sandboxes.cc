@@ -173,6 +173,7 @@ runtime::SandboxConfig envd_sandbox_config(const ManagerOptions& opt,
   runtime::SandboxConfig cfg;
   cfg.id = id;
   cfg.state_dir = opt.home + "/sandboxes";
+  cfg.userns = opt.userns;
   if (!img) {
     cfg.rootfs = runtime::RootfsMode::kHost;  // `rootfs: host`, the explicit development mode
   } else {

@@ -89,6 +89,7 @@ struct ManagerOptions {
   std::vector<std::string> insecure_registries;
   std::int64_t max_timeout_seconds = 24 * 3600;
   std::size_t max_sandboxes = 1000;
+  runtime::UserNamespace userns;  // each sandbox's id range (abxd --userns-base/-slots)
 };
 
 class SandboxManager {

@@ -452,6 +452,7 @@ Result<int> Build::run_sandbox(const image::Instruction& in, const std::vector<s
   sc.rootfs = runtime::RootfsMode::kImage;
   sc.lower_dirs = lowers;
   sc.network = opt_.network;
+  sc.userns = opt_.userns;
   sc.argv = in.args;
   sc.env = env;
   sc.cwd = st_.config.working_dir.empty() ? "/" : st_.config.working_dir;

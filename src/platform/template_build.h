@@ -55,6 +55,7 @@ struct TemplateBuildOptions {
   std::string state_dir;                  // runtime state of RUN sandboxes (default <home>/builds)
   std::vector<runtime::BindMount> binds;  // the abx bundle under /opt/abx
   runtime::NetworkMode network = runtime::NetworkMode::kNone;
+  runtime::UserNamespace userns;  // RUN steps run as root of their own id range, like sandboxes
   std::uint64_t disk_bytes = 8ull << 30;         // each RUN step's writable layer
   runtime::CgroupLimits limits;                  // each RUN step's cgroup limits
   std::chrono::seconds run_timeout{3600};        // one RUN step

@@ -4,7 +4,10 @@
 #include <sched.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <cstring>
 
 namespace abx::runtime {
 namespace {
@@ -18,6 +21,40 @@ void append(char* dst, std::size_t cap, std::size_t* len, const char* src) {
   // Best effort: if the parent is gone there is nobody to tell.
   (void)!::send(sock, &r, sizeof r, MSG_NOSIGNAL);
   _exit(127);
+}
+
+// "go" from the parent, with the detached mounts (SCM_RIGHTS) into p.mounts. EOF (the parent
+// died) exits quietly.
+bool receive_go(const ChildPlan& p, ChildReport* r) {
+  char go = 0;
+  iovec iov{&go, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxChildMounts)];
+  msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  do {
+    n = ::recvmsg(p.sock, &msg, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n != 1) _exit(126);
+  std::size_t got = 0;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    std::size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (std::size_t i = 0; i < k; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+      if (got < p.nmounts) p.mounts[got] = fd;
+      ++got;
+    }
+  }
+  if ((msg.msg_flags & MSG_CTRUNC) || got != p.nmounts) {
+    errno = EPROTO;
+    return fail(r, "receive the root's mounts from the parent");
+  }
+  return true;
 }
 
 }  // namespace
@@ -39,12 +76,17 @@ void child_main(const ChildPlan& plan) {
 
   if (!close_inherited_child(p, &r)) report_and_exit(p.sock, r);
   // Wait until the parent has put us into our cgroups; EOF means it died meanwhile.
-  char go = 0;
-  ssize_t n;
-  do {
-    n = ::recv(p.sock, &go, 1, 0);
-  } while (n < 0 && errno == EINTR);
-  if (n != 1) _exit(126);
+  if (!receive_go(p, &r)) report_and_exit(p.sock, r);
+  // With a user namespace: become its root, now that the parent wrote the id maps. Raw
+  // syscalls: glibc's wrappers would try to signal the parent's threads, which we do not have.
+  if (p.userns) {
+    if (::syscall(SYS_setresgid, 0, 0, 0) != 0)
+      report_and_exit(p.sock, (fail(&r, "setresgid 0"), r));
+    if (::syscall(SYS_setgroups, 0, nullptr) != 0)
+      report_and_exit(p.sock, (fail(&r, "setgroups"), r));
+    if (::syscall(SYS_setresuid, 0, 0, 0) != 0)
+      report_and_exit(p.sock, (fail(&r, "setresuid 0"), r));
+  }
 
   // Unshared only now, after the cgroup attach, so the namespace's root is our own group.
   if (::unshare(CLONE_NEWCGROUP) != 0) report_and_exit(p.sock, (fail(&r, "unshare cgroup ns"), r));

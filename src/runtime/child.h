@@ -25,10 +25,13 @@ struct ChildReport {
 };
 
 struct ChildBind {
-  const char* source;  // absolute host path
   const char* target;  // relative to the new root, e.g. "usr/local/bin/abx-envd"
-  bool writable;
+  bool directory;      // the source is a directory (else a file is made to mount on)
 };
+
+// Detached mounts the parent sends with "go" (SCM_RIGHTS): the root overlay (unless
+// host_rootfs), then one per bind.
+inline constexpr std::size_t kMaxChildMounts = 72;
 
 struct ChildFd {
   int parent_fd;
@@ -39,22 +42,22 @@ struct ChildPlan {
   int sock = -1;  // SEQPACKET: parent sends one byte "go" after cgroup attach; child reports
   const char* hostname = nullptr;
 
-  // Root filesystem. `root` is <state>/root, an empty host dir; the mounts on it exist only in
-  // the child's mount namespace. For an image, the writable layer is already mounted on the
-  // host (disk.h) and holds `upper` and `work`.
+  // With a user namespace the child becomes its root (uid/gid 0 inside, the slot's first host
+  // id outside) once the parent has written its id maps.
+  bool userns = false;
+
+  // Root filesystem. `root` is an empty host directory searchable by the sandbox's ids
+  // (UserNamespace::mount_point); the mounts on it exist only in the child's mount namespace.
+  // The parent sends the root overlay (images) and the binds as detached mounts with "go"
+  // (mounts.h) into `mounts`.
   bool host_rootfs = false;
   const char* root = nullptr;
-  const char* tmpfs_opts = nullptr;     // kHost: the root tmpfs, "size=...,mode=0755"
-  const char* shm_opts = nullptr;       // "size=...,mode=1777"
-  const char* const* lowers = nullptr;  // image layers, TOP first (overlayfs's order)
-  std::size_t nlowers = 0;
-  const char* upper = nullptr;
-  const char* work = nullptr;
-  // The same overlay as legacy mount(2) data, for kernels without fsconfig "lowerdir+" (< 6.8);
-  // nullptr when it does not fit the 4 KiB mount data page.
-  const char* overlay_opts = nullptr;
+  const char* tmpfs_size = nullptr;  // kHost: the root tmpfs's size in bytes
+  const char* shm_opts = nullptr;    // "size=...,mode=1777"
   const ChildBind* binds = nullptr;
   std::size_t nbinds = 0;
+  std::size_t nmounts = 0;  // expected with "go": nbinds + (host_rootfs ? 0 : 1)
+  int* mounts = nullptr;    // filled by child_main when "go" arrives
 
   bool own_netns = true;
 

@@ -17,6 +17,7 @@
 #include "abx/runtime/sandbox.h"
 #include "disk.h"
 #include "sys.h"
+#include "userns_internal.h"
 
 namespace abx::runtime {
 namespace {
@@ -77,6 +78,13 @@ Result<int> cleanup_stale(const std::string& state_dir) {
       in >> pid >> start >> parent;
     }
     kill_init(pid, start);
+    // Its id range, if the claim still names that init (else it is free or someone else's).
+    if (auto userns = read_file(dir + "/userns", 4096)) {
+      std::istringstream in(*userns);
+      std::uint32_t slot = 0, first = 0;
+      std::string registry;
+      if (in >> slot >> first >> registry) release_slot(registry, slot, pid, start);
+    }
     SandboxCgroups cg = SandboxCgroups::existing(layout, parent, id);
     Status s = cg.kill();
     if (s) s = cg.remove();

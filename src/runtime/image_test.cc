@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "abx/runtime/layer.h"
@@ -230,6 +231,92 @@ TEST_F(ImageTest, CleanupStaleUnmountsTheWritableLayer) {
   EXPECT_EQ(*n, 1);
   expect_no_disk_leftovers(state);
   EXPECT_TRUE(fs::exists(state_ + "/.rw-cache"));  // the cache is not a sandbox
+}
+
+// User namespaces (userns.h): sandbox root is the first id of a host range of its own, the
+// layers are idmapped (on-disk 0 is root inside), and the writable layer stores ids unshifted.
+TEST_F(ImageTest, RootIsAnUnprivilegedHostRangeAndTheWritableLayerStaysUnshifted) {
+  auto r = run(shell({base_},
+                     "cat /proc/self/uid_map; id -u; ls -ln /etc/passwd; "
+                     "echo x > /rootfile && mkdir -p /home && touch /home/u && "
+                     "chown 1000:1000 /home/u && echo done"));
+  ASSERT_TRUE(r.sb);
+  EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.out;
+  const std::uint32_t first = r.sb->root_host_id();
+  EXPECT_GE(first, UserNamespace{}.base);
+  EXPECT_EQ((first - UserNamespace{}.base) % kIdsPerSandbox, 0u);
+  std::istringstream out(r.out);
+  std::uint64_t inside = 1, outside = 0, count = 0;
+  out >> inside >> outside >> count;
+  EXPECT_EQ(inside, 0u);
+  EXPECT_EQ(outside, first);
+  EXPECT_EQ(count, kIdsPerSandbox);
+  EXPECT_NE(r.out.find("\n0\n"), std::string::npos) << r.out;  // id -u: root inside
+  // The layer's file (uid 0 on disk) is root's inside, through the idmapped layer.
+  EXPECT_NE(r.out.find(" 0        0 "), std::string::npos) << r.out;
+  struct stat st;
+  ASSERT_EQ(::lstat((r.sb->upper_dir() + "/rootfile").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);  // not `first`: a layer made from it is plain
+  ASSERT_EQ(::lstat((r.sb->upper_dir() + "/home/u").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000u);
+  EXPECT_EQ(st.st_gid, 1000u);
+  ASSERT_TRUE(r.sb->destroy().ok());
+}
+
+TEST_F(ImageTest, ConcurrentSandboxesGetDisjointRangesFreedOnDestroy) {
+  auto a = Sandbox::spawn(shell({base_}, "sleep 30"));
+  ASSERT_TRUE(a.ok()) << a.error().to_string();
+  auto b = Sandbox::spawn(shell({base_}, "sleep 30"));
+  ASSERT_TRUE(b.ok()) << b.error().to_string();
+  EXPECT_NE(a->root_host_id(), b->root_host_id());
+  // The host sees each init as its range's root.
+  for (Sandbox* sb : {&*a, &*b}) {
+    std::string status = slurp("/proc/" + std::to_string(sb->pid()) + "/status");
+    EXPECT_NE(status.find("Uid:\t" + std::to_string(sb->root_host_id()) + "\t"), std::string::npos)
+        << status;
+  }
+  const std::string registry = UserNamespace{}.registry;
+  auto claim = [&](const Sandbox& sb) {
+    return registry + "/" +
+           std::to_string((sb.root_host_id() - UserNamespace{}.base) / kIdsPerSandbox);
+  };
+  std::string claim_a = claim(*a);
+  EXPECT_EQ(slurp(claim_a).substr(0, std::to_string(a->pid()).size() + 1),
+            std::to_string(a->pid()) + " ");
+  ASSERT_TRUE(a->destroy().ok());
+  // Freed, unless another test's sandbox took the slot in between.
+  std::string after = slurp(claim_a);
+  EXPECT_EQ(after.find(std::to_string(a->pid()) + " "), std::string::npos) << after;
+  ASSERT_TRUE(b->destroy().ok());
+}
+
+TEST_F(ImageTest, RootOnlyHostFileBoundInIsReadableAsSandboxRoot) {
+  std::string secret = tmp_.string() + "/token";
+  std::ofstream(secret) << "s3cret\n";
+  ASSERT_EQ(::chmod(secret.c_str(), 0400), 0);
+  auto c = shell({base_}, "cat /run/token; ls -ln /run/token");
+  c.binds.push_back({secret, "/run/token", false});
+  auto r = run(c);
+  ASSERT_TRUE(r.sb);
+  EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.out;
+  EXPECT_EQ(r.out.substr(0, 7), "s3cret\n") << r.out;
+  EXPECT_NE(r.out.find("-r--------    1 0        0 "), std::string::npos) << r.out;
+  ASSERT_TRUE(r.sb->destroy().ok());
+}
+
+TEST_F(ImageTest, WithoutAUserNamespaceRootIsHostRoot) {
+  auto c = shell({base_}, "cat /proc/self/uid_map");
+  c.userns.enabled = false;
+  auto r = run(c);
+  ASSERT_TRUE(r.sb);
+  EXPECT_EQ(r.sb->root_host_id(), 0u);
+  std::istringstream out(r.out);
+  std::uint64_t inside = 1, outside = 1, count = 0;
+  out >> inside >> outside >> count;
+  EXPECT_EQ(inside, 0u);
+  EXPECT_EQ(outside, 0u);
+  EXPECT_EQ(count, 4294967295u);
+  ASSERT_TRUE(r.sb->destroy().ok());
 }
 
 }  // namespace

@@ -153,6 +153,15 @@ TEST_F(IsolationTest, DangerousSyscallsStopAtSeccomp) {
   }
 }
 
+// AIO contexts are one machine-wide pool without per-user limits: denied, as ENOSYS.
+TEST_F(IsolationTest, AioContextsAreDenied) {
+  auto host = run_on_host({"syscall", "io_setup"});
+  EXPECT_TRUE(host.exited_ok()) << host.out;
+  EXPECT_EQ(host.out, "ok\n");
+  auto in = run_in_sandbox(tmp_.path(), {"syscall", "io_setup"});
+  EXPECT_EQ(in.out, "errno ENOSYS\n");
+}
+
 TEST_F(IsolationTest, CannotInjectTerminalInput) {
   for (std::string variant : {"low", "high"}) {
     auto host = run_on_host({"tiocsti", variant});

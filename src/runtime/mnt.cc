@@ -153,9 +153,12 @@ bool setup_dev(const ChildPlan& p, ChildReport* r) {
     if (::mount(host, inside, nullptr, MS_BIND, nullptr) != 0) return fail(r, "bind", host);
   }
   if (!ensure_path("dev/pts", false, 0755, r)) return false;
-  // newinstance: a private pty namespace, so the sandbox cannot open the host's ptys.
+  // newinstance: a private pty namespace, so the sandbox cannot open the host's ptys. max: ptys
+  // come from one machine-wide pool (kernel.pty.max, 4096 by default, of which kernel.pty.reserve
+  // = 1024 only the host's own devpts may use); without a cap per instance, one sandbox could
+  // take every pty the other sandboxes would get.
   if (::mount("devpts", "dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
-              "newinstance,ptmxmode=0666,mode=0620,gid=5") != 0)
+              "newinstance,ptmxmode=0666,mode=0620,gid=5,max=256") != 0)
     return fail(r, "mount devpts on", "/dev/pts");
   if (::symlink("pts/ptmx", "dev/ptmx") != 0) return fail(r, "symlink", "/dev/ptmx");
   if (!ensure_path("dev/shm", false, 01777, r)) return false;
@@ -195,67 +198,45 @@ bool setup_proc(ChildReport* r) {
   return true;
 }
 
-bool setup_sys(ChildReport* r) {
+bool setup_sys(const ChildPlan& p, ChildReport* r) {
   if (!ensure_path("sys", false, 0555, r)) return false;
+  if (!p.own_netns) {
+    // The host's netns: a new sysfs needs a netns our user namespace owns, so the host's is
+    // bound instead, read-only.
+    return bind("/sys", "sys", false, r);
+  }
   // A sysfs mounted from our netns shows our interfaces only; read-only regardless.
   if (::mount("sysfs", "sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
     return fail(r, "mount sysfs on", "/sys");
   return true;
 }
 
-// The root overlay, "volatile": no sync of the upper layer, not even when the overlay goes away
-// with the sandbox's last process (which otherwise writes the ext4 layer back through the loop
-// device inside the init's exit, ~10 ms on every create/destroy). The layer has no journal and is
-// not meant to survive a host crash; the owner reads it through the host mount, which sees the
-// page cache. The new mount API takes one "lowerdir+" per layer (kernel >= 6.8), so the
-// number of layers is not bounded by the 4 KiB page that carries legacy mount(2) options (about
-// 40 layers of image-store paths); older kernels get the legacy option string when it fits.
-bool mount_overlay(const ChildPlan& p, ChildReport* r) {
-  int fs = ::fsopen("overlay", FSOPEN_CLOEXEC);
-  if (fs < 0 && errno != ENOSYS) return fail(r, "fsopen overlay");
-  if (fs >= 0) {
-    bool plus = true;
-    for (std::size_t i = 0; i < p.nlowers; ++i) {
-      if (::fsconfig(fs, FSCONFIG_SET_STRING, "lowerdir+", p.lowers[i], 0) == 0) continue;
-      if (i == 0 && errno == EINVAL) {  // a kernel without "lowerdir+"
-        plus = false;
-        break;
-      }
-      fail(r, "overlay lowerdir+", p.lowers[i]);
-      ::close(fs);
-      return false;
-    }
-    if (plus) {
-      bool ok = ::fsconfig(fs, FSCONFIG_SET_STRING, "upperdir", p.upper, 0) == 0 &&
-                ::fsconfig(fs, FSCONFIG_SET_STRING, "workdir", p.work, 0) == 0 &&
-                ::fsconfig(fs, FSCONFIG_SET_FLAG, "volatile", nullptr, 0) == 0;
-      if (!ok) {
-        fail(r, "overlay upperdir/workdir", p.upper);
-        ::close(fs);
-        return false;
-      }
-      if (::fsconfig(fs, FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) {
-        fail(r, "create overlay on", p.root);
-        ::close(fs);
-        return false;
-      }
-      int mnt = ::fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
-      ::close(fs);
-      if (mnt < 0) return fail(r, "fsmount overlay");
-      int rc = ::move_mount(mnt, "", AT_FDCWD, p.root, MOVE_MOUNT_F_EMPTY_PATH);
-      ::close(mnt);
-      if (rc != 0) return fail(r, "move_mount overlay on", p.root);
-      return true;
-    }
-    ::close(fs);
-  }
-  if (p.overlay_opts == nullptr) {
-    errno = E2BIG;
-    return fail(r, "overlay: too many layers for this kernel's mount options page");
-  }
-  if (::mount("abx-overlay", p.root, "overlay", MS_NOSUID | MS_NODEV, p.overlay_opts) != 0)
-    return fail(r, "mount overlay on", p.root);
+// Attaches the detached mount `mnt` on the root mount point and enters it.
+bool attach_root(const ChildPlan& p, int mnt, ChildReport* r) {
+  if (::move_mount(mnt, "", AT_FDCWD, p.root, MOVE_MOUNT_F_EMPTY_PATH) != 0)
+    return fail(r, "move_mount the root onto", p.root);
+  ::close(mnt);
+  if (::chdir(p.root) != 0) return fail(r, "chdir", p.root);
   return true;
+}
+
+// kHost: a tmpfs of its own as the root, made here (inside the user namespace, if any, which
+// then owns it).
+bool host_tmpfs_root(const ChildPlan& p, ChildReport* r) {
+  int fs = ::fsopen("tmpfs", FSOPEN_CLOEXEC);
+  if (fs < 0) return fail(r, "fsopen tmpfs");
+  bool ok = ::fsconfig(fs, FSCONFIG_SET_STRING, "size", p.tmpfs_size, 0) == 0 &&
+            ::fsconfig(fs, FSCONFIG_SET_STRING, "mode", "0755", 0) == 0 &&
+            ::fsconfig(fs, FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) == 0;
+  if (!ok) {
+    fail(r, "create the root tmpfs");
+    ::close(fs);
+    return false;
+  }
+  int mnt = ::fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+  ::close(fs);
+  if (mnt < 0) return fail(r, "fsmount the root tmpfs");
+  return attach_root(p, mnt, r);
 }
 
 }  // namespace
@@ -264,28 +245,29 @@ bool mnt_child(const ChildPlan& p, ChildReport* r) {
   // Stop mount events from propagating back to the host (and from the host into us).
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
     return fail(r, "make / rprivate");
+  std::size_t next = 0;  // into p.mounts
   if (p.host_rootfs) {
-    if (::mount("abx-root", p.root, "tmpfs", MS_NOSUID | MS_NODEV, p.tmpfs_opts) != 0)
-      return fail(r, "mount tmpfs on", p.root);
-  } else if (!mount_overlay(p, r)) {
+    if (!host_tmpfs_root(p, r)) return false;
+  } else if (!attach_root(p, p.mounts[next++], r)) {
     return false;
   }
-  if (::chdir(p.root) != 0) return fail(r, "chdir", p.root);
   if (p.host_rootfs && !host_root(r)) return false;
   if (!setup_dev(p, r)) return false;
+  // The binds, made (read-only, idmapped) by the parent; only their mount points are made here.
   for (std::size_t i = 0; i < p.nbinds; ++i) {
     const ChildBind& b = p.binds[i];
-    struct stat st;
-    if (::stat(b.source, &st) != 0) return fail(r, "stat bind source", b.source);
-    if (!ensure_path(b.target, !S_ISDIR(st.st_mode), 0755, r)) return false;
-    if (!bind(b.source, b.target, b.writable, r)) return false;
+    int mnt = p.mounts[next++];
+    if (!ensure_path(b.target, !b.directory, 0755, r)) return false;
+    if (::move_mount(mnt, "", AT_FDCWD, b.target, MOVE_MOUNT_F_EMPTY_PATH) != 0)
+      return fail(r, "move_mount bind onto", b.target);
+    ::close(mnt);
   }
   if (!setup_proc(r)) return false;
-  if (!setup_sys(r)) return false;
+  if (!setup_sys(p, r)) return false;
 
   // pivot_root(".", "."): the old root ends up stacked under the new one; detaching it leaves
   // no path back to the host tree (a bare chroot would, catalogue E4).
-  if (::syscall(SYS_pivot_root, ".", ".") != 0) return fail(r, "pivot_root", p.root);
+  if (::syscall(SYS_pivot_root, ".", ".") != 0) return fail(r, "pivot_root");
   if (::umount2(".", MNT_DETACH) != 0) return fail(r, "detach old root");
   if (::chdir("/") != 0) return fail(r, "chdir", "/");
   return true;

@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -36,14 +37,17 @@
 #include "abx/runtime/netns.h"
 #include "child.h"
 #include "disk.h"
+#include "mounts.h"
 #include "seccomp.h"
 #include "sys.h"
+#include "userns_internal.h"
 
 namespace abx::runtime {
 namespace {
 
 constexpr const char* kLockFile = "lock";
-constexpr const char* kInitFile = "init";  // "<pid> <starttime> <cgroup_parent>\n"
+constexpr const char* kInitFile = "init";      // "<pid> <starttime> <cgroup_parent>\n"
+constexpr const char* kUsernsFile = "userns";  // "<slot> <first host id> <registry>\n"
 
 bool valid_id(const std::string& id) {
   if (id.empty() || id.size() > 64) return false;
@@ -172,11 +176,10 @@ Result<UniqueFd> lock_state_dir(const std::string& dir) {
 // Step 3: every string and array the child touches, allocated here, because the child must not
 // allocate (child.h). Pinned in place: `plan` points into the other members.
 struct PlanStorage {
-  std::string root, upper, work, tmpfs_opts, shm_opts, overlay_opts;
-  std::vector<std::string> lowers;  // top first
-  std::vector<const char*> lower_ptrs;
+  std::string tmpfs_size, shm_opts;
   std::vector<std::string> bind_targets;
   std::vector<ChildBind> binds;
+  std::vector<int> mounts;  // the child's copy receives the mounts sent with "go"
   std::vector<ChildFd> fds;
   std::vector<char*> argv, envp;
   sock_fprog fprog{};
@@ -188,29 +191,25 @@ struct PlanStorage {
 };
 
 // `config` must outlive the child's exec: argv and envp point into its strings.
-void build_plan(SandboxConfig& config, const std::string& dir,
-                const std::vector<sock_filter>& filter, int child_sock, PlanStorage& s) {
-  s.root = dir + "/root";
-  s.upper = dir + "/" + kRwMount + "/upper";
-  s.work = dir + "/" + kRwMount + "/work";
-  s.tmpfs_opts = "size=" + std::to_string(config.disk_bytes) + ",mode=0755";
+Status build_plan(SandboxConfig& config, const std::vector<sock_filter>& filter, int child_sock,
+                  PlanStorage& s) {
+  s.tmpfs_size = std::to_string(config.disk_bytes);
   s.shm_opts = "size=" + std::to_string(config.shm_bytes) + ",mode=1777";
-  // The image store lists layers lowest first; overlayfs stacks them top first.
-  auto layers = layers_of(config);
-  s.lowers.assign(layers.rbegin(), layers.rend());
-  for (const auto& l : s.lowers) s.lower_ptrs.push_back(l.c_str());
-  std::string lowerdir;
-  for (const auto& l : s.lowers) lowerdir += (lowerdir.empty() ? "" : ":") + l;
-  s.overlay_opts =
-      "lowerdir=" + lowerdir + ",upperdir=" + s.upper + ",workdir=" + s.work + ",volatile";
   for (const auto& b : config.binds) {
     std::string t = b.target;
     while (!t.empty() && t.front() == '/') t.erase(0, 1);
     s.bind_targets.push_back(t);
   }
-  for (size_t i = 0; i < config.binds.size(); ++i)
-    s.binds.push_back(
-        {config.binds[i].source.c_str(), s.bind_targets[i].c_str(), config.binds[i].writable});
+  for (size_t i = 0; i < config.binds.size(); ++i) {
+    struct stat st;
+    if (::stat(config.binds[i].source.c_str(), &st) != 0)
+      return sys_error("bind source " + config.binds[i].source, errno);
+    s.binds.push_back({s.bind_targets[i].c_str(), S_ISDIR(st.st_mode)});
+  }
+  const bool host_rootfs = config.rootfs == RootfsMode::kHost;
+  s.mounts.assign(s.binds.size() + (host_rootfs ? 0 : 1), -1);
+  if (s.mounts.size() > kMaxChildMounts)
+    return invalid_argument("at most " + std::to_string(kMaxChildMounts - 1) + " binds");
   for (const auto& f : config.fds) s.fds.push_back({f.parent_fd, f.child_fd});
   std::sort(s.fds.begin(), s.fds.end(),
             [](const ChildFd& a, const ChildFd& b) { return a.child_fd < b.child_fd; });
@@ -223,18 +222,15 @@ void build_plan(SandboxConfig& config, const std::string& dir,
   ChildPlan& plan = s.plan;
   plan.sock = child_sock;
   plan.hostname = config.id.c_str();
-  plan.host_rootfs = config.rootfs == RootfsMode::kHost;
-  plan.root = s.root.c_str();
-  plan.tmpfs_opts = s.tmpfs_opts.c_str();
+  plan.userns = config.userns.enabled;
+  plan.host_rootfs = host_rootfs;
+  plan.root = config.userns.mount_point.c_str();
+  plan.tmpfs_size = s.tmpfs_size.c_str();
   plan.shm_opts = s.shm_opts.c_str();
-  plan.lowers = s.lower_ptrs.data();
-  plan.nlowers = s.lower_ptrs.size();
-  plan.upper = s.upper.c_str();
-  plan.work = s.work.c_str();
-  // mount(2) copies at most one page of options (the kernel truncates, not fails).
-  plan.overlay_opts = s.overlay_opts.size() < 4096 ? s.overlay_opts.c_str() : nullptr;
   plan.binds = s.binds.data();
   plan.nbinds = s.binds.size();
+  plan.nmounts = s.mounts.size();
+  plan.mounts = s.mounts.data();
   plan.own_netns = config.network == NetworkMode::kNone;
   plan.rlimit_nofile = config.rlimit_nofile;
   plan.rlimit_fsize = config.rlimit_fsize;
@@ -247,6 +243,7 @@ void build_plan(SandboxConfig& config, const std::string& dir,
   plan.argv = s.argv.data();
   plan.envp = s.envp.data();
   plan.cwd = config.cwd.c_str();
+  return {};
 }
 
 // Step 5, while the child waits for "go": the init record (pid + start time, for adopt() and
@@ -269,11 +266,49 @@ Result<UniqueFd> prepare_child(const SandboxConfig& config, const std::string& d
   return netns;
 }
 
+// Step 5 (first): the user namespace's id maps, then the root's detached mounts (idmapped with
+// them), in the order the child attaches them: the overlay (unless kHost), then the binds.
+Result<std::vector<UniqueFd>> prepare_mounts(const SandboxConfig& config, const std::string& dir,
+                                             pid_t pid, std::uint32_t first) {
+  Idmap idmap;
+  UniqueFd userns;
+  if (config.userns.enabled) {
+    ABX_TRY(write_id_maps(pid, first));
+    ABX_ASSIGN_OR_RETURN(userns, open_fd("/proc/" + std::to_string(pid) + "/ns/user", O_RDONLY));
+    idmap = {userns.get(), first};
+  }
+  std::vector<UniqueFd> mounts;
+  if (config.rootfs != RootfsMode::kHost) {
+    ABX_ASSIGN_OR_RETURN(UniqueFd root, make_root_overlay(config, dir, idmap));
+    mounts.push_back(std::move(root));
+  }
+  ABX_ASSIGN_OR_RETURN(std::vector<UniqueFd> binds, make_bind_mounts(config, idmap));
+  for (auto& b : binds) mounts.push_back(std::move(b));
+  return mounts;
+}
+
 // Step 6: "go", then EOF on the socket means exec happened (the child's end is CLOEXEC); a
 // ChildReport means a step failed.
-Status release_child(int parent_sock, const std::string& id) {
+Status release_child(int parent_sock, const std::string& id, const std::vector<UniqueFd>& mounts) {
   char go = 1;
-  if (retry_eintr([&] { return ::send(parent_sock, &go, 1, MSG_NOSIGNAL); }) != 1)
+  iovec iov{&go, 1};
+  msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * mounts.size()));
+  if (!mounts.empty()) {
+    msg.msg_control = control.data();
+    msg.msg_controllen = control.size();
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * mounts.size());
+    for (std::size_t i = 0; i < mounts.size(); ++i) {
+      int fd = mounts[i].get();
+      std::memcpy(CMSG_DATA(c) + i * sizeof(int), &fd, sizeof fd);
+    }
+  }
+  if (retry_eintr([&] { return ::sendmsg(parent_sock, &msg, MSG_NOSIGNAL); }) != 1)
     return sys_error("send go to sandbox init", errno);
   ChildReport report;
   ssize_t n = retry_eintr([&] { return ::recv(parent_sock, &report, sizeof report, 0); });
@@ -298,6 +333,14 @@ struct Sandbox::State {
   SandboxCgroups cgroups;
   bool destroyed = false;
   bool adopted = false;  // the init is not our child: no waitid, exit seen through the pidfd
+  unsigned long long start = 0;       // the init's start time
+  std::optional<std::uint32_t> slot;  // the user namespace's slot (userns.h)
+  std::uint32_t root_id = 0;
+  std::string registry;
+
+  void release_slot_of_init() const {
+    if (slot) release_slot(registry, *slot, pid, start);
+  }
 };
 
 Sandbox::Sandbox(std::unique_ptr<State> state) : s_(std::move(state)) {}
@@ -319,6 +362,7 @@ int Sandbox::pidfd() const { return s_->pidfd.get(); }
 int Sandbox::netns_fd() const { return s_->netns.get(); }
 const SandboxCgroups& Sandbox::cgroups() const { return s_->cgroups; }
 std::string Sandbox::state_path() const { return s_->dir; }
+std::uint32_t Sandbox::root_host_id() const { return s_->root_id; }
 std::string Sandbox::upper_dir() const {
   if (s_->config.rootfs == RootfsMode::kHost) return {};
   return s_->dir + "/" + kRwMount + "/upper";
@@ -384,6 +428,7 @@ Status Sandbox::destroy() {
   keep(s_->cgroups.remove());
   keep(remove_rw_layer(s_->dir));  // before remove_tree, which does not cross mount points
   keep(remove_tree(s_->dir));
+  s_->release_slot_of_init();  // the init is gone: its id range is free
   s_->lock.reset();
   return result;
 }
@@ -413,6 +458,16 @@ Result<Sandbox> Sandbox::adopt(const std::string& state_dir, const std::string& 
   if (process_start_time(static_cast<pid_t>(pid)) != start)
     return Error(ErrorCode::kNotFound, "sandbox " + id + ": its init has exited");
   st->pid = static_cast<pid_t>(pid);
+  st->start = start;
+  if (auto userns = read_file(st->dir + "/" + kUsernsFile, 4096)) {
+    unsigned slot = 0, first = 0;
+    char registry[4096] = {0};
+    if (std::sscanf(userns->c_str(), "%u %u %4095s", &slot, &first, registry) != 3)
+      return Error(ErrorCode::kFailedPrecondition, "sandbox " + id + ": malformed userns record");
+    st->slot = slot;
+    st->root_id = first;
+    st->registry = registry;
+  }
   ABX_ASSIGN_OR_RETURN(st->netns, open_fd("/proc/" + std::to_string(pid) + "/ns/net", O_RDONLY));
   ABX_ASSIGN_OR_RETURN(const CgroupLayout layout, CgroupLayout::detect());
   st->config.cgroup_parent = parent;
@@ -447,11 +502,26 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config) {
     }
     (void)remove_rw_layer(st->dir);
     (void)remove_tree(st->dir);
+    if (st->slot) {  // claimed by us, or already handed to the (now dead) init
+      release_slot(st->registry, *st->slot, ::getpid(), process_start_time(::getpid()));
+      st->release_slot_of_init();
+    }
   }};
   ABX_ASSIGN_OR_RETURN(st->lock, lock_state_dir(st->dir));
   // 1b. the writable layer, mounted on the host (so the owner can read it after exit).
   if (config.rootfs != RootfsMode::kHost)
     ABX_TRY(make_rw_layer(config.state_dir, st->dir, config.disk_bytes));
+
+  // 1c. a host id range of its own for the user namespace.
+  if (config.userns.enabled) {
+    ABX_ASSIGN_OR_RETURN(std::uint32_t slot, claim_slot(config.userns));
+    st->slot = slot;
+    st->registry = config.userns.registry;
+    st->root_id = slot_first_id(config.userns, slot);
+    ABX_TRY(create_file(
+        st->dir + "/" + kUsernsFile,
+        std::to_string(slot) + " " + std::to_string(st->root_id) + " " + st->registry + "\n"));
+  }
 
   // 2. cgroups with their limits, before clone: the child must never run unlimited.
   ABX_ASSIGN_OR_RETURN(st->cgroups, SandboxCgroups::create(cgroup_layout(), config.cgroup_parent,
@@ -464,17 +534,32 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config) {
     return sys_error("socketpair", errno);
   UniqueFd parent_sock(pair[0]), child_sock(pair[1]);
   PlanStorage storage;
-  build_plan(config, st->dir, *filter, child_sock.get(), storage);
+  ABX_TRY(prepare_mount_point(config.userns.mount_point));
+  ABX_TRY(build_plan(config, *filter, child_sock.get(), storage));
 
-  // 4. clone3 into the new namespaces; the child waits for "go".
+  // 4. clone3 into the new namespaces; the child waits for "go". With a user namespace, this
+  // thread clones with the range's first id as its effective id, so the namespace (and every
+  // namespace created with it) is owned by that uid rather than host root: the kernel charges
+  // the namespace's per-user counters to its owner in the parent namespace.
   std::uint64_t flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC;
   if (storage.plan.own_netns) flags |= CLONE_NEWNET;
   int pidfd = -1;
-  pid_t pid = clone3_sandbox(flags, &pidfd);
-  if (pid == 0) child_main(storage.plan);  // never returns
+  pid_t pid;
+  {
+    std::optional<ScopedThreadOwner> owner;
+    if (config.userns.enabled) {
+      flags |= CLONE_NEWUSER;
+      auto became = ScopedThreadOwner::become(st->root_id);
+      if (!became) return became.error();
+      owner.emplace(std::move(became).value());
+    }
+    pid = clone3_sandbox(flags, &pidfd);
+    if (pid == 0) child_main(storage.plan);  // never returns
+  }
   if (pid < 0) return sys_error("clone3", errno);
   st->pidfd.reset(pidfd);
   st->pid = pid;
+  st->start = process_start_time(pid);
   child_sock.reset();
 
   // 5.-6. record, attach, release; until "go" the child only waits, so killing it is safe.
@@ -484,10 +569,16 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config) {
     ::waitid(P_PIDFD, static_cast<id_t>(st->pidfd.get()), &info, WEXITED);
     return e;
   };
+  auto mounts = prepare_mounts(config, st->dir, pid, st->root_id);
+  if (!mounts) return abort_child(mounts.error());
+  if (st->slot) {
+    if (Status s = hold_slot(config.userns, *st->slot, pid); !s) return abort_child(s.error());
+  }
   auto netns = prepare_child(config, st->dir, st->cgroups, pid, storage.plan.own_netns);
   if (!netns) return abort_child(netns.error());
   st->netns = std::move(netns).value();
-  if (Status s = release_child(parent_sock.get(), config.id); !s) return abort_child(s.error());
+  if (Status s = release_child(parent_sock.get(), config.id, *mounts); !s)
+    return abort_child(s.error());
 
   st->config = std::move(config);
   committed = true;

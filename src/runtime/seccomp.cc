@@ -93,6 +93,11 @@ Result<std::vector<sock_filter>> build() {
   ABX_TRY(rule("clone", deny, 1, &newuser));
   ABX_TRY(rule("unshare", deny, 1, &newuser));
   ABX_TRY(rule("clone3", SCMP_ACT_ERRNO(ENOSYS), 0, nullptr));
+  // AIO contexts come from one machine-wide pool (fs.aio-max-nr) with no per-user, per-namespace
+  // or per-cgroup limit: one sandbox could take all of it from the host and every other sandbox
+  // (io_setup's EAGAIN). ENOSYS, not EPERM: libaio users (databases) then fall back to threads,
+  // as on a kernel built without AIO; glibc's POSIX aio never used it.
+  ABX_TRY(rule("io_setup", SCMP_ACT_ERRNO(ENOSYS), 0, nullptr));
   for (unsigned long req :
        {static_cast<unsigned long>(TIOCSTI), static_cast<unsigned long>(TIOCLINUX)}) {
     const scmp_arg_cmp cmp = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, req);

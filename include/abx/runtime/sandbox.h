@@ -1,10 +1,11 @@
 // abx::runtime::Sandbox: create, run and tear down one isolated sandbox.
 //
 // A sandbox is a process tree whose init (the argv given in SandboxConfig; abx-envd in
-// production) runs in new pid, mount, uts, ipc, cgroup and (unless NetworkMode::kHost) net
-// namespaces, after pivot_root into a per-sandbox root with a fresh /proc (kernel knobs
-// read-only, kcore/keys masked), read-only /sys and a minimal /dev (null, zero, full, random,
-// urandom, tty, a private devpts, shm). The hostname is the sandbox id.
+// production) runs in a new user namespace (its ids 0..65535 mapped to a host range of its own,
+// userns.h; unless config.userns.enabled is false) and new pid, mount, uts, ipc, cgroup and
+// (unless NetworkMode::kHost) net namespaces owned by it, after pivot_root into a per-sandbox root
+// with a fresh /proc (kernel knobs read-only, kcore/keys masked), read-only /sys and a minimal /dev
+// (null, zero, full, random, urandom, tty, a private devpts, shm). The hostname is the sandbox id.
 //
 // Root filesystems:
 //  - RootfsMode::kImage (the default): the root is an overlayfs of `lower_dirs` (image layers,
@@ -28,11 +29,15 @@
 // host sees none of them, and they vanish with the sandbox's last process. /dev/shm is a tmpfs
 // of `shm_bytes` in every mode.
 //
-// Before exec, the init: joins its cgroups (see cgroup.h), brings `lo` up, sets rlimits
-// (NOFILE, FSIZE, CORE=0), calls setsid(), drops capabilities to kKeptCapabilities (bounding,
-// permitted and effective; inheritable and ambient cleared), sets no_new_privs, closes every fd
-// but the mapped ones, and installs the seccomp filter (policy: src/runtime/seccomp.h). A failing
-// step reports {step, errno} to spawn(), which returns e.g. "mount proc on /proc: EPERM".
+// Image layers, the writable layer and binds are idmapped with the sandbox's mapping: on-disk
+// uid 0 is sandbox root, and the writable layer stores what the sandbox writes unshifted.
+//
+// Before exec, the init: becomes root of its user namespace, joins its cgroups (see cgroup.h),
+// brings `lo` up, sets rlimits (NOFILE, FSIZE, CORE=0), calls setsid(), drops capabilities to
+// kKeptCapabilities (bounding, permitted and effective; inheritable and ambient cleared), sets
+// no_new_privs, closes every fd but the mapped ones, and installs the seccomp filter (policy:
+// src/runtime/seccomp.h). A failing step reports {step, errno} to spawn(), which returns e.g.
+// "mount proc on /proc: EPERM".
 //
 // Host state lives in `<state_dir>/<id>/` (a lock held by the owner, the init's pid and start
 // time, empty mount points). cleanup_stale() uses it after an owner died without destroy().
@@ -51,6 +56,7 @@
 #include "abx/base/error.h"
 #include "abx/base/fd.h"
 #include "abx/runtime/cgroup.h"
+#include "abx/runtime/userns.h"
 
 namespace abx::runtime {
 
@@ -105,6 +111,9 @@ struct SandboxConfig {
   std::uint64_t rlimit_nofile = 4096;
   std::uint64_t rlimit_fsize = 0;  // bytes; 0 = unlimited
   std::string cgroup_parent = "abx";
+  // A user namespace of its own (userns.h): on by default; off only for kernels or layer
+  // filesystems without idmapped mounts, and for benchmarks comparing the two.
+  UserNamespace userns;
   // Tests only: runs in the parent after the init joined its cgroups and before it is released.
   std::function<void(pid_t)> before_start_hook;
 };
@@ -135,6 +144,9 @@ class Sandbox {
   int netns_fd() const;  // the sandbox's network namespace
   const SandboxCgroups& cgroups() const;
   std::string state_path() const;  // <state_dir>/<id>
+  // Host uid (= gid) of the sandbox's root: the first id of its user namespace's range, or 0
+  // without a user namespace. Sandbox uid N is host uid root_host_id() + N.
+  std::uint32_t root_host_id() const;
   // Host path of the overlay's upper dir (`<state_dir>/<id>/rw/upper`): what the sandbox wrote,
   // with overlay whiteouts for deletions. Readable after the sandbox's processes exited; valid
   // until destroy(). Empty for RootfsMode::kHost (its writes live in a tmpfs of its own).

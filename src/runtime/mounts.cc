@@ -1,0 +1,134 @@
+#include "mounts.h"
+
+#include <fcntl.h>
+#include <linux/mount.h>
+#include <sys/mount.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <optional>
+
+#include "abx/base/try.h"
+#include "disk.h"
+#include "sys.h"
+#include "userns_internal.h"
+
+namespace abx::runtime {
+namespace {
+
+std::string fd_path(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
+
+// A detached clone of the tree at `path`, with `attr_set` (and the idmap) applied to it.
+Result<UniqueFd> clone_tree(const std::string& path, std::uint64_t attr_set, const Idmap& idmap) {
+  int fd = static_cast<int>(::syscall(SYS_open_tree, AT_FDCWD, path.c_str(),
+                                      OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE));
+  if (fd < 0) return sys_error("open_tree " + path, errno);
+  UniqueFd tree(fd);
+  mount_attr attr = {};
+  attr.attr_set = attr_set;
+  if (idmap.userns_fd >= 0) {
+    attr.attr_set |= MOUNT_ATTR_IDMAP;
+    attr.userns_fd = static_cast<std::uint64_t>(idmap.userns_fd);
+  }
+  if (attr.attr_set == 0) return tree;
+  if (::syscall(SYS_mount_setattr, tree.get(), "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,
+                sizeof attr) != 0) {
+    int err = errno;
+    std::string why = idmap.userns_fd >= 0 && err == EINVAL
+                          ? " (its filesystem cannot be idmapped: run sandboxes without a user "
+                            "namespace, abxd --no-userns, or move it to ext4/xfs/btrfs/tmpfs)"
+                          : "";
+    return sys_error("mount_setattr " + path + why, err);
+  }
+  return tree;
+}
+
+Status set(int fs, const char* key, const std::string& value, const std::string& what) {
+  if (::syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, key, value.c_str(), 0) != 0)
+    return sys_error(std::string("overlay ") + key + " " + what, errno);
+  return {};
+}
+
+}  // namespace
+
+Result<UniqueFd> make_root_overlay(const SandboxConfig& config, const std::string& dir,
+                                   const Idmap& idmap) {
+  std::vector<std::string> layers = config.rootfs == RootfsMode::kDirectory
+                                        ? std::vector<std::string>{config.rootfs_dir}
+                                        : config.lower_dirs;
+  // With an idmap the overlay sees the layers through idmapped clones, named by descriptor.
+  std::vector<UniqueFd> trees;
+  std::vector<std::string> lowers;  // top first, as overlayfs stacks them
+  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+    if (idmap.userns_fd < 0) {
+      lowers.push_back(*it);
+      continue;
+    }
+    ABX_ASSIGN_OR_RETURN(UniqueFd t, clone_tree(*it, 0, idmap));
+    lowers.push_back(fd_path(t.get()));
+    trees.push_back(std::move(t));
+  }
+  std::string rw = dir + "/" + kRwMount;
+  UniqueFd rw_tree;
+  if (idmap.userns_fd >= 0) {
+    ABX_ASSIGN_OR_RETURN(rw_tree, clone_tree(rw, 0, idmap));
+    rw = fd_path(rw_tree.get());
+  }
+
+  std::optional<ScopedThreadFsIds> fsids;
+  if (idmap.userns_fd >= 0) {
+    auto became = ScopedThreadFsIds::become(idmap.first);
+    if (!became) return became.error();
+    fsids.emplace(std::move(became).value());
+  }
+  int raw = static_cast<int>(::syscall(SYS_fsopen, "overlay", FSOPEN_CLOEXEC));
+  if (raw < 0) return sys_error("fsopen overlay", errno);
+  UniqueFd fs(raw);
+  // One "lowerdir+" per layer (kernel >= 6.8): the number of layers is not bounded by the 4 KiB
+  // page of a "lowerdir=a:b:c" string; older kernels get that string when it fits.
+  bool plus = true;
+  for (std::size_t i = 0; i < lowers.size(); ++i) {
+    if (::syscall(SYS_fsconfig, fs.get(), FSCONFIG_SET_STRING, "lowerdir+", lowers[i].c_str(), 0) ==
+        0)
+      continue;
+    if (i == 0 && errno == EINVAL) {
+      plus = false;
+      break;
+    }
+    return sys_error("overlay lowerdir+ " + layers[layers.size() - 1 - i], errno);
+  }
+  if (!plus) {
+    std::string joined;
+    for (const auto& l : lowers) joined += (joined.empty() ? "" : ":") + l;
+    if (joined.size() >= 4096)
+      return Error(ErrorCode::kInvalidArgument,
+                   "overlay: too many layers for this kernel (no lowerdir+, before 6.8)");
+    ABX_TRY(set(fs.get(), "lowerdir", joined, "(" + std::to_string(lowers.size()) + " layers)"));
+  }
+  ABX_TRY(set(fs.get(), "upperdir", rw + "/upper", dir));
+  ABX_TRY(set(fs.get(), "workdir", rw + "/work", dir));
+  // volatile: no syncs of the upper layer, not even when the overlay goes away with the
+  // sandbox's last process (~10 ms on every destroy otherwise); see sandbox.h.
+  if (::syscall(SYS_fsconfig, fs.get(), FSCONFIG_SET_FLAG, "volatile", nullptr, 0) != 0)
+    return sys_error("overlay volatile", errno);
+  if (::syscall(SYS_fsconfig, fs.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0)
+    return sys_error("create overlay for " + dir, errno);
+  int mnt = static_cast<int>(
+      ::syscall(SYS_fsmount, fs.get(), FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV));
+  if (mnt < 0) return sys_error("fsmount overlay", errno);
+  return UniqueFd(mnt);
+}
+
+Result<std::vector<UniqueFd>> make_bind_mounts(const SandboxConfig& config, const Idmap& idmap) {
+  std::vector<UniqueFd> out;
+  for (const auto& b : config.binds) {
+    std::uint64_t attrs = b.writable ? 0 : MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    auto tree = clone_tree(b.source, attrs, idmap);
+    if (!tree)
+      return Error(tree.error().code(), "bind " + b.target + ": " + tree.error().message());
+    out.push_back(std::move(tree).value());
+  }
+  return out;
+}
+
+}  // namespace abx::runtime

@@ -1,0 +1,68 @@
+// Parent-side pieces of a sandbox's user namespace (userns.h): the machine-wide slot registry,
+// the thread-scoped credentials the spawning thread takes while it creates the namespace and
+// the overlay, and the id maps.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+#include "abx/base/error.h"
+#include "abx/runtime/userns.h"
+
+namespace abx::runtime {
+
+// Claims the lowest free slot for the calling process (recorded as its pid and start time).
+// resource_exhausted when every slot is held by a live process.
+Result<std::uint32_t> claim_slot(const UserNamespace& u);
+// Records `pid` (the sandbox's init) as the holder of `slot`: the claim then lives as long as
+// the init, whoever owns the sandbox.
+Status hold_slot(const UserNamespace& u, std::uint32_t slot, pid_t pid);
+// Frees `slot` if its claim still names the process `pid` started at `start` (best effort: a
+// claim whose holder is gone is free anyway). Conditional because once that process died the
+// slot may already belong to another sandbox.
+void release_slot(const std::string& registry, std::uint32_t slot, pid_t pid,
+                  unsigned long long start);
+
+// Switches the calling THREAD's effective ids (raw setresuid/setresgid: glibc's wrappers would
+// switch every thread of the process) so that a user namespace cloned now is owned by `uid`,
+// which charges the namespace's per-user counters to that uid instead of host root; restores
+// uid/gid 0 (and with them the effective capabilities) on destruction. The thread must be root.
+class ScopedThreadOwner {
+ public:
+  static Result<ScopedThreadOwner> become(std::uint32_t id);
+  ScopedThreadOwner(ScopedThreadOwner&& o) noexcept : active_(o.active_) { o.active_ = false; }
+  ScopedThreadOwner& operator=(ScopedThreadOwner&&) = delete;
+  ~ScopedThreadOwner();
+
+ private:
+  ScopedThreadOwner() = default;
+  bool active_ = false;
+};
+
+// Switches the calling thread's filesystem ids to `id` and raises its effective capabilities
+// back to the permitted set (a change of fsuid from 0 drops the filesystem ones): an overlay
+// created now records these credentials as its mounter's, so its copy-ups and work dir through
+// an idmapped upper layer are stored as the sandbox's root (on-disk 0). Restores fsuid/fsgid 0
+// on destruction.
+class ScopedThreadFsIds {
+ public:
+  static Result<ScopedThreadFsIds> become(std::uint32_t id);
+  ScopedThreadFsIds(ScopedThreadFsIds&& o) noexcept : active_(o.active_) { o.active_ = false; }
+  ScopedThreadFsIds& operator=(ScopedThreadFsIds&&) = delete;
+  ~ScopedThreadFsIds();
+
+ private:
+  ScopedThreadFsIds() = default;
+  bool active_ = false;
+};
+
+// Makes `path` (UserNamespace::mount_point) and checks that every component is a root-owned
+// directory others may search.
+Status prepare_mount_point(const std::string& path);
+
+// Writes "0 <first> 65536" to /proc/<pid>/uid_map and gid_map.
+Status write_id_maps(pid_t pid, std::uint32_t first);
+
+}  // namespace abx::runtime
