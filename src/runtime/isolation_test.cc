@@ -3,10 +3,12 @@
 // must fail.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "abx/runtime/sandbox.h"
@@ -160,6 +162,45 @@ TEST_F(IsolationTest, AioContextsAreDenied) {
   EXPECT_EQ(host.out, "ok\n");
   auto in = run_in_sandbox(tmp_.path(), {"syscall", "io_setup"});
   EXPECT_EQ(in.out, "errno ENOSYS\n");
+}
+
+// Per-user kernel counters are per sandbox: a sandbox that takes every inotify instance its user
+// may have (fs.inotify.max_user_instances) takes none of host root's or another sandbox's.
+// Without a user namespace sandbox root is host root, and the host's inotify_init1 below fails.
+TEST_F(IsolationTest, InotifyInstancesArePerSandbox) {
+  int limit = 0;
+  std::ifstream("/proc/sys/fs/inotify/max_user_instances") >> limit;
+  ASSERT_GT(limit, 0);
+  struct Holder {
+    std::optional<Sandbox> sb;
+    std::string line;
+  };
+  auto hold = [&]() {
+    Holder h;
+    int p[2];
+    EXPECT_EQ(::pipe2(p, O_CLOEXEC), 0);
+    auto c = testing::probe_config(tmp_.path(), {"inotify-hold", "30"});
+    c.fds.push_back({p[1], 1});
+    auto sb = Sandbox::spawn(std::move(c));
+    ::close(p[1]);
+    EXPECT_TRUE(sb.ok()) << sb.error().to_string();
+    char ch;
+    while (::read(p[0], &ch, 1) == 1 && ch != '\n') h.line += ch;
+    ::close(p[0]);
+    if (sb) h.sb.emplace(std::move(*sb));
+    return h;
+  };
+  Holder a = hold();
+  ASSERT_TRUE(a.sb);
+  EXPECT_EQ(a.line, "held " + std::to_string(limit) + " errno EMFILE");
+  int mine = ::inotify_init1(IN_CLOEXEC);  // host root still has its own
+  EXPECT_GE(mine, 0) << "host root lost its inotify instances to a sandbox: " << errno;
+  if (mine >= 0) ::close(mine);
+  Holder b = hold();
+  ASSERT_TRUE(b.sb);
+  EXPECT_EQ(b.line, "held " + std::to_string(limit) + " errno EMFILE");
+  EXPECT_TRUE(a.sb->destroy().ok());
+  EXPECT_TRUE(b.sb->destroy().ok());
 }
 
 TEST_F(IsolationTest, CannotInjectTerminalInput) {

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -278,6 +279,14 @@ int main(int argc, char** argv) {
   if (cmd == "sh") {  // run a shell command (host rootfs has /bin/sh)
     execl("/bin/sh", "sh", "-c", arg, static_cast<char*>(nullptr));
     return result(false);
+  }
+  if (cmd == "inotify-hold") {  // take inotify instances until refused, report, keep them
+    int held = 0;
+    while (held < 100000 && inotify_init1(IN_CLOEXEC) >= 0) ++held;
+    const char* n = strerrorname_np(errno);
+    printf("held %d errno %s\n", held, n ? n : "?");
+    sleep(static_cast<unsigned>(atoi(arg)));
+    return 0;
   }
   if (cmd == "sleep") {
     sleep(static_cast<unsigned>(atoi(arg)));
