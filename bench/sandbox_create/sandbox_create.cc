@@ -5,6 +5,8 @@
 //           destroy() (kill, cgroup rmdir, state dir removal) is timed separately
 //   abx-img the same with an image rootfs: one busybox layer under an overlay whose writable
 //           layer is a fresh ext4 image (sparse copy, loop device, host mount) per sandbox
+//   img-nous abx-img without the user namespace (no id range, no idmapped layers): the line
+//           after the table prints what the user namespace costs, abx-img p50 / img-nous p50
 //   bwrap   bwrap --unshare-all with /usr, /etc read-only, /proc, /dev, /tmp  (Debian bubblewrap)
 //   unshare unshare --fork --pid --mount --uts --ipc --net --mount-proc true  (util-linux)
 // each sequentially (N runs) and 32-way parallel (32 threads, N/32 rounds each), and prints
@@ -91,7 +93,7 @@ std::atomic<int> g_seq{0};
 std::mutex g_destroy_mu;
 Stats g_destroy;
 
-bool abx_once(bool image) {
+bool abx_once(bool image, bool userns = true) {
   abx::runtime::SandboxConfig c;
   c.id = "bench-" + std::to_string(getpid()) + "-" + std::to_string(g_seq++);
   c.state_dir = g_state_dir;
@@ -101,6 +103,7 @@ bool abx_once(bool image) {
   } else {
     c.rootfs = abx::runtime::RootfsMode::kHost;
   }
+  c.userns.enabled = userns;
   c.argv = {"/bin/true"};
   c.limits.pids_max = 256;
   c.limits.memory_bytes = 256ull << 20;
@@ -206,6 +209,7 @@ int main(int argc, char** argv) {
     g_destroy = {};
     Stats img = have_busybox ? measure([] { return abx_once(true); }, runs, par) : Stats{};
     Stats img_del = g_destroy;
+    Stats nous = have_busybox ? measure([] { return abx_once(true, false); }, runs, par) : Stats{};
     double base = bw.pct(50);
     if (have_bwrap)
       row(mode, "bwrap", bw, base);
@@ -217,6 +221,9 @@ int main(int argc, char** argv) {
     if (have_busybox) {
       row(mode, "abx-img", img, base);
       row(mode, "img-del", img_del, 0);
+      row(mode, "img-nous", nous, base);
+      std::printf("# %s: user namespace cost, abx-img p50 / img-nous p50 = %.2f\n", mode,
+                  nous.pct(50) > 0 ? img.pct(50) / nous.pct(50) : 0.0);
     } else {
       std::printf("%-10s %-8s no /bin/busybox (Debian busybox-static)\n", mode, "abx-img");
     }
