@@ -160,16 +160,14 @@ Status make_state_dir(const SandboxConfig& config, const std::string& dir) {
   return {};
 }
 
-// Step 1 (cont.): the lock tells cleanup_stale() that an owner is alive; root/ is the empty
-// mount point the child mounts its root on, rw/ the one the writable layer is mounted on.
+// Step 1 (cont.): the lock tells cleanup_stale() that an owner is alive; rw/ is the mount point
+// of the writable layer. (The init mounts its root on UserNamespace::mount_point, shared by all.)
 Result<UniqueFd> lock_state_dir(const std::string& dir) {
   ABX_ASSIGN_OR_RETURN(UniqueFd lock,
                        open_fd(dir + "/" + kLockFile, O_RDWR | O_CREAT | O_EXCL, 0600));
   if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) return sys_error("flock", errno);
-  for (const char* sub : {"root", "rw"}) {
-    std::string d = dir + "/" + sub;
-    if (::mkdir(d.c_str(), 0755) != 0) return sys_error("mkdir " + d, errno);
-  }
+  std::string rw = dir + "/" + kRwMount;
+  if (::mkdir(rw.c_str(), 0755) != 0) return sys_error("mkdir " + rw, errno);
   return lock;
 }
 

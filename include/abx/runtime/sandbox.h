@@ -40,7 +40,8 @@
 // "mount proc on /proc: EPERM".
 //
 // Host state lives in `<state_dir>/<id>/` (a lock held by the owner, the init's pid and start
-// time, empty mount points). cleanup_stale() uses it after an owner died without destroy().
+// time, its user namespace range, the writable layer). cleanup_stale() uses it after an owner
+// died without destroy().
 #pragma once
 
 #include <sys/types.h>
