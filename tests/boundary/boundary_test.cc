@@ -24,10 +24,12 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <ifaddrs.h>
+#include <linux/nsfs.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/inotify.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -524,22 +526,28 @@ struct HostFixtures {
     if (bind(s, reinterpret_cast<sockaddr*>(&a), len) != 0 || listen(s, 64) != 0) return -1;
     return s;
   }
-  // A fresh v1 (or v2) cgroup for a host control, below this process's own.
+  // A fresh cgroup for a host control, below this process's own, with one limit: `file` of
+  // cgroup v1's `controller` hierarchy, else (a unified-only host) `v2_file` below the v2
+  // cgroup. Its cgroup.procs ("" when none could be made: the control then fails, reported).
   std::string cgroup(const std::string& controller, const std::string& file,
-                     const std::string& value) {
+                     const std::string& v2_file, const std::string& value) {
     std::ifstream f("/proc/self/cgroup");
-    std::string base;
+    std::string base, limit = file;
     for (std::string line; std::getline(f, line);) {
       auto a = line.find(':'), b = line.find(':', a + 1);
       std::string ctrls = line.substr(a + 1, b - a - 1);
       if (ctrls == controller) base = "/sys/fs/cgroup/" + controller + line.substr(b + 1);
+      if (ctrls.empty() && base.empty() && fs::exists("/sys/fs/cgroup/cgroup.controllers")) {
+        base = "/sys/fs/cgroup" + line.substr(b + 1);
+        limit = v2_file;
+      }
     }
     if (base.empty()) return {};
     fs::path cg = fs::path(base) / ("abx-boundary-" + tag + "-" + controller);
     std::error_code ec;
     fs::create_directories(cg, ec);
     cgroups.push_back(cg);
-    std::ofstream(cg / file) << value;
+    std::ofstream(cg / limit) << value;
     return (cg / "cgroup.procs").string();
   }
 };
@@ -660,12 +668,27 @@ TEST_F(BoundaryTest, EveryProbeHolds) {
   ASSERT_TRUE(wait_http(ida, 8080, ta)) << "A's echo service did not come up";
   ASSERT_TRUE(wait_http(idb, 8090, tb)) << "B's echo service did not come up";
 
-  // uid 0 inside = uid 0 of the host (no user namespace yet)? Then exhausting a per-uid
-  // resource inside would take it from everything else on this host that runs as that uid.
-  auto shares_uid = [&](Who w) {
-    ProbeRun m = sandbox_run(A, w, {"uid-map"});
-    return m.ok();  // exit 0: the identity map
-  };
+  // Would exhausting a per-uid kernel count (inotify instances, queued signals) inside A take it
+  // from the host? Yes when A has no user namespace of its own (its uids are the host's), and
+  // also when host root owns A's user namespace: the kernel charges each count to every level
+  // of the user-namespace tree, the owner's uid in the parent included. Then the probe is not
+  // run (it would starve the host and every sandbox on this machine) and counts as an escape.
+  const std::string uid_sharing = [&]() -> std::string {
+    struct stat mine {
+    }, theirs{};
+    std::string ns = "/proc/" + std::to_string(a_pid) + "/ns/user";
+    if (::stat("/proc/self/ns/user", &mine) != 0 || ::stat(ns.c_str(), &theirs) != 0)
+      return "cannot compare user namespaces";
+    if (mine.st_ino == theirs.st_ino && mine.st_dev == theirs.st_dev)
+      return "no user namespace: sandbox uids are the host's same uids";
+    int fd = ::open(ns.c_str(), O_RDONLY | O_CLOEXEC);
+    uid_t owner = 0;
+    int rc = fd < 0 ? -1 : ::ioctl(fd, NS_GET_OWNER_UID, &owner);
+    if (fd >= 0) ::close(fd);
+    if (rc != 0) return "cannot read the user namespace's owner";
+    if (owner == 0) return "host root owns the user namespace: its counts are charged to host root";
+    return {};
+  }();
 
   const std::string bin_abx_envd_host = [] {
     // The bundle abxd binds at /opt/abx (build/<preset>/bundle beside abxd).
@@ -675,17 +698,19 @@ TEST_F(BoundaryTest, EveryProbeHolds) {
   }();
   const std::string bundle_lib_host =
       fs::path(bin_abx_envd_host).parent_path().parent_path() / "lib";
-  const std::string cg_line = [&] {
+  // A's memory limit seen from the host (cgroup v1's memory hierarchy, else v2).
+  const std::string a_memory_limit_host = [&] {
     std::ifstream f("/proc/" + std::to_string(a_pid) + "/cgroup");
-    std::string mem, line;
+    std::string v1, v2, line;
     while (std::getline(f, line)) {
       auto a = line.find(':'), b = line.find(':', a + 1);
-      if (line.substr(a + 1, b - a - 1) == "memory") mem = line.substr(b + 1);
+      std::string ctrls = line.substr(a + 1, b - a - 1);
+      if (ctrls == "memory")
+        v1 = "/sys/fs/cgroup/memory" + line.substr(b + 1) + "/memory.limit_in_bytes";
+      if (ctrls.empty()) v2 = "/sys/fs/cgroup" + line.substr(b + 1) + "/memory.max";
     }
-    return mem;
+    return v1.empty() ? v2 : v1;
   }();
-  const std::string a_memory_limit_host =
-      "/sys/fs/cgroup/memory" + cg_line + "/memory.limit_in_bytes";
 
   // --- the table ---
   std::vector<Probe> probes;
@@ -1098,8 +1123,8 @@ TEST_F(BoundaryTest, EveryProbeHolds) {
   }
 
   // R: resource exhaustion. The probe holds its limit; meanwhile the host and B must work.
-  const std::string cg_pids = hf.cgroup("pids", "pids.max", "32");
-  const std::string cg_mem = hf.cgroup("memory", "memory.limit_in_bytes", "33554432");
+  const std::string cg_pids = hf.cgroup("pids", "pids.max", "pids.max", "32");
+  const std::string cg_mem = hf.cgroup("memory", "memory.limit_in_bytes", "memory.max", "33554432");
   struct Exhaust {
     std::string name;
     std::vector<std::string> box_args;
@@ -1165,10 +1190,10 @@ TEST_F(BoundaryTest, EveryProbeHolds) {
       return Outcome{r.ok(), r.brief()};
     };
     p.sandbox = [&, e](Who w) {
-      if (e.per_uid && shares_uid(w))
-        return Outcome{true,
-                       "not run: sandbox uid is the host's same uid (no user namespace), so "
-                       "this exhausts that host uid's limit for the host and every sandbox"};
+      if (e.per_uid && !uid_sharing.empty())
+        return Outcome{true, "not run: " + uid_sharing +
+                                 ", so this would exhaust a host uid's limit for the host and "
+                                 "every sandbox"};
       if (e.host_wide) {
         // Without a per-sandbox devpts max= the probe would take the host's pty pool (the
         // kernel's pty/max less pty/reserve) from the host and from every other sandbox on
