@@ -1034,10 +1034,16 @@ TEST_F(BoundaryTest, EveryProbeHolds) {
         return Outcome{access(file.c_str(), R_OK) == 0, "host root reads " + file};
       };
       p.sandbox = [&, file](Who w) {
-        auto r = files_get(ida, ta, "../../../.." + file, who_name(w));
-        bool host = r.result_int() == 200 && !r.body().empty() && r.body() == slurp(file);
-        Outcome o{r.result_int() == 200,
-                  std::to_string(r.result_int()) + (host ? " (the HOST's bytes)" : "")};
+        // As `user` explicitly, and with no username (envd's default user: what `abx files
+        // read` sends).
+        Outcome o;
+        for (std::string u : {std::string(who_name(w)), std::string()}) {
+          auto r = files_get(ida, ta, "../../../.." + file, u);
+          bool host = r.result_int() == 200 && !r.body().empty() && r.body() == slurp(file);
+          o.succeeded = o.succeeded || r.result_int() == 200;
+          o.detail += (u.empty() ? "default user " : u + " ") + std::to_string(r.result_int()) +
+                      (host ? " (the HOST's bytes) " : " ");
+        }
         return o;
       };
       probes.push_back(p);
