@@ -296,6 +296,50 @@ int open_pty(int* slave) {
   return m;
 }
 
+// stdin is a terminal of the devpts instance mounted at our /dev/pts: success (bad) when it is
+// one from elsewhere (an inherited pty). Exit 4 when stdin is no terminal at all.
+int tty_foreign() {
+  if (!isatty(0)) {
+    printf("stdin is no tty\n");
+    return 4;
+  }
+  struct stat fd0, pts;
+  char name[256] = {};
+  if (fstat(0, &fd0) != 0 || stat("/dev/pts", &pts) != 0) return result(false);
+  if (ttyname_r(0, name, sizeof name) != 0) name[0] = '\0';
+  if (fd0.st_dev != pts.st_dev) {  // the pty's node lives in another devpts instance
+    printf("stdin tty %s is not from our /dev/pts\n", name[0] ? name : "(no name)");
+    return 0;
+  }
+  printf("stdin tty %s is ours; session leader %s\n", name, getsid(0) == getpid() ? "yes" : "no");
+  return none("foreign tty");
+}
+
+// Host control of tty-foreign: a pty of a private devpts instance (not the one at /dev/pts) as
+// the child's stdin.
+int foreign_pty_exec(const char* dir) {
+  if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr))
+    return result(false);
+  if (mount("devpts", dir, "devpts", 0, "newinstance,ptmxmode=0666") != 0) return result(false);
+  std::string ptmx = std::string(dir) + "/ptmx";
+  int m = open(ptmx.c_str(), O_RDWR | O_NOCTTY | O_CLOEXEC);
+  int n = 0;  // 0: unlock
+  if (m < 0 || ioctl(m, TIOCSPTLCK, &n) != 0 || ioctl(m, TIOCGPTN, &n) != 0) return result(false);
+  std::string slave = std::string(dir) + "/" + std::to_string(n);
+  int sfd = open(slave.c_str(), O_RDWR | O_NOCTTY);
+  if (sfd < 0) return result(false);
+  pid_t p = fork();
+  if (p == 0) {
+    dup2(sfd, 0);
+    std::string self = self_path();
+    execl(self.c_str(), self.c_str(), "tty-foreign", static_cast<char*>(nullptr));
+    _exit(99);
+  }
+  int st = 0;
+  waitpid(p, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+
 int tiocsti(bool high) {
   int s = -1;
   if (open_pty(&s) < 0) return result(false);
@@ -815,6 +859,8 @@ int main(int argc, char** argv) {
   if (cmd == "kallsyms") return kallsyms();
   if (cmd == "tiocsti") return tiocsti(std::string(a) == "high");
   if (cmd == "tioclinux") return tioclinux();
+  if (cmd == "tty-foreign") return tty_foreign();
+  if (cmd == "foreign-pty-exec") return foreign_pty_exec(a);
   if (cmd == "seccomp-threads") return seccomp_threads();
   if (cmd == "syscall") return call(a);
   if (cmd == "ptrace-attach") return ptrace_attach(atoi(a));

@@ -390,6 +390,54 @@ class BoundaryTest : public testing::AbxdFixture {
     return o;
   }
 
+  // envd Process/Start with a pty (a Connect server stream, one envelope in): the process's exit
+  // code from the `end` event (-1 when there was none) and a short account.
+  std::pair<int, std::string> pty_start(const std::string& id, const std::string& token,
+                                        const std::string& user,
+                                        const std::vector<std::string>& argv) {
+    json::object proc{{"cmd", argv[0]}};
+    json::array args;
+    for (size_t i = 1; i < argv.size(); ++i) args.emplace_back(argv[i]);
+    proc["args"] = std::move(args);
+    json::object msg{{"process", std::move(proc)},
+                     {"pty", json::object{{"size", json::object{{"cols", 80}, {"rows", 24}}}}},
+                     {"stdin", false}};
+    std::string j = json::serialize(msg), body(5, '\0');
+    body[0] = 0;
+    for (int i = 0; i < 4; ++i) body[1 + i] = static_cast<char>((j.size() >> (8 * (3 - i))) & 0xff);
+    body += j;
+    auto req = http::make_request(bhttp::verb::post, "/process.Process/Start", body,
+                                  "application/connect+json");
+    req.set("E2b-Sandbox-Id", id);
+    req.set("E2b-Sandbox-Port", "49983");
+    req.set("X-Access-Token", token);
+    req.set("Connect-Protocol-Version", "1");
+    req.set("Authorization", "Basic " + basic(user));
+    auto r = http::fetch("127.0.0.1", port_(), std::move(req), 60s);
+    if (!r.ok()) return {-1, "start failed: " + r.error().message()};
+    const std::string& b = r->body();
+    int code = -1;
+    std::string detail = std::to_string(r->result_int());
+    for (size_t at = 0; at + 5 <= b.size();) {
+      size_t len = (static_cast<unsigned char>(b[at + 1]) << 24) |
+                   (static_cast<unsigned char>(b[at + 2]) << 16) |
+                   (static_cast<unsigned char>(b[at + 3]) << 8) |
+                   static_cast<unsigned char>(b[at + 4]);
+      if (at + 5 + len > b.size()) break;
+      boost::system::error_code ec;
+      auto v = json::parse(b.substr(at + 5, len), ec);
+      at += 5 + len;
+      if (ec || !v.is_object()) continue;
+      const auto* ev = v.as_object().if_contains("event");
+      if (!ev || !ev->is_object()) continue;
+      if (const auto* end = ev->as_object().if_contains("end"); end && end->is_object()) {
+        const auto* c = end->as_object().if_contains("exitCode");
+        code = c && c->is_number() ? c->to_number<int>() : 0;
+      }
+    }
+    return {code, detail + " exit " + std::to_string(code)};
+  }
+
   // Raw request through the proxy; the status line and whether the proxy closed afterwards.
   std::pair<std::string, bool> raw_proxy(const std::string& id, int port, const std::string& token,
                                          const std::string& extra) {
@@ -914,6 +962,22 @@ TEST_F(BoundaryTest, EveryProbeHolds) {
   same("e5.tiocsti", "E5", E, {"tiocsti"});
   same("e5.tiocsti_bit32", "E5", E, {"tiocsti", "high"});
   same("e5.tioclinux", "E5", E, {"tioclinux"});
+
+  {
+    // A PTY exec (envd's Process/Start with `pty`) gets a pty of the sandbox's own devpts.
+    Probe p{"e5.pty_exec_gets_own_pty", "E5", E, nullptr, nullptr};
+    p.host = [&] {
+      fs::create_directories(hf.dir / "pts2");
+      return of(host_run({"foreign-pty-exec", (hf.dir / "pts2").string()}));
+    };
+    p.sandbox = [&](Who w) {
+      auto [code, detail] = pty_start(ida, ta, who_name(w), {kProbe, "tty-foreign"});
+      Outcome o{code == 0, detail};
+      o.error = code != 0 && code != 1;  // 4: no tty at all; -1: no end event
+      return o;
+    };
+    probes.push_back(p);
+  }
 
   // E6: the filter on every thread; the other syscall entries.
   same("e6.seccomp_every_thread", "E6", E, {"seccomp-threads"});
