@@ -616,6 +616,19 @@ int setuid_gain(const char* dir, uid_t uid) {
   return code == 0 ? 0 : 1;
 }
 
+// Host control of the sudo probe: into a private copy of a sandbox's mount namespace (NSPATH),
+// its root remounted without nosuid, then argv as `uid` (no seccomp, no no_new_privs here).
+int mntns_suid_exec(const char* ns, uid_t uid, char** argv) {
+  int fd = open(ns, O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || setns(fd, CLONE_NEWNS) != 0 || unshare(CLONE_NEWNS) != 0 ||
+      mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+    return result(false);
+  if (mount(nullptr, "/", nullptr, MS_REMOUNT | MS_BIND, nullptr) != 0) return result(false);
+  if (chdir("/") != 0 || drop_to(uid) != 0) return result(false);
+  execv(argv[0], argv);
+  return result(false);
+}
+
 // 0 when uid 0 of this user namespace is uid 0 of the host (an identity map).
 int uid_map() {
   std::string m = read_all("/proc/self/uid_map");
@@ -872,6 +885,8 @@ int main(int argc, char** argv) {
   if (cmd == "with-ambient") return with_ambient(argc, argv);
   if (cmd == "setuid-gain") return setuid_gain(a, static_cast<uid_t>(atoi(b)));
   if (cmd == "uid-map") return uid_map();
+  if (cmd == "mntns-suid-exec" && argc > 4)  // NSPATH UID ARGV...
+    return mntns_suid_exec(a, static_cast<uid_t>(atoi(b)), argv + 4);
   if (cmd == "connect") return connect_tcp(*b ? b : "127.0.0.1", atoi(a));
   if (cmd == "connect-abstract") return connect_abstract(a, b);
   if (cmd == "netns-connect") return netns_connect(a, atoi(b));

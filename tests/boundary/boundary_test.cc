@@ -1016,6 +1016,25 @@ TEST_F(BoundaryTest, EveryProbeHolds) {
     probes.push_back(p);
   }
   same("e8.sandbox_root_is_host_root", "E8", E, {"uid-map"});
+  {
+    // The image's passwordless sudo gives `user` nothing (no_new_privs). Host control: the
+    // same sudo in a private copy of A's mount namespace (its root remounted without nosuid),
+    // run by uid 1000 from the host, does give euid 0.
+    Probe p{"e8.sudo_as_user", "E8", E, nullptr, nullptr, user_only};
+    p.host = [&] {
+      return of(host_run({"mntns-suid-exec", "/proc/" + apid + "/ns/mnt", "1000", "/usr/bin/sudo",
+                          "-n", kProbe, "euid"}));
+    };
+    p.sandbox = [&](Who w) {
+      client::CommandOptions o;
+      o.user = who_name(w);
+      auto r = A.commands().run_argv({"/usr/bin/sudo", "-n", kProbe, "euid"}, o);
+      if (!r.ok()) return Outcome{false, r.error().message(), false, true};
+      return Outcome{r->exit_code == 0,
+                     "exit " + std::to_string(r->exit_code) + ": " + r->stderr_data.substr(0, 80)};
+    };
+    probes.push_back(p);
+  }
 
   // E9: the files API never reaches the host (a host marker file), nor root-only files for the
   // default user. Host control: the marker is there on the host.
