@@ -619,6 +619,15 @@ int setuid_gain(const char* dir, uid_t uid) {
 // Host control of the sudo probe: into a private copy of a sandbox's mount namespace (NSPATH),
 // its root remounted without nosuid, then argv as `uid` (no seccomp, no no_new_privs here).
 int mntns_suid_exec(const char* ns, uid_t uid, char** argv) {
+  // A sandbox with a user namespace of its own: join it first, so `uid` and the files' owners
+  // are the sandbox's (a setuid-root file there is owned by the sandbox's root).
+  std::string userns = std::string(ns).substr(0, std::string(ns).rfind('/')) + "/user";
+  struct stat mine, theirs;
+  if (stat("/proc/self/ns/user", &mine) == 0 && stat(userns.c_str(), &theirs) == 0 &&
+      mine.st_ino != theirs.st_ino) {
+    int u = open(userns.c_str(), O_RDONLY | O_CLOEXEC);
+    if (u < 0 || setns(u, CLONE_NEWUSER) != 0) return result(false);
+  }
   int fd = open(ns, O_RDONLY | O_CLOEXEC);
   if (fd < 0 || setns(fd, CLONE_NEWNS) != 0 || unshare(CLONE_NEWNS) != 0 ||
       mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
