@@ -26,12 +26,14 @@
 #include "abx/image/registry.h"
 #include "abx/image/store.h"
 #include "abx/platform/gateway.h"
+#include "abx/runtime/cgroup.h"
 #include "abx/runtime/userns.h"
 #include "abx/store/store.h"
 #include "abx/templates/template.h"
 #include "abxd_images.h"
 #include "api.h"
 #include "sandboxes.h"
+#include "watchdog.h"
 
 namespace fs = std::filesystem;
 using namespace abx;
@@ -74,6 +76,8 @@ struct Config {
   bool kill_sandboxes = false;
   runtime::UserNamespace userns;
   bool no_userns = false;
+  bool no_watchdog = false;
+  CLI::App* watchdog_cmd = nullptr;
   std::string registry_auth;
   std::vector<std::string> insecure_registries;
   std::string image_store = env_or("ABX_IMAGE_STORE");  // empty: <home>/images
@@ -189,6 +193,14 @@ std::optional<int> parse_flags(int argc, char** argv, Config& cfg) {
        .revoke_arg = "access_key",
        .revoke_arg_help = "The access key id"});
   platform::add_image_commands(app, cfg.image_cmd);
+  app.add_flag("--no-watchdog", cfg.no_watchdog,
+               "Do not start the deadline watchdog (sandboxes then outlive their deadline while "
+               "abxd is down)");
+  cfg.watchdog_cmd = app.add_subcommand(
+      "watchdog",
+      "Internal (abxd starts it): kill sandboxes of --home whose deadline passes while abxd is "
+      "down; exits when abxd is gone and no sandbox is left");
+  cfg.watchdog_cmd->fallthrough();  // `abxd watchdog --home H`
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -344,18 +356,52 @@ sigset_t block_stop_signals() {
   return stop;
 }
 
-int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
-  Logger log("abxd");
-  auto home_lock = lock_home(cfg.home);  // first: a second abxd must not even open the store
-  if (!home_lock.ok()) return fail(home_lock.error(), kExitConfig);
+// What abxd needs from the machine, checked before anything else so that a missing piece is one
+// clear error at start (exit 3), not a failure of the first create.
+Status preflight(const Config& cfg) {
+  if (::geteuid() != 0)
+    return Error(ErrorCode::kFailedPrecondition,
+                 "abxd must run as root: it creates namespaces, cgroups, mounts and loop devices "
+                 "for sandboxes (see docs/operations.md for the systemd unit)");
+  auto cgroups = runtime::CgroupLayout::detect();
+  if (!cgroups)
+    return Error(ErrorCode::kFailedPrecondition,
+                 "cgroups unusable: " + cgroups.error().message() +
+                     " (abxd needs cgroup v2, or v1 memory/pids/cpu/freezer, mounted writable)");
+  if (::access("/usr/sbin/mkfs.ext4", X_OK) != 0 && ::access("/sbin/mkfs.ext4", X_OK) != 0)
+    return Error(ErrorCode::kFailedPrecondition,
+                 "mkfs.ext4 not found: sandboxes' writable layers are ext4 images (Debian: "
+                 "apt-get install e2fsprogs)");
   if (cfg.userns.enabled) {
+    std::ifstream in("/proc/sys/user/max_user_namespaces");
+    long max = 0;
+    if (!(in >> max) || max <= 0)
+      return Error(ErrorCode::kFailedPrecondition,
+                   "user namespaces are disabled (user.max_user_namespaces = 0): enable them, or "
+                   "run abxd --no-userns");
     // A range that a host user or a subordinate range also has would let that user (or its
     // containers) own sandbox files and signal sandbox processes.
-    if (Status s = runtime::check_id_range(cfg.userns); !s) return fail(s.error(), kExitConfig);
+    ABX_TRY(runtime::check_id_range(cfg.userns));
   }
+  return {};
+}
+
+int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
+  Logger log("abxd");
+  if (Status s = preflight(cfg); !s) return fail(s.error(), kExitConfig);
+  auto home_lock = lock_home(cfg.home);  // first: a second abxd must not even open the store
+  if (!home_lock.ok()) return fail(home_lock.error(), kExitConfig);
   auto st = open_store(cfg.home);
   if (!st.ok()) return fail(st.error(), kExitConfig);
   ensure_first_api_key(**st, cfg.home);
+  if (!cfg.no_watchdog) {
+    // Before any sandbox exists: from now on a deadline holds even if this abxd dies.
+    std::error_code ec;
+    auto self = fs::read_symlink("/proc/self/exe", ec);
+    Status s = ec ? internal_error("readlink /proc/self/exe: " + ec.message())
+                  : platform::spawn_watchdog(self.string(), cfg.home);
+    if (!s) log.warn("deadline watchdog not started: " + s.error().message());
+  }
   templates::BuiltinOptions bo;
   bo.abx_server = "/opt/abx/bin/abx-server";
   bo.demo_module = "/opt/abx/lib/libabx_demo_commands.so";
@@ -445,6 +491,7 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   if (!cfg.key_action.empty()) return keys_main(cfg);
+  if (cfg.watchdog_cmd->parsed()) return platform::run_watchdog({.home = cfg.home});
   if (cfg.image_cmd.group->parsed()) {
     cfg.image_cmd.bundle = cfg.bins.bundle;
     cfg.image_cmd.home = cfg.home;

@@ -344,6 +344,31 @@ TEST_F(AbxdE2E, SandboxKilledWhileAbxdWasDownIsCleanedUp) {
   EXPECT_FALSE(fs::exists(home() / "sandboxes" / id));
 }
 
+// abxd's watchdog (watchdog.h) kills a sandbox whose deadline passes while abxd is down.
+TEST_F(AbxdE2E, DeadlineHoldsWhileAbxdIsDown) {
+  auto sb = create(R"({"templateID":"base","timeout":2})");
+  std::string id(sb.at("sandboxID").as_string());
+  std::ifstream init(home() / "sandboxes" / id / "init");
+  long pid = 0;
+  init >> pid;
+  ASSERT_GT(pid, 0);
+  abxd().kill9();
+  // Without the watchdog nothing would ever kill it: no abxd runs.
+  bool gone = false;
+  for (int i = 0; i < 150 && !gone; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    gone = ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+  }
+  EXPECT_TRUE(gone) << "sandbox " << id << " outlived its deadline while abxd was down";
+  EXPECT_FALSE(fs::exists(home() / "sandboxes" / id));
+  std::ifstream log(home() / "watchdog.log");
+  std::string text((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_NE(text.find("[sandbox=" + id + "] deadline passed while abxd is down"), std::string::npos)
+      << text;
+  start();  // the next abxd finds it dead
+  EXPECT_EQ(api(bhttp::verb::get, "/sandboxes/" + id).result_int(), 404);
+}
+
 TEST_F(AbxdE2E, SignedRequestsWithAccessKeys) {
   testing::ChildProcess mk(
       {testing::abxd_bin(), "--home", home().string(), "access-keys", "create", "--name", "ci"});
@@ -541,6 +566,32 @@ TEST_F(AbxdE2E, InsecureSandboxNeedsNoAccessToken) {
 
 // One abxd per home: a second one on the same --home exits at once (config error, 3) naming
 // the home and the first one's pid, and leaves the first serving.
+// What abxd needs is checked at start, one clear error each (exit 3), not at the first create.
+TEST_F(AbxdE2E, StartupChecksNameWhatIsMissing) {
+  auto run = [&](const std::string& prefix, const std::string& args) {
+    testing::ChildProcess p({"/bin/sh", "-c",
+                             prefix + std::string(testing::abxd_bin()) + " --home '" +
+                                 (tmp().path() / "other").string() + "' --listen 127.0.0.1:0 " +
+                                 args + " 2>&1; echo \"exit=$?\""});
+    EXPECT_TRUE(p.started());
+    std::string out = p.read_all();
+    EXPECT_EQ(p.wait(std::chrono::seconds(10)), 0);
+    return out;
+  };
+  std::string out = run("setpriv --reuid=65534 --regid=65534 --clear-groups ", "");
+  EXPECT_NE(out.find("exit=3"), std::string::npos) << out;
+  EXPECT_NE(out.find("abxd must run as root"), std::string::npos) << out;
+  out = run("", "--userns-base 1000 --userns-slots 1");  // user uid 1000's range (or root's group)
+  EXPECT_NE(out.find("exit=3"), std::string::npos) << out;
+  EXPECT_NE(out.find("overlaps /etc/"), std::string::npos) << out;
+  out = run("", "--userns-base 0");
+  EXPECT_NE(out.find("exit=3"), std::string::npos) << out;
+  EXPECT_NE(out.find("above 0"), std::string::npos) << out;
+  out = run("", "--bundle '' --envd-bin /nonexistent/abx-envd");
+  EXPECT_NE(out.find("exit=3"), std::string::npos) << out;
+  EXPECT_NE(out.find("abx-envd not found at '/nonexistent/abx-envd'"), std::string::npos) << out;
+}
+
 TEST_F(AbxdE2E, SecondAbxdOnTheSameHomeExitsAtOnce) {
   std::ifstream lock(home() / "abxd.lock");
   std::string pid;
