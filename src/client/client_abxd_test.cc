@@ -6,6 +6,7 @@
 #include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "abx/client/sandbox.h"
@@ -26,6 +27,18 @@ class ClientAbxd : public abx::testing::AbxdFixture {
     fs::create_directories(home / "templates" / "slim");
     std::ofstream(home / "templates" / "slim" / "template.yaml") << R"(id: slim
 capabilities: [shell]
+custom_commands:
+  greet:
+    description: Greet.
+    command: "printf 'hello %s\n' {name}"
+    args: [{name: name, type: string, required: true}]
+)";
+    // A command server AND custom commands, known to the client only through the platform.
+    fs::create_directories(home / "templates" / "both");
+    std::ofstream(home / "templates" / "both" / "template.yaml") << R"(id: both
+server:
+  command: [/opt/abx/bin/abx-server, --module, /opt/abx/lib/libabx_demo_commands.so, --port, "49982"]
+  port: 49982
 custom_commands:
   greet:
     description: Greet.
@@ -129,6 +142,23 @@ TEST_F(ClientAbxd, PlatformTemplateGivesCapabilitiesAndCustomCommands) {
   auto r = s.run("greet", {{"name", "$(id) 'x'"}});
   ASSERT_TRUE(r.ok()) << r.error().to_string();
   EXPECT_EQ(r->stdout_data, "hello $(id) 'x'\n");
+}
+
+// One discovery answer: the live command server's commands AND the template's custom commands,
+// as abxd's /mcp lists them, even when the client has no copy of the template.yaml.
+TEST_F(ClientAbxd, DiscoveryMergesTheServerAndThePlatformTemplate) {
+  auto s = create("both");
+  wait_for_command_server(s);
+  auto cmds = s.list_commands();
+  ASSERT_TRUE(cmds.ok()) << cmds.error().to_string();
+  std::map<std::string, CommandSource> by_name;
+  for (const auto& c : *cmds) by_name[c.name] = c.source;
+  EXPECT_EQ(by_name["demo"], CommandSource::kRemote);
+  ASSERT_TRUE(by_name.count("greet")) << "the template's custom command is missing";
+  EXPECT_EQ(by_name["greet"], CommandSource::kYaml);
+  auto r = s.run("greet", {{"name", "both"}});
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_EQ(r->stdout_data, "hello both\n");
 }
 
 TEST_F(ClientAbxd, BadKeyFailsEverything) {

@@ -195,8 +195,11 @@ Result<std::vector<CommandEntry>> Sandbox::list_commands(const DiscoveryOptions&
       // this: abxd answers it for a port the template keeps private, i.e. no command server,
       // and the custom commands below stay runnable through the shell.)
       return r.error();
-    } else if (!have_local_template && !tid.empty()) {
-      // No command server answered: the platform's template metadata.
+    }
+    if (!have_local_template && !tid.empty()) {
+      // The template's custom commands as the platform has them, whether or not a command
+      // server answered: the same two layers abxd's /mcp merges (live server first, then the
+      // template), so every client lists the same commands.
       auto t = get_template(tid, state_->config);
       if (t.ok()) {
         auto cc = remote_custom_commands(*t);
