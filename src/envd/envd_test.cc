@@ -3,6 +3,7 @@
 // flood through a stream with the daemon's memory measured (the abx-envd binary).
 #include "abx/envd/envd.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -22,6 +23,7 @@
 #include <thread>
 
 #include "abx/http/client.h"
+#include "abx/testing/child_process.h"
 #include "abx/testing/temp_dir.h"
 #include "connect.h"
 #include "files.h"
@@ -97,7 +99,30 @@ class StreamReader {
 
 class EnvdTest : public ::testing::Test {
  protected:
-  void TearDown() override { envd_.reset(); }
+  void TearDown() override {
+    envd_.reset();
+    if (proc_) {
+      // No check of the exit status: an in-process Envd of an earlier test leaves its Reaper,
+      // which reaps every child of this process (waitpid(-1)), abx-envd included.
+      proc_->signal(SIGTERM);
+      (void)proc_->wait(std::chrono::seconds(5));
+      proc_.reset();  // SIGKILLs it if it is still there
+    }
+  }
+  // The in-process Envd's port, or the abx-envd binary's (start_binary()).
+  std::uint16_t port() const { return envd_ ? envd_->port() : binary_port_; }
+  // Runs abx-envd (after `prefix`, e.g. setpriv or unshare) on a free port.
+  void start_binary(std::vector<std::string> prefix, std::vector<std::string> args,
+                    std::vector<std::string> env = {}) {
+    std::vector<std::string> argv = std::move(prefix);
+    argv.insert(argv.end(), {ABX_ENVD_BINARY, "--port", "0", "--host", "127.0.0.1"});
+    argv.insert(argv.end(), args.begin(), args.end());
+    proc_.emplace(argv, env);
+    ASSERT_TRUE(proc_->started());
+    auto p = proc_->wait_listening();
+    ASSERT_TRUE(p) << "abx-envd did not start";
+    binary_port_ = *p;
+  }
   void start(std::optional<std::string> token = std::nullopt,
              std::uint64_t max_upload = 1ULL << 30) {
     EnvdOptions o;
@@ -115,7 +140,7 @@ class EnvdTest : public ::testing::Test {
   }
   http::Response send(http::Request req) {
     if (token_) req.set("X-Access-Token", *token_);
-    auto r = http::fetch("127.0.0.1", envd_->port(), std::move(req));
+    auto r = http::fetch("127.0.0.1", port(), std::move(req));
     EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message());
     return r.ok() ? std::move(*r) : http::Response{};
   }
@@ -155,6 +180,8 @@ class EnvdTest : public ::testing::Test {
   std::string home_ = tmp_.string();
   std::optional<std::string> token_;
   std::unique_ptr<Envd> envd_;
+  std::optional<abx::testing::ChildProcess> proc_;
+  std::uint16_t binary_port_ = 0;
 };
 
 TEST_F(EnvdTest, HealthIs204WithoutBody) {
@@ -680,6 +707,34 @@ TEST_F(EnvdTest, UserSelectionRunsAsThatUser) {
   struct stat st {};
   ASSERT_EQ(::stat((home_ + "/own").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, 1000u);
+}
+
+// ---- the sandbox boundary (issue 11) ----
+
+// The lines of `s` without '\r' (a pty's output).
+std::string without_cr(std::string s) {
+  std::erase(s, '\r');
+  return s;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+// A process started through envd inherits nothing of envd's: not its listener, not a client's
+// connection (a held keep-alive one here), not any other descriptor of the process. It sees its
+// stdio and the directory `ls` opens, with pipes and with a pty alike.
+TEST_F(EnvdTest, StartedProcessesSeeOnlyTheirStdio) {
+  start();
+  auto idle = http::Connection::open("127.0.0.1", port());  // an accepted socket in envd
+  ASSERT_TRUE(idle.ok());
+  auto r = stream("process.Process/Start", R"({"process":{"cmd":"ls","args":["/proc/self/fd"]}})");
+  EXPECT_EQ(stdout_of(frames_of(r.body())), "0\n1\n2\n3\n");
+  r = stream(
+      "process.Process/Start",
+      R"({"process":{"cmd":"ls","args":["-1","/proc/self/fd"]},"pty":{"size":{"cols":80,"rows":24}}})");
+  EXPECT_EQ(without_cr(stdout_of(frames_of(r.body()), "pty")), "0\n1\n2\n3\n");
 }
 
 long rss_kib(pid_t pid) {
