@@ -737,6 +737,61 @@ TEST_F(EnvdTest, StartedProcessesSeeOnlyTheirStdio) {
   EXPECT_EQ(without_cr(stdout_of(frames_of(r.body()), "pty")), "0\n1\n2\n3\n");
 }
 
+// The command server runs as the sandbox's root with the token envd read from a root-only
+// (0400) file, starts with stdio only, and the default user finds the token in no process's
+// environment (before: the server ran as the default user with the token in its environment).
+TEST_F(EnvdTest, CommandServerGetsTheTokenOutOfTheDefaultUsersReach) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch users";
+  const std::string token = "tok-" + std::to_string(::getpid()) + "-boundary";
+  std::string token_file = home_ + "/token";
+  std::ofstream(token_file) << token << "\n";
+  ASSERT_EQ(::chmod(token_file.c_str(), 0400), 0);
+  ASSERT_EQ(::chmod(home_.c_str(), 0755), 0);
+  std::string server =
+      "ls /proc/self/fd > " + home_ + "/fds; id -u > " + home_ + "/uid; exec sleep 600";
+  start_binary({}, {"--token-file", token_file, "--default-user", "user", "--server-argv",
+                    json::serialize(json::array{"/bin/sh", "-c", server})});
+  for (int i = 0; i < 500 && slurp(home_ + "/uid").empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(slurp(home_ + "/uid"), "0\n");
+  EXPECT_EQ(slurp(home_ + "/fds"), "0\n1\n2\n3\n");
+  EXPECT_EQ(rpc("process.Process/List", "{}").result_int(), 401);
+  token_ = token;
+  auto r = stream("process.Process/Start",
+                  R"({"process":{"cmd":"/bin/sh","args":["-c","id -u; grep -l -s -F )" + token +
+                      R"( /proc/[0-9]*/environ; true"]}})");
+  EXPECT_EQ(stdout_of(frames_of(r.body())), "1000\n");
+}
+
+// envd and the command server are not dumpable: another process of their own uid can read
+// neither their environment (where both found the token) nor their descriptors. What envd
+// starts is dumpable again, so a user's processes can still inspect each other. abx-envd runs
+// as uid 1000 here, so that the processes it starts share its uid.
+TEST_F(EnvdTest, EnvdAndTheCommandServerAreNotDumpable) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run abx-envd as another user";
+  ASSERT_EQ(::chmod(home_.c_str(), 0755), 0);
+  ASSERT_EQ(::chown(home_.c_str(), 1000, 1000), 0);
+  std::string server = "echo $$ > " + home_ + "/server.pid; exec " + ABX_SERVER_BINARY +
+                       " --host 127.0.0.1 --port 0";
+  start_binary({"/usr/bin/setpriv", "--reuid=1000", "--regid=1000", "--clear-groups",
+                "/usr/bin/env", "HOME=" + home_, "ABX_ACCESS_TOKEN=s3cret-boundary"},
+               {"--server-argv", json::serialize(json::array{"/bin/sh", "-c", server})});
+  token_ = "s3cret-boundary";
+  for (int i = 0; i < 500 && slurp(home_ + "/server.pid").empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the server execs and starts
+  std::string pid = slurp(home_ + "/server.pid");
+  ASSERT_FALSE(pid.empty());
+  pid.pop_back();
+  std::string script =
+      "id -u; for p in $PPID " + pid +
+      "; do cat /proc/$p/environ >/dev/null 2>&1 && echo environ $p; ls /proc/$p/fd >/dev/null "
+      "2>&1 && echo fd $p; done; sh -c 'cat /proc/$PPID/environ' >/dev/null && echo child ok";
+  auto r = stream("process.Process/Start", R"({"process":{"cmd":"/bin/sh","args":["-c",)" +
+                                               json::serialize(json::string(script)) + "]}}");
+  EXPECT_EQ(stdout_of(frames_of(r.body())), "1000\nchild ok\n") << r.result_int() << r.body();
+}
+
 long rss_kib(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
