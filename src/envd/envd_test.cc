@@ -18,6 +18,7 @@
 #include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -26,6 +27,7 @@
 #include "abx/testing/child_process.h"
 #include "abx/testing/temp_dir.h"
 #include "connect.h"
+#include "creds.h"
 #include "files.h"
 #include "proto_json.h"
 
@@ -600,7 +602,8 @@ TEST_F(EnvdTest, ListingsDuringAndAfterConcurrentUploadsShowOnlyTheUsersFiles) {
   };
 
   // One upload held half-sent, so its body sits in a spool file during every listing below.
-  auto stage = staging_dir_for(dir, fs::temp_directory_path().string());
+  User me{"user", ::geteuid(), ::getegid(), home_};
+  auto stage = staging_dir_for(dir, fs::temp_directory_path().string(), me);
   ASSERT_TRUE(stage.ok()) << stage.error().message();
   auto before = files_in(*stage);
   HeldUpload slow(envd_->port(), "up/slow", 64 * 1024);
@@ -695,6 +698,7 @@ TEST_F(EnvdTest, UserSelectionRunsAsThatUser) {
   auto e = Envd::start(o);
   ASSERT_TRUE(e.ok());
   envd_ = std::move(*e);
+  ASSERT_EQ(::chown(home_.c_str(), 1000, 1000), 0);  // the user uploads into it, as itself
   auto r = stream("process.Process/Start", R"({"process":{"cmd":"id","args":["-u"]}})");
   EXPECT_EQ(stdout_of(frames_of(r.body())), "1000\n");
   r = stream("process.Process/Start", R"({"process":{"cmd":"id","args":["-u"]}})",
@@ -790,6 +794,132 @@ TEST_F(EnvdTest, EnvdAndTheCommandServerAreNotDumpable) {
   auto r = stream("process.Process/Start", R"({"process":{"cmd":"/bin/sh","args":["-c",)" +
                                                json::serialize(json::string(script)) + "]}}");
   EXPECT_EQ(stdout_of(frames_of(r.body())), "1000\nchild ok\n") << r.result_int() << r.body();
+}
+
+// Credentials are per thread and restored: a thread acting as the user cannot open a root-only
+// file while another thread of the process still can (threads created under a guard inherit
+// it, as clone copies the creator's credentials: envd creates none there but watcher threads),
+// acting as envd again inside the user's scope works, and the thread is root again when the guard
+// ends.
+TEST(FsCredsTest, ThreadScopedNestedAndRestored) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch credentials";
+  abx::testing::TempDir tmp{"abx-creds"};
+  std::string secret = tmp.string() + "/secret";
+  std::ofstream(secret) << "x";
+  ASSERT_EQ(::chmod(secret.c_str(), 0600), 0);
+  ASSERT_EQ(::chmod(tmp.string().c_str(), 0755), 0);
+  auto can_open = [&] {
+    UniqueFd fd(::open(secret.c_str(), O_RDONLY | O_CLOEXEC));
+    return fd.valid();
+  };
+  User user{"user", 1000, 1000, "/"};
+  std::promise<void> held, checked;
+  auto held_future = held.get_future();
+  std::thread t([&] {
+    {
+      auto as_user = FsCreds::act_as(user);
+      ASSERT_TRUE(as_user.ok()) << as_user.error().message();
+      EXPECT_FALSE(can_open());
+      EXPECT_EQ(current_fsuid(), 1000u);
+      held.set_value();  // the test's thread checks it is still root meanwhile
+      checked.get_future().wait();
+      {
+        auto as_envd = FsCreds::act_as_envd();
+        ASSERT_TRUE(as_envd.ok());
+        EXPECT_TRUE(can_open());
+      }
+      EXPECT_FALSE(can_open());
+    }
+    EXPECT_TRUE(can_open());
+    EXPECT_EQ(current_fsuid(), 0u);
+  });
+  held_future.wait();
+  EXPECT_TRUE(can_open());
+  checked.set_value();
+  t.join();
+  EXPECT_TRUE(can_open());
+}
+
+// The files API, both /files and the Connect filesystem service, acts as the requested user:
+// the default user cannot read, list, stat, change or watch what only root may, and what it
+// creates is its own; root, served by the same threads in between, still can.
+TEST_F(EnvdTest, FilesApiActsAsTheRequestedUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch users";
+  ASSERT_EQ(::chmod(home_.c_str(), 0755), 0);
+  const std::string uhome = home_ + "/u";
+  fs::create_directory(uhome);
+  ASSERT_EQ(::chown(uhome.c_str(), 1000, 1000), 0);
+  EnvdOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.users = {{"user", UserSpec{1000, 1000, uhome}}, {"root", UserSpec{0, 0, home_}}};
+  auto e = Envd::start(o);
+  ASSERT_TRUE(e.ok());
+  envd_ = std::move(*e);
+  std::ofstream(home_ + "/secret") << "root only";
+  ASSERT_EQ(::chmod((home_ + "/secret").c_str(), 0600), 0);
+  fs::create_directory(home_ + "/private");
+  std::ofstream(home_ + "/private/x") << "x";
+  ASSERT_EQ(::chmod((home_ + "/private").c_str(), 0700), 0);
+  fs::create_directory(home_ + "/rootdir");
+  std::ofstream(home_ + "/rootdir/f") << "old";
+  auto get = [&](const std::string& path, const std::string& user) {
+    return send(http::make_request(bhttp::verb::get, "/files?path=" + path + "&username=" + user));
+  };
+  auto put = [&](const std::string& path, const std::string& user) {
+    return send(http::make_request(bhttp::verb::post, "/files?path=" + path + "&username=" + user,
+                                   "new", "application/octet-stream"));
+  };
+  auto as_user =
+      std::map<std::string, std::string>{{"Authorization", "Basic " + base64_encode("user:")}};
+  auto unary_as_user = [&](const std::string& method, const std::string& body) {
+    auto req = http::make_request(bhttp::verb::post, "/" + method, body);
+    req.set("Authorization", "Basic " + base64_encode("user:"));
+    return send(std::move(req));
+  };
+
+  auto r = get(home_ + "/secret", "user");
+  EXPECT_EQ(r.result_int(), 403) << r.body();
+  EXPECT_NE(r.body().find("Permission denied"), std::string::npos) << r.body();
+  EXPECT_EQ(get(home_ + "/private/x", "user").result_int(), 403);
+  r = put(home_ + "/rootdir/f", "user");
+  EXPECT_EQ(r.result_int(), 403) << r.body();
+  EXPECT_EQ(put(home_ + "/rootdir/sub/g", "user").result_int(), 403);
+  EXPECT_EQ(slurp(home_ + "/rootdir/f"), "old");
+  EXPECT_FALSE(fs::exists(home_ + "/rootdir/sub"));
+  for (const auto& [method, body] : std::vector<std::pair<std::string, std::string>>{
+           {"Stat", R"({"path":")" + home_ + R"(/private/x"})"},
+           {"ListDir", R"({"path":")" + home_ + R"(/private"})"},
+           {"MakeDir", R"({"path":")" + home_ + R"(/rootdir/d"})"},
+           {"Remove", R"({"path":")" + home_ + R"(/rootdir/f"})"},
+           {"Move",
+            R"({"source":")" + home_ + R"(/rootdir/f","destination":")" + uhome + R"(/f"})"},
+           {"CreateWatcher", R"({"path":")" + home_ + R"(/private"})"}}) {
+    r = unary_as_user("filesystem.Filesystem/" + method, body);
+    EXPECT_EQ(r.result_int(), 403) << method << ": " << r.body();
+    if (r.result_int() == 403) {
+      EXPECT_EQ(code_of(r), "permission_denied") << method;
+    }
+  }
+  r = stream("filesystem.Filesystem/WatchDir", R"({"path":")" + home_ + R"(/private"})", as_user);
+  EXPECT_NE(r.body().find("permission_denied"), std::string::npos) << r.body();
+  EXPECT_EQ(slurp(home_ + "/rootdir/f"), "old");
+
+  // What the user makes is the user's: an upload (and the directories it needs), a directory.
+  EXPECT_EQ(put("a/b/up.txt", "user").result_int(), 200);
+  EXPECT_EQ(unary_as_user("filesystem.Filesystem/MakeDir", R"({"path":"made"})").result_int(), 200);
+  for (const auto& p : {"/a", "/a/b", "/a/b/up.txt", "/made"}) {
+    struct stat st {};
+    ASSERT_EQ(::stat((uhome + p).c_str(), &st), 0) << p;
+    EXPECT_EQ(st.st_uid, 1000u) << p;
+    EXPECT_EQ(st.st_gid, 1000u) << p;
+  }
+  // Root is still root on the same threads.
+  r = get(home_ + "/secret", "root");
+  EXPECT_EQ(r.result_int(), 200);
+  EXPECT_EQ(r.body(), "root only");
+  EXPECT_EQ(put(home_ + "/rootdir/f", "root").result_int(), 200);
+  EXPECT_EQ(slurp(home_ + "/rootdir/f"), "new");
 }
 
 long rss_kib(pid_t pid) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "abx/base/try.h"
+#include "creds.h"
 #include "proto_json.h"
 
 namespace abx::envd {
@@ -243,13 +244,16 @@ constexpr std::uint32_t kWatchMask = IN_CREATE | IN_MODIFY | IN_DELETE | IN_MOVE
                                      IN_MOVED_TO | IN_ATTRIB | IN_DELETE_SELF | IN_ONLYDIR;
 }
 
-Result<std::unique_ptr<Watcher>> Watcher::start(const std::string& dir, bool recursive, Sink sink,
-                                                Tick tick, std::chrono::milliseconds interval) {
+Result<std::unique_ptr<Watcher>> Watcher::start(const std::string& dir, bool recursive,
+                                                const User& user, Sink sink, Tick tick,
+                                                std::chrono::milliseconds interval) {
+  ABX_ASSIGN_OR_RETURN(auto as_user, FsCreds::act_as(user));
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) return errno_error(errno, "watch " + dir);
   if (!S_ISDIR(st.st_mode)) return invalid_argument("path is not a directory: " + dir);
   std::unique_ptr<Watcher> w(new Watcher());
   w->dir_ = dir;
+  w->user_ = user;
   w->recursive_ = recursive;
   w->sink_ = std::move(sink);
   w->tick_ = std::move(tick);
@@ -296,6 +300,12 @@ bool internal_temp_name(std::string_view name) {
 }  // namespace
 
 void Watcher::run() {
+  // This thread is the watcher's alone: it acts as the user until it ends.
+  auto as_user = FsCreds::act_as(user_);
+  if (!as_user.ok()) {
+    done_ = true;
+    return;
+  }
   alignas(inotify_event) char buf[16384];
   auto next_tick = std::chrono::steady_clock::now() + tick_interval_;
   while (!done_.load()) {
