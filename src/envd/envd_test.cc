@@ -922,6 +922,73 @@ TEST_F(EnvdTest, FilesApiActsAsTheRequestedUser) {
   EXPECT_EQ(slurp(home_ + "/rootdir/f"), "new");
 }
 
+// A client's mistake is never a 5xx: every errno a request's path or data can provoke maps to
+// a 4xx (or 507 for a full disk).
+TEST(EnvdErrors, FilesystemErrnosAreClientErrors) {
+  const std::map<int, unsigned> want = {
+      {EACCES, 403}, {EPERM, 403},    {EROFS, 403},  {ENOENT, 404},  {EEXIST, 409},
+      {EBUSY, 409},  {ETXTBSY, 409},  {EISDIR, 400}, {ENOTDIR, 400}, {ENAMETOOLONG, 400},
+      {ELOOP, 400},  {ENOSPC, 507},   {EDQUOT, 507}, {EFBIG, 413},   {ENXIO, 400},
+      {EXDEV, 400},  {ENOTEMPTY, 409}};
+  for (const auto& [err, status] : want) {
+    Error e = errno_error(err, "write /x");
+    EXPECT_EQ(http::http_status(e.code()), status) << std::strerror(err);
+    if (err != ELOOP) {  // which says "symbolic link loop" in its own words
+      EXPECT_NE(e.message().find(std::strerror(err)), std::string::npos) << e.message();
+    }
+  }
+}
+
+// Uploads onto a read-only mount and onto a busy path (a mount point, as the files abx binds
+// into a sandbox) answer 403 and 409 with the reason, not 500; the old content stays and no
+// temporary file is left. abx-envd runs in a private mount namespace made with unshare(1).
+TEST_F(EnvdTest, UploadsOntoReadOnlyAndBusyPathsAreClientErrors) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for mounts";
+  const std::string d = home_;
+  fs::create_directories(d + "/rosrc");
+  fs::create_directories(d + "/ro");
+  std::ofstream(d + "/rosrc/f") << "old";
+  std::ofstream(d + "/busysrc") << "bound";
+  std::ofstream(d + "/busy") << "";
+  std::string setup = "mount --bind " + d + "/rosrc " + d + "/ro && mount -o remount,bind,ro " + d +
+                      "/ro && mount --bind " + d + "/busysrc " + d + "/busy && exec \"$0\" \"$@\"";
+  start_binary({"/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", setup},
+               {"--default-user", "root"}, {"TMPDIR=" + d});
+  auto put = [&](const std::string& path) {
+    return send(http::make_request(bhttp::verb::post, "/files?path=" + path, "new",
+                                   "application/octet-stream"));
+  };
+  auto multipart_put = [&](const std::string& path) {
+    return send(http::make_request(bhttp::verb::post, "/files?path=" + path, multipart("f", "new"),
+                                   "multipart/form-data; boundary=XyZ"));
+  };
+  auto r = put(d + "/ro/f");
+  EXPECT_EQ(r.result_int(), 403) << r.body();
+  EXPECT_NE(r.body().find("read-only"), std::string::npos) << r.body();
+  EXPECT_EQ(multipart_put(d + "/ro/f").result_int(), 403);
+  EXPECT_EQ(put(d + "/ro/new").result_int(), 403);
+  EXPECT_EQ(put(d + "/ro/sub/new").result_int(), 403);
+  r = put(d + "/busy");
+  EXPECT_EQ(r.result_int(), 409) << r.body();
+  EXPECT_NE(r.body().find("in use"), std::string::npos) << r.body();
+  EXPECT_EQ(multipart_put(d + "/busy").result_int(), 409);
+  r = rpc("filesystem.Filesystem/MakeDir", R"({"path":")" + d + R"(/ro/dir"})");
+  EXPECT_EQ(r.result_int(), 403) << r.body();
+  // Moving a mount point away is a move across mounts (EXDEV).
+  r = rpc("filesystem.Filesystem/Move",
+          R"({"source":")" + d + R"(/busy","destination":")" + d + R"(/moved"})");
+  EXPECT_EQ(r.result_int(), 400) << r.body();
+  r = rpc("filesystem.Filesystem/Remove", R"({"path":")" + d + R"(/ro/f"})");
+  EXPECT_EQ(r.result_int(), 403) << r.body();
+  EXPECT_EQ(slurp(d + "/rosrc/f"), "old");
+  EXPECT_EQ(slurp(d + "/busysrc"), "bound");
+  for (const auto& de : fs::recursive_directory_iterator(d)) {
+    EXPECT_EQ(de.path().filename().string().rfind(".abx-upload", 0), std::string::npos)
+        << de.path();
+    EXPECT_EQ(de.path().filename().string().rfind(".abx-body", 0), std::string::npos) << de.path();
+  }
+}
+
 long rss_kib(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
