@@ -695,6 +695,7 @@ TEST_F(EnvdTest, UserSelectionRunsAsThatUser) {
   o.host = "127.0.0.1";
   o.port = 0;
   o.users = {{"user", UserSpec{1000, 1000, "/"}}, {"root", UserSpec{0, 0, home_}}};
+  o.spool_dir = home_;  // not the shared /tmp
   auto e = Envd::start(o);
   ASSERT_TRUE(e.ok());
   envd_ = std::move(*e);
@@ -853,6 +854,7 @@ TEST_F(EnvdTest, FilesApiActsAsTheRequestedUser) {
   o.host = "127.0.0.1";
   o.port = 0;
   o.users = {{"user", UserSpec{1000, 1000, uhome}}, {"root", UserSpec{0, 0, home_}}};
+  o.spool_dir = home_;  // not the shared /tmp: the staging directories are checked below
   auto e = Envd::start(o);
   ASSERT_TRUE(e.ok());
   envd_ = std::move(*e);
@@ -914,6 +916,16 @@ TEST_F(EnvdTest, FilesApiActsAsTheRequestedUser) {
     EXPECT_EQ(st.st_uid, 1000u) << p;
     EXPECT_EQ(st.st_gid, 1000u) << p;
   }
+  // The user's uploads stage in its own directory inside envd's, which the user cannot swap.
+  struct stat top {
+  }, mine{};
+  ASSERT_EQ(::lstat((home_ + "/.abx-spool-0").c_str(), &top), 0);
+  EXPECT_EQ(top.st_uid, 0u);
+  EXPECT_EQ(top.st_mode & 0777, 0711u);
+  ASSERT_EQ(::lstat((home_ + "/.abx-spool-0/1000").c_str(), &mine), 0);
+  EXPECT_EQ(mine.st_uid, 1000u);
+  EXPECT_EQ(mine.st_mode & 0777, 0700u);
+  EXPECT_TRUE(fs::is_empty(home_ + "/.abx-spool-0/1000"));
   // Root is still root on the same threads.
   r = get(home_ + "/secret", "root");
   EXPECT_EQ(r.result_int(), 200);

@@ -148,23 +148,42 @@ Result<std::uint64_t> mount_id_of(const std::string& path) {
   return sx.stx_mnt_id;
 }
 
-// `parent`/.abx-spool-<uid>: `owner`'s private staging directory (mode 0700, owned by them),
-// made and checked with envd's own credentials. The HTTP layer spools bodies into it as envd,
-// and the upload then moves them out as the user, who needs write access to it for that.
+// The staging directory for `owner`'s uploads below `parent`, made and checked with envd's own
+// credentials. envd's own is `parent`/.abx-spool-<envd's uid> (owned by envd, no write for
+// others); another user's is a subdirectory <uid> of it, owned by the user and mode 0700: the HTTP
+// layer spools bodies into it as envd, and the upload moves them out as the user, who needs write
+// access to it for that. The parent being envd's is what keeps the user from swapping their
+// directory for a symlink while envd creates a body in it. envd's own directory is 0711 once it
+// holds users' directories (they reach theirs, list nothing).
 Result<std::string> private_dir_in(const std::string& parent, const User& owner) {
-  std::string dir = (parent == "/" ? "" : parent) + "/.abx-spool-" + std::to_string(owner.uid);
+  const uid_t me = ::geteuid();
+  std::string top = (parent == "/" ? "" : parent) + "/.abx-spool-" + std::to_string(me);
   ABX_ASSIGN_OR_RETURN(auto as_envd, FsCreds::act_as_envd());
+  const bool nested = owner.uid != me;
+  if (::mkdir(top.c_str(), nested ? 0711 : 0700) != 0 && errno != EEXIST) {
+    return errno_error(errno, "create the upload staging directory " + top);
+  }
+  struct stat st {};
+  if (::lstat(top.c_str(), &st) != 0) return errno_error(errno, "stat " + top);
+  // Someone else's directory (or a symlink) there could redirect or expose uploads.
+  if (!S_ISDIR(st.st_mode) || st.st_uid != me || (st.st_mode & 066) != 0) {
+    return internal_error("the upload staging directory " + top +
+                          " is not envd's own (a directory of mode 0700 or 0711 owned by uid " +
+                          std::to_string(me) + ")");
+  }
+  if (!nested) return top;
+  if ((st.st_mode & 0777) != 0711 && ::chmod(top.c_str(), 0711) != 0) {
+    return errno_error(errno, "chmod the upload staging directory " + top);
+  }
+  std::string dir = top + "/" + std::to_string(owner.uid);
   if (::mkdir(dir.c_str(), 0700) == 0) {
-    if (::geteuid() == 0 && owner.uid != ::geteuid() &&
-        ::lchown(dir.c_str(), owner.uid, owner.gid) != 0) {
+    if (::lchown(dir.c_str(), owner.uid, owner.gid) != 0) {
       return errno_error(errno, "chown the upload staging directory " + dir);
     }
   } else if (errno != EEXIST) {
     return errno_error(errno, "create the upload staging directory " + dir);
   }
-  struct stat st {};
   if (::lstat(dir.c_str(), &st) != 0) return errno_error(errno, "stat " + dir);
-  // Someone else's directory (or a symlink) there could redirect or expose uploads.
   if (!S_ISDIR(st.st_mode) || st.st_uid != owner.uid || (st.st_mode & 077) != 0) {
     return internal_error("the upload staging directory " + dir +
                           " is not its user's own (a directory of mode 0700 owned by uid " +

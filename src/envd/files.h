@@ -23,10 +23,11 @@ Status serve_download(const std::string& path, const User& user, unsigned versio
 // The directory where `owner`'s uploads to `dir` are staged: private to them (mode 0700, owned
 // by `owner`, made by envd) and on the same mount as `dir`, so that a staged file is renamed onto
 // its target atomically and no listing of the user's directories ever shows it (issue 9 item 8: a
-// listing raced the removal of a body spooled next to its target). First choice is
-// `<spool_root>/.abx-spool-<uid>`; when that is on another mount, `.abx-spool-<uid>` at the
-// root of `dir`'s mount. Errors: those of stat/mkdir, and internal when the directory exists but
-// is not `owner`'s own.
+// listing raced the removal of a body spooled next to its target). First choice is below
+// `<spool_root>/.abx-spool-<envd's uid>`; when that is on another mount, below the same name at
+// the root of `dir`'s mount. envd's own uploads stage in that directory, another user's in its
+// subdirectory `<uid>`. Errors: those of stat/mkdir, and internal when a directory exists but is
+// not envd's or `owner`'s own.
 Result<std::string> staging_dir_for(const std::string& dir, const std::string& spool_root,
                                     const User& owner);
 

@@ -297,6 +297,18 @@ bool internal_temp_name(std::string_view name) {
          name.starts_with(".abx-spool-");
 }
 
+// Whether any component of `rel` is one of those (a user's staging directory is a subdirectory
+// of envd's, and what happens in it is no event of the watched tree).
+bool internal_temp_path(std::string_view rel) {
+  while (!rel.empty()) {
+    auto slash = rel.find('/');
+    if (internal_temp_name(rel.substr(0, slash))) return true;
+    if (slash == std::string_view::npos) break;
+    rel.remove_prefix(slash + 1);
+  }
+  return false;
+}
+
 }  // namespace
 
 void Watcher::run() {
@@ -329,9 +341,9 @@ void Watcher::run() {
       auto it = paths_.find(ev->wd);
       if (it == paths_.end()) continue;
       std::string name = ev->len ? std::string(ev->name) : std::string();
-      if (internal_temp_name(name)) continue;
       std::string rel =
           it->second.empty() ? name : (name.empty() ? it->second : it->second + "/" + name);
+      if (internal_temp_path(rel)) continue;
       std::optional<FsEventType> type;
       if (ev->mask & (IN_CREATE | IN_MOVED_TO)) type = FsEventType::kCreate;
       if (ev->mask & IN_MODIFY) type = FsEventType::kWrite;
