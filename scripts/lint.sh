@@ -87,6 +87,13 @@ fi
 exceptions=(
   # envd is the sandbox's init: it must adopt and reap orphans like any PID 1.
   'src/envd/main.cc:.*(PR_SET_CHILD_SUBREAPER|<sys/prctl.h>)'
+  # envd (PID 1) and the command server hold the access token: they make themselves non-dumpable
+  # so that the sandbox's users cannot read their memory or take their descriptors.
+  'src/envd/main.cc:.*PR_SET_DUMPABLE'
+  'src/server/serve_main.cc:.*(PR_SET_DUMPABLE|<sys/prctl.h>)'
+  # envd's files API acts as the requesting user on one thread: setfsuid/setfsgid/setgroups
+  # through syscall(2), since glibc's setgroups applies to every thread (creds.cc says more).
+  'src/envd/creds.cc:.*(syscall|SYS_set(fsuid|fsgid|groups))'
   # The abxd end-to-end tests assert that a killed sandbox's cgroup is gone (read only).
   'tests/e2e/abxd_e2e_test.cc:.*fs::exists\("/sys/fs/cgroup/'
   # Layer extraction: libarchive's write_disk resolves names against the cwd, so the extraction

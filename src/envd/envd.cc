@@ -19,6 +19,7 @@
 #include "abx/http/server.h"
 #include "abx/token/token.h"
 #include "connect.h"
+#include "creds.h"
 #include "envd_impl.h"
 #include "files.h"
 #include "fs.h"
@@ -219,10 +220,11 @@ Result<http::BodyPlan> Envd::Impl::body_policy(const Request& h) {
   if (!qpath.empty()) {
     ABX_ASSIGN_OR_RETURN(auto p, resolve_path(qpath, user));
     target_dir = p.substr(0, std::max<std::size_t>(1, p.rfind('/')));
+    ABX_ASSIGN_OR_RETURN(auto as_user, FsCreds::act_as(user));
     ABX_TRY(make_dirs(target_dir, user, false));
   }
   // Staged on the target's mount: an octet-stream body is then renamed into place, no copy.
-  ABX_ASSIGN_OR_RETURN(auto spool, staging_dir_for(target_dir, opt.spool_dir));
+  ABX_ASSIGN_OR_RETURN(auto spool, staging_dir_for(target_dir, opt.spool_dir, user));
   return http::BodyPlan{opt.max_upload_bytes, spool};
 }
 
@@ -245,7 +247,7 @@ Status Envd::Impl::serve_files(const Request& req, const Responder& respond,
   if (get) {
     if (qpath.empty()) return invalid_argument("missing path query parameter");
     ABX_ASSIGN_OR_RETURN(auto p, resolve_path(qpath, user));
-    return serve_download(p, req.version(), respond);
+    return serve_download(p, user, req.version(), respond);
   }
   auto body = respond.body_file();
   if (!body) return internal_error("upload body was not spooled");

@@ -3,6 +3,7 @@
 // flood through a stream with the daemon's memory measured (the abx-envd binary).
 #include "abx/envd/envd.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -17,13 +18,16 @@
 #include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <set>
 #include <thread>
 
 #include "abx/http/client.h"
+#include "abx/testing/child_process.h"
 #include "abx/testing/temp_dir.h"
 #include "connect.h"
+#include "creds.h"
 #include "files.h"
 #include "proto_json.h"
 
@@ -97,7 +101,30 @@ class StreamReader {
 
 class EnvdTest : public ::testing::Test {
  protected:
-  void TearDown() override { envd_.reset(); }
+  void TearDown() override {
+    envd_.reset();
+    if (proc_) {
+      // No check of the exit status: an in-process Envd of an earlier test leaves its Reaper,
+      // which reaps every child of this process (waitpid(-1)), abx-envd included.
+      proc_->signal(SIGTERM);
+      (void)proc_->wait(std::chrono::seconds(5));
+      proc_.reset();  // SIGKILLs it if it is still there
+    }
+  }
+  // The in-process Envd's port, or the abx-envd binary's (start_binary()).
+  std::uint16_t port() const { return envd_ ? envd_->port() : binary_port_; }
+  // Runs abx-envd (after `prefix`, e.g. setpriv or unshare) on a free port.
+  void start_binary(std::vector<std::string> prefix, std::vector<std::string> args,
+                    std::vector<std::string> env = {}) {
+    std::vector<std::string> argv = std::move(prefix);
+    argv.insert(argv.end(), {ABX_ENVD_BINARY, "--port", "0", "--host", "127.0.0.1"});
+    argv.insert(argv.end(), args.begin(), args.end());
+    proc_.emplace(argv, env);
+    ASSERT_TRUE(proc_->started());
+    auto p = proc_->wait_listening();
+    ASSERT_TRUE(p) << "abx-envd did not start";
+    binary_port_ = *p;
+  }
   void start(std::optional<std::string> token = std::nullopt,
              std::uint64_t max_upload = 1ULL << 30) {
     EnvdOptions o;
@@ -115,7 +142,7 @@ class EnvdTest : public ::testing::Test {
   }
   http::Response send(http::Request req) {
     if (token_) req.set("X-Access-Token", *token_);
-    auto r = http::fetch("127.0.0.1", envd_->port(), std::move(req));
+    auto r = http::fetch("127.0.0.1", port(), std::move(req));
     EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message());
     return r.ok() ? std::move(*r) : http::Response{};
   }
@@ -155,6 +182,8 @@ class EnvdTest : public ::testing::Test {
   std::string home_ = tmp_.string();
   std::optional<std::string> token_;
   std::unique_ptr<Envd> envd_;
+  std::optional<abx::testing::ChildProcess> proc_;
+  std::uint16_t binary_port_ = 0;
 };
 
 TEST_F(EnvdTest, HealthIs204WithoutBody) {
@@ -573,7 +602,8 @@ TEST_F(EnvdTest, ListingsDuringAndAfterConcurrentUploadsShowOnlyTheUsersFiles) {
   };
 
   // One upload held half-sent, so its body sits in a spool file during every listing below.
-  auto stage = staging_dir_for(dir, fs::temp_directory_path().string());
+  User me{"user", ::geteuid(), ::getegid(), home_};
+  auto stage = staging_dir_for(dir, fs::temp_directory_path().string(), me);
   ASSERT_TRUE(stage.ok()) << stage.error().message();
   auto before = files_in(*stage);
   HeldUpload slow(envd_->port(), "up/slow", 64 * 1024);
@@ -665,9 +695,11 @@ TEST_F(EnvdTest, UserSelectionRunsAsThatUser) {
   o.host = "127.0.0.1";
   o.port = 0;
   o.users = {{"user", UserSpec{1000, 1000, "/"}}, {"root", UserSpec{0, 0, home_}}};
+  o.spool_dir = home_;  // not the shared /tmp
   auto e = Envd::start(o);
   ASSERT_TRUE(e.ok());
   envd_ = std::move(*e);
+  ASSERT_EQ(::chown(home_.c_str(), 1000, 1000), 0);  // the user uploads into it, as itself
   auto r = stream("process.Process/Start", R"({"process":{"cmd":"id","args":["-u"]}})");
   EXPECT_EQ(stdout_of(frames_of(r.body())), "1000\n");
   r = stream("process.Process/Start", R"({"process":{"cmd":"id","args":["-u"]}})",
@@ -680,6 +712,293 @@ TEST_F(EnvdTest, UserSelectionRunsAsThatUser) {
   struct stat st {};
   ASSERT_EQ(::stat((home_ + "/own").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, 1000u);
+}
+
+// ---- the sandbox boundary (issue 11) ----
+
+// The lines of `s` without '\r' (a pty's output).
+std::string without_cr(std::string s) {
+  std::erase(s, '\r');
+  return s;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+// A process started through envd inherits nothing of envd's: not its listener, not a client's
+// connection (a held keep-alive one here), not any other descriptor of the process. It sees its
+// stdio and the directory `ls` opens, with pipes and with a pty alike.
+TEST_F(EnvdTest, StartedProcessesSeeOnlyTheirStdio) {
+  start();
+  auto idle = http::Connection::open("127.0.0.1", port());  // an accepted socket in envd
+  ASSERT_TRUE(idle.ok());
+  auto r = stream("process.Process/Start", R"({"process":{"cmd":"ls","args":["/proc/self/fd"]}})");
+  EXPECT_EQ(stdout_of(frames_of(r.body())), "0\n1\n2\n3\n");
+  r = stream(
+      "process.Process/Start",
+      R"({"process":{"cmd":"ls","args":["-1","/proc/self/fd"]},"pty":{"size":{"cols":80,"rows":24}}})");
+  EXPECT_EQ(without_cr(stdout_of(frames_of(r.body()), "pty")), "0\n1\n2\n3\n");
+}
+
+// The command server runs as the sandbox's root with the token envd read from a root-only
+// (0400) file, starts with stdio only, and the default user finds the token in no process's
+// environment (before: the server ran as the default user with the token in its environment).
+TEST_F(EnvdTest, CommandServerGetsTheTokenOutOfTheDefaultUsersReach) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch users";
+  const std::string token = "tok-" + std::to_string(::getpid()) + "-boundary";
+  std::string token_file = home_ + "/token";
+  std::ofstream(token_file) << token << "\n";
+  ASSERT_EQ(::chmod(token_file.c_str(), 0400), 0);
+  ASSERT_EQ(::chmod(home_.c_str(), 0755), 0);
+  std::string server =
+      "ls /proc/self/fd > " + home_ + "/fds; id -u > " + home_ + "/uid; exec sleep 600";
+  start_binary({}, {"--token-file", token_file, "--default-user", "user", "--server-argv",
+                    json::serialize(json::array{"/bin/sh", "-c", server})});
+  for (int i = 0; i < 500 && slurp(home_ + "/uid").empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(slurp(home_ + "/uid"), "0\n");
+  EXPECT_EQ(slurp(home_ + "/fds"), "0\n1\n2\n3\n");
+  EXPECT_EQ(rpc("process.Process/List", "{}").result_int(), 401);
+  token_ = token;
+  auto r = stream("process.Process/Start",
+                  R"({"process":{"cmd":"/bin/sh","args":["-c","id -u; grep -l -s -F )" + token +
+                      R"( /proc/[0-9]*/environ; true"]}})");
+  EXPECT_EQ(stdout_of(frames_of(r.body())), "1000\n");
+}
+
+// envd and the command server are not dumpable: another process of their own uid can read
+// neither their environment (where both found the token) nor their descriptors. What envd
+// starts is dumpable again, so a user's processes can still inspect each other. abx-envd runs
+// as uid 1000 here, so that the processes it starts share its uid.
+TEST_F(EnvdTest, EnvdAndTheCommandServerAreNotDumpable) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run abx-envd as another user";
+  ASSERT_EQ(::chmod(home_.c_str(), 0755), 0);
+  ASSERT_EQ(::chown(home_.c_str(), 1000, 1000), 0);
+  std::string server = "echo $$ > " + home_ + "/server.pid; exec " + ABX_SERVER_BINARY +
+                       " --host 127.0.0.1 --port 0";
+  start_binary({"/usr/bin/setpriv", "--reuid=1000", "--regid=1000", "--clear-groups",
+                "/usr/bin/env", "HOME=" + home_, "ABX_ACCESS_TOKEN=s3cret-boundary"},
+               {"--server-argv", json::serialize(json::array{"/bin/sh", "-c", server})});
+  token_ = "s3cret-boundary";
+  for (int i = 0; i < 500 && slurp(home_ + "/server.pid").empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the server execs and starts
+  std::string pid = slurp(home_ + "/server.pid");
+  ASSERT_FALSE(pid.empty());
+  pid.pop_back();
+  std::string script =
+      "id -u; for p in $PPID " + pid +
+      "; do cat /proc/$p/environ >/dev/null 2>&1 && echo environ $p; ls /proc/$p/fd >/dev/null "
+      "2>&1 && echo fd $p; done; sh -c 'cat /proc/$PPID/environ' >/dev/null && echo child ok";
+  auto r = stream("process.Process/Start", R"({"process":{"cmd":"/bin/sh","args":["-c",)" +
+                                               json::serialize(json::string(script)) + "]}}");
+  EXPECT_EQ(stdout_of(frames_of(r.body())), "1000\nchild ok\n") << r.result_int() << r.body();
+}
+
+// Credentials are per thread and restored: a thread acting as the user cannot open a root-only
+// file while another thread of the process still can (threads created under a guard inherit
+// it, as clone copies the creator's credentials: envd creates none there but watcher threads),
+// acting as envd again inside the user's scope works, and the thread is root again when the guard
+// ends.
+TEST(FsCredsTest, ThreadScopedNestedAndRestored) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch credentials";
+  abx::testing::TempDir tmp{"abx-creds"};
+  std::string secret = tmp.string() + "/secret";
+  std::ofstream(secret) << "x";
+  ASSERT_EQ(::chmod(secret.c_str(), 0600), 0);
+  ASSERT_EQ(::chmod(tmp.string().c_str(), 0755), 0);
+  auto can_open = [&] {
+    UniqueFd fd(::open(secret.c_str(), O_RDONLY | O_CLOEXEC));
+    return fd.valid();
+  };
+  User user{"user", 1000, 1000, "/"};
+  std::promise<void> held, checked;
+  auto held_future = held.get_future();
+  std::thread t([&] {
+    {
+      auto as_user = FsCreds::act_as(user);
+      ASSERT_TRUE(as_user.ok()) << as_user.error().message();
+      EXPECT_FALSE(can_open());
+      EXPECT_EQ(current_fsuid(), 1000u);
+      held.set_value();  // the test's thread checks it is still root meanwhile
+      checked.get_future().wait();
+      {
+        auto as_envd = FsCreds::act_as_envd();
+        ASSERT_TRUE(as_envd.ok());
+        EXPECT_TRUE(can_open());
+      }
+      EXPECT_FALSE(can_open());
+    }
+    EXPECT_TRUE(can_open());
+    EXPECT_EQ(current_fsuid(), 0u);
+  });
+  held_future.wait();
+  EXPECT_TRUE(can_open());
+  checked.set_value();
+  t.join();
+  EXPECT_TRUE(can_open());
+}
+
+// The files API, both /files and the Connect filesystem service, acts as the requested user:
+// the default user cannot read, list, stat, change or watch what only root may, and what it
+// creates is its own; root, served by the same threads in between, still can.
+TEST_F(EnvdTest, FilesApiActsAsTheRequestedUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch users";
+  ASSERT_EQ(::chmod(home_.c_str(), 0755), 0);
+  const std::string uhome = home_ + "/u";
+  fs::create_directory(uhome);
+  ASSERT_EQ(::chown(uhome.c_str(), 1000, 1000), 0);
+  EnvdOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.users = {{"user", UserSpec{1000, 1000, uhome}}, {"root", UserSpec{0, 0, home_}}};
+  o.spool_dir = home_;  // not the shared /tmp: the staging directories are checked below
+  auto e = Envd::start(o);
+  ASSERT_TRUE(e.ok());
+  envd_ = std::move(*e);
+  std::ofstream(home_ + "/secret") << "root only";
+  ASSERT_EQ(::chmod((home_ + "/secret").c_str(), 0600), 0);
+  fs::create_directory(home_ + "/private");
+  std::ofstream(home_ + "/private/x") << "x";
+  ASSERT_EQ(::chmod((home_ + "/private").c_str(), 0700), 0);
+  fs::create_directory(home_ + "/rootdir");
+  std::ofstream(home_ + "/rootdir/f") << "old";
+  auto get = [&](const std::string& path, const std::string& user) {
+    return send(http::make_request(bhttp::verb::get, "/files?path=" + path + "&username=" + user));
+  };
+  auto put = [&](const std::string& path, const std::string& user) {
+    return send(http::make_request(bhttp::verb::post, "/files?path=" + path + "&username=" + user,
+                                   "new", "application/octet-stream"));
+  };
+  auto as_user =
+      std::map<std::string, std::string>{{"Authorization", "Basic " + base64_encode("user:")}};
+  auto unary_as_user = [&](const std::string& method, const std::string& body) {
+    auto req = http::make_request(bhttp::verb::post, "/" + method, body);
+    req.set("Authorization", "Basic " + base64_encode("user:"));
+    return send(std::move(req));
+  };
+
+  auto r = get(home_ + "/secret", "user");
+  EXPECT_EQ(r.result_int(), 403) << r.body();
+  EXPECT_NE(r.body().find("Permission denied"), std::string::npos) << r.body();
+  EXPECT_EQ(get(home_ + "/private/x", "user").result_int(), 403);
+  r = put(home_ + "/rootdir/f", "user");
+  EXPECT_EQ(r.result_int(), 403) << r.body();
+  EXPECT_EQ(put(home_ + "/rootdir/sub/g", "user").result_int(), 403);
+  EXPECT_EQ(slurp(home_ + "/rootdir/f"), "old");
+  EXPECT_FALSE(fs::exists(home_ + "/rootdir/sub"));
+  for (const auto& [method, body] : std::vector<std::pair<std::string, std::string>>{
+           {"Stat", R"({"path":")" + home_ + R"(/private/x"})"},
+           {"ListDir", R"({"path":")" + home_ + R"(/private"})"},
+           {"MakeDir", R"({"path":")" + home_ + R"(/rootdir/d"})"},
+           {"Remove", R"({"path":")" + home_ + R"(/rootdir/f"})"},
+           {"Move",
+            R"({"source":")" + home_ + R"(/rootdir/f","destination":")" + uhome + R"(/f"})"},
+           {"CreateWatcher", R"({"path":")" + home_ + R"(/private"})"}}) {
+    r = unary_as_user("filesystem.Filesystem/" + method, body);
+    EXPECT_EQ(r.result_int(), 403) << method << ": " << r.body();
+    if (r.result_int() == 403) {
+      EXPECT_EQ(code_of(r), "permission_denied") << method;
+    }
+  }
+  r = stream("filesystem.Filesystem/WatchDir", R"({"path":")" + home_ + R"(/private"})", as_user);
+  EXPECT_NE(r.body().find("permission_denied"), std::string::npos) << r.body();
+  EXPECT_EQ(slurp(home_ + "/rootdir/f"), "old");
+
+  // What the user makes is the user's: an upload (and the directories it needs), a directory.
+  EXPECT_EQ(put("a/b/up.txt", "user").result_int(), 200);
+  EXPECT_EQ(unary_as_user("filesystem.Filesystem/MakeDir", R"({"path":"made"})").result_int(), 200);
+  for (const auto& p : {"/a", "/a/b", "/a/b/up.txt", "/made"}) {
+    struct stat st {};
+    ASSERT_EQ(::stat((uhome + p).c_str(), &st), 0) << p;
+    EXPECT_EQ(st.st_uid, 1000u) << p;
+    EXPECT_EQ(st.st_gid, 1000u) << p;
+  }
+  // The user's uploads stage in its own directory inside envd's, which the user cannot swap.
+  struct stat top {
+  }, mine{};
+  ASSERT_EQ(::lstat((home_ + "/.abx-spool-0").c_str(), &top), 0);
+  EXPECT_EQ(top.st_uid, 0u);
+  EXPECT_EQ(top.st_mode & 0777, 0711u);
+  ASSERT_EQ(::lstat((home_ + "/.abx-spool-0/1000").c_str(), &mine), 0);
+  EXPECT_EQ(mine.st_uid, 1000u);
+  EXPECT_EQ(mine.st_mode & 0777, 0700u);
+  EXPECT_TRUE(fs::is_empty(home_ + "/.abx-spool-0/1000"));
+  // Root is still root on the same threads.
+  r = get(home_ + "/secret", "root");
+  EXPECT_EQ(r.result_int(), 200);
+  EXPECT_EQ(r.body(), "root only");
+  EXPECT_EQ(put(home_ + "/rootdir/f", "root").result_int(), 200);
+  EXPECT_EQ(slurp(home_ + "/rootdir/f"), "new");
+}
+
+// A client's mistake is never a 5xx: every errno a request's path or data can provoke maps to
+// a 4xx (or 507 for a full disk).
+TEST(EnvdErrors, FilesystemErrnosAreClientErrors) {
+  const std::map<int, unsigned> want = {
+      {EACCES, 403}, {EPERM, 403},    {EROFS, 403},  {ENOENT, 404},  {EEXIST, 409},
+      {EBUSY, 409},  {ETXTBSY, 409},  {EISDIR, 400}, {ENOTDIR, 400}, {ENAMETOOLONG, 400},
+      {ELOOP, 400},  {ENOSPC, 507},   {EDQUOT, 507}, {EFBIG, 413},   {ENXIO, 400},
+      {EXDEV, 400},  {ENOTEMPTY, 409}};
+  for (const auto& [err, status] : want) {
+    Error e = errno_error(err, "write /x");
+    EXPECT_EQ(http::http_status(e.code()), status) << std::strerror(err);
+    if (err != ELOOP) {  // which says "symbolic link loop" in its own words
+      EXPECT_NE(e.message().find(std::strerror(err)), std::string::npos) << e.message();
+    }
+  }
+}
+
+// Uploads onto a read-only mount and onto a busy path (a mount point, as the files abx binds
+// into a sandbox) answer 403 and 409 with the reason, not 500; the old content stays and no
+// temporary file is left. abx-envd runs in a private mount namespace made with unshare(1).
+TEST_F(EnvdTest, UploadsOntoReadOnlyAndBusyPathsAreClientErrors) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for mounts";
+  const std::string d = home_;
+  fs::create_directories(d + "/rosrc");
+  fs::create_directories(d + "/ro");
+  std::ofstream(d + "/rosrc/f") << "old";
+  std::ofstream(d + "/busysrc") << "bound";
+  std::ofstream(d + "/busy") << "";
+  std::string setup = "mount --bind " + d + "/rosrc " + d + "/ro && mount -o remount,bind,ro " + d +
+                      "/ro && mount --bind " + d + "/busysrc " + d + "/busy && exec \"$0\" \"$@\"";
+  start_binary({"/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", setup},
+               {"--default-user", "root"}, {"TMPDIR=" + d});
+  auto put = [&](const std::string& path) {
+    return send(http::make_request(bhttp::verb::post, "/files?path=" + path, "new",
+                                   "application/octet-stream"));
+  };
+  auto multipart_put = [&](const std::string& path) {
+    return send(http::make_request(bhttp::verb::post, "/files?path=" + path, multipart("f", "new"),
+                                   "multipart/form-data; boundary=XyZ"));
+  };
+  auto r = put(d + "/ro/f");
+  EXPECT_EQ(r.result_int(), 403) << r.body();
+  EXPECT_NE(r.body().find("read-only"), std::string::npos) << r.body();
+  EXPECT_EQ(multipart_put(d + "/ro/f").result_int(), 403);
+  EXPECT_EQ(put(d + "/ro/new").result_int(), 403);
+  EXPECT_EQ(put(d + "/ro/sub/new").result_int(), 403);
+  r = put(d + "/busy");
+  EXPECT_EQ(r.result_int(), 409) << r.body();
+  EXPECT_NE(r.body().find("in use"), std::string::npos) << r.body();
+  EXPECT_EQ(multipart_put(d + "/busy").result_int(), 409);
+  r = rpc("filesystem.Filesystem/MakeDir", R"({"path":")" + d + R"(/ro/dir"})");
+  EXPECT_EQ(r.result_int(), 403) << r.body();
+  // Moving a mount point away is a move across mounts (EXDEV).
+  r = rpc("filesystem.Filesystem/Move",
+          R"({"source":")" + d + R"(/busy","destination":")" + d + R"(/moved"})");
+  EXPECT_EQ(r.result_int(), 400) << r.body();
+  r = rpc("filesystem.Filesystem/Remove", R"({"path":")" + d + R"(/ro/f"})");
+  EXPECT_EQ(r.result_int(), 403) << r.body();
+  EXPECT_EQ(slurp(d + "/rosrc/f"), "old");
+  EXPECT_EQ(slurp(d + "/busysrc"), "bound");
+  for (const auto& de : fs::recursive_directory_iterator(d)) {
+    EXPECT_EQ(de.path().filename().string().rfind(".abx-upload", 0), std::string::npos)
+        << de.path();
+    EXPECT_EQ(de.path().filename().string().rfind(".abx-body", 0), std::string::npos) << de.path();
+  }
 }
 
 long rss_kib(pid_t pid) {

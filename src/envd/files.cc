@@ -13,6 +13,7 @@
 
 #include "abx/base/fd.h"
 #include "abx/base/try.h"
+#include "creds.h"
 #include "fs.h"
 
 namespace abx::envd {
@@ -74,8 +75,14 @@ std::string quote_filename(const std::string& name) {
 
 }  // namespace
 
-Status serve_download(const std::string& path, unsigned version, const http::Responder& respond) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+Status serve_download(const std::string& path, const User& user, unsigned version,
+                      const http::Responder& respond) {
+  UniqueFd fd;
+  {
+    // Opened as the user (the permission check happens here); read later through the fd.
+    ABX_ASSIGN_OR_RETURN(auto as_user, FsCreds::act_as(user));
+    fd.reset(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+  }
   if (!fd.valid()) {
     if (errno == ENOENT) return not_found("file not found: " + path);
     if (errno == EISDIR) return invalid_argument("path is a directory: " + path);
@@ -141,18 +148,46 @@ Result<std::uint64_t> mount_id_of(const std::string& path) {
   return sx.stx_mnt_id;
 }
 
-Result<std::string> private_dir_in(const std::string& parent) {
-  std::string dir = (parent == "/" ? "" : parent) + "/.abx-spool-" + std::to_string(::geteuid());
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return errno_error(errno, "create the upload staging directory " + dir);
+// The staging directory for `owner`'s uploads below `parent`, made and checked with envd's own
+// credentials. envd's own is `parent`/.abx-spool-<envd's uid> (owned by envd, no write for
+// others); another user's is a subdirectory <uid> of it, owned by the user and mode 0700: the HTTP
+// layer spools bodies into it as envd, and the upload moves them out as the user, who needs write
+// access to it for that. The parent being envd's is what keeps the user from swapping their
+// directory for a symlink while envd creates a body in it. envd's own directory is 0711 once it
+// holds users' directories (they reach theirs, list nothing).
+Result<std::string> private_dir_in(const std::string& parent, const User& owner) {
+  const uid_t me = ::geteuid();
+  std::string top = (parent == "/" ? "" : parent) + "/.abx-spool-" + std::to_string(me);
+  ABX_ASSIGN_OR_RETURN(auto as_envd, FsCreds::act_as_envd());
+  const bool nested = owner.uid != me;
+  if (::mkdir(top.c_str(), nested ? 0711 : 0700) != 0 && errno != EEXIST) {
+    return errno_error(errno, "create the upload staging directory " + top);
   }
   struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0) return errno_error(errno, "stat " + dir);
+  if (::lstat(top.c_str(), &st) != 0) return errno_error(errno, "stat " + top);
   // Someone else's directory (or a symlink) there could redirect or expose uploads.
-  if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
+  if (!S_ISDIR(st.st_mode) || st.st_uid != me || (st.st_mode & 066) != 0) {
+    return internal_error("the upload staging directory " + top +
+                          " is not envd's own (a directory of mode 0700 or 0711 owned by uid " +
+                          std::to_string(me) + ")");
+  }
+  if (!nested) return top;
+  if ((st.st_mode & 0777) != 0711 && ::chmod(top.c_str(), 0711) != 0) {
+    return errno_error(errno, "chmod the upload staging directory " + top);
+  }
+  std::string dir = top + "/" + std::to_string(owner.uid);
+  if (::mkdir(dir.c_str(), 0700) == 0) {
+    if (::lchown(dir.c_str(), owner.uid, owner.gid) != 0) {
+      return errno_error(errno, "chown the upload staging directory " + dir);
+    }
+  } else if (errno != EEXIST) {
+    return errno_error(errno, "create the upload staging directory " + dir);
+  }
+  if (::lstat(dir.c_str(), &st) != 0) return errno_error(errno, "stat " + dir);
+  if (!S_ISDIR(st.st_mode) || st.st_uid != owner.uid || (st.st_mode & 077) != 0) {
     return internal_error("the upload staging directory " + dir +
-                          " is not envd's own (a directory of mode 0700 owned by uid " +
-                          std::to_string(::geteuid()) + ")");
+                          " is not its user's own (a directory of mode 0700 owned by uid " +
+                          std::to_string(owner.uid) + ")");
   }
   return dir;
 }
@@ -169,18 +204,22 @@ Result<std::string> mount_root_of(const std::string& dir, std::uint64_t mount) {
   return cur;
 }
 
-// Mode and owner are set while the file is still private. The rename is what watchers of the
-// target's directory see as IN_MOVED_TO (CREATE); the truncate to the file's own size changes
-// nothing but raises IN_MODIFY on the target: the WRITE that the e2b SDK waits for after
-// files.write() (E2B's envd writes in place, so its watchers see CREATE then WRITE).
-Status move_into_place(int fd, const std::string& staged, const std::string& target,
-                       const User& owner) {
+// Mode and owner are set while the file is still private, with envd's credentials (the HTTP
+// layer spooled it as envd).
+void prepare_staged(int fd, const User& owner) {
   ::fchmod(fd, 0644);
   chown_to(fd, owner);
+}
+
+// As the user (the caller holds its FsCreds): the rename is what watchers of the target's
+// directory see as IN_MOVED_TO (CREATE); the truncate to the file's own size changes nothing but
+// raises IN_MODIFY on the target: the WRITE that the e2b SDK waits for after files.write()
+// (E2B's envd writes in place, so its watchers see CREATE then WRITE).
+Status rename_into_place(int fd, const std::string& staged, const std::string& target) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return errno_error(errno, "stat " + staged);
   if (::rename(staged.c_str(), target.c_str()) != 0) {
-    return errno_error(errno, "rename into " + target);
+    return errno_error(errno, "write " + target);
   }
   // Truncating to its own size only raises the WRITE event watchers wait for; the content is
   // already in place, so a failure here is not the upload's failure.
@@ -190,37 +229,49 @@ Status move_into_place(int fd, const std::string& staged, const std::string& tar
 
 }  // namespace
 
-Result<std::string> staging_dir_for(const std::string& dir, const std::string& spool_root) {
+Result<std::string> staging_dir_for(const std::string& dir, const std::string& spool_root,
+                                    const User& owner) {
   ABX_ASSIGN_OR_RETURN(auto mount, mount_id_of(dir));
-  if (auto first = private_dir_in(spool_root); first.ok()) {
+  if (auto first = private_dir_in(spool_root, owner); first.ok()) {
     if (auto id = mount_id_of(*first); id.ok() && *id == mount) return first;
   }
   std::unique_ptr<char, decltype(&::free)> real(::realpath(dir.c_str(), nullptr), &::free);
   if (!real) return errno_error(errno, "resolve " + dir);
   ABX_ASSIGN_OR_RETURN(auto root, mount_root_of(real.get(), mount));
-  return private_dir_in(root);
+  return private_dir_in(root, owner);
 }
 
+// Every step on the user's paths runs with the user's credentials; only the staging directory
+// (envd's to make) and the spooled body (envd's file until it is handed over) take envd's.
 Status place_file(http::BodyFile& spooled, std::uint64_t offset, std::uint64_t length,
                   const std::string& target, const User& owner, const std::string& spool_root) {
   std::string dir = dir_of(target);
-  ABX_TRY(make_dirs(dir, owner, false));
-  struct stat tst {};
-  if (::lstat(target.c_str(), &tst) == 0 && S_ISDIR(tst.st_mode)) {
-    return invalid_argument("path is a directory: " + target);
+  {
+    ABX_ASSIGN_OR_RETURN(auto as_user, FsCreds::act_as(owner));
+    ABX_TRY(make_dirs(dir, owner, false));
+    struct stat tst {};
+    if (::lstat(target.c_str(), &tst) == 0 && S_ISDIR(tst.st_mode)) {
+      return invalid_argument("path is a directory: " + target);
+    }
   }
-  ABX_ASSIGN_OR_RETURN(auto stage, staging_dir_for(dir, spool_root));
+  ABX_ASSIGN_OR_RETURN(auto stage, staging_dir_for(dir, spool_root, owner));
   // The whole body, already staged on the target's mount: rename it, no copy.
   if (offset == 0 && length == spooled.size() && dir_of(spooled.path()) == stage) {
-    ABX_TRY(move_into_place(spooled.fd(), spooled.path(), target, owner));
+    prepare_staged(spooled.fd(), owner);
+    ABX_ASSIGN_OR_RETURN(auto as_user, FsCreds::act_as(owner));
+    ABX_TRY(rename_into_place(spooled.fd(), spooled.path(), target));
     spooled.release();
     return {};
   }
+  ABX_ASSIGN_OR_RETURN(auto as_user, FsCreds::act_as(owner));
   std::string tmp = stage + "/.abx-upload-XXXXXX";
   UniqueFd out(::mkostemp(tmp.data(), O_CLOEXEC));
   if (!out.valid()) return errno_error(errno, "create a staging file in " + stage);
   auto s = copy_range(spooled.fd(), offset, length, out.get());
-  if (s.ok()) s = move_into_place(out.get(), tmp, target, owner);
+  if (s.ok()) {
+    prepare_staged(out.get(), owner);
+    s = rename_into_place(out.get(), tmp, target);
+  }
   if (!s.ok()) ::unlink(tmp.c_str());  // the old content stays intact
   return s;
 }

@@ -14,23 +14,28 @@
 namespace abx::envd {
 
 // Streams a regular file as the response (Content-Length, no buffering beyond the writer's
-// bound). Refuses directories, FIFOs, devices and sockets without blocking on them (the open is
-// O_NONBLOCK and fstat decides). Errors are returned before anything is sent.
-Status serve_download(const std::string& path, unsigned version, const http::Responder& respond);
+// bound). The file is opened with `user`'s credentials (creds.h): permission_denied when they may
+// not read it. Refuses directories, FIFOs, devices and sockets without blocking on them (the
+// open is O_NONBLOCK and fstat decides). Errors are returned before anything is sent.
+Status serve_download(const std::string& path, const User& user, unsigned version,
+                      const http::Responder& respond);
 
-// The directory where uploads to `dir` are staged: private to envd (mode 0700, owned by envd's
-// user) and on the same mount as `dir`, so that a staged file is renamed onto its target
-// atomically and no listing of the user's directories ever shows it (issue 9 item 8: a listing
-// raced the removal of a body spooled next to its target). First choice is
-// `<spool_root>/.abx-spool-<euid>`; when that is on another mount, `.abx-spool-<euid>` at the
-// root of `dir`'s mount. Errors: those of stat/mkdir, and internal when the directory exists but
-// is not envd's own.
-Result<std::string> staging_dir_for(const std::string& dir, const std::string& spool_root);
+// The directory where `owner`'s uploads to `dir` are staged: private to them (mode 0700, owned
+// by `owner`, made by envd) and on the same mount as `dir`, so that a staged file is renamed onto
+// its target atomically and no listing of the user's directories ever shows it (issue 9 item 8: a
+// listing raced the removal of a body spooled next to its target). First choice is below
+// `<spool_root>/.abx-spool-<envd's uid>`; when that is on another mount, below the same name at
+// the root of `dir`'s mount. envd's own uploads stage in that directory, another user's in its
+// subdirectory `<uid>`. Errors: those of stat/mkdir, and internal when a directory exists but is
+// not envd's or `owner`'s own.
+Result<std::string> staging_dir_for(const std::string& dir, const std::string& spool_root,
+                                    const User& owner);
 
 // Moves an uploaded body into `target` atomically: staged in staging_dir_for(target's directory),
-// chowned to `owner`, renamed over the target. `spooled` is the body already on disk; when it
-// is already staged on the target's mount it is renamed without a copy. Watchers of the
-// target's directory see CREATE then WRITE of the target and nothing else.
+// chowned to `owner`, renamed over the target; every step on the user's paths with `owner`'s
+// credentials (creds.h), so permissions are the user's. `spooled` is the body already on disk; when
+// it is already staged on the target's mount it is renamed without a copy. Watchers of the target's
+// directory see CREATE then WRITE of the target and nothing else.
 Status place_file(http::BodyFile& spooled, std::uint64_t offset, std::uint64_t length,
                   const std::string& target, const User& owner, const std::string& spool_root);
 

@@ -1,7 +1,10 @@
 // filesystem.Filesystem: the Connect methods over fs.h's operations and watchers. Watchers live
 // in Envd::Impl: a WatchDir stream's until its client goes away, a CreateWatcher one until
-// RemoveWatcher (or shutdown).
+// RemoveWatcher (or shutdown). Every filesystem call runs with the requesting user's credentials
+// (creds.h): a unary method holds them until it returns its message (the response is written
+// after), a watcher's thread holds them for its whole life.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
@@ -13,6 +16,7 @@
 #include "abx/base/try.h"
 #include "abx/token/token.h"
 #include "connect.h"
+#include "creds.h"
 #include "envd_impl.h"
 #include "proto_json.h"
 
@@ -41,6 +45,7 @@ json::object fs_event_json(const FsEvent& e, const std::string& dir, bool includ
 
 Result<json::object> stat_entry(Impl&, Call& c) {
   ABX_ASSIGN_OR_RETURN(auto path, required_path(c.msg, "path", c.user));
+  ABX_ASSIGN_OR_RETURN(auto as_user, FsCreds::act_as(c.user));
   ABX_ASSIGN_OR_RETURN(auto e, entry_info(path));
   return json::object{{"entry", std::move(e)}};
 }
@@ -48,12 +53,14 @@ Result<json::object> stat_entry(Impl&, Call& c) {
 Result<json::object> list_entries(Impl&, Call& c) {
   ABX_ASSIGN_OR_RETURN(auto path, required_path(c.msg, "path", c.user));
   ABX_ASSIGN_OR_RETURN(auto depth, get_u32(c.msg, "depth"));
+  ABX_ASSIGN_OR_RETURN(auto as_user, FsCreds::act_as(c.user));
   ABX_ASSIGN_OR_RETURN(auto entries, list_dir(path, depth.value_or(1)));
   return json::object{{"entries", std::move(entries)}};
 }
 
 Result<json::object> make_dir(Impl&, Call& c) {
   ABX_ASSIGN_OR_RETURN(auto path, required_path(c.msg, "path", c.user));
+  ABX_ASSIGN_OR_RETURN(auto as_user, FsCreds::act_as(c.user));
   ABX_TRY(make_dirs(path, c.user, true));
   ABX_ASSIGN_OR_RETURN(auto e, entry_info(path));
   return json::object{{"entry", std::move(e)}};
@@ -62,6 +69,7 @@ Result<json::object> make_dir(Impl&, Call& c) {
 Result<json::object> move_entry(Impl&, Call& c) {
   ABX_ASSIGN_OR_RETURN(auto from, required_path(c.msg, "source", c.user));
   ABX_ASSIGN_OR_RETURN(auto to, required_path(c.msg, "destination", c.user));
+  ABX_ASSIGN_OR_RETURN(auto as_user, FsCreds::act_as(c.user));
   ABX_TRY(move_path(from, to, c.user));
   ABX_ASSIGN_OR_RETURN(auto e, entry_info(to));
   return json::object{{"entry", std::move(e)}};
@@ -69,6 +77,7 @@ Result<json::object> move_entry(Impl&, Call& c) {
 
 Result<json::object> remove_entry(Impl&, Call& c) {
   ABX_ASSIGN_OR_RETURN(auto path, required_path(c.msg, "path", c.user));
+  ABX_ASSIGN_OR_RETURN(auto as_user, FsCreds::act_as(c.user));
   ABX_TRY(remove_path(path));
   return json::object{};
 }
@@ -84,9 +93,13 @@ Status watch_dir(Impl& envd, Call& c) {
   ABX_ASSIGN_OR_RETURN(auto recursive, get_bool(c.msg, "recursive"));
   ABX_ASSIGN_OR_RETURN(auto include_entry, get_bool(c.msg, "includeEntry", "include_entry"));
   // Validate before answering, so a bad path is an end-stream error with no start frame.
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return errno_error(errno, "watch " + path);
-  if (!S_ISDIR(st.st_mode)) return invalid_argument("path is not a directory: " + path);
+  {
+    ABX_ASSIGN_OR_RETURN(auto as_user, FsCreds::act_as(c.user));
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return errno_error(errno, "watch " + path);
+    if (!S_ISDIR(st.st_mode)) return invalid_argument("path is not a directory: " + path);
+    if (::access(path.c_str(), R_OK | X_OK) != 0) return errno_error(errno, "watch " + path);
+  }
   auto writer = c.respond.stream(connect_stream_header(c.req.version()));
   writer->write(encode_envelope(0, R"({"start":{}})"));
   auto keepalive = envd.keepalive_of(c.req);
@@ -106,8 +119,8 @@ Status watch_dir(Impl& envd, Call& c) {
     }
     return true;
   };
-  auto w =
-      Watcher::start(path, recursive.value_or(false), sink, tick, std::chrono::milliseconds(500));
+  auto w = Watcher::start(path, recursive.value_or(false), c.user, sink, tick,
+                          std::chrono::milliseconds(500));
   if (!w.ok()) {
     Error e = w.error();
     writer->write(encode_envelope(kFlagEndStream, end_stream_payload(&e)));
@@ -136,8 +149,8 @@ Result<json::object> create_watcher(Impl& envd, Call& c) {
     return true;
   };
   ABX_ASSIGN_OR_RETURN(pw->watcher, Watcher::start(
-                                        path, recursive.value_or(false), sink, [] { return true; },
-                                        std::chrono::milliseconds(1000)));
+                                        path, recursive.value_or(false), c.user, sink,
+                                        [] { return true; }, std::chrono::milliseconds(1000)));
   ABX_ASSIGN_OR_RETURN(auto id, token::random_hex(8));
   std::lock_guard lock(envd.watch_mu);
   envd.poll_watchers[id] = pw;

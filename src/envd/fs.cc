@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "abx/base/try.h"
+#include "creds.h"
 #include "proto_json.h"
 
 namespace abx::envd {
@@ -243,13 +244,16 @@ constexpr std::uint32_t kWatchMask = IN_CREATE | IN_MODIFY | IN_DELETE | IN_MOVE
                                      IN_MOVED_TO | IN_ATTRIB | IN_DELETE_SELF | IN_ONLYDIR;
 }
 
-Result<std::unique_ptr<Watcher>> Watcher::start(const std::string& dir, bool recursive, Sink sink,
-                                                Tick tick, std::chrono::milliseconds interval) {
+Result<std::unique_ptr<Watcher>> Watcher::start(const std::string& dir, bool recursive,
+                                                const User& user, Sink sink, Tick tick,
+                                                std::chrono::milliseconds interval) {
+  ABX_ASSIGN_OR_RETURN(auto as_user, FsCreds::act_as(user));
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) return errno_error(errno, "watch " + dir);
   if (!S_ISDIR(st.st_mode)) return invalid_argument("path is not a directory: " + dir);
   std::unique_ptr<Watcher> w(new Watcher());
   w->dir_ = dir;
+  w->user_ = user;
   w->recursive_ = recursive;
   w->sink_ = std::move(sink);
   w->tick_ = std::move(tick);
@@ -293,9 +297,27 @@ bool internal_temp_name(std::string_view name) {
          name.starts_with(".abx-spool-");
 }
 
+// Whether any component of `rel` is one of those (a user's staging directory is a subdirectory
+// of envd's, and what happens in it is no event of the watched tree).
+bool internal_temp_path(std::string_view rel) {
+  while (!rel.empty()) {
+    auto slash = rel.find('/');
+    if (internal_temp_name(rel.substr(0, slash))) return true;
+    if (slash == std::string_view::npos) break;
+    rel.remove_prefix(slash + 1);
+  }
+  return false;
+}
+
 }  // namespace
 
 void Watcher::run() {
+  // This thread is the watcher's alone: it acts as the user until it ends.
+  auto as_user = FsCreds::act_as(user_);
+  if (!as_user.ok()) {
+    done_ = true;
+    return;
+  }
   alignas(inotify_event) char buf[16384];
   auto next_tick = std::chrono::steady_clock::now() + tick_interval_;
   while (!done_.load()) {
@@ -319,9 +341,9 @@ void Watcher::run() {
       auto it = paths_.find(ev->wd);
       if (it == paths_.end()) continue;
       std::string name = ev->len ? std::string(ev->name) : std::string();
-      if (internal_temp_name(name)) continue;
       std::string rel =
           it->second.empty() ? name : (name.empty() ? it->second : it->second + "/" + name);
+      if (internal_temp_path(rel)) continue;
       std::optional<FsEventType> type;
       if (ev->mask & (IN_CREATE | IN_MOVED_TO)) type = FsEventType::kCreate;
       if (ev->mask & IN_MODIFY) type = FsEventType::kWrite;

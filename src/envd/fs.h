@@ -54,8 +54,11 @@ class Watcher {
  public:
   using Sink = std::function<bool(const FsEvent&)>;
   using Tick = std::function<bool()>;
-  static Result<std::unique_ptr<Watcher>> start(const std::string& dir, bool recursive, Sink sink,
-                                                Tick tick, std::chrono::milliseconds tick_interval);
+  // The watch and its thread act as `user` (creds.h): it sees only what the user may read, and
+  // the thread keeps the user's credentials for its life (it adds watches for new directories).
+  static Result<std::unique_ptr<Watcher>> start(const std::string& dir, bool recursive,
+                                                const User& user, Sink sink, Tick tick,
+                                                std::chrono::milliseconds tick_interval);
   ~Watcher();  // stops and joins
   void stop();
   bool running() const { return !done_.load(); }
@@ -66,6 +69,7 @@ class Watcher {
   void run();
   void add_tree(const std::string& path, const std::string& rel);
   std::string dir_;
+  User user_;
   bool recursive_ = false;
   UniqueFd inotify_;
   UniqueFd wake_;  // eventfd

@@ -114,6 +114,11 @@ bool load_token(Flags& f) {
 
 // The init duties set up before any thread starts; returns the signals main() waits for.
 sigset_t become_init() {
+  // envd holds the access token and every user's requests in its memory and descriptors. Not
+  // dumpable, its /proc/1/{mem,fd,environ}, ptrace and pidfd_getfd need CAP_SYS_PTRACE, which
+  // the sandbox's users lack; the processes it starts become dumpable again at their exec (the
+  // kernel resets the flag for an exec that changes no credentials), so they stay debuggable.
+  ::prctl(PR_SET_DUMPABLE, 0);
   // Orphans of our descendants come to us (as they would to PID 1) and are reaped.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   ::signal(SIGPIPE, SIG_IGN);
@@ -154,17 +159,32 @@ int main(int argc, char** argv) {
     }
     if (!f.start_cmd.empty())
       start_sup.emplace(envd::Reaper::instance(), "start command", f.start_cmd, *u, false);
-    // The command server checks the same token as envd: it gets it in its environment (from
-    // the file envd read), so abxd needs no shell in the image to pass it on.
+    // The command server checks the same token as envd, and the token opens envd to anyone as
+    // anyone (root included): the default user must never be able to read it. The token file is
+    // root's alone (0400), so envd reads it and hands it over in the server's environment (no
+    // shell or file access needed in the image). A process's environment, memory and
+    // descriptors are open to every process of its uid while it is dumpable, and a process is
+    // dumpable from its exec until it calls prctl itself: a server running as the default user
+    // could be read (or ptrace-attached, or have its pipe opened through /proc/<pid>/fd) in that
+    // window by any of the user's processes, which can also kill it to make it start again. So
+    // the server runs as the sandbox's root, whose /proc files and memory the default user can
+    // never reach: its commands are called with the token, whose holder may act as root through
+    // envd anyway, so root adds nothing they could not do. (abx-server also drops the variable
+    // from its environment and makes itself non-dumpable.) A non-root envd runs it as itself.
+    auto server_user = users.can_switch() ? users.resolve("root") : u;
+    if (!server_user.ok()) {
+      std::cerr << "abx-envd: " << server_user.error().message() << "\n";
+      return kExitConfig;
+    }
     std::vector<std::string> server_env;
     if (opt.access_token) server_env.push_back("ABX_ACCESS_TOKEN=" + *opt.access_token);
     if (!f.server_argv.empty()) {
-      server_sup.emplace(envd::Reaper::instance(), "command server", f.server_argv, server_env, *u,
-                         true);
+      server_sup.emplace(envd::Reaper::instance(), "command server", f.server_argv, server_env,
+                         *server_user, true);
     } else if (!f.server_cmd.empty()) {
       server_sup.emplace(envd::Reaper::instance(), "command server",
-                         std::vector<std::string>{"/bin/sh", "-c", f.server_cmd}, server_env, *u,
-                         true);
+                         std::vector<std::string>{"/bin/sh", "-c", f.server_cmd}, server_env,
+                         *server_user, true);
     }
   }
   std::string addr = (*server)->host() + ":" + std::to_string((*server)->port());

@@ -95,6 +95,7 @@ enum Step {
   kStepSetsid = 1,
   kStepCtty,
   kStepDup,
+  kStepFds,
   kStepGroups,
   kStepGid,
   kStepUid,
@@ -110,6 +111,8 @@ const char* step_name(int s) {
       return "ioctl(TIOCSCTTY)";
     case kStepDup:
       return "dup2";
+    case kStepFds:
+      return "close_range";
     case kStepGroups:
       return "setgroups";
     case kStepGid:
@@ -312,6 +315,23 @@ struct ChildArgs {
   char* const* envp;
 };
 
+}  // namespace
+
+// Everything above stdio is closed at exec, whatever envd holds and however it was opened (a
+// descriptor another thread opens without O_CLOEXEC, or one a library leaks, would otherwise
+// reach a process started as another user: envd's sockets carry other users' requests).
+// CLOSE_RANGE_CLOEXEC (Linux 5.11) keeps `keep_until_exec` (the report pipe) usable until the
+// exec succeeds; on older kernels everything but it is closed now. Async-signal-safe.
+bool clean_fd_table(int keep_until_exec) {
+  if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) == 0) return true;
+  if (keep_until_exec < 3) return ::close_range(3, ~0U, 0) == 0;
+  if (keep_until_exec > 3 && ::close_range(3, static_cast<unsigned>(keep_until_exec) - 1, 0) != 0)
+    return false;
+  return ::close_range(static_cast<unsigned>(keep_until_exec) + 1, ~0U, 0) == 0;
+}
+
+namespace {
+
 // The child between fork and execve: async-signal-safe calls only, no allocation. A failing step
 // writes {step, errno} to the report pipe and exits 127.
 [[noreturn]] void run_child(const ChildArgs& a) {
@@ -331,6 +351,7 @@ struct ChildArgs {
   if (::setsid() < 0) die(kStepSetsid);
   if (a.pty && ::ioctl(a.out_fd, TIOCSCTTY, 0) < 0) die(kStepCtty);
   if (::dup2(a.in_fd, 0) < 0 || ::dup2(a.out_fd, 1) < 0 || ::dup2(a.err_fd, 2) < 0) die(kStepDup);
+  if (!clean_fd_table(a.report_fd)) die(kStepFds);
   if (a.switch_user) {
     if (::setgroups(1, &a.gid) < 0) die(kStepGroups);
     if (::setgid(a.gid) < 0) die(kStepGid);

@@ -148,4 +148,9 @@ class Process : public std::enable_shared_from_this<Process> {
   bool ended_ = false;
 };
 
+// In a forked child before exec: every descriptor from 3 up is closed when the child execs (all
+// but `keep_until_exec` right away on kernels before 5.11; -1 keeps none). Async-signal-safe;
+// false when the kernel refused.
+bool clean_fd_table(int keep_until_exec);
+
 }  // namespace abx::envd

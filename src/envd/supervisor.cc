@@ -84,6 +84,7 @@ pid_t Supervisor::spawn() {
         dfl.sa_handler = SIG_DFL;
         for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD}) ::sigaction(s, &dfl, nullptr);
         ::setsid();
+        if (!clean_fd_table(-1)) ::_exit(126);  // the server starts with stdio only
         if (switch_user && (::setgroups(1, &gid) < 0 || ::setgid(gid) < 0 || ::setuid(uid) < 0)) {
           ::_exit(126);
         }

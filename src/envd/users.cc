@@ -85,6 +85,8 @@ Result<std::string> resolve_path(std::string_view path, const User& user) {
   return out;
 }
 
+// Every errno a request can provoke with its own path or data is the client's mistake (4xx);
+// only what nobody asked for stays internal (a 5xx then means an abx bug worth a report).
 Error errno_error(int err, std::string_view what) {
   std::string msg = std::string(what) + ": " + std::strerror(err);
   switch (err) {
@@ -101,17 +103,28 @@ Error errno_error(int err, std::string_view what) {
     case ENAMETOOLONG:
     case EINVAL:
     case EXDEV:
+    case ENXIO:  // opening a socket, or a FIFO without a reader
+    case ENODEV:
+    case EOVERFLOW:
       return Error(ErrorCode::kInvalidArgument, msg);
     case EACCES:
     case EPERM:
+      return Error(ErrorCode::kPermissionDenied, msg + " (permission denied for this user)");
     case EROFS:
-      return Error(ErrorCode::kPermissionDenied, msg);
+      return Error(ErrorCode::kPermissionDenied, msg + " (the path is on a read-only mount)");
+    case EBUSY:
+    case ETXTBSY:
+      // A mount point (e.g. a file abx binds into the sandbox) or a running executable.
+      return Error(ErrorCode::kFailedPrecondition, msg + " (the path is in use)");
+    case EFBIG:
+      return Error(ErrorCode::kPayloadTooLarge, msg);
     case ENOSPC:
     case EDQUOT:
       return Error(ErrorCode::kInsufficientStorage, msg);
     case EMFILE:
     case ENFILE:
     case ENOMEM:
+    case EMLINK:
       return Error(ErrorCode::kResourceExhausted, msg);
     default:
       return Error(ErrorCode::kInternal, msg);

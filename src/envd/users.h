@@ -49,8 +49,10 @@ class Users {
 Result<std::string> resolve_path(std::string_view path, const User& user);
 
 // The one mapping from a failed syscall to an Error (ENOENT → not_found, EEXIST →
-// already_exists, ELOOP → invalid_argument "symbolic link loop", ENOSPC → insufficient
-// storage, …). `what` says what was attempted, e.g. "stat /tmp/x".
+// already_exists, ELOOP → invalid_argument "symbolic link loop", EACCES/EPERM/EROFS →
+// permission_denied, EBUSY/ETXTBSY → failed_precondition, EFBIG → payload_too_large,
+// ENOSPC/EDQUOT → insufficient storage, …): whatever a request's own path or data can provoke is
+// a 4xx; internal is left for the unexpected. `what` says what was attempted, e.g. "stat /tmp/x".
 Error errno_error(int err, std::string_view what);
 
 }  // namespace abx::envd

@@ -1,6 +1,7 @@
 // The acceptor, the Responder and draining; see session.h for how the rest is split.
 #include "abx/http/server.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <boost/asio/dispatch.hpp>
@@ -15,6 +16,16 @@ namespace abx::http {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 using tcp = asio::ip::tcp;
+
+namespace {
+// Asio opens and accepts sockets without SOCK_CLOEXEC: set it at once, so a process the server's
+// owner starts (envd starts other users' processes) never inherits the listener or a connection.
+// A fork racing in between is what the spawners' close_range() after fork covers.
+void set_cloexec(int fd) {
+  int flags = ::fcntl(fd, F_GETFD);
+  if (flags >= 0) (void)::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+}
+}  // namespace
 
 BodyFile::~BodyFile() {
   if (!released_) ::unlink(path_.c_str());
@@ -55,6 +66,7 @@ void Server::Impl::do_accept() {
       t->async_wait([this, t](beast::error_code) { do_accept(); });
       return;
     }
+    set_cloexec(socket.native_handle());
     if (connections.load() >= opt.limits.max_connections) {
       static const std::string kBusy =
           "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
@@ -106,6 +118,7 @@ Result<std::unique_ptr<Server>> Server::start(ServerOptions options, Handler han
   tcp::endpoint ep(addr, impl->opt.port);
   std::string where = impl->opt.host + ":" + std::to_string(impl->opt.port);
   impl->acceptor.open(ep.protocol(), ec);
+  if (!ec) set_cloexec(impl->acceptor.native_handle());
   if (!ec) impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) impl->acceptor.bind(ep, ec);
   if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);

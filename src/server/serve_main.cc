@@ -1,6 +1,7 @@
 // `abx-server`: load command modules, freeze the registry, serve until SIGTERM/SIGINT.
 #include <dlfcn.h>
 #include <signal.h>
+#include <sys/prctl.h>
 
 #include <CLI/CLI.hpp>
 #include <boost/json.hpp>
@@ -141,9 +142,11 @@ int serve_stdio(registry::CommandRegistry& reg, const CommandServerOptions& opt)
 // unless --no-auth).
 Result<std::string> access_token(const std::string& token_file) {
   if (!token_file.empty()) return read_token_file(token_file);
-  if (const char* env = std::getenv("ABX_ACCESS_TOKEN"); env != nullptr && *env)
-    return std::string(env);
-  return std::string();
+  std::string token;
+  if (const char* env = std::getenv("ABX_ACCESS_TOKEN"); env != nullptr && *env) token = env;
+  // Never inherited by what the commands start.
+  ::unsetenv("ABX_ACCESS_TOKEN");
+  return token;
 }
 
 // Serves HTTP until SIGTERM/SIGINT, then drains calls in progress and exits the process.
@@ -173,6 +176,10 @@ Result<std::string> access_token(const std::string& token_file) {
 }  // namespace
 
 int serve_main(int argc, char** argv) {
+  // The server holds the access token (which opens envd as any user): not dumpable, its memory,
+  // environment and descriptors are out of reach of other processes of its uid (/proc/<pid>/mem,
+  // ptrace, pidfd_getfd). What its commands start execs and is dumpable again as usual.
+  ::prctl(PR_SET_DUMPABLE, 0);
   Flags f;
   if (auto exit_code = parse_flags(argc, argv, f)) return *exit_code;
   if (!load_modules(f.modules)) return kExitConfig;
