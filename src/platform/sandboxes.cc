@@ -63,11 +63,14 @@ std::string read_image_file(const fs::path& run_dir) {
   return digest;
 }
 
+// Mode 0400, owned by host root: bound into the sandbox through an idmapped mount, it is the
+// sandbox root's file there, readable by envd and the command server (both root) and by no
+// other user of the sandbox.
 Status write_token_file(const fs::path& path, const std::string& token) {
   std::error_code ec;
   fs::create_directories(path.parent_path(), ec);
   if (ec) return internal_error("create " + path.parent_path().string() + ": " + ec.message());
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0444);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0400);
   if (fd < 0) return internal_error("create " + path.string() + ": " + std::strerror(errno));
   runtime::UniqueFd owned(fd);
   if (::write(fd, token.data(), token.size()) != static_cast<ssize_t>(token.size())) {
