@@ -5,7 +5,9 @@ import assert from 'node:assert/strict';
 
 import {
   AbxCommands,
+  CommandFailedError,
   CommandNotFoundError,
+  CommandTimeoutError,
   InvalidArgumentsError,
   ServerUnavailableError,
   UnauthorizedError,
@@ -93,6 +95,10 @@ test('error bodies map to typed errors', async () => {
   await assert.rejects(call(403, { code: 403, message: 'port 49982 of this sandbox is private' }), ServerUnavailableError);
   await assert.rejects(call(502, { code: 502, message: 'nothing listens' }), ServerUnavailableError);
   await assert.rejects(call(503, { error: 'shutting down', type: 'Unavailable' }), ServerUnavailableError);
+  await assert.rejects(call(504, { error: 'call exceeded 30s', type: 'DeadlineExceeded' }), (e) =>
+    e instanceof CommandTimeoutError && e.status === 504 && e.code === 'DeadlineExceeded');
+  await assert.rejects(call(500, { error: 'boom', type: 'std::runtime_error' }), (e) =>
+    e instanceof CommandFailedError && e.code === 'std::runtime_error' && e.message === 'boom');
 });
 
 test('a client needs a way to reach the sandbox', () => {
