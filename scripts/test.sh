@@ -28,6 +28,8 @@ step() { printf '\n==> %s\n' "$*"; }
 # scripts/leaked-sandboxes.sh finds the sandboxes of this run, and only those, by it.
 run_id="abxrun$(date +%s)x$$"
 run_tmp=$(mktemp -d "${TMPDIR:-/tmp}/abx-$run_id-XXXXXX")
+# Like /tmp: tests that drop to an unprivileged user (uid 1000) make and reach files under it.
+chmod 1777 "$run_tmp"
 trap 'rm -rf "$run_tmp"' EXIT
 
 # ctest, then the leak check; fails if either did (the check runs even when tests failed).
