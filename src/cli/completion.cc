@@ -28,7 +28,7 @@ _abx() {
       fi ;;
     files)
       if [[ ${COMP_CWORD} -eq 2 ]]; then
-        COMPREPLY=( $(compgen -W "read write ls rm mkdir" -- "${cur}") ); return
+        COMPREPLY=( $(compgen -W "cp read write ls rm mkdir" -- "${cur}") ); return
       fi ;;
     template|templates)
       if [[ ${COMP_CWORD} -eq 2 ]]; then
@@ -41,7 +41,7 @@ _abx() {
     completion)
       COMPREPLY=( $(compgen -W "bash" -- "${cur}") ); return ;;
   esac
-  local sub="--json --help --module -a --arg --ttl --command --timeout --env --metadata --cwd --user --state --limit --depth --local"
+  local sub="--json --help --module -a --arg --ttl --command --timeout --env --metadata --cwd --user --state --limit --depth --local -i -t --interactive --tty"
   COMPREPLY=( $(compgen -W "${sub} ${globals}" -- "${cur}") )
 }
 complete -o default -F _abx abx

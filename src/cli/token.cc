@@ -39,7 +39,9 @@ void add_token(CLI::App& app, Context& ctx) {
   auto o = std::make_shared<TokenOpts>();
   auto* c = add_sandbox_subcommand(
       *tok, "create", "Mint a token that can discover and run only the given commands", o->id);
-  c->add_option("--command", o->commands, "A command the token may run (repeatable)")->required();
+  c->add_option("--command", o->commands, "A command the token may run (repeatable)")
+      ->allow_extra_args(false)
+      ->required();
   c->add_option("--ttl", o->ttl, "Lifetime: 90s, 30m, 1h, 2d")->capture_default_str();
   c->callback([&ctx, o] { ctx.exit_code = create(ctx, *o); });
 }
