@@ -43,6 +43,10 @@ Out run_process(const std::vector<std::string>& argv, const std::vector<std::str
     dup2(in[0], 0);
     dup2(out[1], 1);
     dup2(err[1], 2);
+    // Only what the test says: none of the machine's abx configuration.
+    for (const char* v : {"ABX_API_KEY", "E2B_API_KEY", "ABX_API_URL", "E2B_API_URL", "ABX_HOME",
+                          "ABX_ACCESS_KEY_ID", "ABX_SECRET_ACCESS_KEY", "ABX_ACCESS_TOKEN"})
+      unsetenv(v);
     for (const auto& e : env) putenv(const_cast<char*>(e.c_str()));
     std::vector<char*> a;
     for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
@@ -108,6 +112,12 @@ class CliE2E : public testing::AbxdFixture {
   Out abx(std::vector<std::string> args, const std::string& input = "") {
     args.insert(args.begin(), ABX_CLI_BIN);
     return run_process(args, env(), input);
+  }
+  // abx with only `env` (no key, no home unless given).
+  Out abx_with(std::vector<std::string> env, std::vector<std::string> args) {
+    args.insert(args.begin(), ABX_CLI_BIN);
+    env.push_back("HOME=" + user_home_.string());
+    return run_process(args, env, "");
   }
   std::string create(const std::string& tpl = "base") {
     auto r = abx({"sandbox", "create", tpl, "--timeout", "5m"});
@@ -344,6 +354,93 @@ TEST_F(CliE2E, FilesCpErrorsSayWhatIsWrong) {
   auto onto_file = abx({"files", "cp", (tmp() / "d").string(), id + ":/tmp/afile"});
   EXPECT_NE(onto_file.code, 0);
   EXPECT_NE(onto_file.err.find("/tmp/afile"), std::string::npos) << onto_file.err;
+}
+
+// First run: abxd wrote a key into its home; abx, pointed at that home (ABX_HOME, or ~/.abx
+// for both), finds it without being told, as long as the platform is on this host.
+TEST_F(CliE2E, FirstRunFindsTheKeyAbxdWroteAndAuthErrorsNameTheFix) {
+  std::string url = "ABX_API_URL=" + abxd().url();
+  auto found = abx_with({url, "ABX_HOME=" + home().string()}, {"sandbox", "list"});
+  EXPECT_EQ(found.code, 0) << found.err;
+  auto flag = abx_with({url}, {"--home", home().string(), "sandbox", "list", "--json"});
+  EXPECT_EQ(flag.code, 0) << flag.err;
+  // The same home through "localhost" (not only 127.0.0.1) counts as this host.
+  auto local = abx_with(
+      {"ABX_API_URL=http://localhost:" + std::to_string(port()), "ABX_HOME=" + home().string()},
+      {"sandbox", "list"});
+  EXPECT_EQ(local.code, 0) << local.err;
+
+  // No key anywhere: exit 3, and the message says what to do and where the key would be.
+  fs::path empty_home = tmp() / "empty-home";
+  auto none = abx_with({url, "ABX_HOME=" + empty_home.string()}, {"sandbox", "list"});
+  EXPECT_EQ(none.code, 3);
+  for (const std::string& needle :
+       {std::string("set ABX_API_KEY or pass --api-key"), (empty_home / "api_key").string()})
+    EXPECT_NE(none.err.find(needle), std::string::npos) << none.err;
+  // A wrong key: named by where it came from, with the file abxd wrote.
+  auto wrong = abx_with({url, "ABX_API_KEY=e2b_0123", "ABX_HOME=" + home().string()},
+                        {"--json", "sandbox", "list"});
+  EXPECT_EQ(wrong.code, 3);
+  auto j = json::parse(wrong.out);
+  std::string msg(j.at("error").as_string());
+  EXPECT_NE(msg.find("the API key from ABX_API_KEY was refused"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("abxd wrote one to " + (home() / "api_key").string()), std::string::npos)
+      << msg;
+  // A key file of another home is refused with a question about the home.
+  fs::create_directories(tmp() / "other-home");
+  std::ofstream(tmp() / "other-home" / "api_key") << "e2b_00000000\n";
+  auto other = abx_with({url, "ABX_HOME=" + (tmp() / "other-home").string()}, {"sandbox", "list"});
+  EXPECT_EQ(other.code, 3);
+  EXPECT_NE(other.err.find("serving another home"), std::string::npos) << other.err;
+}
+
+TEST_F(CliE2E, TokenCreateRefusesCommandsTheSandboxDoesNotServe) {
+  std::string id = create("demo");
+  Out ok;
+  for (int i = 0; i < 100; ++i) {  // until the command server is up
+    ok = abx({"token", "create", id, "--command", "demo", "--command", "add"});
+    if (ok.code == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_EQ(ok.out.rfind("abxs1.", 0), 0u) << ok.out;
+  auto bad = abx({"token", "create", id, "--command", "demo", "--command", "nosuch"});
+  EXPECT_EQ(bad.code, 4);
+  EXPECT_EQ(bad.out, "");  // no token
+  EXPECT_NE(bad.err.find("serves no command 'nosuch'"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("add, "), std::string::npos) << bad.err;  // the known ones, listed
+  EXPECT_NE(bad.err.find("demo"), std::string::npos) << bad.err;
+  // A sandbox without a command server: the check cannot be made; --no-check mints anyway.
+  std::string plain = create("base");
+  auto unchecked = abx({"token", "create", plain, "--command", "x"});
+  EXPECT_NE(unchecked.code, 0);
+  EXPECT_NE(unchecked.err.find("--no-check"), std::string::npos) << unchecked.err;
+  EXPECT_EQ(abx({"token", "create", plain, "--command", "x", "--no-check"}).code, 0);
+}
+
+TEST(CliBinaries, EveryBinaryPrintsItsVersion) {
+  for (const char* bin : {ABX_CLI_BIN, ABXD_BIN, ABX_SERVER_BIN, ABX_ENVD_BIN}) {
+    auto r = run_process({bin, "--version"}, {}, "");
+    EXPECT_EQ(r.code, 0) << bin;
+    std::string name = fs::path(bin).filename().string();
+    EXPECT_EQ(r.out.rfind(name + " 0.", 0), 0u) << bin << ": " << r.out;
+  }
+}
+
+TEST(CliBinaries, AMistypedCommandGetsASuggestion) {
+  auto r = run_process({ABX_CLI_BIN, "sandbx"}, {}, "");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("unknown command 'sandbx'; did you mean 'sandbox'?"), std::string::npos)
+      << r.err;
+  auto nested = run_process({ABX_CLI_BIN, "--api-url", "http://x", "sandbox", "craete"}, {}, "");
+  EXPECT_EQ(nested.code, 2);
+  EXPECT_NE(nested.err.find("unknown command 'craete'; did you mean 'create'?"), std::string::npos)
+      << nested.err;
+  auto far = run_process({ABX_CLI_BIN, "--json", "frobnicate"}, {}, "");
+  EXPECT_EQ(far.code, 2);
+  EXPECT_EQ(far.err.find("did you mean"), std::string::npos) << far.err;
+  EXPECT_NE(far.err.find("abx commands: sandbox, exec"), std::string::npos) << far.err;
+  EXPECT_EQ(json::parse(far.out).at("code"), "InvalidArgument");
 }
 
 }  // namespace
