@@ -93,7 +93,8 @@ void add_run(CLI::App& app, Context& ctx);
 void add_token(CLI::App& app, Context& ctx);
 void add_up(CLI::App& app, Context& ctx);
 void add_completion(CLI::App& app, Context& ctx);
-void add_mcp(CLI::App& app, Context& ctx);  // mcp.cc: `abx mcp`
+void add_mcp(CLI::App& app, Context& ctx);   // mcp.cc: `abx mcp`
+void add_logs(CLI::App& app, Context& ctx);  // logs.cc: `abx logs`
 
 // Runs the CLI (main() is this plus nothing).
 int run_main(int argc, char** argv);

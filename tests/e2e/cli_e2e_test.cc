@@ -18,6 +18,7 @@
 #include <functional>
 #include <thread>
 
+#include "abx/http/client.h"
 #include "abx/testing/abxd.h"
 
 namespace abx {
@@ -99,6 +100,20 @@ Out run_process(const std::vector<std::string>& argv, const std::vector<std::str
 class CliE2E : public testing::AbxdFixture {
  protected:
   CliE2E() : AbxdFixture("abx-cli-e2e") {}
+  // Templates whose programs print: a start command over a few seconds, and a command server
+  // that fails at once (and is restarted with backoff).
+  void prepare_home(const fs::path& home) override {
+    fs::create_directories(home / "templates" / "talk");
+    std::ofstream(home / "templates" / "talk" / "template.yaml") << R"(id: talk
+start: "echo hello from start; echo oops >&2; for i in 1 2 3; do sleep 1; echo tick $i; done"
+)";
+    fs::create_directories(home / "templates" / "crash");
+    std::ofstream(home / "templates" / "crash" / "template.yaml") << R"(id: crash
+server:
+  command: "echo 'fatal: cannot bind port 49982' >&2; exit 3"
+  port: 49982
+)";
+  }
   void SetUp() override {
     AbxdFixture::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
@@ -416,6 +431,119 @@ TEST_F(CliE2E, TokenCreateRefusesCommandsTheSandboxDoesNotServe) {
   EXPECT_NE(unchecked.code, 0);
   EXPECT_NE(unchecked.err.find("--no-check"), std::string::npos) << unchecked.err;
   EXPECT_EQ(abx({"token", "create", plain, "--command", "x", "--no-check"}).code, 0);
+}
+
+// `abx logs --json` lines (NDJSON) as objects.
+std::vector<json::object> ndjson(const std::string& out) {
+  std::vector<json::object> v;
+  std::size_t pos = 0;
+  for (std::size_t nl; (nl = out.find('\n', pos)) != std::string::npos; pos = nl + 1)
+    v.push_back(json::parse(out.substr(pos, nl - pos)).as_object());
+  return v;
+}
+
+bool has(const std::vector<json::object>& lines, const std::string& source,
+         const std::string& stream, const std::string& message_part) {
+  for (const auto& l : lines) {
+    if (l.at("source") == source.c_str() && l.at("stream") == stream.c_str() &&
+        std::string(l.at("message").as_string()).find(message_part) != std::string::npos)
+      return true;
+  }
+  return false;
+}
+
+TEST_F(CliE2E, LogsShowTheStartCommandsOutputAndTheLifecycle) {
+  std::string id = create("talk");
+  std::vector<json::object> lines;
+  for (int i = 0; i < 100; ++i) {
+    auto r = abx({"--json", "logs", id});
+    ASSERT_EQ(r.code, 0) << r.err;
+    lines = ndjson(r.out);
+    if (has(lines, "start command", "event", "exited with status 0")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(has(lines, "abxd", "event", "created from template 'talk'"));
+  EXPECT_TRUE(has(lines, "start command", "event", "started start command"));
+  EXPECT_TRUE(has(lines, "start command", "stdout", "hello from start"));
+  EXPECT_TRUE(has(lines, "start command", "stderr", "oops"));
+  EXPECT_TRUE(has(lines, "start command", "stdout", "tick 3"));
+  EXPECT_TRUE(has(lines, "start command", "event", "exited with status 0"));
+  for (std::size_t i = 1; i < lines.size(); ++i)  // oldest first
+    EXPECT_LE(lines[i - 1].at("timestamp").as_string(), lines[i].at("timestamp").as_string());
+
+  // The human form names the source; pause and resume are lifecycle events too.
+  ASSERT_EQ(abx({"sandbox", "pause", id}).code, 0);
+  auto paused = abx({"logs", id});
+  EXPECT_NE(paused.out.find("[abxd] paused"), std::string::npos) << paused.out;
+  // A paused sandbox is not woken to read its output: abxd says so instead.
+  EXPECT_NE(paused.out.find("[abxd] the sandbox is paused"), std::string::npos) << paused.out;
+  EXPECT_EQ(paused.out.find("oops"), std::string::npos) << paused.out;
+  ASSERT_EQ(abx({"sandbox", "connect", id}).code, 0);  // resumes it
+  auto resumed = abx({"logs", id});
+  EXPECT_NE(resumed.out.find("[abxd] resumed"), std::string::npos) << resumed.out;
+  EXPECT_NE(resumed.out.find("[start command stderr] oops"), std::string::npos) << resumed.out;
+  ASSERT_EQ(abx({"sandbox", "timeout", id, "10m"}).code, 0);
+  auto later = abx({"--json", "logs", id});
+  EXPECT_TRUE(has(ndjson(later.out), "abxd", "event", "timeout set: ends in 600 s")) << later.out;
+
+  // E2B's shape, straight from the API: logs[] and logEntries[] with RFC 3339 timestamps.
+  auto req = http::make_request(boost::beast::http::verb::get,
+                                "/sandboxes/" + id + "/logs?start=0&limit=3");
+  req.set("X-API-KEY", key());
+  auto e2b = http::fetch("127.0.0.1", port(), std::move(req));
+  ASSERT_TRUE(e2b.ok());
+  ASSERT_EQ(e2b->result_int(), 200u) << e2b->body();
+  auto v = json::parse(e2b->body()).as_object();
+  EXPECT_EQ(v.at("logs").as_array().size(), 3u) << e2b->body();
+  ASSERT_EQ(v.at("logEntries").as_array().size(), 3u);
+  const auto& first = v.at("logEntries").as_array()[0].as_object();
+  EXPECT_TRUE(first.contains("level"));
+  EXPECT_TRUE(first.contains("message"));
+  EXPECT_TRUE(first.at("fields").as_object().contains("source"));
+  EXPECT_EQ(v.at("logs").as_array()[0].at("timestamp").as_string().back(), 'Z');
+  EXPECT_TRUE(v.at("logs").as_array()[0].as_object().contains("line"));
+
+  ASSERT_EQ(abx({"sandbox", "kill", id}).code, 0);
+  EXPECT_EQ(abx({"logs", id}).code, 4);
+}
+
+// A command server that fails at start: its stderr and every restart are in `abx logs`.
+TEST_F(CliE2E, LogsShowACrashingCommandServersErrorAndRestarts) {
+  std::string id = create("crash");
+  std::vector<json::object> lines;
+  auto count = [&](const std::string& part) {
+    int n = 0;
+    for (const auto& l : lines)
+      n += std::string(l.at("message").as_string()).find(part) != std::string::npos;
+    return n;
+  };
+  for (int i = 0; i < 100 && count("restarting command server in") < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    lines = ndjson(abx({"--json", "logs", id}).out);
+  }
+  EXPECT_TRUE(has(lines, "command server", "stderr", "fatal: cannot bind port 49982"));
+  EXPECT_TRUE(has(lines, "command server", "event", "command server exited with status 3"));
+  EXPECT_TRUE(has(lines, "command server", "event", "restarting command server in 100 ms"));
+  EXPECT_TRUE(has(lines, "command server", "event", "restarting command server in 200 ms"));
+  EXPECT_GE(count("fatal: cannot bind"), 3);
+}
+
+// -f prints each line once as it comes and ends when the sandbox goes away.
+TEST_F(CliE2E, LogsFollowPrintsNewLinesOnceUntilTheSandboxIsGone) {
+  std::string id = create("talk");
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(4500));  // after tick 3
+    abx({"sandbox", "kill", id});
+  });
+  auto f = abx({"logs", "-f", id});
+  killer.join();
+  EXPECT_EQ(f.code, 0) << f.err;
+  for (const char* tick : {"tick 1", "tick 2", "tick 3", "] hello from start"}) {
+    auto first = f.out.find(tick);
+    EXPECT_NE(first, std::string::npos) << tick << "\n" << f.out;
+    EXPECT_EQ(f.out.find(tick, first + 1), std::string::npos) << tick << " twice\n" << f.out;
+  }
+  EXPECT_NE(f.err.find("is gone"), std::string::npos) << f.err;
 }
 
 TEST(CliBinaries, EveryBinaryPrintsItsVersion) {
