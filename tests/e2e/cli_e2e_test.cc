@@ -546,6 +546,48 @@ TEST_F(CliE2E, LogsFollowPrintsNewLinesOnceUntilTheSandboxIsGone) {
   EXPECT_NE(f.err.find("is gone"), std::string::npos) << f.err;
 }
 
+// abxd's own log, with its stderr (inherited from ours while it starts) in a file.
+class AbxdLogE2E : public CliE2E {
+ protected:
+  void SetUp() override {
+    char path[] = "/tmp/abxd-log-XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT_GE(fd, 0);
+    log_path_ = path;
+    int saved = dup(2);
+    dup2(fd, 2);
+    close(fd);
+    CliE2E::SetUp();
+    dup2(saved, 2);
+    close(saved);
+  }
+  void TearDown() override {
+    CliE2E::TearDown();
+    if (!log_path_.empty()) unlink(log_path_.c_str());
+  }
+  std::string abxd_log() const {
+    std::ifstream in(log_path_);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  std::string log_path_;
+};
+
+TEST_F(AbxdLogE2E, AbxdLogsEveryLifecycleEventWithTheSandboxId) {
+  std::string id = create();
+  ASSERT_EQ(abx({"sandbox", "pause", id}).code, 0);
+  ASSERT_EQ(abx({"sandbox", "connect", id}).code, 0);  // resumes
+  ASSERT_EQ(abx({"sandbox", "timeout", id, "1"}).code, 0);
+  std::string prefix = "[sandboxes] [sandbox=" + id + "] ";
+  std::string log;
+  for (int i = 0; i < 100 && log.find(prefix + "killed") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    log = abxd_log();
+  }
+  for (const char* event : {"created from template 'base'", "paused", "resumed",
+                            "timeout set: ends in 1 s", "timeout reached: killing", "killed"})
+    EXPECT_NE(log.find(prefix + event), std::string::npos) << event << "\n" << log;
+}
+
 TEST(CliBinaries, EveryBinaryPrintsItsVersion) {
   for (const char* bin : {ABX_CLI_BIN, ABXD_BIN, ABX_SERVER_BIN, ABX_ENVD_BIN}) {
     auto r = run_process({bin, "--version"}, {}, "");
