@@ -76,7 +76,7 @@ std::string Context::auth_hint(const Error& e) const {
   if (e.code() != ErrorCode::kUnauthenticated && e.code() != ErrorCode::kPermissionDenied)
     return "";
   // Sandbox-plane failures (access tokens) are not about the API key.
-  std::string m = e.message();
+  const std::string& m = e.message();
   if (m.find("API key") == std::string::npos && m.find("signature") == std::string::npos) return "";
   auto file = api_key_file();
   std::error_code ec;
