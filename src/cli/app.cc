@@ -1,10 +1,83 @@
 // The abx command line: global flags, subcommands, parse errors → exit 2.
+#include <algorithm>
 #include <csignal>
 #include <iostream>
+#include <optional>
 
 #include "cli.h"
 
 namespace abx::cli {
+
+namespace {
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// After a parse error: walks argv down the subcommand tree as CLI11 does (options of a level or
+// its parents, with their values, are skipped) and returns the message for the first word that
+// names no subcommand where one was needed, with the closest name when one is near.
+std::optional<std::string> unknown_command(CLI::App& app, int argc, char** argv) {
+  CLI::App* level = &app;
+  std::string path = "abx";
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") return std::nullopt;
+    if (a.size() > 1 && a[0] == '-') {
+      if (a.find('=') != std::string::npos) continue;
+      for (CLI::App* l = level; l != nullptr; l = l->get_parent()) {
+        if (const CLI::Option* o = l->get_option_no_throw(a)) {
+          if (o->get_items_expected_max() > 0) ++i;  // its value
+          break;
+        }
+      }
+      continue;
+    }
+    auto subs = level->get_subcommands([](CLI::App*) { return true; });
+    if (subs.empty()) return std::nullopt;  // a positional argument: not ours to judge
+    auto match =
+        std::find_if(subs.begin(), subs.end(), [&](CLI::App* s) { return s->check_name(a); });
+    if (match != subs.end()) {
+      level = *match;
+      path += " " + (*match)->get_name();
+      continue;
+    }
+    std::string best;
+    std::size_t best_d = 3;  // at most two edits away
+    for (CLI::App* s : subs) {
+      std::vector<std::string> names = s->get_aliases();
+      names.push_back(s->get_name());
+      for (const auto& n : names) {
+        std::size_t d = edit_distance(a, n);
+        if (n.rfind(a, 0) == 0 && a.size() >= 2) d = std::min<std::size_t>(d, 1);
+        if (d < best_d) {
+          best_d = d;
+          best = s->get_name();
+        }
+      }
+    }
+    std::string msg = "unknown command '" + a + "'";
+    if (!best.empty()) msg += "; did you mean '" + best + "'?";
+    std::string all;
+    for (CLI::App* s : subs) all += (all.empty() ? "" : ", ") + s->get_name();
+    msg += "\n" + path + " commands: " + all + " (see " + path + " --help)";
+    return msg;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 void add_mcp(CLI::App& app, Context& ctx);  // mcp.cc: `abx mcp` (stdio MCP server)
 
@@ -39,6 +112,7 @@ int run_main(int argc, char** argv) {
   add_sandbox(app, ctx);
   add_exec(app, ctx);
   add_files(app, ctx);
+  add_logs(app, ctx);
   add_template(app, ctx);
   add_commands(app, ctx);
   add_run(app, ctx);
@@ -50,6 +124,12 @@ int run_main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() != 0) {
+      if (auto msg = unknown_command(app, argc, argv)) {
+        ctx.fail(invalid_argument(*msg));
+        return kExitUsage;
+      }
+    }
     int code = app.exit(e);
     return code == 0 ? kExitOk : kExitUsage;
   }

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <boost/json/value.hpp>
 #include <chrono>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,8 +38,18 @@ struct Context {
   GlobalFlags flags;
   int exit_code = kExitOk;
 
-  // The environment overlaid with the global flags.
+  // The environment overlaid with the global flags. With no API key (nor AK/SK) given and an
+  // API URL on this host, the key abxd wrote to api_key_file() is used.
   client::ConnectionConfig config() const;
+  // --home, else $ABX_HOME, else ~/.abx (as abxd resolves its home).
+  std::filesystem::path home() const;
+  std::filesystem::path api_key_file() const { return home() / "api_key"; }
+  // Where the API key came from: "--api-key", "ABX_API_KEY", "E2B_API_KEY", the key file's path,
+  // "ABX_ACCESS_KEY_ID" (signing), or "" when there is none.
+  std::string api_key_source() const;
+  // For a refused or missing API key: what to do about it, naming ABX_API_KEY, --api-key and
+  // the key file; "" for other errors.
+  std::string auth_hint(const Error& e) const;
   // Direct mode (a server/envd URL and an access token given, no control plane) attaches;
   // otherwise POST /sandboxes/{id}/connect.
   Result<client::Sandbox> open_sandbox(const std::string& id) const;
@@ -75,13 +86,15 @@ CLI::App* add_sandbox_subcommand(CLI::App& parent, const std::string& name, cons
 void add_sandbox(CLI::App& app, Context& ctx);
 void add_exec(CLI::App& app, Context& ctx);
 void add_files(CLI::App& app, Context& ctx);
+void add_files_cp(CLI::App& files, Context& ctx);  // files_cp.cc: `abx files cp`
 void add_template(CLI::App& app, Context& ctx);
 void add_commands(CLI::App& app, Context& ctx);
 void add_run(CLI::App& app, Context& ctx);
 void add_token(CLI::App& app, Context& ctx);
 void add_up(CLI::App& app, Context& ctx);
 void add_completion(CLI::App& app, Context& ctx);
-void add_mcp(CLI::App& app, Context& ctx);  // mcp.cc: `abx mcp`
+void add_mcp(CLI::App& app, Context& ctx);   // mcp.cc: `abx mcp`
+void add_logs(CLI::App& app, Context& ctx);  // logs.cc: `abx logs`
 
 // Runs the CLI (main() is this plus nothing).
 int run_main(int argc, char** argv);

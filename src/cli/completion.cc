@@ -12,7 +12,7 @@ _abx() {
   local cur prev words cword
   cur="${COMP_WORDS[COMP_CWORD]}"
   prev="${COMP_WORDS[COMP_CWORD-1]}"
-  local top="sandbox exec files template commands run token up mcp completion help"
+  local top="sandbox exec files logs template commands run token up mcp completion help"
   local globals="--json --api-url --api-key --domain --sandbox-url --server-url --access-token --home --template --help"
   if [[ ${COMP_CWORD} -eq 1 ]]; then
     COMPREPLY=( $(compgen -W "${top} ${globals}" -- "${cur}") )
@@ -28,7 +28,7 @@ _abx() {
       fi ;;
     files)
       if [[ ${COMP_CWORD} -eq 2 ]]; then
-        COMPREPLY=( $(compgen -W "read write ls rm mkdir" -- "${cur}") ); return
+        COMPREPLY=( $(compgen -W "cp read write ls rm mkdir" -- "${cur}") ); return
       fi ;;
     template|templates)
       if [[ ${COMP_CWORD} -eq 2 ]]; then
@@ -41,7 +41,7 @@ _abx() {
     completion)
       COMPREPLY=( $(compgen -W "bash" -- "${cur}") ); return ;;
   esac
-  local sub="--json --help --module -a --arg --ttl --command --timeout --env --metadata --cwd --user --state --limit --depth --local"
+  local sub="--json --help --module -a --arg --ttl --command --timeout --env --metadata --cwd --user --state --limit --depth --local -i -t --interactive --tty -f --follow --since"
   COMPREPLY=( $(compgen -W "${sub} ${globals}" -- "${cur}") )
 }
 complete -o default -F _abx abx

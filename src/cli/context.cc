@@ -1,5 +1,7 @@
 #include <boost/json.hpp>
 #include <charconv>
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
 
 #include "cli.h"
@@ -7,6 +9,40 @@
 namespace abx::cli {
 
 namespace json = boost::json;
+
+namespace {
+
+// The host of an http:// URL ("http://127.0.0.1:3000/x" → "127.0.0.1"; "[::1]" → "::1").
+std::string url_host(std::string_view url) {
+  auto scheme = url.find("://");
+  if (scheme != std::string_view::npos) url.remove_prefix(scheme + 3);
+  url = url.substr(0, url.find_first_of("/?#"));
+  if (auto at = url.rfind('@'); at != std::string_view::npos) url.remove_prefix(at + 1);
+  if (!url.empty() && url.front() == '[') return std::string(url.substr(1, url.find(']') - 1));
+  return std::string(url.substr(0, url.find(':')));
+}
+
+bool is_local_host(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0 ||
+         (host.size() > 10 && host.ends_with(".localhost"));
+}
+
+std::string first_line(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::string line;
+  std::getline(in, line);
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  return line;
+}
+
+}  // namespace
+
+std::filesystem::path Context::home() const {
+  if (!flags.home.empty()) return flags.home;
+  if (const char* h = std::getenv("ABX_HOME"); h && *h) return h;
+  if (const char* h = std::getenv("HOME"); h && *h) return std::filesystem::path(h) / ".abx";
+  return ".abx";
+}
 
 client::ConnectionConfig Context::config() const {
   auto c = client::ConnectionConfig::from_env();
@@ -17,7 +53,45 @@ client::ConnectionConfig Context::config() const {
   if (!flags.server_url.empty()) c.server_url = flags.server_url;
   if (!flags.access_token.empty()) c.access_token = flags.access_token;
   if (!flags.home.empty()) c.home = flags.home;
+  // First run: no key given, and the platform is an abxd on this host — use the key abxd wrote
+  // into its home (the same home resolution as abxd's: --home, $ABX_HOME, ~/.abx).
+  if (c.api_key.empty() && c.access_key_id.empty() && is_local_host(url_host(c.api_url))) {
+    c.api_key = first_line(api_key_file());
+  }
   return c;
+}
+
+std::string Context::api_key_source() const {
+  if (!flags.api_key.empty()) return "--api-key";
+  for (const char* v : {"ABX_API_KEY", "E2B_API_KEY"}) {
+    if (const char* k = std::getenv(v); k && *k) return v;
+  }
+  auto c = config();
+  if (!c.access_key_id.empty()) return "ABX_ACCESS_KEY_ID";
+  if (!c.api_key.empty()) return api_key_file().string();
+  return "";
+}
+
+std::string Context::auth_hint(const Error& e) const {
+  if (e.code() != ErrorCode::kUnauthenticated && e.code() != ErrorCode::kPermissionDenied)
+    return "";
+  // Sandbox-plane failures (access tokens) are not about the API key.
+  const std::string& m = e.message();
+  if (m.find("API key") == std::string::npos && m.find("signature") == std::string::npos) return "";
+  auto file = api_key_file();
+  std::error_code ec;
+  bool has_file = std::filesystem::exists(file, ec);
+  std::string fix = "set ABX_API_KEY or pass --api-key";
+  fix += has_file ? "; abxd wrote one to " + file.string()
+                  : "; a local abxd writes one to " + file.string() + " when it first starts";
+  std::string source = api_key_source();
+  if (source.empty()) return "no API key was given: " + fix;
+  if (source == file.string()) {
+    return "the API key in " + source + " was refused: is the abxd at " + config().api_url +
+           " serving another home? Set ABX_API_KEY or pass --api-key with the key in that "
+           "home's api_key file";
+  }
+  return "the API key from " + source + " was refused: " + fix;
 }
 
 Result<client::Sandbox> Context::open_sandbox(const std::string& id) const {
@@ -53,12 +127,14 @@ int exit_code_for(const Error& e) {
 }
 
 int Context::fail(const Error& e) const {
-  std::cerr << "abx: " << e.message();
+  std::string message = e.message();
+  if (auto hint = auth_hint(e); !hint.empty()) message += " — " + hint;
+  std::cerr << "abx: " << message;
   if (e.type() != error_code_name(e.code())) std::cerr << " (" << e.type() << ")";
   std::cerr << "\n";
   if (flags.json) {
-    print_json(json::object{
-        {"error", e.message()}, {"type", e.type()}, {"code", error_code_name(e.code())}});
+    print_json(
+        json::object{{"error", message}, {"type", e.type()}, {"code", error_code_name(e.code())}});
   }
   return exit_code_for(e);
 }

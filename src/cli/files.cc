@@ -1,4 +1,4 @@
-// abx files read|write|ls|rm|mkdir <id> <path> …
+// abx files read|write|ls|rm|mkdir <id> <path> … (and cp: files_cp.cc)
 #include <boost/json.hpp>
 #include <fstream>
 #include <iostream>
@@ -126,6 +126,8 @@ void add_files(CLI::App& app, Context& ctx) {
       return kExitOk;
     });
   });
+
+  add_files_cp(*fs, ctx);
 }
 
 }  // namespace abx::cli

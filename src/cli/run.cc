@@ -82,8 +82,9 @@ void add_run(CLI::App& app, Context& ctx) {
       "template custom command. Values are converted to the declared argument types.",
       o->id);
   sub->add_option("command", o->command, "Command name (see `abx commands list <id>`)")->required();
-  sub->add_option("-a,--arg", o->args, "Argument NAME=VALUE (repeatable)");
-  sub->add_option("--module", o->modules, "Also discover commands of this local module (.so)");
+  sub->add_option("-a,--arg", o->args, "Argument NAME=VALUE (repeatable)")->allow_extra_args(false);
+  sub->add_option("--module", o->modules, "Also discover commands of this local module (.so)")
+      ->allow_extra_args(false);
   sub->callback([&ctx, o] { ctx.exit_code = run(ctx, *o); });
 }
 

@@ -172,14 +172,17 @@ void add_sandbox(CLI::App& app, Context& ctx) {
   auto* c = sb->add_subcommand("create", "Create a sandbox from a template; prints its id");
   c->add_option("template", o->template_id, "Template id")->capture_default_str();
   c->add_option("--timeout", o->timeout, "Lifetime: 300, 5m, 1h")->capture_default_str();
-  c->add_option("--env", o->envs, "Environment variable KEY=VALUE (repeatable)");
-  c->add_option("--metadata", o->metadata, "Metadata KEY=VALUE (repeatable)");
+  c->add_option("--env", o->envs, "Environment variable KEY=VALUE (repeatable)")
+      ->allow_extra_args(false);
+  c->add_option("--metadata", o->metadata, "Metadata KEY=VALUE (repeatable)")
+      ->allow_extra_args(false);
   c->callback([&ctx, o] { ctx.exit_code = create(ctx, *o); });
 
   auto* l = sb->add_subcommand("list", "List sandboxes");
   l->alias("ls");
   l->add_option("--state", o->state, "running, paused or running,paused");
-  l->add_option("--metadata", o->metadata, "Only sandboxes with this KEY=VALUE (repeatable)");
+  l->add_option("--metadata", o->metadata, "Only sandboxes with this KEY=VALUE (repeatable)")
+      ->allow_extra_args(false);
   l->add_option("--limit", o->limit, "At most this many");
   l->callback([&ctx, o] { ctx.exit_code = list(ctx, *o); });
 

@@ -258,7 +258,8 @@ void add_template(CLI::App& app, Context& ctx) {
   b->add_option("-f,--file", o->dockerfile, "Dockerfile (default CONTEXT/Dockerfile)");
   b->add_option("-t,--tag", o->id,
                 "Template name [a-z0-9][a-z0-9._-]{0,63} (default: the context's folder name)");
-  b->add_option("--build-arg", o->build_args, "ARG value NAME=VALUE (repeatable)")->expected(1);
+  b->add_option("--build-arg", o->build_args, "ARG value NAME=VALUE (repeatable)")
+      ->allow_extra_args(false);
   b->footer(
       "Progress: one line per step (CACHED when reused) and the RUN output; --json prints the "
       "platform's NDJSON events ({\"type\":\"step\"|\"log\"|\"done\"|\"error\"}). A "

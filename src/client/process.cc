@@ -145,6 +145,10 @@ Result<CommandHandle> Commands::start_argv(const std::vector<std::string>& argv,
   }
   if (!opts.cwd.empty()) process["cwd"] = opts.cwd;
   json::object body{{"process", std::move(process)}, {"stdin", opts.stdin}};
+  if (opts.pty) {
+    body["pty"] =
+        json::object{{"size", json::object{{"cols", opts.pty->cols}, {"rows", opts.pty->rows}}}};
+  }
 
   ABX_ASSIGN_OR_RETURN(auto ep, state_->plane_endpoint(kEnvdPort));
   ABX_ASSIGN_OR_RETURN(auto conn, state_->transport->open_stream(ep));
@@ -255,6 +259,20 @@ Status CommandHandle::send_stdin(std::string_view data) {
   json::object body = detail::selector(pid());
   body["input"] = json::object{{"stdin", abx::base64_encode(data)}};
   ABX_TRY(state_->connect_unary("/process.Process/SendInput", body, false));
+  return {};
+}
+
+Status CommandHandle::send_pty(std::string_view data) {
+  json::object body = detail::selector(pid());
+  body["input"] = json::object{{"pty", abx::base64_encode(data)}};
+  ABX_TRY(state_->connect_unary("/process.Process/SendInput", body, false));
+  return {};
+}
+
+Status CommandHandle::resize(PtySize size) {
+  json::object body = detail::selector(pid());
+  body["pty"] = json::object{{"size", json::object{{"cols", size.cols}, {"rows", size.rows}}}};
+  ABX_TRY(state_->connect_unary("/process.Process/Update", body, false));
   return {};
 }
 

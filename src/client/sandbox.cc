@@ -2,6 +2,8 @@
 #include "abx/client/sandbox.h"
 
 #include <boost/json.hpp>
+#include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 
@@ -341,6 +343,63 @@ Status Sandbox::set_timeout(std::chrono::seconds timeout) {
                        "/sandboxes/" + detail::url_encode(id()) + "/timeout", &body, true,
                        "set timeout of sandbox " + id()));
   return {};
+}
+
+namespace {
+// "2026-11-30T14:39:30.123Z" (any fraction, or none) → Unix ms; 0 when malformed.
+std::int64_t parse_rfc3339_ms(std::string_view ts) {
+  std::tm tm{};
+  int frac_pos = 0;
+  std::string s(ts);
+  if (std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                  &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &frac_pos) != 6) {
+    return 0;
+  }
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  std::int64_t ms = static_cast<std::int64_t>(::timegm(&tm)) * 1000;
+  if (static_cast<std::size_t>(frac_pos) < s.size() && s[frac_pos] == '.') {
+    int scale = 100;
+    for (std::size_t i = frac_pos + 1; i < s.size() && std::isdigit(s[i]) && scale > 0; ++i) {
+      ms += (s[i] - '0') * scale;
+      scale /= 10;
+    }
+  }
+  return ms;
+}
+}  // namespace
+
+Result<std::vector<LogEntry>> Sandbox::logs(std::string_view sandbox_id,
+                                            const ConnectionConfig& config, std::int64_t start_ms,
+                                            int limit) {
+  detail::Transport t(config);
+  ABX_ASSIGN_OR_RETURN(
+      auto v, detail::control_json(t, bhttp::verb::get,
+                                   "/sandboxes/" + detail::url_encode(sandbox_id) + "/logs?start=" +
+                                       std::to_string(start_ms) + "&limit=" + std::to_string(limit),
+                                   nullptr, true, "logs of sandbox " + std::string(sandbox_id)));
+  std::vector<LogEntry> out;
+  const json::value* entries = v.is_object() ? v.as_object().if_contains("logEntries") : nullptr;
+  if (entries == nullptr || !entries->is_array()) return out;
+  for (const auto& e : entries->as_array()) {
+    if (!e.is_object()) continue;
+    const auto& o = e.as_object();
+    auto str = [](const json::object& obj, const char* k) {
+      const json::value* x = obj.if_contains(k);
+      return x && x->is_string() ? std::string(x->as_string()) : std::string();
+    };
+    LogEntry le;
+    le.timestamp = str(o, "timestamp");
+    le.timestamp_ms = parse_rfc3339_ms(le.timestamp);
+    le.level = str(o, "level");
+    le.message = str(o, "message");
+    if (const json::value* f = o.if_contains("fields"); f && f->is_object()) {
+      le.source = str(f->as_object(), "source");
+      le.stream = str(f->as_object(), "stream");
+    }
+    out.push_back(std::move(le));
+  }
+  return out;
 }
 
 Result<SandboxInfo> Sandbox::info() {

@@ -23,6 +23,7 @@
 #include "envd_impl.h"
 #include "files.h"
 #include "fs.h"
+#include "output_log.h"
 #include "process.h"
 #include "proto_json.h"
 #include "users.h"
@@ -179,6 +180,14 @@ void Envd::Impl::handle(Request&& req, Responder respond) {
     return respond(std::move(res));
   }
   if (path == "/files") return handle_files(std::move(req), std::move(respond), *q);
+  if (path == "/logs") {  // abx: the start command's and command server's output (output_log.h)
+    if (auto s = check_token(req); !s.ok()) return respond(rest_error_response(s.error(), v));
+    auto body = logs_query_json(OutputLog::instance(), *q);
+    if (!body.ok()) return respond(rest_error_response(body.error(), v));
+    auto res = http::json_response(200, *body, v);
+    res.keep_alive(req.keep_alive());
+    return respond(std::move(res));
+  }
   if (path.size() > 1 && path.find('/', 1) != std::string_view::npos &&
       (path.starts_with("/process.") || path.starts_with("/filesystem."))) {
     return handle_rpc(std::move(req), std::move(respond), path);

@@ -63,6 +63,7 @@ std::optional<int> parse_flags(int argc, char** argv, Flags& f) {
       "Connect process.Process and filesystem.Filesystem), reaps zombies, forwards SIGTERM and "
       "supervises the template's start command and command server.\n"
       "Exit codes: 0 ok, 2 usage, 3 configuration, 4 cannot listen."};
+  app.set_version_flag("--version", std::string("abx-envd ") + ABX_VERSION);
   app.add_option("--port,-p", f.opt.port, "Port to listen on (0 picks a free one)")
       ->capture_default_str();
   app.add_option("--host", f.opt.host, "Address to listen on")->capture_default_str();

@@ -1,12 +1,16 @@
 #include "supervisor.h"
 
+#include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <optional>
+
 #include "abx/base/log.h"
+#include "output_log.h"
 
 extern char** environ;
 
@@ -55,7 +59,15 @@ void Supervisor::signal(int sig) {
   if (pid_ > 0) ::kill(-pid_, sig);
 }
 
-pid_t Supervisor::spawn() {
+void Supervisor::event(std::string_view level, const std::string& message) {
+  OutputLog::instance().add(name_, "event", level, message);
+  if (level == "warn")
+    log().warn(message);
+  else
+    log().info(message);
+}
+
+pid_t Supervisor::spawn(int out_fd, int err_fd) {
   std::string home_env = "HOME=" + user_.home;
   std::string user_env = "USER=" + user_.name;
   std::vector<char*> envp;
@@ -84,6 +96,9 @@ pid_t Supervisor::spawn() {
         dfl.sa_handler = SIG_DFL;
         for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD}) ::sigaction(s, &dfl, nullptr);
         ::setsid();
+        // stdout and stderr: the pipes to the output log (dup2 clears their close-on-exec).
+        if (out_fd >= 0) ::dup2(out_fd, STDOUT_FILENO);
+        if (err_fd >= 0) ::dup2(err_fd, STDERR_FILENO);
         if (!clean_fd_table(-1)) ::_exit(126);  // the server starts with stdio only
         if (switch_user && (::setgroups(1, &gid) < 0 || ::setgid(gid) < 0 || ::setuid(uid) < 0)) {
           ::_exit(126);
@@ -95,9 +110,7 @@ pid_t Supervisor::spawn() {
       [this](int status) {
         std::lock_guard lock(mu_);
         exited_ = true;
-        log().info(
-            name_ + " exited with status " +
-            std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)));
+        status_ = status;
         cv_.notify_all();
       });
 }
@@ -111,27 +124,51 @@ void Supervisor::run() {
       exited_ = false;
     }
     auto started = std::chrono::steady_clock::now();
-    pid_t pid = spawn();
-    {
-      std::unique_lock lock(mu_);
-      if (pid < 0) {
-        log().error("cannot start " + name_);
-        exited_ = true;
-      } else {
-        pid_ = pid;
-        log().info("started " + name_ + " (pid " + std::to_string(pid) + "): " + cmd_);
-      }
-      cv_.wait(lock, [this] { return exited_; });
-      pid_ = -1;
-      cv_.notify_all();
-      if (!restart_ || stop_) return;
-      if (std::chrono::steady_clock::now() - started > std::chrono::seconds(60)) {
-        backoff = std::chrono::milliseconds(100);
-      }
-      log().warn(name_ + " exited; restarting in " + std::to_string(backoff.count()) + " ms");
-      cv_.wait_for(lock, backoff, [this] { return stop_; });
-      if (stop_) return;
+    int out[2] = {-1, -1}, err[2] = {-1, -1};
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+      log().warn("cannot make output pipes for " + name_ + ": its output is not kept");
     }
+    pid_t pid = spawn(out[1], err[1]);
+    for (int fd : {out[1], err[1]}) {
+      if (fd >= 0) ::close(fd);
+    }
+    std::optional<OutputPump> pump;
+    if (out[0] >= 0 && err[0] >= 0) {
+      pump.emplace(OutputLog::instance(), name_, out[0], err[0]);
+    } else {
+      for (int fd : {out[0], err[0]}) {
+        if (fd >= 0) ::close(fd);
+      }
+    }
+    std::unique_lock lock(mu_);
+    if (pid < 0) {
+      event("warn", "cannot start " + name_ + ": " + cmd_);
+      exited_ = true;
+    } else {
+      pid_ = pid;
+      event("info", "started " + name_ + " (pid " + std::to_string(pid) + "): " + cmd_);
+    }
+    cv_.wait(lock, [this] { return exited_; });
+    pid_ = -1;
+    cv_.notify_all();
+    int status = status_;
+    lock.unlock();
+    pump.reset();  // its last lines before the exit event
+    lock.lock();
+    if (pid >= 0) {
+      event(WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "info" : "warn",
+            name_ + " exited with " +
+                (WIFEXITED(status) ? "status " + std::to_string(WEXITSTATUS(status))
+                                   : "signal " + std::to_string(WTERMSIG(status))));
+    }
+    if (!restart_ || stop_) return;
+    if (std::chrono::steady_clock::now() - started > std::chrono::seconds(60)) {
+      backoff = std::chrono::milliseconds(100);
+    }
+    event("warn", "restarting " + name_ + " in " + std::to_string(backoff.count()) + " ms");
+    cv_.wait_for(lock, backoff, [this] { return stop_; });
+    if (stop_) return;
+    lock.unlock();
     backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::seconds(30));
   }
 }

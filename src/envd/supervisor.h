@@ -1,11 +1,15 @@
 // Init duties of abx-envd beyond the API: running the template's start command once and
 // keeping the command server alive (restarting it with exponential backoff when it exits).
+// Each child's stdout and stderr are pipes read into OutputLog::instance() (output_log.h), with
+// the supervisor's own events (started, exited with status N, restarting in M ms), so a server
+// that crashes at start shows why in `abx logs`.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -27,7 +31,8 @@ class Supervisor {
 
  private:
   void run();
-  pid_t spawn();
+  pid_t spawn(int out_fd, int err_fd);
+  void event(std::string_view level, const std::string& message);
   Reaper& reaper_;
   std::string name_, cmd_;  // cmd_: argv joined, for the log
   std::vector<std::string> argv_, env_;
@@ -37,6 +42,7 @@ class Supervisor {
   std::condition_variable cv_;
   pid_t pid_ = -1;
   bool exited_ = false;
+  int status_ = 0;  // of the last exit
   bool stop_ = false;
   std::thread thread_;
 };

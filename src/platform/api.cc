@@ -49,6 +49,7 @@ constexpr api::RouteEntry kRoutes[] = {
     {verb::post, "/sandboxes/{id}/pause", api::pause_sandbox},
     {verb::post, "/sandboxes/{id}/tokens", api::mint_token},
     {verb::get, "/sandboxes/{id}/metrics", api::sandbox_metrics},
+    {verb::get, "/sandboxes/{id}/logs", api::sandbox_logs},
 };
 
 }  // namespace

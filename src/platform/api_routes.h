@@ -116,6 +116,7 @@ Result<http::Response> template_image(Context& ctx);
 Status build_template(Context& ctx, const std::string& context_tar, const http::Responder& respond);
 Result<http::Response> mint_token(Context& ctx);
 Result<http::Response> sandbox_metrics(Context& ctx);
+Result<http::Response> sandbox_logs(Context& ctx);  // api_logs.cc
 
 // The typed requests and their decoders (api_sandboxes.cc, api_tokens.cc).
 Result<CreateRequest> parse_create(const boost::json::object& body, std::int64_t max_timeout);

@@ -139,6 +139,8 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions opt
       live->tmpl = std::make_shared<const templates::Template>(*tmpl);
       live->image_digest = read_image_file(fs::path(m->opt_.home) / "run" / rec.id);
       live->paused = rec.state == store::SandboxState::kPaused;
+      live->note("info", std::string("adopted by a restarted abxd (") +
+                             (live->paused ? "paused" : "running") + ")");
       m->live_[rec.id] = std::move(live);
       ++adopted;
     }
@@ -372,8 +374,8 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
     std::lock_guard lock(mu_);
     live_[live->record.id] = live;
   }
-  slog.info("created from template '" + tmpl->id + "', deadline in " + std::to_string(timeout) +
-            " s");
+  live->note("info", "created from template '" + tmpl->id + "', deadline in " +
+                         std::to_string(timeout) + " s");
   return live;
 }
 
@@ -448,6 +450,28 @@ Result<image::Image> SandboxManager::resolve_image(const templates::Template& tm
   return img;
 }
 
+void LiveSandbox::note(std::string_view level, std::string message) {
+  Logger l("sandboxes", record.id);
+  if (level == "error")
+    l.error(message);
+  else if (level == "warn")
+    l.warn(message);
+  else
+    l.info(message);
+  std::lock_guard lock(events_mu_);
+  events_.push_back({now_ms(), std::string(level), std::move(message)});
+  if (events_.size() > 256) events_.pop_front();
+}
+
+std::vector<SandboxEvent> LiveSandbox::events_since(std::int64_t start_ms) const {
+  std::lock_guard lock(events_mu_);
+  std::vector<SandboxEvent> out;
+  for (const auto& e : events_) {
+    if (e.timestamp_ms >= start_ms) out.push_back(e);
+  }
+  return out;
+}
+
 std::shared_ptr<LiveSandbox> SandboxManager::find(const std::string& id) const {
   std::lock_guard lock(mu_);
   auto it = live_.find(id);
@@ -476,7 +500,7 @@ Status SandboxManager::kill(const std::string& id) {
     sb = it->second;
     live_.erase(it);
   }
-  Logger("sandboxes", id).info("killed");
+  sb->note("info", "killed");
   return destroy(sb);
 }
 
@@ -504,6 +528,7 @@ Status SandboxManager::move_deadline(const std::string& id, std::int64_t seconds
   ABX_TRY(store_->set_deadline(id, end));
   sb->record.end_at_ms = end;
   reaper_cv_.notify_all();
+  if (!extend_only) sb->note("info", "timeout set: ends in " + std::to_string(seconds) + " s");
   return {};
 }
 
@@ -516,6 +541,7 @@ Status SandboxManager::pause(const std::string& id) {
   ABX_TRY(sb->sandbox.cgroups().freeze(true));
   sb->paused = true;
   sb->record.state = store::SandboxState::kPaused;
+  sb->note("info", "paused");
   return store_->update_state(id, store::SandboxState::kPaused);
 }
 
@@ -528,7 +554,7 @@ Result<bool> SandboxManager::resume(const std::string& id) {
   sb->paused = false;
   sb->record.state = store::SandboxState::kRunning;
   ABX_TRY(store_->update_state(id, store::SandboxState::kRunning));
-  Logger("sandboxes", id).info("resumed");
+  sb->note("info", "resumed");
   return true;
 }
 
@@ -579,11 +605,11 @@ void SandboxManager::reaper_loop() {
       }
     }
     for (const auto& id : due) {
-      Logger("sandboxes", id).info("timeout reached: killing");
+      if (auto sb = find(id)) sb->note("info", "timeout reached: killing");
       (void)kill(id);
     }
     for (const auto& id : dead) {
-      Logger("sandboxes", id).warn("abx-envd exited: removing the sandbox");
+      if (auto sb = find(id)) sb->note("warn", "abx-envd exited: removing the sandbox");
       (void)kill(id);
     }
     lock.lock();

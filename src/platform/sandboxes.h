@@ -21,13 +21,16 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 #include "abx/base/error.h"
 #include "abx/base/log.h"
@@ -62,6 +65,14 @@ struct CreateRequest {
   bool secure = true;
 };
 
+// A lifecycle event of one sandbox (created, paused, resumed, timeout set, killed), kept with it
+// for GET /sandboxes/{id}/logs and written to abxd's log with the sandbox id.
+struct SandboxEvent {
+  std::int64_t timestamp_ms = 0;
+  std::string level;  // info | warn | error
+  std::string message;
+};
+
 struct LiveSandbox {
   store::SandboxRecord record;
   std::string access_token;  // empty when created with secure=false
@@ -75,6 +86,14 @@ struct LiveSandbox {
 
   LiveSandbox(store::SandboxRecord rec, runtime::Sandbox sb)
       : record(std::move(rec)), sandbox(std::move(sb)) {}
+
+  // Logs `message` (component "sandboxes", this sandbox's id) and keeps it (the last 256).
+  void note(std::string_view level, std::string message);
+  std::vector<SandboxEvent> events_since(std::int64_t start_ms) const;
+
+ private:
+  mutable std::mutex events_mu_;
+  std::deque<SandboxEvent> events_;
 };
 
 struct ManagerOptions {

@@ -64,6 +64,7 @@ std::optional<int> parse_flags(int argc, char** argv, Flags& f) {
       "abx-server: serves registered commands over HTTP (GET /commands, POST /commands/{name})\n"
       "and as MCP tools (POST /mcp, Streamable HTTP).\n"
       "The access token comes from $ABX_ACCESS_TOKEN or --token-file."};
+  app.set_version_flag("--version", std::string("abx-server ") + ABX_VERSION);
   CommandServerOptions& opt = f.opt;
   std::string call_timeout = "30s";
   std::size_t max_body = opt.limits.max_body_bytes;

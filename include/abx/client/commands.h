@@ -34,6 +34,12 @@ struct ProcessStream;
 
 using OutputCallback = std::function<void(std::string_view data)>;
 
+// A terminal's size in character cells.
+struct ABX_EXPORT PtySize {
+  std::uint16_t cols = 80;
+  std::uint16_t rows = 24;
+};
+
 struct ABX_EXPORT CommandOptions {
   std::map<std::string, std::string> envs;
   std::string cwd;   // empty: the user's home
@@ -44,6 +50,9 @@ struct ABX_EXPORT CommandOptions {
   OutputCallback on_stdout;
   OutputCallback on_stderr;
   bool stdin = false;  // keep stdin open for send_stdin (background handles)
+  // Run on a fresh pseudo-terminal of this size (stdin, stdout and stderr are all the terminal):
+  // its output arrives on on_stdout, input goes through send_pty, resize() changes its size.
+  std::optional<PtySize> pty;
 };
 
 struct ABX_EXPORT CommandResult {
@@ -74,7 +83,11 @@ class ABX_EXPORT CommandHandle {
   // SIGKILL; false when the process is already gone.
   Result<bool> kill();
   Status send_stdin(std::string_view data);
+  // Closes the process's stdin (on a pty: sends EOF, ^D, as a user at the terminal would).
   Status close_stdin();
+  // Input typed at the process's terminal (CommandOptions::pty), and its new size (SIGWINCH).
+  Status send_pty(std::string_view data);
+  Status resize(PtySize size);
 
  private:
   std::shared_ptr<detail::SandboxState> state_;

@@ -72,6 +72,17 @@ struct ABX_EXPORT SandboxInfo {
 // Parses a Sandbox / ListedSandbox / SandboxDetail object. Errors: kInvalidArgument.
 ABX_EXPORT Result<SandboxInfo> sandbox_info_from_json(const boost::json::value& v);
 
+// One line of GET /sandboxes/{id}/logs (E2B's logEntries): what the sandbox's start command or
+// command server printed, their supervisor's events, or the platform's lifecycle events.
+struct ABX_EXPORT LogEntry {
+  std::string timestamp;  // RFC 3339
+  std::int64_t timestamp_ms = 0;
+  std::string level;    // info | warn | error
+  std::string message;  // the line, without its newline
+  std::string source;   // "start command", "command server", "abxd", … (fields.source)
+  std::string stream;   // "stdout", "stderr", "event" (fields.stream)
+};
+
 struct ABX_EXPORT CreateOptions {
   std::chrono::seconds timeout{300};
   std::map<std::string, std::string> envs;
@@ -122,6 +133,11 @@ class ABX_EXPORT Sandbox {
       const ConnectionConfig& config = ConnectionConfig::from_env());
   // DELETE /sandboxes/{id}: true when killed, false when there was no such sandbox.
   static Result<bool> kill(std::string_view sandbox_id, const ConnectionConfig& config);
+  // GET /sandboxes/{id}/logs?start=&limit=: entries at or after `start_ms` (Unix ms), oldest
+  // first, at most `limit`. Does not resume a paused sandbox. Errors: kNotFound, kUnauthenticated.
+  static Result<std::vector<LogEntry>> logs(std::string_view sandbox_id,
+                                            const ConnectionConfig& config,
+                                            std::int64_t start_ms = 0, int limit = 1000);
 
   const std::string& id() const;
   const SandboxInfo& cached_info() const;

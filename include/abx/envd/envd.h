@@ -8,6 +8,8 @@
 //   POST /process.Process/{Start,Connect,List,SendInput,SendSignal,CloseStdin,Update}
 //   POST /filesystem.Filesystem/{Stat,ListDir,MakeDir,Move,Remove,WatchDir,
 //                                CreateWatcher,GetWatcherEvents,RemoveWatcher}
+//   GET  /logs?start=<ms>&limit=N      (abx) the start command's and command server's output
+//                                      and restarts (src/envd/output_log.h)
 // RPCs use the Connect protocol with JSON (unary: bare JSON; server streams: envelopes ending
 // with an end-stream frame). With an access token configured, every route but /health needs
 // `X-Access-Token` (the /files routes also accept a v1 `signature`).

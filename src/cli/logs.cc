@@ -1,0 +1,104 @@
+// abx logs <id> [-f] [--since 5m] [--limit N]: what the sandbox's start command and command
+// server printed, their restarts, and the platform's lifecycle events (GET
+// /sandboxes/{id}/logs), oldest first. -f keeps polling (once a second, from the last
+// timestamp seen) until the sandbox is gone or abx is interrupted.
+#include <algorithm>
+#include <boost/json.hpp>
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+#include "cli.h"
+
+namespace abx::cli {
+
+namespace {
+
+struct LogsOpts {
+  std::string id, since;
+  bool follow = false;
+  int limit = 1000;
+};
+
+std::int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void print(const Context& ctx, const client::LogEntry& e) {
+  if (ctx.flags.json) {  // one JSON object per line (NDJSON)
+    std::cout << boost::json::serialize(boost::json::object{{"timestamp", e.timestamp},
+                                                            {"level", e.level},
+                                                            {"source", e.source},
+                                                            {"stream", e.stream},
+                                                            {"message", e.message}})
+              << "\n";
+  } else {
+    std::cout << e.timestamp << " [" << e.source << (e.stream == "stderr" ? " stderr" : "") << "] "
+              << e.message << "\n";
+  }
+  std::cout.flush();
+}
+
+int logs(Context& ctx, const LogsOpts& o) {
+  std::int64_t start = 0;
+  if (!o.since.empty()) {
+    auto d = parse_duration(o.since);
+    if (!d.ok()) return ctx.fail(d.error());
+    start = unix_ms() - d->count() * 1000;
+  }
+  if (o.limit <= 0 || o.limit > 10'000) return ctx.usage("--limit must be between 1 and 10000");
+  auto cfg = ctx.config();
+  // Entries at the last timestamp already printed: the next poll starts at that timestamp
+  // (inclusive, millisecond resolution) and skips them.
+  std::size_t seen_at_start = 0;
+  for (bool first = true;; first = false) {
+    // Ask for the ones already seen at `start` on top, so a page always has room for new ones.
+    int want = static_cast<int>(std::min<std::size_t>(o.limit + seen_at_start, 10'000));
+    auto page = client::Sandbox::logs(o.id, cfg, start, want);
+    if (!page.ok()) {
+      if (!first && page.error().code() == ErrorCode::kNotFound) {
+        if (!ctx.flags.json) std::cerr << "abx: sandbox " << o.id << " is gone\n";
+        return kExitOk;
+      }
+      return ctx.fail(page.error());
+    }
+    std::size_t skip = seen_at_start, fresh = 0;
+    for (const auto& e : *page) {
+      if (e.timestamp_ms == start && skip > 0) {
+        --skip;
+        continue;
+      }
+      print(ctx, e);
+      if (!std::cout) return kExitOk;  // the reader went away (a closed pipe)
+      ++fresh;
+      if (e.timestamp_ms != start) {
+        start = e.timestamp_ms;
+        seen_at_start = 0;
+      }
+      ++seen_at_start;
+    }
+    // A full page with something new: more are waiting, ask again at once.
+    if (fresh > 0 && page->size() >= static_cast<std::size_t>(want)) continue;
+    if (!o.follow) return kExitOk;
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+}
+
+}  // namespace
+
+void add_logs(CLI::App& app, Context& ctx) {
+  auto o = std::make_shared<LogsOpts>();
+  auto* sub = add_sandbox_subcommand(
+      app, "logs",
+      "Output of the sandbox's start command and command server (with restarts) and its "
+      "lifecycle events; --json: one object per line",
+      o->id);
+  sub->add_flag("-f,--follow", o->follow, "Keep printing new lines until the sandbox is gone");
+  sub->add_option("--since", o->since, "Only lines from this long ago: 90s, 5m, 1h");
+  sub->add_option("--limit", o->limit, "Lines per request (1-10000)")->capture_default_str();
+  sub->callback([&ctx, o] { ctx.exit_code = logs(ctx, *o); });
+}
+
+}  // namespace abx::cli
