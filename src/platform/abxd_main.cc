@@ -76,6 +76,7 @@ struct Config {
   bool kill_sandboxes = false;
   runtime::UserNamespace userns;
   bool no_userns = false;
+  double server_ready_timeout = 20;  // seconds
   bool no_watchdog = false;
   CLI::App* watchdog_cmd = nullptr;
   std::string registry_auth;
@@ -169,6 +170,11 @@ std::optional<int> parse_flags(int argc, char** argv, Config& cfg) {
   app.add_flag("--no-userns", cfg.no_userns,
                "Run sandboxes without a user namespace (sandbox root is host root): only for "
                "kernels or image stores without idmapped mounts, and for benchmarks");
+  app.add_option("--server-ready-timeout", cfg.server_ready_timeout,
+                 "Seconds a create waits for a template's command server to accept connections "
+                 "(a server that exits before that fails the create with its output at once)")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
   app.add_flag("--kill-sandboxes", cfg.kill_sandboxes,
                "On SIGTERM kill every sandbox (default: leave them running; the next abxd "
                "adopts them)");
@@ -418,6 +424,8 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   mo.insecure_registries = cfg.insecure_registries;
   mo.image_store = cfg.image_store;
   mo.userns = cfg.userns;
+  mo.server_ready_timeout =
+      std::chrono::milliseconds(static_cast<std::int64_t>(cfg.server_ready_timeout * 1000));
   auto mgr = platform::SandboxManager::start(mo, **st, std::move(catalog));
   if (!mgr.ok()) return fail(mgr.error(), kExitConfig);
   platform::ControlApi api(**mgr, **st);

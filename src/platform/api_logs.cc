@@ -42,42 +42,6 @@ Result<std::int64_t> query_number(const Context& ctx, const char* key, std::int6
   return dflt;
 }
 
-// envd's lines at or after `start`: its GET /logs, over a socket opened in the sandbox's netns.
-Result<std::vector<Entry>> envd_lines(LiveSandbox& sb, std::int64_t start, std::int64_t limit) {
-  ABX_ASSIGN_OR_RETURN(auto fd, sb.sandbox.open_tcp(kEnvdPort, std::chrono::seconds(2)));
-  ABX_ASSIGN_OR_RETURN(auto conn, http::Connection::adopt(std::move(fd), "localhost"));
-  auto req = http::make_request(
-      bhttp::verb::get, "/logs?start=" + std::to_string(start) + "&limit=" + std::to_string(limit));
-  req.erase(bhttp::field::content_type);
-  if (!sb.access_token.empty()) req.set("X-Access-Token", sb.access_token);
-  conn->set_body_limit(32u << 20);
-  ABX_ASSIGN_OR_RETURN(auto res, conn->send(std::move(req), std::chrono::seconds(10)));
-  if (res.result_int() != 200) {
-    return Error(ErrorCode::kUnavailable,
-                 "envd answered " + std::to_string(res.result_int()) + " for its logs");
-  }
-  boost::system::error_code ec;
-  json::value v = json::parse(res.body(), ec);
-  const json::value* logs = !ec && v.is_object() ? v.as_object().if_contains("logs") : nullptr;
-  if (logs == nullptr || !logs->is_array()) {
-    return Error(ErrorCode::kUnavailable, "envd sent malformed logs");
-  }
-  std::vector<Entry> out;
-  for (const auto& l : logs->as_array()) {
-    if (!l.is_object()) continue;
-    const auto& o = l.as_object();
-    auto str = [&](const char* k) {
-      const json::value* x = o.if_contains(k);
-      return x && x->is_string() ? std::string(x->as_string()) : std::string();
-    };
-    const json::value* ts = o.if_contains("timestampMs");
-    if (ts == nullptr || !ts->is_number()) continue;
-    out.push_back(
-        {ts->to_number<std::int64_t>(), str("level"), str("line"), str("source"), str("stream")});
-  }
-  return out;
-}
-
 }  // namespace
 
 Result<Response> sandbox_logs(Context& ctx) {
@@ -91,8 +55,11 @@ Result<Response> sandbox_logs(Context& ctx) {
     all.push_back({now_ms(), "info",
                    "the sandbox is paused: its programs' output is shown once it runs again",
                    "abxd", "event"});
-  } else if (auto lines = envd_lines(*sb, start, limit); lines.ok()) {
-    all.insert(all.end(), lines->begin(), lines->end());
+  } else if (auto lines = read_envd_log(sb->sandbox, sb->access_token, start, limit); lines.ok()) {
+    for (auto& l : *lines) {
+      all.push_back({l.timestamp_ms, std::move(l.level), std::move(l.line), std::move(l.source),
+                     std::move(l.stream)});
+    }
   } else {
     all.push_back(
         {now_ms(), "warn", "cannot read envd's logs: " + lines.error().message(), "abxd", "event"});

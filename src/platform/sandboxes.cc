@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <boost/json/array.hpp>
+#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <chrono>
 #include <cstring>
@@ -264,6 +265,62 @@ Status wait_for_envd(const runtime::Sandbox& sb) {
   return unavailable("envd did not start");
 }
 
+// The last `n` lines `source` printed (stdout and stderr), each indented, for an error message.
+std::string output_tail(const std::vector<EnvdLogLine>& lines, const std::string& source,
+                        std::size_t n) {
+  std::vector<const EnvdLogLine*> mine;
+  for (const auto& l : lines) {
+    if (l.source == source && l.stream != "event") mine.push_back(&l);
+  }
+  if (mine.empty()) return "; it printed nothing";
+  std::string out = "; its last output:";
+  for (std::size_t i = mine.size() > n ? mine.size() - n : 0; i < mine.size(); ++i) {
+    out += "\n  " + mine[i]->line;
+  }
+  return out;
+}
+
+// Ready means the template's command server accepts connections on its port. envd restarts a
+// server that exits, so the first exit before that fails the create with the server's own
+// words (its exit status and the tail of its output, from envd's log) — never a sandbox whose
+// command list is silently empty.
+Status wait_for_server(const runtime::Sandbox& sb, const templates::Template& tmpl,
+                       const std::string& token, std::chrono::milliseconds timeout) {
+  const std::uint16_t port = tmpl.server->port;
+  const std::string source = "command server";
+  auto failed = [&](const std::string& why, const std::vector<EnvdLogLine>& lines) {
+    return Error(ErrorCode::kFailedPrecondition, "template '" + tmpl.id + "': its command server " +
+                                                     why + output_tail(lines, source, 20));
+  };
+  auto start = std::chrono::steady_clock::now();
+  auto deadline = start + timeout;
+  auto next_log_check = start + std::chrono::milliseconds(20);
+  for (auto delay = std::chrono::microseconds(500); std::chrono::steady_clock::now() < deadline;
+       delay = std::min(delay * 2, std::chrono::microseconds(50'000))) {
+    if (sb.open_tcp(port, std::chrono::milliseconds(500)).ok()) return {};
+    if (init_exited(sb.pidfd())) {
+      return unavailable("abx-envd exited while its command server was starting");
+    }
+    if (std::chrono::steady_clock::now() >= next_log_check) {
+      next_log_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+      if (auto lines = read_envd_log(sb, token, 0, 10'000); lines.ok()) {
+        for (const auto& l : *lines) {
+          if (l.source == source && l.stream == "event" &&
+              l.line.find(" exited ") != std::string::npos) {
+            return failed("did not start (" + l.line + ")", *lines);
+          }
+        }
+      }
+    }
+    std::this_thread::sleep_for(delay);
+  }
+  auto lines = read_envd_log(sb, token, 0, 10'000);
+  return failed("did not accept connections on port " + std::to_string(port) + " within " +
+                    std::to_string(timeout.count() / 1000.0).substr(0, 4) +
+                    " s (abxd --server-ready-timeout)",
+                lines.ok() ? *lines : std::vector<EnvdLogLine>{});
+}
+
 store::SandboxRecord new_record(const ManagerOptions& opt, const templates::Template& tmpl,
                                 const CreateRequest& req, const std::string& id,
                                 const runtime::Sandbox& sb, const std::string& token,
@@ -288,6 +345,45 @@ store::SandboxRecord new_record(const ManagerOptions& opt, const templates::Temp
 }
 
 }  // namespace
+
+Result<std::vector<EnvdLogLine>> read_envd_log(const runtime::Sandbox& sb,
+                                               const std::string& access_token,
+                                               std::int64_t start_ms, std::int64_t limit) {
+  namespace bhttp = boost::beast::http;
+  ABX_ASSIGN_OR_RETURN(auto fd, sb.open_tcp(kEnvdPort, std::chrono::seconds(2)));
+  ABX_ASSIGN_OR_RETURN(auto conn, http::Connection::adopt(std::move(fd), "localhost"));
+  auto req = http::make_request(bhttp::verb::get, "/logs?start=" + std::to_string(start_ms) +
+                                                      "&limit=" + std::to_string(limit));
+  req.erase(bhttp::field::content_type);
+  if (!access_token.empty()) req.set("X-Access-Token", access_token);
+  conn->set_body_limit(32u << 20);
+  ABX_ASSIGN_OR_RETURN(auto res, conn->send(std::move(req), std::chrono::seconds(10)));
+  if (res.result_int() != 200) {
+    return Error(ErrorCode::kUnavailable,
+                 "envd answered " + std::to_string(res.result_int()) + " for its logs");
+  }
+  boost::system::error_code ec;
+  boost::json::value v = boost::json::parse(res.body(), ec);
+  const boost::json::value* logs =
+      !ec && v.is_object() ? v.as_object().if_contains("logs") : nullptr;
+  if (logs == nullptr || !logs->is_array()) {
+    return Error(ErrorCode::kUnavailable, "envd sent malformed logs");
+  }
+  std::vector<EnvdLogLine> out;
+  for (const auto& l : logs->as_array()) {
+    if (!l.is_object()) continue;
+    const auto& o = l.as_object();
+    auto str = [&](const char* k) {
+      const boost::json::value* x = o.if_contains(k);
+      return x && x->is_string() ? std::string(x->as_string()) : std::string();
+    };
+    const boost::json::value* ts = o.if_contains("timestampMs");
+    if (ts == nullptr || !ts->is_number()) continue;
+    out.push_back(
+        {ts->to_number<std::int64_t>(), str("level"), str("line"), str("source"), str("stream")});
+  }
+  return out;
+}
 
 // Order: check the request, make the token (file), spawn, wait for envd, then record; a failure
 // after the token file exists removes the run directory, and after spawn destroys the sandbox,
@@ -359,6 +455,14 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
     cleanup_run();
     slog.error(ready.error().message());
     return ready.error();
+  }
+  if (tmpl->server) {
+    if (Status ready = wait_for_server(*sb, *tmpl, token, opt_.server_ready_timeout); !ready) {
+      (void)sb->destroy();
+      cleanup_run();
+      slog.error(ready.error().message());
+      return ready.error();
+    }
   }
   store::SandboxRecord rec = new_record(opt_, *tmpl, req, id, *sb, token, timeout);
   if (Status s = store_->insert_sandbox(rec); !s) {

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -109,7 +110,23 @@ struct ManagerOptions {
   std::int64_t max_timeout_seconds = 24 * 3600;
   std::size_t max_sandboxes = 1000;
   runtime::UserNamespace userns;  // each sandbox's id range (abxd --userns-base/-slots)
+  // How long create waits for a template's command server to accept connections on its port
+  // (abxd --server-ready-timeout). A server that exits first fails the create at once.
+  std::chrono::milliseconds server_ready_timeout{20'000};
 };
+
+// One line of envd's output log (GET /logs inside the sandbox, src/envd/output_log.h): what the
+// start command and the command server printed, and the supervisor's events.
+struct EnvdLogLine {
+  std::int64_t timestamp_ms = 0;
+  std::string level, line, source, stream;
+};
+
+// envd's lines at or after `start_ms` (at most `limit`), over a socket opened in the sandbox's
+// netns. Errors: kUnavailable (envd unreachable, non-200, malformed).
+Result<std::vector<EnvdLogLine>> read_envd_log(const runtime::Sandbox& sb,
+                                               const std::string& access_token,
+                                               std::int64_t start_ms, std::int64_t limit);
 
 class SandboxManager {
  public:

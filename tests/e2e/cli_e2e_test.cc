@@ -113,7 +113,22 @@ server:
   command: "echo 'fatal: cannot bind port 49982' >&2; exit 3"
   port: 49982
 )";
+    // Serves (abx-server on its port), then dies after a second; every restart then fails.
+    fs::create_directories(home / "templates" / "flaky");
+    std::ofstream(home / "templates" / "flaky" / "template.yaml") << R"(id: flaky
+server:
+  command: "if [ -e /tmp/.served ]; then echo 'fatal: cannot bind port 49982' >&2; exit 3; fi; touch /tmp/.served; /opt/abx/bin/abx-server --port 49982 & sleep 1; exit 3"
+  port: 49982
+)";
+    // Starts and never listens on the port it declares.
+    fs::create_directories(home / "templates" / "deaf");
+    std::ofstream(home / "templates" / "deaf" / "template.yaml") << R"(id: deaf
+server:
+  command: "echo listening somewhere else; exec sleep 600"
+  port: 49982
+)";
   }
+  std::vector<std::string> abxd_args() const override { return {"--server-ready-timeout", "2"}; }
   void SetUp() override {
     AbxdFixture::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
@@ -508,8 +523,32 @@ TEST_F(CliE2E, LogsShowTheStartCommandsOutputAndTheLifecycle) {
 }
 
 // A command server that fails at start: its stderr and every restart are in `abx logs`.
+// A template whose command server cannot start: create fails with the server's own words and
+// leaves no sandbox behind (issue 12: never a sandbox with a silently empty command list).
+TEST_F(CliE2E, CreateFailsWithTheCommandServersOwnError) {
+  auto r = abx({"sandbox", "create", "crash"});
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.err.find("template 'crash': its command server did not start"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("exited with status 3"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("fatal: cannot bind port 49982"), std::string::npos) << r.err;
+  auto list = abx({"sandbox", "list"});
+  EXPECT_EQ(list.code, 0) << list.err;
+  EXPECT_EQ(list.out.find("crash"), std::string::npos) << list.out;
+}
+
+// A server that runs but never listens on its declared port fails the create once
+// --server-ready-timeout (2 s here) has passed, with what it printed.
+TEST_F(CliE2E, CreateFailsWhenTheCommandServerNeverListens) {
+  auto r = abx({"sandbox", "create", "deaf"});
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.err.find("did not accept connections on port 49982 within 2.00 s"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("listening somewhere else"), std::string::npos) << r.err;
+}
+
 TEST_F(CliE2E, LogsShowACrashingCommandServersErrorAndRestarts) {
-  std::string id = create("crash");
+  std::string id = create("flaky");
   std::vector<json::object> lines;
   auto count = [&](const std::string& part) {
     int n = 0;

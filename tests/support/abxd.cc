@@ -149,7 +149,7 @@ int kill_recorded_sandboxes(const fs::path& state_dir) {
 void AbxdFixture::SetUp() {
   if (::geteuid() != 0) GTEST_SKIP() << "abxd needs root for namespaces and cgroups";
   tmp_.emplace(prefix_);
-  abxd_ = std::make_unique<Abxd>(tmp_->path() / "abxd");
+  abxd_ = std::make_unique<Abxd>(tmp_->path() / "abxd", abxd_args());
   prepare_home(abxd_->home());
   ASSERT_TRUE(abxd_->start());
 }

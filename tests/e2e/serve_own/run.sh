@@ -53,12 +53,26 @@ export ABX_HOME="$work/client"  # the CLI has no copy of the template: all from 
   { cat "$work/build.out" >&2; fail "abx template build failed"; }
 sandbox=$("$ABX_CLI_BIN" sandbox create mytools) || fail "abx sandbox create failed"
 [ -n "$sandbox" ] || fail "no sandbox id"
-got=""
-for _ in $(seq 50); do  # the command server starts just after envd
-  got=$("$ABX_CLI_BIN" run "$sandbox" greet -a name=you -a times=2 2>"$work/run.err") && break
-  sleep 0.1
-done
+# Create returned once the command server listened: the first call is served.
+got=$("$ABX_CLI_BIN" run "$sandbox" greet -a name=you -a times=2 2>"$work/run.err")
 [ "$got" = "hello you hello you" ] || { cat "$work/run.err" >&2; fail "abx run printed '$got'"; }
 "$ABX_CLI_BIN" commands list "$sandbox" >"$work/list.out" 2>&1 || fail "commands list failed"
 grep -q "greet" "$work/list.out" || { cat "$work/list.out" >&2; fail "greet not listed"; }
+
+# A template whose server cannot start (the module path is wrong): create fails with the
+# server's own error, and no sandbox is left.
+mkdir -p "$work/broken"
+cp "$work/ctx/Dockerfile" "$work/ctx/libmytools.so" "$work/broken/"
+sed -e 's/^id: mytools/id: broken/' -e 's#/opt/tools/libmytools.so#/opt/tools/nosuch.so#' \
+  "$work/ctx/template.yaml" >"$work/broken/template.yaml"
+"$ABX_CLI_BIN" template build -t broken "$work/broken" >"$work/build2.out" 2>&1 ||
+  { cat "$work/build2.out" >&2; fail "abx template build (broken) failed"; }
+if "$ABX_CLI_BIN" sandbox create broken >"$work/create2.out" 2>"$work/create2.err"; then
+  fail "create of a template whose server cannot start succeeded: $(cat "$work/create2.out")"
+fi
+grep -q "its command server did not start" "$work/create2.err" &&
+  grep -q "nosuch.so" "$work/create2.err" ||
+  { cat "$work/create2.err" >&2; fail "create's error does not carry the server's own"; }
+[ "$("$ABX_CLI_BIN" --json sandbox list | grep -o '"sandboxID"' | wc -l)" = 1 ] ||
+  fail "the failed create left a sandbox: $("$ABX_CLI_BIN" sandbox list)"
 echo "serve-own: module built against the installed SDK, template built, sandbox created, command run: ok"

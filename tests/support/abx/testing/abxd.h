@@ -72,6 +72,8 @@ class AbxdFixture : public ::testing::Test {
   void TearDown() override;
   // Runs before the first start: write templates or config into the home.
   virtual void prepare_home(const std::filesystem::path& home) {}
+  // Flags for abxd beyond the fixture's own.
+  virtual std::vector<std::string> abxd_args() const { return {}; }
 
   Abxd& abxd() { return *abxd_; }
   const std::filesystem::path& home() const { return abxd_->home(); }
