@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds abx's default image `base` — Debian 12 (bookworm) with bash, coreutils, python3, sudo
-# and the E2B default user `user` (uid 1000, passwordless sudo) — from Debian's own packages with
-# mmdebstrap, and imports it into an image store as `base` (the `base` and `demo` templates run
-# it as image abx:base). Independent of the host's files. Needs root and Debian's registry.
+# Builds abx's default image `base` — Debian 12 (bookworm) with bash, coreutils, python3 (also as
+# `python`), sudo, git and curl, and the E2B default user `user` (uid 1000, passwordless sudo) —
+# from Debian's own packages with mmdebstrap, and imports it into an image store as `base` (the
+# `base` and `demo` templates run it as image abx:base). Independent of the host's files. Needs
+# root and Debian's registry.
 #
 # The mmdebstrap tarball is cached (keyed by this script's recipe), so a second run only
 # re-imports (seconds), and an image store that already has `base` from the same tarball is
@@ -39,7 +40,7 @@ command -v mmdebstrap >/dev/null || { echo "build-images: mmdebstrap missing (sc
 
 # The recipe: what goes into the image. Changing it changes the cache key.
 suite=bookworm
-packages=bash,coreutils,python3,python3-venv,sudo,ca-certificates,procps,less,curl
+packages=bash,coreutils,python3,python-is-python3,python3-venv,sudo,ca-certificates,procps,less,curl,git
 hook='chroot "$1" useradd --create-home --shell /bin/bash --uid 1000 --user-group user && echo "user ALL=(ALL:ALL) NOPASSWD: ALL" > "$1/etc/sudoers.d/user" && chmod 0440 "$1/etc/sudoers.d/user"'
 key=$(printf '%s\n' "$suite" "$packages" "$hook" "$mirror" | sha256sum | cut -c1-16)
 tarball="$cache/base-$suite-$key.tar"

@@ -97,12 +97,18 @@ void child_main(const ChildPlan& plan) {
   if (::setsid() < 0) report_and_exit(p.sock, (fail(&r, "setsid"), r));
   if (!rlimit_child(p, &r)) report_and_exit(p.sock, r);
   if (!fds_child(p, &r)) report_and_exit(p.sock, r);
-  if (!caps_child(p, &r)) report_and_exit(p.sock, r);
-  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+  // no_new_privs only without a user namespace, where sandbox root is host root and a setuid
+  // binary must not regain what caps_child drops. In a user namespace a setuid binary (the
+  // image's sudo, as in E2B's sandboxes) elevates to the sandbox's root and no further: the
+  // namespace confines it, the bounding set below caps it, the filter stays on it, and the API
+  // hands that root out anyway.
+  if (!p.userns && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
     report_and_exit(p.sock, (fail(&r, "prctl PR_SET_NO_NEW_PRIVS"), r));
-  if (::chdir(p.cwd) != 0) report_and_exit(p.sock, (fail(&r, "chdir", p.cwd), r));
-  // Last: the filter denies mount and friends, which the steps above need.
+  // The filter after the steps it would deny (mount and friends), and before caps_child: without
+  // no_new_privs, installing it needs CAP_SYS_ADMIN (in our namespace), which we still hold.
   if (!seccomp_child(p, &r)) report_and_exit(p.sock, r);
+  if (!caps_child(p, &r)) report_and_exit(p.sock, r);
+  if (::chdir(p.cwd) != 0) report_and_exit(p.sock, (fail(&r, "chdir", p.cwd), r));
   ::execve(p.exe, p.argv, p.envp);
   report_and_exit(p.sock, (fail(&r, "execve", p.exe), r));
 }

@@ -18,6 +18,7 @@
 namespace abx::runtime {
 namespace {
 
+using testing::probe_config;
 using testing::run_in_sandbox;
 using testing::run_on_host;
 using testing::run_sandbox;
@@ -258,7 +259,16 @@ TEST_F(IsolationTest, CapabilitiesNoNewPrivsAndSeccomp) {
   auto host = parse(run_on_host({"status"}).out);
   EXPECT_EQ(host["NoNewPrivs"], "0");  // control: the host probe is not confined
   EXPECT_EQ(host["Seccomp"], "0");
-  auto in = parse(run_in_sandbox(tmp_.path(), {"status"}).out);
+  auto c = probe_config(tmp_.path(), {"status"});
+  ASSERT_TRUE(c.userns.enabled);  // the default
+  auto in = parse(run_sandbox(c).out);
+  // Without a user namespace (sandbox root is host root), no_new_privs keeps a setuid binary
+  // from regaining what was dropped; in one, setuid (sudo) elevates to the sandbox's root only.
+  c = probe_config(tmp_.path(), {"status"});
+  c.userns.enabled = false;
+  auto no_userns = parse(run_sandbox(c).out);
+  EXPECT_EQ(no_userns["NoNewPrivs"], "1");
+  EXPECT_EQ(no_userns["Seccomp"], "2");
   char expected[32];
   std::snprintf(expected, sizeof expected, "%016llx",
                 static_cast<unsigned long long>(kKeptCapabilities));
@@ -267,8 +277,10 @@ TEST_F(IsolationTest, CapabilitiesNoNewPrivsAndSeccomp) {
   EXPECT_EQ(in["CapBnd"], expected);
   EXPECT_EQ(in["CapEff"], expected);
   EXPECT_EQ(in["CapPrm"], expected);
-  EXPECT_EQ(in["NoNewPrivs"], "1");
+  EXPECT_EQ(in["NoNewPrivs"], "0");
   EXPECT_EQ(in["Seccomp"], "2");
+  EXPECT_EQ(no_userns["CapBnd"], expected);
+  EXPECT_EQ(no_userns["CapEff"], expected);
 }
 
 TEST_F(IsolationTest, KernelKnobsReadOnlyAndSecretsMasked) {

@@ -113,8 +113,10 @@ Result<UniqueFd> make_root_overlay(const SandboxConfig& config, const std::strin
     return sys_error("overlay volatile", errno);
   if (::syscall(SYS_fsconfig, fs.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0)
     return sys_error("create overlay for " + dir, errno);
-  int mnt = static_cast<int>(
-      ::syscall(SYS_fsmount, fs.get(), FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV));
+  // setuid binaries of the image (sudo) work only with a user namespace, where they elevate
+  // to the sandbox's root and no further; without one, sandbox root is host root.
+  std::uint64_t attrs = MOUNT_ATTR_NODEV | (idmap.userns_fd >= 0 ? 0 : MOUNT_ATTR_NOSUID);
+  int mnt = static_cast<int>(::syscall(SYS_fsmount, fs.get(), FSMOUNT_CLOEXEC, attrs));
   if (mnt < 0) return sys_error("fsmount overlay", errno);
   return UniqueFd(mnt);
 }

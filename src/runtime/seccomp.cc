@@ -139,7 +139,7 @@ Result<const std::vector<sock_filter>*> seccomp_program() {
 }
 
 bool seccomp_child(const ChildPlan& p, ChildReport* r) {
-  // no_new_privs is already set, which is what lets a process without CAP_SYS_ADMIN install it.
+  // With no_new_privs set (no user namespace) or CAP_SYS_ADMIN still held (child_main's order).
   if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, p.seccomp) != 0)
     return fail(r, "seccomp SECCOMP_SET_MODE_FILTER");
   return true;

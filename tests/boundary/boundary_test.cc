@@ -1007,7 +1007,7 @@ TEST_F(BoundaryTest, EveryProbeHolds) {
   same("e8.bounding_set", "E8", E, {"caps-bounding"});
   same("e8.user_has_no_caps", "E8", E, {"caps-effective"}, user_only);
   {
-    Probe p{"e8.setuid_binary_gains_root", "E8", E, nullptr, nullptr};
+    Probe p{"e8.setuid_binary_gains_host_root", "E8", E, nullptr, nullptr};
     p.host = [&] {
       return of(host_run({"setuid-gain", hf.dir.string(), std::to_string(kHostNobody)}));
     };
@@ -1017,21 +1017,21 @@ TEST_F(BoundaryTest, EveryProbeHolds) {
   }
   same("e8.sandbox_root_is_host_root", "E8", E, {"uid-map"});
   {
-    // The image's passwordless sudo gives `user` nothing (no_new_privs). Host control: the
-    // same sudo in a private copy of A's mount namespace (its root remounted without nosuid),
-    // run by uid 1000 from the host, does give euid 0.
-    Probe p{"e8.sudo_as_user", "E8", E, nullptr, nullptr, user_only};
+    // The image's passwordless sudo gives `user` the sandbox's root (as in E2B), never the
+    // host's: the escape is euid 0 under an identity uid map. Host control: a setuid-root binary
+    // run by an unprivileged host uid is host root by that same check.
+    Probe p{"e8.sudo_gains_host_root", "E8", E, nullptr, nullptr, user_only};
     p.host = [&] {
-      return of(host_run({"mntns-suid-exec", "/proc/" + apid + "/ns/mnt", "1000", "/usr/bin/sudo",
-                          "-n", kProbe, "euid"}));
+      return of(host_run({"setuid-gain", hf.dir.string(), std::to_string(kHostNobody)}));
     };
     p.sandbox = [&](Who w) {
       client::CommandOptions o;
       o.user = who_name(w);
-      auto r = A.commands().run_argv({"/usr/bin/sudo", "-n", kProbe, "euid"}, o);
+      auto r = A.commands().run_argv({"/usr/bin/sudo", "-n", kProbe, "host-root"}, o);
       if (!r.ok()) return Outcome{false, r.error().message(), false, true};
-      return Outcome{r->exit_code == 0,
-                     "exit " + std::to_string(r->exit_code) + ": " + r->stderr_data.substr(0, 80)};
+      return Outcome{r->exit_code == 0, "exit " + std::to_string(r->exit_code) + ": " +
+                                            r->stdout_data.substr(0, 60) +
+                                            r->stderr_data.substr(0, 80)};
     };
     probes.push_back(p);
   }

@@ -523,6 +523,37 @@ TEST_F(CliE2E, LogsShowTheStartCommandsOutputAndTheLifecycle) {
 }
 
 // A command server that fails at start: its stderr and every restart are in `abx logs`.
+// The base image's passwordless sudo works for its `user` (as in E2B's sandboxes), and gives
+// the sandbox's root and no more: the same capabilities as root through the API, still under
+// the seccomp filter, still inside the user namespace.
+TEST_F(CliE2E, SudoInTheBaseImageGivesTheSandboxsRootOnly) {
+  std::string id = create();
+  const std::string probe =
+      "id -u; grep -E '^(CapEff|CapBnd|Seccomp|NoNewPrivs):' /proc/self/status; "
+      "cat /proc/self/uid_map";
+  auto as_user = abx({"exec", id, "--", "sh", "-c", "id -un; id -u"});
+  EXPECT_EQ(as_user.out, "user\n1000\n") << as_user.err;
+  auto sudo = abx({"exec", id, "--", "sudo", "-n", "sh", "-c", probe});
+  ASSERT_EQ(sudo.code, 0) << sudo.out << sudo.err;
+  auto root = abx({"exec", "--user", "root", id, "--", "sh", "-c", probe});
+  ASSERT_EQ(root.code, 0) << root.err;
+  EXPECT_EQ(sudo.out.substr(0, 2), "0\n") << sudo.out;
+  EXPECT_EQ(sudo.out, root.out);  // capabilities, filter and id map: as the API's root
+  EXPECT_NE(sudo.out.find("Seccomp:\t2"), std::string::npos) << sudo.out;
+  EXPECT_EQ(sudo.out.find("4294967295"), std::string::npos) << sudo.out;  // not the host's map
+}
+
+// What E2B's base image has and its SDK's tests assume: python and python3, bash, git, curl.
+TEST_F(CliE2E, BaseImageHasTheToolsE2bsBaseHas) {
+  std::string id = create();
+  auto r = abx({"exec", id, "--", "sh", "-c",
+                "python -c 'import sys; print(sys.version_info[0])'; python3 -c 'print(2+2)'; "
+                "bash -c 'echo $((6*7))'; git --version | cut -d' ' -f1-2; "
+                "curl --version | head -c 4; echo"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "3\n4\n42\ngit version\ncurl\n") << r.err;
+}
+
 // A template whose command server cannot start: create fails with the server's own words and
 // leaves no sandbox behind (issue 12: never a sandbox with a silently empty command list).
 TEST_F(CliE2E, CreateFailsWithTheCommandServersOwnError) {
