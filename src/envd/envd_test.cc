@@ -784,10 +784,17 @@ TEST_F(EnvdTest, EnvdAndTheCommandServerAreNotDumpable) {
   token_ = "s3cret-boundary";
   for (int i = 0; i < 500 && slurp(home_ + "/server.pid").empty(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the server execs and starts
   std::string pid = slurp(home_ + "/server.pid");
   ASSERT_FALSE(pid.empty());
   pid.pop_back();
+  // Until the server has exec'd and made itself non-dumpable, which the kernel shows by handing
+  // its /proc files to root (slow under sanitizers; a server that never does fails below).
+  const std::string environ_path = "/proc/" + pid + "/environ";
+  for (int i = 0; i < 1000; ++i) {
+    struct stat st {};
+    if (::stat(environ_path.c_str(), &st) == 0 && st.st_uid == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   std::string script =
       "id -u; for p in $PPID " + pid +
       "; do cat /proc/$p/environ >/dev/null 2>&1 && echo environ $p; ls /proc/$p/fd >/dev/null "
