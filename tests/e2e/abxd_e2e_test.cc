@@ -77,7 +77,7 @@ TEST_F(AbxdE2E, MainJobCreateASandboxAndCallACommand) {
   std::string token(sb.at("envdAccessToken").as_string());
   EXPECT_EQ(id.size(), 20u);
   EXPECT_EQ(sb.at("clientID"), "6532622b");
-  EXPECT_EQ(sb.at("envdVersion"), "0.4.0");
+  EXPECT_EQ(sb.at("envdVersion"), "0.6.4");
   EXPECT_EQ(sb.at("templateID"), "demo");
 
   auto r = call_demo(id, token, R"({"x":42,"y":"world"})");
