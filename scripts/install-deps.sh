@@ -23,6 +23,7 @@ pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3
   libarchive-dev  # image layers (src/image)
+  zlib1g-dev  # gzip: image layers (src/image) and envd's /files Content-/Accept-Encoding
   e2fsprogs  # mkfs.ext4: each sandbox's writable layer is an ext4 image capped at its disk size
   patchelf  # scripts/bundle.sh: the /opt/abx bundle's interpreter and RUNPATH
   # tests: the reference registry on loopback, skopeo as a peer/producer of images, a static

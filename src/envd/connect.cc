@@ -30,4 +30,11 @@ http::Response rest_error_response(const Error& err, unsigned version) {
   return res;
 }
 
+http::Response not_acceptable_response(const std::string& message, unsigned version) {
+  http::Response res{bhttp::status::not_acceptable, version};
+  res.set(bhttp::field::content_type, "application/json; charset=utf-8");
+  res.body() = boost::json::serialize(boost::json::object{{"code", 406}, {"message", message}});
+  return res;
+}
+
 }  // namespace abx::envd

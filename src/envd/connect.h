@@ -36,5 +36,7 @@ http::Response connect_stream_error_response(const Error& err, unsigned version)
 
 // The REST shape: {"code":<status>,"message":…}, application/json; charset=utf-8.
 http::Response rest_error_response(const Error& err, unsigned version);
+// 406 in the same shape: an Accept-Encoding /files cannot satisfy (no ErrorCode maps to 406).
+http::Response not_acceptable_response(const std::string& message, unsigned version);
 
 }  // namespace abx::envd

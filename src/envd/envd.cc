@@ -84,6 +84,25 @@ std::string query_value(const std::map<std::string, std::string>& q, const std::
   return it == q.end() ? std::string() : it->second;
 }
 
+std::vector<std::pair<std::string_view, std::string_view>> header_pairs(const Request& req) {
+  std::vector<std::pair<std::string_view, std::string_view>> out;
+  for (const auto& f : req) out.emplace_back(f.name_string(), f.value());
+  return out;
+}
+
+// The request body's coding: none or gzip (Content-Encoding, E2B's envd 0.5.7).
+Result<Coding> upload_coding(const Request& h) {
+  auto it = h.find(bhttp::field::content_encoding);
+  if (it == h.end() || it->value().empty() || boost::beast::iequals(it->value(), "identity")) {
+    return Coding::kIdentity;
+  }
+  if (boost::beast::iequals(it->value(), "gzip") || boost::beast::iequals(it->value(), "x-gzip")) {
+    return Coding::kGzip;
+  }
+  return invalid_argument("Content-Encoding '" + std::string(it->value()) +
+                          "' is not supported (gzip or identity)");
+}
+
 bool is_json_type(std::string_view ct, bool streaming) {
   auto semi = ct.find(';');
   std::string_view base = ct.substr(0, semi);
@@ -217,11 +236,11 @@ Result<http::BodyPlan> Envd::Impl::body_policy(const Request& h) {
   if (!octet && !multipart) {
     return invalid_argument("POST /files needs multipart/form-data or application/octet-stream");
   }
-  if (h.find(bhttp::field::content_encoding) != h.end() &&
-      !boost::beast::iequals(h[bhttp::field::content_encoding], "identity")) {
-    return invalid_argument("Content-Encoding '" + std::string(h[bhttp::field::content_encoding]) +
-                            "' is not supported");
+  ABX_ASSIGN_OR_RETURN(auto coding, upload_coding(h));
+  if (coding == Coding::kGzip && !octet) {
+    return invalid_argument("Content-Encoding gzip needs an application/octet-stream body");
   }
+  if (auto md = upload_metadata(header_pairs(h)); !md.ok()) return md.error();
   std::string target_dir = opt.spool_dir;
   std::string qpath = query_value(q, "path");
   if (octet && qpath.empty())
@@ -256,7 +275,15 @@ Status Envd::Impl::serve_files(const Request& req, const Responder& respond,
   if (get) {
     if (qpath.empty()) return invalid_argument("missing path query parameter");
     ABX_ASSIGN_OR_RETURN(auto p, resolve_path(qpath, user));
-    return serve_download(p, user, req.version(), respond);
+    auto coding = download_coding(req[bhttp::field::accept_encoding]);
+    if (!coding) {
+      respond(not_acceptable_response("Accept-Encoding '" +
+                                          std::string(req[bhttp::field::accept_encoding]) +
+                                          "' accepts neither gzip nor identity",
+                                      req.version()));
+      return {};
+    }
+    return serve_download(p, user, req.version(), *coding, respond);
   }
   auto body = respond.body_file();
   if (!body) return internal_error("upload body was not spooled");
@@ -273,11 +300,18 @@ Status Envd::Impl::serve_files(const Request& req, const Responder& respond,
 Result<json::array> Envd::Impl::store_upload(const Request& req, http::BodyFile& body,
                                              const User& user, const std::string& qpath) {
   json::array written;
+  PlaceOptions po;
+  ABX_ASSIGN_OR_RETURN(po.coding, upload_coding(req));
+  ABX_ASSIGN_OR_RETURN(po.metadata, upload_metadata(header_pairs(req)));
+  po.max_decoded = opt.max_upload_bytes;
+  json::object metadata;
+  for (const auto& [k, val] : po.metadata) metadata[k] = val;
   auto place = [&](const std::string& raw_path, std::uint64_t off, std::uint64_t len) -> Status {
     ABX_ASSIGN_OR_RETURN(auto p, resolve_path(raw_path, user));
-    ABX_TRY(place_file(body, off, len, p, user, opt.spool_dir));
-    written.push_back(
-        json::object{{"path", p}, {"name", p.substr(p.rfind('/') + 1)}, {"type", "file"}});
+    ABX_TRY(place_file(body, off, len, p, user, opt.spool_dir, po));
+    json::object entry{{"path", p}, {"name", p.substr(p.rfind('/') + 1)}, {"type", "file"}};
+    if (!metadata.empty()) entry["metadata"] = metadata;
+    written.push_back(std::move(entry));
     return {};
   };
   std::string ct(req[bhttp::field::content_type]);

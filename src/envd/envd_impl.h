@@ -63,10 +63,15 @@ struct Envd::Impl {
   };
   void add_service(std::string_view service, const ServiceMethods& methods) {
     std::string prefix = std::string(service) + "/";
-    for (auto [name, fn] : methods.unary)
-      unary[prefix + name] = [this, fn](Call& c) { return fn(*this, c); };
-    for (auto [name, fn] : methods.streaming)
-      streaming[prefix + name] = [this, fn](Call& c) { return fn(*this, c); };
+    // Plain variables, not structured bindings: clang 14 (clang-tidy) cannot capture those.
+    for (const auto& method : methods.unary) {
+      auto fn = method.second;
+      unary[prefix + method.first] = [this, fn](Call& c) { return fn(*this, c); };
+    }
+    for (const auto& method : methods.streaming) {
+      auto fn = method.second;
+      streaming[prefix + method.first] = [this, fn](Call& c) { return fn(*this, c); };
+    }
   }
 
   void handle(http::Request&& req, http::Responder respond);

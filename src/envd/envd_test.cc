@@ -5,10 +5,13 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <openssl/sha.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -672,6 +675,235 @@ TEST_F(EnvdTest, LargeFileStreamsBothWays) {
   EXPECT_TRUE(down.body() == data);
 }
 
+std::string gzip_of(const std::string& in) {
+  z_stream z{};
+  EXPECT_EQ(deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  std::string out(deflateBound(&z, in.size()) + 64, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = static_cast<uInt>(in.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+std::string gunzip_of(const std::string& in) {
+  z_stream z{};
+  EXPECT_EQ(inflateInit2(&z, 15 + 16), Z_OK);
+  std::string out;
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = static_cast<uInt>(in.size());
+  char buf[65536];
+  int rc = Z_OK;
+  while (rc == Z_OK) {
+    z.next_out = reinterpret_cast<Bytef*>(buf);
+    z.avail_out = sizeof buf;
+    rc = inflate(&z, Z_NO_FLUSH);
+    out.append(buf, sizeof buf - z.avail_out);
+  }
+  EXPECT_EQ(rc, Z_STREAM_END);
+  inflateEnd(&z);
+  return out;
+}
+
+TEST(FilesHeaders, DownloadCodingFollowsAcceptEncoding) {
+  EXPECT_EQ(download_coding(""), Coding::kIdentity);
+  EXPECT_EQ(download_coding("gzip"), Coding::kGzip);
+  EXPECT_EQ(download_coding("gzip, deflate, br, zstd"), Coding::kGzip);  // what Node's fetch sends
+  EXPECT_EQ(download_coding("X-GZIP"), Coding::kGzip);
+  EXPECT_EQ(download_coding("br"), Coding::kIdentity);
+  EXPECT_EQ(download_coding("gzip;q=0"), Coding::kIdentity);
+  EXPECT_EQ(download_coding("gzip;q=0.5, identity"), Coding::kIdentity);
+  EXPECT_EQ(download_coding("*"), Coding::kGzip);
+  EXPECT_EQ(download_coding("gzip;q=bad"), Coding::kIdentity);  // the item is ignored
+  EXPECT_EQ(download_coding("identity;q=0, gzip"), Coding::kGzip);
+  EXPECT_EQ(download_coding("identity;q=0"), std::nullopt);
+  EXPECT_EQ(download_coding("*;q=0"), std::nullopt);
+  EXPECT_EQ(download_coding("br, identity;q=0"), std::nullopt);
+}
+
+TEST(FilesHeaders, UploadMetadataFromHeaders) {
+  using H = std::vector<std::pair<std::string_view, std::string_view>>;
+  auto md = upload_metadata(
+      H{{"X-Metadata-Author", "Alice B."}, {"content-type", "x"}, {"x-metadata-k.2", ""}});
+  ASSERT_TRUE(md.ok()) << md.error().message();
+  EXPECT_EQ(*md, (FileMetadata{{"author", "Alice B."}, {"k.2", ""}}));
+  EXPECT_TRUE(upload_metadata(H{}).ok());
+  EXPECT_FALSE(upload_metadata(H{{"X-Metadata-", "v"}}).ok());
+  EXPECT_FALSE(upload_metadata(H{{"X-Metadata-a b", "v"}}).ok());
+  EXPECT_FALSE(upload_metadata(H{{"X-Metadata-a", "tab\there"}}).ok());
+  EXPECT_FALSE(upload_metadata(H{{"X-Metadata-a", "1"}, {"x-metadata-A", "2"}}).ok());
+  std::string long_key(kMaxMetadataKeyBytes + 1, 'k');
+  std::string name = "X-Metadata-" + long_key;
+  EXPECT_FALSE(upload_metadata(H{{name, "v"}}).ok());
+  std::string long_value(kMaxMetadataValueBytes + 1, 'v');
+  EXPECT_FALSE(upload_metadata(H{{"X-Metadata-a", long_value}}).ok());
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i <= kMaxMetadataEntries; ++i)
+    names.push_back("X-Metadata-k" + std::to_string(i));
+  H many;
+  for (const auto& n : names) many.emplace_back(n, "v");
+  EXPECT_FALSE(upload_metadata(many).ok());
+  many.pop_back();
+  EXPECT_TRUE(upload_metadata(many).ok());
+}
+
+// envd 0.5.7: octet-stream uploads with Content-Encoding: gzip, downloads with Accept-Encoding:
+// gzip, 406 when neither gzip nor identity is acceptable.
+TEST_F(EnvdTest, GzipUploadsAndDownloads) {
+  start(std::nullopt, 1 << 20);
+  std::string content;
+  for (int i = 0; i < 20000; ++i) content += "line " + std::to_string(i) + "\n";  // ~150 KB
+  auto req = http::make_request(bhttp::verb::post, "/files?path=g.txt", gzip_of(content),
+                                "application/octet-stream");
+  req.set(bhttp::field::content_encoding, "gzip");
+  auto up = send(std::move(req));
+  ASSERT_EQ(up.result_int(), 200) << up.body();
+  EXPECT_EQ(up.body(), R"([{"path":")" + home_ + R"(/g.txt","name":"g.txt","type":"file"}])");
+  std::ifstream f(home_ + "/g.txt");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), content);
+  // Two gzip members, concatenated, decode to both halves.
+  req = http::make_request(bhttp::verb::post, "/files?path=two.txt",
+                           gzip_of("first ") + gzip_of("second"), "application/octet-stream");
+  req.set(bhttp::field::content_encoding, "gzip");
+  ASSERT_EQ(send(std::move(req)).result_int(), 200);
+  EXPECT_EQ(send(http::make_request(bhttp::verb::get, "/files?path=two.txt")).body(),
+            "first second");
+  // Download, compressed on the fly (chunked, no Content-Length).
+  auto get = http::make_request(bhttp::verb::get, "/files?path=g.txt");
+  get.set(bhttp::field::accept_encoding, "gzip, deflate, br");
+  auto down = send(std::move(get));
+  ASSERT_EQ(down.result_int(), 200);
+  EXPECT_EQ(down[bhttp::field::content_encoding], "gzip");
+  EXPECT_EQ(down[bhttp::field::vary], "Accept-Encoding");
+  EXPECT_LT(down.body().size(), content.size());
+  EXPECT_EQ(gunzip_of(down.body()), content);
+  // An empty file is still a valid gzip stream.
+  ASSERT_EQ(send(http::make_request(bhttp::verb::post, "/files?path=empty", "",
+                                    "application/octet-stream"))
+                .result_int(),
+            200);
+  get = http::make_request(bhttp::verb::get, "/files?path=empty");
+  get.set(bhttp::field::accept_encoding, "gzip");
+  EXPECT_EQ(gunzip_of(send(std::move(get)).body()), "");
+  // Unacceptable: 406 in the REST error shape; an unknown coding alone falls back to identity.
+  get = http::make_request(bhttp::verb::get, "/files?path=g.txt");
+  get.set(bhttp::field::accept_encoding, "br, identity;q=0");
+  auto na = send(std::move(get));
+  EXPECT_EQ(na.result_int(), 406);
+  EXPECT_EQ(json::parse(na.body()).at("code").as_int64(), 406);
+  get = http::make_request(bhttp::verb::get, "/files?path=two.txt");
+  get.set(bhttp::field::accept_encoding, "br");
+  auto plain = send(std::move(get));
+  EXPECT_EQ(plain.result_int(), 200);
+  EXPECT_EQ(plain.body(), "first second");
+  EXPECT_EQ(plain[bhttp::field::content_encoding], "");
+  // Not gzip, truncated gzip, gzip over the decoded limit (1 MiB here), an unknown coding,
+  // gzip on multipart: client errors, and the old content stays.
+  auto bad = [&](std::string body, std::string coding,
+                 std::string type = "application/octet-stream") {
+    auto r = http::make_request(bhttp::verb::post, "/files?path=two.txt", std::move(body), type);
+    r.set(bhttp::field::content_encoding, coding);
+    return send(std::move(r)).result_int();
+  };
+  EXPECT_EQ(bad("plain text", "gzip"), 400);
+  std::string gz = gzip_of(content);
+  EXPECT_EQ(bad(gz.substr(0, gz.size() / 2), "gzip"), 400);
+  EXPECT_EQ(bad(gzip_of(std::string(2 << 20, '\0')), "gzip"), 413);
+  EXPECT_EQ(bad("x", "br"), 400);
+  EXPECT_EQ(bad(multipart("x", "y"), "gzip", "multipart/form-data; boundary=XyZ"), 400);
+  EXPECT_EQ(send(http::make_request(bhttp::verb::get, "/files?path=two.txt")).body(),
+            "first second");
+  for (const auto& de : fs::recursive_directory_iterator(home_)) {
+    EXPECT_EQ(de.path().filename().string().rfind(".abx-upload", 0), std::string::npos)
+        << de.path();
+  }
+}
+
+// envd 0.6.2: X-Metadata-* headers of an upload are the file's user.* xattrs, returned by the
+// upload, Stat and ListDir as `metadata`.
+TEST_F(EnvdTest, UploadMetadataIsUserXattrsShownByStatAndList) {
+  start();
+  auto req = http::make_request(bhttp::verb::post, "/files?path=m.txt", "data",
+                                "application/octet-stream");
+  req.set("X-Metadata-Author", "alice");
+  req.set("x-metadata-purpose", "a test, with spaces");
+  auto up = send(std::move(req));
+  ASSERT_EQ(up.result_int(), 200) << up.body();
+  auto entry = json::parse(up.body()).as_array().at(0).as_object();
+  EXPECT_EQ(entry.at("metadata"),
+            (json::object{{"author", "alice"}, {"purpose", "a test, with spaces"}}));
+  char value[64] = {};
+  ssize_t n = ::getxattr((home_ + "/m.txt").c_str(), "user.author", value, sizeof value);
+  EXPECT_EQ(std::string(value, n > 0 ? static_cast<std::size_t>(n) : 0), "alice");
+  auto st = rpc_ok("filesystem.Filesystem/Stat", R"({"path":"m.txt"})");
+  EXPECT_EQ(st.at("entry").at("metadata"),
+            (json::object{{"author", "alice"}, {"purpose", "a test, with spaces"}}));
+  // Multipart (the SDK's default) and gzip uploads carry it too; a file without any has none.
+  req = http::make_request(bhttp::verb::post, "/files?path=p.txt", multipart("x", "y"),
+                           "multipart/form-data; boundary=XyZ");
+  req.set("X-Metadata-k", "v");
+  ASSERT_EQ(send(std::move(req)).result_int(), 200);
+  req = http::make_request(bhttp::verb::post, "/files?path=z.txt", gzip_of("zz"),
+                           "application/octet-stream");
+  req.set(bhttp::field::content_encoding, "gzip");
+  req.set("X-Metadata-k", "gz");
+  ASSERT_EQ(send(std::move(req)).result_int(), 200);
+  ASSERT_EQ(send(http::make_request(bhttp::verb::post, "/files?path=plain.txt", "p",
+                                    "application/octet-stream"))
+                .result_int(),
+            200);
+  auto list = rpc_ok("filesystem.Filesystem/ListDir", R"({"path":"~"})");
+  std::map<std::string, json::value> by_name;
+  for (auto& e : list.at("entries").as_array()) {
+    by_name[std::string(e.at("name").as_string())] = e;
+  }
+  EXPECT_EQ(by_name["p.txt"].at("metadata"), (json::object{{"k", "v"}}));
+  EXPECT_EQ(by_name["z.txt"].at("metadata"), (json::object{{"k", "gz"}}));
+  EXPECT_FALSE(by_name["plain.txt"].as_object().contains("metadata"));
+  // Overwriting replaces the file, metadata included.
+  ASSERT_EQ(send(http::make_request(bhttp::verb::post, "/files?path=m.txt", "new",
+                                    "application/octet-stream"))
+                .result_int(),
+            200);
+  st = rpc_ok("filesystem.Filesystem/Stat", R"({"path":"m.txt"})");
+  EXPECT_FALSE(st.at("entry").as_object().contains("metadata"));
+  // Over the bounds: 400 before the body is stored; the file keeps its content.
+  req = http::make_request(bhttp::verb::post, "/files?path=m.txt", "x", "application/octet-stream");
+  req.set("X-Metadata-big", std::string(kMaxMetadataValueBytes + 1, 'v'));
+  EXPECT_EQ(send(std::move(req)).result_int(), 400);
+  req = http::make_request(bhttp::verb::post, "/files?path=m.txt", "x", "application/octet-stream");
+  req.set("X-Metadata-a", "1");
+  req.insert("x-metadata-A", "2");
+  EXPECT_EQ(send(std::move(req)).result_int(), 400);
+  EXPECT_EQ(send(http::make_request(bhttp::verb::get, "/files?path=m.txt")).body(), "new");
+}
+
+// envd 0.6.3 / 0.6.4: WatchDir events carry the entry when includeEntry is set (not for a
+// removal, whose path is gone); allowNetworkMounts is accepted.
+TEST_F(EnvdTest, WatchDirIncludeEntryAndAllowNetworkMounts) {
+  start();
+  StreamReader w(envd_->port(), "/filesystem.Filesystem/WatchDir",
+                 R"({"path":")" + home_ + R"(","includeEntry":true,"allowNetworkMounts":true})");
+  ASSERT_EQ(w.status(), 200);
+  ASSERT_EQ(w.next_frames(1).size(), 1u);  // start
+  std::ofstream(home_ + "/e.txt") << "x";
+  auto ev = w.next_frames(1);
+  ASSERT_EQ(ev.size(), 1u);
+  auto fsev = json::parse(ev[0].payload).at("filesystem").as_object();
+  EXPECT_EQ(fsev.at("name").as_string(), "e.txt");
+  EXPECT_EQ(fsev.at("type").as_string(), "EVENT_TYPE_CREATE");
+  ASSERT_TRUE(fsev.contains("entry")) << ev[0].payload;
+  EXPECT_EQ(fsev.at("entry").at("name").as_string(), "e.txt");
+  EXPECT_EQ(fsev.at("entry").at("path").as_string(), home_ + "/e.txt");
+  EXPECT_EQ(fsev.at("entry").at("type").as_string(), "FILE_TYPE_FILE");
+  auto wrong = stream("filesystem.Filesystem/WatchDir",
+                      R"({"path":")" + home_ + R"(","allowNetworkMounts":"yes"})");
+  EXPECT_NE(wrong.body().find("invalid_argument"), std::string::npos) << wrong.body();
+}
+
 TEST_F(EnvdTest, TokenIsCheckedExceptOnHealth) {
   start("s3cret");
   auto r = rpc("process.Process/List", "{}");
@@ -687,6 +919,38 @@ TEST_F(EnvdTest, TokenIsCheckedExceptOnHealth) {
   token_.reset();
   auto req = http::make_request(bhttp::verb::get, "/files?path=s.txt&signature=v1_bad");
   EXPECT_EQ(send(std::move(req)).result_int(), 401);
+  auto sign = [](const std::string& material) {
+    unsigned char d[SHA256_DIGEST_LENGTH];
+    ::SHA256(reinterpret_cast<const unsigned char*>(material.data()), material.size(), d);
+    std::string s = "v1_" + base64_encode(std::string_view(reinterpret_cast<char*>(d), sizeof d));
+    while (s.back() == '=') s.pop_back();
+    std::string q;  // percent-encoded for the query, as the SDK's URL does ('+' is a space)
+    for (char c : s) q += c == '+' ? "%2B" : c == '/' ? "%2F" : std::string(1, c);
+    return q;
+  };
+  // Valid: downloads and uploads (the operation is part of what is signed), with an expiration
+  // in the future; refused once expired or for the other operation.
+  r = send(http::make_request(bhttp::verb::get,
+                              "/files?path=s.txt&signature=" + sign("s.txt:read::s3cret")));
+  EXPECT_EQ(r.result_int(), 200);
+  EXPECT_EQ(r.body(), "signed");
+  std::string later = std::to_string(std::time(nullptr) + 600);
+  r = send(
+      http::make_request(bhttp::verb::post,
+                         "/files?path=s.txt&signature=" + sign("s.txt:write::s3cret:" + later) +
+                             "&signature_expiration=" + later,
+                         "up", "application/octet-stream"));
+  EXPECT_EQ(r.result_int(), 200) << r.body();
+  EXPECT_EQ(send(http::make_request(bhttp::verb::get,
+                                    "/files?path=s.txt&signature=" + sign("s.txt:write::s3cret")))
+                .result_int(),
+            401);
+  std::string past = std::to_string(std::time(nullptr) - 10);
+  EXPECT_EQ(send(http::make_request(bhttp::verb::get, "/files?path=s.txt&signature=" +
+                                                          sign("s.txt:read::s3cret:" + past) +
+                                                          "&signature_expiration=" + past))
+                .result_int(),
+            401);
 }
 
 TEST_F(EnvdTest, UserSelectionRunsAsThatUser) {

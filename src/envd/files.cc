@@ -3,9 +3,12 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/http/field.hpp>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -33,13 +36,45 @@ std::string name_of(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+// A deflate stream with a gzip wrapper (windowBits 15 + 16), ended with its owner. Level 1
+// (fastest): Node's fetch asks for gzip on every request, so every SDK read from Node is
+// compressed, on the connection's I/O thread, mostly over loopback.
+struct Deflater {
+  z_stream z{};
+  bool ok = false;
+  Deflater() {
+    ok = ::deflateInit2(&z, Z_BEST_SPEED, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK;
+  }
+  ~Deflater() {
+    if (ok) ::deflateEnd(&z);
+  }
+  Deflater(const Deflater&) = delete;
+  Deflater& operator=(const Deflater&) = delete;
+  // Compresses `in` (all of it; `finish` ends the stream) and returns what zlib produced.
+  std::string run(std::string_view in, bool finish) {
+    std::string out;
+    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+    z.avail_in = static_cast<uInt>(in.size());
+    char buf[64 * 1024];
+    int rc = Z_OK;
+    do {
+      z.next_out = reinterpret_cast<Bytef*>(buf);
+      z.avail_out = sizeof buf;
+      rc = ::deflate(&z, finish ? Z_FINISH : Z_NO_FLUSH);
+      out.append(buf, sizeof buf - z.avail_out);
+    } while (z.avail_out == 0 || (finish && rc == Z_OK));
+    return out;
+  }
+};
+
 // Feeds a file to a StreamWriter from the connection's executor, a block at a time, pausing
-// while the writer's queue is full.
+// while the writer's queue is full; gzip-compressed when `gzip` is set.
 struct Download : std::enable_shared_from_this<Download> {
   UniqueFd fd;
   std::uint64_t offset = 0;
   std::uint64_t remaining = 0;
   std::shared_ptr<http::StreamWriter> writer;
+  std::unique_ptr<Deflater> gzip;
 
   void pump() {
     while (remaining > 0) {
@@ -52,13 +87,19 @@ struct Download : std::enable_shared_from_this<Download> {
                         '\0');
       ssize_t n = ::pread(fd.get(), block.data(), block.size(), static_cast<off_t>(offset));
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0)
-        return;  // shrank or failed: the sized body is cut short and the connection closed
+      // Shrank or failed: the writer is dropped unfinished, so the connection is aborted and
+      // the client sees a truncated body (a gzip one without its trailer).
+      if (n <= 0) return;
       block.resize(static_cast<std::size_t>(n));
       offset += static_cast<std::uint64_t>(n);
       remaining -= static_cast<std::uint64_t>(n);
+      if (gzip) {
+        block = gzip->run(block, false);
+        if (block.empty()) continue;
+      }
       if (!writer->write(std::move(block))) return;
     }
+    if (gzip && !writer->write(gzip->run({}, true))) return;
     writer->finish();
   }
 };
@@ -75,7 +116,7 @@ std::string quote_filename(const std::string& name) {
 
 }  // namespace
 
-Status serve_download(const std::string& path, const User& user, unsigned version,
+Status serve_download(const std::string& path, const User& user, unsigned version, Coding coding,
                       const http::Responder& respond) {
   UniqueFd fd;
   {
@@ -98,8 +139,14 @@ Status serve_download(const std::string& path, const User& user, unsigned versio
   h.set(bhttp::field::content_type, "application/octet-stream");
   h.set(bhttp::field::content_disposition, "inline; filename=" + quote_filename(name_of(path)));
   h.set(bhttp::field::vary, "Accept-Encoding");
-  h.content_length(static_cast<std::uint64_t>(st.st_size));
   auto d = std::make_shared<Download>();
+  if (coding == Coding::kGzip) {
+    d->gzip = std::make_unique<Deflater>();
+    if (!d->gzip->ok) return internal_error("zlib: deflateInit2 failed");
+    h.set(bhttp::field::content_encoding, "gzip");
+  } else {
+    h.content_length(static_cast<std::uint64_t>(st.st_size));
+  }
   d->fd = std::move(fd);
   d->remaining = static_cast<std::uint64_t>(st.st_size);
   d->writer = respond.stream(std::move(h));
@@ -128,6 +175,82 @@ Status copy_range(int from, std::uint64_t offset, std::uint64_t length, int to) 
     }
     offset += static_cast<std::uint64_t>(n);
     length -= static_cast<std::uint64_t>(n);
+  }
+  return {};
+}
+
+Status write_all(int to, const char* p, std::size_t left) {
+  while (left > 0) {
+    ssize_t w = ::write(to, p, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return errno_error(errno, "write");
+    p += w;
+    left -= static_cast<std::size_t>(w);
+  }
+  return {};
+}
+
+// Decodes the gzip stream (one member or several, concatenated) in [offset, offset + length) of
+// `from` into `to`, at most `max_out` bytes.
+Status gunzip_range(int from, std::uint64_t offset, std::uint64_t length, int to,
+                    std::uint64_t max_out) {
+  z_stream z{};
+  if (::inflateInit2(&z, 15 + 16) != Z_OK) return internal_error("zlib: inflateInit2 failed");
+  struct End {
+    z_stream* z;
+    ~End() { ::inflateEnd(z); }
+  } end{&z};
+  std::vector<char> in(256 * 1024);
+  std::vector<char> out(256 * 1024);
+  std::uint64_t produced = 0;
+  bool member_done = false;  // the last member ended (or nothing was read yet: empty is invalid)
+  while (length > 0) {
+    ssize_t n = ::pread(from, in.data(), std::min<std::uint64_t>(length, in.size()),
+                        static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno_error(errno, "read upload");
+    if (n == 0) return invalid_argument("upload shorter than announced");
+    offset += static_cast<std::uint64_t>(n);
+    length -= static_cast<std::uint64_t>(n);
+    z.next_in = reinterpret_cast<Bytef*>(in.data());
+    z.avail_in = static_cast<uInt>(n);
+    while (z.avail_in > 0) {
+      if (member_done) {  // another member follows
+        if (::inflateReset(&z) != Z_OK) return internal_error("zlib: inflateReset failed");
+        member_done = false;
+      }
+      z.next_out = reinterpret_cast<Bytef*>(out.data());
+      z.avail_out = static_cast<uInt>(out.size());
+      int rc = ::inflate(&z, Z_NO_FLUSH);
+      if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR) {
+        return invalid_argument(std::string("the gzip upload is not valid gzip: ") +
+                                (z.msg ? z.msg : "corrupt data"));
+      }
+      std::size_t got = out.size() - z.avail_out;
+      produced += got;
+      if (produced > max_out) {
+        return Error(ErrorCode::kPayloadTooLarge,
+                     "the gzip upload decodes to more than " + std::to_string(max_out) + " bytes");
+      }
+      ABX_TRY(write_all(to, out.data(), got));
+      if (rc == Z_STREAM_END) member_done = true;
+      if (rc == Z_BUF_ERROR && got == 0) break;  // needs more input
+    }
+  }
+  // The output may still hold decoded bytes when the input ran out exactly at a block's end.
+  while (!member_done) {
+    z.next_out = reinterpret_cast<Bytef*>(out.data());
+    z.avail_out = static_cast<uInt>(out.size());
+    int rc = ::inflate(&z, Z_FINISH);
+    std::size_t got = out.size() - z.avail_out;
+    produced += got;
+    if (produced > max_out) {
+      return Error(ErrorCode::kPayloadTooLarge,
+                   "the gzip upload decodes to more than " + std::to_string(max_out) + " bytes");
+    }
+    ABX_TRY(write_all(to, out.data(), got));
+    if (rc == Z_STREAM_END) break;
+    if (got == 0) return invalid_argument("the gzip upload is truncated");
   }
   return {};
 }
@@ -204,11 +327,13 @@ Result<std::string> mount_root_of(const std::string& dir, std::uint64_t mount) {
   return cur;
 }
 
-// Mode and owner are set while the file is still private, with envd's credentials (the HTTP
-// layer spooled it as envd).
-void prepare_staged(int fd, const User& owner) {
+// Mode, metadata and owner are set while the file is still private, with envd's credentials
+// (the HTTP layer spooled it as envd; the metadata is set while envd still owns it).
+Status prepare_staged(int fd, const User& owner, const FileMetadata& metadata) {
   ::fchmod(fd, 0644);
+  ABX_TRY(set_file_metadata(fd, metadata));
   chown_to(fd, owner);
+  return {};
 }
 
 // As the user (the caller holds its FsCreds): the rename is what watchers of the target's
@@ -244,7 +369,8 @@ Result<std::string> staging_dir_for(const std::string& dir, const std::string& s
 // Every step on the user's paths runs with the user's credentials; only the staging directory
 // (envd's to make) and the spooled body (envd's file until it is handed over) take envd's.
 Status place_file(http::BodyFile& spooled, std::uint64_t offset, std::uint64_t length,
-                  const std::string& target, const User& owner, const std::string& spool_root) {
+                  const std::string& target, const User& owner, const std::string& spool_root,
+                  const PlaceOptions& options) {
   std::string dir = dir_of(target);
   {
     ABX_ASSIGN_OR_RETURN(auto as_user, FsCreds::act_as(owner));
@@ -256,8 +382,9 @@ Status place_file(http::BodyFile& spooled, std::uint64_t offset, std::uint64_t l
   }
   ABX_ASSIGN_OR_RETURN(auto stage, staging_dir_for(dir, spool_root, owner));
   // The whole body, already staged on the target's mount: rename it, no copy.
-  if (offset == 0 && length == spooled.size() && dir_of(spooled.path()) == stage) {
-    prepare_staged(spooled.fd(), owner);
+  if (options.coding == Coding::kIdentity && offset == 0 && length == spooled.size() &&
+      dir_of(spooled.path()) == stage) {
+    ABX_TRY(prepare_staged(spooled.fd(), owner, options.metadata));
     ABX_ASSIGN_OR_RETURN(auto as_user, FsCreds::act_as(owner));
     ABX_TRY(rename_into_place(spooled.fd(), spooled.path(), target));
     spooled.release();
@@ -267,11 +394,15 @@ Status place_file(http::BodyFile& spooled, std::uint64_t offset, std::uint64_t l
   std::string tmp = stage + "/.abx-upload-XXXXXX";
   UniqueFd out(::mkostemp(tmp.data(), O_CLOEXEC));
   if (!out.valid()) return errno_error(errno, "create a staging file in " + stage);
-  auto s = copy_range(spooled.fd(), offset, length, out.get());
+  auto s = options.coding == Coding::kGzip
+               ? gunzip_range(spooled.fd(), offset, length, out.get(), options.max_decoded)
+               : copy_range(spooled.fd(), offset, length, out.get());
   if (s.ok()) {
-    prepare_staged(out.get(), owner);
-    s = rename_into_place(out.get(), tmp, target);
+    // The staging file is the user's (made with their credentials): its metadata is set as
+    // them, which owning it allows.
+    s = prepare_staged(out.get(), owner, options.metadata);
   }
+  if (s.ok()) s = rename_into_place(out.get(), tmp, target);
   if (!s.ok()) ::unlink(tmp.c_str());  // the old content stays intact
   return s;
 }
@@ -378,6 +509,114 @@ Result<std::vector<MultipartPart>> parse_multipart(int fd, std::uint64_t size,
     pos = next + 2;
   }
   return invalid_argument("too many multipart parts");
+}
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// An RFC 9110 qvalue ("0", "0.5", "1", "1.000") in thousandths, or -1.
+int qvalue(std::string_view v) {
+  if (v.empty() || v.size() > 5 || (v[0] != '0' && v[0] != '1')) return -1;
+  int q = (v[0] - '0') * 1000;
+  if (v.size() == 1) return q;
+  if (v[1] != '.') return -1;
+  int scale = 100;
+  for (std::size_t i = 2; i < v.size(); ++i, scale /= 10) {
+    if (v[i] < '0' || v[i] > '9') return -1;
+    q += (v[i] - '0') * scale;
+  }
+  return q > 1000 ? -1 : q;
+}
+
+bool is_token_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) ||
+         std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+}  // namespace
+
+std::optional<Coding> download_coding(std::string_view accept_encoding) {
+  int gzip = -1;
+  int identity = -1;
+  int any = -1;
+  std::string_view rest = accept_encoding;
+  for (int items = 0; !rest.empty() && items < 64; ++items) {
+    auto comma = rest.find(',');
+    std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    auto semi = item.find(';');
+    std::string_view name = trim(item.substr(0, semi));
+    if (name.empty()) continue;
+    int q = 1000;
+    if (semi != std::string_view::npos) {
+      std::string_view param = trim(item.substr(semi + 1));
+      if (param.size() < 2 || (param[0] != 'q' && param[0] != 'Q') || param[1] != '=') continue;
+      q = qvalue(trim(param.substr(2)));
+      if (q < 0) continue;
+    }
+    if (boost::beast::iequals(name, "gzip") || boost::beast::iequals(name, "x-gzip")) {
+      gzip = std::max(gzip, q);
+    } else if (boost::beast::iequals(name, "identity")) {
+      identity = std::max(identity, q);
+    } else if (name == "*") {
+      any = std::max(any, q);
+    }
+  }
+  if (gzip < 0) gzip = std::max(any, 0);
+  if (identity < 0) identity = any >= 0 ? any : 1;  // identity is acceptable unless excluded
+  if (gzip > 0 && gzip >= identity) return Coding::kGzip;
+  if (identity > 0) return Coding::kIdentity;
+  return std::nullopt;
+}
+
+Result<FileMetadata> upload_metadata(
+    const std::vector<std::pair<std::string_view, std::string_view>>& headers) {
+  constexpr std::string_view kPrefix = "x-metadata-";
+  FileMetadata out;
+  std::size_t total = 0;
+  for (const auto& [name, value] : headers) {
+    if (name.size() < kPrefix.size() ||
+        !boost::beast::iequals(name.substr(0, kPrefix.size()), kPrefix)) {
+      continue;
+    }
+    std::string key(name.substr(kPrefix.size()));
+    if (key.empty()) return invalid_argument("empty file metadata key (X-Metadata- header)");
+    if (key.size() > kMaxMetadataKeyBytes) {
+      return invalid_argument("file metadata key longer than " +
+                              std::to_string(kMaxMetadataKeyBytes) + " bytes");
+    }
+    for (char& c : key) {
+      if (!is_token_char(c)) {
+        return invalid_argument("file metadata keys use only HTTP token characters");
+      }
+      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+    if (value.size() > kMaxMetadataValueBytes) {
+      return invalid_argument("file metadata value of '" + key + "' longer than " +
+                              std::to_string(kMaxMetadataValueBytes) + " bytes");
+    }
+    for (char c : value) {
+      if (c < 0x20 || c > 0x7e) {
+        return invalid_argument("file metadata value of '" + key + "' is not printable ASCII");
+      }
+    }
+    for (const auto& [k, v] : out) {
+      if (k == key) return invalid_argument("file metadata key '" + key + "' given twice");
+    }
+    total += key.size() + value.size();
+    if (out.size() + 1 > kMaxMetadataEntries || total > kMaxMetadataTotalBytes) {
+      return invalid_argument("file metadata over the limit of " +
+                              std::to_string(kMaxMetadataEntries) + " entries and " +
+                              std::to_string(kMaxMetadataTotalBytes) + " bytes");
+    }
+    out.emplace_back(std::move(key), std::string(value));
+  }
+  return out;
 }
 
 }  // namespace abx::envd

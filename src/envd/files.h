@@ -3,21 +3,42 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "abx/base/error.h"
 #include "abx/http/server.h"
+#include "fs.h"
 #include "users.h"
 
 namespace abx::envd {
 
+// The content codings of /files bodies (E2B's envd 0.5.7): gzip or none.
+enum class Coding { kIdentity, kGzip };
+
+// The coding of a download for an Accept-Encoding value (RFC 9110 section 12.5.3): gzip when the
+// client accepts it (q > 0, `x-gzip` and `*` count) at least as much as identity, else identity;
+// nullopt when the client accepts neither (`identity;q=0` or `*;q=0` without gzip): 406. An
+// absent or empty header means identity. Items that do not parse are ignored; only the first 64
+// items are read.
+std::optional<Coding> download_coding(std::string_view accept_encoding);
+
+// The file metadata of an upload from its `X-Metadata-<key>: <value>` headers (case-insensitive
+// prefix; keys are lowercased, as HTTP header names carry no case). Keys are HTTP token
+// characters, values printable ASCII; errors (invalid_argument): an empty or invalid key, an
+// invalid value, a key given twice, or more than the fs.h bounds (entries, key, value, total).
+Result<FileMetadata> upload_metadata(
+    const std::vector<std::pair<std::string_view, std::string_view>>& headers);
+
 // Streams a regular file as the response (Content-Length, no buffering beyond the writer's
-// bound). The file is opened with `user`'s credentials (creds.h): permission_denied when they may
-// not read it. Refuses directories, FIFOs, devices and sockets without blocking on them (the
-// open is O_NONBLOCK and fstat decides). Errors are returned before anything is sent.
-Status serve_download(const std::string& path, const User& user, unsigned version,
+// bound; with Coding::kGzip compressed on the fly, chunked, `Content-Encoding: gzip`). The file is
+// opened with `user`'s credentials (creds.h): permission_denied when they may not read it. Refuses
+// directories, FIFOs, devices and sockets without blocking on them (the open is O_NONBLOCK and
+// fstat decides). Errors are returned before anything is sent.
+Status serve_download(const std::string& path, const User& user, unsigned version, Coding coding,
                       const http::Responder& respond);
 
 // The directory where `owner`'s uploads to `dir` are staged: private to them (mode 0700, owned
@@ -35,9 +56,18 @@ Result<std::string> staging_dir_for(const std::string& dir, const std::string& s
 // chowned to `owner`, renamed over the target; every step on the user's paths with `owner`'s
 // credentials (creds.h), so permissions are the user's. `spooled` is the body already on disk; when
 // it is already staged on the target's mount it is renamed without a copy. Watchers of the target's
-// directory see CREATE then WRITE of the target and nothing else.
+// directory see CREATE then WRITE of the target and nothing else. `metadata` becomes the new
+// file's user.* extended attributes before it appears. With Coding::kGzip the range is a gzip
+// stream (members may be concatenated), decoded into the staged file: invalid_argument when it
+// is not valid gzip, payload_too_large when it decodes to more than `max_decoded` bytes.
+struct PlaceOptions {
+  Coding coding = Coding::kIdentity;
+  std::uint64_t max_decoded = 0;
+  FileMetadata metadata;
+};
 Status place_file(http::BodyFile& spooled, std::uint64_t offset, std::uint64_t length,
-                  const std::string& target, const User& owner, const std::string& spool_root);
+                  const std::string& target, const User& owner, const std::string& spool_root,
+                  const PlaceOptions& options = {});
 
 struct MultipartPart {
   std::string name;          // form field name

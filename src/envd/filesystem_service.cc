@@ -92,6 +92,11 @@ Status watch_dir(Impl& envd, Call& c) {
   ABX_ASSIGN_OR_RETURN(auto path, required_path(c.msg, "path", c.user));
   ABX_ASSIGN_OR_RETURN(auto recursive, get_bool(c.msg, "recursive"));
   ABX_ASSIGN_OR_RETURN(auto include_entry, get_bool(c.msg, "includeEntry", "include_entry"));
+  // Accepted and checked for its type only: E2B's envd refuses to watch a network mount (whose
+  // remote changes inotify cannot see) unless this is set; abx refuses no mount (docs/envd.md).
+  if (auto m = get_bool(c.msg, "allowNetworkMounts", "allow_network_mounts"); !m.ok()) {
+    return m.error();
+  }
   // Validate before answering, so a bad path is an end-stream error with no start frame.
   {
     ABX_ASSIGN_OR_RETURN(auto as_user, FsCreds::act_as(c.user));
@@ -137,6 +142,9 @@ Result<json::object> create_watcher(Impl& envd, Call& c) {
   ABX_ASSIGN_OR_RETURN(auto path, required_path(c.msg, "path", c.user));
   ABX_ASSIGN_OR_RETURN(auto recursive, get_bool(c.msg, "recursive"));
   ABX_ASSIGN_OR_RETURN(auto include_entry, get_bool(c.msg, "includeEntry", "include_entry"));
+  if (auto m = get_bool(c.msg, "allowNetworkMounts", "allow_network_mounts"); !m.ok()) {
+    return m.error();  // accepted as by WatchDir
+  }
   auto pw = std::make_shared<PollWatcher>();
   bool entries = include_entry.value_or(false);
   std::weak_ptr<PollWatcher> weak = pw;

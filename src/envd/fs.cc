@@ -8,6 +8,7 @@
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <boost/json/array.hpp>
@@ -73,7 +74,57 @@ std::string parent_of(const std::string& path) {
   return path.substr(0, slash);
 }
 
+bool printable_ascii(std::string_view s) {
+  for (char c : s) {
+    if (c < 0x20 || c > 0x7e) return false;
+  }
+  return true;
+}
+
+// The `user.*` extended attributes of `path` (not followed when a symlink) as a JSON map; empty
+// when there are none or they cannot be read. Bounded: the name list by the kernel's own limit
+// (64 KiB), each value by kMaxMetadataValueBytes (longer ones, not set by envd, are skipped).
+json::object user_xattrs(const std::string& path) {
+  json::object out;
+  std::string names(64 * 1024, '\0');
+  ssize_t n = ::llistxattr(path.c_str(), names.data(), names.size());
+  if (n <= 0) return out;
+  names.resize(static_cast<std::size_t>(n));
+  std::string value(kMaxMetadataValueBytes, '\0');
+  std::string_view rest(names);
+  while (!rest.empty() && out.size() < 4 * kMaxMetadataEntries) {
+    auto nul = rest.find('\0');
+    std::string name(rest.substr(0, nul));
+    rest.remove_prefix(nul == std::string_view::npos ? rest.size() : nul + 1);
+    if (!name.starts_with("user.") || name.size() == 5 || !printable_ascii(name)) continue;
+    ssize_t len = ::lgetxattr(path.c_str(), name.c_str(), value.data(), value.size());
+    if (len < 0) continue;
+    std::string_view v(value.data(), static_cast<std::size_t>(len));
+    if (!printable_ascii(v)) continue;
+    out[name.substr(5)] = v;
+  }
+  return out;
+}
+
 }  // namespace
+
+Status set_file_metadata(int fd, const FileMetadata& metadata) {
+  for (const auto& [key, value] : metadata) {
+    std::string name = "user." + key;
+    if (::fsetxattr(fd, name.c_str(), value.data(), value.size(), 0) != 0) {
+      int err = errno;
+      if (err == ENOTSUP) {
+        return Error(ErrorCode::kFailedPrecondition,
+                     "the filesystem does not support user extended attributes (file metadata)");
+      }
+      if (err == ENOSPC || err == E2BIG || err == ERANGE) {
+        return invalid_argument("file metadata too large for the filesystem");
+      }
+      return errno_error(err, "set file metadata '" + key + "'");
+    }
+  }
+  return {};
+}
 
 Result<json::object> entry_info(const std::string& path) {
   struct stat st {};
@@ -100,6 +151,7 @@ Result<json::object> entry_info(const std::string& path) {
       e["symlinkTarget"] = t;
     }
   }
+  if (auto md = user_xattrs(path); !md.empty()) e["metadata"] = std::move(md);
   return e;
 }
 

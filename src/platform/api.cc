@@ -252,7 +252,29 @@ bool ControlApi::serve_control(Request& req, const http::Responder& respond) {
   return true;
 }
 
-Status ControlApi::authorize_sandbox(const Route& route, const bhttp::fields& headers) {
+namespace {
+// GET or POST /files with a `signature` query parameter: a signed file URL (the SDK's
+// downloadUrl / uploadUrl), which carries no X-Access-Token. envd checks the signature itself, in
+// constant time and with its expiration (src/envd/envd.cc check_files_auth), so the proxy lets
+// it through without a token. Only the literal parameter name counts: anything else is
+// refused here, the safe side.
+bool signed_files_request(const bhttp::request_header<>& h) {
+  if (h.method() != bhttp::verb::get && h.method() != bhttp::verb::post) return false;
+  std::string_view target = h.target();
+  auto qm = target.find('?');
+  if (qm == std::string_view::npos || target.substr(0, qm) != "/files") return false;
+  std::string_view q = target.substr(qm + 1);
+  while (!q.empty()) {
+    auto amp = q.find('&');
+    std::string_view kv = q.substr(0, amp);
+    q = amp == std::string_view::npos ? std::string_view() : q.substr(amp + 1);
+    if (kv.starts_with("signature=") && kv.size() > 10) return true;
+  }
+  return false;
+}
+}  // namespace
+
+Status ControlApi::authorize_sandbox(const Route& route, const bhttp::request_header<>& headers) {
   auto sb = sandboxes_.find(route.sandbox_id);
   if (!sb) return not_found("sandbox '" + route.sandbox_id + "' not found");
   const bool envd = route.port == kEnvdPort;
@@ -269,6 +291,9 @@ Status ControlApi::authorize_sandbox(const Route& route, const bhttp::fields& he
   if (presented.empty()) {
     std::string_view a = headers[bhttp::field::authorization];
     if (a.size() > 7 && boost::beast::iequals(a.substr(0, 7), "bearer ")) presented = a.substr(7);
+  }
+  if (presented.empty() && envd && signed_files_request(headers)) {
+    return sb->paused ? Status(Error(ErrorCode::kFailedPrecondition, "paused")) : Status();
   }
   if (presented.empty()) {
     return Error(ErrorCode::kUnauthenticated,

@@ -48,7 +48,8 @@ class ControlApi : public GatewayBackend {
                      std::uint64_t max_upload_bytes = 2ull << 30);
 
   http::Response handle_control(http::Request&& req) override;
-  Status authorize_sandbox(const Route& route, const boost::beast::http::fields& headers) override;
+  Status authorize_sandbox(const Route& route,
+                           const boost::beast::http::request_header<>& headers) override;
   Result<runtime::UniqueFd> connect_sandbox(const Route& route) override;
   Result<http::BodyPlan> control_body_plan(const http::Request& header,
                                            std::size_t default_max) override;

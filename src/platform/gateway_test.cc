@@ -39,7 +39,7 @@ class LoopbackBackend : public GatewayBackend {
     return http::json_response(
         200, json::object{{"path", std::string(req.target())}, {"body", req.body()}});
   }
-  Status authorize_sandbox(const Route& route, const bhttp::fields& headers) override {
+  Status authorize_sandbox(const Route& route, const bhttp::request_header<>& headers) override {
     if (ports.find(route.sandbox_id) == ports.end()) {
       return not_found("sandbox '" + route.sandbox_id + "' not found");
     }

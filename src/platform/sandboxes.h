@@ -55,7 +55,7 @@ struct SandboxBinaries {
 };
 
 inline constexpr std::uint16_t kEnvdPort = 49983;
-inline constexpr const char* kEnvdVersion = "0.4.0";  // the envd API level abx-envd implements
+inline constexpr const char* kEnvdVersion = "0.6.4";  // the envd API level abx-envd implements
 inline constexpr const char* kClientId = "6532622b";
 
 struct CreateRequest {

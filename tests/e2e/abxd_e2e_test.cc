@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "abx/auth/signing.h"
+#include "abx/base/base64.h"
 #include "abx/http/client.h"
 #include "abx/testing/abxd.h"
 
@@ -77,7 +78,7 @@ TEST_F(AbxdE2E, MainJobCreateASandboxAndCallACommand) {
   std::string token(sb.at("envdAccessToken").as_string());
   EXPECT_EQ(id.size(), 20u);
   EXPECT_EQ(sb.at("clientID"), "6532622b");
-  EXPECT_EQ(sb.at("envdVersion"), "0.4.0");
+  EXPECT_EQ(sb.at("envdVersion"), "0.6.4");
   EXPECT_EQ(sb.at("templateID"), "demo");
 
   auto r = call_demo(id, token, R"({"x":42,"y":"world"})");
@@ -148,6 +149,56 @@ TEST_F(AbxdE2E, AuthIsRequiredAndTokensDoNotCrossSandboxes) {
   EXPECT_EQ(sandbox_call(ida, 49983, bhttp::verb::get, "/health", "", "").result_int(), 401);
   // Other ports of a template without the `ports` capability are private.
   EXPECT_EQ(sandbox_call(ida, 8080, bhttp::verb::get, "/", "", ta).result_int(), 403);
+}
+
+// A signed file URL (the SDK's downloadUrl / uploadUrl) carries no X-Access-Token: the proxy
+// lets GET/POST /files with a `signature` parameter through to envd, which checks it. Everything
+// else, a signature parameter or not, still needs the token at the proxy.
+TEST_F(AbxdE2E, SignedFileUrlsPassTheProxyOnlyForEnvdFiles) {
+  auto sb = create(R"({"templateID":"demo"})");
+  std::string id(sb.at("sandboxID").as_string());
+  std::string token(sb.at("envdAccessToken").as_string());
+  auto put = http::make_request(bhttp::verb::post, "/files?path=%2Ftmp%2Fs.txt", "signed",
+                                "application/octet-stream");
+  put.set("E2b-Sandbox-Id", id);
+  put.set("E2b-Sandbox-Port", "49983");
+  put.set("X-Access-Token", token);
+  auto up = http::fetch("127.0.0.1", abxd().port(), std::move(put), std::chrono::seconds(30));
+  ASSERT_TRUE(up.ok()) << up.error().message();
+  ASSERT_EQ(up->result_int(), 200) << up->body();
+  // v1_ + base64(sha256("path:read:user:token")) without padding, percent-encoded for the query.
+  auto sign = [&](const std::string& material) {
+    std::string hex = auth::sha256_hex(material), raw;
+    for (std::size_t i = 0; i + 1 < hex.size(); i += 2) {
+      raw += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+    }
+    std::string sig = "v1_" + base64_encode(raw), q;
+    while (sig.back() == '=') sig.pop_back();
+    for (char c : sig) q += c == '+' ? "%2B" : c == '/' ? "%2F" : std::string(1, c);
+    return q;
+  };
+  std::string sig = sign("/tmp/s.txt:read::" + token);
+  auto r = sandbox_call(id, 49983, bhttp::verb::get, "/files?path=%2Ftmp%2Fs.txt&signature=" + sig,
+                        "", "");
+  EXPECT_EQ(r.result_int(), 200) << r.body();
+  EXPECT_EQ(r.body(), "signed");
+  // A wrong signature passes the proxy and is refused by envd.
+  r = sandbox_call(id, 49983, bhttp::verb::get, "/files?path=%2Ftmp%2Fs.txt&signature=v1_x", "",
+                   "");
+  EXPECT_EQ(r.result_int(), 401);
+  EXPECT_NE(r.body().find("invalid signature"), std::string::npos) << r.body();
+  // No signature, another envd route, another port: the proxy's own 401.
+  for (auto [port, target] : std::vector<std::pair<int, std::string>>{
+           {49983, "/files?path=%2Ftmp%2Fs.txt"},
+           {49983, "/health?signature=" + sig},
+           {49983, "/files/x?path=%2Ftmp%2Fs.txt&signature=" + sig},
+           {49983, "/process.Process/List?signature=" + sig},
+           {49982, "/files?path=%2Ftmp%2Fs.txt&signature=" + sig}}) {
+    auto verb = target.starts_with("/process.") ? bhttp::verb::post : bhttp::verb::get;
+    r = sandbox_call(id, port, verb, target, verb == bhttp::verb::post ? "{}" : "", "");
+    EXPECT_EQ(r.result_int(), 401) << port << " " << target;
+    EXPECT_NE(r.body().find("missing X-Access-Token"), std::string::npos) << r.body();
+  }
 }
 
 TEST_F(AbxdE2E, ScopedTokenReachesOnlyItsCommands) {

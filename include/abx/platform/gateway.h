@@ -40,8 +40,9 @@ class GatewayBackend {
   // kFailedPrecondition means "allowed, but paused": the gateway then drops any pooled
   // connection and calls connect_sandbox, which resumes the sandbox. Errors:
   // kNotFound (no such sandbox) → 502; kUnauthenticated → 401; kPermissionDenied → 403.
+  // `header` is the request's (method, target and fields).
   virtual Status authorize_sandbox(const Route& route,
-                                   const boost::beast::http::fields& headers) = 0;
+                                   const boost::beast::http::request_header<>& header) = 0;
   // A connected, non-blocking TCP socket to route.port inside the sandbox (resuming it if
   // paused); called on a worker thread after authorize_sandbox, when no pooled connection is
   // open. Errors: kUnavailable (nothing

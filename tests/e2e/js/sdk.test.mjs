@@ -259,6 +259,110 @@ describe('base sandbox', () => {
     );
   });
 
+  // envd 0.5.2: closeStdin ends the process's stdin (EOF), so `cat` finishes.
+  test('commands: closeStdin gives the process EOF', async () => {
+    const h = await sbx.commands.run('cat', { background: true, stdin: true });
+    await sbx.commands.sendStdin(h.pid, 'until eof');
+    await sbx.commands.closeStdin(h.pid);
+    const r = await h.wait();
+    assert.equal(r.exitCode, 0);
+    assert.equal(r.stdout, 'until eof');
+  });
+
+  // envd 0.5.7: gzip uploads (octet-stream, Content-Encoding: gzip) and downloads
+  // (Accept-Encoding: gzip; fetch decodes the body).
+  test('files: gzip write and read', async () => {
+    const text = 'gzip line\n'.repeat(5000);
+    const info = await sbx.files.write('/tmp/js-e2e-gz/a.txt', text, { gzip: true });
+    assert.equal(info.path, '/tmp/js-e2e-gz/a.txt');
+    assert.equal(await sbx.files.read('/tmp/js-e2e-gz/a.txt', { gzip: true }), text);
+    assert.equal(await sbx.files.read('/tmp/js-e2e-gz/a.txt'), text);
+    const r = await sbx.commands.run('wc -c < /tmp/js-e2e-gz/a.txt');
+    assert.equal(r.stdout.trim(), String(text.length));
+    const bin = new Uint8Array([0, 1, 2, 255, 254]);
+    await sbx.files.write('/tmp/js-e2e-gz/bin', bin.buffer, { gzip: true });
+    assert.deepEqual(await sbx.files.read('/tmp/js-e2e-gz/bin', { format: 'bytes', gzip: true }), bin);
+  });
+
+  // envd 0.6.2: metadata travels as X-Metadata-* headers, is kept as user.* xattrs, and comes
+  // back from write, getInfo and list.
+  test('files: metadata round trip', async () => {
+    const md = { author: 'alice', purpose: 'js e2e' };
+    const info = await sbx.files.write('/tmp/js-e2e-md/a.txt', 'with metadata', { metadata: md });
+    assert.deepEqual(info.metadata, md);
+    assert.deepEqual((await sbx.files.getInfo('/tmp/js-e2e-md/a.txt')).metadata, md);
+    await sbx.files.write('/tmp/js-e2e-md/b.txt', 'streamed', {
+      metadata: { k: 'v' },
+      useOctetStream: true,
+    });
+    await sbx.files.write('/tmp/js-e2e-md/plain.txt', 'none');
+    const byName = Object.fromEntries(
+      (await sbx.files.list('/tmp/js-e2e-md')).map((e) => [e.name, e])
+    );
+    assert.deepEqual(byName['a.txt'].metadata, md);
+    assert.deepEqual(byName['b.txt'].metadata, { k: 'v' });
+    assert.equal(byName['plain.txt'].metadata, undefined);
+  });
+
+  // envd 0.6.3 / 0.6.4: events carry the entry with includeEntry; allowNetworkMounts is accepted.
+  test('files: watchDir with includeEntry and allowNetworkMounts', async () => {
+    await sbx.files.makeDir('/tmp/js-e2e-watch2');
+    let resolveEntry;
+    const got = new Promise((r) => (resolveEntry = r));
+    const handle = await sbx.files.watchDir(
+      '/tmp/js-e2e-watch2',
+      (e) => {
+        if (e.name === 'e.txt' && e.entry) resolveEntry(e);
+      },
+      { includeEntry: true, allowNetworkMounts: true }
+    );
+    let timer;
+    try {
+      await sbx.files.write('/tmp/js-e2e-watch2/e.txt', 'entry', { metadata: { tag: 'w' } });
+      const guard = new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error('no event with an entry')), 10000);
+      });
+      const e = await Promise.race([got, guard]);
+      assert.equal(e.entry.name, 'e.txt');
+      assert.equal(e.entry.path, '/tmp/js-e2e-watch2/e.txt');
+      assert.equal(e.entry.type, FileType.FILE);
+    } finally {
+      clearTimeout(timer);
+      await handle.stop();
+    }
+  });
+
+  // Signed file URLs carry no X-Access-Token: abxd's proxy lets a /files request with a
+  // `signature` through and envd checks it (and its expiration). With E2B_SANDBOX_URL pointing at
+  // abxd's one listener the URL has no sandbox host, so the routing headers name the sandbox.
+  test('files: signed download and upload URLs', async () => {
+    const route = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983' };
+    await sbx.files.write('/tmp/js-e2e-signed/d.txt', 'signed download');
+    const down = await sbx.downloadUrl('/tmp/js-e2e-signed/d.txt');
+    assert.match(down, /signature=v1_/);
+    let res = await fetch(down, { headers: route });
+    assert.equal(res.status, 200);
+    assert.equal(await res.text(), 'signed download');
+    const expiring = await sbx.downloadUrl('/tmp/js-e2e-signed/d.txt', { useSignatureExpiration: 60 });
+    res = await fetch(expiring, { headers: route });
+    assert.equal(await res.text(), 'signed download');
+    // Tampered or missing signature: 401 (envd's, then the proxy's).
+    res = await fetch(down.replace('signature=v1_', 'signature=v1_x'), { headers: route });
+    assert.equal(res.status, 401);
+    res = await fetch(down.replace(/&?signature=[^&]*/, ''), { headers: route });
+    assert.equal(res.status, 401);
+    // Upload: a multipart form to the signed URL.
+    const up = await sbx.uploadUrl('/tmp/js-e2e-signed/u.txt');
+    const form = new FormData();
+    form.append('file', new Blob(['signed upload']), 'u.txt');
+    res = await fetch(up, { method: 'POST', body: form, headers: route });
+    assert.equal(res.status, 200, await res.clone().text());
+    assert.equal(await sbx.files.read('/tmp/js-e2e-signed/u.txt'), 'signed upload');
+    // An upload signature does not allow a read (the operation is signed too).
+    res = await fetch(up, { headers: route });
+    assert.equal(res.status, 401);
+  });
+
   test('Sandbox.list().nextItems() shows the sandbox', async () => {
     const paginator = Sandbox.list();
     const items = await paginator.nextItems();
