@@ -88,25 +88,35 @@ bool match_pattern(std::string_view pattern, std::span<const std::string> parts,
 }  // namespace api
 
 Status ControlApi::authenticate(const Request& req) {
+  // The same API key in X-API-KEY and Authorization: Bearer is one credential (MCP clients send
+  // both when a user configures both); different keys, or a key beside a signature, are refused.
   std::string_view key;
-  std::size_t count = 0;
+  std::size_t keys = 0;
+  bool keys_differ = false;
   bool signed_request = false;
+  auto take = [&](std::string_view k) {
+    if (keys++ > 0 && !token::constant_time_equal(k, key)) keys_differ = true;
+    key = k;
+  };
   for (const auto& f : req) {
     if (boost::beast::iequals(f.name_string(), "x-api-key")) {
-      key = f.value();
-      ++count;
+      take(f.value());
     } else if (f.name() == bhttp::field::authorization) {
       std::string_view v = f.value();
       if (v.size() > 7 && boost::beast::iequals(v.substr(0, 7), "bearer ")) {
-        key = v.substr(7);
-        ++count;
+        take(v.substr(7));
       } else if (v.substr(0, auth::kAlgorithm.size()) == auth::kAlgorithm) {
         signed_request = true;
-        ++count;
       }
     }
   }
-  if (count > 1) return invalid_argument("send one credential (X-API-KEY, Bearer or a signature)");
+  if (keys_differ) {
+    return invalid_argument("X-API-KEY and Authorization: Bearer carry different API keys");
+  }
+  if (signed_request && keys > 0) {
+    return invalid_argument("send one credential (X-API-KEY, Bearer or a signature)");
+  }
+  const std::size_t count = signed_request ? 1 : keys;
   Status result;
   if (signed_request) {
     result = verify_signature(req);
