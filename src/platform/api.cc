@@ -272,9 +272,13 @@ Status ControlApi::authorize_sandbox(const Route& route, const bhttp::fields& he
                  "port " + std::to_string(route.port) +
                      " of this sandbox is private (its template lacks the `ports` capability)");
   }
-  if (sb->access_token.empty()) {  // secure=false: open, as in E2B
-    return sb->paused ? Status(Error(ErrorCode::kFailedPrecondition, "paused")) : Status();
-  }
+  // Paused: with autoResume the gateway reconnects through connect_sandbox, which resumes it;
+  // without, the proxy answers 502 as E2B's does (the SDK's isRunning() reads it as false).
+  const Status allowed = !sb->paused ? Status()
+                         : sb->record.auto_resume
+                             ? Status(Error(ErrorCode::kFailedPrecondition, "paused"))
+                             : Status(unavailable("sandbox '" + sb->record.id + "' is paused"));
+  if (sb->access_token.empty()) return allowed;  // secure=false: open, as in E2B
   std::string_view presented = headers["X-Access-Token"];
   if (presented.empty()) {
     std::string_view a = headers[bhttp::field::authorization];
@@ -284,9 +288,6 @@ Status ControlApi::authorize_sandbox(const Route& route, const bhttp::fields& he
     return Error(ErrorCode::kUnauthenticated,
                  "missing X-Access-Token for sandbox '" + sb->record.id + "'");
   }
-  // Allowed but paused: the gateway reconnects through connect_sandbox, which resumes it.
-  const Status allowed =
-      sb->paused ? Status(Error(ErrorCode::kFailedPrecondition, "paused")) : Status();
   if (token::constant_time_equal(presented, sb->access_token)) return allowed;
   // A scoped token reaches the command server only; the server enforces its command list.
   if (server && token::looks_scoped(presented) &&
@@ -299,6 +300,9 @@ Status ControlApi::authorize_sandbox(const Route& route, const bhttp::fields& he
 
 Result<runtime::UniqueFd> ControlApi::connect_sandbox(const Route& route) {
   auto fd = sandboxes_.connect(route.sandbox_id, route.port);
+  if (!fd.ok() && fd.error().code() == ErrorCode::kFailedPrecondition) {
+    return unavailable(fd.error().message());  // paused (again) without autoResume: 502
+  }
   if (!fd.ok() && fd.error().code() == ErrorCode::kUnavailable) {
     return unavailable("nothing listens on port " + std::to_string(route.port) + " in sandbox '" +
                        route.sandbox_id + "'");
