@@ -88,25 +88,35 @@ bool match_pattern(std::string_view pattern, std::span<const std::string> parts,
 }  // namespace api
 
 Status ControlApi::authenticate(const Request& req) {
+  // The same API key in X-API-KEY and Authorization: Bearer is one credential (MCP clients send
+  // both when a user configures both); different keys, or a key beside a signature, are refused.
   std::string_view key;
-  std::size_t count = 0;
+  std::size_t keys = 0;
+  bool keys_differ = false;
   bool signed_request = false;
+  auto take = [&](std::string_view k) {
+    if (keys++ > 0 && !token::constant_time_equal(k, key)) keys_differ = true;
+    key = k;
+  };
   for (const auto& f : req) {
     if (boost::beast::iequals(f.name_string(), "x-api-key")) {
-      key = f.value();
-      ++count;
+      take(f.value());
     } else if (f.name() == bhttp::field::authorization) {
       std::string_view v = f.value();
       if (v.size() > 7 && boost::beast::iequals(v.substr(0, 7), "bearer ")) {
-        key = v.substr(7);
-        ++count;
+        take(v.substr(7));
       } else if (v.substr(0, auth::kAlgorithm.size()) == auth::kAlgorithm) {
         signed_request = true;
-        ++count;
       }
     }
   }
-  if (count > 1) return invalid_argument("send one credential (X-API-KEY, Bearer or a signature)");
+  if (keys_differ) {
+    return invalid_argument("X-API-KEY and Authorization: Bearer carry different API keys");
+  }
+  if (signed_request && keys > 0) {
+    return invalid_argument("send one credential (X-API-KEY, Bearer or a signature)");
+  }
+  const std::size_t count = signed_request ? 1 : keys;
   Status result;
   if (signed_request) {
     result = verify_signature(req);
@@ -284,24 +294,23 @@ Status ControlApi::authorize_sandbox(const Route& route, const bhttp::request_he
                  "port " + std::to_string(route.port) +
                      " of this sandbox is private (its template lacks the `ports` capability)");
   }
-  if (sb->access_token.empty()) {  // secure=false: open, as in E2B
-    return sb->paused ? Status(Error(ErrorCode::kFailedPrecondition, "paused")) : Status();
-  }
+  // Paused: with autoResume the gateway reconnects through connect_sandbox, which resumes it;
+  // without, the proxy answers 502 as E2B's does (the SDK's isRunning() reads it as false).
+  const Status allowed = !sb->paused ? Status()
+                         : sb->record.auto_resume
+                             ? Status(Error(ErrorCode::kFailedPrecondition, "paused"))
+                             : Status(unavailable("sandbox '" + sb->record.id + "' is paused"));
+  if (sb->access_token.empty()) return allowed;  // secure=false: open, as in E2B
   std::string_view presented = headers["X-Access-Token"];
   if (presented.empty()) {
     std::string_view a = headers[bhttp::field::authorization];
     if (a.size() > 7 && boost::beast::iequals(a.substr(0, 7), "bearer ")) presented = a.substr(7);
   }
-  if (presented.empty() && envd && signed_files_request(headers)) {
-    return sb->paused ? Status(Error(ErrorCode::kFailedPrecondition, "paused")) : Status();
-  }
+  if (presented.empty() && envd && signed_files_request(headers)) return allowed;
   if (presented.empty()) {
     return Error(ErrorCode::kUnauthenticated,
                  "missing X-Access-Token for sandbox '" + sb->record.id + "'");
   }
-  // Allowed but paused: the gateway reconnects through connect_sandbox, which resumes it.
-  const Status allowed =
-      sb->paused ? Status(Error(ErrorCode::kFailedPrecondition, "paused")) : Status();
   if (token::constant_time_equal(presented, sb->access_token)) return allowed;
   // A scoped token reaches the command server only; the server enforces its command list.
   if (server && token::looks_scoped(presented) &&
@@ -314,6 +323,9 @@ Status ControlApi::authorize_sandbox(const Route& route, const bhttp::request_he
 
 Result<runtime::UniqueFd> ControlApi::connect_sandbox(const Route& route) {
   auto fd = sandboxes_.connect(route.sandbox_id, route.port);
+  if (!fd.ok() && fd.error().code() == ErrorCode::kFailedPrecondition) {
+    return unavailable(fd.error().message());  // paused (again) without autoResume: 502
+  }
   if (!fd.ok() && fd.error().code() == ErrorCode::kUnavailable) {
     return unavailable("nothing listens on port " + std::to_string(route.port) + " in sandbox '" +
                        route.sandbox_id + "'");

@@ -149,6 +149,44 @@ Result<std::int64_t> parse_rfc3339_ms(const std::string& v) {
   return (days * 86400 + h * 3600 + mi * 60 + sec - offset_s) * 1000 + ms;
 }
 
+Result<bool> bool_field(const json::value* v, const char* name) {
+  if (v == nullptr || v->is_null()) return false;
+  if (!v->is_bool()) return invalid_argument(std::string(name) + " must be a boolean");
+  return v->as_bool();
+}
+
+// E2B's create fields: `autoPause` (true: the deadline pauses instead of killing; the SDK sends
+// it for lifecycle.onTimeout), `autoResume: {enabled}` (traffic wakes a paused sandbox),
+// `autoPauseMemory` (accepted; a paused sandbox always keeps its memory here). The shape
+// GET /sandboxes/{id} reports, `lifecycle: {onTimeout, autoResume}`, is accepted too.
+Status parse_lifecycle(const json::object& body, CreateRequest& cr) {
+  ABX_ASSIGN_OR_RETURN(cr.pause_on_timeout, bool_field(body.if_contains("autoPause"), "autoPause"));
+  ABX_TRY(bool_field(body.if_contains("autoPauseMemory"), "autoPauseMemory"));
+  if (const json::value* ar = body.if_contains("autoResume"); ar && !ar->is_null()) {
+    if (ar->is_bool()) {
+      cr.auto_resume = ar->as_bool();
+    } else if (ar->is_object()) {
+      ABX_ASSIGN_OR_RETURN(
+          cr.auto_resume, bool_field(ar->as_object().if_contains("enabled"), "autoResume.enabled"));
+    } else {
+      return invalid_argument("autoResume must be an object {\"enabled\": <boolean>}");
+    }
+  }
+  const json::value* lc = body.if_contains("lifecycle");
+  if (lc == nullptr || lc->is_null()) return {};
+  if (!lc->is_object()) return invalid_argument("lifecycle must be an object");
+  if (const json::value* ot = lc->as_object().if_contains("onTimeout"); ot && !ot->is_null()) {
+    if (!ot->is_string() || (ot->as_string() != "kill" && ot->as_string() != "pause")) {
+      return invalid_argument("lifecycle.onTimeout must be \"kill\" or \"pause\"");
+    }
+    cr.pause_on_timeout = ot->as_string() == "pause";
+  }
+  if (const json::value* ar = lc->as_object().if_contains("autoResume"); ar && !ar->is_null()) {
+    ABX_ASSIGN_OR_RETURN(cr.auto_resume, bool_field(ar, "lifecycle.autoResume"));
+  }
+  return {};
+}
+
 Result<Response> list_sandboxes(Context& ctx, bool v1) {
   ABX_ASSIGN_OR_RETURN(store::SandboxFilter f, parse_list_query(ctx.url.params(), v1));
   ABX_ASSIGN_OR_RETURN(store::SandboxPage page, ctx.store.list_sandboxes(f));
@@ -192,6 +230,7 @@ Result<CreateRequest> parse_create(const json::object& body, std::int64_t max_ti
     if (!s->is_bool()) return invalid_argument("secure must be a boolean");
     cr.secure = s->as_bool();
   }
+  ABX_TRY(parse_lifecycle(body, cr));
   return cr;
 }
 
@@ -244,7 +283,8 @@ Result<Response> get_sandbox(Context& ctx) {
   if (!sb->access_token.empty()) o["envdAccessToken"] = sb->access_token;
   o["domain"] = sb->record.domain;
   o["allowInternetAccess"] = false;
-  o["lifecycle"] = json::object{{"autoResume", true}, {"onTimeout", "kill"}};
+  o["lifecycle"] = json::object{{"autoResume", sb->record.auto_resume},
+                                {"onTimeout", sb->record.pause_on_timeout ? "pause" : "kill"}};
   return http::json_response(200, o);
 }
 

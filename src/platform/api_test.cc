@@ -52,6 +52,34 @@ TEST(ApiDecoders, CreateReadsEveryFieldAndRejectsBadOnesAsInvalidArgument) {
   }
 }
 
+TEST(ApiDecoders, CreateReadsE2BLifecycleFields) {
+  auto none = parse_create(obj("{}"), 3600);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->pause_on_timeout);  // E2B's defaults: kill at the deadline, no auto-resume
+  EXPECT_FALSE(none->auto_resume);
+  // What the e2b SDK sends for lifecycle {onTimeout: 'pause', autoResume: true}.
+  auto sdk = parse_create(obj(R"({"autoPause":true,"autoResume":{"enabled":true}})"), 3600);
+  ASSERT_TRUE(sdk.ok()) << sdk.error().to_string();
+  EXPECT_TRUE(sdk->pause_on_timeout);
+  EXPECT_TRUE(sdk->auto_resume);
+  auto lc = parse_create(obj(R"({"lifecycle":{"onTimeout":"pause","autoResume":false}})"), 3600);
+  ASSERT_TRUE(lc.ok()) << lc.error().to_string();
+  EXPECT_TRUE(lc->pause_on_timeout);
+  EXPECT_FALSE(lc->auto_resume);
+  auto kill = parse_create(obj(R"({"autoPause":false,"autoPauseMemory":true})"), 3600);
+  ASSERT_TRUE(kill.ok());
+  EXPECT_FALSE(kill->pause_on_timeout);
+  for (const char* bad :
+       {R"({"autoPause":"yes"})", R"({"autoResume":1})", R"({"autoResume":{"enabled":"on"}})",
+        R"({"autoPauseMemory":0})", R"({"lifecycle":true})",
+        R"({"lifecycle":{"onTimeout":"stop"}})", R"({"lifecycle":{"onTimeout":1}})",
+        R"({"lifecycle":{"autoResume":"x"}})"}) {
+    auto r = parse_create(obj(bad), 3600);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument) << bad;
+  }
+}
+
 TEST(ApiDecoders, ListQueryKeepsV1RunningAndChecksEachParameter) {
   auto q = [](std::string_view target, bool v1) {
     return parse_list_query(boost::urls::parse_origin_form(target)->params(), v1);

@@ -317,8 +317,14 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
                               e.code() == ErrorCode::kDeadlineExceeded
                           ? 502
                           : http::http_status(e.code());
+    // E2B's proxy names the sandbox in its error body (`sandboxId`, beside code and message).
     // The request body (if any) is unread: close after answering.
-    std::move(conn).respond(e2b_error(status, e.message(), version, false));
+    http::Response res = http::json_response(
+        status,
+        boost::json::object{
+            {"code", status}, {"message", e.message()}, {"sandboxId", route.sandbox_id}},
+        version, false);
+    std::move(conn).respond(std::move(res));
     co_return;
   }
 

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <boost/json/array.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -341,6 +342,9 @@ store::SandboxRecord new_record(const ManagerOptions& opt, const templates::Temp
   rec.metadata = req.metadata;
   rec.env_vars = req.env_vars;
   rec.domain = opt.domain;
+  rec.pause_on_timeout = req.pause_on_timeout;
+  rec.auto_resume = req.auto_resume;
+  rec.timeout_s = timeout;
   return rec;
 }
 
@@ -480,6 +484,7 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   }
   live->note("info", "created from template '" + tmpl->id + "', deadline in " +
                          std::to_string(timeout) + " s");
+  live->sample_metrics();  // the first metrics sample; the reaper takes one every 5 s after it
   return live;
 }
 
@@ -576,6 +581,33 @@ std::vector<SandboxEvent> LiveSandbox::events_since(std::int64_t start_ms) const
   return out;
 }
 
+void LiveSandbox::sample_metrics() {
+  const runtime::CgroupUsage usage = sandbox.cgroups().usage();
+  const std::int64_t now = now_ms();
+  std::lock_guard lock(metrics_mu_);
+  MetricSample m{now, 0, usage.memory_bytes};
+  const double cpus = record.cpu_count > 0 ? record.cpu_count : 1;
+  if (last_sample_ms_ != 0 && now > last_sample_ms_ && usage.cpu_usec >= last_cpu_usec_) {
+    const double used_us = static_cast<double>(usage.cpu_usec - last_cpu_usec_);
+    const double wall_us = static_cast<double>(now - last_sample_ms_) * 1000.0;
+    m.cpu_used_pct = std::min(100.0, 100.0 * used_us / (wall_us * cpus));
+  }
+  last_cpu_usec_ = usage.cpu_usec;
+  last_sample_ms_ = now;
+  metrics_.push_back(m);
+  if (metrics_.size() > kMetricSamples) metrics_.pop_front();
+}
+
+std::vector<MetricSample> LiveSandbox::metrics_between(std::int64_t start_ms,
+                                                       std::int64_t end_ms) const {
+  std::lock_guard lock(metrics_mu_);
+  std::vector<MetricSample> out;
+  for (const auto& m : metrics_) {
+    if (m.timestamp_ms >= start_ms && m.timestamp_ms <= end_ms) out.push_back(m);
+  }
+  return out;
+}
+
 std::shared_ptr<LiveSandbox> SandboxManager::find(const std::string& id) const {
   std::lock_guard lock(mu_);
   auto it = live_.find(id);
@@ -655,6 +687,14 @@ Result<bool> SandboxManager::resume(const std::string& id) {
   std::lock_guard lock(sb->mu);
   if (!sb->paused) return false;
   ABX_TRY(sb->sandbox.cgroups().freeze(false));
+  // Paused at (or past) its deadline: it gets the timeout it was created with again, or the
+  // reaper would end it at once.
+  const std::int64_t now = now_ms();
+  if (sb->record.end_at_ms <= now) {
+    const std::int64_t end = now + sb->record.timeout_s * 1000;
+    ABX_TRY(store_->set_deadline(id, end));
+    sb->record.end_at_ms = end;
+  }
   sb->paused = false;
   sb->record.state = store::SandboxState::kRunning;
   ABX_TRY(store_->update_state(id, store::SandboxState::kRunning));
@@ -666,7 +706,10 @@ Result<runtime::UniqueFd> SandboxManager::connect(const std::string& id, std::ui
   auto sb = find(id);
   if (!sb) return not_found("sandbox '" + id + "' not found");
   if (sb->paused) {
-    ABX_TRY(resume(id));  // traffic resumes a paused sandbox
+    if (!sb->record.auto_resume) {
+      return Error(ErrorCode::kFailedPrecondition, "sandbox '" + id + "' is paused");
+    }
+    ABX_TRY(resume(id));  // traffic resumes a paused sandbox created with autoResume
   }
   return sb->sandbox.open_tcp(port, std::chrono::seconds(2));
 }
@@ -700,16 +743,32 @@ void SandboxManager::reaper_loop() {
     lock.unlock();
     std::vector<std::string> due;
     std::vector<std::string> dead;
+    std::vector<std::shared_ptr<LiveSandbox>> to_sample;
     {
       std::lock_guard l(mu_);
       std::int64_t now = now_ms();
+      if (now - last_metrics_ms_ >= std::chrono::milliseconds(kMetricInterval).count()) {
+        last_metrics_ms_ = now;
+        for (auto& [id, sb] : live_) to_sample.push_back(sb);
+      }
       for (auto& [id, sb] : live_) {
-        if (sb->record.end_at_ms <= now) due.push_back(id);
+        // A paused sandbox waits for connect, resume or kill (E2B keeps paused sandboxes).
+        if (sb->record.end_at_ms <= now && !sb->paused) due.push_back(id);
         if (init_exited(sb->sandbox.pidfd())) dead.push_back(id);  // envd died on its own
       }
     }
+    for (const auto& sb : to_sample) {
+      if (!sb->paused) sb->sample_metrics();  // a frozen sandbox uses nothing new
+    }
     for (const auto& id : due) {
-      if (auto sb = find(id)) sb->note("info", "timeout reached: killing");
+      auto sb = find(id);
+      if (sb && sb->record.pause_on_timeout) {
+        sb->note("info", "timeout reached: pausing (onTimeout: pause)");
+        if (Status s = pause(id); s.ok() || s.error().code() == ErrorCode::kFailedPrecondition) {
+          continue;
+        }
+      }
+      if (sb) sb->note("info", "timeout reached: killing");
       (void)kill(id);
     }
     for (const auto& id : dead) {

@@ -64,6 +64,10 @@ struct CreateRequest {
   std::map<std::string, std::string> metadata;
   std::map<std::string, std::string> env_vars;
   bool secure = true;
+  // E2B's lifecycle: pause instead of kill at the deadline (onTimeout "pause", autoPause), and
+  // let proxied traffic resume a paused sandbox (autoResume). Both off by default, as in E2B.
+  bool pause_on_timeout = false;
+  bool auto_resume = false;
 };
 
 // A lifecycle event of one sandbox (created, paused, resumed, timeout set, killed), kept with it
@@ -73,6 +77,16 @@ struct SandboxEvent {
   std::string level;  // info | warn | error
   std::string message;
 };
+
+// One 5-second sample of a sandbox's usage (GET /sandboxes/{id}/metrics).
+struct MetricSample {
+  std::int64_t timestamp_ms = 0;
+  double cpu_used_pct = 0;  // of the sandbox's CPUs, over the interval since the last sample
+  std::uint64_t mem_used_bytes = 0;
+};
+
+inline constexpr std::chrono::seconds kMetricInterval{5};
+inline constexpr std::size_t kMetricSamples = 720;  // one hour of samples
 
 struct LiveSandbox {
   store::SandboxRecord record;
@@ -92,9 +106,19 @@ struct LiveSandbox {
   void note(std::string_view level, std::string message);
   std::vector<SandboxEvent> events_since(std::int64_t start_ms) const;
 
+  // Takes a usage sample now (the reaper does, every kMetricInterval) into a ring of the last
+  // kMetricSamples.
+  void sample_metrics();
+  // The samples with start_ms <= timestamp <= end_ms, oldest first.
+  std::vector<MetricSample> metrics_between(std::int64_t start_ms, std::int64_t end_ms) const;
+
  private:
   mutable std::mutex events_mu_;
   std::deque<SandboxEvent> events_;
+  mutable std::mutex metrics_mu_;
+  std::deque<MetricSample> metrics_;
+  std::uint64_t last_cpu_usec_ = 0;
+  std::int64_t last_sample_ms_ = 0;
 };
 
 struct ManagerOptions {
@@ -155,7 +179,8 @@ class SandboxManager {
   // Leaves every sandbox running for the next abxd to adopt (what SIGTERM does by default).
   void detach_all();
 
-  // A connected socket to `port` inside the sandbox (resuming it if paused).
+  // A connected socket to `port` inside the sandbox, resuming it if paused and created with
+  // auto_resume; kFailedPrecondition if it is paused without.
   Result<runtime::UniqueFd> connect(const std::string& id, std::uint16_t port);
 
   // The current catalog; a snapshot stays valid while held, across reloads.
@@ -192,6 +217,7 @@ class SandboxManager {
   std::condition_variable reaper_cv_;
   bool stopping_ = false;
   std::thread reaper_;
+  std::int64_t last_metrics_ms_ = 0;  // reaper thread only
 };
 
 std::int64_t now_ms();

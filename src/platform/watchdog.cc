@@ -73,6 +73,9 @@ int run_watchdog(const WatchdogOptions& opt) {
     }
     for (const auto& rec : *expired) {
       if (done.count(rec.id)) continue;
+      // Paused sandboxes have no deadline (as in E2B), and one created with onTimeout "pause" is
+      // left for abxd, whose reaper pauses it once it is back.
+      if (rec.state == store::SandboxState::kPaused || rec.pause_on_timeout) continue;
       auto sb = runtime::Sandbox::adopt(state_dir, rec.id);
       if (!sb) {
         // already_exists: its owner (abxd) is alive and will reap it itself.

@@ -3,8 +3,10 @@
 // abxd's reaper kills a sandbox when its deadline passes, but sandboxes outlive abxd (they are
 // adopted by the next one), so an abxd that crashed and never came back would leave them running
 // forever. `abxd watchdog` is a small detached process, one per home (an flock on
-// <home>/watchdog.lock), that abxd starts at boot. Every second it asks the store for running or
-// paused sandboxes past their deadline and, for each one whose state directory nobody holds
+// <home>/watchdog.lock), that abxd starts at boot. Every second it asks the store for running
+// sandboxes past their deadline (not paused ones, which have none, as in E2B, nor ones created
+// with onTimeout "pause": the next abxd pauses those) and, for each one whose state directory
+// nobody holds
 // (its owner, abxd, is gone: a live abxd keeps every sandbox's directory locked), adopts and
 // destroys it. While abxd runs it does nothing; the next abxd finds those sandboxes dead and
 // marks them killed. It exits once abxd is gone and no sandbox is left running or paused, or when

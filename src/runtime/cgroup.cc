@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "abx/base/try.h"
@@ -125,6 +126,16 @@ SandboxCgroups SandboxCgroups::existing(const CgroupLayout& layout, const std::s
 
 CgroupUsage SandboxCgroups::usage() const {
   CgroupUsage u;
+  if (!v2_dir_.empty()) {
+    // cpu.stat is in every v2 cgroup, whichever controllers are enabled: "usage_usec N\n...".
+    if (auto stat = read_file(v2_dir_ + "/cpu.stat", 4096)) {
+      constexpr std::string_view kKey = "usage_usec ";
+      if (auto at = stat->find(kKey);
+          at != std::string::npos && (at == 0 || (*stat)[at - 1] == '\n')) {
+        u.cpu_usec = std::strtoull(stat->c_str() + at + kKey.size(), nullptr, 10);
+      }
+    }
+  }
   const std::string mem = dir_for("memory");
   if (mem.empty()) return u;
   auto number = [](const std::string& path) -> std::uint64_t {

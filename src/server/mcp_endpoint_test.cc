@@ -254,6 +254,11 @@ TEST_F(McpEndpointTest, AuthAsOnTheRestRoutes) {
   Request req = make_request(bhttp::verb::post, "/mcp", rpc("initialize", init_params()));
   req.set(bhttp::field::authorization, std::string("Bearer ") + kToken);
   EXPECT_EQ(send(req, "").result_int(), 200);
+  // The MCP TypeScript SDK sends both headers when a user configures both: the same token in
+  // each is served, different tokens are a 400.
+  EXPECT_EQ(send(req).result_int(), 200);
+  req.set(bhttp::field::authorization, "Bearer wrong");
+  expect_http_error(send(req), 400, mcp::kInvalidParams, "different access tokens");
 }
 
 TEST_F(McpEndpointTest, ScopedTokenListsAndCallsOnlyItsCommands) {

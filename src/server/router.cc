@@ -56,21 +56,28 @@ bool Caller::may_run(std::string_view name) const {
 
 Result<Caller> Router::authenticate(const Request& req) const {
   if (opt_.no_auth) return Caller{};
+  // The token may come in X-Access-Token, Authorization: Bearer or both (the MCP TypeScript SDK
+  // sends both when a user configures both); copies must agree (compared in constant time).
   std::string_view presented;
   std::size_t count = 0;
+  bool differ = false;
+  auto take = [&](std::string_view t) {
+    if (count++ > 0 && !token::constant_time_equal(t, presented)) differ = true;
+    presented = t;
+  };
   for (const auto& f : req) {
     if (boost::beast::iequals(f.name_string(), "x-access-token")) {
-      presented = f.value();
-      ++count;
+      take(f.value());
     } else if (f.name() == bhttp::field::authorization) {
       std::string_view v = f.value();
-      if (v.size() > 7 && boost::beast::iequals(v.substr(0, 7), "bearer ")) {
-        presented = v.substr(7);
-        ++count;
-      }
+      if (v.size() > 7 && boost::beast::iequals(v.substr(0, 7), "bearer ")) take(v.substr(7));
     }
   }
-  if (count > 1) return invalid_argument("more than one access token in the request");
+  if (differ) {
+    return invalid_argument(
+        "the request carries different access tokens (X-Access-Token and Authorization: Bearer "
+        "must agree)");
+  }
   if (count == 0 || presented.empty()) {
     return Error(ErrorCode::kUnauthenticated,
                  "missing access token (send it in X-Access-Token or Authorization: Bearer)");

@@ -83,7 +83,8 @@ Result<std::map<std::string, std::string>> decode_map(const std::string& s, std:
 
 constexpr const char* kSandboxColumns =
     "id, template_id, client_id, created_at, end_at, state, init_pid, init_start_time, "
-    "token_digest, cpu_count, memory_mb, disk_mb, metadata, env_vars, domain";
+    "token_digest, cpu_count, memory_mb, disk_mb, metadata, env_vars, domain, on_timeout, "
+    "auto_resume, timeout_s";
 
 Result<SandboxRecord> read_sandbox(const sql::Stmt& s) {
   SandboxRecord r;
@@ -104,6 +105,9 @@ Result<SandboxRecord> read_sandbox(const sql::Stmt& s) {
   ABX_ASSIGN_OR_RETURN(r.metadata, decode_map(s.text(12), "metadata"));
   ABX_ASSIGN_OR_RETURN(r.env_vars, decode_map(s.text(13), "env_vars"));
   r.domain = s.text(14);
+  r.pause_on_timeout = s.text(15) == "pause";
+  r.auto_resume = s.int64(16) != 0;
+  r.timeout_s = s.int64(17);
   return r;
 }
 
@@ -158,6 +162,13 @@ CREATE TABLE templates_seen (
   status         TEXT NOT NULL,
   error          TEXT NOT NULL DEFAULT ''
 );
+)sql",
+    // 2: E2B's lifecycle (onTimeout, autoResume) and the create timeout a resume restores.
+    R"sql(
+ALTER TABLE sandboxes ADD COLUMN on_timeout TEXT NOT NULL DEFAULT 'kill'
+  CHECK (on_timeout IN ('kill', 'pause'));
+ALTER TABLE sandboxes ADD COLUMN auto_resume INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sandboxes ADD COLUMN timeout_s INTEGER NOT NULL DEFAULT 300;
 )sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
@@ -360,8 +371,9 @@ Status Store::insert_sandbox(const SandboxRecord& r) {
       impl_->conn.prepare(
           "INSERT INTO sandboxes (id, template_id, client_id, created_at, end_at, state, init_pid, "
           "init_start_time, token_digest, cpu_count, memory_mb, disk_mb, metadata, env_vars, "
-          "domain) "
-          "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+          "domain, on_timeout, auto_resume, timeout_s) "
+          "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
+          "?18)",
           "insert sandbox"));
   s.bind(1, r.id)
       .bind(2, r.template_id)
@@ -377,7 +389,10 @@ Status Store::insert_sandbox(const SandboxRecord& r) {
       .bind(12, r.disk_mb)
       .bind(13, encode_map(r.metadata))
       .bind(14, encode_map(r.env_vars))
-      .bind(15, r.domain);
+      .bind(15, r.domain)
+      .bind(16, std::string_view(r.pause_on_timeout ? "pause" : "kill"))
+      .bind(17, static_cast<std::int64_t>(r.auto_resume ? 1 : 0))
+      .bind(18, r.timeout_s);
   return s.exec();
 }
 

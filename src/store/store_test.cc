@@ -93,6 +93,49 @@ TEST(Store, RefusesNewerSchema) {
   EXPECT_EQ(s.error().code(), ErrorCode::kFailedPrecondition);
 }
 
+TEST(Store, LifecycleRoundTripsAndAVersion1FileMigrates) {
+  TempDir d;
+  fs::path p = d.path() / "abx.db";
+  {
+    auto s = open_or_die(p);
+    SandboxRecord r = make(1);
+    r.pause_on_timeout = true;
+    r.auto_resume = true;
+    r.timeout_s = 42;
+    ASSERT_TRUE(s->insert_sandbox(r).ok());
+    ASSERT_TRUE(s->insert_sandbox(make(2)).ok());
+    auto got = s->get_sandbox(r.id);
+    ASSERT_TRUE(got.ok());
+    EXPECT_TRUE(got->pause_on_timeout);
+    EXPECT_TRUE(got->auto_resume);
+    EXPECT_EQ(got->timeout_s, 42);
+    got = s->get_sandbox(id_for(2));
+    ASSERT_TRUE(got.ok());
+    EXPECT_FALSE(got->pause_on_timeout);
+    EXPECT_FALSE(got->auto_resume);
+  }
+  // Back to the version 1 layout (no lifecycle columns), as an older abxd left it.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(p.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "ALTER TABLE sandboxes DROP COLUMN on_timeout;"
+                         "ALTER TABLE sandboxes DROP COLUMN auto_resume;"
+                         "ALTER TABLE sandboxes DROP COLUMN timeout_s;"
+                         "UPDATE schema_version SET version = 1",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_close(db);
+  auto s = open_or_die(p);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->schema_version(), kSchemaVersion);
+  auto got = s->get_sandbox(id_for(1));
+  ASSERT_TRUE(got.ok()) << got.error().to_string();
+  EXPECT_FALSE(got->pause_on_timeout);  // E2B's defaults: kill at the deadline, no auto-resume
+  EXPECT_FALSE(got->auto_resume);
+  EXPECT_EQ(got->timeout_s, 300);
+}
+
 TEST(Store, SandboxCrud) {
   TempDir d;
   auto s = open_or_die(d.path() / "abx.db");

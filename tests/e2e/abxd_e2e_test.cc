@@ -262,15 +262,63 @@ TEST_F(AbxdE2E, TimeoutKillsAndSetTimeoutExtends) {
   EXPECT_EQ(api(bhttp::verb::get, "/sandboxes/" + idb).result_int(), 200);
 }
 
-TEST_F(AbxdE2E, PauseFreezesAndTrafficResumes) {
+TEST_F(AbxdE2E, PausedSandboxStaysPausedUnderTrafficWithoutAutoResume) {
   auto sb = create(R"({"templateID":"demo"})");
+  std::string id(sb.at("sandboxID").as_string());
+  std::string token(sb.at("envdAccessToken").as_string());
+  auto info = json::parse(api(bhttp::verb::get, "/sandboxes/" + id).body());
+  EXPECT_EQ(info.at("lifecycle"), json::parse(R"({"autoResume":false,"onTimeout":"kill"})"));
+  ASSERT_EQ(call_demo(id, token, R"({"x":1})").result_int(), 200);
+  EXPECT_EQ(api(bhttp::verb::post, "/sandboxes/" + id + "/pause", "{}").result_int(), 204);
+  // E2B's proxy answers a paused sandbox with 502 and its id; the sandbox stays paused.
+  auto r = sandbox_call(id, 49982, bhttp::verb::post, "/commands/demo", R"({"x":5})", token);
+  EXPECT_EQ(r.result_int(), 502) << r.body();
+  auto body = json::parse(r.body());
+  EXPECT_EQ(std::string(body.at("sandboxId").as_string()), id);
+  EXPECT_EQ(body.at("code"), 502);
+  EXPECT_EQ(json::parse(api(bhttp::verb::get, "/sandboxes/" + id).body()).at("state"), "paused");
+  auto c = api(bhttp::verb::post, "/sandboxes/" + id + "/connect", R"({"timeout":30})");
+  EXPECT_EQ(c.result_int(), 201) << c.body();
+  EXPECT_EQ(call_demo(id, token, R"({"x":1})").result_int(), 200);
+  EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);
+  // Killed, and never known: 502 naming the sandbox too.
+  for (const std::string& gone : {id, std::string("abcdefghij0123456789")}) {
+    auto k = sandbox_call(gone, 49982, bhttp::verb::post, "/commands/demo", "{}", token);
+    EXPECT_EQ(k.result_int(), 502) << k.body();
+    EXPECT_EQ(std::string(json::parse(k.body()).at("sandboxId").as_string()), gone);
+  }
+}
+
+TEST_F(AbxdE2E, LifecycleFieldsAreCheckedAndReported) {
+  for (const char* bad :
+       {R"({"autoPause":1})", R"({"autoResume":"yes"})", R"({"autoResume":{"enabled":3}})",
+        R"({"lifecycle":{"onTimeout":"stop"}})", R"({"lifecycle":[]})"}) {
+    EXPECT_EQ(api(bhttp::verb::post, "/sandboxes", bad).result_int(), 400) << bad;
+  }
+  auto sb = create(R"({"templateID":"demo","lifecycle":{"onTimeout":"pause","autoResume":true}})");
+  std::string id(sb.at("sandboxID").as_string());
+  auto info = json::parse(api(bhttp::verb::get, "/sandboxes/" + id).body());
+  EXPECT_EQ(info.at("lifecycle"), json::parse(R"({"autoResume":true,"onTimeout":"pause"})"));
+  // Metrics: start and end are Unix seconds; end may not come before start.
+  auto m = api(bhttp::verb::get, "/sandboxes/" + id + "/metrics");
+  ASSERT_EQ(m.result_int(), 200) << m.body();
+  EXPECT_GE(json::parse(m.body()).as_array().size(), 1u);  // the sample taken at create
+  for (const char* q : {"?start=x", "?end=-1", "?start=100&end=50"}) {
+    EXPECT_EQ(api(bhttp::verb::get, "/sandboxes/" + id + "/metrics" + q).result_int(), 400) << q;
+  }
+  EXPECT_EQ(api(bhttp::verb::get, "/sandboxes/" + id + "/metrics?start=100&end=200").body(), "[]");
+  EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);
+}
+
+TEST_F(AbxdE2E, PauseFreezesAndTrafficResumes) {
+  auto sb = create(R"({"templateID":"demo","autoPause":true,"autoResume":{"enabled":true}})");
   std::string id(sb.at("sandboxID").as_string());
   std::string token(sb.at("envdAccessToken").as_string());
   ASSERT_EQ(call_demo(id, token, R"({"x":1})").result_int(), 200);
   EXPECT_EQ(api(bhttp::verb::post, "/sandboxes/" + id + "/pause", "{}").result_int(), 204);
   EXPECT_EQ(api(bhttp::verb::post, "/sandboxes/" + id + "/pause", "{}").result_int(), 409);
   EXPECT_EQ(json::parse(api(bhttp::verb::get, "/sandboxes/" + id).body()).at("state"), "paused");
-  // Traffic to a paused sandbox resumes it.
+  // Traffic to a paused sandbox created with autoResume resumes it.
   auto r = call_demo(id, token, R"({"x":5})");
   EXPECT_EQ(r.result_int(), 200) << r.body();
   EXPECT_EQ(json::parse(api(bhttp::verb::get, "/sandboxes/" + id).body()).at("state"), "running");
@@ -297,7 +345,7 @@ TEST_F(AbxdE2E, TemplatesCarryCapabilitiesAndBadInputIsRefused) {
 }
 
 TEST_F(AbxdE2E, KillNineAndRestartAdoptsLiveSandboxes) {
-  auto sb = create(R"({"templateID":"demo","timeout":300})");
+  auto sb = create(R"({"templateID":"demo","timeout":300,"autoPause":true})");
   std::string id(sb.at("sandboxID").as_string());
   std::string token(sb.at("envdAccessToken").as_string());
   ASSERT_EQ(call_demo(id, token, R"({"x":1})").result_int(), 200);
@@ -306,6 +354,9 @@ TEST_F(AbxdE2E, KillNineAndRestartAdoptsLiveSandboxes) {
   // The sandbox survived its owner and the new abxd adopted it: same id, same token, usable.
   auto info = api(bhttp::verb::get, "/sandboxes/" + id);
   EXPECT_EQ(info.result_int(), 200) << info.body();
+  // Its lifecycle came back from the record.
+  EXPECT_EQ(json::parse(info.body()).at("lifecycle"),
+            json::parse(R"({"autoResume":false,"onTimeout":"pause"})"));
   EXPECT_EQ(call_demo(id, token, R"({"x":2})").body(), R"({"result":"2: hello"})");
   EXPECT_NE(api(bhttp::verb::get, "/v2/sandboxes").body().find(id), std::string::npos);
   // Killing it after adoption removes everything.

@@ -142,5 +142,25 @@ TEST_F(AbxdMcpE2E, ProtocolErrorsAndAuth) {
   EXPECT_EQ(post(ping, key()).result_int(), 200);
 }
 
+// An MCP client configured with the key in both X-API-KEY and Authorization: Bearer is served;
+// two different keys are a clear 400.
+TEST_F(AbxdMcpE2E, TheSameKeyInBothHeadersIsServed) {
+  json::object ping{{"jsonrpc", "2.0"}, {"id", 1}, {"method", "ping"}};
+  auto with_bearer = [&](const std::string& bearer) {
+    auto req = http::make_request(bhttp::verb::post, "/mcp", json::serialize(ping));
+    req.set("X-API-KEY", key());
+    req.set(bhttp::field::authorization, "Bearer " + bearer);
+    req.set("Mcp-Session-Id", session_);
+    auto r = http::fetch("127.0.0.1", port(), std::move(req), std::chrono::seconds(60));
+    EXPECT_TRUE(r.ok()) << r.error().message();
+    return r.ok() ? *r : http::Response{};
+  };
+  auto same = with_bearer(key());
+  EXPECT_EQ(same.result_int(), 200) << same.body();
+  auto other = with_bearer("e2b_" + std::string(40, '0'));
+  EXPECT_EQ(other.result_int(), 400) << other.body();
+  EXPECT_NE(other.body().find("different API keys"), std::string::npos) << other.body();
+}
+
 }  // namespace
 }  // namespace abx::e2e

@@ -7,14 +7,15 @@
 //     GatewayBackend::handle_control on a worker thread (it may touch SQLite or spawn sandboxes);
 //   - sandbox plane: takes the connection over (http::Takeover) in a C++20 coroutine on the
 //     connection's strand, asks the backend for a connected socket to the target port (it checks
-//     the sandbox's token and resumes a paused sandbox), then relays the request and the response
-//     through fixed 64 KiB buffers — unbuffered, with back-pressure, whatever the size or
-//     duration (chunked Connect streams, uploads, downloads) — and turns into a byte tunnel
-//     after a `101 Switching Protocols` (WebSocket). Hop-by-hop headers are dropped per RFC 9110
-//     §7.6.1. Upstream connections are reused within a client connection, which goes back to
-//     the server for its next request.
-// Sandbox-plane errors are answered as `{"code": <status>, "message": …}` (502 for an unknown
-// sandbox or a closed port), which the e2b SDKs understand.
+//     the sandbox's token and resumes a paused sandbox created with autoResume), then relays the
+//     request and the response through fixed 64 KiB buffers — unbuffered, with back-pressure,
+//     whatever the size or duration (chunked Connect streams, uploads, downloads) — and turns into
+//     a byte tunnel after a `101 Switching Protocols` (WebSocket). Hop-by-hop headers are dropped
+//     per RFC 9110 §7.6.1. Upstream connections are reused within a client connection, which goes
+//     back to the server for its next request.
+// Sandbox-plane errors are answered as `{"code": <status>, "message": …, "sandboxId": …}` (502
+// for an unknown or killed sandbox, a paused one without autoResume, or a closed port), which
+// the e2b SDKs understand.
 #pragma once
 
 #include <boost/beast/http/fields.hpp>
@@ -37,9 +38,10 @@ class GatewayBackend {
   virtual http::Response handle_control(http::Request&& req) = 0;
   // Checks that the request's credentials may reach route.port of route.sandbox_id. Runs on an
   // I/O thread for every proxied request, so it must not block (memory lookups only).
-  // kFailedPrecondition means "allowed, but paused": the gateway then drops any pooled
-  // connection and calls connect_sandbox, which resumes the sandbox. Errors:
-  // kNotFound (no such sandbox) → 502; kUnauthenticated → 401; kPermissionDenied → 403.
+  // kFailedPrecondition means "allowed, but paused" (a sandbox created with autoResume): the
+  // gateway then drops any pooled connection and calls connect_sandbox, which resumes the
+  // sandbox. Errors: kNotFound (no such sandbox) and kUnavailable (paused without autoResume)
+  // → 502 with {code, message, sandboxId}; kUnauthenticated → 401; kPermissionDenied → 403.
   // `header` is the request's (method, target and fields).
   virtual Status authorize_sandbox(const Route& route,
                                    const boost::beast::http::request_header<>& header) = 0;

@@ -34,6 +34,7 @@ struct CgroupLimits {
 // not report it.
 struct CgroupUsage {
   std::uint64_t memory_bytes = 0;  // v1 memory.usage_in_bytes, else v2 memory.current
+  std::uint64_t cpu_usec = 0;      // v2 cpu.stat usage_usec (CPU time used; 0 without cgroup v2)
 };
 
 struct CgroupLayout {

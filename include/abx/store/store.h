@@ -62,6 +62,12 @@ struct SandboxRecord {
   std::map<std::string, std::string> metadata;
   std::map<std::string, std::string> env_vars;
   std::string domain;
+  // E2B's lifecycle: at the deadline the sandbox is paused (onTimeout "pause", E2B's autoPause)
+  // instead of killed; a paused sandbox is woken by proxied traffic only with auto_resume.
+  bool pause_on_timeout = false;
+  bool auto_resume = false;
+  // The timeout the sandbox was created with: a sandbox resumed after its deadline gets it again.
+  std::int64_t timeout_s = 300;
 };
 
 struct SandboxFilter {
@@ -123,7 +129,7 @@ bool digest_matches(std::string_view stored_hex_digest, std::string_view present
 Result<std::string> generate_sandbox_id();
 bool valid_sandbox_id(std::string_view id);
 
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;
 
 class Store {
  public:
