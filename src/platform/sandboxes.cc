@@ -743,19 +743,25 @@ void SandboxManager::reaper_loop() {
     lock.unlock();
     std::vector<std::string> due;
     std::vector<std::string> dead;
-    std::vector<std::shared_ptr<LiveSandbox>> to_sample;
+    std::vector<std::shared_ptr<LiveSandbox>> to_sample, all;
+    const std::int64_t now = now_ms();
     {
       std::lock_guard l(mu_);
-      std::int64_t now = now_ms();
       if (now - last_metrics_ms_ >= std::chrono::milliseconds(kMetricInterval).count()) {
         last_metrics_ms_ = now;
         for (auto& [id, sb] : live_) to_sample.push_back(sb);
       }
       for (auto& [id, sb] : live_) {
-        // A paused sandbox waits for connect, resume or kill (E2B keeps paused sandboxes).
-        if (sb->record.end_at_ms <= now && !sb->paused) due.push_back(id);
+        all.push_back(sb);
         if (init_exited(sb->sandbox.pidfd())) dead.push_back(id);  // envd died on its own
       }
+    }
+    // The deadline under the sandbox's own lock, which its writers hold (move_deadline,
+    // resume); never nested in mu_.
+    for (const auto& sb : all) {
+      std::lock_guard l(sb->mu);
+      // A paused sandbox waits for connect, resume or kill (E2B keeps paused sandboxes).
+      if (sb->record.end_at_ms <= now && !sb->paused) due.push_back(sb->record.id);
     }
     for (const auto& sb : to_sample) {
       if (!sb->paused) sb->sample_metrics();  // a frozen sandbox uses nothing new

@@ -96,7 +96,7 @@ struct LiveSandbox {
   std::shared_ptr<const templates::Template> tmpl;
   std::string image_digest;  // manifest digest of the image below its root (empty: host mode)
   runtime::Sandbox sandbox;
-  std::mutex mu;                    // guards pause/resume/kill of this sandbox
+  std::mutex mu;                    // guards pause/resume/kill and record.end_at_ms
   std::atomic<bool> paused{false};  // read by the gateway without the lock
 
   LiveSandbox(store::SandboxRecord rec, runtime::Sandbox sb)
