@@ -17,6 +17,7 @@ namespace {
 struct LogsOpts {
   std::string id, since;
   bool follow = false;
+  bool network = false;
   int limit = 1000;
 };
 
@@ -41,6 +42,49 @@ void print(const Context& ctx, const client::LogEntry& e) {
   std::cout.flush();
 }
 
+// --network: the sandbox's outbound flows and DNS questions with their verdicts.
+int network_logs(Context& ctx, const LogsOpts& o, std::int64_t start) {
+  auto cfg = ctx.config();
+  std::int64_t last = start - 1;
+  std::size_t seen_at_last = 0;
+  for (bool first = true;; first = false) {
+    auto events = client::Sandbox::network_audit(o.id, cfg, std::max<std::int64_t>(last, 0));
+    if (!events.ok()) {
+      if (!first && events.error().code() == ErrorCode::kNotFound) return kExitOk;
+      return ctx.fail(events.error());
+    }
+    std::size_t skip = seen_at_last;
+    for (const auto& e : *events) {
+      if (e.timestamp_ms == last && skip > 0) {
+        --skip;
+        continue;
+      }
+      if (ctx.flags.json) {
+        std::cout << boost::json::serialize(boost::json::object{{"timestamp", e.timestamp_ms},
+                                                                {"protocol", e.protocol},
+                                                                {"destination", e.destination},
+                                                                {"port", e.port},
+                                                                {"domain", e.domain},
+                                                                {"verdict", e.verdict}})
+                  << "\n";
+      } else {
+        std::cout << e.timestamp_ms << " " << e.verdict << " " << e.protocol << " "
+                  << e.destination << (e.port ? ":" + std::to_string(e.port) : "")
+                  << (e.domain.empty() ? "" : " " + e.domain) << "\n";
+      }
+      if (e.timestamp_ms != last) {
+        last = e.timestamp_ms;
+        seen_at_last = 0;
+      }
+      ++seen_at_last;
+    }
+    std::cout.flush();
+    if (!std::cout) return kExitOk;
+    if (!o.follow) return kExitOk;
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+}
+
 int logs(Context& ctx, const LogsOpts& o) {
   std::int64_t start = 0;
   if (!o.since.empty()) {
@@ -49,6 +93,7 @@ int logs(Context& ctx, const LogsOpts& o) {
     start = unix_ms() - d->count() * 1000;
   }
   if (o.limit <= 0 || o.limit > 10'000) return ctx.usage("--limit must be between 1 and 10000");
+  if (o.network) return network_logs(ctx, o, start);
   auto cfg = ctx.config();
   // Entries at the last timestamp already printed: the next poll starts at that timestamp
   // (inclusive, millisecond resolution) and skips them.
@@ -97,6 +142,9 @@ void add_logs(CLI::App& app, Context& ctx) {
       o->id);
   sub->add_flag("-f,--follow", o->follow, "Keep printing new lines until the sandbox is gone");
   sub->add_option("--since", o->since, "Only lines from this long ago: 90s, 5m, 1h");
+  sub->add_flag("--network", o->network,
+                "The sandbox's outbound connections and DNS questions with their verdicts "
+                "(allow, deny, blocked) instead");
   sub->add_option("--limit", o->limit, "Lines per request (1-10000)")->capture_default_str();
   sub->callback([&ctx, o] { ctx.exit_code = logs(ctx, *o); });
 }

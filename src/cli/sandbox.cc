@@ -1,6 +1,7 @@
-// abx sandbox create|list|info|kill|timeout|connect|pause
+// abx sandbox create|list|info|kill|timeout|connect|pause|network
 #include <boost/json.hpp>
 #include <iostream>
+#include <optional>
 
 #include "cli.h"
 
@@ -12,7 +13,8 @@ namespace {
 
 struct SandboxOpts {
   std::string id, template_id = "base", timeout = "300", state, limit;
-  std::vector<std::string> ids, envs, metadata;
+  std::vector<std::string> ids, envs, metadata, allow_out, deny_out;
+  bool no_internet = false;
 };
 
 void print_info(const Context& ctx, const client::SandboxInfo& i) {
@@ -46,6 +48,9 @@ int create(Context& ctx, const SandboxOpts& o) {
   if (!md.ok()) return ctx.fail(md.error());
   co.envs = *envs;
   co.metadata = *md;
+  co.allow_out = o.allow_out;
+  co.deny_out = o.deny_out;
+  co.allow_internet_access = !o.no_internet;
   if (!ctx.flags.json) std::cerr << "creating a sandbox from template " << o.template_id << "…\n";
   auto s = client::Sandbox::create(o.template_id, co, ctx.config());
   if (!s.ok()) return ctx.fail(s.error());
@@ -161,6 +166,20 @@ int pause(Context& ctx, const SandboxOpts& o) {
   return kExitOk;
 }
 
+int network(Context& ctx, const SandboxOpts& o) {
+  std::optional<bool> internet;
+  if (o.no_internet) internet = false;
+  if (Status s = client::Sandbox::update_network(o.id, ctx.config(), o.allow_out, o.deny_out,
+                                                 internet);
+      !s)
+    return ctx.fail(s.error());
+  if (!ctx.flags.json)
+    std::cerr << "network rules of " << o.id << " replaced (allowOut " << o.allow_out.size()
+              << ", denyOut " << o.deny_out.size() << (o.no_internet ? ", no internet" : "")
+              << ")\n";
+  return kExitOk;
+}
+
 }  // namespace
 
 void add_sandbox(CLI::App& app, Context& ctx) {
@@ -176,6 +195,15 @@ void add_sandbox(CLI::App& app, Context& ctx) {
       ->allow_extra_args(false);
   c->add_option("--metadata", o->metadata, "Metadata KEY=VALUE (repeatable)")
       ->allow_extra_args(false);
+  c->add_option("--allow-out", o->allow_out,
+                "Allow outbound traffic to an address, CIDR or domain (*.example.com); wins over "
+                "--deny-out (repeatable)")
+      ->allow_extra_args(false);
+  c->add_option("--deny-out", o->deny_out,
+                "Deny outbound traffic to an address or CIDR; 0.0.0.0/0 denies all (repeatable)")
+      ->allow_extra_args(false);
+  c->add_flag("--no-internet", o->no_internet,
+              "No outbound access except --allow-out (E2B's allowInternetAccess: false)");
   c->callback([&ctx, o] { ctx.exit_code = create(ctx, *o); });
 
   auto* l = sb->add_subcommand("list", "List sandboxes");
@@ -201,6 +229,16 @@ void add_sandbox(CLI::App& app, Context& ctx) {
       add_sandbox_subcommand(*sb, "connect", "Resume or keep alive a sandbox and show it", o->id);
   cn->add_option("--timeout", o->timeout, "Keep it for at least this long")->capture_default_str();
   cn->callback([&ctx, o] { ctx.exit_code = connect(ctx, *o); });
+
+  auto* nw = add_sandbox_subcommand(
+      *sb, "network",
+      "Replace a running sandbox's outbound rules (no flags: allow everything again)", o->id);
+  nw->add_option("--allow-out", o->allow_out, "Address, CIDR or domain to allow (repeatable)")
+      ->allow_extra_args(false);
+  nw->add_option("--deny-out", o->deny_out, "Address or CIDR to deny (repeatable)")
+      ->allow_extra_args(false);
+  nw->add_flag("--no-internet", o->no_internet, "Deny everything not in --allow-out");
+  nw->callback([&ctx, o] { ctx.exit_code = network(ctx, *o); });
 
   auto* p = add_sandbox_subcommand(*sb, "pause", "Pause a sandbox", o->id);
   p->callback([&ctx, o] { ctx.exit_code = pause(ctx, *o); });

@@ -238,6 +238,12 @@ Result<Sandbox> Sandbox::create(std::string_view template_id, const CreateOption
   body["timeout"] = opts.timeout.count();
   body["secure"] = opts.secure;
   body["allow_internet_access"] = opts.allow_internet_access;
+  if (!opts.allow_out.empty() || !opts.deny_out.empty()) {
+    json::array allow, deny;
+    for (const auto& a : opts.allow_out) allow.emplace_back(a);
+    for (const auto& d : opts.deny_out) deny.emplace_back(d);
+    body["network"] = json::object{{"allowOut", std::move(allow)}, {"denyOut", std::move(deny)}};
+  }
   json::object md, envs;
   for (const auto& [k, v] : opts.metadata) md[k] = v;
   for (const auto& [k, v] : opts.envs) envs[k] = v;
@@ -368,6 +374,61 @@ std::int64_t parse_rfc3339_ms(std::string_view ts) {
   return ms;
 }
 }  // namespace
+
+Status Sandbox::update_network(std::string_view sandbox_id, const ConnectionConfig& config,
+                               const std::vector<std::string>& allow_out,
+                               const std::vector<std::string>& deny_out,
+                               std::optional<bool> allow_internet_access) {
+  json::array allow, deny;
+  for (const auto& a : allow_out) allow.emplace_back(a);
+  for (const auto& d : deny_out) deny.emplace_back(d);
+  json::object body{{"allowOut", std::move(allow)}, {"denyOut", std::move(deny)}};
+  if (allow_internet_access) body["allowInternetAccess"] = *allow_internet_access;
+  json::value bv = std::move(body);
+  detail::Transport t(config);
+  ABX_ASSIGN_OR_RETURN(auto v, detail::control_json(
+                                   t, bhttp::verb::put,
+                                   "/sandboxes/" + detail::url_encode(sandbox_id) + "/network", &bv,
+                                   true, "network of sandbox " + std::string(sandbox_id)));
+  (void)v;
+  return {};
+}
+
+Result<std::vector<NetworkEvent>> Sandbox::network_audit(std::string_view sandbox_id,
+                                                         const ConnectionConfig& config,
+                                                         std::int64_t start_ms) {
+  detail::Transport t(config);
+  ABX_ASSIGN_OR_RETURN(
+      auto v, detail::control_json(t, bhttp::verb::get,
+                                   "/sandboxes/" + detail::url_encode(sandbox_id) +
+                                       "/network/audit?start=" + std::to_string(start_ms),
+                                   nullptr, true,
+                                   "network audit of sandbox " + std::string(sandbox_id)));
+  std::vector<NetworkEvent> out;
+  const json::value* events = v.is_object() ? v.as_object().if_contains("events") : nullptr;
+  if (events == nullptr || !events->is_array()) return out;
+  for (const auto& e : events->as_array()) {
+    if (!e.is_object()) continue;
+    const auto& o = e.as_object();
+    auto str = [&](const char* k) {
+      const json::value* x = o.if_contains(k);
+      return x && x->is_string() ? std::string(x->as_string()) : std::string();
+    };
+    auto num = [&](const char* k) -> std::int64_t {
+      const json::value* x = o.if_contains(k);
+      return x && x->is_int64() ? x->as_int64() : (x && x->is_uint64() ? static_cast<std::int64_t>(x->as_uint64()) : 0);
+    };
+    NetworkEvent ne;
+    ne.timestamp_ms = num("timestamp");
+    ne.protocol = str("protocol");
+    ne.destination = str("destination");
+    ne.port = static_cast<int>(num("port"));
+    ne.domain = str("domain");
+    ne.verdict = str("verdict");
+    out.push_back(std::move(ne));
+  }
+  return out;
+}
 
 Result<std::vector<LogEntry>> Sandbox::logs(std::string_view sandbox_id,
                                             const ConnectionConfig& config, std::int64_t start_ms,

@@ -27,6 +27,7 @@
 #include "abx/image/store.h"
 #include "abx/platform/gateway.h"
 #include "abx/runtime/cgroup.h"
+#include "abx/egress/policy.h"
 #include "abx/runtime/userns.h"
 #include "abx/store/store.h"
 #include "abx/templates/template.h"
@@ -77,6 +78,12 @@ struct Config {
   runtime::UserNamespace userns;
   bool no_userns = false;
   double server_ready_timeout = 20;  // seconds
+  bool no_network = false;
+  std::string sandbox_net = "10.213.0.0/19";
+  std::string dns_upstream;
+  std::vector<std::string> block_net;
+  bool no_internet_by_default = false;
+  bool allow_host_network = false;
   bool no_watchdog = false;
   CLI::App* watchdog_cmd = nullptr;
   std::string registry_auth;
@@ -175,6 +182,23 @@ std::optional<int> parse_flags(int argc, char** argv, Config& cfg) {
                  "(a server that exits before that fails the create with its output at once)")
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
+  app.add_flag("--no-network", cfg.no_network,
+               "Give every sandbox loopback only (no link, no outbound access, no nftables rules)");
+  app.add_option("--sandbox-net", cfg.sandbox_net,
+                 "IPv4 range of sandbox links: a /30 per user-namespace slot (so 4 x "
+                 "--userns-slots addresses); must not overlap the host's networks")
+      ->capture_default_str();
+  app.add_option("--dns-upstream", cfg.dns_upstream,
+                 "IP[:PORT] the sandboxes' resolver forwards to (default: the first IPv4 "
+                 "nameserver in /etc/resolv.conf)");
+  app.add_option("--block-net", cfg.block_net,
+                 "A CIDR no sandbox may reach whatever its rules say (repeatable; the host's "
+                 "addresses, link-local, loopback, multicast and all sandboxes are always blocked)");
+  app.add_flag("--no-internet-by-default", cfg.no_internet_by_default,
+               "Sandboxes created without allowInternetAccess get false (E2B's default is true)");
+  app.add_flag("--allow-host-network", cfg.allow_host_network,
+               "Let templates with `network: host` run (they share the host's network namespace: "
+               "every host loopback service is reachable from them)");
   app.add_flag("--kill-sandboxes", cfg.kill_sandboxes,
                "On SIGTERM kill every sandbox (default: leave them running; the next abxd "
                "adopts them)");
@@ -415,7 +439,30 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   for (const auto& e : catalog.errors()) log.error("template skipped: " + e.message);
   const std::size_t ntemplates = catalog.list().size();
 
+  platform::NetworkOptions no;
+  no.enabled = !cfg.no_network;
+  if (auto r = egress::parse_cidr(cfg.sandbox_net); r) {
+    no.range = *r;
+  } else {
+    return fail(invalid_argument("--sandbox-net: " + r.error().message()), kExitUsage);
+  }
+  for (const auto& b : cfg.block_net) {
+    auto r = egress::parse_cidr(b);
+    if (!r) return fail(invalid_argument("--block-net " + b + ": " + r.error().message()), kExitUsage);
+    no.extra_blocked.push_back(*r);
+  }
+  no.dns_upstream = cfg.dns_upstream;
+  no.default_internet = !cfg.no_internet_by_default;
+  auto network = platform::SandboxNetwork::start(cfg.home, no, cfg.userns);
+  if (!network.ok())
+    return fail(Error(network.error().code(),
+                      "sandbox networking: " + network.error().message() +
+                          " (abxd --no-network runs sandboxes with loopback only)"),
+                kExitConfig);
+
   platform::ManagerOptions mo;
+  mo.network = network->get();
+  mo.allow_host_network = cfg.allow_host_network;
   mo.home = cfg.home;
   mo.domain = cfg.domain;
   mo.binaries = cfg.bins;
@@ -481,6 +528,7 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   (*gw)->shutdown(std::chrono::seconds(10));
   if (cfg.kill_sandboxes) {
     (*mgr)->kill_all();
+    (*network)->remove_rules();  // no sandbox left to police
   } else {
     (*mgr)->detach_all();  // they keep running; the next abxd adopts them
   }

@@ -50,6 +50,8 @@ constexpr api::RouteEntry kRoutes[] = {
     {verb::post, "/sandboxes/{id}/tokens", api::mint_token},
     {verb::get, "/sandboxes/{id}/metrics", api::sandbox_metrics},
     {verb::get, "/sandboxes/{id}/logs", api::sandbox_logs},
+    {verb::put, "/sandboxes/{id}/network", api::update_sandbox_network},
+    {verb::get, "/sandboxes/{id}/network/audit", api::sandbox_network_audit},
 };
 
 }  // namespace

@@ -81,4 +81,15 @@ Result<Response> sandbox_logs(Context& ctx) {
       200, json::object{{"logs", std::move(logs)}, {"logEntries", std::move(entries)}});
 }
 
+// GET /sandboxes/{id}/network/audit?start=<unix ms>: the sandbox's outbound flows and DNS
+// questions with their verdicts, oldest first (abx logs --network).
+Result<Response> sandbox_network_audit(Context& ctx) {
+  ABX_ASSIGN_OR_RETURN(auto sb, live_sandbox(ctx));
+  ABX_ASSIGN_OR_RETURN(std::int64_t start, query_number(ctx, "start", 0, INT64_MAX));
+  json::array events;
+  if (SandboxNetwork* net = ctx.sandboxes.options().network)
+    for (const auto& e : net->audit(sb->record.id, start)) events.push_back(e.to_json());
+  return http::json_response(200, json::object{{"events", std::move(events)}});
+}
+
 }  // namespace abx::platform::api

@@ -95,6 +95,8 @@ Result<http::Response> create_sandbox(Context& ctx);
 Result<http::Response> list_sandboxes_v1(Context& ctx);
 Result<http::Response> list_sandboxes_v2(Context& ctx);
 Result<http::Response> get_sandbox(Context& ctx);
+Result<http::Response> update_sandbox_network(Context& ctx);
+Result<http::Response> sandbox_network_audit(Context& ctx);
 Result<http::Response> kill_sandbox(Context& ctx);
 Result<http::Response> set_sandbox_timeout(Context& ctx);
 Result<http::Response> connect_sandbox(Context& ctx);
@@ -119,7 +121,8 @@ Result<http::Response> sandbox_metrics(Context& ctx);
 Result<http::Response> sandbox_logs(Context& ctx);  // api_logs.cc
 
 // The typed requests and their decoders (api_sandboxes.cc, api_tokens.cc).
-Result<CreateRequest> parse_create(const boost::json::object& body, std::int64_t max_timeout);
+Result<CreateRequest> parse_create(const boost::json::object& body, std::int64_t max_timeout,
+                                   bool default_internet = true);
 Result<store::SandboxFilter> parse_list_query(boost::urls::params_view params, bool v1);
 
 struct TokenRequest {

@@ -214,7 +214,8 @@ Result<Response> resume_or_connect(Context& ctx, bool must_be_paused) {
 
 }  // namespace
 
-Result<CreateRequest> parse_create(const json::object& body, std::int64_t max_timeout) {
+Result<CreateRequest> parse_create(const json::object& body, std::int64_t max_timeout,
+                                   bool default_internet) {
   CreateRequest cr;
   if (const json::value* t = body.if_contains("templateID")) {
     if (!t->is_string()) return invalid_argument("templateID must be a string");
@@ -231,6 +232,11 @@ Result<CreateRequest> parse_create(const json::object& body, std::int64_t max_ti
     cr.secure = s->as_bool();
   }
   ABX_TRY(parse_lifecycle(body, cr));
+  if (body.contains("network") || body.contains("allowInternetAccess") ||
+      body.contains("allow_internet_access")) {
+    ABX_ASSIGN_OR_RETURN(SandboxNetworkSpec net, parse_network_request(body, default_internet));
+    cr.network = std::move(net);
+  }
   return cr;
 }
 
@@ -268,7 +274,9 @@ Result<store::SandboxFilter> parse_list_query(boost::urls::params_view params, b
 Result<Response> create_sandbox(Context& ctx) {
   ABX_ASSIGN_OR_RETURN(json::object body, body_object(ctx.req));
   ABX_ASSIGN_OR_RETURN(CreateRequest cr,
-                       parse_create(body, ctx.sandboxes.options().max_timeout_seconds));
+                       parse_create(body, ctx.sandboxes.options().max_timeout_seconds,
+                                    !ctx.sandboxes.options().network ||
+                                        ctx.sandboxes.options().network->default_internet()));
   ABX_ASSIGN_OR_RETURN(auto sb, ctx.sandboxes.create(cr));
   return http::json_response(201, sandbox_json(*sb));
 }
@@ -282,7 +290,16 @@ Result<Response> get_sandbox(Context& ctx) {
   o["state"] = sb->paused ? "paused" : "running";
   if (!sb->access_token.empty()) o["envdAccessToken"] = sb->access_token;
   o["domain"] = sb->record.domain;
-  o["allowInternetAccess"] = false;
+  {
+    std::lock_guard lock(sb->mu);
+    // E2B: allowInternetAccess is null when the sandbox has no say (here: no network at all).
+    if (sb->network.enabled) {
+      o["allowInternetAccess"] = sb->network.allow_internet_access;
+      o["network"] = sb->network.to_json();
+    } else {
+      o["allowInternetAccess"] = false;
+    }
+  }
   o["lifecycle"] = json::object{{"autoResume", sb->record.auto_resume},
                                 {"onTimeout", sb->record.pause_on_timeout ? "pause" : "kill"}};
   return http::json_response(200, o);
@@ -308,6 +325,13 @@ Result<Response> resume_sandbox(Context& ctx) { return resume_or_connect(ctx, tr
 Result<Response> pause_sandbox(Context& ctx) {
   ABX_ASSIGN_OR_RETURN(SandboxPost op, sandbox_post(ctx));
   ABX_TRY(ctx.sandboxes.pause(op.id));  // kFailedPrecondition (409) if already paused
+  return no_content();
+}
+
+// PUT /sandboxes/{id}/network: E2B's updateNetwork. The body's rules replace the old ones.
+Result<Response> update_sandbox_network(Context& ctx) {
+  ABX_ASSIGN_OR_RETURN(SandboxPost op, sandbox_post(ctx));
+  ABX_TRY(ctx.sandboxes.update_network(op.id, op.body));
   return no_content();
 }
 

@@ -141,6 +141,29 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions opt
       live->tmpl = std::make_shared<const templates::Template>(*tmpl);
       live->image_digest = read_image_file(fs::path(m->opt_.home) / "run" / rec.id);
       live->paused = rec.state == store::SandboxState::kPaused;
+      live->network.enabled = false;
+      if (!rec.network.empty()) {
+        boost::system::error_code jec;
+        auto v = boost::json::parse(rec.network, jec);
+        auto spec = jec ? Result<SandboxNetworkSpec>(internal_error("corrupt network record"))
+                        : SandboxNetworkSpec::from_json(v);
+        if (spec) live->network = *spec;
+      }
+      if (live->network.enabled) {
+        // Its rules again (the table is rebuilt as sandboxes are adopted); a sandbox whose rules
+        // cannot be enforced does not keep running.
+        Status s = !live->sandbox.veth() || !m->opt_.network || !m->opt_.network->enabled()
+                       ? Error(ErrorCode::kFailedPrecondition, "no network link or networking off")
+                       : m->opt_.network->attach(rec.id, *live->sandbox.veth(), live->network);
+        if (!s) {
+          m->log_.warn("sandbox " + rec.id + " not adopted: its network: " + s.error().message());
+          (void)live->sandbox.destroy();
+          (void)store.update_state(rec.id, store::SandboxState::kKilled);
+          fs::remove_all(m->opt_.home + "/run/" + rec.id, ec);
+          ++lost;
+          continue;
+        }
+      }
       live->note("info", std::string("adopted by a restarted abxd (") +
                              (live->paused ? "paused" : "running") + ")");
       m->live_[rec.id] = std::move(live);
@@ -176,7 +199,9 @@ runtime::SandboxConfig envd_sandbox_config(const ManagerOptions& opt,
                                            const templates::Template& tmpl,
                                            const std::optional<image::Image>& img,
                                            const CreateRequest& req, const std::string& id,
-                                           const std::string& token_file) {
+                                           const std::string& token_file,
+                                           const SandboxNetworkSpec& net,
+                                           const std::string& run_dir) {
   runtime::SandboxConfig cfg;
   cfg.id = id;
   cfg.state_dir = opt.home + "/sandboxes";
@@ -189,6 +214,10 @@ runtime::SandboxConfig envd_sandbox_config(const ManagerOptions& opt,
   }
   cfg.network = tmpl.network == templates::NetworkMode::kHost ? runtime::NetworkMode::kHost
                                                               : runtime::NetworkMode::kNone;
+  if (net.enabled) {
+    cfg.veth = opt.network->veth_config();
+    cfg.binds.push_back({run_dir + "/resolv.conf", "/etc/resolv.conf", false});
+  }
   cfg.argv = {kEnvdInside, "--host", "127.0.0.1", "--port", std::to_string(kEnvdPort)};
   if (!token_file.empty()) {
     cfg.binds.push_back({token_file, kTokenInside, false});
@@ -322,10 +351,17 @@ Status wait_for_server(const runtime::Sandbox& sb, const templates::Template& tm
                 lines.ok() ? *lines : std::vector<EnvdLogLine>{});
 }
 
+// What the store keeps of a sandbox's network (SandboxNetworkSpec::from_json reads it).
+boost::json::object network_record(const SandboxNetworkSpec& net) {
+  return {{"enabled", net.enabled},
+          {"allowInternetAccess", net.allow_internet_access},
+          {"network", net.to_json()}};
+}
+
 store::SandboxRecord new_record(const ManagerOptions& opt, const templates::Template& tmpl,
                                 const CreateRequest& req, const std::string& id,
                                 const runtime::Sandbox& sb, const std::string& token,
-                                std::int64_t timeout) {
+                                std::int64_t timeout, const SandboxNetworkSpec& net) {
   store::SandboxRecord rec;
   rec.id = id;
   rec.template_id = tmpl.id;
@@ -345,6 +381,7 @@ store::SandboxRecord new_record(const ManagerOptions& opt, const templates::Temp
   rec.pause_on_timeout = req.pause_on_timeout;
   rec.auto_resume = req.auto_resume;
   rec.timeout_s = timeout;
+  rec.network = boost::json::serialize(network_record(net));
   return rec;
 }
 
@@ -447,15 +484,48 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
     fs::create_directories(run_dir, ec);
     std::ofstream(run_dir / kImageFile) << img->manifest_digest << "\n";
   }
+  // The network: a link under the request's rules (or abxd's default), unless the template or
+  // abxd has none.
+  SandboxNetwork* network = opt_.network;
+  SandboxNetworkSpec net = req.network.value_or(SandboxNetworkSpec{});
+  if (!req.network && network) net.allow_internet_access = network->default_internet();
+  if (tmpl->network == templates::NetworkMode::kHost && !opt_.allow_host_network) {
+    cleanup_run();
+    return Error(ErrorCode::kPermissionDenied,
+                 "template '" + tmpl->id +
+                     "' asks for the host's network, which abxd allows only with "
+                     "--allow-host-network");
+  }
+  if (tmpl->network != templates::NetworkMode::kDefault || !network || !network->enabled())
+    net.enabled = false;
+  if (net.enabled) {
+    std::error_code ec;
+    fs::create_directories(run_dir, ec);
+    std::ofstream(run_dir / "resolv.conf") << network->resolv_conf();
+  }
 
-  auto sb = runtime::Sandbox::spawn(envd_sandbox_config(opt_, *tmpl, img, req, id, token_file));
+  auto sb = runtime::Sandbox::spawn(
+      envd_sandbox_config(opt_, *tmpl, img, req, id, token_file, net, run_dir.string()));
   if (!sb.ok()) {
     cleanup_run();
     slog.error("spawn failed: " + sb.error().message());
     return sb.error();
   }
+  if (net.enabled) {
+    // Until the rules are in, the ruleset drops the new link's traffic (fail closed).
+    if (Status s = network->attach(id, *sb->veth(), net); !s) {
+      (void)sb->destroy();
+      cleanup_run();
+      slog.error("network rules: " + s.error().message());
+      return s.error();
+    }
+  }
+  auto detach_net = [&] {
+    if (net.enabled) network->detach(id);
+  };
   if (Status ready = wait_for_envd(*sb); !ready) {
     (void)sb->destroy();
+    detach_net();
     cleanup_run();
     slog.error(ready.error().message());
     return ready.error();
@@ -463,14 +533,16 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   if (tmpl->server) {
     if (Status ready = wait_for_server(*sb, *tmpl, token, opt_.server_ready_timeout); !ready) {
       (void)sb->destroy();
+      detach_net();
       cleanup_run();
       slog.error(ready.error().message());
       return ready.error();
     }
   }
-  store::SandboxRecord rec = new_record(opt_, *tmpl, req, id, *sb, token, timeout);
+  store::SandboxRecord rec = new_record(opt_, *tmpl, req, id, *sb, token, timeout, net);
   if (Status s = store_->insert_sandbox(rec); !s) {
     (void)sb->destroy();
+    detach_net();
     cleanup_run();
     return s.error();
   }
@@ -478,6 +550,7 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   live->access_token = std::move(token);
   live->tmpl = std::make_shared<const templates::Template>(*tmpl);
   live->image_digest = img ? img->manifest_digest : std::string();
+  live->network = net;
   {
     std::lock_guard lock(mu_);
     live_[live->record.id] = live;
@@ -621,10 +694,32 @@ Status SandboxManager::destroy(const std::shared_ptr<LiveSandbox>& sb) {
     sb->paused = false;
   }
   Status s = sb->sandbox.destroy();
+  if (sb->network.enabled && opt_.network) opt_.network->detach(sb->record.id);
   std::error_code ec;
   fs::remove_all(fs::path(opt_.home) / "run" / sb->record.id, ec);
   (void)store_->update_state(sb->record.id, store::SandboxState::kKilled);
   return s;
+}
+
+Status SandboxManager::update_network(const std::string& id, const boost::json::object& body) {
+  auto sb = find(id);
+  if (!sb) return not_found("sandbox '" + id + "' not found");
+  std::lock_guard lock(sb->mu);
+  if (sb->paused)
+    return Error(ErrorCode::kFailedPrecondition,
+                 "sandbox '" + id + "' is paused: resume it before changing its network");
+  if (!sb->network.enabled || !opt_.network)
+    return Error(ErrorCode::kFailedPrecondition,
+                 "sandbox '" + id + "' has no network (its template's network is none)");
+  ABX_ASSIGN_OR_RETURN(SandboxNetworkSpec next, parse_network_update(body, sb->network));
+  ABX_TRY(opt_.network->update(id, next));
+  sb->network = next;
+  if (Status s = store_->set_network(id, boost::json::serialize(network_record(next))); !s)
+    sb->note("warn", "network rules applied but not stored: " + s.error().message());
+  sb->note("info", "network rules replaced: allowOut " +
+                       std::to_string(next.allow_out.size()) + ", denyOut " +
+                       std::to_string(next.deny_out.size()) + " entries");
+  return {};
 }
 
 Status SandboxManager::kill(const std::string& id) {

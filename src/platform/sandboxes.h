@@ -40,6 +40,7 @@
 #include "abx/runtime/sandbox.h"
 #include "abx/store/store.h"
 #include "abx/templates/template.h"
+#include "network.h"
 
 namespace abx::platform {
 
@@ -68,6 +69,8 @@ struct CreateRequest {
   // let proxied traffic resume a paused sandbox (autoResume). Both off by default, as in E2B.
   bool pause_on_timeout = false;
   bool auto_resume = false;
+  // allowInternetAccess and network (parse_network_request); absent: abxd's default.
+  std::optional<SandboxNetworkSpec> network;
 };
 
 // A lifecycle event of one sandbox (created, paused, resumed, timeout set, killed), kept with it
@@ -98,6 +101,8 @@ struct LiveSandbox {
   runtime::Sandbox sandbox;
   std::mutex mu;                    // guards pause/resume/kill and record.end_at_ms
   std::atomic<bool> paused{false};  // read by the gateway without the lock
+  // Its network as GET /sandboxes/{id} shows it (guarded by mu); enabled=false: loopback only.
+  SandboxNetworkSpec network;
 
   LiveSandbox(store::SandboxRecord rec, runtime::Sandbox sb)
       : record(std::move(rec)), sandbox(std::move(sb)) {}
@@ -137,6 +142,9 @@ struct ManagerOptions {
   // How long create waits for a template's command server to accept connections on its port
   // (abxd --server-ready-timeout). A server that exits first fails the create at once.
   std::chrono::milliseconds server_ready_timeout{20'000};
+  // Sandbox links, rules, resolver and audit; null or disabled: every sandbox has loopback only.
+  SandboxNetwork* network = nullptr;
+  bool allow_host_network = false;  // abxd --allow-host-network: templates with `network: host`
 };
 
 // One line of envd's output log (GET /logs inside the sandbox, src/envd/output_log.h): what the
@@ -175,6 +183,9 @@ class SandboxManager {
   Status pause(const std::string& id);
   // Thaws; false if it was not paused.
   Result<bool> resume(const std::string& id);
+  // Replaces a running sandbox's outbound rules (PUT /sandboxes/{id}/network). kNotFound,
+  // kFailedPrecondition (paused, or no network link), kInvalidArgument (bad rules).
+  Status update_network(const std::string& id, const boost::json::object& body);
   void kill_all();
   // Leaves every sandbox running for the next abxd to adopt (what SIGTERM does by default).
   void detach_all();

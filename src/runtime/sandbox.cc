@@ -18,6 +18,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
+#include <net/if.h>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -47,7 +48,8 @@ namespace {
 
 constexpr const char* kLockFile = "lock";
 constexpr const char* kInitFile = "init";      // "<pid> <starttime> <cgroup_parent>\n"
-constexpr const char* kUsernsFile = "userns";  // "<slot> <first host id> <registry>\n"
+constexpr const char* kUsernsFile = "userns";
+constexpr const char* kVethFile = "veth";  // "<host if> <host ip> <sandbox ip>\n"  // "<slot> <first host id> <registry>\n"
 
 bool valid_id(const std::string& id) {
   if (id.empty() || id.size() > 64) return false;
@@ -118,6 +120,15 @@ Status validate(const SandboxConfig& c) {
   }
   if (c.fds.size() > 64) return invalid_argument("at most 64 fd mappings");
   if (c.rlimit_nofile == 0) return invalid_argument("rlimit_nofile must be > 0");
+  if (c.veth.enabled) {
+    if (c.network != NetworkMode::kNone || !c.userns.enabled)
+      return invalid_argument("a veth needs a network namespace and a user namespace of its own");
+    const std::string& p = c.veth.name_prefix;
+    if (p.empty() || p.size() > 7 || p.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789") !=
+                                         std::string::npos)
+      return invalid_argument("veth name_prefix must be 1-7 of [a-z0-9]: '" + p + "'");
+    if (c.veth.subnet_base % 4 != 0) return invalid_argument("veth subnet_base must be /30-aligned");
+  }
   return {};
 }
 
@@ -333,6 +344,7 @@ struct Sandbox::State {
   bool adopted = false;  // the init is not our child: no waitid, exit seen through the pidfd
   unsigned long long start = 0;       // the init's start time
   std::optional<std::uint32_t> slot;  // the user namespace's slot (userns.h)
+  std::optional<VethInfo> veth;
   std::uint32_t root_id = 0;
   std::string registry;
 
@@ -358,6 +370,7 @@ const std::string& Sandbox::id() const { return s_->config.id; }
 pid_t Sandbox::pid() const { return s_->pid; }
 int Sandbox::pidfd() const { return s_->pidfd.get(); }
 int Sandbox::netns_fd() const { return s_->netns.get(); }
+const std::optional<VethInfo>& Sandbox::veth() const { return s_->veth; }
 const SandboxCgroups& Sandbox::cgroups() const { return s_->cgroups; }
 std::string Sandbox::state_path() const { return s_->dir; }
 std::uint32_t Sandbox::root_host_id() const { return s_->root_id; }
@@ -467,6 +480,13 @@ Result<Sandbox> Sandbox::adopt(const std::string& state_dir, const std::string& 
     st->registry = registry;
   }
   ABX_ASSIGN_OR_RETURN(st->netns, open_fd("/proc/" + std::to_string(pid) + "/ns/net", O_RDONLY));
+  if (auto veth = read_file(st->dir + "/" + kVethFile, 4096)) {
+    char name[IFNAMSIZ + 1] = {0};
+    unsigned host_ip = 0, sandbox_ip = 0;
+    if (std::sscanf(veth->c_str(), "%16s %u %u", name, &host_ip, &sandbox_ip) != 3)
+      return Error(ErrorCode::kFailedPrecondition, "sandbox " + id + ": malformed veth record");
+    st->veth = VethInfo{name, host_ip, sandbox_ip};
+  }
   ABX_ASSIGN_OR_RETURN(const CgroupLayout layout, CgroupLayout::detect());
   st->config.cgroup_parent = parent;
   st->cgroups = SandboxCgroups::existing(layout, parent, id);
@@ -575,6 +595,17 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config) {
   auto netns = prepare_child(config, st->dir, st->cgroups, pid, storage.plan.own_netns);
   if (!netns) return abort_child(netns.error());
   st->netns = std::move(netns).value();
+  if (config.veth.enabled) {
+    VethInfo info = veth_for_slot(config.veth, *st->slot);
+    if (Status s = setup_veth(config.veth, info, st->netns.get()); !s)
+      return abort_child(s.error());
+    if (Status s = create_file(st->dir + "/" + kVethFile,
+                               info.host_if + " " + std::to_string(info.host_ip) + " " +
+                                   std::to_string(info.sandbox_ip) + "\n");
+        !s)
+      return abort_child(s.error());
+    st->veth = std::move(info);
+  }
   if (Status s = release_child(parent_sock.get(), config.id, *mounts); !s)
     return abort_child(s.error());
 

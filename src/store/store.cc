@@ -84,7 +84,7 @@ Result<std::map<std::string, std::string>> decode_map(const std::string& s, std:
 constexpr const char* kSandboxColumns =
     "id, template_id, client_id, created_at, end_at, state, init_pid, init_start_time, "
     "token_digest, cpu_count, memory_mb, disk_mb, metadata, env_vars, domain, on_timeout, "
-    "auto_resume, timeout_s";
+    "auto_resume, timeout_s, network";
 
 Result<SandboxRecord> read_sandbox(const sql::Stmt& s) {
   SandboxRecord r;
@@ -108,6 +108,7 @@ Result<SandboxRecord> read_sandbox(const sql::Stmt& s) {
   r.pause_on_timeout = s.text(15) == "pause";
   r.auto_resume = s.int64(16) != 0;
   r.timeout_s = s.int64(17);
+  r.network = s.text(18);
   return r;
 }
 
@@ -169,6 +170,10 @@ ALTER TABLE sandboxes ADD COLUMN on_timeout TEXT NOT NULL DEFAULT 'kill'
   CHECK (on_timeout IN ('kill', 'pause'));
 ALTER TABLE sandboxes ADD COLUMN auto_resume INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE sandboxes ADD COLUMN timeout_s INTEGER NOT NULL DEFAULT 300;
+)sql",
+    // 3: the sandbox's network (its outbound rules as JSON; '' = loopback only).
+    R"sql(
+ALTER TABLE sandboxes ADD COLUMN network TEXT NOT NULL DEFAULT '';
 )sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
@@ -371,9 +376,9 @@ Status Store::insert_sandbox(const SandboxRecord& r) {
       impl_->conn.prepare(
           "INSERT INTO sandboxes (id, template_id, client_id, created_at, end_at, state, init_pid, "
           "init_start_time, token_digest, cpu_count, memory_mb, disk_mb, metadata, env_vars, "
-          "domain, on_timeout, auto_resume, timeout_s) "
+          "domain, on_timeout, auto_resume, timeout_s, network) "
           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
-          "?18)",
+          "?18, ?19)",
           "insert sandbox"));
   s.bind(1, r.id)
       .bind(2, r.template_id)
@@ -392,7 +397,8 @@ Status Store::insert_sandbox(const SandboxRecord& r) {
       .bind(15, r.domain)
       .bind(16, std::string_view(r.pause_on_timeout ? "pause" : "kill"))
       .bind(17, static_cast<std::int64_t>(r.auto_resume ? 1 : 0))
-      .bind(18, r.timeout_s);
+      .bind(18, r.timeout_s)
+      .bind(19, r.network);
   return s.exec();
 }
 
@@ -519,6 +525,15 @@ Status Store::set_deadline(std::string_view id, std::int64_t end_at_ms) {
   ABX_ASSIGN_OR_RETURN(auto s, impl_->conn.prepare("UPDATE sandboxes SET end_at = ?2 WHERE id = ?1",
                                                    "set deadline"));
   ABX_TRY(s.bind(1, id).bind(2, end_at_ms).exec());
+  return impl_->expect_one_change(id);
+}
+
+Status Store::set_network(std::string_view id, std::string_view network) {
+  if (!valid_sandbox_id(id)) return bad_id(id);
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(auto s, impl_->conn.prepare(
+                                   "UPDATE sandboxes SET network = ?2 WHERE id = ?1", "set network"));
+  ABX_TRY(s.bind(1, id).bind(2, network).exec());
   return impl_->expect_one_change(id);
 }
 

@@ -292,12 +292,14 @@ Result<Template> SchemaReader::read(const Node& root, const fs::path& file) cons
     } else if (key == "network") {
       std::string mode;
       ABX_ASSIGN_OR_RETURN(mode, string(v, "network"));
-      if (mode == "none") {
+      if (mode == "default") {
+        t.network = NetworkMode::kDefault;
+      } else if (mode == "none") {
         t.network = NetworkMode::kNone;
       } else if (mode == "host") {
         t.network = NetworkMode::kHost;
       } else {
-        return err(v, "network must be 'none' or 'host'");
+        return err(v, "network must be 'default', 'none' or 'host'");
       }
     } else if (key == "timeout") {
       ABX_ASSIGN_OR_RETURN(t.timeout_seconds, duration_seconds(v, "timeout"));
@@ -562,7 +564,9 @@ json::object Template::to_json() const {
       {"pids", resources.pids},
       {"image", image},
       {"rootfs", rootfs},
-      {"network", network == NetworkMode::kHost ? "host" : "none"},
+      {"network", network == NetworkMode::kHost   ? "host"
+                  : network == NetworkMode::kNone ? "none"
+                                                  : "default"},
       {"timeout", timeout_seconds},
       {"start", argv_json(start)},
       {"server", server ? json::value(std::move(server_json)) : json::value(nullptr)},

@@ -145,7 +145,7 @@ TEST(TemplateParse, Defaults) {
   ASSERT_TRUE(t.ok()) << t.error().to_string();
   EXPECT_EQ(t->rootfs, "");
   EXPECT_EQ(t->image, "abx:base");  // never the host's files by default
-  EXPECT_EQ(t->network, NetworkMode::kNone);
+  EXPECT_EQ(t->network, NetworkMode::kDefault);
   EXPECT_EQ(t->timeout_seconds, 300);
   EXPECT_FALSE(t->server);
   EXPECT_TRUE(t->start.empty());

@@ -89,6 +89,18 @@ struct ABX_EXPORT CreateOptions {
   std::map<std::string, std::string> metadata;
   bool secure = true;
   bool allow_internet_access = true;
+  // E2B's network rules: addresses, CIDRs and (allow only) domains; allow wins over deny.
+  std::vector<std::string> allow_out, deny_out;
+};
+
+// One outbound flow or DNS question of a sandbox with its verdict (abx logs --network).
+struct ABX_EXPORT NetworkEvent {
+  std::int64_t timestamp_ms = 0;
+  std::string protocol;     // tcp | udp | icmp | dns
+  std::string destination;  // address (dns: the record type asked)
+  int port = 0;
+  std::string domain;   // SNI, Host or the DNS question, when known
+  std::string verdict;  // allow | deny | blocked
 };
 
 struct ABX_EXPORT ListFilters {
@@ -138,6 +150,18 @@ class ABX_EXPORT Sandbox {
   static Result<std::vector<LogEntry>> logs(std::string_view sandbox_id,
                                             const ConnectionConfig& config,
                                             std::int64_t start_ms = 0, int limit = 1000);
+
+  // PUT /sandboxes/{id}/network: replaces the sandbox's outbound rules. `allow_internet_access`
+  // false denies everything not in `allow_out`. Errors: kNotFound, kInvalidArgument (a bad
+  // entry, named), kFailedPrecondition (paused, or a sandbox without network).
+  static Status update_network(std::string_view sandbox_id, const ConnectionConfig& config,
+                               const std::vector<std::string>& allow_out,
+                               const std::vector<std::string>& deny_out,
+                               std::optional<bool> allow_internet_access = std::nullopt);
+  // GET /sandboxes/{id}/network/audit: flows and DNS questions at or after `start_ms`.
+  static Result<std::vector<NetworkEvent>> network_audit(std::string_view sandbox_id,
+                                                         const ConnectionConfig& config,
+                                                         std::int64_t start_ms = 0);
 
   const std::string& id() const;
   const SandboxInfo& cached_info() const;

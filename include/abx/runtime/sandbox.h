@@ -51,6 +51,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,7 @@
 #include "abx/base/fd.h"
 #include "abx/runtime/cgroup.h"
 #include "abx/runtime/userns.h"
+#include "abx/runtime/veth.h"
 
 namespace abx::runtime {
 
@@ -100,6 +102,9 @@ struct SandboxConfig {
   std::vector<std::string> lower_dirs;
   std::string rootfs_dir;  // kDirectory only: absolute path of the single lower layer
   NetworkMode network = NetworkMode::kNone;
+  // With kNone: a veth to the host (veth.h), numbered by the user namespace's slot (so it needs
+  // `userns.enabled`). Off: loopback only.
+  VethConfig veth;
   std::vector<std::string> argv;  // argv[0]: absolute path inside the sandbox
   std::vector<std::string> env;   // "K=V"; the host environment is never inherited
   std::string cwd = "/";
@@ -152,6 +157,8 @@ class Sandbox {
   // with overlay whiteouts for deletions. Readable after the sandbox's processes exited; valid
   // until destroy(). Empty for RootfsMode::kHost (its writes live in a tmpfs of its own).
   std::string upper_dir() const;
+  // The sandbox's link to the host, when SandboxConfig::veth asked for one.
+  const std::optional<VethInfo>& veth() const;
 
   // Sends `sig` to the init only (SIGKILL there kills the whole pid namespace).
   Status signal(int sig) const;

@@ -68,6 +68,9 @@ struct SandboxRecord {
   bool auto_resume = false;
   // The timeout the sandbox was created with: a sandbox resumed after its deadline gets it again.
   std::int64_t timeout_s = 300;
+  // The sandbox's network as JSON (platform's encoding of its outbound rules); empty: the sandbox
+  // has loopback only (network: none, or created before schema 3).
+  std::string network;
 };
 
 struct SandboxFilter {
@@ -129,7 +132,7 @@ bool digest_matches(std::string_view stored_hex_digest, std::string_view present
 Result<std::string> generate_sandbox_id();
 bool valid_sandbox_id(std::string_view id);
 
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 
 class Store {
  public:
@@ -151,6 +154,8 @@ class Store {
   Result<SandboxPage> list_sandboxes(const SandboxFilter& filter);
   Status update_state(std::string_view id, SandboxState state);
   Status set_deadline(std::string_view id, std::int64_t end_at_ms);
+  // Replaces the network JSON (PUT /sandboxes/{id}/network).
+  Status set_network(std::string_view id, std::string_view network);
   Status set_init(std::string_view id, std::int64_t pid, std::uint64_t start_time);
   Status delete_sandbox(std::string_view id);
   // Running or paused sandboxes whose deadline is at or before now_ms, oldest deadline first.

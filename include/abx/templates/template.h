@@ -10,7 +10,7 @@
 //   start: "cmd args" | [argv…]     # a string runs under /bin/sh -c
 //   server: {command: "…" | [argv…], port: 49982}
 //   resources: {cpu: 1.5, memory: 512Mi, pids: 256, disk: 1Gi}
-//   network: none | host            # default none
+//   network: default | none | host  # default: outbound under the sandbox's egress rules
 //   timeout: 300 | 5m               # default sandbox lifetime; s, m, h suffixes
 //   capabilities: [shell, files, code, ports]   # default shell, files, code
 //   custom_commands:
@@ -68,7 +68,9 @@ inline constexpr std::size_t kMaxRenderedCommandBytes = 128 * 1024 - 1;
 // The image of a template that names neither `image` nor `rootfs`.
 inline constexpr std::string_view kDefaultImage = "abx:base";
 
-enum class NetworkMode { kNone, kHost };
+// kDefault: a link of its own with outbound access under the sandbox's rules (E2B's default);
+// kNone: loopback only; kHost: the host's network namespace (abxd --allow-host-network only).
+enum class NetworkMode { kDefault, kNone, kHost };
 
 struct ServerSpec {
   std::vector<std::string> argv;  // a string command becomes {"/bin/sh", "-c", command}
@@ -98,7 +100,7 @@ struct Template {
   std::vector<std::string> start;  // empty: nothing; a string becomes {"/bin/sh", "-c", s}
   std::optional<ServerSpec> server;
   Resources resources;
-  NetworkMode network = NetworkMode::kNone;
+  NetworkMode network = NetworkMode::kDefault;
   std::int64_t timeout_seconds = kDefaultTimeoutSeconds;
   std::vector<Capability> capabilities{kDefaultCapabilities.begin(), kDefaultCapabilities.end()};
   std::vector<CustomCommand> custom_commands;  // ordered by name

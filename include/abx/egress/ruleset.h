@@ -1,0 +1,48 @@
+// The nftables ruleset that enforces every sandbox's rules on one abxd's links (pure text; the
+// runtime applies it through libnftables as one transaction).
+//
+// One `inet` table per abxd (its name and link prefix derive from the daemon's home, so several
+// daemons on a machine never touch each other's rules). What it does, hook by hook:
+//   prerouting  DNS (udp/tcp 53 to any address) from a sandbox goes to abxd's resolver; for a
+//               sandbox whose rules name domains, TCP 80/443 goes to abxd's egress proxy, which
+//               matches Host/SNI against the names its resolver answered.
+//   input       from a sandbox link only replies, the resolver and the proxy reach the host: no
+//               other host listener (abxd's API included) is reachable from a sandbox.
+//   forward     nothing enters a sandbox link unsolicited (no sandbox reaches another); IPv6 from
+//               a sandbox is dropped; new flows go through the sandbox's chain: the always-blocked
+//               set, then E2B's allow, then deny, then allow — each verdict logged to NFLOG.
+//   postrouting sandbox traffic leaving through another link is masqueraded.
+// A link of this daemon without a chain yet (created, rules not applied) is dropped: fail closed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "abx/egress/policy.h"
+
+namespace abx::egress {
+
+struct RulesetSandbox {
+  std::uint32_t slot = 0;  // numbers the chain and the NFLOG prefix "abx:<slot>:<verdict>"
+  std::string host_if;
+  Rules rules;
+};
+
+struct RulesetPlan {
+  std::string table;      // [a-z0-9_]{1,32}
+  std::string if_prefix;  // the links' name prefix, [a-z0-9]{1,7}
+  Cidr sandbox_range;     // every sandbox address of the machine
+  std::vector<Cidr> blocked;
+  std::uint16_t dns_port = 0;
+  std::uint16_t proxy_port = 0;
+  std::uint16_t log_group = 0;
+  std::vector<RulesetSandbox> sandboxes;
+};
+
+// "table inet T {}; delete table inet T; table inet T {...}": replaces the table atomically.
+std::string render_ruleset(const RulesetPlan& plan);
+// Removes the table (and only it), whether or not it exists.
+std::string render_delete(const std::string& table);
+
+}  // namespace abx::egress

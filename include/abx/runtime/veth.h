@@ -1,0 +1,48 @@
+// abx::runtime sandbox links: a veth pair from each sandbox's network namespace to the host, and
+// the host's nftables ruleset that polices them.
+//
+// Addressing is routed point-to-point (no bridge): slot i of the user-namespace registry (the
+// machine-wide number every live sandbox holds, userns.h) owns the /30 `subnet_base + 4*i`:
+// .1 on the host end (named `<prefix><i>`), .2 on the sandbox end (`eth0`), whose default route
+// is .1. No bridge means sandboxes share no L2 segment, so one cannot ARP-spoof or reach another
+// except through the host's forward path, where the ruleset decides. IPv6 is off on both ends
+// (no addresses are generated), so nothing reaches the host over link-local IPv6.
+//
+// Links need no cleanup: a veth dies with the sandbox's network namespace. A stale host end left
+// by a sandbox whose namespace is still being torn down is replaced.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "abx/base/error.h"
+
+namespace abx::runtime {
+
+struct VethConfig {
+  bool enabled = false;
+  std::uint32_t subnet_base = 0;  // host byte order, aligned to 4 * slots
+  std::string name_prefix;        // host-end name prefix: 1..7 of [a-z0-9]
+};
+
+struct VethInfo {
+  std::string host_if;
+  std::uint32_t host_ip = 0;     // host byte order; the sandbox's gateway and resolver address
+  std::uint32_t sandbox_ip = 0;  // host byte order
+};
+
+// The addresses slot `slot` gets.
+VethInfo veth_for_slot(const VethConfig& c, std::uint32_t slot);
+
+// Creates the pair (the peer moved into `netns_fd` as eth0), addresses both ends, brings them up
+// and adds the sandbox's default route. Errors name the netlink request and its errno.
+Status setup_veth(const VethConfig& c, const VethInfo& info, int netns_fd);
+
+// Runs an nftables script (nft's own syntax) as one transaction through libnftables: all of it
+// applies or none does. Errors carry nft's message. Thread-safe.
+Status nft_apply(const std::string& script);
+
+// Writes `value` to /proc/sys/`key` (e.g. "net/ipv4/ip_forward").
+Status write_sysctl(const std::string& key, const std::string& value);
+
+}  // namespace abx::runtime

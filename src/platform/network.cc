@@ -1,0 +1,503 @@
+// Sandbox networking in abxd (see network.h).
+#include "network.h"
+
+#include <ifaddrs.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <fstream>
+#include <sstream>
+
+#include "abx/runtime/nflog.h"
+#include "abx/egress/ruleset.h"
+#include "dns_forwarder.h"
+#include "egress_proxy.h"
+
+namespace abx::platform {
+
+namespace json = boost::json;
+namespace asio = boost::asio;
+
+namespace {
+
+std::int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// FNV-1a: stable across builds and runs, unlike std::hash.
+std::uint32_t fnv1a(std::string_view s) {
+  std::uint32_t h = 2166136261u;
+  for (unsigned char c : s) h = (h ^ c) * 16777619u;
+  return h;
+}
+
+Result<std::vector<std::string>> string_list(const json::value* v, std::string_view field) {
+  std::vector<std::string> out;
+  if (!v || v->is_null()) return out;
+  if (!v->is_array()) return invalid_argument(std::string(field) + " must be an array of strings");
+  if (v->get_array().size() > egress::kMaxRules)
+    return invalid_argument(std::string(field) + ": at most " + std::to_string(egress::kMaxRules) +
+                            " rules");
+  for (const auto& e : v->get_array()) {
+    if (!e.is_string()) return invalid_argument(std::string(field) + " must hold strings only");
+    out.emplace_back(e.get_string());
+  }
+  return out;
+}
+
+const json::value* field(const json::object& o, std::string_view camel, std::string_view snake) {
+  if (const json::value* v = o.if_contains(camel)) return v;
+  return o.if_contains(snake);
+}
+
+Result<std::optional<bool>> opt_bool(const json::object& o, std::string_view camel,
+                                     std::string_view snake) {
+  const json::value* v = field(o, camel, snake);
+  if (!v || v->is_null()) return std::optional<bool>();
+  if (!v->is_bool()) return invalid_argument(std::string(camel) + " must be a boolean");
+  return std::optional<bool>(v->get_bool());
+}
+
+// Fills the rule fields of `spec` from an E2B network object and checks them.
+Status read_network_object(const json::object& n, SandboxNetworkSpec& spec, std::string_view at) {
+  for (const char* unsupported : {"egressProxy", "egress_proxy", "rules"}) {
+    const json::value* v = n.if_contains(unsupported);
+    if (v && !v->is_null() && !(v->is_array() && v->get_array().empty()) &&
+        !(v->is_object() && v->get_object().empty()))
+      return invalid_argument(std::string(at) + unsupported + " is not supported by abxd");
+  }
+  ABX_ASSIGN_OR_RETURN(spec.allow_out, string_list(field(n, "allowOut", "allow_out"),
+                                                   std::string(at) + "allowOut"));
+  ABX_ASSIGN_OR_RETURN(spec.deny_out, string_list(field(n, "denyOut", "deny_out"),
+                                                  std::string(at) + "denyOut"));
+  ABX_ASSIGN_OR_RETURN(auto pub, opt_bool(n, "allowPublicTraffic", "allow_public_traffic"));
+  if (pub) spec.allow_public_traffic = *pub;
+  if (const json::value* m = field(n, "maskRequestHost", "mask_request_host"); m && !m->is_null()) {
+    if (!m->is_string() || m->get_string().size() > 253)
+      return invalid_argument(std::string(at) + "maskRequestHost must be a host name");
+    spec.mask_request_host = std::string(m->get_string());
+  }
+  return {};
+}
+
+Status check_rules(const SandboxNetworkSpec& spec) {
+  auto r = egress::parse_rules(spec.allow_out, spec.deny_out, spec.allow_internet_access);
+  if (!r) return r.error();
+  return {};
+}
+
+}  // namespace
+
+json::object SandboxNetworkSpec::to_json() const {
+  json::array allow, deny;
+  for (const auto& a : allow_out) allow.emplace_back(a);
+  for (const auto& d : deny_out) deny.emplace_back(d);
+  json::object o{{"allowOut", std::move(allow)},
+                 {"denyOut", std::move(deny)},
+                 {"allowPublicTraffic", allow_public_traffic}};
+  if (!mask_request_host.empty()) o["maskRequestHost"] = mask_request_host;
+  return o;
+}
+
+Result<SandboxNetworkSpec> SandboxNetworkSpec::from_json(const json::value& v) {
+  if (!v.is_object()) return internal_error("stored network is not an object");
+  const json::object& o = v.get_object();
+  SandboxNetworkSpec s;
+  if (auto e = o.if_contains("enabled"); e && e->is_bool()) s.enabled = e->get_bool();
+  if (auto a = o.if_contains("allowInternetAccess"); a && a->is_bool())
+    s.allow_internet_access = a->get_bool();
+  if (auto n = o.if_contains("network"); n && n->is_object())
+    ABX_TRY(read_network_object(n->get_object(), s, "network."));
+  return s;
+}
+
+Result<SandboxNetworkSpec> parse_network_request(const json::object& body, bool default_internet) {
+  SandboxNetworkSpec spec;
+  spec.allow_internet_access = default_internet;
+  ABX_ASSIGN_OR_RETURN(auto internet,
+                       opt_bool(body, "allowInternetAccess", "allow_internet_access"));
+  if (internet) spec.allow_internet_access = *internet;
+  if (const json::value* n = body.if_contains("network"); n && !n->is_null()) {
+    if (!n->is_object()) return invalid_argument("network must be an object");
+    ABX_TRY(read_network_object(n->get_object(), spec, "network."));
+  }
+  ABX_TRY(check_rules(spec));
+  return spec;
+}
+
+Result<SandboxNetworkSpec> parse_network_update(const json::object& body,
+                                                const SandboxNetworkSpec& current) {
+  SandboxNetworkSpec spec = current;
+  spec.allow_out.clear();
+  spec.deny_out.clear();
+  const json::object* n = &body;
+  if (const json::value* inner = body.if_contains("network"); inner && inner->is_object())
+    n = &inner->get_object();
+  ABX_TRY(read_network_object(*n, spec, ""));
+  ABX_ASSIGN_OR_RETURN(auto internet,
+                       opt_bool(body, "allowInternetAccess", "allow_internet_access"));
+  if (internet) spec.allow_internet_access = *internet;
+  ABX_TRY(check_rules(spec));
+  return spec;
+}
+
+json::object AuditEvent::to_json() const {
+  json::object o{{"timestamp", timestamp_ms},
+                 {"protocol", protocol},
+                 {"destination", destination},
+                 {"verdict", verdict}};
+  if (port) o["port"] = port;
+  if (!domain.empty()) o["domain"] = domain;
+  return o;
+}
+
+struct SandboxNetwork::Nflog {
+  runtime::NflogReader reader;
+  asio::posix::stream_descriptor fd;
+  Nflog(runtime::NflogReader r, asio::io_context& io) : reader(std::move(r)), fd(io) {
+    fd.assign(::dup(reader.fd()));
+  }
+};
+
+SandboxNetwork::SandboxNetwork(NetworkOptions options) : opt_(std::move(options)) {}
+
+SandboxNetwork::~SandboxNetwork() {
+  if (dns_) dns_->stop();
+  if (proxy_) proxy_->stop();
+  io_.stop();
+  for (auto& t : threads_) t.join();
+}
+
+Result<std::unique_ptr<SandboxNetwork>> SandboxNetwork::start(
+    const std::string& home, NetworkOptions options, const runtime::UserNamespace& userns) {
+  std::unique_ptr<SandboxNetwork> n(new SandboxNetwork(std::move(options)));
+  if (!n->opt_.enabled) return n;
+  if (!userns.enabled)
+    return Error(ErrorCode::kFailedPrecondition,
+                 "sandbox networking numbers each sandbox's link by its user namespace: run abxd "
+                 "with user namespaces, or with --no-network");
+  const egress::Cidr& range = n->opt_.range;
+  std::uint64_t need = std::uint64_t{userns.slots} * 4;
+  if (range.prefix < 1 || (std::uint64_t{1} << (32 - range.prefix)) < need)
+    return invalid_argument("--sandbox-net " + range.str() + " is too small: " +
+                            std::to_string(userns.slots) + " user-namespace slots need " +
+                            std::to_string(need) + " addresses");
+  char hex[8];
+  std::snprintf(hex, sizeof hex, "%04x", fnv1a(home) & 0xffff);
+  n->table_ = std::string("abx_") + hex;
+  n->if_prefix_ = std::string("abx") + hex;
+
+  // The host's own addresses are never a sandbox's destination; a range already on the host
+  // would be ambiguous.
+  std::vector<egress::Cidr> extra{range};
+  ifaddrs* ifs = nullptr;
+  if (::getifaddrs(&ifs) == 0) {
+    for (ifaddrs* i = ifs; i; i = i->ifa_next) {
+      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+      std::uint32_t ip = ntohl(reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr);
+      bool ours = std::string_view(i->ifa_name).starts_with("abx");
+      if (range.contains(ip) && !ours) {
+        ::freeifaddrs(ifs);
+        return Error(ErrorCode::kFailedPrecondition,
+                     "--sandbox-net " + range.str() + " overlaps " + egress::ipv4_str(ip) +
+                         " on " + i->ifa_name + ": choose another range");
+      }
+      if (!ours) extra.push_back(egress::Cidr{ip, 32});
+    }
+    ::freeifaddrs(ifs);
+  }
+  extra.insert(extra.end(), n->opt_.extra_blocked.begin(), n->opt_.extra_blocked.end());
+  n->blocked_ = egress::default_blocked(std::move(extra));
+
+  // The upstream resolver.
+  std::string up = n->opt_.dns_upstream;
+  if (up.empty()) {
+    std::ifstream rc("/etc/resolv.conf");
+    std::string line;
+    while (std::getline(rc, line)) {
+      std::istringstream ls(line);
+      std::string key, value;
+      if (ls >> key >> value && key == "nameserver" && egress::parse_ipv4(value)) {
+        up = value;
+        break;
+      }
+    }
+  }
+  std::uint16_t up_port = 53;
+  if (auto colon = up.find(':'); colon != std::string::npos) {
+    up_port = static_cast<std::uint16_t>(std::atoi(up.c_str() + colon + 1));
+    up.resize(colon);
+  }
+  auto up_ip = egress::parse_ipv4(up);
+  if (!up_ip)
+    return invalid_argument("no DNS upstream: give abxd --dns-upstream IP[:PORT] (none in "
+                            "/etc/resolv.conf)");
+
+  ABX_TRY(runtime::write_sysctl("net/ipv4/ip_forward", "1"));
+
+  DnsForwarderHooks dh;
+  SandboxNetwork* self = n.get();
+  dh.may_resolve = [self](std::uint32_t src, const std::string& q) {
+    return self->may_resolve(src, q);
+  };
+  dh.on_answer = [self](std::uint32_t src, const std::string& q, const std::vector<std::uint32_t>& a,
+                        std::uint32_t ttl) { self->on_answer(src, q, a, ttl); };
+  dh.on_query = [self](std::uint32_t src, const std::string& q, std::uint16_t type, bool fwd) {
+    self->on_query(src, q, type, fwd);
+  };
+  ABX_ASSIGN_OR_RETURN(
+      n->dns_, DnsForwarder::start(n->io_, asio::ip::tcp::endpoint(asio::ip::address_v4::any(), 0),
+                                   asio::ip::udp::endpoint(asio::ip::address_v4(*up_ip), up_port),
+                                   std::move(dh)));
+  EgressProxyHooks ph;
+  ph.allow = [self](const EgressFlow& f) {
+    return self->allow_proxied(f.src_ip, f.dst_ip, f.dst_port, f.domain);
+  };
+  ABX_ASSIGN_OR_RETURN(
+      n->proxy_, EgressProxy::start(n->io_, asio::ip::tcp::endpoint(asio::ip::address_v4::any(), 0),
+                                    std::move(ph)));
+
+  // NFLOG groups are machine-wide: start from the home's hash, step past ones in use.
+  std::uint16_t group = static_cast<std::uint16_t>(0x4000 + (fnv1a(home) % 0x3000));
+  for (int i = 0; i < 32; ++i, ++group) {
+    auto r = runtime::NflogReader::open(group);
+    if (r) {
+      n->nflog_ = std::make_unique<Nflog>(std::move(r).value(), n->io_);
+      n->log_group_ = group;
+      break;
+    }
+    if (r.error().code() != ErrorCode::kAlreadyExists) return r.error();
+  }
+  if (!n->nflog_) return Error(ErrorCode::kResourceExhausted, "no free NFLOG group for the audit");
+
+  {
+    std::lock_guard lock(n->mu_);
+    ABX_TRY(n->apply_locked());
+  }
+  n->read_flow_log();
+  for (int i = 0; i < 2; ++i) n->threads_.emplace_back([self] {
+    auto guard = asio::make_work_guard(self->io_);
+    self->io_.run();
+  });
+  n->log_.info("sandbox networking on: " + range.str() + ", table inet " + n->table_ +
+               ", resolver :" + std::to_string(n->dns_->port()) + " -> " + up + ":" +
+               std::to_string(up_port) + ", egress proxy :" + std::to_string(n->proxy_->port()));
+  return n;
+}
+
+runtime::VethConfig SandboxNetwork::veth_config() const {
+  runtime::VethConfig c;
+  c.enabled = opt_.enabled;
+  c.subnet_base = opt_.range.addr;
+  c.name_prefix = if_prefix_;
+  return c;
+}
+
+std::string SandboxNetwork::resolv_conf() const {
+  return "# abx: the sandbox's resolver (abxd), which applies its network rules\nnameserver " +
+         egress::ipv4_str(opt_.range.addr + 1) + "\n";
+}
+
+Status SandboxNetwork::apply_locked() {
+  egress::RulesetPlan p;
+  p.table = table_;
+  p.if_prefix = if_prefix_;
+  p.sandbox_range = opt_.range;
+  p.blocked = blocked_.nets;
+  p.dns_port = dns_ ? dns_->port() : 0;
+  p.proxy_port = proxy_ ? proxy_->port() : 0;
+  p.log_group = log_group_;
+  for (const auto& [id, e] : sandboxes_) p.sandboxes.push_back({e.slot, e.link.host_if, e.rules});
+  std::string text = egress::render_ruleset(p);
+  ABX_TRY(runtime::nft_apply(text));
+  ruleset_ = std::move(text);
+  return {};
+}
+
+Status SandboxNetwork::attach(const std::string& id, const runtime::VethInfo& link,
+                              const SandboxNetworkSpec& spec) {
+  ABX_ASSIGN_OR_RETURN(egress::Rules rules,
+                       egress::parse_rules(spec.allow_out, spec.deny_out,
+                                           spec.allow_internet_access));
+  std::lock_guard lock(mu_);
+  Entry e;
+  e.id = id;
+  e.link = link;
+  e.slot = (link.host_ip - opt_.range.addr) / 4;
+  e.rules = std::move(rules);
+  sandboxes_[id] = std::move(e);
+  if (Status s = apply_locked(); !s) {
+    sandboxes_.erase(id);
+    return s;
+  }
+  return {};
+}
+
+Status SandboxNetwork::update(const std::string& id, const SandboxNetworkSpec& spec) {
+  ABX_ASSIGN_OR_RETURN(egress::Rules rules,
+                       egress::parse_rules(spec.allow_out, spec.deny_out,
+                                           spec.allow_internet_access));
+  std::lock_guard lock(mu_);
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end())
+    return Error(ErrorCode::kFailedPrecondition, "sandbox " + id + " has no network link");
+  std::swap(it->second.rules, rules);
+  if (Status s = apply_locked(); !s) {
+    std::swap(it->second.rules, rules);  // the old rules stay (the table was not replaced)
+    return s;
+  }
+  return {};
+}
+
+void SandboxNetwork::detach(const std::string& id) {
+  std::lock_guard lock(mu_);
+  if (sandboxes_.erase(id) == 0) return;
+  if (Status s = apply_locked(); !s) log_.warn("ruleset after " + id + ": " + s.error().message());
+}
+
+std::vector<AuditEvent> SandboxNetwork::audit(const std::string& id, std::int64_t since_ms) const {
+  std::lock_guard lock(mu_);
+  std::vector<AuditEvent> out;
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return out;
+  for (const auto& ev : it->second.audit)
+    if (ev.timestamp_ms >= since_ms) out.push_back(ev);
+  return out;
+}
+
+std::string SandboxNetwork::ruleset() const {
+  std::lock_guard lock(mu_);
+  return ruleset_;
+}
+
+void SandboxNetwork::remove_rules() {
+  if (!opt_.enabled) return;
+  std::lock_guard lock(mu_);
+  if (Status s = runtime::nft_apply(egress::render_delete(table_)); !s)
+    log_.warn("removing table " + table_ + ": " + s.error().message());
+  ruleset_.clear();
+}
+
+SandboxNetwork::Entry* SandboxNetwork::by_ip_locked(std::uint32_t ip) {
+  for (auto& [id, e] : sandboxes_)
+    if (e.link.sandbox_ip == ip) return &e;
+  return nullptr;
+}
+
+void SandboxNetwork::record_locked(Entry& e, AuditEvent ev) {
+  if (e.audit.size() >= kAuditEvents) e.audit.pop_front();
+  e.audit.push_back(std::move(ev));
+}
+
+void SandboxNetwork::read_flow_log() {
+  nflog_->fd.async_wait(asio::posix::stream_descriptor::wait_read, [this](
+                                                                       boost::system::error_code ec) {
+    if (ec) return;  // stopped
+    auto events = nflog_->reader.read();
+    if (events) {
+      std::lock_guard lock(mu_);
+      for (const auto& f : *events) {
+        // "abx:<slot>:<verdict>"
+        unsigned slot = 0;
+        char verdict[16] = {0};
+        if (std::sscanf(f.prefix.c_str(), "abx:%u:%15s", &slot, verdict) != 2) continue;
+        for (auto& [id, e] : sandboxes_) {
+          if (e.slot != slot) continue;
+          AuditEvent ev;
+          ev.timestamp_ms = wall_ms();
+          ev.protocol = f.protocol == IPPROTO_TCP   ? "tcp"
+                        : f.protocol == IPPROTO_UDP ? "udp"
+                        : f.protocol == IPPROTO_ICMP ? "icmp"
+                                                     : std::to_string(f.protocol);
+          ev.destination = egress::ipv4_str(f.dst);
+          ev.port = f.dport;
+          ev.verdict = verdict;
+          record_locked(e, std::move(ev));
+        }
+      }
+    } else {
+      log_.warn("audit log: " + events.error().message());
+    }
+    read_flow_log();
+  });
+}
+
+bool SandboxNetwork::may_resolve(std::uint32_t src, const std::string& qname) {
+  std::lock_guard lock(mu_);
+  Entry* e = by_ip_locked(src);
+  return e && egress::may_resolve(e->rules, qname);
+}
+
+void SandboxNetwork::on_answer(std::uint32_t src, const std::string& qname,
+                               const std::vector<std::uint32_t>& a, std::uint32_t ttl) {
+  std::lock_guard lock(mu_);
+  Entry* e = by_ip_locked(src);
+  if (!e || a.empty()) return;
+  std::int64_t now = wall_ms();
+  // A name stays bound for at least a minute (resolvers and clients cache past short TTLs) and
+  // at most a day.
+  std::int64_t until = now + std::clamp<std::int64_t>(ttl, 60, 86400) * 1000;
+  if (e->answers.size() >= 4096) {
+    for (auto it = e->answers.begin(); it != e->answers.end();) {
+      std::erase_if(it->second, [&](const auto& kv) { return kv.second < now; });
+      it = it->second.empty() ? e->answers.erase(it) : std::next(it);
+    }
+    if (e->answers.size() >= 4096) return;
+  }
+  auto& addrs = e->answers[qname];
+  for (std::uint32_t ip : a)
+    if (addrs.size() < 64 || addrs.count(ip)) addrs[ip] = std::max(addrs[ip], until);
+}
+
+void SandboxNetwork::on_query(std::uint32_t src, const std::string& qname, std::uint16_t qtype,
+                              bool forwarded) {
+  std::lock_guard lock(mu_);
+  Entry* e = by_ip_locked(src);
+  if (!e) return;
+  AuditEvent ev;
+  ev.timestamp_ms = wall_ms();
+  ev.protocol = "dns";
+  ev.port = 53;
+  ev.domain = qname;
+  ev.destination = qtype == 1 ? "A" : qtype == 28 ? "AAAA" : "type " + std::to_string(qtype);
+  ev.verdict = forwarded ? "allow" : "deny";
+  record_locked(*e, std::move(ev));
+}
+
+bool SandboxNetwork::allow_proxied(std::uint32_t src, std::uint32_t dst, std::uint16_t port,
+                                   const std::optional<std::string>& domain) {
+  std::lock_guard lock(mu_);
+  Entry* e = by_ip_locked(src);
+  if (!e) return false;
+  AuditEvent ev;
+  ev.timestamp_ms = wall_ms();
+  ev.protocol = "tcp";
+  ev.destination = egress::ipv4_str(dst);
+  ev.port = port;
+  if (domain) ev.domain = *domain;
+  bool allowed = false;
+  if (blocked_.contains(dst)) {
+    ev.verdict = "blocked";
+  } else {
+    // The name counts only if this sandbox's resolver answered it with this very address: naming
+    // an allowed domain does not open a connection to an address of the sandbox's choosing.
+    std::optional<std::string_view> bound;
+    if (domain) {
+      auto it = e->answers.find(*domain);
+      if (it != e->answers.end()) {
+        auto a = it->second.find(dst);
+        if (a != it->second.end() && a->second >= ev.timestamp_ms) bound = *domain;
+      }
+    }
+    allowed = egress::decide(e->rules, dst, bound) == egress::Verdict::kAllow;
+    ev.verdict = allowed ? "allow" : "deny";
+  }
+  record_locked(*e, std::move(ev));
+  return allowed;
+}
+
+}  // namespace abx::platform

@@ -1,0 +1,147 @@
+// Sandbox networking in abxd: each sandbox's link, its outbound rules, the resolver and egress
+// proxy that enforce domain rules, and the per-sandbox audit of outbound flows.
+//
+// One SandboxNetwork per abxd. It owns
+//   - the addressing: slot i's /30 in `range` (runtime/veth.h), links named `abx<hash><slot>`
+//     where <hash> (4 hex digits of the home's path) keeps daemons on one machine apart;
+//   - the nftables table `abx_<hash>` (egress/ruleset.h), rebuilt atomically on every change;
+//   - a DNS forwarder (every sandbox's port 53 is redirected to it) that answers a sandbox only
+//     names its rules let it reach, and remembers what it answered for the egress proxy;
+//   - an egress proxy for sandboxes whose rules name domains (TCP 80/443), which matches the
+//     Host/SNI against the allowed domains *and* the addresses the resolver gave that sandbox
+//     for that name;
+//   - an NFLOG reader turning the ruleset's per-flow log lines into audit events.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/json.hpp>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "abx/base/error.h"
+#include "abx/base/log.h"
+#include "abx/egress/policy.h"
+#include "abx/runtime/veth.h"
+
+namespace abx::platform {
+
+class DnsForwarder;
+class EgressProxy;
+
+struct NetworkOptions {
+  bool enabled = true;  // abxd --no-network: every sandbox gets loopback only
+  // Every sandbox address of the machine: 4 addresses per user-namespace slot.
+  egress::Cidr range{0x0ad50000, 19};  // 10.213.0.0/19
+  std::vector<egress::Cidr> extra_blocked;  // abxd --block-net
+  // Where the resolver forwards; empty: the first IPv4 nameserver of /etc/resolv.conf.
+  std::string dns_upstream;
+  bool default_internet = true;  // abxd --no-internet-by-default flips E2B's default
+};
+
+// A sandbox's network as E2B's API shows it (GET /sandboxes/{id} `network`).
+struct SandboxNetworkSpec {
+  bool enabled = true;  // false: loopback only (template network: none)
+  bool allow_internet_access = true;
+  std::vector<std::string> allow_out, deny_out;
+  bool allow_public_traffic = true;
+  std::string mask_request_host;
+
+  boost::json::object to_json() const;  // E2B's field names; also what the store keeps
+  static Result<SandboxNetworkSpec> from_json(const boost::json::value& v);
+};
+
+// Parses create's `allow_internet_access`/`allowInternetAccess` and `network` (either may be
+// absent: `default_internet` applies). invalid_argument with the field at fault.
+Result<SandboxNetworkSpec> parse_network_request(const boost::json::object& body,
+                                                 bool default_internet);
+// The same for PUT /sandboxes/{id}/network: the body *is* the network object (plus an optional
+// allowInternetAccess); the rules it gives replace the old ones.
+Result<SandboxNetworkSpec> parse_network_update(const boost::json::object& body,
+                                                const SandboxNetworkSpec& current);
+
+struct AuditEvent {
+  std::int64_t timestamp_ms = 0;
+  std::string protocol;  // tcp | udp | icmp | dns | ...
+  std::string destination;  // a.b.c.d (dns: the resolver's upstream is not shown)
+  std::uint16_t port = 0;
+  std::string domain;   // SNI / Host / the DNS question, when known
+  std::string verdict;  // allow | deny | blocked
+  boost::json::object to_json() const;
+};
+inline constexpr std::size_t kAuditEvents = 2000;  // kept per sandbox
+
+class SandboxNetwork {
+ public:
+  static Result<std::unique_ptr<SandboxNetwork>> start(const std::string& home,
+                                                       NetworkOptions options,
+                                                       const runtime::UserNamespace& userns);
+  ~SandboxNetwork();
+
+  bool enabled() const { return opt_.enabled; }
+  bool default_internet() const { return opt_.default_internet; }
+  // What runtime::SandboxConfig::veth should be for a networked sandbox.
+  runtime::VethConfig veth_config() const;
+  // /etc/resolv.conf for every sandbox: the first address of the range. Whatever resolver a
+  // sandbox names, its port 53 traffic reaches abxd's resolver (the ruleset redirects it).
+  std::string resolv_conf() const;
+
+  // Starts enforcing `spec` for the sandbox on `link` (create and adopt). Until this returns the
+  // link is dropped by the ruleset (fail closed).
+  Status attach(const std::string& sandbox_id, const runtime::VethInfo& link,
+                const SandboxNetworkSpec& spec);
+  // Replaces the rules; on failure the old rules stay in force.
+  Status update(const std::string& sandbox_id, const SandboxNetworkSpec& spec);
+  void detach(const std::string& sandbox_id);
+  std::vector<AuditEvent> audit(const std::string& sandbox_id, std::int64_t since_ms) const;
+  // The ruleset text as last applied (tests and `abxd` debug logging).
+  std::string ruleset() const;
+  // Removes the table (abxd stops with no sandbox left running).
+  void remove_rules();
+
+ private:
+  struct Entry {
+    std::string id;
+    runtime::VethInfo link;
+    std::uint32_t slot = 0;
+    egress::Rules rules;
+    // name -> address -> expiry (ms): what the resolver answered this sandbox.
+    std::map<std::string, std::map<std::uint32_t, std::int64_t>> answers;
+    std::deque<AuditEvent> audit;
+  };
+  explicit SandboxNetwork(NetworkOptions options);
+  Status apply_locked();
+  Entry* by_ip_locked(std::uint32_t ip);
+  void record_locked(Entry& e, AuditEvent ev);
+  void read_flow_log();
+  bool may_resolve(std::uint32_t src, const std::string& qname);
+  void on_answer(std::uint32_t src, const std::string& qname, const std::vector<std::uint32_t>& a,
+                 std::uint32_t ttl);
+  void on_query(std::uint32_t src, const std::string& qname, std::uint16_t qtype, bool forwarded);
+  struct Flow;
+  bool allow_proxied(std::uint32_t src, std::uint32_t dst, std::uint16_t port,
+                     const std::optional<std::string>& domain);
+
+  NetworkOptions opt_;
+  std::string table_, if_prefix_;
+  std::uint16_t log_group_ = 0;
+  egress::Blocked blocked_;
+  Logger log_{"network"};
+  boost::asio::io_context io_;
+  std::unique_ptr<DnsForwarder> dns_;
+  std::unique_ptr<EgressProxy> proxy_;
+  struct Nflog;
+  std::unique_ptr<Nflog> nflog_;
+  std::vector<std::thread> threads_;
+  mutable std::mutex mu_;
+  std::map<std::string, Entry> sandboxes_;
+  std::string ruleset_;
+};
+
+}  // namespace abx::platform

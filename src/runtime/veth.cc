@@ -1,0 +1,208 @@
+// Sandbox links over rtnetlink (libmnl) and the egress ruleset through libnftables.
+#include "abx/runtime/veth.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libmnl/libmnl.h>
+#include <linux/if_addr.h>
+#include <linux/if_link.h>
+#include <linux/rtnetlink.h>
+#include <linux/veth.h>
+#include <net/if.h>
+#include <nftables/libnftables.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <mutex>
+#include <vector>
+
+#include "abx/runtime/netns.h"
+#include "sys.h"
+
+namespace abx::runtime {
+namespace {
+
+// One rtnetlink request on `fd`, answered by its ACK (or the kernel's errno).
+class NlRequest {
+ public:
+  NlRequest(std::uint16_t type, std::uint16_t flags) : buf_(MNL_SOCKET_BUFFER_SIZE) {
+    nlh_ = mnl_nlmsg_put_header(buf_.data());
+    nlh_->nlmsg_type = type;
+    nlh_->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK | flags;
+    nlh_->nlmsg_seq = ++seq_;
+  }
+  nlmsghdr* nlh() { return nlh_; }
+
+  Status send(int fd, std::string_view what) {
+    if (retry_eintr([&] { return ::send(fd, nlh_, nlh_->nlmsg_len, 0); }) < 0)
+      return sys_error(what, errno);
+    std::vector<char> reply(MNL_SOCKET_BUFFER_SIZE);
+    for (;;) {
+      ssize_t n = retry_eintr([&] { return ::recv(fd, reply.data(), reply.size(), 0); });
+      if (n < 0) return sys_error(what, errno);
+      int r = mnl_cb_run(reply.data(), static_cast<std::size_t>(n), nlh_->nlmsg_seq, 0, nullptr,
+                         nullptr);
+      if (r == MNL_CB_ERROR) return sys_error(what, errno);
+      if (r == MNL_CB_STOP) return {};
+      // MNL_CB_OK without the ACK yet: read on.
+    }
+  }
+
+ private:
+  static inline std::uint32_t seq_ = 0;
+  std::vector<char> buf_;
+  nlmsghdr* nlh_;
+};
+
+ifinfomsg* put_ifinfo(nlmsghdr* nlh, int index) {
+  auto* ifi = static_cast<ifinfomsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifinfomsg)));
+  ifi->ifi_family = AF_UNSPEC;
+  ifi->ifi_index = index;
+  return ifi;
+}
+
+Result<UniqueFd> route_socket(int netns_fd) {
+  if (netns_fd >= 0) return socket_in_netns(netns_fd, AF_NETLINK, SOCK_RAW);
+  int fd = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+  if (fd < 0) return sys_error("socket NETLINK_ROUTE", errno);
+  return UniqueFd(fd);
+}
+
+Result<int> ifindex_in(int netns_fd, const std::string& name) {
+  ABX_ASSIGN_OR_RETURN(UniqueFd s, netns_fd >= 0 ? socket_in_netns(netns_fd, AF_INET, SOCK_DGRAM)
+                                                 : Result<UniqueFd>(UniqueFd(::socket(
+                                                       AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0))));
+  ifreq ifr = {};
+  ::strncpy(ifr.ifr_name, name.c_str(), IFNAMSIZ - 1);
+  if (::ioctl(s.get(), SIOCGIFINDEX, &ifr) != 0) return sys_error("SIOCGIFINDEX " + name, errno);
+  return ifr.ifr_ifindex;
+}
+
+// No IPv6 link-local address on this link (so nothing is reachable over IPv6 at all). Kernels
+// without IPv6 refuse the attribute; that is the same outcome.
+void no_ipv6(int fd, int index) {
+  NlRequest req(RTM_NEWLINK, 0);
+  put_ifinfo(req.nlh(), index);
+  nlattr* spec = mnl_attr_nest_start(req.nlh(), IFLA_AF_SPEC);
+  nlattr* inet6 = mnl_attr_nest_start(req.nlh(), AF_INET6);
+  mnl_attr_put_u8(req.nlh(), IFLA_INET6_ADDR_GEN_MODE, IN6_ADDR_GEN_MODE_NONE);
+  mnl_attr_nest_end(req.nlh(), inet6);
+  mnl_attr_nest_end(req.nlh(), spec);
+  (void)req.send(fd, "RTM_NEWLINK addr_gen_mode");
+}
+
+Status add_addr(int fd, int index, std::uint32_t ip, std::string_view what) {
+  NlRequest req(RTM_NEWADDR, NLM_F_CREATE | NLM_F_REPLACE);
+  auto* ifa = static_cast<ifaddrmsg*>(mnl_nlmsg_put_extra_header(req.nlh(), sizeof(ifaddrmsg)));
+  ifa->ifa_family = AF_INET;
+  ifa->ifa_prefixlen = 30;
+  ifa->ifa_index = static_cast<unsigned>(index);
+  ifa->ifa_scope = RT_SCOPE_UNIVERSE;
+  std::uint32_t be = htonl(ip);
+  mnl_attr_put_u32(req.nlh(), IFA_LOCAL, be);
+  mnl_attr_put_u32(req.nlh(), IFA_ADDRESS, be);
+  return req.send(fd, what);
+}
+
+Status link_up(int fd, int index, std::string_view what) {
+  NlRequest req(RTM_NEWLINK, 0);
+  ifinfomsg* ifi = put_ifinfo(req.nlh(), index);
+  ifi->ifi_flags = IFF_UP;
+  ifi->ifi_change = IFF_UP;
+  return req.send(fd, what);
+}
+
+}  // namespace
+
+VethInfo veth_for_slot(const VethConfig& c, std::uint32_t slot) {
+  VethInfo v;
+  v.host_if = c.name_prefix + std::to_string(slot);
+  v.host_ip = c.subnet_base + slot * 4 + 1;
+  v.sandbox_ip = v.host_ip + 1;
+  return v;
+}
+
+Status setup_veth(const VethConfig& c, const VethInfo& info, int netns_fd) {
+  (void)c;
+  ABX_ASSIGN_OR_RETURN(UniqueFd host, route_socket(-1));
+  // A host end of the same name belongs to a dead sandbox whose namespace is still going away
+  // (the slot is ours now): replace it.
+  {
+    NlRequest del(RTM_DELLINK, 0);
+    put_ifinfo(del.nlh(), 0);
+    mnl_attr_put_strz(del.nlh(), IFLA_IFNAME, info.host_if.c_str());
+    (void)del.send(host.get(), "RTM_DELLINK");
+  }
+  {
+    NlRequest req(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL);
+    put_ifinfo(req.nlh(), 0);
+    mnl_attr_put_strz(req.nlh(), IFLA_IFNAME, info.host_if.c_str());
+    nlattr* linkinfo = mnl_attr_nest_start(req.nlh(), IFLA_LINKINFO);
+    mnl_attr_put_strz(req.nlh(), IFLA_INFO_KIND, "veth");
+    nlattr* data = mnl_attr_nest_start(req.nlh(), IFLA_INFO_DATA);
+    nlattr* peer = mnl_attr_nest_start(req.nlh(), VETH_INFO_PEER);
+    put_ifinfo(req.nlh(), 0);
+    mnl_attr_put_strz(req.nlh(), IFLA_IFNAME, "eth0");
+    mnl_attr_put_u32(req.nlh(), IFLA_NET_NS_FD, static_cast<std::uint32_t>(netns_fd));
+    mnl_attr_nest_end(req.nlh(), peer);
+    mnl_attr_nest_end(req.nlh(), data);
+    mnl_attr_nest_end(req.nlh(), linkinfo);
+    ABX_TRY(req.send(host.get(), "RTM_NEWLINK veth " + info.host_if));
+  }
+  ABX_ASSIGN_OR_RETURN(int host_index, ifindex_in(-1, info.host_if));
+  no_ipv6(host.get(), host_index);
+  ABX_TRY(add_addr(host.get(), host_index, info.host_ip, "RTM_NEWADDR " + info.host_if));
+  ABX_TRY(link_up(host.get(), host_index, "RTM_NEWLINK up " + info.host_if));
+
+  ABX_ASSIGN_OR_RETURN(UniqueFd inner, route_socket(netns_fd));
+  ABX_ASSIGN_OR_RETURN(int eth0, ifindex_in(netns_fd, "eth0"));
+  no_ipv6(inner.get(), eth0);
+  ABX_TRY(add_addr(inner.get(), eth0, info.sandbox_ip, "RTM_NEWADDR eth0"));
+  ABX_TRY(link_up(inner.get(), eth0, "RTM_NEWLINK up eth0"));
+  NlRequest route(RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL);
+  auto* rt = static_cast<rtmsg*>(mnl_nlmsg_put_extra_header(route.nlh(), sizeof(rtmsg)));
+  rt->rtm_family = AF_INET;
+  rt->rtm_dst_len = 0;
+  rt->rtm_table = RT_TABLE_MAIN;
+  rt->rtm_protocol = RTPROT_STATIC;
+  rt->rtm_scope = RT_SCOPE_UNIVERSE;
+  rt->rtm_type = RTN_UNICAST;
+  mnl_attr_put_u32(route.nlh(), RTA_GATEWAY, htonl(info.host_ip));
+  mnl_attr_put_u32(route.nlh(), RTA_OIF, static_cast<std::uint32_t>(eth0));
+  return route.send(inner.get(), "RTM_NEWROUTE default via the host end");
+}
+
+Status nft_apply(const std::string& script) {
+  static std::mutex mu;
+  std::lock_guard lock(mu);
+  struct Ctx {
+    nft_ctx* p = nft_ctx_new(NFT_CTX_DEFAULT);
+    ~Ctx() {
+      if (p) nft_ctx_free(p);
+    }
+  } ctx;
+  if (!ctx.p) return Error(ErrorCode::kInternal, "nft_ctx_new failed");
+  nft_ctx_buffer_output(ctx.p);
+  nft_ctx_buffer_error(ctx.p);
+  if (nft_run_cmd_from_buffer(ctx.p, script.c_str()) != 0) {
+    const char* err = nft_ctx_get_error_buffer(ctx.p);
+    return Error(ErrorCode::kInternal,
+                 std::string("nftables: ") + (err && *err ? err : "the ruleset was refused"));
+  }
+  return {};
+}
+
+Status write_sysctl(const std::string& key, const std::string& value) {
+  std::string path = "/proc/sys/" + key;
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return sys_error("open " + path, errno);
+  UniqueFd f(fd);
+  if (retry_eintr([&] { return ::write(fd, value.data(), value.size()); }) < 0)
+    return sys_error("write " + path, errno);
+  return {};
+}
+
+}  // namespace abx::runtime
