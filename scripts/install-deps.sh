@@ -25,6 +25,7 @@ pkgs=(
   libarchive-dev  # image layers (src/image)
   libmnl-dev libnftables-dev  # sandbox networking: veth/addresses over rtnetlink, the egress ruleset
   nftables  # tests: `nft list` to check the ruleset abxd installed
+  iproute2 openssl  # tests/e2e/network/internet.sh: the test internet's netns, veth and TLS cert
   zlib1g-dev  # gzip: image layers (src/image) and envd's /files Content-/Accept-Encoding
   e2fsprogs  # mkfs.ext4: each sandbox's writable layer is an ext4 image capped at its disk size
   patchelf  # scripts/bundle.sh: the /opt/abx bundle's interpreter and RUNPATH
