@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# Sandbox networking end to end (issue 13; docs/networking.md): a real abxd, real sandboxes of the
+# base image, and the test's own internet (internet.sh: web hosts at 198.18.<i>.10 and .20 with
+# HTTP, TLS and echo, a DNS server at .53, and a link-local 169.254.<i>.7 routed into it). abxd's
+# resolver forwards to that DNS server only. Traffic goes nowhere else.
+#
+# Proves: default outbound access and DNS; allow/deny by CIDR (allow wins); domains by Host and
+# SNI, bound to what the sandbox's resolver answered; DNS refused under deny-all (and the refused
+# name never reaches the upstream); allowInternetAccess false; live updates; the always-blocked
+# set (link-local even when allowed and routed, the host and abxd's API, another sandbox); the
+# audit log; the ruleset itself; bad input; and that every sandbox is gone at the end.
+# ctest passes ABXD_BIN, ABX_CLI_BIN, ABX_IMAGE_STORE and ABX_INET_INDEX. Needs root.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [ "$(id -u)" != 0 ]; then echo "network e2e: needs root; skipped" >&2; exit 77; fi
+idx="${ABX_INET_INDEX:-2}"
+name="abxn$idx"
+work="$(mktemp -d "${TMPDIR:-/tmp}/abx-net-e2e.XXXXXX")"
+abxd_pid=""
+cleanup() {
+  if [ -n "$abxd_pid" ]; then kill -TERM "$abxd_pid" 2>/dev/null && wait "$abxd_pid" 2>/dev/null; fi
+  "$here/internet.sh" down "$name" "$idx" "$work" || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() {
+  echo "network e2e: FAIL: $*" >&2
+  [ -f "$work/abxd.log" ] && tail -40 "$work/abxd.log" >&2
+  exit 1
+}
+step() { echo "network e2e: $*"; }
+
+out=$("$here/internet.sh" up "$name" "$idx" "$work/inet") || fail "internet.sh up"
+eval "$out"
+
+"$ABXD_BIN" --home "$work/home" --listen 127.0.0.1:0 --image-store "$ABX_IMAGE_STORE" \
+  --dns-upstream "$INET_DNS" --kill-sandboxes --log-level debug >"$work/abxd.log" 2>&1 &
+abxd_pid=$!
+port=""
+for _ in $(seq 200); do
+  port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$work/abxd.log" | head -1)
+  [ -n "$port" ] && break
+  kill -0 "$abxd_pid" 2>/dev/null || fail "abxd exited at start"
+  sleep 0.1
+done
+[ -n "$port" ] || fail "abxd did not listen"
+export ABX_API_URL="http://127.0.0.1:$port" ABX_API_KEY="$(cat "$work/home/api_key")"
+export ABX_HOME="$work/client"
+api() { curl -sS -o "$work/body" -w '%{http_code}' -H "X-API-KEY: $ABX_API_KEY" "$@"; }
+abx() { "$ABX_CLI_BIN" "$@"; }
+# `sx <id> <shell command>`: its output; never fails the script by itself.
+sx() { local id=$1; shift; abx exec "$id" -- sh -c "$*" 2>&1 || true; }
+# curl from inside a sandbox; prints the body or "FAILED".
+scurl() { local id=$1; shift; sx "$id" "curl -sS --max-time 4 $* || echo FAILED"; }
+ca_in=/tmp/ca.pem
+
+create() {  # create <json body> -> id
+  local code
+  code=$(api -X POST -H 'Content-Type: application/json' -d "$1" "$ABX_API_URL/sandboxes")
+  [ "$code" = 201 ] || fail "create $1: $code $(cat "$work/body")"
+  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["sandboxID"])' "$work/body"
+}
+
+step "default: outbound access and DNS through abxd's resolver"
+open=$(create '{"templateID":"base","timeout":600}')
+abx files write "$open" "$ca_in" <"$INET_CA" >/dev/null || fail "copy CA"
+got=$(scurl "$open" "http://$INET_WEB/")
+[ "$got" = "host=10 hosthdr=$INET_WEB" ] || fail "open sandbox to .10: $got"
+got=$(sx "$open" "getent hosts web.abx.test")
+echo "$got" | grep -q "^$INET_WEB " || fail "resolve web.abx.test: $got"
+got=$(scurl "$open" "http://web.abx.test/")
+[ "$got" = "host=10 hosthdr=web.abx.test" ] || fail "http by name: $got"
+got=$(scurl "$open" "--cacert $ca_in https://web.abx.test/")
+[ "$got" = "host=10 hosthdr=web.abx.test" ] || fail "https by name: $got"
+got=$(sx "$open" "cat /etc/resolv.conf")
+echo "$got" | grep -q "^nameserver 10.213.0.1" || fail "resolv.conf: $got"
+# Naming another resolver does not get around abxd's (the question still arrives via abxd).
+got=$(sx "$open" "python3 -c \"import socket;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);s.settimeout(3);q=bytes.fromhex('abcd01000001000000000000')+b'\\x03web\\x03abx\\x04test\\x00\\x00\\x01\\x00\\x01';s.sendto(q,('9.9.9.9',53));print(len(s.recv(512)))\"")
+[[ "$got" =~ ^[0-9]+$ ]] || fail "DNS to a named resolver should be answered by abxd: $got"
+
+step "allow/deny by CIDR: allow wins over deny"
+cidr=$(create "{\"templateID\":\"base\",\"timeout\":600,\"network\":{\"denyOut\":[\"0.0.0.0/0\"],\"allowOut\":[\"$INET_WEB\"]}}")
+got=$(scurl "$cidr" "http://$INET_WEB/")
+[ "$got" = "host=10 hosthdr=$INET_WEB" ] || fail "allowed .10: $got"
+: >"$INET_DIR/http-$INET_WEB2.log"
+got=$(scurl "$cidr" "http://$INET_WEB2/")
+[ "$got" = FAILED ] || fail "denied .20 answered: $got"
+got=$(sx "$cidr" "echo hi | timeout 4 python3 -c \"import socket;s=socket.create_connection(('$INET_WEB2',7),3);s.sendall(b'x');print(s.recv(9))\" || echo FAILED")
+echo "$got" | grep -q FAILED || fail "denied .20:7 answered: $got"
+[ ! -s "$INET_DIR/http-$INET_WEB2.log" ] || fail "a denied request reached .20"
+partial=$(create "{\"templateID\":\"base\",\"timeout\":600,\"network\":{\"denyOut\":[\"$INET_WEB2/32\"]}}")
+got=$(scurl "$partial" "http://$INET_WEB/")
+[ "$got" = "host=10 hosthdr=$INET_WEB" ] || fail "deny-list sandbox to .10: $got"
+got=$(scurl "$partial" "http://$INET_WEB2/")
+[ "$got" = FAILED ] || fail "deny-list sandbox reached .20: $got"
+
+step "domains: Host and SNI, bound to the resolver's answers; DNS refused under deny-all"
+dom=$(create '{"templateID":"base","timeout":600,"network":{"denyOut":["0.0.0.0/0"],"allowOut":["web.abx.test","*.wild.abx.test"]}}')
+abx files write "$dom" "$ca_in" <"$INET_CA" >/dev/null || fail "copy CA"
+got=$(scurl "$dom" "http://web.abx.test/")
+[ "$got" = "host=10 hosthdr=web.abx.test" ] || fail "allowed domain over http: $got"
+got=$(scurl "$dom" "--cacert $ca_in https://web.abx.test/")
+[ "$got" = "host=10 hosthdr=web.abx.test" ] || fail "allowed domain over https: $got"
+got=$(scurl "$dom" "--cacert $ca_in https://a.wild.abx.test/")
+[ "$got" = "host=10 hosthdr=a.wild.abx.test" ] || fail "wildcard domain over https: $got"
+: >"$INET_DIR/dns.log"
+got=$(sx "$dom" "getent hosts other.abx.test || echo UNRESOLVED")
+echo "$got" | grep -q UNRESOLVED || fail "other.abx.test resolved under deny-all: $got"
+got=$(sx "$dom" "getent hosts secret-data.evil.other.test || echo UNRESOLVED")
+echo "$got" | grep -q UNRESOLVED || fail "exfiltration name resolved: $got"
+if grep -q "other.abx.test\|evil.other.test" "$INET_DIR/dns.log"; then
+  fail "a refused name reached the upstream: $(cat "$INET_DIR/dns.log")"
+fi
+# An allowed name pointed at an address the resolver never gave: refused by the proxy.
+: >"$INET_DIR/http-$INET_WEB2.log"
+: >"$INET_DIR/https-$INET_WEB2.log"
+got=$(scurl "$dom" "--resolve web.abx.test:80:$INET_WEB2 http://web.abx.test/")
+[ "$got" != "host=20 hosthdr=web.abx.test" ] || fail "allowed Host to an unbound address passed"
+got=$(scurl "$dom" "--cacert $ca_in --resolve web.abx.test:443:$INET_WEB2 https://web.abx.test/")
+[ "$got" != "host=20 hosthdr=web.abx.test" ] || fail "allowed SNI to an unbound address passed"
+got=$(scurl "$dom" "-H 'Host: web.abx.test' http://$INET_WEB2/")
+[ "$got" != "host=20 hosthdr=web.abx.test" ] || fail "Host header to an unbound address passed"
+grep -q "GET" "$INET_DIR/http-$INET_WEB2.log" "$INET_DIR/https-$INET_WEB2.log" &&
+  fail "an unbound request reached .20"
+# Other ports are matched by address only: the allowed name's address on port 7 is denied.
+got=$(sx "$dom" "timeout 4 python3 -c \"import socket;s=socket.create_connection(('$INET_WEB',7),3);s.sendall(b'x');print(s.recv(9))\" || echo FAILED")
+echo "$got" | grep -q FAILED || fail "port 7 of an allowed domain's address answered: $got"
+
+step "allowInternetAccess: false"
+none=$(create '{"templateID":"base","timeout":600,"allowInternetAccess":false}')
+got=$(scurl "$none" "http://$INET_WEB/")
+[ "$got" = FAILED ] || fail "no-internet sandbox reached .10: $got"
+got=$(sx "$none" "getent hosts web.abx.test || echo UNRESOLVED")
+echo "$got" | grep -q UNRESOLVED || fail "no-internet sandbox resolved: $got"
+code=$(api "$ABX_API_URL/sandboxes/$none")
+grep -q '"allowInternetAccess":false' "$work/body" || fail "GET shows: $(cat "$work/body")"
+grep -q '"denyOut":\[\]' "$work/body" || fail "GET network: $(cat "$work/body")"
+
+step "live update: PUT /sandboxes/{id}/network and abx sandbox network"
+code=$(api -X PUT -H 'Content-Type: application/json' \
+  -d "{\"allowOut\":[\"$INET_WEB2\"],\"denyOut\":[\"0.0.0.0/0\"]}" "$ABX_API_URL/sandboxes/$cidr/network")
+[ "$code" = 204 ] || fail "PUT network: $code $(cat "$work/body")"
+got=$(scurl "$cidr" "http://$INET_WEB2/")
+[ "$got" = "host=20 hosthdr=$INET_WEB2" ] || fail ".20 after the update: $got"
+got=$(scurl "$cidr" "http://$INET_WEB/")
+[ "$got" = FAILED ] || fail ".10 after the update (no longer allowed): $got"
+api "$ABX_API_URL/sandboxes/$cidr" >/dev/null
+grep -q "\"allowOut\":\[\"$INET_WEB2\"\]" "$work/body" || fail "GET after PUT: $(cat "$work/body")"
+abx sandbox network "$none" >/dev/null 2>&1 || fail "abx sandbox network (open everything)"
+got=$(scurl "$none" "http://$INET_WEB/")
+[ "$got" = "host=10 hosthdr=$INET_WEB" ] || fail "no-internet sandbox after opening: $got"
+
+step "always blocked: link-local (allowed and routed), the host, abxd, another sandbox"
+ll=$(create "{\"templateID\":\"base\",\"timeout\":600,\"network\":{\"allowOut\":[\"169.254.0.0/16\",\"$INET_GW\",\"10.213.0.0/16\"]}}")
+: >"$INET_DIR/http-$INET_LL.log"
+got=$(scurl "$ll" "http://$INET_LL/")
+[ "$got" = FAILED ] || fail "link-local answered: $got"
+[ ! -s "$INET_DIR/http-$INET_LL.log" ] || fail "a request reached the link-local host"
+curl -sS --max-time 4 "http://$INET_LL/" >/dev/null || fail "control: the host itself reaches $INET_LL"
+got=$(scurl "$ll" "http://$INET_GW:$port/health")
+[ "$got" = FAILED ] || fail "the host's address $INET_GW:$port answered: $got"
+gw=$(sx "$ll" "ip route 2>/dev/null | sed -n 's/^default via \([0-9.]*\).*/\1/p'; awk '\$2==\"00000000\" {print \$3}' /proc/net/route")
+gw_ip=$(echo "$gw" | grep -Eo '^[0-9]+(\.[0-9]+){3}$' | head -1 || true)
+if [ -z "$gw_ip" ]; then
+  hex=$(echo "$gw" | grep -Eo '^[0-9A-F]{8}$' | head -1)
+  gw_ip=$(python3 -c "import socket,struct,sys; print(socket.inet_ntoa(struct.pack('<I', int(sys.argv[1],16))))" "$hex")
+fi
+got=$(scurl "$ll" "http://$gw_ip:$port/health")
+[ "$got" = FAILED ] || fail "abxd's API on the gateway $gw_ip:$port answered: $got"
+other_ip=$(sx "$open" "hostname -I 2>/dev/null || awk '/32 host/ {print f} {f=\$2}' /proc/net/fib_trie | grep -v '^127' | head -1")
+other_ip=$(echo "$other_ip" | grep -Eo '10\.213\.[0-9]+\.[0-9]+' | head -1)
+[ -n "$other_ip" ] || fail "no address for the open sandbox"
+sx "$open" "nohup python3 -m http.server 8088 >/dev/null 2>&1 &" >/dev/null
+sleep 1
+got=$(scurl "$open" "http://127.0.0.1:8088/ -o /dev/null -w %{http_code}")
+[ "$got" = 200 ] || fail "control: the open sandbox serves on 8088: $got"
+got=$(scurl "$ll" "http://$other_ip:8088/")
+[ "$got" = FAILED ] || fail "one sandbox reached another ($other_ip): $got"
+
+step "audit: abx logs --network"
+abx logs "$cidr" --network --json >"$work/audit" || fail "abx logs --network"
+grep -q "\"destination\":\"$INET_WEB\".*\"verdict\":\"deny\"" "$work/audit" ||
+  fail "no deny of .10 in the audit: $(cat "$work/audit")"
+grep -q "\"destination\":\"$INET_WEB2\".*\"verdict\":\"allow\"" "$work/audit" ||
+  fail "no allow of .20 in the audit: $(cat "$work/audit")"
+abx logs "$dom" --network --json >"$work/audit-dom" || fail "abx logs --network (domains)"
+grep -q '"domain":"web.abx.test".*"verdict":"allow"' "$work/audit-dom" ||
+  fail "no allowed web.abx.test in the audit: $(cat "$work/audit-dom")"
+grep -q '"protocol":"dns".*"domain":"other.abx.test".*"verdict":"deny"' "$work/audit-dom" ||
+  fail "no refused DNS question in the audit: $(cat "$work/audit-dom")"
+abx logs "$ll" --network --json >"$work/audit-ll" || fail "abx logs --network (blocked)"
+grep -q "\"destination\":\"$INET_LL\".*\"verdict\":\"blocked\"" "$work/audit-ll" ||
+  fail "no blocked link-local in the audit: $(cat "$work/audit-ll")"
+
+step "the ruleset"
+table=$(nft list tables | awk '/abx_/ {print $3}' | while read -r t; do
+  nft list table inet "$t" | grep -q "dport 53 redirect to" && nft list table inet "$t" |
+    grep -q "10.213" && echo "$t"; done | head -1)
+nft list table inet "$table" >"$work/ruleset" || fail "nft list"
+grep -q "169.254.0.0/16" "$work/ruleset" || fail "link-local not in the blocked set"
+grep -q "masquerade" "$work/ruleset" || fail "no masquerade"
+[ "$(grep -c 'chain sb_' "$work/ruleset")" -ge 6 ] || fail "fewer sandbox chains than sandboxes"
+
+step "bad input"
+for body in '{"network":{"allowOut":["10.0.0.1/33"]}}' '{"network":{"denyOut":["example.com"]}}' \
+  '{"network":{"allowOut":["exa mple.com"]}}' '{"network":{"allowOut":"1.2.3.4"}}' \
+  '{"allowInternetAccess":"no"}'; do
+  code=$(api -X POST -H 'Content-Type: application/json' -d "$body" "$ABX_API_URL/sandboxes")
+  [ "$code" = 400 ] || fail "create $body: $code $(cat "$work/body")"
+done
+many=$(python3 -c 'import json; print(json.dumps({"allowOut": ["1.2.3.%d" % (i % 250) for i in range(1001)]}))')
+code=$(api -X PUT -H 'Content-Type: application/json' -d "$many" "$ABX_API_URL/sandboxes/$cidr/network")
+[ "$code" = 400 ] || fail "1001 rules: $code"
+code=$(api -X PUT -H 'Content-Type: application/json' -d '{"allowOut":["300.1.1.1"]}' \
+  "$ABX_API_URL/sandboxes/$cidr/network")
+[ "$code" = 400 ] || fail "bad update: $code"
+got=$(scurl "$cidr" "http://$INET_WEB2/")  # the rules in force before the bad update still hold
+[ "$got" = "host=20 hosthdr=$INET_WEB2" ] || fail "rules after a refused update: $got"
+abx sandbox pause "$partial" >/dev/null 2>&1 || fail "pause"
+code=$(api -X PUT -H 'Content-Type: application/json' -d '{}' "$ABX_API_URL/sandboxes/$partial/network")
+[ "$code" = 409 ] || fail "update of a paused sandbox: $code"
+abx sandbox kill "$partial" >/dev/null || fail "kill"
+code=$(api -X PUT -H 'Content-Type: application/json' -d '{}' "$ABX_API_URL/sandboxes/$partial/network")
+[ "$code" = 404 ] || fail "update of a dead sandbox: $code"
+
+step "kill everything: links and chains go with the sandboxes"
+for id in $open $cidr $dom $none $ll; do abx sandbox kill "$id" >/dev/null || fail "kill $id"; done
+nft list table inet "$table" >"$work/ruleset-after"
+! grep -q 'chain sb_' "$work/ruleset-after" || fail "sandbox chains left after kill"
+step "ok"
