@@ -35,6 +35,8 @@ const Logger& dns_log() {
   static const Logger logger("dns");
   return logger;
 }
+// Per-query lines are debug: a sandbox decides how many there are.
+bool debug_on() { return dns_log().enabled(LogLevel::kDebug); }
 
 // Asio opens sockets without SOCK_CLOEXEC; abxd spawns processes.
 void set_cloexec(int fd) { ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC); }
@@ -241,7 +243,9 @@ class Exchange : public Closable, public std::enable_shared_from_this<Exchange> 
   bool matched(std::span<const std::uint8_t> msg) {
     auto r = dns::parse_response(msg, dns::kMaxTcpMessage);
     if (!r || r->id != id_ || !r->question.same(query_.question)) {
-      dns_log().debug("ignoring a reply that does not match " + query_.question.name);
+      if (debug_on()) {
+        dns_log().debug("ignoring a reply that does not match " + query_.question.name);
+      }
       return false;
     }
     if (r->rcode() == dns::Rcode::kNoError && !r->a.empty() && impl_->hooks.on_answer) {
@@ -255,7 +259,7 @@ class Exchange : public Closable, public std::enable_shared_from_this<Exchange> 
 
   void fail(const std::string& why) {
     if (done_) return;
-    dns_log().debug("SERVFAIL for " + query_.question.name + ": " + why);
+    if (debug_on()) dns_log().debug("SERVFAIL for " + query_.question.name + ": " + why);
     finish(dns::build_reply(query_, dns::Rcode::kServFail));
   }
 
@@ -400,8 +404,10 @@ Impl::Decision Impl::decide(std::uint32_t src, std::span<const std::uint8_t> msg
   Decision d;
   auto q = dns::parse_query(msg, max_size);
   if (!q) {
-    dns_log().debug("dropping a malformed query from " + asio::ip::address_v4(src).to_string() +
-                    ": " + q.error().message());
+    if (debug_on()) {
+      dns_log().debug("dropping a malformed query from " + asio::ip::address_v4(src).to_string() +
+                      ": " + q.error().message());
+    }
     return d;
   }
   const dns::Question& question = q->question;
@@ -415,8 +421,10 @@ Impl::Decision Impl::decide(std::uint32_t src, std::span<const std::uint8_t> msg
     refuse = dns::Rcode::kRefused;  // zone transfers would need multi-message relaying
   } else if (!acquire(src)) {
     refuse = dns::Rcode::kRefused;
-    dns_log().debug("too many queries in flight; refusing " + question.name + " from " +
-                    asio::ip::address_v4(src).to_string());
+    if (debug_on()) {
+      dns_log().debug("too many queries in flight; refusing " + question.name + " from " +
+                      asio::ip::address_v4(src).to_string());
+    }
   }
   if (hooks.on_query) hooks.on_query(src, question.name, question.qtype, !refuse);
   if (refuse) {

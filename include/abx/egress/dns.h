@@ -88,7 +88,8 @@ struct Response {
   std::uint16_t flags = 0;
   Question question;
   // IPv4 addresses (host byte order) of the A records (class IN) owned by the question's name or
-  // by a name a CNAME chain from it reaches, in answer-section order.
+  // by a name a CNAME chain from it reaches (at most 32 names; a loop ends the chain), in
+  // answer-section order.
   std::vector<std::uint32_t> a;
   // The smallest TTL among those A records and the CNAMEs of the chain; 0 when `a` is empty.
   std::uint32_t min_ttl = 0;
