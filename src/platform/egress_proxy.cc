@@ -136,6 +136,7 @@ class Flow : public std::enable_shared_from_this<Flow> {
 };
 
 void Flow::start() {
+  if (phase_ != Phase::kSniff) return;  // stop() got here first
   const auto& opt = proxy_->opt;
   const auto& hooks = proxy_->hooks;
   error_code ec;
@@ -200,7 +201,8 @@ void Flow::on_head(const error_code& ec, std::size_t n) {
   std::string_view got(head_.data(), head_len_);
   egress::SniffResult r =
       flow_.dst_port == 443 ? egress::tls_server_name(got) : egress::http_host(got);
-  if (r.kind == egress::SniffResult::Kind::kNeedMore && !timed_out_ && !client_eof_) {
+  if (r.kind == egress::SniffResult::Kind::kNeedMore && !timed_out_ && !client_eof_ &&
+      head_len_ < head_.size()) {
     read_head();
     return;
   }

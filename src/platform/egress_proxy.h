@@ -13,6 +13,12 @@
 // server-speaks-first protocols would otherwise stall). A bounded number of flows run at once;
 // more are reset.
 //
+// What it cannot see: only the first request's Host and the ClientHello's SNI are checked.
+// A later request on a kept-alive HTTP connection, or the Host inside TLS, may name another
+// site served from the same address (domain fronting). The destination address itself is
+// unchanged, which is why the policy also binds an allowed domain to the addresses the
+// sandbox's own resolver returned for it.
+//
 // Threads: the proxy runs on the caller's io_context, which may run on several threads; each
 // flow keeps to its own strand. The hooks are called from those threads, concurrently, and must
 // be thread-safe and must not block (they run on I/O threads).
