@@ -2,6 +2,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/netfilter_ipv4.h>  // SO_ORIGINAL_DST
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -148,6 +149,22 @@ Result<UniqueFd> connect_loopback(int netns_fd, std::uint16_t port,
     return sys_error("getsockopt SO_ERROR", errno);
   if (err != 0) return sys_error(where, err);
   return sock;
+}
+
+Result<std::pair<std::uint32_t, std::uint16_t>> original_destination(int fd) {
+  sockaddr_in addr = {};
+  socklen_t len = sizeof addr;
+  if (::getsockopt(fd, SOL_IP, SO_ORIGINAL_DST, &addr, &len) != 0) {
+    int err = errno;
+    if (err == ENOENT) {
+      return not_found("getsockopt SO_ORIGINAL_DST: the connection was not redirected");
+    }
+    return sys_error("getsockopt SO_ORIGINAL_DST", err);
+  }
+  if (addr.sin_family != AF_INET) {
+    return internal_error("getsockopt SO_ORIGINAL_DST: not an IPv4 address");
+  }
+  return std::pair<std::uint32_t, std::uint16_t>(ntohl(addr.sin_addr.s_addr), ntohs(addr.sin_port));
 }
 
 }  // namespace abx::runtime

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <utility>
 
 #include "abx/base/error.h"
 #include "abx/base/fd.h"
@@ -23,5 +24,13 @@ Result<UniqueFd> socket_in_netns(int netns_fd, int domain, int type);
 // 127.0.0.1:`port`. unavailable on ECONNREFUSED, deadline_exceeded after `timeout`.
 Result<UniqueFd> connect_loopback(int netns_fd, std::uint16_t port,
                                   std::chrono::milliseconds timeout);
+
+// Where a connection accepted by a transparent proxy was going before an nftables/iptables
+// `redirect` (or DNAT) rewrote it: getsockopt(SOL_IP, SO_ORIGINAL_DST) on the accepted socket.
+// IPv4 address and port in host byte order. not_found when the kernel has no NAT record of the
+// connection (ENOENT: it was not redirected, or conntrack is not loaded). Note that a connection
+// that conntrack tracks but did not rewrite reports its own destination: a proxy must refuse a
+// flow whose "original" destination is itself.
+Result<std::pair<std::uint32_t, std::uint16_t>> original_destination(int fd);
 
 }  // namespace abx::runtime

@@ -1,0 +1,103 @@
+// The transparent egress proxy: where nftables sends a sandbox's outbound HTTP and TLS when its
+// rules allow some domains.
+//
+// nftables `redirect`s the sandbox's TCP to ports 80 and 443 to this one listener in abxd. For
+// each connection the proxy learns where it was going (SO_ORIGINAL_DST), reads its first bytes
+// for the domain (the HTTP Host on port 80, the TLS SNI on 443; abx::egress::http_host and
+// tls_server_name), asks `allow`, and then either connects to the original destination and
+// relays both ways, or resets the connection. It never terminates TLS and never changes a byte.
+//
+// Never waiting forever on a sandbox: the first bytes are read under a deadline and a 16 KiB
+// cap, after which the flow is decided without a domain; the same happens for bytes that are
+// neither HTTP nor TLS. Other ports are decided at once without a domain (nothing to sniff, and
+// server-speaks-first protocols would otherwise stall). A bounded number of flows run at once;
+// more are reset.
+//
+// What it cannot see: only the first request's Host and the ClientHello's SNI are checked.
+// A later request on a kept-alive HTTP connection, or the Host inside TLS, may name another
+// site served from the same address (domain fronting). The destination address itself is
+// unchanged, which is why the policy also binds an allowed domain to the addresses the
+// sandbox's own resolver returned for it.
+//
+// Threads: the proxy runs on the caller's io_context, which may run on several threads; each
+// flow keeps to its own strand. The hooks are called from those threads, concurrently, and must
+// be thread-safe and must not block (they run on I/O threads).
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "abx/base/error.h"
+
+namespace abx::platform {
+
+// One redirected connection. Addresses in host byte order.
+struct EgressFlow {
+  std::uint32_t src_ip = 0;           // the sandbox's address as the proxy saw it
+  std::uint32_t dst_ip = 0;           // where the sandbox meant to connect
+  std::uint16_t dst_port = 0;         // 80: Host sniffed; 443: SNI sniffed; others: none
+  std::optional<std::string> domain;  // the Host / SNI, when one was found and well-formed
+};
+
+struct EgressProxyHooks {
+  // Where the sandbox meant to connect; default (empty) uses runtime::original_destination on
+  // the accepted socket. Tests inject.
+  std::function<Result<std::pair<std::uint32_t, std::uint16_t>>(int fd)> original_destination;
+  // The verdict for a flow; `domain` is the SNI/Host if one was found. Required.
+  std::function<bool(const EgressFlow&)> allow;
+  // Audit: each decided flow once, with its verdict and, when it ends, bytes each way
+  // (out: sandbox to destination, the sniffed bytes included; in: destination to sandbox).
+  // Denied flows are reported at once with 0, 0. Optional.
+  std::function<void(const EgressFlow&, bool allowed, std::uint64_t bytes_out,
+                     std::uint64_t bytes_in)>
+      on_flow;
+  // Where an allowed flow connects; default (empty) is dst_ip:dst_port. Tests inject (so that a
+  // flow can be "for" port 443 while the test's server listens elsewhere).
+  std::function<boost::asio::ip::tcp::endpoint(const EgressFlow&)> upstream;
+};
+
+struct EgressProxyOptions {
+  // First bytes of a port 80/443 flow: decided without a domain after this long.
+  std::chrono::milliseconds sniff_timeout{std::chrono::seconds(10)};
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(10)};
+  // A relayed flow with no bytes either way for this long is reset.
+  std::chrono::milliseconds idle_timeout{std::chrono::hours(1)};
+  // Flows at once (sniffing, connecting or relaying); more are reset as they arrive.
+  std::size_t max_flows = 1024;
+};
+
+class EgressProxy {
+ public:
+  // Listens on `listen` (port 0: any free port). invalid_argument without hooks.allow;
+  // the bind or listen error otherwise.
+  static Result<std::unique_ptr<EgressProxy>> start(boost::asio::io_context& io,
+                                                    boost::asio::ip::tcp::endpoint listen,
+                                                    EgressProxyHooks hooks,
+                                                    EgressProxyOptions options = {});
+  ~EgressProxy();  // stop()
+  EgressProxy(const EgressProxy&) = delete;
+  EgressProxy& operator=(const EgressProxy&) = delete;
+
+  std::uint16_t port() const;
+  // Stops accepting and resets every flow (each allowed one is still reported to on_flow).
+  // Thread-safe; returns without waiting for the flows' handlers to run.
+  void stop();
+
+  // Flows now open (for metrics and tests).
+  std::size_t active_flows() const;
+
+  struct Impl;
+
+ private:
+  explicit EgressProxy(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;  // shared with the flows, which may outlive this object
+};
+
+}  // namespace abx::platform
