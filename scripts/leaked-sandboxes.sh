@@ -35,6 +35,17 @@ while read -r mnt; do
   umount -l "$mnt" 2>/dev/null  # the loop device detaches itself (autoclear)
 done < <(awk -v run="$run_id" '$5 ~ /\/rw$/ && index($5, run) && $0 ~ / - ext4 \/dev\/loop/ {print $5}' \
            /proc/self/mountinfo)
+# Each abxd's nftables table (`abx_<hash>`, commented with its home) outlives an abxd that was
+# killed rather than stopped; with its sandboxes gone it polices nothing, so it is removed here
+# and reported, not counted as a live sandbox.
+if command -v nft >/dev/null; then
+  for t in $(nft list tables 2>/dev/null | awk '$2 == "inet" && $3 ~ /^abx_/ {print $3}'); do
+    if nft list table inet "$t" 2>/dev/null | grep -q "comment \".*$run_id"; then
+      echo "removed the nftables table $t of a stopped abxd of this run"
+      nft delete table inet "$t" 2>/dev/null
+    fi
+  done
+fi
 if [ "$found" -gt 0 ]; then
   echo "leaked-sandboxes: $found sandbox(es) of run $run_id were still alive (now killed)" >&2
   exit 1

@@ -36,6 +36,12 @@ std::string render_ruleset(const RulesetPlan& p) {
   const std::string dns = std::to_string(p.dns_port), proxy = std::to_string(p.proxy_port);
   std::string s = render_delete(p.table);
   s += "table inet " + p.table + " {\n";
+  if (!p.comment.empty()) {
+    std::string c;
+    for (char ch : p.comment)
+      if (ch != '"' && ch != '\\' && ch >= 0x20 && ch < 0x7f) c += ch;
+    s += "  comment \"" + c.substr(0, 120) + "\"\n";
+  }
   s += set_decl("blocked", p.blocked);
   for (const auto& sb : p.sandboxes) {
     std::string n = std::to_string(sb.slot);
@@ -47,7 +53,7 @@ std::string render_ruleset(const RulesetPlan& p) {
     if (!sb.rules.allow_domains.empty() && p.proxy_port != 0)
       proxied += (proxied.empty() ? "" : ", ") + ("\"" + sb.host_if + "\"");
 
-  s += "  chain pre {\n    type nat hook prerouting priority dstnat; policy accept;\n";
+  s += "  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n";
   s += "    " + links + "meta nfproto ipv4 udp dport 53 redirect to :" + dns + "\n";
   s += "    " + links + "meta nfproto ipv4 tcp dport 53 redirect to :" + dns + "\n";
   if (!proxied.empty())
@@ -55,7 +61,7 @@ std::string render_ruleset(const RulesetPlan& p) {
          proxy + "\n";
   s += "  }\n";
 
-  s += "  chain in {\n    type filter hook input priority filter; policy accept;\n";
+  s += "  chain input {\n    type filter hook input priority filter; policy accept;\n";
   s += "    " + links + "ct state established,related accept\n";
   s += "    " + links + "meta nfproto ipv4 meta l4proto { tcp, udp } th dport " + dns +
        " ct status dnat accept\n";
@@ -63,7 +69,7 @@ std::string render_ruleset(const RulesetPlan& p) {
     s += "    " + links + "meta nfproto ipv4 tcp dport " + proxy + " ct status dnat accept\n";
   s += "    " + links + "drop\n  }\n";
 
-  s += "  chain fwd {\n    type filter hook forward priority filter; policy accept;\n";
+  s += "  chain forward {\n    type filter hook forward priority filter; policy accept;\n";
   s += "    " + out_links + "ct state established,related accept\n";
   s += "    " + out_links + "drop\n";
   s += "    " + links + "meta nfproto ipv6 drop\n";
@@ -82,7 +88,7 @@ std::string render_ruleset(const RulesetPlan& p) {
     s += "  }\n";
   }
 
-  s += "  chain post {\n    type nat hook postrouting priority srcnat; policy accept;\n";
+  s += "  chain postrouting {\n    type nat hook postrouting priority srcnat; policy accept;\n";
   s += "    ip saddr " + p.sandbox_range.str() + " oifname != \"" + p.if_prefix +
        "*\" masquerade\n  }\n";
   s += "}\n";

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "abx/runtime/nflog.h"
+#include "abx/base/try.h"
 #include "abx/egress/ruleset.h"
 #include "dns_forwarder.h"
 #include "egress_proxy.h"
@@ -186,10 +187,11 @@ Result<std::unique_ptr<SandboxNetwork>> SandboxNetwork::start(
     return invalid_argument("--sandbox-net " + range.str() + " is too small: " +
                             std::to_string(userns.slots) + " user-namespace slots need " +
                             std::to_string(need) + " addresses");
-  char hex[8];
-  std::snprintf(hex, sizeof hex, "%04x", fnv1a(home) & 0xffff);
+  char hex[12];
+  std::snprintf(hex, sizeof hex, "%08x", fnv1a(home));
   n->table_ = std::string("abx_") + hex;
-  n->if_prefix_ = std::string("abx") + hex;
+  n->if_prefix_ = std::string("ab") + hex;
+  n->home_ = home;
 
   // The host's own addresses are never a sandbox's destination; a range already on the host
   // would be ambiguous.
@@ -233,9 +235,16 @@ Result<std::unique_ptr<SandboxNetwork>> SandboxNetwork::start(
     up.resize(colon);
   }
   auto up_ip = egress::parse_ipv4(up);
-  if (!up_ip)
-    return invalid_argument("no DNS upstream: give abxd --dns-upstream IP[:PORT] (none in "
-                            "/etc/resolv.conf)");
+  if (!up_ip) {
+    if (!n->opt_.dns_upstream.empty())
+      return invalid_argument("--dns-upstream " + n->opt_.dns_upstream + ": not IPv4[:PORT]");
+    // Sandboxes still reach addresses; every name they ask gets REFUSED.
+    n->log_.warn("no IPv4 nameserver in /etc/resolv.conf and no --dns-upstream: sandboxes' DNS "
+                 "questions will be refused");
+    n->no_upstream_ = true;
+    up_ip = 0x7f000001;
+    up = "(none)";
+  }
 
   ABX_TRY(runtime::write_sysctl("net/ipv4/ip_forward", "1"));
 
@@ -305,6 +314,7 @@ std::string SandboxNetwork::resolv_conf() const {
 Status SandboxNetwork::apply_locked() {
   egress::RulesetPlan p;
   p.table = table_;
+  p.comment = "abxd " + home_;
   p.if_prefix = if_prefix_;
   p.sandbox_range = opt_.range;
   p.blocked = blocked_.nets;
@@ -427,6 +437,7 @@ void SandboxNetwork::read_flow_log() {
 }
 
 bool SandboxNetwork::may_resolve(std::uint32_t src, const std::string& qname) {
+  if (no_upstream_) return false;
   std::lock_guard lock(mu_);
   Entry* e = by_ip_locked(src);
   return e && egress::may_resolve(e->rules, qname);

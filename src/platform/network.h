@@ -2,8 +2,8 @@
 // proxy that enforce domain rules, and the per-sandbox audit of outbound flows.
 //
 // One SandboxNetwork per abxd. It owns
-//   - the addressing: slot i's /30 in `range` (runtime/veth.h), links named `abx<hash><slot>`
-//     where <hash> (4 hex digits of the home's path) keeps daemons on one machine apart;
+//   - the addressing: slot i's /30 in `range` (runtime/veth.h), links named `ab<hash><slot>`
+//     where <hash> (8 hex digits of the home's path) keeps daemons on one machine apart;
 //   - the nftables table `abx_<hash>` (egress/ruleset.h), rebuilt atomically on every change;
 //   - a DNS forwarder (every sandbox's port 53 is redirected to it) that answers a sandbox only
 //     names its rules let it reach, and remembers what it answered for the egress proxy;
@@ -28,6 +28,7 @@
 #include "abx/base/error.h"
 #include "abx/base/log.h"
 #include "abx/egress/policy.h"
+#include "abx/runtime/userns.h"
 #include "abx/runtime/veth.h"
 
 namespace abx::platform {
@@ -129,7 +130,8 @@ class SandboxNetwork {
                      const std::optional<std::string>& domain);
 
   NetworkOptions opt_;
-  std::string table_, if_prefix_;
+  std::string table_, if_prefix_, home_;
+  bool no_upstream_ = false;
   std::uint16_t log_group_ = 0;
   egress::Blocked blocked_;
   Logger log_{"network"};

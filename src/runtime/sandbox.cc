@@ -124,9 +124,10 @@ Status validate(const SandboxConfig& c) {
     if (c.network != NetworkMode::kNone || !c.userns.enabled)
       return invalid_argument("a veth needs a network namespace and a user namespace of its own");
     const std::string& p = c.veth.name_prefix;
-    if (p.empty() || p.size() > 7 || p.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789") !=
-                                         std::string::npos)
-      return invalid_argument("veth name_prefix must be 1-7 of [a-z0-9]: '" + p + "'");
+    if (p.empty() || p.size() + std::to_string(c.userns.slots).size() > IFNAMSIZ - 1 ||
+        p.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789") != std::string::npos)
+      return invalid_argument("veth name_prefix must be [a-z0-9], short enough for a link name "
+                              "with the slot number: '" + p + "'");
     if (c.veth.subnet_base % 4 != 0) return invalid_argument("veth subnet_base must be /30-aligned");
   }
   return {};

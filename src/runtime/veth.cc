@@ -19,6 +19,7 @@
 #include <mutex>
 #include <vector>
 
+#include "abx/base/try.h"
 #include "abx/runtime/netns.h"
 #include "sys.h"
 

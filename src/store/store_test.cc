@@ -102,13 +102,17 @@ TEST(Store, LifecycleRoundTripsAndAVersion1FileMigrates) {
     r.pause_on_timeout = true;
     r.auto_resume = true;
     r.timeout_s = 42;
+    r.network = R"({"enabled":true})";
     ASSERT_TRUE(s->insert_sandbox(r).ok());
+    ASSERT_TRUE(s->set_network(r.id, R"({"enabled":false})").ok());
+    EXPECT_FALSE(s->set_network(id_for(9), "{}").ok());
     ASSERT_TRUE(s->insert_sandbox(make(2)).ok());
     auto got = s->get_sandbox(r.id);
     ASSERT_TRUE(got.ok());
     EXPECT_TRUE(got->pause_on_timeout);
     EXPECT_TRUE(got->auto_resume);
     EXPECT_EQ(got->timeout_s, 42);
+    EXPECT_EQ(got->network, R"({"enabled":false})");
     got = s->get_sandbox(id_for(2));
     ASSERT_TRUE(got.ok());
     EXPECT_FALSE(got->pause_on_timeout);
@@ -121,6 +125,7 @@ TEST(Store, LifecycleRoundTripsAndAVersion1FileMigrates) {
                          "ALTER TABLE sandboxes DROP COLUMN on_timeout;"
                          "ALTER TABLE sandboxes DROP COLUMN auto_resume;"
                          "ALTER TABLE sandboxes DROP COLUMN timeout_s;"
+                         "ALTER TABLE sandboxes DROP COLUMN network;"
                          "UPDATE schema_version SET version = 1",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -134,6 +139,7 @@ TEST(Store, LifecycleRoundTripsAndAVersion1FileMigrates) {
   EXPECT_FALSE(got->pause_on_timeout);  // E2B's defaults: kill at the deadline, no auto-resume
   EXPECT_FALSE(got->auto_resume);
   EXPECT_EQ(got->timeout_s, 300);
+  EXPECT_EQ(got->network, "");  // loopback only: what every sandbox before schema 3 had
 }
 
 TEST(Store, SandboxCrud) {

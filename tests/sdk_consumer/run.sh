@@ -40,7 +40,7 @@ ABX_ACCESS_TOKEN="$token" "$ABX_SERVER_BIN" --module "$work/build/libmy_commands
 server_pid=$!
 port=""
 for _ in $(seq 1 100); do
-  port="$(sed -n 's/.*listening on .*:\([0-9][0-9]*\).*/\1/p' "$work/server.out" | head -1)"
+  port="$(sed -n 's/.*listening on .*:\([0-9][0-9]*\).*/\1/p' "$work/server.out" 2>/dev/null | head -1 || true)"
   [ -n "$port" ] && break
   sleep 0.1
 done

@@ -31,7 +31,8 @@ struct RulesetSandbox {
 
 struct RulesetPlan {
   std::string table;      // [a-z0-9_]{1,32}
-  std::string if_prefix;  // the links' name prefix, [a-z0-9]{1,7}
+  std::string comment;    // shown by `nft list` (quotes and backslashes are dropped)
+  std::string if_prefix;  // the links' name prefix, [a-z0-9]{1,10}
   Cidr sandbox_range;     // every sandbox address of the machine
   std::vector<Cidr> blocked;
   std::uint16_t dns_port = 0;

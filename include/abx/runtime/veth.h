@@ -22,7 +22,7 @@ namespace abx::runtime {
 struct VethConfig {
   bool enabled = false;
   std::uint32_t subnet_base = 0;  // host byte order, aligned to 4 * slots
-  std::string name_prefix;        // host-end name prefix: 1..7 of [a-z0-9]
+  std::string name_prefix;        // host-end name prefix, [a-z0-9]; with the slot <= 15 chars
 };
 
 struct VethInfo {

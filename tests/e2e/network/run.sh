@@ -38,7 +38,7 @@ eval "$out"
 abxd_pid=$!
 port=""
 for _ in $(seq 200); do
-  port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$work/abxd.log" | head -1)
+  port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$work/abxd.log" 2>/dev/null | head -1 || true)
   [ -n "$port" ] && break
   kill -0 "$abxd_pid" 2>/dev/null || fail "abxd exited at start"
   sleep 0.1
