@@ -167,8 +167,7 @@ int pause(Context& ctx, const SandboxOpts& o) {
 }
 
 int network(Context& ctx, const SandboxOpts& o) {
-  std::optional<bool> internet;
-  if (o.no_internet) internet = false;
+  std::optional<bool> internet = !o.no_internet;
   if (Status s = client::Sandbox::update_network(o.id, ctx.config(), o.allow_out, o.deny_out,
                                                  internet);
       !s)

@@ -1,6 +1,8 @@
 // nftables text for RulesetPlan (see abx/egress/ruleset.h).
 #include "abx/egress/ruleset.h"
 
+#include <string_view>
+
 namespace abx::egress {
 namespace {
 
@@ -20,8 +22,13 @@ std::string logged(const std::string& match, std::uint32_t slot, const char* ver
                    std::uint16_t group, const char* action) {
   std::string prefix = "\"abx:" + std::to_string(slot) + ":" + verdict + "\"";
   // Logged at a bounded rate (a flood of new flows must not flood abxd), acted on always.
-  return "    " + match + "limit rate 200/second burst 400 packets log group " +
-         std::to_string(group) + " prefix " + prefix + "\n    " + match + action + "\n";
+  std::string s = "    " + match + "limit rate 200/second burst 400 packets log group " +
+                  std::to_string(group) + " prefix " + prefix + "\n";
+  if (std::string_view(action) == "accept") return s + "    " + match + "accept\n";
+  // Refused at once (a TCP reset, else ICMP admin-prohibited) rather than dropped: the sandbox's
+  // program fails fast instead of waiting out its connect timeout.
+  return s + "    " + match + "meta l4proto tcp reject with tcp reset\n    " + match +
+         "reject with icmpx admin-prohibited\n";
 }
 
 }  // namespace

@@ -132,9 +132,12 @@ Result<SandboxNetworkSpec> parse_network_request(const json::object& body, bool 
 
 Result<SandboxNetworkSpec> parse_network_update(const json::object& body,
                                                 const SandboxNetworkSpec& current) {
+  // The new rules are the whole policy (as in E2B, where allowInternetAccess: false is stored as
+  // a deny of 0.0.0.0/0): what the body does not deny is allowed.
   SandboxNetworkSpec spec = current;
   spec.allow_out.clear();
   spec.deny_out.clear();
+  spec.allow_internet_access = true;
   const json::object* n = &body;
   if (const json::value* inner = body.if_contains("network"); inner && inner->is_object())
     n = &inner->get_object();

@@ -63,7 +63,8 @@ struct SandboxNetworkSpec {
 Result<SandboxNetworkSpec> parse_network_request(const boost::json::object& body,
                                                  bool default_internet);
 // The same for PUT /sandboxes/{id}/network: the body *is* the network object (plus an optional
-// allowInternetAccess); the rules it gives replace the old ones.
+// allowInternetAccess); the rules it gives replace the old ones entirely (no deny in the body and
+// no allowInternetAccess: false means everything is allowed again).
 Result<SandboxNetworkSpec> parse_network_update(const boost::json::object& body,
                                                 const SandboxNetworkSpec& current);
 
