@@ -36,6 +36,17 @@ std::uint32_t fnv1a(std::string_view s) {
   return h;
 }
 
+// A sandbox link of any abxd on this machine: "ab" + 8 hex digits + the slot number.
+bool is_sandbox_link(std::string_view name) {
+  if (name.size() < 11 || !name.starts_with("ab")) return false;
+  for (std::size_t i = 2; i < name.size(); ++i) {
+    char c = name[i];
+    bool hex = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+    if (!hex || (i >= 10 && !(c >= '0' && c <= '9'))) return false;
+  }
+  return true;
+}
+
 Result<std::vector<std::string>> string_list(const json::value* v, std::string_view field) {
   std::vector<std::string> out;
   if (!v || v->is_null()) return out;
@@ -204,7 +215,7 @@ Result<std::unique_ptr<SandboxNetwork>> SandboxNetwork::start(
     for (ifaddrs* i = ifs; i; i = i->ifa_next) {
       if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
       std::uint32_t ip = ntohl(reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr);
-      bool ours = std::string_view(i->ifa_name).starts_with("abx");
+      bool ours = is_sandbox_link(i->ifa_name);
       if (range.contains(ip) && !ours) {
         ::freeifaddrs(ifs);
         return Error(ErrorCode::kFailedPrecondition,
