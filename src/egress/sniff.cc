@@ -20,6 +20,7 @@ bool name_char(unsigned char c) {
 SniffResult check_name(std::string_view raw, std::string_view what) {
   if (!raw.empty() && raw.back() == '.') raw.remove_suffix(1);
   if (raw.empty()) return SniffResult::malformed(std::string(what) + " is empty");
+  if (raw.back() == '.') return SniffResult::malformed(std::string(what) + " ends with '..'");
   if (raw.size() > kMaxSniffedName) {
     return SniffResult::malformed(std::string(what) + " is longer than 253 characters");
   }

@@ -127,7 +127,7 @@ TEST(SniffTls, NamesAreCheckedAndLowerCased) {
   EXPECT_EQ(tls_server_name(hello(sni_ext(longest))).name, longest);
   for (const std::string& bad :
        {longest + "e", std::string("a b.test"), std::string("a/b.test"), std::string("a\0b", 3),
-        std::string("\xc3\xa9.test"), std::string(""), std::string(".")}) {
+        std::string("\xc3\xa9.test"), std::string(""), std::string("."), std::string("a.test..")}) {
     SniffResult r = tls_server_name(hello(sni_ext(bad)));
     EXPECT_EQ(r.kind, Kind::kMalformed) << bad;
     EXPECT_FALSE(r.reason.empty());
