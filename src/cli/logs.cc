@@ -68,8 +68,8 @@ int network_logs(Context& ctx, const LogsOpts& o, std::int64_t start) {
                                                                 {"verdict", e.verdict}})
                   << "\n";
       } else {
-        std::cout << e.timestamp_ms << " " << e.verdict << " " << e.protocol << " "
-                  << e.destination << (e.port ? ":" + std::to_string(e.port) : "")
+        std::cout << e.timestamp_ms << " " << e.verdict << " " << e.protocol << " " << e.destination
+                  << (e.port ? ":" + std::to_string(e.port) : "")
                   << (e.domain.empty() ? "" : " " + e.domain) << "\n";
       }
       if (e.timestamp_ms != last) {

@@ -168,8 +168,8 @@ int pause(Context& ctx, const SandboxOpts& o) {
 
 int network(Context& ctx, const SandboxOpts& o) {
   std::optional<bool> internet = !o.no_internet;
-  if (Status s = client::Sandbox::update_network(o.id, ctx.config(), o.allow_out, o.deny_out,
-                                                 internet);
+  if (Status s =
+          client::Sandbox::update_network(o.id, ctx.config(), o.allow_out, o.deny_out, internet);
       !s)
     return ctx.fail(s.error());
   if (!ctx.flags.json)

@@ -386,8 +386,8 @@ Status Sandbox::update_network(std::string_view sandbox_id, const ConnectionConf
   if (allow_internet_access) body["allowInternetAccess"] = *allow_internet_access;
   json::value bv = std::move(body);
   detail::Transport t(config);
-  ABX_ASSIGN_OR_RETURN(auto v, detail::control_json(
-                                   t, bhttp::verb::put,
+  ABX_ASSIGN_OR_RETURN(
+      auto v, detail::control_json(t, bhttp::verb::put,
                                    "/sandboxes/" + detail::url_encode(sandbox_id) + "/network", &bv,
                                    true, "network of sandbox " + std::string(sandbox_id)));
   (void)v;
@@ -399,11 +399,11 @@ Result<std::vector<NetworkEvent>> Sandbox::network_audit(std::string_view sandbo
                                                          std::int64_t start_ms) {
   detail::Transport t(config);
   ABX_ASSIGN_OR_RETURN(
-      auto v, detail::control_json(t, bhttp::verb::get,
-                                   "/sandboxes/" + detail::url_encode(sandbox_id) +
-                                       "/network/audit?start=" + std::to_string(start_ms),
-                                   nullptr, true,
-                                   "network audit of sandbox " + std::string(sandbox_id)));
+      auto v,
+      detail::control_json(t, bhttp::verb::get,
+                           "/sandboxes/" + detail::url_encode(sandbox_id) +
+                               "/network/audit?start=" + std::to_string(start_ms),
+                           nullptr, true, "network audit of sandbox " + std::string(sandbox_id)));
   std::vector<NetworkEvent> out;
   const json::value* events = v.is_object() ? v.as_object().if_contains("events") : nullptr;
   if (events == nullptr || !events->is_array()) return out;
@@ -416,7 +416,9 @@ Result<std::vector<NetworkEvent>> Sandbox::network_audit(std::string_view sandbo
     };
     auto num = [&](const char* k) -> std::int64_t {
       const json::value* x = o.if_contains(k);
-      return x && x->is_int64() ? x->as_int64() : (x && x->is_uint64() ? static_cast<std::int64_t>(x->as_uint64()) : 0);
+      return x && x->is_int64()
+                 ? x->as_int64()
+                 : (x && x->is_uint64() ? static_cast<std::int64_t>(x->as_uint64()) : 0);
     };
     NetworkEvent ne;
     ne.timestamp_ms = num("timestamp");

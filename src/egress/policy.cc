@@ -157,10 +157,8 @@ Result<Rules> parse_rules(const std::vector<std::string>& allow_out,
     }
     r.deny_cidrs.push_back(*c);
   }
-  if (!allow_internet_access &&
-      std::none_of(r.deny_cidrs.begin(), r.deny_cidrs.end(), [](const Cidr& c) {
-        return c.prefix == 0;
-      }))
+  if (!allow_internet_access && std::none_of(r.deny_cidrs.begin(), r.deny_cidrs.end(),
+                                             [](const Cidr& c) { return c.prefix == 0; }))
     r.deny_cidrs.push_back(Cidr{0, 0});
   return r;
 }

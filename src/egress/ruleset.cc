@@ -64,8 +64,8 @@ std::string render_ruleset(const RulesetPlan& p) {
   s += "    " + links + "meta nfproto ipv4 udp dport 53 redirect to :" + dns + "\n";
   s += "    " + links + "meta nfproto ipv4 tcp dport 53 redirect to :" + dns + "\n";
   if (!proxied.empty())
-    s += "    iifname { " + proxied + " } meta nfproto ipv4 tcp dport { 80, 443 } redirect to :" +
-         proxy + "\n";
+    s += "    iifname { " + proxied +
+         " } meta nfproto ipv4 tcp dport { 80, 443 } redirect to :" + proxy + "\n";
   s += "  }\n";
 
   s += "  chain input {\n    type filter hook input priority filter; policy accept;\n";

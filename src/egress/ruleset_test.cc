@@ -17,8 +17,9 @@ RulesetPlan plan() {
   p.dns_port = 40053;
   p.proxy_port = 40080;
   p.log_group = 4242;
-  p.sandboxes.push_back({3, "abxt3", *parse_rules({"8.8.8.0/24", "*.example.com", "8.8.0.0/16"},
-                                                  {"0.0.0.0/0"}, true)});
+  p.sandboxes.push_back(
+      {3, "abxt3",
+       *parse_rules({"8.8.8.0/24", "*.example.com", "8.8.0.0/16"}, {"0.0.0.0/0"}, true)});
   p.sandboxes.push_back({4, "abxt4", *parse_rules({}, {}, true)});
   return p;
 }
@@ -34,7 +35,8 @@ TEST(Ruleset, ChainsForEachSandboxAndTheSharedHooks) {
   EXPECT_TRUE(contains(s, "iifname \"abxt4\" jump sb_4"));
   EXPECT_TRUE(contains(s, "elements = { 8.8.8.0/24, 8.8.0.0/16 }"));
   // Only the sandbox that names domains goes through the proxy.
-  EXPECT_TRUE(contains(s, "iifname { \"abxt3\" } meta nfproto ipv4 tcp dport { 80, 443 } redirect to :40080"));
+  EXPECT_TRUE(contains(
+      s, "iifname { \"abxt3\" } meta nfproto ipv4 tcp dport { 80, 443 } redirect to :40080"));
   EXPECT_FALSE(contains(s, "\"abxt4\" } meta nfproto"));
   EXPECT_TRUE(contains(s, "redirect to :40053"));
   EXPECT_TRUE(contains(s, "log group 4242 prefix \"abx:3:deny\""));
@@ -47,7 +49,8 @@ TEST(Ruleset, ChainsForEachSandboxAndTheSharedHooks) {
 
 // `nft -c` parses and checks the script against the kernel without changing anything.
 TEST(Ruleset, TheKernelAcceptsIt) {
-  if (::geteuid() != 0 || ::access("/usr/sbin/nft", X_OK) != 0) GTEST_SKIP() << "needs root and nft";
+  if (::geteuid() != 0 || ::access("/usr/sbin/nft", X_OK) != 0)
+    GTEST_SKIP() << "needs root and nft";
   for (const std::string& script : {render_ruleset(plan()), render_delete("abx_test")}) {
     FILE* f = ::popen("/usr/sbin/nft -c -f - 2>&1", "w");
     ASSERT_NE(f, nullptr);

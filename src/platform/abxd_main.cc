@@ -23,11 +23,11 @@
 #include "abx/base/fd.h"
 #include "abx/base/log.h"
 #include "abx/base/try.h"
+#include "abx/egress/policy.h"
 #include "abx/image/registry.h"
 #include "abx/image/store.h"
 #include "abx/platform/gateway.h"
 #include "abx/runtime/cgroup.h"
-#include "abx/egress/policy.h"
 #include "abx/runtime/userns.h"
 #include "abx/store/store.h"
 #include "abx/templates/template.h"
@@ -191,9 +191,10 @@ std::optional<int> parse_flags(int argc, char** argv, Config& cfg) {
   app.add_option("--dns-upstream", cfg.dns_upstream,
                  "IP[:PORT] the sandboxes' resolver forwards to (default: the first IPv4 "
                  "nameserver in /etc/resolv.conf)");
-  app.add_option("--block-net", cfg.block_net,
-                 "A CIDR no sandbox may reach whatever its rules say (repeatable; the host's "
-                 "addresses, link-local, loopback, multicast and all sandboxes are always blocked)");
+  app.add_option(
+      "--block-net", cfg.block_net,
+      "A CIDR no sandbox may reach whatever its rules say (repeatable; the host's "
+      "addresses, link-local, loopback, multicast and all sandboxes are always blocked)");
   app.add_flag("--no-internet-by-default", cfg.no_internet_by_default,
                "Sandboxes created without allowInternetAccess get false (E2B's default is true)");
   app.add_flag("--allow-host-network", cfg.allow_host_network,
@@ -448,17 +449,18 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   }
   for (const auto& b : cfg.block_net) {
     auto r = egress::parse_cidr(b);
-    if (!r) return fail(invalid_argument("--block-net " + b + ": " + r.error().message()), kExitUsage);
+    if (!r)
+      return fail(invalid_argument("--block-net " + b + ": " + r.error().message()), kExitUsage);
     no.extra_blocked.push_back(*r);
   }
   no.dns_upstream = cfg.dns_upstream;
   no.default_internet = !cfg.no_internet_by_default;
   auto network = platform::SandboxNetwork::start(cfg.home, no, cfg.userns);
   if (!network.ok())
-    return fail(Error(network.error().code(),
-                      "sandbox networking: " + network.error().message() +
-                          " (abxd --no-network runs sandboxes with loopback only)"),
-                kExitConfig);
+    return fail(
+        Error(network.error().code(), "sandbox networking: " + network.error().message() +
+                                          " (abxd --no-network runs sandboxes with loopback only)"),
+        kExitConfig);
 
   platform::ManagerOptions mo;
   mo.network = network->get();

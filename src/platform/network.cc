@@ -10,9 +10,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "abx/runtime/nflog.h"
 #include "abx/base/try.h"
 #include "abx/egress/ruleset.h"
+#include "abx/runtime/nflog.h"
 #include "dns_forwarder.h"
 #include "egress_proxy.h"
 
@@ -82,10 +82,10 @@ Status read_network_object(const json::object& n, SandboxNetworkSpec& spec, std:
         !(v->is_object() && v->get_object().empty()))
       return invalid_argument(std::string(at) + unsupported + " is not supported by abxd");
   }
-  ABX_ASSIGN_OR_RETURN(spec.allow_out, string_list(field(n, "allowOut", "allow_out"),
-                                                   std::string(at) + "allowOut"));
-  ABX_ASSIGN_OR_RETURN(spec.deny_out, string_list(field(n, "denyOut", "deny_out"),
-                                                  std::string(at) + "denyOut"));
+  ABX_ASSIGN_OR_RETURN(
+      spec.allow_out, string_list(field(n, "allowOut", "allow_out"), std::string(at) + "allowOut"));
+  ABX_ASSIGN_OR_RETURN(spec.deny_out,
+                       string_list(field(n, "denyOut", "deny_out"), std::string(at) + "denyOut"));
   ABX_ASSIGN_OR_RETURN(auto pub, opt_bool(n, "allowPublicTraffic", "allow_public_traffic"));
   if (pub) spec.allow_public_traffic = *pub;
   if (const json::value* m = field(n, "maskRequestHost", "mask_request_host"); m && !m->is_null()) {
@@ -198,9 +198,9 @@ Result<std::unique_ptr<SandboxNetwork>> SandboxNetwork::start(
   const egress::Cidr& range = n->opt_.range;
   std::uint64_t need = std::uint64_t{userns.slots} * 4;
   if (range.prefix < 1 || (std::uint64_t{1} << (32 - range.prefix)) < need)
-    return invalid_argument("--sandbox-net " + range.str() + " is too small: " +
-                            std::to_string(userns.slots) + " user-namespace slots need " +
-                            std::to_string(need) + " addresses");
+    return invalid_argument("--sandbox-net " + range.str() +
+                            " is too small: " + std::to_string(userns.slots) +
+                            " user-namespace slots need " + std::to_string(need) + " addresses");
   char hex[12];
   std::snprintf(hex, sizeof hex, "%08x", fnv1a(home));
   n->table_ = std::string("abx_") + hex;
@@ -218,9 +218,9 @@ Result<std::unique_ptr<SandboxNetwork>> SandboxNetwork::start(
       bool ours = is_sandbox_link(i->ifa_name);
       if (range.contains(ip) && !ours) {
         ::freeifaddrs(ifs);
-        return Error(ErrorCode::kFailedPrecondition,
-                     "--sandbox-net " + range.str() + " overlaps " + egress::ipv4_str(ip) +
-                         " on " + i->ifa_name + ": choose another range");
+        return Error(ErrorCode::kFailedPrecondition, "--sandbox-net " + range.str() + " overlaps " +
+                                                         egress::ipv4_str(ip) + " on " +
+                                                         i->ifa_name + ": choose another range");
       }
       if (!ours) extra.push_back(egress::Cidr{ip, 32});
     }
@@ -253,8 +253,9 @@ Result<std::unique_ptr<SandboxNetwork>> SandboxNetwork::start(
     if (!n->opt_.dns_upstream.empty())
       return invalid_argument("--dns-upstream " + n->opt_.dns_upstream + ": not IPv4[:PORT]");
     // Sandboxes still reach addresses; every name they ask gets REFUSED.
-    n->log_.warn("no IPv4 nameserver in /etc/resolv.conf and no --dns-upstream: sandboxes' DNS "
-                 "questions will be refused");
+    n->log_.warn(
+        "no IPv4 nameserver in /etc/resolv.conf and no --dns-upstream: sandboxes' DNS "
+        "questions will be refused");
     n->no_upstream_ = true;
     up_ip = 0x7f000001;
     up = "(none)";
@@ -267,7 +268,8 @@ Result<std::unique_ptr<SandboxNetwork>> SandboxNetwork::start(
   dh.may_resolve = [self](std::uint32_t src, const std::string& q) {
     return self->may_resolve(src, q);
   };
-  dh.on_answer = [self](std::uint32_t src, const std::string& q, const std::vector<std::uint32_t>& a,
+  dh.on_answer = [self](std::uint32_t src, const std::string& q,
+                        const std::vector<std::uint32_t>& a,
                         std::uint32_t ttl) { self->on_answer(src, q, a, ttl); };
   dh.on_query = [self](std::uint32_t src, const std::string& q, std::uint16_t type, bool fwd) {
     self->on_query(src, q, type, fwd);
@@ -302,10 +304,11 @@ Result<std::unique_ptr<SandboxNetwork>> SandboxNetwork::start(
     ABX_TRY(n->apply_locked());
   }
   n->read_flow_log();
-  for (int i = 0; i < 2; ++i) n->threads_.emplace_back([self] {
-    auto guard = asio::make_work_guard(self->io_);
-    self->io_.run();
-  });
+  for (int i = 0; i < 2; ++i)
+    n->threads_.emplace_back([self] {
+      auto guard = asio::make_work_guard(self->io_);
+      self->io_.run();
+    });
   n->log_.info("sandbox networking on: " + range.str() + ", table inet " + n->table_ +
                ", resolver :" + std::to_string(n->dns_->port()) + " -> " + up + ":" +
                std::to_string(up_port) + ", egress proxy :" + std::to_string(n->proxy_->port()));
@@ -344,9 +347,8 @@ Status SandboxNetwork::apply_locked() {
 
 Status SandboxNetwork::attach(const std::string& id, const runtime::VethInfo& link,
                               const SandboxNetworkSpec& spec) {
-  ABX_ASSIGN_OR_RETURN(egress::Rules rules,
-                       egress::parse_rules(spec.allow_out, spec.deny_out,
-                                           spec.allow_internet_access));
+  ABX_ASSIGN_OR_RETURN(egress::Rules rules, egress::parse_rules(spec.allow_out, spec.deny_out,
+                                                                spec.allow_internet_access));
   std::lock_guard lock(mu_);
   Entry e;
   e.id = id;
@@ -362,9 +364,8 @@ Status SandboxNetwork::attach(const std::string& id, const runtime::VethInfo& li
 }
 
 Status SandboxNetwork::update(const std::string& id, const SandboxNetworkSpec& spec) {
-  ABX_ASSIGN_OR_RETURN(egress::Rules rules,
-                       egress::parse_rules(spec.allow_out, spec.deny_out,
-                                           spec.allow_internet_access));
+  ABX_ASSIGN_OR_RETURN(egress::Rules rules, egress::parse_rules(spec.allow_out, spec.deny_out,
+                                                                spec.allow_internet_access));
   std::lock_guard lock(mu_);
   auto it = sandboxes_.find(id);
   if (it == sandboxes_.end())
@@ -418,36 +419,36 @@ void SandboxNetwork::record_locked(Entry& e, AuditEvent ev) {
 }
 
 void SandboxNetwork::read_flow_log() {
-  nflog_->fd.async_wait(asio::posix::stream_descriptor::wait_read, [this](
-                                                                       boost::system::error_code ec) {
-    if (ec) return;  // stopped
-    auto events = nflog_->reader.read();
-    if (events) {
-      std::lock_guard lock(mu_);
-      for (const auto& f : *events) {
-        // "abx:<slot>:<verdict>"
-        unsigned slot = 0;
-        char verdict[16] = {0};
-        if (std::sscanf(f.prefix.c_str(), "abx:%u:%15s", &slot, verdict) != 2) continue;
-        for (auto& [id, e] : sandboxes_) {
-          if (e.slot != slot) continue;
-          AuditEvent ev;
-          ev.timestamp_ms = wall_ms();
-          ev.protocol = f.protocol == IPPROTO_TCP   ? "tcp"
-                        : f.protocol == IPPROTO_UDP ? "udp"
-                        : f.protocol == IPPROTO_ICMP ? "icmp"
-                                                     : std::to_string(f.protocol);
-          ev.destination = egress::ipv4_str(f.dst);
-          ev.port = f.dport;
-          ev.verdict = verdict;
-          record_locked(e, std::move(ev));
+  nflog_->fd.async_wait(
+      asio::posix::stream_descriptor::wait_read, [this](boost::system::error_code ec) {
+        if (ec) return;  // stopped
+        auto events = nflog_->reader.read();
+        if (events) {
+          std::lock_guard lock(mu_);
+          for (const auto& f : *events) {
+            // "abx:<slot>:<verdict>"
+            unsigned slot = 0;
+            char verdict[16] = {0};
+            if (std::sscanf(f.prefix.c_str(), "abx:%u:%15s", &slot, verdict) != 2) continue;
+            for (auto& [id, e] : sandboxes_) {
+              if (e.slot != slot) continue;
+              AuditEvent ev;
+              ev.timestamp_ms = wall_ms();
+              ev.protocol = f.protocol == IPPROTO_TCP    ? "tcp"
+                            : f.protocol == IPPROTO_UDP  ? "udp"
+                            : f.protocol == IPPROTO_ICMP ? "icmp"
+                                                         : std::to_string(f.protocol);
+              ev.destination = egress::ipv4_str(f.dst);
+              ev.port = f.dport;
+              ev.verdict = verdict;
+              record_locked(e, std::move(ev));
+            }
+          }
+        } else {
+          log_.warn("audit log: " + events.error().message());
         }
-      }
-    } else {
-      log_.warn("audit log: " + events.error().message());
-    }
-    read_flow_log();
-  });
+        read_flow_log();
+      });
 }
 
 bool SandboxNetwork::may_resolve(std::uint32_t src, const std::string& qname) {

@@ -39,7 +39,7 @@ class EgressProxy;
 struct NetworkOptions {
   bool enabled = true;  // abxd --no-network: every sandbox gets loopback only
   // Every sandbox address of the machine: 4 addresses per user-namespace slot.
-  egress::Cidr range{0x0ad50000, 19};  // 10.213.0.0/19
+  egress::Cidr range{0x0ad50000, 19};       // 10.213.0.0/19
   std::vector<egress::Cidr> extra_blocked;  // abxd --block-net
   // Where the resolver forwards; empty: the first IPv4 nameserver of /etc/resolv.conf.
   std::string dns_upstream;
@@ -70,7 +70,7 @@ Result<SandboxNetworkSpec> parse_network_update(const boost::json::object& body,
 
 struct AuditEvent {
   std::int64_t timestamp_ms = 0;
-  std::string protocol;  // tcp | udp | icmp | dns | ...
+  std::string protocol;     // tcp | udp | icmp | dns | ...
   std::string destination;  // a.b.c.d (dns: the resolver's upstream is not shown)
   std::uint16_t port = 0;
   std::string domain;   // SNI / Host / the DNS question, when known

@@ -195,13 +195,10 @@ namespace {
 
 // The runtime config of a sandbox whose init is abx-envd: the template's rootfs, network,
 // start and server commands, environment and limits, and the binaries bind-mounted read-only.
-runtime::SandboxConfig envd_sandbox_config(const ManagerOptions& opt,
-                                           const templates::Template& tmpl,
-                                           const std::optional<image::Image>& img,
-                                           const CreateRequest& req, const std::string& id,
-                                           const std::string& token_file,
-                                           const SandboxNetworkSpec& net,
-                                           const std::string& run_dir) {
+runtime::SandboxConfig envd_sandbox_config(
+    const ManagerOptions& opt, const templates::Template& tmpl,
+    const std::optional<image::Image>& img, const CreateRequest& req, const std::string& id,
+    const std::string& token_file, const SandboxNetworkSpec& net, const std::string& run_dir) {
   runtime::SandboxConfig cfg;
   cfg.id = id;
   cfg.state_dir = opt.home + "/sandboxes";
@@ -716,9 +713,8 @@ Status SandboxManager::update_network(const std::string& id, const boost::json::
   sb->network = next;
   if (Status s = store_->set_network(id, boost::json::serialize(network_record(next))); !s)
     sb->note("warn", "network rules applied but not stored: " + s.error().message());
-  sb->note("info", "network rules replaced: allowOut " +
-                       std::to_string(next.allow_out.size()) + ", denyOut " +
-                       std::to_string(next.deny_out.size()) + " entries");
+  sb->note("info", "network rules replaced: allowOut " + std::to_string(next.allow_out.size()) +
+                       ", denyOut " + std::to_string(next.deny_out.size()) + " entries");
   return {};
 }
 

@@ -14,11 +14,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/sched.h>
+#include <net/if.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
-#include <net/if.h>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -47,9 +47,10 @@ namespace abx::runtime {
 namespace {
 
 constexpr const char* kLockFile = "lock";
-constexpr const char* kInitFile = "init";      // "<pid> <starttime> <cgroup_parent>\n"
+constexpr const char* kInitFile = "init";  // "<pid> <starttime> <cgroup_parent>\n"
 constexpr const char* kUsernsFile = "userns";
-constexpr const char* kVethFile = "veth";  // "<host if> <host ip> <sandbox ip>\n"  // "<slot> <first host id> <registry>\n"
+constexpr const char* kVethFile =
+    "veth";  // "<host if> <host ip> <sandbox ip>\n"  // "<slot> <first host id> <registry>\n"
 
 bool valid_id(const std::string& id) {
   if (id.empty() || id.size() > 64) return false;
@@ -126,9 +127,12 @@ Status validate(const SandboxConfig& c) {
     const std::string& p = c.veth.name_prefix;
     if (p.empty() || p.size() + std::to_string(c.userns.slots).size() > IFNAMSIZ - 1 ||
         p.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789") != std::string::npos)
-      return invalid_argument("veth name_prefix must be [a-z0-9], short enough for a link name "
-                              "with the slot number: '" + p + "'");
-    if (c.veth.subnet_base % 4 != 0) return invalid_argument("veth subnet_base must be /30-aligned");
+      return invalid_argument(
+          "veth name_prefix must be [a-z0-9], short enough for a link name "
+          "with the slot number: '" +
+          p + "'");
+    if (c.veth.subnet_base % 4 != 0)
+      return invalid_argument("veth subnet_base must be /30-aligned");
   }
   return {};
 }

@@ -73,9 +73,10 @@ Result<UniqueFd> route_socket(int netns_fd) {
 }
 
 Result<int> ifindex_in(int netns_fd, const std::string& name) {
-  ABX_ASSIGN_OR_RETURN(UniqueFd s, netns_fd >= 0 ? socket_in_netns(netns_fd, AF_INET, SOCK_DGRAM)
-                                                 : Result<UniqueFd>(UniqueFd(::socket(
-                                                       AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0))));
+  ABX_ASSIGN_OR_RETURN(
+      UniqueFd s,
+      netns_fd >= 0 ? socket_in_netns(netns_fd, AF_INET, SOCK_DGRAM)
+                    : Result<UniqueFd>(UniqueFd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0))));
   ifreq ifr = {};
   ::strncpy(ifr.ifr_name, name.c_str(), IFNAMSIZ - 1);
   if (::ioctl(s.get(), SIOCGIFINDEX, &ifr) != 0) return sys_error("SIOCGIFINDEX " + name, errno);

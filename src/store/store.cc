@@ -531,8 +531,9 @@ Status Store::set_deadline(std::string_view id, std::int64_t end_at_ms) {
 Status Store::set_network(std::string_view id, std::string_view network) {
   if (!valid_sandbox_id(id)) return bad_id(id);
   std::lock_guard lock(impl_->mu);
-  ABX_ASSIGN_OR_RETURN(auto s, impl_->conn.prepare(
-                                   "UPDATE sandboxes SET network = ?2 WHERE id = ?1", "set network"));
+  ABX_ASSIGN_OR_RETURN(
+      auto s,
+      impl_->conn.prepare("UPDATE sandboxes SET network = ?2 WHERE id = ?1", "set network"));
   ABX_TRY(s.bind(1, id).bind(2, network).exec());
   return impl_->expect_one_change(id);
 }

@@ -10,6 +10,13 @@
 
 namespace abx::templates::yaml {
 
+Node::Node() = default;
+Node::Node(const Node&) = default;
+Node::Node(Node&&) noexcept = default;
+Node& Node::operator=(const Node&) = default;
+Node& Node::operator=(Node&&) noexcept = default;
+Node::~Node() = default;
+
 const Node* Node::find(std::string_view key) const {
   for (const auto& [k, v] : entries) {
     if (k.value == key) return &v;

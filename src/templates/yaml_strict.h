@@ -23,6 +23,15 @@ struct Node {
   std::vector<Node> items;  // kSeq
   std::vector<std::pair<Node, Node>> entries;  // kMap, in file order
 
+  // Out of line (yaml_strict.cc), where pair<Node, Node> is complete: clang cannot instantiate
+  // the vector's members inside the class that its element type contains.
+  Node();
+  Node(const Node&);
+  Node(Node&&) noexcept;
+  Node& operator=(const Node&);
+  Node& operator=(Node&&) noexcept;
+  ~Node();
+
   const Node* find(std::string_view key) const;
 };
 
