@@ -33,18 +33,26 @@ step() { echo "network e2e: $*"; }
 out=$("$here/internet.sh" up "$name" "$idx" "$work/inet") || fail "internet.sh up"
 eval "$out"
 
-"$ABXD_BIN" --home "$work/home" --listen 127.0.0.1:0 --image-store "$ABX_IMAGE_STORE" \
-  --dns-upstream "$INET_DNS" --kill-sandboxes --log-level debug >"$work/abxd.log" 2>&1 &
-abxd_pid=$!
-port=""
-for _ in $(seq 200); do
-  port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$work/abxd.log" 2>/dev/null | head -1 || true)
-  [ -n "$port" ] && break
-  kill -0 "$abxd_pid" 2>/dev/null || fail "abxd exited at start"
-  sleep 0.1
-done
-[ -n "$port" ] || fail "abxd did not listen"
-export ABX_API_URL="http://127.0.0.1:$port" ABX_API_KEY="$(cat "$work/home/api_key")"
+start_abxd() {  # (again after a kill: the same home, a new port)
+  local before
+  before=$(grep -c "listening on" "$work/abxd.log" 2>/dev/null || true)
+  "$ABXD_BIN" --home "$work/home" --listen 127.0.0.1:0 --image-store "$ABX_IMAGE_STORE" \
+    --dns-upstream "$INET_DNS" --kill-sandboxes --log-level debug >>"$work/abxd.log" 2>&1 &
+  abxd_pid=$!
+  port=""
+  for _ in $(seq 200); do
+    if [ "$(grep -c "listening on" "$work/abxd.log" 2>/dev/null || true)" -gt "${before:-0}" ]; then
+      port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$work/abxd.log" | tail -1)
+      break
+    fi
+    kill -0 "$abxd_pid" 2>/dev/null || fail "abxd exited at start"
+    sleep 0.1
+  done
+  [ -n "$port" ] || fail "abxd did not listen"
+  export ABX_API_URL="http://127.0.0.1:$port"
+}
+start_abxd
+export ABX_API_KEY="$(cat "$work/home/api_key")"
 export ABX_HOME="$work/client"
 api() { curl -sS -o "$work/body" -w '%{http_code}' -H "X-API-KEY: $ABX_API_KEY" "$@"; }
 abx() { "$ABX_CLI_BIN" "$@"; }
@@ -192,6 +200,16 @@ grep -q '"protocol":"dns".*"domain":"other.abx.test".*"verdict":"deny"' "$work/a
 abx logs "$ll" --network --json >"$work/audit-ll" || fail "abx logs --network (blocked)"
 grep -q "\"destination\":\"$INET_LL\".*\"verdict\":\"blocked\"" "$work/audit-ll" ||
   fail "no blocked link-local in the audit: $(cat "$work/audit-ll")"
+
+step "restart: an abxd killed with -9 and started again re-applies every sandbox's rules"
+kill -KILL "$abxd_pid"; wait "$abxd_pid" 2>/dev/null || true
+start_abxd
+got=$(scurl "$cidr" "http://$INET_WEB2/")
+[ "$got" = "host=20 hosthdr=$INET_WEB2" ] || fail ".20 after the restart: $got"
+got=$(scurl "$cidr" "http://$INET_WEB/")
+[ "$got" = FAILED ] || fail ".10 after the restart (its rules deny it): $got"
+got=$(scurl "$dom" "http://web.abx.test/")
+[ "$got" = "host=10 hosthdr=web.abx.test" ] || fail "domain sandbox after the restart: $got"
 
 step "the ruleset"
 table=$(sed -n 's/.*table inet \(abx_[0-9a-f]*\).*/\1/p' "$work/abxd.log" | head -1 || true)
