@@ -35,7 +35,10 @@ trap 'rm -rf "$run_tmp"' EXIT
 # ctest, then the leak check; fails if either did (the check runs even when tests failed).
 run_ctest() {
   local rc=0
-  ABX_TEST_RUN_ID=$run_id TMPDIR=$run_tmp ctest "$@" || rc=$?
+  # Sandboxes have outbound networking: no test's DNS question may reach a real resolver, so
+  # every abxd of the run forwards to a port where nothing answers (discard) unless its test
+  # passes --dns-upstream to a DNS server of its own (tests/e2e/network).
+  ABX_TEST_RUN_ID=$run_id TMPDIR=$run_tmp ABX_DNS_UPSTREAM=127.0.0.1:9 ctest "$@" || rc=$?
   scripts/leaked-sandboxes.sh "$run_id" || rc=1
   return "$rc"
 }

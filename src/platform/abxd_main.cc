@@ -80,7 +80,7 @@ struct Config {
   double server_ready_timeout = 20;  // seconds
   bool no_network = false;
   std::string sandbox_net = "10.213.0.0/19";
-  std::string dns_upstream;
+  std::string dns_upstream = env_or("ABX_DNS_UPSTREAM");
   std::vector<std::string> block_net;
   bool no_internet_by_default = false;
   bool allow_host_network = false;
@@ -189,8 +189,8 @@ std::optional<int> parse_flags(int argc, char** argv, Config& cfg) {
                  "--userns-slots addresses); must not overlap the host's networks")
       ->capture_default_str();
   app.add_option("--dns-upstream", cfg.dns_upstream,
-                 "IP[:PORT] the sandboxes' resolver forwards to (default: the first IPv4 "
-                 "nameserver in /etc/resolv.conf)");
+                 "IP[:PORT] the sandboxes' resolver forwards to (default $ABX_DNS_UPSTREAM, else "
+                 "the first IPv4 nameserver in /etc/resolv.conf)");
   app.add_option(
       "--block-net", cfg.block_net,
       "A CIDR no sandbox may reach whatever its rules say (repeatable; the host's "

@@ -15,4 +15,4 @@ fi
 
 # ABX_JS_TESTS picks other files (tests/e2e/runc/run.sh runs runc.test.mjs this way).
 # shellcheck disable=SC2086
-exec node --test --test-reporter=spec "$@" ${ABX_JS_TESTS:-sdk.test.mjs lifecycle.test.mjs}
+exec node --test --test-reporter=spec "$@" ${ABX_JS_TESTS:-sdk.test.mjs lifecycle.test.mjs network.test.mjs}
