@@ -302,6 +302,17 @@ Status ControlApi::authorize_sandbox(const Route& route, const bhttp::request_he
                          : sb->record.auto_resume
                              ? Status(Error(ErrorCode::kFailedPrecondition, "paused"))
                              : Status(unavailable("sandbox '" + sb->record.id + "' is paused"));
+  // allowPublicTraffic false (E2B): the sandbox's own ports need its traffic token, and it is
+  // enough for them; envd and the command server keep their access-token rules.
+  if (!envd && !server && !sb->traffic_token.empty()) {
+    std::string_view traffic = headers["e2b-traffic-access-token"];
+    if (traffic.empty() || !token::constant_time_equal(traffic, sb->traffic_token))
+      return Error(ErrorCode::kPermissionDenied,
+                   "sandbox '" + sb->record.id +
+                       "' was created with allowPublicTraffic false: its ports need the "
+                       "e2b-traffic-access-token header (trafficAccessToken)");
+    return allowed;
+  }
   if (sb->access_token.empty()) return allowed;  // secure=false: open, as in E2B
   std::string_view presented = headers["X-Access-Token"];
   if (presented.empty()) {
@@ -321,6 +332,16 @@ Status ControlApi::authorize_sandbox(const Route& route, const bhttp::request_he
   }
   return Error(ErrorCode::kUnauthenticated,
                "invalid access token for sandbox '" + sb->record.id + "'");
+}
+
+std::string ControlApi::masked_host(const Route& route) {
+  auto sb = sandboxes_.find(route.sandbox_id);
+  if (!sb || sb->mask_host.empty()) return {};
+  // E2B's placeholder: ${PORT} becomes the port the request was routed to.
+  std::string host = sb->mask_host;
+  for (auto at = host.find("${PORT}"); at != std::string::npos; at = host.find("${PORT}"))
+    host.replace(at, 7, std::to_string(route.port));
+  return host;
 }
 
 Result<runtime::UniqueFd> ControlApi::connect_sandbox(const Route& route) {

@@ -51,6 +51,7 @@ class ControlApi : public GatewayBackend {
   Status authorize_sandbox(const Route& route,
                            const boost::beast::http::request_header<>& headers) override;
   Result<runtime::UniqueFd> connect_sandbox(const Route& route) override;
+  std::string masked_host(const Route& route) override;
   Result<http::BodyPlan> control_body_plan(const http::Request& header,
                                            std::size_t default_max) override;
   bool serve_control(http::Request& req, const http::Responder& respond) override;

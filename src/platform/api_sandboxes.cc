@@ -27,6 +27,8 @@ json::object sandbox_json(const LiveSandbox& sb) {
                  {"envdVersion", kEnvdVersion},
                  {"domain", sb.record.domain}};
   if (!sb.access_token.empty()) o["envdAccessToken"] = sb.access_token;
+  o["trafficAccessToken"] =
+      sb.traffic_token.empty() ? json::value(nullptr) : json::value(sb.traffic_token);
   return o;
 }
 

@@ -333,6 +333,8 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   bhttp::request_parser<bhttp::buffer_body> rp(std::move(hp));
   strip_hop_by_hop(rp.get(), upgrade);
   strip_platform_credentials(rp.get());
+  if (std::string mask = backend->masked_host(route); !mask.empty())
+    rp.get().set(bhttp::field::host, mask);
   rp.get().keep_alive(upgrade ? false : true);
   if (upgrade) rp.get().set(bhttp::field::connection, "upgrade");
   auto rec = co_await relay(client, buf, rp, *up, piece.get());

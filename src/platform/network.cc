@@ -89,8 +89,14 @@ Status read_network_object(const json::object& n, SandboxNetworkSpec& spec, std:
   ABX_ASSIGN_OR_RETURN(auto pub, opt_bool(n, "allowPublicTraffic", "allow_public_traffic"));
   if (pub) spec.allow_public_traffic = *pub;
   if (const json::value* m = field(n, "maskRequestHost", "mask_request_host"); m && !m->is_null()) {
-    if (!m->is_string() || m->get_string().size() > 253)
-      return invalid_argument(std::string(at) + "maskRequestHost must be a host name");
+    // It becomes a Host header: host name characters, a port and E2B's ${PORT} only.
+    if (!m->is_string() || m->get_string().empty() || m->get_string().size() > 253 ||
+        std::string_view(m->get_string())
+                .find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                   "0123456789.-_:${}") != std::string_view::npos)
+      return invalid_argument(std::string(at) +
+                              "maskRequestHost must be a host name (with an optional :port; "
+                              "${PORT} stands for the request's port)");
     spec.mask_request_host = std::string(m->get_string());
   }
   return {};
@@ -156,6 +162,11 @@ Result<SandboxNetworkSpec> parse_network_update(const json::object& body,
   ABX_ASSIGN_OR_RETURN(auto internet,
                        opt_bool(body, "allowInternetAccess", "allow_internet_access"));
   if (internet) spec.allow_internet_access = *internet;
+  // Inbound settings belong to the sandbox's creation (its traffic token is made then).
+  if (spec.allow_public_traffic != current.allow_public_traffic ||
+      spec.mask_request_host != current.mask_request_host)
+    return invalid_argument(
+        "allowPublicTraffic and maskRequestHost are set when the sandbox is created");
   ABX_TRY(check_rules(spec));
   return spec;
 }

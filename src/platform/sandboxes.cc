@@ -141,6 +141,10 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions opt
       live->tmpl = std::make_shared<const templates::Template>(*tmpl);
       live->image_digest = read_image_file(fs::path(m->opt_.home) / "run" / rec.id);
       live->paused = rec.state == store::SandboxState::kPaused;
+      {
+        std::ifstream tt(fs::path(m->opt_.home) / "run" / rec.id / "traffic_token");
+        std::getline(tt, live->traffic_token);
+      }
       live->network.enabled = false;
       if (!rec.network.empty()) {
         boost::system::error_code jec;
@@ -149,6 +153,7 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions opt
                         : SandboxNetworkSpec::from_json(v);
         if (spec) live->network = *spec;
       }
+      live->mask_host = live->network.mask_request_host;
       if (live->network.enabled) {
         // Its rules again (the table is rebuilt as sandboxes are adopted); a sandbox whose rules
         // cannot be enforced does not keep running.
@@ -520,6 +525,18 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   auto detach_net = [&] {
     if (net.enabled) network->detach(id);
   };
+  std::string traffic_token;
+  if (!net.allow_public_traffic) {
+    auto t = token::random_hex(16);
+    Status written = t ? write_token_file(run_dir / "traffic_token", *t) : Status(t.error());
+    if (!written) {
+      (void)sb->destroy();
+      detach_net();
+      cleanup_run();
+      return written.error();
+    }
+    traffic_token = *t;
+  }
   if (Status ready = wait_for_envd(*sb); !ready) {
     (void)sb->destroy();
     detach_net();
@@ -545,6 +562,8 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   }
   auto live = std::make_shared<LiveSandbox>(std::move(rec), std::move(*sb));
   live->access_token = std::move(token);
+  live->traffic_token = std::move(traffic_token);
+  live->mask_host = net.mask_request_host;
   live->tmpl = std::make_shared<const templates::Template>(*tmpl);
   live->image_digest = img ? img->manifest_digest : std::string();
   live->network = net;

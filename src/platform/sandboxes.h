@@ -94,6 +94,12 @@ inline constexpr std::size_t kMetricSamples = 720;  // one hour of samples
 struct LiveSandbox {
   store::SandboxRecord record;
   std::string access_token;  // empty when created with secure=false
+  // E2B's trafficAccessToken: set when created with network.allowPublicTraffic false; requests
+  // to the sandbox's own ports (not envd, not the command server) must then carry it in
+  // `e2b-traffic-access-token`. Kept in <home>/run/<id>/traffic_token (0400) for a restart.
+  std::string traffic_token;
+  // E2B's maskRequestHost (fixed at create): the Host proxied requests carry; "" keeps theirs.
+  std::string mask_host;
   // The template as it was when the sandbox was created (a reload or rebuild does not change
   // a running sandbox); null for an adopted sandbox whose template is gone.
   std::shared_ptr<const templates::Template> tmpl;

@@ -50,6 +50,9 @@ class GatewayBackend {
   // open. Errors: kUnavailable (nothing
   // listens there) and kDeadlineExceeded → 502.
   virtual Result<runtime::UniqueFd> connect_sandbox(const Route& route) = 0;
+  // Optional. The Host header the sandbox's service gets instead of the client's (E2B's
+  // maskRequestHost); empty keeps the client's. I/O thread, memory lookups only.
+  virtual std::string masked_host(const Route& route) { return {}; }
 
   // Optional. How a control-plane request's body is received, decided from its header on an
   // I/O thread (memory lookups only): e.g. a larger limit and a spool file for an upload.

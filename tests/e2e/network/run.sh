@@ -33,6 +33,10 @@ step() { echo "network e2e: $*"; }
 out=$("$here/internet.sh" up "$name" "$idx" "$work/inet") || fail "internet.sh up"
 eval "$out"
 
+# A template whose ports are reachable through abxd (for allowPublicTraffic).
+mkdir -p "$work/home/templates/webby"
+printf 'id: webby\ncapabilities: [shell, files, code, ports]\n' >"$work/home/templates/webby/template.yaml"
+
 start_abxd() {  # (again after a kill: the same home, a new port)
   local before
   before=$(grep -c "listening on" "$work/abxd.log" 2>/dev/null || true)
@@ -159,6 +163,41 @@ abx sandbox network "$none" >/dev/null 2>&1 || fail "abx sandbox network (open e
 got=$(scurl "$none" "http://$INET_WEB/")
 [ "$got" = "host=10 hosthdr=$INET_WEB" ] || fail "no-internet sandbox after opening: $got"
 
+step "allowPublicTraffic false: the sandbox's ports need its trafficAccessToken; maskRequestHost"
+code=$(api -X POST -H 'Content-Type: application/json' \
+  -d '{"templateID":"webby","timeout":600,"network":{"allowPublicTraffic":false,"maskRequestHost":"masked-${PORT}.internal"}}' \
+  "$ABX_API_URL/sandboxes")
+[ "$code" = 201 ] || fail "create webby: $code $(cat "$work/body")"
+priv=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["sandboxID"])' "$work/body")
+traffic=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["trafficAccessToken"])' "$work/body")
+[ ${#traffic} -ge 32 ] || fail "no trafficAccessToken: $(cat "$work/body")"
+# A service that answers with the Host header it was given (maskRequestHost replaces it).
+abx files write "$priv" /tmp/host.py >/dev/null <<'PY' || fail "write host.py"
+import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ("private-page host=" + self.headers.get("Host", "")).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+http.server.HTTPServer(("127.0.0.1", 8080), H).serve_forever()
+PY
+sx "$priv" "nohup python3 /tmp/host.py >/dev/null 2>&1 &" >/dev/null
+port_req() { curl -sS -o "$work/body" -w '%{http_code}' -H "E2b-Sandbox-Id: $priv" -H "E2b-Sandbox-Port: 8080" "$@" "$ABX_API_URL/"; }
+for _ in $(seq 50); do
+  [ "$(port_req -H "e2b-traffic-access-token: $traffic")" = 200 ] && break
+  sleep 0.2
+done
+[ "$(cat "$work/body")" = "private-page host=masked-8080.internal" ] ||
+  fail "port 8080 with the traffic token (and the masked Host): $(cat "$work/body")"
+code=$(port_req)
+[ "$code" = 403 ] || fail "port 8080 without the traffic token: $code"
+code=$(port_req -H "e2b-traffic-access-token: ${traffic}x")
+[ "$code" = 403 ] || fail "port 8080 with a wrong traffic token: $code"
+code=$(api -X PUT -H 'Content-Type: application/json' -d '{"allowPublicTraffic":true}' \
+  "$ABX_API_URL/sandboxes/$priv/network")
+[ "$code" = 400 ] || fail "allowPublicTraffic changed by an update: $code"
+abx sandbox kill "$priv" >/dev/null || fail "kill webby"
+
 step "always blocked: link-local (allowed and routed), the host, abxd, another sandbox"
 ll=$(create "{\"templateID\":\"base\",\"timeout\":600,\"network\":{\"allowOut\":[\"169.254.0.0/16\",\"$INET_GW\",\"10.213.0.0/16\"]}}")
 : >"$INET_DIR/http-$INET_LL.log"
@@ -222,7 +261,7 @@ grep -q "masquerade" "$work/ruleset" || fail "no masquerade"
 step "bad input"
 for body in '{"network":{"allowOut":["10.0.0.1/33"]}}' '{"network":{"denyOut":["example.com"]}}' \
   '{"network":{"allowOut":["exa mple.com"]}}' '{"network":{"allowOut":"1.2.3.4"}}' \
-  '{"allowInternetAccess":"no"}'; do
+  '{"allowInternetAccess":"no"}' '{"network":{"maskRequestHost":"a\r\nX-Evil: 1"}}'; do
   code=$(api -X POST -H 'Content-Type: application/json' -d "$body" "$ABX_API_URL/sandboxes")
   [ "$code" = 400 ] || fail "create $body: $code $(cat "$work/body")"
 done
