@@ -26,6 +26,16 @@ void print_info(const Context& ctx, const client::SandboxInfo& i) {
                                                 {"state", i.state},   {"started", i.started_at},
                                                 {"ends", i.end_at},   {"envd", i.envd_version},
                                                 {"domain", i.domain}};
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+    return s;
+  };
+  if (i.allow_internet_access) {
+    rows.push_back({"internet", *i.allow_internet_access ? "allowed" : "denied"});
+    rows.push_back({"allowOut", join(i.allow_out)});
+    rows.push_back({"denyOut", join(i.deny_out)});
+  }
   for (const auto& r : rows) {
     if (!r[1].empty())
       std::cout << r[0] << ":" << std::string(10 - r[0].size(), ' ') << r[1] << "\n";

@@ -94,6 +94,13 @@ json::object SandboxInfo::to_json() const {
   json::object md;
   for (const auto& [k, v] : metadata) md[k] = v;
   o["metadata"] = std::move(md);
+  if (allow_internet_access) o["allowInternetAccess"] = *allow_internet_access;
+  if (!allow_out.empty() || !deny_out.empty()) {
+    json::array a, d;
+    for (const auto& x : allow_out) a.emplace_back(x);
+    for (const auto& x : deny_out) d.emplace_back(x);
+    o["network"] = json::object{{"allowOut", std::move(a)}, {"denyOut", std::move(d)}};
+  }
   return o;
 }
 
@@ -118,6 +125,17 @@ Result<SandboxInfo> sandbox_info_from_json(const json::value& v) {
     for (const auto& [k, val] : md->as_object()) {
       if (val.is_string()) i.metadata[std::string(k)] = std::string(val.as_string());
     }
+  }
+  if (auto* ai = o.if_contains("allowInternetAccess"); ai && ai->is_bool())
+    i.allow_internet_access = ai->as_bool();
+  if (auto* n = o.if_contains("network"); n && n->is_object()) {
+    auto list = [&](const char* key, std::vector<std::string>& out) {
+      if (auto* l = n->as_object().if_contains(key); l && l->is_array())
+        for (const auto& e : l->as_array())
+          if (e.is_string()) out.emplace_back(e.as_string());
+    };
+    list("allowOut", i.allow_out);
+    list("denyOut", i.deny_out);
   }
   return i;
 }

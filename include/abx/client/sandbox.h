@@ -66,6 +66,9 @@ struct ABX_EXPORT SandboxInfo {
   int cpu_count = 0;
   int memory_mb = 0;
   std::map<std::string, std::string> metadata;
+  // GET /sandboxes/{id} only: allowInternetAccess (absent: not reported) and network's lists.
+  std::optional<bool> allow_internet_access;
+  std::vector<std::string> allow_out, deny_out;
 
   boost::json::object to_json() const;  // E2B field names (sandboxID, templateID, …)
 };

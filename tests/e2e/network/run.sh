@@ -159,6 +159,9 @@ got=$(scurl "$cidr" "http://$INET_WEB/")
 [ "$got" = FAILED ] || fail ".10 after the update (no longer allowed): $got"
 api "$ABX_API_URL/sandboxes/$cidr" >/dev/null
 grep -q "\"allowOut\":\[\"$INET_WEB2\"\]" "$work/body" || fail "GET after PUT: $(cat "$work/body")"
+abx sandbox info "$cidr" >"$work/info" || fail "abx sandbox info"
+grep -q "^allowOut: *$INET_WEB2$" "$work/info" && grep -q "^denyOut: *0.0.0.0/0$" "$work/info" ||
+  fail "abx sandbox info: $(cat "$work/info")"
 abx sandbox network "$none" >/dev/null 2>&1 || fail "abx sandbox network (open everything)"
 got=$(scurl "$none" "http://$INET_WEB/")
 [ "$got" = "host=10 hosthdr=$INET_WEB" ] || fail "no-internet sandbox after opening: $got"
