@@ -484,6 +484,7 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   tbo.home = cfg.home;
   tbo.store = &(*mgr)->images();
   tbo.userns = cfg.userns;
+  tbo.sandbox_network = network->get();
   if (!cfg.bins.bundle.empty() && fs::exists(fs::path(cfg.bins.bundle) / "bin/abx-envd")) {
     tbo.binds.push_back({cfg.bins.bundle, "/opt/abx", false});
   }

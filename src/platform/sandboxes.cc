@@ -219,6 +219,10 @@ runtime::SandboxConfig envd_sandbox_config(
   if (net.enabled) {
     cfg.veth = opt.network->veth_config();
     cfg.binds.push_back({run_dir + "/resolv.conf", "/etc/resolv.conf", false});
+    // The rules are in force before the sandbox's first instruction.
+    cfg.link_ready = [network = opt.network, id, net](const runtime::VethInfo& link) {
+      return network->attach(id, link, net);
+    };
   }
   cfg.argv = {kEnvdInside, "--host", "127.0.0.1", "--port", std::to_string(kEnvdPort)};
   if (!token_file.empty()) {
@@ -509,18 +513,10 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   auto sb = runtime::Sandbox::spawn(
       envd_sandbox_config(opt_, *tmpl, img, req, id, token_file, net, run_dir.string()));
   if (!sb.ok()) {
+    if (net.enabled) network->detach(id);  // if its rules went in before the spawn failed
     cleanup_run();
     slog.error("spawn failed: " + sb.error().message());
     return sb.error();
-  }
-  if (net.enabled) {
-    // Until the rules are in, the ruleset drops the new link's traffic (fail closed).
-    if (Status s = network->attach(id, *sb->veth(), net); !s) {
-      (void)sb->destroy();
-      cleanup_run();
-      slog.error("network rules: " + s.error().message());
-      return s.error();
-    }
   }
   auto detach_net = [&] {
     if (net.enabled) network->detach(id);

@@ -460,6 +460,29 @@ Result<int> Build::run_sandbox(const image::Instruction& in, const std::vector<s
   sc.fds = {{wr.get(), 1}, {wr.get(), 2}};
   sc.limits = opt_.limits;
   sc.disk_bytes = opt_.disk_bytes;
+  SandboxNetwork* net = opt_.sandbox_network;
+  const bool networked = net && net->enabled() && sc.network == runtime::NetworkMode::kNone;
+  const std::string run_id = sc.id;
+  struct Detach {
+    SandboxNetwork* net;
+    std::string id;
+    ~Detach() {
+      if (net) net->detach(id);
+    }
+  } detach{networked ? net : nullptr, run_id};
+  if (networked) {
+    const std::string rc = sc.state_dir + "/resolv.conf";
+    std::error_code ec;
+    fs::create_directories(sc.state_dir, ec);
+    std::ofstream(rc) << net->resolv_conf();
+    sc.veth = net->veth_config();
+    sc.binds.push_back({rc, "/etc/resolv.conf", false});
+    SandboxNetworkSpec spec;
+    spec.allow_internet_access = net->default_internet();
+    sc.link_ready = [net, run_id, spec](const runtime::VethInfo& link) {
+      return net->attach(run_id, link, spec);
+    };
+  }
   auto sb = runtime::Sandbox::spawn(std::move(sc));
   wr.reset();
   if (!sb.ok()) return Error(sb.error().code(), "RUN could not start: " + sb.error().message());
@@ -507,7 +530,9 @@ Result<int> Build::run_sandbox(const image::Instruction& in, const std::vector<s
   }
   ABX_ASSIGN_OR_RETURN(int status, sb->wait());
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-    auto l = layer_from(sb->upper_dir(), true, mount_points());
+    std::set<std::string> skip = mount_points();
+    if (networked) skip.insert("etc/resolv.conf");  // the mount point of abxd's resolv.conf
+    auto l = layer_from(sb->upper_dir(), true, skip);
     (void)sb->destroy();
     if (!l.ok()) return l.error();
     layer = std::move(*l);

@@ -42,6 +42,7 @@
 #include "abx/image/reference.h"
 #include "abx/image/store.h"
 #include "abx/runtime/sandbox.h"
+#include "network.h"
 
 namespace abx::platform {
 
@@ -55,6 +56,9 @@ struct TemplateBuildOptions {
   std::string state_dir;                  // runtime state of RUN sandboxes (default <home>/builds)
   std::vector<runtime::BindMount> binds;  // the abx bundle under /opt/abx
   runtime::NetworkMode network = runtime::NetworkMode::kNone;
+  // RUN steps get a link under abxd's default rules when set and enabled (as E2B's builds reach
+  // the internet): apt-get, pip and curl work in a Dockerfile. Null: loopback only.
+  SandboxNetwork* sandbox_network = nullptr;
   runtime::UserNamespace userns;  // RUN steps run as root of their own id range, like sandboxes
   std::uint64_t disk_bytes = 8ull << 30;         // each RUN step's writable layer
   runtime::CgroupLimits limits;                  // each RUN step's cgroup limits

@@ -609,6 +609,9 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config) {
                                    std::to_string(info.sandbox_ip) + "\n");
         !s)
       return abort_child(s.error());
+    if (config.link_ready) {
+      if (Status s = config.link_ready(info); !s) return abort_child(s.error());
+    }
     st->veth = std::move(info);
   }
   if (Status s = release_child(parent_sock.get(), config.id, *mounts); !s)

@@ -105,6 +105,9 @@ struct SandboxConfig {
   // With kNone: a veth to the host (veth.h), numbered by the user namespace's slot (so it needs
   // `userns.enabled`). Off: loopback only.
   VethConfig veth;
+  // With a veth: runs in the parent once the link is up and before the sandbox runs anything
+  // (so its first packet already meets its rules). An error aborts the spawn.
+  std::function<Status(const VethInfo&)> link_ready;
   std::vector<std::string> argv;  // argv[0]: absolute path inside the sandbox
   std::vector<std::string> env;   // "K=V"; the host environment is never inherited
   std::string cwd = "/";

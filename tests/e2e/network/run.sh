@@ -91,6 +91,18 @@ echo "$got" | grep -q "^nameserver 10.213.0.1" || fail "resolv.conf: $got"
 got=$(sx "$open" "python3 -c \"import socket;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);s.settimeout(3);q=bytes.fromhex('abcd01000001000000000000')+b'\\x03web\\x03abx\\x04test\\x00\\x00\\x01\\x00\\x01';s.sendto(q,('$INET_WEB2',53));print(len(s.recv(512)))\"")
 [[ "$got" =~ ^[0-9]+$ ]] || fail "DNS to a named resolver should be answered by abxd: $got"
 
+step "template builds: RUN steps reach the network (and its resolver) like sandboxes"
+mkdir -p "$work/ctx"
+printf 'FROM base\nRUN curl -sf http://web.abx.test/ >/fetched.txt\n' >"$work/ctx/Dockerfile"
+abx template build -t netbuilt "$work/ctx" >"$work/build.out" 2>&1 ||
+  fail "template build with a networked RUN: $(tail -5 "$work/build.out")"
+built=$(abx sandbox create netbuilt 2>/dev/null) || fail "create from the built template"
+got=$(sx "$built" "cat /fetched.txt")
+[ "$got" = "host=10 hosthdr=web.abx.test" ] || fail "what the RUN step fetched: $got"
+got=$(sx "$built" "cat /etc/resolv.conf")
+echo "$got" | grep -q "nameserver 10.213.0.1" || fail "resolv.conf in a built sandbox: $got"
+abx sandbox kill "$built" >/dev/null || fail "kill the built sandbox"
+
 step "allow/deny by CIDR: allow wins over deny"
 cidr=$(create "{\"templateID\":\"base\",\"timeout\":600,\"network\":{\"denyOut\":[\"0.0.0.0/0\"],\"allowOut\":[\"$INET_WEB\"]}}")
 got=$(scurl "$cidr" "http://$INET_WEB/")
