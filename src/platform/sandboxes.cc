@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include <algorithm>
 #include <boost/json/array.hpp>
@@ -673,8 +674,17 @@ std::vector<SandboxEvent> LiveSandbox::events_since(std::int64_t start_ms) const
 void LiveSandbox::sample_metrics() {
   const runtime::CgroupUsage usage = sandbox.cgroups().usage();
   const std::int64_t now = now_ms();
-  std::lock_guard lock(metrics_mu_);
   MetricSample m{now, 0, usage.memory_bytes};
+  if (const std::string upper = sandbox.upper_dir(); !upper.empty()) {
+    struct statvfs st {};
+    if (::statvfs(upper.c_str(), &st) == 0) {
+      const std::uint64_t block = st.f_frsize ? st.f_frsize : st.f_bsize;
+      m.disk_total_bytes = static_cast<std::uint64_t>(st.f_blocks) * block;
+      const std::uint64_t avail = static_cast<std::uint64_t>(st.f_bavail) * block;
+      m.disk_used_bytes = m.disk_total_bytes > avail ? m.disk_total_bytes - avail : 0;
+    }
+  }
+  std::lock_guard lock(metrics_mu_);
   const double cpus = record.cpu_count > 0 ? record.cpu_count : 1;
   if (last_sample_ms_ != 0 && now > last_sample_ms_ && usage.cpu_usec >= last_cpu_usec_) {
     const double used_us = static_cast<double>(usage.cpu_usec - last_cpu_usec_);

@@ -86,6 +86,10 @@ struct MetricSample {
   std::int64_t timestamp_ms = 0;
   double cpu_used_pct = 0;  // of the sandbox's CPUs, over the interval since the last sample
   std::uint64_t mem_used_bytes = 0;
+  // The writable layer's filesystem (statvfs of the upper dir): used = total - available, as
+  // E2B's envd counts. Both 0 for a sandbox without one (rootfs host).
+  std::uint64_t disk_used_bytes = 0;
+  std::uint64_t disk_total_bytes = 0;
 };
 
 inline constexpr std::chrono::seconds kMetricInterval{5};
