@@ -697,6 +697,12 @@ void LiveSandbox::sample_metrics() {
   if (metrics_.size() > kMetricSamples) metrics_.pop_front();
 }
 
+bool LiveSandbox::metrics_due(std::int64_t now) const {
+  std::lock_guard lock(metrics_mu_);
+  return last_sample_ms_ == 0 ||
+         now - last_sample_ms_ >= std::chrono::milliseconds(kMetricInterval).count();
+}
+
 std::vector<MetricSample> LiveSandbox::metrics_between(std::int64_t start_ms,
                                                        std::int64_t end_ms) const {
   std::lock_guard lock(metrics_mu_);
@@ -867,11 +873,8 @@ void SandboxManager::reaper_loop() {
     const std::int64_t now = now_ms();
     {
       std::lock_guard l(mu_);
-      if (now - last_metrics_ms_ >= std::chrono::milliseconds(kMetricInterval).count()) {
-        last_metrics_ms_ = now;
-        for (auto& [id, sb] : live_) to_sample.push_back(sb);
-      }
       for (auto& [id, sb] : live_) {
+        if (sb->metrics_due(now)) to_sample.push_back(sb);
         all.push_back(sb);
         if (init_exited(sb->sandbox.pidfd())) dead.push_back(id);  // envd died on its own
       }

@@ -1,7 +1,7 @@
 // Smaller E2B parity items (issue 16), against a real abxd with real sandboxes:
 // - GET /templates/aliases/{alias}, through the official SDK's Template.exists (200 for a
 //   template that exists, 404 for one that does not) and its body shape {templateID, public};
-// - abxd's metrics samples carry the writable layer's disk usage and CPU usage;
+// - abxd's metrics samples carry the writable layer's disk usage and CPU usage, 5 s apart;
 // - envd's GET /envs (the sandbox's default environment) and GET /metrics (E2B's field names),
 //   which the SDK does not call, fetched through abxd's proxy with the SDK's envd token.
 //
@@ -112,6 +112,10 @@ test('getMetrics: disk usage of the writable layer and CPU usage', async () => {
   assert.ok(last.diskUsed <= last.diskTotal);
   assert.equal(last.diskTotal, first.diskTotal);
   assert.ok(later.some((m) => m.cpuUsedPct > 0), 'cpuUsedPct stayed 0 while a CPU was busy');
+  // Each sandbox samples on its own 5-second rhythm from its create: no second sample right
+  // after the first when abxd's reaper happens to tick then.
+  const ts = (await sbx.getMetrics()).map((m) => m.timestamp.getTime());
+  for (let i = 1; i < ts.length; i++) assert.ok(ts[i] - ts[i - 1] >= 4_900, `samples ${ts}`);
   await sbx.kill();
 });
 
