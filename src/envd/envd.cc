@@ -23,6 +23,7 @@
 #include "envd_impl.h"
 #include "files.h"
 #include "fs.h"
+#include "host_info.h"
 #include "output_log.h"
 #include "process.h"
 #include "proto_json.h"
@@ -204,6 +205,24 @@ void Envd::Impl::handle(Request&& req, Responder respond) {
     auto body = logs_query_json(OutputLog::instance(), *q);
     if (!body.ok()) return respond(rest_error_response(body.error(), v));
     auto res = http::json_response(200, *body, v);
+    res.keep_alive(req.keep_alive());
+    return respond(std::move(res));
+  }
+  if (path == "/envs" || path == "/metrics") {  // E2B's envd: token required, GET only
+    if (auto s = check_token(req); !s.ok()) return respond(rest_error_response(s.error(), v));
+    if (req.method() != bhttp::verb::get) {
+      return respond(rest_error_response(Error(ErrorCode::kMethodNotAllowed, "use GET"), v));
+    }
+    json::object body;
+    if (path == "/envs") {
+      for (const auto& [k, val] : default_environment()) body[k] = val;
+    } else {
+      auto m = metrics_json(cpu);
+      if (!m.ok()) return respond(rest_error_response(m.error(), v));
+      body = std::move(*m);
+    }
+    auto res = http::json_response(200, body, v);
+    res.set(bhttp::field::cache_control, "no-store");
     res.keep_alive(req.keep_alive());
     return respond(std::move(res));
   }

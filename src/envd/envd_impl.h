@@ -20,6 +20,7 @@
 #include "abx/envd/envd.h"
 #include "abx/http/server.h"
 #include "fs.h"
+#include "host_info.h"
 #include "process.h"
 #include "users.h"
 
@@ -40,6 +41,7 @@ struct Envd::Impl {
   std::map<std::string, std::shared_ptr<PollWatcher>> poll_watchers;
   std::vector<std::unique_ptr<Watcher>> stream_watchers;
   std::unique_ptr<http::Server> server;
+  CpuSampler cpu;  // GET /metrics' cpu_used_pct: usage since the previous call
 
   // One decoded Connect call: the request (body already parsed into `msg`) and its user.
   struct Call {

@@ -32,6 +32,7 @@
 #include "connect.h"
 #include "creds.h"
 #include "files.h"
+#include "host_info.h"
 #include "proto_json.h"
 
 namespace abx::envd {
@@ -951,6 +952,77 @@ TEST_F(EnvdTest, TokenIsCheckedExceptOnHealth) {
                                                           "&signature_expiration=" + past))
                 .result_int(),
             401);
+}
+
+// GET /envs and GET /metrics, as E2B's envd answers them: token required, GET only, JSON with
+// Cache-Control: no-store; errors in the REST shape {"code":<status>,"message":…}.
+TEST_F(EnvdTest, EnvsIsTheDefaultEnvironmentOfStartedProcesses) {
+  ASSERT_EQ(::setenv("ABX_ENVS_TEST", "a b=c", 1), 0);
+  start("s3cret");
+  auto r = send(http::make_request(bhttp::verb::get, "/envs"));
+  EXPECT_EQ(r.result_int(), 401);
+  EXPECT_EQ(json::parse(r.body()).at("code").as_int64(), 401);
+  token_ = "s3cret";
+  r = send(http::make_request(bhttp::verb::get, "/envs"));
+  ASSERT_EQ(r.result_int(), 200) << r.body();
+  EXPECT_EQ(r[bhttp::field::cache_control], "no-store");
+  auto envs = json::parse(r.body()).as_object();
+  EXPECT_EQ(envs.at("ABX_ENVS_TEST").as_string(), "a b=c");
+  for (const auto& kv : envs) EXPECT_TRUE(kv.value().is_string()) << kv.key();
+  // A process started without envs of its own sees the same variable.
+  auto started =
+      stream("process.Process/Start",
+             R"({"process":{"cmd":"/bin/sh","args":["-c","printf %s \"$ABX_ENVS_TEST\""]}})");
+  EXPECT_EQ(stdout_of(frames_of(started.body())), "a b=c");
+  r = send(http::make_request(bhttp::verb::post, "/envs", "{}", "application/json"));
+  EXPECT_EQ(r.result_int(), 405);
+  EXPECT_EQ(json::parse(r.body()).at("code").as_int64(), 405);
+  ::unsetenv("ABX_ENVS_TEST");
+}
+
+TEST_F(EnvdTest, MetricsHasE2BsFields) {
+  start("s3cret");
+  EXPECT_EQ(send(http::make_request(bhttp::verb::get, "/metrics")).result_int(), 401);
+  token_ = "s3cret";
+  for (int i = 0; i < 2; ++i) {  // the second call measures CPU since the first
+    auto r = send(http::make_request(bhttp::verb::get, "/metrics"));
+    ASSERT_EQ(r.result_int(), 200) << r.body();
+    EXPECT_EQ(r[bhttp::field::cache_control], "no-store");
+    auto m = json::parse(r.body()).as_object();
+    for (const char* k : {"ts", "cpu_count", "cpu_used_pct", "mem_total", "mem_used",
+                          "mem_total_mib", "mem_used_mib", "disk_used", "disk_total"}) {
+      EXPECT_TRUE(m.contains(k)) << k;
+    }
+    auto num = [&](const char* k) { return json::value_to<double>(m.at(k)); };
+    EXPECT_NEAR(num("ts"), static_cast<double>(std::time(nullptr)), 5);
+    EXPECT_GE(num("cpu_count"), 1);
+    EXPECT_GE(num("cpu_used_pct"), 0);
+    EXPECT_LE(num("cpu_used_pct"), 100);
+    EXPECT_GT(num("mem_total"), 0);
+    EXPECT_GT(num("mem_used"), 0);
+    EXPECT_LE(num("mem_used"), num("mem_total"));
+    EXPECT_EQ(m.at("mem_total_mib").to_number<std::uint64_t>(),
+              m.at("mem_total").to_number<std::uint64_t>() >> 20);
+    EXPECT_GT(num("disk_total"), 0);
+    EXPECT_LE(num("disk_used"), num("disk_total"));
+  }
+  auto r = send(http::make_request(bhttp::verb::delete_, "/metrics"));
+  EXPECT_EQ(r.result_int(), 405);
+}
+
+TEST(HostInfo, ParsesProcStatAndMeminfo) {
+  auto t = parse_proc_stat("cpu  10 2 3 100 5 1 1 0 7 0\ncpu0 1 2 3 4\n");
+  ASSERT_TRUE(t.ok()) << t.error().message();
+  EXPECT_EQ(t->busy, 17u);    // user nice system irq softirq steal; guest is inside user
+  EXPECT_EQ(t->total, 122u);  // the first eight fields
+  EXPECT_FALSE(parse_proc_stat("intr 1 2 3\n").ok());
+  EXPECT_FALSE(parse_proc_stat("cpu  1 2 x 4\n").ok());
+  EXPECT_FALSE(parse_proc_stat("cpu  1 2\n").ok());
+  auto m = parse_meminfo("MemTotal:       16000 kB\nMemFree:  100 kB\nMemAvailable:   4000 kB\n");
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  EXPECT_EQ(m->total, 16000u * 1024);
+  EXPECT_EQ(m->used, 12000u * 1024);
+  EXPECT_FALSE(parse_meminfo("MemTotal: 1 kB\n").ok());
 }
 
 TEST_F(EnvdTest, UserSelectionRunsAsThatUser) {

@@ -21,9 +21,8 @@
 #include "abx/base/log.h"
 #include "abx/base/try.h"
 #include "connect.h"
+#include "host_info.h"
 #include "proto_json.h"
-
-extern char** environ;
 
 namespace abx::envd {
 
@@ -185,13 +184,7 @@ namespace {
 // The environment of a started process: envd's own, the user's identity, then the request's
 // variables. Errors: invalid_argument for a name or value that cannot be passed to execve.
 Result<std::map<std::string, std::string>> process_environment(const StartSpec& spec) {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; e && *e; ++e) {
-    std::string_view kv(*e);
-    auto eq = kv.find('=');
-    if (eq != std::string_view::npos)
-      env[std::string(kv.substr(0, eq))] = std::string(kv.substr(eq + 1));
-  }
+  std::map<std::string, std::string> env = default_environment();  // GET /envs
   env["HOME"] = spec.user.home;
   env["USER"] = spec.user.name;
   env["LOGNAME"] = spec.user.name;

@@ -32,6 +32,7 @@ using bhttp::verb;
 // the v1 shapes. A path that matches no row is a 404 (never a 405: E2B answers 404 there).
 constexpr api::RouteEntry kRoutes[] = {
     {verb::get, "/templates", api::list_templates},
+    {verb::get, "/templates/aliases/{alias}", api::get_template_alias},
     {verb::get, "/templates/{id}", api::get_template},
     {verb::delete_, "/templates/{id}", api::delete_template},
     {verb::post, "/templates/{id}/push", api::push_template},

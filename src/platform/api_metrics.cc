@@ -42,14 +42,15 @@ Result<Response> sandbox_metrics(Context& ctx) {
   json::array out;
   const auto cpus = static_cast<std::int64_t>(sb->record.cpu_count + 0.999);
   for (const MetricSample& m : sb->metrics_between(start_ms, end_ms)) {
-    out.push_back(json::object{{"timestamp", rfc3339_ms(m.timestamp_ms)},
-                               {"timestampUnix", m.timestamp_ms / 1000},
-                               {"cpuCount", cpus},
-                               {"cpuUsedPct", m.cpu_used_pct},
-                               {"memUsed", static_cast<std::int64_t>(m.mem_used_bytes)},
-                               {"memTotal", sb->record.memory_mb << 20},
-                               {"diskUsed", 0},
-                               {"diskTotal", sb->record.disk_mb << 20}});
+    out.push_back(json::object{
+        {"timestamp", rfc3339_ms(m.timestamp_ms)},
+        {"timestampUnix", m.timestamp_ms / 1000},
+        {"cpuCount", cpus},
+        {"cpuUsedPct", m.cpu_used_pct},
+        {"memUsed", static_cast<std::int64_t>(m.mem_used_bytes)},
+        {"memTotal", sb->record.memory_mb << 20},
+        {"diskUsed", m.disk_used_bytes},
+        {"diskTotal", m.disk_total_bytes ? m.disk_total_bytes : sb->record.disk_mb << 20}});
   }
   return http::json_response(200, out);
 }

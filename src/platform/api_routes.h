@@ -109,6 +109,7 @@ Status check_unrouted_sandbox_path(Context& ctx, std::span<const std::string> pa
 // --- Handlers (api_templates.cc, api_tokens.cc, api_metrics.cc) ---
 Result<http::Response> list_templates(Context& ctx);
 Result<http::Response> get_template(Context& ctx);
+Result<http::Response> get_template_alias(Context& ctx);  // GET /templates/aliases/{alias}
 Result<http::Response> delete_template(Context& ctx);
 Result<http::Response> push_template(Context& ctx);
 Result<http::Response> template_image(Context& ctx);

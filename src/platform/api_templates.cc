@@ -45,6 +45,23 @@ Result<Response> get_template(Context& ctx) {
   return not_found("template '" + id + "' not found");
 }
 
+// E2B's alias lookup (the JS template builder's Template.exists / aliasExists): 200
+// {templateID, public} when a template answers to the name, 404 when none does. abx has one
+// tenant, so every template is the caller's and 403 ("exists, not yours") never happens; an
+// abx template's only alias is its id.
+Result<Response> get_template_alias(Context& ctx) {
+  auto cat = ctx.sandboxes.catalog();
+  const std::string& alias = ctx.params.at(0);
+  if (const auto* t = cat->get(alias)) {
+    return http::json_response(200, json::object{{"templateID", t->id}, {"public", true}});
+  }
+  for (const auto& e : cat->errors()) {
+    if (e.id_hint == alias)
+      return not_found("template '" + alias + "' failed to load: " + e.message);
+  }
+  return not_found("template alias '" + alias + "' not found");
+}
+
 }  // namespace abx::platform::api
 
 // --- abx extensions: builds, removal, push, image metadata ---

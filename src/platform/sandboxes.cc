@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include <algorithm>
 #include <boost/json/array.hpp>
@@ -669,8 +670,17 @@ std::vector<SandboxEvent> LiveSandbox::events_since(std::int64_t start_ms) const
 void LiveSandbox::sample_metrics() {
   const runtime::CgroupUsage usage = sandbox.cgroups().usage();
   const std::int64_t now = now_ms();
-  std::lock_guard lock(metrics_mu_);
   MetricSample m{now, 0, usage.memory_bytes};
+  if (const std::string upper = sandbox.upper_dir(); !upper.empty()) {
+    struct statvfs st {};
+    if (::statvfs(upper.c_str(), &st) == 0) {
+      const std::uint64_t block = st.f_frsize ? st.f_frsize : st.f_bsize;
+      m.disk_total_bytes = static_cast<std::uint64_t>(st.f_blocks) * block;
+      const std::uint64_t avail = static_cast<std::uint64_t>(st.f_bavail) * block;
+      m.disk_used_bytes = m.disk_total_bytes > avail ? m.disk_total_bytes - avail : 0;
+    }
+  }
+  std::lock_guard lock(metrics_mu_);
   const double cpus = record.cpu_count > 0 ? record.cpu_count : 1;
   if (last_sample_ms_ != 0 && now > last_sample_ms_ && usage.cpu_usec >= last_cpu_usec_) {
     const double used_us = static_cast<double>(usage.cpu_usec - last_cpu_usec_);
@@ -681,6 +691,12 @@ void LiveSandbox::sample_metrics() {
   last_sample_ms_ = now;
   metrics_.push_back(m);
   if (metrics_.size() > kMetricSamples) metrics_.pop_front();
+}
+
+bool LiveSandbox::metrics_due(std::int64_t now) const {
+  std::lock_guard lock(metrics_mu_);
+  return last_sample_ms_ == 0 ||
+         now - last_sample_ms_ >= std::chrono::milliseconds(kMetricInterval).count();
 }
 
 std::vector<MetricSample> LiveSandbox::metrics_between(std::int64_t start_ms,
@@ -853,11 +869,8 @@ void SandboxManager::reaper_loop() {
     const std::int64_t now = now_ms();
     {
       std::lock_guard l(mu_);
-      if (now - last_metrics_ms_ >= std::chrono::milliseconds(kMetricInterval).count()) {
-        last_metrics_ms_ = now;
-        for (auto& [id, sb] : live_) to_sample.push_back(sb);
-      }
       for (auto& [id, sb] : live_) {
+        if (sb->metrics_due(now)) to_sample.push_back(sb);
         all.push_back(sb);
         if (init_exited(sb->sandbox.pidfd())) dead.push_back(id);  // envd died on its own
       }

@@ -86,6 +86,10 @@ struct MetricSample {
   std::int64_t timestamp_ms = 0;
   double cpu_used_pct = 0;  // of the sandbox's CPUs, over the interval since the last sample
   std::uint64_t mem_used_bytes = 0;
+  // The writable layer's filesystem (statvfs of the upper dir): used = total - available, as
+  // E2B's envd counts. Both 0 for a sandbox without one (rootfs host).
+  std::uint64_t disk_used_bytes = 0;
+  std::uint64_t disk_total_bytes = 0;
 };
 
 inline constexpr std::chrono::seconds kMetricInterval{5};
@@ -117,9 +121,12 @@ struct LiveSandbox {
   void note(std::string_view level, std::string message);
   std::vector<SandboxEvent> events_since(std::int64_t start_ms) const;
 
-  // Takes a usage sample now (the reaper does, every kMetricInterval) into a ring of the last
-  // kMetricSamples.
+  // Takes a usage sample now (at create, then the reaper whenever metrics_due) into a ring of
+  // the last kMetricSamples.
   void sample_metrics();
+  // Whether kMetricInterval has passed since this sandbox's last sample (or there is none):
+  // each sandbox keeps its own 5-second rhythm from its create.
+  bool metrics_due(std::int64_t now_ms) const;
   // The samples with start_ms <= timestamp <= end_ms, oldest first.
   std::vector<MetricSample> metrics_between(std::int64_t start_ms, std::int64_t end_ms) const;
 
@@ -234,7 +241,6 @@ class SandboxManager {
   std::condition_variable reaper_cv_;
   bool stopping_ = false;
   std::thread reaper_;
-  std::int64_t last_metrics_ms_ = 0;  // reaper thread only
 };
 
 std::int64_t now_ms();

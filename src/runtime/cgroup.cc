@@ -136,12 +136,18 @@ CgroupUsage SandboxCgroups::usage() const {
       }
     }
   }
-  const std::string mem = dir_for("memory");
-  if (mem.empty()) return u;
   auto number = [](const std::string& path) -> std::uint64_t {
     auto text = read_file(path, 64);
     return text ? std::strtoull(text->c_str(), nullptr, 10) : 0;
   };
+  // Without cgroup v2, cpuacct's total (ns) where it shares the cpu hierarchy ("cpu,cpuacct",
+  // as systemd mounts v1), which is where the sandbox's cpu group lives.
+  if (v2_dir_.empty()) {
+    if (const std::string cpu = dir_for("cpu"); !cpu.empty())
+      u.cpu_usec = number(cpu + "/cpuacct.usage") / 1000;
+  }
+  const std::string mem = dir_for("memory");
+  if (mem.empty()) return u;
   u.memory_bytes = number(mem + "/memory.usage_in_bytes");                    // v1
   if (u.memory_bytes == 0) u.memory_bytes = number(mem + "/memory.current");  // v2
   return u;

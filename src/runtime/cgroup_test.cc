@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "gtest/gtest.h"
@@ -20,6 +21,26 @@ using testing::TempDir;
 bool exists(const std::string& p) {
   struct stat st;
   return ::stat(p.c_str(), &st) == 0;
+}
+
+// Metrics without cgroup v2: CPU time from v1 cpuacct.usage (ns) in the cpu hierarchy, memory
+// from memory.usage_in_bytes. Plain files stand in for the cgroupfs.
+TEST(CgroupUsageTest, ReadsV1CpuacctWhenThereIsNoV2) {
+  TempDir tmp;
+  CgroupLayout layout;
+  layout.v1["cpu"] = tmp.path() + "/cpu,cpuacct";
+  layout.v1["cpuacct"] = tmp.path() + "/cpu,cpuacct";
+  layout.v1["memory"] = tmp.path() + "/memory";
+  auto g = SandboxCgroups::existing(layout, "abx", "sb1");
+  ASSERT_EQ(g.dir_for("cpu"), tmp.path() + "/cpu,cpuacct/abx/sb1");
+  EXPECT_EQ(g.usage().cpu_usec, 0u);  // unreadable counters read as 0
+  std::filesystem::create_directories(g.dir_for("cpu"));
+  std::filesystem::create_directories(g.dir_for("memory"));
+  std::ofstream(g.dir_for("cpu") + "/cpuacct.usage") << "2500000123\n";
+  std::ofstream(g.dir_for("memory") + "/memory.usage_in_bytes") << "4096\n";
+  CgroupUsage u = g.usage();
+  EXPECT_EQ(u.cpu_usec, 2'500'000u);
+  EXPECT_EQ(u.memory_bytes, 4096u);
 }
 
 TEST(CgroupLayoutTest, ParsesHybridMountinfo) {

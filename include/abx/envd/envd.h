@@ -8,6 +8,8 @@
 //   POST /process.Process/{Start,Connect,List,SendInput,SendSignal,CloseStdin,Update}
 //   POST /filesystem.Filesystem/{Stat,ListDir,MakeDir,Move,Remove,WatchDir,
 //                                CreateWatcher,GetWatcherEvents,RemoveWatcher}
+//   GET  /envs                         the default environment, a JSON string map
+//   GET  /metrics                      {ts, cpu_count, cpu_used_pct, mem_*, disk_*} (host_info.h)
 //   GET  /logs?start=<ms>&limit=N      (abx) the start command's and command server's output
 //                                      and restarts (src/envd/output_log.h)
 // RPCs use the Connect protocol with JSON (unary: bare JSON; server streams: envelopes ending

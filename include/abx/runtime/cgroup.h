@@ -34,7 +34,9 @@ struct CgroupLimits {
 // not report it.
 struct CgroupUsage {
   std::uint64_t memory_bytes = 0;  // v1 memory.usage_in_bytes, else v2 memory.current
-  std::uint64_t cpu_usec = 0;      // v2 cpu.stat usage_usec (CPU time used; 0 without cgroup v2)
+  // CPU time used: v2 cpu.stat usage_usec, else v1 cpuacct.usage / 1000 when cpuacct is
+  // mounted with cpu; 0 otherwise.
+  std::uint64_t cpu_usec = 0;
 };
 
 struct CgroupLayout {

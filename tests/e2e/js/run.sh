@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs the E2B JS SDK end-to-end tests (sdk.test.mjs, lifecycle.test.mjs) against abxd
+# Runs the E2B JS SDK end-to-end tests (sdk, lifecycle, network and parity .test.mjs) against abxd
 # ($ABXD_BIN, set by ctest).
 # On a fresh clone it installs the pinned packages first (`npm ci`, from package-lock.json).
 # The SDK needs Node >= 20.18 (scripts/node-env.sh puts one on PATH).
@@ -15,4 +15,4 @@ fi
 
 # ABX_JS_TESTS picks other files (tests/e2e/runc/run.sh runs runc.test.mjs this way).
 # shellcheck disable=SC2086
-exec node --test --test-reporter=spec "$@" ${ABX_JS_TESTS:-sdk.test.mjs lifecycle.test.mjs network.test.mjs}
+exec node --test --test-reporter=spec "$@" ${ABX_JS_TESTS:-sdk.test.mjs lifecycle.test.mjs network.test.mjs parity.test.mjs}

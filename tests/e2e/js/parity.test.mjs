@@ -1,0 +1,153 @@
+// Smaller E2B parity items (issue 16), against a real abxd with real sandboxes:
+// - GET /templates/aliases/{alias}, through the official SDK's Template.exists (200 for a
+//   template that exists, 404 for one that does not) and its body shape {templateID, public};
+// - abxd's metrics samples carry the writable layer's disk usage and CPU usage, 5 s apart;
+// - envd's GET /envs (the sandbox's default environment) and GET /metrics (E2B's field names),
+//   which the SDK does not call, fetched through abxd's proxy with the SDK's envd token.
+//
+//   ABXD_BIN=build/dev/src/platform/abxd node --test parity.test.mjs
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+
+import { Sandbox, Template } from 'e2b';
+
+let abxd;
+let home;
+let baseUrl;
+const made = [];
+
+before(async () => {
+  if (!process.env.ABXD_BIN) throw new Error('set ABXD_BIN to the abxd binary');
+  home = mkdtempSync(join(tmpdir(), 'abx-js-parity-'));
+  abxd = spawn(process.env.ABXD_BIN, ['--home', home, '--listen', '127.0.0.1:0'], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const base = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('abxd did not print its address')), 20000);
+    abxd.once('exit', (code) => reject(new Error(`abxd exited early: ${code}`)));
+    createInterface({ input: abxd.stdout }).on('line', (line) => {
+      const m = /^listening on (\S+):(\d+)$/.exec(line);
+      if (m) {
+        clearTimeout(timer);
+        resolve(`http://127.0.0.1:${m[2]}`);
+      }
+    });
+  });
+  baseUrl = base;
+  process.env.E2B_API_URL = base;
+  process.env.E2B_SANDBOX_URL = base;
+  process.env.E2B_API_KEY = readFileSync(join(home, 'api_key'), 'utf8').trim();
+  delete process.env.E2B_DEBUG;
+  delete process.env.E2B_DOMAIN;
+});
+
+after(async () => {
+  for (const id of made) await Sandbox.kill(id).catch(() => {});
+  if (abxd && abxd.exitCode === null) {
+    abxd.removeAllListeners('exit');
+    await new Promise((resolve) => {
+      abxd.once('exit', resolve);
+      abxd.kill('SIGTERM');
+    });
+  }
+  if (home) rmSync(home, { recursive: true, force: true });
+});
+
+async function create(opts = {}) {
+  const sbx = await Sandbox.create('base', { timeoutMs: 600_000, ...opts });
+  made.push(sbx.sandboxId);
+  return sbx;
+}
+
+// A request to envd inside the sandbox through abxd's proxy (the SDK's routing headers).
+async function envd(sbx, path, { token = sbx.envdAccessToken, method = 'GET' } = {}) {
+  const headers = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983' };
+  if (token) headers['X-Access-Token'] = token;
+  const res = await fetch(`${baseUrl}${path}`, { method, headers });
+  const text = await res.text();
+  return { status: res.status, headers: res.headers, body: text ? JSON.parse(text) : null };
+}
+
+test('Template.exists: GET /templates/aliases/{alias} is 200 for a template, 404 otherwise', async () => {
+  assert.equal(await Template.exists('base'), true);
+  assert.equal(await Template.exists('no-such-template-here'), false);
+  const key = { 'X-API-Key': process.env.E2B_API_KEY };
+  let res = await fetch(`${baseUrl}/templates/aliases/base`, { headers: key });
+  assert.equal(res.status, 200);
+  assert.deepEqual(await res.json(), { templateID: 'base', public: true });
+  res = await fetch(`${baseUrl}/templates/aliases/no-such-template-here`, { headers: key });
+  assert.equal(res.status, 404);
+  const err = await res.json();
+  assert.equal(err.code, 404);
+  assert.match(err.message, /no-such-template-here/);
+  res = await fetch(`${baseUrl}/templates/aliases/base`); // no key
+  assert.equal(res.status, 401);
+});
+
+test('getMetrics: disk usage of the writable layer and CPU usage', async () => {
+  const sbx = await create();
+  const [first] = await sbx.getMetrics();
+  assert.ok(first.diskTotal > 0);
+  assert.ok(first.diskUsed >= 0 && first.diskUsed <= first.diskTotal);
+  // 32 MiB on disk and ~3 s of one busy CPU, then the next 5-second sample.
+  await sbx.commands.run(
+    'dd if=/dev/zero of=/home/user/fill bs=1M count=32 conv=fsync status=none && ' +
+      'end=$(($(date +%s)+3)); while [ $(date +%s) -lt $end ]; do :; done',
+    { timeoutMs: 30_000 },
+  );
+  const t0 = first.timestamp.getTime();
+  let later = [];
+  for (let i = 0; i < 40 && later.length === 0; i++) {
+    await new Promise((r) => setTimeout(r, 500));
+    later = (await sbx.getMetrics()).filter((m) => m.timestamp.getTime() > t0 + 3_000);
+  }
+  assert.ok(later.length > 0, 'no sample after the work');
+  const last = later[later.length - 1];
+  assert.ok(last.diskUsed >= first.diskUsed + 30 * 2 ** 20, `diskUsed ${last.diskUsed}`);
+  assert.ok(last.diskUsed <= last.diskTotal);
+  assert.equal(last.diskTotal, first.diskTotal);
+  assert.ok(later.some((m) => m.cpuUsedPct > 0), 'cpuUsedPct stayed 0 while a CPU was busy');
+  // Each sandbox samples on its own 5-second rhythm from its create: no second sample right
+  // after the first when abxd's reaper happens to tick then.
+  const ts = (await sbx.getMetrics()).map((m) => m.timestamp.getTime());
+  for (let i = 1; i < ts.length; i++) assert.ok(ts[i] - ts[i - 1] >= 4_900, `samples ${ts}`);
+  await sbx.kill();
+});
+
+test("envd's GET /envs and GET /metrics through the proxy", async () => {
+  const sbx = await create({ envs: { PARITY_VAR: 'hello world' } });
+  let r = await envd(sbx, '/envs');
+  assert.equal(r.status, 200);
+  assert.equal(r.headers.get('cache-control'), 'no-store');
+  assert.equal(r.body.PARITY_VAR, 'hello world');
+  assert.equal(r.body.E2B_SANDBOX_ID, sbx.sandboxId);
+  assert.equal(r.body.ABX_ACCESS_TOKEN, undefined); // envd never hands its token on
+  // What /envs lists is what a command starts with.
+  const out = await sbx.commands.run('printf %s "$PARITY_VAR"');
+  assert.equal(out.stdout, 'hello world');
+
+  r = await envd(sbx, '/metrics');
+  assert.equal(r.status, 200);
+  const m = r.body;
+  for (const k of ['ts', 'cpu_count', 'cpu_used_pct', 'mem_total', 'mem_used', 'disk_used', 'disk_total']) {
+    assert.equal(typeof m[k], 'number', k);
+  }
+  assert.ok(Math.abs(m.ts - Date.now() / 1000) < 30);
+  assert.ok(m.cpu_count >= 1);
+  assert.ok(m.mem_used > 0 && m.mem_used <= m.mem_total);
+  // The root filesystem is the writable layer: its size is the template's disk quota, as in
+  // abxd's samples.
+  const [sample] = await sbx.getMetrics();
+  assert.equal(m.disk_total, sample.diskTotal);
+  assert.ok(m.disk_used <= m.disk_total);
+
+  // abxd's proxy needs the envd token before anything reaches envd.
+  r = await envd(sbx, '/envs', { token: 'wrong' });
+  assert.equal(r.status, 401);
+  await sbx.kill();
+});
