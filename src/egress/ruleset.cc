@@ -60,6 +60,13 @@ std::string render_ruleset(const RulesetPlan& p) {
     if (!sb.rules.allow_domains.empty() && p.proxy_port != 0)
       proxied += (proxied.empty() ? "" : ", ") + ("\"" + sb.host_if + "\"");
 
+  // Anti-spoofing, before NAT and everything else (sandboxes lack CAP_NET_RAW, so this is a second
+  // wall): a link carries its own sandbox's address only.
+  s += "  chain guard {\n    type filter hook prerouting priority raw; policy accept;\n";
+  for (const auto& sb : p.sandboxes)
+    if (sb.address != 0)
+      s += "    iifname \"" + sb.host_if + "\" ip saddr != " + ipv4_str(sb.address) + " drop\n";
+  s += "  }\n";
   s += "  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n";
   s += "    " + links + "meta nfproto ipv4 udp dport 53 redirect to :" + dns + "\n";
   s += "    " + links + "meta nfproto ipv4 tcp dport 53 redirect to :" + dns + "\n";

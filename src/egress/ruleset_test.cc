@@ -18,9 +18,9 @@ RulesetPlan plan() {
   p.proxy_port = 40080;
   p.log_group = 4242;
   p.sandboxes.push_back(
-      {3, "abxt3",
+      {3, "abxt3", 0x0ad5000e,
        *parse_rules({"8.8.8.0/24", "*.example.com", "8.8.0.0/16"}, {"0.0.0.0/0"}, true)});
-  p.sandboxes.push_back({4, "abxt4", *parse_rules({}, {}, true)});
+  p.sandboxes.push_back({4, "abxt4", 0x0ad50012, *parse_rules({}, {}, true)});
   return p;
 }
 
@@ -33,6 +33,7 @@ TEST(Ruleset, ChainsForEachSandboxAndTheSharedHooks) {
   EXPECT_TRUE(s.starts_with("table inet abx_test {}\ndelete table inet abx_test\n"));
   EXPECT_TRUE(contains(s, "iifname \"abxt3\" jump sb_3"));
   EXPECT_TRUE(contains(s, "iifname \"abxt4\" jump sb_4"));
+  EXPECT_TRUE(contains(s, "iifname \"abxt3\" ip saddr != 10.213.0.14 drop"));
   EXPECT_TRUE(contains(s, "elements = { 8.8.8.0/24, 8.8.0.0/16 }"));
   // Only the sandbox that names domains goes through the proxy.
   EXPECT_TRUE(contains(

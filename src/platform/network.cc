@@ -349,7 +349,8 @@ Status SandboxNetwork::apply_locked() {
   p.dns_port = dns_ ? dns_->port() : 0;
   p.proxy_port = proxy_ ? proxy_->port() : 0;
   p.log_group = log_group_;
-  for (const auto& [id, e] : sandboxes_) p.sandboxes.push_back({e.slot, e.link.host_if, e.rules});
+  for (const auto& [id, e] : sandboxes_)
+    p.sandboxes.push_back({e.slot, e.link.host_if, e.link.sandbox_ip, e.rules});
   std::string text = egress::render_ruleset(p);
   ABX_TRY(runtime::nft_apply(text));
   ruleset_ = std::move(text);

@@ -26,6 +26,7 @@ namespace abx::egress {
 struct RulesetSandbox {
   std::uint32_t slot = 0;  // numbers the chain and the NFLOG prefix "abx:<slot>:<verdict>"
   std::string host_if;
+  std::uint32_t address = 0;  // the sandbox's own address: any other source on its link is dropped
   Rules rules;
 };
 
@@ -43,6 +44,8 @@ struct RulesetPlan {
 
 // "table inet T {}; delete table inet T; table inet T {...}": replaces the table atomically.
 std::string render_ruleset(const RulesetPlan& plan);
+// (prerouting, before anything else: a packet from a sandbox link whose source is not that
+// sandbox's address is dropped — no sandbox speaks for another to the resolver or the proxy.)
 // Removes the table (and only it), whether or not it exists.
 std::string render_delete(const std::string& table);
 
