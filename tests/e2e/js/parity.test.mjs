@@ -8,54 +8,22 @@
 //   ABXD_BIN=build/dev/src/platform/abxd node --test parity.test.mjs
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 
 import { Sandbox, Template } from 'e2b';
 
-let abxd;
-let home;
+import { startAbxd } from './abxd.mjs';
+
+let daemon;
 let baseUrl;
-const made = [];
+let made;
 
 before(async () => {
-  if (!process.env.ABXD_BIN) throw new Error('set ABXD_BIN to the abxd binary');
-  home = mkdtempSync(join(tmpdir(), 'abx-js-parity-'));
-  abxd = spawn(process.env.ABXD_BIN, ['--home', home, '--listen', '127.0.0.1:0'], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  const base = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('abxd did not print its address')), 20000);
-    abxd.once('exit', (code) => reject(new Error(`abxd exited early: ${code}`)));
-    createInterface({ input: abxd.stdout }).on('line', (line) => {
-      const m = /^listening on (\S+):(\d+)$/.exec(line);
-      if (m) {
-        clearTimeout(timer);
-        resolve(`http://127.0.0.1:${m[2]}`);
-      }
-    });
-  });
-  baseUrl = base;
-  process.env.E2B_API_URL = base;
-  process.env.E2B_SANDBOX_URL = base;
-  process.env.E2B_API_KEY = readFileSync(join(home, 'api_key'), 'utf8').trim();
-  delete process.env.E2B_DEBUG;
-  delete process.env.E2B_DOMAIN;
+  daemon = await startAbxd('parity');
+  ({ baseUrl, made } = daemon);
 });
 
 after(async () => {
-  for (const id of made) await Sandbox.kill(id).catch(() => {});
-  if (abxd && abxd.exitCode === null) {
-    abxd.removeAllListeners('exit');
-    await new Promise((resolve) => {
-      abxd.once('exit', resolve);
-      abxd.kill('SIGTERM');
-    });
-  }
-  if (home) rmSync(home, { recursive: true, force: true });
+  if (daemon) await daemon.stop();
 });
 
 async function create(opts = {}) {

@@ -1,0 +1,55 @@
+// A real abxd for one test file: a home of its own, port 0, the E2B SDK's environment pointed
+// at it; stop() kills the sandboxes the file made, stops abxd (SIGTERM) and removes the home.
+//
+//   const daemon = await startAbxd('lifecycle');   // in before()
+//   daemon.baseUrl, daemon.home, daemon.made.push(id)
+//   await daemon.stop();                           // in after()
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+
+import { Sandbox } from 'e2b';
+
+export async function startAbxd(name, extraArgs = []) {
+  if (!process.env.ABXD_BIN) throw new Error('set ABXD_BIN to the abxd binary');
+  const home = mkdtempSync(join(tmpdir(), `abx-js-${name}-`));
+  const abxd = spawn(process.env.ABXD_BIN, ['--home', home, '--listen', '127.0.0.1:0', ...extraArgs], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const baseUrl = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('abxd did not print its address')), 20000);
+    abxd.once('exit', (code) => reject(new Error(`abxd exited early: ${code}`)));
+    createInterface({ input: abxd.stdout }).on('line', (line) => {
+      const m = /^listening on (\S+):(\d+)$/.exec(line);
+      if (m) {
+        clearTimeout(timer);
+        resolve(`http://127.0.0.1:${m[2]}`);
+      }
+    });
+  });
+  process.env.E2B_API_URL = baseUrl;
+  process.env.E2B_SANDBOX_URL = baseUrl;
+  process.env.E2B_API_KEY = readFileSync(join(home, 'api_key'), 'utf8').trim();
+  delete process.env.E2B_DEBUG;
+  delete process.env.E2B_DOMAIN;
+  const made = [];
+  return {
+    abxd,
+    home,
+    baseUrl,
+    made,
+    async stop() {
+      for (const id of made) await Sandbox.kill(id).catch(() => {});
+      if (abxd.exitCode === null) {
+        abxd.removeAllListeners('exit');
+        await new Promise((resolve) => {
+          abxd.once('exit', resolve);
+          abxd.kill('SIGTERM');
+        });
+      }
+      rmSync(home, { recursive: true, force: true });
+    },
+  };
+}
