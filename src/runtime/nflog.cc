@@ -215,6 +215,12 @@ std::vector<FlowLogEvent> parse_nflog_messages(const void* buf, std::size_t len,
   std::vector<FlowLogEvent> events;
   std::size_t bad = 0;
   if (buf == nullptr) len = 0;
+  // One recv() is at most a few MiB (the socket's buffer); anything larger is not a batch.
+  constexpr std::size_t kMaxBatch = std::size_t{1} << 26;
+  if (len > kMaxBatch) {
+    if (malformed != nullptr) *malformed = 1;
+    return events;
+  }
   // nlmsghdr and nlattr are read in place, so an unaligned buffer is copied first.
   std::vector<std::uint32_t> aligned;
   if (len > 0 && reinterpret_cast<std::uintptr_t>(buf) % alignof(nlmsghdr) != 0) {
