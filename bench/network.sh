@@ -47,7 +47,7 @@ chmod 755 "$work"
 name="bnet$idx"
 pids=()
 cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
   "$root/tests/e2e/network/internet.sh" down "$name" "$idx" "$work/inet" || true
   rm -rf "$work"
 }
@@ -58,22 +58,24 @@ cp "$here/lib/net_probe.py" "$work/net_probe.py"
 ip netns exec "$name" python3 "$work/net_probe.py" serve "$INET_WEB" 9000 >/dev/null 2>&1 &
 pids+=($!)
 
-start_abxd() {  # start_abxd <home> <flags...> -> prints the API URL
-  local home=$1; shift
+# start_abxd <var> <home> <flags...>: sets <var> to the API URL. Not in a $(...) subshell, so
+# the cleanup trap sees the pid.
+start_abxd() {
+  local var=$1 home=$2; shift 2
   "$abxd" --home "$home" --listen 127.0.0.1:0 --image-store "$store" --dns-upstream "$INET_DNS" \
     --kill-sandboxes --log-level warn "$@" >"$home.log" 2>&1 &
   pids+=($!)
+  local port
   for _ in $(seq 200); do
-    local port
     port=$(sed -n 's/^listening on 127.0.0.1:\([0-9]*\)$/\1/p' "$home.log" 2>/dev/null | head -1 || true)
-    if [ -n "$port" ]; then echo "http://127.0.0.1:$port"; return; fi
+    if [ -n "$port" ]; then printf -v "$var" 'http://127.0.0.1:%s' "$port"; return; fi
     sleep 0.1
   done
   echo "network bench: abxd did not start: $(tail -3 "$home.log")" >&2
   exit 1
 }
-net_url=$(start_abxd "$work/net")
-off_url=$(start_abxd "$work/off" --no-network)
+start_abxd net_url "$work/net"
+start_abxd off_url "$work/off" --no-network
 net_key=$(cat "$work/net/api_key")
 off_key=$(cat "$work/off/api_key")
 
