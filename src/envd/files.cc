@@ -204,6 +204,14 @@ Status gunzip_range(int from, std::uint64_t offset, std::uint64_t length, int to
   std::vector<char> out(256 * 1024);
   std::uint64_t produced = 0;
   bool member_done = false;  // the last member ended (or nothing was read yet: empty is invalid)
+  // Writes `got` decoded bytes from `out`, within the cap on the decoded size.
+  auto emit = [&](std::size_t got) -> Status {
+    produced += got;
+    if (produced > max_out)
+      return Error(ErrorCode::kPayloadTooLarge,
+                   "the gzip upload decodes to more than " + std::to_string(max_out) + " bytes");
+    return write_all(to, out.data(), got);
+  };
   while (length > 0) {
     ssize_t n = ::pread(from, in.data(), std::min<std::uint64_t>(length, in.size()),
                         static_cast<off_t>(offset));
@@ -227,12 +235,7 @@ Status gunzip_range(int from, std::uint64_t offset, std::uint64_t length, int to
                                 (z.msg ? z.msg : "corrupt data"));
       }
       std::size_t got = out.size() - z.avail_out;
-      produced += got;
-      if (produced > max_out) {
-        return Error(ErrorCode::kPayloadTooLarge,
-                     "the gzip upload decodes to more than " + std::to_string(max_out) + " bytes");
-      }
-      ABX_TRY(write_all(to, out.data(), got));
+      ABX_TRY(emit(got));
       if (rc == Z_STREAM_END) member_done = true;
       if (rc == Z_BUF_ERROR && got == 0) break;  // needs more input
     }
@@ -243,12 +246,7 @@ Status gunzip_range(int from, std::uint64_t offset, std::uint64_t length, int to
     z.avail_out = static_cast<uInt>(out.size());
     int rc = ::inflate(&z, Z_FINISH);
     std::size_t got = out.size() - z.avail_out;
-    produced += got;
-    if (produced > max_out) {
-      return Error(ErrorCode::kPayloadTooLarge,
-                   "the gzip upload decodes to more than " + std::to_string(max_out) + " bytes");
-    }
-    ABX_TRY(write_all(to, out.data(), got));
+    ABX_TRY(emit(got));
     if (rc == Z_STREAM_END) break;
     if (got == 0) return invalid_argument("the gzip upload is truncated");
   }

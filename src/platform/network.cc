@@ -351,10 +351,7 @@ Status SandboxNetwork::apply_locked() {
   p.log_group = log_group_;
   for (const auto& [id, e] : sandboxes_)
     p.sandboxes.push_back({e.slot, e.link.host_if, e.link.sandbox_ip, e.rules});
-  std::string text = egress::render_ruleset(p);
-  ABX_TRY(runtime::nft_apply(text));
-  ruleset_ = std::move(text);
-  return {};
+  return runtime::nft_apply(egress::render_ruleset(p));
 }
 
 Status SandboxNetwork::attach(const std::string& id, const runtime::VethInfo& link,
@@ -406,17 +403,11 @@ std::vector<AuditEvent> SandboxNetwork::audit(const std::string& id, std::int64_
   return out;
 }
 
-std::string SandboxNetwork::ruleset() const {
-  std::lock_guard lock(mu_);
-  return ruleset_;
-}
-
 void SandboxNetwork::remove_rules() {
   if (!opt_.enabled) return;
   std::lock_guard lock(mu_);
   if (Status s = runtime::nft_apply(egress::render_delete(table_)); !s)
     log_.warn("removing table " + table_ + ": " + s.error().message());
-  ruleset_.clear();
 }
 
 SandboxNetwork::Entry* SandboxNetwork::by_ip_locked(std::uint32_t ip) {

@@ -102,8 +102,6 @@ class SandboxNetwork {
   Status update(const std::string& sandbox_id, const SandboxNetworkSpec& spec);
   void detach(const std::string& sandbox_id);
   std::vector<AuditEvent> audit(const std::string& sandbox_id, std::int64_t since_ms) const;
-  // The ruleset text as last applied (tests and `abxd` debug logging).
-  std::string ruleset() const;
   // Removes the table (abxd stops with no sandbox left running).
   void remove_rules();
 
@@ -144,7 +142,6 @@ class SandboxNetwork {
   std::vector<std::thread> threads_;
   mutable std::mutex mu_;
   std::map<std::string, Entry> sandboxes_;
-  std::string ruleset_;
 };
 
 }  // namespace abx::platform

@@ -69,7 +69,11 @@ Abxd::Abxd(fs::path home, std::vector<std::string> extra_args)
 Abxd::~Abxd() { shutdown(); }
 
 ::testing::AssertionResult Abxd::start() {
+  // Sandboxes have outbound networking: their resolver forwards to a loopback port where nothing
+  // answers, so no test's DNS question can reach a real resolver (a test may pass its own).
   std::vector<std::string> argv{abxd_bin(), "--home", home_.string(), "--listen", "127.0.0.1:0"};
+  if (std::find(extra_args_.begin(), extra_args_.end(), "--dns-upstream") == extra_args_.end())
+    argv.insert(argv.end(), {"--dns-upstream", "127.0.0.1:9"});
   // The run's shared image store (scripts/build-images.sh put `base` there), unless the test
   // passes its own --image-store.
   bool own_store =

@@ -15,7 +15,10 @@ import { Sandbox } from 'e2b';
 export async function startAbxd(name, extraArgs = []) {
   if (!process.env.ABXD_BIN) throw new Error('set ABXD_BIN to the abxd binary');
   const home = mkdtempSync(join(tmpdir(), `abx-js-${name}-`));
-  const abxd = spawn(process.env.ABXD_BIN, ['--home', home, '--listen', '127.0.0.1:0', ...extraArgs], {
+  // Sandboxes have outbound networking: their resolver forwards to a loopback port where nothing
+  // answers, so no test's DNS question can reach a real resolver.
+  const args = ['--home', home, '--listen', '127.0.0.1:0', '--dns-upstream', '127.0.0.1:9'];
+  const abxd = spawn(process.env.ABXD_BIN, [...args, ...extraArgs], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const baseUrl = await new Promise((resolve, reject) => {
