@@ -33,6 +33,8 @@ pkgs=(
   # busybox and a musl toolchain for test images, runc/crun to run abx images elsewhere,
   # mmdebstrap to build the default Debian template from Debian's registry, htpasswd (bcrypt)
   docker-registry skopeo busybox-static musl-tools runc crun mmdebstrap apache2-utils
+  libzmq3-dev cppzmq-dev  # abx-interp: Jupyter kernels over ZeroMQ (src/interp)
+  python3-ipykernel  # tests of src/interp: a real IPython kernel on the host
   ccache  # compiler cache: the dev, asan and release builds of one run share unchanged objects
 )
 # tests/e2e/mcp: the official MCP TypeScript SDK runs on Node (npm ci fetches it). Debian's
