@@ -25,15 +25,16 @@ constexpr int kExitListen = 4;
 
 struct Flags {
   abx::envd::EnvdOptions opt;
-  std::string token_file, start_cmd, server_cmd, server_argv_json, log_level;
+  std::string token_file, start_cmd, server_cmd, server_argv_json, interp_argv_json, log_level;
   std::vector<std::string> server_argv;  // parsed from server_argv_json
+  std::vector<std::string> interp_argv;  // parsed from interp_argv_json
 };
 
-// --server-argv's JSON array of strings; false (with a message) when it is not one.
-bool parse_server_argv(Flags& f) {
-  if (f.server_argv_json.empty()) return true;
+// A JSON array of strings (an argv) into `out`; false (with a message) when it is not one.
+bool parse_argv_json(const std::string& text, const char* flag, std::vector<std::string>& out) {
+  if (text.empty()) return true;
   boost::system::error_code ec;
-  boost::json::value v = boost::json::parse(f.server_argv_json, ec);
+  boost::json::value v = boost::json::parse(text, ec);
   bool ok = !ec && v.is_array() && !v.as_array().empty();
   if (ok) {
     for (const auto& a : v.as_array()) {
@@ -41,15 +42,23 @@ bool parse_server_argv(Flags& f) {
         ok = false;
         break;
       }
-      f.server_argv.emplace_back(a.as_string());
+      out.emplace_back(a.as_string());
     }
   }
-  if (!ok || f.server_argv[0].empty()) {
-    std::cerr << "abx-envd: --server-argv must be a non-empty JSON array of strings, e.g. "
+  if (!ok || out[0].empty()) {
+    std::cerr << "abx-envd: " << flag
+              << " must be a non-empty JSON array of strings, e.g. "
                  "[\"/opt/abx/bin/abx-server\",\"--port\",\"8080\"]\n";
     return false;
   }
-  if (!f.server_cmd.empty()) {
+  return true;
+}
+
+// --server-argv and --interpreter-argv; false (with a message) when either is malformed.
+bool parse_server_argv(Flags& f) {
+  if (!parse_argv_json(f.server_argv_json, "--server-argv", f.server_argv)) return false;
+  if (!parse_argv_json(f.interp_argv_json, "--interpreter-argv", f.interp_argv)) return false;
+  if (!f.server_argv.empty() && !f.server_cmd.empty()) {
     std::cerr << "abx-envd: give --server-cmd or --server-argv, not both\n";
     return false;
   }
@@ -76,6 +85,9 @@ std::optional<int> parse_flags(int argc, char** argv, Flags& f) {
   app.add_option("--server-argv", f.server_argv_json,
                  "The command server as a JSON array of strings, executed directly (searched in "
                  "$PATH without a '/'; no shell needed in the image); restarted with backoff");
+  app.add_option("--interpreter-argv", f.interp_argv_json,
+                 "The code interpreter (abx-interp) as a JSON array of strings, run as the default "
+                 "user and restarted with backoff");
   app.add_option("--default-user", f.opt.default_user, "User for requests that name none")
       ->capture_default_str();
   app.add_option("--max-upload", f.opt.max_upload_bytes, "Largest POST /files body in bytes")
@@ -151,8 +163,9 @@ int main(int argc, char** argv) {
     return server.error().code() == ErrorCode::kUnavailable ? kExitListen : kExitConfig;
   }
   envd::Users users(opt.default_user, {});
-  std::optional<envd::Supervisor> start_sup, server_sup;
-  if (!f.start_cmd.empty() || !f.server_cmd.empty() || !f.server_argv.empty()) {
+  std::optional<envd::Supervisor> start_sup, server_sup, interp_sup;
+  if (!f.start_cmd.empty() || !f.server_cmd.empty() || !f.server_argv.empty() ||
+      !f.interp_argv.empty()) {
     auto u = users.resolve("");
     if (!u.ok()) {
       std::cerr << "abx-envd: " << u.error().message() << "\n";
@@ -160,6 +173,12 @@ int main(int argc, char** argv) {
     }
     if (!f.start_cmd.empty())
       start_sup.emplace(envd::Reaper::instance(), "start command", f.start_cmd, *u, false);
+    // The code interpreter runs the user's code: as the default user, without the token (abxd's
+    // proxy checks callers; the interpreter listens on the sandbox's loopback only).
+    if (!f.interp_argv.empty()) {
+      interp_sup.emplace(envd::Reaper::instance(), "code interpreter", f.interp_argv,
+                         std::vector<std::string>{}, *u, true);
+    }
     // The command server checks the same token as envd, and the token opens envd to anyone as
     // anyone (root included): the default user must never be able to read it. The token file is
     // root's alone (0400), so envd reads it and hands it over in the server's environment (no

@@ -436,6 +436,7 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   templates::BuiltinOptions bo;
   bo.abx_server = "/opt/abx/bin/abx-server";
   bo.demo_module = "/opt/abx/lib/libabx_demo_commands.so";
+  bo.abx_interp = "/opt/abx/bin/abx-interp";
   auto catalog = templates::TemplateCatalog::load(cfg.home, bo);
   for (const auto& e : catalog.errors()) log.error("template skipped: " + e.message);
   const std::size_t ntemplates = catalog.list().size();

@@ -285,6 +285,16 @@ bool signed_files_request(const bhttp::request_header<>& h) {
   }
   return false;
 }
+
+// The code interpreter's context management (list, create, restart, remove contexts) and its
+// health check: @e2b/code-interpreter sends these without X-Access-Token (E2B's ports are public
+// unless allowPublicTraffic is false, and then the SDK sends the traffic token, checked above).
+// They start no kernel and run no code; /execute, which does, always needs the token.
+bool interpreter_management_request(const bhttp::request_header<>& h) {
+  std::string_view target = h.target();
+  std::string_view path = target.substr(0, target.find('?'));
+  return path == "/health" || path == "/contexts" || path.starts_with("/contexts/");
+}
 }  // namespace
 
 Status ControlApi::authorize_sandbox(const Route& route, const bhttp::request_header<>& headers) {
@@ -292,7 +302,9 @@ Status ControlApi::authorize_sandbox(const Route& route, const bhttp::request_he
   if (!sb) return not_found("sandbox '" + route.sandbox_id + "' not found");
   const bool envd = route.port == kEnvdPort;
   const bool server = sb->tmpl && sb->tmpl->server && route.port == sb->tmpl->server->port;
-  if (!envd && !server && !(sb->tmpl && sb->tmpl->has(templates::Capability::kPorts))) {
+  const bool interp =
+      sb->tmpl && sb->tmpl->interpreter && route.port == sb->tmpl->interpreter->port;
+  if (!envd && !server && !interp && !(sb->tmpl && sb->tmpl->has(templates::Capability::kPorts))) {
     return Error(ErrorCode::kPermissionDenied,
                  "port " + std::to_string(route.port) +
                      " of this sandbox is private (its template lacks the `ports` capability)");
@@ -321,6 +333,7 @@ Status ControlApi::authorize_sandbox(const Route& route, const bhttp::request_he
     if (a.size() > 7 && boost::beast::iequals(a.substr(0, 7), "bearer ")) presented = a.substr(7);
   }
   if (presented.empty() && envd && signed_files_request(headers)) return allowed;
+  if (presented.empty() && interp && interpreter_management_request(headers)) return allowed;
   if (presented.empty()) {
     return Error(ErrorCode::kUnauthenticated,
                  "missing X-Access-Token for sandbox '" + sb->record.id + "'");

@@ -256,6 +256,11 @@ runtime::SandboxConfig envd_sandbox_config(
     for (const auto& a : tmpl.server->argv) argv.emplace_back(a);
     cfg.argv.insert(cfg.argv.end(), {"--server-argv", boost::json::serialize(argv)});
   }
+  if (tmpl.interpreter) {
+    boost::json::array argv;
+    for (const auto& a : tmpl.interpreter->argv) argv.emplace_back(a);
+    cfg.argv.insert(cfg.argv.end(), {"--interpreter-argv", boost::json::serialize(argv)});
+  }
   // Later sources override earlier ones: abx's defaults, the image, the template, the request.
   std::map<std::string, std::string> env = {
       {"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
@@ -321,13 +326,14 @@ std::string output_tail(const std::vector<EnvdLogLine>& lines, const std::string
 // server that exits, so the first exit before that fails the create with the server's own
 // words (its exit status and the tail of its output, from envd's log) — never a sandbox whose
 // command list is silently empty.
+// `source` is the supervisor's name for it in envd's log ("command server", "code interpreter").
 Status wait_for_server(const runtime::Sandbox& sb, const templates::Template& tmpl,
+                       const templates::ServerSpec& spec, const std::string& source,
                        const std::string& token, std::chrono::milliseconds timeout) {
-  const std::uint16_t port = tmpl.server->port;
-  const std::string source = "command server";
+  const std::uint16_t port = spec.port;
   auto failed = [&](const std::string& why, const std::vector<EnvdLogLine>& lines) {
-    return Error(ErrorCode::kFailedPrecondition, "template '" + tmpl.id + "': its command server " +
-                                                     why + output_tail(lines, source, 20));
+    return Error(ErrorCode::kFailedPrecondition, "template '" + tmpl.id + "': its " + source +
+                                                     " " + why + output_tail(lines, source, 20));
   };
   auto start = std::chrono::steady_clock::now();
   auto deadline = start + timeout;
@@ -336,7 +342,7 @@ Status wait_for_server(const runtime::Sandbox& sb, const templates::Template& tm
        delay = std::min(delay * 2, std::chrono::microseconds(50'000))) {
     if (sb.open_tcp(port, std::chrono::milliseconds(500)).ok()) return {};
     if (init_exited(sb.pidfd())) {
-      return unavailable("abx-envd exited while its command server was starting");
+      return unavailable("abx-envd exited while its " + source + " was starting");
     }
     if (std::chrono::steady_clock::now() >= next_log_check) {
       next_log_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
@@ -541,8 +547,12 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
     slog.error(ready.error().message());
     return ready.error();
   }
-  if (tmpl->server) {
-    if (Status ready = wait_for_server(*sb, *tmpl, token, opt_.server_ready_timeout); !ready) {
+  for (const auto& [spec, source] : {std::pair{&tmpl->server, "command server"},
+                                      std::pair{&tmpl->interpreter, "code interpreter"}}) {
+    if (!*spec) continue;
+    if (Status ready =
+            wait_for_server(*sb, *tmpl, **spec, source, token, opt_.server_ready_timeout);
+        !ready) {
       (void)sb->destroy();
       detach_net();
       cleanup_run();

@@ -181,7 +181,8 @@ class SchemaReader {
 
  private:
   Status read_resources(const Node& n, Resources& r) const;
-  Status read_server(const Node& n, Template& t) const;
+  Result<std::optional<ServerSpec>> read_server(const Node& n, const std::string& key,
+                                                std::uint16_t default_port) const;
   Status read_capabilities(const Node& n, Template& t) const;
   Result<CustomCommand> read_custom_command(const Node& key, const Node& n) const;
   Result<registry::CommandArg> read_arg(const Node& n) const;
@@ -235,8 +236,8 @@ Result<Template> SchemaReader::read(const Node& root, const fs::path& file) cons
     return err(at, "a template must be a mapping with at least 'id'");
   }
   ABX_TRY(only_keys(root,
-                    {"id", "description", "image", "rootfs", "env", "start", "server", "resources",
-                     "network", "timeout", "capabilities", "custom_commands"},
+                    {"id", "description", "image", "rootfs", "env", "start", "server", "interpreter",
+                     "resources", "network", "timeout", "capabilities", "custom_commands"},
                     "template"));
   Template t;
   t.source = file.string();
@@ -286,7 +287,9 @@ Result<Template> SchemaReader::read(const Node& root, const fs::path& file) cons
     } else if (key == "start") {
       ABX_ASSIGN_OR_RETURN(t.start, command(v, "start"));
     } else if (key == "server") {
-      ABX_TRY(read_server(v, t));
+      ABX_ASSIGN_OR_RETURN(t.server, read_server(v, "server", kDefaultServerPort));
+    } else if (key == "interpreter") {
+      ABX_ASSIGN_OR_RETURN(t.interpreter, read_server(v, "interpreter", kDefaultInterpreterPort));
     } else if (key == "resources") {
       ABX_TRY(read_resources(v, t.resources));
     } else if (key == "network") {
@@ -338,20 +341,22 @@ Status SchemaReader::read_resources(const Node& n, Resources& r) const {
   return {};
 }
 
-Status SchemaReader::read_server(const Node& n, Template& t) const {
-  if (n.kind != Node::Kind::kMap) return err(n, "server must be a mapping with 'command'");
-  ABX_TRY(only_keys(n, {"command", "port"}, "server"));
+// `server` and `interpreter`: {command, port}.
+Result<std::optional<ServerSpec>> SchemaReader::read_server(const Node& n, const std::string& key,
+                                                            std::uint16_t default_port) const {
+  if (n.kind != Node::Kind::kMap) return err(n, key + " must be a mapping with 'command'");
+  ABX_TRY(only_keys(n, {"command", "port"}, key));
   ServerSpec s;
+  s.port = default_port;
   const Node* cmd = n.find("command");
-  if (cmd == nullptr) return err(n, "server needs a 'command'");
-  ABX_ASSIGN_OR_RETURN(s.argv, command(*cmd, "server.command"));
+  if (cmd == nullptr) return err(n, key + " needs a 'command'");
+  ABX_ASSIGN_OR_RETURN(s.argv, command(*cmd, key + ".command"));
   if (const Node* port = n.find("port")) {
     std::int64_t p = 0;
-    ABX_ASSIGN_OR_RETURN(p, integer(*port, "server.port", 1, 65535));
+    ABX_ASSIGN_OR_RETURN(p, integer(*port, key + ".port", 1, 65535));
     s.port = static_cast<std::uint16_t>(p);
   }
-  t.server = std::move(s);
-  return {};
+  return std::optional<ServerSpec>(std::move(s));
 }
 
 Status SchemaReader::read_capabilities(const Node& n, Template& t) const {
@@ -545,17 +550,18 @@ json::object Template::to_json() const {
     o["command"] = c.command;
     cmds.push_back(std::move(o));
   }
-  json::object server_json;
-  if (server) {
-    server_json["command"] = argv_json(server->argv);
-    server_json["port"] = server->port;
-  }
+  auto server_json = [](const std::optional<ServerSpec>& s) {
+    return s ? json::value(json::object{{"command", argv_json(s->argv)}, {"port", s->port}})
+             : json::value(nullptr);
+  };
+  json::array alias_json{json::string(id)};
+  for (const auto& a : aliases) alias_json.emplace_back(a);
   constexpr double kMiB = 1 << 20;
   json::object o{
       {"templateID", id},
       {"description", description},
-      {"aliases", json::array{json::string(id)}},
-      {"names", json::array{json::string(id)}},
+      {"aliases", alias_json},
+      {"names", alias_json},
       {"public", true},
       {"cpuCount", static_cast<std::int64_t>(std::ceil(resources.cpu))},
       {"cpu", resources.cpu},
@@ -569,7 +575,8 @@ json::object Template::to_json() const {
                                                   : "default"},
       {"timeout", timeout_seconds},
       {"start", argv_json(start)},
-      {"server", server ? json::value(std::move(server_json)) : json::value(nullptr)},
+      {"server", server_json(server)},
+      {"interpreter", server_json(interpreter)},
       {"capabilities", caps},
       {"customCommands", cmds},
       // E2B clients type metadata as a string map: the same data, as strings.
@@ -623,12 +630,27 @@ Template builtin_demo(const BuiltinOptions& b) {
   return t;
 }
 
+Template builtin_code_interpreter(const BuiltinOptions& b) {
+  Template t = builtin_base();
+  t.id = "code-interpreter";
+  t.aliases = {"code-interpreter-v1"};
+  t.description =
+      "Stateful Python (Jupyter kernels: numpy, pandas, matplotlib) behind E2B's code-interpreter "
+      "API on port 49999, for @e2b/code-interpreter and abx run_code.";
+  t.image = "abx:code-interpreter";
+  t.interpreter = ServerSpec{
+      {b.abx_interp, "--port", std::to_string(kDefaultInterpreterPort)}, kDefaultInterpreterPort};
+  t.resources.memory_bytes = 1LL << 30;  // a kernel with pandas and matplotlib loaded is ~150 MiB
+  return t;
+}
+
 TemplateCatalog TemplateCatalog::load(const fs::path& home, const BuiltinOptions& builtins) {
   constexpr int kMaxDirDepth = 8;
   constexpr std::size_t kMaxFiles = 1000;
   TemplateCatalog cat;
   cat.templates_.emplace("base", builtin_base());
   cat.templates_.emplace("demo", builtin_demo(builtins));
+  cat.templates_.emplace("code-interpreter", builtin_code_interpreter(builtins));
 
   std::vector<fs::path> files;
   std::error_code ec;
@@ -674,7 +696,13 @@ TemplateCatalog TemplateCatalog::load(const fs::path& home, const BuiltinOptions
 
 const Template* TemplateCatalog::get(std::string_view id) const {
   auto it = templates_.find(id);
-  return it == templates_.end() ? nullptr : &it->second;
+  if (it != templates_.end()) return &it->second;
+  for (const auto& [tid, t] : templates_) {
+    for (const auto& a : t.aliases) {
+      if (a == id) return &t;
+    }
+  }
+  return nullptr;
 }
 
 std::vector<const Template*> TemplateCatalog::list() const {

@@ -323,7 +323,47 @@ TEST(TemplateCatalog, BuiltinsOverridesAndErrors) {
 
   std::vector<std::string> ids;
   for (const auto* t : cat.list()) ids.push_back(t->id);
-  EXPECT_EQ(ids, (std::vector<std::string>{"base", "demo", "good", "reldir"}));
+  EXPECT_EQ(ids, (std::vector<std::string>{"base", "code-interpreter", "demo", "good", "reldir"}));
+}
+
+TEST(TemplateCatalog, CodeInterpreterBuiltinAnswersToItsAlias) {
+  TempDir home;
+  BuiltinOptions b;
+  b.abx_interp = "/opt/abx/bin/abx-interp";
+  auto cat = TemplateCatalog::load(home.path(), b);
+  const Template* t = cat.get("code-interpreter");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(cat.get("code-interpreter-v1"), t);  // the @e2b/code-interpreter SDK's default
+  EXPECT_EQ(t->image, "abx:code-interpreter");
+  ASSERT_TRUE(t->interpreter);
+  EXPECT_EQ(t->interpreter->port, 49999);
+  EXPECT_EQ(t->interpreter->argv,
+            (std::vector<std::string>{"/opt/abx/bin/abx-interp", "--port", "49999"}));
+  EXPECT_FALSE(t->server);
+  json::object j = t->to_json();
+  EXPECT_EQ(j.at("aliases"), (json::array{"code-interpreter", "code-interpreter-v1"}));
+  EXPECT_EQ(j.at("interpreter").at("port"), 49999);
+  EXPECT_TRUE(cat.get("base")->to_json().at("interpreter").is_null());
+  EXPECT_EQ(cat.get("code-interpreter-v2"), nullptr);
+}
+
+TEST(TemplateParse, InterpreterKey) {
+  auto t = parse_template("id: ci\ninterpreter:\n  command: [/opt/abx/bin/abx-interp, --port, \"8888\"]\n  port: 8888\n",
+                          "t.yaml");
+  ASSERT_TRUE(t.ok()) << t.error().message();
+  ASSERT_TRUE(t->interpreter);
+  EXPECT_EQ(t->interpreter->port, 8888);
+  auto d = parse_template("id: ci\ninterpreter: {command: abx-interp}\n", "t.yaml");
+  ASSERT_TRUE(d.ok()) << d.error().message();
+  EXPECT_EQ(d->interpreter->port, 49999);  // E2B's port by default
+  EXPECT_EQ(d->interpreter->argv, (std::vector<std::string>{"/bin/sh", "-c", "abx-interp"}));
+  auto bad = parse_template("id: ci\ninterpreter: {port: 1}\n", "t.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message().find("interpreter needs a 'command'"), std::string::npos)
+      << bad.error().message();
+  auto extra = parse_template("id: ci\ninterpreter: {command: x, kernel: py}\n", "t.yaml");
+  ASSERT_FALSE(extra.ok());
+  EXPECT_NE(extra.error().message().find("kernel"), std::string::npos) << extra.error().message();
 }
 
 TEST(TemplateCatalog, EmptyHomeHasBuiltins) {

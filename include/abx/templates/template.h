@@ -9,6 +9,7 @@
 //   env: {KEY: value}
 //   start: "cmd args" | [argv…]     # a string runs under /bin/sh -c
 //   server: {command: "…" | [argv…], port: 49982}
+//   interpreter: {command: "…" | [argv…], port: 49999}   # a code interpreter (abx-interp)
 //   resources: {cpu: 1.5, memory: 512Mi, pids: 256, disk: 1Gi}
 //   network: default | none | host  # default: outbound under the sandbox's egress rules
 //   timeout: 300 | 5m               # default sandbox lifetime; s, m, h suffixes
@@ -61,6 +62,8 @@ namespace abx::templates {
 inline constexpr std::size_t kMaxTemplateFileBytes = 256 * 1024;
 inline constexpr int kMaxYamlDepth = 16;
 inline constexpr std::uint16_t kDefaultServerPort = 49982;
+// E2B's code-interpreter port (the @e2b/code-interpreter SDK's JUPYTER_PORT).
+inline constexpr std::uint16_t kDefaultInterpreterPort = 49999;
 inline constexpr std::int64_t kDefaultTimeoutSeconds = 300;
 // A rendered command travels as one argv string of `sh -c`; Linux caps those at 128 KiB.
 inline constexpr std::size_t kMaxRenderedCommandBytes = 128 * 1024 - 1;
@@ -99,6 +102,12 @@ struct Template {
   std::map<std::string, std::string> env;
   std::vector<std::string> start;  // empty: nothing; a string becomes {"/bin/sh", "-c", s}
   std::optional<ServerSpec> server;
+  // The code interpreter (E2B's code-interpreter API: abx-interp over Jupyter kernels), run by
+  // envd as the default user and kept running; its port answers /execute and /contexts.
+  std::optional<ServerSpec> interpreter;
+  // Other names the template answers to (built-ins only: `code-interpreter-v1`, the name the
+  // @e2b/code-interpreter SDK asks for).
+  std::vector<std::string> aliases;
   Resources resources;
   NetworkMode network = NetworkMode::kDefault;
   std::int64_t timeout_seconds = kDefaultTimeoutSeconds;
@@ -111,7 +120,8 @@ struct Template {
 
   // The template's part of GET /templates/{id}: templateID, description, aliases, names,
   // public, cpuCount (cores rounded up), cpu, memoryMB, diskSizeMB, pids, image, rootfs, network,
-  // timeout, start, server {command, port} | null, capabilities (array), customCommands (array
+  // timeout, start, server {command, port} | null, interpreter {command, port} | null,
+  // capabilities (array), customCommands (array
   // of {"name","description","command","args":[{"name","type","required","default",
   // "description"}]}) and metadata {"capabilities": "shell,files,code", "custom_commands":
   // "<customCommands as JSON text>"} — strings, because E2B clients type metadata as a string
@@ -147,17 +157,20 @@ struct CatalogError {
 struct BuiltinOptions {
   std::string abx_server = "abx-server";  // command server runner, as seen inside the sandbox
   std::string demo_module;                // path of the demo command module (.so)
+  std::string abx_interp = "abx-interp";  // code interpreter, as seen inside the sandbox
 };
 
 class TemplateCatalog {
  public:
-  // Built-ins `base` (image abx:base, no command server) and `demo` (abx:base, command server
-  // `abx-server --module <demo_module> --port 49982`), then every
+  // Built-ins `base` (image abx:base, no command server), `demo` (abx:base, command server
+  // `abx-server --module <demo_module> --port 49982`) and `code-interpreter` (image
+  // abx:code-interpreter, `abx-interp --port 49999`, alias code-interpreter-v1), then every
   // `home/templates/**/template.yaml` in path order, adding to or overriding them. An invalid
   // file (or a second file declaring an id already loaded from home) is skipped and recorded in
   // errors(); loading never fails.
   static TemplateCatalog load(const std::filesystem::path& home, const BuiltinOptions& builtins);
 
+  // By id, then by alias.
   const Template* get(std::string_view id) const;
   std::vector<const Template*> list() const;  // ordered by id
   const std::vector<CatalogError>& errors() const { return errors_; }
@@ -169,5 +182,6 @@ class TemplateCatalog {
 
 Template builtin_base();
 Template builtin_demo(const BuiltinOptions& builtins);
+Template builtin_code_interpreter(const BuiltinOptions& builtins);
 
 }  // namespace abx::templates
