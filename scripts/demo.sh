@@ -16,7 +16,7 @@ cmake --preset release >/dev/null
 cmake --build --preset release -j "$(nproc)" --target abxd abx-envd abx-server abx_demo_commands
 
 step "building the base image (Debian bookworm via mmdebstrap; cached after the first run)"
-scripts/build-images.sh --store build/images --abxd build/release/src/platform/abxd
+scripts/build-images.sh --store build/images --abxd build/release/src/platform/abxd --only base
 
 home=$(mktemp -d /tmp/abx-demo.XXXXXX)
 out="$home/abxd.out"

@@ -55,9 +55,9 @@ if [ "$lint" = 1 ]; then
   scripts/lint.sh --build-dir=build/dev
 fi
 
-# The default image (Debian bookworm from Debian's registry, mmdebstrap; the tarball is cached
-# in /var/cache/abx) goes once into build/images, the store every test's abxd shares.
-step "building the base image into build/images (scripts/build-images.sh)"
+# The images base and code-interpreter (Debian bookworm from Debian's registry, mmdebstrap; cached
+# in /var/cache/abx) go once into build/images, the store every test's abxd shares.
+step "building the base and code-interpreter images into build/images (scripts/build-images.sh)"
 scripts/build-images.sh --store build/images --abxd build/dev/src/platform/abxd
 
 step "running tests (dev preset)"
