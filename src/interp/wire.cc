@@ -94,9 +94,8 @@ std::string sign(std::string_view key, const std::vector<std::string_view>& part
   char digest[] = "SHA256";
   OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
                          OSSL_PARAM_construct_end()};
-  bool ok = ctx != nullptr &&
-            EVP_MAC_init(ctx, reinterpret_cast<const unsigned char*>(key.data()), key.size(),
-                         params) == 1;
+  bool ok = ctx != nullptr && EVP_MAC_init(ctx, reinterpret_cast<const unsigned char*>(key.data()),
+                                           key.size(), params) == 1;
   for (std::string_view p : parts) {
     ok = ok && EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(p.data()), p.size()) == 1;
   }

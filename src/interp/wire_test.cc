@@ -74,9 +74,13 @@ TEST(Wire, KnownAnswerHmac) {
   // printf '' | openssl dgst -sha256 -hmac 'k'
   EXPECT_EQ(sign("k", {}), "8bb990c40a7d61cb97597a942125025be50ac8beb74436e3735b98893a7f6620");
 
-  std::vector<std::string> frames{std::string(kDelimiter),
-                                  "540195c6fbd70a3f18107101b5238e23f0493fdde4e65829313f15b252b1f35b",
-                                  R"({"msg_id":"1"})", "{}", "{}", R"({"code":"x"})"};
+  std::vector<std::string> frames{
+      std::string(kDelimiter),
+      "540195c6fbd70a3f18107101b5238e23f0493fdde4e65829313f15b252b1f35b",
+      R"({"msg_id":"1"})",
+      "{}",
+      "{}",
+      R"({"code":"x"})"};
   auto d = decode(frames, kKey);
   ASSERT_TRUE(d.ok()) << d.error().to_string();
   EXPECT_EQ(d->msg_id(), "1");
@@ -114,8 +118,8 @@ TEST(Wire, WrongKeyRejected) {
 
 TEST(Wire, SignatureCheckedBeforeParsing) {
   // Unparseable JSON with a wrong signature reports the signature, not the JSON.
-  std::vector<std::string> frames{std::string(kDelimiter), std::string(64, '0'), "{", "{}", "{}",
-                                  "{}"};
+  std::vector<std::string> frames{
+      std::string(kDelimiter), std::string(64, '0'), "{", "{}", "{}", "{}"};
   auto d = decode(frames, kKey);
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.error().message().find("signature"), std::string::npos);
@@ -140,9 +144,8 @@ TEST(Wire, TooFewFrames) {
 }
 
 std::vector<std::string> signed_frames(std::vector<std::string> json_frames) {
-  std::vector<std::string> f{std::string(kDelimiter),
-                             sign(kKey, {json_frames[0], json_frames[1], json_frames[2],
-                                         json_frames[3]})};
+  std::vector<std::string> f{std::string(kDelimiter), sign(kKey, {json_frames[0], json_frames[1],
+                                                                  json_frames[2], json_frames[3]})};
   f.insert(f.end(), json_frames.begin(), json_frames.end());
   return f;
 }
