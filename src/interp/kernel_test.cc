@@ -154,6 +154,23 @@ TEST_F(KernelTest, StatePersistsAcrossExecutions) {
   EXPECT_EQ(statuses.back().content.at("execution_state").as_string(), "idle");
 }
 
+TEST_F(KernelTest, SilentExecutionHasNoResultAndNoHistory) {
+  auto k = start(options());
+  ASSERT_TRUE(k);
+  Execution quiet;
+  k->execute("v = 3\nv", true, quiet.callbacks());
+  ASSERT_TRUE(quiet.wait().ok());
+  EXPECT_EQ(quiet.wait()->at("status").as_string(), "ok");
+  EXPECT_TRUE(quiet.of_type("execute_result").empty());
+  EXPECT_TRUE(quiet.of_type("execute_input").empty());
+  Execution loud;
+  k->execute("v", false, loud.callbacks());
+  ASSERT_TRUE(loud.wait().ok());
+  EXPECT_EQ(loud.result_text(), "3");
+  // The silent one did not count.
+  EXPECT_EQ(loud.wait()->at("execution_count").as_int64(), 1);
+}
+
 TEST_F(KernelTest, StdoutAndStderrStreams) {
   auto k = start(options());
   ASSERT_TRUE(k);
