@@ -6,6 +6,7 @@
 #include <spawn.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -105,13 +106,11 @@ std::string describe_status(int status) {
 }
 
 // Kills the group the kernel leads and reaps the kernel (only our own child, by pid).
-int kill_and_reap(pid_t pid) {
+void kill_and_reap(pid_t pid) {
   ::kill(-pid, SIGKILL);
   ::kill(pid, SIGKILL);  // in case it left its group
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
   }
-  return status;
 }
 
 Result<std::string> make_private_dir(const std::string& parent) {
@@ -268,6 +267,12 @@ struct Kernel::Impl {
     proc = Process{};
     got_info_reply = got_iopub = false;
     ABX_ASSIGN_OR_RETURN(proc.dir, make_private_dir(options.runtime_dir));
+    // ipykernel binds "<dir>/k-<port>": a unix socket path, at most sun_path's size.
+    if (proc.dir.size() + std::string_view("/k-1").size() >= sizeof(sockaddr_un::sun_path)) {
+      std::string dir = proc.dir;
+      close_process();
+      return invalid_argument("kernel runtime dir too long for unix socket paths: " + dir);
+    }
     auto key = token::random_hex(32);
     if (!key.ok()) return unavailable("kernel key: " + key.error().message());
     proc.key = *key;
@@ -293,7 +298,8 @@ struct Kernel::Impl {
     int pfd = ::pidfd_open(proc.pid, 0);  // glibc >= 2.36
     if (pfd < 0) {
       int err = errno;
-      reap(kill_and_reap(proc.pid));
+      kill_and_reap(proc.pid);
+      close_process();
       return unavailable("kernel: " + errno_text("pidfd_open", err));
     }
     proc.pidfd.reset(pfd);
@@ -306,9 +312,15 @@ struct Kernel::Impl {
       s.connect(ep + std::to_string(port));
       return s;
     };
-    proc.shell.emplace(make(zmq::socket_type::dealer, 1));
-    proc.iopub.emplace(make(zmq::socket_type::sub, 2));
-    proc.control.emplace(make(zmq::socket_type::dealer, 4));
+    try {
+      proc.shell.emplace(make(zmq::socket_type::dealer, 1));
+      proc.iopub.emplace(make(zmq::socket_type::sub, 2));
+      proc.control.emplace(make(zmq::socket_type::dealer, 4));
+    } catch (const zmq::error_t& ex) {
+      kill_and_reap(proc.pid);
+      close_process();
+      return unavailable(std::string("kernel sockets: ") + ex.what());
+    }
     phase = Phase::kStarting;
     deadline = Clock::now() + options.start_timeout;
     send_kernel_info();
@@ -320,8 +332,8 @@ struct Kernel::Impl {
     next_info = Clock::now() + kStartRetry;
   }
 
-  // Called with the process already reaped (status from waitpid).
-  void reap(int status) {
+  // Releases what the process held, once it has been reaped (or never ran).
+  void close_process() {
     {
       std::lock_guard lk(mu);
       pid_shared = 0;
@@ -339,12 +351,11 @@ struct Kernel::Impl {
     }
     proc.pid = 0;
     proc.dir.clear();
-    (void)status;
   }
 
   void kill_process() {
     if (proc.pid == 0) {
-      reap(0);  // a launch that failed before its spawn leaves a directory
+      close_process();  // a launch that failed before its spawn leaves a directory
       return;
     }
     // Take pid_shared down first: interrupt() then finds no pid rather than a reaped one.
@@ -352,7 +363,8 @@ struct Kernel::Impl {
       std::lock_guard lk(mu);
       pid_shared = 0;
     }
-    reap(kill_and_reap(proc.pid));
+    kill_and_reap(proc.pid);
+    close_process();
   }
 
   void fail_all(const Error& e) {
@@ -534,7 +546,7 @@ struct Kernel::Impl {
     }
     drain_pipe(proc);
     std::string tail = proc.tail;
-    reap(status);
+    close_process();
     Error e = unavailable(with_tail("kernel exited (" + describe_status(status) + ")", tail));
     if (phase == Phase::kStarting) {
       start_failed(std::move(e));

@@ -438,6 +438,16 @@ TEST_F(KernelTest, EmptyArgv) {
   EXPECT_EQ(k.error().code(), ErrorCode::kInvalidArgument);
 }
 
+TEST_F(KernelTest, RuntimeDirTooLongForSocketPaths) {
+  auto o = options();
+  o.runtime_dir = run_dir_ + "/" + std::string(100, 'd');
+  ASSERT_TRUE(fs::create_directory(o.runtime_dir));
+  auto k = Kernel::start(std::move(o));
+  ASSERT_FALSE(k.ok());
+  EXPECT_EQ(k.error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(fs::is_empty(run_dir_ + "/" + std::string(100, 'd')));
+}
+
 TEST_F(KernelTest, KernelThatExitsAtOnceReportsItsOutput) {
   auto o = options();
   o.argv = {"/bin/sh", "-c", "echo 'no kernel here' >&2; exit 3", "{connection_file}"};

@@ -55,8 +55,10 @@ struct ExecuteCallbacks {
 
 class Kernel {
  public:
-  // Errors: kInvalidArgument (empty argv), kUnavailable (spawn failed, the kernel exited or did
-  // not answer within start_timeout; the message carries the last lines of its stderr).
+  // Errors: kInvalidArgument (empty argv; a runtime_dir too long for the unix socket paths
+  // "<runtime_dir>/abx-kernel-XXXXXX/k-N", about 80 bytes at most), kUnavailable (spawn failed, the
+  // kernel exited or did not answer within start_timeout; the message carries the last lines of its
+  // stderr).
   static Result<std::unique_ptr<Kernel>> start(KernelOptions options);
   ~Kernel();  // shutdown()
   Kernel(const Kernel&) = delete;
