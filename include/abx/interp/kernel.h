@@ -55,24 +55,33 @@ struct ExecuteCallbacks {
 
 class Kernel {
  public:
-  // Errors: kInvalidArgument (empty argv), kUnavailable (spawn failed, the kernel exited or did
-  // not answer within start_timeout; the message carries the last lines of its stderr).
+  // Errors: kInvalidArgument (empty argv; a runtime_dir too long for the unix socket paths
+  // "<runtime_dir>/abx-kernel-XXXXXX/k-N", about 80 bytes at most), kUnavailable (spawn failed, the
+  // kernel exited or did not answer within start_timeout; the message carries the last lines of its
+  // stderr).
   static Result<std::unique_ptr<Kernel>> start(KernelOptions options);
   ~Kernel();  // shutdown()
   Kernel(const Kernel&) = delete;
   Kernel& operator=(const Kernel&) = delete;
 
   // Queues `code` (execute_request: store_history = !silent, allow_stdin false,
-  // stop_on_error true).
+  // stop_on_error false). stop_on_error is false on purpose: a request is sent only after the
+  // previous one ended, so the kernel never holds a queue for it to abort; with true, ipykernel
+  // (6.17) keeps aborting execute_requests for one event-loop turn after an error reply, and the
+  // next execution, sent as soon as the idle status arrives, is often answered "aborted" (about
+  // half the time on a loaded machine). A failed execution does not cancel the queued ones.
+  // After shutdown(), on_done runs at once on the caller's thread (kFailedPrecondition).
   void execute(std::string code, bool silent, ExecuteCallbacks callbacks);
   // SIGINT to the kernel's process group: the running execution ends with a KeyboardInterrupt
   // error; queued ones still run.
   Status interrupt();
-  // Kills the process group (SIGKILL), ends pending executions (kFailedPrecondition) and starts a fresh
-  // kernel with the same options: all state is gone. Blocks until the new kernel is ready.
+  // Kills the process group (SIGKILL), ends pending executions (kFailedPrecondition) and starts a
+  // fresh kernel with the same options (a new private directory and key): all state is gone. Blocks
+  // until the new kernel is ready; its error is start()'s. Also revives a kernel that died.
+  // Must not be called from a callback (kFailedPrecondition).
   Status restart();
   // Kills the process group and joins the thread; pending executions end with kFailedPrecondition.
-  // Idempotent.
+  // Idempotent. Must not be called from a callback (it would join its own thread).
   void shutdown();
 
   bool alive() const;
