@@ -70,11 +70,20 @@ void Supervisor::event(std::string_view level, const std::string& message) {
 pid_t Supervisor::spawn(int out_fd, int err_fd) {
   std::string home_env = "HOME=" + user_.home;
   std::string user_env = "USER=" + user_.name;
-  std::vector<char*> envp;
-  for (char** e = environ; e && *e; ++e) envp.push_back(*e);
+  // One entry per name (getenv() returns the first of duplicates): the user's HOME and USER,
+  // then env_, then envd's own environment for the rest.
+  std::vector<char*> envp{home_env.data(), user_env.data()};
   for (auto& e : env_) envp.push_back(e.data());
-  envp.push_back(home_env.data());
-  envp.push_back(user_env.data());
+  auto overridden = [&](std::string_view entry) {
+    std::string_view name = entry.substr(0, entry.find('=') + 1);  // "NAME="
+    for (const char* have : envp) {
+      if (std::string_view(have).starts_with(name)) return true;
+    }
+    return false;
+  };
+  for (char** e = environ; e && *e; ++e) {
+    if (!overridden(*e)) envp.push_back(*e);
+  }
   envp.push_back(nullptr);
   std::string cwd = user_.home;
   struct stat st {};

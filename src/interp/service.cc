@@ -610,6 +610,14 @@ void Service::Impl::execute(http::Request&& req, http::Responder respond) {
                                             {"value", r.error().message()},
                                             {"traceback", ""}});
         }
+      } else if (str_of(*r, "status") == "error" && !ex->errored) {
+        // An interrupt that lands between two statements can end the cell with no `error`
+        // message (IPython's formatter fails); the reply still names the exception.
+        ex->errored = true;
+        ex->send(json::object{{"type", "error"},
+                              {"name", str_of(*r, "ename")},
+                              {"value", str_of(*r, "evalue")},
+                              {"traceback", join_traceback(r->if_contains("traceback"))}});
       } else if (str_of(*r, "status") == "aborted" && !ex->errored) {
         ex->errored = true;
         ex->send(json::object{{"type", "error"},
