@@ -6,8 +6,9 @@
 # fails with "vdso: Unexpected rt vDSO area bounds"); 4.1.1 works (see docs/design/criu-spike.md).
 #
 # What it does, in order:
-#  1. If $ABX_CRIU (default /usr/local/lib/abx/criu/criu) exists and `--version` says 4.1.1,
-#     skips straight to step 6.
+#  1. If $ABX_CRIU (default /usr/local/lib/abx/criu/criu) exists, `--version` says 4.1.1 and
+#     $ABX_CRIU.patches lists exactly the patches of scripts/criu-patches/ (sha256), skips straight
+#     to step 6.
 #  2. Installs the build dependencies with apt, from Debian 12's own registry only (the system's
 #     configured sources; nothing else is added for binary packages).
 #  3. Fetches the upstream tarball of the source package criu=4.1.1-1 from Debian trixie with
@@ -21,9 +22,18 @@
 #     is removed by an EXIT trap, on success and on failure alike. apt still verifies the
 #     download: Release signature (debian-archive-keyring has the trixie keys) -> Sources -> file
 #     hashes.
-#  4. Builds only the `criu` binary (`make criu`) from criu_4.1.1.orig.tar.xz (upstream's tarball;
-#     Debian's patches are not needed for the binary). About two minutes on 2 cores.
-#  5. Installs that one binary to $ABX_CRIU. The prefix /usr/local/lib/abx/criu/ is chosen because
+#  4. Applies scripts/criu-patches/*.patch, then builds only the `criu` binary (`make criu`) from
+#     criu_4.1.1.orig.tar.xz (upstream's tarball). About half a minute to two minutes on 2 cores.
+#     The patches (see docs/design/criu-spike.md for the failures they fix):
+#     0001 upstream commit 4b7398595 (in CRIU 4.2): since Linux 6.16 getsockopt(SO_PASSCRED /
+#          SO_PASSSEC) fails with EOPNOTSUPP on inet sockets, and 4.1.1 then fails to dump ANY
+#          process with a TCP/UDP socket ("Can't get 1:16 opt") -- abx-envd always has one.
+#     0002 abx-local: read /proc/<pid>/limits when prlimit64 fails with EPERM (root without
+#          CAP_SYS_RESOURCE, as on abx's dev VMs: "Can't get rlimit 0: Operation not permitted").
+#     0003 abx-local: open the target's /proc/<pid>/ns/* before entering its userns, so that a
+#          restored abx-envd (non-dumpable) can be checkpointed again.
+#  5. Installs that one binary to $ABX_CRIU, and the patch list to $ABX_CRIU.patches. The prefix
+#     /usr/local/lib/abx/criu/ is chosen because
 #     /usr/local is never written by dpkg (so Debian's /usr/sbin/criu, if ever installed, is
 #     neither replaced nor shadowed), lib/abx/ is not on PATH (abxd calls it by absolute path, so
 #     another criu on PATH cannot be picked up by mistake, nor this one by other software), and
@@ -40,6 +50,10 @@ dest="${ABX_CRIU:-/usr/local/lib/abx/criu/criu}"
 jobs="${JOBS:-$(nproc)}"
 mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+patches=("$here"/criu-patches/*.patch)
+patchlist="$(cd "$here/criu-patches" && sha256sum -- *.patch)"
+
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 
@@ -51,14 +65,15 @@ check() {
   return $rc
 }
 
-if [ -x "$dest" ] && "$dest" --version 2>/dev/null | grep -q "Version: $version\$"; then
-  echo "install-criu: $dest is already CRIU $version"
+if [ -x "$dest" ] && "$dest" --version 2>/dev/null | grep -q "Version: $version\$" &&
+  [ "$(cat "$dest.patches" 2>/dev/null)" = "$patchlist" ]; then
+  echo "install-criu: $dest is already CRIU $version with ${#patches[@]} patch(es)"
   check
   exit $?
 fi
 
 # 2. build dependencies (Debian 12)
-deps=(build-essential pkg-config python3
+deps=(build-essential pkg-config python3 patch
   libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev protobuf-compiler python3-protobuf
   libnl-3-dev libnet1-dev libcap-dev libbsd-dev libaio-dev libnftables-dev libgnutls28-dev
   uuid-dev xz-utils ca-certificates)
@@ -98,10 +113,14 @@ orig="$work/src/criu_${version}.orig.tar.xz"
 [ -f "$orig" ] || { echo "install-criu: $orig not downloaded" >&2; exit 1; }
 
 # 4. build the binary only
-echo "install-criu: building criu $version (make -j$jobs criu)"
 tar -C "$work" -xJf "$orig"
 srcdir="$work/criu-$version"
 [ -d "$srcdir" ] || srcdir="$(find "$work" -maxdepth 1 -type d -name 'criu-*' | head -1)"
+for p in "${patches[@]}"; do
+  echo "install-criu: applying $(basename "$p")"
+  patch -d "$srcdir" -p1 --quiet --forward <"$p"
+done
+echo "install-criu: building criu $version (make -j$jobs criu)"
 make -C "$srcdir" -j"$jobs" criu >"$work/build.log" 2>&1 || {
   tail -40 "$work/build.log" >&2
   echo "install-criu: build failed" >&2
@@ -110,6 +129,7 @@ make -C "$srcdir" -j"$jobs" criu >"$work/build.log" 2>&1 || {
 
 # 5. install into the private prefix
 $sudo install -D -m 0755 "$srcdir/criu/criu" "$dest"
+printf '%s\n' "$patchlist" | $sudo tee "$dest.patches" >/dev/null
 echo "install-criu: installed $("$dest" --version | tr '\n' ' ')at $dest"
 
 # 6.
