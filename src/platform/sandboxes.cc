@@ -626,8 +626,9 @@ Result<image::Image> SandboxManager::resolve_image(const templates::Template& tm
     auto img = images_.get(name);
     if (img.ok()) return img;
     if (img.error().code() != ErrorCode::kNotFound) return fail(img.error());
-    std::string hint = name == "base" ? "scripts/build-images.sh builds it"
-                                      : "build it with `abx template build -t " + name + " DIR`";
+    std::string hint = name == "base" || name == "code-interpreter"
+                           ? "scripts/build-images.sh --only " + name + " builds it"
+                           : "build it with `abx template build -t " + name + " DIR`";
     return Error(ErrorCode::kFailedPrecondition, "template '" + tmpl.id + "': image " + tmpl.image +
                                                      " is not built (" + hint + ")");
   }
