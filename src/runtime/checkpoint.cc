@@ -216,8 +216,7 @@ const char* rootfs_name(RootfsMode m) {
 }
 
 std::vector<std::string> layers_of(const SandboxConfig& c) {
-  return c.rootfs == RootfsMode::kDirectory ? std::vector<std::string>{c.rootfs_dir}
-                                            : c.lower_dirs;
+  return c.rootfs == RootfsMode::kDirectory ? std::vector<std::string>{c.rootfs_dir} : c.lower_dirs;
 }
 
 Status write_json(const std::string& dir, const json::object& o) {
@@ -306,9 +305,9 @@ Status criu_available(const std::string& criu) {
   if (criu.empty() || criu[0] != '/')
     return Error(ErrorCode::kFailedPrecondition, "criu path must be absolute: '" + criu + "'");
   if (::access(criu.c_str(), X_OK) != 0)
-    return Error(ErrorCode::kFailedPrecondition,
-                 "criu is not installed at " + criu + " (" + errno_name(errno) +
-                     "; scripts/install-criu.sh installs it)");
+    return Error(ErrorCode::kFailedPrecondition, "criu is not installed at " + criu + " (" +
+                                                     errno_name(errno) +
+                                                     "; scripts/install-criu.sh installs it)");
   auto ran = run_program({criu, "check"});
   if (!ran) return Error(ErrorCode::kFailedPrecondition, "criu check: " + ran.error().message());
   if (ran->status != 0)
@@ -371,8 +370,8 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
   };
   auto with_resume = [&](Error e) -> Error {
     if (Status r = resume(); !r)
-      return Error(e.code(), e.message() + "; then resuming the sandbox failed: " +
-                                 r.error().message());
+      return Error(e.code(),
+                   e.message() + "; then resuming the sandbox failed: " + r.error().message());
     return e;
   };
   if (st.veth) {
@@ -381,8 +380,8 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
   }
 
   // 3. The dump.
-  std::vector<std::string> args = {options.criu, "dump",   "--tree", std::to_string(st.pid),
-                                   "--images-dir", dir,    "-o",     kDumpLog,
+  std::vector<std::string> args = {options.criu,   "dump",       "--tree", std::to_string(st.pid),
+                                   "--images-dir", dir,          "-o",     kDumpLog,
                                    "-v4",          "--external", "mnt[]"};
   for (std::size_t i = 0; i < c.binds.size(); ++i) {
     args.push_back("--external");
@@ -405,7 +404,7 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
     std::string log = read_or(dir + "/" + kDumpLog, "");
     std::string tail = log_tail(log.empty() ? ran->out : log);
     // A full disk: CRIU's write errors say ENOSPC (its log may itself be cut short by it).
-    struct statvfs vfs{};
+    struct statvfs vfs {};
     bool full = log.find("No space left on device") != std::string::npos ||
                 ran->out.find("No space left on device") != std::string::npos ||
                 (::statvfs(dir.c_str(), &vfs) == 0 &&
@@ -439,7 +438,7 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
     wait_loop_detached(saved);
     wait_loop_detached(image);
   }
-  struct stat img{};
+  struct stat img {};
   if (::stat(saved.c_str(), &img) == 0)
     info.layer_bytes = static_cast<std::uint64_t>(img.st_blocks) * 512;
   info.image_bytes = dir_bytes(dir, kRwImage);
@@ -559,8 +558,7 @@ class IdmapHolder {
     h.pid_ = pid;
     rd.reset();
     ABX_TRY(write_id_maps(pid, first));
-    ABX_ASSIGN_OR_RETURN(h.userns_,
-                         open_fd("/proc/" + std::to_string(pid) + "/ns/user", O_RDONLY));
+    ABX_ASSIGN_OR_RETURN(h.userns_, open_fd("/proc/" + std::to_string(pid) + "/ns/user", O_RDONLY));
     return h;
   }
   IdmapHolder() = default;
@@ -687,22 +685,10 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
 
   // 5. CRIU. Its log and pidfile go to the state dir: `dir` stays as it was.
   const std::string pidfile = st->dir + "/" + kRestorePid;
-  std::vector<std::string> args = {options.criu,
-                                   "restore",
-                                   "--images-dir",
-                                   dir,
-                                   "--work-dir",
-                                   st->dir,
-                                   "-o",
-                                   kRestoreLog,
-                                   "-v4",
-                                   "--root",
-                                   stage + "/root",
-                                   "--restore-detached",
-                                   "--pidfile",
-                                   pidfile,
-                                   "--external",
-                                   "mnt[]"};
+  std::vector<std::string> args = {
+      options.criu, "restore",   "--images-dir", dir,      "--work-dir",    st->dir,
+      "-o",         kRestoreLog, "-v4",          "--root", stage + "/root", "--restore-detached",
+      "--pidfile",  pidfile,     "--external",   "mnt[]"};
   for (std::size_t i = 0; i < config.binds.size(); ++i) {
     args.push_back("--external");
     args.push_back("mnt[" + bind_key(i) + "]:" + stage + "/" + bind_key(i));

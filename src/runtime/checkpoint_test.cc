@@ -191,9 +191,10 @@ TEST_F(CheckpointTest, PauseToDiskThenRestoreContinuesCounting) {
     const auto t0 = std::chrono::steady_clock::now();
     auto back = restore(dir, c);
     ASSERT_TRUE(back.ok()) << back.error().to_string();
-    std::cout << "restore: " << std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    std::chrono::steady_clock::now() - t0)
-                                    .count()
+    std::cout << "restore: "
+              << std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::steady_clock::now() - t0)
+                     .count()
               << " ms\n";
     EXPECT_EQ(back->cgroups().pids().size(), 2u);
     // What was written before the dump is there, and the count goes on from where it was.

@@ -177,9 +177,9 @@ Status write_init_record(const std::string& dir, pid_t pid, unsigned long long s
 }
 
 Status write_userns_record(const Sandbox::State& st) {
-  return create_file(st.dir + "/" + kUsernsFile, std::to_string(*st.slot) + " " +
-                                                     std::to_string(st.root_id) + " " +
-                                                     st.registry + "\n");
+  return create_file(
+      st.dir + "/" + kUsernsFile,
+      std::to_string(*st.slot) + " " + std::to_string(st.root_id) + " " + st.registry + "\n");
 }
 
 Status make_state_dir(const SandboxConfig& config, const std::string& dir) {
@@ -362,7 +362,6 @@ Status release_child(int parent_sock, const std::string& id, const std::vector<U
 }
 
 }  // namespace
-
 
 Sandbox::Sandbox(std::unique_ptr<State> state) : s_(std::move(state)) {}
 Sandbox::Sandbox(Sandbox&&) noexcept = default;

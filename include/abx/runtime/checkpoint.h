@@ -43,8 +43,8 @@ struct CheckpointOptions {
 struct CheckpointInfo {
   std::string dir;
   bool leave_running = false;
-  std::uint64_t image_bytes = 0;   // CRIU's images (without rw.img)
-  std::uint64_t layer_bytes = 0;   // allocated bytes of the rw.img copy
+  std::uint64_t image_bytes = 0;        // CRIU's images (without rw.img)
+  std::uint64_t layer_bytes = 0;        // allocated bytes of the rw.img copy
   std::chrono::milliseconds frozen{0};  // from freeze to thaw (snapshot) or to the kill
   std::chrono::milliseconds dump{0};    // criu dump's wall time
   std::chrono::milliseconds total{0};

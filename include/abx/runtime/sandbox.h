@@ -184,7 +184,7 @@ class Sandbox {
   // layer's image included). Idempotent.
   Status destroy();
 
- // Defined in src/runtime/sandbox_internal.h: what spawn(), adopt() and restore() fill.
+  // Defined in src/runtime/sandbox_internal.h: what spawn(), adopt() and restore() fill.
   struct State;
 
  private:
