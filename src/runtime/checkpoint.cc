@@ -29,9 +29,11 @@
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <set>
+#include <string_view>
 #include <thread>
 
 #include "abx/base/json.h"
@@ -585,6 +587,135 @@ Status attach_at(int mnt, const std::string& path) {
   return {};
 }
 
+// --- A restore into another uid range (a fork) ---------------------------------------------
+//
+// CRIU writes the sandbox's id maps into userns-<id>.img and restores exactly those, so a
+// restore into another slot rewrites them (criu-spike.md 2.3 did it with crit). An image is two
+// u32 magics, then entries of <u32 length><protobuf>; userns_entry is
+//   repeated uid_gid_extent uid_map = 1; repeated uid_gid_extent gid_map = 2;
+// with uid_gid_extent { uint32 first = 1; uint32 lower_first = 2; uint32 count = 3; }.
+
+bool get_varint(std::string_view& in, std::uint64_t* v) {
+  *v = 0;
+  for (int shift = 0; shift < 64 && !in.empty(); shift += 7) {
+    auto b = static_cast<unsigned char>(in.front());
+    in.remove_prefix(1);
+    *v |= static_cast<std::uint64_t>(b & 0x7f) << shift;
+    if (!(b & 0x80)) return true;
+  }
+  return false;
+}
+
+void put_varint(std::string& out, std::uint64_t v) {
+  do {
+    auto b = static_cast<unsigned char>(v & 0x7f);
+    v >>= 7;
+    out.push_back(static_cast<char>(v ? b | 0x80 : b));
+  } while (v);
+}
+
+// One uid_gid_extent with lower_first `from` turned into `to` (other extents as they are).
+Result<std::string> rewrite_extent(std::string_view in, std::uint32_t from, std::uint32_t to,
+                                   int* changed) {
+  std::string out;
+  while (!in.empty()) {
+    std::uint64_t key = 0, value = 0;
+    if (!get_varint(in, &key) || (key & 7) != 0 || !get_varint(in, &value))
+      return internal_error("userns image: unexpected field in an id extent");
+    if (key >> 3 == 2 && value == from) {
+      value = to;
+      ++*changed;
+    }
+    put_varint(out, key);
+    put_varint(out, value);
+  }
+  return out;
+}
+
+Result<std::string> rewrite_userns_image(const std::string& image, std::uint32_t from,
+                                         std::uint32_t to) {
+  if (image.size() < 8) return internal_error("userns image: too short");
+  std::string out = image.substr(0, 8);  // the magics
+  std::string_view rest = std::string_view(image).substr(8);
+  int changed = 0;
+  while (rest.size() >= 4) {
+    std::uint32_t len = 0;
+    std::memcpy(&len, rest.data(), 4);
+    rest.remove_prefix(4);
+    if (len > rest.size()) return internal_error("userns image: truncated entry");
+    std::string_view entry = rest.substr(0, len);
+    rest.remove_prefix(len);
+    std::string body;
+    while (!entry.empty()) {
+      std::uint64_t key = 0, size = 0;
+      if (!get_varint(entry, &key) || (key & 7) != 2 || !get_varint(entry, &size) ||
+          size > entry.size())
+        return internal_error("userns image: unexpected field");
+      ABX_ASSIGN_OR_RETURN(std::string ext,
+                           rewrite_extent(entry.substr(0, size), from, to, &changed));
+      entry.remove_prefix(size);
+      put_varint(body, key);
+      put_varint(body, ext.size());
+      body += ext;
+    }
+    auto n = static_cast<std::uint32_t>(body.size());
+    out.append(reinterpret_cast<const char*>(&n), 4);
+    out += body;
+  }
+  if (!rest.empty() || changed == 0)
+    return internal_error("userns image: no id map with host id " + std::to_string(from));
+  return out;
+}
+
+// A private copy of the images in `dir` (hard links where the filesystem allows, copies
+// otherwise) at `to`, with every userns-*.img rewritten from `from` to `to_first`. The original
+// files are never written: the rewritten ones are new files.
+Status images_for_range(const std::string& dir, const std::string& to, std::uint32_t from,
+                        std::uint32_t to_first) {
+  if (::mkdir(to.c_str(), 0711) != 0) return sys_error("mkdir " + to, errno);
+  if (::chmod(to.c_str(), 0711) != 0) return sys_error("chmod " + to, errno);
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return sys_error("opendir " + dir, errno);
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (e->d_type == DT_REG && n != kRwImage && n != kJsonFile) names.push_back(n);
+  }
+  ::closedir(d);
+  for (const auto& n : names) {
+    const std::string src = dir + "/" + n, dst = to + "/" + n;
+    if (n.starts_with("userns-") && n.ends_with(".img")) {
+      ABX_ASSIGN_OR_RETURN(const std::string image, read_file(src, 1 << 20));
+      ABX_ASSIGN_OR_RETURN(const std::string rewritten,
+                           rewrite_userns_image(image, from, to_first));
+      ABX_TRY(create_file(dst, rewritten));
+      continue;
+    }
+    if (::link(src.c_str(), dst.c_str()) == 0) continue;
+    if (errno != EXDEV && errno != EPERM) return sys_error("link " + src, errno);
+    ABX_TRY(copy_sparse_file(src, dst));
+  }
+  return {};
+}
+
+// The restored uts namespace still has the checkpointed sandbox's hostname.
+Status set_hostname(pid_t pid, const std::string& name) {
+  ABX_ASSIGN_OR_RETURN(UniqueFd uts, open_fd("/proc/" + std::to_string(pid) + "/ns/uts", O_RDONLY));
+  pid_t child = ::fork();  // setns affects the calling thread: do it in a throwaway process
+  if (child < 0) return sys_error("fork", errno);
+  if (child == 0) {
+    if (::setns(uts.get(), CLONE_NEWUTS) != 0) ::_exit(1);
+    ::_exit(::sethostname(name.data(), name.size()) == 0 ? 0 : 2);
+  }
+  int status = 0;
+  if (retry_eintr([&] { return ::waitpid(child, &status, 0); }) < 0)
+    return sys_error("waitpid", errno);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return internal_error("setting the restored sandbox's hostname failed (" +
+                          std::string(WEXITSTATUS(status) == 1 ? "setns" : "sethostname") + ")");
+  return {};
+}
+
 }  // namespace
 
 Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
@@ -645,13 +776,24 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
   // that still has its incompat/volatile marker.
   ABX_TRY(remove_tree(st->dir + "/" + kRwMount + "/work/work"));
 
-  // 2. The checkpoint's slot: its uid range is written into CRIU's userns image.
-  ABX_TRY(claim_slot_exact(config.userns, saved.slot));
+  // 2. The checkpoint's slot if it is free (its uid range is in CRIU's userns image); else
+  // (a fork: the checkpointed sandbox still runs) another, with that image rewritten.
+  std::string images = dir;
+  if (auto exact = claim_slot_exact(config.userns, saved.slot); exact) {
+    st->slot = saved.slot;
+  } else if (exact.error().code() == ErrorCode::kResourceExhausted) {
+    ABX_ASSIGN_OR_RETURN(st->slot, claim_slot(config.userns));
+  } else {
+    return exact.error();
+  }
   slot_claimed = true;
-  st->slot = saved.slot;
   st->registry = config.userns.registry;
-  st->root_id = saved.root_host_id;
+  st->root_id = slot_first_id(config.userns, *st->slot);
   ABX_TRY(write_userns_record(*st));
+  if (st->root_id != saved.root_host_id) {
+    images = st->dir + "/images";
+    ABX_TRY(images_for_range(dir, images, saved.root_host_id, st->root_id));
+  }
 
   // 3. Root and binds, idmapped as spawn() makes them, attached under the stage for CRIU.
   remove_stage(stage);  // a crashed restore's leftovers
@@ -686,7 +828,7 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
   // 5. CRIU. Its log and pidfile go to the state dir: `dir` stays as it was.
   const std::string pidfile = st->dir + "/" + kRestorePid;
   std::vector<std::string> args = {
-      options.criu, "restore",   "--images-dir", dir,      "--work-dir",    st->dir,
+      options.criu, "restore",   "--images-dir", images,   "--work-dir",    st->dir,
       "-o",         kRestoreLog, "-v4",          "--root", stage + "/root", "--restore-detached",
       "--pidfile",  pidfile,     "--external",   "mnt[]"};
   for (std::size_t i = 0; i < config.binds.size(); ++i) {
@@ -715,6 +857,7 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
   ABX_TRY(write_init_record(st->dir, st->pid, st->start, config.cgroup_parent));
   ABX_TRY(hold_slot(config.userns, *st->slot, st->pid));
   ABX_ASSIGN_OR_RETURN(st->netns, open_fd("/proc/" + std::to_string(pid) + "/ns/net", O_RDONLY));
+  if (config.id != saved.id) ABX_TRY(set_hostname(st->pid, config.id));
   if (config.veth.enabled) ABX_TRY(connect_veth(config, *st));
   // The restored mount namespace has its own copies of the staged mounts.
   remove_stage(stage);

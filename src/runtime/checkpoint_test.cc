@@ -5,6 +5,8 @@
 #include "abx/runtime/checkpoint.h"
 
 #include <net/if.h>
+#include <sched.h>
+#include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -37,6 +39,26 @@ bool alive(pid_t pid) {
   std::string all = slurp("/proc/" + std::to_string(pid) + "/stat");
   auto close = all.rfind(')');
   return close != std::string::npos && close + 2 < all.size() && all[close + 2] != 'Z';
+}
+
+// The hostname in `pid`'s uts namespace (read by a child that joins it).
+std::string hostname_of(pid_t pid) {
+  int fd = ::open(("/proc/" + std::to_string(pid) + "/ns/uts").c_str(), O_RDONLY | O_CLOEXEC);
+  int p[2];
+  if (fd < 0 || ::pipe2(p, O_CLOEXEC) != 0) return "";
+  pid_t child = ::fork();
+  if (child == 0) {
+    char name[65] = {};
+    if (::setns(fd, CLONE_NEWUTS) != 0 || ::gethostname(name, sizeof name - 1) != 0) _exit(1);
+    (void)!::write(p[1], name, ::strlen(name));
+    _exit(0);
+  }
+  ::close(p[1]);
+  ::close(fd);
+  std::string out = testing::read_all(p[0]);
+  ::close(p[0]);
+  ::waitpid(child, nullptr, 0);
+  return out;
 }
 
 struct Count {
@@ -214,6 +236,82 @@ TEST_F(CheckpointTest, PauseToDiskThenRestoreContinuesCounting) {
       EXPECT_EQ(fs::file_size(dir + "/" + name), size) << name;
     }
   }
+}
+
+// A snapshot leaves the sandbox running; two restores of it run beside it (forks): each its own
+// uid range, cgroups, link and writable layer, from the snapshot's count on, and they diverge.
+TEST_F(CheckpointTest, SnapshotKeepsRunningAndTwoForksOfItDiverge) {
+  SandboxConfig c = counter_config();
+  Count first;
+  auto sb = spawn_counter(c, &first);
+  ASSERT_TRUE(sb);
+  const std::string dir = tmp_.string() + "/snap";
+  auto info = checkpoint(*sb, dir, {.leave_running = true});
+  ASSERT_TRUE(info.ok()) << info.error().to_string();
+  std::cout << "snapshot: dump " << info->dump.count() << " ms, frozen " << info->frozen.count()
+            << " ms, total " << info->total.count() << " ms\n";
+  expect_running(*sb, first);
+
+  std::vector<Sandbox> forks;
+  std::vector<std::vector<std::string>> cgroups;
+  for (int i = 0; i < 2; ++i) {
+    SandboxConfig fc = c;
+    fc.id = testing::unique_id("fork");
+    const auto t0 = std::chrono::steady_clock::now();
+    auto f = restore(dir, fc);
+    ASSERT_TRUE(f.ok()) << f.error().to_string();
+    std::cout << "fork restore: "
+              << std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::steady_clock::now() - t0)
+                     .count()
+              << " ms\n";
+    cgroups.push_back(f->cgroups().dirs());
+    forks.push_back(std::move(f).value());
+  }
+  Sandbox& a = forks[0];
+  Sandbox& b = forks[1];
+  EXPECT_NE(a.root_host_id(), sb->root_host_id());
+  EXPECT_NE(b.root_host_id(), sb->root_host_id());
+  EXPECT_NE(a.root_host_id(), b.root_host_id());
+  EXPECT_NE(
+      slurp("/proc/" + std::to_string(a.pid()) + "/uid_map").find(std::to_string(a.root_host_id())),
+      std::string::npos);
+  EXPECT_NE(a.veth()->host_if, b.veth()->host_if);
+  EXPECT_EQ(hostname_of(a.pid()), a.id());
+  EXPECT_EQ(hostname_of(sb->pid()), sb->id());
+  EXPECT_EQ(a.cgroups().pids().size(), 2u);
+  EXPECT_EQ(b.cgroups().pids().size(), 2u);
+
+  // Pausing the original pauses neither fork (they are in cgroups of their own).
+  ASSERT_TRUE(sb->cgroups().freeze(true).ok());
+  auto ca = request(a, a.upper_dir());
+  auto cb = request(b, b.upper_dir());
+  ASSERT_TRUE(ca && cb);
+  ASSERT_TRUE(sb->cgroups().freeze(false).ok());
+  // Both go on from the snapshot (same process: same token)...
+  EXPECT_EQ(ca->token, first.token);
+  EXPECT_EQ(cb->token, first.token);
+  EXPECT_GE(ca->n, first.n);
+  EXPECT_GE(cb->n, first.n);
+  // ...and then apart: b counts and writes while a stands still, in memory and on its layer.
+  ASSERT_TRUE(a.cgroups().freeze(true).ok());
+  std::this_thread::sleep_for(100ms);
+  auto cb2 = request(b, b.upper_dir());
+  ASSERT_TRUE(cb2);
+  EXPECT_GT(cb2->n, cb->n);
+  EXPECT_EQ(parse_count(slurp(a.upper_dir() + "/count"))->n, ca->n);
+  EXPECT_EQ(parse_count(slurp(b.upper_dir() + "/count"))->n, cb2->n);
+  ASSERT_TRUE(a.cgroups().freeze(false).ok());
+  expect_running(a, *ca);
+  expect_running(b, *cb2);
+
+  const std::vector<std::string> ids = {c.id, a.id(), b.id()};
+  cgroups.push_back(sb->cgroups().dirs());
+  ASSERT_TRUE(a.destroy().ok());
+  ASSERT_TRUE(b.destroy().ok());
+  ASSERT_TRUE(sb->destroy().ok());
+  for (std::size_t i = 0; i < ids.size(); ++i) expect_no_leftovers(ids[i], cgroups[i]);
+  EXPECT_TRUE(fs::exists(dir + "/checkpoint.json"));
 }
 
 TEST_F(CheckpointTest, FailedDumpLeavesTheSandboxRunning) {

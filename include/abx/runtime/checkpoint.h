@@ -72,13 +72,17 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
 
 // Restores the checkpoint in `dir` as a sandbox of `config` (what spawn() got: the same
 // layers, binds (targets as checkpointed, sources re-made) and veth settings; argv is not run).
-// The sandbox's user namespace gets the checkpoint's slot (its uid range is in the images).
-// The returned Sandbox behaves as an adopted one: wait() reports 0 when the init exits.
+// The user namespace gets the checkpoint's slot when it is free (pause to disk); else (a fork
+// of a snapshot whose sandbox still runs) another slot, with CRIU's userns image rewritten in
+// a private copy of the images. Each restore gets its own copy of the writable layer, so one
+// checkpoint can be restored any number of times. A `config.id` other than the checkpointed
+// one becomes the restored hostname. The returned Sandbox behaves as an adopted one: wait()
+// reports 0 when the init exits.
 // Errors: not_found (no checkpoint in `dir`), failed_precondition (a corrupt checkpoint, a
-// config that does not match it, criu unavailable), resource_exhausted (the slot is held by a
-// live sandbox), already_exists (the id is in use), internal with the last lines of CRIU's
-// restore.log. Nothing in `dir` is changed or removed (CRIU adds its stats-restore); a failed
-// restore leaves nothing else behind.
+// config that does not match it, criu unavailable), resource_exhausted (no free slot),
+// already_exists (the id is in use), internal with the last lines of CRIU's restore.log.
+// Nothing in `dir` is changed or removed (CRIU adds its stats-restore when restoring from it
+// directly); a failed restore leaves nothing else behind.
 Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
                         const RestoreOptions& options = {});
 
