@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/sched.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
@@ -426,7 +427,12 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
     ABX_TRY(resume());
     info.frozen = since(frozen_at);
   } else {
-    // CRIU killed the tree once the dump was complete.
+    // CRIU killed the tree once the dump was complete (bounded: never hang on a CRIU that
+    // reported success without doing so).
+    pollfd p{st.pidfd.get(), POLLIN, 0};
+    if (retry_eintr([&] { return ::poll(&p, 1, 10000); }) != 1)
+      return internal_error("criu dump of sandbox " + c.id +
+                            " succeeded but its init is still running");
     auto status = sb.wait();
     if (!status) return status.error();
     info.frozen = since(frozen_at);

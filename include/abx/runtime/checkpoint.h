@@ -65,8 +65,11 @@ Status criu_available(const std::string& criu);
 // Checkpoints `sb` into `dir` (absolute; created if missing, must be empty). The sandbox is
 // frozen through its cgroup for the dump. Errors: failed_precondition (criu missing or `criu
 // check` fails, an unsupported sandbox, `dir` not empty), insufficient_storage (ENOSPC while
-// dumping), internal with the last lines of CRIU's dump.log. After any error the sandbox is
-// running as before (thawed, its veth re-made) and `dir` has no checkpoint.json.
+// dumping), internal with the last lines of CRIU's dump.log. After a failed dump the sandbox is
+// running as before (thawed, its veth re-made; egress rules that match the host end by name
+// apply to the new link) and `dir` has no checkpoint.json. An error after a complete pause-to-
+// disk dump (moving rw.img, destroying) leaves the tree dead and says so; `dir` then has the
+// images but no checkpoint.json, and the layer may still be in the state dir.
 Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
                                   const CheckpointOptions& options = {});
 
