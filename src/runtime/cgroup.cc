@@ -319,6 +319,12 @@ Status SandboxCgroups::freeze(bool frozen) const {
   return Error(ErrorCode::kFailedPrecondition, "no cgroup freezer available for this sandbox");
 }
 
+std::string SandboxCgroups::freezer_dir() const {
+  if (!v2_dir_.empty() && exists(v2_dir_ + "/cgroup.freeze")) return v2_dir_;
+  if (!freezer_dir_.empty() && exists(freezer_dir_)) return freezer_dir_;
+  return {};
+}
+
 Status SandboxCgroups::remove() const {
   for (const auto& dir : dirs_) {
     // A killed task leaves the group shortly after it is reaped; rmdir says EBUSY meanwhile.

@@ -7,6 +7,7 @@
 // (Copies share the filesystem UUID; ext4, unlike xfs or btrfs, does not care.)
 #include "disk.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/loop.h>
 #include <spawn.h>
@@ -160,14 +161,7 @@ Status make_rw_layer(const std::string& state_dir, const std::string& dir, std::
   std::string image = dir + "/" + kRwImage;
   std::string mnt = dir + "/" + kRwMount;
   ABX_TRY(copy_sparse(cached, image, bytes));
-  // The mount holds the loop device open and the device holds the image: a failure (or a
-  // crash) between attach and mount leaves nothing attached once the fd is closed.
-  {
-    ABX_ASSIGN_OR_RETURN(const LoopDevice dev, loop_attach(image));
-    if (::mount(dev.path.c_str(), mnt.c_str(), "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME,
-                "noinit_itable") != 0)
-      return sys_error("mount " + dev.path + " (" + image + ") on " + mnt, errno);
-  }
+  ABX_TRY(mount_rw_image(image, mnt));
   for (const char* sub : {"upper", "work"}) {
     std::string d = mnt + "/" + sub;
     if (::mkdir(d.c_str(), 0755) != 0) {
@@ -177,6 +171,39 @@ Status make_rw_layer(const std::string& state_dir, const std::string& dir, std::
     }
   }
   return {};
+}
+
+Status mount_rw_image(const std::string& image, const std::string& mnt) {
+  // The mount holds the loop device open and the device holds the image: a failure (or a
+  // crash) between attach and mount leaves nothing attached once the fd is closed.
+  ABX_ASSIGN_OR_RETURN(const LoopDevice dev, loop_attach(image));
+  if (::mount(dev.path.c_str(), mnt.c_str(), "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME,
+              "noinit_itable") != 0)
+    return sys_error("mount " + dev.path + " (" + image + ") on " + mnt, errno);
+  return {};
+}
+
+Status copy_sparse_file(const std::string& from, const std::string& to) {
+  struct stat st;
+  if (::stat(from.c_str(), &st) != 0) return sys_error("stat " + from, errno);
+  return copy_sparse(from, to, static_cast<std::uint64_t>(st.st_size));
+}
+
+bool loop_backed_by(const std::string& image) {
+  DIR* d = ::opendir("/sys/block");
+  if (!d) return false;
+  bool found = false;
+  while (dirent* e = ::readdir(d)) {
+    if (std::strncmp(e->d_name, "loop", 4) != 0) continue;
+    auto backing = read_file(std::string("/sys/block/") + e->d_name + "/loop/backing_file", 4096);
+    if (backing && backing->rfind(image, 0) == 0 &&
+        (backing->size() == image.size() || (*backing)[image.size()] == '\n')) {
+      found = true;
+      break;
+    }
+  }
+  ::closedir(d);
+  return found;
 }
 
 Status remove_rw_layer(const std::string& dir) {

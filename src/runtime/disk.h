@@ -20,6 +20,16 @@ inline constexpr const char* kRwMount = "rw";      // <state>/<id>/rw, the mount
 // nothing stays mounted (the image file is left for the caller's removal of `dir`).
 Status make_rw_layer(const std::string& state_dir, const std::string& dir, std::uint64_t bytes);
 
+// Attaches the ext4 image `image` to a free loop device (autoclear) and mounts it on `mnt`
+// (nosuid, nodev, noatime). Nothing stays attached on failure.
+Status mount_rw_image(const std::string& image, const std::string& mnt);
+
+// Copies `from` to the new file `to` (same size, data extents only: holes stay holes).
+Status copy_sparse_file(const std::string& from, const std::string& to);
+
+// Whether a loop device is still attached to `image` (an absolute path).
+bool loop_backed_by(const std::string& image);
+
 // Lazily unmounts `<dir>/rw` if it is mounted (the loop device then detaches itself once the
 // last user of the filesystem is gone) and removes `<dir>/rw.img`. Missing pieces are fine.
 Status remove_rw_layer(const std::string& dir);

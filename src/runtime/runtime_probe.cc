@@ -20,6 +20,7 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -221,6 +222,48 @@ int call(const std::string& name) {
   return e == EPERM || (name == "io_setup" && e == ENOSYS) ? 1 : 0;
 }
 
+// Counts in memory (one tick per 10 ms) until killed; on SIGUSR1 writes "<count> <token>\n" to
+// `path` (atomically, through path.tmp), where the token is random per start: a process restored
+// from a checkpoint keeps both, a restarted one would start over with a new token. Writes
+// "<token>\n" to `path`.started at start, and keeps one child (paused) so the tree has two
+// processes. Signals: as a pid namespace's init, SIGUSR1 must have a handler to be delivered.
+int count(const std::string& path) {
+  unsigned char raw[8] = {};
+  if (getrandom(raw, sizeof raw, 0) != static_cast<ssize_t>(sizeof raw)) return result(false);
+  char token[17] = {};
+  for (int i = 0; i < 8; ++i) snprintf(token + 2 * i, 3, "%02x", raw[i]);
+  pid_t kid = fork();
+  if (kid == 0) {
+    for (;;) pause();
+  }
+  auto put = [&](const std::string& p, const std::string& text) {
+    std::string tmp = p + ".tmp";
+    int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return false;
+    bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    close(fd);
+    return ok && rename(tmp.c_str(), p.c_str()) == 0;
+  };
+  if (!put(path + ".started", std::string(token) + "\n")) return result(false);
+  struct sigaction sa = {};
+  sa.sa_handler = [](int) {};
+  sigaction(SIGUSR1, &sa, nullptr);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR1);
+  sigprocmask(SIG_BLOCK, &set, nullptr);
+  unsigned long long n = 0;
+  for (;;) {
+    timespec tick{0, 10 * 1000 * 1000};
+    int sig = sigtimedwait(&set, nullptr, &tick);
+    if (sig == SIGUSR1) {
+      put(path, std::to_string(n) + " " + token + "\n");
+    } else if (sig < 0 && errno == EAGAIN) {
+      ++n;
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -288,6 +331,7 @@ int main(int argc, char** argv) {
     sleep(static_cast<unsigned>(atoi(arg)));
     return 0;
   }
+  if (cmd == "count") return count(arg);
   if (cmd == "sleep") {
     sleep(static_cast<unsigned>(atoi(arg)));
     return 0;

@@ -39,18 +39,13 @@
 #include "child.h"
 #include "disk.h"
 #include "mounts.h"
+#include "sandbox_internal.h"
 #include "seccomp.h"
 #include "sys.h"
 #include "userns_internal.h"
 
 namespace abx::runtime {
 namespace {
-
-constexpr const char* kLockFile = "lock";
-constexpr const char* kInitFile = "init";  // "<pid> <starttime> <cgroup_parent>\n"
-constexpr const char* kUsernsFile = "userns";
-constexpr const char* kVethFile =
-    "veth";  // "<host if> <host ip> <sandbox ip>\n"  // "<slot> <first host id> <registry>\n"
 
 bool valid_id(const std::string& id) {
   if (id.empty() || id.size() > 64) return false;
@@ -80,6 +75,8 @@ std::vector<std::string> layers_of(const SandboxConfig& c) {
   }
   return {};
 }
+
+}  // namespace
 
 Status validate(const SandboxConfig& c) {
   if (!valid_id(c.id))
@@ -137,11 +134,15 @@ Status validate(const SandboxConfig& c) {
   return {};
 }
 
+namespace {
+
 int cap_last_cap() {
   auto text = read_file("/proc/sys/kernel/cap_last_cap");
   int v = text ? std::atoi(text->c_str()) : 40;
   return std::clamp(v, 0, 63);
 }
+
+}  // namespace
 
 const CgroupLayout& cgroup_layout() {
   static const CgroupLayout layout = [] {
@@ -150,6 +151,8 @@ const CgroupLayout& cgroup_layout() {
   }();
   return layout;
 }
+
+namespace {
 
 Error child_error(const ChildReport& r) {
   std::string what(r.what, strnlen(r.what, sizeof r.what));
@@ -164,7 +167,21 @@ pid_t clone3_sandbox(std::uint64_t flags, int* pidfd) {
   return static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
 }
 
+}  // namespace
+
 // Step 1: <state_dir>/<id> must be new — an existing one is a live or stale sandbox of that id.
+Status write_init_record(const std::string& dir, pid_t pid, unsigned long long start,
+                         const std::string& cgroup_parent) {
+  return create_file(dir + "/" + kInitFile, std::to_string(pid) + " " + std::to_string(start) +
+                                                " " + cgroup_parent + "\n");
+}
+
+Status write_userns_record(const Sandbox::State& st) {
+  return create_file(
+      st.dir + "/" + kUsernsFile,
+      std::to_string(*st.slot) + " " + std::to_string(st.root_id) + " " + st.registry + "\n");
+}
+
 Status make_state_dir(const SandboxConfig& config, const std::string& dir) {
   if (::mkdir(config.state_dir.c_str(), 0700) != 0 && errno != EEXIST)
     return sys_error("mkdir " + config.state_dir, errno);
@@ -186,6 +203,18 @@ Result<UniqueFd> lock_state_dir(const std::string& dir) {
   if (::mkdir(rw.c_str(), 0755) != 0) return sys_error("mkdir " + rw, errno);
   return lock;
 }
+
+Status connect_veth(const SandboxConfig& config, Sandbox::State& st) {
+  VethInfo info = veth_for_slot(config.veth, *st.slot);
+  ABX_TRY(setup_veth(config.veth, info, st.netns.get()));
+  ABX_TRY(create_file(st.dir + "/" + kVethFile, info.host_if + " " + std::to_string(info.host_ip) +
+                                                    " " + std::to_string(info.sandbox_ip) + "\n"));
+  if (config.link_ready) ABX_TRY(config.link_ready(info));
+  st.veth = std::move(info);
+  return {};
+}
+
+namespace {
 
 // Step 3: every string and array the child touches, allocated here, because the child must not
 // allocate (child.h). Pinned in place: `plan` points into the other members.
@@ -265,9 +294,7 @@ Status build_plan(SandboxConfig& config, const std::vector<sock_filter>& filter,
 // netns fd (empty when the host netns is shared).
 Result<UniqueFd> prepare_child(const SandboxConfig& config, const std::string& dir,
                                const SandboxCgroups& cgroups, pid_t pid, bool own_netns) {
-  std::string init = std::to_string(pid) + " " + std::to_string(process_start_time(pid)) + " " +
-                     config.cgroup_parent + "\n";
-  ABX_TRY(create_file(dir + "/" + kInitFile, init));
+  ABX_TRY(write_init_record(dir, pid, process_start_time(pid), config.cgroup_parent));
   ABX_TRY(cgroups.attach(pid));
   UniqueFd netns;
   if (own_netns) {
@@ -335,28 +362,6 @@ Status release_child(int parent_sock, const std::string& id, const std::vector<U
 }
 
 }  // namespace
-
-struct Sandbox::State {
-  SandboxConfig config;
-  std::string dir;  // <state_dir>/<id>
-  UniqueFd lock;
-  UniqueFd pidfd;
-  UniqueFd netns;
-  pid_t pid = -1;
-  std::optional<int> status;  // set once reaped
-  SandboxCgroups cgroups;
-  bool destroyed = false;
-  bool adopted = false;  // the init is not our child: no waitid, exit seen through the pidfd
-  unsigned long long start = 0;       // the init's start time
-  std::optional<std::uint32_t> slot;  // the user namespace's slot (userns.h)
-  std::optional<VethInfo> veth;
-  std::uint32_t root_id = 0;
-  std::string registry;
-
-  void release_slot_of_init() const {
-    if (slot) release_slot(registry, *slot, pid, start);
-  }
-};
 
 Sandbox::Sandbox(std::unique_ptr<State> state) : s_(std::move(state)) {}
 Sandbox::Sandbox(Sandbox&&) noexcept = default;
@@ -541,9 +546,7 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config) {
     st->slot = slot;
     st->registry = config.userns.registry;
     st->root_id = slot_first_id(config.userns, slot);
-    ABX_TRY(create_file(
-        st->dir + "/" + kUsernsFile,
-        std::to_string(slot) + " " + std::to_string(st->root_id) + " " + st->registry + "\n"));
+    ABX_TRY(write_userns_record(*st));
   }
 
   // 2. cgroups with their limits, before clone: the child must never run unlimited.
@@ -601,18 +604,7 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config) {
   if (!netns) return abort_child(netns.error());
   st->netns = std::move(netns).value();
   if (config.veth.enabled) {
-    VethInfo info = veth_for_slot(config.veth, *st->slot);
-    if (Status s = setup_veth(config.veth, info, st->netns.get()); !s)
-      return abort_child(s.error());
-    if (Status s = create_file(st->dir + "/" + kVethFile,
-                               info.host_if + " " + std::to_string(info.host_ip) + " " +
-                                   std::to_string(info.sandbox_ip) + "\n");
-        !s)
-      return abort_child(s.error());
-    if (config.link_ready) {
-      if (Status s = config.link_ready(info); !s) return abort_child(s.error());
-    }
-    st->veth = std::move(info);
+    if (Status s = connect_veth(config, *st); !s) return abort_child(s.error());
   }
   if (Status s = release_child(parent_sock.get(), config.id, *mounts); !s)
     return abort_child(s.error());

@@ -160,6 +160,17 @@ Result<std::uint32_t> claim_slot(const UserNamespace& u) {
                "all " + std::to_string(u.slots) + " user namespace slots (id ranges) are in use");
 }
 
+Status claim_slot_exact(const UserNamespace& u, std::uint32_t slot) {
+  if (slot >= u.slots)
+    return invalid_argument("user namespace slot " + std::to_string(slot) + " is out of range");
+  ABX_ASSIGN_OR_RETURN(UniqueFd lock, lock_registry(u.registry));
+  std::string path = slot_path(u.registry, slot);
+  if (::access(path.c_str(), F_OK) == 0 && claim_live(path))
+    return Error(ErrorCode::kResourceExhausted,
+                 "user namespace slot " + std::to_string(slot) + " (its id range) is in use");
+  return replace_file(path, holder_record(::getpid()));
+}
+
 Status hold_slot(const UserNamespace& u, std::uint32_t slot, pid_t pid) {
   ABX_ASSIGN_OR_RETURN(UniqueFd lock, lock_registry(u.registry));
   return replace_file(slot_path(u.registry, slot), holder_record(pid));

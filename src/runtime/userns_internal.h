@@ -16,6 +16,9 @@ namespace abx::runtime {
 // Claims the lowest free slot for the calling process (recorded as its pid and start time).
 // resource_exhausted when every slot is held by a live process.
 Result<std::uint32_t> claim_slot(const UserNamespace& u);
+// Claims exactly `slot` (a restored sandbox's id range is in its images): resource_exhausted
+// when a live process holds it.
+Status claim_slot_exact(const UserNamespace& u, std::uint32_t slot);
 // Records `pid` (the sandbox's init) as the holder of `slot`: the claim then lives as long as
 // the init, whoever owns the sandbox.
 Status hold_slot(const UserNamespace& u, std::uint32_t slot, pid_t pid);

@@ -177,6 +177,16 @@ Status setup_veth(const VethConfig& c, const VethInfo& info, int netns_fd) {
   return route.send(inner.get(), "RTM_NEWROUTE default via the host end");
 }
 
+Status remove_veth(const VethInfo& info) {
+  ABX_ASSIGN_OR_RETURN(UniqueFd host, route_socket(-1));
+  NlRequest del(RTM_DELLINK, 0);
+  put_ifinfo(del.nlh(), 0);
+  mnl_attr_put_strz(del.nlh(), IFLA_IFNAME, info.host_if.c_str());
+  Status s = del.send(host.get(), "RTM_DELLINK " + info.host_if);
+  if (!s && s.error().message().ends_with("ENODEV")) return {};  // already gone
+  return s;
+}
+
 Status nft_apply(const std::string& script) {
   static std::mutex mu;
   std::lock_guard lock(mu);

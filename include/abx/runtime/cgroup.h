@@ -80,6 +80,9 @@ class SandboxCgroups {
   // Reads the usage counters (for the control API's metrics); never fails, see CgroupUsage.
   CgroupUsage usage() const;
 
+  // The directory whose freezer freeze() uses (cgroup v2's core freezer, else the v1 freezer
+  // group); "" when there is none.
+  std::string freezer_dir() const;
   // Absolute directories, v2 first if present.
   const std::vector<std::string>& dirs() const { return dirs_; }
   // Directory that holds `controller`'s files, or "" if the controller is not in use.

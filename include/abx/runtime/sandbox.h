@@ -184,8 +184,11 @@ class Sandbox {
   // layer's image included). Idempotent.
   Status destroy();
 
- private:
+  // Defined in src/runtime/sandbox_internal.h: what spawn(), adopt() and restore() fill.
   struct State;
+
+ private:
+  friend struct SandboxAccess;  // runtime-internal (checkpoint.cc)
   explicit Sandbox(std::unique_ptr<State> state);
   std::unique_ptr<State> s_;
 };

@@ -38,6 +38,9 @@ VethInfo veth_for_slot(const VethConfig& c, std::uint32_t slot);
 // and adds the sandbox's default route. Errors name the netlink request and its errno.
 Status setup_veth(const VethConfig& c, const VethInfo& info, int netns_fd);
 
+// Deletes the pair by its host end (the sandbox's eth0 goes with it). A missing link is fine.
+Status remove_veth(const VethInfo& info);
+
 // Runs an nftables script (nft's own syntax) as one transaction through libnftables: all of it
 // applies or none does. Errors carry nft's message. Thread-safe.
 Status nft_apply(const std::string& script);

@@ -1,0 +1,92 @@
+// abx::runtime checkpoint/restore: "pause to disk" of a whole sandbox with CRIU.
+//
+// checkpoint() writes a running sandbox's process tree (memory, fds, namespaces, mounts, the
+// netns' own state) as CRIU images into a directory, plus a copy of its writable layer
+// (`rw.img`) and `checkpoint.json` (what restore() needs; written last, so a directory without
+// it is not a checkpoint). restore() rebuilds the sandbox around those images: a new state
+// directory, the same user namespace slot, the root overlay and binds re-made idmapped, new
+// cgroups, CRIU's restore, then the veth — and returns a Sandbox as spawn() would.
+//
+// What CRIU cannot do and abx does around it (docs/design/criu-spike.md): the veth is removed
+// before the dump and re-made after (CRIU cannot restore a link whose peer is outside the
+// sandbox's user namespace); the binds are named external mounts ("bind0".."bindN", in
+// config.binds order) re-made on restore; the restored tree is put into its cgroups by running
+// CRIU from a process already in them (--manage-cgroups=ignore); the overlay's volatile work dir
+// is removed before the root is re-made.
+//
+// Needs CRIU 4.1.1 with abx's patches (scripts/install-criu.sh) and root. Supported sandboxes:
+// an image or directory rootfs, a user namespace of its own, NetworkMode::kNone.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "abx/base/error.h"
+#include "abx/runtime/sandbox.h"
+
+namespace abx::runtime {
+
+inline constexpr const char* kDefaultCriu = "/usr/local/lib/abx/criu/criu";
+
+struct CheckpointOptions {
+  std::string criu = kDefaultCriu;
+  // false: pause to disk — the sandbox's processes are killed once the dump is complete and the
+  // Sandbox is destroyed (state dir, cgroups, slot released); all of it lives in the checkpoint.
+  // true: a snapshot — the sandbox keeps running (veth re-made, thawed).
+  bool leave_running = false;
+  // CRIU's --ghost-limit (bytes; 0 = CRIU's default of 1 MiB): deleted-but-open files larger
+  // than this fail the dump (e.g. a bundle replaced under a running sandbox).
+  std::uint64_t ghost_limit = 0;
+};
+
+struct CheckpointInfo {
+  std::string dir;
+  bool leave_running = false;
+  std::uint64_t image_bytes = 0;        // CRIU's images (without rw.img)
+  std::uint64_t layer_bytes = 0;        // allocated bytes of the rw.img copy
+  std::chrono::milliseconds frozen{0};  // from freeze to thaw (snapshot) or to the kill
+  std::chrono::milliseconds dump{0};    // criu dump's wall time
+  std::chrono::milliseconds total{0};
+};
+
+struct RestoreOptions {
+  std::string criu = kDefaultCriu;
+  // Where the re-made root and binds are staged for CRIU (<stage_dir>/<id>/): a directory whose
+  // components are root-owned and searchable by everyone (the restored tree's user namespace
+  // must reach them). Emptied and removed once the restore is done.
+  std::string stage_dir = "/run/abx/restore";
+};
+
+// ok when `criu` exists and `criu check` passes (checked once per path and process);
+// failed_precondition with criu's output otherwise.
+Status criu_available(const std::string& criu);
+
+// Checkpoints `sb` into `dir` (absolute; created if missing, must be empty). The sandbox is
+// frozen through its cgroup for the dump. Errors: failed_precondition (criu missing or `criu
+// check` fails, an unsupported sandbox, `dir` not empty), insufficient_storage (ENOSPC while
+// dumping), internal with the last lines of CRIU's dump.log. After a failed dump the sandbox is
+// running as before (thawed, its veth re-made; egress rules that match the host end by name
+// apply to the new link) and `dir` has no checkpoint.json. An error after a complete pause-to-
+// disk dump (moving rw.img, destroying) leaves the tree dead and says so; `dir` then has the
+// images but no checkpoint.json, and the layer may still be in the state dir.
+Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
+                                  const CheckpointOptions& options = {});
+
+// Restores the checkpoint in `dir` as a sandbox of `config` (what spawn() got: the same
+// layers, binds (targets as checkpointed, sources re-made) and veth settings; argv is not run).
+// The user namespace gets the checkpoint's slot when it is free (pause to disk); else (a fork
+// of a snapshot whose sandbox still runs) another slot, with CRIU's userns image rewritten in
+// a private copy of the images. Each restore gets its own copy of the writable layer, so one
+// checkpoint can be restored any number of times. A `config.id` other than the checkpointed
+// one becomes the restored hostname. The returned Sandbox behaves as an adopted one: wait()
+// reports 0 when the init exits.
+// Errors: not_found (no checkpoint in `dir`), failed_precondition (a corrupt checkpoint, a
+// config that does not match it, criu unavailable), resource_exhausted (no free slot),
+// already_exists (the id is in use), internal with the last lines of CRIU's restore.log.
+// Nothing in `dir` is changed or removed (CRIU adds its stats-restore when restoring from it
+// directly); a failed restore leaves nothing else behind.
+Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
+                        const RestoreOptions& options = {});
+
+}  // namespace abx::runtime

@@ -1,0 +1,877 @@
+// checkpoint() and restore(): CRIU around abx's own steps (checkpoint.h says what and why).
+//
+// checkpoint(), in order:
+//   1. preconditions, `dir`, `criu check` — before the sandbox is touched;
+//   2. freeze (the cgroup freezer: the tree stops at a point abx chose, and CRIU is told to use
+//      that freezer), remove the veth (CRIU cannot restore it);
+//   3. criu dump; on failure: veth back, thaw, report the dump.log tail;
+//   4. syncfs of the writable layer, then either (snapshot) copy rw.img, veth back, thaw; or
+//      (pause to disk) reap the init CRIU killed, move rw.img into `dir`, destroy the sandbox;
+//   5. checkpoint.json, last (the marker that `dir` holds a complete checkpoint).
+// restore(): spawn()'s steps with CRIU in place of clone3 (see restore() below).
+#include "abx/runtime/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <string_view>
+#include <thread>
+
+#include "abx/base/json.h"
+#include "abx/base/try.h"
+#include "disk.h"
+#include "mounts.h"
+#include "sandbox_internal.h"
+#include "sys.h"
+#include "userns_internal.h"
+
+namespace abx::runtime {
+namespace {
+
+namespace json = boost::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kJsonFile = "checkpoint.json";
+constexpr const char* kDumpLog = "dump.log";
+constexpr const char* kRestoreLog = "restore.log";
+constexpr const char* kRestorePid = "restore.pid";
+constexpr int kFormat = 1;
+
+std::chrono::milliseconds since(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t);
+}
+
+std::string bind_key(std::size_t i) { return "bind" + std::to_string(i); }
+
+struct Ran {
+  int status = -1;
+  std::string out;  // stdout + stderr, the first 64 KiB
+};
+
+// Runs `args` (argv[0] absolute; no shell) with /dev/null as stdin and a pipe as stdout and
+// stderr. With `join`, the program runs in those cgroups from its first instruction: a forked
+// child waits until the parent attached it, then execs (between fork and exec it only reads and
+// execs: nothing that allocates).
+Result<Ran> run_program(std::vector<std::string> args, const SandboxCgroups* join = nullptr) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // CRIU runs iptables-save, ip, tar: they need a PATH, and nothing else of ours.
+  char path_env[] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  char* envp[] = {path_env, nullptr};
+  int out[2], go[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) return sys_error("pipe2", errno);
+  UniqueFd out_rd(out[0]), out_wr(out[1]);
+  ABX_ASSIGN_OR_RETURN(UniqueFd devnull, open_fd("/dev/null", O_RDONLY));
+  pid_t pid = -1;
+  if (!join) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, devnull.get(), 0);
+    posix_spawn_file_actions_adddup2(&fa, out_wr.get(), 1);
+    posix_spawn_file_actions_adddup2(&fa, out_wr.get(), 2);
+    int rc = ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) return sys_error("spawn " + args[0], rc);
+  } else {
+    if (::pipe2(go, O_CLOEXEC) != 0) return sys_error("pipe2", errno);
+    UniqueFd go_rd(go[0]), go_wr(go[1]);
+    pid = ::fork();
+    if (pid < 0) return sys_error("fork", errno);
+    if (pid == 0) {
+      ::dup2(devnull.get(), 0);
+      ::dup2(out_wr.get(), 1);
+      ::dup2(out_wr.get(), 2);
+      char c;
+      if (::read(go_rd.get(), &c, 1) != 1) ::_exit(126);  // the parent gave up
+      ::execve(argv[0], argv.data(), envp);
+      ::_exit(127);
+    }
+    go_rd.reset();
+    if (Status s = join->attach(pid); !s) {
+      go_wr.reset();
+      ::waitpid(pid, nullptr, 0);
+      return s.error();
+    }
+    char c = 1;
+    if (retry_eintr([&] { return ::write(go_wr.get(), &c, 1); }) != 1) {
+      int err = errno;
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      return sys_error("release " + args[0], err);
+    }
+  }
+  out_wr.reset();
+  Ran r;
+  char buf[4096];
+  for (ssize_t n; (n = retry_eintr([&] { return ::read(out_rd.get(), buf, sizeof buf); })) > 0;)
+    if (r.out.size() < (64u << 10)) r.out.append(buf, static_cast<std::size_t>(n));
+  if (retry_eintr([&] { return ::waitpid(pid, &r.status, 0); }) < 0)
+    return sys_error("waitpid " + args[0], errno);
+  return r;
+}
+
+// The file's text, or `fallback` when it cannot be read.
+std::string read_or(const std::string& path, std::string fallback, std::size_t max = 16 << 20) {
+  auto r = read_file(path, max);
+  return r ? std::move(r).value() : std::move(fallback);
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// The lines of a CRIU log worth showing: its errors (the last 6), else its last 6 lines.
+std::string log_tail(const std::string& text) {
+  std::vector<std::string> lines, errors;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    if (!line.empty()) {
+      // Not errors of this run's outcome: seen on every run here (criu-spike.md 2.1, 2.2).
+      bool harmless = line.find("Can't setup RLIMIT_NOFILE for self") != std::string::npos ||
+                      line.find("Address already assigned") != std::string::npos;
+      if (line.find("Error") != std::string::npos && !harmless) errors.push_back(line);
+      lines.push_back(line);
+    }
+    start = end + 1;
+  }
+  const auto& pick = errors.empty() ? lines : errors;
+  std::string out;
+  for (std::size_t i = pick.size() > 6 ? pick.size() - 6 : 0; i < pick.size(); ++i)
+    out += (out.empty() ? "" : " | ") + pick[i].substr(0, 300);
+  return out;
+}
+
+std::string describe(const Ran& r) {
+  if (WIFEXITED(r.status)) return "exit " + std::to_string(WEXITSTATUS(r.status));
+  if (WIFSIGNALED(r.status)) return "killed by signal " + std::to_string(WTERMSIG(r.status));
+  return "status " + std::to_string(r.status);
+}
+
+// Whether `dir` exists and has no entries.
+Result<bool> empty_dir(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return sys_error("opendir " + dir, errno);
+  bool empty = true;
+  while (dirent* e = ::readdir(d)) {
+    if (std::string_view(e->d_name) == "." || std::string_view(e->d_name) == "..") continue;
+    empty = false;
+    break;
+  }
+  ::closedir(d);
+  return empty;
+}
+
+std::uint64_t dir_bytes(const std::string& dir, const std::string& except) {
+  std::uint64_t total = 0;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return 0;
+  while (dirent* e = ::readdir(d)) {
+    struct stat st;
+    if (except == e->d_name) continue;
+    if (::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+      total += static_cast<std::uint64_t>(st.st_size);
+  }
+  ::closedir(d);
+  return total;
+}
+
+Status syncfs_path(const std::string& path) {
+  ABX_ASSIGN_OR_RETURN(UniqueFd fd, open_fd(path, O_RDONLY | O_DIRECTORY));
+  if (::syncfs(fd.get()) != 0) return sys_error("syncfs " + path, errno);
+  return {};
+}
+
+const char* rootfs_name(RootfsMode m) {
+  switch (m) {
+    case RootfsMode::kImage:
+      return "image";
+    case RootfsMode::kDirectory:
+      return "directory";
+    case RootfsMode::kHost:
+      break;
+  }
+  return "host";
+}
+
+std::vector<std::string> layers_of(const SandboxConfig& c) {
+  return c.rootfs == RootfsMode::kDirectory ? std::vector<std::string>{c.rootfs_dir} : c.lower_dirs;
+}
+
+Status write_json(const std::string& dir, const json::object& o) {
+  std::string path = dir + "/" + kJsonFile, tmp = path + ".tmp";
+  ::unlink(tmp.c_str());
+  ABX_TRY(create_file(tmp, to_json_string(o) + "\n"));
+  {
+    ABX_ASSIGN_OR_RETURN(UniqueFd fd, open_fd(tmp, O_RDONLY));
+    if (::fsync(fd.get()) != 0) return sys_error("fsync " + tmp, errno);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return sys_error("rename " + tmp, errno);
+  return {};
+}
+
+// What checkpoint.json records (checkpoint.h; docs/design/criu-spike.md §4.1 step 5).
+json::object describe_checkpoint(const Sandbox::State& st, const CheckpointOptions& o,
+                                 const std::string& criu_version) {
+  const SandboxConfig& c = st.config;
+  json::object j;
+  j["format"] = kFormat;
+  j["criu"] = o.criu;
+  j["criu_version"] = criu_version;
+  std::string patches = trim(read_or(o.criu + ".patches", ""));
+  if (patches.empty()) {
+    auto slash = o.criu.rfind('/');
+    patches = trim(read_or(o.criu.substr(0, slash) + "/criu.patches", ""));
+  }
+  j["criu_patches"] = patches;
+  utsname u{};
+  ::uname(&u);
+  j["kernel"] = u.release;
+  j["id"] = c.id;
+  j["hostname"] = c.id;
+  j["rootfs"] = rootfs_name(c.rootfs);
+  json::array layers;
+  for (const auto& l : layers_of(c)) layers.emplace_back(l);
+  j["layers"] = std::move(layers);
+  j["disk_bytes"] = c.disk_bytes;
+  j["shm_bytes"] = c.shm_bytes;
+  j["slot"] = *st.slot;
+  j["root_host_id"] = st.root_id;
+  j["userns_registry"] = st.registry;
+  j["cgroup_parent"] = c.cgroup_parent;
+  j["limits"] = json::object{{"memory_bytes", c.limits.memory_bytes},
+                             {"pids_max", c.limits.pids_max},
+                             {"cpu_millicores", c.limits.cpu_millicores}};
+  if (st.veth)
+    j["veth"] = json::object{{"host_if", st.veth->host_if},
+                             {"host_ip", st.veth->host_ip},
+                             {"sandbox_ip", st.veth->sandbox_ip}};
+  else
+    j["veth"] = nullptr;
+  json::array binds;
+  for (std::size_t i = 0; i < c.binds.size(); ++i)
+    binds.emplace_back(json::object{{"key", bind_key(i)},
+                                    {"target", c.binds[i].target},
+                                    {"source", c.binds[i].source},
+                                    {"writable", c.binds[i].writable}});
+  j["binds"] = std::move(binds);
+  json::array argv;
+  for (const auto& a : c.argv) argv.emplace_back(a);
+  j["argv"] = std::move(argv);
+  j["leave_running"] = o.leave_running;
+  j["pid"] = st.pid;
+  j["time"] = static_cast<std::int64_t>(::time(nullptr));
+  return j;
+}
+
+// Waits (bounded) until no loop device is attached to `image` any more: the kernel detaches
+// an autoclear device asynchronously once the last mount of its filesystem is gone.
+void wait_loop_detached(const std::string& image) {
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (loop_backed_by(image) && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
+}  // namespace
+
+Status criu_available(const std::string& criu) {
+  static std::mutex mu;
+  static std::set<std::string> checked;
+  {
+    std::lock_guard lock(mu);
+    if (checked.count(criu)) return {};
+  }
+  if (criu.empty() || criu[0] != '/')
+    return Error(ErrorCode::kFailedPrecondition, "criu path must be absolute: '" + criu + "'");
+  if (::access(criu.c_str(), X_OK) != 0)
+    return Error(ErrorCode::kFailedPrecondition, "criu is not installed at " + criu + " (" +
+                                                     errno_name(errno) +
+                                                     "; scripts/install-criu.sh installs it)");
+  auto ran = run_program({criu, "check"});
+  if (!ran) return Error(ErrorCode::kFailedPrecondition, "criu check: " + ran.error().message());
+  if (ran->status != 0)
+    return Error(ErrorCode::kFailedPrecondition,
+                 "criu check failed (" + describe(*ran) + "): " + log_tail(ran->out));
+  std::lock_guard lock(mu);
+  checked.insert(criu);
+  return {};
+}
+
+Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
+                                  const CheckpointOptions& options) {
+  const auto t0 = Clock::now();
+  Sandbox::State& st = SandboxAccess::state(sb);
+  // 1. Everything that can refuse, before the sandbox is touched.
+  if (st.destroyed || st.status)
+    return Error(ErrorCode::kFailedPrecondition, "checkpoint: the sandbox is not running");
+  const SandboxConfig& c = st.config;
+  if (c.rootfs == RootfsMode::kHost || !st.slot || c.network != NetworkMode::kNone)
+    return Error(ErrorCode::kFailedPrecondition,
+                 "checkpoint needs an image or directory rootfs, a user namespace and a network "
+                 "namespace of the sandbox's own");
+  if (st.adopted && c.lower_dirs.empty() && c.rootfs_dir.empty())
+    return Error(ErrorCode::kFailedPrecondition,
+                 "checkpoint of an adopted sandbox is not supported (its config is unknown)");
+  if (dir.empty() || dir[0] != '/') return invalid_argument("checkpoint dir must be absolute");
+  if (::mkdir(dir.c_str(), 0711) != 0) {
+    if (errno != EEXIST) return sys_error("mkdir " + dir, errno);
+    ABX_ASSIGN_OR_RETURN(bool empty, empty_dir(dir));
+    if (!empty)
+      return Error(ErrorCode::kFailedPrecondition, "checkpoint dir " + dir + " is not empty");
+  }
+  // Searchable by all (not readable): the restored tree's first task, already in the sandbox's
+  // user namespace, looks up optional images (tty-info.img) there itself, and a 0700 directory
+  // answers EACCES where CRIU expects ENOENT. Its files stay 0600.
+  if (::chmod(dir.c_str(), 0711) != 0) return sys_error("chmod " + dir, errno);
+  ABX_TRY(criu_available(options.criu));
+  const std::string freezer = st.cgroups.freezer_dir();
+  if (freezer.empty())
+    return Error(ErrorCode::kFailedPrecondition, "checkpoint needs a cgroup freezer");
+  std::string criu_version;
+  if (auto v = run_program({options.criu, "--version"}); v && v->status == 0) {
+    criu_version = v->out.substr(0, v->out.find('\n'));
+    if (criu_version.starts_with("Version: ")) criu_version.erase(0, 9);
+  }
+
+  // 2. Freeze, then the veth goes (its peer is outside the sandbox's user namespace).
+  ABX_TRY(st.cgroups.freeze(true));
+  const auto frozen_at = Clock::now();
+  bool veth_removed = false;
+  // Undoes step 2: what a failed dump (or a snapshot) leaves running.
+  auto resume = [&]() -> Status {
+    Status result;
+    if (veth_removed) {
+      result = setup_veth(c.veth, *st.veth, st.netns.get());
+      if (result) veth_removed = false;
+    }
+    Status thaw = st.cgroups.freeze(false);
+    return result ? thaw : result;
+  };
+  auto with_resume = [&](Error e) -> Error {
+    if (Status r = resume(); !r)
+      return Error(e.code(),
+                   e.message() + "; then resuming the sandbox failed: " + r.error().message());
+    return e;
+  };
+  if (st.veth) {
+    if (Status s = remove_veth(*st.veth); !s) return with_resume(s.error());
+    veth_removed = true;
+  }
+
+  // 3. The dump.
+  std::vector<std::string> args = {options.criu,   "dump",       "--tree", std::to_string(st.pid),
+                                   "--images-dir", dir,          "-o",     kDumpLog,
+                                   "-v4",          "--external", "mnt[]"};
+  for (std::size_t i = 0; i < c.binds.size(); ++i) {
+    args.push_back("--external");
+    args.push_back("mnt[" + c.binds[i].target + "]:" + bind_key(i));
+  }
+  args.insert(args.end(), {"--tcp-established", "--freeze-cgroup", freezer});
+  if (options.leave_running) args.push_back("--leave-running");
+  if (options.ghost_limit) {
+    args.push_back("--ghost-limit");
+    args.push_back(std::to_string(options.ghost_limit));
+  }
+  const auto dump_at = Clock::now();
+  auto ran = run_program(args);
+  CheckpointInfo info;
+  info.dir = dir;
+  info.leave_running = options.leave_running;
+  info.dump = since(dump_at);
+  if (!ran) return with_resume(ran.error());
+  if (ran->status != 0) {
+    std::string log = read_or(dir + "/" + kDumpLog, "");
+    std::string tail = log_tail(log.empty() ? ran->out : log);
+    // A full disk: CRIU's write errors say ENOSPC (its log may itself be cut short by it).
+    struct statvfs vfs {};
+    bool full = log.find("No space left on device") != std::string::npos ||
+                ran->out.find("No space left on device") != std::string::npos ||
+                (::statvfs(dir.c_str(), &vfs) == 0 &&
+                 static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize < (64u << 10));
+    return with_resume(Error(full ? ErrorCode::kInsufficientStorage : ErrorCode::kInternal,
+                             "criu dump of sandbox " + c.id + " failed (" + describe(*ran) +
+                                 (full ? ", no space left in " + dir : "") + "): " + tail));
+  }
+
+  // 4. The writable layer, consistent with the images: synced while nothing can write to it.
+  const std::string rw = st.dir + "/" + kRwMount, image = st.dir + "/" + kRwImage;
+  const std::string saved = dir + "/" + kRwImage;
+  if (options.leave_running) {
+    Status s = syncfs_path(rw);
+    if (s) s = copy_sparse_file(image, saved);
+    if (!s) return with_resume(s.error());
+    ABX_TRY(resume());
+    info.frozen = since(frozen_at);
+  } else {
+    // CRIU killed the tree once the dump was complete (bounded: never hang on a CRIU that
+    // reported success without doing so).
+    pollfd p{st.pidfd.get(), POLLIN, 0};
+    if (retry_eintr([&] { return ::poll(&p, 1, 10000); }) != 1)
+      return internal_error("criu dump of sandbox " + c.id +
+                            " succeeded but its init is still running");
+    auto status = sb.wait();
+    if (!status) return status.error();
+    info.frozen = since(frozen_at);
+    ABX_TRY(syncfs_path(rw));
+    if (::rename(image.c_str(), saved.c_str()) != 0) {
+      if (errno != EXDEV) return sys_error("rename " + image + " -> " + saved, errno);
+      ABX_TRY(copy_sparse_file(image, saved));
+    }
+    // The layer is the checkpoint's now; what is left of the sandbox goes.
+    ABX_TRY(sb.destroy());
+    wait_loop_detached(saved);
+    wait_loop_detached(image);
+  }
+  struct stat img {};
+  if (::stat(saved.c_str(), &img) == 0)
+    info.layer_bytes = static_cast<std::uint64_t>(img.st_blocks) * 512;
+  info.image_bytes = dir_bytes(dir, kRwImage);
+
+  // 5. The marker, last.
+  ABX_TRY(write_json(dir, describe_checkpoint(st, options, criu_version)));
+  info.total = since(t0);
+  return info;
+}
+
+namespace {
+
+// A checkpoint.json read back, with what restore() checks and uses.
+struct Saved {
+  std::string id;
+  std::uint32_t slot = 0;
+  std::uint32_t root_host_id = 0;
+  std::vector<std::string> layers;
+  std::vector<std::string> bind_targets;
+};
+
+Result<Saved> read_checkpoint(const std::string& dir) {
+  const std::string path = dir + "/" + kJsonFile;
+  auto text = read_file(path, 1 << 20);
+  if (!text) {
+    if (text.error().code() == ErrorCode::kNotFound)
+      return Error(ErrorCode::kNotFound, "no checkpoint in " + dir + " (no " + kJsonFile + ")");
+    return text.error();
+  }
+  auto corrupt = [&](const std::string& why) {
+    return Error(ErrorCode::kFailedPrecondition, "corrupt checkpoint " + path + ": " + why);
+  };
+  auto v = parse_json_strict(*text);
+  if (!v) return corrupt(v.error().message());
+  const json::object* o = v->if_object();
+  if (!o) return corrupt("not an object");
+  auto str = [&](const char* k) -> const json::string* {
+    auto* x = o->if_contains(k);
+    return x ? x->if_string() : nullptr;
+  };
+  auto num = [&](const char* k) -> std::optional<std::uint64_t> {
+    auto* x = o->if_contains(k);
+    if (!x) return std::nullopt;
+    if (auto* u = x->if_uint64()) return *u;
+    if (auto* i = x->if_int64(); i && *i >= 0) return static_cast<std::uint64_t>(*i);
+    return std::nullopt;
+  };
+  auto format = num("format");
+  if (!format || *format != kFormat) return corrupt("unknown format");
+  Saved s;
+  auto* id = str("id");
+  auto slot = num("slot");
+  auto root = num("root_host_id");
+  auto* layers = o->if_contains("layers");
+  auto* binds = o->if_contains("binds");
+  if (!id || !slot || !root || !layers || !layers->is_array() || !binds || !binds->is_array())
+    return corrupt("missing id, slot, root_host_id, layers or binds");
+  s.id = std::string(*id);
+  s.slot = static_cast<std::uint32_t>(*slot);
+  s.root_host_id = static_cast<std::uint32_t>(*root);
+  for (const auto& l : layers->get_array()) {
+    if (!l.is_string()) return corrupt("a layer is not a string");
+    s.layers.emplace_back(l.get_string());
+  }
+  for (const auto& b : binds->get_array()) {
+    const json::value* t = b.is_object() ? b.get_object().if_contains("target") : nullptr;
+    if (!t || !t->is_string()) return corrupt("a bind without a target");
+    s.bind_targets.emplace_back(t->get_string());
+  }
+  for (const char* needed : {kRwImage, "inventory.img"}) {
+    struct stat st;
+    if (::stat((dir + "/" + needed).c_str(), &st) != 0)
+      return corrupt(std::string("missing ") + needed);
+  }
+  return s;
+}
+
+// Unmounts and removes what restore() staged in `stage` (best effort).
+void remove_stage(const std::string& stage) {
+  DIR* d = ::opendir(stage.c_str());
+  if (!d) return;
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n != "." && n != "..") names.push_back(n);
+  }
+  ::closedir(d);
+  for (const auto& n : names) {
+    std::string p = stage + "/" + n;
+    ::umount2(p.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW);
+    if (::rmdir(p.c_str()) != 0) ::unlink(p.c_str());
+  }
+  ::rmdir(stage.c_str());
+}
+
+// A process in a new user namespace with the sandbox's id mapping, kept until the mounts are
+// idmapped with it (the mapping is what counts, not which namespace carries it).
+class IdmapHolder {
+ public:
+  static Result<IdmapHolder> make(std::uint32_t first) {
+    IdmapHolder h;
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) return sys_error("pipe2", errno);
+    UniqueFd rd(p[0]);
+    h.release_.reset(p[1]);
+    clone_args args = {};
+    args.flags = CLONE_NEWUSER;
+    args.exit_signal = SIGCHLD;
+    pid_t pid = static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
+    if (pid < 0) return sys_error("clone3 CLONE_NEWUSER", errno);
+    if (pid == 0) {
+      ::close(h.release_.get());  // else our own copy of the write end would keep the pipe open
+      char c;
+      (void)!::read(rd.get(), &c, 1);  // returns at EOF: the parent is done
+      ::_exit(0);
+    }
+    h.pid_ = pid;
+    rd.reset();
+    ABX_TRY(write_id_maps(pid, first));
+    ABX_ASSIGN_OR_RETURN(h.userns_, open_fd("/proc/" + std::to_string(pid) + "/ns/user", O_RDONLY));
+    return h;
+  }
+  IdmapHolder() = default;
+  IdmapHolder(IdmapHolder&& o) noexcept
+      : release_(std::move(o.release_)), userns_(std::move(o.userns_)), pid_(o.pid_) {
+    o.pid_ = -1;
+  }
+  IdmapHolder& operator=(IdmapHolder&&) = delete;
+  ~IdmapHolder() {
+    release_.reset();
+    if (pid_ > 0) ::waitpid(pid_, nullptr, 0);
+  }
+  int userns() const { return userns_.get(); }
+
+ private:
+  UniqueFd release_;
+  UniqueFd userns_;
+  pid_t pid_ = -1;
+};
+
+Status attach_at(int mnt, const std::string& path) {
+  if (::move_mount(mnt, "", AT_FDCWD, path.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0)
+    return sys_error("move_mount onto " + path, errno);
+  return {};
+}
+
+// --- A restore into another uid range (a fork) ---------------------------------------------
+//
+// CRIU writes the sandbox's id maps into userns-<id>.img and restores exactly those, so a
+// restore into another slot rewrites them (criu-spike.md 2.3 did it with crit). An image is two
+// u32 magics, then entries of <u32 length><protobuf>; userns_entry is
+//   repeated uid_gid_extent uid_map = 1; repeated uid_gid_extent gid_map = 2;
+// with uid_gid_extent { uint32 first = 1; uint32 lower_first = 2; uint32 count = 3; }.
+
+bool get_varint(std::string_view& in, std::uint64_t* v) {
+  *v = 0;
+  for (int shift = 0; shift < 64 && !in.empty(); shift += 7) {
+    auto b = static_cast<unsigned char>(in.front());
+    in.remove_prefix(1);
+    *v |= static_cast<std::uint64_t>(b & 0x7f) << shift;
+    if (!(b & 0x80)) return true;
+  }
+  return false;
+}
+
+void put_varint(std::string& out, std::uint64_t v) {
+  do {
+    auto b = static_cast<unsigned char>(v & 0x7f);
+    v >>= 7;
+    out.push_back(static_cast<char>(v ? b | 0x80 : b));
+  } while (v);
+}
+
+// One uid_gid_extent with lower_first `from` turned into `to` (other extents as they are).
+Result<std::string> rewrite_extent(std::string_view in, std::uint32_t from, std::uint32_t to,
+                                   int* changed) {
+  std::string out;
+  while (!in.empty()) {
+    std::uint64_t key = 0, value = 0;
+    if (!get_varint(in, &key) || (key & 7) != 0 || !get_varint(in, &value))
+      return internal_error("userns image: unexpected field in an id extent");
+    if (key >> 3 == 2 && value == from) {
+      value = to;
+      ++*changed;
+    }
+    put_varint(out, key);
+    put_varint(out, value);
+  }
+  return out;
+}
+
+Result<std::string> rewrite_userns_image(const std::string& image, std::uint32_t from,
+                                         std::uint32_t to) {
+  if (image.size() < 8) return internal_error("userns image: too short");
+  std::string out = image.substr(0, 8);  // the magics
+  std::string_view rest = std::string_view(image).substr(8);
+  int changed = 0;
+  while (rest.size() >= 4) {
+    std::uint32_t len = 0;
+    std::memcpy(&len, rest.data(), 4);
+    rest.remove_prefix(4);
+    if (len > rest.size()) return internal_error("userns image: truncated entry");
+    std::string_view entry = rest.substr(0, len);
+    rest.remove_prefix(len);
+    std::string body;
+    while (!entry.empty()) {
+      std::uint64_t key = 0, size = 0;
+      if (!get_varint(entry, &key) || (key & 7) != 2 || !get_varint(entry, &size) ||
+          size > entry.size())
+        return internal_error("userns image: unexpected field");
+      ABX_ASSIGN_OR_RETURN(std::string ext,
+                           rewrite_extent(entry.substr(0, size), from, to, &changed));
+      entry.remove_prefix(size);
+      put_varint(body, key);
+      put_varint(body, ext.size());
+      body += ext;
+    }
+    auto n = static_cast<std::uint32_t>(body.size());
+    out.append(reinterpret_cast<const char*>(&n), 4);
+    out += body;
+  }
+  if (!rest.empty() || changed == 0)
+    return internal_error("userns image: no id map with host id " + std::to_string(from));
+  return out;
+}
+
+// A private copy of the images in `dir` (hard links where the filesystem allows, copies
+// otherwise) at `to`, with every userns-*.img rewritten from `from` to `to_first`. The original
+// files are never written: the rewritten ones are new files.
+Status images_for_range(const std::string& dir, const std::string& to, std::uint32_t from,
+                        std::uint32_t to_first) {
+  if (::mkdir(to.c_str(), 0711) != 0) return sys_error("mkdir " + to, errno);
+  if (::chmod(to.c_str(), 0711) != 0) return sys_error("chmod " + to, errno);
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return sys_error("opendir " + dir, errno);
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (e->d_type == DT_REG && n != kRwImage && n != kJsonFile) names.push_back(n);
+  }
+  ::closedir(d);
+  for (const auto& n : names) {
+    const std::string src = dir + "/" + n, dst = to + "/" + n;
+    if (n.starts_with("userns-") && n.ends_with(".img")) {
+      ABX_ASSIGN_OR_RETURN(const std::string image, read_file(src, 1 << 20));
+      ABX_ASSIGN_OR_RETURN(const std::string rewritten,
+                           rewrite_userns_image(image, from, to_first));
+      ABX_TRY(create_file(dst, rewritten));
+      continue;
+    }
+    if (::link(src.c_str(), dst.c_str()) == 0) continue;
+    if (errno != EXDEV && errno != EPERM) return sys_error("link " + src, errno);
+    ABX_TRY(copy_sparse_file(src, dst));
+  }
+  return {};
+}
+
+// The restored uts namespace still has the checkpointed sandbox's hostname.
+Status set_hostname(pid_t pid, const std::string& name) {
+  ABX_ASSIGN_OR_RETURN(UniqueFd uts, open_fd("/proc/" + std::to_string(pid) + "/ns/uts", O_RDONLY));
+  pid_t child = ::fork();  // setns affects the calling thread: do it in a throwaway process
+  if (child < 0) return sys_error("fork", errno);
+  if (child == 0) {
+    if (::setns(uts.get(), CLONE_NEWUTS) != 0) ::_exit(1);
+    ::_exit(::sethostname(name.data(), name.size()) == 0 ? 0 : 2);
+  }
+  int status = 0;
+  if (retry_eintr([&] { return ::waitpid(child, &status, 0); }) < 0)
+    return sys_error("waitpid", errno);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return internal_error("setting the restored sandbox's hostname failed (" +
+                          std::string(WEXITSTATUS(status) == 1 ? "setns" : "sethostname") + ")");
+  return {};
+}
+
+}  // namespace
+
+Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
+                        const RestoreOptions& options) {
+  // 0. The checkpoint and the config must agree before anything is made.
+  if (dir.empty() || dir[0] != '/') return invalid_argument("checkpoint dir must be absolute");
+  ABX_ASSIGN_OR_RETURN(const Saved saved, read_checkpoint(dir));
+  ABX_TRY(validate(config));
+  if (config.rootfs == RootfsMode::kHost || !config.userns.enabled ||
+      config.network != NetworkMode::kNone)
+    return Error(ErrorCode::kFailedPrecondition,
+                 "restore needs an image or directory rootfs, a user namespace and a network "
+                 "namespace of the sandbox's own");
+  if (layers_of(config) != saved.layers)
+    return Error(ErrorCode::kFailedPrecondition,
+                 "restore: the config's rootfs layers are not the checkpoint's");
+  std::vector<std::string> targets;
+  for (const auto& b : config.binds) targets.push_back(b.target);
+  if (targets != saved.bind_targets)
+    return Error(ErrorCode::kFailedPrecondition,
+                 "restore: the config's bind targets are not the checkpoint's");
+  if (slot_first_id(config.userns, saved.slot) != saved.root_host_id)
+    return Error(ErrorCode::kFailedPrecondition,
+                 "restore: the user namespace base differs from the checkpoint's");
+  ABX_TRY(criu_available(options.criu));
+  ABX_TRY(prepare_mount_point(options.stage_dir));
+
+  // 1. State directory, locked; the writable layer, a copy of the checkpoint's (so `dir` is
+  // never written and may be restored again), its overlay's stale volatile work dir removed.
+  auto st = std::make_unique<Sandbox::State>();
+  st->dir = config.state_dir + "/" + config.id;
+  const std::string stage = options.stage_dir + "/" + config.id;
+  ABX_TRY(make_state_dir(config, st->dir));
+  bool committed = false, slot_claimed = false;
+  std::optional<SandboxCgroups> made_cgroups;
+  struct Undo {
+    std::function<void()> f;
+    ~Undo() { f(); }
+  } undo{[&] {
+    if (committed) return;
+    if (st->pidfd) sys_pidfd_send_signal(st->pidfd.get(), SIGKILL);
+    if (made_cgroups) {
+      (void)made_cgroups->kill();
+      (void)made_cgroups->remove();
+    }
+    remove_stage(stage);
+    (void)remove_rw_layer(st->dir);
+    (void)remove_tree(st->dir);
+    if (slot_claimed) {
+      release_slot(st->registry, *st->slot, ::getpid(), process_start_time(::getpid()));
+      if (st->pid > 0) st->release_slot_of_init();
+    }
+  }};
+  ABX_ASSIGN_OR_RETURN(st->lock, lock_state_dir(st->dir));
+  ABX_TRY(copy_sparse_file(dir + "/" + kRwImage, st->dir + "/" + kRwImage));
+  ABX_TRY(mount_rw_image(st->dir + "/" + kRwImage, st->dir + "/" + kRwMount));
+  // The old overlay was mounted `volatile`: overlayfs refuses (mounts read-only) a work dir
+  // that still has its incompat/volatile marker.
+  ABX_TRY(remove_tree(st->dir + "/" + kRwMount + "/work/work"));
+
+  // 2. The checkpoint's slot if it is free (its uid range is in CRIU's userns image); else
+  // (a fork: the checkpointed sandbox still runs) another, with that image rewritten.
+  std::string images = dir;
+  if (auto exact = claim_slot_exact(config.userns, saved.slot); exact) {
+    st->slot = saved.slot;
+  } else if (exact.error().code() == ErrorCode::kResourceExhausted) {
+    ABX_ASSIGN_OR_RETURN(st->slot, claim_slot(config.userns));
+  } else {
+    return exact.error();
+  }
+  slot_claimed = true;
+  st->registry = config.userns.registry;
+  st->root_id = slot_first_id(config.userns, *st->slot);
+  ABX_TRY(write_userns_record(*st));
+  if (st->root_id != saved.root_host_id) {
+    images = st->dir + "/images";
+    ABX_TRY(images_for_range(dir, images, saved.root_host_id, st->root_id));
+  }
+
+  // 3. Root and binds, idmapped as spawn() makes them, attached under the stage for CRIU.
+  remove_stage(stage);  // a crashed restore's leftovers
+  if (::mkdir(stage.c_str(), 0755) != 0) return sys_error("mkdir " + stage, errno);
+  {
+    ABX_ASSIGN_OR_RETURN(IdmapHolder holder, IdmapHolder::make(st->root_id));
+    const Idmap idmap{holder.userns(), st->root_id};
+    ABX_ASSIGN_OR_RETURN(UniqueFd root, make_root_overlay(config, st->dir, idmap));
+    ABX_ASSIGN_OR_RETURN(std::vector<UniqueFd> binds, make_bind_mounts(config, idmap));
+    const std::string root_at = stage + "/root";
+    if (::mkdir(root_at.c_str(), 0755) != 0) return sys_error("mkdir " + root_at, errno);
+    ABX_TRY(attach_at(root.get(), root_at));
+    for (std::size_t i = 0; i < binds.size(); ++i) {
+      const std::string at = stage + "/" + bind_key(i);
+      struct stat src;
+      if (::stat(config.binds[i].source.c_str(), &src) != 0)
+        return sys_error("bind source " + config.binds[i].source, errno);
+      if (S_ISDIR(src.st_mode)) {
+        if (::mkdir(at.c_str(), 0755) != 0) return sys_error("mkdir " + at, errno);
+      } else {
+        ABX_TRY(create_file(at, ""));
+      }
+      ABX_TRY(attach_at(binds[i].get(), at));
+    }
+  }
+
+  // 4. Cgroups with their limits; CRIU runs inside them, so the restored tree is born there.
+  ABX_ASSIGN_OR_RETURN(st->cgroups, SandboxCgroups::create(cgroup_layout(), config.cgroup_parent,
+                                                           config.id, config.limits));
+  made_cgroups = st->cgroups;
+
+  // 5. CRIU. Its log and pidfile go to the state dir: `dir` stays as it was.
+  const std::string pidfile = st->dir + "/" + kRestorePid;
+  std::vector<std::string> args = {
+      options.criu, "restore",   "--images-dir", images,   "--work-dir",    st->dir,
+      "-o",         kRestoreLog, "-v4",          "--root", stage + "/root", "--restore-detached",
+      "--pidfile",  pidfile,     "--external",   "mnt[]"};
+  for (std::size_t i = 0; i < config.binds.size(); ++i) {
+    args.push_back("--external");
+    args.push_back("mnt[" + bind_key(i) + "]:" + stage + "/" + bind_key(i));
+  }
+  args.insert(args.end(), {"--tcp-established", "--manage-cgroups=ignore"});
+  auto ran = run_program(args, &st->cgroups);
+  if (!ran) return ran.error();
+  if (ran->status != 0) {
+    std::string log = read_or(st->dir + "/" + kRestoreLog, ran->out);
+    return Error(ErrorCode::kInternal, "criu restore of sandbox " + config.id + " from " + dir +
+                                           " failed (" + describe(*ran) + "): " + log_tail(log));
+  }
+
+  // 6. The restored init: pidfd, start time, records, netns, veth — as spawn() has them.
+  ABX_ASSIGN_OR_RETURN(const std::string pid_text, read_file(pidfile, 64));
+  const long pid = std::strtol(pid_text.c_str(), nullptr, 10);
+  if (pid <= 0) return internal_error("criu restore: bad pidfile " + pidfile);
+  int pidfd = sys_pidfd_open(static_cast<pid_t>(pid));
+  if (pidfd < 0) return sys_error("pidfd_open restored init", errno);
+  st->pidfd.reset(pidfd);
+  st->pid = static_cast<pid_t>(pid);
+  st->start = process_start_time(st->pid);
+  st->adopted = true;  // CRIU's child, reparented when CRIU exited: not ours to reap
+  ABX_TRY(write_init_record(st->dir, st->pid, st->start, config.cgroup_parent));
+  ABX_TRY(hold_slot(config.userns, *st->slot, st->pid));
+  ABX_ASSIGN_OR_RETURN(st->netns, open_fd("/proc/" + std::to_string(pid) + "/ns/net", O_RDONLY));
+  if (config.id != saved.id) ABX_TRY(set_hostname(st->pid, config.id));
+  if (config.veth.enabled) ABX_TRY(connect_veth(config, *st));
+  // The restored mount namespace has its own copies of the staged mounts.
+  remove_stage(stage);
+  ::unlink(pidfile.c_str());
+
+  st->config = std::move(config);
+  committed = true;
+  return SandboxAccess::make(std::move(st));
+}
+
+}  // namespace abx::runtime

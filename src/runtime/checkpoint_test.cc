@@ -1,0 +1,429 @@
+// checkpoint()/restore() with the real CRIU (/usr/local/lib/abx/criu/criu, made by
+// scripts/install-criu.sh) on busybox image sandboxes with a user namespace and a veth, running
+// runtime_probe's counter (in-memory count, written to /count on SIGUSR1). Needs root; skipped
+// when CRIU is absent or `criu check` fails.
+#include "abx/runtime/checkpoint.h"
+
+#include <net/if.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "abx/runtime/sandbox.h"
+#include "abx/testing/rootfs.h"
+#include "abx/testing/temp_dir.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+
+namespace abx::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+bool alive(pid_t pid) {
+  std::string all = slurp("/proc/" + std::to_string(pid) + "/stat");
+  auto close = all.rfind(')');
+  return close != std::string::npos && close + 2 < all.size() && all[close + 2] != 'Z';
+}
+
+// The hostname in `pid`'s uts namespace (read by a child that joins it).
+std::string hostname_of(pid_t pid) {
+  int fd = ::open(("/proc/" + std::to_string(pid) + "/ns/uts").c_str(), O_RDONLY | O_CLOEXEC);
+  int p[2];
+  if (fd < 0 || ::pipe2(p, O_CLOEXEC) != 0) return "";
+  pid_t child = ::fork();
+  if (child == 0) {
+    char name[65] = {};
+    if (::setns(fd, CLONE_NEWUTS) != 0 || ::gethostname(name, sizeof name - 1) != 0) _exit(1);
+    (void)!::write(p[1], name, ::strlen(name));
+    _exit(0);
+  }
+  ::close(p[1]);
+  ::close(fd);
+  std::string out = testing::read_all(p[0]);
+  ::close(p[0]);
+  ::waitpid(child, nullptr, 0);
+  return out;
+}
+
+struct Count {
+  unsigned long long n = 0;
+  std::string token;
+};
+
+std::optional<Count> parse_count(const std::string& text) {
+  std::istringstream in(text);
+  Count c;
+  if (!(in >> c.n >> c.token)) return std::nullopt;
+  return c;
+}
+
+// Asks the counter (the init) for its count and waits until a newer one is in `upper`/count.
+std::optional<Count> request(const Sandbox& sb, const std::string& upper) {
+  auto before = parse_count(slurp(upper + "/count"));
+  for (int i = 0; i < 50; ++i) {
+    if (!sb.signal(SIGUSR1).ok()) return std::nullopt;
+    for (int j = 0; j < 20; ++j) {
+      std::this_thread::sleep_for(5ms);
+      auto now = parse_count(slurp(upper + "/count"));
+      if (now && (!before || now->n != before->n || now->token != before->token)) return now;
+    }
+  }
+  return std::nullopt;
+}
+
+std::map<std::string, std::uintmax_t> listing(const std::string& dir) {
+  std::map<std::string, std::uintmax_t> out;
+  for (const auto& e : fs::directory_iterator(dir)) out[e.path().filename()] = e.file_size();
+  return out;
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "sandboxes need root";
+    if (Status s = criu_available(kDefaultCriu); !s)
+      GTEST_SKIP() << "CRIU unavailable (scripts/install-criu.sh): " << s.error().message();
+    base_ = tmp_.string() + "/layers/0-busybox";
+    fs::create_directories(base_);
+    std::string why;
+    if (!abx::testing::make_busybox_layer(base_, &why)) GTEST_SKIP() << why;
+    state_ = tmp_.string() + "/state";
+  }
+
+  SandboxConfig counter_config() {
+    SandboxConfig c;
+    c.id = testing::unique_id("ck");
+    c.state_dir = state_;
+    c.rootfs = RootfsMode::kImage;
+    c.lower_dirs = {base_};
+    c.argv = {testing::kProbeInside, "count", "/count"};
+    c.env = {"PATH=/bin"};
+    c.disk_bytes = 64ull << 20;
+    c.binds.push_back({testing::probe_path(), testing::kProbeInside, false});
+    c.veth.enabled = true;
+    c.veth.subnet_base = (10u << 24) | (251u << 16);
+    c.veth.name_prefix = "abxck";
+    c.limits.pids_max = 64;
+    return c;
+  }
+
+  // A running counter whose first count has been written.
+  std::optional<Sandbox> spawn_counter(const SandboxConfig& c, Count* first) {
+    auto sb = Sandbox::spawn(c);
+    if (!sb) {
+      ADD_FAILURE() << "spawn: " << sb.error().to_string();
+      return std::nullopt;
+    }
+    std::this_thread::sleep_for(300ms);
+    auto n = request(*sb, sb->upper_dir());
+    if (!n) {
+      ADD_FAILURE() << "the counter does not answer";
+      return std::nullopt;
+    }
+    *first = *n;
+    return std::move(sb).value();
+  }
+
+  // Running, thawed, counting, its veth in place.
+  void expect_running(const Sandbox& sb, const Count& before) {
+    EXPECT_TRUE(alive(sb.pid()));
+    EXPECT_NE(slurp(sb.cgroups().dirs().front() + "/cgroup.events").find("frozen 0"),
+              std::string::npos);
+    ASSERT_TRUE(sb.veth().has_value());
+    EXPECT_NE(::if_nametoindex(sb.veth()->host_if.c_str()), 0u) << sb.veth()->host_if;
+    auto now = request(sb, sb.upper_dir());
+    ASSERT_TRUE(now.has_value());
+    EXPECT_EQ(now->token, before.token);
+    EXPECT_GT(now->n, before.n);
+  }
+
+  // Nothing of sandbox `id` is left on the host.
+  void expect_no_leftovers(const std::string& id, const std::vector<std::string>& cgroups) {
+    const std::string state = state_ + "/" + id;
+    EXPECT_FALSE(fs::exists(state)) << state;
+    EXPECT_FALSE(fs::exists(RestoreOptions{}.stage_dir + "/" + id));
+    for (const auto& d : cgroups) EXPECT_FALSE(fs::exists(d)) << d;
+    std::ifstream mi("/proc/self/mountinfo");
+    for (std::string line; std::getline(mi, line);) {
+      EXPECT_EQ(line.find(state), std::string::npos) << line;
+      EXPECT_EQ(line.find(RestoreOptions{}.stage_dir + "/" + id), std::string::npos) << line;
+    }
+    std::string left;
+    for (int i = 0; i < 100; ++i) {
+      left.clear();
+      for (const auto& e : fs::directory_iterator("/sys/block")) {
+        if (slurp(e.path() / "loop/backing_file").find(tmp_.string()) != std::string::npos)
+          left += e.path().string() + " ";
+      }
+      if (left.empty()) break;
+      std::this_thread::sleep_for(50ms);
+    }
+    EXPECT_EQ(left, "") << "loop devices still backed by files of " << tmp_.string();
+  }
+
+  abx::testing::TempDir tmp_{"abx-rt-ckpt"};
+  std::string base_, state_;
+};
+
+TEST_F(CheckpointTest, PauseToDiskThenRestoreContinuesCounting) {
+  SandboxConfig c = counter_config();
+  Count first;
+  auto sb = spawn_counter(c, &first);
+  ASSERT_TRUE(sb);
+  std::this_thread::sleep_for(200ms);
+  auto before = request(*sb, sb->upper_dir());
+  ASSERT_TRUE(before);
+  ASSERT_GT(before->n, first.n);
+  auto pids = sb->cgroups().pids();
+  ASSERT_EQ(pids.size(), 2u);  // the counter and its child
+  const auto cgroups = sb->cgroups().dirs();
+  const std::string host_if = sb->veth()->host_if;
+  const std::string dir = tmp_.string() + "/ck";
+
+  auto info = checkpoint(*sb, dir);
+  ASSERT_TRUE(info.ok()) << info.error().to_string();
+  std::cout << "checkpoint: dump " << info->dump.count() << " ms, frozen " << info->frozen.count()
+            << " ms, total " << info->total.count() << " ms, images " << info->image_bytes
+            << " B, layer " << info->layer_bytes << " B\n";
+  // Paused to disk: no process, no cgroup, no state dir, no link; the checkpoint has it all.
+  for (pid_t p : pids) EXPECT_FALSE(alive(p)) << p;
+  EXPECT_EQ(::if_nametoindex(host_if.c_str()), 0u);
+  expect_no_leftovers(c.id, cgroups);
+  for (const char* f : {"checkpoint.json", "rw.img", "inventory.img", "dump.log"})
+    EXPECT_TRUE(fs::exists(dir + "/" + f)) << f;
+  const auto files = listing(dir);
+
+  for (int round = 0; round < 2; ++round) {  // the checkpoint is left intact: restore it twice
+    const auto t0 = std::chrono::steady_clock::now();
+    auto back = restore(dir, c);
+    ASSERT_TRUE(back.ok()) << back.error().to_string();
+    std::cout << "restore: "
+              << std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::steady_clock::now() - t0)
+                     .count()
+              << " ms\n";
+    EXPECT_EQ(back->cgroups().pids().size(), 2u);
+    // What was written before the dump is there, and the count goes on from where it was.
+    EXPECT_EQ(parse_count(slurp(back->upper_dir() + "/count"))->n, before->n);
+    EXPECT_EQ(slurp(back->upper_dir() + "/count.started"), first.token + "\n");
+    auto after = request(*back, back->upper_dir());
+    ASSERT_TRUE(after);
+    EXPECT_EQ(after->token, before->token) << "a new process, not the restored one";
+    EXPECT_GE(after->n, before->n);
+    EXPECT_LT(after->n, before->n + 200) << "counted while paused to disk?";
+    expect_running(*back, *after);
+    const auto restored_cgroups = back->cgroups().dirs();
+    ASSERT_TRUE(back->destroy().ok());
+    expect_no_leftovers(c.id, restored_cgroups);
+    for (const auto& [name, size] : files) {
+      ASSERT_TRUE(fs::exists(dir + "/" + name)) << name;
+      EXPECT_EQ(fs::file_size(dir + "/" + name), size) << name;
+    }
+  }
+}
+
+// A restored sandbox pauses to disk and comes back again (CRIU patch 0003: its init is not
+// dumpable after a restore), still the same process.
+TEST_F(CheckpointTest, RestoredSandboxPausesToDiskAgain) {
+  SandboxConfig c = counter_config();
+  Count first;
+  auto sb = spawn_counter(c, &first);
+  ASSERT_TRUE(sb);
+  std::optional<Sandbox> cur = std::move(sb);
+  Count last = first;
+  for (int round = 0; round < 2; ++round) {
+    const std::string dir = tmp_.string() + "/ck" + std::to_string(round);
+    auto info = checkpoint(*cur, dir);
+    ASSERT_TRUE(info.ok()) << "round " << round << ": " << info.error().to_string();
+    auto back = restore(dir, c);
+    ASSERT_TRUE(back.ok()) << "round " << round << ": " << back.error().to_string();
+    cur.emplace(std::move(back).value());
+    auto now = request(*cur, cur->upper_dir());
+    ASSERT_TRUE(now);
+    EXPECT_EQ(now->token, first.token);
+    EXPECT_GE(now->n, last.n);
+    last = *now;
+  }
+  expect_running(*cur, last);
+  const auto cgroups = cur->cgroups().dirs();
+  ASSERT_TRUE(cur->destroy().ok());
+  expect_no_leftovers(c.id, cgroups);
+}
+
+// A snapshot leaves the sandbox running; two restores of it run beside it (forks): each its own
+// uid range, cgroups, link and writable layer, from the snapshot's count on, and they diverge.
+TEST_F(CheckpointTest, SnapshotKeepsRunningAndTwoForksOfItDiverge) {
+  SandboxConfig c = counter_config();
+  Count first;
+  auto sb = spawn_counter(c, &first);
+  ASSERT_TRUE(sb);
+  const std::string dir = tmp_.string() + "/snap";
+  auto info = checkpoint(*sb, dir, {.leave_running = true});
+  ASSERT_TRUE(info.ok()) << info.error().to_string();
+  std::cout << "snapshot: dump " << info->dump.count() << " ms, frozen " << info->frozen.count()
+            << " ms, total " << info->total.count() << " ms\n";
+  expect_running(*sb, first);
+
+  std::vector<Sandbox> forks;
+  std::vector<std::vector<std::string>> cgroups;
+  for (int i = 0; i < 2; ++i) {
+    SandboxConfig fc = c;
+    fc.id = testing::unique_id("fork");
+    const auto t0 = std::chrono::steady_clock::now();
+    auto f = restore(dir, fc);
+    ASSERT_TRUE(f.ok()) << f.error().to_string();
+    std::cout << "fork restore: "
+              << std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::steady_clock::now() - t0)
+                     .count()
+              << " ms\n";
+    cgroups.push_back(f->cgroups().dirs());
+    forks.push_back(std::move(f).value());
+  }
+  Sandbox& a = forks[0];
+  Sandbox& b = forks[1];
+  EXPECT_NE(a.root_host_id(), sb->root_host_id());
+  EXPECT_NE(b.root_host_id(), sb->root_host_id());
+  EXPECT_NE(a.root_host_id(), b.root_host_id());
+  EXPECT_NE(
+      slurp("/proc/" + std::to_string(a.pid()) + "/uid_map").find(std::to_string(a.root_host_id())),
+      std::string::npos);
+  EXPECT_NE(a.veth()->host_if, b.veth()->host_if);
+  EXPECT_EQ(hostname_of(a.pid()), a.id());
+  EXPECT_EQ(hostname_of(sb->pid()), sb->id());
+  EXPECT_EQ(a.cgroups().pids().size(), 2u);
+  EXPECT_EQ(b.cgroups().pids().size(), 2u);
+
+  // Pausing the original pauses neither fork (they are in cgroups of their own).
+  ASSERT_TRUE(sb->cgroups().freeze(true).ok());
+  auto ca = request(a, a.upper_dir());
+  auto cb = request(b, b.upper_dir());
+  ASSERT_TRUE(ca && cb);
+  ASSERT_TRUE(sb->cgroups().freeze(false).ok());
+  // Both go on from the snapshot (same process: same token)...
+  EXPECT_EQ(ca->token, first.token);
+  EXPECT_EQ(cb->token, first.token);
+  EXPECT_GE(ca->n, first.n);
+  EXPECT_GE(cb->n, first.n);
+  // ...and then apart: b counts and writes while a stands still, in memory and on its layer.
+  ASSERT_TRUE(a.cgroups().freeze(true).ok());
+  std::this_thread::sleep_for(100ms);
+  auto cb2 = request(b, b.upper_dir());
+  ASSERT_TRUE(cb2);
+  EXPECT_GT(cb2->n, cb->n);
+  EXPECT_EQ(parse_count(slurp(a.upper_dir() + "/count"))->n, ca->n);
+  EXPECT_EQ(parse_count(slurp(b.upper_dir() + "/count"))->n, cb2->n);
+  ASSERT_TRUE(a.cgroups().freeze(false).ok());
+  expect_running(a, *ca);
+  expect_running(b, *cb2);
+
+  const std::vector<std::string> ids = {c.id, a.id(), b.id()};
+  cgroups.push_back(sb->cgroups().dirs());
+  ASSERT_TRUE(a.destroy().ok());
+  ASSERT_TRUE(b.destroy().ok());
+  ASSERT_TRUE(sb->destroy().ok());
+  for (std::size_t i = 0; i < ids.size(); ++i) expect_no_leftovers(ids[i], cgroups[i]);
+  EXPECT_TRUE(fs::exists(dir + "/checkpoint.json"));
+}
+
+TEST_F(CheckpointTest, FailedDumpLeavesTheSandboxRunning) {
+  SandboxConfig c = counter_config();
+  Count first;
+  auto sb = spawn_counter(c, &first);
+  ASSERT_TRUE(sb);
+
+  // No criu, or one whose check fails: refused before the sandbox is touched.
+  for (const char* criu : {"/nonexistent/criu", "/bin/false"}) {
+    auto r = checkpoint(*sb, tmp_.string() + "/ck-" + std::to_string(criu[1]), {.criu = criu});
+    ASSERT_FALSE(r.ok()) << criu;
+    EXPECT_EQ(r.error().code(), ErrorCode::kFailedPrecondition) << r.error().to_string();
+  }
+  // An images dir that cannot be made.
+  auto r = checkpoint(*sb, "/proc/abx-no-such/ck");
+  ASSERT_FALSE(r.ok());
+
+  // A dump that fails after the freeze and the veth's removal: both are undone.
+  const std::string fake = tmp_.string() + "/fake-criu";
+  std::ofstream(fake) << "#!/bin/sh\ncase \"$1\" in check|--version) exit 0;; esac\n"
+                         "echo 'Error (fake-criu): dump refused' >&2\nexit 1\n";
+  fs::permissions(fake, fs::perms::owner_all);
+  r = checkpoint(*sb, tmp_.string() + "/ck-fake", {.criu = fake});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ErrorCode::kInternal);
+  EXPECT_NE(r.error().message().find("dump refused"), std::string::npos) << r.error().message();
+  EXPECT_FALSE(fs::exists(tmp_.string() + "/ck-fake/checkpoint.json"));
+  expect_running(*sb, first);
+}
+
+TEST_F(CheckpointTest, FullDiskIsInsufficientStorageAndLeavesTheSandboxRunning) {
+  SandboxConfig c = counter_config();
+  Count first;
+  auto sb = spawn_counter(c, &first);
+  ASSERT_TRUE(sb);
+  const std::string full = tmp_.string() + "/full";
+  fs::create_directories(full);
+  ASSERT_EQ(::mount("abx-full", full.c_str(), "tmpfs", 0, "size=64k"), 0);
+  auto r = checkpoint(*sb, full + "/ck");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ErrorCode::kInsufficientStorage) << r.error().to_string();
+  EXPECT_FALSE(fs::exists(full + "/ck/checkpoint.json"));
+  expect_running(*sb, first);
+  ::umount2(full.c_str(), MNT_DETACH);
+}
+
+TEST_F(CheckpointTest, RestoreOfAMissingOrCorruptCheckpointSaysWhyAndDeletesNothing) {
+  SandboxConfig c = counter_config();
+  auto r = restore(tmp_.string() + "/none", c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ErrorCode::kNotFound) << r.error().to_string();
+
+  const std::string junk = tmp_.string() + "/junk";
+  fs::create_directories(junk);
+  std::ofstream(junk + "/checkpoint.json") << "{not json";
+  r = restore(junk, c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ErrorCode::kFailedPrecondition) << r.error().to_string();
+  EXPECT_TRUE(fs::exists(junk + "/checkpoint.json"));
+
+  // A real checkpoint with one CRIU image damaged: CRIU's own error comes back.
+  Count first;
+  auto sb = spawn_counter(c, &first);
+  ASSERT_TRUE(sb);
+  const std::string dir = tmp_.string() + "/ck";
+  ASSERT_TRUE(checkpoint(*sb, dir).ok());
+  std::ofstream(dir + "/pstree.img", std::ios::trunc) << "garbage, not a CRIU image";
+  const auto files = listing(dir);
+  r = restore(dir, c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ErrorCode::kInternal) << r.error().to_string();
+  EXPECT_NE(r.error().message().find("criu restore"), std::string::npos) << r.error().message();
+  std::cout << "corrupt restore: " << r.error().message() << "\n";
+  for (const auto& [name, size] : files) {
+    ASSERT_TRUE(fs::exists(dir + "/" + name)) << name;
+    EXPECT_EQ(fs::file_size(dir + "/" + name), size) << name;
+  }
+  auto l = CgroupLayout::detect();
+  expect_no_leftovers(c.id, SandboxCgroups::existing(*l, "abx", c.id).dirs());
+  // The slot the failed restore claimed went back: no claim names this process.
+  for (const auto& e : fs::directory_iterator(c.userns.registry))
+    EXPECT_NE(slurp(e.path()).rfind(std::to_string(::getpid()) + " ", 0), 0u) << e.path();
+}
+
+}  // namespace
+}  // namespace abx::runtime
