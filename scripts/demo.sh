@@ -9,7 +9,7 @@ step() { printf '\n==> %s\n' "$*"; }
 [ "$(id -u)" = 0 ] || { echo "demo.sh: run as root (abxd creates namespaces and cgroups)" >&2; exit 1; }
 
 step "installing dependencies"
-scripts/install-deps.sh --no-bench
+scripts/install-deps.sh --no-bench --no-criu
 
 step "building (release preset)"
 cmake --preset release >/dev/null

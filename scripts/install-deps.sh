@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Installs every build, test and benchmark dependency of abx from Debian 12's registry.
-# Idempotent; needs root (or sudo). Usage: scripts/install-deps.sh [--no-bench]
+# Idempotent; needs root (or sudo). Usage: scripts/install-deps.sh [--no-bench] [--no-criu]
+# Also builds CRIU 4.1.1 for checkpoint/restore (scripts/install-criu.sh; Debian 12's criu does not
+# work on current kernels) unless --no-criu; if that fails, the checkpoint tests say so and skip.
 set -euo pipefail
 
 bench=1
+criu=1
 for a in "$@"; do
   case "$a" in
     --no-bench) bench=0 ;;
+    --no-criu) criu=0 ;;
     *) echo "install-deps: unknown flag $a" >&2; exit 2 ;;
   esac
 done
@@ -56,9 +60,13 @@ for p in "${pkgs[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#pkgs[@]} packages present"
-  exit 0
+else
+  echo "install-deps: installing ${#missing[@]} packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-echo "install-deps: installing ${#missing[@]} packages: ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ "$criu" = 1 ]; then
+  $sudo "$(dirname "$0")/install-criu.sh" ||
+    echo "install-deps: WARNING: CRIU could not be built (see above); checkpoint/restore and its tests are unavailable" >&2
+fi
