@@ -219,6 +219,7 @@ TEST(CliBinary, EverySubcommandHasHelpAndBadFlagsExitTwo) {
                                                          {"sandbox", "connect", "--help"},
                                                          {"sandbox", "pause", "--help"},
                                                          {"exec", "--help"},
+                                                         {"code", "--help"},
                                                          {"files", "cp", "--help"},
                                                          {"files", "read", "--help"},
                                                          {"files", "write", "--help"},
