@@ -43,7 +43,8 @@ int main(int argc, char** argv) {
   app.add_option("--python", python,
                  "How a Python kernel starts; {connection_file} is replaced by its connection file")
       ->capture_default_str();
-  app.add_option("--cwd", opt.default_cwd, "Working directory of the default context (default $HOME)");
+  app.add_option("--cwd", opt.default_cwd,
+                 "Working directory of the default context (default $HOME)");
   app.add_option("--max-contexts", opt.max_contexts, "Most contexts at once")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));

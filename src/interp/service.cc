@@ -55,18 +55,12 @@ std::string_view str_of(const json::object& o, std::string_view key) {
 // into `extra`.
 json::object result_event(const json::object& data, bool main) {
   static const std::pair<std::string_view, std::string_view> kFields[] = {
-      {"text/plain", "text"},
-      {"text/html", "html"},
-      {"text/markdown", "markdown"},
-      {"image/svg+xml", "svg"},
-      {"image/png", "png"},
-      {"image/jpeg", "jpeg"},
-      {"application/pdf", "pdf"},
-      {"text/latex", "latex"},
-      {"application/json", "json"},
-      {"application/javascript", "javascript"},
-      {"e2b/data", "data"},
-      {"e2b/chart", "chart"},
+      {"text/plain", "text"},        {"text/html", "html"},
+      {"text/markdown", "markdown"}, {"image/svg+xml", "svg"},
+      {"image/png", "png"},          {"image/jpeg", "jpeg"},
+      {"application/pdf", "pdf"},    {"text/latex", "latex"},
+      {"application/json", "json"},  {"application/javascript", "javascript"},
+      {"e2b/data", "data"},          {"e2b/chart", "chart"},
   };
   json::object out{{"type", "result"}};
   json::object extra;
@@ -81,8 +75,8 @@ json::object result_event(const json::object& data, bool main) {
     } else if (field == "text" && kv.value().is_string()) {
       // E2B shows a string result without the quotes of its repr: 'abc' -> abc.
       std::string_view t = kv.value().get_string();
-      if (t.size() >= 2 && ((t.front() == '\'' && t.back() == '\'') ||
-                            (t.front() == '"' && t.back() == '"'))) {
+      if (t.size() >= 2 &&
+          ((t.front() == '\'' && t.back() == '\'') || (t.front() == '"' && t.back() == '"'))) {
         t = t.substr(1, t.size() - 2);
       }
       out["text"] = t;
@@ -331,8 +325,8 @@ struct Service::Impl {
     auto k = Kernel::start(std::move(ko));
     if (!k.ok()) {
       log.error("context " + ctx.id + ": " + k.error().message());
-      return Error(ErrorCode::kUnavailable, "the " + ctx.language + " kernel of context " +
-                                                ctx.id + " did not start: " + k.error().message());
+      return Error(ErrorCode::kUnavailable, "the " + ctx.language + " kernel of context " + ctx.id +
+                                                " did not start: " + k.error().message());
     }
     ctx.kernel = std::shared_ptr<Kernel>(std::move(*k));
     log.info("context " + ctx.id + ": kernel started (pid " + std::to_string(ctx.kernel->pid()) +
@@ -410,7 +404,8 @@ void Service::Impl::handle(http::Request&& req, http::Responder respond) {
       return respond(text_response(404, "not found", version));
     }
     auto ctx = find(rest);
-    if (!ctx) return respond(text_response(404, "Context " + std::string(rest) + " not found", version));
+    if (!ctx)
+      return respond(text_response(404, "Context " + std::string(rest) + " not found", version));
     if (restart) {
       if (method != bhttp::verb::post) return wrong_method();
       return restart_context(std::move(ctx), version, std::move(respond));
@@ -449,7 +444,8 @@ void Service::Impl::create_context(http::Request&& req, http::Responder respond)
   std::string dir = cwd->value_or("").empty() ? opt.default_cwd : **cwd;
   struct stat st {};
   if (dir.front() != '/' || ::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return fail(invalid_argument("cwd '" + dir + "' is not an existing directory (an absolute path)"));
+    return fail(
+        invalid_argument("cwd '" + dir + "' is not an existing directory (an absolute path)"));
   }
   auto ctx = add_context(language, dir);
   if (!ctx.ok()) return fail(ctx.error());
@@ -460,14 +456,15 @@ void Service::Impl::create_context(http::Request&& req, http::Responder respond)
 void Service::Impl::restart_context(std::shared_ptr<Context> ctx, unsigned version,
                                     http::Responder respond) {
   asio::post(ctx->strand, [this, ctx, version, respond = std::move(respond)] {
-    if (ctx->removed) return respond(text_response(404, "Context " + ctx->id + " not found", version));
+    if (ctx->removed)
+      return respond(text_response(404, "Context " + ctx->id + " not found", version));
     if (ctx->kernel && ctx->kernel->alive()) {
       if (Status s = ctx->kernel->restart(); !s.ok()) {
         log.error("context " + ctx->id + ": restart failed: " + s.error().message());
         ctx->kernel->shutdown();
         ctx->kernel.reset();  // the next execution starts a fresh one
-        return respond(text_response(500, "Failed to restart context " + ctx->id + ": " +
-                                              s.error().message(), version));
+        return respond(text_response(
+            500, "Failed to restart context " + ctx->id + ": " + s.error().message(), version));
       }
     } else if (ctx->kernel) {
       ctx->kernel->shutdown();
@@ -528,8 +525,7 @@ void Service::Impl::execute(http::Request&& req, http::Responder respond) {
         return fail(invalid_argument("env var name '" + std::string(kv.key()) +
                                      "' is empty, too long or contains '=' or NUL"));
       }
-      if (!kv.value().is_string() ||
-          kv.value().get_string().find('\0') != json::string::npos) {
+      if (!kv.value().is_string() || kv.value().get_string().find('\0') != json::string::npos) {
         return fail(invalid_argument("env var '" + std::string(kv.key()) +
                                      "' must be a string without NUL"));
       }
@@ -683,7 +679,8 @@ void Service::shutdown(std::chrono::milliseconds drain) {
     std::lock_guard lock(impl_->mu);
     all = impl_->contexts;
   }
-  for (auto& [id, ctx] : all) {
+  for (auto& entry : all) {
+    std::shared_ptr<Context> ctx = entry.second;
     asio::post(ctx->strand, [ctx] {
       ctx->removed = true;
       if (ctx->kernel) ctx->kernel->shutdown();

@@ -200,7 +200,8 @@ TEST_F(ServiceTest, ContextsLifecycleAndLimits) {
   EXPECT_EQ(r.result_int(), 404);
   EXPECT_NE(r.body().find(id), std::string::npos);
 
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(call(bhttp::verb::post, "/contexts", "{}").result_int(), 200);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(call(bhttp::verb::post, "/contexts", "{}").result_int(), 200);
   r = call(bhttp::verb::post, "/contexts", "{}");
   EXPECT_EQ(r.result_int(), 429) << r.body();  // max_contexts 4
 }

@@ -332,8 +332,8 @@ Status wait_for_server(const runtime::Sandbox& sb, const templates::Template& tm
                        const std::string& token, std::chrono::milliseconds timeout) {
   const std::uint16_t port = spec.port;
   auto failed = [&](const std::string& why, const std::vector<EnvdLogLine>& lines) {
-    return Error(ErrorCode::kFailedPrecondition, "template '" + tmpl.id + "': its " + source +
-                                                     " " + why + output_tail(lines, source, 20));
+    return Error(ErrorCode::kFailedPrecondition, "template '" + tmpl.id + "': its " + source + " " +
+                                                     why + output_tail(lines, source, 20));
   };
   auto start = std::chrono::steady_clock::now();
   auto deadline = start + timeout;
@@ -548,7 +548,7 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
     return ready.error();
   }
   for (const auto& [spec, source] : {std::pair{&tmpl->server, "command server"},
-                                      std::pair{&tmpl->interpreter, "code interpreter"}}) {
+                                     std::pair{&tmpl->interpreter, "code interpreter"}}) {
     if (!*spec) continue;
     if (Status ready =
             wait_for_server(*sb, *tmpl, **spec, source, token, opt_.server_ready_timeout);

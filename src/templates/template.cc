@@ -235,10 +235,11 @@ Result<Template> SchemaReader::read(const Node& root, const fs::path& file) cons
     if (at.line == 0) at.line = at.column = 1;
     return err(at, "a template must be a mapping with at least 'id'");
   }
-  ABX_TRY(only_keys(root,
-                    {"id", "description", "image", "rootfs", "env", "start", "server", "interpreter",
-                     "resources", "network", "timeout", "capabilities", "custom_commands"},
-                    "template"));
+  ABX_TRY(
+      only_keys(root,
+                {"id", "description", "image", "rootfs", "env", "start", "server", "interpreter",
+                 "resources", "network", "timeout", "capabilities", "custom_commands"},
+                "template"));
   Template t;
   t.source = file.string();
   const Node* id = root.find("id");
@@ -638,8 +639,8 @@ Template builtin_code_interpreter(const BuiltinOptions& b) {
       "Stateful Python (Jupyter kernels: numpy, pandas, matplotlib) behind E2B's code-interpreter "
       "API on port 49999, for @e2b/code-interpreter and abx run_code.";
   t.image = "abx:code-interpreter";
-  t.interpreter = ServerSpec{
-      {b.abx_interp, "--port", std::to_string(kDefaultInterpreterPort)}, kDefaultInterpreterPort};
+  t.interpreter = ServerSpec{{b.abx_interp, "--port", std::to_string(kDefaultInterpreterPort)},
+                             kDefaultInterpreterPort};
   t.resources.memory_bytes = 1LL << 30;  // a kernel with pandas and matplotlib loaded is ~150 MiB
   return t;
 }

@@ -348,8 +348,10 @@ TEST(TemplateCatalog, CodeInterpreterBuiltinAnswersToItsAlias) {
 }
 
 TEST(TemplateParse, InterpreterKey) {
-  auto t = parse_template("id: ci\ninterpreter:\n  command: [/opt/abx/bin/abx-interp, --port, \"8888\"]\n  port: 8888\n",
-                          "t.yaml");
+  auto t = parse_template(
+      "id: ci\ninterpreter:\n  command: [/opt/abx/bin/abx-interp, --port, \"8888\"]\n  port: "
+      "8888\n",
+      "t.yaml");
   ASSERT_TRUE(t.ok()) << t.error().message();
   ASSERT_TRUE(t->interpreter);
   EXPECT_EQ(t->interpreter->port, 8888);

@@ -56,7 +56,7 @@ struct ABX_EXPORT CodeResult {
   bool is_main_result = false;  // the cell's last expression (vs display()/plt.show())
   std::string text, html, markdown, svg, png, jpeg, pdf, latex, javascript;  // png/jpeg/pdf: base64
   boost::json::value json;                                                   // null when absent
-  std::map<std::string, boost::json::value> extra;  // other MIME types
+  std::map<std::string, boost::json::value> extra;                           // other MIME types
   std::vector<std::string> formats() const;  // "text", "html", "png", ... present ones
 };
 
@@ -85,9 +85,9 @@ ABX_EXPORT boost::json::object to_json(const CodeResult& r);
 ABX_EXPORT boost::json::object to_json(const Execution& ex);
 
 struct ABX_EXPORT RunCodeOptions {
-  std::string context_id;   // "" = the language's default context
-  std::string language;     // "" = python; exclusive with context_id
-  std::map<std::string, std::string> envs;  // for this execution only
+  std::string context_id;                     // "" = the language's default context
+  std::string language;                       // "" = python; exclusive with context_id
+  std::map<std::string, std::string> envs;    // for this execution only
   std::chrono::milliseconds timeout{60'000};  // of the whole execution; 0 = none
   // Called on the calling thread, in stream order, as each line arrives.
   std::function<void(std::string_view)> on_stdout, on_stderr;
