@@ -84,7 +84,9 @@ void show_images(const client::CodeResult& r, const CodeOpts& o, int& saved) {
   for (const auto& [mime, data, ext] :
        {std::tuple{"image/png", &r.png, "png"}, std::tuple{"image/jpeg", &r.jpeg, "jpg"}}) {
     if (data->empty()) continue;
-    auto bytes = base64_decode(*data);
+    std::string b64 = *data;  // the kernel's base64 may be wrapped in lines
+    std::erase_if(b64, [](char c) { return c == '\n' || c == '\r' || c == ' '; });
+    auto bytes = base64_decode(b64);
     std::size_t n = bytes.ok() ? bytes->size() : data->size();
     if (!o.save_images.empty() && bytes.ok()) {
       std::error_code ec;

@@ -378,7 +378,10 @@ TEST_F(ClientAbxd, CliCode) {
   auto fig = abx({"code", id, "--save-images", img_dir.string(),
                   "import matplotlib.pyplot as plt; plt.plot([1, 2]); plt.show()"});
   EXPECT_EQ(fig.code, 0);
-  EXPECT_TRUE(fs::exists(img_dir / "result-1.png"));
+  std::ifstream png(img_dir / "result-1.png", std::ios::binary);
+  std::string magic(8, '\0');
+  png.read(magic.data(), 8);
+  EXPECT_EQ(magic, "\x89PNG\r\n\x1a\n");
 
   // Contexts.
   auto nc = abx({"code", id, "--new-context", "--cwd", "/tmp", "--json"});

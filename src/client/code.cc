@@ -246,7 +246,10 @@ Error code_http_error(unsigned status, std::string_view body, std::string_view s
     text = str_of(v->as_object(), "message");
   }
   if (text.empty()) text = trim(body.substr(0, 4096));
-  if (status == 502 && text.find("nothing listens on port") != std::string::npos) {
+  // abxd keeps the port private (403) on a template without an interpreter or the `ports`
+  // capability; with `ports`, nothing listens there (502).
+  if ((status == 403 && text.find("is private") != std::string::npos) ||
+      (status == 502 && text.find("nothing listens on port") != std::string::npos)) {
     return Error(ErrorCode::kFailedPrecondition,
                  "sandbox " + std::string(sandbox_id) +
                      "'s template has no code interpreter (use template code-interpreter)");

@@ -45,8 +45,9 @@ class ExecutionReader {
 };
 
 // The interpreter's (or abxd's proxy's) answer other than 200 as an Error: 404 kNotFound, 400
-// kInvalidArgument, 429 kResourceExhausted, 503 kUnavailable with the body's text; a 502 that
-// says nothing listens on the port is kFailedPrecondition (the template has no interpreter).
+// kInvalidArgument, 429 kResourceExhausted, 503 kUnavailable with the body's text; abxd's 403
+// "port … is private" and 502 "nothing listens on port …" are kFailedPrecondition (the template
+// has no interpreter).
 Error code_http_error(unsigned status, std::string_view body, std::string_view sandbox_id);
 // The same for a failed dial through a sandbox dialer (abxd's own clients).
 Error code_dial_error(const Error& e, std::string_view sandbox_id);

@@ -180,6 +180,12 @@ TEST(CodeErrors, MapsStatusesAndTheMissingInterpreter) {
   EXPECT_EQ(none.code(), ErrorCode::kFailedPrecondition);
   EXPECT_NE(none.message().find("has no code interpreter"), std::string::npos);
   EXPECT_EQ(code_http_error(502, "bad gateway", "sb1").code(), ErrorCode::kUnavailable);
+  auto priv = code_http_error(
+      403,
+      R"J({"code":403,"message":"port 49999 of this sandbox is private (no `ports`)"})J",
+      "sb1");
+  EXPECT_EQ(priv.code(), ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(code_http_error(403, "forbidden", "sb1").code(), ErrorCode::kPermissionDenied);
   auto dial = detail::code_dial_error(unavailable("nothing listens on port 49999 in sandbox 'x'"),
                                       "x");
   EXPECT_EQ(dial.code(), ErrorCode::kFailedPrecondition);
