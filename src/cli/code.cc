@@ -160,9 +160,8 @@ int run(Context& ctx, CodeOpts o) {
       if (!r.text.empty()) write_all(STDOUT_FILENO, r.text + "\n");
     }
     if (ex->error) {
-      std::string tb = ex->error->traceback.empty()
-                           ? ex->error->name + ": " + ex->error->value
-                           : ex->error->traceback;
+      std::string tb = ex->error->traceback.empty() ? ex->error->name + ": " + ex->error->value
+                                                    : ex->error->traceback;
       if (tb.empty() || tb.back() != '\n') tb += "\n";
       write_all(STDERR_FILENO, tb);
     }

@@ -82,7 +82,7 @@ class ClientBackend : public mcp::PlatformBackend {
   }
 
   Result<boost::json::object> run_code(const std::string& id,
-                                      const mcp::CodeRequest& req) override {
+                                       const mcp::CodeRequest& req) override {
     auto sbx = open(id);
     if (!sbx.ok()) return sbx.error();
     client::RunCodeOptions o;

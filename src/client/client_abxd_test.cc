@@ -366,10 +366,11 @@ TEST_F(ClientAbxd, CliCode) {
   auto env = abx({"code", id, "--env", "A=b", "import os; os.environ['A']"});
   EXPECT_EQ(env.out, "b\n");
   // Code from stdin.
-  abx::testing::ChildProcess piped(
-      {"/bin/sh", "-c",
-       "printf 'print(x + 1)\\n' | \"$0\" --api-url \"$1\" --api-key \"$2\" --home \"$3\" code \"$4\" -",
-       ABX_CLI_BIN, cfg_.api_url, cfg_.api_key, cfg_.home.string(), id});
+  abx::testing::ChildProcess piped({"/bin/sh", "-c",
+                                    "printf 'print(x + 1)\\n' | \"$0\" --api-url \"$1\" --api-key "
+                                    "\"$2\" --home \"$3\" code \"$4\" -",
+                                    ABX_CLI_BIN, cfg_.api_url, cfg_.api_key, cfg_.home.string(),
+                                    id});
   std::string piped_out = piped.read_all();
   EXPECT_EQ(piped.wait(std::chrono::seconds(60)), 0);
   EXPECT_EQ(piped_out, "21\n");

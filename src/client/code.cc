@@ -22,7 +22,8 @@ std::string str_of(const json::object& o, std::string_view key) {
 }
 
 std::string trim(std::string_view s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.remove_suffix(1);
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' '))
+    s.remove_suffix(1);
   while (!s.empty() && (s.front() == '\n' || s.front() == ' ')) s.remove_prefix(1);
   return std::string(s);
 }
@@ -32,9 +33,9 @@ std::string trim(std::string_view s) {
 std::vector<std::string> CodeResult::formats() const {
   std::vector<std::string> out;
   const std::pair<const char*, const std::string*> fields[] = {
-      {"text", &text}, {"html", &html},   {"markdown", &markdown}, {"svg", &svg},
-      {"png", &png},   {"jpeg", &jpeg},   {"pdf", &pdf},           {"latex", &latex},
-      {"javascript", &javascript}};
+      {"text", &text}, {"html", &html},   {"markdown", &markdown},
+      {"svg", &svg},   {"png", &png},     {"jpeg", &jpeg},
+      {"pdf", &pdf},   {"latex", &latex}, {"javascript", &javascript}};
   for (const auto& [name, v] : fields) {
     if (!v->empty()) out.emplace_back(name);
   }
@@ -65,9 +66,9 @@ std::string Execution::stderr_text() const {
 json::object to_json(const CodeResult& r) {
   json::object o;
   const std::pair<const char*, const std::string*> fields[] = {
-      {"text", &r.text}, {"html", &r.html},   {"markdown", &r.markdown}, {"svg", &r.svg},
-      {"png", &r.png},   {"jpeg", &r.jpeg},   {"pdf", &r.pdf},           {"latex", &r.latex},
-      {"javascript", &r.javascript}};
+      {"text", &r.text}, {"html", &r.html},   {"markdown", &r.markdown},
+      {"svg", &r.svg},   {"png", &r.png},     {"jpeg", &r.jpeg},
+      {"pdf", &r.pdf},   {"latex", &r.latex}, {"javascript", &r.javascript}};
   for (const auto& [name, v] : fields) {
     if (!v->empty()) o[name] = *v;
   }
@@ -107,9 +108,9 @@ namespace detail {
 CodeResult code_result_from_json(const json::object& o) {
   CodeResult r;
   std::pair<const char*, std::string*> fields[] = {
-      {"text", &r.text}, {"html", &r.html},   {"markdown", &r.markdown}, {"svg", &r.svg},
-      {"png", &r.png},   {"jpeg", &r.jpeg},   {"pdf", &r.pdf},           {"latex", &r.latex},
-      {"javascript", &r.javascript}};
+      {"text", &r.text}, {"html", &r.html},   {"markdown", &r.markdown},
+      {"svg", &r.svg},   {"png", &r.png},     {"jpeg", &r.jpeg},
+      {"pdf", &r.pdf},   {"latex", &r.latex}, {"javascript", &r.javascript}};
   for (const auto& kv : o) {
     std::string_view k = kv.key();
     if (k == "type") continue;
@@ -147,9 +148,8 @@ Status ExecutionReader::feed(std::string_view piece) {
     std::string_view chunk = piece.substr(0, nl);
     if (partial_.size() + chunk.size() > max_line_) {
       failed_ = true;
-      return Error(ErrorCode::kResourceExhausted,
-                   "code interpreter: a stream line is over " + std::to_string(max_line_) +
-                       " bytes");
+      return Error(ErrorCode::kResourceExhausted, "code interpreter: a stream line is over " +
+                                                      std::to_string(max_line_) + " bytes");
     }
     if (nl == std::string_view::npos) {
       partial_.append(chunk);
@@ -275,8 +275,8 @@ CodeInterpreter::CodeInterpreter(std::shared_ptr<detail::SandboxState> state)
 namespace {
 
 // A request to the interpreter through the pool; a dial failure says when there is none.
-Result<http::Response> interp_send(detail::SandboxState& st, bhttp::verb method,
-                                   std::string target, std::string body, bool idempotent) {
+Result<http::Response> interp_send(detail::SandboxState& st, bhttp::verb method, std::string target,
+                                   std::string body, bool idempotent) {
   auto req = http::make_request(method, std::move(target), std::move(body));
   auto res = st.plane_send(kCodeInterpreterPort, std::move(req), {.idempotent = idempotent});
   if (!res.ok()) return detail::code_dial_error(res.error(), st.info.sandbox_id);
@@ -350,7 +350,8 @@ Result<Execution> CodeInterpreter::run(std::string_view code, const RunCodeOptio
   std::optional<Error> failure;
   std::string head;  // the body's start, for an error answer
   // The interpreter writes a keepalive each second while the code is silent.
-  auto idle = std::max<std::chrono::milliseconds>(st.config.request_timeout, std::chrono::seconds(75));
+  auto idle =
+      std::max<std::chrono::milliseconds>(st.config.request_timeout, std::chrono::seconds(75));
   auto res = (*conn)->send_streaming(
       std::move(req),
       [&](std::string_view piece) {
@@ -364,9 +365,9 @@ Result<Execution> CodeInterpreter::run(std::string_view code, const RunCodeOptio
       idle);
   bool timed_out = stop_watchdog();
   if (timed_out) {
-    return Error(ErrorCode::kDeadlineExceeded,
-                 "code execution timed out after " + std::to_string(opts.timeout.count()) +
-                     " ms (the interpreter interrupts it)");
+    return Error(ErrorCode::kDeadlineExceeded, "code execution timed out after " +
+                                                   std::to_string(opts.timeout.count()) +
+                                                   " ms (the interpreter interrupts it)");
   }
   if (!res.ok()) return detail::code_dial_error(res.error(), st.info.sandbox_id);
   if (res->result_int() != 200) {

@@ -18,7 +18,8 @@ constexpr std::string_view kStream =
     "{\"type\":\"stdout\",\"text\":\"hello\\n\",\"timestamp\":\"2026-12-01T09:00:00.1Z\"}\n"
     "{\"type\":\"keepalive\"}\n"
     "{\"type\":\"stderr\",\"text\":\"warn\\n\"}\n"
-    "{\"type\":\"result\",\"is_main_result\":false,\"png\":\"iVBORw0KGgo=\",\"text\":\"<Figure>\"}\n"
+    "{\"type\":\"result\",\"is_main_result\":false,\"png\":\"iVBORw0KGgo=\",\"text\":\"<Figure>\"}"
+    "\n"
     "{\"type\":\"result\",\"is_main_result\":true,\"text\":\"6\",\"html\":\"<b>6</b>\","
     "\"json\":{\"a\":1},\"extra\":{\"application/x-y\":\"z\"},\"chart\":{\"type\":\"line\"}}\n"
     "{\"type\":\"error\",\"name\":\"ZeroDivisionError\",\"value\":\"division by zero\","
@@ -81,7 +82,8 @@ TEST(CodeStream, LastLineWithoutNewlineAndCrlf) {
   Execution ex;
   RunCodeOptions opts;
   ExecutionReader r(opts, ex);
-  ASSERT_TRUE(r.feed("{\"type\":\"stdout\",\"text\":\"a\"}\r\n\n{\"type\":\"end_of_execution\"}").ok());
+  ASSERT_TRUE(
+      r.feed("{\"type\":\"stdout\",\"text\":\"a\"}\r\n\n{\"type\":\"end_of_execution\"}").ok());
   EXPECT_FALSE(r.ended());
   ASSERT_TRUE(r.finish().ok());
   EXPECT_EQ(ex.stdout_text(), "a");
@@ -114,10 +116,11 @@ TEST(CodeStream, UnknownTypesAndFieldsAreIgnored) {
   Execution ex;
   RunCodeOptions opts;
   ExecutionReader r(opts, ex);
-  ASSERT_TRUE(r.feed("{\"type\":\"future_thing\",\"x\":1}\n{\"no_type\":true}\n"
-                     "{\"type\":\"error\",\"name\":\"E\",\"value\":\"v\",\"traceback\":[\"a\",\"b\"]}\n"
-                     "{\"type\":\"end_of_execution\"}\n{\"type\":\"stdout\",\"text\":\"late\"}\n")
-                  .ok());
+  ASSERT_TRUE(
+      r.feed("{\"type\":\"future_thing\",\"x\":1}\n{\"no_type\":true}\n"
+             "{\"type\":\"error\",\"name\":\"E\",\"value\":\"v\",\"traceback\":[\"a\",\"b\"]}\n"
+             "{\"type\":\"end_of_execution\"}\n{\"type\":\"stdout\",\"text\":\"late\"}\n")
+          .ok());
   ASSERT_TRUE(r.finish().ok());
   EXPECT_TRUE(ex.stdout_chunks.empty());  // nothing counts after the end
   ASSERT_TRUE(ex.error);
@@ -172,8 +175,7 @@ TEST(CodeErrors, MapsStatusesAndTheMissingInterpreter) {
   EXPECT_EQ(e.message(), "Context abc not found");
   EXPECT_EQ(code_http_error(400, "unsupported language 'r'\n", "sb1").code(),
             ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_http_error(429, "too many contexts", "sb1").code(),
-            ErrorCode::kResourceExhausted);
+  EXPECT_EQ(code_http_error(429, "too many contexts", "sb1").code(), ErrorCode::kResourceExhausted);
   EXPECT_EQ(code_http_error(503, "kernel did not start", "sb1").code(), ErrorCode::kUnavailable);
   auto none = code_http_error(
       502, R"({"code":502,"message":"nothing listens on port 49999 in sandbox 'sb1'"})", "sb1");
@@ -181,13 +183,12 @@ TEST(CodeErrors, MapsStatusesAndTheMissingInterpreter) {
   EXPECT_NE(none.message().find("has no code interpreter"), std::string::npos);
   EXPECT_EQ(code_http_error(502, "bad gateway", "sb1").code(), ErrorCode::kUnavailable);
   auto priv = code_http_error(
-      403,
-      R"J({"code":403,"message":"port 49999 of this sandbox is private (no `ports`)"})J",
+      403, R"J({"code":403,"message":"port 49999 of this sandbox is private (no `ports`)"})J",
       "sb1");
   EXPECT_EQ(priv.code(), ErrorCode::kFailedPrecondition);
   EXPECT_EQ(code_http_error(403, "forbidden", "sb1").code(), ErrorCode::kPermissionDenied);
-  auto dial = detail::code_dial_error(unavailable("nothing listens on port 49999 in sandbox 'x'"),
-                                      "x");
+  auto dial =
+      detail::code_dial_error(unavailable("nothing listens on port 49999 in sandbox 'x'"), "x");
   EXPECT_EQ(dial.code(), ErrorCode::kFailedPrecondition);
 }
 

@@ -230,15 +230,15 @@ Tool run_code_tool() {
           "the code raised one (then isError is set).",
           object_schema(
               with_id({{"code", str_schema("The code to run.")},
-                        {"contextId", str_schema("Run in this context (default: the default "
-                                                 "Python context).")},
-                        {"language", str_schema("Run in this language's default context "
-                                                "(default python; not with contextId).")},
-                        {"envs", string_map_schema("Environment variables for this run only.")},
-                        {"timeoutSeconds",
-                         int_schema("Interrupt the code after this many seconds (default 60); "
-                                    "the context keeps its state.",
-                                    1, 3600)}}),
+                       {"contextId", str_schema("Run in this context (default: the default "
+                                                "Python context).")},
+                       {"language", str_schema("Run in this language's default context "
+                                               "(default python; not with contextId).")},
+                       {"envs", string_map_schema("Environment variables for this run only.")},
+                       {"timeoutSeconds",
+                        int_schema("Interrupt the code after this many seconds (default 60); "
+                                   "the context keeps its state.",
+                                   1, 3600)}}),
               {"sandboxId", "code"}),
           out_schema({{"stdout", json::object{{"type", "string"}}},
                       {"stderr", json::object{{"type", "string"}}},
@@ -644,10 +644,10 @@ ToolOutcome run_code(PlatformBackend& b, const json::object& args) {
   bool raised = false;
   if (auto* e = ex.if_contains("error"); e && e->is_object()) {
     const auto& eo = e->as_object();
-    o["error"] = json::object{{"name", json_str(eo, "name")},
-                              {"value", json_str(eo, "value")},
-                              {"traceback", clean_output(strip_ansi(json_str(eo, "traceback")),
-                                                         truncated)}};
+    o["error"] =
+        json::object{{"name", json_str(eo, "name")},
+                     {"value", json_str(eo, "value")},
+                     {"traceback", clean_output(strip_ansi(json_str(eo, "traceback")), truncated)}};
     raised = true;
   }
   if (auto* c = ex.if_contains("executionCount"); c && (c->is_int64() || c->is_uint64())) {

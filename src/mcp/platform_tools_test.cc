@@ -29,8 +29,7 @@ class FakeBackend : public PlatformBackend {
   Status write_file(const std::string&, const std::string&, const std::string&) override {
     return unimplemented();
   }
-  Result<std::vector<FileEntry>> list_files(const std::string&, const std::string&,
-                                            int) override {
+  Result<std::vector<FileEntry>> list_files(const std::string&, const std::string&, int) override {
     return unimplemented();
   }
   Result<std::vector<CommandInfo>> list_commands(const std::string&) override {
@@ -83,7 +82,7 @@ TEST(PlatformRunCode, ShapesTheExecution) {
   EXPECT_EQ(s.at("executionCount"), 7);
   EXPECT_FALSE(s.contains("error"));
   EXPECT_EQ(s.at("results").at(0).at("image"), 1);
-  EXPECT_EQ(json::parse(r->text), json::value(s));  // the text item is the structured JSON
+  EXPECT_EQ(json::parse(r->text), json::value(s));      // the text item is the structured JSON
   EXPECT_EQ(r->text.find("iVBOR"), std::string::npos);  // the image is not in the JSON
   ASSERT_EQ(r->images.size(), 1u);
   EXPECT_EQ(r->images[0].mime_type, "image/png");

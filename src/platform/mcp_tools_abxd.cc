@@ -254,8 +254,9 @@ class AbxdBackend : public PlatformBackend {
     ABX_ASSIGN_OR_RETURN(auto live, find(id));
     if (!live->tmpl || !live->tmpl->interpreter) {
       return Error(ErrorCode::kFailedPrecondition,
-                   "sandbox " + id + "'s template has no code interpreter (use template "
-                   "code-interpreter)");
+                   "sandbox " + id +
+                       "'s template has no code interpreter (use template "
+                       "code-interpreter)");
     }
     client::RunCodeOptions o;
     o.context_id = req.context_id;
@@ -280,9 +281,9 @@ class AbxdBackend : public PlatformBackend {
     config.max_retries = 0;
     config.max_response_bytes = max_response;
     config.sandbox_dialer = dialer(
-        sandboxes_,
-        sb.tmpl && sb.tmpl->server ? sb.tmpl->server->port : client::kCommandServerPort,
-        sb.tmpl && sb.tmpl->interpreter ? sb.tmpl->interpreter->port : client::kCodeInterpreterPort);
+        sandboxes_, sb.tmpl && sb.tmpl->server ? sb.tmpl->server->port : client::kCommandServerPort,
+        sb.tmpl && sb.tmpl->interpreter ? sb.tmpl->interpreter->port
+                                        : client::kCodeInterpreterPort);
     client::SandboxInfo info;
     info.sandbox_id = sb.record.id;
     info.template_id = sb.record.template_id;

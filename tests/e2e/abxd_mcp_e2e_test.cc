@@ -139,8 +139,9 @@ TEST_F(AbxdMcpE2E, RunCodeInTheCodeInterpreter) {
   EXPECT_EQ(json::parse(text(a)), json::value(s));  // the text item is the structured JSON
 
   auto fig = call("run_code", {{"sandboxId", id},
-                               {"code", "import matplotlib.pyplot as plt; plt.plot([1, x]); "
-                                        "plt.show()"}});
+                               {"code",
+                                "import matplotlib.pyplot as plt; plt.plot([1, x]); "
+                                "plt.show()"}});
   ASSERT_EQ(fig.at("isError"), false) << json::serialize(fig).substr(0, 2000);
   const auto& content = fig.at("content").as_array();
   ASSERT_GE(content.size(), 2u);

@@ -108,7 +108,7 @@ struct ImageContent {
 };
 struct ToolResult {
   std::optional<boost::json::object> structured;
-  std::string text;  // the text content item (for structured results: their JSON)
+  std::string text;                  // the text content item (for structured results: their JSON)
   std::vector<ImageContent> images;  // image content items after the text
   bool is_error = false;
 };
