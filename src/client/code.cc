@@ -364,7 +364,8 @@ Result<Execution> CodeInterpreter::run(std::string_view code, const RunCodeOptio
       },
       idle);
   bool timed_out = stop_watchdog();
-  if (timed_out) {
+  // A deadline that passed just as end_of_execution arrived does not undo the execution.
+  if (timed_out && !(reader.ended() && !failure)) {
     return Error(ErrorCode::kDeadlineExceeded, "code execution timed out after " +
                                                    std::to_string(opts.timeout.count()) +
                                                    " ms (the interpreter interrupts it)");

@@ -5,6 +5,7 @@
 //   auto out = sbx->commands().run("echo hi");                 // envd process.Process/Start
 //   sbx->files().write("/tmp/a", "data");                      // envd /files
 //   auto r = sbx->server().call("demo", {{"x", 42}});          // command server, port 49982
+//   auto ex = sbx->code().run("1 + 1");                       // code interpreter, port 49999
 //   auto cmds = sbx->list_commands();                          // two-layer discovery
 //
 // A Sandbox is a cheap handle (copies share one connection pool and caches). Control-plane
