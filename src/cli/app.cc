@@ -111,6 +111,7 @@ int run_main(int argc, char** argv) {
 
   add_sandbox(app, ctx);
   add_exec(app, ctx);
+  add_code(app, ctx);
   add_files(app, ctx);
   add_logs(app, ctx);
   add_template(app, ctx);

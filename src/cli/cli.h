@@ -85,6 +85,7 @@ CLI::App* add_sandbox_subcommand(CLI::App& parent, const std::string& name, cons
 
 void add_sandbox(CLI::App& app, Context& ctx);
 void add_exec(CLI::App& app, Context& ctx);
+void add_code(CLI::App& app, Context& ctx);  // code.cc: `abx code`
 void add_files(CLI::App& app, Context& ctx);
 void add_files_cp(CLI::App& files, Context& ctx);  // files_cp.cc: `abx files cp`
 void add_template(CLI::App& app, Context& ctx);

@@ -219,6 +219,7 @@ TEST(CliBinary, EverySubcommandHasHelpAndBadFlagsExitTwo) {
                                                          {"sandbox", "connect", "--help"},
                                                          {"sandbox", "pause", "--help"},
                                                          {"exec", "--help"},
+                                                         {"code", "--help"},
                                                          {"files", "cp", "--help"},
                                                          {"files", "read", "--help"},
                                                          {"files", "write", "--help"},
@@ -251,6 +252,11 @@ TEST(CliBinary, EverySubcommandHasHelpAndBadFlagsExitTwo) {
 TEST(CliBinary, UnreachablePlatformExitsFive) {
   EXPECT_EQ(abx({"sandbox", "list"}).code, kExitUnavailable);
   EXPECT_EQ(abx({"exec", "sbx", "--", "true"}).code, kExitExecFailed);
+  EXPECT_EQ(abx({"code", "sbx", "1"}).code, kExitUnavailable);
+  // Flag combinations are checked before anything is sent.
+  EXPECT_EQ(abx({"code", "sbx", "--contexts", "--new-context"}).code, kExitUsage);
+  EXPECT_EQ(abx({"code", "sbx", "--context", "c", "--language", "python", "1"}).code, kExitUsage);
+  EXPECT_EQ(abx({"code", "sbx", "--timeout", "soon", "1"}).code, kExitUsage);
 }
 
 TEST(CliBinary, PrintsItsVersion) {

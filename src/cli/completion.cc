@@ -12,7 +12,7 @@ _abx() {
   local cur prev words cword
   cur="${COMP_WORDS[COMP_CWORD]}"
   prev="${COMP_WORDS[COMP_CWORD-1]}"
-  local top="sandbox exec files logs template commands run token up mcp completion help"
+  local top="sandbox exec code files logs template commands run token up mcp completion help"
   local globals="--json --api-url --api-key --domain --sandbox-url --server-url --access-token --home --template --help"
   if [[ ${COMP_CWORD} -eq 1 ]]; then
     COMPREPLY=( $(compgen -W "${top} ${globals}" -- "${cur}") )
@@ -41,7 +41,7 @@ _abx() {
     completion)
       COMPREPLY=( $(compgen -W "bash" -- "${cur}") ); return ;;
   esac
-  local sub="--json --help --module -a --arg --ttl --command --timeout --env --metadata --cwd --user --state --limit --depth --local -i -t --interactive --tty -f --follow --since"
+  local sub="--json --help --module -a --arg --ttl --command --timeout --env --metadata --cwd --user --state --limit --depth --local -i -t --interactive --tty -f --follow --since --context --language --save-images --contexts --new-context --restart-context --remove-context"
   COMPREPLY=( $(compgen -W "${sub} ${globals}" -- "${cur}") )
 }
 complete -o default -F _abx abx

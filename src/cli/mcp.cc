@@ -81,6 +81,20 @@ class ClientBackend : public mcp::PlatformBackend {
                             std::move(r->error)};
   }
 
+  Result<boost::json::object> run_code(const std::string& id,
+                                       const mcp::CodeRequest& req) override {
+    auto sbx = open(id);
+    if (!sbx.ok()) return sbx.error();
+    client::RunCodeOptions o;
+    o.context_id = req.context_id;
+    o.language = req.language;
+    o.envs = req.envs;
+    o.timeout = req.timeout;
+    auto ex = sbx->code().run(req.code, o);
+    if (!ex.ok()) return ex.error();
+    return client::to_json(*ex);
+  }
+
   Result<std::string> read_file(const std::string& id, const std::string& path) override {
     auto sbx = open(id);
     if (!sbx.ok()) return sbx.error();

@@ -533,6 +533,13 @@ std::optional<std::set<Capability>> capabilities_from_template_json(const json::
   }
   return std::nullopt;
 }
+
+// The platform's template JSON: "interpreter": {command, port} or null.
+bool interpreter_from_template_json(const json::value& v) {
+  if (!v.is_object()) return false;
+  auto* i = v.as_object().if_contains("interpreter");
+  return i != nullptr && i->is_object();
+}
 }  // namespace
 
 namespace detail {
@@ -544,13 +551,16 @@ Result<std::set<Capability>> resolve_capabilities(SandboxState& st) {
   std::set<Capability> caps = default_capabilities();
   const std::string& tid = st.info.template_id;
   auto catalog = detail::load_local_catalog(st.config);
+  std::optional<bool> interpreter;
   if (const auto* t = detail::find_local_template(catalog, tid)) {
     caps.clear();
     caps.insert(t->capabilities.begin(), t->capabilities.end());
+    interpreter = t->interpreter.has_value();
   } else if (!tid.empty()) {
     auto v = get_template(tid, st.config);
     if (v.ok()) {
       if (auto c = capabilities_from_template_json(*v)) caps = *c;
+      interpreter = interpreter_from_template_json(*v);
     } else if (v.error().code() == ErrorCode::kUnauthenticated) {
       return v.error();
     }
@@ -558,7 +568,32 @@ Result<std::set<Capability>> resolve_capabilities(SandboxState& st) {
   }
   std::lock_guard lk(st.mu);
   st.capabilities = caps;
+  if (interpreter && !st.interpreter) st.interpreter = interpreter;
   return caps;
+}
+
+Result<bool> resolve_interpreter(SandboxState& st) {
+  {
+    std::lock_guard lk(st.mu);
+    if (st.interpreter) return *st.interpreter;
+  }
+  bool interpreter = false;
+  const std::string& tid = st.info.template_id;
+  auto catalog = detail::load_local_catalog(st.config);
+  if (const auto* t = detail::find_local_template(catalog, tid)) {
+    interpreter = t->interpreter.has_value();
+  } else if (!tid.empty()) {
+    auto v = get_template(tid, st.config);
+    if (v.ok()) {
+      interpreter = interpreter_from_template_json(*v);
+    } else if (v.error().code() == ErrorCode::kUnauthenticated) {
+      return v.error();
+    }
+    // Unreachable platform or unknown template: no interpreter known.
+  }
+  std::lock_guard lk(st.mu);
+  st.interpreter = interpreter;
+  return interpreter;
 }
 }  // namespace detail
 
@@ -571,6 +606,9 @@ Status Sandbox::check_capability(Capability c) { return state_->check(c); }
 Commands Sandbox::commands() { return Commands(state_); }
 Files Sandbox::files() { return Files(state_); }
 CommandServer Sandbox::server() { return CommandServer(state_); }
+CodeInterpreter Sandbox::code() { return CodeInterpreter(state_); }
+
+Result<bool> Sandbox::has_code_interpreter() { return detail::resolve_interpreter(*state_); }
 
 Result<std::string> Sandbox::get_host(std::uint16_t port) {
   ABX_TRY(check_capability(Capability::kPorts));
@@ -579,9 +617,42 @@ Result<std::string> Sandbox::get_host(std::uint16_t port) {
   return std::to_string(port) + "-" + id() + "." + domain;
 }
 
+namespace {
+// The one-shot shape of an execution in the interpreter's default context (sandbox.h).
+CommandResult command_result_of(const Execution& ex) {
+  CommandResult r;
+  r.stdout_data = ex.stdout_text();
+  if (std::string main = ex.text(); !main.empty()) r.stdout_data += main + "\n";
+  r.stderr_data = ex.stderr_text();
+  if (ex.error) {
+    r.exit_code = 1;
+    r.error = ex.error->name + ": " + ex.error->value;
+    if (!r.stderr_data.empty() && r.stderr_data.back() != '\n') r.stderr_data += "\n";
+    r.stderr_data += (ex.error->traceback.empty() ? r.error : ex.error->traceback) + "\n";
+  }
+  return r;
+}
+}  // namespace
+
+Result<CommandResult> Sandbox::run_code_in_interpreter(std::string_view src,
+                                                       const CommandOptions& opts) {
+  RunCodeOptions ro;
+  ro.envs = opts.envs;
+  ro.timeout = opts.timeout;
+  ro.on_stdout = opts.on_stdout;
+  ro.on_stderr = opts.on_stderr;
+  ABX_ASSIGN_OR_RETURN(auto ex, code().run(src, ro));
+  return command_result_of(ex);
+}
+
 Result<CommandResult> Sandbox::run_code(std::string_view code, Language language,
                                         const CommandOptions& opts) {
   ABX_TRY(check_capability(Capability::kCode));
+  if (language == Language::kPython && opts.cwd.empty() && opts.user.empty() && !opts.stdin &&
+      !opts.pty) {
+    auto has = has_code_interpreter();
+    if (has.ok() && *has) return run_code_in_interpreter(code, opts);
+  }
   std::vector<std::string> argv;
   switch (language) {
     case Language::kPython:
@@ -622,6 +693,7 @@ Sandbox Sandbox::with_access_token(std::string tok) const {
   auto s = std::make_shared<detail::SandboxState>(*state_, std::move(tok));
   std::lock_guard lk(state_->mu);
   s->capabilities = state_->capabilities;
+  s->interpreter = state_->interpreter;
   return Sandbox(std::move(s));
 }
 

@@ -53,6 +53,7 @@ struct SandboxState {
 
   std::mutex mu;
   std::optional<std::set<Capability>> capabilities;
+  std::optional<bool> interpreter;  // the template runs a code interpreter
 
   Status check(Capability c);
   // envd (kEnvdPort) or the command server (kCommandServerPort): the override URL when one is
@@ -70,5 +71,7 @@ struct SandboxState {
 // Capabilities of the sandbox's template, resolved once (local template, then the platform's
 // GET /templates/{id}, then the defaults) and cached in the state.
 Result<std::set<Capability>> resolve_capabilities(SandboxState& state);
+// Whether the template has a code interpreter, resolved the same way and cached.
+Result<bool> resolve_interpreter(SandboxState& state);
 
 }  // namespace abx::client::detail

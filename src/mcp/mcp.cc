@@ -203,9 +203,12 @@ json::object tool_json(const Tool& t) {
 }
 
 json::object tool_result_json(const ToolResult& r) {
-  json::object o{
-      {"content", json::array{json::object{{"type", "text"}, {"text", r.text}}}},
-  };
+  json::array content{json::object{{"type", "text"}, {"text", r.text}}};
+  for (const auto& img : r.images) {
+    content.push_back(
+        json::object{{"type", "image"}, {"data", img.data}, {"mimeType", img.mime_type}});
+  }
+  json::object o{{"content", std::move(content)}};
   if (r.structured) o["structuredContent"] = *r.structured;
   o["isError"] = r.is_error;
   return o;

@@ -220,6 +220,37 @@ Tool call_command_tool() {
           json::object{}};
 }
 
+Tool run_code_tool() {
+  return {"run_code",
+          "Run code",
+          "Run Python code in a sandbox's code interpreter (a sandbox of template "
+          "'code-interpreter'): variables, imports and figures persist between calls of one "
+          "context, like a notebook. Returns stdout, stderr, the value of the last expression "
+          "(text), rich results (matplotlib figures come back as images) and the exception, if "
+          "the code raised one (then isError is set).",
+          object_schema(
+              with_id({{"code", str_schema("The code to run.")},
+                       {"contextId", str_schema("Run in this context (default: the default "
+                                                "Python context).")},
+                       {"language", str_schema("Run in this language's default context "
+                                               "(default python; not with contextId).")},
+                       {"envs", string_map_schema("Environment variables for this run only.")},
+                       {"timeoutSeconds",
+                        int_schema("Interrupt the code after this many seconds (default 60); "
+                                   "the context keeps its state.",
+                                   1, 3600)}}),
+              {"sandboxId", "code"}),
+          out_schema({{"stdout", json::object{{"type", "string"}}},
+                      {"stderr", json::object{{"type", "string"}}},
+                      {"text", json::object{{"type", "string"}}},
+                      {"results", json::object{{"type", "array"}}},
+                      {"error", json::object{{"type", "object"}}},
+                      {"executionCount", json::object{{"type", "integer"}}},
+                      {"truncated", json::object{{"type", "boolean"}}}},
+                     {"stdout", "stderr", "text", "results"}),
+          hints(false, true, false)};
+}
+
 bool valid_utf8(std::string_view s) {
   std::size_t i = 0;
   while (i < s.size()) {
@@ -528,6 +559,107 @@ ToolOutcome call_command(PlatformBackend& b, const json::object& args) {
   return structured({{"result", std::move(*r)}});
 }
 
+// Terminal colour sequences (IPython colours its tracebacks) mean nothing to a model.
+std::string strip_ansi(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\x1b' && i + 1 < s.size() && s[i + 1] == '[') {
+      std::size_t j = i + 2;
+      while (j < s.size() && !(s[j] >= '@' && s[j] <= '~')) ++j;
+      i = j;
+      continue;
+    }
+    out.push_back(s[i]);
+  }
+  return out;
+}
+
+std::string json_str(const json::object& o, std::string_view k) {
+  if (auto* v = o.if_contains(k); v && v->is_string()) return std::string(v->as_string());
+  return {};
+}
+
+std::string joined(const json::value* chunks) {
+  std::string s;
+  if (chunks == nullptr || !chunks->is_array()) return s;
+  for (const auto& c : chunks->as_array()) {
+    if (c.is_string()) s += c.as_string();
+  }
+  return s;
+}
+
+ToolOutcome run_code(PlatformBackend& b, const json::object& args) {
+  CodeRequest req;
+  req.code = str_arg(args, "code");
+  req.context_id = str_arg(args, "contextId");
+  req.language = str_arg(args, "language");
+  if (!req.context_id.empty() && !req.language.empty()) {
+    return invalid_argument("give contextId or language, not both");
+  }
+  req.envs = map_arg(args, "envs");
+  req.timeout = std::chrono::seconds(int_arg(args, "timeoutSeconds").value_or(60));
+  auto r = b.run_code(str_arg(args, "sandboxId"), req);
+  if (!r.ok()) return tool_error(r.error());
+  const json::object& ex = *r;
+  const json::object* logs = nullptr;
+  if (auto* l = ex.if_contains("logs"); l && l->is_object()) logs = &l->as_object();
+  bool truncated = false;
+  std::string out = clean_output(joined(logs ? logs->if_contains("stdout") : nullptr), truncated);
+  std::string err = clean_output(joined(logs ? logs->if_contains("stderr") : nullptr), truncated);
+
+  // Results are summarised (formats, text); their images become image content items, which
+  // a model sees as pictures, instead of base64 inside the JSON.
+  std::vector<ImageContent> images;
+  json::array results;
+  std::string main_text;
+  if (auto* rs = ex.if_contains("results"); rs && rs->is_array()) {
+    for (const auto& rv : rs->as_array()) {
+      if (!rv.is_object()) continue;
+      const auto& ro = rv.as_object();
+      bool is_main = false;
+      if (auto* m = ro.if_contains("isMainResult"); m && m->is_bool()) is_main = m->as_bool();
+      json::array formats;
+      for (const auto& kv : ro) {
+        if (kv.key() != "isMainResult") formats.emplace_back(kv.key());
+      }
+      std::string rtext = clean_output(json_str(ro, "text"), truncated);
+      json::object summary{{"isMainResult", is_main}, {"formats", std::move(formats)}};
+      if (!rtext.empty()) summary["text"] = rtext;
+      for (const auto& [key, mime] :
+           {std::pair{"png", "image/png"}, std::pair{"jpeg", "image/jpeg"}}) {
+        std::string data = json_str(ro, key);
+        // The kernel's base64 may be wrapped in lines; MCP clients expect it unwrapped.
+        std::erase_if(data, [](char c) { return c == '\n' || c == '\r' || c == ' '; });
+        if (data.empty()) continue;
+        images.push_back({std::move(data), mime});
+        summary["image"] = static_cast<std::int64_t>(images.size());  // its content item, from 1
+      }
+      if (is_main) main_text = rtext;
+      results.push_back(std::move(summary));
+    }
+  }
+  json::object o{
+      {"stdout", out}, {"stderr", err}, {"text", main_text}, {"results", std::move(results)}};
+  bool raised = false;
+  if (auto* e = ex.if_contains("error"); e && e->is_object()) {
+    const auto& eo = e->as_object();
+    o["error"] =
+        json::object{{"name", json_str(eo, "name")},
+                     {"value", json_str(eo, "value")},
+                     {"traceback", clean_output(strip_ansi(json_str(eo, "traceback")), truncated)}};
+    raised = true;
+  }
+  if (auto* c = ex.if_contains("executionCount"); c && (c->is_int64() || c->is_uint64())) {
+    o["executionCount"] = c->to_number<std::int64_t>();
+  }
+  o["truncated"] = truncated;
+  ToolResult res = structured(std::move(o));
+  res.images = std::move(images);
+  res.is_error = raised;
+  return res;
+}
+
 // The tools: each one's description and body, in name order (tools/list's order).
 struct ToolEntry {
   Tool (*describe)();
@@ -538,8 +670,8 @@ constexpr ToolEntry kTools[] = {
     {call_command_tool, call_command}, {create_sandbox_tool, create_sandbox},
     {kill_sandbox_tool, kill_sandbox}, {list_commands_tool, list_commands},
     {list_files_tool, list_files},     {list_sandboxes_tool, list_sandboxes},
-    {read_file_tool, read_file},       {run_shell_tool, run_shell},
-    {write_file_tool, write_file},
+    {read_file_tool, read_file},       {run_code_tool, run_code},
+    {run_shell_tool, run_shell},       {write_file_tool, write_file},
 };
 
 const ToolEntry* find_tool(std::string_view name) {
@@ -568,7 +700,8 @@ ServerInfo platform_server_info(std::string name) {
   return {std::move(name), "0.1.0",
           "abx sandboxes: create_sandbox gives you an isolated Linux machine; run_shell, "
           "read_file, write_file and list_files work inside it; list_commands and call_command "
-          "reach the typed commands it offers. Kill sandboxes you no longer need."};
+          "reach the typed commands it offers; run_code runs Python with persistent state in a "
+          "sandbox of template 'code-interpreter'. Kill sandboxes you no longer need."};
 }
 
 ToolResult tool_error(const Error& e) {

@@ -58,12 +58,15 @@ SandboxSummary summary_of(const store::SandboxRecord& r, bool paused) {
 
 // Connections into a sandbox's network namespace instead of through abxd's own listener (which
 // would tie up a gateway worker twice per call). libabx addresses the command server as
-// kCommandServerPort; `server_port` is where this sandbox's template puts it.
-client::ConnectionConfig::SandboxDialer dialer(SandboxManager& sandboxes,
-                                               std::uint16_t server_port) {
-  return [&sandboxes, server_port](const std::string& id, std::uint16_t port) -> Result<UniqueFd> {
+// kCommandServerPort and the code interpreter as kCodeInterpreterPort; `server_port` and
+// `interp_port` are where this sandbox's template puts them.
+client::ConnectionConfig::SandboxDialer dialer(SandboxManager& sandboxes, std::uint16_t server_port,
+                                               std::uint16_t interp_port) {
+  return [&sandboxes, server_port, interp_port](const std::string& id,
+                                                std::uint16_t port) -> Result<UniqueFd> {
     const bool server = port == client::kCommandServerPort;
     if (server) port = server_port;
+    if (port == client::kCodeInterpreterPort) port = interp_port;
     const auto until = std::chrono::steady_clock::now() +
                        (server ? kCommandServerStartWait : std::chrono::seconds(0));
     for (;;) {
@@ -107,6 +110,8 @@ CommandInfo info_of(const templates::CustomCommand& cc) {
   }
   return ci;
 }
+
+using mcp::CodeRequest;
 
 ShellResult shell_result(client::CommandResult r) {
   return {r.exit_code, std::move(r.stdout_data), std::move(r.stderr_data), std::move(r.error)};
@@ -245,6 +250,23 @@ class AbxdBackend : public PlatformBackend {
         {"exitCode", r.exit_code}, {"stdout", r.stdout_data}, {"stderr", r.stderr_data}});
   }
 
+  Result<json::object> run_code(const std::string& id, const CodeRequest& req) override {
+    ABX_ASSIGN_OR_RETURN(auto live, find(id));
+    if (!live->tmpl || !live->tmpl->interpreter) {
+      return Error(ErrorCode::kFailedPrecondition,
+                   "sandbox " + id +
+                       "'s template has no code interpreter (use template "
+                       "code-interpreter)");
+    }
+    client::RunCodeOptions o;
+    o.context_id = req.context_id;
+    o.language = req.language;
+    o.envs = req.envs;
+    o.timeout = req.timeout;
+    ABX_ASSIGN_OR_RETURN(auto ex, handle(*live).code().run(req.code, o));
+    return client::to_json(ex);
+  }
+
  private:
   Result<std::shared_ptr<LiveSandbox>> find(const std::string& id) {
     std::shared_ptr<LiveSandbox> sb = valid_sandbox_id(id) ? sandboxes_.find(id) : nullptr;
@@ -258,9 +280,10 @@ class AbxdBackend : public PlatformBackend {
     config.request_timeout = kRequestTimeout;
     config.max_retries = 0;
     config.max_response_bytes = max_response;
-    config.sandbox_dialer =
-        dialer(sandboxes_,
-               sb.tmpl && sb.tmpl->server ? sb.tmpl->server->port : client::kCommandServerPort);
+    config.sandbox_dialer = dialer(
+        sandboxes_, sb.tmpl && sb.tmpl->server ? sb.tmpl->server->port : client::kCommandServerPort,
+        sb.tmpl && sb.tmpl->interpreter ? sb.tmpl->interpreter->port
+                                        : client::kCodeInterpreterPort);
     client::SandboxInfo info;
     info.sandbox_id = sb.record.id;
     info.template_id = sb.record.template_id;

@@ -127,6 +127,44 @@ TEST_F(AbxdMcpE2E, TemplateWithoutCommandServer) {
   EXPECT_NE(text(c).find("no command 'demo'"), std::string::npos) << text(c);
 }
 
+// run_code in a code-interpreter sandbox: state persists, a figure comes back as an image
+// content item, an exception sets isError, and a template without an interpreter is a tool error.
+TEST_F(AbxdMcpE2E, RunCodeInTheCodeInterpreter) {
+  std::string id = create("code-interpreter");
+  auto a = call("run_code", {{"sandboxId", id}, {"code", "x = 20\nprint('hi')\nx + 1"}});
+  ASSERT_EQ(a.at("isError"), false) << json::serialize(a);
+  const auto& s = a.at("structuredContent").as_object();
+  EXPECT_EQ(s.at("stdout"), "hi\n");
+  EXPECT_EQ(s.at("text"), "21");
+  EXPECT_EQ(json::parse(text(a)), json::value(s));  // the text item is the structured JSON
+
+  auto fig = call("run_code", {{"sandboxId", id},
+                               {"code",
+                                "import matplotlib.pyplot as plt; plt.plot([1, x]); "
+                                "plt.show()"}});
+  ASSERT_EQ(fig.at("isError"), false) << json::serialize(fig).substr(0, 2000);
+  const auto& content = fig.at("content").as_array();
+  ASSERT_GE(content.size(), 2u);
+  EXPECT_EQ(content[1].at("type"), "image");
+  EXPECT_EQ(content[1].at("mimeType"), "image/png");
+  EXPECT_EQ(std::string(content[1].at("data").as_string()).rfind("iVBORw0KGgo", 0), 0u);
+
+  auto err = call("run_code", {{"sandboxId", id}, {"code", "1 / 0"}});
+  EXPECT_EQ(err.at("isError"), true);
+  EXPECT_EQ(err.at("structuredContent").at("error").at("name"), "ZeroDivisionError");
+
+  auto ctx = call("run_code", {{"sandboxId", id}, {"code", "1"}, {"contextId", "nosuch"}});
+  EXPECT_EQ(ctx.at("isError"), true);
+  EXPECT_NE(text(ctx).find("NotFound"), std::string::npos) << text(ctx);
+
+  std::string base = create("base");
+  auto none = call("run_code", {{"sandboxId", base}, {"code", "1"}});
+  EXPECT_EQ(none.at("isError"), true);
+  EXPECT_NE(text(none).find("no code interpreter"), std::string::npos) << text(none);
+  EXPECT_EQ(call("kill_sandbox", {{"sandboxId", id}}).at("isError"), false);
+  EXPECT_EQ(call("kill_sandbox", {{"sandboxId", base}}).at("isError"), false);
+}
+
 TEST_F(AbxdMcpE2E, ProtocolErrorsAndAuth) {
   auto unknown = call("nope", {});
   EXPECT_EQ(unknown.at("error").at("code"), -32602) << json::serialize(unknown);

@@ -12,14 +12,24 @@
 // and the returned Execution holds all of it. A `timeout` ends the request and the interpreter
 // interrupts the code (KeyboardInterrupt); the context stays usable.
 //
-// Errors (as values): kNotFound (unknown context), kInvalidArgument (unsupported language, bad
-// env var, bad cwd), kFailedPrecondition (the sandbox's template has no code interpreter),
-// kDeadlineExceeded (the timeout passed), kUnavailable (the kernel would not start, transport).
+// Requests go to port 49999 like the sandbox's other ports (abxd's proxy, with the E2b-Sandbox-*
+// routing headers and X-Access-Token, or the config's sandbox dialer); /execute reads the NDJSON
+// stream line by line as it arrives (a line is at most kMaxCodeLineBytes, everything an
+// execution keeps at most kMaxExecutionBytes: past either, kResourceExhausted).
+//
+// Errors (as values): kNotFound (unknown context; the interpreter's words), kInvalidArgument
+// (unsupported language, bad env var, bad cwd, both context_id and language), kResourceExhausted
+// (too many contexts), kFailedPrecondition (the sandbox's template has no code interpreter),
+// kDeadlineExceeded (the timeout passed), kUnavailable (the kernel would not start, the stream
+// ended without end_of_execution, transport), kInternal (a malformed stream line).
 // An exception raised by the code is not an Error: it is Execution::error.
 #pragma once
 
+#include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -38,6 +48,8 @@ struct SandboxState;
 }
 
 inline constexpr std::uint16_t kCodeInterpreterPort = 49999;
+inline constexpr std::size_t kMaxCodeLineBytes = 64u << 20;    // one NDJSON line
+inline constexpr std::size_t kMaxExecutionBytes = 256u << 20;  // all of one Execution
 
 // One rich result: the kernel's MIME bundle mapped to E2B's fields. Absent formats are empty.
 struct ABX_EXPORT CodeResult {
@@ -61,13 +73,23 @@ struct ABX_EXPORT Execution {
   std::optional<std::int64_t> execution_count;
   // The main result's text, "" when there is none.
   std::string text() const;
+  // All stdout (stderr) chunks, concatenated.
+  std::string stdout_text() const;
+  std::string stderr_text() const;
 };
+
+// E2B's JSON of an Execution (the SDKs' toJSON): {results: [{text?, html?, …, png?, json?,
+// extra?, isMainResult}], logs: {stdout: [...], stderr: [...]}, error: {name, value, traceback}
+// | null, executionCount: n | null}. Absent formats are left out.
+ABX_EXPORT boost::json::object to_json(const CodeResult& r);
+ABX_EXPORT boost::json::object to_json(const Execution& ex);
 
 struct ABX_EXPORT RunCodeOptions {
   std::string context_id;                     // "" = the language's default context
   std::string language;                       // "" = python; exclusive with context_id
   std::map<std::string, std::string> envs;    // for this execution only
   std::chrono::milliseconds timeout{60'000};  // of the whole execution; 0 = none
+  // Called on the calling thread, in stream order, as each line arrives.
   std::function<void(std::string_view)> on_stdout, on_stderr;
   std::function<void(const CodeResult&)> on_result;
   std::function<void(const CodeError&)> on_error;
@@ -86,10 +108,15 @@ class ABX_EXPORT CodeInterpreter {
  public:
   explicit CodeInterpreter(std::shared_ptr<detail::SandboxState> state);
 
+  // POST /execute.
   Result<Execution> run(std::string_view code, const RunCodeOptions& opts = {});
+  // POST /contexts.
   Result<CodeContext> create_context(const CreateContextOptions& opts = {});
+  // GET /contexts: the default Python context included.
   Result<std::vector<CodeContext>> list_contexts();
+  // POST /contexts/{id}/restart: a fresh kernel, all state gone.
   Status restart_context(std::string_view id);
+  // DELETE /contexts/{id}.
   Status remove_context(std::string_view id);
 
  private:

@@ -5,6 +5,7 @@
 //   auto out = sbx->commands().run("echo hi");                 // envd process.Process/Start
 //   sbx->files().write("/tmp/a", "data");                      // envd /files
 //   auto r = sbx->server().call("demo", {{"x", 42}});          // command server, port 49982
+//   auto ex = sbx->code().run("1 + 1");                       // code interpreter, port 49999
 //   auto cmds = sbx->list_commands();                          // two-layer discovery
 //
 // A Sandbox is a cheap handle (copies share one connection pool and caches). Control-plane
@@ -36,6 +37,7 @@
 #include <vector>
 
 #include "abx/base/error.h"
+#include "abx/client/code.h"
 #include "abx/client/command_server.h"
 #include "abx/client/commands.h"
 #include "abx/client/config.h"
@@ -186,7 +188,23 @@ class ABX_EXPORT Sandbox {
   // "<port>-<id>.<domain>" (no scheme). Needs `ports`.
   Result<std::string> get_host(std::uint16_t port);
 
-  // Runs `code` with the template's interpreter (python3, node, bash). Needs `code`.
+  // The sandbox's code interpreter (stateful contexts; code.h). Its calls need a template with
+  // an interpreter (e.g. `code-interpreter`): elsewhere they fail with kFailedPrecondition.
+  CodeInterpreter code();
+  // Whether the template runs a code interpreter: the local template's `interpreter`, else the
+  // platform's GET /templates/{id} (`interpreter` not null); false when neither says. Resolved
+  // once and cached, like capabilities().
+  Result<bool> has_code_interpreter();
+
+  // Runs `code` once. Needs `code`. Python on a template with a code interpreter runs in the
+  // interpreter's default context (state persists between calls, as with code().run()): the
+  // CommandResult's stdout is the stdout chunks followed by the main result's text (a newline
+  // after it), stderr the stderr chunks followed by the error's traceback (or "Name: value"),
+  // exit_code 1 when the code raised, else 0; error holds "Name: value". opts.envs are the
+  // execution's env vars, opts.timeout its timeout (0: none), on_stdout/on_stderr get the
+  // chunks. Otherwise (JavaScript, bash, no interpreter, or opts.cwd, user, stdin or pty set:
+  // a context has none of them) a fresh process through the process API: python3 -c, node -e,
+  // bash -c, its exit code and output as they are.
   Result<CommandResult> run_code(std::string_view code, Language language,
                                  const CommandOptions& opts = {});
 
@@ -218,6 +236,8 @@ class ABX_EXPORT Sandbox {
   explicit Sandbox(std::shared_ptr<detail::SandboxState> state) : state_(std::move(state)) {}
 
  private:
+  Result<CommandResult> run_code_in_interpreter(std::string_view src, const CommandOptions& opts);
+
   std::shared_ptr<detail::SandboxState> state_;
 };
 

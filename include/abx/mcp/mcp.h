@@ -102,9 +102,14 @@ boost::json::object tool_json(const Tool& t);
 // The outcome of a tool that ran. A tool that failed (threw, timed out) is still a result, with
 // is_error set, so the model sees the message; protocol problems (unknown tool, bad arguments)
 // are Errors instead. `structured` must be an object when set.
+struct ImageContent {
+  std::string data;  // base64
+  std::string mime_type;
+};
 struct ToolResult {
   std::optional<boost::json::object> structured;
-  std::string text;  // the text content item (for structured results: their JSON)
+  std::string text;                  // the text content item (for structured results: their JSON)
+  std::vector<ImageContent> images;  // image content items after the text
   bool is_error = false;
 };
 boost::json::object tool_result_json(const ToolResult& r);

@@ -11,6 +11,10 @@
 //   list_commands   {sandboxId}                         -> {commands: [{name, description,
 //                                                           source, args: […]}]}
 //   call_command    {sandboxId, name, arguments?}       -> {result: …}
+//   run_code        {sandboxId, code, contextId?, language?, envs?, timeoutSeconds?}
+//                                                       -> {stdout, stderr, text, results,
+//                                                           error?, executionCount}, and each
+//                                                           PNG/JPEG result as an image item
 //
 // The tools are the same wherever they are served (abxd's POST /mcp over its SandboxManager,
 // `abx mcp` over stdio through libabx), so this part knows nothing of either: it owns the
@@ -22,7 +26,8 @@
 // mistyped, out of range) and unknown tools are protocol errors (-32602); anything the backend
 // reports (no such sandbox, a command that failed, a file that is missing) is a tool result
 // with isError set and the message as text, so the model can read it and try again. A shell
-// command that exits non-zero is a plain result: the exit code is data.
+// command that exits non-zero is a plain result: the exit code is data. Code that raised
+// (run_code) is a result with isError set: its text holds the error and traceback.
 #pragma once
 
 #include <boost/json/array.hpp>
@@ -78,6 +83,15 @@ struct ShellResult {
   std::string error;  // envd's end.error, e.g. "exit status 1"
 };
 
+// run_code: stateful code in the sandbox's code interpreter (docs/code-interpreter.md).
+struct CodeRequest {
+  std::string code;
+  std::string context_id;  // empty: the language's default context
+  std::string language;    // empty: python
+  std::map<std::string, std::string> envs;
+  std::chrono::seconds timeout{60};
+};
+
 struct FileEntry {
   std::string name;
   std::string path;
@@ -122,6 +136,11 @@ class PlatformBackend {
   // (shell) command {"exitCode","stdout","stderr"}.
   virtual Result<boost::json::value> call_command(const std::string& id, const std::string& name,
                                                   const boost::json::object& arguments) = 0;
+  // The execution in E2B's JSON shape (libabx's to_json(Execution): results, logs.stdout,
+  // logs.stderr, error, executionCount). Code that raised is a result (error set), not an Error;
+  // kFailedPrecondition when the template has no code interpreter, kDeadlineExceeded when the
+  // timeout passed (the code is interrupted).
+  virtual Result<boost::json::object> run_code(const std::string& id, const CodeRequest& req) = 0;
 };
 
 // The tools over a backend. call_tool runs the backend call on the calling thread and calls

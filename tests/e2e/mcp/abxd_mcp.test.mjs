@@ -29,6 +29,7 @@ const TOOL_NAMES = [
   'list_files',
   'list_sandboxes',
   'read_file',
+  'run_code',
   'run_shell',
   'write_file',
 ];
@@ -40,6 +41,7 @@ const REQUIRED = {
   list_files: ['sandboxId', 'path'],
   list_sandboxes: undefined,
   read_file: ['sandboxId', 'path'],
+  run_code: ['sandboxId', 'code'],
   run_shell: ['sandboxId', 'command'],
   write_file: ['sandboxId', 'path', 'content'],
 };
@@ -285,6 +287,39 @@ async function badArguments(client) {
       /not found/);
 }
 
+// run_code in a code-interpreter sandbox: state persists between calls, a figure comes back as
+// an image content item, an exception is a result with isError (and the structured error).
+async function codeJob(client) {
+  const {sandboxId: id} = ok(await client.callTool({
+    name: 'create_sandbox',
+    arguments: {template: 'code-interpreter', timeoutSeconds: 180},
+  }));
+  try {
+    const first = ok(await client.callTool({
+      name: 'run_code',
+      arguments: {sandboxId: id, code: 'x = 20\nprint("hi")\nx + 1'},
+    }));
+    assert.equal(first.stdout, 'hi\n');
+    assert.equal(first.text, '21');
+    const fig = await client.callTool({
+      name: 'run_code',
+      arguments: {sandboxId: id, code: 'import matplotlib.pyplot as plt; plt.plot([1, x]); plt.show()'},
+    });
+    assert.equal(fig.isError, false);
+    const img = fig.content.find((c) => c.type === 'image');
+    assert.ok(img, JSON.stringify(fig.structuredContent));
+    assert.equal(img.mimeType, 'image/png');
+    assert.ok(Buffer.from(img.data, 'base64').subarray(1, 4).toString() === 'PNG');
+    const raised = await client.callTool(
+        {name: 'run_code', arguments: {sandboxId: id, code: 'raise ValueError("boom")'}});
+    assert.equal(raised.isError, true);
+    assert.equal(raised.structuredContent.error.name, 'ValueError');
+    assert.match(raised.content[0].text, /boom/);
+  } finally {
+    ok(await client.callTool({name: 'kill_sandbox', arguments: {sandboxId: id}}));
+  }
+}
+
 function checkSchemas(tools) {
   assert.deepEqual(tools.map((t) => t.name), TOOL_NAMES);
   for (const t of tools) {
@@ -349,6 +384,10 @@ describe('abxd platform tools over MCP', {skip: !isRoot && 'abxd needs root'}, (
 
     test('main job: sandbox, shell, files, commands, kill', async () => {
       await mainJob(client);
+    });
+
+    test('run_code: stateful Python, images, exceptions', async () => {
+      await codeJob(client);
     });
 
     test('bad arguments are -32602; platform failures are tool errors', async () => {
@@ -434,6 +473,10 @@ describe('abxd platform tools over MCP', {skip: !isRoot && 'abxd needs root'}, (
 
     test('main job: sandbox, shell, files, commands, kill', async () => {
       await mainJob(client);
+    });
+
+    test('run_code: stateful Python, images, exceptions', async () => {
+      await codeJob(client);
     });
 
     test('bad arguments are -32602; platform failures are tool errors', async () => {
