@@ -479,18 +479,25 @@ struct Kernel::Impl {
   // ---- commands from the public methods (thread) ----
 
   // Returns false when the thread must exit.
-  bool take_commands() {
+  // What the public methods asked for since the last wake-up (the eventfd is reset).
+  struct Commands {
+    std::deque<Execution> execs;
+    std::deque<std::promise<Status>> restarts;
+    bool stopping = false;
+  };
+  Commands drain_commands() {
     std::uint64_t n = 0;
     (void)!::read(wake.get(), &n, sizeof n);
-    std::deque<Execution> execs;
-    std::deque<std::promise<Status>> rs;
-    bool stopping = false;
-    {
-      std::lock_guard lk(mu);
-      execs.swap(incoming);
-      rs.swap(restarts);
-      stopping = stop;
-    }
+    Commands c;
+    std::lock_guard lk(mu);
+    c.execs.swap(incoming);
+    c.restarts.swap(restarts);
+    c.stopping = stop;
+    return c;
+  }
+
+  bool take_commands() {
+    auto [execs, rs, stopping] = drain_commands();
     if (stopping) {
       Error e(ErrorCode::kFailedPrecondition, "cancelled: kernel shut down");
       kill_process();
@@ -573,17 +580,7 @@ struct Kernel::Impl {
       for (;;) {
         pollfd p{wake.get(), POLLIN, 0};
         ::poll(&p, 1, -1);
-        std::uint64_t n = 0;
-        (void)!::read(wake.get(), &n, sizeof n);
-        std::deque<Execution> execs;
-        std::deque<std::promise<Status>> rs;
-        bool stopping = false;
-        {
-          std::lock_guard lk(mu);
-          execs.swap(incoming);
-          rs.swap(restarts);
-          stopping = stop;
-        }
+        auto [execs, rs, stopping] = drain_commands();
         for (auto& x : execs) finish(x, e);
         for (auto& r : rs) r.set_value(e);
         if (stopping) return;
