@@ -87,9 +87,11 @@ class ServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!have_ipykernel()) GTEST_SKIP() << "no /usr/bin/python3 with ipykernel";
-    dir_ = std::filesystem::temp_directory_path() /
-           ("abx-interp-test-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    // A short name: the kernels' ipc socket paths below it must fit in sun_path (108 bytes),
+    // even under a long $TMPDIR.
+    std::string tmpl = (std::filesystem::temp_directory_path() / "ai-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
     std::filesystem::create_directories(dir_ / "work");
     ServiceOptions o;
     o.port = 0;
