@@ -533,8 +533,10 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   if (cfg.kill_sandboxes) {
     (*mgr)->kill_all();
     (*network)->remove_rules();  // no sandbox left to police
-  } else {
-    (*mgr)->detach_all();  // they keep running; the next abxd adopts them
+  } else if ((*mgr)->detach_all() == 0) {
+    // They keep running and the next abxd adopts them, with their rules in force meanwhile;
+    // with none left, the table has nothing to police.
+    (*network)->remove_rules();
   }
   log.info("stopped");
   return kExitOk;

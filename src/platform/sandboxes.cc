@@ -856,7 +856,7 @@ void SandboxManager::kill_all() {
   for (auto& [id, sb] : all) (void)destroy(sb);
 }
 
-void SandboxManager::detach_all() {
+std::size_t SandboxManager::detach_all() {
   std::map<std::string, std::shared_ptr<LiveSandbox>> all;
   {
     std::lock_guard lock(mu_);
@@ -866,6 +866,7 @@ void SandboxManager::detach_all() {
     std::lock_guard lock(sb->mu);
     sb->sandbox.detach();
   }
+  return all.size();
 }
 
 void SandboxManager::reaper_loop() {

@@ -201,7 +201,8 @@ class SandboxManager {
   Status update_network(const std::string& id, const boost::json::object& body);
   void kill_all();
   // Leaves every sandbox running for the next abxd to adopt (what SIGTERM does by default).
-  void detach_all();
+  // Returns how many there were.
+  std::size_t detach_all();
 
   // A connected socket to `port` inside the sandbox, resuming it if paused and created with
   // auto_resume; kFailedPrecondition if it is paused without.
