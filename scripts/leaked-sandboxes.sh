@@ -40,7 +40,10 @@ done < <(awk -v run="$run_id" '$5 ~ /\/rw$/ && index($5, run) && $0 ~ / - ext4 \
 # and reported, not counted as a live sandbox.
 if command -v nft >/dev/null; then
   for t in $(nft list tables 2>/dev/null | awk '$2 == "inet" && $3 ~ /^abx_/ {print $3}'); do
-    if nft list table inet "$t" 2>/dev/null | grep -q "comment \".*$run_id"; then
+    # Read the whole listing first: `nft … | grep -q` under pipefail fails when grep exits early
+    # and nft dies of SIGPIPE, and such tables were silently kept.
+    listing=$(nft list table inet "$t" 2>/dev/null || true)
+    if grep -q "comment \".*$run_id" <<<"$listing"; then
       echo "removed the nftables table $t of a stopped abxd of this run"
       nft delete table inet "$t" 2>/dev/null
     fi
