@@ -68,6 +68,10 @@ Result<std::chrono::seconds> parse_duration(std::string_view s);
 Result<std::map<std::string, std::string>> parse_pairs(const std::vector<std::string>& items,
                                                        std::string_view what);
 
+// Writes all of `d` to `fd` (streamed command output), retrying EINTR; stops quietly once the
+// descriptor is gone (e.g. a closed pipe).
+void write_all(int fd, std::string_view d);
+
 // A table with a header row, columns padded to the widest cell.
 void print_table(const std::vector<std::string>& header,
                  const std::vector<std::vector<std::string>>& rows);

@@ -29,15 +29,6 @@ struct CodeOpts {
   bool list_contexts = false, new_context = false;
 };
 
-void write_all(int fd, std::string_view d) {
-  while (!d.empty()) {
-    ssize_t n = ::write(fd, d.data(), d.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    d.remove_prefix(static_cast<std::size_t>(n));
-  }
-}
-
 boost::json::object context_json(const client::CodeContext& c) {
   return {{"id", c.id}, {"language", c.language}, {"cwd", c.cwd}};
 }
@@ -84,9 +75,7 @@ void show_images(const client::CodeResult& r, const CodeOpts& o, int& saved) {
   for (const auto& [mime, data, ext] :
        {std::tuple{"image/png", &r.png, "png"}, std::tuple{"image/jpeg", &r.jpeg, "jpg"}}) {
     if (data->empty()) continue;
-    std::string b64 = *data;  // the kernel's base64 may be wrapped in lines
-    std::erase_if(b64, [](char c) { return c == '\n' || c == '\r' || c == ' '; });
-    auto bytes = base64_decode(b64);
+    auto bytes = base64_decode(*data);  // libabx hands it over unwrapped
     std::size_t n = bytes.ok() ? bytes->size() : data->size();
     if (!o.save_images.empty() && bytes.ok()) {
       std::error_code ec;

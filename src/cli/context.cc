@@ -1,4 +1,7 @@
+#include <unistd.h>
+
 #include <boost/json.hpp>
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
 #include <fstream>
@@ -142,6 +145,15 @@ int Context::fail(const Error& e) const {
 int Context::usage(const std::string& message) const { return fail(invalid_argument(message)); }
 
 void Context::print_json(const json::value& v) const { std::cout << json::serialize(v) << "\n"; }
+
+void write_all(int fd, std::string_view d) {
+  while (!d.empty()) {
+    ssize_t n = ::write(fd, d.data(), d.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    d.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
 
 Result<std::chrono::seconds> parse_duration(std::string_view s) {
   if (s.empty()) return invalid_argument("empty duration");

@@ -90,15 +90,6 @@ client::PtySize terminal_size() {
   return size;
 }
 
-void write_all(int fd, std::string_view d) {
-  while (!d.empty()) {
-    ssize_t n = ::write(fd, d.data(), d.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    d.remove_prefix(static_cast<std::size_t>(n));
-  }
-}
-
 // Forwards stdin (with -i) and window-size changes (with -t) until `stop`.
 void pump_input(client::CommandHandle& h, const ExecOpts& o, const std::atomic<bool>& stop) {
   bool stdin_open = o.interactive;

@@ -30,14 +30,22 @@ std::string trim(std::string_view s) {
 
 }  // namespace
 
+// CodeResult's string formats by their E2B names, in E2B's order.
+constexpr std::pair<const char*, std::string CodeResult::*> kStringFields[] = {
+    {"text", &CodeResult::text},
+    {"html", &CodeResult::html},
+    {"markdown", &CodeResult::markdown},
+    {"svg", &CodeResult::svg},
+    {"png", &CodeResult::png},
+    {"jpeg", &CodeResult::jpeg},
+    {"pdf", &CodeResult::pdf},
+    {"latex", &CodeResult::latex},
+    {"javascript", &CodeResult::javascript}};
+
 std::vector<std::string> CodeResult::formats() const {
   std::vector<std::string> out;
-  const std::pair<const char*, const std::string*> fields[] = {
-      {"text", &text}, {"html", &html},   {"markdown", &markdown},
-      {"svg", &svg},   {"png", &png},     {"jpeg", &jpeg},
-      {"pdf", &pdf},   {"latex", &latex}, {"javascript", &javascript}};
-  for (const auto& [name, v] : fields) {
-    if (!v->empty()) out.emplace_back(name);
+  for (const auto& [name, field] : kStringFields) {
+    if (!(this->*field).empty()) out.emplace_back(name);
   }
   if (!json.is_null()) out.emplace_back("json");
   for (const auto& [k, v] : extra) out.push_back(k);
@@ -65,12 +73,8 @@ std::string Execution::stderr_text() const {
 
 json::object to_json(const CodeResult& r) {
   json::object o;
-  const std::pair<const char*, const std::string*> fields[] = {
-      {"text", &r.text}, {"html", &r.html},   {"markdown", &r.markdown},
-      {"svg", &r.svg},   {"png", &r.png},     {"jpeg", &r.jpeg},
-      {"pdf", &r.pdf},   {"latex", &r.latex}, {"javascript", &r.javascript}};
-  for (const auto& [name, v] : fields) {
-    if (!v->empty()) o[name] = *v;
+  for (const auto& [name, field] : kStringFields) {
+    if (!(r.*field).empty()) o[name] = r.*field;
   }
   if (!r.json.is_null()) o["json"] = r.json;
   if (!r.extra.empty()) {
@@ -107,10 +111,6 @@ namespace detail {
 
 CodeResult code_result_from_json(const json::object& o) {
   CodeResult r;
-  std::pair<const char*, std::string*> fields[] = {
-      {"text", &r.text}, {"html", &r.html},   {"markdown", &r.markdown},
-      {"svg", &r.svg},   {"png", &r.png},     {"jpeg", &r.jpeg},
-      {"pdf", &r.pdf},   {"latex", &r.latex}, {"javascript", &r.javascript}};
   for (const auto& kv : o) {
     std::string_view k = kv.key();
     if (k == "type") continue;
@@ -129,14 +129,19 @@ CodeResult code_result_from_json(const json::object& o) {
       continue;
     }
     bool known = false;
-    for (auto& [name, field] : fields) {
+    for (const auto& [name, field] : kStringFields) {
       if (k == name) {
         known = true;
-        if (kv.value().is_string()) *field = kv.value().as_string();
+        if (kv.value().is_string()) r.*field = kv.value().as_string();
         break;
       }
     }
     if (!known && !kv.value().is_null()) r.extra[std::string(k)] = kv.value();
+  }
+  // The kernel wraps base64 in lines (and ends it with one); every user of the bytes wants it
+  // unwrapped.
+  for (std::string* b64 : {&r.png, &r.jpeg, &r.pdf}) {
+    std::erase_if(*b64, [](char c) { return c == '\n' || c == '\r' || c == ' '; });
   }
   return r;
 }

@@ -18,7 +18,7 @@ constexpr std::string_view kStream =
     "{\"type\":\"stdout\",\"text\":\"hello\\n\",\"timestamp\":\"2026-12-01T09:00:00.1Z\"}\n"
     "{\"type\":\"keepalive\"}\n"
     "{\"type\":\"stderr\",\"text\":\"warn\\n\"}\n"
-    "{\"type\":\"result\",\"is_main_result\":false,\"png\":\"iVBORw0KGgo=\",\"text\":\"<Figure>\"}"
+    "{\"type\":\"result\",\"is_main_result\":false,\"png\":\"iVBORw0K\\nGgo=\\n\",\"text\":\"<Figure>\"}"
     "\n"
     "{\"type\":\"result\",\"is_main_result\":true,\"text\":\"6\",\"html\":\"<b>6</b>\","
     "\"json\":{\"a\":1},\"extra\":{\"application/x-y\":\"z\"},\"chart\":{\"type\":\"line\"}}\n"
@@ -48,7 +48,7 @@ TEST(CodeStream, DecodesEveryLineType) {
   ASSERT_EQ(ex.results.size(), 2u);
   EXPECT_EQ(results, 2);
   EXPECT_FALSE(ex.results[0].is_main_result);
-  EXPECT_EQ(ex.results[0].png, "iVBORw0KGgo=");
+  EXPECT_EQ(ex.results[0].png, "iVBORw0KGgo=");  // the kernel's line breaks are gone
   EXPECT_EQ(ex.results[0].formats(), (std::vector<std::string>{"text", "png"}));
   EXPECT_EQ(ex.text(), "6");
   const auto& main = ex.results[1];

@@ -628,9 +628,7 @@ ToolOutcome run_code(PlatformBackend& b, const json::object& args) {
       if (!rtext.empty()) summary["text"] = rtext;
       for (const auto& [key, mime] :
            {std::pair{"png", "image/png"}, std::pair{"jpeg", "image/jpeg"}}) {
-        std::string data = json_str(ro, key);
-        // The kernel's base64 may be wrapped in lines; MCP clients expect it unwrapped.
-        std::erase_if(data, [](char c) { return c == '\n' || c == '\r' || c == ' '; });
+        std::string data = json_str(ro, key);  // unwrapped base64 (libabx's to_json)
         if (data.empty()) continue;
         images.push_back({std::move(data), mime});
         summary["image"] = static_cast<std::int64_t>(images.size());  // its content item, from 1
