@@ -7,7 +7,6 @@
 // the kernel's own thread and goes straight into the response's StreamWriter (thread-safe).
 #include "abx/interp/service.h"
 
-#include <openssl/rand.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -133,21 +132,6 @@ std::optional<json::object> e2b_event(const Message& msg, bool& errored) {
 }
 
 namespace {
-
-std::string random_id() {
-  unsigned char b[16];
-  if (RAND_bytes(b, sizeof b) != 1) std::abort();  // no entropy: nothing safe to do
-  b[6] = static_cast<unsigned char>((b[6] & 0x0f) | 0x40);
-  b[8] = static_cast<unsigned char>((b[8] & 0x3f) | 0x80);
-  static const char* hex = "0123456789abcdef";
-  std::string s;
-  for (int i = 0; i < 16; ++i) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
-    s += hex[b[i] >> 4];
-    s += hex[b[i] & 15];
-  }
-  return s;
-}
 
 std::string b64(std::string_view s) {
   std::string out(boost::beast::detail::base64::encoded_size(s.size()), '\0');
@@ -280,7 +264,7 @@ struct Service::Impl {
                    "too many contexts (" + std::to_string(opt.max_contexts) +
                        "): remove one first (DELETE /contexts/{id})");
     }
-    auto ctx = std::make_shared<Context>(random_id(), language, std::move(cwd), pool);
+    auto ctx = std::make_shared<Context>(random_uuid(), language, std::move(cwd), pool);
     contexts[ctx->id] = ctx;
     return ctx;
   }
@@ -652,7 +636,6 @@ Result<std::unique_ptr<Service>> Service::start(ServiceOptions options) {
   so.io_threads = impl->opt.io_threads;
   so.limits = impl->opt.limits;
   so.limits.max_body_bytes = std::max(so.limits.max_body_bytes, kMaxCodeBytes + 64 * 1024);
-  // A run can stay silent for long; keepalives keep the write side busy instead.
   so.server_header = "abx-interp";
   so.error_renderer = [](const Error& e, unsigned status, unsigned version) {
     return text_response(status, e.message(), version);

@@ -28,21 +28,6 @@ std::string_view string_field(const json::object& o, std::string_view key) {
   return v->get_string();
 }
 
-// 16 random bytes as a version-4 UUID ("8-4-4-4-12" hex), the form Jupyter clients use.
-std::string random_uuid() {
-  std::array<unsigned char, 16> b{};
-  if (RAND_bytes(b.data(), static_cast<int>(b.size())) != 1) {
-    // OpenSSL's generator failing is not expected; msg_ids need uniqueness, not secrecy.
-    std::random_device rd;
-    for (auto& c : b) c = static_cast<unsigned char>(rd());
-  }
-  b[6] = static_cast<unsigned char>((b[6] & 0x0f) | 0x40);
-  b[8] = static_cast<unsigned char>((b[8] & 0x3f) | 0x80);
-  std::string h = to_hex(b.data(), b.size());
-  return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) +
-         "-" + h.substr(20);
-}
-
 // "2026-12-01T08:44:11.123456Z": jupyter_client's own date form (isoformat, +00:00 as Z).
 std::string iso_now_us() {
   auto now = std::chrono::system_clock::now();
@@ -73,6 +58,20 @@ Result<json::object> parse_object(std::string_view frame, std::string_view what,
 std::string_view Message::msg_type() const { return string_field(header, "msg_type"); }
 std::string_view Message::msg_id() const { return string_field(header, "msg_id"); }
 std::string_view Message::parent_id() const { return string_field(parent_header, "msg_id"); }
+
+std::string random_uuid() {
+  std::array<unsigned char, 16> b{};
+  if (RAND_bytes(b.data(), static_cast<int>(b.size())) != 1) {
+    // OpenSSL's generator failing is not expected; msg_ids need uniqueness, not secrecy.
+    std::random_device rd;
+    for (auto& c : b) c = static_cast<unsigned char>(rd());
+  }
+  b[6] = static_cast<unsigned char>((b[6] & 0x0f) | 0x40);
+  b[8] = static_cast<unsigned char>((b[8] & 0x3f) | 0x80);
+  std::string h = to_hex(b.data(), b.size());
+  return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) +
+         "-" + h.substr(20);
+}
 
 Message make_message(std::string_view msg_type, json::object content, std::string_view session) {
   Message m;
