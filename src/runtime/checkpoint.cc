@@ -38,6 +38,7 @@
 #include <thread>
 
 #include "abx/base/json.h"
+#include "abx/base/scope_exit.h"
 #include "abx/base/try.h"
 #include "disk.h"
 #include "mounts.h"
@@ -757,10 +758,7 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
   ABX_TRY(make_state_dir(config, st->dir));
   bool committed = false, slot_claimed = false;
   std::optional<SandboxCgroups> made_cgroups;
-  struct Undo {
-    std::function<void()> f;
-    ~Undo() { f(); }
-  } undo{[&] {
+  ScopeExit undo{[&] {
     if (committed) return;
     if (st->pidfd) sys_pidfd_send_signal(st->pidfd.get(), SIGKILL);
     if (made_cgroups) {

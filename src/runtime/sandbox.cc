@@ -34,6 +34,7 @@
 #include <optional>
 #include <set>
 
+#include "abx/base/scope_exit.h"
 #include "abx/base/try.h"
 #include "abx/runtime/netns.h"
 #include "child.h"
@@ -169,7 +170,6 @@ pid_t clone3_sandbox(std::uint64_t flags, int* pidfd) {
 
 }  // namespace
 
-// Step 1: <state_dir>/<id> must be new — an existing one is a live or stale sandbox of that id.
 Status write_init_record(const std::string& dir, pid_t pid, unsigned long long start,
                          const std::string& cgroup_parent) {
   return create_file(dir + "/" + kInitFile, std::to_string(pid) + " " + std::to_string(start) +
@@ -182,6 +182,7 @@ Status write_userns_record(const Sandbox::State& st) {
       std::to_string(*st.slot) + " " + std::to_string(st.root_id) + " " + st.registry + "\n");
 }
 
+// Step 1: <state_dir>/<id> must be new — an existing one is a live or stale sandbox of that id.
 Status make_state_dir(const SandboxConfig& config, const std::string& dir) {
   if (::mkdir(config.state_dir.c_str(), 0700) != 0 && errno != EEXIST)
     return sys_error("mkdir " + config.state_dir, errno);
@@ -519,10 +520,7 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config) {
   // From here on, failures undo what was made.
   bool committed = false;
   std::optional<SandboxCgroups> made_cgroups;
-  struct Undo {
-    std::function<void()> f;
-    ~Undo() { f(); }
-  } undo{[&] {
+  ScopeExit undo{[&] {
     if (committed) return;
     if (made_cgroups) {
       (void)made_cgroups->kill();
