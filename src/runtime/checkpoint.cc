@@ -219,10 +219,6 @@ const char* rootfs_name(RootfsMode m) {
   return "host";
 }
 
-std::vector<std::string> layers_of(const SandboxConfig& c) {
-  return c.rootfs == RootfsMode::kDirectory ? std::vector<std::string>{c.rootfs_dir} : c.lower_dirs;
-}
-
 Status write_json(const std::string& dir, const json::object& o) {
   std::string path = dir + "/" + kJsonFile, tmp = path + ".tmp";
   ::unlink(tmp.c_str());

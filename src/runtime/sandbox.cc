@@ -64,7 +64,8 @@ bool valid_cgroup_parent(const std::string& p) {
 // Paths spliced into overlayfs options must not contain its separators.
 bool overlay_safe(const std::string& p) { return p.find_first_of(",:\\\n") == std::string::npos; }
 
-// The overlay's lower layers, lowest first; empty for kHost.
+}  // namespace
+
 std::vector<std::string> layers_of(const SandboxConfig& c) {
   switch (c.rootfs) {
     case RootfsMode::kImage:
@@ -76,8 +77,6 @@ std::vector<std::string> layers_of(const SandboxConfig& c) {
   }
   return {};
 }
-
-}  // namespace
 
 Status validate(const SandboxConfig& c) {
   if (!valid_id(c.id))

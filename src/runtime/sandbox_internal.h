@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "abx/base/error.h"
 #include "abx/base/fd.h"
@@ -53,6 +54,8 @@ struct SandboxAccess {
 
 // invalid_argument unless `c` is a config spawn() accepts.
 Status validate(const SandboxConfig& c);
+// The overlay's lower layers, lowest first; empty for kHost.
+std::vector<std::string> layers_of(const SandboxConfig& c);
 // The host's cgroup layout, detected once.
 const CgroupLayout& cgroup_layout();
 // Creates <state_dir>/<id> (`dir`), which must not exist (already_exists).
