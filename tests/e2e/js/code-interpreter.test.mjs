@@ -17,6 +17,7 @@
 //     node --test code-interpreter.test.mjs
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { request as httpRequest } from 'node:http';
 
 import { NotFoundError, Sandbox, TimeoutError } from '@e2b/code-interpreter';
 
@@ -218,8 +219,38 @@ test('bad input gets clear 4xx errors', async () => {
   assert.match(r.text, /no\/such\/dir/);
   r = await interp('/contexts', { method: 'POST', body: JSON.stringify({ language: 'r' }) });
   assert.equal(r.status, 400);
-  r = await interp('/contexts/../execute', { method: 'POST', body: JSON.stringify({ code: '1' }), token: '' });
-  assert.ok(r.status === 401 || r.status === 404, `status ${r.status}`);
+});
+
+// The token-free paths cannot be stretched to /execute with dot segments: fetch would normalise
+// them away, so the raw target goes out through node:http. The proxy lets it through (it starts
+// with /contexts/), and abx-interp, which routes on the raw path, answers 404 and runs nothing.
+test('a /contexts/../execute target without a token runs no code', async () => {
+  const url = new URL(baseUrl);
+  const body = JSON.stringify({ code: 'open("/tmp/traversal-ran", "w").write("x")' });
+  const status = await new Promise((resolve, reject) => {
+    const req = httpRequest(
+      {
+        host: url.hostname,
+        port: url.port,
+        method: 'POST',
+        path: '/contexts/../execute',
+        headers: {
+          'E2b-Sandbox-Id': sbx.sandboxId,
+          'E2b-Sandbox-Port': '49999',
+          'Content-Type': 'application/json',
+          'Content-Length': Buffer.byteLength(body),
+        },
+      },
+      (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode));
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+  assert.equal(status, 404);
+  assert.equal(await sbx.files.exists('/tmp/traversal-ran'), false);
 });
 
 test('/execute needs the access token; context management does not', async () => {
