@@ -293,6 +293,9 @@ bool signed_files_request(const bhttp::request_header<>& h) {
 bool interpreter_management_request(const bhttp::request_header<>& h) {
   std::string_view target = h.target();
   std::string_view path = target.substr(0, target.find('?'));
+  // No dot segments or escapes: a server that normalised "/contexts/../execute" would run it.
+  if (path.find("/.") != std::string_view::npos || path.find('%') != std::string_view::npos)
+    return false;
   return path == "/health" || path == "/contexts" || path.starts_with("/contexts/");
 }
 }  // namespace

@@ -222,8 +222,8 @@ test('bad input gets clear 4xx errors', async () => {
 });
 
 // The token-free paths cannot be stretched to /execute with dot segments: fetch would normalise
-// them away, so the raw target goes out through node:http. The proxy lets it through (it starts
-// with /contexts/), and abx-interp, which routes on the raw path, answers 404 and runs nothing.
+// them away, so the raw target goes out through node:http. abxd's proxy exempts no path with a
+// dot segment from the token (401), and nothing runs.
 test('a /contexts/../execute target without a token runs no code', async () => {
   const url = new URL(baseUrl);
   const body = JSON.stringify({ code: 'open("/tmp/traversal-ran", "w").write("x")' });
@@ -249,7 +249,7 @@ test('a /contexts/../execute target without a token runs no code', async () => {
     req.on('error', reject);
     req.end(body);
   });
-  assert.equal(status, 404);
+  assert.equal(status, 401);
   assert.equal(await sbx.files.exists('/tmp/traversal-ran'), false);
 });
 
