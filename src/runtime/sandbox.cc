@@ -454,8 +454,13 @@ Status Sandbox::destroy() {
   return result;
 }
 
-Result<Sandbox> Sandbox::adopt(const std::string& state_dir, const std::string& id) {
+Result<Sandbox> Sandbox::adopt(const std::string& state_dir, const std::string& id,
+                               const SandboxConfig* config) {
+  if (config && config->id != id)
+    return invalid_argument("adopt: the config is for sandbox '" + config->id + "', not '" + id +
+                            "'");
   auto st = std::make_unique<State>();
+  if (config) st->config = *config;
   st->config.id = id;
   st->config.state_dir = state_dir;
   st->dir = state_dir + "/" + id;
@@ -502,8 +507,9 @@ Result<Sandbox> Sandbox::adopt(const std::string& state_dir, const std::string& 
   st->cgroups = SandboxCgroups::existing(layout, parent, id);
   // What upper_dir() reports: an image sandbox has its writable layer in the state dir.
   struct stat img;
-  st->config.rootfs = ::stat((st->dir + "/" + kRwImage).c_str(), &img) == 0 ? RootfsMode::kImage
-                                                                            : RootfsMode::kHost;
+  if (!config)
+    st->config.rootfs = ::stat((st->dir + "/" + kRwImage).c_str(), &img) == 0 ? RootfsMode::kImage
+                                                                              : RootfsMode::kHost;
   st->adopted = true;
   return Sandbox(std::move(st));
 }

@@ -139,9 +139,14 @@ class Sandbox {
   // Takes ownership of a sandbox that a previous owner (a killed abxd) left running in
   // `state_dir`: locks its state directory, re-opens its init by pid *and* start time through a
   // pidfd (a reused pid is never taken), and its netns and cgroups. wait() then reports 0 when
-  // the init exits (its status belongs to its original parent). Errors: not_found (the init is
-  // gone: use cleanup_stale), already_exists (a live owner holds it), failed_precondition.
-  static Result<Sandbox> adopt(const std::string& state_dir, const std::string& id);
+  // the init exits (its status belongs to its original parent). `config`, when the owner kept
+  // the one it spawned the sandbox with, becomes the sandbox's (its cgroup_parent and state_dir
+  // are taken from the state directory's records): what checkpoint() and recover() need
+  // (checkpoint.h); without it, the sandbox can be run, signalled and destroyed only.
+  // Errors: not_found (the init is gone: use cleanup_stale), already_exists (a live owner holds
+  // it), invalid_argument (`config` is for another id), failed_precondition.
+  static Result<Sandbox> adopt(const std::string& state_dir, const std::string& id,
+                               const SandboxConfig* config = nullptr);
 
   Sandbox(Sandbox&&) noexcept;
   Sandbox& operator=(Sandbox&&) noexcept;
