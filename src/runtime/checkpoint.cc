@@ -6,7 +6,8 @@
 //      that freezer), remove the veth (CRIU cannot restore it);
 //   3. criu dump; on failure: veth back, thaw, report the dump.log tail;
 //   4. syncfs of the writable layer, then either (snapshot) copy rw.img, veth back, thaw; or
-//      (pause to disk) reap the init CRIU killed, move rw.img into `dir`, destroy the sandbox;
+//      (keep_frozen) hard-link rw.img, nothing undone; or (pause to disk) reap the init CRIU
+//      killed, move rw.img into `dir`, destroy the sandbox;
 //   5. checkpoint.json, last (the marker that `dir` holds a complete checkpoint).
 // restore(): spawn()'s steps with CRIU in place of clone3 (see restore() below).
 #include "abx/runtime/checkpoint.h"
@@ -15,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/sched.h>
+#include <net/if.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -280,17 +282,31 @@ json::object describe_checkpoint(const Sandbox::State& st, const CheckpointOptio
   for (const auto& a : c.argv) argv.emplace_back(a);
   j["argv"] = std::move(argv);
   j["leave_running"] = o.leave_running;
+  j["keep_frozen"] = o.keep_frozen;
   j["pid"] = st.pid;
   j["time"] = static_cast<std::int64_t>(::time(nullptr));
   return j;
 }
 
-// Waits (bounded) until no loop device is attached to `image` any more: the kernel detaches
-// an autoclear device asynchronously once the last mount of its filesystem is gone.
-void wait_loop_detached(const std::string& image) {
+// Waits (bounded) until no loop device is attached to `image` any more, by its name or (a
+// hard link: the keep_frozen layer) its inode: the kernel detaches an autoclear device
+// asynchronously once the last mount of its filesystem is gone. False if one still is.
+bool wait_loop_detached(const std::string& image) {
+  auto attached = [&] { return loop_backed_by(image) || loop_backed_by_inode(image); };
   auto deadline = Clock::now() + std::chrono::seconds(5);
-  while (loop_backed_by(image) && Clock::now() < deadline)
+  while (attached()) {
+    if (Clock::now() >= deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+// `to` as a hard link of `from` (the same inode), or a copy where the filesystem does not allow
+// the link (another filesystem, or no hard links there).
+Status link_or_copy(const std::string& from, const std::string& to) {
+  if (::link(from.c_str(), to.c_str()) == 0) return {};
+  if (errno != EXDEV && errno != EPERM) return sys_error("link " + from + " -> " + to, errno);
+  return copy_sparse_file(from, to);
 }
 
 }  // namespace
@@ -323,6 +339,8 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
   const auto t0 = Clock::now();
   Sandbox::State& st = SandboxAccess::state(sb);
   // 1. Everything that can refuse, before the sandbox is touched.
+  if (options.keep_frozen && !options.leave_running)
+    return invalid_argument("checkpoint: keep_frozen needs leave_running");
   if (st.destroyed || st.status)
     return Error(ErrorCode::kFailedPrecondition, "checkpoint: the sandbox is not running");
   const SandboxConfig& c = st.config;
@@ -332,7 +350,7 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
                  "namespace of the sandbox's own");
   if (st.adopted && c.lower_dirs.empty() && c.rootfs_dir.empty())
     return Error(ErrorCode::kFailedPrecondition,
-                 "checkpoint of an adopted sandbox is not supported (its config is unknown)");
+                 "checkpoint of a sandbox adopted without its config (adopt() it with one)");
   if (dir.empty() || dir[0] != '/') return invalid_argument("checkpoint dir must be absolute");
   if (::mkdir(dir.c_str(), 0711) != 0) {
     if (errno != EEXIST) return sys_error("mkdir " + dir, errno);
@@ -418,11 +436,15 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
   const std::string rw = st.dir + "/" + kRwMount, image = st.dir + "/" + kRwImage;
   const std::string saved = dir + "/" + kRwImage;
   if (options.leave_running) {
+    // keep_frozen: nothing writes to the layer until the caller commits (destroys the tree) or
+    // aborts (recover(), and `dir` goes), so sharing the inode is as good as a copy.
     Status s = syncfs_path(rw);
-    if (s) s = copy_sparse_file(image, saved);
+    if (s) s = options.keep_frozen ? link_or_copy(image, saved) : copy_sparse_file(image, saved);
     if (!s) return with_resume(s.error());
-    ABX_TRY(resume());
-    info.frozen = since(frozen_at);
+    if (!options.keep_frozen) {
+      ABX_TRY(resume());
+      info.frozen = since(frozen_at);
+    }
   } else {
     // CRIU killed the tree once the dump was complete (bounded: never hang on a CRIU that
     // reported success without doing so).
@@ -448,10 +470,39 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
     info.layer_bytes = static_cast<std::uint64_t>(img.st_blocks) * 512;
   info.image_bytes = dir_bytes(dir, kRwImage);
 
-  // 5. The marker, last.
-  ABX_TRY(write_json(dir, describe_checkpoint(st, options, criu_version)));
+  // 5. The marker, last. A kept-frozen sandbox without its checkpoint runs on.
+  if (Status s = write_json(dir, describe_checkpoint(st, options, criu_version)); !s)
+    return options.keep_frozen ? with_resume(s.error()) : s.error();
+  if (options.keep_frozen) info.frozen = since(frozen_at);
   info.total = since(t0);
   return info;
+}
+
+Status release_checkpointed(Sandbox& sb, const std::string& dir) {
+  ABX_TRY(sb.destroy());
+  if (!wait_loop_detached(dir + "/" + kRwImage))
+    return Error(ErrorCode::kDeadlineExceeded,
+                 "the writable layer of checkpoint " + dir + " is still loop-attached after 5 s");
+  return {};
+}
+
+Status recover(Sandbox& sb) {
+  Sandbox::State& st = SandboxAccess::state(sb);
+  pollfd p{st.pidfd.get(), POLLIN, 0};
+  if (st.destroyed || st.status || !st.pidfd || ::poll(&p, 1, 0) != 0)
+    return Error(ErrorCode::kFailedPrecondition, "recover: the sandbox is not running");
+  // The link first, thawed last: the sandbox never runs without its link when it had one.
+  Status link;
+  if (st.veth && ::if_nametoindex(st.veth->host_if.c_str()) == 0) {
+    if (st.config.veth.enabled)
+      link = setup_veth(st.config.veth, *st.veth, st.netns.get());
+    else
+      link = Error(ErrorCode::kFailedPrecondition,
+                   "recover: the veth of sandbox " + st.config.id +
+                       " is gone and its config is unknown (adopt it with its config)");
+  }
+  Status thaw = st.cgroups.freeze(false);
+  return link ? thaw : link;
 }
 
 namespace {
@@ -694,9 +745,7 @@ Status images_for_range(const std::string& dir, const std::string& to, std::uint
       ABX_TRY(create_file(dst, rewritten));
       continue;
     }
-    if (::link(src.c_str(), dst.c_str()) == 0) continue;
-    if (errno != EXDEV && errno != EPERM) return sys_error("link " + src, errno);
-    ABX_TRY(copy_sparse_file(src, dst));
+    ABX_TRY(link_or_copy(src, dst));
   }
   return {};
 }
@@ -745,9 +794,17 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
                  "restore: the user namespace base differs from the checkpoint's");
   ABX_TRY(criu_available(options.criu));
   ABX_TRY(prepare_mount_point(options.stage_dir));
+  // A keep_frozen checkpoint shares its layer with the sandbox it came from: mounting it while
+  // that one's loop device is still attached would mount one filesystem twice.
+  const std::string layer = dir + "/" + kRwImage;
+  if (!wait_loop_detached(layer) && options.link_layer)
+    return Error(ErrorCode::kFailedPrecondition,
+                 "restore: the writable layer of " + dir +
+                     " is still in use by a sandbox (release_checkpointed() it first)");
 
   // 1. State directory, locked; the writable layer, a copy of the checkpoint's (so `dir` is
-  // never written and may be restored again), its overlay's stale volatile work dir removed.
+  // never written and may be restored again; with link_layer, the checkpoint's own), its
+  // overlay's stale volatile work dir removed.
   auto st = std::make_unique<Sandbox::State>();
   st->dir = config.state_dir + "/" + config.id;
   const std::string stage = options.stage_dir + "/" + config.id;
@@ -770,7 +827,10 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
     }
   }};
   ABX_ASSIGN_OR_RETURN(st->lock, lock_state_dir(st->dir));
-  ABX_TRY(copy_sparse_file(dir + "/" + kRwImage, st->dir + "/" + kRwImage));
+  if (options.link_layer)
+    ABX_TRY(link_or_copy(layer, st->dir + "/" + kRwImage));
+  else
+    ABX_TRY(copy_sparse_file(layer, st->dir + "/" + kRwImage));
   ABX_TRY(mount_rw_image(st->dir + "/" + kRwImage, st->dir + "/" + kRwMount));
   // The old overlay was mounted `volatile`: overlayfs refuses (mounts read-only) a work dir
   // that still has its incompat/volatile marker.

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -340,6 +341,159 @@ TEST_F(CheckpointTest, SnapshotKeepsRunningAndTwoForksOfItDiverge) {
   ASSERT_TRUE(sb->destroy().ok());
   for (std::size_t i = 0; i < ids.size(); ++i) expect_no_leftovers(ids[i], cgroups[i]);
   EXPECT_TRUE(fs::exists(dir + "/checkpoint.json"));
+}
+
+std::pair<dev_t, ino_t> inode_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {0, 0};
+  return {st.st_dev, st.st_ino};
+}
+
+bool frozen(const Sandbox& sb) {
+  return slurp(sb.cgroups().dirs().front() + "/cgroup.events").find("frozen 1") !=
+         std::string::npos;
+}
+
+// The crash-safe pause to disk: the dump leaves the tree frozen without its link, the
+// checkpoint's layer is the sandbox's (one inode); release_checkpointed() commits, and a restore
+// that links the layer (one inode again) goes on counting from the checkpoint.
+TEST_F(CheckpointTest, KeepFrozenThenReleaseThenRestoreWithALinkedLayer) {
+  SandboxConfig c = counter_config();
+  Count first;
+  auto sb = spawn_counter(c, &first);
+  ASSERT_TRUE(sb);
+  auto before = request(*sb, sb->upper_dir());
+  ASSERT_TRUE(before);
+  const std::string dir = tmp_.string() + "/ck";
+  auto bad = checkpoint(*sb, dir, {.keep_frozen = true});  // without leave_running
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code(), ErrorCode::kInvalidArgument);
+
+  auto info = checkpoint(*sb, dir, {.leave_running = true, .keep_frozen = true});
+  ASSERT_TRUE(info.ok()) << info.error().to_string();
+  std::cout << "keep_frozen: dump " << info->dump.count() << " ms, total " << info->total.count()
+            << " ms\n";
+  const auto pids = sb->cgroups().pids();
+  EXPECT_EQ(pids.size(), 2u);
+  for (pid_t p : pids) EXPECT_TRUE(alive(p)) << p;
+  EXPECT_TRUE(frozen(*sb));
+  EXPECT_EQ(::if_nametoindex(sb->veth()->host_if.c_str()), 0u);
+  EXPECT_EQ(inode_of(dir + "/rw.img"), inode_of(sb->state_path() + "/rw.img"));
+  EXPECT_TRUE(fs::exists(dir + "/checkpoint.json"));
+
+  const auto cgroups = sb->cgroups().dirs();
+  ASSERT_TRUE(release_checkpointed(*sb, dir).ok());
+  for (pid_t p : pids) EXPECT_FALSE(alive(p)) << p;
+  expect_no_leftovers(c.id, cgroups);  // no loop device left on the checkpoint's layer either
+
+  auto back = restore(dir, c, {.link_layer = true});
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(inode_of(dir + "/rw.img"), inode_of(back->state_path() + "/rw.img"));
+  EXPECT_EQ(slurp(back->upper_dir() + "/count.started"), first.token + "\n");
+  EXPECT_EQ(parse_count(slurp(back->upper_dir() + "/count"))->n, before->n);
+  auto after = request(*back, back->upper_dir());
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->token, before->token);
+  EXPECT_GE(after->n, before->n);
+  expect_running(*back, *after);
+  fs::remove_all(dir);  // what a resume does: the layer lives on as the restored sandbox's
+  const auto restored_cgroups = back->cgroups().dirs();
+  ASSERT_TRUE(back->destroy().ok());
+  expect_no_leftovers(c.id, restored_cgroups);
+}
+
+// The abort of a keep_frozen checkpoint: recover() re-makes the link and thaws; it is idempotent.
+TEST_F(CheckpointTest, KeepFrozenThenRecoverRunsOn) {
+  SandboxConfig c = counter_config();
+  Count first;
+  auto sb = spawn_counter(c, &first);
+  ASSERT_TRUE(sb);
+  ASSERT_TRUE(recover(*sb).ok());  // running with its link: nothing to do
+  expect_running(*sb, first);
+  const std::string dir = tmp_.string() + "/ck";
+  auto info = checkpoint(*sb, dir, {.leave_running = true, .keep_frozen = true});
+  ASSERT_TRUE(info.ok()) << info.error().to_string();
+  EXPECT_TRUE(frozen(*sb));
+  EXPECT_EQ(::if_nametoindex(sb->veth()->host_if.c_str()), 0u);
+  auto still = parse_count(slurp(sb->upper_dir() + "/count"));
+  ASSERT_TRUE(still);
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(parse_count(slurp(sb->upper_dir() + "/count"))->n, still->n);
+
+  ASSERT_TRUE(recover(*sb).ok());
+  fs::remove_all(dir);
+  expect_running(*sb, *still);
+  EXPECT_TRUE(recover(*sb).ok());
+  expect_running(*sb, *still);
+  const auto cgroups = sb->cgroups().dirs();
+  ASSERT_TRUE(sb->destroy().ok());
+  auto r = recover(*sb);
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ErrorCode::kFailedPrecondition);
+  expect_no_leftovers(c.id, cgroups);
+}
+
+// A sandbox adopted with its config can be checkpointed; one its owner left frozen mid-
+// checkpoint (keep_frozen, then the owner gone) is recovered by the next owner.
+TEST_F(CheckpointTest, AdoptedWithItsConfigCheckpointsAndRecovers) {
+  SandboxConfig c = counter_config();
+  Count first;
+  auto sb = spawn_counter(c, &first);
+  ASSERT_TRUE(sb);
+  const pid_t init = sb->pid();
+  sb->detach();
+  {
+    auto blind = Sandbox::adopt(state_, c.id);
+    ASSERT_TRUE(blind.ok()) << blind.error().to_string();
+    auto r = checkpoint(*blind, tmp_.string() + "/refused");
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().code(), ErrorCode::kFailedPrecondition) << r.error().to_string();
+    blind->detach();
+  }
+  SandboxConfig other = c;
+  other.id = "someone-else";
+  auto wrong = Sandbox::adopt(state_, c.id, &other);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.error().code(), ErrorCode::kInvalidArgument);
+
+  auto a = Sandbox::adopt(state_, c.id, &c);
+  ASSERT_TRUE(a.ok()) << a.error().to_string();
+  EXPECT_EQ(a->pid(), init);
+  // An owner dies between a keep_frozen dump and its commit...
+  ASSERT_TRUE(
+      checkpoint(*a, tmp_.string() + "/abandoned", {.leave_running = true, .keep_frozen = true})
+          .ok());
+  EXPECT_TRUE(frozen(*a));
+  a->detach();
+  // ...and the next one adopts the frozen sandbox and recovers it.
+  auto b = Sandbox::adopt(state_, c.id, &c);
+  ASSERT_TRUE(b.ok()) << b.error().to_string();
+  ASSERT_TRUE(b->veth().has_value());
+  EXPECT_EQ(::if_nametoindex(b->veth()->host_if.c_str()), 0u);
+  ASSERT_TRUE(recover(*b).ok());
+  fs::remove_all(tmp_.string() + "/abandoned");
+  expect_running(*b, first);
+
+  const std::string dir = tmp_.string() + "/snap";
+  auto info = checkpoint(*b, dir, {.leave_running = true});
+  ASSERT_TRUE(info.ok()) << info.error().to_string();
+  auto now = request(*b, b->upper_dir());
+  ASSERT_TRUE(now);
+  expect_running(*b, *now);
+  auto cgroups = b->cgroups().dirs();
+  ASSERT_TRUE(b->destroy().ok());
+  ::waitpid(init, nullptr, 0);  // still our child: spawned here
+  expect_no_leftovers(c.id, cgroups);
+
+  auto back = restore(dir, c);
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  auto after = request(*back, back->upper_dir());
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->token, first.token);
+  expect_running(*back, *after);
+  cgroups = back->cgroups().dirs();
+  ASSERT_TRUE(back->destroy().ok());
+  expect_no_leftovers(c.id, cgroups);
 }
 
 TEST_F(CheckpointTest, FailedDumpLeavesTheSandboxRunning) {

@@ -206,6 +206,31 @@ bool loop_backed_by(const std::string& image) {
   return found;
 }
 
+bool loop_backed_by_inode(const std::string& file) {
+  struct stat want;
+  if (::stat(file.c_str(), &want) != 0) return false;
+  DIR* d = ::opendir("/sys/block");
+  if (!d) return false;
+  bool found = false;
+  while (dirent* e = ::readdir(d)) {
+    if (std::strncmp(e->d_name, "loop", 4) != 0) continue;
+    // Bound devices only (an unbound one has no backing_file); the name there may be another
+    // link's or end in " (deleted)", so the device and inode are what is compared.
+    const std::string name = e->d_name;
+    if (::access(("/sys/block/" + name + "/loop/backing_file").c_str(), F_OK) != 0) continue;
+    auto loop = open_fd("/dev/" + name, O_RDONLY);
+    loop_info64 info{};
+    if (!loop || ::ioctl(loop->get(), LOOP_GET_STATUS64, &info) != 0) continue;
+    if (info.lo_device == static_cast<std::uint64_t>(want.st_dev) &&
+        info.lo_inode == static_cast<std::uint64_t>(want.st_ino)) {
+      found = true;
+      break;
+    }
+  }
+  ::closedir(d);
+  return found;
+}
+
 Status remove_rw_layer(const std::string& dir) {
   std::string mnt = dir + "/" + kRwMount;
   // EINVAL: not a mount point (kHost, or a spawn that failed before mounting).

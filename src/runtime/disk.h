@@ -30,6 +30,11 @@ Status copy_sparse_file(const std::string& from, const std::string& to);
 // Whether a loop device is still attached to `image` (an absolute path).
 bool loop_backed_by(const std::string& image);
 
+// Whether a loop device is still attached to the inode `file` names, under whatever name it was
+// attached (a hard link of it, or one since unlinked: the checkpoint's rw.img shares the
+// sandbox's). False when `file` does not exist.
+bool loop_backed_by_inode(const std::string& file);
+
 // Lazily unmounts `<dir>/rw` if it is mounted (the loop device then detaches itself once the
 // last user of the filesystem is gone) and removes `<dir>/rw.img`. Missing pieces are fine.
 Status remove_rw_layer(const std::string& dir);

@@ -35,6 +35,14 @@ struct CheckpointOptions {
   // Sandbox is destroyed (state dir, cgroups, slot released); all of it lives in the checkpoint.
   // true: a snapshot — the sandbox keeps running (veth re-made, thawed).
   bool leave_running = false;
+  // With leave_running: the crash-safe pause to disk. CRIU leaves the tree alive, but it stays
+  // FROZEN and without its veth after checkpoint() returns, and the checkpoint's rw.img is a
+  // hard link of the sandbox's own (the same inode; a copy when `dir` is on another filesystem),
+  // synced while frozen. The caller then records the checkpoint and commits with
+  // release_checkpointed(), or aborts with recover() and removes `dir` (whose layer the running
+  // sandbox writes again). An owner that dies in between leaves a frozen sandbox that adopt()
+  // and recover() (or cleanup_stale()) deal with. invalid_argument without leave_running.
+  bool keep_frozen = false;
   // CRIU's --ghost-limit (bytes; 0 = CRIU's default of 1 MiB): deleted-but-open files larger
   // than this fail the dump (e.g. a bundle replaced under a running sandbox).
   std::uint64_t ghost_limit = 0;
@@ -43,10 +51,12 @@ struct CheckpointOptions {
 struct CheckpointInfo {
   std::string dir;
   bool leave_running = false;
-  std::uint64_t image_bytes = 0;        // CRIU's images (without rw.img)
-  std::uint64_t layer_bytes = 0;        // allocated bytes of the rw.img copy
-  std::chrono::milliseconds frozen{0};  // from freeze to thaw (snapshot) or to the kill
-  std::chrono::milliseconds dump{0};    // criu dump's wall time
+  std::uint64_t image_bytes = 0;  // CRIU's images (without rw.img)
+  std::uint64_t layer_bytes = 0;  // allocated bytes of the rw.img copy
+  // From freeze to thaw (snapshot), to the kill (pause to disk), or to checkpoint()'s return
+  // (keep_frozen: still frozen then).
+  std::chrono::milliseconds frozen{0};
+  std::chrono::milliseconds dump{0};  // criu dump's wall time
   std::chrono::milliseconds total{0};
 };
 
@@ -56,6 +66,11 @@ struct RestoreOptions {
   // components are root-owned and searchable by everyone (the restored tree's user namespace
   // must reach them). Emptied and removed once the restore is done.
   std::string stage_dir = "/run/abx/restore";
+  // Takes the checkpoint's rw.img into the new state dir by hard link instead of a copy (a copy
+  // where the filesystems differ): for a resume whose checkpoint is deleted right after (a copy
+  // of a 500 MiB layer costs hundreds of ms). The checkpoint's layer is then the running
+  // sandbox's: it changes under the checkpoint, which must not be restored again.
+  bool link_layer = false;
 };
 
 // ok when `criu` exists and `criu check` passes (checked once per path and process);
@@ -69,23 +84,44 @@ Status criu_available(const std::string& criu);
 // running as before (thawed, its veth re-made; egress rules that match the host end by name
 // apply to the new link) and `dir` has no checkpoint.json. An error after a complete pause-to-
 // disk dump (moving rw.img, destroying) leaves the tree dead and says so; `dir` then has the
-// images but no checkpoint.json, and the layer may still be in the state dir.
+// images but no checkpoint.json, and the layer may still be in the state dir. With keep_frozen,
+// a successful checkpoint() leaves the sandbox frozen and without its veth (see keep_frozen);
+// any error leaves it running.
 Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
                                   const CheckpointOptions& options = {});
+
+// Commits a keep_frozen checkpoint: destroys `sb` (which must be the sandbox checkpointed into
+// `dir`) and waits until the loop device of its writable layer is detached, so the layer that
+// `dir`'s rw.img shares is no longer mounted and restore() may mount it. Call it after the
+// checkpoint is recorded; a plain destroy() is not enough before a restore (the kernel detaches
+// the loop device asynchronously, and restore() would then wait for it or, with link_layer,
+// refuse). Errors: destroy()'s, or deadline_exceeded when the device is still attached after 5 s.
+Status release_checkpointed(Sandbox& sb, const std::string& dir);
+
+// Brings a sandbox that a checkpoint left frozen and without its veth (keep_frozen, or an owner
+// that died mid-checkpoint, the sandbox found again by adopt()) back to running: re-makes the
+// veth when the sandbox has one recorded whose host end is gone (config.link_ready is not run
+// again: rules that match the host end by name apply to the new link), then thaws it. A no-op
+// on a running sandbox with its link. Errors: failed_precondition (the sandbox is not running;
+// or its veth is gone and its config is unknown — adopt() it with its config; it is thawed
+// anyway), or setup_veth()'s and the freezer's errors.
+Status recover(Sandbox& sb);
 
 // Restores the checkpoint in `dir` as a sandbox of `config` (what spawn() got: the same
 // layers, binds (targets as checkpointed, sources re-made) and veth settings; argv is not run).
 // The user namespace gets the checkpoint's slot when it is free (pause to disk); else (a fork
 // of a snapshot whose sandbox still runs) another slot, with CRIU's userns image rewritten in
 // a private copy of the images. Each restore gets its own copy of the writable layer, so one
-// checkpoint can be restored any number of times. A `config.id` other than the checkpointed
-// one becomes the restored hostname. The returned Sandbox behaves as an adopted one: wait()
-// reports 0 when the init exits.
-// Errors: not_found (no checkpoint in `dir`), failed_precondition (a corrupt checkpoint, a
-// config that does not match it, criu unavailable), resource_exhausted (no free slot),
-// already_exists (the id is in use), internal with the last lines of CRIU's restore.log.
-// Nothing in `dir` is changed or removed (CRIU adds its stats-restore when restoring from it
-// directly); a failed restore leaves nothing else behind.
+// checkpoint can be restored any number of times (unless options.link_layer). While a loop
+// device is still attached to the checkpoint's rw.img (a keep_frozen checkpoint whose sandbox
+// was destroyed but not yet released), restore() first waits up to 5 s for its detach; with
+// link_layer it then refuses (failed_precondition) rather than mount one filesystem twice. A
+// `config.id` other than the checkpointed one becomes the restored hostname. The returned Sandbox
+// behaves as an adopted one: wait() reports 0 when the init exits. Errors: not_found (no checkpoint
+// in `dir`), failed_precondition (a corrupt checkpoint, a config that does not match it, criu
+// unavailable), resource_exhausted (no free slot), already_exists (the id is in use), internal with
+// the last lines of CRIU's restore.log. Nothing in `dir` is changed or removed (CRIU adds its
+// stats-restore when restoring from it directly); a failed restore leaves nothing else behind.
 Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
                         const RestoreOptions& options = {});
 
