@@ -84,6 +84,8 @@ struct Config {
   std::vector<std::string> block_net;
   bool no_internet_by_default = false;
   bool allow_host_network = false;
+  std::string pause_mode = "auto";
+  std::string criu = env_or("ABX_CRIU").empty() ? runtime::kDefaultCriu : env_or("ABX_CRIU");
   bool no_watchdog = false;
   CLI::App* watchdog_cmd = nullptr;
   std::string registry_auth;
@@ -200,6 +202,17 @@ std::optional<int> parse_flags(int argc, char** argv, Config& cfg) {
   app.add_flag("--allow-host-network", cfg.allow_host_network,
                "Let templates with `network: host` run (they share the host's network namespace: "
                "every host loopback service is reachable from them)");
+  app.add_option("--pause", cfg.pause_mode,
+                 "Where pause puts a sandbox: disk (CRIU checkpoint under <home>/checkpoints: "
+                 "memory and processes freed, survives restarts and reboots; also enables fork "
+                 "and snapshots), memory (the cgroup freezer; RAM stays in use), or auto (disk "
+                 "when CRIU works here, else memory)")
+      ->check(CLI::IsMember({"auto", "disk", "memory"}))
+      ->capture_default_str();
+  app.add_option("--criu", cfg.criu,
+                 "The CRIU binary (4.1.1 with abx's patches; scripts/install-criu.sh builds it; "
+                 "env ABX_CRIU)")
+      ->capture_default_str();
   app.add_flag("--kill-sandboxes", cfg.kill_sandboxes,
                "On SIGTERM kill every sandbox (default: leave them running; the next abxd "
                "adopts them)");
@@ -466,6 +479,10 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   platform::ManagerOptions mo;
   mo.network = network->get();
   mo.allow_host_network = cfg.allow_host_network;
+  mo.pause_mode = cfg.pause_mode == "disk"     ? platform::ManagerOptions::PauseMode::kDisk
+                  : cfg.pause_mode == "memory" ? platform::ManagerOptions::PauseMode::kMemory
+                                               : platform::ManagerOptions::PauseMode::kAuto;
+  mo.criu = cfg.criu;
   mo.home = cfg.home;
   mo.domain = cfg.domain;
   mo.binaries = cfg.bins;

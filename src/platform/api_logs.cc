@@ -51,11 +51,15 @@ Result<Response> sandbox_logs(Context& ctx) {
   std::vector<Entry> all;
   for (const auto& e : sb->events_since(start))
     all.push_back({e.timestamp_ms, e.level, e.message, "abxd", "event"});
+  auto rt = sb->runtime();
+  Result<std::vector<EnvdLogLine>> lines =
+      rt ? Result<std::vector<EnvdLogLine>>(std::vector<EnvdLogLine>{})
+         : Error(ErrorCode::kUnavailable, "the sandbox is paused to disk");
   if (sb->paused) {
     all.push_back({now_ms(), "info",
                    "the sandbox is paused: its programs' output is shown once it runs again",
                    "abxd", "event"});
-  } else if (auto lines = read_envd_log(sb->sandbox, sb->access_token, start, limit); lines.ok()) {
+  } else if (rt && (lines = read_envd_log(*rt, sb->access_token, start, limit)).ok()) {
     for (auto& l : *lines) {
       all.push_back({l.timestamp_ms, std::move(l.level), std::move(l.line), std::move(l.source),
                      std::move(l.stream)});

@@ -102,6 +102,9 @@ Result<http::Response> set_sandbox_timeout(Context& ctx);
 Result<http::Response> connect_sandbox(Context& ctx);
 Result<http::Response> resume_sandbox(Context& ctx);
 Result<http::Response> pause_sandbox(Context& ctx);
+Result<http::Response> fork_sandbox(Context& ctx);
+Result<http::Response> create_snapshot(Context& ctx);
+Result<http::Response> list_snapshots(Context& ctx);
 // Path shapes under /sandboxes/{id} that no route takes: the checks every {id} route makes
 // first, so that a bad id is a 400 and an unknown sandbox a 404 whatever follows it.
 Status check_unrouted_sandbox_path(Context& ctx, std::span<const std::string> parts);

@@ -324,10 +324,88 @@ Result<Response> set_sandbox_timeout(Context& ctx) {
 Result<Response> connect_sandbox(Context& ctx) { return resume_or_connect(ctx, false); }
 Result<Response> resume_sandbox(Context& ctx) { return resume_or_connect(ctx, true); }
 
+// E2B's body `{"memory": <bool>}` (the SDK's keepMemory) is accepted; a pause always keeps the
+// processes with their memory here (to disk, or in RAM — SandboxManager::pause).
 Result<Response> pause_sandbox(Context& ctx) {
   ABX_ASSIGN_OR_RETURN(SandboxPost op, sandbox_post(ctx));
+  ABX_TRY(bool_field(op.body.if_contains("memory"), "memory"));
   ABX_TRY(ctx.sandboxes.pause(op.id));  // kFailedPrecondition (409) if already paused
   return no_content();
+}
+
+// POST /sandboxes/{id}/fork {"timeout": s, "count": n}: 201 with one entry per child,
+// {"sandbox": <as create answers>} or {"error": {"code", "message"}} (E2B's shape).
+Result<Response> fork_sandbox(Context& ctx) {
+  ABX_ASSIGN_OR_RETURN(SandboxPost op, sandbox_post(ctx));
+  ABX_ASSIGN_OR_RETURN(auto timeout,
+                       optional_timeout(op.body, ctx.sandboxes.options().max_timeout_seconds));
+  std::int64_t count = 1;
+  if (const json::value* c = op.body.if_contains("count"); c && !c->is_null()) {
+    if (!c->is_int64() && !c->is_uint64()) return invalid_argument("count must be an integer");
+    count = c->to_number<std::int64_t>();
+  }
+  if (count < 1 || count > 64) return invalid_argument("count must be between 1 and 64");
+  ABX_ASSIGN_OR_RETURN(auto children, ctx.sandboxes.fork(op.id, static_cast<int>(count), timeout));
+  json::array out;
+  for (const auto& child : children) {
+    if (child.ok()) {
+      out.push_back(json::object{{"sandbox", sandbox_json(**child)}});
+    } else {
+      out.push_back(
+          json::object{{"error", json::object{{"code", http::http_status(child.error().code())},
+                                              {"message", child.error().message()}}}});
+    }
+  }
+  return http::json_response(201, out);
+}
+
+// POST /sandboxes/{id}/snapshots {"name"?}: 201 {"snapshotID", "names"}.
+Result<Response> create_snapshot(Context& ctx) {
+  ABX_ASSIGN_OR_RETURN(SandboxPost op, sandbox_post(ctx));
+  std::string name;
+  if (const json::value* n = op.body.if_contains("name"); n && !n->is_null()) {
+    if (!n->is_string()) return invalid_argument("name must be a string");
+    name = std::string(n->as_string());
+  }
+  ABX_ASSIGN_OR_RETURN(auto snap, ctx.sandboxes.create_snapshot(op.id, name));
+  json::array names;
+  for (const auto& n : snap.names) names.emplace_back(n);
+  return http::json_response(201,
+                             json::object{{"snapshotID", snap.id}, {"names", std::move(names)}});
+}
+
+// GET /snapshots?sandboxID&name&limit&nextToken: newest first; nextToken is the offset.
+Result<Response> list_snapshots(Context& ctx) {
+  std::string sandbox, name;
+  std::size_t limit = 100, offset = 0;
+  for (auto p : ctx.url.params()) {
+    const std::string v = p.has_value ? std::string(p.value) : std::string();
+    if (p.key == "sandboxID") {
+      sandbox = v;
+    } else if (p.key == "name") {
+      name = v;
+    } else if (p.key == "limit") {
+      ABX_ASSIGN_OR_RETURN(limit, parse_limit(v));
+    } else if (p.key == "nextToken") {
+      if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos)
+        return invalid_argument("malformed nextToken");
+      offset = std::stoul(v);
+    }
+  }
+  auto all = ctx.sandboxes.list_snapshots(sandbox, name);
+  json::array out;
+  for (std::size_t i = offset; i < all.size() && out.size() < limit; ++i) {
+    json::array names;
+    for (const auto& n : all[i].names) names.emplace_back(n);
+    out.push_back(json::object{{"snapshotID", all[i].id},
+                               {"names", std::move(names)},
+                               {"sandboxID", all[i].sandbox_id},
+                               {"templateID", all[i].template_id},
+                               {"createdAt", rfc3339_ms(all[i].created_at_ms)}});
+  }
+  Response res = http::json_response(200, out);
+  if (offset + limit < all.size()) res.set("X-Next-Token", std::to_string(offset + limit));
+  return res;
 }
 
 // PUT /sandboxes/{id}/network: E2B's updateNetwork. The body's rules replace the old ones.

@@ -145,8 +145,13 @@ Result<Response> template_image(Context& ctx) {
 }
 
 Result<Response> delete_template(Context& ctx) {
-  ABX_TRY(need_builds(ctx));
   const std::string& id = ctx.params.at(0);
+  // E2B deletes a snapshot as a template (the SDK's deleteSnapshot).
+  if (id.starts_with("snapshot-")) {
+    ABX_TRY(ctx.sandboxes.delete_snapshot(id));
+    return Response{boost::beast::http::status::no_content, ctx.req.version()};
+  }
+  ABX_TRY(need_builds(ctx));
   if (!ctx.builder->is_built(id)) {
     if (ctx.sandboxes.catalog()->get(id)) {
       return Error(ErrorCode::kFailedPrecondition,

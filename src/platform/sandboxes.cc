@@ -20,6 +20,7 @@
 #include "abx/image/registry.h"
 #include "abx/runtime/process.h"
 #include "abx/token/token.h"
+#include "sandbox_config.h"
 
 namespace abx::platform {
 
@@ -120,28 +121,42 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions opt
   f.states = {store::SandboxState::kRunning, store::SandboxState::kPaused};
   f.limit = 1000;
   int adopted = 0, lost = 0;
+  ABX_TRY(m->resolve_pause_mode());
   for (;;) {
     ABX_ASSIGN_OR_RETURN(store::SandboxPage page, store.list_sandboxes(f));
     for (const auto& rec : page.items) {
-      auto sb = runtime::Sandbox::adopt(state_dir, rec.id);
+      const fs::path run_dir = fs::path(m->opt_.home) / "run" / rec.id;
+      // Its saved config (sandbox.json), so that it can be checkpointed again.
+      auto saved_config = load_sandbox_config(run_dir.string());
+      auto sb = runtime::Sandbox::adopt(state_dir, rec.id,
+                                        saved_config.ok() ? &saved_config.value() : nullptr);
       const templates::Template* tmpl = cat->get(rec.template_id);
       std::ifstream tin(fs::path(m->opt_.home) / "run" / rec.id / "token");
       std::string token((std::istreambuf_iterator<char>(tin)), std::istreambuf_iterator<char>());
       bool token_ok = rec.access_token_digest.empty()
                           ? token.empty()
                           : store::digest_matches(rec.access_token_digest, token);
-      if (!sb.ok() || tmpl == nullptr || !token_ok) {
+      // Paused to disk, or a pause or resume that a crash cut short: which state holds
+      // (persistence.cc). kNotFound: neither a live sandbox nor a complete checkpoint.
+      auto settled = m->settle_checkpoint(rec, sb);
+      if (!settled.ok() || tmpl == nullptr || !token_ok) {
         if (sb.ok()) (void)sb->destroy();
         (void)store.update_state(rec.id, store::SandboxState::kKilled);
         fs::remove_all(m->opt_.home + "/run/" + rec.id, ec);
+        fs::remove_all(m->checkpoint_dir(rec.id), ec);
+        if (!settled.ok())
+          m->log_.warn("sandbox " + rec.id + " lost: " + settled.error().message());
         ++lost;
         continue;
       }
-      auto live = std::make_shared<LiveSandbox>(rec, std::move(*sb));
+      std::shared_ptr<runtime::Sandbox> rt;
+      if (sb.ok()) rt = std::make_shared<runtime::Sandbox>(std::move(*sb));
+      auto live = std::make_shared<LiveSandbox>(*settled, std::move(rt));
+      live->checkpoint = settled->checkpoint;
       live->access_token = std::move(token);
       live->tmpl = std::make_shared<const templates::Template>(*tmpl);
       live->image_digest = read_image_file(fs::path(m->opt_.home) / "run" / rec.id);
-      live->paused = rec.state == store::SandboxState::kPaused;
+      live->paused = settled->state == store::SandboxState::kPaused;
       {
         std::ifstream tt(fs::path(m->opt_.home) / "run" / rec.id / "traffic_token");
         std::getline(tt, live->traffic_token);
@@ -155,15 +170,16 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions opt
         if (spec) live->network = *spec;
       }
       live->mask_host = live->network.mask_request_host;
-      if (live->network.enabled) {
+      if (live->network.enabled && live->runtime()) {
         // Its rules again (the table is rebuilt as sandboxes are adopted); a sandbox whose rules
-        // cannot be enforced does not keep running.
-        Status s = !live->sandbox.veth() || !m->opt_.network || !m->opt_.network->enabled()
+        // cannot be enforced does not keep running. (One paused to disk gets them at resume.)
+        auto rts = live->runtime();
+        Status s = !rts->veth() || !m->opt_.network || !m->opt_.network->enabled()
                        ? Error(ErrorCode::kFailedPrecondition, "no network link or networking off")
-                       : m->opt_.network->attach(rec.id, *live->sandbox.veth(), live->network);
+                       : m->opt_.network->attach(rec.id, *rts->veth(), live->network);
         if (!s) {
           m->log_.warn("sandbox " + rec.id + " not adopted: its network: " + s.error().message());
-          (void)live->sandbox.destroy();
+          (void)rts->destroy();
           (void)store.update_state(rec.id, store::SandboxState::kKilled);
           fs::remove_all(m->opt_.home + "/run/" + rec.id, ec);
           ++lost;
@@ -171,7 +187,10 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions opt
         }
       }
       live->note("info", std::string("adopted by a restarted abxd (") +
-                             (live->paused ? "paused" : "running") + ")");
+                             (!live->checkpoint.empty() ? "paused to disk"
+                              : live->paused            ? "paused"
+                                                        : "running") +
+                             ")");
       m->live_[rec.id] = std::move(live);
       ++adopted;
     }
@@ -445,6 +464,10 @@ Result<std::vector<EnvdLogLine>> read_envd_log(const runtime::Sandbox& sb,
 Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest& req) {
   auto catalog = this->catalog();
   const templates::Template* tmpl = catalog->get(req.template_id);
+  if (tmpl == nullptr && req.template_id.starts_with("snapshot-") && pause_to_disk_ &&
+      fs::exists(opt_.home + "/snapshots/" + req.template_id)) {
+    return create_from_snapshot(req.template_id, req);
+  }
   if (tmpl == nullptr) {
     for (const auto& e : catalog->errors()) {
       if (e.id_hint == req.template_id) {
@@ -517,8 +540,13 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
     std::ofstream(run_dir / "resolv.conf") << network->resolv_conf();
   }
 
-  auto sb = runtime::Sandbox::spawn(
-      envd_sandbox_config(opt_, *tmpl, img, req, id, token_file, net, run_dir.string()));
+  runtime::SandboxConfig config =
+      envd_sandbox_config(opt_, *tmpl, img, req, id, token_file, net, run_dir.string());
+  if (Status saved = save_sandbox_config(run_dir.string(), config); !saved) {
+    cleanup_run();
+    return saved.error();
+  }
+  auto sb = runtime::Sandbox::spawn(std::move(config));
   if (!sb.ok()) {
     if (net.enabled) network->detach(id);  // if its rules went in before the spawn failed
     cleanup_run();
@@ -567,7 +595,8 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
     cleanup_run();
     return s.error();
   }
-  auto live = std::make_shared<LiveSandbox>(std::move(rec), std::move(*sb));
+  auto live = std::make_shared<LiveSandbox>(std::move(rec),
+                                            std::make_shared<runtime::Sandbox>(std::move(*sb)));
   live->access_token = std::move(token);
   live->traffic_token = std::move(traffic_token);
   live->mask_host = net.mask_request_host;
@@ -585,7 +614,7 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
 }
 
 std::set<std::string> SandboxManager::images_in_use() const {
-  std::set<std::string> out;
+  std::set<std::string> out = snapshot_images();
   std::lock_guard lock(mu_);
   for (const auto& [id, sb] : live_) {
     if (!sb->image_digest.empty()) out.insert(sb->image_digest);
@@ -679,10 +708,12 @@ std::vector<SandboxEvent> LiveSandbox::events_since(std::int64_t start_ms) const
 }
 
 void LiveSandbox::sample_metrics() {
-  const runtime::CgroupUsage usage = sandbox.cgroups().usage();
+  auto rt = runtime();
+  if (!rt) return;  // paused to disk: nothing runs, nothing to sample
+  const runtime::CgroupUsage usage = rt->cgroups().usage();
   const std::int64_t now = now_ms();
   MetricSample m{now, 0, usage.memory_bytes};
-  if (const std::string upper = sandbox.upper_dir(); !upper.empty()) {
+  if (const std::string upper = rt->upper_dir(); !upper.empty()) {
     struct statvfs st {};
     if (::statvfs(upper.c_str(), &st) == 0) {
       const std::uint64_t block = st.f_frsize ? st.f_frsize : st.f_bsize;
@@ -728,14 +759,18 @@ std::shared_ptr<LiveSandbox> SandboxManager::find(const std::string& id) const {
 
 Status SandboxManager::destroy(const std::shared_ptr<LiveSandbox>& sb) {
   std::lock_guard lock(sb->mu);
-  if (sb->paused) {
-    (void)sb->sandbox.cgroups().freeze(false);  // frozen tasks would not die
-    sb->paused = false;
+  Status s;
+  if (auto rt = sb->runtime()) {
+    if (sb->paused) (void)rt->cgroups().freeze(false);  // frozen tasks would not die
+    s = rt->destroy();
   }
-  Status s = sb->sandbox.destroy();
+  sb->paused = false;
   if (sb->network.enabled && opt_.network) opt_.network->detach(sb->record.id);
   std::error_code ec;
   fs::remove_all(fs::path(opt_.home) / "run" / sb->record.id, ec);
+  // A sandbox paused to disk: its checkpoint goes with it (and a crashed pause's leftovers).
+  fs::remove_all(checkpoint_dir(sb->record.id), ec);
+  sb->checkpoint.clear();
   (void)store_->update_state(sb->record.id, store::SandboxState::kKilled);
   return s;
 }
@@ -807,7 +842,10 @@ Status SandboxManager::pause(const std::string& id) {
   std::lock_guard lock(sb->mu);
   if (sb->paused)
     return Error(ErrorCode::kFailedPrecondition, "sandbox '" + id + "' is already paused");
-  ABX_TRY(sb->sandbox.cgroups().freeze(true));
+  if (pause_to_disk_ && can_checkpoint(*sb)) return pause_to_disk(*sb);
+  auto rt = sb->runtime();
+  if (!rt) return internal_error("sandbox '" + id + "' has no processes");
+  ABX_TRY(rt->cgroups().freeze(true));
   sb->paused = true;
   sb->record.state = store::SandboxState::kPaused;
   sb->note("info", "paused");
@@ -819,7 +857,11 @@ Result<bool> SandboxManager::resume(const std::string& id) {
   if (!sb) return not_found("sandbox '" + id + "' not found");
   std::lock_guard lock(sb->mu);
   if (!sb->paused) return false;
-  ABX_TRY(sb->sandbox.cgroups().freeze(false));
+  if (!sb->checkpoint.empty()) {
+    ABX_TRY(resume_from_disk(*sb));
+  } else if (auto rt = sb->runtime()) {
+    ABX_TRY(rt->cgroups().freeze(false));
+  }
   // Paused at (or past) its deadline: it gets the timeout it was created with again, or the
   // reaper would end it at once.
   const std::int64_t now = now_ms();
@@ -844,7 +886,9 @@ Result<runtime::UniqueFd> SandboxManager::connect(const std::string& id, std::ui
     }
     ABX_TRY(resume(id));  // traffic resumes a paused sandbox created with autoResume
   }
-  return sb->sandbox.open_tcp(port, std::chrono::seconds(2));
+  auto rt = sb->runtime();
+  if (!rt) return Error(ErrorCode::kFailedPrecondition, "sandbox '" + id + "' is paused");
+  return rt->open_tcp(port, std::chrono::seconds(2));
 }
 
 void SandboxManager::kill_all() {
@@ -864,7 +908,7 @@ std::size_t SandboxManager::detach_all() {
   }
   for (auto& [id, sb] : all) {
     std::lock_guard lock(sb->mu);
-    sb->sandbox.detach();
+    if (auto rt = sb->runtime()) rt->detach();
   }
   return all.size();
 }
@@ -884,7 +928,8 @@ void SandboxManager::reaper_loop() {
       for (auto& [id, sb] : live_) {
         if (sb->metrics_due(now)) to_sample.push_back(sb);
         all.push_back(sb);
-        if (init_exited(sb->sandbox.pidfd())) dead.push_back(id);  // envd died on its own
+        // envd died on its own (a sandbox paused to disk has no processes to watch)
+        if (auto rt = sb->runtime(); rt && init_exited(rt->pidfd())) dead.push_back(id);
       }
     }
     // The deadline under the sandbox's own lock, which its writers hold (move_deadline,

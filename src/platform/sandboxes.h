@@ -36,6 +36,7 @@
 #include "abx/base/error.h"
 #include "abx/base/log.h"
 #include "abx/image/store.h"
+#include "abx/runtime/checkpoint.h"
 #include "abx/runtime/fd.h"
 #include "abx/runtime/sandbox.h"
 #include "abx/store/store.h"
@@ -108,14 +109,27 @@ struct LiveSandbox {
   // a running sandbox); null for an adopted sandbox whose template is gone.
   std::shared_ptr<const templates::Template> tmpl;
   std::string image_digest;  // manifest digest of the image below its root (empty: host mode)
-  runtime::Sandbox sandbox;
-  std::mutex mu;                    // guards pause/resume/kill and record.end_at_ms
+  std::mutex mu;             // guards pause/resume/kill and record.end_at_ms
   std::atomic<bool> paused{false};  // read by the gateway without the lock
   // Its network as GET /sandboxes/{id} shows it (guarded by mu); enabled=false: loopback only.
   SandboxNetworkSpec network;
+  // Paused to disk: the checkpoint's directory (guarded by mu; record.checkpoint in the store).
+  // The sandbox then has no processes, and runtime() is null.
+  std::string checkpoint;
 
-  LiveSandbox(store::SandboxRecord rec, runtime::Sandbox sb)
-      : record(std::move(rec)), sandbox(std::move(sb)) {}
+  LiveSandbox(store::SandboxRecord rec, std::shared_ptr<runtime::Sandbox> sb)
+      : record(std::move(rec)), sandbox_(std::move(sb)) {}
+
+  // The running sandbox; null while it is paused to disk. Callers keep the pointer for as long
+  // as they use it (a pause to disk or a resume replaces it under `mu`).
+  std::shared_ptr<runtime::Sandbox> runtime() const {
+    std::lock_guard lock(sandbox_mu_);
+    return sandbox_;
+  }
+  void set_runtime(std::shared_ptr<runtime::Sandbox> sb) {
+    std::lock_guard lock(sandbox_mu_);
+    sandbox_ = std::move(sb);
+  }
 
   // Logs `message` (component "sandboxes", this sandbox's id) and keeps it (the last 256).
   void note(std::string_view level, std::string message);
@@ -131,6 +145,8 @@ struct LiveSandbox {
   std::vector<MetricSample> metrics_between(std::int64_t start_ms, std::int64_t end_ms) const;
 
  private:
+  mutable std::mutex sandbox_mu_;
+  std::shared_ptr<runtime::Sandbox> sandbox_;
   mutable std::mutex events_mu_;
   std::deque<SandboxEvent> events_;
   mutable std::mutex metrics_mu_;
@@ -158,6 +174,14 @@ struct ManagerOptions {
   // Sandbox links, rules, resolver and audit; null or disabled: every sandbox has loopback only.
   SandboxNetwork* network = nullptr;
   bool allow_host_network = false;  // abxd --allow-host-network: templates with `network: host`
+  // Pause (POST /sandboxes/{id}/pause, onTimeout "pause"): kDisk checkpoints the sandbox with
+  // CRIU into <home>/checkpoints/<id> and frees its memory and processes (E2B's persistent
+  // pause; survives abxd restarts and reboots); kMemory freezes its cgroup (memory stays in
+  // RAM). kAuto: kDisk when `criu` works on this host (checked at start), else kMemory.
+  // Sandboxes a checkpoint cannot take (rootfs: host, network: host) always pause in memory.
+  enum class PauseMode { kAuto, kDisk, kMemory };
+  PauseMode pause_mode = PauseMode::kAuto;
+  std::string criu = runtime::kDefaultCriu;  // abxd --criu
 };
 
 // One line of envd's output log (GET /logs inside the sandbox, src/envd/output_log.h): what the
@@ -204,6 +228,33 @@ class SandboxManager {
   // Returns how many there were.
   std::size_t detach_all();
 
+  // Fork: one snapshot of the running sandbox `id` (it is frozen for the dump, then runs on,
+  // its id and deadline untouched), restored `count` times as new sandboxes, each with its own
+  // id, token, hostname, network link and copy of the writable layer. One entry per child: the
+  // sandbox or why that child failed. The call fails as a whole (kNotFound, kFailedPrecondition
+  // for a paused sandbox or one pause-to-disk cannot take, kInvalidArgument) before any child.
+  Result<std::vector<Result<std::shared_ptr<LiveSandbox>>>> fork(
+      const std::string& id, int count, std::optional<std::int64_t> timeout_seconds);
+
+  // Snapshots (E2B's createSnapshot): a checkpoint of a running sandbox kept under
+  // <home>/snapshots/<snapshotID>; POST /sandboxes with templateID = snapshotID creates a new
+  // sandbox from it. The sandbox is frozen for the dump and runs on.
+  struct SnapshotInfo {
+    std::string id;
+    std::vector<std::string> names;
+    std::string sandbox_id;  // the sandbox it was taken from
+    std::string template_id;
+    std::int64_t created_at_ms = 0;
+  };
+  Result<SnapshotInfo> create_snapshot(const std::string& sandbox_id, const std::string& name);
+  // Newest first; `sandbox_id` / `name` filter when not empty.
+  std::vector<SnapshotInfo> list_snapshots(const std::string& sandbox_id,
+                                           const std::string& name) const;
+  // kNotFound when there is no such snapshot.
+  Status delete_snapshot(const std::string& snapshot_id);
+  // Whether pause goes to disk on this abxd (ManagerOptions::pause_mode resolved at start).
+  bool pauses_to_disk() const { return pause_to_disk_; }
+
   // A connected socket to `port` inside the sandbox, resuming it if paused and created with
   // auto_resume; kFailedPrecondition if it is paused without.
   Result<runtime::UniqueFd> connect(const std::string& id, std::uint16_t port);
@@ -227,6 +278,43 @@ class SandboxManager {
                  image::Store images);
   void reaper_loop();
   Status destroy(const std::shared_ptr<LiveSandbox>& sb);
+  // persistence.cc; the callers hold sb.mu.
+  bool can_checkpoint(const LiveSandbox& sb) const;
+  Status pause_to_disk(LiveSandbox& sb);
+  Status resume_from_disk(LiveSandbox& sb);
+  // The runtime config to restore sandbox `id` (its saved sandbox.json, with abxd's state dir,
+  // user namespaces and veth numbering, and its network's rules attached when the link is up).
+  Result<runtime::SandboxConfig> restore_config(const std::string& id,
+                                                const SandboxNetworkSpec& net) const;
+  // A new sandbox restored from `checkpoint_dir`, as a copy of `parent` (its record, template,
+  // network, env) with a new id, token and deadline: fork and create-from-snapshot.
+  struct ChildOf {
+    store::SandboxRecord record;
+    std::shared_ptr<const templates::Template> tmpl;
+    std::string image_digest;
+    SandboxNetworkSpec network;
+    bool secure = true;
+    bool public_traffic = true;
+    runtime::SandboxConfig config;  // the parent's saved config
+  };
+  Result<std::shared_ptr<LiveSandbox>> restore_child(const std::string& checkpoint_dir,
+                                                     const ChildOf& parent,
+                                                     std::int64_t timeout_seconds,
+                                                     const CreateRequest* req);
+  Result<std::shared_ptr<LiveSandbox>> create_from_snapshot(const std::string& snapshot_id,
+                                                            const CreateRequest& req);
+  // Manifest digests the snapshots' layers need.
+  std::set<std::string> snapshot_images() const;
+  // <home>/checkpoints/<id>: where sandbox `id` is paused to disk.
+  std::string checkpoint_dir(const std::string& id) const;
+  // At start, what a record and the sandbox found for it (adopt()) settle into: the record as
+  // it holds (state, checkpoint), after finishing or undoing a pause or resume a crash cut
+  // short; `sb` may be consumed (a frozen tree whose pause was committed is destroyed).
+  // kNotFound: neither a live sandbox nor a complete checkpoint is left.
+  Result<store::SandboxRecord> settle_checkpoint(const store::SandboxRecord& rec,
+                                                 Result<runtime::Sandbox>& sb);
+  // kDisk without a working CRIU: kFailedPrecondition (abxd does not start).
+  Status resolve_pause_mode();
   Status move_deadline(const std::string& id, std::int64_t seconds, bool extend_only);
 
   ManagerOptions opt_;
@@ -242,6 +330,7 @@ class SandboxManager {
   std::condition_variable reaper_cv_;
   bool stopping_ = false;
   std::thread reaper_;
+  bool pause_to_disk_ = false;
 };
 
 std::int64_t now_ms();

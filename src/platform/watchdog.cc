@@ -87,8 +87,9 @@ int run_watchdog(const WatchdogOptions& opt) {
       done.insert(rec.id);
     }
     bool left = false;
+    // A sandbox paused to disk has no processes to watch: it waits for an abxd to resume it.
     for (const auto& rec : *live)
-      if (!done.count(rec.id)) left = true;
+      if (!done.count(rec.id) && rec.checkpoint.empty()) left = true;
     if (!left && !abxd_alive(opt.home)) {
       log.info("abxd is gone and no sandbox is left; exiting");
       return 0;

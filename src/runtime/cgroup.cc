@@ -287,6 +287,18 @@ Status SandboxCgroups::kill() const {
   return {};
 }
 
+bool SandboxCgroups::frozen() const {
+  if (!v2_dir_.empty() && exists(v2_dir_ + "/cgroup.freeze")) {
+    auto v = read_file(v2_dir_ + "/cgroup.freeze");
+    return v && v->rfind('1', 0) == 0;
+  }
+  if (!freezer_dir_.empty() && exists(freezer_dir_)) {
+    auto st = read_file(freezer_dir_ + "/freezer.state");
+    return st && (st->rfind("FROZEN", 0) == 0 || st->rfind("FREEZING", 0) == 0);
+  }
+  return false;
+}
+
 Status SandboxCgroups::freeze(bool frozen) const {
   if (!v2_dir_.empty() && exists(v2_dir_ + "/cgroup.freeze")) {
     // cgroup v2's core freezer needs no controller; cgroup.events reports when it has settled.

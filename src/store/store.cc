@@ -84,7 +84,7 @@ Result<std::map<std::string, std::string>> decode_map(const std::string& s, std:
 constexpr const char* kSandboxColumns =
     "id, template_id, client_id, created_at, end_at, state, init_pid, init_start_time, "
     "token_digest, cpu_count, memory_mb, disk_mb, metadata, env_vars, domain, on_timeout, "
-    "auto_resume, timeout_s, network";
+    "auto_resume, timeout_s, network, checkpoint";
 
 Result<SandboxRecord> read_sandbox(const sql::Stmt& s) {
   SandboxRecord r;
@@ -109,6 +109,7 @@ Result<SandboxRecord> read_sandbox(const sql::Stmt& s) {
   r.auto_resume = s.int64(16) != 0;
   r.timeout_s = s.int64(17);
   r.network = s.text(18);
+  r.checkpoint = s.text(19);
   return r;
 }
 
@@ -174,6 +175,10 @@ ALTER TABLE sandboxes ADD COLUMN timeout_s INTEGER NOT NULL DEFAULT 300;
     // 3: the sandbox's network (its outbound rules as JSON; '' = loopback only).
     R"sql(
 ALTER TABLE sandboxes ADD COLUMN network TEXT NOT NULL DEFAULT '';
+)sql",
+    // 4: a sandbox paused to disk: its checkpoint directory ('' = in memory or running).
+    R"sql(
+ALTER TABLE sandboxes ADD COLUMN checkpoint TEXT NOT NULL DEFAULT '';
 )sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
@@ -376,9 +381,9 @@ Status Store::insert_sandbox(const SandboxRecord& r) {
       impl_->conn.prepare(
           "INSERT INTO sandboxes (id, template_id, client_id, created_at, end_at, state, init_pid, "
           "init_start_time, token_digest, cpu_count, memory_mb, disk_mb, metadata, env_vars, "
-          "domain, on_timeout, auto_resume, timeout_s, network) "
+          "domain, on_timeout, auto_resume, timeout_s, network, checkpoint) "
           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
-          "?18, ?19)",
+          "?18, ?19, ?20)",
           "insert sandbox"));
   s.bind(1, r.id)
       .bind(2, r.template_id)
@@ -398,7 +403,8 @@ Status Store::insert_sandbox(const SandboxRecord& r) {
       .bind(16, std::string_view(r.pause_on_timeout ? "pause" : "kill"))
       .bind(17, static_cast<std::int64_t>(r.auto_resume ? 1 : 0))
       .bind(18, r.timeout_s)
-      .bind(19, r.network);
+      .bind(19, r.network)
+      .bind(20, r.checkpoint);
   return s.exec();
 }
 
@@ -516,6 +522,18 @@ Status Store::update_state(std::string_view id, SandboxState state) {
   ABX_ASSIGN_OR_RETURN(
       auto s, impl_->conn.prepare("UPDATE sandboxes SET state = ?2 WHERE id = ?1", "update state"));
   ABX_TRY(s.bind(1, id).bind(2, state_name(state)).exec());
+  return impl_->expect_one_change(id);
+}
+
+Status Store::set_checkpoint(std::string_view id, SandboxState state, std::string_view checkpoint) {
+  if (!valid_sandbox_id(id)) return bad_id(id);
+  if (state == SandboxState::kKilled) return invalid_argument("set_checkpoint: a live state");
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare("UPDATE sandboxes SET state = ?2, checkpoint = ?3 WHERE id = ?1 "
+                                  "AND state IN ('running', 'paused')",
+                                  "set checkpoint"));
+  ABX_TRY(s.bind(1, id).bind(2, state_name(state)).bind(3, checkpoint).exec());
   return impl_->expect_one_change(id);
 }
 

@@ -126,6 +126,7 @@ TEST(Store, LifecycleRoundTripsAndAVersion1FileMigrates) {
                          "ALTER TABLE sandboxes DROP COLUMN auto_resume;"
                          "ALTER TABLE sandboxes DROP COLUMN timeout_s;"
                          "ALTER TABLE sandboxes DROP COLUMN network;"
+                         "ALTER TABLE sandboxes DROP COLUMN checkpoint;"
                          "UPDATE schema_version SET version = 1",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -175,6 +176,19 @@ TEST(Store, SandboxCrud) {
   EXPECT_EQ(got->end_at_ms, 42);
   EXPECT_EQ(got->init_pid, 1234);
   EXPECT_EQ(got->init_start_time, 0xFFFFFFFFFULL);
+  EXPECT_EQ(got->checkpoint, "");
+
+  // A pause to disk and the resume from it: state and checkpoint change together.
+  ASSERT_TRUE(s->set_checkpoint(r.id, SandboxState::kPaused, "/home/checkpoints/x/1").ok());
+  EXPECT_EQ(s->get_sandbox(r.id)->checkpoint, "/home/checkpoints/x/1");
+  ASSERT_TRUE(s->set_checkpoint(r.id, SandboxState::kRunning, "").ok());
+  EXPECT_EQ(s->get_sandbox(r.id)->state, SandboxState::kRunning);
+  EXPECT_EQ(s->get_sandbox(r.id)->checkpoint, "");
+  EXPECT_EQ(s->set_checkpoint(r.id, SandboxState::kKilled, "").error().code(),
+            ErrorCode::kInvalidArgument);
+  ASSERT_TRUE(s->update_state(r.id, SandboxState::kKilled).ok());
+  EXPECT_EQ(s->set_checkpoint(r.id, SandboxState::kPaused, "/c").error().code(),
+            ErrorCode::kNotFound);  // a killed sandbox is never paused again
 
   ASSERT_TRUE(s->delete_sandbox(r.id).ok());
   for (auto st : {s->delete_sandbox(r.id), s->update_state(r.id, SandboxState::kKilled),

@@ -72,6 +72,8 @@ class SandboxCgroups {
   // cgroup v2's cgroup.freeze, else the v1 freezer. Memory is kept while frozen.
   // failed_precondition when neither is available.
   Status freeze(bool frozen) const;
+  // Whether freeze(true) is in force (the freezer freeze() uses asks for it); false without one.
+  bool frozen() const;
   // Removes the directories (retrying while the kernel still tears tasks down). Missing ones
   // are fine.
   Status remove() const;

@@ -71,6 +71,9 @@ struct SandboxRecord {
   // The sandbox's network as JSON (platform's encoding of its outbound rules); empty: the sandbox
   // has loopback only (network: none, or created before schema 3).
   std::string network;
+  // Paused to disk: the directory of its checkpoint (the sandbox manager's; absolute). Empty
+  // while it runs or is paused in memory.
+  std::string checkpoint;
 };
 
 struct SandboxFilter {
@@ -132,7 +135,7 @@ bool digest_matches(std::string_view stored_hex_digest, std::string_view present
 Result<std::string> generate_sandbox_id();
 bool valid_sandbox_id(std::string_view id);
 
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 
 class Store {
  public:
@@ -154,6 +157,9 @@ class Store {
   Result<SandboxPage> list_sandboxes(const SandboxFilter& filter);
   Status update_state(std::string_view id, SandboxState state);
   Status set_deadline(std::string_view id, std::int64_t end_at_ms);
+  // State and checkpoint in one write (the commit point of a pause to disk or a resume from
+  // it): kNotFound unless the sandbox is running or paused.
+  Status set_checkpoint(std::string_view id, SandboxState state, std::string_view checkpoint);
   // Replaces the network JSON (PUT /sandboxes/{id}/network).
   Status set_network(std::string_view id, std::string_view network);
   Status set_init(std::string_view id, std::int64_t pid, std::uint64_t start_time);

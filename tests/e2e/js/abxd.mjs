@@ -12,12 +12,11 @@ import { createInterface } from 'node:readline';
 
 import { Sandbox } from 'e2b';
 
-export async function startAbxd(name, extraArgs = []) {
-  if (!process.env.ABXD_BIN) throw new Error('set ABXD_BIN to the abxd binary');
-  const home = mkdtempSync(join(tmpdir(), `abx-js-${name}-`));
+// Starts abxd on `home` and resolves with [process, baseUrl] once it listens.
+async function launch(home, extraArgs, port = 0) {
   // Sandboxes have outbound networking: their resolver forwards to a loopback port where nothing
   // answers, so no test's DNS question can reach a real resolver.
-  const args = ['--home', home, '--listen', '127.0.0.1:0', '--dns-upstream', '127.0.0.1:9'];
+  const args = ['--home', home, '--listen', `127.0.0.1:${port}`, '--dns-upstream', '127.0.0.1:9'];
   const abxd = spawn(process.env.ABXD_BIN, [...args, ...extraArgs], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
@@ -37,21 +36,38 @@ export async function startAbxd(name, extraArgs = []) {
   process.env.E2B_API_KEY = readFileSync(join(home, 'api_key'), 'utf8').trim();
   delete process.env.E2B_DEBUG;
   delete process.env.E2B_DOMAIN;
+  return [abxd, baseUrl];
+}
+
+// Stops abxd with `signal` (SIGTERM leaves the sandboxes for the next abxd; so does SIGKILL).
+function halt(abxd, signal) {
+  if (abxd.exitCode !== null || abxd.signalCode !== null) return Promise.resolve();
+  abxd.removeAllListeners('exit');
+  return new Promise((resolve) => {
+    abxd.once('exit', resolve);
+    abxd.kill(signal);
+  });
+}
+
+export async function startAbxd(name, extraArgs = []) {
+  if (!process.env.ABXD_BIN) throw new Error('set ABXD_BIN to the abxd binary');
+  const home = mkdtempSync(join(tmpdir(), `abx-js-${name}-`));
+  const [abxd, baseUrl] = await launch(home, extraArgs);
   const made = [];
   return {
     abxd,
     home,
     baseUrl,
     made,
+    // Stops this abxd (`signal`: SIGTERM, or SIGKILL for a crash) and starts a new one on the
+    // same home and port, so the SDK's sandbox objects keep working.
+    async restart(signal = 'SIGTERM') {
+      await halt(this.abxd, signal);
+      [this.abxd, this.baseUrl] = await launch(home, extraArgs, new URL(this.baseUrl).port);
+    },
     async stop() {
       for (const id of made) await Sandbox.kill(id).catch(() => {});
-      if (abxd.exitCode === null) {
-        abxd.removeAllListeners('exit');
-        await new Promise((resolve) => {
-          abxd.once('exit', resolve);
-          abxd.kill('SIGTERM');
-        });
-      }
+      await halt(this.abxd, 'SIGTERM');
       rmSync(home, { recursive: true, force: true });
     },
   };

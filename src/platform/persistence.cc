@@ -1,0 +1,648 @@
+// Pause to disk, resume from it, fork and snapshots: the sandbox manager around
+// runtime::checkpoint() and runtime::restore() (docs/persistence.md says what users see).
+//
+// Nothing is lost when abxd is killed at any point: the store's record is the commit point, and
+// settle_checkpoint() (at start) finishes or undoes what was under way.
+//   pause:  checkpoint (the tree stays frozen and without its link; checkpoint.json last) ->
+//           store: paused + checkpoint  [commit]  -> destroy the frozen tree.
+//           Before the commit a restart finds the record running and its tree frozen: it is
+//           thawed and its link re-made (runtime::recover), the partial checkpoint removed.
+//           After it, the record says paused to disk; a frozen tree still there is destroyed.
+//   resume: restore (a new tree, running, on the checkpoint's layer) -> store: running
+//           [commit] -> remove the checkpoint. Before the commit a restart finds the record
+//           paused to disk and a running tree: the resume happened, and it is completed.
+//   fork / snapshot: the checkpoint goes to a private directory (a snapshot's is renamed into
+//           place when complete); children are recorded one by one once they run. A restart
+//           removes fork directories; unrecorded children are removed by cleanup_stale().
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <sstream>
+
+#include "abx/base/json.h"
+#include "abx/base/scope_exit.h"
+#include "abx/base/try.h"
+#include "abx/http/client.h"
+#include "abx/runtime/process.h"
+#include "abx/token/token.h"
+#include "sandbox_config.h"
+#include "sandboxes.h"
+
+namespace abx::platform {
+
+namespace fs = std::filesystem;
+namespace json = boost::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* kSnapshotFile = "snapshot.json";
+constexpr const char* kSnapshotImages = "checkpoint";
+constexpr std::string_view kSnapshotPrefix = "snapshot-";
+constexpr int kMaxForkCount = 64;
+
+std::int64_t ms_since(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+}
+
+std::string mib(std::uint64_t bytes) {
+  std::ostringstream o;
+  o.precision(1);
+  o << std::fixed << static_cast<double>(bytes) / (1 << 20) << " MiB";
+  return o.str();
+}
+
+// 0400, owned by host root (as create writes it: sandboxes.cc).
+Status write_secret(const fs::path& path, const std::string& value) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0400);
+  if (fd < 0) return internal_error("create " + path.string() + ": " + std::strerror(errno));
+  runtime::UniqueFd owned(fd);
+  if (::write(fd, value.data(), value.size()) != static_cast<ssize_t>(value.size()))
+    return internal_error("write " + path.string() + ": " + std::strerror(errno));
+  return {};
+}
+
+Status write_text(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) return internal_error("write " + tmp.string() + " failed");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return internal_error("rename " + tmp.string() + ": " + ec.message());
+  return {};
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// envd re-reads its token file on SIGHUP (a restored child still holds its parent's token):
+// ready once an authenticated request with the new token answers 200 (5 s).
+Status wait_for_token(const runtime::Sandbox& sb, const std::string& token) {
+  namespace bhttp = boost::beast::http;
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  std::string last = "no answer";
+  for (auto delay = std::chrono::milliseconds(1); Clock::now() < deadline;
+       delay = std::min(delay * 2, std::chrono::milliseconds(50))) {
+    if (auto fd = sb.open_tcp(kEnvdPort, std::chrono::milliseconds(500)); fd.ok()) {
+      if (auto conn = http::Connection::adopt(std::move(*fd), "localhost"); conn.ok()) {
+        auto req = http::make_request(bhttp::verb::get, "/envs");
+        req.erase(bhttp::field::content_type);
+        req.set("X-Access-Token", token);
+        auto res = (*conn)->send(std::move(req), std::chrono::seconds(2));
+        if (res.ok() && res->result_int() == 200) return {};
+        last =
+            res.ok() ? "envd answered " + std::to_string(res->result_int()) : res.error().message();
+      }
+    }
+    std::this_thread::sleep_for(delay);
+  }
+  return unavailable("the restored sandbox's envd did not take its new token: " + last);
+}
+
+json::object record_json(const store::SandboxRecord& r) {
+  json::object meta, env;
+  for (const auto& [k, v] : r.metadata) meta[k] = v;
+  for (const auto& [k, v] : r.env_vars) env[k] = v;
+  return {{"templateID", r.template_id}, {"cpuCount", r.cpu_count},
+          {"memoryMB", r.memory_mb},     {"diskSizeMB", r.disk_mb},
+          {"metadata", std::move(meta)}, {"envVars", std::move(env)},
+          {"timeout", r.timeout_s},      {"onTimeoutPause", r.pause_on_timeout},
+          {"autoResume", r.auto_resume}, {"network", r.network}};
+}
+
+store::SandboxRecord record_from_json(const json::object& o) {
+  store::SandboxRecord r;
+  r.template_id = std::string(o.at("templateID").as_string());
+  r.cpu_count = o.at("cpuCount").to_number<double>();
+  r.memory_mb = o.at("memoryMB").to_number<std::int64_t>();
+  r.disk_mb = o.at("diskSizeMB").to_number<std::int64_t>();
+  for (const auto& [k, v] : o.at("metadata").as_object())
+    r.metadata[std::string(k)] = std::string(v.as_string());
+  for (const auto& [k, v] : o.at("envVars").as_object())
+    r.env_vars[std::string(k)] = std::string(v.as_string());
+  r.timeout_s = o.at("timeout").to_number<std::int64_t>();
+  r.pause_on_timeout = o.at("onTimeoutPause").as_bool();
+  r.auto_resume = o.at("autoResume").as_bool();
+  r.network = std::string(o.at("network").as_string());
+  return r;
+}
+
+}  // namespace
+
+std::string SandboxManager::checkpoint_dir(const std::string& id) const {
+  return opt_.home + "/checkpoints/" + id;
+}
+
+Status SandboxManager::resolve_pause_mode() {
+  using Mode = ManagerOptions::PauseMode;
+  if (opt_.pause_mode == Mode::kMemory) {
+    pause_to_disk_ = false;
+    return {};
+  }
+  Status criu = runtime::criu_available(opt_.criu);
+  if (!criu.ok() && opt_.pause_mode == Mode::kDisk)
+    return Error(ErrorCode::kFailedPrecondition, "--pause disk: " + criu.error().message() +
+                                                     " (--pause auto falls back to memory)");
+  pause_to_disk_ = criu.ok();
+  if (!criu.ok()) {
+    log_.warn("pause keeps sandboxes in memory (cgroup freezer): " + criu.error().message());
+  } else {
+    log_.info("pause writes sandboxes to disk (" + opt_.criu + ")");
+  }
+  std::error_code ec;
+  fs::create_directories(opt_.home + "/checkpoints", ec);
+  fs::create_directories(opt_.home + "/snapshots", ec);
+  // A fork's or a snapshot's working directories from an abxd that died mid-way.
+  for (const auto& base : {opt_.home + "/checkpoints", opt_.home + "/snapshots"}) {
+    for (const auto& e : fs::directory_iterator(base, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.find(".fork-") != std::string::npos || name.starts_with(".tmp-") ||
+          name.starts_with(".trash-"))
+        fs::remove_all(e.path(), ec);
+    }
+  }
+  return {};
+}
+
+bool SandboxManager::can_checkpoint(const LiveSandbox& sb) const {
+  auto rt = sb.runtime();
+  return rt && sb.tmpl && sb.tmpl->rootfs != "host" &&
+         sb.tmpl->network != templates::NetworkMode::kHost &&
+         fs::exists(opt_.home + "/run/" + sb.record.id + "/" + kSandboxConfigFile);
+}
+
+Result<runtime::SandboxConfig> SandboxManager::restore_config(const std::string& id,
+                                                              const SandboxNetworkSpec& net) const {
+  ABX_ASSIGN_OR_RETURN(runtime::SandboxConfig c, load_sandbox_config(opt_.home + "/run/" + id));
+  c.id = id;
+  c.state_dir = opt_.home + "/sandboxes";
+  c.userns = opt_.userns;
+  const bool link = c.veth.enabled;
+  c.veth = {};
+  if (link) {
+    if (!net.enabled || !opt_.network || !opt_.network->enabled())
+      return Error(ErrorCode::kFailedPrecondition,
+                   "sandbox '" + id + "' had a network link and abxd's networking is off now");
+    c.veth = opt_.network->veth_config();
+    c.link_ready = [network = opt_.network, id, net](const runtime::VethInfo& l) {
+      return network->attach(id, l, net);
+    };
+  }
+  return c;
+}
+
+Status SandboxManager::pause_to_disk(LiveSandbox& sb) {
+  const std::string& id = sb.record.id;
+  auto rt = sb.runtime();
+  const std::string dir = checkpoint_dir(id);
+  std::error_code ec;
+  fs::remove_all(dir, ec);  // a failed or cut-short pause's leftovers
+  runtime::CheckpointOptions o;
+  o.criu = opt_.criu;
+  o.leave_running = true;
+  o.keep_frozen = true;
+  auto info = runtime::checkpoint(*rt, dir, o);
+  if (!info.ok()) {
+    // The runtime left the sandbox running as before; CRIU's log is kept beside its run files.
+    fs::copy_file(dir + "/dump.log", opt_.home + "/run/" + id + "/pause-failed.log",
+                  fs::copy_options::overwrite_existing, ec);
+    fs::remove_all(dir, ec);
+    sb.note("error", "pause to disk failed, the sandbox keeps running: " + info.error().message());
+    return Error(info.error().code(),
+                 "pausing sandbox '" + id +
+                     "' to disk failed (it keeps running): " + info.error().message());
+  }
+  if (Status s = store_->set_checkpoint(id, store::SandboxState::kPaused, dir); !s) {
+    Status back = runtime::recover(*rt);
+    fs::remove_all(dir, ec);
+    return Error(s.error().code(),
+                 "pausing sandbox '" + id + "': recording it failed (" + s.error().message() +
+                     "); " +
+                     (back ? "it keeps running" : "resuming it failed: " + back.error().message()));
+  }
+  // Committed. The frozen tree goes; its rules went with its link.
+  if (sb.network.enabled && opt_.network) opt_.network->detach(id);
+  if (Status d = runtime::release_checkpointed(*rt, dir); !d)
+    sb.note("warn", "after the pause to disk: " + d.error().message());
+  sb.set_runtime(nullptr);
+  sb.checkpoint = dir;
+  sb.record.checkpoint = dir;
+  sb.paused = true;
+  sb.record.state = store::SandboxState::kPaused;
+  sb.note("info", "paused to disk: " + mib(info->image_bytes) + " of process images, " +
+                      mib(info->layer_bytes) + " writable layer; frozen " +
+                      std::to_string(info->frozen.count()) + " ms, dump " +
+                      std::to_string(info->dump.count()) + " ms");
+  return {};
+}
+
+Status SandboxManager::resume_from_disk(LiveSandbox& sb) {
+  const std::string& id = sb.record.id;
+  const auto t0 = Clock::now();
+  auto failed = [&](const Error& e) {
+    sb.note("error",
+            "resume from disk failed (the checkpoint is kept for a retry): " + e.message());
+    return Error(e.code(), "resuming sandbox '" + id + "' from " + sb.checkpoint +
+                               " failed (the checkpoint is kept for a retry): " + e.message());
+  };
+  auto config = restore_config(id, sb.network);
+  if (!config.ok()) return failed(config.error());
+  runtime::RestoreOptions o;
+  o.criu = opt_.criu;
+  o.link_layer = true;  // the checkpoint is removed once the resume is recorded
+  auto restored = runtime::restore(sb.checkpoint, std::move(*config), o);
+  if (!restored.ok()) return failed(restored.error());
+  auto rt = std::make_shared<runtime::Sandbox>(std::move(*restored));
+  if (Status s = store_->set_checkpoint(id, store::SandboxState::kRunning, ""); !s) {
+    (void)rt->destroy();
+    if (sb.network.enabled && opt_.network) opt_.network->detach(id);
+    return failed(s.error());
+  }
+  (void)store_->set_init(id, rt->pid(), runtime::process_start_time(rt->pid()));
+  std::error_code ec;
+  fs::remove_all(sb.checkpoint, ec);
+  sb.set_runtime(std::move(rt));
+  sb.checkpoint.clear();
+  sb.record.checkpoint.clear();
+  sb.note("info", "resumed from disk in " + std::to_string(ms_since(t0)) + " ms");
+  return {};
+}
+
+Result<store::SandboxRecord> SandboxManager::settle_checkpoint(const store::SandboxRecord& rec,
+                                                               Result<runtime::Sandbox>& sb) {
+  store::SandboxRecord out = rec;
+  const std::string dir = checkpoint_dir(rec.id);
+  std::error_code ec;
+  if (rec.checkpoint.empty()) {
+    if (!sb.ok()) return sb.error();
+    if (fs::exists(dir)) {
+      // A pause to disk that never committed: the sandbox runs on as it was.
+      ABX_TRY(runtime::recover(*sb));
+      fs::remove_all(dir, ec);
+      log_.warn("sandbox " + rec.id + ": a pause to disk cut short by a restart was undone");
+    }
+    return out;
+  }
+  if (sb.ok()) {
+    if (sb->cgroups().frozen()) {
+      // The pause committed and its frozen tree was not destroyed yet.
+      (void)runtime::release_checkpointed(*sb, rec.checkpoint);
+      sb = not_found("destroyed: paused to disk");
+    } else {
+      // A resume restored it and was cut short before recording it: it holds.
+      ABX_TRY(store_->set_checkpoint(rec.id, store::SandboxState::kRunning, ""));
+      fs::remove_all(rec.checkpoint, ec);
+      out.state = store::SandboxState::kRunning;
+      out.checkpoint.clear();
+      log_.warn("sandbox " + rec.id + ": a resume from disk cut short by a restart was completed");
+      return out;
+    }
+  }
+  if (!fs::exists(rec.checkpoint + "/checkpoint.json"))
+    return not_found("its checkpoint " + rec.checkpoint + " is incomplete or gone");
+  out.state = store::SandboxState::kPaused;
+  return out;
+}
+
+Result<std::shared_ptr<LiveSandbox>> SandboxManager::restore_child(const std::string& images,
+                                                                   const ChildOf& parent,
+                                                                   std::int64_t timeout,
+                                                                   const CreateRequest* req) {
+  {
+    std::lock_guard lock(mu_);
+    if (live_.size() >= opt_.max_sandboxes)
+      return Error(ErrorCode::kResourceExhausted,
+                   "sandbox limit reached (" + std::to_string(opt_.max_sandboxes) + ")");
+  }
+  if (!parent.tmpl)
+    return Error(ErrorCode::kFailedPrecondition,
+                 "template '" + parent.record.template_id + "' is gone");
+  ABX_ASSIGN_OR_RETURN(const std::string id, store::generate_sandbox_id());
+  const fs::path run_dir = fs::path(opt_.home) / "run" / id;
+  bool committed = false;
+  std::shared_ptr<runtime::Sandbox> rt;
+  ScopeExit undo{[&] {
+    if (committed) return;
+    if (rt) (void)rt->destroy();
+    if (parent.network.enabled && opt_.network) opt_.network->detach(id);
+    std::error_code ec;
+    fs::remove_all(run_dir, ec);
+  }};
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  if (ec) return internal_error("create " + run_dir.string() + ": " + ec.message());
+  std::string token, traffic_token;
+  if (parent.secure) {
+    ABX_ASSIGN_OR_RETURN(token, token::random_hex(24));
+    ABX_TRY(write_secret(run_dir / "token", token));
+  }
+  if (!parent.network.allow_public_traffic) {
+    ABX_ASSIGN_OR_RETURN(traffic_token, token::random_hex(16));
+    ABX_TRY(write_secret(run_dir / "traffic_token", traffic_token));
+  }
+  if (!parent.image_digest.empty())
+    ABX_TRY(write_text(run_dir / "image", parent.image_digest + "\n"));
+  if (parent.network.enabled && opt_.network)
+    ABX_TRY(write_text(run_dir / "resolv.conf", opt_.network->resolv_conf()));
+  // The parent's config with this child's id and files.
+  runtime::SandboxConfig config = parent.config;
+  const std::string parent_run = opt_.home + "/run/" + parent.config.id + "/";
+  for (auto& b : config.binds) {
+    if (b.source.starts_with(parent_run))
+      b.source = run_dir.string() + "/" + b.source.substr(parent_run.size());
+  }
+  config.id = id;
+  ABX_TRY(save_sandbox_config(run_dir.string(), config));
+  ABX_ASSIGN_OR_RETURN(config, restore_config(id, parent.network));
+  runtime::RestoreOptions o;
+  o.criu = opt_.criu;
+  auto restored = runtime::restore(images, std::move(config), o);
+  if (!restored.ok()) return restored.error();
+  rt = std::make_shared<runtime::Sandbox>(std::move(*restored));
+  if (!token.empty()) {
+    ABX_TRY(rt->signal(SIGHUP));  // envd re-reads its token file
+    ABX_TRY(wait_for_token(*rt, token));
+  }
+  store::SandboxRecord rec = parent.record;
+  rec.id = id;
+  rec.client_id = kClientId;
+  rec.created_at_ms = now_ms();
+  rec.end_at_ms = rec.created_at_ms + timeout * 1000;
+  rec.timeout_s = timeout;
+  rec.state = store::SandboxState::kRunning;
+  rec.checkpoint.clear();
+  rec.init_pid = rt->pid();
+  rec.init_start_time = runtime::process_start_time(rt->pid());
+  rec.access_token_digest = token.empty() ? std::string() : store::token_digest(token);
+  rec.domain = opt_.domain;
+  if (req) {
+    if (!req->metadata.empty()) rec.metadata = req->metadata;
+    if (req->pause_on_timeout) rec.pause_on_timeout = true;
+    if (req->auto_resume) rec.auto_resume = true;
+  }
+  ABX_TRY(store_->insert_sandbox(rec));
+  auto live = std::make_shared<LiveSandbox>(std::move(rec), rt);
+  live->access_token = std::move(token);
+  live->traffic_token = std::move(traffic_token);
+  live->mask_host = parent.network.mask_request_host;
+  live->tmpl = parent.tmpl;
+  live->image_digest = parent.image_digest;
+  live->network = parent.network;
+  {
+    std::lock_guard lock(mu_);
+    live_[id] = live;
+  }
+  committed = true;
+  live->sample_metrics();
+  return live;
+}
+
+Result<std::vector<Result<std::shared_ptr<LiveSandbox>>>> SandboxManager::fork(
+    const std::string& id, int count, std::optional<std::int64_t> timeout_seconds) {
+  if (count < 1 || count > kMaxForkCount)
+    return invalid_argument("count must be between 1 and " + std::to_string(kMaxForkCount));
+  if (timeout_seconds && (*timeout_seconds < 1 || *timeout_seconds > opt_.max_timeout_seconds))
+    return invalid_argument("timeout must be between 1 and " +
+                            std::to_string(opt_.max_timeout_seconds) + " seconds");
+  auto sb = find(id);
+  if (!sb) return not_found("sandbox '" + id + "' not found");
+  if (!pause_to_disk_)
+    return Error(ErrorCode::kFailedPrecondition,
+                 "fork needs CRIU, which this abxd cannot use (see its log at start)");
+  ChildOf parent;
+  ABX_ASSIGN_OR_RETURN(const std::string tag, token::random_hex(6));
+  const std::string dir = checkpoint_dir(id) + ".fork-" + tag;
+  const auto t0 = Clock::now();
+  {
+    std::lock_guard lock(sb->mu);
+    if (sb->paused)
+      return Error(ErrorCode::kFailedPrecondition,
+                   "sandbox '" + id + "' is paused: resume it to fork it");
+    if (!can_checkpoint(*sb))
+      return Error(ErrorCode::kFailedPrecondition,
+                   "sandbox '" + id + "' cannot be forked (rootfs or network of the host)");
+    ABX_ASSIGN_OR_RETURN(parent.config, load_sandbox_config(opt_.home + "/run/" + id));
+    runtime::CheckpointOptions o;
+    o.criu = opt_.criu;
+    o.leave_running = true;
+    auto rt = sb->runtime();
+    auto info = runtime::checkpoint(*rt, dir, o);
+    if (!info.ok()) {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+      return Error(info.error().code(),
+                   "fork of sandbox '" + id + "': its snapshot failed: " + info.error().message());
+    }
+    sb->note("info", "forking " + std::to_string(count) + ": snapshot taken, frozen " +
+                         std::to_string(info->frozen.count()) + " ms");
+    parent.record = sb->record;
+    parent.tmpl = sb->tmpl;
+    parent.image_digest = sb->image_digest;
+    parent.network = sb->network;
+    parent.secure = !sb->access_token.empty();
+  }
+  const std::int64_t timeout = timeout_seconds.value_or(parent.record.timeout_s);
+  // Two restores at a time: CRIU's restore is mostly one busy core each.
+  std::vector<Result<std::shared_ptr<LiveSandbox>>> out(count, internal_error("not started"));
+  std::atomic<int> next{0};
+  auto worker = [&] {
+    for (int i; (i = next.fetch_add(1)) < count;)
+      out[i] = restore_child(dir, parent, timeout, nullptr);
+  };
+  {
+    std::vector<std::thread> workers;
+    for (int w = 0; w < std::min(count, 2); ++w) workers.emplace_back(worker);
+    for (auto& w : workers) w.join();
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  int ok = 0;
+  for (const auto& r : out) ok += r.ok() ? 1 : 0;
+  sb->note(ok == count ? "info" : "warn", "forked " + std::to_string(ok) + " of " +
+                                              std::to_string(count) + " in " +
+                                              std::to_string(ms_since(t0)) + " ms");
+  return out;
+}
+
+// --- Snapshots -------------------------------------------------------------------------------
+
+Result<SandboxManager::SnapshotInfo> SandboxManager::create_snapshot(const std::string& id,
+                                                                     const std::string& name) {
+  if (name.size() > 128 || name.find_first_of("/\\\n\r") != std::string::npos)
+    return invalid_argument("name must be at most 128 characters, without slashes or newlines");
+  auto sb = find(id);
+  if (!sb) return not_found("sandbox '" + id + "' not found");
+  if (!pause_to_disk_)
+    return Error(ErrorCode::kFailedPrecondition,
+                 "snapshots need CRIU, which this abxd cannot use (see its log at start)");
+  ABX_ASSIGN_OR_RETURN(const std::string rand, store::generate_sandbox_id());
+  SnapshotInfo info;
+  info.id = std::string(kSnapshotPrefix) + rand;
+  if (!name.empty()) info.names.push_back(name);
+  info.sandbox_id = id;
+  info.created_at_ms = now_ms();
+  const fs::path base = fs::path(opt_.home) / "snapshots";
+  const fs::path tmp = base / (".tmp-" + info.id), final_dir = base / info.id;
+  std::error_code ec;
+  ScopeExit cleanup{[&] { fs::remove_all(tmp, ec); }};
+  fs::create_directories(tmp, ec);
+  if (ec) return internal_error("create " + tmp.string() + ": " + ec.message());
+  json::object j;
+  {
+    std::lock_guard lock(sb->mu);
+    if (sb->paused)
+      return Error(ErrorCode::kFailedPrecondition,
+                   "sandbox '" + id + "' is paused: resume it to snapshot it");
+    if (!can_checkpoint(*sb))
+      return Error(ErrorCode::kFailedPrecondition,
+                   "sandbox '" + id + "' cannot be snapshotted (rootfs or network of the host)");
+    fs::copy_file(opt_.home + "/run/" + id + "/" + kSandboxConfigFile, tmp / kSandboxConfigFile,
+                  ec);
+    if (ec) return internal_error("copy its config: " + ec.message());
+    runtime::CheckpointOptions o;
+    o.criu = opt_.criu;
+    o.leave_running = true;
+    auto rt = sb->runtime();
+    auto done = runtime::checkpoint(*rt, (tmp / kSnapshotImages).string(), o);
+    if (!done.ok())
+      return Error(done.error().code(),
+                   "snapshot of sandbox '" + id + "' failed: " + done.error().message());
+    info.template_id = sb->record.template_id;
+    j = record_json(sb->record);
+    j["secure"] = !sb->access_token.empty();
+    j["imageDigest"] = sb->image_digest;
+    sb->note("info", "snapshot " + info.id + " taken, frozen " +
+                         std::to_string(done->frozen.count()) + " ms");
+  }
+  json::array names;
+  for (const auto& n : info.names) names.emplace_back(n);
+  j["snapshotID"] = info.id;
+  j["names"] = std::move(names);
+  j["sandboxID"] = id;
+  j["createdAt"] = info.created_at_ms;
+  ABX_TRY(write_text(tmp / kSnapshotFile, to_json_string(j) + "\n"));
+  fs::rename(tmp, final_dir, ec);  // the commit: a snapshot directory is complete or absent
+  if (ec) return internal_error("rename " + tmp.string() + ": " + ec.message());
+  return info;
+}
+
+namespace {
+
+Result<json::object> read_snapshot(const fs::path& dir) {
+  auto v = parse_json_strict(read_text(dir / kSnapshotFile));
+  if (!v.ok() || !v->is_object())
+    return Error(ErrorCode::kFailedPrecondition, "snapshot " + dir.string() + " is corrupt");
+  return v->as_object();
+}
+
+}  // namespace
+
+std::vector<SandboxManager::SnapshotInfo> SandboxManager::list_snapshots(
+    const std::string& sandbox_id, const std::string& name) const {
+  std::vector<SnapshotInfo> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(opt_.home + "/snapshots", ec)) {
+    const std::string dir_name = e.path().filename().string();
+    if (!dir_name.starts_with(kSnapshotPrefix)) continue;
+    auto j = read_snapshot(e.path());
+    if (!j.ok()) continue;
+    SnapshotInfo s;
+    try {
+      s.id = std::string(j->at("snapshotID").as_string());
+      for (const auto& n : j->at("names").as_array()) s.names.emplace_back(n.as_string());
+      s.sandbox_id = std::string(j->at("sandboxID").as_string());
+      s.template_id = std::string(j->at("templateID").as_string());
+      s.created_at_ms = j->at("createdAt").to_number<std::int64_t>();
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (!sandbox_id.empty() && s.sandbox_id != sandbox_id) continue;
+    if (!name.empty() && std::find(s.names.begin(), s.names.end(), name) == s.names.end()) continue;
+    out.push_back(std::move(s));
+  }
+  std::sort(out.begin(), out.end(), [](const SnapshotInfo& a, const SnapshotInfo& b) {
+    return a.created_at_ms != b.created_at_ms ? a.created_at_ms > b.created_at_ms : a.id < b.id;
+  });
+  return out;
+}
+
+Status SandboxManager::delete_snapshot(const std::string& snapshot_id) {
+  if (!snapshot_id.starts_with(kSnapshotPrefix) ||
+      snapshot_id.find_first_of("/.") != std::string::npos)
+    return not_found("snapshot '" + snapshot_id + "' not found");
+  const fs::path base = fs::path(opt_.home) / "snapshots";
+  const fs::path dir = base / snapshot_id, trash = base / (".trash-" + snapshot_id);
+  std::error_code ec;
+  fs::rename(dir, trash, ec);  // gone at once for new creates; removed below
+  if (ec) return not_found("snapshot '" + snapshot_id + "' not found");
+  fs::remove_all(trash, ec);
+  return {};
+}
+
+Result<std::shared_ptr<LiveSandbox>> SandboxManager::create_from_snapshot(
+    const std::string& snapshot_id, const CreateRequest& req) {
+  const fs::path dir = fs::path(opt_.home) / "snapshots" / snapshot_id;
+  ABX_ASSIGN_OR_RETURN(json::object j, read_snapshot(dir));
+  ChildOf parent;
+  try {
+    parent.record = record_from_json(j);
+    parent.secure = j.at("secure").as_bool();
+    parent.image_digest = std::string(j.at("imageDigest").as_string());
+  } catch (const std::exception& e) {
+    return Error(ErrorCode::kFailedPrecondition,
+                 "snapshot '" + snapshot_id + "' is corrupt (" + e.what() + ")");
+  }
+  ABX_ASSIGN_OR_RETURN(parent.config, load_sandbox_config(dir.string()));
+  if (const templates::Template* t = catalog()->get(parent.record.template_id))
+    parent.tmpl = std::make_shared<const templates::Template>(*t);
+  parent.network.enabled = false;
+  if (!parent.record.network.empty()) {
+    boost::system::error_code jec;
+    auto v = json::parse(parent.record.network, jec);
+    if (!jec) {
+      if (auto spec = SandboxNetworkSpec::from_json(v); spec.ok()) parent.network = *spec;
+    }
+  }
+  const std::int64_t timeout = req.timeout_seconds.value_or(parent.record.timeout_s);
+  if (timeout < 1 || timeout > opt_.max_timeout_seconds)
+    return invalid_argument("timeout must be between 1 and " +
+                            std::to_string(opt_.max_timeout_seconds) + " seconds");
+  auto live = restore_child((dir / kSnapshotImages).string(), parent, timeout, &req);
+  if (live.ok())
+    (*live)->note("info", "created from snapshot " + snapshot_id + " (of sandbox " +
+                              std::string(j.at("sandboxID").as_string()) + ")");
+  return live;
+}
+
+std::set<std::string> SandboxManager::snapshot_images() const {
+  std::set<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(opt_.home + "/snapshots", ec)) {
+    if (auto j = read_snapshot(e.path()); j.ok()) {
+      if (auto* d = j->if_contains("imageDigest"); d && d->is_string() && !d->as_string().empty())
+        out.insert(std::string(d->as_string()));
+    }
+  }
+  return out;
+}
+
+}  // namespace abx::platform

@@ -1,0 +1,182 @@
+// Persistence (issue 14), driven by the official E2B JS SDK against a real abxd whose pause
+// goes to disk (CRIU): a sandbox whose background process counts in memory is paused (its
+// processes and memory freed, a checkpoint under <home>/checkpoints), survives an abxd restart
+// and a kill -9 of abxd, and comes back on connect with the same id, token, files and the
+// counter going on from where it was; fork makes children that diverge independently; a
+// snapshot creates new sandboxes and is listed and deleted as E2B's are.
+//
+//   ABXD_BIN=build/dev/src/platform/abxd node --test persistence.test.mjs
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+
+import { Sandbox } from 'e2b';
+
+import { startAbxd } from './abxd.mjs';
+
+let daemon;
+let made;
+
+before(async () => {
+  daemon = await startAbxd('persistence', ['--pause', 'disk']);
+  ({ made } = daemon);
+});
+
+after(async () => {
+  if (daemon) await daemon.stop();
+});
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function create(opts = {}) {
+  const sbx = await Sandbox.create('base', { timeoutMs: 600_000, ...opts });
+  made.push(sbx.sandboxId);
+  return sbx;
+}
+
+// A shell loop that counts in its own memory and writes each value to /tmp/n: after a restore
+// it must go on from where it was (a restarted loop would begin at 1 again).
+async function startCounter(sbx) {
+  await sbx.commands.run('i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.02; done', {
+    background: true,
+  });
+  for (let tries = 0; tries < 200; tries++) {
+    const n = await count(sbx).catch(() => 0);
+    if (n > 5) return n;
+    await sleep(20);
+  }
+  throw new Error('the counter did not start');
+}
+
+async function count(sbx) {
+  return Number((await sbx.files.read('/tmp/n')).trim());
+}
+
+// The counter is alive and moving on from at least `from`.
+async function assertCounting(sbx, from) {
+  const a = await count(sbx);
+  assert.ok(a >= from, `counter went back: ${a} < ${from}`);
+  for (let tries = 0; tries < 100; tries++) {
+    await sleep(20);
+    if ((await count(sbx)) > a) return a;
+  }
+  assert.fail('the counter stopped');
+}
+
+test('pause goes to disk and connect brings back processes, memory, files and token', async () => {
+  const sbx = await create();
+  await sbx.files.write('/home/user/kept.txt', 'kept across the pause');
+  const before = await startCounter(sbx);
+  assert.equal(await sbx.pause(), true);
+  assert.equal(await sbx.pause(), false); // already paused: the SDK's 409 contract
+  const info = await Sandbox.getInfo(sbx.sandboxId);
+  assert.equal(info.state, 'paused');
+  // Its processes are gone (no state dir, no cgroup); the checkpoint holds them.
+  assert.ok(existsSync(join(daemon.home, 'checkpoints', sbx.sandboxId, 'checkpoint.json')));
+  assert.ok(!existsSync(join(daemon.home, 'sandboxes', sbx.sandboxId)));
+  const listed = await Sandbox.list({ query: { state: ['paused'] } }).nextItems();
+  assert.ok(listed.some((s) => s.sandboxId === sbx.sandboxId));
+
+  const again = await Sandbox.connect(sbx.sandboxId);
+  assert.equal(again.sandboxId, sbx.sandboxId);
+  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'running');
+  assert.ok(!existsSync(join(daemon.home, 'checkpoints', sbx.sandboxId)));
+  // The old handle's token still works: same token, same files, the same counting process.
+  assert.equal(await sbx.files.read('/home/user/kept.txt'), 'kept across the pause');
+  await assertCounting(sbx, before);
+  const r = await sbx.commands.run('hostname');
+  assert.equal(r.stdout.trim(), sbx.sandboxId);
+  await sbx.kill();
+});
+
+test('a sandbox paused to disk survives abxd restarts (SIGTERM and kill -9)', async () => {
+  const sbx = await create();
+  const before = await startCounter(sbx);
+  assert.equal(await sbx.pause(), true);
+  await daemon.restart('SIGTERM');
+  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused');
+  await daemon.restart('SIGKILL');
+  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused');
+  await Sandbox.connect(sbx.sandboxId);
+  const seen = await assertCounting(sbx, before);
+  // And the other way: paused again, abxd killed, resumed by the next one.
+  assert.equal(await sbx.pause(), true);
+  await daemon.restart('SIGKILL');
+  await Sandbox.connect(sbx.sandboxId);
+  await assertCounting(sbx, seen);
+  await sbx.kill();
+});
+
+test('killing a paused sandbox deletes its checkpoint', async () => {
+  const sbx = await create();
+  assert.equal(await sbx.pause(), true);
+  assert.ok(existsSync(join(daemon.home, 'checkpoints', sbx.sandboxId)));
+  assert.equal(await Sandbox.kill(sbx.sandboxId), true);
+  assert.ok(!existsSync(join(daemon.home, 'checkpoints', sbx.sandboxId)));
+  assert.equal(await Sandbox.kill(sbx.sandboxId), false);
+});
+
+test('fork: 4 children with their own id, token, hostname and files diverge', async () => {
+  const parent = await create();
+  await parent.files.write('/home/user/origin.txt', 'parent');
+  const before = await startCounter(parent);
+  const children = await parent.fork({ count: 4 });
+  assert.equal(children.length, 4);
+  for (const c of children) {
+    assert.ok(c instanceof Sandbox, `a fork failed: ${c}`);
+    made.push(c.sandboxId);
+  }
+  const ids = new Set([parent.sandboxId, ...children.map((c) => c.sandboxId)]);
+  assert.equal(ids.size, 5);
+  // The parent runs on, untouched.
+  assert.equal((await Sandbox.getInfo(parent.sandboxId)).state, 'running');
+  await assertCounting(parent, before);
+  for (const [i, c] of children.entries()) {
+    assert.equal(await c.files.read('/home/user/origin.txt'), 'parent');
+    assert.equal((await c.commands.run('hostname')).stdout.trim(), c.sandboxId);
+    await assertCounting(c, before); // each child has its own copy of the counting process
+    await c.files.write('/home/user/origin.txt', `child ${i}`);
+  }
+  // A child's token is its own: another sandbox's token is refused there.
+  const wrong = await fetch(`${daemon.baseUrl}/envs`, {
+    headers: {
+      'E2b-Sandbox-Id': children[0].sandboxId,
+      'E2b-Sandbox-Port': '49983',
+      'X-Access-Token': parent.envdAccessToken ?? 'none',
+    },
+  });
+  assert.equal(wrong.status, 401);
+  for (const [i, c] of children.entries())
+    assert.equal(await c.files.read('/home/user/origin.txt'), `child ${i}`);
+  assert.equal(await parent.files.read('/home/user/origin.txt'), 'parent');
+  await children[1].kill();
+  assert.equal((await children[2].commands.run('echo alive')).stdout.trim(), 'alive');
+  for (const c of children) await c.kill().catch(() => {});
+  await parent.kill();
+});
+
+test('snapshot: new sandboxes from it; listed and deleted as E2B does', async () => {
+  const src = await create({ metadata: { t: 'snapshot' } });
+  await src.files.write('/home/user/snap.txt', 'in the snapshot');
+  const before = await startCounter(src);
+  const snap = await src.createSnapshot({ name: 'my-snap' });
+  assert.match(snap.snapshotId, /^snapshot-/);
+  assert.deepEqual(snap.names, ['my-snap']);
+  await src.files.write('/home/user/snap.txt', 'after the snapshot');
+  const listed = await Sandbox.listSnapshots({ sandboxId: src.sandboxId }).nextItems();
+  assert.deepEqual(
+    listed.map((s) => s.snapshotId),
+    [snap.snapshotId]
+  );
+  await src.kill(); // a snapshot outlives its sandbox
+  const a = await Sandbox.create(snap.snapshotId, { timeoutMs: 600_000 });
+  made.push(a.sandboxId);
+  assert.notEqual(a.sandboxId, src.sandboxId);
+  assert.equal(await a.files.read('/home/user/snap.txt'), 'in the snapshot');
+  await assertCounting(a, before);
+  assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true);
+  assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false);
+  await assert.rejects(Sandbox.create(snap.snapshotId));
+  await a.kill();
+});
