@@ -794,6 +794,9 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
                  "restore: the user namespace base differs from the checkpoint's");
   ABX_TRY(criu_available(options.criu));
   ABX_TRY(prepare_mount_point(options.stage_dir));
+  // A restore of this id cut short (its owner killed while CRIU ran) leaves its staged root and
+  // binds mounted, and with them the layer's loop device: they go first.
+  remove_stage(options.stage_dir + "/" + config.id);
   // A keep_frozen checkpoint shares its layer with the sandbox it came from: mounting it while
   // that one's loop device is still attached would mount one filesystem twice.
   const std::string layer = dir + "/" + kRwImage;

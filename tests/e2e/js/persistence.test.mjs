@@ -180,3 +180,94 @@ test('snapshot: new sandboxes from it; listed and deleted as E2B does', async ()
   await assert.rejects(Sandbox.create(snap.snapshotId));
   await a.kill();
 });
+
+// Every sandbox directory abxd's runtime holds belongs to a recorded, live sandbox.
+async function assertNoOrphans() {
+  const { readdirSync } = await import('node:fs');
+  const live = new Set();
+  for (const s of await Sandbox.list({ query: { state: ['running', 'paused'] } }).nextItems())
+    live.add(s.sandboxId);
+  // (.rw-cache: the runtime's cache of empty writable layers, not a sandbox.)
+  for (const d of readdirSync(join(daemon.home, 'sandboxes')).filter((n) => !n.startsWith('.')))
+    assert.ok(live.has(d), `sandbox directory ${d} has no live record`);
+}
+
+test('kill -9 of abxd at any moment of a pause or a resume loses nothing', async () => {
+  const sbx = await create();
+  await sbx.files.write('/home/user/kept.txt', 'crash-safe');
+  let seen = await startCounter(sbx);
+  for (const delay of [0, 30, 60, 90, 120, 150, 200, 300]) {
+    // A pause cut short at `delay` ms: afterwards the sandbox is either running or paused.
+    const pausing = sbx.pause().catch(() => 'cut');
+    await sleep(delay);
+    await daemon.restart('SIGKILL');
+    await pausing;
+    let state = (await Sandbox.getInfo(sbx.sandboxId)).state;
+    assert.ok(state === 'running' || state === 'paused', `after a cut pause: ${state}`);
+    if (state === 'running') assert.equal(await sbx.pause(), true);
+    // A resume cut short at `delay` ms.
+    const resuming = Sandbox.connect(sbx.sandboxId).catch(() => 'cut');
+    await sleep(delay);
+    await daemon.restart('SIGKILL');
+    await resuming;
+    state = (await Sandbox.getInfo(sbx.sandboxId)).state;
+    assert.ok(state === 'running' || state === 'paused', `after a cut resume: ${state}`);
+    await Sandbox.connect(sbx.sandboxId);
+    assert.equal(await sbx.files.read('/home/user/kept.txt'), 'crash-safe');
+    seen = await assertCounting(sbx, seen);
+    await assertNoOrphans();
+  }
+  await sbx.kill();
+});
+
+test('kill -9 of abxd during a fork leaves the parent and only whole children', async () => {
+  const parent = await create();
+  await parent.files.write('/home/user/origin.txt', 'parent');
+  const before = await startCounter(parent);
+  for (const delay of [50, 250, 500]) {
+    const forking = parent.fork({ count: 3 }).catch(() => 'cut');
+    await sleep(delay);
+    await daemon.restart('SIGKILL');
+    await forking;
+    await assertCounting(parent, before);
+    for (const s of await Sandbox.list({ query: { state: ['running', 'paused'] } }).nextItems()) {
+      if (s.sandboxId === parent.sandboxId) continue;
+      made.push(s.sandboxId);
+      const child = await Sandbox.connect(s.sandboxId);
+      assert.equal(await child.files.read('/home/user/origin.txt'), 'parent');
+      await child.kill();
+    }
+    await assertNoOrphans();
+  }
+  await parent.kill();
+});
+
+test('a full disk during a pause answers 507 and the sandbox keeps running', async () => {
+  const { execFileSync } = await import('node:child_process');
+  const { mkdirSync } = await import('node:fs');
+  const sbx = await create();
+  const before = await startCounter(sbx);
+  const dir = join(daemon.home, 'checkpoints', sbx.sandboxId);
+  mkdirSync(dir, { recursive: true });
+  // The sandbox's checkpoint directory is a 256 KiB filesystem: CRIU's images do not fit.
+  execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=256k', 'abx-test-full', dir]);
+  try {
+    const res = await fetch(`${daemon.baseUrl}/sandboxes/${sbx.sandboxId}/pause`, {
+      method: 'POST',
+      headers: { 'X-API-KEY': process.env.E2B_API_KEY, 'Content-Type': 'application/json' },
+      body: '{}',
+    });
+    const body = await res.json();
+    assert.equal(res.status, 507, JSON.stringify(body));
+    assert.match(body.message, /no space left|keeps running/i);
+  } finally {
+    execFileSync('umount', ['-l', dir]);
+  }
+  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'running');
+  await assertCounting(sbx, before);
+  // And with room again, the pause works.
+  assert.equal(await sbx.pause(), true);
+  await Sandbox.connect(sbx.sandboxId);
+  await assertCounting(sbx, before);
+  await sbx.kill();
+});
