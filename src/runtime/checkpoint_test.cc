@@ -403,6 +403,7 @@ TEST_F(CheckpointTest, KeepFrozenThenReleaseThenRestoreWithALinkedLayer) {
 }
 
 // The abort of a keep_frozen checkpoint: recover() re-makes the link and thaws; it is idempotent.
+// A checkpoint whose layer is still mounted is never linked into a restore.
 TEST_F(CheckpointTest, KeepFrozenThenRecoverRunsOn) {
   SandboxConfig c = counter_config();
   Count first;
@@ -420,17 +421,36 @@ TEST_F(CheckpointTest, KeepFrozenThenRecoverRunsOn) {
   std::this_thread::sleep_for(100ms);
   EXPECT_EQ(parse_count(slurp(sb->upper_dir() + "/count"))->n, still->n);
 
+  // Its layer is mounted by the frozen sandbox: a restore that would link it refuses (after
+  // waiting 5 s for a detach that does not come).
+  auto twice = restore(dir, c, {.link_layer = true});
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.error().code(), ErrorCode::kFailedPrecondition) << twice.error().to_string();
+
   ASSERT_TRUE(recover(*sb).ok());
   fs::remove_all(dir);
   expect_running(*sb, *still);
   EXPECT_TRUE(recover(*sb).ok());
   expect_running(*sb, *still);
+
+  // Committed with a plain destroy(): restore() waits for the old loop device itself.
+  const std::string again = tmp_.string() + "/again";
+  ASSERT_TRUE(checkpoint(*sb, again, {.leave_running = true, .keep_frozen = true}).ok());
   const auto cgroups = sb->cgroups().dirs();
   ASSERT_TRUE(sb->destroy().ok());
   auto r = recover(*sb);
   EXPECT_FALSE(r.ok());
   EXPECT_EQ(r.error().code(), ErrorCode::kFailedPrecondition);
+  auto back = restore(again, c, {.link_layer = true});
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  auto after = request(*back, back->upper_dir());
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->token, first.token);
+  expect_running(*back, *after);
+  const auto restored_cgroups = back->cgroups().dirs();
+  ASSERT_TRUE(back->destroy().ok());
   expect_no_leftovers(c.id, cgroups);
+  expect_no_leftovers(c.id, restored_cgroups);
 }
 
 // A sandbox adopted with its config can be checkpointed; one its owner left frozen mid-

@@ -75,6 +75,8 @@ void child_main(const ChildPlan& plan) {
   ChildReport r;
 
   if (!close_inherited_child(p, &r)) report_and_exit(p.sock, r);
+  char closed = 1;  // the parent waits for this (child.h, close_inherited_child)
+  if (::send(p.sock, &closed, 1, MSG_NOSIGNAL) != 1) _exit(126);  // the parent died meanwhile
   // Wait until the parent has put us into our cgroups; EOF means it died meanwhile.
   if (!receive_go(p, &r)) report_and_exit(p.sock, r);
   // With a user namespace: become its root, now that the parent wrote the id maps. Raw

@@ -39,7 +39,9 @@ struct ChildFd {
 };
 
 struct ChildPlan {
-  int sock = -1;  // SEQPACKET: parent sends one byte "go" after cgroup attach; child reports
+  // SEQPACKET: the child sends one byte once close_inherited_child() is done; the parent sends
+  // one byte "go" after cgroup attach; the child reports a failed step.
+  int sock = -1;
   const char* hostname = nullptr;
 
   // With a user namespace the child becomes its root (uid/gid 0 inside, the slot's first host
@@ -93,7 +95,10 @@ bool seccomp_child(const ChildPlan& p, ChildReport* r);  // seccomp.cc: install 
 // First thing in the child: close every inherited descriptor except 0..2, the report socket and
 // the mapping sources. The parent's end of the report socket and its flock'ed state-dir lock
 // must not stay open in the child: the first would hide the parent's death (no EOF), the
-// second would make a dead owner's sandbox look alive to cleanup_stale().
+// second would make a dead owner's sandbox look alive to cleanup_stale() (an flock lives as
+// long as any copy of its open file). child_main() tells the parent when they are closed, and
+// spawn() waits for that before it records the init: an owner that dies after the record leaves
+// no copy of its lock in the child, however late the child was scheduled.
 bool close_inherited_child(const ChildPlan& p, ChildReport* r);
 
 // Runs the steps and execs; never returns.

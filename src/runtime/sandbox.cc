@@ -6,7 +6,8 @@
 //      then make and mount the writable layer there (disk.h: the child only stacks the overlay);
 //   2. create the cgroups and write limits (before clone: the child must never run unlimited);
 //   3. build the ChildPlan (strings, argv/envp arrays, seccomp program) — all allocation is here;
-//   4. clone3 into new pid/mnt/uts/ipc(/net) namespaces with CLONE_PIDFD;
+//   4. clone3 into new pid/mnt/uts/ipc(/net) namespaces with CLONE_PIDFD, then wait until the
+//      child closed its copies of our descriptors (the state dir's lock among them);
 //   5. record pid + start time, attach the pid to the cgroups, then send "go";
 //   6. read the report socket: EOF = exec happened, a ChildReport = a step failed.
 #include "abx/runtime/sandbox.h"
@@ -328,6 +329,20 @@ Result<std::vector<UniqueFd>> prepare_mounts(const SandboxConfig& config, const 
   return mounts;
 }
 
+// Step 4 (end): the child's first message says it closed what it inherited from us. Until then
+// it holds a copy of our state-dir lock, which outlives our death (cleanup_stale() would skip the
+// sandbox as owned), so nothing is recorded before it.
+Status wait_inherited_closed(int parent_sock, const std::string& id) {
+  ChildReport report;
+  ssize_t n = retry_eintr([&] { return ::recv(parent_sock, &report, sizeof report, 0); });
+  if (n == 1) return {};
+  Error e = n == static_cast<ssize_t>(sizeof report)
+                ? child_error(report)
+                : (n < 0 ? sys_error("recv from sandbox init", errno)
+                         : internal_error("sandbox init exited before it started"));
+  return Error(e.code(), "sandbox " + id + ": " + e.message());
+}
+
 // Step 6: "go", then EOF on the socket means exec happened (the child's end is CLOEXEC); a
 // ChildReport means a step failed.
 Status release_child(int parent_sock, const std::string& id, const std::vector<UniqueFd>& mounts) {
@@ -598,6 +613,8 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config) {
     ::waitid(P_PIDFD, static_cast<id_t>(st->pidfd.get()), &info, WEXITED);
     return e;
   };
+  if (Status s = wait_inherited_closed(parent_sock.get(), config.id); !s)
+    return abort_child(s.error());
   auto mounts = prepare_mounts(config, st->dir, pid, st->root_id);
   if (!mounts) return abort_child(mounts.error());
   if (st->slot) {

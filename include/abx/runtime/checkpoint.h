@@ -7,6 +7,11 @@
 // directory, the same user namespace slot, the root overlay and binds re-made idmapped, new
 // cgroups, CRIU's restore, then the veth — and returns a Sandbox as spawn() would.
 //
+// The crash-safe pause to disk (abxd's): checkpoint() with keep_frozen leaves the sandbox frozen
+// beside a complete checkpoint; the owner records the checkpoint, then release_checkpointed()
+// (commit) — or recover() and removes the directory (abort). A resume that deletes the
+// checkpoint afterwards restores with link_layer (no copy of the layer).
+//
 // What CRIU cannot do and abx does around it (docs/design/criu-spike.md): the veth is removed
 // before the dump and re-made after (CRIU cannot restore a link whose peer is outside the
 // sandbox's user namespace); the binds are named external mounts ("bind0".."bindN", in
@@ -121,7 +126,8 @@ Status recover(Sandbox& sb);
 // in `dir`), failed_precondition (a corrupt checkpoint, a config that does not match it, criu
 // unavailable), resource_exhausted (no free slot), already_exists (the id is in use), internal with
 // the last lines of CRIU's restore.log. Nothing in `dir` is changed or removed (CRIU adds its
-// stats-restore when restoring from it directly); a failed restore leaves nothing else behind.
+// stats-restore when restoring from it directly; with link_layer, its rw.img is the restored
+// sandbox's layer from then on); a failed restore leaves nothing else behind.
 Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
                         const RestoreOptions& options = {});
 
