@@ -126,13 +126,16 @@ int run_image_command(const ImageCommand& cmd, const std::string& store) {
     std::cout << ref->str() << " " << img->manifest_digest << "\n";
     return 0;
   }
-  // Sandboxes of this home (running under an abxd, or left for the next one) keep their images.
+  // Sandboxes of this home (running under an abxd, paused, or left for the next one) and its
+  // snapshots keep their images.
   std::set<std::string> keep;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(cmd.home + "/run", ec)) {
-    std::ifstream in(e.path() / "image");
-    std::string digest;
-    if (std::getline(in, digest) && !digest.empty()) keep.insert(digest);
+  for (const char* dir : {"/run", "/snapshots"}) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(cmd.home + dir, ec)) {
+      std::ifstream in(e.path() / "image");
+      std::string digest;
+      if (std::getline(in, digest) && !digest.empty()) keep.insert(digest);
+    }
   }
   auto freed = st->gc(keep);
   if (!freed.ok()) return fail(freed.error());

@@ -539,6 +539,9 @@ Result<SandboxManager::SnapshotInfo> SandboxManager::create_snapshot(const std::
   j["names"] = std::move(names);
   j["sandboxID"] = id;
   j["createdAt"] = info.created_at_ms;
+  // `image`, as in a sandbox's run directory: what `abxd image gc` keeps.
+  if (const std::string d(j.at("imageDigest").as_string()); !d.empty())
+    ABX_TRY(write_text(tmp / "image", d + "\n"));
   ABX_TRY(write_text(tmp / kSnapshotFile, to_json_string(j) + "\n"));
   fs::rename(tmp, final_dir, ec);  // the commit: a snapshot directory is complete or absent
   if (ec) return internal_error("rename " + tmp.string() + ": " + ec.message());

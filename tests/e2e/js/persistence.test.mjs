@@ -18,7 +18,12 @@ import { startAbxd } from './abxd.mjs';
 let daemon;
 let made;
 
+// CRIU comes from scripts/install-criu.sh (install-deps.sh runs it and warns when it fails).
+const criu = process.env.ABX_CRIU ?? '/usr/local/lib/abx/criu/criu';
+const skip = existsSync(criu) ? false : `CRIU is not installed at ${criu} (scripts/install-criu.sh)`;
+
 before(async () => {
+  if (skip) return;
   daemon = await startAbxd('persistence', ['--pause', 'disk']);
   ({ made } = daemon);
 });
@@ -64,7 +69,7 @@ async function assertCounting(sbx, from) {
   assert.fail('the counter stopped');
 }
 
-test('pause goes to disk and connect brings back processes, memory, files and token', async () => {
+test('pause goes to disk and connect brings back processes, memory, files and token', { skip }, async () => {
   const sbx = await create();
   await sbx.files.write('/home/user/kept.txt', 'kept across the pause');
   const before = await startCounter(sbx);
@@ -90,7 +95,7 @@ test('pause goes to disk and connect brings back processes, memory, files and to
   await sbx.kill();
 });
 
-test('a sandbox paused to disk survives abxd restarts (SIGTERM and kill -9)', async () => {
+test('a sandbox paused to disk survives abxd restarts (SIGTERM and kill -9)', { skip }, async () => {
   const sbx = await create();
   const before = await startCounter(sbx);
   assert.equal(await sbx.pause(), true);
@@ -108,7 +113,7 @@ test('a sandbox paused to disk survives abxd restarts (SIGTERM and kill -9)', as
   await sbx.kill();
 });
 
-test('killing a paused sandbox deletes its checkpoint', async () => {
+test('killing a paused sandbox deletes its checkpoint', { skip }, async () => {
   const sbx = await create();
   assert.equal(await sbx.pause(), true);
   assert.ok(existsSync(join(daemon.home, 'checkpoints', sbx.sandboxId)));
@@ -117,7 +122,7 @@ test('killing a paused sandbox deletes its checkpoint', async () => {
   assert.equal(await Sandbox.kill(sbx.sandboxId), false);
 });
 
-test('fork: 4 children with their own id, token, hostname and files diverge', async () => {
+test('fork: 4 children with their own id, token, hostname and files diverge', { skip }, async () => {
   const parent = await create();
   await parent.files.write('/home/user/origin.txt', 'parent');
   const before = await startCounter(parent);
@@ -156,7 +161,7 @@ test('fork: 4 children with their own id, token, hostname and files diverge', as
   await parent.kill();
 });
 
-test('snapshot: new sandboxes from it; listed and deleted as E2B does', async () => {
+test('snapshot: new sandboxes from it; listed and deleted as E2B does', { skip }, async () => {
   const src = await create({ metadata: { t: 'snapshot' } });
   await src.files.write('/home/user/snap.txt', 'in the snapshot');
   const before = await startCounter(src);
@@ -192,7 +197,7 @@ async function assertNoOrphans() {
     assert.ok(live.has(d), `sandbox directory ${d} has no live record`);
 }
 
-test('kill -9 of abxd at any moment of a pause or a resume loses nothing', async () => {
+test('kill -9 of abxd at any moment of a pause or a resume loses nothing', { skip }, async () => {
   const sbx = await create();
   await sbx.files.write('/home/user/kept.txt', 'crash-safe');
   let seen = await startCounter(sbx);
@@ -220,7 +225,7 @@ test('kill -9 of abxd at any moment of a pause or a resume loses nothing', async
   await sbx.kill();
 });
 
-test('kill -9 of abxd during a fork leaves the parent and only whole children', async () => {
+test('kill -9 of abxd during a fork leaves the parent and only whole children', { skip }, async () => {
   const parent = await create();
   await parent.files.write('/home/user/origin.txt', 'parent');
   const before = await startCounter(parent);
@@ -242,7 +247,7 @@ test('kill -9 of abxd during a fork leaves the parent and only whole children', 
   await parent.kill();
 });
 
-test('a full disk during a pause answers 507 and the sandbox keeps running', async () => {
+test('a full disk during a pause answers 507 and the sandbox keeps running', { skip }, async () => {
   const { execFileSync } = await import('node:child_process');
   const { mkdirSync } = await import('node:fs');
   const sbx = await create();
