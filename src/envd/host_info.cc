@@ -2,8 +2,10 @@
 
 #include <sched.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <charconv>
+#include <climits>
 #include <cmath>
 #include <ctime>
 #include <fstream>
@@ -53,6 +55,14 @@ std::map<std::string, std::string> default_environment() {
     auto eq = kv.find('=');
     if (eq != std::string_view::npos && eq > 0)
       env[std::string(kv.substr(0, eq))] = std::string(kv.substr(eq + 1));
+  }
+  // The sandbox id follows the hostname, which abxd sets to the id: a sandbox forked from
+  // another (restored from its checkpoint, envd's environment included) gets its own.
+  char host[HOST_NAME_MAX + 1] = {0};
+  if (::gethostname(host, sizeof host - 1) == 0 && host[0] != '\0') {
+    for (const char* k : {"E2B_SANDBOX_ID", "ABX_SANDBOX_ID"}) {
+      if (auto it = env.find(k); it != env.end()) it->second = host;
+    }
   }
   return env;
 }

@@ -312,7 +312,10 @@ TEST_F(CheckpointTest, SnapshotKeepsRunningAndTwoForksOfItDiverge) {
   EXPECT_EQ(b.cgroups().pids().size(), 2u);
 
   // Pausing the original pauses neither fork (they are in cgroups of their own).
+  EXPECT_FALSE(sb->cgroups().frozen());
   ASSERT_TRUE(sb->cgroups().freeze(true).ok());
+  EXPECT_TRUE(sb->cgroups().frozen());
+  EXPECT_FALSE(a.cgroups().frozen());
   auto ca = request(a, a.upper_dir());
   auto cb = request(b, b.upper_dir());
   ASSERT_TRUE(ca && cb);

@@ -140,6 +140,8 @@ test('fork: 4 children with their own id, token, hostname and files diverge', { 
   for (const [i, c] of children.entries()) {
     assert.equal(await c.files.read('/home/user/origin.txt'), 'parent');
     assert.equal((await c.commands.run('hostname')).stdout.trim(), c.sandboxId);
+    const id = await c.commands.run('echo $E2B_SANDBOX_ID');
+    assert.equal(id.stdout.trim(), c.sandboxId);
     await assertCounting(c, before); // each child has its own copy of the counting process
     await c.files.write('/home/user/origin.txt', `child ${i}`);
   }
