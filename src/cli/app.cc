@@ -115,6 +115,7 @@ int run_main(int argc, char** argv) {
   add_files(app, ctx);
   add_logs(app, ctx);
   add_template(app, ctx);
+  add_snapshot(app, ctx);
   add_commands(app, ctx);
   add_run(app, ctx);
   add_token(app, ctx);

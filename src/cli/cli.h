@@ -7,6 +7,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 #include <chrono>
 #include <filesystem>
@@ -98,8 +99,12 @@ void add_run(CLI::App& app, Context& ctx);
 void add_token(CLI::App& app, Context& ctx);
 void add_up(CLI::App& app, Context& ctx);
 void add_completion(CLI::App& app, Context& ctx);
-void add_mcp(CLI::App& app, Context& ctx);   // mcp.cc: `abx mcp`
-void add_logs(CLI::App& app, Context& ctx);  // logs.cc: `abx logs`
+void add_mcp(CLI::App& app, Context& ctx);       // mcp.cc: `abx mcp`
+void add_logs(CLI::App& app, Context& ctx);      // logs.cc: `abx logs`
+void add_snapshot(CLI::App& app, Context& ctx);  // snapshot.cc: `abx snapshot`
+
+// A snapshot as the platform spells it (snapshotID, names, sandboxID, templateID, createdAt).
+boost::json::object snapshot_json(const client::SnapshotInfo& s);
 
 // Runs the CLI (main() is this plus nothing).
 int run_main(int argc, char** argv);

@@ -12,7 +12,7 @@ _abx() {
   local cur prev words cword
   cur="${COMP_WORDS[COMP_CWORD]}"
   prev="${COMP_WORDS[COMP_CWORD-1]}"
-  local top="sandbox exec code files logs template commands run token up mcp completion help"
+  local top="sandbox exec code files logs template snapshot commands run token up mcp completion help"
   local globals="--json --api-url --api-key --domain --sandbox-url --server-url --access-token --home --template --help"
   if [[ ${COMP_CWORD} -eq 1 ]]; then
     COMPREPLY=( $(compgen -W "${top} ${globals}" -- "${cur}") )
@@ -24,7 +24,7 @@ _abx() {
   case "${COMP_WORDS[1]}" in
     sandbox|sbx)
       if [[ ${COMP_CWORD} -eq 2 ]]; then
-        COMPREPLY=( $(compgen -W "create list info kill timeout connect pause" -- "${cur}") ); return
+        COMPREPLY=( $(compgen -W "create list info kill timeout connect pause resume fork snapshot network" -- "${cur}") ); return
       fi ;;
     files)
       if [[ ${COMP_CWORD} -eq 2 ]]; then
@@ -34,6 +34,10 @@ _abx() {
       if [[ ${COMP_CWORD} -eq 2 ]]; then
         COMPREPLY=( $(compgen -W "list info" -- "${cur}") ); return
       fi ;;
+    snapshot|snapshots)
+      if [[ ${COMP_CWORD} -eq 2 ]]; then
+        COMPREPLY=( $(compgen -W "list rm" -- "${cur}") ); return
+      fi ;;
     commands)
       if [[ ${COMP_CWORD} -eq 2 ]]; then COMPREPLY=( $(compgen -W "list" -- "${cur}") ); return; fi ;;
     token)
@@ -41,7 +45,7 @@ _abx() {
     completion)
       COMPREPLY=( $(compgen -W "bash" -- "${cur}") ); return ;;
   esac
-  local sub="--json --help --module -a --arg --ttl --command --timeout --env --metadata --cwd --user --state --limit --depth --local -i -t --interactive --tty -f --follow --since --context --language --save-images --contexts --new-context --restart-context --remove-context"
+  local sub="--json --help --module -a --arg --ttl --command --timeout --env --metadata --cwd --user --state --limit -n --count --name --sandbox --depth --local -i -t --interactive --tty -f --follow --since --context --language --save-images --contexts --new-context --restart-context --remove-context"
   COMPREPLY=( $(compgen -W "${sub} ${globals}" -- "${cur}") )
 }
 complete -o default -F _abx abx

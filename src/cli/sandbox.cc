@@ -1,4 +1,4 @@
-// abx sandbox create|list|info|kill|timeout|connect|pause|network
+// abx sandbox create|list|info|kill|timeout|connect|pause|resume|fork|snapshot|network
 #include <boost/json.hpp>
 #include <iostream>
 #include <optional>
@@ -13,6 +13,8 @@ namespace {
 
 struct SandboxOpts {
   std::string id, template_id = "base", timeout = "300", state, limit;
+  std::string fork_timeout, name;  // fork --timeout (empty: the platform's default), --name
+  int count = 1;
   std::vector<std::string> ids, envs, metadata, allow_out, deny_out;
   bool no_internet = false;
 };
@@ -176,6 +178,72 @@ int pause(Context& ctx, const SandboxOpts& o) {
   return kExitOk;
 }
 
+// POST /sandboxes/{id}/connect, saying whether the sandbox was paused (resumed) or running.
+int resume(Context& ctx, const SandboxOpts& o) {
+  auto t = parse_duration(o.timeout);
+  if (!t.ok()) return ctx.fail(t.error());
+  client::SandboxInfo si;
+  si.sandbox_id = o.id;
+  auto before = client::Sandbox::attach(si, ctx.config()).info();
+  if (!before.ok()) return ctx.fail(before.error());
+  auto s = client::Sandbox::connect(o.id, ctx.config(), *t);
+  if (!s.ok()) return ctx.fail(s.error());
+  bool resumed = before->state == "paused";
+  if (ctx.flags.json)
+    ctx.print_json(json::object{{"sandboxID", o.id}, {"resumed", resumed}});
+  else
+    std::cout << (resumed ? "resumed " : "already running ") << o.id << "\n";
+  return kExitOk;
+}
+
+int fork(Context& ctx, const SandboxOpts& o) {
+  if (o.count < 1 || o.count > 64) return ctx.usage("-n must be between 1 and 64");
+  std::optional<std::chrono::seconds> timeout;
+  if (!o.fork_timeout.empty()) {
+    auto t = parse_duration(o.fork_timeout);
+    if (!t.ok()) return ctx.fail(t.error());
+    if (t->count() <= 0) return ctx.usage("--timeout must be at least 1s");
+    timeout = *t;
+  }
+  client::SandboxInfo si;
+  si.sandbox_id = o.id;
+  auto children = client::Sandbox::attach(si, ctx.config()).fork(o.count, timeout);
+  if (!children.ok()) return ctx.fail(children.error());
+  int code = kExitOk;
+  json::array out;
+  for (const auto& child : *children) {
+    if (!child.ok()) {
+      const Error& e = child.error();
+      std::cerr << "abx: " << e.message() << "\n";
+      out.push_back(json::object{
+          {"error", e.message()}, {"type", e.type()}, {"code", error_code_name(e.code())}});
+      code = kExitError;
+      continue;
+    }
+    if (ctx.flags.json) {
+      auto j = child->cached_info().to_json();
+      j["envdAccessToken"] = child->cached_info().envd_access_token;
+      out.push_back(std::move(j));
+    } else {
+      std::cout << child->id() << "\n";
+    }
+  }
+  if (ctx.flags.json) ctx.print_json(out);
+  return code;
+}
+
+int snapshot(Context& ctx, const SandboxOpts& o) {
+  client::SandboxInfo si;
+  si.sandbox_id = o.id;
+  auto s = client::Sandbox::attach(si, ctx.config()).create_snapshot(o.name);
+  if (!s.ok()) return ctx.fail(s.error());
+  if (ctx.flags.json)
+    ctx.print_json(snapshot_json(*s));
+  else
+    std::cout << s->id << "\n";
+  return kExitOk;
+}
+
 int network(Context& ctx, const SandboxOpts& o) {
   std::optional<bool> internet = !o.no_internet;
   if (Status s =
@@ -251,6 +319,28 @@ void add_sandbox(CLI::App& app, Context& ctx) {
 
   auto* p = add_sandbox_subcommand(*sb, "pause", "Pause a sandbox", o->id);
   p->callback([&ctx, o] { ctx.exit_code = pause(ctx, *o); });
+
+  auto* r = add_sandbox_subcommand(*sb, "resume",
+                                   "Resume a paused sandbox (POST /sandboxes/{id}/connect)", o->id);
+  r->add_option("--timeout", o->timeout, "Keep it for at least this long")->capture_default_str();
+  r->callback([&ctx, o] { ctx.exit_code = resume(ctx, *o); });
+
+  auto* f = add_sandbox_subcommand(
+      *sb, "fork",
+      "Clone a running sandbox into new ones (needs CRIU); prints the children's ids, one a line",
+      o->id);
+  f->add_option("-n,--count", o->count, "How many children, 1..64")->capture_default_str();
+  f->add_option("--timeout", o->fork_timeout,
+                "The children's lifetime: 300, 5m, 1h (default: the platform's)");
+  f->callback([&ctx, o] { ctx.exit_code = fork(ctx, *o); });
+
+  auto* sn = add_sandbox_subcommand(
+      *sb, "snapshot",
+      "Keep a sandbox's state as a snapshot (needs CRIU); prints its id, a template id for "
+      "`abx sandbox create`",
+      o->id);
+  sn->add_option("--name", o->name, "A name for the snapshot");
+  sn->callback([&ctx, o] { ctx.exit_code = snapshot(ctx, *o); });
 }
 
 }  // namespace abx::cli

@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 
 #include "abx/client/sandbox.h"
+#include "abx/http/server.h"
 #include "transport.h"
 
 namespace abx::client {
@@ -136,5 +139,131 @@ TEST(ClientConfig, DomainAloneImpliesTheHostedApi) {
   EXPECT_EQ(ConnectionConfig::from_env().api_url, "https://api.abx.example");
 }
 
+SandboxInfo info_of(std::string id, std::string template_id = {}) {
+  SandboxInfo i;
+  i.sandbox_id = std::move(id);
+  i.template_id = std::move(template_id);
+  return i;
+}
+
+// A control plane that answers the persistence routes as abxd does (docs/abxd.md).
+class FakePersistencePlane : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    http::ServerOptions so;
+    so.io_threads = 1;
+    auto s = http::Server::start(
+        so, [this](http::Request&& req, http::Responder respond) { respond(handle(req)); });
+    ASSERT_TRUE(s.ok()) << s.error().message();
+    server_ = std::move(*s);
+    config_.api_url = "http://127.0.0.1:" + std::to_string(server_->port());
+    config_.api_key = "key";
+    config_.max_retries = 0;
+  }
+  void TearDown() override {
+    if (server_) server_->shutdown(std::chrono::milliseconds(0));
+  }
+  http::Response handle(const http::Request& req) {
+    std::string target(req.target());
+    std::lock_guard lock(mu_);
+    targets_.push_back(std::string(req.method_string()) + " " + target);
+    if (target == "/sandboxes/sb1/fork") {
+      last_body_ = req.body();
+      json::array out;
+      out.push_back(json::object{{"sandbox", json::object{{"sandboxID", "child1"},
+                                                          {"templateID", "base"},
+                                                          {"clientID", "c"},
+                                                          {"envdVersion", "0.2.0"},
+                                                          {"domain", "abx.local"},
+                                                          {"envdAccessToken", "tok1"},
+                                                          {"trafficAccessToken", "traffic1"}}}});
+      out.push_back(
+          json::object{{"error", json::object{{"code", 409}, {"message", "no room for child"}}}});
+      return http::json_response(201, out);
+    }
+    if (target == "/sandboxes/paused/fork")
+      return http::json_response(409, json::object{{"code", 409}, {"message", "paused"}});
+    if (target == "/sandboxes/sb1/snapshots") {
+      last_body_ = req.body();
+      return http::json_response(
+          201, json::object{{"snapshotID", "snapshot-1"}, {"names", json::array{"mine"}}});
+    }
+    if (target.rfind("/snapshots", 0) == 0) {
+      auto entry = [](const char* id) {
+        return json::object{{"snapshotID", id},
+                            {"names", json::array{}},
+                            {"sandboxID", "sb1"},
+                            {"templateID", "base"},
+                            {"createdAt", "2026-12-01T12:00:00.000Z"}};
+      };
+      if (target.find("nextToken=1") != std::string::npos)
+        return http::json_response(200, json::array{entry("snapshot-b")});
+      auto res = http::json_response(200, json::array{entry("snapshot-a")});
+      res.set("X-Next-Token", "1");
+      return res;
+    }
+    if (target == "/templates/snapshot-1" && req.method() == boost::beast::http::verb::delete_) {
+      http::Response res{boost::beast::http::status::no_content, req.version()};
+      return res;
+    }
+    return http::json_response(404, json::object{{"code", 404}, {"message", "not found"}});
+  }
+
+  std::unique_ptr<http::Server> server_;
+  ConnectionConfig config_;
+  std::mutex mu_;
+  std::vector<std::string> targets_;
+  std::string last_body_;
+};
+
+TEST_F(FakePersistencePlane, ForkGivesAHandlePerChildAndEachChildsError) {
+  auto parent = Sandbox::attach(info_of("sb1", "base"), config_);
+  auto kids = parent.fork(2, std::chrono::seconds(60));
+  ASSERT_TRUE(kids.ok()) << kids.error().message();
+  EXPECT_EQ(json::parse(last_body_), json::parse(R"({"count":2,"timeout":60})"));
+  ASSERT_EQ(kids->size(), 2u);
+  ASSERT_TRUE((*kids)[0].ok());
+  EXPECT_EQ((*kids)[0]->id(), "child1");
+  EXPECT_EQ((*kids)[0]->cached_info().envd_access_token, "tok1");
+  EXPECT_EQ((*kids)[0]->cached_info().template_id, "base");
+  ASSERT_FALSE((*kids)[1].ok());
+  EXPECT_EQ((*kids)[1].error().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_NE((*kids)[1].error().message().find("no room for child"), std::string::npos);
+  // Without a timeout the body has none: the platform's default applies.
+  ASSERT_TRUE(parent.fork().ok());
+  EXPECT_EQ(json::parse(last_body_), json::parse(R"({"count":1})"));
+  // The call's own failure is the call's error.
+  auto paused = Sandbox::attach(info_of("paused"), config_).fork();
+  ASSERT_FALSE(paused.ok());
+  EXPECT_EQ(paused.error().code(), ErrorCode::kFailedPrecondition);
+}
+
+TEST_F(FakePersistencePlane, SnapshotsCreateListAcrossPagesAndDelete) {
+  auto sbx = Sandbox::attach(info_of("sb1", "base"), config_);
+  auto snap = sbx.create_snapshot("mine");
+  ASSERT_TRUE(snap.ok()) << snap.error().message();
+  EXPECT_EQ(json::parse(last_body_), json::parse(R"({"name":"mine"})"));
+  EXPECT_EQ(snap->id, "snapshot-1");
+  EXPECT_EQ(snap->names, std::vector<std::string>{"mine"});
+  EXPECT_EQ(snap->sandbox_id, "sb1");
+  auto all = Sandbox::list_snapshots(config_, "sb1", "a b");
+  ASSERT_TRUE(all.ok()) << all.error().message();
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].id, "snapshot-a");
+  EXPECT_EQ((*all)[1].id, "snapshot-b");
+  EXPECT_EQ((*all)[1].created_at, "2026-12-01T12:00:00.000Z");
+  {
+    std::lock_guard lock(mu_);
+    EXPECT_NE(
+        std::find(targets_.begin(), targets_.end(), "GET /snapshots?sandboxID=sb1&name=a%20b"),
+        targets_.end());
+  }
+  auto del = Sandbox::delete_snapshot("snapshot-1", config_);
+  ASSERT_TRUE(del.ok());
+  EXPECT_TRUE(*del);
+  auto gone = Sandbox::delete_snapshot("snapshot-2", config_);
+  ASSERT_TRUE(gone.ok());
+  EXPECT_FALSE(*gone);
+}
 }  // namespace
 }  // namespace abx::client

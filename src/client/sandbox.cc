@@ -10,6 +10,7 @@
 #include "abx/auth/signing.h"
 #include "abx/base/json.h"
 #include "abx/base/try.h"
+#include "abx/http/server.h"
 #include "abx/token/token.h"
 #include "state.h"
 
@@ -499,6 +500,130 @@ Result<bool> Sandbox::pause() {
   if (res->result_int() / 100 == 2) return true;
   if (res->result_int() == 409) return false;
   return detail::error_from_response(*res, detail::Plane::kControl, "pause sandbox " + id());
+}
+
+Result<std::vector<Result<Sandbox>>> Sandbox::fork(int count,
+                                                   std::optional<std::chrono::seconds> timeout) {
+  json::object body{{"count", count}};
+  if (timeout) body["timeout"] = timeout->count();
+  json::value bv = std::move(body);
+  const std::string what = "fork sandbox " + id();
+  ABX_ASSIGN_OR_RETURN(
+      auto v, control_json(*state_->transport, bhttp::verb::post,
+                           "/sandboxes/" + detail::url_encode(id()) + "/fork", &bv, false, what));
+  if (!v.is_array()) return internal_error(what + ": expected a JSON array");
+  std::vector<Result<Sandbox>> out;
+  for (const auto& entry : v.as_array()) {
+    const json::object* o = entry.if_object();
+    if (const json::value* sb = o ? o->if_contains("sandbox") : nullptr) {
+      auto info = sandbox_info_from_json(*sb);
+      if (!info.ok()) {
+        out.emplace_back(info.error());
+        continue;
+      }
+      if (info->template_id.empty()) info->template_id = state_->info.template_id;
+      out.emplace_back(
+          Sandbox(std::make_shared<detail::SandboxState>(state_->config, std::move(*info))));
+      continue;
+    }
+    const json::value* err = o ? o->if_contains("error") : nullptr;
+    if (err == nullptr || !err->is_object()) {
+      out.emplace_back(internal_error(what + ": a child entry with neither sandbox nor error"));
+      continue;
+    }
+    unsigned status = 500;
+    if (const json::value* c = err->as_object().if_contains("code"); c && c->is_number()) {
+      if (auto n = c->to_number<std::int64_t>(); n >= 100 && n <= 599)
+        status = static_cast<unsigned>(n);
+    }
+    std::string message = str_field(err->as_object(), "message");
+    out.emplace_back(Error(http::error_code_for_status(status),
+                           what + ": " + std::to_string(status) + " " + message));
+  }
+  return out;
+}
+
+namespace {
+std::vector<std::string> string_list(const json::object& o, std::string_view key) {
+  std::vector<std::string> out;
+  if (auto* a = o.if_contains(key); a && a->is_array())
+    for (const auto& e : a->as_array())
+      if (e.is_string()) out.emplace_back(e.as_string());
+  return out;
+}
+
+Result<SnapshotInfo> snapshot_info_from_json(const json::value& v) {
+  if (!v.is_object()) return invalid_argument("snapshot: expected a JSON object");
+  const auto& o = v.as_object();
+  SnapshotInfo s;
+  s.id = str_field(o, "snapshotID");
+  if (s.id.empty()) return invalid_argument("snapshot: missing snapshotID");
+  s.names = string_list(o, "names");
+  s.sandbox_id = str_field(o, "sandboxID");
+  s.template_id = str_field(o, "templateID");
+  s.created_at = str_field(o, "createdAt");
+  return s;
+}
+}  // namespace
+
+Result<SnapshotInfo> Sandbox::create_snapshot(std::string_view name) {
+  json::object body;
+  if (!name.empty()) body["name"] = name;
+  json::value bv = std::move(body);
+  const std::string what = "snapshot sandbox " + id();
+  ABX_ASSIGN_OR_RETURN(auto v, control_json(*state_->transport, bhttp::verb::post,
+                                            "/sandboxes/" + detail::url_encode(id()) + "/snapshots",
+                                            &bv, false, what));
+  auto s = snapshot_info_from_json(v);
+  if (!s.ok()) return internal_error(what + ": " + s.error().message());
+  if (s->sandbox_id.empty()) s->sandbox_id = id();
+  if (s->template_id.empty()) s->template_id = state_->info.template_id;
+  return s;
+}
+
+Result<std::vector<SnapshotInfo>> Sandbox::list_snapshots(const ConnectionConfig& config,
+                                                          std::string_view sandbox_id,
+                                                          std::string_view name) {
+  detail::Transport t(config);
+  std::vector<SnapshotInfo> out;
+  std::string next;
+  for (;;) {
+    std::string q;
+    auto add = [&q](std::string_view k, std::string_view v) {
+      q += (q.empty() ? "?" : "&");
+      q += std::string(k) + "=" + detail::url_encode(v);
+    };
+    if (!sandbox_id.empty()) add("sandboxID", sandbox_id);
+    if (!name.empty()) add("name", name);
+    if (!next.empty()) add("nextToken", next);
+    ABX_ASSIGN_OR_RETURN(
+        auto res, detail::control_request(t, bhttp::verb::get, "/snapshots" + q, nullptr, true));
+    if (res.result_int() != 200)
+      return detail::error_from_response(res, detail::Plane::kControl, "list snapshots");
+    auto v = parse_json_strict(res.body());
+    if (!v.ok() || !v->is_array()) return internal_error("list snapshots: expected a JSON array");
+    for (const auto& item : v->as_array()) {
+      auto s = snapshot_info_from_json(item);
+      if (!s.ok()) return internal_error("list snapshots: " + s.error().message());
+      out.push_back(std::move(*s));
+    }
+    next = std::string(res["X-Next-Token"]);
+    if (next.empty()) break;
+  }
+  return out;
+}
+
+Result<bool> Sandbox::delete_snapshot(std::string_view snapshot_id,
+                                      const ConnectionConfig& config) {
+  detail::Transport t(config);
+  ABX_ASSIGN_OR_RETURN(
+      auto res,
+      detail::control_request(t, bhttp::verb::delete_,
+                              "/templates/" + detail::url_encode(snapshot_id), nullptr, true));
+  if (res.result_int() / 100 == 2) return true;
+  if (res.result_int() == 404) return false;
+  return detail::error_from_response(res, detail::Plane::kControl,
+                                     "delete snapshot " + std::string(snapshot_id));
 }
 
 namespace {

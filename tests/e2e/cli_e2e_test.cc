@@ -683,5 +683,68 @@ TEST(CliBinaries, AMistypedCommandGetsASuggestion) {
   EXPECT_EQ(json::parse(far.out).at("code"), "InvalidArgument");
 }
 
+// abxd pausing to disk with CRIU (docs/persistence.md): skipped where CRIU is not installed.
+class CliPersistenceE2E : public CliE2E {
+ protected:
+  std::vector<std::string> abxd_args() const override {
+    auto a = CliE2E::abxd_args();
+    a.insert(a.end(), {"--pause", "disk"});
+    return a;
+  }
+  void SetUp() override {
+    if (!fs::exists("/usr/local/lib/abx/criu/criu")) GTEST_SKIP() << "CRIU is not installed";
+    CliE2E::SetUp();
+  }
+};
+
+TEST_F(CliPersistenceE2E, PauseResumeAndSnapshotsFromTheCli) {
+  std::string id = create();
+  ASSERT_FALSE(HasFailure());
+  // What the sandbox wrote before the pause is there after the resume.
+  ASSERT_EQ(abx({"exec", id, "--", "sh", "-c", "echo keep > /tmp/mark"}).code, 0);
+  auto p = abx({"sandbox", "pause", id});
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_EQ(p.out, "paused " + id + "\n");
+  EXPECT_EQ(abx({"sandbox", "pause", id}).out, "already paused " + id + "\n");
+  auto l = abx({"sandbox", "list", "--json"});
+  ASSERT_EQ(l.code, 0) << l.err;
+  auto listed = json::parse(l.out);
+  ASSERT_TRUE(listed.is_array()) << l.out;
+  bool listed_paused = false;
+  for (const auto& s : listed.as_array()) {
+    ASSERT_TRUE(s.is_object()) << l.out;
+    if (s.as_object().at("sandboxID") == json::value(id))
+      listed_paused = s.as_object().at("state") == "paused";
+  }
+  EXPECT_TRUE(listed_paused) << l.out;
+
+  auto r = abx({"sandbox", "resume", id, "--timeout", "5m"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "resumed " + id + "\n");
+  EXPECT_EQ(abx({"sandbox", "resume", id}).out, "already running " + id + "\n");
+  auto mark = abx({"exec", id, "--", "cat", "/tmp/mark"});
+  EXPECT_EQ(mark.out, "keep\n") << mark.err;
+
+  auto sn = abx({"sandbox", "snapshot", id, "--name", "cli-e2e"});
+  ASSERT_EQ(sn.code, 0) << sn.err;
+  std::string snap = sn.out.substr(0, sn.out.find('\n'));
+  EXPECT_EQ(snap.rfind("snapshot-", 0), 0u) << sn.out;
+  auto ls = abx({"snapshot", "list", "--sandbox", id, "--json"});
+  ASSERT_EQ(ls.code, 0) << ls.err;
+  auto snaps = json::parse(ls.out).as_array();
+  ASSERT_EQ(snaps.size(), 1u) << ls.out;
+  EXPECT_EQ(snaps[0].at("snapshotID"), json::value(snap));
+  EXPECT_EQ(snaps[0].at("sandboxID"), json::value(id));
+  EXPECT_FALSE(snaps[0].at("names").as_array().empty()) << ls.out;
+  auto table = abx({"snapshot", "list"});
+  EXPECT_NE(table.out.find(snap), std::string::npos) << table.out;
+
+  auto rm = abx({"snapshot", "rm", snap});
+  EXPECT_EQ(rm.code, 0) << rm.err;
+  EXPECT_EQ(rm.out, "removed snapshot " + snap + "\n");
+  EXPECT_EQ(abx({"snapshot", "rm", snap}).code, 4);  // gone
+  EXPECT_EQ(abx({"snapshot", "list", "--sandbox", id, "--json"}).out, "[]\n");
+  EXPECT_EQ(abx({"sandbox", "kill", id}).code, 0);
+}
 }  // namespace
 }  // namespace abx

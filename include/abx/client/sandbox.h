@@ -18,6 +18,10 @@
 // platform's GET /templates/{id}, else the defaults. Every API that needs one checks first and
 // fails with kFailedPrecondition: "sandbox <id> (template <t>) lacks the 'files' capability".
 //
+// Persistence (abxd with CRIU; docs/persistence.md): pause() writes a sandbox to disk, connect()
+// resumes it, fork() clones a running one, create_snapshot() keeps its state under a
+// "snapshot-…" id. Creating a sandbox from a snapshot is just Sandbox::create(snapshot_id).
+//
 // Errors: control-plane responses {"code","message"} map by HTTP status (401
 // kUnauthenticated, 404 kNotFound, 409 kFailedPrecondition, 429 kResourceExhausted, 5xx
 // kUnavailable/kInternal, …), with the platform's message.
@@ -115,6 +119,16 @@ struct ABX_EXPORT ListFilters {
   int limit = 0;  // 0: every page
 };
 
+// A snapshot of a sandbox (POST /sandboxes/{id}/snapshots, GET /snapshots). Its id is a
+// template id: Sandbox::create(id) starts a sandbox from it.
+struct ABX_EXPORT SnapshotInfo {
+  std::string id;  // "snapshot-…"
+  std::vector<std::string> names;
+  std::string sandbox_id;   // the sandbox it was taken from (list only)
+  std::string template_id;  // that sandbox's template (list only)
+  std::string created_at;   // RFC 3339 (list only)
+};
+
 struct ABX_EXPORT DiscoveryOptions {
   // Command modules (.so) to introspect locally (Layer 1, source "registered").
   std::vector<std::string> modules;
@@ -176,6 +190,25 @@ class ABX_EXPORT Sandbox {
   Status set_timeout(std::chrono::seconds timeout);
   Result<SandboxInfo> info();  // GET /sandboxes/{id}
   Result<bool> pause();        // false when already paused
+
+  // POST /sandboxes/{id}/fork: `count` (1..64) children of this running sandbox, each with its
+  // own id, access token and writable layer; the parent runs on. One entry per child: a usable
+  // handle, or that child's error (its HTTP status mapped like any control-plane error).
+  // `timeout`: the children's lifetime (absent: the platform's default). Errors of the call
+  // itself: kInvalidArgument (count), kNotFound, kFailedPrecondition (paused, no CRIU, …).
+  Result<std::vector<Result<Sandbox>>> fork(int count = 1,
+                                            std::optional<std::chrono::seconds> timeout = {});
+  // POST /sandboxes/{id}/snapshots: keeps the sandbox's state (it runs on) under a new
+  // "snapshot-…" id, with `name` (if given) among its names. Create sandboxes from it with
+  // Sandbox::create(snapshot.id). Errors: kNotFound, kFailedPrecondition, kInvalidArgument.
+  Result<SnapshotInfo> create_snapshot(std::string_view name = {});
+  // GET /snapshots, newest first, following X-Next-Token; only those of `sandbox_id` and/or
+  // carrying `name` when given.
+  static Result<std::vector<SnapshotInfo>> list_snapshots(const ConnectionConfig& config,
+                                                          std::string_view sandbox_id = {},
+                                                          std::string_view name = {});
+  // DELETE /templates/{snapshot_id}: true when deleted, false when there was no such snapshot.
+  static Result<bool> delete_snapshot(std::string_view snapshot_id, const ConnectionConfig& config);
 
   // Resolved once and cached (see the header comment).
   Result<std::set<Capability>> capabilities();
