@@ -400,7 +400,7 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
   // 3. The dump.
   std::vector<std::string> args = {options.criu,   "dump",       "--tree", std::to_string(st.pid),
                                    "--images-dir", dir,          "-o",     kDumpLog,
-                                   "-v4",          "--external", "mnt[]"};
+                                   "-v2",          "--external", "mnt[]"};
   for (std::size_t i = 0; i < c.binds.size(); ++i) {
     args.push_back("--external");
     args.push_back("mnt[" + c.binds[i].target + "]:" + bind_key(i));
@@ -892,7 +892,7 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
   const std::string pidfile = st->dir + "/" + kRestorePid;
   std::vector<std::string> args = {
       options.criu, "restore",   "--images-dir", images,   "--work-dir",    st->dir,
-      "-o",         kRestoreLog, "-v4",          "--root", stage + "/root", "--restore-detached",
+      "-o",         kRestoreLog, "-v2",          "--root", stage + "/root", "--restore-detached",
       "--pidfile",  pidfile,     "--external",   "mnt[]"};
   for (std::size_t i = 0; i < config.binds.size(); ++i) {
     args.push_back("--external");
