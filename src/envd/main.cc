@@ -76,8 +76,8 @@ std::optional<int> parse_flags(int argc, char** argv, Flags& f) {
       ->capture_default_str();
   app.add_option("--host", f.opt.host, "Address to listen on")->capture_default_str();
   app.add_option("--token-file", f.token_file,
-                 "Read the access token (X-Access-Token) from this file; else ABX_ACCESS_TOKEN; "
-                 "else no auth");
+                 "Read the access token (X-Access-Token) from this file, again on SIGHUP; else "
+                 "ABX_ACCESS_TOKEN; else no auth");
   app.add_option("--start-cmd", f.start_cmd, "Run once at start (/bin/sh -c), as the default user");
   app.add_option("--server-cmd", f.server_cmd,
                  "Command server to keep running (/bin/sh -c); restarted with backoff on exit");
