@@ -116,11 +116,12 @@ bool is_json_type(std::string_view ct, bool streaming) {
 // ---- auth and users ----
 
 Status Envd::Impl::check_token(const Request& req) const {
-  if (!opt.access_token) return {};
+  auto want = access_token();
+  if (!want) return {};
   auto it = req.find("X-Access-Token");
   if (it == req.end()) return Error(ErrorCode::kUnauthenticated, "missing X-Access-Token");
   if (it->value().size() > token::kMaxTokenBytes ||
-      !token::constant_time_equal(it->value(), *opt.access_token)) {
+      !token::constant_time_equal(it->value(), *want)) {
     return Error(ErrorCode::kUnauthenticated, "invalid access token");
   }
   return {};
@@ -129,13 +130,14 @@ Status Envd::Impl::check_token(const Request& req) const {
 // /files also accepts a signed URL: v1_ + base64(sha256("path:op:user:token[:exp]")), unpadded.
 Status Envd::Impl::check_files_auth(const Request& req, const std::map<std::string, std::string>& q,
                                     const char* op) const {
-  if (!opt.access_token) return {};
+  auto access = access_token();
+  if (!access) return {};
   if (req.find("X-Access-Token") != req.end()) return check_token(req);
   std::string sig = query_value(q, "signature");
   if (sig.empty()) return Error(ErrorCode::kUnauthenticated, "missing X-Access-Token or signature");
   std::string exp = query_value(q, "signature_expiration");
-  std::string material = query_value(q, "path") + ":" + op + ":" + query_value(q, "username") +
-                         ":" + *opt.access_token;
+  std::string material =
+      query_value(q, "path") + ":" + op + ":" + query_value(q, "username") + ":" + *access;
   if (!exp.empty()) {
     if (exp.size() > 18 || exp.find_first_not_of("0123456789") != std::string::npos) {
       return Error(ErrorCode::kUnauthenticated, "invalid signature expiration");
@@ -415,6 +417,10 @@ Envd::~Envd() { shutdown(std::chrono::milliseconds(0)); }
 Result<std::unique_ptr<Envd>> Envd::start(EnvdOptions options) {
   auto impl = std::make_unique<Impl>();
   impl->opt = std::move(options);
+  if (impl->opt.access_token) {
+    impl->token = std::make_shared<const std::string>(std::move(*impl->opt.access_token));
+    impl->opt.access_token.reset();  // one copy, the one set_access_token() replaces
+  }
   std::map<std::string, User> overrides;
   for (const auto& [name, u] : impl->opt.users) overrides[name] = User{name, u.uid, u.gid, u.home};
   impl->users = Users(impl->opt.default_user, std::move(overrides));
@@ -450,6 +456,15 @@ Result<std::unique_ptr<Envd>> Envd::start(EnvdOptions options) {
 std::uint16_t Envd::port() const { return impl_->server->port(); }
 const std::string& Envd::host() const { return impl_->server->host(); }
 void Envd::signal_processes(int sig) { impl_->procs->signal_all(sig); }
+
+Status Envd::set_access_token(std::string token) {
+  if (token.empty()) return invalid_argument("empty access token");
+  auto next = std::make_shared<const std::string>(std::move(token));
+  std::lock_guard lock(impl_->token_mu);
+  if (!impl_->token) return Error(ErrorCode::kFailedPrecondition, "envd serves without a token");
+  impl_->token = std::move(next);
+  return {};
+}
 
 void Envd::shutdown(std::chrono::milliseconds drain) {
   if (!impl_->server) return;

@@ -34,7 +34,15 @@ struct PollWatcher {
 };
 
 struct Envd::Impl {
-  EnvdOptions opt;
+  EnvdOptions opt;  // opt.access_token is moved into `token` at start
+  // The access token (null: no auth). Request threads read it while abx-envd's signal thread may
+  // replace it (SIGHUP), so it is swapped whole under token_mu and read as a shared copy.
+  mutable std::mutex token_mu;
+  std::shared_ptr<const std::string> token;
+  std::shared_ptr<const std::string> access_token() const {
+    std::lock_guard lock(token_mu);
+    return token;
+  }
   Users users{"user", {}};
   std::unique_ptr<ProcessManager> procs;
   std::mutex watch_mu;  // guards poll_watchers, stream_watchers

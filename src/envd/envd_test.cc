@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <openssl/sha.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1102,6 +1103,123 @@ TEST_F(EnvdTest, CommandServerGetsTheTokenOutOfTheDefaultUsersReach) {
                   R"({"process":{"cmd":"/bin/sh","args":["-c","id -u; grep -l -s -F )" + token +
                       R"( /proc/[0-9]*/environ; true"]}})");
   EXPECT_EQ(stdout_of(frames_of(r.body())), "1000\n");
+}
+
+// set_access_token: the new token is the only one accepted; it neither clears the token nor turns
+// auth on.
+TEST_F(EnvdTest, SetAccessTokenReplacesTheToken) {
+  start("token-a");
+  EXPECT_EQ(envd_->set_access_token("").error().code(), ErrorCode::kInvalidArgument);
+  token_ = "token-a";
+  EXPECT_EQ(rpc("process.Process/List", "{}").result_int(), 200);
+  ASSERT_TRUE(envd_->set_access_token("token-b").ok());
+  EXPECT_EQ(rpc("process.Process/List", "{}").result_int(), 401);
+  token_ = "token-b";
+  EXPECT_EQ(rpc("process.Process/List", "{}").result_int(), 200);
+  envd_.reset();
+  start();
+  EXPECT_EQ(envd_->set_access_token("token-c").error().code(), ErrorCode::kFailedPrecondition);
+  token_.reset();
+  EXPECT_EQ(rpc("process.Process/List", "{}").result_int(), 200);
+}
+
+// SIGHUP (sent by abxd to a sandbox restored from a checkpoint, whose token file is new): the
+// file's token becomes the only one accepted and the command server is restarted with it; an
+// empty or missing file is logged and keeps the token (and the server) as they were.
+TEST_F(EnvdTest, SighupReloadsTheTokenFileAndRestartsTheCommandServer) {
+  std::string token_file = home_ + "/token";
+  std::string tokens_seen = home_ + "/server.tokens";
+  std::ofstream(token_file) << "token-a\n";
+  std::string server = "echo \"$ABX_ACCESS_TOKEN\" >> " + tokens_seen + "; exec sleep 600";
+  // stderr (the log) joins stdout, which the test reads.
+  start_binary({"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1"},
+               {"--token-file", token_file, "--default-user", ::getpwuid(::geteuid())->pw_name,
+                "--server-argv", json::serialize(json::array{"/bin/sh", "-c", server})});
+  auto logged = [&](const std::string& text) {
+    while (auto line = proc_->read_line_starting("", std::chrono::seconds(10))) {
+      if (line->find(text) != std::string::npos) return true;
+    }
+    return false;
+  };
+  auto status_with = [&](const std::string& t) {
+    token_ = t;
+    return send(http::make_request(bhttp::verb::get, "/envs")).result_int();
+  };
+  auto server_saw = [&](const std::string& want) {
+    for (int i = 0; i < 500 && slurp(tokens_seen) != want; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return slurp(tokens_seen);
+  };
+  EXPECT_EQ(server_saw("token-a\n"), "token-a\n");
+  EXPECT_EQ(status_with("token-a"), 200);
+  EXPECT_EQ(status_with("token-b"), 401);
+
+  std::ofstream(token_file) << "token-b\n";
+  proc_->signal(SIGHUP);
+  ASSERT_TRUE(logged("SIGHUP: token reloaded, restarting the command server"));
+  EXPECT_EQ(status_with("token-a"), 401);
+  EXPECT_EQ(status_with("token-b"), 200);
+  EXPECT_EQ(server_saw("token-a\ntoken-b\n"), "token-a\ntoken-b\n");
+
+  std::ofstream(token_file) << "\n";
+  proc_->signal(SIGHUP);
+  EXPECT_TRUE(logged("SIGHUP: token not reloaded, the old one stays: token file"));
+  EXPECT_EQ(status_with("token-b"), 200);
+  fs::remove(token_file);
+  proc_->signal(SIGHUP);
+  EXPECT_TRUE(logged("SIGHUP: token not reloaded, the old one stays: cannot read"));
+  EXPECT_EQ(status_with("token-b"), 200);
+  EXPECT_EQ(status_with("token-a"), 401);
+  EXPECT_EQ(slurp(tokens_seen), "token-a\ntoken-b\n");  // not restarted again
+}
+
+// The same with the real abx-server: after SIGHUP the restarted server accepts the new token only
+// (its port, 0 at start, is read from its "listening on" lines in envd's GET /logs).
+TEST_F(EnvdTest, SighupHandsTheNewTokenToAbxServer) {
+  std::string token_file = home_ + "/token";
+  std::ofstream(token_file) << "token-a\n";
+  start_binary(
+      {}, {"--token-file", token_file, "--default-user", ::getpwuid(::geteuid())->pw_name,
+           "--server-argv",
+           json::serialize(json::array{ABX_SERVER_BINARY, "--host", "127.0.0.1", "--port", "0"})});
+  // The port of the command server's `run`-th start (1-based); 0 when it does not come.
+  auto server_port = [&](std::size_t run) -> std::uint16_t {
+    for (int i = 0; i < 500; ++i) {
+      std::vector<std::string> ports;
+      auto r = send(http::make_request(bhttp::verb::get, "/logs?start=0&limit=1000"));
+      if (r.result_int() == 401) {  // the SIGHUP is not handled yet
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
+      if (r.result_int() != 200) return 0;
+      json::value logs = json::parse(r.body());  // outlives the loop (a temporary would not)
+      for (const auto& l : logs.at("logs").as_array()) {
+        std::string line(l.at("line").as_string());
+        if (line.find("listening on 127.0.0.1:") != std::string::npos)
+          ports.push_back(line.substr(line.rfind(':') + 1));
+      }
+      if (ports.size() >= run) return static_cast<std::uint16_t>(std::stoi(ports[run - 1]));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return 0;
+  };
+  auto commands_with = [&](std::uint16_t server, const std::string& t) {
+    auto req = http::make_request(bhttp::verb::get, "/commands");
+    req.set("X-Access-Token", t);
+    auto r = http::fetch("127.0.0.1", server, std::move(req));
+    return r.ok() ? r->result_int() : 0;
+  };
+  token_ = "token-a";
+  std::uint16_t first = server_port(1);
+  ASSERT_NE(first, 0);
+  EXPECT_EQ(commands_with(first, "token-a"), 200);
+  std::ofstream(token_file) << "token-b\n";
+  proc_->signal(SIGHUP);
+  token_ = "token-b";
+  std::uint16_t second = server_port(2);
+  ASSERT_NE(second, 0);
+  EXPECT_EQ(commands_with(second, "token-b"), 200);
+  EXPECT_EQ(commands_with(second, "token-a"), 401);
 }
 
 // envd and the command server are not dumpable: another process of their own uid can read

@@ -6,13 +6,12 @@
 #include <CLI/CLI.hpp>
 #include <boost/json/parse.hpp>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <optional>
-#include <sstream>
 
 #include "abx/base/log.h"
 #include "abx/envd/envd.h"
+#include "abx/token/token.h"
 #include "process.h"
 #include "supervisor.h"
 #include "users.h"
@@ -77,8 +76,8 @@ std::optional<int> parse_flags(int argc, char** argv, Flags& f) {
       ->capture_default_str();
   app.add_option("--host", f.opt.host, "Address to listen on")->capture_default_str();
   app.add_option("--token-file", f.token_file,
-                 "Read the access token (X-Access-Token) from this file; else ABX_ACCESS_TOKEN; "
-                 "else no auth");
+                 "Read the access token (X-Access-Token) from this file, again on SIGHUP; else "
+                 "ABX_ACCESS_TOKEN; else no auth");
   app.add_option("--start-cmd", f.start_cmd, "Run once at start (/bin/sh -c), as the default user");
   app.add_option("--server-cmd", f.server_cmd,
                  "Command server to keep running (/bin/sh -c); restarted with backoff on exit");
@@ -108,16 +107,12 @@ std::optional<int> parse_flags(int argc, char** argv, Flags& f) {
 // The access token from --token-file, else ABX_ACCESS_TOKEN, else none; false: unreadable file.
 bool load_token(Flags& f) {
   if (!f.token_file.empty()) {
-    std::ifstream in(f.token_file);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    std::string t = ss.str();
-    while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.pop_back();
-    if (!in || t.empty()) {
-      std::cerr << "abx-envd: cannot read a token from " << f.token_file << "\n";
+    auto t = abx::token::read_token_file(f.token_file);
+    if (!t.ok()) {
+      std::cerr << "abx-envd: " << t.error().message() << "\n";
       return false;
     }
-    f.opt.access_token = t;
+    f.opt.access_token = std::move(*t);
   } else if (const char* env = std::getenv("ABX_ACCESS_TOKEN"); env && *env) {
     f.opt.access_token = env;
   }
@@ -125,7 +120,41 @@ bool load_token(Flags& f) {
   return true;
 }
 
-// The init duties set up before any thread starts; returns the signals main() waits for.
+// SIGHUP, sent by abxd to a sandbox restored from a checkpoint (each copy of a fork gets its own
+// token file behind the same --token-file path): reseeds envd's random generator, then reads the
+// token again. A readable, non-empty token becomes the only one accepted, and the command server,
+// which got the token in its environment at start, is restarted with the new one. Anything else
+// keeps the old token: envd never ends up serving without one. Returns the token now in use.
+std::optional<std::string> reload_token(const Flags& f, std::optional<std::string> current,
+                                        abx::envd::Envd& server, abx::envd::Supervisor* server_sup,
+                                        const abx::Logger& log) {
+  std::string reseed;
+  if (auto s = abx::token::reseed_random(); !s.ok()) reseed = " (" + s.error().message() + ")";
+  if (f.token_file.empty() || !current) {
+    log.error("SIGHUP: token not reloaded: envd was started without --token-file" + reseed);
+    return current;
+  }
+  auto t = abx::token::read_token_file(f.token_file);
+  if (!t.ok()) {
+    log.error("SIGHUP: token not reloaded, the old one stays: " + t.error().message() + reseed);
+    return current;
+  }
+  if (*t == *current) {
+    log.info("SIGHUP: token reloaded (unchanged)" + reseed);
+    return current;
+  }
+  if (auto s = server.set_access_token(*t); !s.ok()) {
+    log.error("SIGHUP: token not reloaded: " + s.error().message() + reseed);
+    return current;
+  }
+  if (server_sup) server_sup->restart({"ABX_ACCESS_TOKEN=" + *t});
+  log.info(std::string("SIGHUP: token reloaded") +
+           (server_sup ? ", restarting the command server with it" : "") + reseed);
+  return std::move(*t);
+}
+
+// The init duties set up before any thread starts; returns the signals main() waits for: the
+// stop signals and SIGHUP (reload_token).
 sigset_t become_init() {
   // envd holds the access token and every user's requests in its memory and descriptors. Not
   // dumpable, its /proc/1/{mem,fd,environ}, ptrace and pidfd_getfd need CAP_SYS_PTRACE, which
@@ -135,14 +164,15 @@ sigset_t become_init() {
   // Orphans of our descendants come to us (as they would to PID 1) and are reaped.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   ::signal(SIGPIPE, SIG_IGN);
-  // Block the stop signals before any thread starts, so only sigwait() in main receives them.
-  // (PID 1 ignores signals without handlers; sigwait does not need one.)
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGTERM);
-  sigaddset(&stop, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-  return stop;
+  // Block these before any thread starts, so only sigwait() in main receives them. (PID 1
+  // ignores signals without handlers; sigwait does not need one.)
+  sigset_t waited;
+  sigemptyset(&waited);
+  sigaddset(&waited, SIGTERM);
+  sigaddset(&waited, SIGINT);
+  sigaddset(&waited, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &waited, nullptr);
+  return waited;
 }
 
 }  // namespace
@@ -155,7 +185,7 @@ int main(int argc, char** argv) {
   if (!parse_server_argv(f)) return kExitUsage;
   if (!load_token(f)) return kExitConfig;
   const envd::EnvdOptions& opt = f.opt;
-  sigset_t stop = become_init();
+  sigset_t waited = become_init();
 
   auto server = envd::Envd::start(opt);
   if (!server.ok()) {
@@ -212,8 +242,13 @@ int main(int argc, char** argv) {
   log.info("envd serving on " + addr + (opt.access_token ? " (token required)" : " (no auth)") +
            (::getpid() == 1 ? " as PID 1" : ""));
 
+  // One thread handles the signals in order: a SIGHUP's reload is complete (the new token
+  // accepted, the old one refused) before the next signal is taken.
   int sig = 0;
-  sigwait(&stop, &sig);
+  std::optional<std::string> token = opt.access_token;
+  while (sigwait(&waited, &sig) == 0 && sig == SIGHUP) {
+    token = reload_token(f, std::move(token), **server, server_sup ? &*server_sup : nullptr, log);
+  }
   log.info(std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") +
            ", forwarding it and shutting down");
   (*server)->signal_processes(SIGTERM);

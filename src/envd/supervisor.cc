@@ -59,6 +59,15 @@ void Supervisor::signal(int sig) {
   if (pid_ > 0) ::kill(-pid_, sig);
 }
 
+void Supervisor::restart(std::vector<std::string> env) {
+  {
+    std::lock_guard lock(mu_);
+    env_ = std::move(env);
+    restart_now_ = true;
+  }
+  cv_.notify_all();
+}
+
 void Supervisor::event(std::string_view level, const std::string& message) {
   OutputLog::instance().add(name_, "event", level, message);
   if (level == "warn")
@@ -67,13 +76,13 @@ void Supervisor::event(std::string_view level, const std::string& message) {
     log().info(message);
 }
 
-pid_t Supervisor::spawn(int out_fd, int err_fd) {
+pid_t Supervisor::spawn(std::vector<std::string> env, int out_fd, int err_fd) {
   std::string home_env = "HOME=" + user_.home;
   std::string user_env = "USER=" + user_.name;
   // One entry per name (getenv() returns the first of duplicates): the user's HOME and USER,
-  // then env_, then envd's own environment for the rest.
+  // then `env`, then envd's own environment for the rest.
   std::vector<char*> envp{home_env.data(), user_env.data()};
-  for (auto& e : env_) envp.push_back(e.data());
+  for (auto& e : env) envp.push_back(e.data());
   auto overridden = [&](std::string_view entry) {
     std::string_view name = entry.substr(0, entry.find('=') + 1);  // "NAME="
     for (const char* have : envp) {
@@ -127,17 +136,20 @@ pid_t Supervisor::spawn(int out_fd, int err_fd) {
 void Supervisor::run() {
   auto backoff = std::chrono::milliseconds(100);
   for (;;) {
+    std::vector<std::string> env;
     {
       std::lock_guard lock(mu_);
       if (stop_) return;
       exited_ = false;
+      restart_now_ = false;
+      env = env_;
     }
     auto started = std::chrono::steady_clock::now();
     int out[2] = {-1, -1}, err[2] = {-1, -1};
     if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
       log().warn("cannot make output pipes for " + name_ + ": its output is not kept");
     }
-    pid_t pid = spawn(out[1], err[1]);
+    pid_t pid = spawn(std::move(env), out[1], err[1]);
     for (int fd : {out[1], err[1]}) {
       if (fd >= 0) ::close(fd);
     }
@@ -157,7 +169,14 @@ void Supervisor::run() {
       pid_ = pid;
       event("info", "started " + name_ + " (pid " + std::to_string(pid) + "): " + cmd_);
     }
-    cv_.wait(lock, [this] { return exited_; });
+    cv_.wait(lock, [this] { return exited_ || restart_now_; });
+    if (!exited_) {  // restart(): this child goes first
+      ::kill(-pid, SIGTERM);
+      if (!cv_.wait_for(lock, std::chrono::seconds(2), [this] { return exited_; })) {
+        ::kill(-pid, SIGKILL);
+      }
+      cv_.wait(lock, [this] { return exited_; });
+    }
     pid_ = -1;
     cv_.notify_all();
     int status = status_;
@@ -171,11 +190,16 @@ void Supervisor::run() {
                                    : "signal " + std::to_string(WTERMSIG(status))));
     }
     if (!restart_ || stop_) return;
+    if (restart_now_) {
+      event("info", "restarting " + name_ + " now, with a new environment");
+      backoff = std::chrono::milliseconds(100);
+      continue;  // unlocks; the next run takes the new env_
+    }
     if (std::chrono::steady_clock::now() - started > std::chrono::seconds(60)) {
       backoff = std::chrono::milliseconds(100);
     }
     event("warn", "restarting " + name_ + " in " + std::to_string(backoff.count()) + " ms");
-    cv_.wait_for(lock, backoff, [this] { return stop_; });
+    cv_.wait_for(lock, backoff, [this] { return stop_ || restart_now_; });
     if (stop_) return;
     lock.unlock();
     backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::seconds(30));

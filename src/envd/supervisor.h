@@ -28,14 +28,18 @@ class Supervisor {
              std::vector<std::string> env, User user, bool restart);
   ~Supervisor();  // stops restarting, SIGTERMs the child (SIGKILL after 2 s) and joins
   void signal(int sig);
+  // Replaces `env` and restarts the child at once to take it: SIGTERM to its process group,
+  // SIGKILL if it is still there after 2 s, then a new run without backoff (a child waiting out
+  // its backoff starts now). For a supervisor made with `restart`; returns before the new run.
+  void restart(std::vector<std::string> env);
 
  private:
   void run();
-  pid_t spawn(int out_fd, int err_fd);
+  pid_t spawn(std::vector<std::string> env, int out_fd, int err_fd);
   void event(std::string_view level, const std::string& message);
   Reaper& reaper_;
-  std::string name_, cmd_;  // cmd_: argv joined, for the log
-  std::vector<std::string> argv_, env_;
+  std::string name_, cmd_;               // cmd_: argv joined, for the log
+  std::vector<std::string> argv_, env_;  // env_: guarded by mu_
   User user_;
   bool restart_;
   std::mutex mu_;
@@ -44,6 +48,7 @@ class Supervisor {
   bool exited_ = false;
   int status_ = 0;  // of the last exit
   bool stop_ = false;
+  bool restart_now_ = false;  // restart() asked for a new run with env_
   std::thread thread_;
 };
 

@@ -7,13 +7,12 @@
 #include <boost/json.hpp>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <optional>
-#include <sstream>
 
 #include "abx/base/log.h"
 #include "abx/server/server.h"
+#include "abx/token/token.h"
 
 namespace abx::server {
 
@@ -25,17 +24,6 @@ constexpr int kExitUsage = 2;   // bad flags
 constexpr int kExitConfig = 3;  // a module failed to load, registration errors, no token
 constexpr int kExitListen = 4;  // could not bind
 constexpr int kExitStdio = 5;   // --stdio: reading stdin or writing stdout failed
-
-Result<std::string> read_token_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return invalid_argument("cannot read token file " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string t = ss.str();
-  while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.pop_back();
-  if (t.empty()) return invalid_argument("token file " + path + " is empty");
-  return t;
-}
 
 std::chrono::milliseconds parse_duration(const std::string& s) {
   // "30s", "500ms", "2m", or a bare number of seconds.
@@ -142,7 +130,7 @@ int serve_stdio(registry::CommandRegistry& reg, const CommandServerOptions& opt)
 // --token-file, else $ABX_ACCESS_TOKEN; empty when neither (the server then refuses to start
 // unless --no-auth).
 Result<std::string> access_token(const std::string& token_file) {
-  if (!token_file.empty()) return read_token_file(token_file);
+  if (!token_file.empty()) return token::read_token_file(token_file);
   std::string token;
   if (const char* env = std::getenv("ABX_ACCESS_TOKEN"); env != nullptr && *env) token = env;
   // Never inherited by what the commands start.

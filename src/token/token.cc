@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <array>
 #include <boost/json.hpp>
+#include <fstream>
+#include <sstream>
 
 #include "abx/base/base64.h"
 #include "abx/base/hex.h"
@@ -112,6 +114,24 @@ Result<std::string> random_hex(std::size_t bytes) {
     return internal_error("RAND_bytes failed");
   }
   return to_hex(raw);
+}
+
+Status reseed_random() {
+  // RAND_poll reseeds the primary DRBG; each thread's public and private DRBGs see its reseed
+  // counter change and reseed from it before their next output.
+  if (RAND_poll() != 1) return internal_error("RAND_poll failed");
+  return {};
+}
+
+Result<std::string> read_token_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return invalid_argument("cannot read token file " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string t = ss.str();
+  while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.pop_back();
+  if (t.empty()) return invalid_argument("token file " + path + " is empty");
+  return t;
 }
 
 }  // namespace abx::token

@@ -1,6 +1,10 @@
 #include "abx/token/token.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
 
 namespace abx::token {
 namespace {
@@ -69,6 +73,22 @@ TEST(RandomHex, LengthAndAlphabet) {
   EXPECT_EQ(a->size(), 32u);
   EXPECT_NE(*a, *b);
   EXPECT_EQ(a->find_first_not_of("0123456789abcdef"), std::string::npos);
+  ASSERT_TRUE(reseed_random().ok());
+  auto c = random_hex(16);
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE(*a, *c);
+}
+
+TEST(ReadTokenFile, TrimsTheEndAndRefusesEmptyOrMissingFiles) {
+  std::string path = ::testing::TempDir() + "/abx-token-" + std::to_string(::getpid());
+  std::ofstream(path) << "tok en\r\n \n";
+  auto t = read_token_file(path);
+  ASSERT_TRUE(t.ok()) << t.error().message();
+  EXPECT_EQ(*t, "tok en");
+  std::ofstream(path) << " \n";
+  EXPECT_EQ(read_token_file(path).error().code(), ErrorCode::kInvalidArgument);
+  std::remove(path.c_str());
+  EXPECT_EQ(read_token_file(path).error().code(), ErrorCode::kInvalidArgument);
 }
 
 }  // namespace

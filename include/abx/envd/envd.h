@@ -64,6 +64,10 @@ class Envd {
   const std::string& host() const;
   // Sends `sig` to every process started through the API (SIGTERM forwarding).
   void signal_processes(int sig);
+  // Replaces the access token: from the return on, `token` is the only one accepted (requests
+  // already past the check finish). Turning auth on or off is not a change this makes. Errors:
+  // kInvalidArgument for an empty token, kFailedPrecondition when envd serves without one.
+  Status set_access_token(std::string token);
   void shutdown(std::chrono::milliseconds drain);
 
   struct Impl;

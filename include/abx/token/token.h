@@ -45,4 +45,14 @@ bool looks_scoped(std::string_view presented);
 // A random token of `bytes` bytes, hex-encoded (OpenSSL RAND_bytes).
 Result<std::string> random_hex(std::size_t bytes);
 
+// Reseeds OpenSSL's generators (random_hex's source) from the kernel. A process restored more
+// than once from one checkpoint (a CRIU fork) resumes with the same generator state in every
+// copy, and OpenSSL's fork detection does not see it (the pid is the checkpoint's); such a
+// process calls this once restored. Errors: kInternal.
+Status reseed_random();
+
+// The token in the file at `path`, trailing newlines, CRs and spaces dropped. Errors:
+// kInvalidArgument when the file cannot be read or holds no token.
+Result<std::string> read_token_file(const std::string& path);
+
 }  // namespace abx::token
