@@ -171,7 +171,13 @@ Status SandboxManager::resolve_pause_mode() {
   std::error_code ec;
   fs::create_directories(opt_.home + "/checkpoints", ec);
   fs::create_directories(opt_.home + "/snapshots", ec);
-  // A fork's or a snapshot's working directories from an abxd that died mid-way.
+  return {};
+}
+
+void SandboxManager::remove_cut_checkpoints() {
+  std::error_code ec;
+  // A fork's or a snapshot's working directories from an abxd that died mid-way (after the
+  // adoption, whose recover() waits for a CRIU dump still writing into one).
   for (const auto& base : {opt_.home + "/checkpoints", opt_.home + "/snapshots"}) {
     for (const auto& e : fs::directory_iterator(base, ec)) {
       const std::string name = e.path().filename().string();
@@ -180,7 +186,6 @@ Status SandboxManager::resolve_pause_mode() {
         fs::remove_all(e.path(), ec);
     }
   }
-  return {};
 }
 
 bool SandboxManager::can_checkpoint(const LiveSandbox& sb) const {
@@ -294,12 +299,20 @@ Result<store::SandboxRecord> SandboxManager::settle_checkpoint(const store::Sand
   std::error_code ec;
   if (rec.checkpoint.empty()) {
     if (!sb.ok()) return sb.error();
-    if (fs::exists(dir)) {
-      // A pause to disk that never committed: the sandbox runs on as it was.
+    // A pause to disk that never committed, or a fork or snapshot cut short: the tree is frozen
+    // (a CRIU dump may still be finishing: recover() waits for it) and may lack its link; the
+    // sandbox runs on as it was. One paused in memory stays frozen.
+    // recover() is a no-op on a sandbox that runs with its link, so every running one gets it
+    // (CRIU thaws the cgroup once it has seized the tasks: frozen() alone does not tell).
+    const bool cut = fs::exists(dir) || sb->cgroups().frozen();
+    if (rec.state == store::SandboxState::kRunning || fs::exists(dir)) {
       ABX_TRY(runtime::recover(*sb));
       fs::remove_all(dir, ec);
-      log_.warn("sandbox " + rec.id + ": a pause to disk cut short by a restart was undone");
     }
+    if (cut)
+      log_.warn("sandbox " + rec.id +
+                ": a checkpoint (pause to disk, fork or snapshot) cut short by a restart was "
+                "undone; it runs on");
     return out;
   }
   if (sb.ok()) {

@@ -198,6 +198,7 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions opt
     f.page_token = page.next_token;
   }
   auto cleaned = runtime::cleanup_stale(state_dir);
+  m->remove_cut_checkpoints();
   if (adopted + lost > 0 || (cleaned.ok() && *cleaned > 0)) {
     m->log_.info("restart: adopted " + std::to_string(adopted) + " live sandbox(es), " +
                  std::to_string(lost) + " gone, " + std::to_string(cleaned.ok() ? *cleaned : 0) +

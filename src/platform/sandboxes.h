@@ -315,6 +315,7 @@ class SandboxManager {
                                                  Result<runtime::Sandbox>& sb);
   // kDisk without a working CRIU: kFailedPrecondition (abxd does not start).
   Status resolve_pause_mode();
+  void remove_cut_checkpoints();
   Status move_deadline(const std::string& id, std::int64_t seconds, bool extend_only);
 
   ManagerOptions opt_;

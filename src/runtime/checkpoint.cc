@@ -22,6 +22,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
@@ -58,6 +59,7 @@ constexpr const char* kJsonFile = "checkpoint.json";
 constexpr const char* kDumpLog = "dump.log";
 constexpr const char* kRestoreLog = "restore.log";
 constexpr const char* kRestorePid = "restore.pid";
+constexpr const char* kCriuPid = "criu.pid";  // "<pid> <start time>" while a dump runs
 constexpr int kFormat = 1;
 
 std::chrono::milliseconds since(Clock::time_point t) {
@@ -65,6 +67,16 @@ std::chrono::milliseconds since(Clock::time_point t) {
 }
 
 std::string bind_key(std::size_t i) { return "bind" + std::to_string(i); }
+
+// In a forked child that does not exec (or not yet): closes every descriptor but `keep`, so it
+// never holds its parent's locks or another child's pipe ends (children made by concurrent
+// restores would otherwise keep each other's pipes open), and dies with its parent.
+// Async-signal-safe (raw syscalls only).
+void child_keep_only(int keep) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (keep > 0) ::syscall(SYS_close_range, 0u, static_cast<unsigned>(keep - 1), 0u);
+  ::syscall(SYS_close_range, static_cast<unsigned>(keep + 1), ~0u, 0u);
+}
 
 struct Ran {
   int status = -1;
@@ -75,7 +87,8 @@ struct Ran {
 // stderr. With `join`, the program runs in those cgroups from its first instruction: a forked
 // child waits until the parent attached it, then execs (between fork and exec it only reads and
 // execs: nothing that allocates).
-Result<Ran> run_program(std::vector<std::string> args, const SandboxCgroups* join = nullptr) {
+Result<Ran> run_program(std::vector<std::string> args, const SandboxCgroups* join = nullptr,
+                        const std::function<void(pid_t)>& started = {}) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -105,8 +118,13 @@ Result<Ran> run_program(std::vector<std::string> args, const SandboxCgroups* joi
       ::dup2(devnull.get(), 0);
       ::dup2(out_wr.get(), 1);
       ::dup2(out_wr.get(), 2);
+      // 0-2 and the go pipe only (criu gets no other descriptor of ours).
+      int go_fd = ::dup2(go_rd.get(), 3);
+      if (go_fd != 3) ::_exit(126);
+      ::syscall(SYS_close_range, 4u, ~0u, 0u);
       char c;
-      if (::read(go_rd.get(), &c, 1) != 1) ::_exit(126);  // the parent gave up
+      if (::read(3, &c, 1) != 1) ::_exit(126);  // the parent gave up
+      ::close(3);
       ::execve(argv[0], argv.data(), envp);
       ::_exit(127);
     }
@@ -125,6 +143,7 @@ Result<Ran> run_program(std::vector<std::string> args, const SandboxCgroups* joi
     }
   }
   out_wr.reset();
+  if (started) started(pid);
   Ran r;
   char buf[4096];
   for (ssize_t n; (n = retry_eintr([&] { return ::read(out_rd.get(), buf, sizeof buf); })) > 0;)
@@ -412,7 +431,14 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
     args.push_back(std::to_string(options.ghost_limit));
   }
   const auto dump_at = Clock::now();
-  auto ran = run_program(args);
+  // While CRIU dumps, its pid is in the state dir: an owner that dies meanwhile leaves CRIU
+  // running on the tree, and recover() must wait for it before it thaws anything.
+  const std::string criu_pidfile = st.dir + "/" + kCriuPid;
+  auto ran = run_program(args, nullptr, [&](pid_t pid) {
+    (void)create_file(criu_pidfile,
+                      std::to_string(pid) + " " + std::to_string(process_start_time(pid)) + "\n");
+  });
+  ::unlink(criu_pidfile.c_str());
   CheckpointInfo info;
   info.dir = dir;
   info.leave_running = options.leave_running;
@@ -488,6 +514,27 @@ Status release_checkpointed(Sandbox& sb, const std::string& dir) {
 
 Status recover(Sandbox& sb) {
   Sandbox::State& st = SandboxAccess::state(sb);
+  // A CRIU dump its dead owner started may still hold the tree (seized, frozen by it): it is
+  // let finish (bounded), as killing it mid-dump could leave its parasite in the tasks.
+  const std::string criu_pidfile = st.dir + "/" + kCriuPid;
+  if (auto rec = read_file(criu_pidfile, 64)) {
+    long long pid = 0;
+    unsigned long long start = 0;
+    if (std::sscanf(rec->c_str(), "%lld %llu", &pid, &start) == 2 && pid > 0) {
+      int fd = sys_pidfd_open(static_cast<pid_t>(pid));
+      if (fd >= 0) {
+        UniqueFd criu(fd);
+        if (process_start_time(static_cast<pid_t>(pid)) == start) {
+          pollfd done{criu.get(), POLLIN, 0};
+          if (retry_eintr([&] { return ::poll(&done, 1, 60'000); }) != 1)
+            return Error(ErrorCode::kDeadlineExceeded, "recover: the CRIU dump (pid " +
+                                                           std::to_string(pid) + ") of sandbox " +
+                                                           st.config.id + " still runs after 60 s");
+        }
+      }
+    }
+    ::unlink(criu_pidfile.c_str());
+  }
   pollfd p{st.pidfd.get(), POLLIN, 0};
   if (st.destroyed || st.status || !st.pidfd || ::poll(&p, 1, 0) != 0)
     return Error(ErrorCode::kFailedPrecondition, "recover: the sandbox is not running");
@@ -606,7 +653,7 @@ class IdmapHolder {
     pid_t pid = static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
     if (pid < 0) return sys_error("clone3 CLONE_NEWUSER", errno);
     if (pid == 0) {
-      ::close(h.release_.get());  // else our own copy of the write end would keep the pipe open
+      child_keep_only(rd.get());  // also our own copy of the write end, else it keeps the pipe
       char c;
       (void)!::read(rd.get(), &c, 1);  // returns at EOF: the parent is done
       ::_exit(0);
