@@ -143,7 +143,7 @@ Status Envd::Impl::check_files_auth(const Request& req, const std::map<std::stri
       return Error(ErrorCode::kUnauthenticated, "invalid signature expiration");
     }
     if (std::stoll(exp) < static_cast<long long>(std::time(nullptr))) {
-      return Error(ErrorCode::kUnauthenticated, "signature expired");
+      return Error(ErrorCode::kUnauthenticated, "signature is already expired");  // E2B's words
     }
     material += ":" + exp;
   }

@@ -479,7 +479,7 @@ Result<SandboxPage> Store::list_sandboxes(const SandboxFilter& f) {
     binds.push_back([kn, vn, k = k, v = v](sql::Stmt& s) { s.bind(kn, k).bind(vn, v); });
   }
   if (f.started_after_ms) {
-    q += " AND created_at > ?" + std::to_string(++n);
+    q += " AND created_at >= ?" + std::to_string(++n);
     binds.push_back([n, v = *f.started_after_ms](sql::Stmt& s) { s.bind(n, v); });
   }
   if (cursor) {

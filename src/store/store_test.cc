@@ -288,11 +288,11 @@ TEST(Store, ListFilters) {
   EXPECT_EQ(ids(*p), std::vector<std::string>{id_for(5)});
 
   f = {};
-  f.started_after_ms = 1'000'008;
+  f.started_after_ms = 1'000'008;  // inclusive: the sandbox started at that very ms is in
   f.descending = true;
   p = s->list_sandboxes(f);
   ASSERT_TRUE(p.ok());
-  EXPECT_EQ(ids(*p), (std::vector<std::string>{id_for(10), id_for(9)}));
+  EXPECT_EQ(ids(*p), (std::vector<std::string>{id_for(10), id_for(9), id_for(8)}));
 
   f = {};
   f.limit = 0;

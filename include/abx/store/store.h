@@ -80,7 +80,7 @@ struct SandboxFilter {
   std::vector<SandboxState> states;              // empty: any state
   std::string template_id;                       // empty: any template
   std::map<std::string, std::string> metadata;   // every pair must be present and equal
-  std::optional<std::int64_t> started_after_ms;  // created_at_ms > this
+  std::optional<std::int64_t> started_after_ms;  // created_at_ms >= this (inclusive, as E2B)
   bool descending = false;                       // order by (created_at, id)
   std::size_t limit = 100;                       // 1..1000
   std::string page_token;                        // next_token of the previous page, or empty
