@@ -32,6 +32,8 @@
 #          CAP_SYS_RESOURCE, as on abx's dev VMs: "Can't get rlimit 0: Operation not permitted").
 #     0003 abx-local: open the target's /proc/<pid>/ns/* before entering its userns, so that a
 #          restored abx-envd (non-dumpable) can be checkpointed again.
+#     0004 abx-local: with --manage-cgroups=ignore, restored threads stay in their task's
+#          cgroups (4.1.1 still sent them to its cgroupd, failing every multi-threaded restore).
 #  5. Installs that one binary to $ABX_CRIU, and the patch list to $ABX_CRIU.patches. The prefix
 #     /usr/local/lib/abx/criu/ is chosen because
 #     /usr/local is never written by dpkg (so Debian's /usr/sbin/criu, if ever installed, is

@@ -628,8 +628,9 @@ TEST_F(AbxdE2E, V2ListIsNewestFirstAndFiltersLikeE2b) {
   // The SDK's metadata: encodeURIComponent of "run=l&n=1".
   EXPECT_EQ(listed_ids("?metadata=run%3Dl%26n%3D1"), (V{ids[1]}));
   EXPECT_EQ(listed_ids("?metadata=run%3Dl%26n%3D9"), (V{}));
-  // startedAfter is exclusive: the first sandbox's own startedAt leaves it out.
-  EXPECT_EQ(listed_ids("?startedAfter=" + started_after), (V{ids[2], ids[1]}));
+  // startedAfter is "at or after" (E2B's openapi.yml and its SDK's list test): the first
+  // sandbox's own startedAt keeps it.
+  EXPECT_EQ(listed_ids("?startedAfter=" + started_after), (V{ids[2], ids[1], ids[0]}));
   EXPECT_EQ(api(bhttp::verb::get, "/v2/sandboxes?startedAfter=yesterday").result_int(), 400);
   for (const auto& id : ids)
     EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);

@@ -57,7 +57,8 @@ test('Sandbox.list: newest first, state, metadata and startedAfter filters', asy
   assert.deepEqual(await ids({ state: ['paused'] }), [b.sandboxId]);
   assert.deepEqual(await ids({ state: ['running'] }), [c.sandboxId, a.sandboxId]);
   assert.deepEqual(await ids({ metadata: { 'odd key': 'x y&z=%' } }), [a.sandboxId]);
-  assert.deepEqual(await ids({ startedAfter }), [c.sandboxId, b.sandboxId]);
+  // "at or after" (E2B's spec): a's own startedAt keeps a.
+  assert.deepEqual(await ids({ startedAfter }), [c.sandboxId, b.sandboxId, a.sandboxId]);
 });
 
 test('Sandbox.list pages with limit and x-next-token', async () => {
