@@ -17,6 +17,7 @@
 //     node --test code-interpreter.test.mjs
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 
 import { NotFoundError, Sandbox, TimeoutError } from '@e2b/code-interpreter';
@@ -267,3 +268,25 @@ test('/execute needs the access token; context management does not', async () =>
   assert.deepEqual(lines.at(-1), { type: 'end_of_execution' });
   assert.equal(lines.find((l) => l.type === 'result').text, '42');
 });
+
+// Pause to disk (issue 14) takes the kernels with it: their variables come back on connect.
+// Only where abxd pauses to disk (CRIU from scripts/install-criu.sh).
+const criuPath = process.env.ABX_CRIU ?? '/usr/local/lib/abx/criu/criu';
+test(
+  'a pause to disk keeps the kernel and its variables',
+  { skip: existsSync(criuPath) ? false : `no CRIU at ${criuPath}` },
+  async () => {
+    const own = await Sandbox.create({ timeoutMs: 600_000 });
+    daemon.made.push(own.sandboxId);
+    assert.equal((await own.runCode('kept = 41; import os; pid = os.getpid()')).error, undefined);
+    const pid = (await own.runCode('pid')).text;
+    assert.equal(await own.pause(), true);
+    assert.equal((await Sandbox.getInfo(own.sandboxId)).state, 'paused');
+    await Sandbox.connect(own.sandboxId);
+    const after = await own.runCode('kept + 1');
+    assert.equal(after.error, undefined);
+    assert.equal(after.text, '42');
+    assert.equal((await own.runCode('os.getpid()')).text, pid); // the same kernel process
+    await own.kill();
+  }
+);
