@@ -824,8 +824,8 @@ TEST_F(EnvdTest, GzipUploadsAndDownloads) {
   }
 }
 
-// envd 0.6.2: X-Metadata-* headers of an upload are the file's user.* xattrs, returned by the
-// upload, Stat and ListDir as `metadata`.
+// envd 0.6.2: X-Metadata-* headers of an upload are the file's user.e2b.* xattrs (E2B's
+// namespace), returned by the upload, Stat and ListDir as `metadata`, prefix stripped.
 TEST_F(EnvdTest, UploadMetadataIsUserXattrsShownByStatAndList) {
   start();
   auto req = http::make_request(bhttp::verb::post, "/files?path=m.txt", "data",
@@ -838,11 +838,23 @@ TEST_F(EnvdTest, UploadMetadataIsUserXattrsShownByStatAndList) {
   EXPECT_EQ(entry.at("metadata"),
             (json::object{{"author", "alice"}, {"purpose", "a test, with spaces"}}));
   char value[64] = {};
-  ssize_t n = ::getxattr((home_ + "/m.txt").c_str(), "user.author", value, sizeof value);
+  ssize_t n = ::getxattr((home_ + "/m.txt").c_str(), "user.e2b.author", value, sizeof value);
   EXPECT_EQ(std::string(value, n > 0 ? static_cast<std::size_t>(n) : 0), "alice");
+  EXPECT_LT(::getxattr((home_ + "/m.txt").c_str(), "user.author", value, sizeof value), 0);
   auto st = rpc_ok("filesystem.Filesystem/Stat", R"({"path":"m.txt"})");
   EXPECT_EQ(st.at("entry").at("metadata"),
             (json::object{{"author", "alice"}, {"purpose", "a test, with spaces"}}));
+  // As E2B's suite does: an attribute set inside the sandbox under user.e2b. shows, stripped;
+  // other user.* attributes (other tools') do not.
+  std::string set_in_sandbox = home_ + "/x.txt";
+  { std::ofstream(set_in_sandbox) << "x"; }
+  ASSERT_EQ(::setxattr(set_in_sandbox.c_str(), "user.e2b.author", "mish", 4, 0), 0);
+  ASSERT_EQ(::setxattr(set_in_sandbox.c_str(), "user.other", "tool", 4, 0), 0);
+  st = rpc_ok("filesystem.Filesystem/Stat", R"({"path":"x.txt"})");
+  EXPECT_EQ(st.at("entry").at("metadata"), (json::object{{"author", "mish"}}));
+  ASSERT_EQ(::removexattr(set_in_sandbox.c_str(), "user.e2b.author"), 0);
+  st = rpc_ok("filesystem.Filesystem/Stat", R"({"path":"x.txt"})");
+  EXPECT_FALSE(st.at("entry").as_object().contains("metadata"));
   // Multipart (the SDK's default) and gzip uploads carry it too; a file without any has none.
   req = http::make_request(bhttp::verb::post, "/files?path=p.txt", multipart("x", "y"),
                            "multipart/form-data; boundary=XyZ");

@@ -81,9 +81,15 @@ bool printable_ascii(std::string_view s) {
   return true;
 }
 
-// The `user.*` extended attributes of `path` (not followed when a symlink) as a JSON map; empty
-// when there are none or they cannot be read. Bounded: the name list by the kernel's own limit
-// (64 KiB), each value by kMaxMetadataValueBytes (longer ones, not set by envd, are skipped).
+// E2B's namespace for file metadata (`filesystem.MetadataXattrPrefix` in E2B's envd): `user.` is
+// what the kernel lets unprivileged processes set, `e2b.` keeps other tools' `user.*` attributes
+// out of the map.
+constexpr std::string_view kMetadataXattrPrefix = "user.e2b.";
+
+// The `user.e2b.*` extended attributes of `path` (not followed when a symlink) as a JSON map keyed
+// without the prefix; empty when there are none or they cannot be read. Bounded: the name list by
+// the kernel's own limit (64 KiB), each value by kMaxMetadataValueBytes (longer ones, not set by
+// envd, are skipped).
 json::object user_xattrs(const std::string& path) {
   json::object out;
   std::string names(64 * 1024, '\0');
@@ -96,12 +102,15 @@ json::object user_xattrs(const std::string& path) {
     auto nul = rest.find('\0');
     std::string name(rest.substr(0, nul));
     rest.remove_prefix(nul == std::string_view::npos ? rest.size() : nul + 1);
-    if (!name.starts_with("user.") || name.size() == 5 || !printable_ascii(name)) continue;
+    if (!name.starts_with(kMetadataXattrPrefix) || name.size() == kMetadataXattrPrefix.size() ||
+        !printable_ascii(name)) {
+      continue;
+    }
     ssize_t len = ::lgetxattr(path.c_str(), name.c_str(), value.data(), value.size());
     if (len < 0) continue;
     std::string_view v(value.data(), static_cast<std::size_t>(len));
     if (!printable_ascii(v)) continue;
-    out[name.substr(5)] = v;
+    out[name.substr(kMetadataXattrPrefix.size())] = v;
   }
   return out;
 }
@@ -110,7 +119,7 @@ json::object user_xattrs(const std::string& path) {
 
 Status set_file_metadata(int fd, const FileMetadata& metadata) {
   for (const auto& [key, value] : metadata) {
-    std::string name = "user." + key;
+    std::string name = std::string(kMetadataXattrPrefix) + key;
     if (::fsetxattr(fd, name.c_str(), value.data(), value.size(), 0) != 0) {
       int err = errno;
       if (err == ENOTSUP) {

@@ -25,23 +25,23 @@
 
 namespace abx::envd {
 
-// A file's metadata (envd 0.6.2): key/value pairs kept as the file's `user.<key>` extended
-// attributes. Keys and values are printable ASCII; the bounds below keep every set within what
-// ext4 stores per inode (one block) and each request small.
+// A file's metadata (envd 0.6.2): key/value pairs kept as the file's `user.e2b.<key>` extended
+// attributes (E2B's namespace). Keys and values are printable ASCII; the bounds below keep every
+// set within what ext4 stores per inode (one block) and each request small.
 using FileMetadata = std::vector<std::pair<std::string, std::string>>;
 inline constexpr std::size_t kMaxMetadataEntries = 32;
 inline constexpr std::size_t kMaxMetadataKeyBytes = 128;
 inline constexpr std::size_t kMaxMetadataValueBytes = 1024;
 inline constexpr std::size_t kMaxMetadataTotalBytes = 3072;  // keys and values together
 
-// Sets each pair as the extended attribute `user.<key>` of the open file. Errors:
+// Sets each pair as the extended attribute `user.e2b.<key>` of the open file. Errors:
 // failed_precondition when the filesystem has no user extended attributes, invalid_argument when
 // it has no room for them, else the errno's.
 Status set_file_metadata(int fd, const FileMetadata& metadata);
 
 // EntryInfo of `path` (lstat: a symlink is reported as FILE_TYPE_SYMLINK with symlinkTarget).
-// Its `user.*` extended attributes with printable-ASCII names and values are its `metadata` map
-// (absent when there are none).
+// Its `user.e2b.*` extended attributes with printable-ASCII names and values, keyed without the
+// prefix, are its `metadata` map (absent when there are none); other `user.*` ones are not shown.
 Result<boost::json::object> entry_info(const std::string& path);
 
 // ListDir: entries below `dir` down to `depth` levels (0 counts as 1); symlinked directories are
