@@ -1063,6 +1063,54 @@ TEST_F(EnvdTest, UserSelectionRunsAsThatUser) {
   EXPECT_EQ(st.st_uid, 1000u);
 }
 
+// E2B's envd makes an upload's missing parents as root and gives them to the user (found with
+// E2B's suite: `/0/multi_test_file0.txt` as `user`, where `user` may not create /0). Root helps
+// only where the user can search without a symlink, and never leaves a directory elsewhere.
+TEST_F(EnvdTest, UploadMakesMissingParentsTheUserMayNotAsE2bDoes) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch users";
+  EnvdOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.users = {{"user", UserSpec{1000, 1000, home_}}, {"root", UserSpec{0, 0, home_}}};
+  o.spool_dir = home_;  // not the shared /tmp
+  auto e = Envd::start(o);
+  ASSERT_TRUE(e.ok());
+  envd_ = std::move(*e);
+  ASSERT_EQ(::chmod(home_.c_str(), 0755), 0);  // root's; `user` may search it, not write it
+  const std::string root_only = home_ + "/root-only";
+  ASSERT_EQ(::mkdir(root_only.c_str(), 0700), 0);
+  const std::string elsewhere = home_ + "/elsewhere";
+  ASSERT_EQ(::mkdir(elsewhere.c_str(), 0755), 0);
+  ASSERT_EQ(::symlink(elsewhere.c_str(), (home_ + "/link").c_str()), 0);
+  auto upload_multipart = [&](const std::string& path) {
+    return send(http::make_request(bhttp::verb::post, "/files?username=user", multipart(path, "m"),
+                                   "multipart/form-data; boundary=XyZ"));
+  };
+  auto r = upload_multipart(home_ + "/0/multi_test_file0.txt");
+  ASSERT_EQ(r.result_int(), 200) << r.body();
+  struct stat st {};
+  ASSERT_EQ(::stat((home_ + "/0").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000u);
+  EXPECT_EQ(st.st_gid, 1000u);
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+  ASSERT_EQ(::stat((home_ + "/0/multi_test_file0.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000u);
+  // The query path (octet-stream; parents made before the body is read), several levels deep.
+  r = send(http::make_request(bhttp::verb::post,
+                              "/files?username=user&path=" + home_ + "/q/deep/f.txt", "o",
+                              "application/octet-stream"));
+  ASSERT_EQ(r.result_int(), 200) << r.body();
+  ASSERT_EQ(::stat((home_ + "/q/deep").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000u);
+  // Not through a symlink, not into a directory the user cannot search: 403, nothing made.
+  EXPECT_EQ(upload_multipart(home_ + "/link/new/f.txt").result_int(), 403);
+  EXPECT_NE(::lstat((elsewhere + "/new").c_str(), &st), 0);
+  EXPECT_EQ(upload_multipart(root_only + "/new/f.txt").result_int(), 403);
+  EXPECT_NE(::lstat((root_only + "/new").c_str(), &st), 0);
+  // Below a directory the user now owns, the user makes the rest (as before).
+  EXPECT_EQ(upload_multipart(home_ + "/0/a/b.txt").result_int(), 200);
+}
+
 // ---- the sandbox boundary (issue 11) ----
 
 // The lines of `s` without '\r' (a pty's output).
@@ -1359,9 +1407,13 @@ TEST_F(EnvdTest, FilesApiActsAsTheRequestedUser) {
   EXPECT_EQ(get(home_ + "/private/x", "user").result_int(), 403);
   r = put(home_ + "/rootdir/f", "user");
   EXPECT_EQ(r.result_int(), 403) << r.body();
-  EXPECT_EQ(put(home_ + "/rootdir/sub/g", "user").result_int(), 403);
   EXPECT_EQ(slurp(home_ + "/rootdir/f"), "old");
-  EXPECT_FALSE(fs::exists(home_ + "/rootdir/sub"));
+  // A missing parent of an upload is made for the user even in root's directory, as E2B's envd
+  // does (UploadMakesMissingParentsTheUserMayNotAsE2bDoes); not below what it cannot search.
+  EXPECT_EQ(put(home_ + "/rootdir/sub/g", "user").result_int(), 200);
+  EXPECT_EQ(fs::status(home_ + "/rootdir/sub").type(), fs::file_type::directory);
+  EXPECT_EQ(put(home_ + "/private/sub/g", "user").result_int(), 403);
+  EXPECT_FALSE(fs::exists(home_ + "/private/sub"));
   for (const auto& [method, body] : std::vector<std::pair<std::string, std::string>>{
            {"Stat", R"({"path":")" + home_ + R"(/private/x"})"},
            {"ListDir", R"({"path":")" + home_ + R"(/private"})"},

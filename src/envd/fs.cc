@@ -236,6 +236,49 @@ Status make_dirs(const std::string& path, const User& owner, bool fail_if_exists
   return {};
 }
 
+// Walks down from "/" with the user's credentials (the caller's FsCreds), so it only reaches
+// directories the user can search, and without following symlinks: a link the user planted must
+// not steer root's mkdir. Only the mkdir and the chown of a missing directory take envd's
+// credentials, on the directory fd the walk holds.
+Status make_upload_dirs(const std::string& dir, const User& owner) {
+  Status as_user = make_dirs(dir, owner, false);
+  if (as_user.ok() || as_user.error().code() != ErrorCode::kPermissionDenied) return as_user;
+  if (::geteuid() != 0 || dir.empty() || dir[0] != '/') return as_user;
+  UniqueFd cur(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!cur.valid()) return as_user;
+  std::string shown;
+  std::string_view rest(dir);
+  while (!rest.empty()) {
+    auto slash = rest.find('/');
+    std::string name(rest.substr(0, slash));
+    rest.remove_prefix(slash == std::string_view::npos ? rest.size() : slash + 1);
+    if (name.empty() || name == ".") continue;
+    if (name == "..") return as_user;  // resolve_path() leaves none; refuse rather than guess
+    shown += "/" + name;
+    constexpr int kWalk = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+    UniqueFd next(::openat(cur.get(), name.c_str(), kWalk));
+    if (!next.valid() && errno == ENOENT) {
+      ABX_ASSIGN_OR_RETURN(auto as_envd, FsCreds::act_as_envd());
+      if (::mkdirat(cur.get(), name.c_str(), 0755) == 0) {
+        UniqueFd made(
+            ::openat(cur.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        // 0755 whatever envd's umask: what E2B's envd (Go's os.Mkdir, umask 022) leaves.
+        if (!made.valid() || ::fchown(made.get(), owner.uid, owner.gid) != 0 ||
+            ::fchmod(made.get(), 0755) != 0) {
+          return errno_error(errno, "give " + shown + " to " + owner.name);
+        }
+      } else if (errno != EEXIST) {
+        return errno_error(errno, "mkdir " + shown);
+      }
+    }
+    if (!next.valid()) next.reset(::openat(cur.get(), name.c_str(), kWalk));  // as the user
+    // A symlink, a file, or a directory the user cannot search: as without root's help.
+    if (!next.valid()) return as_user;
+    cur = std::move(next);
+  }
+  return {};
+}
+
 Status move_path(const std::string& from, const std::string& to, const User& owner) {
   struct stat st {};
   if (::lstat(from.c_str(), &st) != 0) return errno_error(errno, "stat " + from);

@@ -51,6 +51,12 @@ Result<boost::json::array> list_dir(const std::string& dir, std::uint32_t depth)
 // mkdir -p owned by `owner` (when envd can chown). Errors: already_exists when `path` is already
 // a directory; invalid_argument when it or a parent is a file.
 Status make_dirs(const std::string& path, const User& owner, bool fail_if_exists);
+// The directories of an upload's target, as E2B's envd makes them (EnsureDirs): mkdir -p as the
+// user (the caller acts as `owner`, creds.h); where the user may not create a missing directory
+// (e.g. /0 below "/"), envd as root makes it, mode 0755, owned by `owner`. Root's help goes only
+// to a path the user can search all the way down without a symlink; otherwise the user's
+// permission_denied stands.
+Status make_upload_dirs(const std::string& dir, const User& owner);
 Status move_path(const std::string& from, const std::string& to, const User& owner);
 // Removes a file or a whole tree; a missing path is not an error (as os.RemoveAll).
 Status remove_path(const std::string& path);
