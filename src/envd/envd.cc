@@ -270,7 +270,7 @@ Result<http::BodyPlan> Envd::Impl::body_policy(const Request& h) {
     ABX_ASSIGN_OR_RETURN(auto p, resolve_path(qpath, user));
     target_dir = p.substr(0, std::max<std::size_t>(1, p.rfind('/')));
     ABX_ASSIGN_OR_RETURN(auto as_user, FsCreds::act_as(user));
-    ABX_TRY(make_dirs(target_dir, user, false));
+    ABX_TRY(make_upload_dirs(target_dir, user));
   }
   // Staged on the target's mount: an octet-stream body is then renamed into place, no copy.
   ABX_ASSIGN_OR_RETURN(auto spool, staging_dir_for(target_dir, opt.spool_dir, user));

@@ -824,8 +824,8 @@ TEST_F(EnvdTest, GzipUploadsAndDownloads) {
   }
 }
 
-// envd 0.6.2: X-Metadata-* headers of an upload are the file's user.* xattrs, returned by the
-// upload, Stat and ListDir as `metadata`.
+// envd 0.6.2: X-Metadata-* headers of an upload are the file's user.e2b.* xattrs (E2B's
+// namespace), returned by the upload, Stat and ListDir as `metadata`, prefix stripped.
 TEST_F(EnvdTest, UploadMetadataIsUserXattrsShownByStatAndList) {
   start();
   auto req = http::make_request(bhttp::verb::post, "/files?path=m.txt", "data",
@@ -838,11 +838,23 @@ TEST_F(EnvdTest, UploadMetadataIsUserXattrsShownByStatAndList) {
   EXPECT_EQ(entry.at("metadata"),
             (json::object{{"author", "alice"}, {"purpose", "a test, with spaces"}}));
   char value[64] = {};
-  ssize_t n = ::getxattr((home_ + "/m.txt").c_str(), "user.author", value, sizeof value);
+  ssize_t n = ::getxattr((home_ + "/m.txt").c_str(), "user.e2b.author", value, sizeof value);
   EXPECT_EQ(std::string(value, n > 0 ? static_cast<std::size_t>(n) : 0), "alice");
+  EXPECT_LT(::getxattr((home_ + "/m.txt").c_str(), "user.author", value, sizeof value), 0);
   auto st = rpc_ok("filesystem.Filesystem/Stat", R"({"path":"m.txt"})");
   EXPECT_EQ(st.at("entry").at("metadata"),
             (json::object{{"author", "alice"}, {"purpose", "a test, with spaces"}}));
+  // As E2B's suite does: an attribute set inside the sandbox under user.e2b. shows, stripped;
+  // other user.* attributes (other tools') do not.
+  std::string set_in_sandbox = home_ + "/x.txt";
+  { std::ofstream(set_in_sandbox) << "x"; }
+  ASSERT_EQ(::setxattr(set_in_sandbox.c_str(), "user.e2b.author", "mish", 4, 0), 0);
+  ASSERT_EQ(::setxattr(set_in_sandbox.c_str(), "user.other", "tool", 4, 0), 0);
+  st = rpc_ok("filesystem.Filesystem/Stat", R"({"path":"x.txt"})");
+  EXPECT_EQ(st.at("entry").at("metadata"), (json::object{{"author", "mish"}}));
+  ASSERT_EQ(::removexattr(set_in_sandbox.c_str(), "user.e2b.author"), 0);
+  st = rpc_ok("filesystem.Filesystem/Stat", R"({"path":"x.txt"})");
+  EXPECT_FALSE(st.at("entry").as_object().contains("metadata"));
   // Multipart (the SDK's default) and gzip uploads carry it too; a file without any has none.
   req = http::make_request(bhttp::verb::post, "/files?path=p.txt", multipart("x", "y"),
                            "multipart/form-data; boundary=XyZ");
@@ -1049,6 +1061,54 @@ TEST_F(EnvdTest, UserSelectionRunsAsThatUser) {
   struct stat st {};
   ASSERT_EQ(::stat((home_ + "/own").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, 1000u);
+}
+
+// E2B's envd makes an upload's missing parents as root and gives them to the user (found with
+// E2B's suite: `/0/multi_test_file0.txt` as `user`, where `user` may not create /0). Root helps
+// only where the user can search without a symlink, and never leaves a directory elsewhere.
+TEST_F(EnvdTest, UploadMakesMissingParentsTheUserMayNotAsE2bDoes) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch users";
+  EnvdOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.users = {{"user", UserSpec{1000, 1000, home_}}, {"root", UserSpec{0, 0, home_}}};
+  o.spool_dir = home_;  // not the shared /tmp
+  auto e = Envd::start(o);
+  ASSERT_TRUE(e.ok());
+  envd_ = std::move(*e);
+  ASSERT_EQ(::chmod(home_.c_str(), 0755), 0);  // root's; `user` may search it, not write it
+  const std::string root_only = home_ + "/root-only";
+  ASSERT_EQ(::mkdir(root_only.c_str(), 0700), 0);
+  const std::string elsewhere = home_ + "/elsewhere";
+  ASSERT_EQ(::mkdir(elsewhere.c_str(), 0755), 0);
+  ASSERT_EQ(::symlink(elsewhere.c_str(), (home_ + "/link").c_str()), 0);
+  auto upload_multipart = [&](const std::string& path) {
+    return send(http::make_request(bhttp::verb::post, "/files?username=user", multipart(path, "m"),
+                                   "multipart/form-data; boundary=XyZ"));
+  };
+  auto r = upload_multipart(home_ + "/0/multi_test_file0.txt");
+  ASSERT_EQ(r.result_int(), 200) << r.body();
+  struct stat st {};
+  ASSERT_EQ(::stat((home_ + "/0").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000u);
+  EXPECT_EQ(st.st_gid, 1000u);
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+  ASSERT_EQ(::stat((home_ + "/0/multi_test_file0.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000u);
+  // The query path (octet-stream; parents made before the body is read), several levels deep.
+  r = send(http::make_request(bhttp::verb::post,
+                              "/files?username=user&path=" + home_ + "/q/deep/f.txt", "o",
+                              "application/octet-stream"));
+  ASSERT_EQ(r.result_int(), 200) << r.body();
+  ASSERT_EQ(::stat((home_ + "/q/deep").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000u);
+  // Not through a symlink, not into a directory the user cannot search: 403, nothing made.
+  EXPECT_EQ(upload_multipart(home_ + "/link/new/f.txt").result_int(), 403);
+  EXPECT_NE(::lstat((elsewhere + "/new").c_str(), &st), 0);
+  EXPECT_EQ(upload_multipart(root_only + "/new/f.txt").result_int(), 403);
+  EXPECT_NE(::lstat((root_only + "/new").c_str(), &st), 0);
+  // Below a directory the user now owns, the user makes the rest (as before).
+  EXPECT_EQ(upload_multipart(home_ + "/0/a/b.txt").result_int(), 200);
 }
 
 // ---- the sandbox boundary (issue 11) ----
@@ -1347,9 +1407,13 @@ TEST_F(EnvdTest, FilesApiActsAsTheRequestedUser) {
   EXPECT_EQ(get(home_ + "/private/x", "user").result_int(), 403);
   r = put(home_ + "/rootdir/f", "user");
   EXPECT_EQ(r.result_int(), 403) << r.body();
-  EXPECT_EQ(put(home_ + "/rootdir/sub/g", "user").result_int(), 403);
   EXPECT_EQ(slurp(home_ + "/rootdir/f"), "old");
-  EXPECT_FALSE(fs::exists(home_ + "/rootdir/sub"));
+  // A missing parent of an upload is made for the user even in root's directory, as E2B's envd
+  // does (UploadMakesMissingParentsTheUserMayNotAsE2bDoes); not below what it cannot search.
+  EXPECT_EQ(put(home_ + "/rootdir/sub/g", "user").result_int(), 200);
+  EXPECT_EQ(fs::status(home_ + "/rootdir/sub").type(), fs::file_type::directory);
+  EXPECT_EQ(put(home_ + "/private/sub/g", "user").result_int(), 403);
+  EXPECT_FALSE(fs::exists(home_ + "/private/sub"));
   for (const auto& [method, body] : std::vector<std::pair<std::string, std::string>>{
            {"Stat", R"({"path":")" + home_ + R"(/private/x"})"},
            {"ListDir", R"({"path":")" + home_ + R"(/private"})"},

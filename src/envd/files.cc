@@ -372,7 +372,7 @@ Status place_file(http::BodyFile& spooled, std::uint64_t offset, std::uint64_t l
   std::string dir = dir_of(target);
   {
     ABX_ASSIGN_OR_RETURN(auto as_user, FsCreds::act_as(owner));
-    ABX_TRY(make_dirs(dir, owner, false));
+    ABX_TRY(make_upload_dirs(dir, owner));
     struct stat tst {};
     if (::lstat(target.c_str(), &tst) == 0 && S_ISDIR(tst.st_mode)) {
       return invalid_argument("path is a directory: " + target);

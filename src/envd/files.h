@@ -57,7 +57,7 @@ Result<std::string> staging_dir_for(const std::string& dir, const std::string& s
 // credentials (creds.h), so permissions are the user's. `spooled` is the body already on disk; when
 // it is already staged on the target's mount it is renamed without a copy. Watchers of the target's
 // directory see CREATE then WRITE of the target and nothing else. `metadata` becomes the new
-// file's user.* extended attributes before it appears. With Coding::kGzip the range is a gzip
+// file's user.e2b.* extended attributes before it appears. With Coding::kGzip the range is a gzip
 // stream (members may be concatenated), decoded into the staged file: invalid_argument when it
 // is not valid gzip, payload_too_large when it decodes to more than `max_decoded` bytes.
 struct PlaceOptions {

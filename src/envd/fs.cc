@@ -81,9 +81,15 @@ bool printable_ascii(std::string_view s) {
   return true;
 }
 
-// The `user.*` extended attributes of `path` (not followed when a symlink) as a JSON map; empty
-// when there are none or they cannot be read. Bounded: the name list by the kernel's own limit
-// (64 KiB), each value by kMaxMetadataValueBytes (longer ones, not set by envd, are skipped).
+// E2B's namespace for file metadata (`filesystem.MetadataXattrPrefix` in E2B's envd): `user.` is
+// what the kernel lets unprivileged processes set, `e2b.` keeps other tools' `user.*` attributes
+// out of the map.
+constexpr std::string_view kMetadataXattrPrefix = "user.e2b.";
+
+// The `user.e2b.*` extended attributes of `path` (not followed when a symlink) as a JSON map keyed
+// without the prefix; empty when there are none or they cannot be read. Bounded: the name list by
+// the kernel's own limit (64 KiB), each value by kMaxMetadataValueBytes (longer ones, not set by
+// envd, are skipped).
 json::object user_xattrs(const std::string& path) {
   json::object out;
   std::string names(64 * 1024, '\0');
@@ -96,12 +102,15 @@ json::object user_xattrs(const std::string& path) {
     auto nul = rest.find('\0');
     std::string name(rest.substr(0, nul));
     rest.remove_prefix(nul == std::string_view::npos ? rest.size() : nul + 1);
-    if (!name.starts_with("user.") || name.size() == 5 || !printable_ascii(name)) continue;
+    if (!name.starts_with(kMetadataXattrPrefix) || name.size() == kMetadataXattrPrefix.size() ||
+        !printable_ascii(name)) {
+      continue;
+    }
     ssize_t len = ::lgetxattr(path.c_str(), name.c_str(), value.data(), value.size());
     if (len < 0) continue;
     std::string_view v(value.data(), static_cast<std::size_t>(len));
     if (!printable_ascii(v)) continue;
-    out[name.substr(5)] = v;
+    out[name.substr(kMetadataXattrPrefix.size())] = v;
   }
   return out;
 }
@@ -110,7 +119,7 @@ json::object user_xattrs(const std::string& path) {
 
 Status set_file_metadata(int fd, const FileMetadata& metadata) {
   for (const auto& [key, value] : metadata) {
-    std::string name = "user." + key;
+    std::string name = std::string(kMetadataXattrPrefix) + key;
     if (::fsetxattr(fd, name.c_str(), value.data(), value.size(), 0) != 0) {
       int err = errno;
       if (err == ENOTSUP) {
@@ -224,6 +233,49 @@ Status make_dirs(const std::string& path, const User& owner, bool fail_if_exists
   }
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
   if (fd.valid()) chown_to(fd.get(), owner);
+  return {};
+}
+
+// Walks down from "/" with the user's credentials (the caller's FsCreds), so it only reaches
+// directories the user can search, and without following symlinks: a link the user planted must
+// not steer root's mkdir. Only the mkdir and the chown of a missing directory take envd's
+// credentials, on the directory fd the walk holds.
+Status make_upload_dirs(const std::string& dir, const User& owner) {
+  Status as_user = make_dirs(dir, owner, false);
+  if (as_user.ok() || as_user.error().code() != ErrorCode::kPermissionDenied) return as_user;
+  if (::geteuid() != 0 || dir.empty() || dir[0] != '/') return as_user;
+  UniqueFd cur(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!cur.valid()) return as_user;
+  std::string shown;
+  std::string_view rest(dir);
+  while (!rest.empty()) {
+    auto slash = rest.find('/');
+    std::string name(rest.substr(0, slash));
+    rest.remove_prefix(slash == std::string_view::npos ? rest.size() : slash + 1);
+    if (name.empty() || name == ".") continue;
+    if (name == "..") return as_user;  // resolve_path() leaves none; refuse rather than guess
+    shown += "/" + name;
+    constexpr int kWalk = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+    UniqueFd next(::openat(cur.get(), name.c_str(), kWalk));
+    if (!next.valid() && errno == ENOENT) {
+      ABX_ASSIGN_OR_RETURN(auto as_envd, FsCreds::act_as_envd());
+      if (::mkdirat(cur.get(), name.c_str(), 0755) == 0) {
+        UniqueFd made(
+            ::openat(cur.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        // 0755 whatever envd's umask: what E2B's envd (Go's os.Mkdir, umask 022) leaves.
+        if (!made.valid() || ::fchown(made.get(), owner.uid, owner.gid) != 0 ||
+            ::fchmod(made.get(), 0755) != 0) {
+          return errno_error(errno, "give " + shown + " to " + owner.name);
+        }
+      } else if (errno != EEXIST) {
+        return errno_error(errno, "mkdir " + shown);
+      }
+    }
+    if (!next.valid()) next.reset(::openat(cur.get(), name.c_str(), kWalk));  // as the user
+    // A symlink, a file, or a directory the user cannot search: as without root's help.
+    if (!next.valid()) return as_user;
+    cur = std::move(next);
+  }
   return {};
 }
 

@@ -25,23 +25,23 @@
 
 namespace abx::envd {
 
-// A file's metadata (envd 0.6.2): key/value pairs kept as the file's `user.<key>` extended
-// attributes. Keys and values are printable ASCII; the bounds below keep every set within what
-// ext4 stores per inode (one block) and each request small.
+// A file's metadata (envd 0.6.2): key/value pairs kept as the file's `user.e2b.<key>` extended
+// attributes (E2B's namespace). Keys and values are printable ASCII; the bounds below keep every
+// set within what ext4 stores per inode (one block) and each request small.
 using FileMetadata = std::vector<std::pair<std::string, std::string>>;
 inline constexpr std::size_t kMaxMetadataEntries = 32;
 inline constexpr std::size_t kMaxMetadataKeyBytes = 128;
 inline constexpr std::size_t kMaxMetadataValueBytes = 1024;
 inline constexpr std::size_t kMaxMetadataTotalBytes = 3072;  // keys and values together
 
-// Sets each pair as the extended attribute `user.<key>` of the open file. Errors:
+// Sets each pair as the extended attribute `user.e2b.<key>` of the open file. Errors:
 // failed_precondition when the filesystem has no user extended attributes, invalid_argument when
 // it has no room for them, else the errno's.
 Status set_file_metadata(int fd, const FileMetadata& metadata);
 
 // EntryInfo of `path` (lstat: a symlink is reported as FILE_TYPE_SYMLINK with symlinkTarget).
-// Its `user.*` extended attributes with printable-ASCII names and values are its `metadata` map
-// (absent when there are none).
+// Its `user.e2b.*` extended attributes with printable-ASCII names and values, keyed without the
+// prefix, are its `metadata` map (absent when there are none); other `user.*` ones are not shown.
 Result<boost::json::object> entry_info(const std::string& path);
 
 // ListDir: entries below `dir` down to `depth` levels (0 counts as 1); symlinked directories are
@@ -51,6 +51,12 @@ Result<boost::json::array> list_dir(const std::string& dir, std::uint32_t depth)
 // mkdir -p owned by `owner` (when envd can chown). Errors: already_exists when `path` is already
 // a directory; invalid_argument when it or a parent is a file.
 Status make_dirs(const std::string& path, const User& owner, bool fail_if_exists);
+// The directories of an upload's target, as E2B's envd makes them (EnsureDirs): mkdir -p as the
+// user (the caller acts as `owner`, creds.h); where the user may not create a missing directory
+// (e.g. /0 below "/"), envd as root makes it, mode 0755, owned by `owner`. Root's help goes only
+// to a path the user can search all the way down without a symlink; otherwise the user's
+// permission_denied stands.
+Status make_upload_dirs(const std::string& dir, const User& owner);
 Status move_path(const std::string& from, const std::string& to, const User& owner);
 // Removes a file or a whole tree; a missing path is not an error (as os.RemoveAll).
 Status remove_path(const std::string& path);

@@ -2,9 +2,16 @@
 // keep-alive, pipelining, limits, and draining.
 #include "abx/http/server.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <boost/json.hpp>
+#include <cerrno>
+#include <cstring>
 #include <thread>
 
 #include "abx/http/client.h"
@@ -183,6 +190,51 @@ TEST_F(HttpServerTest, ExpectContinueWithinLimitGets100ThenTheAnswer) {
       raw(kPost + "Content-Length: 2\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n{}");
   EXPECT_EQ(out.rfind("HTTP/1.1 100 Continue", 0), 0u) << out;
   EXPECT_NE(out.find("HTTP/1.1 200"), std::string::npos) << out;
+}
+
+// An error answered before the body is read (here a Content-Length over the limit) must reach a
+// client that goes on sending the body, as a proxy relaying an upload does: the server shuts its
+// sending side, discards what follows (bounded), and does not close into an RST that fails the
+// client's writes and can take the answer with it. A client that then stays is closed anyway.
+TEST_F(HttpServerTest, EarlyErrorReachesAClientStillSendingTheBody) {
+  start({.max_body_bytes = 1024});
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(server_->port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  std::string body(512 * 1024, 'b');  // within what the server discards
+  std::string head = kPost + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
+  ASSERT_EQ(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+  pollfd p{fd, POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 5000), 1);  // the answer is there before any body byte was sent
+  // By now a server that closed at once has reset the connection at our first body bytes; in
+  // pieces, so that a reset shows as a failed send rather than vanishing in one big buffer.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  constexpr std::size_t kPiece = 16 * 1024;
+  for (std::size_t off = 0; off < body.size(); off += kPiece) {
+    ssize_t n = ::send(fd, body.data() + off, kPiece, MSG_NOSIGNAL);
+    ASSERT_EQ(n, static_cast<ssize_t>(kPiece))
+        << "sending the body after the answer, at " << off << ": " << std::strerror(errno);
+    if (off == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ASSERT_EQ(::poll(&p, 1, 5000), 1);
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    ASSERT_GE(n, 0) << "reading the answer: " << std::strerror(errno);
+    if (n == 0) break;  // the server's FIN, after the whole answer
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  EXPECT_EQ(status_of(out), 413) << out;
+  EXPECT_TRUE(wait_for_no_connections());  // the socket is still open on our side
 }
 
 TEST_F(HttpServerTest, SlowHeaderIsCutOffAtTheDeadline) {

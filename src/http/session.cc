@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/dispatch.hpp>
 #include <boost/beast/core/bind_handler.hpp>
 #include <boost/beast/core/string.hpp>
@@ -12,6 +13,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 namespace abx::http::detail {
@@ -22,6 +24,10 @@ namespace bhttp = boost::beast::http;
 using tcp = asio::ip::tcp;
 
 namespace {
+
+// What linger_close() reads and discards at most before it closes anyway.
+constexpr std::size_t kLingerBytes = 1024 * 1024;
+constexpr std::chrono::seconds kLingerTime{2};
 
 Result<std::shared_ptr<BodyFile>> open_spool_file(const std::string& dir) {
   std::string tmpl = dir + "/.abx-body-XXXXXX";
@@ -76,6 +82,7 @@ void Session::force_close() {
 void Session::read_header() {
   if (server_.draining.load()) return close();
   busy_ = false;
+  linger_ = false;
   parser_.emplace();
   file_parser_.reset();
   body_file_.reset();
@@ -252,6 +259,7 @@ void Session::fail(const Error& err, unsigned status) {
   if (status == 0) status = http_status(err.code());
   Response res = render_error(err, status, 11);
   keep_alive_ = false;
+  linger_ = (parser_ && !parser_->is_done()) || (file_parser_ && !file_parser_->is_done());
   write(std::move(res));
 }
 
@@ -265,10 +273,38 @@ void Session::write(Response res) {
   stream_.expires_after(server_.opt.limits.write_timeout);
   bhttp::async_write(stream_, *sp,
                      [self = shared_from_this(), sp, keep](beast::error_code ec, std::size_t) {
-                       if (ec || !keep) return self->close();
+                       if (ec) return self->close();
+                       if (!keep) return self->linger_ ? self->linger_close() : self->close();
                        self->status_override_ = 0;
                        self->read_header();
                      });
+}
+
+// Closing a socket with unread data makes the kernel send an RST, and a client still writing the
+// body (a proxy relaying an upload) then fails its write and may lose the answer with it. So the
+// send side is shut first (the client sees the answer, then EOF) and what the client still sends
+// is read and discarded, bounded in bytes and time, before the socket is closed.
+void Session::linger_close() {
+  beast::error_code ec;
+  stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+  if (ec) return close();
+  busy_ = false;  // a draining server may close it at once
+  linger_left_ = kLingerBytes > buffer_.size() ? kLingerBytes - buffer_.size() : 0;
+  buffer_.clear();
+  spool_buf_.resize(64 * 1024);
+  stream_.expires_after(kLingerTime);  // for all the reads below together
+  linger_read();
+}
+
+void Session::linger_read() {
+  if (linger_left_ == 0) return close();
+  stream_.async_read_some(
+      asio::buffer(spool_buf_.data(), std::min(spool_buf_.size(), linger_left_)),
+      [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+        if (ec) return self->close();  // EOF, timeout, reset or a forced close
+        self->linger_left_ -= std::min(n, self->linger_left_);
+        self->linger_read();
+      });
 }
 
 void Session::close() {
@@ -305,6 +341,8 @@ void Takeover::respond(Response res) && {
   auto session = std::move(session_);
   session->version_ = res.version();
   session->keep_alive_ = true;
+  // The taker may have left part of the body unread (a proxy whose upstream refused it).
+  session->linger_ = !res.keep_alive();
   session->write(std::move(res));
 }
 

@@ -128,6 +128,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void fail(const Error& err, unsigned status = 0);
   void write(Response res);
   void close();
+  void linger_close();
+  void linger_read();
 
   // stream_writer.cc: the streaming response in progress.
   void write_stream_header(std::shared_ptr<StreamState> st, Response h);
@@ -161,6 +163,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool busy_ = false;  // between the first byte of a request and its response
   bool first_ = true;
   unsigned status_override_ = 0;
+  // An error was answered before the request body was read: close with linger_close().
+  bool linger_ = false;
+  std::size_t linger_left_ = 0;  // bytes linger_close() still discards
 };
 
 }  // namespace detail

@@ -23,7 +23,9 @@
 #include <boost/beast/http/write.hpp>
 #include <boost/json.hpp>
 #include <cerrno>
+#include <chrono>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "abx/auth/signing.h"
@@ -113,14 +115,17 @@ void strip_platform_credentials(Fields& f) {
 
 // Relays one message whose header `p` has read from `in` to `out`, body included.
 // `buf` holds kRelayBuffer bytes: one piece in flight, so a slow reader holds back the writer.
+// On an error, `*out_failed` says whether it was writing to `out` (else reading from `in`).
 template <bool isRequest, class In, class Out>
 awaitable<beast::error_code> relay(In& in, beast::flat_buffer& inbuf,
                                    bhttp::parser<isRequest, bhttp::buffer_body>& p, Out& out,
-                                   char* buf) {
+                                   char* buf, bool* out_failed) {
+  *out_failed = false;
   bhttp::serializer<isRequest, bhttp::buffer_body> sr{p.get()};
   beast::error_code hec;
   [[maybe_unused]] auto hn =
       co_await bhttp::async_write_header(out, sr, asio::redirect_error(use_awaitable, hec));
+  *out_failed = static_cast<bool>(hec);
   if (hec) co_return hec;
   while (!sr.is_done()) {
     if (!p.is_done()) {
@@ -149,9 +154,40 @@ awaitable<beast::error_code> relay(In& in, beast::flat_buffer& inbuf,
     [[maybe_unused]] auto n =
         co_await bhttp::async_write(out, sr, asio::redirect_error(use_awaitable, ec));
     if (ec == bhttp::error::need_buffer) ec = {};
+    *out_failed = static_cast<bool>(ec);
     if (ec) co_return ec;
   }
   co_return beast::error_code{};
+}
+
+// The sandbox stopped taking a request body and closed: envd refuses an upload (a bad or
+// expired signature, a bad path) from its header, answers and closes with the body unread, and
+// our next write fails on its RST. Its answer usually sits in our receive queue still (Linux
+// keeps received data readable after a reset), so it is read, bounded in size and time, and
+// relayed instead of a 502 that hides it.
+constexpr std::size_t kEarlyAnswerLimit = 64 * 1024;
+constexpr std::chrono::seconds kEarlyAnswerTime{2};
+
+awaitable<std::optional<http::Response>> read_early_answer(beast::tcp_stream& up, bool head) {
+  up.expires_after(kEarlyAnswerTime);
+  beast::flat_buffer b;
+  for (int interim = 0; interim < 4; ++interim) {  // skipping a 100 Continue
+    bhttp::response_parser<bhttp::string_body> p;
+    p.header_limit(kEarlyAnswerLimit);
+    p.body_limit(kEarlyAnswerLimit);
+    p.skip(head);
+    beast::error_code ec;
+    [[maybe_unused]] auto n =
+        co_await bhttp::async_read(up, b, p, asio::redirect_error(use_awaitable, ec));
+    if (ec) co_return std::nullopt;
+    unsigned status = p.get().result_int();
+    if (status == 100 || status == 102 || status == 103) continue;
+    if (status < 200) co_return std::nullopt;  // 101: never relayed outside a tunnel
+    http::Response res = p.release();
+    strip_hop_by_hop(res, false);
+    co_return res;
+  }
+  co_return std::nullopt;
 }
 
 // A pooled upstream connection the sandbox closed while idle reads as EOF: don't reuse it.
@@ -337,7 +373,19 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
     rp.get().set(bhttp::field::host, mask);
   rp.get().keep_alive(upgrade ? false : true);
   if (upgrade) rp.get().set(bhttp::field::connection, "upgrade");
-  auto rec = co_await relay(client, buf, rp, *up, piece.get());
+  bool up_failed = false;
+  auto rec = co_await relay(client, buf, rp, *up, piece.get(), &up_failed);
+  if (rec && up_failed) {
+    auto early = co_await read_early_answer(*up, head);
+    if (early) {
+      upstreams.erase(key);
+      // The rest of the client's body is unread: the connection closes after this answer.
+      early->version(version);
+      early->keep_alive(false);
+      std::move(conn).respond(std::move(*early));
+      co_return;
+    }
+  }
   if (rec) {
     upstreams.erase(key);
     if (rec == bhttp::error::end_of_stream || rec == asio::error::eof) co_return;
@@ -377,7 +425,8 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   const bool keep = client_keep_alive && !switching && !server->draining();
   resp.get().keep_alive(keep);
   if (switching) resp.get().set(bhttp::field::connection, "upgrade");
-  auto sec = co_await relay(*up, upbuf, resp, client, piece.get());
+  bool client_failed = false;
+  auto sec = co_await relay(*up, upbuf, resp, client, piece.get(), &client_failed);
   if (sec) {
     upstreams.erase(key);
     co_return;

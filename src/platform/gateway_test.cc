@@ -315,6 +315,42 @@ TEST_F(GatewayTest, LargeUploadIsStreamedThrough) {
   EXPECT_EQ(received.load(), kSize);
 }
 
+// envd refuses an upload from its header (an expired signature), answers and closes with the
+// body unread; the gateway's next body write then fails on the reset. The client must get
+// envd's answer, not a 502 "sandbox connection failed".
+TEST_F(GatewayTest, EarlyAnswerOfAnUpstreamThatStopsReadingIsRelayed) {
+  RawUpstream up([&](int fd) {
+    read_until(fd, "\r\n\r\n");
+    std::string body = R"({"code":401,"message":"signature is already expired"})";
+    send_all(fd,
+             "HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\n"
+             "Content-Length: " +
+                 std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+    // Closing with the body unread resets the connection (RawUpstream closes `fd`).
+  });
+  backend_.ports["early"] = up.port();
+  UniqueFd conn = abx::testing::connect_raw(gw_->port(), std::chrono::seconds(10));
+  ASSERT_TRUE(conn.valid());
+  const std::string body(8u << 20, 'u');  // far more than the socket buffers on the way hold
+  send_all(conn.get(),
+           "POST /files?path=up.txt HTTP/1.1\r\nHost: localhost\r\nE2b-Sandbox-Id: early\r\n"
+           "E2b-Sandbox-Port: 49983\r\nX-Access-Token: tok\r\n"
+           "Content-Type: application/octet-stream\r\nContent-Length: " +
+               std::to_string(body.size()) + "\r\n\r\n");
+  // The body goes out beside the read, as a client's would; it is cut short by the close.
+  std::thread writer([fd = conn.get(), &body] { send_all(fd, body); });
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(conn.get(), buf, sizeof buf, 0)) > 0;) {
+    got.append(buf, static_cast<std::size_t>(n));
+  }
+  ::shutdown(conn.get(), SHUT_RDWR);  // ends a writer still blocked
+  writer.join();
+  EXPECT_EQ(got.rfind("HTTP/1.1 401", 0), 0u) << got.substr(0, 300);
+  EXPECT_NE(got.find("signature is already expired"), std::string::npos) << got.substr(0, 300);
+  EXPECT_NE(got.find("Connection: close"), std::string::npos) << got.substr(0, 300);
+}
+
 TEST_F(GatewayTest, HopByHopHeadersStopAtTheProxy) {
   std::string seen;
   RawUpstream up([&](int fd) {

@@ -187,6 +187,8 @@ class Takeover {
   void resume() &&;
   // Gives the connection back with a response to write (the server adds Server, framing and a
   // write deadline); the connection closes after it unless `res` and the server keep it alive.
+  // Such a close lingers: the request body may be unread, and what the client still sends is
+  // discarded (bounded) so that the answer is not lost to a reset.
   void respond(Response res) &&;
 
  private:
@@ -197,7 +199,9 @@ class Takeover {
 
 using Handler = std::function<void(Request&& req, Responder respond)>;
 // Called with a request whose header is complete and whose body has not been read. Returning
-// an Error answers it at once (e.g. 401 before a large upload) and closes the connection.
+// an Error answers it at once (e.g. 401 before a large upload) and closes the connection, after
+// shutting its sending side and discarding what the client still sends (at most 1 MiB, 2 s), so
+// that a client busy writing the body still reads the answer rather than a reset.
 using BodyPolicy = std::function<Result<BodyPlan>(const Request& header)>;
 // Sees every request header that passed the framing checks, on the connection's strand, before
 // the body policy. Moving from `conn` takes the connection over (the server then does nothing

@@ -284,7 +284,7 @@ describe('base sandbox', () => {
     assert.deepEqual(await sbx.files.read('/tmp/js-e2e-gz/bin', { format: 'bytes', gzip: true }), bin);
   });
 
-  // envd 0.6.2: metadata travels as X-Metadata-* headers, is kept as user.* xattrs, and comes
+  // envd 0.6.2: metadata travels as X-Metadata-* headers, is kept as user.e2b.* xattrs, and comes
   // back from write, getInfo and list.
   test('files: metadata round trip', async () => {
     const md = { author: 'alice', purpose: 'js e2e' };
