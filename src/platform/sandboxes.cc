@@ -955,7 +955,16 @@ void SandboxManager::reaper_loop() {
       (void)kill(id);
     }
     for (const auto& id : dead) {
-      if (auto sb = find(id)) sb->note("warn", "abx-envd exited: removing the sandbox");
+      auto sb = find(id);
+      if (!sb) continue;
+      {
+        // Again under the sandbox's lock: a pause to disk ends its tree on purpose (and then
+        // drops it), and a resume replaces it; only an init that died on its own counts.
+        std::lock_guard l(sb->mu);
+        auto rt = sb->runtime();
+        if (!rt || !init_exited(rt->pidfd())) continue;
+      }
+      sb->note("warn", "abx-envd exited: removing the sandbox");
       (void)kill(id);
     }
     lock.lock();
