@@ -429,6 +429,31 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::restore_child(const std::st
   return live;
 }
 
+Result<runtime::CheckpointInfo> SandboxManager::checkpoint_running(
+    LiveSandbox& sb, const std::string& dir, const std::string& what,
+    const std::function<Status()>& under_lock) {
+  const std::string& id = sb.record.id;
+  std::lock_guard lock(sb.mu);
+  if (sb.paused)
+    return Error(ErrorCode::kFailedPrecondition,
+                 what + " of sandbox '" + id + "': it is paused (resume it first)");
+  if (!can_checkpoint(sb))
+    return Error(ErrorCode::kFailedPrecondition,
+                 what + " of sandbox '" + id + "': its template's rootfs or network is the host's");
+  ABX_TRY(under_lock());
+  runtime::CheckpointOptions o;
+  o.criu = opt_.criu;
+  o.leave_running = true;
+  auto rt = sb.runtime();
+  auto info = runtime::checkpoint(*rt, dir, o);
+  if (!info.ok())
+    return Error(info.error().code(),
+                 what + " of sandbox '" + id + "' failed: " + info.error().message());
+  sb.note("info", what + ": checkpoint taken, frozen " + std::to_string(info->frozen.count()) +
+                      " ms, dump " + std::to_string(info->dump.count()) + " ms");
+  return info;
+}
+
 Result<std::vector<Result<std::shared_ptr<LiveSandbox>>>> SandboxManager::fork(
     const std::string& id, int count, std::optional<std::int64_t> timeout_seconds) {
   if (count < 1 || count > kMaxForkCount)
@@ -445,33 +470,19 @@ Result<std::vector<Result<std::shared_ptr<LiveSandbox>>>> SandboxManager::fork(
   ABX_ASSIGN_OR_RETURN(const std::string tag, token::random_hex(6));
   const std::string dir = checkpoint_dir(id) + ".fork-" + tag;
   const auto t0 = Clock::now();
-  {
-    std::lock_guard lock(sb->mu);
-    if (sb->paused)
-      return Error(ErrorCode::kFailedPrecondition,
-                   "sandbox '" + id + "' is paused: resume it to fork it");
-    if (!can_checkpoint(*sb))
-      return Error(ErrorCode::kFailedPrecondition,
-                   "sandbox '" + id + "' cannot be forked (rootfs or network of the host)");
+  auto taken = checkpoint_running(*sb, dir, "fork", [&]() -> Status {
     ABX_ASSIGN_OR_RETURN(parent.config, load_sandbox_config(opt_.home + "/run/" + id));
-    runtime::CheckpointOptions o;
-    o.criu = opt_.criu;
-    o.leave_running = true;
-    auto rt = sb->runtime();
-    auto info = runtime::checkpoint(*rt, dir, o);
-    if (!info.ok()) {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-      return Error(info.error().code(),
-                   "fork of sandbox '" + id + "': its snapshot failed: " + info.error().message());
-    }
-    sb->note("info", "forking " + std::to_string(count) + ": snapshot taken, frozen " +
-                         std::to_string(info->frozen.count()) + " ms");
     parent.record = sb->record;
     parent.tmpl = sb->tmpl;
     parent.image_digest = sb->image_digest;
     parent.network = sb->network;
     parent.secure = !sb->access_token.empty();
+    return {};
+  });
+  if (!taken.ok()) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    return taken.error();
   }
   const std::int64_t timeout = timeout_seconds.value_or(parent.record.timeout_s);
   // Two restores at a time: CRIU's restore is mostly one busy core each.
@@ -520,32 +531,16 @@ Result<SandboxManager::SnapshotInfo> SandboxManager::create_snapshot(const std::
   fs::create_directories(tmp, ec);
   if (ec) return internal_error("create " + tmp.string() + ": " + ec.message());
   json::object j;
-  {
-    std::lock_guard lock(sb->mu);
-    if (sb->paused)
-      return Error(ErrorCode::kFailedPrecondition,
-                   "sandbox '" + id + "' is paused: resume it to snapshot it");
-    if (!can_checkpoint(*sb))
-      return Error(ErrorCode::kFailedPrecondition,
-                   "sandbox '" + id + "' cannot be snapshotted (rootfs or network of the host)");
+  ABX_TRY(checkpoint_running(*sb, (tmp / kSnapshotImages).string(), "snapshot", [&]() -> Status {
     fs::copy_file(opt_.home + "/run/" + id + "/" + kSandboxConfigFile, tmp / kSandboxConfigFile,
                   ec);
     if (ec) return internal_error("copy its config: " + ec.message());
-    runtime::CheckpointOptions o;
-    o.criu = opt_.criu;
-    o.leave_running = true;
-    auto rt = sb->runtime();
-    auto done = runtime::checkpoint(*rt, (tmp / kSnapshotImages).string(), o);
-    if (!done.ok())
-      return Error(done.error().code(),
-                   "snapshot of sandbox '" + id + "' failed: " + done.error().message());
     info.template_id = sb->record.template_id;
     j = record_json(sb->record);
     j["secure"] = !sb->access_token.empty();
     j["imageDigest"] = sb->image_digest;
-    sb->note("info", "snapshot " + info.id + " taken, frozen " +
-                         std::to_string(done->frozen.count()) + " ms");
-  }
+    return {};
+  }));
   json::array names;
   for (const auto& n : info.names) names.emplace_back(n);
   j["snapshotID"] = info.id;

@@ -23,6 +23,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -301,6 +302,12 @@ class SandboxManager {
                                                      const ChildOf& parent,
                                                      std::int64_t timeout_seconds,
                                                      const CreateRequest* req);
+  // Takes sb.mu: refuses a paused sandbox or one CRIU cannot take, runs `under_lock` (to copy
+  // what the caller needs of it), then checkpoints it into `dir`; it runs on. `what` ("fork",
+  // "snapshot") names the operation in errors and in the sandbox's log.
+  Result<runtime::CheckpointInfo> checkpoint_running(LiveSandbox& sb, const std::string& dir,
+                                                     const std::string& what,
+                                                     const std::function<Status()>& under_lock);
   Result<std::shared_ptr<LiveSandbox>> create_from_snapshot(const std::string& snapshot_id,
                                                             const CreateRequest& req);
   // Manifest digests the snapshots' layers need.
