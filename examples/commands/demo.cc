@@ -16,6 +16,9 @@
 ABX_REGISTER(std::string, demo, (int x, std::string y = "hello"), "Run a demo command.") {
   return std::to_string(x) + ": " + y;
 }
+// Quick and never blocks: run it on the I/O thread, without a hop to the worker pool. sleep_ms
+// below stays on the pool, under the call deadline.
+ABX_INLINE(demo);
 
 ABX_REGISTER(std::int64_t, add, (std::int64_t a, std::int64_t b = 0), "Add two integers.") {
   return a + b;

@@ -33,6 +33,10 @@ ABX_REGISTER(int, reg_throws, (int x), "Throws.") {
 constexpr int kNotALiteral = 5;
 ABX_REGISTER(int, reg_non_literal, (int v = kNotALiteral), "Non-literal default.") { return v; }
 
+ABX_REGISTER(int, reg_inline, (int x), "Quick.") { return x; }
+ABX_INLINE(reg_inline);
+ABX_INLINE(reg_not_registered);
+
 namespace abx::registry {
 namespace {
 
@@ -56,6 +60,16 @@ TEST(AbxRegister, DemoSchema) {
   EXPECT_EQ(c.args[1].type, ArgType::kString);
   EXPECT_FALSE(c.args[1].required);
   EXPECT_EQ(c.args[1].default_value, json::value("hello"));
+}
+
+TEST(AbxRegister, InlineMarksTheCommandAndRecordsMistakes) {
+  EXPECT_EQ(cmd("reg_inline").execution, Execution::kInline);
+  EXPECT_EQ(cmd("reg_demo").execution, Execution::kWorkerPool);
+  bool recorded = false;
+  for (const auto& e : default_registry().errors()) {
+    if (e.find("ABX_INLINE(reg_not_registered)") != std::string::npos) recorded = true;
+  }
+  EXPECT_TRUE(recorded);
 }
 
 TEST(AbxRegister, DemoCallUsesDefaultsAndValues) {
@@ -110,7 +124,7 @@ TEST(AbxRegister, ExceptionsPropagateToTheCaller) {
 TEST(AbxRegister, NonLiteralDefaultIsReportedNotGuessed) {
   EXPECT_EQ(default_registry().get("reg_non_literal"), nullptr);
   auto errors = default_registry().errors();
-  ASSERT_EQ(errors.size(), 1u);
+  ASSERT_EQ(errors.size(), 2u);  // this one and ABX_INLINE(reg_not_registered)
   EXPECT_NE(errors[0].find("reg_non_literal"), std::string::npos);
   EXPECT_NE(errors[0].find("kNotALiteral"), std::string::npos);
   EXPECT_EQ(reg_non_literal(), 5);

@@ -109,6 +109,19 @@ TEST(CommandBuilder, InfersTypesFromCallable) {
   EXPECT_EQ(c->fn(json::object{{"a", 40}, {"b", 2}}), json::value(42));
 }
 
+TEST(CommandBuilder, RunsOnThePoolUnlessMarkedInline) {
+  CommandRegistry reg;
+  reg.command("pooled").bind([] { return 1; });
+  reg.command("quick").run_inline().bind([] { return 2; });
+  EXPECT_EQ(reg.get("pooled")->execution, Execution::kWorkerPool);
+  EXPECT_EQ(reg.get("quick")->execution, Execution::kInline);
+  reg.set_execution("pooled", Execution::kInline);
+  EXPECT_EQ(reg.get("pooled")->execution, Execution::kInline);
+  EXPECT_THROW(reg.set_execution("absent", Execution::kInline), RegistryError);
+  reg.freeze();
+  EXPECT_THROW(reg.set_execution("quick", Execution::kWorkerPool), RegistryError);
+}
+
 TEST(CommandBuilder, RefusesMismatchedNames) {
   CommandRegistry reg;
   EXPECT_THROW(reg.command("f").arg("a").bind([](int, int) { return 0; }), RegistryError);

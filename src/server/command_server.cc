@@ -10,6 +10,8 @@
 #include <chrono>
 #include <ctime>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <thread>
 #include <typeinfo>
 
@@ -55,12 +57,31 @@ struct CommandServer::Impl {
   std::unique_ptr<McpEndpoint> mcp;
 
   void handle(Request&& req, Responder respond);
-  // The one path that runs a command, for POST /commands/{name} and MCP tools/call alike: on
-  // the worker pool, with the call deadline armed on `ex`. `done` is called exactly once, with
-  // the return value, kInternal typed with the exception's class, or kDeadlineExceeded.
+  // The one path that runs a command, for POST /commands/{name} and MCP tools/call alike: an
+  // inline command (Execution::kInline) at once on the calling thread; any other on the worker
+  // pool, with the call deadline armed on `ex`. `done` is called exactly once, with the return
+  // value, kInternal typed with the exception's class, or kDeadlineExceeded.
   void run(const registry::RegisteredCommand& cmd, json::object kwargs, asio::any_io_executor ex,
            std::function<void(Result<json::value>)> done);
+  Result<json::value> invoke(const registry::RegisteredCommand& cmd, const json::object& kwargs);
+  Result<json::value> invoke_inline(const registry::RegisteredCommand& cmd,
+                                    const json::object& kwargs);
+
+  static constexpr std::chrono::milliseconds kInlineWarnAfter{10};
+  std::mutex warned_mu;
+  std::set<std::string> warned_inline;  // inline commands already reported as slow
 };
+
+namespace {
+
+// 200 {"result": ...}, or the error mapping.
+Response result_response(Result<json::value> result, unsigned version, bool keep_alive) {
+  if (!result.ok()) return http::error_response(result.error(), version, keep_alive);
+  return http::json_response(200, json::object{{"result", std::move(*result)}}, version,
+                             keep_alive);
+}
+
+}  // namespace
 
 void CommandServer::Impl::handle(Request&& req, Responder respond) {
   Routed r = router->route(req, draining.load());
@@ -68,18 +89,53 @@ void CommandServer::Impl::handle(Request&& req, Responder respond) {
   if (r.mcp) return mcp->handle(req, std::move(r.caller), std::move(respond));
   const unsigned version = req.version();
   const bool keep_alive = req.keep_alive();
+  if (r.command->execution == registry::Execution::kInline) {
+    return respond(result_response(invoke_inline(*r.command, r.kwargs), version, keep_alive));
+  }
   auto ex = respond.executor();
   run(*r.command, std::move(r.kwargs), std::move(ex),
       [respond = std::move(respond), version, keep_alive](Result<json::value> result) {
-        if (!result.ok()) return respond(http::error_response(result.error(), version, keep_alive));
-        respond(http::json_response(200, json::object{{"result", std::move(*result)}}, version,
-                                    keep_alive));
+        respond(result_response(std::move(result), version, keep_alive));
       });
+}
+
+// Calls the command's body, turning an exception into kInternal typed with its class.
+Result<json::value> CommandServer::Impl::invoke(const registry::RegisteredCommand& cmd,
+                                                const json::object& kwargs) {
+  try {
+    return cmd.fn(kwargs);
+  } catch (const std::exception& e) {
+    std::string type = current_exception_type();
+    log.info("command '" + cmd.name + "' threw " + type + ": " + e.what());
+    return Error(ErrorCode::kInternal, e.what(), type);
+  } catch (...) {
+    return Error(ErrorCode::kInternal, "command '" + cmd.name + "' threw a non-standard exception",
+                 current_exception_type());
+  }
+}
+
+// An inline command runs on the calling (I/O) thread: no hop, no timer. Its duration is taken
+// anyway (two clock reads) so that a command wrongly registered inline is reported once.
+Result<json::value> CommandServer::Impl::invoke_inline(const registry::RegisteredCommand& cmd,
+                                                       const json::object& kwargs) {
+  auto t0 = std::chrono::steady_clock::now();
+  Result<json::value> out = invoke(cmd, kwargs);
+  auto took = std::chrono::steady_clock::now() - t0;
+  if (took > kInlineWarnAfter) {
+    std::lock_guard lock(warned_mu);
+    if (warned_inline.insert(cmd.name).second) {
+      log.warn("inline command '" + cmd.name + "' held an I/O thread for " +
+               std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()) +
+               " ms; register it without run_inline/ABX_INLINE so it runs on the worker pool");
+    }
+  }
+  return out;
 }
 
 void CommandServer::Impl::run(const registry::RegisteredCommand& cmd, json::object kwargs,
                               asio::any_io_executor ex,
                               std::function<void(Result<json::value>)> done) {
+  if (cmd.execution == registry::Execution::kInline) return done(invoke_inline(cmd, kwargs));
   // One call's shared state: whoever flips `done` first (the worker or the deadline) answers.
   struct Call {
     std::function<void(Result<json::value>)> done;
@@ -101,23 +157,12 @@ void CommandServer::Impl::run(const registry::RegisteredCommand& cmd, json::obje
     });
   }
   asio::post(*pool, [c, &cmd, kwargs = std::move(kwargs), this] {
-    std::optional<Result<json::value>> out;
-    try {
-      out.emplace(cmd.fn(kwargs));
-    } catch (const std::exception& e) {
-      std::string type = current_exception_type();
-      log.info("command '" + cmd.name + "' threw " + type + ": " + e.what());
-      out.emplace(Error(ErrorCode::kInternal, e.what(), type));
-    } catch (...) {
-      out.emplace(Error(ErrorCode::kInternal,
-                        "command '" + cmd.name + "' threw a non-standard exception",
-                        current_exception_type()));
-    }
+    Result<json::value> out = invoke(cmd, kwargs);
     if (c->finished.exchange(true)) return;  // the deadline answered already
     if (c->timer) {
       asio::post(c->ex, [c] { c->timer->cancel(); });
     }
-    c->done(std::move(*out));
+    c->done(std::move(out));
   });
 }
 

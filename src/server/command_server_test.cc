@@ -9,6 +9,7 @@
 
 #include <boost/json.hpp>
 #include <ctime>
+#include <future>
 #include <stdexcept>
 #include <thread>
 
@@ -244,6 +245,45 @@ TEST_F(CommandServerTest, SlowCallDoesNotBlockFastCalls) {
   slow.join();
   EXPECT_EQ(fast_done, 1);  // ten fast calls finished while the slow one was still running
   EXPECT_EQ(slow_done, 2);
+}
+
+// An inline command runs on the I/O thread; a pool command blocked on a latch must not hold it
+// up, even with a single I/O thread. No timing: the blocked command is only released after the
+// inline calls have answered (or after 10 s, which then fails the test instead of hanging).
+TEST_F(CommandServerTest, BlockedPoolCommandDoesNotStallAnInlineOne) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  reg_.command("gate").bind([released] {
+    return released.wait_for(std::chrono::seconds(10)) == std::future_status::ready
+               ? std::string("released")
+               : std::string("timed out");
+  });
+  reg_.command("quick").arg("x").run_inline().bind([](int x) { return x + 1; });
+  CommandServerOptions opt;
+  opt.io_threads = 1;
+  start(opt);
+  std::thread blocked([&] {
+    Response r = post("gate", "{}");
+    EXPECT_EQ(r.result_int(), 200) << r.body();
+    EXPECT_EQ(r.body(), R"({"result":"released"})");
+  });
+  for (int i = 0; i < 10; ++i) {
+    Response r = post("quick", R"({"x":)" + std::to_string(i) + "}");
+    EXPECT_EQ(r.result_int(), 200) << r.body();
+    EXPECT_EQ(r.body(), R"({"result":)" + std::to_string(i + 1) + "}");
+  }
+  release.set_value();
+  blocked.join();
+}
+
+TEST_F(CommandServerTest, InlineCommandKeepsTheContract) {
+  reg_.command("quick_boom").run_inline().bind([]() -> int { throw std::out_of_range("too far"); });
+  reg_.command("quick").arg("x").run_inline().bind([](int x) { return x; });
+  start();
+  expect_error(post("quick_boom", "{}"), 500, "std::out_of_range", "too far");
+  expect_error(post("quick", R"({"x":"1"})"), 400, "InvalidArgument", "must be an integer");
+  expect_error(post("quick", "{}", "wrong-token"), 401, "Unauthenticated");
+  EXPECT_EQ(post("quick", R"({"x":5})").body(), R"({"result":5})");
 }
 
 TEST_F(CommandServerTest, ScopedTokenSeesAndRunsOnlyItsCommands) {

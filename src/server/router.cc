@@ -91,7 +91,7 @@ Result<Caller> Router::authenticate(const Request& req) const {
     if (!claims.ok()) return claims.error();
     return Caller{true, std::move(claims->commands), std::string(presented)};
   }
-  if (!token::constant_time_equal(presented, *opt_.access_token)) {
+  if (!full_token_ || !full_token_->matches(presented)) {
     return Error(ErrorCode::kUnauthenticated, "invalid access token");
   }
   return Caller{false, {}, std::string(presented)};

@@ -11,6 +11,7 @@
 #include "abx/http/server.h"
 #include "abx/registry/registry.h"
 #include "abx/server/server.h"
+#include "abx/token/token.h"
 
 namespace abx::server {
 
@@ -40,7 +41,9 @@ class Router {
  public:
   // `registry` must be frozen (lookups take no lock) and outlive the router.
   Router(const registry::CommandRegistry& registry, const CommandServerOptions& options)
-      : registry_(&registry), opt_(options) {}
+      : registry_(&registry), opt_(options) {
+    if (opt_.access_token) full_token_.emplace(*opt_.access_token);
+  }
 
   Routed route(const http::Request& req, bool draining) const;
   Result<Caller> authenticate(const http::Request& req) const;
@@ -51,6 +54,7 @@ class Router {
   Routed route_mcp(const http::Request& req, bool draining) const;
   const registry::CommandRegistry* registry_;
   CommandServerOptions opt_;
+  std::optional<token::SecretMatcher> full_token_;  // set unless no_auth
 };
 
 }  // namespace abx::server

@@ -52,7 +52,7 @@ class InProcessServerTest : public ::testing::Test {
     if (!opt.no_auth && !opt.access_token) opt.access_token = kToken;
     opt.limits.max_body_bytes = 4096;
     opt.call_timeout = std::chrono::milliseconds(1500);
-    opt.io_threads = 2;
+    if (opt.io_threads == 0) opt.io_threads = 2;
     auto s = CommandServer::start(reg_, opt);
     ASSERT_TRUE(s.ok()) << s.error().message();
     server_ = std::move(*s);

@@ -22,8 +22,13 @@ namespace json = boost::json;
 namespace {
 
 std::array<unsigned char, SHA256_DIGEST_LENGTH> sha256(std::string_view s) {
+  // Fetched once: SHA256() and EVP_sha256() look the algorithm up in the provider tables (locks
+  // and a hash lookup) on every call, which was most of a token check's cost.
+  static EVP_MD* const md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
   std::array<unsigned char, SHA256_DIGEST_LENGTH> out{};
-  SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), out.data());
+  if (md == nullptr || EVP_Digest(s.data(), s.size(), out.data(), nullptr, md, nullptr) != 1) {
+    SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), out.data());
+  }
   return out;
 }
 
@@ -53,6 +58,13 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
   auto da = sha256(a);
   auto db = sha256(b);
   return CRYPTO_memcmp(da.data(), db.data(), da.size()) == 0;
+}
+
+SecretMatcher::SecretMatcher(std::string_view secret) : digest_(sha256(secret)) {}
+
+bool SecretMatcher::matches(std::string_view presented) const {
+  auto d = sha256(presented);
+  return CRYPTO_memcmp(d.data(), digest_.data(), d.size()) == 0;
 }
 
 bool looks_scoped(std::string_view presented) {

@@ -18,6 +18,15 @@ TEST(ConstantTimeEqual, ComparesContent) {
   EXPECT_FALSE(constant_time_equal("", "x"));
 }
 
+TEST(SecretMatcher, MatchesOnlyTheSecret) {
+  SecretMatcher m("secret");
+  EXPECT_TRUE(m.matches("secret"));
+  EXPECT_FALSE(m.matches("secreT"));
+  EXPECT_FALSE(m.matches("secret2"));
+  EXPECT_FALSE(m.matches(""));
+  EXPECT_TRUE(SecretMatcher("").matches(""));
+}
+
 TEST(Scoped, MintVerifyRoundTrip) {
   auto tok = mint_scoped(kFull, {{"demo", "add"}, 2000});
   ASSERT_TRUE(tok.ok());

@@ -245,6 +245,17 @@ inline void set_macro_hints(const char* name, CommandHints hints) {
   }
 }
 
+// ABX_INLINE's body: like set_macro_hints, records a mistake instead of throwing.
+inline void set_macro_execution(const char* name, Execution execution) {
+  try {
+    default_registry().set_execution(name, execution);
+  } catch (const RegistryError& e) {
+    default_registry().record_error(std::string("ABX_INLINE(") + name + "): " + e.what() +
+                                    " (write ABX_INLINE after the command's ABX_REGISTER, in the "
+                                    "same file)");
+  }
+}
+
 struct Registrar {
   template <class F>
   explicit Registrar(F&& f) {
@@ -317,4 +328,13 @@ void CommandBuilder::bind(F&& fn) {
 #define ABX_HINTS(NAME, ...)                                                                     \
   static const ::abx::registry::detail::Registrar ABX_REGISTER_CAT_(abx_hints_, NAME)([] {       \
     ::abx::registry::detail::set_macro_hints(#NAME, ::abx::registry::CommandHints{__VA_ARGS__}); \
+  })
+
+// Runs a command registered with ABX_REGISTER on the server's I/O thread instead of the worker
+// pool (abx::registry::Execution::kInline): no thread hop per call, but also no deadline, so
+// only for quick commands that never block. Write it after the command's definition:
+//   ABX_INLINE(add);
+#define ABX_INLINE(NAME)                                                                      \
+  static const ::abx::registry::detail::Registrar ABX_REGISTER_CAT_(abx_inline_, NAME)([] {   \
+    ::abx::registry::detail::set_macro_execution(#NAME, ::abx::registry::Execution::kInline); \
   })

@@ -66,6 +66,17 @@ struct CommandHints {
   std::optional<bool> idempotent = std::nullopt;
 };
 
+// Where the command server runs a command's body (docs/command-server.md, "Where commands run").
+enum class Execution {
+  // On the worker pool, under the call deadline: the default, and required for anything that
+  // may block (I/O, sleeps, locks held by other calls, subprocesses) or run for long.
+  kWorkerPool,
+  // On the I/O thread that read the request, with no thread hop and no deadline timer: for
+  // quick, non-blocking commands (microseconds). A command that blocks here stalls the other
+  // connections served by that thread; the server warns when an inline call takes over 10 ms.
+  kInline,
+};
+
 // Receives the coerced keyword arguments (every declared argument present, defaults applied;
 // an optional argument without a default is absent when not given) and returns the result.
 // May throw: the server reports the exception's class and message.
@@ -77,6 +88,7 @@ struct RegisteredCommand {
   std::vector<CommandArg> args;
   std::string description;
   CommandHints hints;
+  Execution execution = Execution::kWorkerPool;
 
   const CommandArg* find_arg(std::string_view arg_name) const;
 };
@@ -112,6 +124,11 @@ class CommandBuilder {
   }
   CommandBuilder& hints(CommandHints h) {
     cmd_.hints = h;
+    return *this;
+  }
+  // Runs the command on the I/O thread (Execution::kInline): only for quick, non-blocking ones.
+  CommandBuilder& run_inline() {
+    cmd_.execution = Execution::kInline;
     return *this;
   }
   // Registers the command; throws RegistryError on any mistake. Defined in register.h.
@@ -158,6 +175,21 @@ class CommandRegistry {
       throw RegistryError("hints for unknown command '" + std::string(name) + "'");
     }
     it->second.hints = hints;
+  }
+
+  // Sets where a command registered earlier runs; ABX_INLINE (register.h) calls it. Throws
+  // RegistryError like set_hints; inline for the same reason.
+  void set_execution(std::string_view name, Execution execution) {
+    std::lock_guard lock(mu_);
+    if (frozen()) {
+      throw RegistryError("cannot set how '" + std::string(name) +
+                          "' runs: the registry is frozen (the server has started)");
+    }
+    auto it = commands_.find(name);
+    if (it == commands_.end()) {
+      throw RegistryError("execution for unknown command '" + std::string(name) + "'");
+    }
+    it->second.execution = execution;
   }
 
   // After freeze() the set of commands never changes, and lookups take no lock.

@@ -11,7 +11,9 @@
 // `X-Access-Token` or `Authorization: Bearer`. A scoped caller sees and runs only its commands;
 // every other command is a 404 to it. Commands run on a worker pool, so a slow command never
 // blocks other calls; a call past its deadline gets 504 (the command's thread is not killed —
-// C++ cannot cancel it — and its late result is dropped).
+// C++ cannot cancel it — and its late result is dropped). A command registered inline
+// (registry::Execution::kInline) runs on the I/O thread instead: no hop and no deadline, for
+// quick commands that never block (docs/command-server.md, "Where commands run").
 #pragma once
 
 #include <chrono>
@@ -37,7 +39,7 @@ struct CommandServerOptions {
   std::optional<std::string> access_token;
   bool no_auth = false;
   std::chrono::milliseconds call_timeout{30'000};  // 0 = no deadline
-  int workers = 16;                                // threads that run commands
+  int workers = 16;                                // threads that run pool commands
   int io_threads = 0;                              // 0 = number of cores
   http::Limits limits;
   JsonLimits json;

@@ -10,6 +10,7 @@
 // Shared by the server, the platform and the client.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -25,6 +26,17 @@ inline constexpr std::string_view kScopedPrefix = "abxs1.";
 // Compares two secrets in time independent of where they differ (and of their lengths, by
 // comparing SHA-256 digests with CRYPTO_memcmp).
 bool constant_time_equal(std::string_view a, std::string_view b);
+
+// One secret checked against many presented ones, as constant_time_equal does, with the secret's
+// digest taken once: each check hashes only the presented token (the command server's hot path).
+class SecretMatcher {
+ public:
+  explicit SecretMatcher(std::string_view secret);
+  bool matches(std::string_view presented) const;
+
+ private:
+  std::array<unsigned char, 32> digest_;
+};
 
 struct ScopedClaims {
   std::vector<std::string> commands;  // the commands the bearer may discover and run
