@@ -354,6 +354,11 @@ Status ControlApi::authorize_sandbox(const Route& route, const bhttp::request_he
                "invalid access token for sandbox '" + sb->record.id + "'");
 }
 
+std::uint64_t ControlApi::sandbox_epoch(const Route& route) {
+  auto sb = sandboxes_.find(route.sandbox_id);
+  return sb ? sb->epoch.load() : 0;
+}
+
 std::string ControlApi::masked_host(const Route& route) {
   auto sb = sandboxes_.find(route.sandbox_id);
   if (!sb || sb->mask_host.empty()) return {};

@@ -52,6 +52,7 @@ class ControlApi : public GatewayBackend {
                            const boost::beast::http::request_header<>& headers) override;
   Result<runtime::UniqueFd> connect_sandbox(const Route& route) override;
   std::string masked_host(const Route& route) override;
+  std::uint64_t sandbox_epoch(const Route& route) override;
   Result<http::BodyPlan> control_body_plan(const http::Request& header,
                                            std::size_t default_max) override;
   bool serve_control(http::Request& req, const http::Responder& respond) override;

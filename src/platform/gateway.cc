@@ -314,7 +314,13 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   const bool client_keep_alive = hp.get().keep_alive();
   const bool head = hp.get().method() == bhttp::verb::head;
   const bool upgrade = hp.upgrade();
-  std::string key = route.sandbox_id + ":" + std::to_string(route.port);
+  const std::string prefix = route.sandbox_id + ":" + std::to_string(route.port) + ":";
+  const std::string key = prefix + std::to_string(backend->sandbox_epoch(route));
+  // Connections to this sandbox port from before its last checkpoint are not reused.
+  for (auto it = upstreams.lower_bound(prefix);
+       it != upstreams.end() && it->first.starts_with(prefix);) {
+    it = it->first == key ? std::next(it) : upstreams.erase(it);
+  }
 
   // Credentials are checked on every request, reused connection or not.
   // authorize_sandbox only reads memory, so it runs right here (a hop to the worker pool and

@@ -52,7 +52,9 @@ class LoopbackBackend : public GatewayBackend {
     ++connects;
     return runtime::connect_loopback(-1, ports.at(route.sandbox_id), std::chrono::seconds(2));
   }
+  std::uint64_t sandbox_epoch(const Route&) override { return epoch; }
   std::atomic<int> connects{0};
+  std::atomic<std::uint64_t> epoch{0};
 };
 
 // A one-shot raw TCP upstream: accepts one connection and runs `fn(fd)`.
@@ -167,6 +169,18 @@ TEST_F(GatewayTest, ProxiesToARealCommandServerByHostAndByHeaders) {
     EXPECT_EQ(resp->body(), R"({"result":")" + std::to_string(i) + R"(: hello"})");
   }
   EXPECT_EQ(backend_.connects.load(), 2);  // one for the first request, one pooled for the rest
+  // A checkpoint of the sandbox (a new epoch): the pooled connection is not reused.
+  ++backend_.epoch;
+  for (int i = 0; i < 3; ++i) {
+    auto req = http::make_request(bhttp::verb::post, "/commands/demo", R"({"x":7})");
+    req.set("E2b-Sandbox-Id", "abc123");
+    req.set("E2b-Sandbox-Port", "49982");
+    req.set("X-Access-Token", "tok");
+    auto resp = (*c)->send(std::move(req));
+    ASSERT_TRUE(resp.ok()) << resp.error().message();
+    EXPECT_EQ(resp->body(), R"({"result":"7: hello"})");
+  }
+  EXPECT_EQ(backend_.connects.load(), 3);  // one new connection, then pooled again
   // Control plane on the same connection still works.
   auto ctl = (*c)->send(http::make_request(bhttp::verb::get, "/sandboxes"));
   ASSERT_TRUE(ctl.ok());

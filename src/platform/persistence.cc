@@ -249,6 +249,7 @@ Status SandboxManager::pause_to_disk(LiveSandbox& sb) {
   if (Status d = runtime::release_checkpointed(*rt, dir); !d)
     sb.note("warn", "after the pause to disk: " + d.error().message());
   sb.set_runtime(nullptr);
+  ++sb.epoch;
   sb.checkpoint = dir;
   sb.record.checkpoint = dir;
   sb.paused = true;
@@ -286,6 +287,7 @@ Status SandboxManager::resume_from_disk(LiveSandbox& sb) {
   std::error_code ec;
   fs::remove_all(sb.checkpoint, ec);
   sb.set_runtime(std::move(rt));
+  ++sb.epoch;
   sb.checkpoint.clear();
   sb.record.checkpoint.clear();
   sb.note("info", "resumed from disk in " + std::to_string(ms_since(t0)) + " ms");
@@ -446,6 +448,7 @@ Result<runtime::CheckpointInfo> SandboxManager::checkpoint_running(
   o.leave_running = true;
   auto rt = sb.runtime();
   auto info = runtime::checkpoint(*rt, dir, o);
+  ++sb.epoch;  // the sandbox ends of pooled connections went through the dump
   if (!info.ok())
     return Error(info.error().code(),
                  what + " of sandbox '" + id + "' failed: " + info.error().message());

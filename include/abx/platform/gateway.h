@@ -53,6 +53,11 @@ class GatewayBackend {
   // Optional. The Host header the sandbox's service gets instead of the client's (E2B's
   // maskRequestHost); empty keeps the client's. I/O thread, memory lookups only.
   virtual std::string masked_host(const Route& route) { return {}; }
+  // Optional. A number that changes whenever the sandbox's processes went through a checkpoint
+  // or were replaced (fork, snapshot, pause to disk, resume): pooled upstream connections made
+  // under another number are not reused (their sandbox end may be gone, or be a restored copy
+  // whose peer is not this socket). I/O thread, memory lookups only.
+  virtual std::uint64_t sandbox_epoch(const Route& route) { return 0; }
 
   // Optional. How a control-plane request's body is received, decided from its header on an
   // I/O thread (memory lookups only): e.g. a larger limit and a spool file for an upload.
