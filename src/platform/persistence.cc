@@ -63,30 +63,6 @@ std::string mib(std::uint64_t bytes) {
   return o.str();
 }
 
-// 0400, owned by host root (as create writes it: sandboxes.cc).
-Status write_secret(const fs::path& path, const std::string& value) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0400);
-  if (fd < 0) return internal_error("create " + path.string() + ": " + std::strerror(errno));
-  runtime::UniqueFd owned(fd);
-  if (::write(fd, value.data(), value.size()) != static_cast<ssize_t>(value.size()))
-    return internal_error("write " + path.string() + ": " + std::strerror(errno));
-  return {};
-}
-
-Status write_text(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) return internal_error("write " + tmp.string() + " failed");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return internal_error("rename " + tmp.string() + ": " + ec.message());
-  return {};
-}
-
 std::string read_text(const fs::path& path) {
   std::ifstream in(path);
   std::stringstream s;
@@ -250,7 +226,6 @@ Status SandboxManager::pause_to_disk(LiveSandbox& sb) {
     sb.note("warn", "after the pause to disk: " + d.error().message());
   sb.set_runtime(nullptr);
   ++sb.epoch;
-  sb.checkpoint = dir;
   sb.record.checkpoint = dir;
   sb.paused = true;
   sb.record.state = store::SandboxState::kPaused;
@@ -267,7 +242,7 @@ Status SandboxManager::resume_from_disk(LiveSandbox& sb) {
   auto failed = [&](const Error& e) {
     sb.note("error",
             "resume from disk failed (the checkpoint is kept for a retry): " + e.message());
-    return Error(e.code(), "resuming sandbox '" + id + "' from " + sb.checkpoint +
+    return Error(e.code(), "resuming sandbox '" + id + "' from " + sb.record.checkpoint +
                                " failed (the checkpoint is kept for a retry): " + e.message());
   };
   auto config = restore_config(id, sb.network);
@@ -275,7 +250,7 @@ Status SandboxManager::resume_from_disk(LiveSandbox& sb) {
   runtime::RestoreOptions o;
   o.criu = opt_.criu;
   o.link_layer = true;  // the checkpoint is removed once the resume is recorded
-  auto restored = runtime::restore(sb.checkpoint, std::move(*config), o);
+  auto restored = runtime::restore(sb.record.checkpoint, std::move(*config), o);
   if (!restored.ok()) return failed(restored.error());
   auto rt = std::make_shared<runtime::Sandbox>(std::move(*restored));
   if (Status s = store_->set_checkpoint(id, store::SandboxState::kRunning, ""); !s) {
@@ -285,10 +260,9 @@ Status SandboxManager::resume_from_disk(LiveSandbox& sb) {
   }
   (void)store_->set_init(id, rt->pid(), runtime::process_start_time(rt->pid()));
   std::error_code ec;
-  fs::remove_all(sb.checkpoint, ec);
+  fs::remove_all(sb.record.checkpoint, ec);
   sb.set_runtime(std::move(rt));
   ++sb.epoch;
-  sb.checkpoint.clear();
   sb.record.checkpoint.clear();
   sb.note("info", "resumed from disk in " + std::to_string(ms_since(t0)) + " ms");
   return {};
@@ -368,16 +342,16 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::restore_child(const std::st
   std::string token, traffic_token;
   if (parent.secure) {
     ABX_ASSIGN_OR_RETURN(token, token::random_hex(24));
-    ABX_TRY(write_secret(run_dir / "token", token));
+    ABX_TRY(write_run_secret((run_dir / "token").string(), token));
   }
   if (!parent.network.allow_public_traffic) {
     ABX_ASSIGN_OR_RETURN(traffic_token, token::random_hex(16));
-    ABX_TRY(write_secret(run_dir / "traffic_token", traffic_token));
+    ABX_TRY(write_run_secret((run_dir / "traffic_token").string(), traffic_token));
   }
   if (!parent.image_digest.empty())
-    ABX_TRY(write_text(run_dir / "image", parent.image_digest + "\n"));
+    ABX_TRY(write_run_file((run_dir / "image").string(), parent.image_digest + "\n"));
   if (parent.network.enabled && opt_.network)
-    ABX_TRY(write_text(run_dir / "resolv.conf", opt_.network->resolv_conf()));
+    ABX_TRY(write_run_file((run_dir / "resolv.conf").string(), opt_.network->resolv_conf()));
   // The parent's config with this child's id and files.
   runtime::SandboxConfig config = parent.config;
   const std::string parent_run = opt_.home + "/run/" + parent.config.id + "/";
@@ -552,8 +526,8 @@ Result<SandboxManager::SnapshotInfo> SandboxManager::create_snapshot(const std::
   j["createdAt"] = info.created_at_ms;
   // `image`, as in a sandbox's run directory: what `abxd image gc` keeps.
   if (const std::string d(j.at("imageDigest").as_string()); !d.empty())
-    ABX_TRY(write_text(tmp / "image", d + "\n"));
-  ABX_TRY(write_text(tmp / kSnapshotFile, to_json_string(j) + "\n"));
+    ABX_TRY(write_run_file((tmp / "image").string(), d + "\n"));
+  ABX_TRY(write_run_file((tmp / kSnapshotFile).string(), to_json_string(j) + "\n"));
   fs::rename(tmp, final_dir, ec);  // the commit: a snapshot directory is complete or absent
   if (ec) return internal_error("rename " + tmp.string() + ": " + ec.message());
   return info;

@@ -1,13 +1,19 @@
 #include "sandbox_config.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "abx/base/json.h"
 #include "abx/base/try.h"
+#include "abx/runtime/fd.h"
 
 namespace abx::platform {
 
@@ -63,17 +69,35 @@ Status save_sandbox_config(const std::string& run_dir, const runtime::SandboxCon
   o["cgroup_parent"] = c.cgroup_parent;
   std::error_code ec;
   fs::create_directories(run_dir, ec);
-  const fs::path path = fs::path(run_dir) / kSandboxConfigFile;
-  const fs::path tmp = path.string() + ".tmp";
+  return write_run_file((fs::path(run_dir) / kSandboxConfigFile).string(),
+                        to_json_string(o) + "\n");
+}
+
+Status write_run_secret(const std::string& path, const std::string& value) {
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  if (ec)
+    return internal_error("create " + fs::path(path).parent_path().string() + ": " + ec.message());
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0400);
+  if (fd < 0) return internal_error("create " + path + ": " + std::strerror(errno));
+  runtime::UniqueFd owned(fd);
+  if (::write(fd, value.data(), value.size()) != static_cast<ssize_t>(value.size()))
+    return internal_error("write " + path + ": " + std::strerror(errno));
+  return {};
+}
+
+Status write_run_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << to_json_string(o) << "\n";
+    out << text;
     out.flush();
-    if (!out) return internal_error("write " + tmp.string() + " failed");
+    if (!out) return internal_error("write " + tmp + " failed");
   }
+  std::error_code ec;
   fs::permissions(tmp, fs::perms::owner_read | fs::perms::owner_write, ec);
   fs::rename(tmp, path, ec);
-  if (ec) return internal_error("rename " + tmp.string() + ": " + ec.message());
+  if (ec) return internal_error("rename " + tmp + ": " + ec.message());
   return {};
 }
 

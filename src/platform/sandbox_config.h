@@ -24,4 +24,10 @@ Status save_sandbox_config(const std::string& run_dir, const runtime::SandboxCon
 // failed_precondition (unreadable or malformed).
 Result<runtime::SandboxConfig> load_sandbox_config(const std::string& run_dir);
 
+// The other files of a run directory. A secret (the token files) is written 0400 and owned by
+// host root: bound into the sandbox idmapped, it is the sandbox root's file, readable by envd and
+// the command server only. Any other file is written through a temporary file and a rename.
+Status write_run_secret(const std::string& path, const std::string& value);
+Status write_run_file(const std::string& path, const std::string& text);
+
 }  // namespace abx::platform

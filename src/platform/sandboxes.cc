@@ -67,22 +67,6 @@ std::string read_image_file(const fs::path& run_dir) {
   return digest;
 }
 
-// Mode 0400, owned by host root: bound into the sandbox through an idmapped mount, it is the
-// sandbox root's file there, readable by envd and the command server (both root) and by no
-// other user of the sandbox.
-Status write_token_file(const fs::path& path, const std::string& token) {
-  std::error_code ec;
-  fs::create_directories(path.parent_path(), ec);
-  if (ec) return internal_error("create " + path.parent_path().string() + ": " + ec.message());
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0400);
-  if (fd < 0) return internal_error("create " + path.string() + ": " + std::strerror(errno));
-  runtime::UniqueFd owned(fd);
-  if (::write(fd, token.data(), token.size()) != static_cast<ssize_t>(token.size())) {
-    return internal_error("write " + path.string() + ": " + std::strerror(errno));
-  }
-  return {};
-}
-
 }  // namespace
 
 SandboxManager::SandboxManager(ManagerOptions options, store::Store& store,
@@ -152,7 +136,6 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions opt
       std::shared_ptr<runtime::Sandbox> rt;
       if (sb.ok()) rt = std::make_shared<runtime::Sandbox>(std::move(*sb));
       auto live = std::make_shared<LiveSandbox>(*settled, std::move(rt));
-      live->checkpoint = settled->checkpoint;
       live->access_token = std::move(token);
       live->tmpl = std::make_shared<const templates::Template>(*tmpl);
       live->image_digest = read_image_file(fs::path(m->opt_.home) / "run" / rec.id);
@@ -187,9 +170,9 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions opt
         }
       }
       live->note("info", std::string("adopted by a restarted abxd (") +
-                             (!live->checkpoint.empty() ? "paused to disk"
-                              : live->paused            ? "paused"
-                                                        : "running") +
+                             (!live->record.checkpoint.empty() ? "paused to disk"
+                              : live->paused                   ? "paused"
+                                                               : "running") +
                              ")");
       m->live_[rec.id] = std::move(live);
       ++adopted;
@@ -514,7 +497,7 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   std::string token_file;
   if (!token.empty()) {
     token_file = (run_dir / "token").string();
-    ABX_TRY(write_token_file(token_file, token));
+    ABX_TRY(write_run_secret(token_file, token));
   }
   if (img) {
     std::error_code ec;
@@ -560,7 +543,8 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   std::string traffic_token;
   if (!net.allow_public_traffic) {
     auto t = token::random_hex(16);
-    Status written = t ? write_token_file(run_dir / "traffic_token", *t) : Status(t.error());
+    Status written =
+        t ? write_run_secret((run_dir / "traffic_token").string(), *t) : Status(t.error());
     if (!written) {
       (void)sb->destroy();
       detach_net();
@@ -771,7 +755,7 @@ Status SandboxManager::destroy(const std::shared_ptr<LiveSandbox>& sb) {
   fs::remove_all(fs::path(opt_.home) / "run" / sb->record.id, ec);
   // A sandbox paused to disk: its checkpoint goes with it (and a crashed pause's leftovers).
   fs::remove_all(checkpoint_dir(sb->record.id), ec);
-  sb->checkpoint.clear();
+  sb->record.checkpoint.clear();
   (void)store_->update_state(sb->record.id, store::SandboxState::kKilled);
   return s;
 }
@@ -858,7 +842,7 @@ Result<bool> SandboxManager::resume(const std::string& id) {
   if (!sb) return not_found("sandbox '" + id + "' not found");
   std::lock_guard lock(sb->mu);
   if (!sb->paused) return false;
-  if (!sb->checkpoint.empty()) {
+  if (!sb->record.checkpoint.empty()) {
     ABX_TRY(resume_from_disk(*sb));
   } else if (auto rt = sb->runtime()) {
     ABX_TRY(rt->cgroups().freeze(false));

@@ -117,9 +117,6 @@ struct LiveSandbox {
   std::atomic<std::uint64_t> epoch{0};
   // Its network as GET /sandboxes/{id} shows it (guarded by mu); enabled=false: loopback only.
   SandboxNetworkSpec network;
-  // Paused to disk: the checkpoint's directory (guarded by mu; record.checkpoint in the store).
-  // The sandbox then has no processes, and runtime() is null.
-  std::string checkpoint;
 
   LiveSandbox(store::SandboxRecord rec, std::shared_ptr<runtime::Sandbox> sb)
       : record(std::move(rec)), sandbox_(std::move(sb)) {}
