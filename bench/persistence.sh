@@ -25,7 +25,7 @@ sizes=${BENCH_SIZES:-50,500}
 forks=${BENCH_FORKS:-10}
 fork_runs=${BENCH_FORK_RUNS:-1}
 wait_idle=${BENCH_WAIT_IDLE:-0}
-abxd=/work/main/build/dev/src/platform/abxd
+abxd=$root/build/dev/src/platform/abxd
 criu=${ABX_CRIU:-/usr/local/lib/abx/criu/criu}
 node_modules=${ABX_NODE_MODULES:-$root/tests/e2e/js/node_modules}
 peer=1
@@ -50,7 +50,7 @@ done
 [ -x "$abxd" ] || { echo "persistence bench: $abxd not built (cmake --build --preset dev --target abxd abx_bundle; or --abxd)" >&2; exit 1; }
 [ -x "$criu" ] || { echo "persistence bench: no CRIU at $criu (scripts/install-criu.sh)" >&2; exit 1; }
 [ -d "$node_modules/e2b" ] || { echo "persistence bench: $node_modules/e2b missing (cd tests/e2e/js && npm ci, or --node-modules)" >&2; exit 1; }
-store="${ABX_IMAGE_STORE:-/work/main/build/images}"
+store="${ABX_IMAGE_STORE:-$root/build/images}"
 export ABX_IMAGE_STORE="$store"
 
 # The one program that holds the memory, in the sandbox and in the runc container alike: bytes

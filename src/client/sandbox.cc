@@ -105,6 +105,17 @@ json::object SandboxInfo::to_json() const {
   return o;
 }
 
+namespace {
+// The strings of array `key` of `o` (other elements skipped); empty when it is absent.
+std::vector<std::string> string_list(const json::object& o, std::string_view key) {
+  std::vector<std::string> out;
+  if (auto* a = o.if_contains(key); a && a->is_array())
+    for (const auto& e : a->as_array())
+      if (e.is_string()) out.emplace_back(e.as_string());
+  return out;
+}
+}  // namespace
+
 Result<SandboxInfo> sandbox_info_from_json(const json::value& v) {
   if (!v.is_object()) return invalid_argument("sandbox: expected a JSON object");
   const auto& o = v.as_object();
@@ -130,13 +141,8 @@ Result<SandboxInfo> sandbox_info_from_json(const json::value& v) {
   if (auto* ai = o.if_contains("allowInternetAccess"); ai && ai->is_bool())
     i.allow_internet_access = ai->as_bool();
   if (auto* n = o.if_contains("network"); n && n->is_object()) {
-    auto list = [&](const char* key, std::vector<std::string>& out) {
-      if (auto* l = n->as_object().if_contains(key); l && l->is_array())
-        for (const auto& e : l->as_array())
-          if (e.is_string()) out.emplace_back(e.as_string());
-    };
-    list("allowOut", i.allow_out);
-    list("denyOut", i.deny_out);
+    i.allow_out = string_list(n->as_object(), "allowOut");
+    i.deny_out = string_list(n->as_object(), "denyOut");
   }
   return i;
 }
@@ -544,13 +550,6 @@ Result<std::vector<Result<Sandbox>>> Sandbox::fork(int count,
 }
 
 namespace {
-std::vector<std::string> string_list(const json::object& o, std::string_view key) {
-  std::vector<std::string> out;
-  if (auto* a = o.if_contains(key); a && a->is_array())
-    for (const auto& e : a->as_array())
-      if (e.is_string()) out.emplace_back(e.as_string());
-  return out;
-}
 
 Result<SnapshotInfo> snapshot_info_from_json(const json::value& v) {
   if (!v.is_object()) return invalid_argument("snapshot: expected a JSON object");

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "abx/http/client.h"
+#include "abx/testing/socket.h"
 
 namespace abx::http {
 namespace {
@@ -198,17 +199,9 @@ TEST_F(HttpServerTest, ExpectContinueWithinLimitGets100ThenTheAnswer) {
 // client's writes and can take the answer with it. A client that then stays is closed anyway.
 TEST_F(HttpServerTest, EarlyErrorReachesAClientStillSendingTheBody) {
   start({.max_body_bytes = 1024});
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(fd, 0);
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(server_->port());
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  UniqueFd conn = abx::testing::connect_raw(server_->port(), std::chrono::seconds(5));
+  ASSERT_TRUE(conn.valid());
+  const int fd = conn.get();
   std::string body(512 * 1024, 'b');  // within what the server discards
   std::string head = kPost + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
   ASSERT_EQ(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));

@@ -119,7 +119,9 @@ void strip_platform_credentials(Fields& f) {
 template <bool isRequest, class In, class Out>
 awaitable<beast::error_code> relay(In& in, beast::flat_buffer& inbuf,
                                    bhttp::parser<isRequest, bhttp::buffer_body>& p, Out& out,
-                                   char* buf, bool* out_failed) {
+                                   char* buf, bool* out_failed = nullptr) {
+  bool ignored = false;
+  if (out_failed == nullptr) out_failed = &ignored;
   *out_failed = false;
   bhttp::serializer<isRequest, bhttp::buffer_body> sr{p.get()};
   beast::error_code hec;
@@ -431,8 +433,7 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   const bool keep = client_keep_alive && !switching && !server->draining();
   resp.get().keep_alive(keep);
   if (switching) resp.get().set(bhttp::field::connection, "upgrade");
-  bool client_failed = false;
-  auto sec = co_await relay(*up, upbuf, resp, client, piece.get(), &client_failed);
+  auto sec = co_await relay(*up, upbuf, resp, client, piece.get());
   if (sec) {
     upstreams.erase(key);
     co_return;

@@ -261,6 +261,7 @@ TEST_F(CommandServerTest, BlockedPoolCommandDoesNotStallAnInlineOne) {
   reg_.command("quick").arg("x").run_inline().bind([](int x) { return x + 1; });
   CommandServerOptions opt;
   opt.io_threads = 1;
+  opt.workers = 1;  // the one pool worker is held by `gate`: a `quick` on the pool would wait
   start(opt);
   std::thread blocked([&] {
     Response r = post("gate", "{}");

@@ -82,10 +82,7 @@ TEST(RandomHex, LengthAndAlphabet) {
   EXPECT_EQ(a->size(), 32u);
   EXPECT_NE(*a, *b);
   EXPECT_EQ(a->find_first_not_of("0123456789abcdef"), std::string::npos);
-  ASSERT_TRUE(reseed_random().ok());
-  auto c = random_hex(16);
-  ASSERT_TRUE(c.ok());
-  EXPECT_NE(*a, *c);
+  ASSERT_TRUE(reseed_random().ok());  // (what a reseed changes is not observable from here)
 }
 
 TEST(ReadTokenFile, TrimsTheEndAndRefusesEmptyOrMissingFiles) {

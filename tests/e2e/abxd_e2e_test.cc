@@ -631,6 +631,11 @@ TEST_F(AbxdE2E, V2ListIsNewestFirstAndFiltersLikeE2b) {
   // startedAfter is "at or after" (E2B's openapi.yml and its SDK's list test): the first
   // sandbox's own startedAt keeps it.
   EXPECT_EQ(listed_ids("?startedAfter=" + started_after), (V{ids[2], ids[1], ids[0]}));
+  // ...and the second's leaves the first out: the filter filters.
+  const std::string second_started(json::parse(api(bhttp::verb::get, "/sandboxes/" + ids[1]).body())
+                                       .at("startedAt")
+                                       .as_string());
+  EXPECT_EQ(listed_ids("?startedAfter=" + second_started), (V{ids[2], ids[1]}));
   EXPECT_EQ(api(bhttp::verb::get, "/v2/sandboxes?startedAfter=yesterday").result_int(), 400);
   for (const auto& id : ids)
     EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);

@@ -59,6 +59,9 @@ test('Sandbox.list: newest first, state, metadata and startedAfter filters', asy
   assert.deepEqual(await ids({ metadata: { 'odd key': 'x y&z=%' } }), [a.sandboxId]);
   // "at or after" (E2B's spec): a's own startedAt keeps a.
   assert.deepEqual(await ids({ startedAfter }), [c.sandboxId, b.sandboxId, a.sandboxId]);
+  // ...and b's leaves a out: the filter filters.
+  const bStarted = (await b.getInfo()).startedAt;
+  assert.deepEqual(await ids({ startedAfter: bStarted }), [c.sandboxId, b.sandboxId]);
 });
 
 test('Sandbox.list pages with limit and x-next-token', async () => {

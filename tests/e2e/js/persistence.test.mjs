@@ -146,11 +146,12 @@ test('fork: 4 children with their own id, token, hostname and files diverge', { 
     await c.files.write('/home/user/origin.txt', `child ${i}`);
   }
   // A child's token is its own: another sandbox's token is refused there.
+  assert.ok(parent.envdAccessToken);
   const wrong = await fetch(`${daemon.baseUrl}/envs`, {
     headers: {
       'E2b-Sandbox-Id': children[0].sandboxId,
       'E2b-Sandbox-Port': '49983',
-      'X-Access-Token': parent.envdAccessToken ?? 'none',
+      'X-Access-Token': parent.envdAccessToken,
     },
   });
   assert.equal(wrong.status, 401);
