@@ -137,8 +137,9 @@ Result<UniqueFd> connect_loopback(int netns_fd, std::uint16_t port,
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string where = "connect 127.0.0.1:" + std::to_string(port);
-  if (::connect(sock->get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return sock;
-  if (errno != EINPROGRESS && errno != EINTR) return sys_error(where, errno);
+  if (::connect(sock->get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 &&
+      errno != EINPROGRESS && errno != EINTR)
+    return sys_error(where, errno);
   pollfd pfd{sock->get(), POLLOUT, 0};
   int n = retry_eintr([&] { return ::poll(&pfd, 1, static_cast<int>(timeout.count())); });
   if (n < 0) return sys_error("poll " + where, errno);
@@ -148,6 +149,14 @@ Result<UniqueFd> connect_loopback(int netns_fd, std::uint16_t port,
   if (::getsockopt(sock->get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0)
     return sys_error("getsockopt SO_ERROR", errno);
   if (err != 0) return sys_error(where, err);
+  // Nothing listens on a port of the ephemeral range, and the kernel picked that very port as
+  // the source: TCP's simultaneous open connects the socket to itself. That is not a server.
+  sockaddr_in local = {};
+  socklen_t local_len = sizeof local;
+  if (::getsockname(sock->get(), reinterpret_cast<sockaddr*>(&local), &local_len) != 0)
+    return sys_error("getsockname", errno);
+  if (local.sin_port == addr.sin_port && local.sin_addr.s_addr == addr.sin_addr.s_addr)
+    return sys_error(where + " (connected to itself: nothing listens)", ECONNREFUSED);
   return sock;
 }
 

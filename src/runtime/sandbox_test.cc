@@ -1,15 +1,21 @@
 #include "abx/runtime/sandbox.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <cstring>
 #include <fstream>
+#include <thread>
 
 #include "abx/runtime/netns.h"
 #include "gtest/gtest.h"
@@ -229,6 +235,38 @@ TEST_F(SandboxTest, HostReachesPortInsideSandboxNetns) {
   ASSERT_FALSE(in.ok());
   EXPECT_EQ(in.error().code(), ErrorCode::kUnavailable) << in.error().to_string();
   ::close(l);
+}
+
+// A port of the ephemeral range with nothing behind it: the kernel may pick that very port as
+// the source, and TCP's simultaneous open then connects the socket to itself. Forced here with a
+// netns whose ephemeral range is that one port; it must count as refused, never as a server.
+TEST(ConnectLoopback, ASocketConnectedToItselfIsRefused) {
+  constexpr std::uint16_t kPort = 45123;
+  int netns = -1;
+  std::string setup_error;
+  std::thread t([&] {
+    if (::unshare(CLONE_NEWNET) != 0) return void(setup_error = "unshare CLONE_NEWNET");
+    int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ifreq ifr = {};
+    std::memcpy(ifr.ifr_name, "lo", 3);
+    bool up = s >= 0 && ::ioctl(s, SIOCGIFFLAGS, &ifr) == 0;
+    ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP);
+    up = up && ::ioctl(s, SIOCSIFFLAGS, &ifr) == 0;
+    if (s >= 0) ::close(s);
+    if (!up) return void(setup_error = "lo up");
+    std::ofstream("/proc/sys/net/ipv4/ip_local_port_range")
+        << kPort << " " << kPort << "\n";  // this thread's netns only
+    netns = ::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  });
+  t.join();
+  ASSERT_EQ(setup_error, "");
+  ASSERT_GE(netns, 0);
+  auto r = connect_loopback(netns, kPort, std::chrono::seconds(2));
+  ASSERT_FALSE(r.ok()) << "connected to 127.0.0.1:" << kPort << " with nothing listening";
+  EXPECT_EQ(r.error().code(), ErrorCode::kUnavailable) << r.error().to_string();
+  EXPECT_NE(r.error().to_string().find("connected to itself"), std::string::npos)
+      << r.error().to_string();
+  ::close(netns);
 }
 
 TEST_F(SandboxTest, HostNetworkModeSharesHostLoopback) {

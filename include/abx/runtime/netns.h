@@ -21,7 +21,9 @@ namespace abx::runtime {
 Result<UniqueFd> socket_in_netns(int netns_fd, int domain, int type);
 
 // Connects a non-blocking TCP socket made in `netns_fd` (-1: the caller's own netns) to
-// 127.0.0.1:`port`. unavailable on ECONNREFUSED, deadline_exceeded after `timeout`.
+// 127.0.0.1:`port`. unavailable on ECONNREFUSED, deadline_exceeded after `timeout`. A socket that
+// connected to itself (nothing listens and the kernel chose `port` as its source port, which
+// happens for a port in the ephemeral range) counts as refused.
 Result<UniqueFd> connect_loopback(int netns_fd, std::uint16_t port,
                                   std::chrono::milliseconds timeout);
 
