@@ -66,3 +66,16 @@ bench_pct() {
 }
 bench_min() { printf '%s\n' "$@" | sort -n | head -1; }
 bench_max() { printf '%s\n' "$@" | sort -n | tail -1; }
+
+# bench_row SECTION ROW ABX PEER PEER_VALUE UNIT BETTER [AIM]: one row of bench/run.sh's summary
+# table, appended to $BENCH_ROWS (tab-separated; nothing happens when it is unset, i.e. when a
+# bench script runs alone). ABX and PEER_VALUE are numbers in UNIT ("us", "calls/s", "MiB", ...);
+# PEER names what ran beside abx in the same run ("-" and PEER_VALUE "-" for none). BETTER is
+# "higher" or "lower": run.sh prints the ratio as how many times better (>1) or worse (<1) abx is.
+# AIM (optional) is what the issue asks, as text run.sh checks: ">=0.5x" / "<=1x" (the ratio as
+# printed), or "<1000" / ">=20" (ABX itself, in UNIT); "-" for none. bench/lib/rows.py is the same
+# for the python benches.
+bench_row() {
+  [ -n "${BENCH_ROWS:-}" ] || return 0
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" "$6" "$7" "${8:--}" >>"$BENCH_ROWS"
+}
