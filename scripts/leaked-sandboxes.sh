@@ -35,6 +35,29 @@ while read -r mnt; do
   umount -l "$mnt" 2>/dev/null  # the loop device detaches itself (autoclear)
 done < <(awk -v run="$run_id" '$5 ~ /\/rw$/ && index($5, run) && $0 ~ / - ext4 \/dev\/loop/ {print $5}' \
            /proc/self/mountinfo)
+# A restore cut short (its owner killed while CRIU ran) leaves the root and binds it staged for
+# CRIU mounted under /run/abx/restore/<id>/, outside every home; the root overlay's options name
+# the run's home. cleanup_stale() removes them through the state dir; one still there is a leak.
+while read -r mnt; do
+  echo "leaked restore stage: $mnt"
+  found=$((found + 1))
+  umount -l "$mnt" 2>/dev/null
+done < <(awk -v run="$run_id" 'index($5, "/run/abx/restore/") == 1 && index($0, run) {print $5}' \
+           /proc/self/mountinfo)
+# Last, the loop devices: each writable layer's detaches itself once its last mount is gone (a
+# little later: give it 5 s). One still backed by a file of the run is held by a leaked mount.
+loops=""
+for _ in $(seq 50); do
+  loops=$(grep -lF -- "$run_id" /sys/block/loop*/loop/backing_file 2>/dev/null || true)
+  [ -z "$loops" ] && break
+  sleep 0.1
+done
+for f in $loops; do
+  dev=/dev/$(basename "$(dirname "$(dirname "$f")")")
+  echo "leaked loop device: $dev backed by $(cat "$f" 2>/dev/null)"
+  found=$((found + 1))
+  losetup -d "$dev" 2>/dev/null
+done
 # Each abxd's nftables table (`abx_<hash>`, commented with its home) outlives an abxd that was
 # killed rather than stopped; with its sandboxes gone it polices nothing, so it is removed here
 # and reported, not counted as a live sandbox.

@@ -619,24 +619,6 @@ Result<Saved> read_checkpoint(const std::string& dir) {
   return s;
 }
 
-// Unmounts and removes what restore() staged in `stage` (best effort).
-void remove_stage(const std::string& stage) {
-  DIR* d = ::opendir(stage.c_str());
-  if (!d) return;
-  std::vector<std::string> names;
-  while (dirent* e = ::readdir(d)) {
-    std::string n = e->d_name;
-    if (n != "." && n != "..") names.push_back(n);
-  }
-  ::closedir(d);
-  for (const auto& n : names) {
-    std::string p = stage + "/" + n;
-    ::umount2(p.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW);
-    if (::rmdir(p.c_str()) != 0) ::unlink(p.c_str());
-  }
-  ::rmdir(stage.c_str());
-}
-
 // A process in a new user namespace with the sandbox's id mapping, kept until the mounts are
 // idmapped with it (the mapping is what counts, not which namespace carries it).
 class IdmapHolder {
@@ -905,8 +887,11 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
     ABX_TRY(images_for_range(dir, images, saved.root_host_id, st->root_id));
   }
 
-  // 3. Root and binds, idmapped as spawn() makes them, attached under the stage for CRIU.
+  // 3. Root and binds, idmapped as spawn() makes them, attached under the stage for CRIU. The
+  // state dir names the stage first: if this owner dies from here on, cleanup_stale() finds the
+  // staged mounts (they hold the layer's loop device) through it.
   remove_stage(stage);  // a crashed restore's leftovers
+  ABX_TRY(create_file(st->dir + "/" + kStageFile, stage + "\n"));
   if (::mkdir(stage.c_str(), 0755) != 0) return sys_error("mkdir " + stage, errno);
   {
     ABX_ASSIGN_OR_RETURN(IdmapHolder holder, IdmapHolder::make(st->root_id));
@@ -971,6 +956,7 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
   if (config.veth.enabled) ABX_TRY(connect_veth(config, *st));
   // The restored mount namespace has its own copies of the staged mounts.
   remove_stage(stage);
+  ::unlink((st->dir + "/" + kStageFile).c_str());
   ::unlink(pidfile.c_str());
 
   st->config = std::move(config);

@@ -602,5 +602,52 @@ TEST_F(CheckpointTest, RestoreOfAMissingOrCorruptCheckpointSaysWhyAndDeletesNoth
     EXPECT_NE(slurp(e.path()).rfind(std::to_string(::getpid()) + " ", 0), 0u) << e.path();
 }
 
+// The owner dies (SIGKILL) while its restore has the root and binds staged for CRIU: the stage's
+// mounts hold the layer's loop device, and the stage is outside the state dir. cleanup_stale()
+// finds it through the state dir and removes it with the rest.
+TEST_F(CheckpointTest, CleanupRemovesTheStageOfARestoreWhoseOwnerWasKilled) {
+  SandboxConfig c = counter_config();
+  Count first;
+  auto sb = spawn_counter(c, &first);
+  ASSERT_TRUE(sb);
+  const std::string dir = tmp_.string() + "/ck";
+  ASSERT_TRUE(checkpoint(*sb, dir).ok());
+  const std::string stage_root = RestoreOptions{}.stage_dir + "/" + c.id + "/root";
+  auto staged = [&] {
+    std::ifstream mi("/proc/self/mountinfo");
+    for (std::string line; std::getline(mi, line);)
+      if (line.find(" " + stage_root + " ") != std::string::npos) return true;
+    return false;
+  };
+  bool killed_staged = false;
+  for (int attempt = 0; attempt < 5 && !killed_staged; ++attempt) {
+    pid_t owner = ::fork();
+    ASSERT_GE(owner, 0);
+    if (owner == 0) {
+      auto r = restore(dir, c);
+      _exit(r.ok() ? 0 : 1);
+    }
+    for (int i = 0; i < 20000 && !staged(); ++i) {
+      int status = 0;
+      if (::waitpid(owner, &status, WNOHANG) == owner) {
+        owner = -1;
+        break;
+      }
+      std::this_thread::sleep_for(100us);
+    }
+    if (owner > 0) {
+      killed_staged = staged();
+      ::kill(owner, SIGKILL);
+      ::waitpid(owner, nullptr, 0);
+    }
+    // Whatever the owner left (a whole restored sandbox if it won the race) goes.
+    auto n = cleanup_stale(state_);
+    ASSERT_TRUE(n.ok()) << n.error().to_string();
+  }
+  ASSERT_TRUE(killed_staged) << "never caught a restore with its stage mounted";
+  auto l = CgroupLayout::detect();
+  expect_no_leftovers(c.id, SandboxCgroups::existing(*l, "abx", c.id).dirs());
+}
+
 }  // namespace
 }  // namespace abx::runtime

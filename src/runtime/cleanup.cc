@@ -16,6 +16,7 @@
 #include "abx/base/try.h"
 #include "abx/runtime/sandbox.h"
 #include "disk.h"
+#include "sandbox_internal.h"
 #include "sys.h"
 #include "userns_internal.h"
 
@@ -88,6 +89,14 @@ Result<int> cleanup_stale(const std::string& state_dir) {
     SandboxCgroups cg = SandboxCgroups::existing(layout, parent, id);
     Status s = cg.kill();
     if (s) s = cg.remove();
+    // A restore cut short: its staged root and binds hold the layer's loop device.
+    if (auto stage = read_file(dir + "/" + kStageFile, 4096); stage) {
+      std::string path = stage->substr(0, stage->find('\n'));
+      if (path.size() > id.size() + 1 && path[0] == '/' &&
+          path.compare(path.size() - id.size() - 1, std::string::npos, "/" + id) == 0 &&
+          path.find("/../") == std::string::npos)
+        remove_stage(path);
+    }
     if (s) s = remove_rw_layer(dir);
     if (s) s = remove_tree(dir);
     if (s) {

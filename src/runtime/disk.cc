@@ -242,4 +242,21 @@ Status remove_rw_layer(const std::string& dir) {
   return {};
 }
 
+void remove_stage(const std::string& stage) {
+  DIR* d = ::opendir(stage.c_str());
+  if (!d) return;
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n != "." && n != "..") names.push_back(n);
+  }
+  ::closedir(d);
+  for (const auto& n : names) {
+    std::string p = stage + "/" + n;
+    ::umount2(p.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW);
+    if (::rmdir(p.c_str()) != 0) ::unlink(p.c_str());
+  }
+  ::rmdir(stage.c_str());
+}
+
 }  // namespace abx::runtime

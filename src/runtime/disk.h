@@ -39,4 +39,8 @@ bool loop_backed_by_inode(const std::string& file);
 // last user of the filesystem is gone) and removes `<dir>/rw.img`. Missing pieces are fine.
 Status remove_rw_layer(const std::string& dir);
 
+// Unmounts (lazily) and removes each entry of `stage`, a restore's staging dir (its root
+// overlay and binds, attached there for CRIU), then `stage` itself. Best effort: missing is fine.
+void remove_stage(const std::string& stage);
+
 }  // namespace abx::runtime

@@ -24,6 +24,7 @@ inline constexpr const char* kLockFile = "lock";
 inline constexpr const char* kInitFile = "init";      // "<pid> <starttime> <cgroup_parent>\n"
 inline constexpr const char* kUsernsFile = "userns";  // "<slot> <first host id> <registry>\n"
 inline constexpr const char* kVethFile = "veth";      // "<host if> <host ip> <sandbox ip>\n"
+inline constexpr const char* kStageFile = "stage";    // "<stage dir>\n" while restore() runs
 
 struct Sandbox::State {
   SandboxConfig config;
