@@ -11,8 +11,10 @@
 #include <boost/json/value.hpp>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "abx/base/error.h"
@@ -55,8 +57,13 @@ struct Context {
   // otherwise POST /sandboxes/{id}/connect.
   Result<client::Sandbox> open_sandbox(const std::string& id) const;
 
-  // Prints the error and returns its exit code.
+  // Prints the error (with --json, also its JSON object on stdout) and returns its exit code.
   int fail(const Error& e) const;
+  // The error's line on stderr only, for a command that reports it inside its own JSON
+  // (error_json); returns its exit code.
+  int report(const Error& e) const;
+  // {"error", "type", "code"}: how --json spells an error.
+  boost::json::object error_json(const Error& e) const;
   int usage(const std::string& message) const;  // exit 2
   void print_json(const boost::json::value& v) const;
 };
@@ -82,6 +89,13 @@ void print_table(const std::vector<std::string>& header,
 // required, given twice).
 Result<boost::json::object> parse_command_args(const client::CommandEntry& entry,
                                                const std::vector<std::string>& items);
+
+// `abx sandbox kill` and `abx snapshot rm`: `remove` on each id (true: removed, false: there was
+// none, reported as not_found "no <noun> <id>"), printing "<done> <id>" for each (with --json,
+// one {"<id>": "<verb>"} object once all went). Returns the last failure's exit code.
+int remove_each(Context& ctx, const std::vector<std::string>& ids, std::string_view noun,
+                std::string_view done, std::string_view verb,
+                const std::function<Result<bool>(const std::string&)>& remove);
 
 // A subcommand of `parent` that acts on one sandbox: its first argument, required, is the
 // sandbox id (into `id`), spelled and explained the same way by every such command.

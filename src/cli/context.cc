@@ -129,17 +129,45 @@ int exit_code_for(const Error& e) {
   }
 }
 
-int Context::fail(const Error& e) const {
+json::object Context::error_json(const Error& e) const {
   std::string message = e.message();
   if (auto hint = auth_hint(e); !hint.empty()) message += " — " + hint;
-  std::cerr << "abx: " << message;
+  return {{"error", message}, {"type", e.type()}, {"code", error_code_name(e.code())}};
+}
+
+int Context::report(const Error& e) const {
+  std::cerr << "abx: " << error_json(e).at("error").as_string().c_str();
   if (e.type() != error_code_name(e.code())) std::cerr << " (" << e.type() << ")";
   std::cerr << "\n";
-  if (flags.json) {
-    print_json(
-        json::object{{"error", message}, {"type", e.type()}, {"code", error_code_name(e.code())}});
-  }
   return exit_code_for(e);
+}
+
+int Context::fail(const Error& e) const {
+  int code = report(e);
+  if (flags.json) print_json(error_json(e));
+  return code;
+}
+
+int remove_each(Context& ctx, const std::vector<std::string>& ids, std::string_view noun,
+                std::string_view done, std::string_view verb,
+                const std::function<Result<bool>(const std::string&)>& remove) {
+  int code = kExitOk;
+  json::object out;
+  for (const auto& id : ids) {
+    auto r = remove(id);
+    if (!r.ok()) {
+      code = ctx.fail(r.error());
+      continue;
+    }
+    if (!*r) {
+      code = ctx.fail(not_found("no " + std::string(noun) + " " + id));
+      continue;
+    }
+    out[id] = verb;
+    if (!ctx.flags.json) std::cout << done << " " << id << "\n";
+  }
+  if (ctx.flags.json && code == kExitOk) ctx.print_json(out);
+  return code;
 }
 
 int Context::usage(const std::string& message) const { return fail(invalid_argument(message)); }

@@ -124,23 +124,9 @@ int info(Context& ctx, const SandboxOpts& o) {
 }
 
 int kill(Context& ctx, const SandboxOpts& o) {
-  int code = kExitOk;
-  json::object out;
-  for (const auto& id : o.ids) {
-    auto k = client::Sandbox::kill(id, ctx.config());
-    if (!k.ok()) {
-      code = ctx.fail(k.error());
-      continue;
-    }
-    if (!*k) {
-      code = ctx.fail(not_found("no sandbox " + id));
-      continue;
-    }
-    out[id] = "killed";
-    if (!ctx.flags.json) std::cout << "killed " << id << "\n";
-  }
-  if (ctx.flags.json && code == kExitOk) ctx.print_json(out);
-  return code;
+  const auto cfg = ctx.config();
+  return remove_each(ctx, o.ids, "sandbox", "killed", "killed",
+                     [&](const std::string& id) { return client::Sandbox::kill(id, cfg); });
 }
 
 int timeout(Context& ctx, const SandboxOpts& o) {
@@ -178,17 +164,14 @@ int pause(Context& ctx, const SandboxOpts& o) {
   return kExitOk;
 }
 
-// POST /sandboxes/{id}/connect, saying whether the sandbox was paused (resumed) or running.
+// POST /sandboxes/{id}/connect, saying whether the sandbox was paused (resumed: 201) or
+// running (200).
 int resume(Context& ctx, const SandboxOpts& o) {
   auto t = parse_duration(o.timeout);
   if (!t.ok()) return ctx.fail(t.error());
-  client::SandboxInfo si;
-  si.sandbox_id = o.id;
-  auto before = client::Sandbox::attach(si, ctx.config()).info();
-  if (!before.ok()) return ctx.fail(before.error());
-  auto s = client::Sandbox::connect(o.id, ctx.config(), *t);
+  bool resumed = false;
+  auto s = client::Sandbox::connect(o.id, ctx.config(), *t, &resumed);
   if (!s.ok()) return ctx.fail(s.error());
-  bool resumed = before->state == "paused";
   if (ctx.flags.json)
     ctx.print_json(json::object{{"sandboxID", o.id}, {"resumed", resumed}});
   else
@@ -213,11 +196,8 @@ int fork(Context& ctx, const SandboxOpts& o) {
   json::array out;
   for (const auto& child : *children) {
     if (!child.ok()) {
-      const Error& e = child.error();
-      std::cerr << "abx: " << e.message() << "\n";
-      out.push_back(json::object{
-          {"error", e.message()}, {"type", e.type()}, {"code", error_code_name(e.code())}});
-      code = kExitError;
+      code = ctx.report(child.error());
+      out.push_back(ctx.error_json(child.error()));
       continue;
     }
     if (ctx.flags.json) {

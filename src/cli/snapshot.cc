@@ -46,23 +46,10 @@ int list(Context& ctx, const SnapshotOpts& o) {
 }
 
 int remove(Context& ctx, const SnapshotOpts& o) {
-  int code = kExitOk;
-  json::object out;
-  for (const auto& id : o.ids) {
-    auto d = client::Sandbox::delete_snapshot(id, ctx.config());
-    if (!d.ok()) {
-      code = ctx.fail(d.error());
-      continue;
-    }
-    if (!*d) {
-      code = ctx.fail(not_found("no snapshot " + id));
-      continue;
-    }
-    out[id] = "removed";
-    if (!ctx.flags.json) std::cout << "removed snapshot " << id << "\n";
-  }
-  if (ctx.flags.json && code == kExitOk) ctx.print_json(out);
-  return code;
+  const auto cfg = ctx.config();
+  return remove_each(
+      ctx, o.ids, "snapshot", "removed snapshot", "removed",
+      [&](const std::string& id) { return client::Sandbox::delete_snapshot(id, cfg); });
 }
 
 }  // namespace

@@ -177,15 +177,49 @@ Result<http::Response> control_request(Transport& t, bhttp::verb method, std::st
 }
 
 Result<json::value> control_json(Transport& t, bhttp::verb method, std::string target,
-                                 const json::value* body, bool idempotent, std::string_view what) {
+                                 const json::value* body, bool idempotent, std::string_view what,
+                                 unsigned* status) {
   ABX_ASSIGN_OR_RETURN(auto res, control_request(t, method, std::move(target), body, idempotent));
   if (res.result_int() / 100 != 2) return error_from_response(res, Plane::kControl, what);
+  if (status) *status = res.result_int();
   if (res.body().empty()) return json::value(nullptr);
   auto v = parse_json_strict(res.body());
   if (!v.ok())
     return Error(ErrorCode::kInternal,
                  std::string(what) + ": bad JSON from the platform: " + v.error().message());
   return std::move(*v);
+}
+
+Result<bool> control_delete(Transport& t, std::string target, std::string_view what) {
+  ABX_ASSIGN_OR_RETURN(auto res,
+                       control_request(t, bhttp::verb::delete_, std::move(target), nullptr, true));
+  if (res.result_int() / 100 == 2) return true;
+  if (res.result_int() == 404) return false;
+  return error_from_response(res, Plane::kControl, what);
+}
+
+Status control_list(Transport& t, std::string_view path,
+                    std::vector<std::pair<std::string, std::string>> query, std::string_view what,
+                    const std::function<Result<bool>(const json::value&)>& each) {
+  for (;;) {
+    std::string target(path);
+    for (std::size_t i = 0; i < query.size(); ++i)
+      target += (i ? "&" : "?") + query[i].first + "=" + url_encode(query[i].second);
+    ABX_ASSIGN_OR_RETURN(auto res, control_request(t, bhttp::verb::get, target, nullptr, true));
+    if (res.result_int() != 200) return error_from_response(res, Plane::kControl, what);
+    auto v = parse_json_strict(res.body());
+    if (!v.ok() || !v->is_array())
+      return internal_error(std::string(what) + ": expected a JSON array");
+    bool more = true;
+    for (const auto& item : v->as_array()) {
+      ABX_ASSIGN_OR_RETURN(bool go_on, each(item));
+      more = more && go_on;
+    }
+    const std::string next(res["X-Next-Token"]);
+    if (next.empty() || !more) return {};
+    if (!query.empty() && query.back().first == "nextToken") query.pop_back();
+    query.emplace_back("nextToken", next);
+  }
 }
 
 std::filesystem::path abx_home(const ConnectionConfig& config) {
@@ -284,13 +318,15 @@ Result<Sandbox> Sandbox::create(std::string_view template_id, const CreateOption
 }
 
 Result<Sandbox> Sandbox::connect(std::string_view sandbox_id, const ConnectionConfig& config,
-                                 std::chrono::seconds timeout) {
+                                 std::chrono::seconds timeout, bool* resumed) {
   detail::Transport t(config);
   json::value body = json::object{{"timeout", timeout.count()}};
+  unsigned status = 0;
   ABX_ASSIGN_OR_RETURN(
       auto v, control_json(t, bhttp::verb::post,
                            "/sandboxes/" + detail::url_encode(sandbox_id) + "/connect", &body,
-                           false, "connect to sandbox " + std::string(sandbox_id)));
+                           false, "connect to sandbox " + std::string(sandbox_id), &status));
+  if (resumed) *resumed = status == 201;
   ABX_ASSIGN_OR_RETURN(auto info, sandbox_info_from_json(v));
   return Sandbox(std::make_shared<detail::SandboxState>(config, std::move(info)));
 }
@@ -310,41 +346,27 @@ Sandbox Sandbox::attach(SandboxInfo info, const ConnectionConfig& config,
 Result<std::vector<SandboxInfo>> Sandbox::list(const ListFilters& f,
                                                const ConnectionConfig& config) {
   detail::Transport t(config);
-  std::vector<SandboxInfo> out;
-  std::string next;
-  for (;;) {
-    std::string q;
-    auto add = [&q](std::string_view k, std::string_view v) {
-      q += (q.empty() ? "?" : "&");
-      q += std::string(k) + "=" + detail::url_encode(v);
-    };
-    if (!f.states.empty()) {
-      std::string s;
-      for (const auto& st : f.states) s += (s.empty() ? "" : ",") + st;
-      add("state", s);
-    }
-    if (!f.metadata.empty()) {
-      std::string m;
-      for (const auto& [k, v] : f.metadata)
-        m += (m.empty() ? "" : "&") + detail::url_encode(k) + "=" + detail::url_encode(v);
-      add("metadata", m);
-    }
-    if (!f.template_id.empty()) add("template", f.template_id);
-    if (f.limit > 0) add("limit", std::to_string(std::min(f.limit, 100)));
-    if (!next.empty()) add("nextToken", next);
-    ABX_ASSIGN_OR_RETURN(
-        auto res, detail::control_request(t, bhttp::verb::get, "/v2/sandboxes" + q, nullptr, true));
-    if (res.result_int() != 200)
-      return detail::error_from_response(res, detail::Plane::kControl, "list sandboxes");
-    auto v = parse_json_strict(res.body());
-    if (!v.ok() || !v->is_array()) return internal_error("list sandboxes: expected a JSON array");
-    for (const auto& item : v->as_array()) {
-      ABX_ASSIGN_OR_RETURN(auto i, sandbox_info_from_json(item));
-      out.push_back(std::move(i));
-    }
-    next = std::string(res["X-Next-Token"]);
-    if (next.empty() || (f.limit > 0 && static_cast<int>(out.size()) >= f.limit)) break;
+  std::vector<std::pair<std::string, std::string>> q;
+  if (!f.states.empty()) {
+    std::string s;
+    for (const auto& st : f.states) s += (s.empty() ? "" : ",") + st;
+    q.emplace_back("state", s);
   }
+  if (!f.metadata.empty()) {
+    std::string m;
+    for (const auto& [k, v] : f.metadata)
+      m += (m.empty() ? "" : "&") + detail::url_encode(k) + "=" + detail::url_encode(v);
+    q.emplace_back("metadata", m);
+  }
+  if (!f.template_id.empty()) q.emplace_back("template", f.template_id);
+  if (f.limit > 0) q.emplace_back("limit", std::to_string(std::min(f.limit, 100)));
+  std::vector<SandboxInfo> out;
+  ABX_TRY(detail::control_list(t, "/v2/sandboxes", std::move(q), "list sandboxes",
+                               [&](const json::value& item) -> Result<bool> {
+                                 ABX_ASSIGN_OR_RETURN(auto i, sandbox_info_from_json(item));
+                                 out.push_back(std::move(i));
+                                 return f.limit <= 0 || static_cast<int>(out.size()) < f.limit;
+                               }));
   if (f.limit > 0 && static_cast<int>(out.size()) > f.limit)
     out.resize(static_cast<std::size_t>(f.limit));
   return out;
@@ -352,14 +374,8 @@ Result<std::vector<SandboxInfo>> Sandbox::list(const ListFilters& f,
 
 Result<bool> Sandbox::kill(std::string_view sandbox_id, const ConnectionConfig& config) {
   detail::Transport t(config);
-  ABX_ASSIGN_OR_RETURN(
-      auto res,
-      detail::control_request(t, bhttp::verb::delete_,
-                              "/sandboxes/" + detail::url_encode(sandbox_id), nullptr, true));
-  if (res.result_int() / 100 == 2) return true;
-  if (res.result_int() == 404) return false;
-  return detail::error_from_response(res, detail::Plane::kControl,
-                                     "kill sandbox " + std::string(sandbox_id));
+  return detail::control_delete(t, "/sandboxes/" + detail::url_encode(sandbox_id),
+                                "kill sandbox " + std::string(sandbox_id));
 }
 
 const std::string& Sandbox::id() const { return state_->info.sandbox_id; }
@@ -584,45 +600,26 @@ Result<std::vector<SnapshotInfo>> Sandbox::list_snapshots(const ConnectionConfig
                                                           std::string_view sandbox_id,
                                                           std::string_view name) {
   detail::Transport t(config);
+  std::vector<std::pair<std::string, std::string>> q;
+  if (!sandbox_id.empty()) q.emplace_back("sandboxID", sandbox_id);
+  if (!name.empty()) q.emplace_back("name", name);
   std::vector<SnapshotInfo> out;
-  std::string next;
-  for (;;) {
-    std::string q;
-    auto add = [&q](std::string_view k, std::string_view v) {
-      q += (q.empty() ? "?" : "&");
-      q += std::string(k) + "=" + detail::url_encode(v);
-    };
-    if (!sandbox_id.empty()) add("sandboxID", sandbox_id);
-    if (!name.empty()) add("name", name);
-    if (!next.empty()) add("nextToken", next);
-    ABX_ASSIGN_OR_RETURN(
-        auto res, detail::control_request(t, bhttp::verb::get, "/snapshots" + q, nullptr, true));
-    if (res.result_int() != 200)
-      return detail::error_from_response(res, detail::Plane::kControl, "list snapshots");
-    auto v = parse_json_strict(res.body());
-    if (!v.ok() || !v->is_array()) return internal_error("list snapshots: expected a JSON array");
-    for (const auto& item : v->as_array()) {
-      auto s = snapshot_info_from_json(item);
-      if (!s.ok()) return internal_error("list snapshots: " + s.error().message());
-      out.push_back(std::move(*s));
-    }
-    next = std::string(res["X-Next-Token"]);
-    if (next.empty()) break;
-  }
+  ABX_TRY(detail::control_list(t, "/snapshots", std::move(q), "list snapshots",
+                               [&](const json::value& item) -> Result<bool> {
+                                 auto s = snapshot_info_from_json(item);
+                                 if (!s.ok())
+                                   return internal_error("list snapshots: " + s.error().message());
+                                 out.push_back(std::move(*s));
+                                 return true;
+                               }));
   return out;
 }
 
 Result<bool> Sandbox::delete_snapshot(std::string_view snapshot_id,
                                       const ConnectionConfig& config) {
   detail::Transport t(config);
-  ABX_ASSIGN_OR_RETURN(
-      auto res,
-      detail::control_request(t, bhttp::verb::delete_,
-                              "/templates/" + detail::url_encode(snapshot_id), nullptr, true));
-  if (res.result_int() / 100 == 2) return true;
-  if (res.result_int() == 404) return false;
-  return detail::error_from_response(res, detail::Plane::kControl,
-                                     "delete snapshot " + std::string(snapshot_id));
+  return detail::control_delete(t, "/templates/" + detail::url_encode(snapshot_id),
+                                "delete snapshot " + std::string(snapshot_id));
 }
 
 namespace {

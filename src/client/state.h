@@ -2,10 +2,13 @@
 #pragma once
 
 #include <boost/json/value.hpp>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "abx/client/sandbox.h"
 #include "abx/templates/template.h"
@@ -23,10 +26,20 @@ namespace abx::client::detail {
 Result<http::Response> control_request(Transport& t, boost::beast::http::verb method,
                                        std::string target, const boost::json::value* body,
                                        bool idempotent);
-// Parses a 2xx JSON body, or turns anything else into the platform's error.
+// Parses a 2xx JSON body, or turns anything else into the platform's error. `status` (if given)
+// gets the 2xx status.
 Result<boost::json::value> control_json(Transport& t, boost::beast::http::verb method,
                                         std::string target, const boost::json::value* body,
-                                        bool idempotent, std::string_view what);
+                                        bool idempotent, std::string_view what,
+                                        unsigned* status = nullptr);
+// DELETE `target`: true on 2xx, false on 404, else the platform's error.
+Result<bool> control_delete(Transport& t, std::string target, std::string_view what);
+// GET `path` with `query` (name, value; values URL-encoded here), following X-Next-Token: each
+// page must be a JSON array, and `each` gets its items in order; it returns false to stop after
+// that page.
+Status control_list(Transport& t, std::string_view path,
+                    std::vector<std::pair<std::string, std::string>> query, std::string_view what,
+                    const std::function<Result<bool>(const boost::json::value&)>& each);
 
 std::filesystem::path abx_home(const ConnectionConfig& config);
 // The local template catalogue ($ABX_HOME/templates plus the built-ins).

@@ -146,10 +146,12 @@ class ABX_EXPORT Sandbox {
   static Result<Sandbox> create(std::string_view template_id, const CreateOptions& opts = {},
                                 const ConnectionConfig& config = ConnectionConfig::from_env());
   // POST /sandboxes/{id}/connect: resumes a paused sandbox, extends a running one's timeout
-  // to at least `timeout`, and returns its access token.
+  // to at least `timeout`, and returns its access token. `resumed` (if given) is set to whether
+  // the sandbox was paused (the platform answered 201) rather than running (200).
   static Result<Sandbox> connect(std::string_view sandbox_id,
                                  const ConnectionConfig& config = ConnectionConfig::from_env(),
-                                 std::chrono::seconds timeout = std::chrono::seconds(300));
+                                 std::chrono::seconds timeout = std::chrono::seconds(300),
+                                 bool* resumed = nullptr);
   // Direct mode, no control plane: a handle from what the caller already knows (id, template,
   // access token; config.server_url / sandbox_url point at the servers). Used to talk to a
   // standalone abx-server or abx-envd, e.g. while developing a command module.
