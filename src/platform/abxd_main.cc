@@ -33,6 +33,7 @@
 #include "abx/templates/template.h"
 #include "abxd_images.h"
 #include "api.h"
+#include "bundle.h"
 #include "sandboxes.h"
 #include "watchdog.h"
 
@@ -503,10 +504,12 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   tbo.store = &(*mgr)->images();
   tbo.userns = cfg.userns;
   tbo.sandbox_network = network->get();
-  if (!cfg.bins.bundle.empty() && fs::exists(fs::path(cfg.bins.bundle) / "bin/abx-envd")) {
-    tbo.binds.push_back({cfg.bins.bundle, "/opt/abx", false});
-  }
   platform::SandboxManager* manager = mgr->get();
+  // The manager's pinned version of the bundle (bundle.h), as its sandboxes have it.
+  if (const std::string& bundle = manager->options().binaries.bundle;
+      !bundle.empty() && fs::exists(fs::path(bundle) / "bin/abx-envd")) {
+    tbo.binds.push_back({bundle, platform::kBundleInside, false});
+  }
   tbo.pull = [manager](const image::Reference& ref, const platform::BuildProgress& progress) {
     image::RegistryOptions ro;
     ro.auth_file = manager->options().registry_auth_file;

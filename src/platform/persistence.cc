@@ -36,6 +36,7 @@
 #include "abx/http/client.h"
 #include "abx/runtime/process.h"
 #include "abx/token/token.h"
+#include "bundle.h"
 #include "sandbox_config.h"
 #include "sandboxes.h"
 
@@ -162,6 +163,22 @@ void SandboxManager::remove_cut_checkpoints() {
         fs::remove_all(e.path(), ec);
     }
   }
+}
+
+std::set<std::string> SandboxManager::bundles_in_use() const {
+  std::set<std::string> used;
+  if (!opt_.binaries.bundle.empty()) used.insert(opt_.binaries.bundle);
+  std::error_code ec;
+  // Every saved config: running and paused sandboxes' (run/<id>), snapshots' (snapshots/<id>).
+  for (const auto& base : {opt_.home + "/run", opt_.home + "/snapshots"}) {
+    for (const auto& e : fs::directory_iterator(base, ec)) {
+      auto c = load_sandbox_config(e.path().string());
+      if (!c.ok()) continue;
+      for (const auto& b : c->binds)
+        if (b.target == kBundleInside) used.insert(b.source);
+    }
+  }
+  return used;
 }
 
 bool SandboxManager::can_checkpoint(const LiveSandbox& sb) const {

@@ -20,6 +20,7 @@
 #include "abx/image/registry.h"
 #include "abx/runtime/process.h"
 #include "abx/token/token.h"
+#include "bundle.h"
 #include "sandbox_config.h"
 
 namespace abx::platform {
@@ -38,7 +39,6 @@ constexpr const char* kEnvdInside = "/opt/abx/bin/abx-envd";
 constexpr const char* kServerInside = "/opt/abx/bin/abx-server";
 constexpr const char* kDemoInside = "/opt/abx/lib/libabx_demo_commands.so";
 constexpr const char* kTokenInside = "/run/abx/token";
-constexpr const char* kBundleInside = "/opt/abx";
 
 bool has_bundle(const SandboxBinaries& b) {
   return !b.bundle.empty() && fs::exists(fs::path(b.bundle) / "bin/abx-envd");
@@ -86,6 +86,15 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions opt
       return Error(ErrorCode::kFailedPrecondition,
                    std::string(what) + " not found at '" + path + "' (see abxd --help)");
     }
+  }
+  // Sandboxes bind a pinned version of the bundle (bundle.h): one replaced later (an upgrade,
+  // a rebuild) leaves a paused sandbox the binaries its checkpoint maps.
+  if (has_bundle(options.binaries)) {
+    auto pinned = pin_bundle(options.home, options.binaries.bundle);
+    if (!pinned.ok())
+      return Error(pinned.error().code(), "the /opt/abx bundle " + options.binaries.bundle + ": " +
+                                              pinned.error().message());
+    options.binaries.bundle = *pinned;
   }
   auto images = image::Store::open(options.image_store.empty() ? options.home + "/images"
                                                                : options.image_store);
@@ -182,6 +191,8 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions opt
   }
   auto cleaned = runtime::cleanup_stale(state_dir);
   m->remove_cut_checkpoints();
+  if (int n = prune_bundles(m->opt_.home, m->bundles_in_use()); n > 0)
+    m->log_.info("removed " + std::to_string(n) + " bundle version(s) no sandbox or snapshot uses");
   if (adopted + lost > 0 || (cleaned.ok() && *cleaned > 0)) {
     m->log_.info("restart: adopted " + std::to_string(adopted) + " live sandbox(es), " +
                  std::to_string(lost) + " gone, " + std::to_string(cleaned.ok() ? *cleaned : 0) +

@@ -8,8 +8,12 @@
 //   ABXD_BIN=build/dev/src/platform/abxd node --test persistence.test.mjs
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
+import { execFileSync } from 'node:child_process';
+import {
+  appendFileSync, copyFileSync, existsSync, mkdtempSync, readdirSync, renameSync, rmSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
 
 import { Sandbox } from 'e2b';
 
@@ -278,4 +282,60 @@ test('a full disk during a pause answers 507 and the sandbox keeps running', { s
   await Sandbox.connect(sbx.sandboxId);
   await assertCounting(sbx, before);
   await sbx.kill();
+});
+
+// The /opt/abx bundle replaced while a sandbox is paused (an upgrade of abx, a rebuild): the
+// sandbox was checkpointed with the old binaries mapped, and CRIU restores only those. abxd
+// keeps each bundle it bound under <home>/bundles/<version>/ (hard links) for as long as a
+// sandbox or snapshot of it exists, so the resume works and the old version goes afterwards.
+test('a paused sandbox resumes after the abx bundle was replaced', { skip }, async () => {
+  const original = process.env.ABX_BUNDLE_DIR ?? resolve(dirname(process.env.ABXD_BIN), '../../bundle');
+  const scratch = mkdtempSync(join(tmpdir(), 'abx-js-bundle-'));
+  const bundle = join(scratch, 'bundle');
+  // Like scripts/bundle.sh: a new directory in place of the old; here abx-envd is a new file
+  // that also differs in size (CRIU refuses to map a file whose size changed).
+  const install = (changed) => {
+    rmSync(bundle, { recursive: true, force: true });
+    execFileSync('cp', ['-al', original, bundle]);
+    if (changed) {
+      const envd = join(bundle, 'bin/abx-envd');
+      copyFileSync(envd, `${envd}.new`);
+      appendFileSync(`${envd}.new`, Buffer.alloc(4096));
+      renameSync(`${envd}.new`, envd);
+    }
+  };
+  install(false);
+  const env = { ...process.env };  // startAbxd points the SDK at its own abxd: put it back after
+  const own = await startAbxd('persistence-bundle', ['--pause', 'disk', '--bundle', bundle]);
+  const versions = () => readdirSync(join(own.home, 'bundles')).filter((n) => !n.startsWith('.'));
+  try {
+    const sbx = await Sandbox.create('base', { timeoutMs: 600_000 });
+    own.made.push(sbx.sandboxId);
+    const before = await startCounter(sbx);
+    assert.equal(await sbx.pause(), true);
+    install(true);
+    await own.restart('SIGTERM');
+    // The paused sandbox's version is kept beside the new one.
+    assert.equal(versions().length, 2, versions().join(' '));
+    await Sandbox.connect(sbx.sandboxId);
+    await assertCounting(sbx, before);
+    // A command started now runs the binaries the sandbox was created with, as a command
+    // started before the pause would have.
+    assert.equal((await sbx.commands.run('echo ok')).stdout, 'ok\n');
+    // New sandboxes get the new bundle.
+    const fresh = await Sandbox.create('base', { timeoutMs: 60_000 });
+    own.made.push(fresh.sandboxId);
+    const size = await fresh.commands.run('stat -c %s /opt/abx/bin/abx-envd');
+    const oldSize = await sbx.commands.run('stat -c %s /opt/abx/bin/abx-envd');
+    assert.equal(Number(size.stdout) - Number(oldSize.stdout), 4096);
+    await sbx.kill();
+    await fresh.kill();
+    // Nothing uses the old version any more: the next start removes it.
+    await own.restart('SIGTERM');
+    assert.equal(versions().length, 1, versions().join(' '));
+  } finally {
+    await own.stop();
+    rmSync(scratch, { recursive: true, force: true });
+    for (const k of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) process.env[k] = env[k];
+  }
 });
