@@ -37,6 +37,44 @@ std::string render_delete(const std::string& table) {
   return "table inet " + table + " {}\ndelete table inet " + table + "\n";
 }
 
+namespace {
+
+std::string quoted(const std::string& name) { return "\"" + name + "\""; }
+
+// The sandbox's sets and chain, and its entries in the shared sets and map: "add" commands,
+// idempotent (a set or chain that exists is flushed first), for after the table exists.
+std::string sandbox_add(const RulesetPlan& p, const RulesetSandbox& sb) {
+  const std::string t = "inet " + p.table + " ";
+  const std::string n = std::to_string(sb.slot);
+  std::string s;
+  for (const auto& [set, nets] : {std::pair{"allow_" + n, &sb.rules.allow_cidrs},
+                                  std::pair{"deny_" + n, &sb.rules.deny_cidrs}}) {
+    s += "add set " + t + set + " { type ipv4_addr; flags interval; auto-merge; }\n";
+    s += "flush set " + t + set + "\n";
+    if (!nets->empty()) s += "add element " + t + set + " { " + elements(*nets) + " }\n";
+  }
+  s += "add chain " + t + "sb_" + n + "\nflush chain " + t + "sb_" + n + "\n";
+  std::string body;
+  body += logged("ip daddr @blocked ", sb.slot, "blocked", p.log_group, "drop");
+  body += logged("ip daddr @allow_" + n + " ", sb.slot, "allow", p.log_group, "accept");
+  body += logged("ip daddr @deny_" + n + " ", sb.slot, "deny", p.log_group, "drop");
+  body += logged("", sb.slot, "allow", p.log_group, "accept");
+  for (std::size_t at = 0; at < body.size();) {  // one "add rule" per line of the chain's body
+    std::size_t nl = body.find('\n', at);
+    s += "add rule " + t + "sb_" + n + " " + body.substr(at + 4, nl - at - 4) + "\n";
+    at = nl + 1;
+  }
+  if (sb.address != 0)
+    s += "add element " + t + "links { " + quoted(sb.host_if) + " . " + ipv4_str(sb.address) +
+         " }\n";
+  if (!sb.rules.allow_domains.empty() && p.proxy_port != 0)
+    s += "add element " + t + "proxied { " + quoted(sb.host_if) + " }\n";
+  s += "add element " + t + "chains { " + quoted(sb.host_if) + " : jump sb_" + n + " }\n";
+  return s;
+}
+
+}  // namespace
+
 std::string render_ruleset(const RulesetPlan& p) {
   const std::string links = "iifname \"" + p.if_prefix + "*\" ";
   const std::string out_links = "oifname \"" + p.if_prefix + "*\" ";
@@ -50,29 +88,23 @@ std::string render_ruleset(const RulesetPlan& p) {
     s += "  comment \"" + c.substr(0, 120) + "\"\n";
   }
   s += set_decl("blocked", p.blocked);
-  for (const auto& sb : p.sandboxes) {
-    std::string n = std::to_string(sb.slot);
-    s += set_decl("allow_" + n, sb.rules.allow_cidrs);
-    s += set_decl("deny_" + n, sb.rules.deny_cidrs);
-  }
-  std::string proxied;
-  for (const auto& sb : p.sandboxes)
-    if (!sb.rules.allow_domains.empty() && p.proxy_port != 0)
-      proxied += (proxied.empty() ? "" : ", ") + ("\"" + sb.host_if + "\"");
+  // Per link, found by one lookup whatever the number of sandboxes: its sandbox's address, whether
+  // it goes through the proxy, and its sandbox's chain.
+  s += "  set links {\n    type ifname . ipv4_addr;\n  }\n";
+  s += "  set proxied {\n    type ifname;\n  }\n";
+  s += "  map chains {\n    type ifname : verdict;\n  }\n";
 
   // Anti-spoofing, before NAT and everything else (sandboxes lack CAP_NET_RAW, so this is a second
-  // wall): a link carries its own sandbox's address only.
+  // wall): a link carries its own sandbox's address only (a link not in `links` carries nothing).
   s += "  chain guard {\n    type filter hook prerouting priority raw; policy accept;\n";
-  for (const auto& sb : p.sandboxes)
-    if (sb.address != 0)
-      s += "    iifname \"" + sb.host_if + "\" ip saddr != " + ipv4_str(sb.address) + " drop\n";
+  s += "    " + links + "iifname . ip saddr != @links drop\n";
   s += "  }\n";
   s += "  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n";
   s += "    " + links + "meta nfproto ipv4 udp dport 53 redirect to :" + dns + "\n";
   s += "    " + links + "meta nfproto ipv4 tcp dport 53 redirect to :" + dns + "\n";
-  if (!proxied.empty())
-    s += "    iifname { " + proxied +
-         " } meta nfproto ipv4 tcp dport { 80, 443 } redirect to :" + proxy + "\n";
+  if (p.proxy_port != 0)
+    s +=
+        "    iifname @proxied meta nfproto ipv4 tcp dport { 80, 443 } redirect to :" + proxy + "\n";
   s += "  }\n";
 
   s += "  chain input {\n    type filter hook input priority filter; policy accept;\n";
@@ -88,24 +120,50 @@ std::string render_ruleset(const RulesetPlan& p) {
   s += "    " + out_links + "drop\n";
   s += "    " + links + "meta nfproto ipv6 drop\n";
   s += "    " + links + "ct state established,related accept\n";
-  for (const auto& sb : p.sandboxes)
-    s += "    iifname \"" + sb.host_if + "\" jump sb_" + std::to_string(sb.slot) + "\n";
+  s += "    iifname vmap @chains\n";
   s += "    " + links + "drop\n  }\n";
-
-  for (const auto& sb : p.sandboxes) {
-    std::string n = std::to_string(sb.slot);
-    s += "  chain sb_" + n + " {\n";
-    s += logged("ip daddr @blocked ", sb.slot, "blocked", p.log_group, "drop");
-    s += logged("ip daddr @allow_" + n + " ", sb.slot, "allow", p.log_group, "accept");
-    s += logged("ip daddr @deny_" + n + " ", sb.slot, "deny", p.log_group, "drop");
-    s += logged("", sb.slot, "allow", p.log_group, "accept");
-    s += "  }\n";
-  }
 
   s += "  chain postrouting {\n    type nat hook postrouting priority srcnat; policy accept;\n";
   s += "    ip saddr " + p.sandbox_range.str() + " oifname != \"" + p.if_prefix +
        "*\" masquerade\n  }\n";
   s += "}\n";
+  for (const auto& sb : p.sandboxes) s += sandbox_add(p, sb);
+  return s;
+}
+
+std::string render_attach(const RulesetPlan& p, const RulesetSandbox& sb) {
+  return sandbox_add(p, sb);
+}
+
+std::string render_update(const RulesetPlan& p, const RulesetSandbox& before,
+                          const RulesetSandbox& after) {
+  const std::string t = "inet " + p.table + " ";
+  const std::string n = std::to_string(after.slot);
+  std::string s;
+  for (const auto& [set, nets] : {std::pair{"allow_" + n, &after.rules.allow_cidrs},
+                                  std::pair{"deny_" + n, &after.rules.deny_cidrs}}) {
+    s += "flush set " + t + set + "\n";
+    if (!nets->empty()) s += "add element " + t + set + " { " + elements(*nets) + " }\n";
+  }
+  if (p.proxy_port != 0) {
+    const bool was = !before.rules.allow_domains.empty(), is = !after.rules.allow_domains.empty();
+    if (was && !is) s += "delete element " + t + "proxied { " + quoted(after.host_if) + " }\n";
+    if (!was && is) s += "add element " + t + "proxied { " + quoted(after.host_if) + " }\n";
+  }
+  return s;
+}
+
+std::string render_detach(const RulesetPlan& p, const RulesetSandbox& sb) {
+  const std::string t = "inet " + p.table + " ";
+  const std::string n = std::to_string(sb.slot);
+  std::string s = "delete element " + t + "chains { " + quoted(sb.host_if) + " }\n";
+  if (sb.address != 0)
+    s += "delete element " + t + "links { " + quoted(sb.host_if) + " . " + ipv4_str(sb.address) +
+         " }\n";
+  if (!sb.rules.allow_domains.empty() && p.proxy_port != 0)
+    s += "delete element " + t + "proxied { " + quoted(sb.host_if) + " }\n";
+  s += "flush chain " + t + "sb_" + n + "\ndelete chain " + t + "sb_" + n + "\n";
+  s += "delete set " + t + "allow_" + n + "\ndelete set " + t + "deny_" + n + "\n";
   return s;
 }
 

@@ -1,9 +1,14 @@
 #include "abx/egress/ruleset.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <stdio.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <thread>
+#include <tuple>
+#include <utility>
 
 namespace abx::egress {
 namespace {
@@ -31,21 +36,26 @@ bool contains(const std::string& s, const std::string& what) {
 TEST(Ruleset, ChainsForEachSandboxAndTheSharedHooks) {
   std::string s = render_ruleset(plan());
   EXPECT_TRUE(s.starts_with("table inet abx_test {}\ndelete table inet abx_test\n"));
-  EXPECT_TRUE(contains(s, "iifname \"abxt3\" jump sb_3"));
-  EXPECT_TRUE(contains(s, "iifname \"abxt4\" jump sb_4"));
-  EXPECT_TRUE(contains(s, "iifname \"abxt3\" ip saddr != 10.213.0.14 drop"));
-  EXPECT_TRUE(contains(s, "elements = { 8.8.8.0/24, 8.8.0.0/16 }"));
+  EXPECT_TRUE(contains(s, "iifname vmap @chains"));
+  EXPECT_TRUE(contains(s, "add element inet abx_test chains { \"abxt3\" : jump sb_3 }"));
+  EXPECT_TRUE(contains(s, "add element inet abx_test chains { \"abxt4\" : jump sb_4 }"));
+  EXPECT_TRUE(contains(s, "iifname \"abxt*\" iifname . ip saddr != @links drop"));
+  EXPECT_TRUE(contains(s, "add element inet abx_test links { \"abxt3\" . 10.213.0.14 }"));
+  EXPECT_TRUE(contains(s, "add element inet abx_test allow_3 { 8.8.8.0/24, 8.8.0.0/16 }"));
   // Only the sandbox that names domains goes through the proxy.
-  EXPECT_TRUE(contains(
-      s, "iifname { \"abxt3\" } meta nfproto ipv4 tcp dport { 80, 443 } redirect to :40080"));
-  EXPECT_FALSE(contains(s, "\"abxt4\" } meta nfproto"));
+  EXPECT_TRUE(
+      contains(s, "iifname @proxied meta nfproto ipv4 tcp dport { 80, 443 } redirect to :40080"));
+  EXPECT_TRUE(contains(s, "add element inet abx_test proxied { \"abxt3\" }"));
+  EXPECT_FALSE(contains(s, "proxied { \"abxt4\" }"));
   EXPECT_TRUE(contains(s, "redirect to :40053"));
   EXPECT_TRUE(contains(s, "log group 4242 prefix \"abx:3:deny\""));
   EXPECT_TRUE(contains(s, "169.254.0.0/16"));
   // The blocked set is consulted before the sandbox's allow list.
-  std::string sb3 = s.substr(s.find("chain sb_3"));
+  std::string sb3 = s.substr(s.find("add rule inet abx_test sb_3"));
   EXPECT_LT(sb3.find("@blocked"), sb3.find("@allow_3"));
   EXPECT_LT(sb3.find("@allow_3"), sb3.find("@deny_3"));
+  // A sandbox's own part is the same in the whole table and alone.
+  EXPECT_TRUE(contains(s, render_attach(plan(), plan().sandboxes[1])));
 }
 
 // `nft -c` parses and checks the script against the kernel without changing anything.
@@ -59,6 +69,70 @@ TEST(Ruleset, TheKernelAcceptsIt) {
     int status = ::pclose(f);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << script;
   }
+}
+
+// Runs `nft -f -` on `script` (or `nft <args>` without one); its exit status and output.
+std::pair<int, std::string> nft(const std::string& args, const std::string& script = {}) {
+  char path[] = "/tmp/abx-nft-XXXXXX";
+  int fd = ::mkstemp(path);
+  if (fd < 0) return {-1, "mkstemp"};
+  if (!script.empty() && ::write(fd, script.data(), script.size()) < 0) return {-1, "write"};
+  ::close(fd);
+  std::string cmd =
+      "/usr/sbin/nft " + (script.empty() ? args : "-f " + std::string(path)) + " 2>&1";
+  FILE* f = ::popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (std::size_t n; f && (n = ::fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, n);
+  int status = f ? ::pclose(f) : -1;
+  ::unlink(path);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// The whole table, then one sandbox attached, one's rules changed and one detached, applied for
+// real in a network namespace of the test's own (nftables tables belong to a netns).
+TEST(Ruleset, SandboxesComeAndGoOneTransactionEach) {
+  if (::geteuid() != 0 || ::access("/usr/sbin/nft", X_OK) != 0)
+    GTEST_SKIP() << "needs root and nft";
+  std::thread t([] {
+    ASSERT_EQ(::unshare(CLONE_NEWNET), 0);  // this thread only; nft, forked from it, too
+    RulesetPlan p = plan();
+    auto [rc, out] = nft("", render_ruleset(p));
+    ASSERT_EQ(rc, 0) << out;
+
+    RulesetPlan base = p;
+    base.sandboxes.clear();
+    RulesetSandbox five{5, "abxt5", 0x0ad50016, *parse_rules({"1.1.1.1"}, {"0.0.0.0/0"}, true)};
+    std::tie(rc, out) = nft("", render_attach(base, five));
+    ASSERT_EQ(rc, 0) << out;
+    // Sandbox 3 no longer names domains, and allows another network.
+    RulesetSandbox three = p.sandboxes[0];
+    RulesetSandbox three_now{3, "abxt3", 0x0ad5000e, *parse_rules({"9.9.9.0/24"}, {}, true)};
+    std::tie(rc, out) = nft("", render_update(base, three, three_now));
+    ASSERT_EQ(rc, 0) << out;
+    std::tie(rc, out) = nft("", render_detach(base, p.sandboxes[1]));
+    ASSERT_EQ(rc, 0) << out;
+
+    std::tie(rc, out) = nft("list table inet abx_test");
+    ASSERT_EQ(rc, 0) << out;
+    EXPECT_TRUE(contains(out, "\"abxt5\" : jump sb_5")) << out;
+    EXPECT_TRUE(contains(out, "\"abxt3\" : jump sb_3")) << out;
+    EXPECT_FALSE(contains(out, "abxt4")) << out;
+    EXPECT_FALSE(contains(out, "chain sb_4")) << out;
+    EXPECT_FALSE(contains(out, "set allow_4")) << out;
+    EXPECT_TRUE(contains(out, "9.9.9.0/24")) << out;
+    EXPECT_FALSE(contains(out, "8.8.8.0/24")) << out;
+    EXPECT_FALSE(contains(out, "\"abxt3\" }")) << out;  // not proxied any more
+    EXPECT_TRUE(contains(out, "1.1.1.1")) << out;
+
+    // Detaching what is not there fails as a whole and changes nothing.
+    std::tie(rc, out) = nft("", render_detach(base, p.sandboxes[1]));
+    EXPECT_NE(rc, 0);
+    std::tie(rc, out) = nft("list table inet abx_test");
+    EXPECT_TRUE(contains(out, "chain sb_5")) << out;
+    (void)nft("", render_delete("abx_test"));
+  });
+  t.join();
 }
 
 }  // namespace

@@ -339,7 +339,11 @@ std::string SandboxNetwork::resolv_conf() const {
          egress::ipv4_str(opt_.range.addr + 1) + "\n";
 }
 
-Status SandboxNetwork::apply_locked() {
+egress::RulesetSandbox SandboxNetwork::ruleset_entry(const Entry& e) {
+  return {e.slot, e.link.host_if, e.link.sandbox_ip, e.rules};
+}
+
+egress::RulesetPlan SandboxNetwork::plan_locked(bool all) const {
   egress::RulesetPlan p;
   p.table = table_;
   p.comment = "abxd " + home_;
@@ -349,9 +353,23 @@ Status SandboxNetwork::apply_locked() {
   p.dns_port = dns_ ? dns_->port() : 0;
   p.proxy_port = proxy_ ? proxy_->port() : 0;
   p.log_group = log_group_;
-  for (const auto& [id, e] : sandboxes_)
-    p.sandboxes.push_back({e.slot, e.link.host_if, e.link.sandbox_ip, e.rules});
-  return runtime::nft_apply(egress::render_ruleset(p));
+  if (all)
+    for (const auto& [id, e] : sandboxes_) p.sandboxes.push_back(ruleset_entry(e));
+  return p;
+}
+
+Status SandboxNetwork::apply_locked() {
+  return runtime::nft_apply(egress::render_ruleset(plan_locked(true)));
+}
+
+Status SandboxNetwork::apply_change_locked(const std::string& id, const std::string& script) {
+  Status s = runtime::nft_apply(script);
+  if (s) return s;
+  // The table is not what this abxd made (removed or changed by hand, a transaction lost):
+  // make it whole again.
+  log_.warn("ruleset change for " + id + " failed (" + s.error().message() +
+            "); replacing the whole table");
+  return apply_locked();
 }
 
 Status SandboxNetwork::attach(const std::string& id, const runtime::VethInfo& link,
@@ -364,9 +382,11 @@ Status SandboxNetwork::attach(const std::string& id, const runtime::VethInfo& li
   e.link = link;
   e.slot = (link.host_ip - opt_.range.addr) / 4;
   e.rules = std::move(rules);
+  const std::string script = egress::render_attach(plan_locked(false), ruleset_entry(e));
   sandboxes_[id] = std::move(e);
-  if (Status s = apply_locked(); !s) {
+  if (Status s = apply_change_locked(id, script); !s) {
     sandboxes_.erase(id);
+    (void)apply_locked();  // without it (the change may have gone in before the re-render failed)
     return s;
   }
   return {};
@@ -379,9 +399,12 @@ Status SandboxNetwork::update(const std::string& id, const SandboxNetworkSpec& s
   auto it = sandboxes_.find(id);
   if (it == sandboxes_.end())
     return Error(ErrorCode::kFailedPrecondition, "sandbox " + id + " has no network link");
+  const egress::RulesetSandbox before = ruleset_entry(it->second);
   std::swap(it->second.rules, rules);
-  if (Status s = apply_locked(); !s) {
-    std::swap(it->second.rules, rules);  // the old rules stay (the table was not replaced)
+  const std::string script =
+      egress::render_update(plan_locked(false), before, ruleset_entry(it->second));
+  if (Status s = apply_change_locked(id, script); !s) {
+    std::swap(it->second.rules, rules);  // the old rules stay (no transaction went in)
     return s;
   }
   return {};
@@ -389,8 +412,12 @@ Status SandboxNetwork::update(const std::string& id, const SandboxNetworkSpec& s
 
 void SandboxNetwork::detach(const std::string& id) {
   std::lock_guard lock(mu_);
-  if (sandboxes_.erase(id) == 0) return;
-  if (Status s = apply_locked(); !s) log_.warn("ruleset after " + id + ": " + s.error().message());
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return;
+  const std::string script = egress::render_detach(plan_locked(false), ruleset_entry(it->second));
+  sandboxes_.erase(it);
+  if (Status s = apply_change_locked(id, script); !s)
+    log_.warn("ruleset after " + id + ": " + s.error().message());
 }
 
 std::vector<AuditEvent> SandboxNetwork::audit(const std::string& id, std::int64_t since_ms) const {

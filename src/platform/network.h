@@ -28,6 +28,7 @@
 #include "abx/base/error.h"
 #include "abx/base/log.h"
 #include "abx/egress/policy.h"
+#include "abx/egress/ruleset.h"
 #include "abx/runtime/userns.h"
 #include "abx/runtime/veth.h"
 
@@ -116,7 +117,13 @@ class SandboxNetwork {
     std::deque<AuditEvent> audit;
   };
   explicit SandboxNetwork(NetworkOptions options);
+  // The table's plan; with every sandbox's part when `all`.
+  egress::RulesetPlan plan_locked(bool all) const;
+  static egress::RulesetSandbox ruleset_entry(const Entry& e);
+  // The whole table, replaced in one transaction (start, and when a sandbox's own change fails).
   Status apply_locked();
+  // `script` (one sandbox's change); if it fails, the whole table instead.
+  Status apply_change_locked(const std::string& id, const std::string& script);
   Entry* by_ip_locked(std::uint32_t ip);
   void record_locked(Entry& e, AuditEvent ev);
   void read_flow_log();

@@ -12,7 +12,8 @@
 //               a sandbox is dropped; new flows go through the sandbox's chain: the always-blocked
 //               set, then E2B's allow, then deny, then allow — each verdict logged to NFLOG.
 //   postrouting sandbox traffic leaving through another link is masqueraded.
-// A link of this daemon without a chain yet (created, rules not applied) is dropped: fail closed.
+// A link of this daemon without its entries yet (created, rules not applied) is dropped: fail
+// closed.
 #pragma once
 
 #include <cstdint>
@@ -42,8 +43,20 @@ struct RulesetPlan {
   std::vector<RulesetSandbox> sandboxes;
 };
 
-// "table inet T {}; delete table inet T; table inet T {...}": replaces the table atomically.
+// "table inet T {}; delete table inet T; table inet T {...}" and each sandbox's part: replaces
+// the table atomically.
 std::string render_ruleset(const RulesetPlan& plan);
+// One sandbox's part alone, for a table render_ruleset() made: its sets, its chain, and its
+// link's entries in the shared `links` set, `proxied` set and `chains` map. A create or delete
+// changes only its own sandbox's part, so its cost does not grow with the number of sandboxes
+// (nor does a packet's: the shared hooks find a link's entries with one lookup each).
+std::string render_attach(const RulesetPlan& plan, const RulesetSandbox& sandbox);
+// New rules for an attached sandbox (`before`: what it had).
+std::string render_update(const RulesetPlan& plan, const RulesetSandbox& before,
+                          const RulesetSandbox& after);
+// Removes what render_attach() added. Fails (as one transaction: nothing changes) when some of
+// it is missing; re-render the whole table then.
+std::string render_detach(const RulesetPlan& plan, const RulesetSandbox& sandbox);
 // (prerouting, before anything else: a packet from a sandbox link whose source is not that
 // sandbox's address is dropped — no sandbox speaks for another to the resolver or the proxy.)
 // Removes the table (and only it), whether or not it exists.
