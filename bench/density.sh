@@ -76,6 +76,12 @@ cleanup() {
       for c in /sys/fs/cgroup/*/abx/"$id" /sys/fs/cgroup/abx/"$id"; do [ -d "$c" ] && rmdir "$c"; done
     done
   fi
+  # abxd's watchdog (`abxd watchdog --home $work/...`) if abxd died before stopping it.
+  for id in $(pgrep -f "abxd watchdog --home $work/" || true); do kill -TERM "$id"; done
+  for c in /sys/fs/cgroup/memory/*/*/abx-bench-density-* /sys/fs/cgroup/memory/abx-bench-density-*; do
+    [ -d "$c" ] && case "$c" in *"-$$-"*) rmdir "$c" 2>/dev/null ||
+      echo "[bench] LEFT BEHIND: memory cgroup $c" >&2 ;; esac
+  done
   left=$(losetup -a | grep -c "$work" || true)
   [ "$left" = 0 ] || echo "[bench] LEFT BEHIND: $left loop devices backed by $work" >&2
   left=$(grep -c " $work" /proc/self/mountinfo || true)
@@ -93,7 +99,7 @@ bench_wait_idle "$wait_idle"
 load_before=$(bench_load)
 b0=$(bench_busy); i0=$(bench_idle)
 netns0=$(netns_count)
-report=$(/usr/bin/python3 "$here/lib/density.py" --abxd "$abxd" --store "$store" --work "$work" \
+report=$(/usr/bin/python3 "$here/lib/density.py" --abxd "$abxd" --store "$store" --work "$work" --tag $$ \
   --creates "$creates" --clients "$clients" --live "$live" --settle "$settle" --peers "$peers" \
   ${peer_live:+--peer-live "$peer_live"} "${py_args[@]+"${py_args[@]}"}")
 b1=$(bench_busy); i1=$(bench_idle)

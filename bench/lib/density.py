@@ -130,7 +130,8 @@ class Memcg:
                 "rss": st.get("total_rss", 0), "cache": st.get("total_cache", 0)}
 
     def remove(self):
-        for _ in range(50):
+        # abxd's watchdog process may outlive abxd by a few seconds.
+        for _ in range(300):
             try:
                 os.rmdir(self.dir)
                 return
@@ -397,12 +398,13 @@ def main():
     ap.add_argument("--peers", default="runc,crun")
     ap.add_argument("--peer-live", type=int, default=-1, help="runc containers held (default --live)")
     ap.add_argument("--work", required=True)
+    ap.add_argument("--tag", default="", help="names the cgroups it makes (default its pid)")
     ap.add_argument("--hold", type=float, default=0, help="seconds to keep them after measuring")
     ap.add_argument("--abxd-arg", action="append", default=[], help="extra abxd flag (repeatable)")
     args = ap.parse_args()
     if args.peer_live < 0:
         args.peer_live = args.live
-    tag = str(os.getpid())
+    tag = args.tag or str(os.getpid())
     peers = [p for p in args.peers.split(",") if p and shutil.which(p)]
     report = {"clients": args.clients, "creates": args.creates, "live": args.live}
     cleanups = []
