@@ -138,3 +138,6 @@ out="$root/bench/out/image_pull-$(date +%Y%m%d-%H%M%S).txt"
   true
 } | tee "$out"
 cp "$out" "$root/bench/out/image_pull-latest.txt"
+# bench/run.sh's summary rows: the aim's peer (skopeo, download only) and the equal-work one.
+bench_row image_pull "pull+extract $((rawbytes / 1000000)) MB image, p50 of $runs" "$(p50 abx)" "skopeo copy (no extract)" "$(p50 skopeo)" ms lower ">=1x"
+bench_row image_pull "pull+extract $((rawbytes / 1000000)) MB image, p50 of $runs" "$(p50 abx)" "skopeo copy + tar -xzf" "$(p50 skopeo_tar)" ms lower

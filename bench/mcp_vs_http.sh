@@ -8,6 +8,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
+# shellcheck source=/dev/null
+. "$here/lib/load.sh"
 cd "$root"
 
 build=1
@@ -126,6 +128,10 @@ for c in "${conn_list[@]}"; do
     ratio="$(awk -v a="$rest_rps" -v b="$mcp_rps" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')"
     printf '%-6s %-5s %12s %12s %12s %12s %7sx\n' "$c" "$r" "$rest_rps" "$mcp_rps" "$rest_lat" \
       "$mcp_lat" "$ratio"
+    # bench/run.sh's summary row, from the last round: "MCP within 1.5x of REST" is a ratio (how
+    # many times better) >= 1/1.5.
+    [ "$r" = "$rounds" ] && bench_row mcp_vs_http "MCP tools/call demo, $c conns (round $r)" "$mcp_rps" \
+      "REST POST /commands/demo, same server" "$rest_rps" calls/s higher ">=0.67x"
     json_rows+=("{\"connections\":$c,\"round\":$r,\"rest_rps\":$rest_rps,\"mcp_rps\":$mcp_rps,\"rest_latency_us\":$rest_lat,\"mcp_latency_us\":$mcp_lat,\"ratio\":$ratio}")
   done
 done

@@ -130,6 +130,10 @@ read -r sb_c50 sb_c90 <<<"$sb_conn"
 read -r host_c50 host_c90 <<<"$host_conn"
 echo "connect latency ($connects connects, p50/p90 us): sandbox $sb_c50/$sb_c90, host" \
   "$host_c50/$host_c90, p50 ratio $(python3 -c "print(f'{$sb_c50/$host_c50:.2f}')")x"
+# bench/run.sh's summary rows; "<= 1.3x slower" is a ratio (how many times better) >= 1/1.3.
+bench_row network "create->ready with networking, median of $creates" "$net_med" "abxd --no-network" "$off_med" ms lower ">=0.77x"
+bench_row network "throughput sandbox -> test host, median of 3 x $mib MiB" "$sb_tp_med" "host -> test host" "$host_tp_med" MiB/s higher ">=0.8x"
+bench_row network "TCP connect to test host, p50 of $connects" "$sb_c50" "host -> test host" "$host_c50" us lower
 if awk -v a="$load_before" 'BEGIN {exit !(a > 1.0)}'; then
   echo "WARNING: the machine was busy (load $load_before): numbers are not comparable"
 fi

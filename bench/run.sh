@@ -1,14 +1,51 @@
 #!/usr/bin/env bash
-# Runs every benchmark under bench/ (each bench/<name>.sh) in turn and prints their tables.
-# Benchmarks are not tests: CI never runs this. Options are passed to every bench script; each
-# ignores the ones it does not know (e.g. --no-build is common, --runs is sandbox_create's).
-# Usage: bench/run.sh [--no-build] [...]      (see bench/README.md)
+# Runs every benchmark under bench/ (each bench/<name>.sh) in turn, then prints ONE table of the
+# rows they all reported (bench_row in lib/load.sh, row() in lib/rows.py: abx, the peer measured
+# in the same run, the ratio and the aim) and writes it as markdown with the date and the machine
+# to bench/out/summary-<date>.md (lib/summary.py). Benchmarks are not tests: CI never runs this.
+# Options are passed to every bench script; each ignores the ones it does not know (e.g.
+# --no-build is common, --runs is sandbox_create's), except run.sh's own:
+#   --only a,b   run only these benches (names as in bench/<name>.sh)
+# Run it under the machine's bench lock: flock /tmp/abx-bench.lock bench/run.sh
+# Usage: bench/run.sh [--only a,b] [--no-build] [...]      (see bench/README.md)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-status=0
-for b in "$here"/*.sh; do
-  [ "$(basename "$b")" = run.sh ] && continue
-  echo "=== $(basename "$b" .sh) ===" >&2
-  bash "$b" "$@" || { status=$?; echo "[bench] $(basename "$b") FAILED ($status)" >&2; }
+only=""
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --only) only=$2; shift ;;
+    --only=*) only=${1#--only=} ;;
+    *) args+=("$1") ;;
+  esac
+  shift
 done
+benches=()
+for b in "$here"/*.sh; do
+  name=$(basename "$b" .sh)
+  [ "$name" = run ] && continue
+  if [ -n "$only" ] && [[ ",$only," != *",$name,"* ]]; then continue; fi
+  benches+=("$name")
+done
+if [ -n "$only" ]; then
+  for n in ${only//,/ }; do
+    [ -f "$here/$n.sh" ] || { echo "[bench] --only: no bench/$n.sh" >&2; exit 2; }
+  done
+fi
+
+BENCH_ROWS=$(mktemp /tmp/abx-bench-rows.XXXXXX)
+export BENCH_ROWS
+trap 'rm -f "$BENCH_ROWS"' EXIT
+load_before=$(cut -d' ' -f1 /proc/loadavg)
+status=0
+failed=()
+for name in "${benches[@]}"; do
+  echo "=== $name ===" >&2
+  bash "$here/$name.sh" "${args[@]+"${args[@]}"}" || {
+    rc=$?; status=$rc; failed+=("$name"); echo "[bench] $name.sh FAILED ($rc)" >&2; }
+done
+ran=$(IFS=,; echo "${benches[*]}")
+/usr/bin/python3 "$here/lib/summary.py" "$BENCH_ROWS" "$here/out/summary-$(date -u +%Y%m%d-%H%M%S).md" \
+  --ran "$ran" --failed "$(IFS=,; echo "${failed[*]+"${failed[*]}"}")" --only "$only" \
+  --load-before "$load_before"
 exit "$status"

@@ -29,4 +29,14 @@ if [ "$build" = 1 ]; then
 fi
 bin="$root/build/release/bench/sandbox_create/sandbox_create"
 [ -x "$bin" ] || { echo "[bench] $bin not built" >&2; exit 1; }
-"$bin" "${args[@]}" | tee bench/out/sandbox_create.txt
+"$bin" "${args[@]+"${args[@]}"}" | tee bench/out/sandbox_create.txt
+# bench/run.sh's summary rows: abx's spawn -> /bin/true exited p50 beside bwrap's, per mode.
+# shellcheck source=/dev/null
+. "$here/lib/load.sh"
+for mode in sequential parallel; do
+  abx=$(awk -v m="$mode" '$1 == m && $2 == "abx" {print $5}' bench/out/sandbox_create.txt)
+  bw=$(awk -v m="$mode" '$1 == m && $2 == "bwrap" && NF == 8 {print $5}' bench/out/sandbox_create.txt)
+  [ -n "$abx" ] && bench_row sandbox_create "spawn -> /bin/true exited, $mode, p50" "$abx" \
+    "$([ -n "$bw" ] && echo bwrap || echo -)" "${bw:--}" ms lower
+done
+true

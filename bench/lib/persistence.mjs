@@ -7,7 +7,7 @@
 // BENCH_ABX_HOME (for the checkpoint's size on disk), BENCH_PEER_FILE, BENCH_HOLDER (the
 // python3 program that holds the memory; MIB is replaced by the size), E2B_* (set by the script).
 import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { appendFileSync, existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 import { Sandbox } from 'e2b';
@@ -225,3 +225,15 @@ for (const r of rows) {
   console.log(`aim ${r.step} at ~${fmt(r.mib)} MiB ${r.aim[1]}: ${fmt(v)} ms ${v < r.aim[0] ? 'PASS' : 'MISS'}`);
 }
 for (const f of failures) console.log(`FAILED ${f}`);
+// bench/run.sh's summary rows (the format of bench_row in lib/load.sh): p50 of each step, beside
+// runc's matching p50 when there is one.
+if (process.env.BENCH_ROWS) {
+  for (const r of rows) {
+    if (r.failed) continue;
+    const p = r.peerKey && peer[r.peerKey] ? pct(peer[r.peerKey], 50) : undefined;
+    const peerName = !p ? '-' : r.step === 'pause' ? 'runc checkpoint' : 'runc restore -d';
+    const fields = ['persistence', `${r.step} at ~${Math.round(r.mib)} MiB, p50`, Math.round(pct(r.vals, 50)),
+      peerName, p === undefined ? '-' : Math.round(p), 'ms', 'lower', r.aim ? `<${r.aim[0]}` : '-'];
+    appendFileSync(process.env.BENCH_ROWS, fields.join('\t') + '\n');
+  }
+}

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -431,9 +432,27 @@ Status preflight(const Config& cfg) {
   return {};
 }
 
+// Each live sandbox holds three descriptors in abxd and each proxied connection two, so the
+// usual soft limit of 1024 runs out near 330 sandboxes (bench/density.sh): raise the soft limit
+// to the hard one, as the systemd unit's LimitNOFILE does (docs/operations.md).
+void raise_open_file_limit(Logger& log) {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= r.rlim_max) return;
+  const rlim_t was = r.rlim_cur;
+  r.rlim_cur = r.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &r) != 0) {
+    log.warn("open file limit stays " + std::to_string(was) +
+             ": setrlimit: " + std::strerror(errno));
+    return;
+  }
+  log.info("open file limit raised from " + std::to_string(was) + " to " +
+           std::to_string(r.rlim_cur));
+}
+
 int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   Logger log("abxd");
   if (Status s = preflight(cfg); !s) return fail(s.error(), kExitConfig);
+  raise_open_file_limit(log);
   auto home_lock = lock_home(cfg.home);  // first: a second abxd must not even open the store
   if (!home_lock.ok()) return fail(home_lock.error(), kExitConfig);
   auto st = open_store(cfg.home);

@@ -1,6 +1,7 @@
 #include "sandboxes.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <poll.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -909,12 +910,24 @@ std::size_t SandboxManager::detach_all() {
   return all.size();
 }
 
+// Every create and kill renders the whole egress ruleset and libnftables parses it: transient
+// allocations that grow with the number of sandboxes, spread over glibc's per-thread arenas, which
+// keep what is freed. At 300 live sandboxes abxd held ~150 MiB of anonymous memory of which
+// malloc_trim gave back ~127 MiB (bench/density.sh), i.e. ~0.4 MiB per sandbox that was no
+// sandbox's. Giving free pages back every few seconds keeps abxd's resident size to what it uses.
+constexpr std::chrono::seconds kHeapTrimInterval{10};
+
 void SandboxManager::reaper_loop() {
   std::unique_lock lock(reaper_mu_);
+  auto next_trim = std::chrono::steady_clock::now() + kHeapTrimInterval;
   while (!stopping_) {
     reaper_cv_.wait_for(lock, std::chrono::milliseconds(250));
     if (stopping_) break;
     lock.unlock();
+    if (auto t = std::chrono::steady_clock::now(); t >= next_trim) {
+      ::malloc_trim(0);
+      next_trim = t + kHeapTrimInterval;
+    }
     std::vector<std::string> due;
     std::vector<std::string> dead;
     std::vector<std::shared_ptr<LiveSandbox>> to_sample, all;

@@ -13,10 +13,14 @@
 #include <nftables/libnftables.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/select.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "abx/base/try.h"
@@ -187,23 +191,61 @@ Status remove_veth(const VethInfo& info) {
   return s;
 }
 
-Status nft_apply(const std::string& script) {
-  static std::mutex mu;
-  std::lock_guard lock(mu);
-  struct Ctx {
-    nft_ctx* p = nft_ctx_new(NFT_CTX_DEFAULT);
-    ~Ctx() {
-      if (p) nft_ctx_free(p);
-    }
-  } ctx;
-  if (!ctx.p) return Error(ErrorCode::kInternal, "nft_ctx_new failed");
-  nft_ctx_buffer_output(ctx.p);
-  nft_ctx_buffer_error(ctx.p);
-  if (nft_run_cmd_from_buffer(ctx.p, script.c_str()) != 0) {
-    const char* err = nft_ctx_get_error_buffer(ctx.p);
-    return Error(ErrorCode::kInternal,
-                 std::string("nftables: ") + (err && *err ? err : "the ruleset was refused"));
+namespace {
+
+// Marks libnftables' netfilter socket close-on-exec: the library opens it without the flag, and
+// the context lives as long as abxd, so every helper abxd execs would inherit it.
+void cloexec_netfilter_sockets() {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    int fd = std::atoi(e.path().filename().c_str());
+    int domain = 0, protocol = 0;
+    socklen_t len = sizeof domain;
+    if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain != AF_NETLINK)
+      continue;
+    len = sizeof protocol;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &len) != 0 ||
+        protocol != NETLINK_NETFILTER)
+      continue;
+    int flags = ::fcntl(fd, F_GETFD);
+    if (flags >= 0 && !(flags & FD_CLOEXEC)) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
   }
+}
+
+}  // namespace
+
+Status nft_apply(const std::string& script) {
+  // One context for the whole process, made on first use (abxd's start, when few descriptors are
+  // open) and never freed. libnftables (1.0.6) opens its netfilter socket in nft_ctx_new and waits
+  // on it with select(2): a socket numbered FD_SETSIZE (1024) or above aborts the process in
+  // glibc's fortified FD_SET. A context per call got such a number once abxd held ~1000
+  // descriptors (~330 live sandboxes; bench/density.sh). A context is not thread-safe: the lock.
+  static std::mutex mu;
+  static nft_ctx* ctx = nullptr;
+  std::lock_guard lock(mu);
+  if (!ctx) {
+    // The socket takes the lowest free number; refuse rather than abort later.
+    UniqueFd probe(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (probe.get() >= FD_SETSIZE)
+      return Error(ErrorCode::kResourceExhausted,
+                   "nftables: descriptor " + std::to_string(probe.get()) +
+                       " is the lowest free one; libnftables cannot wait on descriptors of " +
+                       std::to_string(FD_SETSIZE) + " or above (select)");
+    probe = UniqueFd();
+    ctx = nft_ctx_new(NFT_CTX_DEFAULT);
+    if (!ctx) return Error(ErrorCode::kInternal, "nft_ctx_new failed");
+    nft_ctx_buffer_output(ctx);
+    nft_ctx_buffer_error(ctx);
+    cloexec_netfilter_sockets();
+  }
+  int rc = nft_run_cmd_from_buffer(ctx, script.c_str());
+  // Reading a buffer rewinds it: both are read after every command, so a warning of one never
+  // shows up in the error of the next.
+  std::string err = nft_ctx_get_error_buffer(ctx);
+  nft_ctx_get_output_buffer(ctx);
+  if (rc != 0)
+    return Error(ErrorCode::kInternal,
+                 "nftables: " + (err.empty() ? std::string("the ruleset was refused") : err));
   return {};
 }
 
