@@ -42,7 +42,9 @@ Status setup_veth(const VethConfig& c, const VethInfo& info, int netns_fd);
 Status remove_veth(const VethInfo& info);
 
 // Runs an nftables script (nft's own syntax) as one transaction through libnftables: all of it
-// applies or none does. Errors carry nft's message. Thread-safe.
+// applies or none does. Errors carry nft's message. Thread-safe. One libnftables context serves
+// the process, made by the first call: every call acts in the network namespace that call ran in
+// (abxd's: the host's), whichever thread calls later.
 Status nft_apply(const std::string& script);
 
 // Writes `value` to /proc/sys/`key` (e.g. "net/ipv4/ip_forward").
