@@ -32,7 +32,7 @@ cleanup() { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
 trap cleanup EXIT
 port=""
 for _ in $(seq 100); do
-  port="$(sed -n 's/.*listening on [^ ]*:\([0-9]*\).*/\1/p' "$out/server.log")"
+  port="$(sed -n 's/.*listening on [^ ]*:\([0-9]*\).*/\1/p' "$out/server.log" 2>/dev/null || true)"
   [ -n "$port" ] && break
   sleep 0.05
 done
