@@ -3,9 +3,11 @@
 
 Starts each server on a free loopback port, checks that it answers the demo call (and, for the
 peers that implement the whole contract, a few error cases) correctly, drives
-`POST /commands/demo {"x":42,"y":"world"}` with wrk at each connection count, stops it, and
-prints one table with a ratio column plus the aims of issue 2, marked met / not met.
-Results are also written as JSON to bench/out/.
+`POST /commands/demo {"x":42,"y":"world"}` with wrk at each connection count, stops it, then
+drives abx and nginx once more at 64 connections under a paced load below saturation (the same
+offered rate for both; see bench/README.md), and prints one table with a ratio column plus the
+aims of issues 2 and 15, marked met / not met. Results are also written as JSON to bench/out/,
+and bench/run.sh's summary rows through lib/rows.py.
 
 Standard library only. Normally run through bench/command_server.sh (which builds abx-server
 first) or bench/run.sh. See bench/README.md.
@@ -15,6 +17,7 @@ import argparse
 import datetime
 import http.client
 import json
+import math
 import os
 import platform
 import re
@@ -33,14 +36,19 @@ TOKEN = "secret"
 BODY = '{"x":42,"y":"world"}'
 EXPECTED = {"result": "42: world"}
 SYSTEM_PYTHON = "/usr/bin/python3"  # Debian's, which has python3-fastapi / python3-uvicorn
+sys.path.insert(0, os.path.join(HERE, "lib"))
+from rows import row  # noqa: E402  (bench/run.sh's summary rows)
 
 PEERS = ["stdlib", "fastapi", "nginx"]
 
 # Aims of issue 2 (calls/s ratios are abx ÷ peer at the same connection count).
 AIM_RATIO = {"stdlib": 30.0, "fastapi": 5.0}
 AIM_NGINX_FACTOR = 2.0  # abx within 2x of nginx: abx >= nginx / 2
-AIM_P99_US = 1000.0     # abx p99 < 1 ms at 64 connections
+AIM_P99_US = 1000.0     # abx p99 < 1 ms at 64 connections (issue 2; issue 15: under paced load)
 AIM_P99_CONNS = 64
+AIM_NGINX_RATIO = 0.5   # issue 15: abx calls/s >= 0.5x nginx's at 64 connections
+PACED_SHARE = 0.5       # paced load: offer this share of nginx's saturated calls/s at 64 conns
+PACED_FALLBACK_DELAY_MS = 4  # when nginx's rate is unknown (not measured)
 NOISY_PCT = 10.0        # other processes' share of the server's core that makes a run noisy
 
 
@@ -281,12 +289,15 @@ def wait_idle(limit_s, threshold=0.25):
 
 
 def run_wrk(host, port, conns, threads, duration, prefix, raw_log, server_sid=None,
-            server_cpu=None):
+            server_cpu=None, delay_ms=0):
     threads = max(1, min(threads, conns))
     argv = prefix + ["wrk", "-t", str(threads), "-c", str(conns), "-d", f"{duration}s",
                      "--latency", "-s", os.path.join(HERE, "lib", "post_demo.lua"),
                      f"http://{host}:{port}/commands/demo"]
     env = dict(os.environ, BENCH_TOKEN=TOKEN, BENCH_BODY=BODY)
+    env.pop("BENCH_DELAY_MS", None)
+    if delay_ms > 0:
+        env["BENCH_DELAY_MS"] = str(delay_ms)  # lib/post_demo.lua paces each connection
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     s0 = session_cpu_seconds(server_sid) if server_sid else None
     b0 = cpu_busy_seconds(server_cpu) if server_cpu is not None else None
@@ -311,6 +322,12 @@ def run_wrk(host, port, conns, threads, duration, prefix, raw_log, server_sid=No
     res["client_cpu_pct"] = 100.0 * ((ru1.ru_utime - ru0.ru_utime) +
                                      (ru1.ru_stime - ru0.ru_stime)) / wall
     res["server_cpu_pct"] = 100.0 * (s1 - s0) / wall if server_sid else None
+    # Server CPU time per completed call (both counted over the same wall-clock window, so the
+    # calls of the last partial second are a small error).
+    res["server_cpu_us_per_call"] = (1e6 * (s1 - s0) * (res["duration_us"] / 1e6) / wall
+                                     / res["requests"]
+                                     if server_sid and res["requests"] else None)
+    res["delay_ms"] = delay_ms
     # What else ran on the server's core (other engineers' builds, steal): the core's busy time
     # less the server's own.
     res["others_on_server_cpu_pct"] = (max(0.0, 100.0 * ((b1 - b0) - (s1 - s0)) / wall)
@@ -361,6 +378,10 @@ def fmt_pct(x):
     return "-" if x is None else f"{x:.0f}%"
 
 
+def fmt_us(us):
+    return "-" if us is None else f"{us:.1f}"
+
+
 def fmt_ms(us):
     return "-" if us is None else f"{us / 1000:.3f}"
 
@@ -376,6 +397,11 @@ def main():
                    help="wrk threads (capped at 2 and at the connection count; default 1)")
     p.add_argument("--servers", default=os.environ.get("BENCH_SERVERS", "abx,stdlib,fastapi,nginx"))
     p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--paced-delay-ms", type=int,
+                   default=int(os.environ.get("BENCH_PACED_DELAY_MS", -1)),
+                   help="paced run at 64 connections for abx and nginx: each connection waits "
+                        "this many ms between calls (default: chosen so that 64 connections offer "
+                        "half of nginx's saturated calls/s; 0 = no paced run)")
     p.add_argument("--abx-server", default=os.path.join(ROOT, "build/release/src/server/abx-server"))
     p.add_argument("--abx-module", default=os.path.join(
         ROOT, "build/release/examples/commands/libabx_demo_commands.so"))
@@ -448,7 +474,52 @@ def main():
     load_before = open("/proc/loadavg").read().split()[:3]
 
     results = []  # dicts: server, connections, calls_per_sec, p50_us, p99_us, errors, ...
+    paced = []    # the same, for the paced runs at AIM_P99_CONNS connections (abx and nginx)
     describe = {}
+
+    def measure(name, srv, c, delay_ms=0):
+        # On a shared machine another process may take the server's core mid-run: measure again
+        # (up to --retries times) and keep the least disturbed run.
+        r, attempts = None, 0
+        while True:
+            attempts += 1
+            if args.warmup > 0:
+                run_wrk(args.host, srv.port, c, args.threads, args.warmup, client_prefix, raw_log,
+                        delay_ms=delay_ms)
+            x = run_wrk(args.host, srv.port, c, args.threads, args.duration, client_prefix,
+                        raw_log, server_sid=srv.proc.pid,
+                        server_cpu=int(args.server_cpu) if pin else None, delay_ms=delay_ms)
+            if r is None or others(x) < others(r):
+                r = x
+            if others(x) < NOISY_PCT or attempts > args.retries:
+                break
+            log(f"{name} c={c}: other processes took {others(x):.0f}% of the "
+                f"server's core; measuring again ({attempts}/{args.retries})")
+            wait_idle(30)
+        errs = sum(r["errors"].values())
+        log(f"{name} c={c}{f' paced {delay_ms} ms' if delay_ms else ''}: "
+            f"{r['calls_per_sec']:,.0f} calls/s, "
+            f"p50 {r['latency_us']['p50']} us, p99 {r['latency_us']['p99']} us, "
+            f"server CPU {r['server_cpu_us_per_call'] or 0:.1f} us/call"
+            + (f", {errs} errors {r['errors']}" if errs else ""))
+        return {
+            "server": name, "connections": c, "threads": r["threads"],
+            "calls_per_sec": r["calls_per_sec"], "requests": r["requests"],
+            "duration_s": r["duration_us"] / 1e6, "latency_us": r["latency_us"],
+            "errors": r["errors"], "wrk_requests_per_sec": r["wrk_requests_per_sec"],
+            "server_cpu_pct": r["server_cpu_pct"],
+            "server_cpu_us_per_call": r["server_cpu_us_per_call"],
+            "client_cpu_pct": r["client_cpu_pct"],
+            "others_on_server_cpu_pct": r["others_on_server_cpu_pct"],
+            "attempts": attempts, "delay_ms": delay_ms,
+        }
+
+    def saturated(server, c):
+        for r in results:
+            if r["server"] == server and r["connections"] == c:
+                return r
+        return None
+
     with tempfile.TemporaryDirectory(prefix="abx-bench-") as tmp:
         servers = make_servers(args, tmp)
         order = [s for s in ["abx"] + PEERS if s in wanted]
@@ -459,42 +530,30 @@ def main():
                 srv.start(args.host, server_prefix, tmp)
                 verify(srv, args.host)
                 for c in conns_list:
-                    # On a shared machine another process may take the server's core mid-run:
-                    # measure again (up to --retries times) and keep the least disturbed run.
-                    r, attempts = None, 0
-                    while True:
-                        attempts += 1
-                        if args.warmup > 0:
-                            run_wrk(args.host, srv.port, c, args.threads, args.warmup,
-                                    client_prefix, raw_log)
-                        x = run_wrk(args.host, srv.port, c, args.threads, args.duration,
-                                    client_prefix, raw_log, server_sid=srv.proc.pid,
-                                    server_cpu=int(args.server_cpu) if pin else None)
-                        if r is None or others(x) < others(r):
-                            r = x
-                        if others(x) < NOISY_PCT or attempts > args.retries:
-                            break
-                        log(f"{name} c={c}: other processes took {others(x):.0f}% of the "
-                            f"server's core; measuring again ({attempts}/{args.retries})")
-                        wait_idle(30)
-                    errs = sum(r["errors"].values())
-                    log(f"{name} c={c}: {r['calls_per_sec']:,.0f} calls/s, "
-                        f"p50 {r['latency_us']['p50']} us, p99 {r['latency_us']['p99']} us"
-                        + (f", {errs} errors {r['errors']}" if errs else ""))
-                    results.append({
-                        "server": name, "connections": c, "threads": r["threads"],
-                        "calls_per_sec": r["calls_per_sec"], "requests": r["requests"],
-                        "duration_s": r["duration_us"] / 1e6, "latency_us": r["latency_us"],
-                        "errors": r["errors"], "wrk_requests_per_sec": r["wrk_requests_per_sec"],
-                        "server_cpu_pct": r["server_cpu_pct"],
-                        "client_cpu_pct": r["client_cpu_pct"],
-                        "others_on_server_cpu_pct": r["others_on_server_cpu_pct"],
-                        "attempts": attempts,
-                    })
+                    results.append(measure(name, srv, c))
                 # Checked again after the load: still correct, still alive.
                 verify(srv, args.host)
             finally:
                 srv.stop()
+        # Paced load: the same offered rate for abx and nginx, below saturation, so that p99 is
+        # the server's latency rather than queueing (at saturation, Little's law makes the mean
+        # 64 / calls/s whatever the server). Needs nginx's saturated rate to pick the rate.
+        delay_ms = args.paced_delay_ms
+        n64 = saturated("nginx", AIM_P99_CONNS)
+        if delay_ms < 0:
+            delay_ms = (math.ceil(AIM_P99_CONNS * 1000 / (PACED_SHARE * n64["calls_per_sec"]))
+                        if n64 else PACED_FALLBACK_DELAY_MS)
+        if delay_ms > 0:
+            for name in [s for s in ("abx", "nginx") if s in order]:
+                srv = servers[name]
+                if name == "abx":
+                    srv.port = None  # binds port 0 again: read it from the new log
+                try:
+                    srv.start(args.host, server_prefix, tmp)
+                    verify(srv, args.host)
+                    paced.append(measure(name, srv, AIM_P99_CONNS, delay_ms))
+                finally:
+                    srv.stop()
     load_after = open("/proc/loadavg").read().split()[:3]
 
     def get(server, c):
@@ -502,6 +561,16 @@ def main():
             if r["server"] == server and r["connections"] == c:
                 return r
         return None
+
+    def paced_of(server):
+        return next((r for r in paced if r["server"] == server), None)
+
+    def table_row(r, ratio):
+        conns = str(r["connections"]) + (f" paced {r['delay_ms']}ms" if r["delay_ms"] else "")
+        return [r["server"], conns, fmt_rate(r["calls_per_sec"]), fmt_ms(r["latency_us"]["p50"]),
+                fmt_ms(r["latency_us"]["p99"]), ratio, fmt_pct(r["server_cpu_pct"]),
+                fmt_us(r["server_cpu_us_per_call"]), fmt_pct(r["client_cpu_pct"]),
+                fmt_pct(r["others_on_server_cpu_pct"]), str(sum(r["errors"].values()))]
 
     # ---- table ----
     have_abx = any(r["server"] == "abx" for r in results)
@@ -515,12 +584,11 @@ def main():
         else:
             ratio = "n/a"
         r["ratio_abx_over_this"] = (a["calls_per_sec"] / r["calls_per_sec"]) if a else None
-        rows.append([r["server"], str(r["connections"]), fmt_rate(r["calls_per_sec"]),
-                     fmt_ms(r["latency_us"]["p50"]), fmt_ms(r["latency_us"]["p99"]), ratio,
-                     fmt_pct(r["server_cpu_pct"]), fmt_pct(r["client_cpu_pct"]),
-                     fmt_pct(r["others_on_server_cpu_pct"]), str(sum(r["errors"].values()))])
-    head = ["server", "conns", "calls/s", "p50 ms", "p99 ms", "abx/peer", "srv cpu", "wrk cpu",
-            "others", "errors"]
+        rows.append(table_row(r, ratio))
+    for r in paced:
+        rows.append(table_row(r, "-"))
+    head = ["server", "conns", "calls/s", "p50 ms", "p99 ms", "abx/peer", "srv cpu", "us/call",
+            "wrk cpu", "others", "errors"]
     widths = [max(len(x[i]) for x in rows + [head]) for i in range(len(head))]
     right = set(range(1, len(head)))
 
@@ -579,28 +647,36 @@ def main():
             oks.append(f <= AIM_NGINX_FACTOR)
     aims.append({"aim": f"abx within {AIM_NGINX_FACTOR:g}x of nginx calls/s", "values": vals,
                  "verdict": verdict(oks)})
-    a = get("abx", AIM_P99_CONNS)
-    if a:
-        p99 = a["latency_us"]["p99"]
-        aims.append({"aim": f"abx p99 < {AIM_P99_US / 1000:g} ms at {AIM_P99_CONNS} connections",
-                     "values": [f"p99 {p99 / 1000:.3f} ms"],
+    a, n = get("abx", AIM_P99_CONNS), get("nginx", AIM_P99_CONNS)
+    aims.append({"aim": f"abx >= {AIM_NGINX_RATIO:g}x nginx calls/s at {AIM_P99_CONNS} connections",
+                 "values": [f"{a['calls_per_sec'] / n['calls_per_sec']:.2f}x"] if a and n else [],
+                 "verdict": ("not measured" if not (a and n) else "met"
+                             if a["calls_per_sec"] >= AIM_NGINX_RATIO * n["calls_per_sec"]
+                             else "not met")})
+    pa, pn = paced_of("abx"), paced_of("nginx")
+    p99_aim = f"abx p99 < {AIM_P99_US / 1000:g} ms at {AIM_P99_CONNS} connections, paced load"
+    if pa:
+        p99 = pa["latency_us"]["p99"]
+        aims.append({"aim": p99_aim,
+                     "values": [f"p99 {p99 / 1000:.3f} ms at {pa['calls_per_sec']:,.0f} calls/s"
+                                + (f" (nginx {pn['latency_us']['p99'] / 1000:.3f} ms)" if pn
+                                   else "")],
                      "verdict": "met" if p99 < AIM_P99_US else "not met"})
     else:
-        aims.append({"aim": f"abx p99 < {AIM_P99_US / 1000:g} ms at {AIM_P99_CONNS} connections",
-                     "values": [], "verdict": "not measured"})
-    out.append("aims (issue 2):")
+        aims.append({"aim": p99_aim, "values": [], "verdict": "not measured"})
+    out.append("aims (issues 2 and 15):")
     aw = max(len(x["aim"]) for x in aims)
     for x in aims:
         v = ", ".join(x["values"]) if x["values"] else ("abx-server not built" if not have_abx
                                                        else "peer not measured")
         out.append(f"  {x['aim'].ljust(aw)}  {x['verdict'].upper():12}  {v}")
     out.append("")
-    errs = [r for r in results if sum(r["errors"].values())]
+    errs = [r for r in results + paced if sum(r["errors"].values())]
     if errs:
         out.append("WARNING: runs with errors (non-2xx or socket errors) — their numbers are "
                    "suspect: " + ", ".join(f"{r['server']}@{r['connections']}" for r in errs))
-    noisy = [f"{r['server']}@{r['connections']}" for r in results
-             if others(r) >= NOISY_PCT]
+    noisy = [f"{r['server']}@{r['connections']}" + (" paced" if r["delay_ms"] else "")
+             for r in results + paced if others(r) >= NOISY_PCT]
     # When pinned, the per-run share of the server's core is the measure; the 1-minute load
     # average lags (a build that just ended still shows), so it only decides when not pinned.
     if noisy or (not pin and float(load_before[0]) > 0.5 * ncpu):
@@ -628,8 +704,10 @@ def main():
     out.append("p50/p99: wrk's per-call latency percentiles (microsecond resolution). "
                "abx/peer: abx calls/s / that row's calls/s at the same connection count. "
                "srv cpu / wrk cpu: CPU time of the server's processes / of wrk over the run's "
-               "wall time (100% = one core). others: CPU time of other processes on the "
-               "server's core (when pinned).")
+               "wall time (100% = one core). us/call: the server's CPU time per completed call. "
+               "others: CPU time of other processes on the server's core (when pinned). "
+               "'paced N ms': each connection waits N ms after an answer before its next call "
+               "(same offered load for abx and nginx; latency excludes the wait).")
 
     out = [x for i, x in enumerate(out) if x or i == 0 or out[i - 1]]  # no double blank lines
     report = {
@@ -637,7 +715,7 @@ def main():
         "duration_s": args.duration, "warmup_s": args.warmup, "wrk_threads_max": args.threads,
         "cpus": ncpu, "pinning": pin_note, "loadavg_before": load_before,
         "loadavg_after": load_after, "servers": describe, "abx_note": abx_note,
-        "results": results, "aims": aims, "table": "\n".join(out),
+        "results": results, "paced": paced, "aims": aims, "table": "\n".join(out),
     }
     path = os.path.join(args.out, f"command_server-{stamp}.json")
     with open(path, "w") as f:
@@ -646,6 +724,32 @@ def main():
     out.append(f"results: {os.path.relpath(path, ROOT)} (raw wrk output: "
                f"{os.path.relpath(raw_log, ROOT)})")
     print("\n".join(out))
+    emit_rows(get, paced_of)
+
+
+def emit_rows(get, paced_of):
+    """bench/run.sh's summary rows (lib/rows.py): abx against nginx, the ceiling, in this run."""
+    sec = "command server"
+    a64, n64 = get("abx", AIM_P99_CONNS), get("nginx", AIM_P99_CONNS)
+    if a64 and n64:
+        row(sec, f"calls/s, {AIM_P99_CONNS} conns", a64["calls_per_sec"], "nginx",
+            n64["calls_per_sec"], "calls/s", "higher", f">={AIM_NGINX_RATIO:g}x")
+        row(sec, f"p99, {AIM_P99_CONNS} conns saturated", a64["latency_us"]["p99"], "nginx",
+            n64["latency_us"]["p99"], "us", "lower")
+        if a64["server_cpu_us_per_call"] and n64["server_cpu_us_per_call"]:
+            row(sec, f"server CPU per call, {AIM_P99_CONNS} conns", a64["server_cpu_us_per_call"],
+                "nginx", n64["server_cpu_us_per_call"], "us", "lower")
+    pa, pn = paced_of("abx"), paced_of("nginx")
+    if pa:
+        what = (f"p99, {AIM_P99_CONNS} conns paced ({pa['delay_ms']} ms/conn, "
+                f"~{AIM_P99_CONNS * 1000 // pa['delay_ms']} calls/s offered)")
+        row(sec, what, pa["latency_us"]["p99"], "nginx" if pn else "-",
+            pn["latency_us"]["p99"] if pn else "-", "us", "lower", f"<{AIM_P99_US:g}")
+    a1, n1 = get("abx", 1), get("nginx", 1)
+    if a1 and n1:
+        for q in ("p50", "p99"):
+            row(sec, f"{q}, 1 conn", a1["latency_us"][q], "nginx", n1["latency_us"][q], "us",
+                "lower")
 
 
 if __name__ == "__main__":

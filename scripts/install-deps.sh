@@ -51,6 +51,7 @@ fi
 # binary from npm's registry (package node-linux-<arch>), so no other source is needed.
 if [ "$bench" = 1 ]; then
   pkgs+=(wrk nginx-light python3-fastapi python3-uvicorn)
+  pkgs+=(linux-perf)  # bench/lib/perf_command_server.sh: where a command-server call's CPU goes
   pkgs+=(bubblewrap)  # bench/sandbox_create: the namespace-setup floor to compare against
 fi
 

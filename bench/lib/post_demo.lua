@@ -7,6 +7,17 @@ wrk.body = os.getenv("BENCH_BODY") or '{"x":42,"y":"world"}'
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["X-Access-Token"] = os.getenv("BENCH_TOKEN") or "secret"
 
+-- Paced load (BENCH_DELAY_MS set): each connection waits that many milliseconds after an answer
+-- before its next call, so 64 connections offer at most 64000 / BENCH_DELAY_MS calls/s and the
+-- server is not saturated. wrk only calls delay() when the script defines it, and its latency
+-- clock starts when a call is sent, so the wait is not counted.
+local pace = tonumber(os.getenv("BENCH_DELAY_MS") or "")
+if pace and pace > 0 then
+  function delay()
+    return pace
+  end
+end
+
 function done(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(

@@ -10,6 +10,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/buffer_body.hpp>
@@ -65,6 +66,10 @@ struct Responder::State {
 
 namespace detail {
 
+// Appends `res`'s status line and fields (the header block, ending with the empty line) to
+// `out`, as Beast's serializer writes them; the body is not included.
+void serialize_head(const Response& res, std::string& out);
+
 // The shared state of one streaming response: filled by producers on any thread, drained by
 // the session on its strand.
 //
@@ -91,8 +96,11 @@ struct StreamState {
 // "any thread".
 class Session : public std::enable_shared_from_this<Session> {
  public:
+  using Strand = boost::asio::strand<boost::asio::io_context::executor_type>;
   Session(boost::asio::ip::tcp::socket&& socket, Server::Impl& server)
-      : stream_(std::move(socket)), server_(server) {}
+      : stream_(std::move(socket)), server_(server) {
+    if (const auto* s = stream_.get_executor().target<Strand>()) strand_.emplace(*s);
+  }
   ~Session() { server_.on_session_closed(this); }
 
   void start();
@@ -127,6 +135,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_read_error(boost::beast::error_code ec);
   void fail(const Error& err, unsigned status = 0);
   void write(Response res);
+  void on_written(boost::beast::error_code ec, bool keep);
   void close();
   void linger_close();
   void linger_read();
@@ -140,7 +149,12 @@ class Session : public std::enable_shared_from_this<Session> {
 
   boost::beast::tcp_stream stream_;
   Server::Impl& server_;
+  std::optional<Strand> strand_;  // stream_'s executor, when it is a strand (always, from accept)
   boost::beast::flat_buffer buffer_;
+  // The plain response being written: its header block (reused from call to call) and the
+  // response, whose body is sent from where it is.
+  std::string head_;
+  Response out_;
   std::optional<HeaderParser> parser_;
   // Spooled bodies: the parser after the header, the file and the piece buffer.
   std::optional<boost::beast::http::request_parser<boost::beast::http::buffer_body>> file_parser_;
