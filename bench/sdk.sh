@@ -8,8 +8,8 @@
 #   vs /bin/echo, `abx run <id> demo -a x=1` vs curl doing the same POST; aim < 5 ms).
 # Builds the release preset's abxd, abx and sdk_bench first (--no-build: don't). Needs root and
 # the image store ($ABX_IMAGE_STORE, default build/images). Each row also goes to bench_row.
-# Usage: bench/sdk.sh [--no-build] [--build-dir DIR] [--duration S] [--warmup S] [--callers L]
-#                     [--old-runs N] [--cli-runs N] [--wait-idle S]
+# Usage: bench/sdk.sh [--no-build] [--build-dir DIR] [--duration S] [--rounds N] [--warmup S]
+#                     [--callers L] [--old-runs N] [--cli-runs N] [--wait-idle S]
 # Not a test: never run from .ci/run or ctest.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -20,8 +20,9 @@ cd "$root"
 build=1
 bd=build/release
 duration=${BENCH_DURATION:-5}
-warmup=${BENCH_WARMUP:-1}
+warmup=${BENCH_WARMUP:-0.2}
 callers=${BENCH_CALLERS:-1,64}
+rounds=${BENCH_ROUNDS:-5}
 old_runs=${BENCH_OLD_RUNS:-50}
 cli_runs=${BENCH_CLI_RUNS:-200}
 wait_idle=${BENCH_WAIT_IDLE:-0}
@@ -32,6 +33,7 @@ while [ $# -gt 0 ]; do
     --duration) duration=$2; shift ;;
     --warmup) warmup=$2; shift ;;
     --callers) callers=$2; shift ;;
+    --rounds) rounds=$2; shift ;;
     --old-runs) old_runs=$2; shift ;;
     --cli-runs) cli_runs=$2; shift ;;
     --wait-idle) wait_idle=$2; shift ;;
@@ -46,6 +48,7 @@ if [ "$build" = 1 ]; then
   { cmake --preset release && cmake --build --preset release --target abxd abx sdk_bench; } \
     >bench/out/sdk-build.log 2>&1
 fi
+[ -d "$bd" ] && bd=$(cd "$bd" && pwd)
 for b in src/platform/abxd src/cli/abx bench/sdk/sdk_bench; do
   [ -x "$bd/$b" ] || { echo "sdk bench: $bd/$b not built" >&2; exit 1; }
 done
@@ -70,7 +73,7 @@ for _ in $(seq 200); do grep -q '^listening on' "$home/out" && break; sleep 0.05
 grep -q '^listening on' "$home/out" || { echo "sdk bench: abxd did not start: $(tail -3 "$home/log")" >&2; exit 1; }
 export ABX_API_URL="http://$(sed -n 's/^listening on //p' "$home/out")" ABX_API_KEY=$(cat "$home/api_key")
 export ABX_HOME="$home"
-abx="$root/$bd/src/cli/abx"
+abx="$bd/src/cli/abx"
 id=$("$abx" sandbox create demo)
 ready=0
 for _ in $(seq 100); do "$abx" run "$id" demo -a x=1 >/dev/null 2>&1 && { ready=1; break; }; sleep 0.05; done
@@ -81,7 +84,7 @@ load0=$(bench_load)
 out=bench/out/sdk-$(date +%Y%m%d-%H%M%S).txt
 echo "sdk (issue 15): $(nproc) CPUs, not pinned, load $load0; abxd, abx, sdk_bench from $bd" | tee "$out"
 set +e
-"$bd/bench/sdk/sdk_bench" --sandbox "$id" --callers "$callers" --duration "$duration" \
+"$bd/bench/sdk/sdk_bench" --sandbox "$id" --callers "$callers" --rounds "$rounds" --duration "$duration" \
   --warmup "$warmup" --old-runs "$old_runs" --abx "$abx" --cli-runs "$cli_runs" \
   2>"$home/rows" | tee -a "$out"
 status=${PIPESTATUS[0]}
