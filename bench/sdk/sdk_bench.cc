@@ -350,7 +350,6 @@ int main(int argc, char** argv) {
   }
   Target target = parse_target(cfg.api_url, sbx->cached_info());
   auto warm = std::chrono::milliseconds(static_cast<long>(warmup * 1000));
-  auto dur = std::chrono::milliseconds(static_cast<long>(duration * 1000));
 
   // (a) server().call vs Beast at each caller count, in alternating rounds (peer, then abx) so
   // that whatever else the machine does hits both alike.
