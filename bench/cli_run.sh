@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # abx run vs the path it replaced (issue 5): `abx run <id> demo -a x=1` end to end (process start
 # to exit) against writing a script with `abx files write` and running it with `abx exec`, both
-# against a real abxd and a `demo` sandbox. Prints p50/p99 of each and the ratio. Needs root.
+# against a real abxd and a `demo` sandbox. Prints p50/p99 of each and the ratio (also as bench_row
+# rows). Needs root. bench/sdk.sh does the same comparison inside one process through libabx.
 # Usage: bench/cli_run.sh [--build-dir DIR] [--runs N]     (not a test; CI never runs it)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+. "$here/lib/load.sh"
 cd "$(dirname "$here")"
 bd=build/release
 runs=${BENCH_RUNS:-50}
@@ -47,3 +49,5 @@ printf '%-44s %10d %10d\n' "abx run <id> demo -a x=1" "$r50" "$r99"
 printf '%-44s %10d %10d\n' "abx files write + abx exec -- sh script" "$o50" "$o99"
 ratio=$(awk -v a="$o50" -v b="$r50" 'BEGIN {printf "%.2f", a/b}')
 echo "ratio (old / abx run) at p50: ${ratio}x   aim >= 10x: $(awk -v r="$ratio" 'BEGIN {print (r >= 10 ? "met" : "not met")}')"
+bench_row cli "abx run demo p50 (process start to exit)" "$r50" "abx files write + abx exec" "$o50" us lower ">=10x"
+bench_row cli "abx run demo p99 (process start to exit)" "$r99" "abx files write + abx exec" "$o99" us lower

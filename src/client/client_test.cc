@@ -1,6 +1,7 @@
 // libabx internals without a network: URLs, error mapping, command
 // entries and layer merging, configuration from the environment, local discovery.
 #include <gtest/gtest.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <mutex>
 
 #include "abx/client/sandbox.h"
+#include "abx/client/templates.h"
 #include "abx/http/server.h"
 #include "transport.h"
 
@@ -264,6 +266,33 @@ TEST_F(FakePersistencePlane, SnapshotsCreateListAcrossPagesAndDelete) {
   auto gone = Sandbox::delete_snapshot("snapshot-2", config_);
   ASSERT_TRUE(gone.ok());
   EXPECT_FALSE(*gone);
+}
+// libarchive is loaded on first use (not linked): the context of a template build still comes out
+// as a tar that GNU tar reads, with the extra file, a symlink and the size limit.
+TEST(ClientTemplates, TarContextLoadsLibarchiveAndWritesATar) {
+  namespace fs = std::filesystem;
+  char tmpl[] = "/tmp/abx-tar-test.XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const fs::path dir(tmpl);
+  fs::create_directories(dir / "ctx/sub");
+  std::ofstream(dir / "ctx/sub/a.txt") << "hello";
+  fs::create_symlink("sub/a.txt", dir / "ctx/link");
+  auto tar = tar_context((dir / "ctx").string(), 1 << 20, "extra.Dockerfile", "FROM base\n");
+  ASSERT_TRUE(tar.ok()) << tar.error().to_string();
+  std::ofstream(dir / "out.tar", std::ios::binary) << *tar;
+  std::string listing;
+  if (FILE* p = ::popen(("tar -tvf " + (dir / "out.tar").string() + " 2>&1").c_str(), "r")) {
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, p)) listing += buf;
+    EXPECT_EQ(::pclose(p), 0) << listing;
+  }
+  EXPECT_NE(listing.find("sub/a.txt"), std::string::npos) << listing;
+  EXPECT_NE(listing.find("link -> sub/a.txt"), std::string::npos) << listing;
+  EXPECT_NE(listing.find("extra.Dockerfile"), std::string::npos) << listing;
+  auto small = tar_context((dir / "ctx").string(), 100);
+  ASSERT_FALSE(small.ok());
+  EXPECT_EQ(small.error().code(), ErrorCode::kResourceExhausted);
+  fs::remove_all(dir);
 }
 }  // namespace
 }  // namespace abx::client

@@ -3,6 +3,7 @@
 
 #include <archive.h>
 #include <archive_entry.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -31,6 +32,52 @@ using detail::Transport;
 
 namespace {
 
+// libarchive, loaded when a build first needs a tar rather than linked: its NEEDED chain (libxml2,
+// ICU, nettle, lzma, zstd, lz4, bz2, acl) cost every abx process ~0.85 ms of start-up CPU and
+// ~110 page faults (bench/sdk.sh), and only `abx template build` uses it. archive.h gives the
+// types and constants; the calls go through these pointers.
+struct LibArchive {
+// clang-format off
+#define ABX_ARCHIVE_FNS(X)                                                                        \
+  X(archive_write_new) X(archive_write_free) X(archive_write_set_format_pax_restricted)          \
+  X(archive_write_set_bytes_in_last_block) X(archive_write_open2) X(archive_write_header)        \
+  X(archive_write_data) X(archive_write_close) X(archive_error_string) X(archive_entry_new)     \
+  X(archive_entry_free) X(archive_entry_copy_stat) X(archive_entry_set_pathname)                \
+  X(archive_entry_set_uid) X(archive_entry_set_gid) X(archive_entry_set_nlink)                  \
+  X(archive_entry_set_symlink)
+// clang-format on
+#define ABX_ARCHIVE_FIELD(f) decltype(&::f) f = nullptr;
+  ABX_ARCHIVE_FNS(ABX_ARCHIVE_FIELD)
+#undef ABX_ARCHIVE_FIELD
+
+  // The process's one copy; kUnavailable naming the library when it cannot be loaded.
+  static Result<const LibArchive*> get() {
+    static const Result<LibArchive> lib = load();
+    if (!lib.ok()) return lib.error();
+    return &lib.value();
+  }
+
+ private:
+  static Result<LibArchive> load() {
+    // libarchive 3's soname (the archive.h included here is 3.x).
+    const char* const name = "libarchive.so.13";
+    void* h = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) {
+      const char* why = ::dlerror();
+      return unavailable(std::string("building a template needs libarchive (") + name +
+                         ", Debian's libarchive13): " + (why ? why : "dlopen failed"));
+    }
+    LibArchive lib;  // h stays open: the pointers live as long as the process
+#define ABX_ARCHIVE_LOAD(f)                                 \
+  lib.f = reinterpret_cast<decltype(&::f)>(::dlsym(h, #f)); \
+  if (lib.f == nullptr) return unavailable(std::string(name) + " lacks " #f);
+    ABX_ARCHIVE_FNS(ABX_ARCHIVE_LOAD)
+#undef ABX_ARCHIVE_LOAD
+    return lib;
+  }
+#undef ABX_ARCHIVE_FNS
+};
+
 struct TarSink {
   std::string data;
   std::uint64_t max = 0;
@@ -48,15 +95,18 @@ la_ssize_t tar_write(struct archive*, void* client, const void* buf, size_t n) {
 }
 
 struct WriteDeleter {
-  void operator()(struct archive* a) const { archive_write_free(a); }
+  const LibArchive* lib;
+  void operator()(struct archive* a) const { lib->archive_write_free(a); }
 };
 struct EntryDeleter {
-  void operator()(archive_entry* e) const { archive_entry_free(e); }
+  const LibArchive* lib;
+  void operator()(archive_entry* e) const { lib->archive_entry_free(e); }
 };
 
 class ContextTar {
  public:
-  ContextTar(struct archive* a, TarSink& sink) : a_(a), sink_(sink) {}
+  ContextTar(const LibArchive& lib, struct archive* a, TarSink& sink)
+      : lib_(lib), a_(a), sink_(sink) {}
 
   Status add_tree(const fs::path& host, const std::string& rel) {
     std::vector<std::string> names;
@@ -92,26 +142,26 @@ class ContextTar {
       return Error(ErrorCode::kResourceExhausted,
                    "the build context is larger than " + std::to_string(sink_.max) + " bytes");
     }
-    return internal_error("tar " + what + ": " + archive_error_string(a_));
+    return internal_error("tar " + what + ": " + lib_.archive_error_string(a_));
   }
 
   Status entry(const fs::path& host, const std::string& rel, const struct stat& st,
                const std::string* data) {
-    std::unique_ptr<archive_entry, EntryDeleter> e(archive_entry_new());
-    archive_entry_copy_stat(e.get(), &st);
-    archive_entry_set_pathname(e.get(), rel.c_str());
-    archive_entry_set_uid(e.get(), 0);
-    archive_entry_set_gid(e.get(), 0);
-    archive_entry_set_nlink(e.get(), 1);
+    std::unique_ptr<archive_entry, EntryDeleter> e(lib_.archive_entry_new(), {&lib_});
+    lib_.archive_entry_copy_stat(e.get(), &st);
+    lib_.archive_entry_set_pathname(e.get(), rel.c_str());
+    lib_.archive_entry_set_uid(e.get(), 0);
+    lib_.archive_entry_set_gid(e.get(), 0);
+    lib_.archive_entry_set_nlink(e.get(), 1);
     if (S_ISLNK(st.st_mode)) {
       std::error_code ec;
       auto target = fs::read_symlink(host, ec);
       if (ec) return invalid_argument("readlink " + host.string() + ": " + ec.message());
-      archive_entry_set_symlink(e.get(), target.c_str());
+      lib_.archive_entry_set_symlink(e.get(), target.c_str());
     }
-    if (archive_write_header(a_, e.get()) != ARCHIVE_OK) return fail(rel);
+    if (lib_.archive_write_header(a_, e.get()) != ARCHIVE_OK) return fail(rel);
     if (data) {
-      if (archive_write_data(a_, data->data(), data->size()) < 0) return fail(rel);
+      if (lib_.archive_write_data(a_, data->data(), data->size()) < 0) return fail(rel);
       return {};
     }
     if (!S_ISREG(st.st_mode)) return {};
@@ -123,11 +173,12 @@ class ContextTar {
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return invalid_argument("read " + host.string() + ": " + std::strerror(errno));
       if (n == 0) break;
-      if (archive_write_data(a_, buf, static_cast<std::size_t>(n)) < 0) return fail(rel);
+      if (lib_.archive_write_data(a_, buf, static_cast<std::size_t>(n)) < 0) return fail(rel);
     }
     return {};
   }
 
+  const LibArchive& lib_;
   struct archive* a_;
   TarSink& sink_;
 };
@@ -171,23 +222,25 @@ Result<std::string> tar_context(const std::string& context_dir, std::uint64_t ma
   if (!fs::is_directory(context_dir, ec)) {
     return not_found("build context " + context_dir + " is not a directory");
   }
+  ABX_ASSIGN_OR_RETURN(const LibArchive* lib, LibArchive::get());
   TarSink sink;
   sink.max = max_bytes;
-  std::unique_ptr<struct archive, WriteDeleter> a(archive_write_new());
-  archive_write_set_format_pax_restricted(a.get());
-  archive_write_set_bytes_in_last_block(a.get(), 1);
-  if (archive_write_open2(a.get(), &sink, nullptr, tar_write, nullptr, nullptr) != ARCHIVE_OK) {
-    return internal_error(std::string("tar: ") + archive_error_string(a.get()));
+  std::unique_ptr<struct archive, WriteDeleter> a(lib->archive_write_new(), {lib});
+  lib->archive_write_set_format_pax_restricted(a.get());
+  lib->archive_write_set_bytes_in_last_block(a.get(), 1);
+  if (lib->archive_write_open2(a.get(), &sink, nullptr, tar_write, nullptr, nullptr) !=
+      ARCHIVE_OK) {
+    return internal_error(std::string("tar: ") + lib->archive_error_string(a.get()));
   }
-  ContextTar t(a.get(), sink);
+  ContextTar t(*lib, a.get(), sink);
   ABX_TRY(t.add_tree(context_dir, ""));
   if (!extra_name.empty()) ABX_TRY(t.add_data(extra_name, extra_data));
-  if (archive_write_close(a.get()) != ARCHIVE_OK) {
+  if (lib->archive_write_close(a.get()) != ARCHIVE_OK) {
     if (sink.over) {
       return Error(ErrorCode::kResourceExhausted,
                    "the build context is larger than " + std::to_string(max_bytes) + " bytes");
     }
-    return internal_error(std::string("tar: ") + archive_error_string(a.get()));
+    return internal_error(std::string("tar: ") + lib->archive_error_string(a.get()));
   }
   return std::move(sink.data);
 }
