@@ -57,8 +57,14 @@ std::shared_ptr<StreamWriter> Responder::stream(Response header) const {
   return std::make_shared<StreamWriter>(state_->session->begin_stream(std::move(header)));
 }
 
+asio::any_io_executor Server::Impl::next_executor() {
+  if (!opt.context_per_thread) return asio::make_strand(ioc);
+  std::size_t i = next_context++ % (contexts.size() + 1);
+  return i == 0 ? ioc.get_executor() : contexts[i - 1]->get_executor();
+}
+
 void Server::Impl::do_accept() {
-  acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+  acceptor.async_accept(next_executor(), [this](beast::error_code ec, tcp::socket socket) {
     if (ec) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
       // EMFILE and friends: back off briefly instead of spinning.
@@ -128,8 +134,17 @@ Result<std::unique_ptr<Server>> Server::start(ServerOptions options, Handler han
   int n = impl->opt.io_threads > 0
               ? impl->opt.io_threads
               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (int i = 0; i < n; ++i) {
+  if (impl->opt.context_per_thread) {
+    for (int i = 1; i < n; ++i) {
+      impl->contexts.push_back(std::make_unique<asio::io_context>(1));
+      impl->contexts_work.push_back(asio::make_work_guard(*impl->contexts.back()));
+    }
     impl->threads.emplace_back([io = &impl->ioc] { io->run(); });
+    for (auto& c : impl->contexts) impl->threads.emplace_back([io = c.get()] { io->run(); });
+  } else {
+    for (int i = 0; i < n; ++i) {
+      impl->threads.emplace_back([io = &impl->ioc] { io->run(); });
+    }
   }
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
@@ -162,7 +177,9 @@ void Server::shutdown(std::chrono::milliseconds drain) {
                        [this] { return impl_->sessions.empty(); });
   }
   impl_->work.reset();
+  impl_->contexts_work.clear();
   impl_->ioc.stop();
+  for (auto& c : impl_->contexts) c->stop();
   for (auto& t : impl_->threads) {
     if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
   }

@@ -44,6 +44,14 @@ struct Server::Impl {
   std::atomic<std::size_t> connections{0};
   std::uint16_t port = 0;
 
+  // ServerOptions::context_per_thread: the io_contexts of the I/O threads after the first (the
+  // first runs `ioc`, which also holds the acceptor), their work guards, and which context the
+  // next accepted connection goes to (touched by the accept handler only).
+  // Declared before `ioc`, so they outlive it: its pending accept may hold one's executor.
+  std::vector<std::unique_ptr<boost::asio::io_context>> contexts;
+  std::vector<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>
+      contexts_work;
+  std::size_t next_context = 0;
   boost::asio::io_context ioc;
   boost::asio::ip::tcp::acceptor acceptor{ioc};
   // Keeps run() going while a handler holds a request on another thread and no I/O is pending.
@@ -54,6 +62,8 @@ struct Server::Impl {
   std::vector<std::shared_ptr<detail::Session>> live_sessions();
 
   void do_accept();
+  // Where the next connection runs: a strand of `ioc`, or (context_per_thread) the next context.
+  boost::asio::any_io_executor next_executor();
   void on_session_closed(detail::Session* s);
 };
 

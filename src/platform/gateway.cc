@@ -124,11 +124,16 @@ awaitable<beast::error_code> relay(In& in, beast::flat_buffer& inbuf,
   if (out_failed == nullptr) out_failed = &ignored;
   *out_failed = false;
   bhttp::serializer<isRequest, bhttp::buffer_body> sr{p.get()};
-  beast::error_code hec;
-  [[maybe_unused]] auto hn =
-      co_await bhttp::async_write_header(out, sr, asio::redirect_error(use_awaitable, hec));
-  *out_failed = static_cast<bool>(hec);
-  if (hec) co_return hec;
+  // The header goes out on its own only while none of the body has arrived (a stream that has
+  // not started yet, a request waiting for 100 Continue): otherwise it leaves in one write with
+  // the body's first piece (or alone when there is no body), one send instead of two.
+  if (!p.is_done() && inbuf.size() == 0) {
+    beast::error_code hec;
+    [[maybe_unused]] auto hn =
+        co_await bhttp::async_write_header(out, sr, asio::redirect_error(use_awaitable, hec));
+    *out_failed = static_cast<bool>(hec);
+    if (hec) co_return hec;
+  }
   while (!sr.is_done()) {
     if (!p.is_done()) {
       p.get().body().data = buf;
@@ -462,6 +467,9 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options, GatewayB
   so.error_renderer = [](const Error& e, unsigned status, unsigned version) {
     return e2b_error(status, e.message(), version, false);
   };
+  // The proxy never blocks an I/O thread (backend calls that may go to the worker pool), so
+  // each thread keeps its connections and their upstreams: no hops between threads.
+  so.context_per_thread = true;
   so.on_header = [raw](http::Takeover& conn) { return raw->on_header(conn); };
   // Only control-plane requests get this far (the proxy took the others over in on_header).
   so.body_policy = [raw](const http::Request& header) {

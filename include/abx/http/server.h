@@ -163,8 +163,9 @@ using HeaderParser = boost::beast::http::request_parser<boost::beast::http::stri
 
 // A connection taken over after a request header (ServerOptions::on_header). Every accessor
 // and the two hand-backs must be used on the connection's executor (stream().get_executor(), a
-// strand). Move-only and allocation-free: it holds the session. Dropping it without resume() or
-// respond() closes the connection.
+// strand, or the connection's own io_context with ServerOptions::context_per_thread). Move-only and
+// allocation-free: it holds the session. Dropping it without resume() or respond() closes the
+// connection.
 class Takeover {
  public:
   Takeover(Takeover&&) noexcept = default;
@@ -240,6 +241,14 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   std::uint16_t port = 0;  // 0 picks a free port; see Server::port()
   int io_threads = 0;      // 0 = number of cores
+  // false: the I/O threads share one io_context and every connection runs on a strand of it.
+  // true: each I/O thread runs an io_context of its own and keeps the connections handed to it
+  // (round robin), like one event loop per core: a request's steps never hop between threads
+  // (no cross-thread wake-ups, no strand), which is what a proxy's per-request latency is made
+  // of — but a handler that blocks stalls every connection of its thread, so only for servers
+  // whose I/O threads never block (abxd's gateway). The connection's executor is then its
+  // thread's io_context, which serialises its handlers as a strand would.
+  bool context_per_thread = false;
   Limits limits;
   std::string server_header = "abx";
   // Optional: per-request body limits and spooling (see BodyPlan). Unset: every request gets
