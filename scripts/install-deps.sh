@@ -53,6 +53,7 @@ if [ "$bench" = 1 ]; then
   pkgs+=(wrk nginx-light python3-fastapi python3-uvicorn)
   pkgs+=(linux-perf)  # bench/lib/perf_command_server.sh: where a command-server call's CPU goes
   pkgs+=(bubblewrap)  # bench/sandbox_create: the namespace-setup floor to compare against
+  pkgs+=(linux-perf)  # perf: where a bench's time goes (bench/README.md, abxd's proxy)
 fi
 
 missing=()
