@@ -137,7 +137,7 @@ def connect_envelope(obj):
 NGINX_CONF = """
 daemon off;
 master_process on;
-worker_processes 1;
+worker_processes auto;
 pid {dir}/nginx.pid;
 error_log {dir}/error.log warn;
 events {{ worker_connections 1024; }}
@@ -213,14 +213,34 @@ def check_call(port, path, headers, body, want):
         sys.exit(f"POST {path} through port {port}: {r.status} {data[:300]}")
 
 
-def side_by_side(paths, rounds, duration, conns):
+def cpu_seconds(pids, children=False):
+    """User + system CPU of the processes `pids`, and with `children` of their children (nginx's
+    workers; not abxd's: those are its watchdog and the sandboxes' init processes)."""
+    total, hz = 0, os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        kids = []
+        for task in os.listdir(f"/proc/{pid}/task") if children else []:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                kids += [int(k) for k in f.read().split()]
+        for p in [pid] + kids:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / hz
+
+
+def side_by_side(paths, rounds, duration, conns, cpu_of):
     """Every path at every connection count, `rounds` times interleaved; per path and count the
-    round with the lowest p50 (1 connection) or the most calls/s (more) is kept."""
+    round with the lowest p50 (1 connection) or the most calls/s (more) is kept, with the CPU its
+    proxy used per call in that round (cpu_of[path]: cpu_seconds' arguments)."""
     best = {}
     for _ in range(rounds):
         for c in conns:
             for name, (url, headers, body, netns) in paths.items():
+                c0 = cpu_seconds(*cpu_of.get(name, ([],)))
                 r = wrk(url, headers, body, c, duration, netns)
+                calls = r["calls_per_sec"] * duration
+                r["proxy_cpu_us_per_call"] = (cpu_seconds(*cpu_of.get(name, ([],))) - c0) * 1e6 / calls
                 key = (name, c)
                 if key not in best or (r["p50_us"] < best[key]["p50_us"] if c == 1 else
                                        r["calls_per_sec"] > best[key]["calls_per_sec"]):
@@ -297,8 +317,9 @@ def main():
                     paths = {"direct": (f"http://127.0.0.1:{sport}{path}", hdr, bd, netns),
                              "abxd": (f"http://127.0.0.1:{port}{path}", hdr, bd, None),
                              "nginx": (f"http://127.0.0.1:{nport}{path}", hdr, bd, None)}
-                    report["proxy_" + name] = side_by_side(paths, args.rounds, args.duration,
-                                                           [1, args.connections])
+                    report["proxy_" + name] = side_by_side(
+                        paths, args.rounds, args.duration, [1, args.connections],
+                        {"abxd": ([proc.pid],), "nginx": ([ngx.pid], True)})
             finally:
                 stop_nginx(ngx, ndir)
             api.call("DELETE", f"/sandboxes/{sid}")
@@ -359,6 +380,9 @@ def main():
               f"{added['nginx']:d} {added['nginx'] / max(1, added['abxd']):9.2f}x")
         print(f"{'  calls/s at ' + str(busy) + ' connections':52} {rate['direct']:>.0f} / "
               f"{rate['abxd']:.0f} / {rate['nginx']:.0f} {rate['abxd'] / rate['nginx']:9.2f}x")
+        cpu = {via: r[f"{via} c{busy}"]["proxy_cpu_us_per_call"] for via in ("abxd", "nginx")}
+        print(f"{'  proxy CPU per call at ' + str(busy) + ' connections (us)':52} {'-':>4} / "
+              f"{cpu['abxd']:.1f} / {cpu['nginx']:.1f}")
         row("abxd", f"{what}: proxy adds p50, 1 conn", added["abxd"], "nginx proxy_pass",
             added["nginx"], "us", "lower", ">=1x")
         row("abxd", f"{what}: through the proxy, {busy} conns", rate["abxd"], "nginx proxy_pass",
