@@ -27,10 +27,11 @@ namespace bhttp = boost::beast::http;
 
 class HttpServerTest : public ::testing::Test {
  protected:
-  void start(Limits limits = {}) {
+  void start(Limits limits = {}, bool context_per_thread = false) {
     ServerOptions opt;
     opt.limits = limits;
     opt.io_threads = 2;
+    opt.context_per_thread = context_per_thread;
     auto s = Server::start(opt, [this](Request&& req, Responder respond) {
       ++handled_;
       if (req.target() == "/slow") {
@@ -338,6 +339,38 @@ TEST_F(HttpServerTest, ShutdownDrainsInFlightRequests) {
   EXPECT_EQ((*slow)[bhttp::field::connection], "close");
   EXPECT_TRUE(server_->draining());
   EXPECT_FALSE(Connection::open("127.0.0.1", server_->port(), std::chrono::seconds(1)).ok());
+}
+
+// ServerOptions::context_per_thread: connections go to the threads' own io_contexts in turn,
+// keep-alive requests and answers given from another thread reach each of them, and shutdown
+// still drains a request in flight and stops every thread.
+TEST_F(HttpServerTest, ContextPerThreadServesEveryConnectionAndDrains) {
+  start({}, true);
+  std::vector<std::unique_ptr<Connection>> conns;
+  for (int i = 0; i < 4; ++i) {
+    conns.push_back(open_connection());
+    ASSERT_TRUE(conns.back());
+  }
+  for (int round = 0; round < 3; ++round) {
+    for (std::size_t i = 0; i < conns.size(); ++i) {
+      std::string target = round == 1 && i < 2 ? "/slow" : "/x" + std::to_string(i);
+      auto r = conns[i]->send(make_request(bhttp::verb::get, target));
+      ASSERT_TRUE(r.ok()) << r.error().message();
+      EXPECT_EQ(r->result_int(), 200);
+    }
+  }
+  EXPECT_EQ(server_->open_connections(), 4u);
+  conns.clear();
+  Result<Response> slow = Error(ErrorCode::kInternal, "not run");
+  const int before = handled_.load();
+  std::thread t(
+      [&] { slow = fetch("127.0.0.1", server_->port(), make_request(bhttp::verb::get, "/slow")); });
+  while (handled_.load() == before) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  server_->shutdown(std::chrono::seconds(5));
+  t.join();
+  ASSERT_TRUE(slow.ok()) << slow.error().message();
+  EXPECT_EQ(slow->result_int(), 200);
+  EXPECT_EQ(server_->open_connections(), 0u);
 }
 
 TEST(HttpErrors, OneMappingToTheWire) {
