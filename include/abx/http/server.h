@@ -1,6 +1,7 @@
 // A small HTTP/1.1 server on Boost.Beast/Asio shared by every abx server.
 //
-// One session object per connection (running on its own strand), a deadline armed before every
+// One session object per connection (running on its own strand, or on its thread's own io_context
+// with ServerOptions::context_per_thread), a deadline armed before every
 // read and write, header and body limits set on every parser, and the framing checks of the
 // bad-input catalogue (§2.1) applied before a handler ever sees a request: conflicting
 // Content-Length / Transfer-Encoding, transfer codings other than `chunked`, absolute-form
@@ -204,7 +205,7 @@ using Handler = std::function<void(Request&& req, Responder respond)>;
 // shutting its sending side and discarding what the client still sends (at most 1 MiB, 2 s), so
 // that a client busy writing the body still reads the answer rather than a reset.
 using BodyPolicy = std::function<Result<BodyPlan>(const Request& header)>;
-// Sees every request header that passed the framing checks, on the connection's strand, before
+// Sees every request header that passed the framing checks, on the connection's executor, before
 // the body policy. Moving from `conn` takes the connection over (the server then does nothing
 // more with it until the Takeover comes back); leaving it alone lets the request go on to the
 // body policy and the handler. Returning an Error answers it (rendered) and closes the

@@ -6,13 +6,14 @@
 //   - control plane: lets the server read the body (1 MiB cap) and hands the complete request to
 //     GatewayBackend::handle_control on a worker thread (it may touch SQLite or spawn sandboxes);
 //   - sandbox plane: takes the connection over (http::Takeover) in a C++20 coroutine on the
-//     connection's strand, asks the backend for a connected socket to the target port (it checks
-//     the sandbox's token and resumes a paused sandbox created with autoResume), then relays the
-//     request and the response through fixed 64 KiB buffers — unbuffered, with back-pressure,
-//     whatever the size or duration (chunked Connect streams, uploads, downloads) — and turns into
-//     a byte tunnel after a `101 Switching Protocols` (WebSocket). Hop-by-hop headers are dropped
-//     per RFC 9110 §7.6.1. Upstream connections are reused within a client connection, which goes
-//     back to the server for its next request.
+//     connection's I/O thread (each thread has an io_context of its own and keeps its connections
+//     and their upstream sockets: http::ServerOptions::context_per_thread), asks the backend for a
+//     connected socket to the target port (it checks the sandbox's token and resumes a paused
+//     sandbox created with autoResume), then relays the request and the response through fixed 64
+//     KiB buffers — unbuffered, with back-pressure, whatever the size or duration (chunked Connect
+//     streams, uploads, downloads) — and turns into a byte tunnel after a `101 Switching Protocols`
+//     (WebSocket). Hop-by-hop headers are dropped per RFC 9110 §7.6.1. Upstream connections are
+//     reused within a client connection, which goes back to the server for its next request.
 // Sandbox-plane errors are answered as `{"code": <status>, "message": …, "sandboxId": …}` (502
 // for an unknown or killed sandbox, a paused one without autoResume, or a closed port), which
 // the e2b SDKs understand.
