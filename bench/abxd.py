@@ -77,8 +77,18 @@ class Api:
             h["Content-Type"] = "application/json"
             body = json.dumps(body)
         h.update(headers or {})
-        self.conn.request(method, path, body=body, headers=h)
-        r = self.conn.getresponse()
+        for attempt in (1, 2):
+            try:
+                self.conn.request(method, path, body=body, headers=h)
+                r = self.conn.getresponse()
+                break
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                # abxd closed the keep-alive connection while it sat idle (the proxy section
+                # runs for minutes): a new connection, once.
+                self.conn.close()
+                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+                if attempt == 2:
+                    raise
         data = r.read()
         return r.status, data
 
