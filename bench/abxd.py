@@ -386,8 +386,11 @@ def main():
         print(f"{what}: direct / via abxd / via nginx proxy_pass")
         print(f"{'  p50 at 1 connection (us)':52} {d1:>4d} / {r['abxd c1']['p50_us']:d} / "
               f"{r['nginx c1']['p50_us']:d}")
+        # Jitter can put a proxy's p50 under direct's: no ratio then.
+        ratio = (f"{added['nginx'] / added['abxd']:9.2f}x" if min(added.values()) > 0
+                 else f"{'-':>10}")
         print(f"{'  added p50 at 1 connection: abxd vs nginx (us)':52} {added['abxd']:>5d} / "
-              f"{added['nginx']:d} {added['nginx'] / max(1, added['abxd']):9.2f}x")
+              f"{added['nginx']:d} {ratio}")
         print(f"{'  calls/s at ' + str(busy) + ' connections':52} {rate['direct']:>.0f} / "
               f"{rate['abxd']:.0f} / {rate['nginx']:.0f} {rate['abxd'] / rate['nginx']:9.2f}x")
         cpu = {via: r[f"{via} c{busy}"]["proxy_cpu_us_per_call"] for via in ("abxd", "nginx")}
