@@ -159,7 +159,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
   boost::beast::tcp_stream stream_;
   Server::Impl& server_;
-  std::optional<Strand> strand_;  // stream_'s executor, when it is a strand (always, from accept)
+  // stream_'s executor when it is a strand: always from accept, unless
+  // ServerOptions::context_per_thread (then its thread's io_context's executor).
+  std::optional<Strand> strand_;
   boost::beast::flat_buffer buffer_;
   // The plain response being written: its header block (reused from call to call) and the
   // response, whose body is sent from where it is.
