@@ -382,8 +382,26 @@ Status SandboxNetwork::attach(const std::string& id, const runtime::VethInfo& li
   e.link = link;
   e.slot = (link.host_ip - opt_.range.addr) / 4;
   e.rules = std::move(rules);
+  // A sandbox whose link this one now has (its slot was freed before its own detach ran: a
+  // kill, a template build's RUN step) is gone: forget it here, or its late detach would remove
+  // this sandbox's entries, which share its link's name and chain number. Its own entries may
+  // differ from this one's (the proxied set): the table is then written whole.
+  bool evicted = false;
+  for (auto it = sandboxes_.begin(); it != sandboxes_.end();) {
+    const bool stale =
+        it->first != id && (it->second.slot == e.slot || it->second.link.host_if == e.link.host_if);
+    evicted = evicted || stale;
+    it = stale ? sandboxes_.erase(it) : std::next(it);
+  }
   const std::string script = egress::render_attach(plan_locked(false), ruleset_entry(e));
   sandboxes_[id] = std::move(e);
+  if (evicted) {
+    if (Status s = apply_locked(); !s) {
+      sandboxes_.erase(id);
+      return s;
+    }
+    return {};
+  }
   if (Status s = apply_change_locked(id, script); !s) {
     sandboxes_.erase(id);
     (void)apply_locked();  // without it (the change may have gone in before the re-render failed)

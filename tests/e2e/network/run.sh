@@ -26,6 +26,11 @@ trap cleanup EXIT
 fail() {
   echo "network e2e: FAIL: $*" >&2
   [ -f "$work/abxd.log" ] && tail -40 "$work/abxd.log" >&2
+  # What the sandboxes' links were under: abxd's table and the run's DNS log.
+  local table
+  table=$(sed -n 's/.*table inet \(abx_[0-9a-f]*\).*/\1/p' "$work/abxd.log" 2>/dev/null | head -1)
+  [ -n "$table" ] && nft list table inet "$table" >&2 2>/dev/null
+  [ -f "${INET_DIR:-}/dns.log" ] && { echo "--- dns.log"; tail -20 "$INET_DIR/dns.log"; } >&2
   exit 1
 }
 step() { echo "network e2e: $*"; }
