@@ -25,12 +25,16 @@ cleanup() {
 trap cleanup EXIT
 fail() {
   echo "network e2e: FAIL: $*" >&2
-  [ -f "$work/abxd.log" ] && tail -40 "$work/abxd.log" >&2
+  [ -f "$work/abxd.log" ] && { tail -40 "$work/abxd.log"; echo "--- warnings"; grep -E " (warn|error) " "$work/abxd.log" | tail -20; } >&2
   # What the sandboxes' links were under: abxd's table and the run's DNS log.
   local table
   table=$(sed -n 's/.*table inet \(abx_[0-9a-f]*\).*/\1/p' "$work/abxd.log" 2>/dev/null | head -1)
   [ -n "$table" ] && nft list table inet "$table" >&2 2>/dev/null
   [ -f "${INET_DIR:-}/dns.log" ] && { echo "--- dns.log"; tail -20 "$INET_DIR/dns.log"; } >&2
+  # The last sandbox's audit: its resolver's and its proxy's decisions.
+  local last
+  last=$(cat "$work/last_id" 2>/dev/null || true)
+  [ -n "$last" ] && { echo "--- audit of $last"; abx logs "$last" --network 2>&1 | tail -30; } >&2
   exit 1
 }
 step() { echo "network e2e: $*"; }
@@ -75,7 +79,8 @@ create() {  # create <json body> -> id
   local code
   code=$(api -X POST -H 'Content-Type: application/json' -d "$1" "$ABX_API_URL/sandboxes")
   [ "$code" = 201 ] || fail "create $1: $code $(cat "$work/body")"
-  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["sandboxID"])' "$work/body"
+  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["sandboxID"])' "$work/body" |
+    tee "$work/last_id"
 }
 
 step "default: outbound access and DNS through abxd's resolver"
