@@ -13,11 +13,13 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <thread>
 
 #include "abx/runtime/netns.h"
+#include "abx/runtime/veth.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
 
@@ -266,6 +268,39 @@ TEST(ConnectLoopback, ASocketConnectedToItselfIsRefused) {
   EXPECT_EQ(r.error().code(), ErrorCode::kUnavailable) << r.error().to_string();
   EXPECT_NE(r.error().to_string().find("connected to itself"), std::string::npos)
       << r.error().to_string();
+  ::close(netns);
+}
+
+// A host end left by a dead sandbox of another abxd (another name prefix) still holds the slot's
+// address while the kernel takes its namespace down; the slot numbering is machine-wide, so the
+// new sandbox of that slot must replace it, or the host has two routes to the slot's /30 and
+// the new sandbox's replies (its DNS answers) can go into the dying link.
+TEST(Veth, AStaleLinkOfAnotherDaemonHoldingTheSlotsAddressIsReplaced) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root";
+  VethConfig c;
+  c.enabled = true;
+  c.subnet_base = (10u << 24) | (252u << 16);
+  c.name_prefix = "ab0abc0def";
+  const VethInfo info = veth_for_slot(c, 5);  // ab0abc0def5, host 10.252.0.21
+  const std::string stale = "ab1234abcd5";    // another daemon's name for the same slot
+  ASSERT_EQ(std::system(("ip link add " + stale +
+                         " type veth peer name abxtstpeer && ip addr add 10.252.0.21/30 dev " +
+                         stale + " && ip link set " + stale + " up")
+                            .c_str()),
+            0);
+  int netns = -1;
+  std::thread t([&] {
+    if (::unshare(CLONE_NEWNET) == 0)
+      netns = ::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  });
+  t.join();
+  ASSERT_GE(netns, 0);
+  Status s = setup_veth(c, info, netns);
+  EXPECT_TRUE(s.ok()) << s.error().to_string();
+  EXPECT_EQ(::if_nametoindex(stale.c_str()), 0u) << "the stale link is still there";
+  EXPECT_NE(::if_nametoindex(info.host_if.c_str()), 0u);
+  (void)remove_veth(info);
+  (void)std::system(("ip link del " + stale + " 2>/dev/null").c_str());
   ::close(netns);
 }
 

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <libmnl/libmnl.h>
 #include <linux/if_addr.h>
 #include <linux/if_link.h>
@@ -131,15 +132,49 @@ VethInfo veth_for_slot(const VethConfig& c, std::uint32_t slot) {
   return v;
 }
 
+namespace {
+
+// abx's host ends are "ab" + 8 hex digits (the daemon's home) + the slot number.
+bool abx_link_name(const std::string& n) {
+  if (n.size() < 11 || n.compare(0, 2, "ab") != 0) return false;
+  for (std::size_t i = 2; i < n.size(); ++i) {
+    const char ch = n[i];
+    const bool hex = (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f');
+    if (!hex || (i >= 10 && !(ch >= '0' && ch <= '9'))) return false;
+  }
+  return true;
+}
+
+// The host's links that must go before this slot's is made: its own name, and any abx link
+// holding its host address.
+std::vector<std::string> stale_links(const VethInfo& info) {
+  std::vector<std::string> out{info.host_if};
+  ifaddrs* all = nullptr;
+  if (::getifaddrs(&all) != 0) return out;
+  for (ifaddrs* a = all; a; a = a->ifa_next) {
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET || !a->ifa_name) continue;
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+    const std::string name = a->ifa_name;
+    if (ntohl(in->sin_addr.s_addr) == info.host_ip && name != info.host_if && abx_link_name(name))
+      out.push_back(name);
+  }
+  ::freeifaddrs(all);
+  return out;
+}
+
+}  // namespace
+
 Status setup_veth(const VethConfig& c, const VethInfo& info, int netns_fd) {
   (void)c;
   ABX_ASSIGN_OR_RETURN(UniqueFd host, route_socket(-1));
-  // A host end of the same name belongs to a dead sandbox whose namespace is still going away
-  // (the slot is ours now): replace it.
-  {
+  // A host end that holds this slot's name or address belongs to a dead sandbox whose namespace
+  // the kernel is still taking down (the slot is ours now): replace it. The slot numbering is
+  // machine-wide, so that sandbox may have been another abxd's, its link named with that
+  // daemon's prefix; left in place, its /30 would route this sandbox's replies into it.
+  for (const std::string& name : stale_links(info)) {
     NlRequest del(RTM_DELLINK, 0);
     put_ifinfo(del.nlh(), 0);
-    mnl_attr_put_strz(del.nlh(), IFLA_IFNAME, info.host_if.c_str());
+    mnl_attr_put_strz(del.nlh(), IFLA_IFNAME, name.c_str());
     (void)del.send(host.get(), "RTM_DELLINK");
   }
   {
