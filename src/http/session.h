@@ -109,7 +109,9 @@ class Session : public std::enable_shared_from_this<Session> {
   using Strand = boost::asio::strand<boost::asio::io_context::executor_type>;
   Session(boost::asio::ip::tcp::socket&& socket, Server::Impl& server)
       : stream_(std::move(socket)), server_(server) {
-    if (const auto* s = stream_.get_executor().target<Strand>()) strand_.emplace(*s);
+    // target() points into the executor object: keep it alive while the strand is copied out.
+    const boost::asio::any_io_executor ex = stream_.get_executor();
+    if (const auto* s = ex.target<Strand>()) strand_.emplace(*s);
   }
   ~Session() { server_.on_session_closed(this); }
 
