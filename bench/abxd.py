@@ -97,7 +97,9 @@ def start_abxd(bin_dir, home):
     out = open(os.path.join(home, "abxd.out"), "w+")
     err = open(os.path.join(home, "abxd.log"), "w")
     p = subprocess.Popen([os.path.join(bin_dir, "src/platform/abxd"), "--home", home, "--listen",
-                          "127.0.0.1:0", "--kill-sandboxes"], stdout=out, stderr=err)
+                          "127.0.0.1:0", "--kill-sandboxes",
+                          # never the machine's resolver: a port where nothing answers
+                          "--dns-upstream", "127.0.0.1:9"], stdout=out, stderr=err)
     for _ in range(400):
         out.seek(0)
         m = re.search(r"^listening on .*:(\d+)$", out.read(), re.M)

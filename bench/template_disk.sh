@@ -65,7 +65,7 @@ echo "[bench] importing base from $base_tar" >&2
 base_bytes=$(usage)
 
 "$abxd" --home "$work/home" --image-store "$store" --listen 127.0.0.1:0 --kill-sandboxes \
-  >"$work/abxd.out" 2>"$work/abxd.log" &
+  --dns-upstream 127.0.0.1:9 >"$work/abxd.out" 2>"$work/abxd.log" &
 pid=$!
 for _ in $(seq 200); do grep -q '^listening on' "$work/abxd.out" && break; sleep 0.05; done
 grep -q '^listening on' "$work/abxd.out" || { echo "[bench] abxd did not start:" >&2; tail "$work/abxd.log" >&2; exit 1; }
