@@ -41,6 +41,13 @@ namespace {
 
 std::string quoted(const std::string& name) { return "\"" + name + "\""; }
 
+// Empties set `set` of table `t` ("inet <table> ") and fills it with `nets`.
+std::string refill(const std::string& t, const std::string& set, const std::vector<Cidr>& nets) {
+  std::string s = "flush set " + t + set + "\n";
+  if (!nets.empty()) s += "add element " + t + set + " { " + elements(nets) + " }\n";
+  return s;
+}
+
 // The sandbox's sets and chain, and its entries in the shared sets and map: "add" commands,
 // idempotent (a set or chain that exists is flushed first), for after the table exists.
 std::string sandbox_add(const RulesetPlan& p, const RulesetSandbox& sb) {
@@ -50,8 +57,7 @@ std::string sandbox_add(const RulesetPlan& p, const RulesetSandbox& sb) {
   for (const auto& [set, nets] : {std::pair{"allow_" + n, &sb.rules.allow_cidrs},
                                   std::pair{"deny_" + n, &sb.rules.deny_cidrs}}) {
     s += "add set " + t + set + " { type ipv4_addr; flags interval; auto-merge; }\n";
-    s += "flush set " + t + set + "\n";
-    if (!nets->empty()) s += "add element " + t + set + " { " + elements(*nets) + " }\n";
+    s += refill(t, set, *nets);
   }
   s += "add chain " + t + "sb_" + n + "\nflush chain " + t + "sb_" + n + "\n";
   std::string body;
@@ -141,10 +147,8 @@ std::string render_update(const RulesetPlan& p, const RulesetSandbox& before,
   const std::string n = std::to_string(after.slot);
   std::string s;
   for (const auto& [set, nets] : {std::pair{"allow_" + n, &after.rules.allow_cidrs},
-                                  std::pair{"deny_" + n, &after.rules.deny_cidrs}}) {
-    s += "flush set " + t + set + "\n";
-    if (!nets->empty()) s += "add element " + t + set + " { " + elements(*nets) + " }\n";
-  }
+                                  std::pair{"deny_" + n, &after.rules.deny_cidrs}})
+    s += refill(t, set, *nets);
   if (p.proxy_port != 0) {
     const bool was = !before.rules.allow_domains.empty(), is = !after.rules.allow_domains.empty();
     if (was && !is) s += "delete element " + t + "proxied { " + quoted(after.host_if) + " }\n";

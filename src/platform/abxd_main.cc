@@ -525,8 +525,7 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   tbo.sandbox_network = network->get();
   platform::SandboxManager* manager = mgr->get();
   // The manager's pinned version of the bundle (bundle.h), as its sandboxes have it.
-  if (const std::string& bundle = manager->options().binaries.bundle;
-      !bundle.empty() && fs::exists(fs::path(bundle) / "bin/abx-envd")) {
+  if (const std::string& bundle = manager->options().binaries.bundle; platform::is_bundle(bundle)) {
     tbo.binds.push_back({bundle, platform::kBundleInside, false});
   }
   tbo.pull = [manager](const image::Reference& ref, const platform::BuildProgress& progress) {

@@ -79,6 +79,11 @@ Status link_tree(const fs::path& from, const fs::path& to) {
 
 }  // namespace
 
+bool is_bundle(const std::string& dir) {
+  std::error_code ec;
+  return !dir.empty() && fs::exists(fs::path(dir) / "bin/abx-envd", ec);
+}
+
 Result<std::string> pin_bundle(const std::string& home, const std::string& bundle) {
   ABX_ASSIGN_OR_RETURN(const std::string version, version_of(bundle));
   const fs::path dir = fs::path(home) / "bundles";

@@ -22,6 +22,9 @@ namespace abx::platform {
 // Where sandboxes see it.
 inline constexpr const char* kBundleInside = "/opt/abx";
 
+// Whether `dir` is a bundle (it has bin/abx-envd); "" is none.
+bool is_bundle(const std::string& dir);
+
 // <home>/bundles/<version> for the bundle at `bundle` (made if missing: in a temporary
 // directory, then renamed). Errors name the file that could not be linked or copied.
 Result<std::string> pin_bundle(const std::string& home, const std::string& bundle);

@@ -41,10 +41,6 @@ constexpr const char* kServerInside = "/opt/abx/bin/abx-server";
 constexpr const char* kDemoInside = "/opt/abx/lib/libabx_demo_commands.so";
 constexpr const char* kTokenInside = "/run/abx/token";
 
-bool has_bundle(const SandboxBinaries& b) {
-  return !b.bundle.empty() && fs::exists(fs::path(b.bundle) / "bin/abx-envd");
-}
-
 // A pidfd polls readable once its process has exited (the runtime reaps it in destroy()).
 bool init_exited(int pidfd) {
   pollfd p{pidfd, POLLIN, 0};
@@ -82,7 +78,7 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions opt
                                                               templates::TemplateCatalog catalog) {
   for (const auto& [what, path] : {std::pair{"abx-envd", options.binaries.envd},
                                    std::pair{"abx-server", options.binaries.server}}) {
-    if (has_bundle(options.binaries)) break;
+    if (is_bundle(options.binaries.bundle)) break;
     if (path.empty() || !fs::exists(path)) {
       return Error(ErrorCode::kFailedPrecondition,
                    std::string(what) + " not found at '" + path + "' (see abxd --help)");
@@ -90,7 +86,7 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions opt
   }
   // Sandboxes bind a pinned version of the bundle (bundle.h): one replaced later (an upgrade,
   // a rebuild) leaves a paused sandbox the binaries its checkpoint maps.
-  if (has_bundle(options.binaries)) {
+  if (is_bundle(options.binaries.bundle)) {
     auto pinned = pin_bundle(options.home, options.binaries.bundle);
     if (!pinned.ok())
       return Error(pinned.error().code(), "the /opt/abx bundle " + options.binaries.bundle + ": " +
@@ -292,7 +288,7 @@ runtime::SandboxConfig envd_sandbox_config(
   env["ABX_SANDBOX_ID"] = id;
   env["E2B_SANDBOX_ID"] = id;
   for (const auto& [k, v] : env) cfg.env.push_back(k + "=" + v);
-  if (has_bundle(opt.binaries)) {
+  if (is_bundle(opt.binaries.bundle)) {
     cfg.binds.push_back({opt.binaries.bundle, kBundleInside, false});
   } else {
     cfg.binds.push_back({opt.binaries.envd, kEnvdInside, false});
@@ -910,11 +906,11 @@ std::size_t SandboxManager::detach_all() {
   return all.size();
 }
 
-// Every create and kill renders the whole egress ruleset and libnftables parses it: transient
-// allocations that grow with the number of sandboxes, spread over glibc's per-thread arenas, which
-// keep what is freed. At 300 live sandboxes abxd held ~150 MiB of anonymous memory of which
-// malloc_trim gave back ~127 MiB (bench/density.sh), i.e. ~0.4 MiB per sandbox that was no
-// sandbox's. Giving free pages back every few seconds keeps abxd's resident size to what it uses.
+// glibc's per-thread arenas keep what is freed. When every create and kill rendered the whole
+// egress ruleset (no longer: network.h changes one sandbox's part), abxd held ~150 MiB of
+// anonymous memory at 300 live sandboxes of which malloc_trim gave back ~127 MiB
+// (bench/density.sh). Giving free pages back every few seconds keeps abxd's resident size to
+// what it uses, whatever allocates transiently (image pulls, builds, large requests).
 constexpr std::chrono::seconds kHeapTrimInterval{10};
 
 void SandboxManager::reaper_loop() {
