@@ -649,5 +649,52 @@ TEST_F(CheckpointTest, CleanupRemovesTheStageOfARestoreWhoseOwnerWasKilled) {
   expect_no_leftovers(c.id, SandboxCgroups::existing(*l, "abx", c.id).dirs());
 }
 
+// The owner dies after CRIU restored the init but before it took down the stage (here: while
+// the restored sandbox's link is being made ready). The next owner adopts the live sandbox and
+// with it the recorded stage: nothing of the stage may outlive the adoption.
+TEST_F(CheckpointTest, AdoptRemovesTheStageOfARestoreWhoseOwnerDiedAfterCriu) {
+  SandboxConfig c = counter_config();
+  Count first;
+  auto sb = spawn_counter(c, &first);
+  ASSERT_TRUE(sb);
+  const std::string dir = tmp_.string() + "/ck";
+  ASSERT_TRUE(checkpoint(*sb, dir).ok());
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  pid_t owner = ::fork();
+  ASSERT_GE(owner, 0);
+  if (owner == 0) {
+    SandboxConfig in_child = c;
+    in_child.link_ready = [&](const VethInfo&) -> Status {
+      char one = 1;
+      if (::write(ready[1], &one, 1) != 1) _exit(2);
+      ::pause();  // killed here
+      return {};
+    };
+    auto r = restore(dir, in_child);
+    _exit(r.ok() ? 0 : 1);
+  }
+  ::close(ready[1]);
+  char got = 0;
+  const bool reached = ::read(ready[0], &got, 1) == 1;
+  ::close(ready[0]);
+  ::kill(owner, SIGKILL);
+  ::waitpid(owner, nullptr, 0);
+  ASSERT_TRUE(reached) << "the restore failed before its link was ready";
+  const std::string stage = RestoreOptions{}.stage_dir + "/" + c.id;
+  ASSERT_TRUE(fs::exists(stage + "/root")) << "the owner died with its stage taken down";
+
+  auto adopted = Sandbox::adopt(state_, c.id, &c);
+  ASSERT_TRUE(adopted) << adopted.error().to_string();
+  EXPECT_FALSE(fs::exists(stage)) << "adopt() left the restore's stage";
+  EXPECT_FALSE(fs::exists(state_ + "/" + c.id + "/stage"));
+  auto now = request(*adopted, adopted->upper_dir());  // the restored sandbox itself is whole
+  ASSERT_TRUE(now.has_value());
+  EXPECT_EQ(now->token, first.token);
+  ASSERT_TRUE(adopted->destroy().ok());
+  auto l = CgroupLayout::detect();
+  expect_no_leftovers(c.id, SandboxCgroups::existing(*l, "abx", c.id).dirs());
+}
+
 }  // namespace
 }  // namespace abx::runtime

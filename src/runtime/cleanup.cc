@@ -90,13 +90,7 @@ Result<int> cleanup_stale(const std::string& state_dir) {
     Status s = cg.kill();
     if (s) s = cg.remove();
     // A restore cut short: its staged root and binds hold the layer's loop device.
-    if (auto stage = read_file(dir + "/" + kStageFile, 4096); stage) {
-      std::string path = stage->substr(0, stage->find('\n'));
-      if (path.size() > id.size() + 1 && path[0] == '/' &&
-          path.compare(path.size() - id.size() - 1, std::string::npos, "/" + id) == 0 &&
-          path.find("/../") == std::string::npos)
-        remove_stage(path);
-    }
+    remove_recorded_stage(dir, id);
     if (s) s = remove_rw_layer(dir);
     if (s) s = remove_tree(dir);
     if (s) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "abx/base/try.h"
+#include "sandbox_internal.h"
 #include "sys.h"
 
 namespace abx::runtime {
@@ -257,6 +258,18 @@ void remove_stage(const std::string& stage) {
     if (::rmdir(p.c_str()) != 0) ::unlink(p.c_str());
   }
   ::rmdir(stage.c_str());
+}
+
+void remove_recorded_stage(const std::string& dir, const std::string& id) {
+  const std::string record = dir + "/" + kStageFile;
+  auto stage = read_file(record, 4096);
+  if (!stage) return;
+  std::string path = stage->substr(0, stage->find('\n'));
+  if (path.size() > id.size() + 1 && path[0] == '/' &&
+      path.compare(path.size() - id.size() - 1, std::string::npos, "/" + id) == 0 &&
+      path.find("/../") == std::string::npos)
+    remove_stage(path);
+  ::unlink(record.c_str());
 }
 
 }  // namespace abx::runtime

@@ -43,4 +43,10 @@ Status remove_rw_layer(const std::string& dir);
 // overlay and binds, attached there for CRIU), then `stage` itself. Best effort: missing is fine.
 void remove_stage(const std::string& stage);
 
+// The stage a restore of sandbox `id` recorded in its state dir `dir` (the `stage` file, written
+// before staging and removed once the stage is gone): removed with remove_stage(), then the
+// record. A record that does not name a stage of `id` (an absolute path ending in /<id>, no
+// "..") is ignored. For an owner that died mid-restore: cleanup_stale() and adopt() call it.
+void remove_recorded_stage(const std::string& dir, const std::string& id);
+
 }  // namespace abx::runtime

@@ -6,12 +6,14 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -115,13 +117,28 @@ class NetnsWorker {
   std::thread thread_;
 };
 
+// The process's worker, started on first use and deliberately never destroyed: joining it from
+// a static destructor would hang in a forked child that calls exit(). A forked child does not
+// have its parent's thread (a request would wait for ever), so it forgets the parent's worker
+// (leaked, its mutex maybe held by a thread that is not there) and starts its own.
+std::atomic<NetnsWorker*> g_worker{nullptr};
+
+NetnsWorker* process_worker() {
+  static const int forget_in_child =
+      ::pthread_atfork(nullptr, nullptr, [] { g_worker.store(nullptr); });
+  (void)forget_in_child;
+  NetnsWorker* w = g_worker.load(std::memory_order_acquire);
+  if (w) return w;
+  auto* made = new NetnsWorker;
+  if (g_worker.compare_exchange_strong(w, made, std::memory_order_acq_rel)) return made;
+  delete made;  // another thread was first
+  return w;
+}
+
 }  // namespace
 
 Result<UniqueFd> socket_in_netns(int netns_fd, int domain, int type) {
-  // Started on first use and deliberately never destroyed: joining it from a static destructor
-  // would hang in a forked child that calls exit() (the thread does not exist there).
-  static NetnsWorker* worker = new NetnsWorker;
-  return worker->socket_in(netns_fd, domain, type);
+  return process_worker()->socket_in(netns_fd, domain, type);
 }
 
 Result<UniqueFd> connect_loopback(int netns_fd, std::uint16_t port,

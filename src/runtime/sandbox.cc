@@ -500,6 +500,10 @@ Result<Sandbox> Sandbox::adopt(const std::string& state_dir, const std::string& 
     return Error(ErrorCode::kNotFound, "sandbox " + id + ": its init has exited");
   st->pid = static_cast<pid_t>(pid);
   st->start = start;
+  // A restore whose owner died after CRIU had restored the init but before it took down the
+  // stage: the restored sandbox lives on, the staged mounts (holding its layer's loop device)
+  // are no longer needed by anyone.
+  remove_recorded_stage(st->dir, id);
   if (auto userns = read_file(st->dir + "/" + kUsernsFile, 4096)) {
     unsigned slot = 0, first = 0;
     char registry[4096] = {0};

@@ -45,11 +45,12 @@ async function create(opts = {}) {
 }
 
 // A shell loop that counts in its own memory and writes each value to /tmp/n: after a restore
-// it must go on from where it was (a restarted loop would begin at 1 again).
+// it must go on from where it was (a restarted loop would begin at 1 again). Each value is
+// renamed into place: a checkpoint taken between `>`'s truncation and echo's write would
+// otherwise hold an empty /tmp/n, which reads as 0.
 async function startCounter(sbx) {
-  await sbx.commands.run('i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.02; done', {
-    background: true,
-  });
+  const loop = 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n.new; mv /tmp/n.new /tmp/n; sleep 0.02; done';
+  await sbx.commands.run(loop, { background: true });
   for (let tries = 0; tries < 200; tries++) {
     const n = await count(sbx).catch(() => 0);
     if (n > 5) return n;
