@@ -20,12 +20,9 @@ while [ $# -gt 0 ]; do
 done
 [ -x "$bd/src/cli/abx" ] || { echo "[bench] $bd/src/cli/abx not built (cmake --build --preset release --target abx abxd)" >&2; exit 1; }
 home=$(mktemp -d /tmp/abx-bench-cli.XXXXXX)
-"$bd/src/platform/abxd" --home "$home" --listen 127.0.0.1:0 --kill-sandboxes \
-  --dns-upstream 127.0.0.1:9 >"$home/out" 2>"$home/log" &
-pid=$!
-trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$home"' EXIT
-for _ in $(seq 200); do grep -q '^listening on' "$home/out" && break; sleep 0.05; done
-export ABX_API_URL="http://$(sed -n 's/^listening on //p' "$home/out")" ABX_API_KEY=$(cat "$home/api_key")
+trap 'bench_stop_abxd; rm -rf "$home"' EXIT
+bench_start_abxd "$bd/src/platform/abxd" "$home"
+export ABX_API_URL="$BENCH_ABXD_URL" ABX_API_KEY="$BENCH_ABXD_KEY"
 export ABX_HOME="$home"
 abx="$bd/src/cli/abx"
 id=$("$abx" sandbox create demo)

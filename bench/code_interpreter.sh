@@ -6,6 +6,8 @@
 # Usage: bench/code_interpreter.sh [--build-dir DIR] [--runs N]     (not a test; CI never runs it)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=/dev/null
+. "$here/lib/load.sh"
 cd "$(dirname "$here")"
 bd=build/release
 export BENCH_RUNS=${BENCH_RUNS:-50}
@@ -24,14 +26,9 @@ scripts/build-images.sh --store "$ABX_IMAGE_STORE" --abxd "$bd/src/platform/abxd
 (cd tests/e2e/js && { [ -d node_modules/@e2b/code-interpreter ] || npm ci --no-audit --no-fund >&2; })
 
 home=$(mktemp -d /tmp/abx-bench-interp.XXXXXX)
-"$bd/src/platform/abxd" --home "$home" --listen 127.0.0.1:0 --kill-sandboxes \
-  --dns-upstream 127.0.0.1:9 >"$home/out" 2>"$home/log" &
-pid=$!
-trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$home"' EXIT
-for _ in $(seq 200); do grep -q '^listening on' "$home/out" && break; sleep 0.05; done
-url="http://$(sed -n 's/^listening on //p' "$home/out")"
-export E2B_API_URL="$url" E2B_SANDBOX_URL="$url" E2B_API_KEY=$(cat "$home/api_key")
+trap 'rm -f tests/e2e/js/.bench-code-interp.mjs; bench_stop_abxd; rm -rf "$home"' EXIT
+bench_start_abxd "$bd/src/platform/abxd" "$home"
+export E2B_API_URL="$BENCH_ABXD_URL" E2B_SANDBOX_URL="$BENCH_ABXD_URL" E2B_API_KEY="$BENCH_ABXD_KEY"
 cp bench/lib/code_interp.mjs tests/e2e/js/.bench-code-interp.mjs
-trap 'rm -f tests/e2e/js/.bench-code-interp.mjs; kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$home"' EXIT
 echo "($(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg))"
 node tests/e2e/js/.bench-code-interp.mjs

@@ -62,7 +62,6 @@ time.sleep(1e9)"
 
 work="$(mktemp -d /tmp/abx-bench-persist.XXXXXX)"
 chmod 755 "$work"
-abxd_pid=""
 rstate="$work/runc-state"
 cleanup() {
   set +e
@@ -74,12 +73,7 @@ cleanup() {
   for c in "$work"/runc-*/bundle/rootfs; do mountpoint -q "$c" && umount "$c"; done
   # --kill-sandboxes: SIGTERM kills every sandbox of this home (paused ones keep a checkpoint,
   # which goes with the home).
-  if [ -n "$abxd_pid" ]; then
-    kill -TERM "$abxd_pid" 2>/dev/null
-    for _ in $(seq 100); do kill -0 "$abxd_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$abxd_pid" 2>/dev/null
-    wait "$abxd_pid" 2>/dev/null
-  fi
+  bench_stop_abxd
   if [ "$keep" = 1 ]; then echo "[bench] kept $work" >&2; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
@@ -153,17 +147,8 @@ PY
 
 home="$work/home"
 mkdir -p "$home"
-"$abxd" --home "$home" --listen 127.0.0.1:0 --image-store "$store" --dns-upstream 127.0.0.1:9 \
-  --pause disk --criu "$criu" --kill-sandboxes --log-level warn >"$work/abxd.out" 2>"$work/abxd.log" &
-abxd_pid=$!
-url=""
-for _ in $(seq 200); do
-  url=$(sed -n 's/^listening on \(127\.0\.0\.1:[0-9]*\)$/http:\/\/\1/p' "$work/abxd.out" | head -1)
-  [ -n "$url" ] && break
-  kill -0 "$abxd_pid" 2>/dev/null || break
-  sleep 0.1
-done
-[ -n "$url" ] || { echo "persistence bench: abxd did not start: $(tail -3 "$work/abxd.log")" >&2; exit 1; }
+bench_start_abxd "$abxd" "$home" --image-store "$store" --pause disk --criu "$criu" --log-level warn
+url=$BENCH_ABXD_URL
 
 # shellcheck source=/dev/null
 . "$root/scripts/node-env.sh"
@@ -178,7 +163,7 @@ b1=$(bench_busy); i1=$(bench_idle)
 table=$(E2B_API_URL="$url" E2B_SANDBOX_URL="$url" E2B_API_KEY="$(cat "$home/api_key")" \
   BENCH_RUNS="$runs" BENCH_SIZES="$sizes" BENCH_FORK_COUNT="$forks" BENCH_FORK_RUNS="$fork_runs" \
   BENCH_ABX_HOME="$home" BENCH_PEER_FILE="$work/peer.txt" BENCH_HOLDER="python3 -c \"$holder_py\"" \
-  node "$work/persistence.mjs") || { echo "$table"; echo "persistence bench: the SDK driver failed; abxd log:" >&2; tail -20 "$work/abxd.log" >&2; exit 1; }
+  node "$work/persistence.mjs") || { echo "$table"; echo "persistence bench: the SDK driver failed; abxd log:" >&2; tail -20 "$home/log" >&2; exit 1; }
 b2=$(bench_busy); i2=$(bench_idle)
 load_after=$(bench_load)
 busy() { awk -v b="$1" -v i="$2" 'BEGIN {printf "%.0f", (b + i > 0) ? 100 * b / (b + i) : 0}'; }

@@ -55,23 +55,9 @@ done
 export ABX_IMAGE_STORE="${ABX_IMAGE_STORE:-$root/build/images}"
 
 home=$(mktemp -d /tmp/abx-bench-sdk.XXXXXX)
-pid=""
-cleanup() {
-  if [ -n "$pid" ]; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  fi
-  rm -rf "$home"
-}
-trap cleanup EXIT
-"$bd/src/platform/abxd" --home "$home" --listen 127.0.0.1:0 --kill-sandboxes --log-level warn \
-  --dns-upstream 127.0.0.1:9 >"$home/out" 2>"$home/log" &
-pid=$!
-for _ in $(seq 200); do grep -q '^listening on' "$home/out" && break; sleep 0.05; done
-grep -q '^listening on' "$home/out" || { echo "sdk bench: abxd did not start: $(tail -3 "$home/log")" >&2; exit 1; }
-export ABX_API_URL="http://$(sed -n 's/^listening on //p' "$home/out")" ABX_API_KEY=$(cat "$home/api_key")
+trap 'bench_stop_abxd; rm -rf "$home"' EXIT
+bench_start_abxd "$bd/src/platform/abxd" "$home" --log-level warn
+export ABX_API_URL="$BENCH_ABXD_URL" ABX_API_KEY="$BENCH_ABXD_KEY"
 export ABX_HOME="$home"
 abx="$bd/src/cli/abx"
 id=$("$abx" sandbox create demo)

@@ -79,3 +79,37 @@ bench_row() {
   [ -n "${BENCH_ROWS:-}" ] || return 0
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" "$6" "$7" "${8:--}" >>"$BENCH_ROWS"
 }
+
+# bench_start_abxd ABXD HOME [FLAG]...: starts ABXD in the background with HOME as its home, on a
+# free loopback port, with --kill-sandboxes (its sandboxes die with it) and --dns-upstream
+# 127.0.0.1:9 (no sandbox DNS leaves the machine) before FLAGs; its stdout goes to HOME/out, its
+# log to HOME/log. Waits up to 10 s for it to listen, then sets BENCH_ABXD_PID, BENCH_ABXD_URL
+# (http://127.0.0.1:PORT) and BENCH_ABXD_KEY; returns 1 with the log's tail if it never did.
+# bench_stop_abxd stops it (call it from the script's EXIT trap).
+bench_start_abxd() {
+  local abxd=$1 home=$2 addr=""
+  shift 2
+  "$abxd" --home "$home" --listen 127.0.0.1:0 --kill-sandboxes --dns-upstream 127.0.0.1:9 "$@" \
+    >"$home/out" 2>"$home/log" &
+  BENCH_ABXD_PID=$!
+  for _ in $(seq 200); do
+    addr=$(sed -n 's/^listening on //p' "$home/out" 2>/dev/null | head -1)
+    [ -n "$addr" ] && break
+    kill -0 "$BENCH_ABXD_PID" 2>/dev/null || break
+    sleep 0.05
+  done
+  [ -n "$addr" ] || { echo "[bench] abxd did not start: $(tail -3 "$home/log")" >&2; return 1; }
+  BENCH_ABXD_URL="http://$addr"
+  BENCH_ABXD_KEY=$(cat "$home/api_key")
+}
+
+# bench_stop_abxd: SIGTERM to the abxd of bench_start_abxd (SIGKILL after 10 s), then waits for it.
+bench_stop_abxd() {
+  local pid=${BENCH_ABXD_PID:-}
+  [ -n "$pid" ] || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  BENCH_ABXD_PID=""
+}
