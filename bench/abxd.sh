@@ -4,6 +4,8 @@
 # Usage: bench/abxd.sh [--no-build] [--creates N] [--live N] [--duration S]
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=/dev/null
+. "$here/lib/load.sh"  # ABX_IMAGE_STORE
 cd "$(dirname "$here")"
 build=1
 args=()

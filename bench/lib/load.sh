@@ -2,6 +2,9 @@
 # Source it: . "$here/lib/load.sh". Not a benchmark itself (bench/run.sh only runs bench/*.sh).
 
 BENCH_HZ=$(getconf CLK_TCK)
+# The image store every abxd of a bench uses: the one scripts/build-images.sh fills by default.
+ABX_IMAGE_STORE=${ABX_IMAGE_STORE:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/build/images}
+export ABX_IMAGE_STORE
 BENCH_NCPU=$(nproc)
 
 # Busy CPU jiffies of the whole machine (user nice system irq softirq steal; guest is inside user).
