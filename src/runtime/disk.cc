@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "abx/base/try.h"
@@ -139,8 +140,13 @@ struct LoopDevice {
 Result<LoopDevice> loop_attach(const std::string& image) {
   ABX_ASSIGN_OR_RETURN(UniqueFd file, open_fd(image, O_RDWR));
   ABX_ASSIGN_OR_RETURN(UniqueFd ctl, open_fd("/dev/loop-control", O_RDWR));
+  // GET_FREE names the lowest free device to every caller alike: N threads of this process
+  // attaching at once would each lose up to N-1 times (32 parallel creates ran out of attempts).
+  // They take turns here; the kernel serialises the configuration anyway.
+  static std::mutex attaching;
+  std::lock_guard turn(attaching);
   // Another process may take the device between GET_FREE and CONFIGURE (EBUSY): try again.
-  for (int attempt = 0; attempt < 16; ++attempt) {
+  for (int attempt = 0; attempt < 64; ++attempt) {
     int n = retry_eintr([&] { return ::ioctl(ctl.get(), LOOP_CTL_GET_FREE); });
     if (n < 0) return sys_error("ioctl LOOP_CTL_GET_FREE", errno);
     std::string dev = "/dev/loop" + std::to_string(n);

@@ -12,11 +12,13 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "abx/runtime/layer.h"
 #include "abx/runtime/sandbox.h"
 #include "abx/testing/rootfs.h"
 #include "abx/testing/temp_dir.h"
+#include "disk.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
 
@@ -232,6 +234,36 @@ TEST_F(ImageTest, CleanupStaleUnmountsTheWritableLayer) {
   EXPECT_EQ(*n, 1);
   expect_no_disk_leftovers(state);
   EXPECT_TRUE(fs::exists(state_ + "/.rw-cache"));  // the cache is not a sandbox
+}
+
+// Many writable layers attached at once by threads of one process: LOOP_CTL_GET_FREE names the
+// same lowest free device to all of them, and each must still get one (32 parallel creates
+// used to run out of attempts: "no free loop device").
+TEST_F(ImageTest, ThirtyTwoLayersAttachedAtOnceAllGetALoopDevice) {
+  constexpr int kLayers = 32;
+  const std::string root = state_ + "/many";
+  std::vector<std::string> dirs;
+  for (int i = 0; i < kLayers; ++i) {
+    dirs.push_back(root + "/" + std::to_string(i));
+    fs::create_directories(dirs.back() + "/" + kRwMount);
+  }
+  Status first = make_rw_layer(state_, dirs[0], 16ull << 20);  // formats the cached image once
+  ASSERT_TRUE(first.ok()) << first.error().to_string();
+  std::vector<std::string> errors(kLayers);
+  std::vector<std::thread> threads;
+  for (int i = 1; i < kLayers; ++i) {
+    threads.emplace_back([&, i] {
+      if (Status s = make_rw_layer(state_, dirs[i], 16ull << 20); !s)
+        errors[i] = s.error().message();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kLayers; ++i) {
+    EXPECT_EQ(errors[i], "") << "layer " << i;
+    EXPECT_TRUE(remove_rw_layer(dirs[i]).ok());
+  }
+  fs::remove_all(root);
+  expect_no_disk_leftovers(root);
 }
 
 // User namespaces (userns.h): sandbox root is the first id of a host range of its own, the
