@@ -297,7 +297,7 @@ void Session::write(Response res) {
   // serializer would write: its layered write ops and buffer-sequence iterators were ~5% of the
   // command server's CPU per call (docs/command-server.md, "Performance").
   head_.clear();
-  serialize_head(res, head_);
+  serialize_head(res.base(), head_);
   out_ = std::move(res);
   const std::array<asio::const_buffer, 2> bufs{asio::buffer(head_), asio::buffer(out_.body())};
   stream_.expires_after(server_.opt.limits.write_timeout);
@@ -313,23 +313,6 @@ void Session::on_written(beast::error_code ec, bool keep) {
   if (!keep) return linger_ ? linger_close() : close();
   status_override_ = 0;
   read_header();
-}
-
-void serialize_head(const Response& res, std::string& out) {
-  std::string_view reason = res.reason();
-  if (reason.empty()) reason = bhttp::obsolete_reason(res.result());
-  const unsigned status = res.result_int();
-  std::size_t size = 32 + reason.size();
-  for (const auto& f : res) size += f.name_string().size() + f.value().size() + 4;
-  out.reserve(out.size() + size);
-  out.append(res.version() == 10 ? "HTTP/1.0 " : "HTTP/1.1 ");
-  char code[3] = {static_cast<char>('0' + status / 100 % 10),
-                  static_cast<char>('0' + status / 10 % 10), static_cast<char>('0' + status % 10)};
-  out.append(code, 3).append(" ").append(reason).append("\r\n");
-  for (const auto& f : res) {
-    out.append(f.name_string()).append(": ").append(f.value()).append("\r\n");
-  }
-  out.append("\r\n");
 }
 
 // Closing a socket with unread data makes the kernel send an RST, and a client still writing the

@@ -76,10 +76,6 @@ struct Responder::State {
 
 namespace detail {
 
-// Appends `res`'s status line and fields (the header block, ending with the empty line) to
-// `out`, as Beast's serializer writes them; the body is not included.
-void serialize_head(const Response& res, std::string& out);
-
 // The shared state of one streaming response: filled by producers on any thread, drained by
 // the session on its strand.
 //

@@ -2,6 +2,8 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <array>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -113,6 +115,37 @@ void strip_platform_credentials(Fields& f) {
   }
 }
 
+// The size of the body of the message whose header `p` has read, when that body is already whole
+// in `inbuf` (0: it has none); nullopt when it is chunked, unsized or still arriving.
+template <bool isRequest>
+std::optional<std::size_t> whole_body(const bhttp::parser<isRequest, bhttp::buffer_body>& p,
+                                      const beast::flat_buffer& inbuf) {
+  if (p.is_done()) return 0;
+  if (p.chunked() || !p.content_length() || *p.content_length() > inbuf.size()) return std::nullopt;
+  return static_cast<std::size_t>(*p.content_length());
+}
+
+// Writes `bufs` to `out`: first a non-blocking send (a small message usually goes whole, and
+// nothing is queued on the io_context for it), then asynchronously whatever is left.
+awaitable<beast::error_code> write_all(beast::tcp_stream& out,
+                                       std::array<asio::const_buffer, 2> bufs) {
+  beast::error_code ec;
+  tcp::socket& sock = out.socket();
+  if (!sock.non_blocking()) sock.non_blocking(true, ec);
+  std::size_t sent = ec ? 0 : sock.write_some(bufs, ec);
+  if (ec == asio::error::would_block || ec == asio::error::try_again) ec = {};
+  if (ec) co_return ec;
+  for (auto& b : bufs) {
+    const std::size_t n = std::min(sent, b.size());
+    b += n;
+    sent -= n;
+  }
+  if (bufs[0].size() + bufs[1].size() == 0) co_return ec;
+  [[maybe_unused]] auto n =
+      co_await asio::async_write(out, bufs, asio::redirect_error(use_awaitable, ec));
+  co_return ec;
+}
+
 // Relays one message whose header `p` has read from `in` to `out`, body included.
 // `buf` holds kRelayBuffer bytes: one piece in flight, so a slow reader holds back the writer.
 // On an error, `*out_failed` says whether it was writing to `out` (else reading from `in`).
@@ -123,6 +156,18 @@ awaitable<beast::error_code> relay(In& in, beast::flat_buffer& inbuf,
   bool ignored = false;
   if (out_failed == nullptr) out_failed = &ignored;
   *out_failed = false;
+  // A whole message (no body, or a sized one already read, as a call's JSON and its answer are)
+  // goes out in one write of its header block and body: no serializer, and the body's bytes
+  // are taken from `inbuf` as the parser would have (the next message's bytes stay there).
+  if (auto body = whole_body(p, inbuf)) {
+    std::string head;
+    http::serialize_head(p.get().base(), head);
+    beast::error_code ec =
+        co_await write_all(out, {asio::buffer(head), asio::buffer(inbuf.data().data(), *body)});
+    *out_failed = static_cast<bool>(ec);
+    if (!ec) inbuf.consume(*body);
+    co_return ec;
+  }
   bhttp::serializer<isRequest, bhttp::buffer_body> sr{p.get()};
   // The header goes out on its own only while none of the body has arrived (a stream that has
   // not started yet, a request waiting for 100 Continue): otherwise it leaves in one write with
@@ -144,6 +189,20 @@ awaitable<beast::error_code> relay(In& in, beast::flat_buffer& inbuf,
           co_await bhttp::async_read_some(in, inbuf, p, asio::redirect_error(use_awaitable, ec));
       if (ec == bhttp::error::need_buffer) ec = {};
       if (ec) co_return ec;
+      // Whatever else has already arrived joins this piece (a stream's last event, its end
+      // message and the final chunk often come in one segment): one write instead of one per
+      // chunk. Parsed element by element from the buffer, never reading: an eager parser, or a
+      // read, would hold back what is parsed until more arrives.
+      while (!p.is_done() && inbuf.size() > 0 && p.get().body().size > 0) {
+        const std::size_t used = p.put(inbuf.data(), ec);
+        inbuf.consume(used);
+        if (ec == bhttp::error::need_more || ec == bhttp::error::need_buffer) {
+          ec = {};
+          break;
+        }
+        if (ec) co_return ec;
+        if (used == 0) break;
+      }
       p.get().body().size = kRelayBuffer - p.get().body().size;
       p.get().body().data = buf;
       p.get().body().more = !p.is_done();

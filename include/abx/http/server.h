@@ -60,6 +60,37 @@ class Session;
 struct StreamState;
 }  // namespace detail
 
+// Appends the header block of `h` (its start line, its fields, the empty line) to `out`, the
+// bytes Beast's serializer writes for it. A message whose body is in memory then goes out in one
+// writev of this block and the body, without the serializer's layered buffer sequences (the
+// server's sized responses, the gateway's whole messages).
+template <bool isRequest, class Fields>
+void serialize_head(const boost::beast::http::header<isRequest, Fields>& h, std::string& out) {
+  const unsigned v = h.version();
+  const char version[] = {'H', 'T',
+                          'T', 'P',
+                          '/', static_cast<char>('0' + v / 10 % 10),
+                          '.', static_cast<char>('0' + v % 10)};
+  std::size_t size = 32;
+  for (const auto& f : h) size += f.name_string().size() + f.value().size() + 4;
+  if constexpr (isRequest) {
+    out.reserve(out.size() + size + h.method_string().size() + h.target().size());
+    out.append(h.method_string()).append(" ").append(h.target()).append(" ");
+    out.append(version, sizeof version).append("\r\n");
+  } else {
+    std::string_view reason = h.reason();
+    if (reason.empty()) reason = boost::beast::http::obsolete_reason(h.result());
+    const unsigned status = h.result_int();
+    const char code[] = {' ', static_cast<char>('0' + status / 100 % 10),
+                         static_cast<char>('0' + status / 10 % 10),
+                         static_cast<char>('0' + status % 10), ' '};
+    out.reserve(out.size() + size + reason.size());
+    out.append(version, sizeof version).append(code, sizeof code).append(reason).append("\r\n");
+  }
+  for (const auto& f : h) out.append(f.name_string()).append(": ").append(f.value()).append("\r\n");
+  out.append("\r\n");
+}
+
 struct Limits {
   std::size_t max_target_bytes = 8 * 1024;           // request target; over it: 414
   std::size_t max_header_bytes = 16 * 1024;          // whole header block; over it: 431
