@@ -299,7 +299,16 @@ void Session::write(Response res) {
   head_.clear();
   serialize_head(res.base(), head_);
   out_ = std::move(res);
-  const std::array<asio::const_buffer, 2> bufs{asio::buffer(head_), asio::buffer(out_.body())};
+  std::array<asio::const_buffer, 2> bufs{asio::buffer(head_), asio::buffer(out_.body())};
+  // First a non-blocking send: an answer the socket takes whole (the usual case) needs no write
+  // deadline and no completion queued on the io_context (a timerfd update and a reactor pass per
+  // call). on_written may then run from here: it only starts the next asynchronous read.
+  beast::error_code wec;
+  send_now(stream_.socket(), bufs, wec);
+  if (wec || bufs[0].size() + bufs[1].size() == 0) {
+    out_ = Response{};
+    return on_written(wec, keep);
+  }
   stream_.expires_after(server_.opt.limits.write_timeout);
   asio::async_write(stream_, bufs,
                     [self = shared_from_this(), keep](beast::error_code ec, std::size_t) {
@@ -354,7 +363,9 @@ void Session::close() {
 
 namespace abx::http {
 
+namespace asio = boost::asio;
 namespace beast = boost::beast;
+using tcp = asio::ip::tcp;
 
 Takeover::~Takeover() {
   if (session_) session_->close();
@@ -370,6 +381,18 @@ void Takeover::resume() && {
   auto session = std::move(session_);
   session->status_override_ = 0;
   session->read_header();
+}
+
+void send_now(tcp::socket& sock, std::array<asio::const_buffer, 2>& bufs, beast::error_code& ec) {
+  ec = {};
+  if (!sock.non_blocking()) sock.non_blocking(true, ec);
+  std::size_t sent = ec ? 0 : sock.write_some(bufs, ec);
+  if (ec == asio::error::would_block || ec == asio::error::try_again) ec = {};
+  for (auto& b : bufs) {
+    const std::size_t n = std::min(sent, b.size());
+    b += n;
+    sent -= n;
+  }
 }
 
 void Takeover::respond(Response res) && {

@@ -125,22 +125,13 @@ std::optional<std::size_t> whole_body(const bhttp::parser<isRequest, bhttp::buff
   return static_cast<std::size_t>(*p.content_length());
 }
 
-// Writes `bufs` to `out`: first a non-blocking send (a small message usually goes whole, and
-// nothing is queued on the io_context for it), then asynchronously whatever is left.
+// Writes `bufs` to `out`: what the socket takes at once (http::send_now), then asynchronously
+// whatever is left.
 awaitable<beast::error_code> write_all(beast::tcp_stream& out,
                                        std::array<asio::const_buffer, 2> bufs) {
   beast::error_code ec;
-  tcp::socket& sock = out.socket();
-  if (!sock.non_blocking()) sock.non_blocking(true, ec);
-  std::size_t sent = ec ? 0 : sock.write_some(bufs, ec);
-  if (ec == asio::error::would_block || ec == asio::error::try_again) ec = {};
-  if (ec) co_return ec;
-  for (auto& b : bufs) {
-    const std::size_t n = std::min(sent, b.size());
-    b += n;
-    sent -= n;
-  }
-  if (bufs[0].size() + bufs[1].size() == 0) co_return ec;
+  http::send_now(out.socket(), bufs, ec);
+  if (ec || bufs[0].size() + bufs[1].size() == 0) co_return ec;
   [[maybe_unused]] auto n =
       co_await asio::async_write(out, bufs, asio::redirect_error(use_awaitable, ec));
   co_return ec;

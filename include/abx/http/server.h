@@ -30,6 +30,7 @@
 // rendering stay here, written once.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -59,6 +60,14 @@ namespace detail {
 class Session;
 struct StreamState;
 }  // namespace detail
+
+// Sends as much of `bufs` as `sock` takes at once, without blocking (the socket is put in
+// non-blocking mode, as Asio's asynchronous operations keep it anyway), and advances `bufs` past
+// what went. Would-block is not an error: `ec` is set only for a failed socket. A small message
+// usually goes whole, with no write deadline to arm and no completion queued on the io_context;
+// the caller writes what is left asynchronously.
+void send_now(boost::asio::ip::tcp::socket& sock, std::array<boost::asio::const_buffer, 2>& bufs,
+              boost::beast::error_code& ec);
 
 // Appends the header block of `h` (its start line, its fields, the empty line) to `out`, the
 // bytes Beast's serializer writes for it. A message whose body is in memory then goes out in one
