@@ -314,7 +314,9 @@ Result<store::SandboxRecord> SandboxManager::settle_checkpoint(const store::Sand
       (void)runtime::release_checkpointed(*sb, rec.checkpoint);
       sb = not_found("destroyed: paused to disk");
     } else {
-      // A resume restored it and was cut short before recording it: it holds.
+      // A resume restored it and was cut short before recording it: it holds, once it has its
+      // link (the cut may have come before restore() made it).
+      ABX_TRY(runtime::recover(*sb));
       ABX_TRY(store_->set_checkpoint(rec.id, store::SandboxState::kRunning, ""));
       fs::remove_all(rec.checkpoint, ec);
       out.state = store::SandboxState::kRunning;

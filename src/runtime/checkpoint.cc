@@ -547,6 +547,10 @@ Status recover(Sandbox& sb) {
       link = Error(ErrorCode::kFailedPrecondition,
                    "recover: the veth of sandbox " + st.config.id +
                        " is gone and its config is unknown (adopt it with its config)");
+  } else if (!st.veth && st.config.veth.enabled && st.slot) {
+    // Restored, but its owner died before it had made the link and its record: made now, from
+    // the slot (config.link_ready is empty in an adopted config).
+    link = connect_veth(st.config, st);
   }
   Status thaw = st.cgroups.freeze(false);
   return link ? thaw : link;

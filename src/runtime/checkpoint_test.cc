@@ -651,8 +651,9 @@ TEST_F(CheckpointTest, CleanupRemovesTheStageOfARestoreWhoseOwnerWasKilled) {
 
 // The owner dies after CRIU restored the init but before it took down the stage (here: while
 // the restored sandbox's link is being made ready). The next owner adopts the live sandbox and
-// with it the recorded stage: nothing of the stage may outlive the adoption.
-TEST_F(CheckpointTest, AdoptRemovesTheStageOfARestoreWhoseOwnerDiedAfterCriu) {
+// with it the recorded stage: nothing of the stage may outlive the adoption. And had it died
+// before the link was made, recover() makes it.
+TEST_F(CheckpointTest, AdoptAndRecoverCompleteARestoreWhoseOwnerDiedAfterCriu) {
   SandboxConfig c = counter_config();
   Count first;
   auto sb = spawn_counter(c, &first);
@@ -691,7 +692,24 @@ TEST_F(CheckpointTest, AdoptRemovesTheStageOfARestoreWhoseOwnerDiedAfterCriu) {
   auto now = request(*adopted, adopted->upper_dir());  // the restored sandbox itself is whole
   ASSERT_TRUE(now.has_value());
   EXPECT_EQ(now->token, first.token);
-  ASSERT_TRUE(adopted->destroy().ok());
+
+  // Had the owner died before it made the link (no veth record, no link), recover() makes it
+  // from the slot: abxd calls it when it completes a resume cut short by a restart.
+  ASSERT_TRUE(adopted->veth().has_value());
+  const VethInfo link = *adopted->veth();
+  adopted->detach();
+  ASSERT_TRUE(remove_veth(link).ok());
+  ASSERT_TRUE(fs::remove(state_ + "/" + c.id + "/veth"));
+  auto again = Sandbox::adopt(state_, c.id, &c);
+  ASSERT_TRUE(again) << again.error().to_string();
+  EXPECT_FALSE(again->veth().has_value());
+  Status recovered = recover(*again);
+  ASSERT_TRUE(recovered.ok()) << recovered.error().to_string();
+  ASSERT_TRUE(again->veth().has_value());
+  EXPECT_EQ(again->veth()->host_if, link.host_if);
+  EXPECT_NE(::if_nametoindex(link.host_if.c_str()), 0u);
+  EXPECT_TRUE(fs::exists(state_ + "/" + c.id + "/veth"));
+  ASSERT_TRUE(again->destroy().ok());
   auto l = CgroupLayout::detect();
   expect_no_leftovers(c.id, SandboxCgroups::existing(*l, "abx", c.id).dirs());
 }

@@ -106,7 +106,9 @@ Status release_checkpointed(Sandbox& sb, const std::string& dir);
 // Brings a sandbox that a checkpoint left frozen and without its veth (keep_frozen, or an owner
 // that died mid-checkpoint, the sandbox found again by adopt()) back to running: re-makes the
 // veth when the sandbox has one recorded whose host end is gone (config.link_ready is not run
-// again: rules that match the host end by name apply to the new link), then thaws it. A no-op
+// again: rules that match the host end by name apply to the new link), or makes it from the
+// sandbox's slot when its config has a veth but none was recorded (a restore whose owner died
+// before connecting it), then thaws it. A no-op
 // on a running sandbox with its link. Errors: failed_precondition (the sandbox is not running;
 // or its veth is gone and its config is unknown — adopt() it with its config; it is thawed
 // anyway), or setup_veth()'s and the freezer's errors.
