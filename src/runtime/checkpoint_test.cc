@@ -141,6 +141,19 @@ class CheckpointTest : public ::testing::Test {
     return std::move(sb).value();
   }
 
+  // A counter of `c` spawned and checkpointed (CheckpointOptions' defaults: it no longer runs)
+  // into <tmp>/ck, which is returned; empty (with the failure added) if either step failed.
+  std::string checkpointed_counter(const SandboxConfig& c, Count* first) {
+    auto sb = spawn_counter(c, first);
+    if (!sb) return "";
+    const std::string dir = tmp_.string() + "/ck";
+    if (auto info = checkpoint(*sb, dir); !info) {
+      ADD_FAILURE() << "checkpoint: " << info.error().to_string();
+      return "";
+    }
+    return dir;
+  }
+
   // Running, thawed, counting, its veth in place.
   void expect_running(const Sandbox& sb, const Count& before) {
     EXPECT_TRUE(alive(sb.pid()));
@@ -580,10 +593,8 @@ TEST_F(CheckpointTest, RestoreOfAMissingOrCorruptCheckpointSaysWhyAndDeletesNoth
 
   // A real checkpoint with one CRIU image damaged: CRIU's own error comes back.
   Count first;
-  auto sb = spawn_counter(c, &first);
-  ASSERT_TRUE(sb);
-  const std::string dir = tmp_.string() + "/ck";
-  ASSERT_TRUE(checkpoint(*sb, dir).ok());
+  const std::string dir = checkpointed_counter(c, &first);
+  ASSERT_FALSE(dir.empty());
   std::ofstream(dir + "/pstree.img", std::ios::trunc) << "garbage, not a CRIU image";
   const auto files = listing(dir);
   r = restore(dir, c);
@@ -608,10 +619,8 @@ TEST_F(CheckpointTest, RestoreOfAMissingOrCorruptCheckpointSaysWhyAndDeletesNoth
 TEST_F(CheckpointTest, CleanupRemovesTheStageOfARestoreWhoseOwnerWasKilled) {
   SandboxConfig c = counter_config();
   Count first;
-  auto sb = spawn_counter(c, &first);
-  ASSERT_TRUE(sb);
-  const std::string dir = tmp_.string() + "/ck";
-  ASSERT_TRUE(checkpoint(*sb, dir).ok());
+  const std::string dir = checkpointed_counter(c, &first);
+  ASSERT_FALSE(dir.empty());
   const std::string stage_root = RestoreOptions{}.stage_dir + "/" + c.id + "/root";
   auto staged = [&] {
     std::ifstream mi("/proc/self/mountinfo");
@@ -656,10 +665,8 @@ TEST_F(CheckpointTest, CleanupRemovesTheStageOfARestoreWhoseOwnerWasKilled) {
 TEST_F(CheckpointTest, AdoptAndRecoverCompleteARestoreWhoseOwnerDiedAfterCriu) {
   SandboxConfig c = counter_config();
   Count first;
-  auto sb = spawn_counter(c, &first);
-  ASSERT_TRUE(sb);
-  const std::string dir = tmp_.string() + "/ck";
-  ASSERT_TRUE(checkpoint(*sb, dir).ok());
+  const std::string dir = checkpointed_counter(c, &first);
+  ASSERT_FALSE(dir.empty());
   int ready[2];
   ASSERT_EQ(::pipe(ready), 0);
   pid_t owner = ::fork();

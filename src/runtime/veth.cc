@@ -134,6 +134,16 @@ VethInfo veth_for_slot(const VethConfig& c, std::uint32_t slot) {
 
 namespace {
 
+// Deletes the link `name` through the route socket `sock`; one already gone is fine.
+Status delete_link(int sock, const std::string& name) {
+  NlRequest del(RTM_DELLINK, 0);
+  put_ifinfo(del.nlh(), 0);
+  mnl_attr_put_strz(del.nlh(), IFLA_IFNAME, name.c_str());
+  Status s = del.send(sock, "RTM_DELLINK " + name);
+  if (!s && s.error().message().ends_with("ENODEV")) return {};
+  return s;
+}
+
 // abx's host ends are "ab" + 8 hex digits (the daemon's home) + the slot number.
 bool abx_link_name(const std::string& n) {
   if (n.size() < 11 || n.compare(0, 2, "ab") != 0) return false;
@@ -171,12 +181,7 @@ Status setup_veth(const VethConfig& c, const VethInfo& info, int netns_fd) {
   // the kernel is still taking down (the slot is ours now): replace it. The slot numbering is
   // machine-wide, so that sandbox may have been another abxd's, its link named with that
   // daemon's prefix; left in place, its /30 would route this sandbox's replies into it.
-  for (const std::string& name : stale_links(info)) {
-    NlRequest del(RTM_DELLINK, 0);
-    put_ifinfo(del.nlh(), 0);
-    mnl_attr_put_strz(del.nlh(), IFLA_IFNAME, name.c_str());
-    (void)del.send(host.get(), "RTM_DELLINK");
-  }
+  for (const std::string& name : stale_links(info)) (void)delete_link(host.get(), name);
   {
     NlRequest req(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL);
     put_ifinfo(req.nlh(), 0);
@@ -218,12 +223,7 @@ Status setup_veth(const VethConfig& c, const VethInfo& info, int netns_fd) {
 
 Status remove_veth(const VethInfo& info) {
   ABX_ASSIGN_OR_RETURN(UniqueFd host, route_socket(-1));
-  NlRequest del(RTM_DELLINK, 0);
-  put_ifinfo(del.nlh(), 0);
-  mnl_attr_put_strz(del.nlh(), IFLA_IFNAME, info.host_if.c_str());
-  Status s = del.send(host.get(), "RTM_DELLINK " + info.host_if);
-  if (!s && s.error().message().ends_with("ENODEV")) return {};  // already gone
-  return s;
+  return delete_link(host.get(), info.host_if);
 }
 
 namespace {
