@@ -324,6 +324,38 @@ TEST_F(HttpServerTest, IdleKeepAliveConnectionIsClosed) {
   EXPECT_TRUE(wait_for_no_connections());
 }
 
+// The idle deadline is kept lazily (one timer per idle period, moved by each request): a
+// connection whose requests keep coming, each well inside the deadline, lives on past it, and
+// one that then goes quiet, or stops half-way through a header, is still closed.
+TEST_F(HttpServerTest, IdleDeadlineMovesWithEachRequest) {
+  start({.idle_timeout = std::chrono::milliseconds(300)});
+  auto c = open_connection();
+  ASSERT_TRUE(c);
+  const auto begin = std::chrono::steady_clock::now();
+  for (int i = 0; i < 8; ++i) {  // 8 requests 100 ms apart: 800 ms on one connection
+    auto res = c->send(make_request(bhttp::verb::get, "/n" + std::to_string(i)));
+    ASSERT_TRUE(res.ok()) << "request " << i << ": " << res.error().message();
+    EXPECT_EQ(res->result_int(), 200);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_GT(std::chrono::steady_clock::now() - begin, std::chrono::milliseconds(600));
+  EXPECT_EQ(server_->open_connections(), 1u);
+  EXPECT_TRUE(wait_for_no_connections());  // quiet now: closed at the deadline
+}
+
+TEST_F(HttpServerTest, IdleDeadlineCutsAHalfSentSecondHeader) {
+  start({.idle_timeout = std::chrono::milliseconds(300)});
+  auto c = open_connection();
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->send(make_request(bhttp::verb::get, "/")).ok());
+  // The second request's header never ends: only the deadline can end the connection (our read
+  // would otherwise run its whole 5 s and then the server would still hold it open).
+  auto out = c->raw_exchange("GET /second HTTP/1.1\r\nHost: x\r\n", std::chrono::seconds(5));
+  ASSERT_TRUE(out.ok());
+  EXPECT_TRUE(out->empty()) << *out;
+  EXPECT_TRUE(wait_for_no_connections());
+}
+
 TEST_F(HttpServerTest, ConnectionCapAnswers503) {
   start({.max_connections = 1});
   auto first = open_connection();

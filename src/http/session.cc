@@ -95,18 +95,44 @@ void Session::read_header() {
   // body policy has had its say. on_header applies the limit chosen for this request.
   parser_->body_limit(boost::none);
   // The first request on a connection, or a request already partly buffered, gets the header
-  // deadline; an idle keep-alive connection gets the idle deadline until bytes arrive.
-  stream_.expires_after(buffer_.size() > 0 || first_ ? server_.opt.limits.header_timeout
-                                                     : server_.opt.limits.idle_timeout);
+  // deadline; an idle keep-alive connection gets the idle deadline (for its whole header, as
+  // before) from the lazy idle timer.
+  if (buffer_.size() > 0 || first_) {
+    stream_.expires_after(server_.opt.limits.header_timeout);
+  } else {
+    stream_.expires_never();
+    idle_deadline_ = std::chrono::steady_clock::now() + server_.opt.limits.idle_timeout;
+    waiting_idle_ = true;
+    if (!idle_armed_) arm_idle_timer();
+  }
   first_ = false;
   bhttp::async_read_header(stream_, buffer_, *parser_,
                            beast::bind_front_handler(&Session::on_header, shared_from_this()));
+}
+
+// The timer's wait holds the session weakly: a connection that closes does not live on until its
+// idle deadline (its timer, destroyed with it, completes the wait as aborted).
+void Session::arm_idle_timer() {
+  idle_armed_ = true;
+  idle_timer_.expires_at(idle_deadline_);
+  idle_timer_.async_wait([weak = weak_from_this()](beast::error_code ec) {
+    if (auto self = weak.lock()) self->on_idle_timer(ec);
+  });
+}
+
+void Session::on_idle_timer(beast::error_code ec) {
+  idle_armed_ = false;
+  if (ec || !waiting_idle_) return;  // busy with a request: the next read_header re-arms
+  if (std::chrono::steady_clock::now() < idle_deadline_) return arm_idle_timer();
+  // Past the deadline with no whole header: the read ends as aborted, and on_read_error closes.
+  stream_.socket().cancel(ec);
 }
 
 // The order is the contract of server.h: framing checks, then the header hook (which may take
 // the connection), then the body policy, then Expect: 100-continue, then the body.
 void Session::on_header(beast::error_code ec, std::size_t) {
   busy_ = true;
+  waiting_idle_ = false;
   if (ec) return on_read_error(ec);
   const auto& req = parser_->get();
   if (auto bad = check_request_header(req.base(), server_.opt.limits)) {
@@ -355,6 +381,7 @@ void Session::close() {
   beast::error_code ec;
   stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
   stream_.close();
+  idle_timer_.cancel();
   // A stream still open here would keep this session alive through its StreamState forever.
   drop_stream();
 }
