@@ -125,6 +125,23 @@ std::optional<std::size_t> whole_body(const bhttp::parser<isRequest, bhttp::buff
   return static_cast<std::size_t>(*p.content_length());
 }
 
+// What the proxy keeps per client connection (Takeover::user_data), reused across its requests.
+struct ConnState {
+  // Upstream connections: "sandbox:port:epoch" -> stream.
+  std::map<std::string, std::unique_ptr<beast::tcp_stream>> upstreams;
+  // The relay buffer of a streamed body (kRelayBuffer bytes), made on first need: a call and its
+  // answer, sized and whole, never touch it. Kept for the connection's later streams, since
+  // malloc and free of a 64 KiB block per request cost more than the relay itself (the free
+  // consolidates the heap).
+  std::unique_ptr<char[]> piece;
+  std::string head;  // the header block being written, reused from message to message
+
+  char* relay_buffer() {
+    if (!piece) piece.reset(new char[kRelayBuffer]);
+    return piece.get();
+  }
+};
+
 // Writes `bufs` to `out`: what the socket takes at once (http::send_now), then asynchronously
 // whatever is left.
 awaitable<beast::error_code> write_all(beast::tcp_stream& out,
@@ -138,12 +155,13 @@ awaitable<beast::error_code> write_all(beast::tcp_stream& out,
 }
 
 // Relays one message whose header `p` has read from `in` to `out`, body included.
-// `buf` holds kRelayBuffer bytes: one piece in flight, so a slow reader holds back the writer.
-// On an error, `*out_failed` says whether it was writing to `out` (else reading from `in`).
+// A streamed body goes through cs.relay_buffer(): one piece in flight, so a slow reader holds
+// back the writer. On an error, `*out_failed` says whether it was writing to `out` (else reading
+// from `in`).
 template <bool isRequest, class In, class Out>
 awaitable<beast::error_code> relay(In& in, beast::flat_buffer& inbuf,
                                    bhttp::parser<isRequest, bhttp::buffer_body>& p, Out& out,
-                                   char* buf, bool* out_failed = nullptr) {
+                                   ConnState& cs, bool* out_failed = nullptr) {
   bool ignored = false;
   if (out_failed == nullptr) out_failed = &ignored;
   *out_failed = false;
@@ -151,14 +169,15 @@ awaitable<beast::error_code> relay(In& in, beast::flat_buffer& inbuf,
   // goes out in one write of its header block and body: no serializer, and the body's bytes
   // are taken from `inbuf` as the parser would have (the next message's bytes stay there).
   if (auto body = whole_body(p, inbuf)) {
-    std::string head;
-    http::serialize_head(p.get().base(), head);
+    cs.head.clear();
+    http::serialize_head(p.get().base(), cs.head);
     beast::error_code ec =
-        co_await write_all(out, {asio::buffer(head), asio::buffer(inbuf.data().data(), *body)});
+        co_await write_all(out, {asio::buffer(cs.head), asio::buffer(inbuf.data().data(), *body)});
     *out_failed = static_cast<bool>(ec);
     if (!ec) inbuf.consume(*body);
     co_return ec;
   }
+  char* const buf = cs.relay_buffer();
   bhttp::serializer<isRequest, bhttp::buffer_body> sr{p.get()};
   // The header goes out on its own only while none of the body has arrived (a stream that has
   // not started yet, a request waiting for 100 Continue): otherwise it leaves in one write with
@@ -280,10 +299,6 @@ awaitable<void> pump(beast::tcp_stream& from, beast::flat_buffer& pending, beast
   to.socket().shutdown(tcp::socket::shutdown_send, ignored);
 }
 
-// The upstream connections of one client connection (Takeover::user_data), reused across its
-// requests: "sandbox:port" -> stream.
-using Upstreams = std::map<std::string, std::unique_ptr<beast::tcp_stream>>;
-
 }  // namespace
 
 struct Gateway::Impl {
@@ -364,8 +379,9 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   beast::flat_buffer& buf = conn.buffer();
   http::HeaderParser& hp = conn.parser();
   client.expires_never();  // streams may run as long as the process or watch they carry
-  if (!conn.user_data()) conn.user_data() = std::make_shared<Upstreams>();
-  Upstreams& upstreams = *static_cast<Upstreams*>(conn.user_data().get());
+  if (!conn.user_data()) conn.user_data() = std::make_shared<ConnState>();
+  ConnState& cs = *static_cast<ConnState*>(conn.user_data().get());
+  auto& upstreams = cs.upstreams;
 
   const unsigned version = hp.get().version();
   const bool client_keep_alive = hp.get().keep_alive();
@@ -427,8 +443,7 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
     co_return;
   }
 
-  // One buffer for both directions (they take turns); a tunnel adds a second one.
-  std::unique_ptr<char[]> piece(new char[kRelayBuffer]);
+  // One relay buffer for both directions (they take turns); a tunnel adds a second one.
   bhttp::request_parser<bhttp::buffer_body> rp(std::move(hp));
   strip_hop_by_hop(rp.get(), upgrade);
   strip_platform_credentials(rp.get());
@@ -437,7 +452,7 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   rp.get().keep_alive(upgrade ? false : true);
   if (upgrade) rp.get().set(bhttp::field::connection, "upgrade");
   bool up_failed = false;
-  auto rec = co_await relay(client, buf, rp, *up, piece.get(), &up_failed);
+  auto rec = co_await relay(client, buf, rp, *up, cs, &up_failed);
   if (rec && up_failed) {
     auto early = co_await read_early_answer(*up, head);
     if (early) {
@@ -488,7 +503,7 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   const bool keep = client_keep_alive && !switching && !server->draining();
   resp.get().keep_alive(keep);
   if (switching) resp.get().set(bhttp::field::connection, "upgrade");
-  auto sec = co_await relay(*up, upbuf, resp, client, piece.get());
+  auto sec = co_await relay(*up, upbuf, resp, client, cs);
   if (sec) {
     upstreams.erase(key);
     co_return;
@@ -496,7 +511,7 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   if (switching) {
     using namespace asio::experimental::awaitable_operators;
     std::unique_ptr<char[]> back(new char[kRelayBuffer]);
-    co_await (pump(client, buf, *up, piece.get()) && pump(*up, upbuf, client, back.get()));
+    co_await (pump(client, buf, *up, cs.relay_buffer()) && pump(*up, upbuf, client, back.get()));
     upstreams.erase(key);
     co_return;
   }
