@@ -111,6 +111,34 @@ TEST_F(HttpServerTest, PipelinedRequestsAreAnsweredInOrder) {
   EXPECT_LT(a, b);
 }
 
+// A long pipeline in one write: the header reader parses request after request from what one
+// socket read brought (several reads' worth here), in the strand and the context-per-thread
+// layout alike, and answers every one in order.
+TEST_F(HttpServerTest, ALongPipelineIsAnsweredWhole) {
+  for (bool per_thread : {false, true}) {
+    start({}, per_thread);
+    constexpr int kRequests = 3000;
+    std::string pipeline;
+    for (int i = 0; i < kRequests; ++i)
+      pipeline += "GET /p" + std::to_string(i) + " HTTP/1.1\r\nHost: x\r\n\r\n";
+    pipeline += "GET /last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    std::string out = raw(pipeline);
+    std::size_t answers = 0;
+    for (auto at = out.find("HTTP/1.1 200"); at != std::string::npos;
+         at = out.find("HTTP/1.1 200", at + 1)) {
+      ++answers;
+    }
+    EXPECT_EQ(answers, kRequests + 1u) << "context_per_thread " << per_thread;
+    std::size_t at = 0;
+    for (int i = 0; i < kRequests && at != std::string::npos; ++i) {
+      at = out.find("\"/p" + std::to_string(i) + "\"", at);
+      EXPECT_NE(at, std::string::npos) << "answer " << i << " missing or out of order";
+    }
+    EXPECT_NE(out.find("\"/last\"", at), std::string::npos);
+    server_.reset();
+  }
+}
+
 // A body that arrives with its header is parsed from the read buffer at once (no async_read);
 // exactly its bytes are taken, and a pipelined request behind it is served next.
 TEST_F(HttpServerTest, BodyInTheSamePacketAsTheHeaderIsTakenExactly) {

@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <array>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/beast/core/bind_handler.hpp>
+#include <boost/beast/core/read_size.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
@@ -29,6 +31,8 @@ namespace {
 // What linger_close() reads and discards at most before it closes anyway.
 constexpr std::size_t kLingerBytes = 1024 * 1024;
 constexpr std::chrono::seconds kLingerTime{2};
+// The most a header read asks the socket for at once (Beast's own read size).
+constexpr std::size_t kHeaderReadSize = 64 * 1024;
 
 Result<std::shared_ptr<BodyFile>> open_spool_file(const std::string& dir) {
   std::string tmpl = dir + "/.abx-body-XXXXXX";
@@ -95,44 +99,76 @@ void Session::read_header() {
   // body policy has had its say. on_header applies the limit chosen for this request.
   parser_->body_limit(boost::none);
   // The first request on a connection, or a request already partly buffered, gets the header
-  // deadline; an idle keep-alive connection gets the idle deadline (for its whole header, as
-  // before) from the lazy idle timer.
-  if (buffer_.size() > 0 || first_) {
-    stream_.expires_after(server_.opt.limits.header_timeout);
-  } else {
-    stream_.expires_never();
-    idle_deadline_ = std::chrono::steady_clock::now() + server_.opt.limits.idle_timeout;
-    waiting_idle_ = true;
-    if (!idle_armed_) arm_idle_timer();
-  }
+  // deadline; an idle keep-alive connection gets the idle deadline (for its whole header).
+  const auto limit = buffer_.size() > 0 || first_ ? server_.opt.limits.header_timeout
+                                                  : server_.opt.limits.idle_timeout;
   first_ = false;
-  bhttp::async_read_header(stream_, buffer_, *parser_,
-                           beast::bind_front_handler(&Session::on_header, shared_from_this()));
+  header_deadline_ = std::chrono::steady_clock::now() + limit;
+  waiting_header_ = true;
+  if (!header_timer_armed_ || header_deadline_ < header_timer_at_) arm_header_timer();
+  continue_header(false);
 }
 
-// The timer's wait holds the session weakly: a connection that closes does not live on until its
-// idle deadline (its timer, destroyed with it, completes the wait as aborted).
-void Session::arm_idle_timer() {
-  idle_armed_ = true;
-  idle_timer_.expires_at(idle_deadline_);
-  idle_timer_.async_wait([weak = weak_from_this()](beast::error_code ec) {
-    if (auto self = weak.lock()) self->on_idle_timer(ec);
+// The header deadline is kept lazily: read_header moves a time point (no syscall) and the timer
+// is armed only when it is not, or is armed for later than the new deadline. When it fires it
+// closes the connection if it still waits for a header past the deadline, and otherwise re-arms
+// for the deadline then in force. One timer wait per idle period instead of a deadline per
+// request on the stream (a timerfd update and an aborted wait each). The wait holds the session
+// weakly: a closed connection does not live on until its deadline.
+void Session::arm_header_timer() {
+  header_timer_armed_ = true;
+  header_timer_at_ = header_deadline_;
+  header_timer_.expires_at(header_deadline_);
+  header_timer_.async_wait([weak = weak_from_this()](beast::error_code ec) {
+    if (auto self = weak.lock()) self->on_header_timer(ec);
   });
 }
 
-void Session::on_idle_timer(beast::error_code ec) {
-  idle_armed_ = false;
-  if (ec || !waiting_idle_) return;  // busy with a request: the next read_header re-arms
-  if (std::chrono::steady_clock::now() < idle_deadline_) return arm_idle_timer();
+void Session::on_header_timer(beast::error_code ec) {
+  if (ec == asio::error::operation_aborted) return;  // re-armed (or closed): not this wait's call
+  header_timer_armed_ = false;
+  if (ec || !waiting_header_) return;  // busy with a request: the next read_header re-arms
+  if (std::chrono::steady_clock::now() < header_deadline_) return arm_header_timer();
   // Past the deadline with no whole header: the read ends as aborted, and on_read_error closes.
   stream_.socket().cancel(ec);
+}
+
+// Parses what is buffered, then reads more, until the header is whole. Straight on the socket,
+// as Beast's async_read_header would through the stream: its composed operations and the
+// stream's timer bookkeeping were a measurable part of a call (docs/command-server.md). The
+// bytes after the header stay in buffer_; EOF before any byte is end_of_stream, within the
+// header partial_message, as Beast says them. `after_read`: called from a read's completion.
+void Session::continue_header(bool after_read) {
+  if (buffer_.size() > 0) {
+    beast::error_code ec;
+    buffer_.consume(parser_->put(buffer_.data(), ec));
+    if (ec != bhttp::error::need_more && (ec || parser_->is_header_done())) {
+      if (after_read) return on_header(ec, 0);
+      // Whole from bytes already buffered (a pipelined request): completed through the
+      // executor, as Beast does, so a long pipeline does not nest read_header -> on_header ->
+      // answer -> read_header ... on the stack.
+      return asio::post(stream_.get_executor(),
+                        [self = shared_from_this(), ec] { self->on_header(ec, 0); });
+    }
+  }
+  stream_.socket().async_read_some(
+      buffer_.prepare(beast::read_size(buffer_, kHeaderReadSize)),
+      [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+        self->buffer_.commit(n);
+        if (ec == asio::error::eof) {
+          ec = self->parser_->got_some() ? beast::error_code(bhttp::error::partial_message)
+                                         : beast::error_code(bhttp::error::end_of_stream);
+        }
+        if (ec) return self->on_header(ec, 0);
+        self->continue_header(true);
+      });
 }
 
 // The order is the contract of server.h: framing checks, then the header hook (which may take
 // the connection), then the body policy, then Expect: 100-continue, then the body.
 void Session::on_header(beast::error_code ec, std::size_t) {
   busy_ = true;
-  waiting_idle_ = false;
+  waiting_header_ = false;
   if (ec) return on_read_error(ec);
   const auto& req = parser_->get();
   if (auto bad = check_request_header(req.base(), server_.opt.limits)) {
@@ -381,7 +417,7 @@ void Session::close() {
   beast::error_code ec;
   stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
   stream_.close();
-  idle_timer_.cancel();
+  header_timer_.cancel();
   // A stream still open here would keep this session alive through its StreamState forever.
   drop_stream();
 }

@@ -106,7 +106,7 @@ class Session : public std::enable_shared_from_this<Session> {
  public:
   using Strand = boost::asio::strand<boost::asio::io_context::executor_type>;
   Session(boost::asio::ip::tcp::socket&& socket, Server::Impl& server)
-      : stream_(std::move(socket)), server_(server), idle_timer_(stream_.get_executor()) {
+      : stream_(std::move(socket)), server_(server), header_timer_(stream_.get_executor()) {
     // target() points into the executor object: keep it alive while the strand is copied out.
     const boost::asio::any_io_executor ex = stream_.get_executor();
     if (const auto* s = ex.target<Strand>()) strand_.emplace(*s);
@@ -136,8 +136,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // session.cc: requests in, plain responses out.
   void read_header();
-  void arm_idle_timer();
-  void on_idle_timer(boost::beast::error_code ec);
+  void arm_header_timer();
+  void on_header_timer(boost::beast::error_code ec);
+  void continue_header(bool after_read);
   void on_header(boost::beast::error_code ec, std::size_t);
   void read_body();
   void on_body(boost::beast::error_code ec, std::size_t);
@@ -161,15 +162,12 @@ class Session : public std::enable_shared_from_this<Session> {
 
   boost::beast::tcp_stream stream_;
   Server::Impl& server_;
-  // The keep-alive idle deadline, kept lazily: read_header moves idle_deadline_ (no syscall) and
-  // arms the timer only when it is not armed; when it fires, it closes the connection if it is
-  // still waiting for a request past the deadline, and otherwise re-arms for the deadline then in
-  // force. One timer wait per idle period instead of a timerfd update and an aborted wait per
-  // request (stream_'s own deadline, which the first request and a partly buffered one keep).
-  boost::asio::steady_timer idle_timer_;
-  std::chrono::steady_clock::time_point idle_deadline_{};
-  bool idle_armed_ = false;
-  bool waiting_idle_ = false;  // read_header is waiting under the idle deadline
+  // The deadline of the header being waited for (session.cc, arm_header_timer), kept lazily.
+  boost::asio::steady_timer header_timer_;
+  std::chrono::steady_clock::time_point header_deadline_{};
+  std::chrono::steady_clock::time_point header_timer_at_{};  // what the armed timer waits for
+  bool header_timer_armed_ = false;
+  bool waiting_header_ = false;  // between read_header and on_header
   // stream_'s executor when it is a strand: always from accept, unless
   // ServerOptions::context_per_thread (then its thread's io_context's executor).
   std::optional<Strand> strand_;
