@@ -61,6 +61,23 @@ constexpr std::size_t kRelayBuffer = 64 * 1024;
 // this hop. Transfer-Encoding is kept: the serializer re-frames the body the same way.
 template <class Fields>
 void strip_hop_by_hop(Fields& f, bool keep_upgrade) {
+  // Usually none is there (a call's request and answer): one pass over the fields comparing
+  // their enum instead of a case-insensitive tree lookup for each name below.
+  const bool any = std::any_of(f.begin(), f.end(), [](const auto& field) {
+    switch (field.name()) {
+      case bhttp::field::connection:
+      case bhttp::field::keep_alive:
+      case bhttp::field::proxy_connection:
+      case bhttp::field::proxy_authorization:
+      case bhttp::field::te:
+      case bhttp::field::trailer:
+      case bhttp::field::upgrade:
+        return true;
+      default:
+        return false;
+    }
+  });
+  if (!any && !keep_upgrade) return;
   std::vector<std::string> listed;
   for (auto it = f.find(bhttp::field::connection);
        it != f.end() && it->name() == bhttp::field::connection; ++it) {
@@ -103,8 +120,17 @@ void strip_hop_by_hop(Fields& f, bool keep_upgrade) {
 // those itself.
 template <class Fields>
 void strip_platform_credentials(Fields& f) {
-  f.erase("X-API-KEY");
-  auto it = f.find(bhttp::field::authorization);
+  // One pass to find both (Authorization by its enum, X-API-KEY by name).
+  auto it = f.end();
+  bool api_key = false;
+  for (auto i = f.begin(); i != f.end(); ++i) {
+    if (i->name() == bhttp::field::authorization) {
+      if (it == f.end()) it = i;
+    } else if (i->name_string().size() == 9 && beast::iequals(i->name_string(), "x-api-key")) {
+      api_key = true;
+    }
+  }
+  if (api_key) f.erase("X-API-KEY");
   if (it == f.end()) return;
   std::string_view v = it->value();
   auto starts_with_nocase = [&](std::string_view prefix) {
@@ -125,10 +151,19 @@ std::optional<std::size_t> whole_body(const bhttp::parser<isRequest, bhttp::buff
   return static_cast<std::size_t>(*p.content_length());
 }
 
+// A pooled connection to one sandbox port, made in the sandbox's checkpoint epoch `epoch`.
+struct Upstream {
+  std::string sandbox_id;
+  std::uint16_t port = 0;
+  std::uint64_t epoch = 0;
+  std::unique_ptr<beast::tcp_stream> stream;  // null: none open
+};
+
 // What the proxy keeps per client connection (Takeover::user_data), reused across its requests.
 struct ConnState {
-  // Upstream connections: "sandbox:port:epoch" -> stream.
-  std::map<std::string, std::unique_ptr<beast::tcp_stream>> upstreams;
+  // Upstream connections, one per sandbox port this client reached (usually one or two: a
+  // vector scanned without building a key beats a map keyed by "sandbox:port:epoch").
+  std::vector<Upstream> upstreams;
   // The relay buffer of a streamed body (kRelayBuffer bytes), made on first need: a call and its
   // answer, sized and whole, never touch it. Kept for the connection's later streams, since
   // malloc and free of a 64 KiB block per request cost more than the relay itself (the free
@@ -139,6 +174,21 @@ struct ConnState {
   char* relay_buffer() {
     if (!piece) piece.reset(new char[kRelayBuffer]);
     return piece.get();
+  }
+
+  // The slot of `route`'s sandbox port; its connection is dropped when it is from before the
+  // sandbox's last checkpoint (`epoch` moved on). Slots without a connection are forgotten first,
+  // so the list holds only live ones (and the slot returned). Requests on one client connection
+  // run one at a time: the reference stays valid for the request.
+  Upstream& slot(const Route& route, std::uint64_t epoch) {
+    std::erase_if(upstreams, [](const Upstream& u) { return !u.stream; });
+    for (Upstream& u : upstreams) {
+      if (u.port != route.port || u.sandbox_id != route.sandbox_id) continue;
+      if (u.epoch != epoch) u.stream.reset();
+      u.epoch = epoch;
+      return u;
+    }
+    return upstreams.emplace_back(Upstream{route.sandbox_id, route.port, epoch, nullptr});
   }
 };
 
@@ -152,6 +202,34 @@ awaitable<beast::error_code> write_all(beast::tcp_stream& out,
   [[maybe_unused]] auto n =
       co_await asio::async_write(out, bufs, asio::redirect_error(use_awaitable, ec));
   co_return ec;
+}
+
+// Reads into `b` from `s` until `p` has parsed a whole header, as bhttp::async_read_header does,
+// but straight on the socket: without the stream's timer bookkeeping and Beast's three composed
+// operations, each of which copies the type-erased executor for its work guard. The bytes after
+// the header stay in `b`. EOF before any byte is end_of_stream, within the header
+// partial_message, as Beast says them.
+template <bool isRequest>
+awaitable<beast::error_code> read_header(tcp::socket& s, beast::flat_buffer& b,
+                                         bhttp::parser<isRequest, bhttp::buffer_body>& p) {
+  constexpr std::size_t kHeaderRead = 4096;
+  for (;;) {
+    beast::error_code ec;
+    if (b.size() > 0) {
+      b.consume(p.put(b.data(), ec));
+      if (!ec && p.is_header_done()) co_return ec;
+      if (ec && ec != bhttp::error::need_more) co_return ec;
+      ec = {};
+    }
+    const std::size_t n =
+        co_await s.async_read_some(b.prepare(kHeaderRead), asio::redirect_error(use_awaitable, ec));
+    b.commit(n);
+    if (ec == asio::error::eof) {
+      if (!p.got_some()) co_return bhttp::error::end_of_stream;
+      co_return bhttp::error::partial_message;
+    }
+    if (ec) co_return ec;
+  }
 }
 
 // Relays one message whose header `p` has read from `in` to `out`, body included.
@@ -381,19 +459,13 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   client.expires_never();  // streams may run as long as the process or watch they carry
   if (!conn.user_data()) conn.user_data() = std::make_shared<ConnState>();
   ConnState& cs = *static_cast<ConnState*>(conn.user_data().get());
-  auto& upstreams = cs.upstreams;
 
   const unsigned version = hp.get().version();
   const bool client_keep_alive = hp.get().keep_alive();
   const bool head = hp.get().method() == bhttp::verb::head;
   const bool upgrade = hp.upgrade();
-  const std::string prefix = route.sandbox_id + ":" + std::to_string(route.port) + ":";
-  const std::string key = prefix + std::to_string(backend->sandbox_epoch(route));
   // Connections to this sandbox port from before its last checkpoint are not reused.
-  for (auto it = upstreams.lower_bound(prefix);
-       it != upstreams.end() && it->first.starts_with(prefix);) {
-    it = it->first == key ? std::next(it) : upstreams.erase(it);
-  }
+  std::unique_ptr<beast::tcp_stream>& up = cs.slot(route, backend->sandbox_epoch(route)).stream;
 
   // Credentials are checked on every request, reused connection or not.
   // authorize_sandbox only reads memory, so it runs right here (a hop to the worker pool and
@@ -401,7 +473,6 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   const Route* routep = &route;
   std::optional<Status> authorized;
   authorized.emplace(backend->authorize_sandbox(route, hp.get().base()));
-  std::unique_ptr<beast::tcp_stream>& up = upstreams[key];
   if (!authorized->ok() && authorized->error().code() == ErrorCode::kFailedPrecondition) {
     // Paused: a pooled connection would hang on frozen tasks; connect_sandbox resumes it.
     authorized.emplace(Status{});
@@ -426,7 +497,7 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   }
   const Status& failed = !authorized->ok() ? *authorized : connected;
   if (!failed.ok()) {
-    upstreams.erase(key);
+    up.reset();
     const Error& e = failed.error();
     unsigned status = e.code() == ErrorCode::kNotFound || e.code() == ErrorCode::kUnavailable ||
                               e.code() == ErrorCode::kDeadlineExceeded
@@ -456,7 +527,7 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   if (rec && up_failed) {
     auto early = co_await read_early_answer(*up, head);
     if (early) {
-      upstreams.erase(key);
+      up.reset();
       // The rest of the client's body is unread: the connection closes after this answer.
       early->version(version);
       early->keep_alive(false);
@@ -465,7 +536,7 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
     }
   }
   if (rec) {
-    upstreams.erase(key);
+    up.reset();
     if (rec == bhttp::error::end_of_stream || rec == asio::error::eof) co_return;
     // The upstream went away mid-request: tell the client if nothing was sent yet.
     std::move(conn).respond(
@@ -478,11 +549,9 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   resp.body_limit(boost::none);
   resp.header_limit(64 * 1024);
   resp.skip(head);
-  beast::error_code hec;
-  [[maybe_unused]] auto hn =
-      co_await bhttp::async_read_header(*up, upbuf, resp, asio::redirect_error(use_awaitable, hec));
+  beast::error_code hec = co_await read_header(up->socket(), upbuf, resp);
   if (hec) {
-    upstreams.erase(key);
+    up.reset();
     std::move(conn).respond(
         e2b_error(502, "no response from the sandbox: " + hec.message(), version, false));
     co_return;
@@ -492,7 +561,7 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
     // A 101 the client did not ask for would turn its connection into a tunnel it does not
     // know about: its next request (for another sandbox, with that sandbox's token) would land
     // in this one. Refuse it and close both sides.
-    upstreams.erase(key);
+    up.reset();
     std::move(conn).respond(
         e2b_error(502, "the sandbox answered 101 Switching Protocols to a request without Upgrade",
                   version, false));
@@ -505,17 +574,17 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   if (switching) resp.get().set(bhttp::field::connection, "upgrade");
   auto sec = co_await relay(*up, upbuf, resp, client, cs);
   if (sec) {
-    upstreams.erase(key);
+    up.reset();
     co_return;
   }
   if (switching) {
     using namespace asio::experimental::awaitable_operators;
     std::unique_ptr<char[]> back(new char[kRelayBuffer]);
     co_await (pump(client, buf, *up, cs.relay_buffer()) && pump(*up, upbuf, client, back.get()));
-    upstreams.erase(key);
+    up.reset();
     co_return;
   }
-  if (!upstream_keep || upbuf.size() > 0) upstreams.erase(key);
+  if (!upstream_keep || upbuf.size() > 0) up.reset();
   if (keep) std::move(conn).resume();
 }
 
