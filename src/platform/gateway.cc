@@ -170,6 +170,8 @@ struct ConnState {
   // consolidates the heap).
   std::unique_ptr<char[]> piece;
   std::string head;  // the header block being written, reused from message to message
+  // What the upstream sent, read from it per response; kept (empty) for its capacity.
+  beast::flat_buffer upbuf;
 
   char* relay_buffer() {
     if (!piece) piece.reset(new char[kRelayBuffer]);
@@ -544,7 +546,9 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
     co_return;
   }
 
-  beast::flat_buffer upbuf;
+  beast::flat_buffer& upbuf = cs.upbuf;
+  upbuf.clear();
+  if (upbuf.capacity() > 16 * 1024) upbuf = beast::flat_buffer{};  // a stream grew it: give back
   bhttp::response_parser<bhttp::buffer_body> resp;
   resp.body_limit(boost::none);
   resp.header_limit(64 * 1024);

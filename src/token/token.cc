@@ -10,6 +10,7 @@
 #include <array>
 #include <boost/json.hpp>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "abx/base/base64.h"
@@ -25,8 +26,15 @@ std::array<unsigned char, SHA256_DIGEST_LENGTH> sha256(std::string_view s) {
   // Fetched once: SHA256() and EVP_sha256() look the algorithm up in the provider tables (locks
   // and a hash lookup) on every call, which was most of a token check's cost.
   static EVP_MD* const md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+  // One digest context per thread, re-initialised per call: EVP_Digest makes and frees a
+  // context (and the provider's state in it) every time, two of a token check's mallocs each.
+  thread_local const std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(),
+                                                                                 &EVP_MD_CTX_free);
   std::array<unsigned char, SHA256_DIGEST_LENGTH> out{};
-  if (md == nullptr || EVP_Digest(s.data(), s.size(), out.data(), nullptr, md, nullptr) != 1) {
+  unsigned int len = 0;
+  if (md == nullptr || ctx == nullptr || EVP_DigestInit_ex2(ctx.get(), md, nullptr) != 1 ||
+      EVP_DigestUpdate(ctx.get(), s.data(), s.size()) != 1 ||
+      EVP_DigestFinal_ex(ctx.get(), out.data(), &len) != 1 || len != out.size()) {
     SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), out.data());
   }
   return out;
