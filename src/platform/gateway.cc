@@ -194,18 +194,6 @@ struct ConnState {
   }
 };
 
-// Writes `bufs` to `out`: what the socket takes at once (http::send_now), then asynchronously
-// whatever is left.
-awaitable<beast::error_code> write_all(beast::tcp_stream& out,
-                                       std::array<asio::const_buffer, 2> bufs) {
-  beast::error_code ec;
-  http::send_now(out.socket(), bufs, ec);
-  if (ec || bufs[0].size() + bufs[1].size() == 0) co_return ec;
-  [[maybe_unused]] auto n =
-      co_await asio::async_write(out, bufs, asio::redirect_error(use_awaitable, ec));
-  co_return ec;
-}
-
 // Reads into `b` from `s` until `p` has parsed a whole header, as bhttp::async_read_header does,
 // but straight on the socket: without the stream's timer bookkeeping and Beast's three composed
 // operations, each of which copies the type-erased executor for its work guard. The bytes after
@@ -251,8 +239,16 @@ awaitable<beast::error_code> relay(In& in, beast::flat_buffer& inbuf,
   if (auto body = whole_body(p, inbuf)) {
     cs.head.clear();
     http::serialize_head(p.get().base(), cs.head);
-    beast::error_code ec =
-        co_await write_all(out, {asio::buffer(cs.head), asio::buffer(inbuf.data().data(), *body)});
+    // What the socket takes at once (http::send_now), then asynchronously whatever is left; in
+    // line rather than in a coroutine of its own, whose frame was a malloc per message.
+    std::array<asio::const_buffer, 2> bufs{asio::buffer(cs.head),
+                                           asio::buffer(inbuf.data().data(), *body)};
+    beast::error_code ec;
+    http::send_now(out.socket(), bufs, ec);
+    if (!ec && bufs[0].size() + bufs[1].size() > 0) {
+      [[maybe_unused]] auto n =
+          co_await asio::async_write(out, bufs, asio::redirect_error(use_awaitable, ec));
+    }
     *out_failed = static_cast<bool>(ec);
     if (!ec) inbuf.consume(*body);
     co_return ec;
