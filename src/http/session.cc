@@ -31,8 +31,6 @@ namespace {
 // What linger_close() reads and discards at most before it closes anyway.
 constexpr std::size_t kLingerBytes = 1024 * 1024;
 constexpr std::chrono::seconds kLingerTime{2};
-// The most a header read asks the socket for at once (Beast's own read size).
-constexpr std::size_t kHeaderReadSize = 64 * 1024;
 
 Result<std::shared_ptr<BodyFile>> open_spool_file(const std::string& dir) {
   std::string tmpl = dir + "/.abx-body-XXXXXX";
@@ -105,7 +103,7 @@ void Session::read_header() {
   first_ = false;
   header_deadline_ = std::chrono::steady_clock::now() + limit;
   waiting_header_ = true;
-  if (!header_timer_armed_ || header_deadline_ < header_timer_at_) arm_header_timer();
+  if (header_deadline_ < header_timer_at_) arm_header_timer();
   continue_header(false);
 }
 
@@ -116,7 +114,6 @@ void Session::read_header() {
 // request on the stream (a timerfd update and an aborted wait each). The wait holds the session
 // weakly: a closed connection does not live on until its deadline.
 void Session::arm_header_timer() {
-  header_timer_armed_ = true;
   header_timer_at_ = header_deadline_;
   header_timer_.expires_at(header_deadline_);
   header_timer_.async_wait([weak = weak_from_this()](beast::error_code ec) {
@@ -126,39 +123,31 @@ void Session::arm_header_timer() {
 
 void Session::on_header_timer(beast::error_code ec) {
   if (ec == asio::error::operation_aborted) return;  // re-armed (or closed): not this wait's call
-  header_timer_armed_ = false;
+  header_timer_at_ = std::chrono::steady_clock::time_point::max();  // not armed
   if (ec || !waiting_header_) return;  // busy with a request: the next read_header re-arms
   if (std::chrono::steady_clock::now() < header_deadline_) return arm_header_timer();
   // Past the deadline with no whole header: the read ends as aborted, and on_read_error closes.
   stream_.socket().cancel(ec);
 }
 
-// Parses what is buffered, then reads more, until the header is whole. Straight on the socket,
-// as Beast's async_read_header would through the stream: its composed operations and the
-// stream's timer bookkeeping were a measurable part of a call (docs/command-server.md). The
-// bytes after the header stay in buffer_; EOF before any byte is end_of_stream, within the
-// header partial_message, as Beast says them. `after_read`: called from a read's completion.
+// Parses what is buffered, then reads more, until the header is whole (put_header, header_eof):
+// straight on the socket, as Beast's async_read_header would through the stream, whose composed
+// operations and timer bookkeeping were a measurable part of a call (docs/command-server.md).
+// `after_read`: called from a read's completion.
 void Session::continue_header(bool after_read) {
-  if (buffer_.size() > 0) {
-    beast::error_code ec;
-    buffer_.consume(parser_->put(buffer_.data(), ec));
-    if (ec != bhttp::error::need_more && (ec || parser_->is_header_done())) {
-      if (after_read) return on_header(ec, 0);
-      // Whole from bytes already buffered (a pipelined request): completed through the
-      // executor, as Beast does, so a long pipeline does not nest read_header -> on_header ->
-      // answer -> read_header ... on the stack.
-      return asio::post(stream_.get_executor(),
-                        [self = shared_from_this(), ec] { self->on_header(ec, 0); });
-    }
+  if (beast::error_code ec; put_header(*parser_, buffer_, ec)) {
+    if (after_read) return on_header(ec, 0);
+    // Whole from bytes already buffered (a pipelined request): completed through the executor,
+    // as Beast does, so a long pipeline does not nest read_header -> on_header -> answer ->
+    // read_header ... on the stack.
+    return asio::post(stream_.get_executor(),
+                      [self = shared_from_this(), ec] { self->on_header(ec, 0); });
   }
   stream_.socket().async_read_some(
       buffer_.prepare(beast::read_size(buffer_, kHeaderReadSize)),
       [self = shared_from_this()](beast::error_code ec, std::size_t n) {
         self->buffer_.commit(n);
-        if (ec == asio::error::eof) {
-          ec = self->parser_->got_some() ? beast::error_code(bhttp::error::partial_message)
-                                         : beast::error_code(bhttp::error::end_of_stream);
-        }
+        if (ec == asio::error::eof) ec = header_eof(*self->parser_);
         if (ec) return self->on_header(ec, 0);
         self->continue_header(true);
       });

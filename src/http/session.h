@@ -165,8 +165,9 @@ class Session : public std::enable_shared_from_this<Session> {
   // The deadline of the header being waited for (session.cc, arm_header_timer), kept lazily.
   boost::asio::steady_timer header_timer_;
   std::chrono::steady_clock::time_point header_deadline_{};
-  std::chrono::steady_clock::time_point header_timer_at_{};  // what the armed timer waits for
-  bool header_timer_armed_ = false;
+  // What the armed timer waits for; max() when it is not armed.
+  std::chrono::steady_clock::time_point header_timer_at_ =
+      std::chrono::steady_clock::time_point::max();
   bool waiting_header_ = false;  // between read_header and on_header
   // stream_'s executor when it is a strand: always from accept, unless
   // ServerOptions::context_per_thread (then its thread's io_context's executor).

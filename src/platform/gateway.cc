@@ -16,6 +16,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/read_size.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/buffer_body.hpp>
@@ -56,6 +57,8 @@ http::Response e2b_error(const Error& error, unsigned version, bool keep_alive) 
 namespace {
 
 constexpr std::size_t kRelayBuffer = 64 * 1024;
+// The most of the upstream's read buffer a connection keeps between requests.
+constexpr std::size_t kKeptUpstreamBuffer = 16 * 1024;
 
 // RFC 9110 §7.6.1: Connection and the fields it lists, plus the classic hop-by-hop set, end at
 // this hop. Transfer-Encoding is kept: the serializer re-frames the body the same way.
@@ -194,30 +197,20 @@ struct ConnState {
   }
 };
 
-// Reads into `b` from `s` until `p` has parsed a whole header, as bhttp::async_read_header does,
-// but straight on the socket: without the stream's timer bookkeeping and Beast's three composed
-// operations, each of which copies the type-erased executor for its work guard. The bytes after
-// the header stay in `b`. EOF before any byte is end_of_stream, within the header
-// partial_message, as Beast says them.
+// Reads into `b` from `s` until `p` has parsed a whole header (http::put_header,
+// http::header_eof): straight on the socket, without the stream's timer bookkeeping and Beast's
+// three composed operations, each of which copies the type-erased executor for its work guard.
 template <bool isRequest>
 awaitable<beast::error_code> read_header(tcp::socket& s, beast::flat_buffer& b,
                                          bhttp::parser<isRequest, bhttp::buffer_body>& p) {
-  constexpr std::size_t kHeaderRead = 4096;
   for (;;) {
     beast::error_code ec;
-    if (b.size() > 0) {
-      b.consume(p.put(b.data(), ec));
-      if (!ec && p.is_header_done()) co_return ec;
-      if (ec && ec != bhttp::error::need_more) co_return ec;
-      ec = {};
-    }
+    if (http::put_header(p, b, ec)) co_return ec;
     const std::size_t n =
-        co_await s.async_read_some(b.prepare(kHeaderRead), asio::redirect_error(use_awaitable, ec));
+        co_await s.async_read_some(b.prepare(beast::read_size(b, http::kHeaderReadSize)),
+                                   asio::redirect_error(use_awaitable, ec));
     b.commit(n);
-    if (ec == asio::error::eof) {
-      if (!p.got_some()) co_return bhttp::error::end_of_stream;
-      co_return bhttp::error::partial_message;
-    }
+    if (ec == asio::error::eof) co_return http::header_eof(p);
     if (ec) co_return ec;
   }
 }
@@ -544,7 +537,7 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
 
   beast::flat_buffer& upbuf = cs.upbuf;
   upbuf.clear();
-  if (upbuf.capacity() > 16 * 1024) upbuf = beast::flat_buffer{};  // a stream grew it: give back
+  if (upbuf.capacity() > kKeptUpstreamBuffer) upbuf = beast::flat_buffer{};  // a stream grew it
   bhttp::response_parser<bhttp::buffer_body> resp;
   resp.body_limit(boost::none);
   resp.header_limit(64 * 1024);

@@ -35,6 +35,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/error.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
@@ -98,6 +99,32 @@ void serialize_head(const boost::beast::http::header<isRequest, Fields>& h, std:
   }
   for (const auto& f : h) out.append(f.name_string()).append(": ").append(f.value()).append("\r\n");
   out.append("\r\n");
+}
+
+// A header read straight on a socket (as Beast's async_read_header does, without its composed
+// operations), in two steps the caller's read loop goes through: put_header feeds what `b` holds
+// to `p` and takes the bytes it used, and says whether reading can stop (the header is whole, or
+// `ec` says why the parser failed); header_eof is the error of a read that met EOF first
+// (end_of_stream before any byte, partial_message within the header, as Beast says them).
+// The bytes after the header stay in `b`. Used by the server's sessions and abxd's gateway.
+constexpr std::size_t kHeaderReadSize = 64 * 1024;  // the most one read asks for (Beast's own)
+
+template <class Parser>
+bool put_header(Parser& p, boost::beast::flat_buffer& b, boost::beast::error_code& ec) {
+  ec = {};
+  if (b.size() == 0) return false;
+  b.consume(p.put(b.data(), ec));
+  if (ec == boost::beast::http::error::need_more) {
+    ec = {};
+    return false;
+  }
+  return ec || p.is_header_done();
+}
+
+template <class Parser>
+boost::beast::error_code header_eof(const Parser& p) {
+  return p.got_some() ? boost::beast::http::error::partial_message
+                      : boost::beast::http::error::end_of_stream;
 }
 
 struct Limits {
