@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """abxd benchmark (issues 4 and 15): API create->ready, abxd's proxy side by side with nginx, and
 many live sandboxes. Not a test. Usage: bench/abxd.sh [--no-build] [--creates N] [--live N]
-[--duration S] [--rounds N] [--connections N] [--sections create,proxy,live]
+[--duration S] [--rounds N] [--latency-rounds N] [--latency-seconds S] [--connections N]
+[--sections create,proxy,live]
 
 Measured in one run on this machine:
   1. create->ready: POST /sandboxes (template base) as the client sees it — abxd answers 201 only
@@ -14,8 +15,10 @@ Measured in one run on this machine:
      nginx runs inside the sandbox's netns with a listening socket made on the host's loopback (the
      socket is passed with nginx's own NGINX="fd;" inheritance), so like abxd it takes connections
      on the host and connects to the server's loopback port inside the sandbox: the same hops.
-     At 1 connection the p50 each proxy adds to direct; at --connections the calls/s through each.
-     Every path and count runs --rounds times, interleaved; the best round of each is kept.
+     At 1 connection the p50 each proxy adds to direct: --latency-rounds rounds, each measuring
+     the three paths back to back (order rotating), the added p50 taken within each round, and the
+     median of the rounds reported. At --connections the calls/s through each: --rounds rounds,
+     interleaved, the best round of each path kept.
   3. live sandboxes: N base sandboxes alive at once; abxd RSS, system memory used per sandbox,
      and GET /sandboxes/{id} p50/p99 at that size.
 """
@@ -241,23 +244,43 @@ def cpu_seconds(pids, children=False):
     return total / hz
 
 
-def side_by_side(paths, rounds, duration, conns, cpu_of):
-    """Every path at every connection count, `rounds` times interleaved; per path and count the
-    round with the lowest p50 (1 connection) or the most calls/s (more) is kept, with the CPU its
-    proxy used per call in that round (cpu_of[path]: cpu_seconds' arguments)."""
+def side_by_side(paths, rounds, duration, conns, cpu_of, lat_rounds, lat_duration):
+    """Every path at 1 connection `lat_rounds` times (`lat_duration` s each) and at the busier
+    counts `rounds` times (`duration` s each), interleaved. 1 connection: the rounds are kept
+    whole, each round measuring every path back to back in an order that rotates from round to
+    round, so the p50 a proxy adds is taken per round against direct's p50 of the same round (and
+    the machine's drift hits both). Busier counts: the round with the most calls/s of each path is
+    kept, with the CPU its proxy used per call in that round (cpu_of[path]: cpu_seconds'
+    arguments)."""
+    names = list(paths)
+    out = {f"{name} c1": [] for name in names}
+    for i in range(lat_rounds):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            url, headers, body, netns = paths[name]
+            out[f"{name} c1"].append(wrk(url, headers, body, 1, lat_duration, netns))
     best = {}
     for _ in range(rounds):
-        for c in conns:
+        for c in (c for c in conns if c != 1):
             for name, (url, headers, body, netns) in paths.items():
                 c0 = cpu_seconds(*cpu_of.get(name, ([],)))
                 r = wrk(url, headers, body, c, duration, netns)
                 calls = r["calls_per_sec"] * duration
                 r["proxy_cpu_us_per_call"] = (cpu_seconds(*cpu_of.get(name, ([],))) - c0) * 1e6 / calls
-                key = (name, c)
-                if key not in best or (r["p50_us"] < best[key]["p50_us"] if c == 1 else
-                                       r["calls_per_sec"] > best[key]["calls_per_sec"]):
+                key = f"{name} c{c}"
+                if key not in best or r["calls_per_sec"] > best[key]["calls_per_sec"]:
                     best[key] = r
-    return {f"{name} c{c}": r for (name, c), r in best.items()}
+    out.update(best)
+    return out
+
+
+def latency_summary(r):
+    """From side_by_side's 1-connection rounds: per path the median p50, per proxy the median of
+    what it added to direct's p50 in the same round, and per round abxd's p50 minus nginx's."""
+    p50 = {k.split()[0]: [x["p50_us"] for x in v] for k, v in r.items() if k.endswith(" c1")}
+    added = {via: [a - d for a, d in zip(p50[via], p50["direct"])] for via in ("abxd", "nginx")}
+    diff = [a - n for a, n in zip(p50["abxd"], p50["nginx"])]
+    return ({k: statistics.median(v) for k, v in p50.items()},
+            {k: statistics.median(v) for k, v in added.items()}, added, diff)
 
 
 def main():
@@ -268,6 +291,10 @@ def main():
     ap.add_argument("--duration", type=int, default=int(os.environ.get("BENCH_DURATION", 5)),
                     help="seconds of wrk per proxy measurement")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the proxy section")
+    ap.add_argument("--latency-rounds", type=int, default=9,
+                    help="rounds of the proxy section at 1 connection (every path in each)")
+    ap.add_argument("--latency-seconds", type=int, default=2,
+                    help="seconds of wrk per path and round at 1 connection")
     ap.add_argument("--connections", type=int, default=64, help="the proxy section's busy count")
     ap.add_argument("--sections", default="create,proxy,live",
                     help="comma-separated subset of create,proxy,live")
@@ -331,7 +358,8 @@ def main():
                              "nginx": (f"http://127.0.0.1:{nport}{path}", hdr, bd, None)}
                     report["proxy_" + name] = side_by_side(
                         paths, args.rounds, args.duration, [1, args.connections],
-                        {"abxd": ([proc.pid],), "nginx": ([ngx.pid], True)})
+                        {"abxd": ([proc.pid],), "nginx": ([ngx.pid], True)},
+                        args.latency_rounds, args.latency_seconds)
             finally:
                 stop_nginx(ngx, ndir)
             api.call("DELETE", f"/sandboxes/{sid}")
@@ -382,17 +410,25 @@ def main():
         if "proxy_" + name not in report:
             continue
         r = report["proxy_" + name]
-        d1 = r["direct c1"]["p50_us"]
-        added = {via: r[f"{via} c1"]["p50_us"] - d1 for via in ("abxd", "nginx")}
+        med, added, per_round, diff = latency_summary(r)
+        d1 = med["direct"]
         rate = {via: r[f"{via} c{busy}"]["calls_per_sec"] for via in ("direct", "abxd", "nginx")}
         print(f"{what}: direct / via abxd / via nginx proxy_pass")
-        print(f"{'  p50 at 1 connection (us)':52} {d1:>4d} / {r['abxd c1']['p50_us']:d} / "
-              f"{r['nginx c1']['p50_us']:d}")
+        n = len(diff)
+        print(f"{'  p50 at 1 connection, median of ' + str(n) + ' rounds (us)':52} {d1:>4.0f} / "
+              f"{med['abxd']:.0f} / {med['nginx']:.0f}")
         # Jitter can put a proxy's p50 under direct's: no ratio then.
         ratio = (f"{added['nginx'] / added['abxd']:9.2f}x" if min(added.values()) > 0
                  else f"{'-':>10}")
-        print(f"{'  added p50 at 1 connection: abxd vs nginx (us)':52} {added['abxd']:>5d} / "
-              f"{added['nginx']:d} {ratio}")
+        print(f"{'  added p50 at 1 connection: abxd vs nginx (us)':52} {added['abxd']:>5.0f} / "
+              f"{added['nginx']:.0f} {ratio}")
+        for via in ("abxd", "nginx"):
+            print(f"{'    ' + via + ' added, per round (us)':52} "
+                  + " ".join(f"{a:d}" for a in per_round[via]))
+        print(f"{'    abxd p50 - nginx p50, per round (us)':52} "
+              + " ".join(f"{d:d}" for d in diff)
+              + f"  (median {statistics.median(diff):.0f}; abxd lower in "
+              f"{sum(d < 0 for d in diff)}, equal in {sum(d == 0 for d in diff)} of {n})")
         print(f"{'  calls/s at ' + str(busy) + ' connections':52} {rate['direct']:>.0f} / "
               f"{rate['abxd']:.0f} / {rate['nginx']:.0f} {rate['abxd'] / rate['nginx']:9.2f}x")
         cpu = {via: r[f"{via} c{busy}"]["proxy_cpu_us_per_call"] for via in ("abxd", "nginx")}
