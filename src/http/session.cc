@@ -435,7 +435,7 @@ void Takeover::resume() && {
   session->read_header();
 }
 
-void send_now(tcp::socket& sock, std::array<asio::const_buffer, 2>& bufs, beast::error_code& ec) {
+void send_now(tcp::socket& sock, std::span<asio::const_buffer> bufs, beast::error_code& ec) {
   ec = {};
   if (!sock.non_blocking()) sock.non_blocking(true, ec);
   std::size_t sent = ec ? 0 : sock.write_some(bufs, ec);

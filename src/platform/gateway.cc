@@ -22,13 +22,14 @@
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
-#include <boost/beast/http/serializer.hpp>
-#include <boost/beast/http/write.hpp>
 #include <boost/json.hpp>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <map>
 #include <optional>
+#include <span>
+#include <string_view>
 #include <vector>
 
 #include "abx/auth/signing.h"
@@ -61,7 +62,7 @@ constexpr std::size_t kRelayBuffer = 64 * 1024;
 constexpr std::size_t kKeptUpstreamBuffer = 16 * 1024;
 
 // RFC 9110 §7.6.1: Connection and the fields it lists, plus the classic hop-by-hop set, end at
-// this hop. Transfer-Encoding is kept: the serializer re-frames the body the same way.
+// this hop. Transfer-Encoding is kept: relay() re-frames the body the same way.
 template <class Fields>
 void strip_hop_by_hop(Fields& f, bool keep_upgrade) {
   // Usually none is there (a call's request and answer): one pass over the fields comparing
@@ -215,6 +216,17 @@ awaitable<beast::error_code> read_header(tcp::socket& s, beast::flat_buffer& b,
   }
 }
 
+// Writes what is left of `bufs` after http::send_now, when the socket did not take it all at
+// once. Only then: a coroutine call per message (its frame is a malloc) where one send usually
+// does.
+template <class Out>
+awaitable<beast::error_code> write_rest(Out& out, std::span<asio::const_buffer> bufs) {
+  beast::error_code ec;
+  [[maybe_unused]] auto n =
+      co_await asio::async_write(out.socket(), bufs, asio::redirect_error(use_awaitable, ec));
+  co_return ec;
+}
+
 // Relays one message whose header `p` has read from `in` to `out`, body included.
 // A streamed body goes through cs.relay_buffer(): one piece in flight, so a slow reader holds
 // back the writer. On an error, `*out_failed` says whether it was writing to `out` (else reading
@@ -232,75 +244,104 @@ awaitable<beast::error_code> relay(In& in, beast::flat_buffer& inbuf,
   if (auto body = whole_body(p, inbuf)) {
     cs.head.clear();
     http::serialize_head(p.get().base(), cs.head);
-    // What the socket takes at once (http::send_now), then asynchronously whatever is left; in
-    // line rather than in a coroutine of its own, whose frame was a malloc per message.
     std::array<asio::const_buffer, 2> bufs{asio::buffer(cs.head),
                                            asio::buffer(inbuf.data().data(), *body)};
     beast::error_code ec;
     http::send_now(out.socket(), bufs, ec);
-    if (!ec && bufs[0].size() + bufs[1].size() > 0) {
-      [[maybe_unused]] auto n =
-          co_await asio::async_write(out, bufs, asio::redirect_error(use_awaitable, ec));
-    }
+    if (!ec && asio::buffer_size(bufs) > 0) ec = co_await write_rest(out, bufs);
     *out_failed = static_cast<bool>(ec);
     if (!ec) inbuf.consume(*body);
     co_return ec;
   }
+  // A streamed body (chunked, unsized, or not all here yet) goes piece by piece as it arrives,
+  // framed as its header says: chunked, each piece as one chunk and the last chunk after the
+  // end; otherwise as is. Framed and sent here, as for a whole message, rather than through
+  // Beast's serializer and composed read and write operations: each of those completed through
+  // the io_context (a scheduler round, often an extra epoll_wait, per piece) and copied the
+  // type-erased executor for its work guard.
   char* const buf = cs.relay_buffer();
-  bhttp::serializer<isRequest, bhttp::buffer_body> sr{p.get()};
+  const bool chunked = p.get().chunked();
+  cs.head.clear();
+  http::serialize_head(p.get().base(), cs.head);
+  bool head_sent = false;
   // The header goes out on its own only while none of the body has arrived (a stream that has
   // not started yet, a request waiting for 100 Continue): otherwise it leaves in one write with
   // the body's first piece (or alone when there is no body), one send instead of two.
   if (!p.is_done() && inbuf.size() == 0) {
+    std::array<asio::const_buffer, 1> hb{asio::buffer(cs.head)};
     beast::error_code hec;
-    [[maybe_unused]] auto hn =
-        co_await bhttp::async_write_header(out, sr, asio::redirect_error(use_awaitable, hec));
+    http::send_now(out.socket(), hb, hec);
+    if (!hec && asio::buffer_size(hb) > 0) hec = co_await write_rest(out, hb);
     *out_failed = static_cast<bool>(hec);
     if (hec) co_return hec;
+    head_sent = true;
   }
-  while (!sr.is_done()) {
+  for (;;) {
+    std::size_t size = 0;
     if (!p.is_done()) {
       p.get().body().data = buf;
       p.get().body().size = kRelayBuffer;
-      // read_some: forward whatever has arrived, so streams are not held back.
       beast::error_code ec;
-      [[maybe_unused]] auto n =
-          co_await bhttp::async_read_some(in, inbuf, p, asio::redirect_error(use_awaitable, ec));
-      if (ec == bhttp::error::need_buffer) ec = {};
-      if (ec) co_return ec;
-      // Whatever else has already arrived joins this piece (a stream's last event, its end
-      // message and the final chunk often come in one segment): one write instead of one per
-      // chunk. Parsed element by element from the buffer, never reading: an eager parser, or a
-      // read, would hold back what is parsed until more arrives.
-      while (!p.is_done() && inbuf.size() > 0 && p.get().body().size > 0) {
-        const std::size_t used = p.put(inbuf.data(), ec);
-        inbuf.consume(used);
-        if (ec == bhttp::error::need_more || ec == bhttp::error::need_buffer) {
-          ec = {};
+      for (;;) {
+        // Whatever has already arrived joins this piece (a stream's last event, its end message
+        // and the final chunk often come in one segment): parsed element by element from the
+        // buffer, and the socket read only when that gave nothing. Reading before forwarding
+        // what is parsed would hold it back until more arrives.
+        while (!p.is_done() && inbuf.size() > 0 && p.get().body().size > 0) {
+          const std::size_t used = p.put(inbuf.data(), ec);
+          inbuf.consume(used);
+          if (ec == bhttp::error::need_more || ec == bhttp::error::need_buffer) {
+            ec = {};
+            break;
+          }
+          if (ec) co_return ec;
+          if (used == 0) break;
+        }
+        if (p.is_done() || p.get().body().size < kRelayBuffer) break;
+        const std::size_t n = co_await in.socket().async_read_some(
+            inbuf.prepare(beast::read_size(inbuf, kRelayBuffer)),
+            asio::redirect_error(use_awaitable, ec));
+        inbuf.commit(n);
+        if (ec == asio::error::eof) {
+          p.put_eof(ec);  // the end of a body that runs to the close; else partial_message
+          if (ec) co_return ec;
           break;
         }
         if (ec) co_return ec;
-        if (used == 0) break;
       }
-      p.get().body().size = kRelayBuffer - p.get().body().size;
-      p.get().body().data = buf;
-      p.get().body().more = !p.is_done();
-      if (p.get().body().size == 0 && !p.is_done()) continue;
-      // An empty buffer must be null: Beast's chunked serializer turns a non-null empty
-      // buffer with more=false into a "0\r\n\r\n" of its own, then adds the real last chunk,
-      // and the doubled terminator reads as garbage at the start of the next message.
-      if (p.get().body().size == 0) p.get().body().data = nullptr;
-    } else {
-      p.get().body().data = nullptr;
-      p.get().body().size = 0;
-      p.get().body().more = false;
+      size = kRelayBuffer - p.get().body().size;
+      if (size == 0 && !p.is_done()) continue;
     }
+    const bool last = p.is_done();
+    // Up to four pieces: the header (if not sent yet), the chunk's size line, its data, and the
+    // chunk's CRLF (with the last chunk after it at the end).
+    std::array<asio::const_buffer, 4> bufs{};
+    std::size_t nb = 0;
+    if (!head_sent) bufs[nb++] = asio::buffer(cs.head);
+    char line[2 * sizeof(std::size_t) + 2];
+    if (chunked) {
+      static constexpr std::string_view kEnd = "\r\n0\r\n\r\n";
+      if (size > 0) {
+        const auto r = std::to_chars(line, line + sizeof line - 2, size, 16);
+        r.ptr[0] = '\r';
+        r.ptr[1] = '\n';
+        bufs[nb++] = asio::buffer(line, static_cast<std::size_t>(r.ptr + 2 - line));
+        bufs[nb++] = asio::buffer(buf, size);
+        bufs[nb++] = asio::buffer(last ? kEnd : kEnd.substr(0, 2));
+      } else if (last) {
+        bufs[nb++] = asio::buffer(kEnd.substr(2));
+      }
+    } else if (size > 0) {
+      bufs[nb++] = asio::buffer(buf, size);
+    }
+    head_sent = true;
+    const std::span<asio::const_buffer> piece(bufs.data(), nb);
     beast::error_code ec;
-    [[maybe_unused]] auto n =
-        co_await bhttp::async_write(out, sr, asio::redirect_error(use_awaitable, ec));
-    if (ec == bhttp::error::need_buffer) ec = {};
+    http::send_now(out.socket(), piece, ec);
+    if (!ec && asio::buffer_size(piece) > 0) ec = co_await write_rest(out, piece);
     *out_failed = static_cast<bool>(ec);
     if (ec) co_return ec;
+    if (last) break;
   }
   co_return beast::error_code{};
 }

@@ -45,6 +45,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -67,7 +68,7 @@ struct StreamState;
 // what went. Would-block is not an error: `ec` is set only for a failed socket. A small message
 // usually goes whole, with no write deadline to arm and no completion queued on the io_context;
 // the caller writes what is left asynchronously.
-void send_now(boost::asio::ip::tcp::socket& sock, std::array<boost::asio::const_buffer, 2>& bufs,
+void send_now(boost::asio::ip::tcp::socket& sock, std::span<boost::asio::const_buffer> bufs,
               boost::beast::error_code& ec);
 
 // Appends the header block of `h` (its start line, its fields, the empty line) to `out`, the
