@@ -603,7 +603,10 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   }
   const bool upstream_keep = resp.get().keep_alive();
   strip_hop_by_hop(resp.get(), switching);
-  const bool keep = client_keep_alive && !switching && !server->draining();
+  // A body with neither length nor chunks runs until the sandbox closes (RFC 9112 §6.3): the
+  // client too can see its end only as a close, so its connection is not kept.
+  const bool to_close = !resp.is_done() && !resp.chunked() && !resp.content_length();
+  const bool keep = client_keep_alive && !switching && !to_close && !server->draining();
   resp.get().keep_alive(keep);
   if (switching) resp.get().set(bhttp::field::connection, "upgrade");
   auto sec = co_await relay(*up, upbuf, resp, client, cs);

@@ -300,6 +300,33 @@ TEST_F(GatewayTest, ChunkedBodiesEndWithOneLastChunkBothWays) {
   EXPECT_TRUE(upstream_saw.ends_with("\r\n\r\n3\r\nabc\r\n0\r\n\r\n")) << upstream_saw;
 }
 
+// An answer with neither Content-Length nor chunked framing runs until the sandbox closes its
+// connection (RFC 9112 §6.3): it is relayed as it arrives, and the client's connection is closed
+// after it (with Connection: close), since the client too can see its end only as the close.
+// Kept alive, the client would wait for the end of a body that never comes.
+TEST_F(GatewayTest, AnAnswerThatRunsToTheCloseClosesTheClientConnection) {
+  RawUpstream up([&](int fd) {
+    read_until(fd, "\r\n\r\n");
+    send_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nhello ");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    send_all(fd, "world");
+  });
+  backend_.ports["unframed"] = up.port();
+  UniqueFd conn = abx::testing::connect_raw(gw_->port(), std::chrono::seconds(10));
+  ASSERT_TRUE(conn.valid());
+  int fd = conn.get();
+  send_all(fd,
+           "GET /stream HTTP/1.1\r\nHost: 49983-unframed.localhost\r\n"
+           "X-Access-Token: tok\r\n\r\n");
+  std::string got;
+  char buf[4096];
+  ssize_t n = 0;
+  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<std::size_t>(n));
+  EXPECT_EQ(n, 0) << "the connection was not closed after the body: " << got;
+  EXPECT_TRUE(got.ends_with("\r\n\r\nhello world")) << got;
+  EXPECT_NE(got.find("Connection: close\r\n"), std::string::npos) << got;
+}
+
 TEST_F(GatewayTest, LargeUploadIsStreamedThrough) {
   constexpr std::size_t kSize = 8u << 20;  // bigger than any buffer on the way
   std::atomic<std::size_t> received{0};
