@@ -496,6 +496,15 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
                                           " (abxd --no-network runs sandboxes with loopback only)"),
         kExitConfig);
 
+  // A start that fails from here on takes its nftables table away again, unless the store still
+  // has sandboxes of an earlier abxd: those may be alive, and the table keeps policing them until
+  // an abxd adopts them.
+  auto fail_networked = [&](const Error& e, int code) {
+    auto left = (*st)->list_sandboxes(store::SandboxFilter{.limit = 1});
+    if (left.ok() && left->items.empty()) (*network)->remove_rules();
+    return fail(e, code);
+  };
+
   platform::ManagerOptions mo;
   mo.network = network->get();
   mo.allow_host_network = cfg.allow_host_network;
@@ -514,7 +523,7 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   mo.server_ready_timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(cfg.server_ready_timeout * 1000));
   auto mgr = platform::SandboxManager::start(mo, **st, std::move(catalog));
-  if (!mgr.ok()) return fail(mgr.error(), kExitConfig);
+  if (!mgr.ok()) return fail_networked(mgr.error(), kExitConfig);
   platform::ControlApi api(**mgr, **st);
 
   // Template builds, into the manager's image store; a finished build reloads the catalog.
@@ -553,7 +562,7 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
 
   const sigset_t stop = block_stop_signals();
   auto gw = platform::Gateway::start(gopt, api);
-  if (!gw.ok()) return fail(gw.error(), kExitListen);
+  if (!gw.ok()) return fail_networked(gw.error(), kExitListen);
   std::string addr = (*gw)->host() + ":" + std::to_string((*gw)->port());
   std::cout << "listening on " << addr << std::endl;
   log.info("abxd serving on " + addr + " (home " + cfg.home + ", domain " + cfg.domain + ", " +

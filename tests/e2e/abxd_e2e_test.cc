@@ -698,6 +698,15 @@ TEST_F(AbxdE2E, StartupChecksNameWhatIsMissing) {
   out = run("", "--bundle '' --envd-bin /nonexistent/abx-envd");
   EXPECT_NE(out.find("exit=3"), std::string::npos) << out;
   EXPECT_NE(out.find("abx-envd not found at '/nonexistent/abx-envd'"), std::string::npos) << out;
+  // That start got as far as its network: the nftables table it made is gone with it (its home
+  // has no sandbox for the table to keep policing).
+  const auto at = out.find("table inet abx_");
+  ASSERT_NE(at, std::string::npos) << out;
+  const std::string table = out.substr(at + 11, out.find_first_of(", \n", at + 11) - at - 11);
+  testing::ChildProcess nft({"/bin/sh", "-c", "nft list table inet " + table + " 2>&1"});
+  std::string listed = nft.read_all();
+  EXPECT_NE(nft.wait(std::chrono::seconds(10)), 0) << "table " << table << " was left:\n" << listed;
+  EXPECT_NE(listed.find("No such file or directory"), std::string::npos) << listed;
 }
 
 TEST_F(AbxdE2E, SecondAbxdOnTheSameHomeExitsAtOnce) {
