@@ -191,6 +191,12 @@ struct SandboxNetwork::Nflog {
 
 SandboxNetwork::SandboxNetwork(NetworkOptions options) : opt_(std::move(options)) {}
 
+namespace {
+Error stopped_error() {
+  return Error(ErrorCode::kUnavailable, "sandbox networking has stopped (abxd is shutting down)");
+}
+}  // namespace
+
 SandboxNetwork::~SandboxNetwork() {
   if (dns_) dns_->stop();
   if (proxy_) proxy_->stop();
@@ -377,6 +383,7 @@ Status SandboxNetwork::attach(const std::string& id, const runtime::VethInfo& li
   ABX_ASSIGN_OR_RETURN(egress::Rules rules, egress::parse_rules(spec.allow_out, spec.deny_out,
                                                                 spec.allow_internet_access));
   std::lock_guard lock(mu_);
+  if (removed_) return stopped_error();
   Entry e;
   e.id = id;
   e.link = link;
@@ -414,6 +421,7 @@ Status SandboxNetwork::update(const std::string& id, const SandboxNetworkSpec& s
   ABX_ASSIGN_OR_RETURN(egress::Rules rules, egress::parse_rules(spec.allow_out, spec.deny_out,
                                                                 spec.allow_internet_access));
   std::lock_guard lock(mu_);
+  if (removed_) return stopped_error();
   auto it = sandboxes_.find(id);
   if (it == sandboxes_.end())
     return Error(ErrorCode::kFailedPrecondition, "sandbox " + id + " has no network link");
@@ -432,6 +440,10 @@ void SandboxNetwork::detach(const std::string& id) {
   std::lock_guard lock(mu_);
   auto it = sandboxes_.find(id);
   if (it == sandboxes_.end()) return;
+  if (removed_) {  // the table is gone, and its entries with it
+    sandboxes_.erase(it);
+    return;
+  }
   const std::string script = egress::render_detach(plan_locked(false), ruleset_entry(it->second));
   sandboxes_.erase(it);
   if (Status s = apply_change_locked(id, script); !s)
@@ -451,6 +463,7 @@ std::vector<AuditEvent> SandboxNetwork::audit(const std::string& id, std::int64_
 void SandboxNetwork::remove_rules() {
   if (!opt_.enabled) return;
   std::lock_guard lock(mu_);
+  removed_ = true;
   if (Status s = runtime::nft_apply(egress::render_delete(table_)); !s)
     log_.warn("removing table " + table_ + ": " + s.error().message());
 }

@@ -89,6 +89,7 @@ class SandboxNetwork {
 
   bool enabled() const { return opt_.enabled; }
   bool default_internet() const { return opt_.default_internet; }
+  const std::string& table() const { return table_; }  // its nftables table (inet family)
   // What runtime::SandboxConfig::veth should be for a networked sandbox.
   runtime::VethConfig veth_config() const;
   // /etc/resolv.conf for every sandbox: the first address of the range. Whatever resolver a
@@ -103,7 +104,8 @@ class SandboxNetwork {
   Status update(const std::string& sandbox_id, const SandboxNetworkSpec& spec);
   void detach(const std::string& sandbox_id);
   std::vector<AuditEvent> audit(const std::string& sandbox_id, std::int64_t since_ms) const;
-  // Removes the table (abxd stops with no sandbox left running).
+  // Removes the table (abxd stops with no sandbox left running). Final: later attaches and
+  // updates are refused, and a late detach leaves the table removed.
   void remove_rules();
 
  private:
@@ -138,6 +140,9 @@ class SandboxNetwork {
   NetworkOptions opt_;
   std::string table_, if_prefix_, home_;
   bool no_upstream_ = false;
+  // remove_rules() ran (abxd is stopping): a late detach (a kill still finishing) must not put
+  // the table back, as the repair of a failed change would; attach and update are refused.
+  bool removed_ = false;  // guarded by mu_
   std::uint16_t log_group_ = 0;
   egress::Blocked blocked_;
   Logger log_{"network"};
