@@ -1,6 +1,5 @@
 #include "host_info.h"
 
-#include <sched.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -10,8 +9,9 @@
 #include <ctime>
 #include <fstream>
 #include <sstream>
-#include <thread>
 #include <vector>
+
+#include "abx/base/cpus.h"
 
 extern char** environ;
 
@@ -27,17 +27,6 @@ std::optional<std::string> slurp(const char* path) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-unsigned cpu_count() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) == 0) {
-    int n = CPU_COUNT(&set);
-    if (n > 0) return static_cast<unsigned>(n);
-  }
-  unsigned n = std::thread::hardware_concurrency();
-  return n > 0 ? n : 1;
 }
 
 Result<CpuTimes> read_cpu_times() {
@@ -143,7 +132,7 @@ Result<boost::json::object> metrics_json(CpuSampler& cpu) {
   const std::uint64_t disk_avail = static_cast<std::uint64_t>(st.f_bavail) * block;
   return json::object{
       {"ts", static_cast<std::int64_t>(std::time(nullptr))},
-      {"cpu_count", cpu_count()},
+      {"cpu_count", usable_cpus()},
       {"cpu_used_pct", cpu.used_pct()},
       {"mem_total", mem->total},
       {"mem_used", mem->used},

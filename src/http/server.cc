@@ -9,6 +9,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 
+#include "abx/base/cpus.h"
 #include "session.h"
 
 namespace abx::http {
@@ -133,7 +134,7 @@ Result<std::unique_ptr<Server>> Server::start(ServerOptions options, Handler han
   impl->do_accept();
   int n = impl->opt.io_threads > 0
               ? impl->opt.io_threads
-              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+              : static_cast<int>(usable_cpus());
   if (impl->opt.context_per_thread) {
     for (int i = 1; i < n; ++i) {
       impl->contexts.push_back(std::make_unique<asio::io_context>(1));

@@ -309,7 +309,7 @@ class ErrorRenderer {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   std::uint16_t port = 0;  // 0 picks a free port; see Server::port()
-  int io_threads = 0;      // 0 = number of cores
+  int io_threads = 0;      // 0 = abx::usable_cpus(): the CPUs this process may run on
   // false: the I/O threads share one io_context and every connection runs on a strand of it.
   // true: each I/O thread runs an io_context of its own and keeps the connections handed to it
   // (round robin), like one event loop per core: a request's steps never hop between threads
