@@ -132,9 +132,7 @@ Result<std::unique_ptr<Server>> Server::start(ServerOptions options, Handler han
   if (ec) return unavailable("cannot listen on " + where + ": " + ec.message());
   impl->port = impl->acceptor.local_endpoint().port();
   impl->do_accept();
-  int n = impl->opt.io_threads > 0
-              ? impl->opt.io_threads
-              : static_cast<int>(usable_cpus());
+  int n = impl->opt.io_threads > 0 ? impl->opt.io_threads : static_cast<int>(usable_cpus());
   if (impl->opt.context_per_thread) {
     for (int i = 1; i < n; ++i) {
       impl->contexts.push_back(std::make_unique<asio::io_context>(1));

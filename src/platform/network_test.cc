@@ -37,7 +37,8 @@ TEST(SandboxNetwork, ALateDetachLeavesTheRemovedTableRemoved) {
   EXPECT_FALSE(table_exists(n.table()));
   n.detach("late");
   EXPECT_FALSE(table_exists(n.table())) << "the late detach put " << n.table() << " back";
-  Status again = n.attach("later", runtime::veth_for_slot(n.veth_config(), 8), SandboxNetworkSpec{});
+  Status again =
+      n.attach("later", runtime::veth_for_slot(n.veth_config(), 8), SandboxNetworkSpec{});
   ASSERT_FALSE(again.ok()) << "an attach after remove_rules went in";
   EXPECT_EQ(again.error().code(), ErrorCode::kUnavailable) << again.error().message();
   EXPECT_FALSE(table_exists(n.table()));

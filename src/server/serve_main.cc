@@ -68,7 +68,8 @@ std::optional<int> parse_flags(int argc, char** argv, Flags& f) {
       ->capture_default_str();
   app.add_option("--max-body", max_body, "Largest request body in bytes")->capture_default_str();
   app.add_option("--workers", opt.workers, "Threads that run commands")->capture_default_str();
-  app.add_option("--io-threads", opt.io_threads, "Network threads (0 = one per CPU in the process's affinity mask)")
+  app.add_option("--io-threads", opt.io_threads,
+                 "Network threads (0 = one per CPU in the process's affinity mask)")
       ->capture_default_str();
   app.add_option("--mcp-allow-origin", opt.mcp_allowed_origins,
                  "Browser Origin (scheme://host[:port], or *) allowed on /mcp besides loopback "
