@@ -216,6 +216,23 @@ awaitable<beast::error_code> read_header(tcp::socket& s, beast::flat_buffer& b,
   }
 }
 
+// Parses what `inbuf` holds into `p`'s body buffer, element by element and without reading:
+// whatever has already arrived joins the piece being relayed (a stream's last event, its end
+// message and the final chunk often come in one segment). need_more and need_buffer are not
+// errors: the piece is as big as what arrived, or as the buffer.
+template <bool isRequest>
+beast::error_code put_buffered(bhttp::parser<isRequest, bhttp::buffer_body>& p,
+                               beast::flat_buffer& inbuf) {
+  while (!p.is_done() && inbuf.size() > 0 && p.get().body().size > 0) {
+    beast::error_code ec;
+    const std::size_t used = p.put(inbuf.data(), ec);
+    inbuf.consume(used);
+    if (ec == bhttp::error::need_more || ec == bhttp::error::need_buffer) return {};
+    if (ec || used == 0) return ec;
+  }
+  return {};
+}
+
 // Writes what is left of `bufs` after http::send_now, when the socket did not take it all at
 // once. Only then: a coroutine call per message (its frame is a malloc) where one send usually
 // does.
@@ -263,54 +280,29 @@ awaitable<beast::error_code> relay(In& in, beast::flat_buffer& inbuf,
   const bool chunked = p.get().chunked();
   cs.head.clear();
   http::serialize_head(p.get().base(), cs.head);
-  bool head_sent = false;
-  // The header goes out on its own only while none of the body has arrived (a stream that has
-  // not started yet, a request waiting for 100 Continue): otherwise it leaves in one write with
-  // the body's first piece (or alone when there is no body), one send instead of two.
-  if (!p.is_done() && inbuf.size() == 0) {
-    std::array<asio::const_buffer, 1> hb{asio::buffer(cs.head)};
-    beast::error_code hec;
-    http::send_now(out.socket(), hb, hec);
-    if (!hec && asio::buffer_size(hb) > 0) hec = co_await write_rest(out, hb);
-    *out_failed = static_cast<bool>(hec);
-    if (hec) co_return hec;
-    head_sent = true;
-  }
-  for (;;) {
+  for (bool head_sent = false;; head_sent = true) {
     std::size_t size = 0;
-    if (!p.is_done()) {
+    // The header goes out on its own only while none of the body has arrived (a stream that has
+    // not started yet, a request waiting for 100 Continue): otherwise it leaves in one write
+    // with the body's first piece, one send instead of two.
+    const bool head_alone = !head_sent && inbuf.size() == 0;
+    if (!p.is_done() && !head_alone) {
       p.get().body().data = buf;
       p.get().body().size = kRelayBuffer;
-      beast::error_code ec;
+      // The socket is read only when what is buffered gave nothing: reading before forwarding
+      // what is parsed would hold it back until more arrives.
       for (;;) {
-        // Whatever has already arrived joins this piece (a stream's last event, its end message
-        // and the final chunk often come in one segment): parsed element by element from the
-        // buffer, and the socket read only when that gave nothing. Reading before forwarding
-        // what is parsed would hold it back until more arrives.
-        while (!p.is_done() && inbuf.size() > 0 && p.get().body().size > 0) {
-          const std::size_t used = p.put(inbuf.data(), ec);
-          inbuf.consume(used);
-          if (ec == bhttp::error::need_more || ec == bhttp::error::need_buffer) {
-            ec = {};
-            break;
-          }
-          if (ec) co_return ec;
-          if (used == 0) break;
-        }
+        if (beast::error_code ec = put_buffered(p, inbuf)) co_return ec;
         if (p.is_done() || p.get().body().size < kRelayBuffer) break;
+        beast::error_code ec;
         const std::size_t n = co_await in.socket().async_read_some(
             inbuf.prepare(beast::read_size(inbuf, kRelayBuffer)),
             asio::redirect_error(use_awaitable, ec));
         inbuf.commit(n);
-        if (ec == asio::error::eof) {
-          p.put_eof(ec);  // the end of a body that runs to the close; else partial_message
-          if (ec) co_return ec;
-          break;
-        }
+        if (ec == asio::error::eof) p.put_eof(ec);  // a body that runs to the close ends here
         if (ec) co_return ec;
       }
-      size = kRelayBuffer - p.get().body().size;
-      if (size == 0 && !p.is_done()) continue;
+      size = kRelayBuffer - p.get().body().size;  // > 0 unless the body just ended
     }
     const bool last = p.is_done();
     // Up to four pieces: the header (if not sent yet), the chunk's size line, its data, and the
@@ -319,22 +311,19 @@ awaitable<beast::error_code> relay(In& in, beast::flat_buffer& inbuf,
     std::size_t nb = 0;
     if (!head_sent) bufs[nb++] = asio::buffer(cs.head);
     char line[2 * sizeof(std::size_t) + 2];
-    if (chunked) {
-      static constexpr std::string_view kEnd = "\r\n0\r\n\r\n";
-      if (size > 0) {
-        const auto r = std::to_chars(line, line + sizeof line - 2, size, 16);
-        r.ptr[0] = '\r';
-        r.ptr[1] = '\n';
-        bufs[nb++] = asio::buffer(line, static_cast<std::size_t>(r.ptr + 2 - line));
-        bufs[nb++] = asio::buffer(buf, size);
-        bufs[nb++] = asio::buffer(last ? kEnd : kEnd.substr(0, 2));
-      } else if (last) {
-        bufs[nb++] = asio::buffer(kEnd.substr(2));
-      }
+    static constexpr std::string_view kEnd = "\r\n0\r\n\r\n";
+    if (chunked && size > 0) {
+      const auto r = std::to_chars(line, line + sizeof line - 2, size, 16);
+      r.ptr[0] = '\r';
+      r.ptr[1] = '\n';
+      bufs[nb++] = asio::buffer(line, static_cast<std::size_t>(r.ptr + 2 - line));
+      bufs[nb++] = asio::buffer(buf, size);
+      bufs[nb++] = asio::buffer(last ? kEnd : kEnd.substr(0, 2));
+    } else if (chunked && last) {
+      bufs[nb++] = asio::buffer(kEnd.substr(2));
     } else if (size > 0) {
       bufs[nb++] = asio::buffer(buf, size);
     }
-    head_sent = true;
     const std::span<asio::const_buffer> piece(bufs.data(), nb);
     beast::error_code ec;
     http::send_now(out.socket(), piece, ec);

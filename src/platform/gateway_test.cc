@@ -102,6 +102,17 @@ std::string read_until(int fd, const std::string& needle) {
   return got;
 }
 
+// Everything `fd` receives until its peer closes it; `closed` says whether that happened (else
+// the socket's receive timeout ran out first).
+std::string read_to_close(int fd, bool* closed = nullptr) {
+  std::string got;
+  char buf[4096];
+  ssize_t n = 0;
+  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<std::size_t>(n));
+  if (closed) *closed = n == 0;
+  return got;
+}
+
 void send_all(int fd, std::string_view s) {
   while (!s.empty()) {
     ssize_t n = ::send(fd, s.data(), s.size(), MSG_NOSIGNAL);
@@ -267,13 +278,7 @@ TEST_F(GatewayTest, ChunkedBodiesEndWithOneLastChunkBothWays) {
   up.emplace([&](int fd) {
     upstream_saw = read_until(fd, "\r\n0\r\n\r\n");
     send_all(fd, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
-    // Everything else the proxy sends on this connection, until it closes it.
-    char buf[4096];
-    for (;;) {
-      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      upstream_saw.append(buf, static_cast<std::size_t>(n));
-    }
+    upstream_saw += read_to_close(fd);  // everything else the proxy sends, until it closes
   });
   backend_.ports["chunky"] = up->port();
   UniqueFd conn = abx::testing::connect_raw(gw_->port(), std::chrono::seconds(10));
@@ -285,13 +290,7 @@ TEST_F(GatewayTest, ChunkedBodiesEndWithOneLastChunkBothWays) {
            "3\r\nabc\r\n");
   std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the last chunk on its own
   send_all(fd, "0\r\n\r\n");
-  std::string got;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    got.append(buf, static_cast<std::size_t>(n));
-  }
+  std::string got = read_to_close(fd);
   conn.reset();
   EXPECT_EQ(count_of(got, "0\r\n\r\n"), 1u) << got;
   EXPECT_TRUE(got.ends_with("5\r\nhello\r\n0\r\n\r\n")) << got;
@@ -318,11 +317,9 @@ TEST_F(GatewayTest, AnAnswerThatRunsToTheCloseClosesTheClientConnection) {
   send_all(fd,
            "GET /stream HTTP/1.1\r\nHost: 49983-unframed.localhost\r\n"
            "X-Access-Token: tok\r\n\r\n");
-  std::string got;
-  char buf[4096];
-  ssize_t n = 0;
-  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<std::size_t>(n));
-  EXPECT_EQ(n, 0) << "the connection was not closed after the body: " << got;
+  bool closed = false;
+  std::string got = read_to_close(fd, &closed);
+  EXPECT_TRUE(closed) << "the connection was not closed after the body: " << got;
   EXPECT_TRUE(got.ends_with("\r\n\r\nhello world")) << got;
   EXPECT_NE(got.find("Connection: close\r\n"), std::string::npos) << got;
 }
