@@ -394,7 +394,6 @@ Sandbox::~Sandbox() {
 const std::string& Sandbox::id() const { return s_->config.id; }
 pid_t Sandbox::pid() const { return s_->pid; }
 int Sandbox::pidfd() const { return s_->pidfd.get(); }
-int Sandbox::netns_fd() const { return s_->netns.get(); }
 const std::optional<VethInfo>& Sandbox::veth() const { return s_->veth; }
 const SandboxCgroups& Sandbox::cgroups() const { return s_->cgroups; }
 std::string Sandbox::state_path() const { return s_->dir; }
@@ -431,14 +430,28 @@ Result<int> Sandbox::wait() {
   return status;
 }
 
+Result<UniqueFd> Sandbox::tcp_socket() const {
+  std::lock_guard lock(s_->netns_mu);
+  if (s_->netns_closed)
+    return Error(ErrorCode::kFailedPrecondition, "sandbox " + s_->config.id + " is gone");
+  return tcp_socket_in(s_->netns.valid() ? s_->netns.get() : -1);
+}
+
 Result<UniqueFd> Sandbox::open_tcp(std::uint16_t port, std::chrono::milliseconds timeout) const {
-  return connect_loopback(s_->netns.get(), port, timeout);
+  ABX_ASSIGN_OR_RETURN(UniqueFd sock, tcp_socket());
+  return connect_loopback(std::move(sock), port, timeout);
+}
+
+void Sandbox::close_netns() {
+  std::lock_guard lock(s_->netns_mu);
+  s_->netns.reset();
+  s_->netns_closed = true;
 }
 
 void Sandbox::detach() {
   if (!s_ || s_->destroyed) return;
   s_->destroyed = true;  // the destructor leaves it alone from now on
-  s_->netns.reset();
+  close_netns();
   s_->pidfd.reset();
   s_->lock.reset();  // unlocked: the next owner may adopt() it (or cleanup_stale() remove it)
 }
@@ -450,7 +463,7 @@ Status Sandbox::destroy() {
   auto keep = [&](Status s) {
     if (result && !s) result = s;
   };
-  s_->netns.reset();  // a held netns fd would keep the namespace alive
+  close_netns();  // a held netns fd would keep the namespace alive
   if (!s_->status) {
     // Killing the init of a pid namespace kills everything in it; the cgroup kill also catches
     // anything that got out of the namespace but not out of the cgroup (nothing should).

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,7 +32,11 @@ struct Sandbox::State {
   std::string dir;  // <state_dir>/<id>
   UniqueFd lock;
   UniqueFd pidfd;
+  // Closed by destroy() and detach() while another thread may be making a socket in it
+  // (tcp_socket()): both under netns_mu, so a closed fd's number, reused, is never setns'd into.
+  std::mutex netns_mu;
   UniqueFd netns;
+  bool netns_closed = false;
   pid_t pid = -1;
   std::optional<int> status;  // set once reaped
   SandboxCgroups cgroups;

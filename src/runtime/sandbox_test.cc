@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/sockios.h>  // SIOCGSKNS
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -237,6 +238,55 @@ TEST_F(SandboxTest, HostReachesPortInsideSandboxNetns) {
   ASSERT_FALSE(in.ok());
   EXPECT_EQ(in.error().code(), ErrorCode::kUnavailable) << in.error().to_string();
   ::close(l);
+
+  // Once destroyed, its netns fd is closed: no socket is made from a number since reused.
+  ASSERT_TRUE(sb->destroy().ok());
+  auto gone = sb->tcp_socket();
+  ASSERT_FALSE(gone.ok());
+  EXPECT_EQ(gone.error().code(), ErrorCode::kFailedPrecondition) << gone.error().to_string();
+}
+
+namespace {
+ino_t netns_inode(int fd) {
+  struct stat st = {};
+  return ::fstat(fd, &st) == 0 ? st.st_ino : 0;
+}
+// A fresh network namespace (made by a thread of its own, which unshares and ends), as an fd.
+int new_netns() {
+  int netns = -1;
+  std::thread t([&] {
+    if (::unshare(CLONE_NEWNET) == 0)
+      netns = ::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  });
+  t.join();
+  return netns;
+}
+ino_t thread_netns_inode() {
+  struct stat st = {};
+  return ::stat("/proc/thread-self/ns/net", &st) == 0 ? st.st_ino : 0;
+}
+}  // namespace
+
+// socket_in_netns switches the calling thread itself: the socket is in the target netns (the
+// kernel's SIOCGSKNS names it), and the thread is back in its own afterwards.
+TEST(SocketInNetns, TheSocketIsInTheTargetAndTheCallerReturnsHome) {
+  const int netns = new_netns();
+  ASSERT_GE(netns, 0);
+  const ino_t home = thread_netns_inode();
+  ASSERT_NE(home, netns_inode(netns));
+  auto s = socket_in_netns(netns, AF_INET, SOCK_STREAM | SOCK_NONBLOCK);
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  EXPECT_EQ(thread_netns_inode(), home);
+  int sk_ns = ::ioctl(s->get(), SIOCGSKNS);
+  ASSERT_GE(sk_ns, 0);
+  EXPECT_EQ(netns_inode(sk_ns), netns_inode(netns));
+  ::close(sk_ns);
+  // Not a netns fd: an error naming setns, and the thread has not moved.
+  auto bad = socket_in_netns(s->get(), AF_INET, SOCK_STREAM);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().to_string().find("setns"), std::string::npos) << bad.error().to_string();
+  EXPECT_EQ(thread_netns_inode(), home);
+  ::close(netns);
 }
 
 // A port of the ephemeral range with nothing behind it: the kernel may pick that very port as
@@ -288,12 +338,7 @@ TEST(Veth, AStaleLinkOfAnotherDaemonHoldingTheSlotsAddressIsReplaced) {
                          stale + " && ip link set " + stale + " up")
                             .c_str()),
             0);
-  int netns = -1;
-  std::thread t([&] {
-    if (::unshare(CLONE_NEWNET) == 0)
-      netns = ::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-  });
-  t.join();
+  const int netns = new_netns();
   ASSERT_GE(netns, 0);
   Status s = setup_veth(c, info, netns);
   EXPECT_TRUE(s.ok()) << s.error().to_string();

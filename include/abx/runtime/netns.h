@@ -1,10 +1,11 @@
 // abx::runtime network-namespace sockets: how the host reaches a port inside a sandbox.
 //
 // A socket belongs to the network namespace it was created in, whatever thread later uses it.
-// So the host needs no veth or routing: one dedicated thread switches into a sandbox's netns
-// (setns), creates the socket, and switches back; the caller then connects from its own thread
-// and the connection goes to 127.0.0.1 *inside* that namespace. One shared thread serves every
-// sandbox (setns costs microseconds; a thread per sandbox would cost hundreds of threads).
+// So the host needs no veth or routing: the calling thread switches into a sandbox's netns
+// (setns), creates the socket, and switches back (opening its own netns, two setns and a close:
+// about 4 µs more than socket() alone here, where handing the work to a thread of its own cost
+// two wake-ups); the connection it then makes goes to 127.0.0.1 *inside* that namespace.
+// No thread ever stays in a sandbox's netns: one that cannot switch back aborts the process.
 #pragma once
 
 #include <chrono>
@@ -16,15 +17,22 @@
 
 namespace abx::runtime {
 
-// socket(domain, type | SOCK_CLOEXEC, 0) created inside the netns `netns_fd` refers to.
-// Errors name setns or socket with errno. Thread-safe.
+// socket(domain, type | SOCK_CLOEXEC, 0) created inside the netns `netns_fd` refers to, on the
+// calling thread. Errors name setns or socket with errno. Thread-safe.
 Result<UniqueFd> socket_in_netns(int netns_fd, int domain, int type);
+
+// A non-blocking TCP socket (AF_INET, O_CLOEXEC) made in `netns_fd` (-1: the caller's own netns),
+// not connected yet.
+Result<UniqueFd> tcp_socket_in(int netns_fd);
 
 // Connects a non-blocking TCP socket made in `netns_fd` (-1: the caller's own netns) to
 // 127.0.0.1:`port`. unavailable on ECONNREFUSED, deadline_exceeded after `timeout`. A socket that
 // connected to itself (nothing listens and the kernel chose `port` as its source port, which
 // happens for a port in the ephemeral range) counts as refused.
 Result<UniqueFd> connect_loopback(int netns_fd, std::uint16_t port,
+                                  std::chrono::milliseconds timeout);
+// The same with a socket made already (tcp_socket_in).
+Result<UniqueFd> connect_loopback(UniqueFd sock, std::uint16_t port,
                                   std::chrono::milliseconds timeout);
 
 // Where a connection accepted by a transparent proxy was going before an nftables/iptables

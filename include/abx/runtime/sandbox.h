@@ -153,9 +153,8 @@ class Sandbox {
   ~Sandbox();  // destroy(), errors ignored
 
   const std::string& id() const;
-  pid_t pid() const;     // host pid of the sandbox init
-  int pidfd() const;     // pidfd of the init (poll it: readable once the init exited)
-  int netns_fd() const;  // the sandbox's network namespace
+  pid_t pid() const;  // host pid of the sandbox init
+  int pidfd() const;  // pidfd of the init (poll it: readable once the init exited)
   const SandboxCgroups& cgroups() const;
   std::string state_path() const;  // <state_dir>/<id>
   // Host uid (= gid) of the sandbox's root: the first id of its user namespace's range, or 0
@@ -174,6 +173,11 @@ class Sandbox {
   // calls return the same status.
   Result<int> wait();
 
+  // A non-blocking TCP socket (O_CLOEXEC) made in the sandbox's netns on the calling thread, not
+  // connected yet: connecting it to 127.0.0.1:<port> reaches the sandbox's port. Takes a few
+  // syscalls and no waiting, so an event loop may call it. kFailedPrecondition once the sandbox
+  // was destroyed or detached (its netns fd is closed). Thread-safe against destroy().
+  Result<UniqueFd> tcp_socket() const;
   // A TCP socket created in the sandbox's netns and connected to 127.0.0.1:`port` there,
   // returned non-blocking and O_CLOEXEC. unavailable on ECONNREFUSED, deadline_exceeded on
   // timeout.
@@ -195,6 +199,7 @@ class Sandbox {
  private:
   friend struct SandboxAccess;  // runtime-internal (checkpoint.cc)
   explicit Sandbox(std::unique_ptr<State> state);
+  void close_netns();
   std::unique_ptr<State> s_;
 };
 
