@@ -369,6 +369,10 @@ std::string ControlApi::masked_host(const Route& route) {
   return host;
 }
 
+Result<runtime::UniqueFd> ControlApi::sandbox_socket(const Route& route) {
+  return sandboxes_.tcp_socket(route.sandbox_id);
+}
+
 Result<runtime::UniqueFd> ControlApi::connect_sandbox(const Route& route) {
   auto fd = sandboxes_.connect(route.sandbox_id, route.port);
   if (!fd.ok() && fd.error().code() == ErrorCode::kFailedPrecondition) {

@@ -51,6 +51,7 @@ class ControlApi : public GatewayBackend {
   Status authorize_sandbox(const Route& route,
                            const boost::beast::http::request_header<>& headers) override;
   Result<runtime::UniqueFd> connect_sandbox(const Route& route) override;
+  Result<runtime::UniqueFd> sandbox_socket(const Route& route) override;
   std::string masked_host(const Route& route) override;
   std::uint64_t sandbox_epoch(const Route& route) override;
   Result<http::BodyPlan> control_body_plan(const http::Request& header,

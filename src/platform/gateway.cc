@@ -12,6 +12,8 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -27,9 +29,11 @@
 #include <charconv>
 #include <chrono>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "abx/auth/signing.h"
@@ -161,10 +165,113 @@ struct Upstream {
   std::uint16_t port = 0;
   std::uint64_t epoch = 0;
   std::unique_ptr<beast::tcp_stream> stream;  // null: none open
+  bool in_use = false;                        // a request is on it (never pooled then)
+};
+
+// A pooled upstream connection the sandbox closed while idle reads as EOF: don't reuse it.
+bool still_open(beast::tcp_stream& s) {
+  char c;
+  ssize_t n = ::recv(s.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+// The idle upstream connections of one I/O thread, which its client connections share: a new
+// client connection's first call to a sandbox port takes one that an ended client connection
+// left, instead of connecting (nginx's upstream keepalive). Each waits for readability while
+// idle: the sandbox closing it (its server's idle timeout, a kill, a checkpoint) removes it at
+// once. One whose end goes away without a FIN (a checkpoint of established connections may do
+// that) is closed after kIdleTime, so it keeps a dead sandbox's network namespace no longer
+// than that; an epoch that moved on is never reused. Used only on its own thread.
+class IdleUpstreams {
+ public:
+  // At most this many per I/O thread; the oldest is closed to make room.
+  static constexpr std::size_t kMax = 256;
+  // How long one waits for a client connection (the sandbox's own servers close theirs after 60 s).
+  static constexpr std::chrono::seconds kIdleTime{30};
+
+  explicit IdleUpstreams(const asio::any_io_executor& ex) : owner_(std::this_thread::get_id()) {
+    sweep_.emplace(ex);
+  }
+
+  // An open idle connection to the port of `u` made in its epoch (moved into u.stream), if any.
+  void take(Upstream& u) {
+    for (std::size_t i = idle_.size(); i-- > 0;) {
+      Idle& c = idle_[i];
+      if (c.up.port != u.port || c.up.sandbox_id != u.sandbox_id) continue;
+      std::unique_ptr<beast::tcp_stream> stream = std::move(c.up.stream);
+      const bool same_epoch = c.up.epoch == u.epoch;
+      idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(i));
+      beast::error_code ec;
+      stream->socket().cancel(ec);  // its wait ends with operation_aborted
+      if (same_epoch && still_open(*stream)) {
+        u.stream = std::move(stream);
+        return;
+      }
+    }
+  }
+
+  // Keeps `u`'s connection for another client connection of this thread. Dropped (closed)
+  // when called from another thread or with a request on it.
+  void give(Upstream&& u) {
+    if (!u.stream || u.in_use || std::this_thread::get_id() != owner_ || !sweep_) return;
+    if (idle_.size() >= kMax) idle_.erase(idle_.begin());
+    const std::uint64_t serial = ++serial_;
+    beast::tcp_stream& s = *u.stream;
+    idle_.push_back(Idle{std::move(u), serial, std::chrono::steady_clock::now()});
+    s.socket().async_wait(tcp::socket::wait_read, [this, serial](beast::error_code ec) {
+      if (ec == asio::error::operation_aborted) return;  // taken (or closed)
+      std::erase_if(idle_, [serial](const Idle& c) { return c.serial == serial; });
+    });
+    if (!sweeping_) sweep_after(kIdleTime);
+  }
+
+  // Closes every idle connection and stops the sweep, for good: called once the I/O thread has
+  // stopped and before its io_context goes. Client connections that end after it (destroyed
+  // with the io_context, on another thread) give theirs to no one.
+  void close() {
+    idle_.clear();
+    sweep_.reset();
+  }
+
+ private:
+  struct Idle {
+    Upstream up;
+    std::uint64_t serial = 0;
+    std::chrono::steady_clock::time_point since;
+  };
+
+  // Closes what has waited kIdleTime, then waits for the next oldest one's turn.
+  void sweep_after(std::chrono::steady_clock::duration d) {
+    sweeping_ = true;
+    sweep_->expires_after(d);
+    sweep_->async_wait([this](beast::error_code ec) {
+      if (ec) return;  // the pool is going away
+      const auto now = std::chrono::steady_clock::now();
+      std::erase_if(idle_, [now](const Idle& c) { return now - c.since >= kIdleTime; });
+      sweeping_ = !idle_.empty();
+      if (sweeping_) sweep_after(idle_.front().since + kIdleTime - now);
+    });
+  }
+
+  std::vector<Idle> idle_;  // oldest first
+  std::uint64_t serial_ = 0;
+  std::thread::id owner_;
+  std::optional<asio::steady_timer> sweep_;  // none once closed
+  bool sweeping_ = false;
 };
 
 // What the proxy keeps per client connection (Takeover::user_data), reused across its requests.
 struct ConnState {
+  // Its upstream connections go to its I/O thread's idle ones when it ends.
+  IdleUpstreams* idle = nullptr;
+  ConnState() = default;
+  ConnState(const ConnState&) = delete;
+  ConnState& operator=(const ConnState&) = delete;
+  ~ConnState() {
+    if (idle == nullptr) return;
+    for (Upstream& u : upstreams) idle->give(std::move(u));
+  }
+
   // Upstream connections, one per sandbox port this client reached (usually one or two: a
   // vector scanned without building a key beats a map keyed by "sandbox:port:epoch").
   std::vector<Upstream> upstreams;
@@ -365,12 +472,8 @@ awaitable<std::optional<http::Response>> read_early_answer(beast::tcp_stream& up
   co_return std::nullopt;
 }
 
-// A pooled upstream connection the sandbox closed while idle reads as EOF: don't reuse it.
-bool still_open(beast::tcp_stream& s) {
-  char c;
-  ssize_t n = ::recv(s.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-}
+// How long a new upstream connection may take (as connect_sandbox's open_tcp).
+constexpr std::chrono::seconds kConnectTimeout{2};
 
 // Copies bytes one way until EOF or error, then half-closes the other side.
 awaitable<void> pump(beast::tcp_stream& from, beast::flat_buffer& pending, beast::tcp_stream& to,
@@ -405,12 +508,19 @@ struct Gateway::Impl {
   GatewayBackend* backend = nullptr;
   Logger log{"gateway"};
   asio::thread_pool pool;
+  // One per I/O thread (idle_upstreams()). Closed by shutdown() while the server's io_contexts
+  // are still there; kept (empty) until after the server, whose client connections, destroyed
+  // with its io_contexts, still look at them.
+  std::mutex idle_mu;
+  std::vector<std::unique_ptr<IdleUpstreams>> idle_by_thread;
   std::unique_ptr<http::Server> server;
   std::atomic<bool> stopped{false};
 
   explicit Impl(int workers) : pool(static_cast<std::size_t>(std::max(1, workers))) {}
 
   Status on_header(http::Takeover& conn);
+  IdleUpstreams& idle_upstreams(const asio::any_io_executor& ex);
+  awaitable<std::unique_ptr<beast::tcp_stream>> connect_here(const Route* route);
   void handle_control(http::Request&& req, http::Responder respond);
   awaitable<void> proxy(http::Takeover conn, Route route);
 
@@ -440,6 +550,41 @@ struct Gateway::Impl {
         use_awaitable);
   }
 };
+
+// The calling I/O thread's idle upstream connections.
+IdleUpstreams& Gateway::Impl::idle_upstreams(const asio::any_io_executor& ex) {
+  thread_local std::pair<const Impl*, IdleUpstreams*> mine{nullptr, nullptr};
+  if (mine.first == this) return *mine.second;
+  std::lock_guard lock(idle_mu);
+  idle_by_thread.push_back(std::make_unique<IdleUpstreams>(ex));
+  mine = {this, idle_by_thread.back().get()};
+  return *mine.second;
+}
+
+// A new upstream connection made on this I/O thread: the backend's socket in the sandbox's
+// netns, connected to its port here. Through connect_sandbox it took the worker pool and the
+// hops between threads that go with it (bench/README.md, "A call on a new connection"). Null when
+// the backend cannot make the socket here or the connect fails (refused, timed out, connected
+// to itself): connect_sandbox then tries, and its error is the one the client gets.
+awaitable<std::unique_ptr<beast::tcp_stream>> Gateway::Impl::connect_here(const Route* route) {
+  Result<runtime::UniqueFd> made = backend->sandbox_socket(*route);
+  if (!made.ok()) co_return nullptr;
+  auto up = std::make_unique<beast::tcp_stream>(tcp::socket(co_await asio::this_coro::executor));
+  beast::error_code ec;
+  up->socket().assign(tcp::v4(), made->release(), ec);
+  if (ec) co_return nullptr;
+  const tcp::endpoint port(asio::ip::address_v4::loopback(), route->port);
+  up->expires_after(kConnectTimeout);
+  co_await up->async_connect(port, asio::redirect_error(use_awaitable, ec));
+  up->expires_never();
+  // Nothing listens on a port of the ephemeral range that the kernel picked as the source too:
+  // TCP's simultaneous open connects the socket to itself (runtime::connect_loopback).
+  if (ec) co_return nullptr;
+  if (const tcp::endpoint local = up->socket().local_endpoint(ec); ec || local == port)
+    co_return nullptr;
+  up->socket().set_option(tcp::no_delay(true), ec);  // see proxy(): Nagle would hold the body
+  co_return up;
+}
 
 // Every request header, on its connection's strand: control-plane requests stay with the http
 // server (bounded body, then handle_control); sandbox-plane requests take the connection over
@@ -478,7 +623,11 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   beast::flat_buffer& buf = conn.buffer();
   http::HeaderParser& hp = conn.parser();
   client.expires_never();  // streams may run as long as the process or watch they carry
-  if (!conn.user_data()) conn.user_data() = std::make_shared<ConnState>();
+  if (!conn.user_data()) {
+    auto made = std::make_shared<ConnState>();
+    made->idle = &idle_upstreams(client.get_executor());
+    conn.user_data() = std::move(made);
+  }
   ConnState& cs = *static_cast<ConnState*>(conn.user_data().get());
 
   const unsigned version = hp.get().version();
@@ -486,7 +635,9 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   const bool head = hp.get().method() == bhttp::verb::head;
   const bool upgrade = hp.upgrade();
   // Connections to this sandbox port from before its last checkpoint are not reused.
-  std::unique_ptr<beast::tcp_stream>& up = cs.slot(route, backend->sandbox_epoch(route)).stream;
+  Upstream& slot = cs.slot(route, backend->sandbox_epoch(route));
+  std::unique_ptr<beast::tcp_stream>& up = slot.stream;
+  slot.in_use = true;  // until the answer is relayed: only then may the pool have it
 
   // Credentials are checked on every request, reused connection or not.
   // authorize_sandbox only reads memory, so it runs right here (a hop to the worker pool and
@@ -494,12 +645,21 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   const Route* routep = &route;
   std::optional<Status> authorized;
   authorized.emplace(backend->authorize_sandbox(route, hp.get().base()));
+  bool paused = false;
   if (!authorized->ok() && authorized->error().code() == ErrorCode::kFailedPrecondition) {
     // Paused: a pooled connection would hang on frozen tasks; connect_sandbox resumes it.
     authorized.emplace(Status{});
     up.reset();
+    paused = true;
   }
   if (authorized->ok() && up && !still_open(*up)) up.reset();
+  // A running sandbox: an idle connection another client connection of this thread left, or a
+  // new one made right here. A paused one's (connect_sandbox resumes it), or one refused here,
+  // is made on the worker pool.
+  if (authorized->ok() && !up && !paused) {
+    cs.idle->take(slot);
+    if (!up) up = co_await connect_here(routep);
+  }
   Status connected;
   if (authorized->ok() && !up) {
     auto fd = co_await on_pool([this, routep] { return backend->connect_sandbox(*routep); });
@@ -611,6 +771,7 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
     co_return;
   }
   if (!upstream_keep || upbuf.size() > 0) up.reset();
+  slot.in_use = false;
   if (keep) std::move(conn).resume();
 }
 
@@ -651,6 +812,10 @@ const std::string& Gateway::host() const { return impl_->opt.host; }
 void Gateway::shutdown(std::chrono::milliseconds drain) {
   if (impl_->stopped.exchange(true)) return;
   impl_->server->shutdown(drain);
+  {
+    std::lock_guard lock(impl_->idle_mu);
+    for (auto& idle : impl_->idle_by_thread) idle->close();
+  }
   impl_->pool.join();
 }
 

@@ -884,6 +884,14 @@ Result<runtime::UniqueFd> SandboxManager::connect(const std::string& id, std::ui
   return rt->open_tcp(port, std::chrono::seconds(2));
 }
 
+Result<runtime::UniqueFd> SandboxManager::tcp_socket(const std::string& id) const {
+  auto sb = find(id);
+  if (!sb) return not_found("sandbox '" + id + "' not found");
+  auto rt = sb->paused ? nullptr : sb->runtime();
+  if (!rt) return Error(ErrorCode::kFailedPrecondition, "sandbox '" + id + "' is paused");
+  return rt->tcp_socket();
+}
+
 void SandboxManager::kill_all() {
   std::map<std::string, std::shared_ptr<LiveSandbox>> all;
   {

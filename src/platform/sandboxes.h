@@ -259,6 +259,10 @@ class SandboxManager {
   // A connected socket to `port` inside the sandbox, resuming it if paused and created with
   // auto_resume; kFailedPrecondition if it is paused without.
   Result<runtime::UniqueFd> connect(const std::string& id, std::uint16_t port);
+  // A TCP socket made in the running sandbox's netns, not connected (runtime::Sandbox::
+  // tcp_socket): no lock is waited for, so an I/O thread may call it. kNotFound, or
+  // kFailedPrecondition while it is paused (connect() resumes it).
+  Result<runtime::UniqueFd> tcp_socket(const std::string& id) const;
 
   // The current catalog; a snapshot stays valid while held, across reloads.
   std::shared_ptr<const templates::TemplateCatalog> catalog() const;

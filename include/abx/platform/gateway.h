@@ -7,13 +7,18 @@
 //     GatewayBackend::handle_control on a worker thread (it may touch SQLite or spawn sandboxes);
 //   - sandbox plane: takes the connection over (http::Takeover) in a C++20 coroutine on the
 //     connection's I/O thread (each thread has an io_context of its own and keeps its connections
-//     and their upstream sockets: http::ServerOptions::context_per_thread), asks the backend for a
-//     connected socket to the target port (it checks the sandbox's token and resumes a paused
-//     sandbox created with autoResume), then relays the request and the response through fixed 64
+//     and their upstream sockets: http::ServerOptions::context_per_thread), checks the sandbox's
+//     token with the backend, gets a connection to the target port (see below), then relays the
+//     request and the response through fixed 64
 //     KiB buffers — unbuffered, with back-pressure, whatever the size or duration (chunked Connect
 //     streams, uploads, downloads) — and turns into a byte tunnel after a `101 Switching Protocols`
-//     (WebSocket). Hop-by-hop headers are dropped per RFC 9110 §7.6.1. Upstream connections are
-//     reused within a client connection, which goes back to the server for its next request.
+//     (WebSocket). Hop-by-hop headers are dropped per RFC 9110 §7.6.1.
+// Upstream connections: a client connection keeps the ones it made for its next requests; when
+// it ends they wait, idle, for the next client connection of the same I/O thread (at most 256
+// per thread, 30 s each, closed at once when the sandbox closes them; never reused across a
+// checkpoint: sandbox_epoch). A new one to a running sandbox is made on the I/O thread itself
+// (sandbox_socket: a socket made in the sandbox's netns, connected there); to a paused one, or
+// when that fails, by connect_sandbox on a worker thread.
 // Sandbox-plane errors are answered as `{"code": <status>, "message": …, "sandboxId": …}` (502
 // for an unknown or killed sandbox, a paused one without autoResume, or a closed port), which
 // the e2b SDKs understand.
@@ -51,6 +56,15 @@ class GatewayBackend {
   // open. Errors: kUnavailable (nothing
   // listens there) and kDeadlineExceeded → 502.
   virtual Result<runtime::UniqueFd> connect_sandbox(const Route& route) = 0;
+  // Optional, the fast way to a new connection: a non-blocking TCP socket, not connected yet,
+  // made in the network namespace of the running sandbox (runtime::Sandbox::tcp_socket). The
+  // gateway connects it to 127.0.0.1:route.port on its I/O thread, so this must not block
+  // (memory lookups and a few syscalls). On any error (paused, gone, not supported: the
+  // default), and when that connect is refused, the gateway calls connect_sandbox instead, whose
+  // error is the one the client sees.
+  virtual Result<runtime::UniqueFd> sandbox_socket(const Route& route) {
+    return Error(ErrorCode::kUnimplemented, "no fast path");
+  }
   // Optional. The Host header the sandbox's service gets instead of the client's (E2B's
   // maskRequestHost); empty keeps the client's. I/O thread, memory lookups only.
   virtual std::string masked_host(const Route& route) { return {}; }
