@@ -389,8 +389,13 @@ void ensure_first_api_key(store::Store& st, const std::string& home) {
   std::cout << "created an API key; it is in " << kf.string() << std::endl;
 }
 
-// SIGTERM and SIGINT are blocked in every thread (set before the gateway starts its threads,
-// which inherit the mask) and taken synchronously by sigwait in main's thread.
+// SIGTERM, SIGINT and SIGHUP are blocked in every thread and taken synchronously by sigwait in
+// main's thread. Blocked first thing, before any thread exists (the watchdog's spawn, the
+// network's resolver and egress proxy, the manager's reaper, the gateway's): a thread started
+// with them unblocked took a SIGTERM that came while main was not in sigwait (still starting, or
+// reloading templates) and its default action ended abxd on the spot, leaving its nftables table
+// and its sandboxes' records as they were. One that comes while abxd starts now waits for it to
+// be up, and stops it then.
 sigset_t block_stop_signals() {
   sigset_t stop;
   sigemptyset(&stop);
@@ -450,6 +455,7 @@ void raise_open_file_limit(Logger& log) {
 }
 
 int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
+  const sigset_t stop = block_stop_signals();
   Logger log("abxd");
   if (Status s = preflight(cfg); !s) return fail(s.error(), kExitConfig);
   raise_open_file_limit(log);
@@ -560,7 +566,6 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   platform::TemplateBuilder builder(tbo);
   api.enable_builds(builder, (*mgr)->images(), (fs::path(cfg.home) / "uploads").string());
 
-  const sigset_t stop = block_stop_signals();
   auto gw = platform::Gateway::start(gopt, api);
   if (!gw.ok()) return fail_networked(gw.error(), kExitListen);
   std::string addr = (*gw)->host() + ":" + std::to_string((*gw)->port());

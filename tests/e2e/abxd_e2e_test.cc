@@ -672,6 +672,17 @@ TEST_F(AbxdE2E, InsecureSandboxNeedsNoAccessToken) {
   EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);
 }
 
+// The nftables table an abxd's log names ("table inet abx_…") is not on the machine any more.
+void expect_table_of_log_gone(const std::string& log) {
+  const auto at = log.find("table inet abx_");
+  ASSERT_NE(at, std::string::npos) << log;
+  const std::string table = log.substr(at + 11, log.find_first_of(", \n", at + 11) - at - 11);
+  testing::ChildProcess nft({"/bin/sh", "-c", "nft list table inet " + table + " 2>&1"});
+  std::string listed = nft.read_all();
+  EXPECT_NE(nft.wait(std::chrono::seconds(10)), 0) << "table " << table << " was left:\n" << listed;
+  EXPECT_NE(listed.find("No such file or directory"), std::string::npos) << listed;
+}
+
 // One abxd per home: a second one on the same --home exits at once (config error, 3) naming
 // the home and the first one's pid, and leaves the first serving.
 // What abxd needs is checked at start, one clear error each (exit 3), not at the first create.
@@ -700,13 +711,28 @@ TEST_F(AbxdE2E, StartupChecksNameWhatIsMissing) {
   EXPECT_NE(out.find("abx-envd not found at '/nonexistent/abx-envd'"), std::string::npos) << out;
   // That start got as far as its network: the nftables table it made is gone with it (its home
   // has no sandbox for the table to keep policing).
-  const auto at = out.find("table inet abx_");
-  ASSERT_NE(at, std::string::npos) << out;
-  const std::string table = out.substr(at + 11, out.find_first_of(", \n", at + 11) - at - 11);
-  testing::ChildProcess nft({"/bin/sh", "-c", "nft list table inet " + table + " 2>&1"});
-  std::string listed = nft.read_all();
-  EXPECT_NE(nft.wait(std::chrono::seconds(10)), 0) << "table " << table << " was left:\n" << listed;
-  EXPECT_NE(listed.find("No such file or directory"), std::string::npos) << listed;
+  expect_table_of_log_gone(out);
+}
+
+// A SIGTERM that comes while abxd is still starting (here: as soon as it has made its home's API
+// key, before any of its threads) is taken once it is up: it stops as on any SIGTERM, exit code
+// 0, its nftables table removed. It used to end abxd on the spot by the signal's default action
+// (a thread started with SIGTERM unblocked took it while main was not in sigwait), leaving the
+// table: seen as the table an MCP e2e test left when it stopped abxd right at "listening on".
+TEST_F(AbxdE2E, SigtermWhileStartingStopsAbxdOnceItIsUp) {
+  // exec: the pid signalled is abxd's; its log (stderr) is read with its stdout.
+  testing::ChildProcess p({"/bin/sh", "-c",
+                           "exec " + std::string(testing::abxd_bin()) + " --home '" +
+                               (tmp().path() / "starting").string() +
+                               "' --listen 127.0.0.1:0 --dns-upstream 127.0.0.1:9 2>&1"});
+  ASSERT_TRUE(p.started());
+  ASSERT_TRUE(p.read_line_starting("created an API key"));
+  p.signal(SIGTERM);
+  const std::string log = p.read_all();
+  EXPECT_EQ(p.wait(std::chrono::seconds(40)), 0) << log;
+  EXPECT_NE(log.find("listening on"), std::string::npos) << log;
+  EXPECT_NE(log.find("received SIGTERM"), std::string::npos) << log;
+  expect_table_of_log_gone(log);
 }
 
 TEST_F(AbxdE2E, SecondAbxdOnTheSameHomeExitsAtOnce) {
