@@ -58,19 +58,19 @@ std::shared_ptr<StreamWriter> Responder::stream(Response header) const {
   return std::make_shared<StreamWriter>(state_->session->begin_stream(std::move(header)));
 }
 
-asio::any_io_executor Server::Impl::next_executor() {
+asio::any_io_executor Server::Impl::session_executor(tcp::acceptor& a) {
   if (!opt.context_per_thread) return asio::make_strand(ioc);
-  std::size_t i = next_context++ % (contexts.size() + 1);
-  return i == 0 ? ioc.get_executor() : contexts[i - 1]->get_executor();
+  return a.get_executor();
 }
 
-void Server::Impl::do_accept() {
-  acceptor.async_accept(next_executor(), [this](beast::error_code ec, tcp::socket socket) {
+void Server::Impl::do_accept(tcp::acceptor& a) {
+  a.async_accept(session_executor(a), [this, &a](beast::error_code ec, tcp::socket socket) {
     if (ec) {
-      if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
+      if (ec == asio::error::operation_aborted || !a.is_open()) return;
       // EMFILE and friends: back off briefly instead of spinning.
-      auto t = std::make_shared<asio::steady_timer>(ioc, std::chrono::milliseconds(50));
-      t->async_wait([this, t](beast::error_code) { do_accept(); });
+      auto t =
+          std::make_shared<asio::steady_timer>(a.get_executor(), std::chrono::milliseconds(50));
+      t->async_wait([this, t, &a](beast::error_code) { do_accept(a); });
       return;
     }
     set_cloexec(socket.native_handle());
@@ -89,9 +89,24 @@ void Server::Impl::do_accept() {
       ++connections;
       std::make_shared<detail::Session>(std::move(socket), *this)->start();
     }
-    do_accept();
+    do_accept(a);
   });
 }
+
+namespace {
+// Opens `a` listening on `ep`; with `reuse_port`, SO_REUSEPORT (others may join it on `ep`).
+beast::error_code listen_on(tcp::acceptor& a, const tcp::endpoint& ep, bool reuse_port) {
+  beast::error_code ec;
+  a.open(ep.protocol(), ec);
+  if (!ec) set_cloexec(a.native_handle());
+  if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec && reuse_port)
+    a.set_option(asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>(true), ec);
+  if (!ec) a.bind(ep, ec);
+  if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
+  return ec;
+}
+}  // namespace
 
 std::vector<std::shared_ptr<detail::Session>> Server::Impl::live_sessions() {
   std::vector<std::shared_ptr<detail::Session>> out;
@@ -124,23 +139,36 @@ Result<std::unique_ptr<Server>> Server::start(ServerOptions options, Handler han
   if (ec) return invalid_argument("invalid listen address '" + impl->opt.host + "'");
   tcp::endpoint ep(addr, impl->opt.port);
   std::string where = impl->opt.host + ":" + std::to_string(impl->opt.port);
-  impl->acceptor.open(ep.protocol(), ec);
-  if (!ec) set_cloexec(impl->acceptor.native_handle());
-  if (!ec) impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) impl->acceptor.bind(ep, ec);
-  if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  const int n = impl->opt.io_threads > 0 ? impl->opt.io_threads : static_cast<int>(usable_cpus());
+  const bool per_thread = impl->opt.context_per_thread && n > 1;
+  if (per_thread) {
+    // SO_REUSEPORT would let a second server (of this user) share the address and take part of
+    // its connections without an error: a listener without it, bound first, gets the address
+    // (or the error) and the port when it is 0; the group then binds in its place.
+    tcp::acceptor probe(impl->ioc);
+    if (beast::error_code pec = listen_on(probe, ep, false))
+      return unavailable("cannot listen on " + where + ": " + pec.message());
+    ep.port(probe.local_endpoint().port());
+    probe.close(ec);
+  }
+  ec = listen_on(impl->acceptor, ep, per_thread);
   if (ec) return unavailable("cannot listen on " + where + ": " + ec.message());
   impl->port = impl->acceptor.local_endpoint().port();
-  impl->do_accept();
-  int n = impl->opt.io_threads > 0 ? impl->opt.io_threads : static_cast<int>(usable_cpus());
   if (impl->opt.context_per_thread) {
     for (int i = 1; i < n; ++i) {
       impl->contexts.push_back(std::make_unique<asio::io_context>(1));
       impl->contexts_work.push_back(asio::make_work_guard(*impl->contexts.back()));
+      auto& a = impl->more_acceptors.emplace_back(
+          std::make_unique<tcp::acceptor>(*impl->contexts.back()));
+      if (beast::error_code aec = listen_on(*a, ep, true))
+        return unavailable("cannot listen on " + where + ": " + aec.message());
     }
+    impl->do_accept(impl->acceptor);
+    for (auto& a : impl->more_acceptors) impl->do_accept(*a);
     impl->threads.emplace_back([io = &impl->ioc] { io->run(); });
     for (auto& c : impl->contexts) impl->threads.emplace_back([io = c.get()] { io->run(); });
   } else {
+    impl->do_accept(impl->acceptor);
     for (int i = 0; i < n; ++i) {
       impl->threads.emplace_back([io = &impl->ioc] { io->run(); });
     }
@@ -163,6 +191,12 @@ void Server::shutdown(std::chrono::milliseconds drain) {
     beast::error_code ec;
     impl_->acceptor.close(ec);
   });
+  for (auto& a : impl_->more_acceptors) {
+    asio::post(a->get_executor(), [a = a.get()] {
+      beast::error_code ec;
+      a->close(ec);
+    });
+  }
   for (auto& s : impl_->live_sessions()) s->close_if_idle();
   {
     std::unique_lock lock(impl_->mu);

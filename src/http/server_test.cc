@@ -487,6 +487,31 @@ TEST_F(HttpServerTest, ContextPerThreadServesEveryConnectionAndDrains) {
   EXPECT_EQ(server_->open_connections(), 0u);
 }
 
+// With context_per_thread the threads' listening sockets share the address through
+// SO_REUSEPORT, which would let a second server (of the same user) join them and take part of
+// the connections: it must be refused as without SO_REUSEPORT, whichever way it listens.
+TEST_F(HttpServerTest, ContextPerThreadListenersShareTheAddressWithNoOtherServer) {
+  start({}, true);
+  for (bool per_thread : {true, false}) {
+    ServerOptions opt;
+    opt.port = server_->port();
+    opt.io_threads = 2;
+    opt.context_per_thread = per_thread;
+    auto second = Server::start(opt, [](Request&&, Responder respond) {
+      respond(json_response(200, boost::json::object{}));
+    });
+    ASSERT_FALSE(second.ok()) << "a second server listens on the same port";
+    EXPECT_NE(second.error().message().find("cannot listen on"), std::string::npos)
+        << second.error().message();
+  }
+  // Every connection is served, whichever thread's socket the kernel gives it to.
+  for (int i = 0; i < 16; ++i) {
+    auto r = fetch("127.0.0.1", server_->port(), make_request(bhttp::verb::get, "/x"));
+    ASSERT_TRUE(r.ok()) << r.error().message();
+    EXPECT_EQ(r->result_int(), 200);
+  }
+}
+
 TEST(HttpErrors, OneMappingToTheWire) {
   EXPECT_EQ(http_status(ErrorCode::kInvalidArgument), 400u);
   EXPECT_EQ(http_status(ErrorCode::kUnauthenticated), 401u);

@@ -47,15 +47,17 @@ struct Server::Impl {
   std::uint16_t port = 0;
 
   // ServerOptions::context_per_thread: the io_contexts of the I/O threads after the first (the
-  // first runs `ioc`, which also holds the acceptor), their work guards, and which context the
-  // next accepted connection goes to (touched by the accept handler only).
-  // Declared before `ioc`, so they outlive it: its pending accept may hold one's executor.
+  // first runs `ioc`) and their work guards. Declared before `ioc`, so they outlive it.
   std::vector<std::unique_ptr<boost::asio::io_context>> contexts;
   std::vector<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>
       contexts_work;
-  std::size_t next_context = 0;
   boost::asio::io_context ioc;
+  // `ioc`'s listening socket; with context_per_thread, one more per context in `contexts`
+  // (each declared after its context, so closed before it goes), all bound to the same address
+  // with SO_REUSEPORT: the kernel gives each new connection to one of them, and the thread that
+  // accepts it serves it (no hand-over to another thread, as nginx's workers).
   boost::asio::ip::tcp::acceptor acceptor{ioc};
+  std::vector<std::unique_ptr<boost::asio::ip::tcp::acceptor>> more_acceptors;
   // Keeps run() going while a handler holds a request on another thread and no I/O is pending.
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work{ioc.get_executor()};
   std::vector<std::thread> threads;
@@ -63,9 +65,10 @@ struct Server::Impl {
   // Live sessions, as strong references taken outside any destructor.
   std::vector<std::shared_ptr<detail::Session>> live_sessions();
 
-  void do_accept();
-  // Where the next connection runs: a strand of `ioc`, or (context_per_thread) the next context.
-  boost::asio::any_io_executor next_executor();
+  void do_accept(boost::asio::ip::tcp::acceptor& a);
+  // Where a connection `a` accepts runs: a strand of `ioc`, or (context_per_thread) `a`'s own
+  // context.
+  boost::asio::any_io_executor session_executor(boost::asio::ip::tcp::acceptor& a);
   void on_session_closed(detail::Session* s);
 };
 

@@ -311,8 +311,10 @@ struct ServerOptions {
   std::uint16_t port = 0;  // 0 picks a free port; see Server::port()
   int io_threads = 0;      // 0 = abx::usable_cpus(): the CPUs this process may run on
   // false: the I/O threads share one io_context and every connection runs on a strand of it.
-  // true: each I/O thread runs an io_context of its own and keeps the connections handed to it
-  // (round robin), like one event loop per core: a request's steps never hop between threads
+  // true: each I/O thread runs an io_context of its own, listens on a socket of its own (all
+  // bound to the address with SO_REUSEPORT, after a plain bind checked that nobody else has it;
+  // the kernel spreads new connections over them) and keeps the connections it accepts, like
+  // one event loop per core: a connection's steps, its accept too, never hop between threads
   // (no cross-thread wake-ups, no strand), which is what a proxy's per-request latency is made
   // of — but a handler that blocks stalls every connection of its thread, so only for servers
   // whose I/O threads never block (abxd's gateway). The connection's executor is then its
