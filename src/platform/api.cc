@@ -259,11 +259,18 @@ bool ControlApi::serve_control(Request& req, const http::Responder& respond) {
     }
     context_tar = tmpl;
   }
-  Status s = api::build_template(ctx, context_tar, respond);
-  if (own_tmp) {
+  // The spooled or written-out context goes before the build's last event (and in any case).
+  auto drop_context = [&] {
     std::error_code ec;
-    std::filesystem::remove(*own_tmp, ec);
-  }
+    if (auto f = respond.body_file()) {
+      std::filesystem::remove(f->path(), ec);
+      f->release();
+    }
+    if (own_tmp) std::filesystem::remove(*own_tmp, ec);
+    own_tmp.reset();
+  };
+  Status s = api::build_template(ctx, context_tar, drop_context, respond);
+  drop_context();
   if (!s.ok()) return fail(s.error());
   return true;
 }

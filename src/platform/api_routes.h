@@ -15,6 +15,7 @@
 #include <boost/json/value.hpp>
 #include <boost/url/url_view.hpp>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -119,7 +120,10 @@ Result<http::Response> template_image(Context& ctx);
 // POST /templates/build: the body (the context tar) is in `body` (spooled); the answer is an
 // NDJSON stream of progress events ending in {"type":"done"} or {"type":"error"}. Errors
 // before the stream starts (name, query, a build already running) are returned.
-Status build_template(Context& ctx, const std::string& context_tar, const http::Responder& respond);
+// `drop_context` runs once the build no longer needs `context_tar`, before the final event goes
+// out: a client that has read the answer finds no upload left behind.
+Status build_template(Context& ctx, const std::string& context_tar,
+                      const std::function<void()>& drop_context, const http::Responder& respond);
 Result<http::Response> mint_token(Context& ctx);
 Result<http::Response> sandbox_metrics(Context& ctx);
 Result<http::Response> sandbox_logs(Context& ctx);  // api_logs.cc

@@ -202,7 +202,7 @@ Result<Response> push_template(Context& ctx) {
 }
 
 Status build_template(Context& ctx, const std::string& context_tar,
-                      const http::Responder& respond) {
+                      const std::function<void()>& drop_context, const http::Responder& respond) {
   ABX_TRY(need_builds(ctx));
   BuildRequest req;
   req.context_tar = context_tar;
@@ -243,6 +243,7 @@ Status build_template(Context& ctx, const std::string& context_tar,
   };
   req.cancelled = [&out] { return out->closed(); };  // the client went away
   auto result = ctx.builder->build(req, send);
+  drop_context();
   if (result.ok()) {
     json::object t;
     const auto catalog = ctx.sandboxes.catalog();
