@@ -114,9 +114,12 @@ def start_abxd(bin_dir, home):
     sys.exit("abxd did not start; see " + os.path.join(home, "abxd.log"))
 
 
-def wrk(url, headers, body, connections, duration, netns=None, method="POST"):
-    """wrk on keep-alive connections (one thread); netns: run it inside that network namespace."""
+def wrk(url, headers, body, connections, duration, netns=None, method="POST", close=False):
+    """wrk on keep-alive connections (one thread); netns: run it inside that network namespace;
+    close: a new connection for every call instead (Connection: close: curl, `abx run`)."""
     lua = os.path.join(tempfile.mkdtemp(), "h.lua")
+    if close:
+        headers = dict(headers, Connection="close")
     with open(lua, "w") as f:
         f.write(f'wrk.method = "{method}"\n')
         # Decimal escapes: the body may be binary (a Connect envelope starts with a 0 byte).
@@ -244,6 +247,11 @@ def cpu_seconds(pids, children=False):
     return total / hz
 
 
+def rotated(names, i):
+    """names in round i's order: each round starts one later, so none always runs first."""
+    return names[i % len(names):] + names[:i % len(names)]
+
+
 def side_by_side(paths, rounds, duration, conns, cpu_of, lat_rounds, lat_duration):
     """Every path at 1 connection `lat_rounds` times (`lat_duration` s each) and at the busier
     counts `rounds` times (`duration` s each), interleaved. 1 connection: the rounds are kept
@@ -255,7 +263,7 @@ def side_by_side(paths, rounds, duration, conns, cpu_of, lat_rounds, lat_duratio
     names = list(paths)
     out = {f"{name} c1": [] for name in names}
     for i in range(lat_rounds):
-        for name in names[i % len(names):] + names[:i % len(names)]:
+        for name in rotated(names, i):
             url, headers, body, netns = paths[name]
             out[f"{name} c1"].append(wrk(url, headers, body, 1, lat_duration, netns))
     best = {}
@@ -271,6 +279,18 @@ def side_by_side(paths, rounds, duration, conns, cpu_of, lat_rounds, lat_duratio
                     best[key] = r
     out.update(best)
     return out
+
+
+def new_connection_rounds(paths, rounds, duration):
+    """Every path at 1 connection with a new connection per call, `rounds` times (`duration` s
+    each) in an order that rotates from round to round; the median p50 of each."""
+    names = list(paths)
+    p50 = {name: [] for name in names}
+    for i in range(rounds):
+        for name in rotated(names, i):
+            url, headers, body, netns = paths[name]
+            p50[name].append(wrk(url, headers, body, 1, duration, netns, close=True)["p50_us"])
+    return {name: statistics.median(v) for name, v in p50.items()}, p50
 
 
 def latency_summary(r):
@@ -295,6 +315,9 @@ def main():
                     help="rounds of the proxy section at 1 connection (every path in each)")
     ap.add_argument("--latency-seconds", type=int, default=2,
                     help="seconds of wrk per path and round at 1 connection")
+    ap.add_argument("--new-connection-rounds", type=int, default=5,
+                    help="rounds of the command call with a new connection per call (every path "
+                    "in each, --latency-seconds each)")
     ap.add_argument("--connections", type=int, default=64, help="the proxy section's busy count")
     ap.add_argument("--sections", default="create,proxy,live",
                     help="comma-separated subset of create,proxy,live")
@@ -360,6 +383,9 @@ def main():
                         paths, args.rounds, args.duration, [1, args.connections],
                         {"abxd": ([proc.pid],), "nginx": ([ngx.pid], True)},
                         args.latency_rounds, args.latency_seconds)
+                    if name == "command":
+                        report["new_connection"] = new_connection_rounds(
+                            paths, args.new_connection_rounds, args.latency_seconds)
             finally:
                 stop_nginx(ngx, ndir)
             api.call("DELETE", f"/sandboxes/{sid}")
@@ -439,6 +465,14 @@ def main():
         row("abxd", f"{what}: through the proxy, {busy} conns", rate["abxd"], "nginx proxy_pass",
             rate["nginx"], "calls/s", "higher", ">=0.8x")
         aims.append((f"{what}: abxd adds <= nginx at p50", added["abxd"] <= added["nginx"]))
+        if name == "command" and "new_connection" in report:
+            nc, nc_rounds = report["new_connection"]
+            print(f"{'  p50, a new connection per call (us)':52} {nc['direct']:>4.0f} / "
+                  f"{nc['abxd']:.0f} / {nc['nginx']:.0f} {nc['nginx'] / nc['abxd']:9.2f}x")
+            print(f"{'    abxd p50 - nginx p50, per round (us)':52} "
+                  + " ".join(f"{a - b:d}" for a, b in zip(nc_rounds["abxd"], nc_rounds["nginx"])))
+            row("abxd", f"{what}: p50, a new connection per call", nc["abxd"], "nginx proxy_pass",
+                nc["nginx"], "us", "lower")
         aims.append((f"{what}: abxd >= 0.8x nginx's calls/s at {busy} connections",
                      rate["abxd"] >= 0.8 * rate["nginx"]))
     if "live" in report:
