@@ -94,7 +94,13 @@ Result<Ran> run_program(std::vector<std::string> args, const SandboxCgroups* joi
   argv.push_back(nullptr);
   // CRIU runs iptables-save, ip, tar: they need a PATH, and nothing else of ours.
   char path_env[] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-  char* envp[] = {path_env, nullptr};
+  // CRIU_FAULT=130 is CRIU's FI_NO_BREAKPOINTS: after its parasite code (dump) or restorer
+  // (restore) it stops each task on the rt_sigreturn syscall (PTRACE_SYSCALL) instead of on a
+  // hardware breakpoint. Some guests never deliver that breakpoint (a PVM guest, where int $0x80
+  // faults too): the task ran on, and criu waited for its trap for ever, every dump and restore.
+  // The syscall stop works everywhere; it costs a few ptrace stops per task.
+  char no_breakpoints_env[] = "CRIU_FAULT=130";
+  char* envp[] = {path_env, no_breakpoints_env, nullptr};
   int out[2], go[2];
   if (::pipe2(out, O_CLOEXEC) != 0) return sys_error("pipe2", errno);
   UniqueFd out_rd(out[0]), out_wr(out[1]);
