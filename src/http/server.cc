@@ -22,10 +22,8 @@ namespace {
 // Asio opens and accepts sockets without SOCK_CLOEXEC: set it at once, so a process the server's
 // owner starts (envd starts other users' processes) never inherits the listener or a connection.
 // A fork racing in between is what the spawners' close_range() after fork covers.
-void set_cloexec(int fd) {
-  int flags = ::fcntl(fd, F_GETFD);
-  if (flags >= 0) (void)::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
-}
+// FD_CLOEXEC is the only descriptor flag: set, not read and or'd in.
+void set_cloexec(int fd) { (void)::fcntl(fd, F_SETFD, FD_CLOEXEC); }
 }  // namespace
 
 BodyFile::~BodyFile() {
@@ -86,6 +84,9 @@ void Server::Impl::do_accept(tcp::acceptor& a) {
     } else {
       beast::error_code nec;
       socket.set_option(tcp::no_delay(true), nec);
+      // Non-blocking from the start, as the user's flag: send_now's writes need it, and with it
+      // set Asio's first asynchronous operation does not set its own (one FIONBIO, not two).
+      socket.non_blocking(true, nec);
       ++connections;
       std::make_shared<detail::Session>(std::move(socket), *this)->start();
     }
@@ -131,7 +132,9 @@ Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Server::~Server() { shutdown(std::chrono::milliseconds(0)); }
 
 Result<std::unique_ptr<Server>> Server::start(ServerOptions options, Handler handler) {
-  auto impl = std::make_unique<Impl>();
+  const int n = options.io_threads > 0 ? options.io_threads : static_cast<int>(usable_cpus());
+  const bool one_thread_runs_ioc = options.context_per_thread || n == 1;
+  auto impl = std::make_unique<Impl>(one_thread_runs_ioc ? 1 : BOOST_ASIO_CONCURRENCY_HINT_DEFAULT);
   impl->opt = std::move(options);
   impl->handler = std::move(handler);
   beast::error_code ec;
@@ -139,7 +142,6 @@ Result<std::unique_ptr<Server>> Server::start(ServerOptions options, Handler han
   if (ec) return invalid_argument("invalid listen address '" + impl->opt.host + "'");
   tcp::endpoint ep(addr, impl->opt.port);
   std::string where = impl->opt.host + ":" + std::to_string(impl->opt.port);
-  const int n = impl->opt.io_threads > 0 ? impl->opt.io_threads : static_cast<int>(usable_cpus());
   const bool per_thread = impl->opt.context_per_thread && n > 1;
   if (per_thread) {
     // SO_REUSEPORT would let a second server (of this user) share the address and take part of

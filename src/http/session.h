@@ -34,6 +34,10 @@
 namespace abx::http {
 
 struct Server::Impl {
+  // `ioc`'s concurrency hint: 1 when one thread runs it (context_per_thread, or one I/O thread),
+  // which lets Asio queue what a handler posts to its own thread without the scheduler's lock.
+  explicit Impl(int ioc_hint) : ioc(ioc_hint) {}
+
   // Declared before the io_context so they outlive it: destroying the io_context destroys
   // pending handlers, which may hold the last reference to a session.
   ServerOptions opt;
@@ -51,7 +55,7 @@ struct Server::Impl {
   std::vector<std::unique_ptr<boost::asio::io_context>> contexts;
   std::vector<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>
       contexts_work;
-  boost::asio::io_context ioc;
+  boost::asio::io_context ioc;  // see Impl()
   // `ioc`'s listening socket; with context_per_thread, one more per context in `contexts`
   // (each declared after its context, so closed before it goes), all bound to the same address
   // with SO_REUSEPORT: the kernel gives each new connection to one of them, and the thread that
