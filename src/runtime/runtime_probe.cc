@@ -11,7 +11,6 @@
 #include <linux/reboot.h>
 #include <netinet/in.h>
 #include <sched.h>
-#include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +29,8 @@
 
 #include <string>
 #include <vector>
+
+#include "abx/runtime/int80.h"
 
 namespace {
 
@@ -152,27 +153,6 @@ int tiocsti(bool high) {
   return result(syscall(SYS_ioctl, s, req, &c) == 0);
 }
 
-// The i386 entry point, int $0x80. A kernel that leaves it out of the IDT (some guests, e.g.
-// PVM's, with ia32 emulation built in) answers it with a general protection fault, a SIGSEGV:
-// caught here and reported as -ENOSYS, like a kernel without ia32 emulation.
-sigjmp_buf g_int80_fault;
-void on_int80_fault(int) { siglongjmp(g_int80_fault, 1); }
-
-long int80(long nr, long a, long b, long c) {
-  struct sigaction catch_fault = {}, old = {};
-  catch_fault.sa_handler = on_int80_fault;
-  sigemptyset(&catch_fault.sa_mask);
-  sigaction(SIGSEGV, &catch_fault, &old);
-  volatile long ret = -ENOSYS;
-  if (sigsetjmp(g_int80_fault, 1) == 0) {
-    long r;
-    asm volatile("int $0x80" : "=a"(r) : "a"(nr), "b"(a), "c"(b), "d"(c) : "memory");
-    ret = r;
-  }
-  sigaction(SIGSEGV, &old, nullptr);
-  return ret;
-}
-
 // Calls `name` with arguments that are harmless on the host (they fail validation or act on
 // nothing). Success = the call got past seccomp (anything but EPERM).
 int call(const std::string& name) {
@@ -216,7 +196,7 @@ int call(const std::string& name) {
     if (rc > 0) waitpid(static_cast<pid_t>(rc), nullptr, 0);
   } else if (name == "unshare_newuser_i386") {
     // i386 unshare is 310; the same request through the 32-bit entry point.
-    const long ret = int80(310, CLONE_NEWUSER, 0, 0);
+    const long ret = abx::runtime::int80(310, CLONE_NEWUSER, 0, 0);
     if (ret < 0)
       errno = static_cast<int>(-ret), rc = -1;
     else

@@ -20,7 +20,6 @@
 #include <linux/capability.h>
 #include <netinet/in.h>
 #include <sched.h>
-#include <setjmp.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -43,6 +42,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "abx/runtime/int80.h"
 
 namespace {
 
@@ -408,27 +409,6 @@ int seccomp_threads() {
   return bad ? 0 : none("unfiltered thread");
 }
 
-// The i386 entry point, int $0x80. A kernel that leaves it out of the IDT (some guests, e.g.
-// PVM's, with ia32 emulation built in) answers it with a general protection fault, a SIGSEGV:
-// caught here and reported as -ENOSYS, like a kernel without ia32 emulation.
-sigjmp_buf g_int80_fault;
-void on_int80_fault(int) { siglongjmp(g_int80_fault, 1); }
-
-long int80(long nr, long a, long b, long c) {
-  struct sigaction catch_fault = {}, old = {};
-  catch_fault.sa_handler = on_int80_fault;
-  sigemptyset(&catch_fault.sa_mask);
-  sigaction(SIGSEGV, &catch_fault, &old);
-  volatile long ret = -ENOSYS;
-  if (sigsetjmp(g_int80_fault, 1) == 0) {
-    long r;
-    asm volatile("int $0x80" : "=a"(r) : "a"(nr), "b"(a), "c"(b), "d"(c) : "memory");
-    ret = r;
-  }
-  sigaction(SIGSEGV, &old, nullptr);
-  return ret;
-}
-
 // Calls `name` with arguments that are harmless on the host (they fail validation or act on
 // nothing). Success: the call got past seccomp (anything but EPERM).
 int call(const std::string& name) {
@@ -473,8 +453,9 @@ int call(const std::string& name) {
     rc = WEXITSTATUS(st) == 0 ? 0 : -1;
     errno = WEXITSTATUS(st);
   } else if (name == "unshare_newuser_i386" || name == "mount_i386") {
-    long ret = name == "mount_i386" ? int80(21, 0, 0, 0)  // i386 mount(NULL, NULL, NULL): EFAULT
-                                    : int80(310, CLONE_NEWUSER, 0, 0);  // i386 unshare
+    long ret = name == "mount_i386"
+                   ? abx::runtime::int80(21, 0, 0, 0)  // i386 mount(NULL, NULL, NULL): EFAULT
+                   : abx::runtime::int80(310, CLONE_NEWUSER, 0, 0);  // i386 unshare
     if (ret == -ENOSYS) {
       printf("no ia32 emulation\n");
       return 3;
