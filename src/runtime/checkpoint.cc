@@ -80,14 +80,20 @@ void child_keep_only(int keep) {
 
 struct Ran {
   int status = -1;
-  std::string out;  // stdout + stderr, the first 64 KiB
+  std::string out;         // stdout + stderr, the first 64 KiB
+  bool timed_out = false;  // killed (with its process group) after its time limit
 };
+
+// How long `criu check` and `criu --version` may take.
+constexpr std::chrono::seconds kQuickCriuLimit{60};
 
 // Runs `args` (argv[0] absolute; no shell) with /dev/null as stdin and a pipe as stdout and
 // stderr. With `join`, the program runs in those cgroups from its first instruction: a forked
 // child waits until the parent attached it, then execs (between fork and exec it only reads and
-// execs: nothing that allocates).
-Result<Ran> run_program(std::vector<std::string> args, const SandboxCgroups* join = nullptr,
+// execs: nothing that allocates). The program leads a process group of its own; when it has not
+// finished within `limit`, that group is killed (SIGKILL) and the result says timed_out.
+Result<Ran> run_program(std::vector<std::string> args, std::chrono::milliseconds limit,
+                        const SandboxCgroups* join = nullptr,
                         const std::function<void(pid_t)>& started = {}) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -112,7 +118,12 @@ Result<Ran> run_program(std::vector<std::string> args, const SandboxCgroups* joi
     posix_spawn_file_actions_adddup2(&fa, devnull.get(), 0);
     posix_spawn_file_actions_adddup2(&fa, out_wr.get(), 1);
     posix_spawn_file_actions_adddup2(&fa, out_wr.get(), 2);
-    int rc = ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attr, 0);
+    int rc = ::posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp);
+    posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) return sys_error("spawn " + args[0], rc);
   } else {
@@ -121,6 +132,7 @@ Result<Ran> run_program(std::vector<std::string> args, const SandboxCgroups* joi
     pid = ::fork();
     if (pid < 0) return sys_error("fork", errno);
     if (pid == 0) {
+      ::setpgid(0, 0);
       ::dup2(devnull.get(), 0);
       ::dup2(out_wr.get(), 1);
       ::dup2(out_wr.get(), 2);
@@ -152,10 +164,31 @@ Result<Ran> run_program(std::vector<std::string> args, const SandboxCgroups* joi
   if (started) started(pid);
   Ran r;
   char buf[4096];
-  for (ssize_t n; (n = retry_eintr([&] { return ::read(out_rd.get(), buf, sizeof buf); })) > 0;)
+  const auto deadline = Clock::now() + limit;
+  for (;;) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+    pollfd p{out_rd.get(), POLLIN, 0};
+    const int ready = left.count() <= 0 ? 0 : retry_eintr([&] {
+      return ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 60'000)));
+    });
+    if (ready < 0) break;  // cannot happen with a valid fd: wait for the program as before
+    if (ready == 0) {
+      if (Clock::now() < deadline) continue;
+      // Its group: a criu restore's helpers and the tree it was making are in it too. What it
+      // leaves behind (a frozen or half-made tree) is for the caller's error path.
+      ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+      r.timed_out = true;
+      break;
+    }
+    const ssize_t n = retry_eintr([&] { return ::read(out_rd.get(), buf, sizeof buf); });
+    if (n <= 0) break;
     if (r.out.size() < (64u << 10)) r.out.append(buf, static_cast<std::size_t>(n));
+  }
   if (retry_eintr([&] { return ::waitpid(pid, &r.status, 0); }) < 0)
     return sys_error("waitpid " + args[0], errno);
+  // One that ended on its own just as the limit ran out is not reported as killed.
+  r.timed_out = r.timed_out && WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGKILL;
   return r;
 }
 
@@ -195,6 +228,7 @@ std::string log_tail(const std::string& text) {
 }
 
 std::string describe(const Ran& r) {
+  if (r.timed_out) return "did not finish in time, killed";
   if (WIFEXITED(r.status)) return "exit " + std::to_string(WEXITSTATUS(r.status));
   if (WIFSIGNALED(r.status)) return "killed by signal " + std::to_string(WTERMSIG(r.status));
   return "status " + std::to_string(r.status);
@@ -349,7 +383,7 @@ Status criu_available(const std::string& criu) {
     return Error(ErrorCode::kFailedPrecondition, "criu is not installed at " + criu + " (" +
                                                      errno_name(errno) +
                                                      "; scripts/install-criu.sh installs it)");
-  auto ran = run_program({criu, "check"});
+  auto ran = run_program({criu, "check"}, kQuickCriuLimit);
   if (!ran) return Error(ErrorCode::kFailedPrecondition, "criu check: " + ran.error().message());
   if (ran->status != 0)
     return Error(ErrorCode::kFailedPrecondition,
@@ -392,7 +426,7 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
   if (freezer.empty())
     return Error(ErrorCode::kFailedPrecondition, "checkpoint needs a cgroup freezer");
   std::string criu_version;
-  if (auto v = run_program({options.criu, "--version"}); v && v->status == 0) {
+  if (auto v = run_program({options.criu, "--version"}, kQuickCriuLimit); v && v->status == 0) {
     criu_version = v->out.substr(0, v->out.find('\n'));
     if (criu_version.starts_with("Version: ")) criu_version.erase(0, 9);
   }
@@ -440,7 +474,7 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
   // While CRIU dumps, its pid is in the state dir: an owner that dies meanwhile leaves CRIU
   // running on the tree, and recover() must wait for it before it thaws anything.
   const std::string criu_pidfile = st.dir + "/" + kCriuPid;
-  auto ran = run_program(args, nullptr, [&](pid_t pid) {
+  auto ran = run_program(args, options.criu_timeout, nullptr, [&](pid_t pid) {
     (void)create_file(criu_pidfile,
                       std::to_string(pid) + " " + std::to_string(process_start_time(pid)) + "\n");
   });
@@ -459,9 +493,11 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
                 ran->out.find("No space left on device") != std::string::npos ||
                 (::statvfs(dir.c_str(), &vfs) == 0 &&
                  static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize < (64u << 10));
-    return with_resume(Error(full ? ErrorCode::kInsufficientStorage : ErrorCode::kInternal,
-                             "criu dump of sandbox " + c.id + " failed (" + describe(*ran) +
-                                 (full ? ", no space left in " + dir : "") + "): " + tail));
+    const ErrorCode code = ran->timed_out ? ErrorCode::kDeadlineExceeded
+                           : full         ? ErrorCode::kInsufficientStorage
+                                          : ErrorCode::kInternal;
+    return with_resume(Error(code, "criu dump of sandbox " + c.id + " failed (" + describe(*ran) +
+                                       (full ? ", no space left in " + dir : "") + "): " + tail));
   }
 
   // 4. The writable layer, consistent with the images: synced while nothing can write to it.
@@ -941,12 +977,13 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
     args.push_back("mnt[" + bind_key(i) + "]:" + stage + "/" + bind_key(i));
   }
   args.insert(args.end(), {"--tcp-established", "--manage-cgroups=ignore"});
-  auto ran = run_program(args, &st->cgroups);
+  auto ran = run_program(args, options.criu_timeout, &st->cgroups);
   if (!ran) return ran.error();
   if (ran->status != 0) {
     std::string log = read_or(st->dir + "/" + kRestoreLog, ran->out);
-    return Error(ErrorCode::kInternal, "criu restore of sandbox " + config.id + " from " + dir +
-                                           " failed (" + describe(*ran) + "): " + log_tail(log));
+    return Error(ran->timed_out ? ErrorCode::kDeadlineExceeded : ErrorCode::kInternal,
+                 "criu restore of sandbox " + config.id + " from " + dir + " failed (" +
+                     describe(*ran) + "): " + log_tail(log));
   }
 
   // 6. The restored init: pidfd, start time, records, netns, veth — as spawn() has them.

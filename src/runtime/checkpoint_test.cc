@@ -561,6 +561,66 @@ TEST_F(CheckpointTest, FailedDumpLeavesTheSandboxRunning) {
   expect_running(*sb, first);
 }
 
+// A criu that never finishes (as one did, waiting for a trap a PVM guest never delivered) is
+// killed with its process group after criu_timeout: the dump fails with deadline_exceeded and
+// the sandbox runs on; the restore fails the same way, leaves nothing behind and keeps the
+// checkpoint as it was. The fake's child holds criu's output pipe, as criu's helpers would.
+TEST_F(CheckpointTest, CriuPastItsTimeLimitIsKilledWithItsGroupAndNothingIsLost) {
+  const std::string fake = tmp_.string() + "/hung-criu";
+  const std::string child_pid = tmp_.string() + "/hung-criu.child";
+  std::ofstream(fake) << "#!/bin/sh\ncase \"$1\" in check|--version) exit 0;; esac\n"
+                         "sleep 600 &\necho $! > " +
+                             child_pid + "\nwait\n";
+  fs::permissions(fake, fs::perms::owner_all);
+  // The child's pid once the fake wrote it, and then whether it is gone.
+  auto child_gone = [&] {
+    const long pid = std::strtol(slurp(child_pid).c_str(), nullptr, 10);
+    EXPECT_GT(pid, 0) << "the fake criu never ran";
+    for (int i = 0; pid > 0 && i < 100 && alive(static_cast<pid_t>(pid)); ++i)
+      std::this_thread::sleep_for(20ms);
+    return pid > 0 && !alive(static_cast<pid_t>(pid));
+  };
+
+  SandboxConfig c = counter_config();
+  Count first;
+  auto sb = spawn_counter(c, &first);
+  ASSERT_TRUE(sb);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = checkpoint(*sb, tmp_.string() + "/ck-hung", {.criu = fake, .criu_timeout = 1s});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ErrorCode::kDeadlineExceeded) << r.error().to_string();
+  EXPECT_NE(r.error().message().find("did not finish in time"), std::string::npos)
+      << r.error().message();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 60s);  // not the fake's 600 s
+  EXPECT_TRUE(child_gone());
+  EXPECT_FALSE(fs::exists(tmp_.string() + "/ck-hung/checkpoint.json"));
+  expect_running(*sb, first);
+  ASSERT_TRUE(sb->destroy().ok());
+
+  SandboxConfig c2 = counter_config();
+  const std::string dir = checkpointed_counter(c2, &first);
+  ASSERT_FALSE(dir.empty());
+  const auto files = listing(dir);
+  fs::remove(child_pid);
+  auto restored = restore(dir, c2, {.criu = fake, .criu_timeout = 1s});
+  ASSERT_FALSE(restored.ok());
+  EXPECT_EQ(restored.error().code(), ErrorCode::kDeadlineExceeded) << restored.error().to_string();
+  EXPECT_TRUE(child_gone());
+  for (const auto& [name, size] : files) {
+    ASSERT_TRUE(fs::exists(dir + "/" + name)) << name;
+    EXPECT_EQ(fs::file_size(dir + "/" + name), size) << name;
+  }
+  auto l = CgroupLayout::detect();
+  expect_no_leftovers(c2.id, SandboxCgroups::existing(*l, "abx", c2.id).dirs());
+  // The real criu restores it afterwards: the killed attempt changed nothing.
+  auto again = restore(dir, c2);
+  ASSERT_TRUE(again.ok()) << again.error().to_string();
+  auto n = request(*again, again->upper_dir());
+  ASSERT_TRUE(n.has_value());
+  EXPECT_EQ(n->token, first.token);
+  EXPECT_TRUE(again->destroy().ok());
+}
+
 TEST_F(CheckpointTest, FullDiskIsInsufficientStorageAndLeavesTheSandboxRunning) {
   SandboxConfig c = counter_config();
   Count first;

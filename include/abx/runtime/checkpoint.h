@@ -51,6 +51,10 @@ struct CheckpointOptions {
   // CRIU's --ghost-limit (bytes; 0 = CRIU's default of 1 MiB): deleted-but-open files larger
   // than this fail the dump (e.g. a bundle replaced under a running sandbox).
   std::uint64_t ghost_limit = 0;
+  // How long criu dump may run. Past it criu is killed and checkpoint() fails with
+  // deadline_exceeded, leaving the sandbox running as after any failed dump: a CRIU that hangs
+  // (one waiting for a trap the machine never delivers did, for ever) must not hang the pause.
+  std::chrono::milliseconds criu_timeout{std::chrono::minutes(5)};
 };
 
 struct CheckpointInfo {
@@ -76,6 +80,9 @@ struct RestoreOptions {
   // of a 500 MiB layer costs hundreds of ms). The checkpoint's layer is then the running
   // sandbox's: it changes under the checkpoint, which must not be restored again.
   bool link_layer = false;
+  // How long criu restore may run. Past it criu and the tree it was making are killed and
+  // restore() fails with deadline_exceeded; the checkpoint is left as it was.
+  std::chrono::milliseconds criu_timeout{std::chrono::minutes(5)};
 };
 
 // ok when `criu` exists and `criu check` passes (checked once per path and process);
@@ -85,7 +92,8 @@ Status criu_available(const std::string& criu);
 // Checkpoints `sb` into `dir` (absolute; created if missing, must be empty). The sandbox is
 // frozen through its cgroup for the dump. Errors: failed_precondition (criu missing or `criu
 // check` fails, an unsupported sandbox, `dir` not empty), insufficient_storage (ENOSPC while
-// dumping), internal with the last lines of CRIU's dump.log. After a failed dump the sandbox is
+// dumping), deadline_exceeded (criu ran past options.criu_timeout and was killed), internal with
+// the last lines of CRIU's dump.log. After a failed dump the sandbox is
 // running as before (thawed, its veth re-made; egress rules that match the host end by name
 // apply to the new link) and `dir` has no checkpoint.json. An error after a complete pause-to-
 // disk dump (moving rw.img, destroying) leaves the tree dead and says so; `dir` then has the
@@ -126,8 +134,9 @@ Status recover(Sandbox& sb);
 // `config.id` other than the checkpointed one becomes the restored hostname. The returned Sandbox
 // behaves as an adopted one: wait() reports 0 when the init exits. Errors: not_found (no checkpoint
 // in `dir`), failed_precondition (a corrupt checkpoint, a config that does not match it, criu
-// unavailable), resource_exhausted (no free slot), already_exists (the id is in use), internal with
-// the last lines of CRIU's restore.log. Nothing in `dir` is changed or removed (CRIU adds its
+// unavailable), resource_exhausted (no free slot), already_exists (the id is in use),
+// deadline_exceeded (criu ran past options.criu_timeout and was killed), internal with the last
+// lines of CRIU's restore.log. Nothing in `dir` is changed or removed (CRIU adds its
 // stats-restore when restoring from it directly; with link_layer, its rw.img is the restored
 // sandbox's layer from then on); a failed restore leaves nothing else behind.
 Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
