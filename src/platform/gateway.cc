@@ -166,6 +166,9 @@ struct Upstream {
   std::uint64_t epoch = 0;
   std::unique_ptr<beast::tcp_stream> stream;  // null: none open
   bool in_use = false;                        // a request is on it (never pooled then)
+  // Between two requests of its client connection: set by watch_idle()'s wait when the sandbox
+  // closed the connection (or sent what no request asked for); null when no wait is armed.
+  std::shared_ptr<bool> readable;
 };
 
 // A pooled upstream connection the sandbox closed while idle reads as EOF: don't reuse it.
@@ -173,6 +176,36 @@ bool still_open(beast::tcp_stream& s) {
   char c;
   ssize_t n = ::recv(s.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+// Arms a wait on `u`'s connection for the time until its client connection's next request:
+// readable then means the sandbox closed it. The check this replaces, still_open()'s MSG_PEEK,
+// was a syscall between a request's arrival and its send upstream; the wait's epoll_ctl comes
+// after the answer is on its way to the client.
+void watch_idle(Upstream& u) {
+  u.readable = std::make_shared<bool>(false);
+  u.stream->socket().async_wait(tcp::socket::wait_read,
+                                [readable = u.readable](beast::error_code ec) {
+                                  if (!ec) *readable = true;
+                                });
+}
+
+// Ends watch_idle()'s wait on `u` (if any) and drops the connection when the sandbox closed it
+// meanwhile. A connection kept without a wait is checked with still_open().
+void end_watch(Upstream& u) {
+  if (!u.stream) {
+    u.readable.reset();
+    return;
+  }
+  if (!u.readable) {
+    if (!still_open(*u.stream)) u.stream.reset();
+    return;
+  }
+  const bool closed = *u.readable;
+  u.readable.reset();
+  beast::error_code ec;
+  u.stream->socket().cancel(ec);  // the wait ends with operation_aborted
+  if (closed) u.stream.reset();
 }
 
 // The idle upstream connections of one I/O thread, which its client connections share: a new
@@ -205,6 +238,7 @@ class IdleUpstreams {
       stream->socket().cancel(ec);  // its wait ends with operation_aborted
       if (same_epoch && still_open(*stream)) {
         u.stream = std::move(stream);
+        u.readable.reset();
         return;
       }
     }
@@ -652,7 +686,7 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
     up.reset();
     paused = true;
   }
-  if (authorized->ok() && up && !still_open(*up)) up.reset();
+  if (authorized->ok()) end_watch(slot);
   // A running sandbox: an idle connection another client connection of this thread left, or a
   // new one made right here. A paused one's (connect_sandbox resumes it), or one refused here,
   // is made on the worker pool.
@@ -772,6 +806,7 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   }
   if (!upstream_keep || upbuf.size() > 0) up.reset();
   slot.in_use = false;
+  if (up) watch_idle(slot);
   if (keep) std::move(conn).resume();
 }
 

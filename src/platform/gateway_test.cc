@@ -310,6 +310,33 @@ TEST(GatewayIdleUpstreams, AnEndedClientConnectionsUpstreamServesTheNextOne) {
   EXPECT_EQ(backend.connects.load(), 3);
 }
 
+// A client connection keeps its upstream connection from request to request. When the sandbox
+// closes that one in between (its server's idle timeout, a restart), the next request does not
+// go down the closed connection (a 502): it is connected again, and the call goes through.
+TEST_F(GatewayTest, AnUpstreamClosedBetweenTwoRequestsOfAClientConnectionIsReplaced) {
+  auto answer_once_and_close = [](int fd) {
+    read_until(fd, "\r\n\r\n");
+    send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+  };
+  auto first = std::make_unique<RawUpstream>(answer_once_and_close);
+  RawUpstream second(answer_once_and_close);
+  backend_.ports["closing"] = first->port();
+  auto client = abx::testing::connect_raw(gw_->port(), std::chrono::seconds(10));
+  ASSERT_TRUE(client);
+  const std::string req =
+      "GET /x HTTP/1.1\r\nHost: 49983-closing.localhost\r\nX-Access-Token: tok\r\n\r\n";
+  for (int call = 0; call < 2; ++call) {
+    send_all(client.get(), req);
+    const std::string got = read_until(client.get(), "\r\n\r\nok");
+    EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << call << ": " << got;
+    if (call == 1) break;
+    first.reset();  // its connection is closed (joined); a new one goes to `second`
+    backend_.ports["closing"] = second.port();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the FIN reaches abxd
+  }
+  EXPECT_EQ(backend_.connects.load(), 2);
+}
+
 TEST_F(GatewayTest, UnknownSandboxIs502InE2bShape) {
   auto req = http::make_request(bhttp::verb::get, "/health");
   req.set(bhttp::field::host, "49983-nosuch.localhost");
