@@ -409,7 +409,7 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::restore_child(const std::st
   }
   ABX_TRY(store_->insert_sandbox(rec));
   auto live = std::make_shared<LiveSandbox>(std::move(rec), rt);
-  live->access_token = std::move(token);
+  live->set_access_token(std::move(token));
   live->traffic_token = std::move(traffic_token);
   live->mask_host = parent.network.mask_request_host;
   live->tmpl = parent.tmpl;

@@ -142,7 +142,7 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions opt
       std::shared_ptr<runtime::Sandbox> rt;
       if (sb.ok()) rt = std::make_shared<runtime::Sandbox>(std::move(*sb));
       auto live = std::make_shared<LiveSandbox>(*settled, std::move(rt));
-      live->access_token = std::move(token);
+      live->set_access_token(std::move(token));
       live->tmpl = std::make_shared<const templates::Template>(*tmpl);
       live->image_digest = read_image_file(fs::path(m->opt_.home) / "run" / rec.id);
       live->paused = settled->state == store::SandboxState::kPaused;
@@ -590,7 +590,7 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   }
   auto live = std::make_shared<LiveSandbox>(std::move(rec),
                                             std::make_shared<runtime::Sandbox>(std::move(*sb)));
-  live->access_token = std::move(token);
+  live->set_access_token(std::move(token));
   live->traffic_token = std::move(traffic_token);
   live->mask_host = net.mask_request_host;
   live->tmpl = std::make_shared<const templates::Template>(*tmpl);

@@ -42,6 +42,7 @@
 #include "abx/runtime/sandbox.h"
 #include "abx/store/store.h"
 #include "abx/templates/template.h"
+#include "abx/token/token.h"
 #include "network.h"
 
 namespace abx::platform {
@@ -99,7 +100,14 @@ inline constexpr std::size_t kMetricSamples = 720;  // one hour of samples
 
 struct LiveSandbox {
   store::SandboxRecord record;
-  std::string access_token;  // empty when created with secure=false
+  std::string access_token;  // empty when created with secure=false; set with set_access_token
+  // access_token's digest, taken once: the gateway checks every proxied request against it and
+  // then hashes only the presented token. Fails closed: it matches no non-empty token until set.
+  token::SecretMatcher access_matcher{""};
+  void set_access_token(std::string t) {
+    access_token = std::move(t);
+    access_matcher = token::SecretMatcher(access_token);
+  }
   // E2B's trafficAccessToken: set when created with network.allowPublicTraffic false; requests
   // to the sandbox's own ports (not envd, not the command server) must then carry it in
   // `e2b-traffic-access-token`. Kept in <home>/run/<id>/traffic_token (0400) for a restart.
