@@ -130,8 +130,11 @@ def wrk(url, headers, body, connections, duration, netns=None, method="POST", cl
                 's.requests, s.duration, l:percentile(50), l:percentile(99), '
                 's.errors.status + s.errors.connect + s.errors.read + s.errors.write + '
                 's.errors.timeout)) end\n')
-    cmd = ["wrk", "-t", "1", "-c", str(connections), "-d", f"{duration}s", "--latency", "-s", lua,
-           url]
+    # --timeout: a call is an error only after 30 s (wrk's default is 2 s): at 64 connections a
+    # Process/Start waits behind 63 others, and where envd spawns slowly (~9 ms per `echo` on a
+    # PVM guest) that queue alone is ~1-2 s.
+    cmd = ["wrk", "-t", "1", "-c", str(connections), "-d", f"{duration}s", "--timeout", "30s",
+           "--latency", "-s", lua, url]
     if netns:
         cmd = ["nsenter", "--net=" + netns] + cmd
     r = subprocess.run(cmd, capture_output=True, text=True)

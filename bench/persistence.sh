@@ -86,6 +86,9 @@ ms_since() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
 runc_peer() {
   local out="$work/peer.txt" layer mib dir id pid t i err l
   : >"$out"
+  # runc runs criu with its own environment: CRIU's software stop after the parasite, as abx
+  # uses it (docs/persistence.md); without it criu waits for ever on a PVM guest.
+  local -x CRIU_FAULT=130
   if ! command -v runc >/dev/null; then echo "unavailable runc not installed (scripts/install-deps.sh)" >"$out"; return; fi
   # The base image's single layer, read-only under an overlay: the same files as the sandbox.
   layer=$(python3 - "$store" <<'PY'
