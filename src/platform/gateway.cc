@@ -181,10 +181,10 @@ bool still_open(beast::tcp_stream& s) {
 // Arms a watch on `u`'s connection for the time until its client connection's next request: a
 // one-byte read that completes only if the sandbox closes the connection (EOF, reset) or sends
 // what no request asked for; either way the connection is done. The check this replaces,
-// still_open()'s MSG_PEEK, was a syscall between a request's arrival and its send upstream. The
-// read's own syscall (Asio tries it at once, and so finds a close that came first) comes after
-// the answer has gone to the client; an async_wait would instead re-arm the descriptor with an
-// epoll_ctl, one syscall more per call.
+// still_open()'s MSG_PEEK, was a syscall between a request's arrival and its send upstream. A
+// read costs none here: Asio queues it without touching epoll (an async_wait re-arms the
+// descriptor with epoll_ctl, whose EPOLLOUT edge then woke the thread once more), and a close
+// that came first is found by the read Asio then tries at once.
 struct IdleWatch {
   bool readable = false;
   char byte = 0;
