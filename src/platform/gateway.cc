@@ -166,8 +166,8 @@ struct Upstream {
   std::uint64_t epoch = 0;
   std::unique_ptr<beast::tcp_stream> stream;  // null: none open
   bool in_use = false;                        // a request is on it (never pooled then)
-  // Between two requests of its client connection: set by watch_idle()'s read when the sandbox
-  // closed the connection (or sent what no request asked for); null when no watch is armed.
+  // Between two requests of its client connection: set by watch_idle()'s wait when the sandbox
+  // closed the connection (or sent what no request asked for); null when no wait is armed.
   std::shared_ptr<bool> readable;
 };
 
@@ -178,28 +178,19 @@ bool still_open(beast::tcp_stream& s) {
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
-// Arms a watch on `u`'s connection for the time until its client connection's next request: a
-// one-byte read that completes only if the sandbox closes the connection (EOF, reset) or sends
-// what no request asked for; either way the connection is done. The check this replaces,
-// still_open()'s MSG_PEEK, was a syscall between a request's arrival and its send upstream. A
-// read costs none here: Asio queues it without touching epoll (an async_wait re-arms the
-// descriptor with epoll_ctl, whose EPOLLOUT edge then woke the thread once more), and a close
-// that came first is found by the read Asio then tries at once.
-struct IdleWatch {
-  bool readable = false;
-  char byte = 0;
-};
-
+// Arms a wait on `u`'s connection for the time until its client connection's next request:
+// readable then means the sandbox closed it. The check this replaces, still_open()'s MSG_PEEK,
+// was a syscall between a request's arrival and its send upstream; the wait's epoll_ctl comes
+// after the answer is on its way to the client.
 void watch_idle(Upstream& u) {
-  auto w = std::make_shared<IdleWatch>();
-  u.readable = std::shared_ptr<bool>(w, &w->readable);
-  u.stream->socket().async_read_some(asio::buffer(&w->byte, 1),
-                                     [w](beast::error_code ec, std::size_t) {
-                                       if (ec != asio::error::operation_aborted) w->readable = true;
-                                     });
+  u.readable = std::make_shared<bool>(false);
+  u.stream->socket().async_wait(tcp::socket::wait_read,
+                                [readable = u.readable](beast::error_code ec) {
+                                  if (!ec) *readable = true;
+                                });
 }
 
-// Ends watch_idle()'s watch on `u` (if any) and drops the connection when the sandbox closed it
+// Ends watch_idle()'s wait on `u` (if any) and drops the connection when the sandbox closed it
 // meanwhile. A connection kept without a wait is checked with still_open().
 void end_watch(Upstream& u) {
   if (!u.stream) {
@@ -213,7 +204,7 @@ void end_watch(Upstream& u) {
   const bool closed = *u.readable;
   u.readable.reset();
   beast::error_code ec;
-  u.stream->socket().cancel(ec);  // the watch ends with operation_aborted
+  u.stream->socket().cancel(ec);  // the wait ends with operation_aborted
   if (closed) u.stream.reset();
 }
 
