@@ -289,9 +289,10 @@ ABX_EXPORT Result<std::vector<CommandEntry>> discover_local(
     const std::vector<std::string>& modules);
 
 // Loads a command module with dlopen and returns the commands it registered. The program must
-// export the registry (link abx_registry whole-archive with -rdynamic, as abx and abx-server
-// do); otherwise the module's symbols do not resolve and this fails with dlerror()'s text.
-// Loading the same path again returns the same commands.
+// export the registry (link abx_registry whole-archive and export its symbols: -rdynamic, as
+// abx-server does, or src/cli/module-exports.list, as abx does); otherwise the module's symbols do
+// not resolve and this fails with dlerror()'s text. Loading the same path again returns the same
+// commands.
 ABX_EXPORT Result<std::vector<CommandEntry>> load_command_module(const std::string& path);
 
 // Merges discovery layers by name: the first list wins for a name present in several.
