@@ -3,6 +3,9 @@
 #include <csignal>
 #include <iostream>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "cli.h"
 
@@ -77,12 +80,44 @@ std::optional<std::string> unknown_command(CLI::App& app, int argc, char** argv)
   return std::nullopt;
 }
 
-}  // namespace
+// Thrown by a command left unfilled when CLI11 enters it: argv named it where the first word did
+// not (run_main() then parses again with every command filled).
+struct UnfilledCommandEntered {};
 
-void add_mcp(CLI::App& app, Context& ctx);  // mcp.cc: `abx mcp` (stdio MCP server)
+// The top-level commands, in the order --help lists them.
+constexpr const TopCommand* kCommands[] = {
+    &kSandboxCommand,  &kExecCommand,       &kCodeCommand,     &kFilesCommand, &kLogsCommand,
+    &kTemplateCommand, &kSnapshotCommand,   &kCommandsCommand, &kRunCommand,   &kTokenCommand,
+    &kUpCommand,       &kCompletionCommand, &kMcpCommand};
 
-int run_main(int argc, char** argv) {
-  std::signal(SIGPIPE, SIG_IGN);
+// The top-level command argv names: the first word that is neither a global option nor its
+// value, as CLI11 reads them. nullptr when there is no such word (`abx --help`), `--` comes first,
+// or the word names no command (the parse then reports it).
+CLI::App* named_command(CLI::App& app, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") return nullptr;
+    if (a.size() > 1 && a[0] == '-') {
+      if (a.find('=') != std::string::npos) continue;
+      if (const CLI::Option* o = app.get_option_no_throw(a);
+          o != nullptr && o->get_items_expected_max() > 0) {
+        ++i;  // its value
+      }
+      continue;
+    }
+    for (CLI::App* s : app.get_subcommands([](CLI::App*) { return true; })) {
+      if (s->check_name(a)) return s;
+    }
+    return nullptr;
+  }
+  return nullptr;
+}
+
+// Builds the command line and runs what argv selects. Only the named top-level command gets its
+// arguments and subcommands unless `fill_all` (building all of them is most of the CLI's
+// start-up: page faults of the heap and of code run once); the others are a name, an alias and
+// a help line, enough for --help and for the unknown-command message.
+int parse_and_run(int argc, char** argv, bool fill_all) {
   Context ctx;
   CLI::App app{
       "abx: local-first agent sandboxes. Create sandboxes, run processes and registered "
@@ -109,22 +144,25 @@ int run_main(int argc, char** argv) {
   app.add_option("--home", f.home, "Local templates root (ABX_HOME, default ~/.abx)");
   app.add_option("--template", f.template_id, "Template id for local discovery / direct mode");
 
-  add_sandbox(app, ctx);
-  add_exec(app, ctx);
-  add_code(app, ctx);
-  add_files(app, ctx);
-  add_logs(app, ctx);
-  add_template(app, ctx);
-  add_snapshot(app, ctx);
-  add_commands(app, ctx);
-  add_run(app, ctx);
-  add_token(app, ctx);
-  add_up(app, ctx);
-  add_completion(app, ctx);
-  add_mcp(app, ctx);
+  std::vector<std::pair<CLI::App*, const TopCommand*>> commands;
+  for (const TopCommand* c : kCommands) {
+    CLI::App* sub = app.add_subcommand(c->name, c->help);
+    if (c->alias != nullptr) sub->alias(c->alias);
+    commands.emplace_back(sub, c);
+  }
+  CLI::App* named = fill_all ? nullptr : named_command(app, argc, argv);
+  for (auto& [sub, c] : commands) {
+    if (fill_all || sub == named) {
+      c->fill(*sub, ctx);
+    } else {
+      sub->preparse_callback([](std::size_t) { throw UnfilledCommandEntered{}; });
+    }
+  }
 
   try {
     app.parse(argc, argv);
+  } catch (const UnfilledCommandEntered&) {
+    return parse_and_run(argc, argv, /*fill_all=*/true);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() != 0) {
       if (auto msg = unknown_command(app, argc, argv)) {
@@ -136,6 +174,13 @@ int run_main(int argc, char** argv) {
     return code == 0 ? kExitOk : kExitUsage;
   }
   return ctx.exit_code;
+}
+
+}  // namespace
+
+int run_main(int argc, char** argv) {
+  std::signal(SIGPIPE, SIG_IGN);
+  return parse_and_run(argc, argv, /*fill_all=*/false);
 }
 
 }  // namespace abx::cli

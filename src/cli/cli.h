@@ -1,7 +1,8 @@
 // The abx CLI: a thin shell over libabx (CLI11), one file per subcommand.
 //
-// Every subcommand registers itself with add_<name>(app, ctx) and, when selected, sets
-// ctx.exit_code. Failures print "abx: <message>" on stderr (and, with --json, an
+// Every top-level command is a TopCommand (below) whose fill function adds its arguments and
+// subcommands; the selected one sets ctx.exit_code. Failures print "abx: <message>" on stderr (and,
+// with --json, an
 // {"error","type","code"} object on stdout) and exit with the code of exit_code_for(); the codes
 // are documented in docs/cli.md.
 #pragma once
@@ -97,25 +98,36 @@ int remove_each(Context& ctx, const std::vector<std::string>& ids, std::string_v
                 std::string_view done, std::string_view verb,
                 const std::function<Result<bool>(const std::string&)>& remove);
 
-// A subcommand of `parent` that acts on one sandbox: its first argument, required, is the
-// sandbox id (into `id`), spelled and explained the same way by every such command.
+// The sandbox id argument of a command that acts on one sandbox: its first argument, required
+// (into `id`), spelled and explained the same way by every such command.
+void add_sandbox_arg(CLI::App& cmd, std::string& id);
+// A subcommand of `parent` that acts on one sandbox (add_sandbox_arg).
 CLI::App* add_sandbox_subcommand(CLI::App& parent, const std::string& name, const std::string& help,
                                  std::string& id);
 
-void add_sandbox(CLI::App& app, Context& ctx);
-void add_exec(CLI::App& app, Context& ctx);
-void add_code(CLI::App& app, Context& ctx);  // code.cc: `abx code`
-void add_files(CLI::App& app, Context& ctx);
+// A top-level command: its name, alias and help line, and `fill`, which adds its arguments,
+// subcommands and callback to it. run_main() fills only the command that argv names (all of
+// them when argv names none it knows), so start-up does not build the whole tree.
+struct TopCommand {
+  const char* name;
+  const char* alias;  // nullptr: none
+  const char* help;
+  void (*fill)(CLI::App& cmd, Context& ctx);
+};
+extern const TopCommand kSandboxCommand;           // sandbox.cc: `abx sandbox`
+extern const TopCommand kExecCommand;              // exec.cc: `abx exec`
+extern const TopCommand kCodeCommand;              // code.cc: `abx code`
+extern const TopCommand kFilesCommand;             // files.cc (+ files_cp.cc): `abx files`
+extern const TopCommand kLogsCommand;              // logs.cc: `abx logs`
+extern const TopCommand kTemplateCommand;          // template.cc: `abx template`
+extern const TopCommand kSnapshotCommand;          // snapshot.cc: `abx snapshot`
+extern const TopCommand kCommandsCommand;          // commands.cc: `abx commands`
+extern const TopCommand kRunCommand;               // run.cc: `abx run`
+extern const TopCommand kTokenCommand;             // token.cc: `abx token`
+extern const TopCommand kUpCommand;                // up.cc: `abx up`
+extern const TopCommand kCompletionCommand;        // completion.cc: `abx completion`
+extern const TopCommand kMcpCommand;               // mcp.cc: `abx mcp`
 void add_files_cp(CLI::App& files, Context& ctx);  // files_cp.cc: `abx files cp`
-void add_template(CLI::App& app, Context& ctx);
-void add_commands(CLI::App& app, Context& ctx);
-void add_run(CLI::App& app, Context& ctx);
-void add_token(CLI::App& app, Context& ctx);
-void add_up(CLI::App& app, Context& ctx);
-void add_completion(CLI::App& app, Context& ctx);
-void add_mcp(CLI::App& app, Context& ctx);       // mcp.cc: `abx mcp`
-void add_logs(CLI::App& app, Context& ctx);      // logs.cc: `abx logs`
-void add_snapshot(CLI::App& app, Context& ctx);  // snapshot.cc: `abx snapshot`
 
 // A snapshot as the platform spells it (snapshotID, names, sandboxID, templateID, createdAt).
 boost::json::object snapshot_json(const client::SnapshotInfo& s);

@@ -254,6 +254,33 @@ TEST(CliBinary, EverySubcommandHasHelpAndBadFlagsExitTwo) {
   EXPECT_NE(comp.out.find("complete -o default -F _abx abx"), std::string::npos);
 }
 
+// Only the command that argv names is built (app.cc); the others are a name, an alias and a help
+// line. The top-level help still lists them all, a command is found after global options and
+// their values and by its alias, and a misspelt one still gets its suggestion.
+TEST(CliBinary, EveryCommandIsListedAndBuiltWhereverArgvNamesIt) {
+  auto help = abx({"--help"});
+  ASSERT_EQ(help.code, 0);
+  for (const TopCommand* c :
+       {&kSandboxCommand, &kExecCommand, &kCodeCommand, &kFilesCommand, &kLogsCommand,
+        &kTemplateCommand, &kSnapshotCommand, &kCommandsCommand, &kRunCommand, &kTokenCommand,
+        &kUpCommand, &kCompletionCommand, &kMcpCommand}) {
+    EXPECT_NE(help.out.find(std::string("\n  ") + c->name), std::string::npos) << c->name;
+    EXPECT_NE(help.out.find(std::string(c->help).substr(0, 30)), std::string::npos) << c->name;
+  }
+  // The value of --api-url is "run", not the command; --json takes none.
+  auto list = abx({"--api-url", "run", "--json", "sbx", "list", "--help"});
+  EXPECT_EQ(list.code, 0);
+  EXPECT_NE(list.out.find("Usage: abx sandbox list"), std::string::npos) << list.out;
+  auto templates = abx({"--template=x", "templates", "ls", "--help"});
+  EXPECT_EQ(templates.code, 0);
+  EXPECT_NE(templates.out.find("--local"), std::string::npos) << templates.out;
+  auto typo = abx({"--json", "sandbx", "list"});  // --json: the error is on stdout too
+  EXPECT_EQ(typo.code, kExitUsage);
+  EXPECT_NE(typo.out.find("did you mean 'sandbox'"), std::string::npos) << typo.out;
+  // A command's own arguments are there when it is named: a missing one is a usage error.
+  EXPECT_EQ(abx({"--json", "token", "create", "sbx"}).code, kExitUsage);
+}
+
 TEST(CliBinary, UnreachablePlatformExitsFive) {
   EXPECT_EQ(abx({"sandbox", "list"}).code, kExitUnavailable);
   EXPECT_EQ(abx({"exec", "sbx", "--", "true"}).code, kExitExecFailed);

@@ -158,16 +158,10 @@ int run(Context& ctx, CodeOpts o) {
   return ex->error ? kExitError : kExitOk;
 }
 
-}  // namespace
-
-void add_code(CLI::App& app, Context& ctx) {
+void fill_code(CLI::App& cmd, Context& ctx) {
   auto o = std::make_shared<CodeOpts>();
-  auto* sub = add_sandbox_subcommand(
-      app, "code",
-      "Run code in a sandbox's code interpreter (template code-interpreter): state persists "
-      "between calls of a context; output streams, the last expression's value is printed "
-      "last; exits 1 when the code raised. --json: the Execution as one object",
-      o->id);
+  CLI::App* sub = &cmd;
+  add_sandbox_arg(*sub, o->id);
   sub->add_option("code", o->code, "The code; '-' (or nothing, with stdin not a terminal): stdin");
   sub->add_option("--context", o->context, "Run in this context (default: the Python default one)");
   sub->add_option("--language", o->language, "Run in this language's default context (python)");
@@ -187,5 +181,14 @@ void add_code(CLI::App& app, Context& ctx) {
   sub->add_option("--remove-context", o->remove_context, "Remove a context");
   sub->callback([&ctx, o] { ctx.exit_code = run(ctx, *o); });
 }
+
+}  // namespace
+
+const TopCommand kCodeCommand{
+    "code", nullptr,
+    "Run code in a sandbox's code interpreter (template code-interpreter): state persists "
+    "between calls of a context; output streams, the last expression's value is printed "
+    "last; exits 1 when the code raised. --json: the Execution as one object",
+    fill_code};
 
 }  // namespace abx::cli

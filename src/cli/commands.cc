@@ -58,10 +58,8 @@ int list(Context& ctx, const ListOpts& o) {
   return kExitOk;
 }
 
-}  // namespace
-
-void add_commands(CLI::App& app, Context& ctx) {
-  auto* cmds = app.add_subcommand("commands", "Discover commands (local and remote)");
+void fill_commands(CLI::App& cmd, Context& ctx) {
+  CLI::App* cmds = &cmd;
   cmds->require_subcommand(1);
   auto o = std::make_shared<ListOpts>();
   auto* ls = cmds->add_subcommand(
@@ -73,5 +71,10 @@ void add_commands(CLI::App& app, Context& ctx) {
       ->allow_extra_args(false);
   ls->callback([&ctx, o] { ctx.exit_code = list(ctx, *o); });
 }
+
+}  // namespace
+
+const TopCommand kCommandsCommand{"commands", nullptr, "Discover commands (local and remote)",
+                                  fill_commands};
 
 }  // namespace abx::cli

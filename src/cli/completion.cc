@@ -51,16 +51,19 @@ _abx() {
 complete -o default -F _abx abx
 )BASH";
 
-}  // namespace
-
-void add_completion(CLI::App& app, Context& ctx) {
+void fill_completion(CLI::App& cmd, Context& ctx) {
   auto shell = std::make_shared<std::string>("bash");
-  auto* c = app.add_subcommand("completion", "Print a shell completion script (bash)");
+  CLI::App* c = &cmd;
   c->add_option("shell", *shell, "Shell")->check(CLI::IsMember({"bash"}))->capture_default_str();
   c->callback([&ctx] {
     std::cout << kBash;
     ctx.exit_code = kExitOk;
   });
 }
+
+}  // namespace
+
+const TopCommand kCompletionCommand{"completion", nullptr, "Print a shell completion script (bash)",
+                                    fill_completion};
 
 }  // namespace abx::cli

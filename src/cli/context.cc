@@ -216,10 +216,14 @@ Result<std::map<std::string, std::string>> parse_pairs(const std::vector<std::st
   return out;
 }
 
+void add_sandbox_arg(CLI::App& cmd, std::string& id) {
+  cmd.add_option("sandbox", id, "Sandbox id")->required();
+}
+
 CLI::App* add_sandbox_subcommand(CLI::App& parent, const std::string& name, const std::string& help,
                                  std::string& id) {
   CLI::App* sub = parent.add_subcommand(name, help);
-  sub->add_option("sandbox", id, "Sandbox id")->required();
+  add_sandbox_arg(*sub, id);
   return sub;
 }
 

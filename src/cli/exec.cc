@@ -182,15 +182,10 @@ int exec(Context& ctx, const ExecOpts& o) {
   return r->exit_code;
 }
 
-}  // namespace
-
-void add_exec(CLI::App& app, Context& ctx) {
+void fill_exec(CLI::App& cmd, Context& ctx) {
   auto o = std::make_shared<ExecOpts>();
-  auto* sub = add_sandbox_subcommand(
-      app, "exec",
-      "Run a command in a sandbox, streaming its output; exits with its code (125 when abx "
-      "itself fails). --json: one {\"exitCode\",\"stdout\",\"stderr\"} object at the end",
-      o->id);
+  CLI::App* sub = &cmd;
+  add_sandbox_arg(*sub, o->id);
   sub->add_option("command", o->argv, "Command and arguments (after --)")->required();
   sub->add_flag("-i,--interactive", o->interactive,
                 "Stream stdin to the command; EOF closes its stdin");
@@ -203,5 +198,13 @@ void add_exec(CLI::App& app, Context& ctx) {
       ->capture_default_str();
   sub->callback([&ctx, o] { ctx.exit_code = exec(ctx, *o); });
 }
+
+}  // namespace
+
+const TopCommand kExecCommand{
+    "exec", nullptr,
+    "Run a command in a sandbox, streaming its output; exits with its code (125 when abx "
+    "itself fails). --json: one {\"exitCode\",\"stdout\",\"stderr\"} object at the end",
+    fill_exec};
 
 }  // namespace abx::cli

@@ -31,10 +31,8 @@ int with_files(Context& ctx, const FilesOpts& o, F&& f) {
   return f(sbx->files());
 }
 
-}  // namespace
-
-void add_files(CLI::App& app, Context& ctx) {
-  auto* fs = app.add_subcommand("files", "Read and write files in a sandbox");
+void fill_files(CLI::App& cmd, Context& ctx) {
+  CLI::App* fs = &cmd;
   fs->require_subcommand(1);
   auto o = std::make_shared<FilesOpts>();
 
@@ -129,5 +127,9 @@ void add_files(CLI::App& app, Context& ctx) {
 
   add_files_cp(*fs, ctx);
 }
+
+}  // namespace
+
+const TopCommand kFilesCommand{"files", nullptr, "Read and write files in a sandbox", fill_files};
 
 }  // namespace abx::cli

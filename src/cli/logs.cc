@@ -131,15 +131,10 @@ int logs(Context& ctx, const LogsOpts& o) {
   }
 }
 
-}  // namespace
-
-void add_logs(CLI::App& app, Context& ctx) {
+void fill_logs(CLI::App& cmd, Context& ctx) {
   auto o = std::make_shared<LogsOpts>();
-  auto* sub = add_sandbox_subcommand(
-      app, "logs",
-      "Output of the sandbox's start command and command server (with restarts) and its "
-      "lifecycle events; --json: one object per line",
-      o->id);
+  CLI::App* sub = &cmd;
+  add_sandbox_arg(*sub, o->id);
   sub->add_flag("-f,--follow", o->follow, "Keep printing new lines until the sandbox is gone");
   sub->add_option("--since", o->since, "Only lines from this long ago: 90s, 5m, 1h");
   sub->add_flag("--network", o->network,
@@ -148,5 +143,13 @@ void add_logs(CLI::App& app, Context& ctx) {
   sub->add_option("--limit", o->limit, "Lines per request (1-10000)")->capture_default_str();
   sub->callback([&ctx, o] { ctx.exit_code = logs(ctx, *o); });
 }
+
+}  // namespace
+
+const TopCommand kLogsCommand{
+    "logs", nullptr,
+    "Output of the sandbox's start command and command server (with restarts) and its "
+    "lifecycle events; --json: one object per line",
+    fill_logs};
 
 }  // namespace abx::cli

@@ -234,14 +234,17 @@ int serve(Context& ctx) {
   return kExitOk;
 }
 
-}  // namespace
-
-void add_mcp(CLI::App& app, Context& ctx) {
-  auto* m = app.add_subcommand(
-      "mcp",
-      "Serve the platform as MCP tools over stdin/stdout (create/list/kill sandboxes, shell, "
-      "files, sandbox commands), for agents that launch MCP servers as subprocesses");
+void fill_mcp(CLI::App& cmd, Context& ctx) {
+  CLI::App* m = &cmd;
   m->callback([&ctx] { ctx.exit_code = serve(ctx); });
 }
+
+}  // namespace
+
+const TopCommand kMcpCommand{
+    "mcp", nullptr,
+    "Serve the platform as MCP tools over stdin/stdout (create/list/kill sandboxes, shell, "
+    "files, sandbox commands), for agents that launch MCP servers as subprocesses",
+    fill_mcp};
 
 }  // namespace abx::cli

@@ -72,20 +72,23 @@ int run(Context& ctx, const RunOpts& o) {
   return kExitOk;
 }
 
-}  // namespace
-
-void add_run(CLI::App& app, Context& ctx) {
+void fill_run(CLI::App& cmd, Context& ctx) {
   auto o = std::make_shared<RunOpts>();
-  auto* sub = add_sandbox_subcommand(
-      app, "run",
-      "Run a command in a sandbox: a registered command on its command server, or a "
-      "template custom command. Values are converted to the declared argument types.",
-      o->id);
+  CLI::App* sub = &cmd;
+  add_sandbox_arg(*sub, o->id);
   sub->add_option("command", o->command, "Command name (see `abx commands list <id>`)")->required();
   sub->add_option("-a,--arg", o->args, "Argument NAME=VALUE (repeatable)")->allow_extra_args(false);
   sub->add_option("--module", o->modules, "Also discover commands of this local module (.so)")
       ->allow_extra_args(false);
   sub->callback([&ctx, o] { ctx.exit_code = run(ctx, *o); });
 }
+
+}  // namespace
+
+const TopCommand kRunCommand{
+    "run", nullptr,
+    "Run a command in a sandbox: a registered command on its command server, or a "
+    "template custom command. Values are converted to the declared argument types.",
+    fill_run};
 
 }  // namespace abx::cli

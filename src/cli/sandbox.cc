@@ -237,11 +237,8 @@ int network(Context& ctx, const SandboxOpts& o) {
   return kExitOk;
 }
 
-}  // namespace
-
-void add_sandbox(CLI::App& app, Context& ctx) {
-  auto* sb = app.add_subcommand("sandbox", "Create, list, inspect and stop sandboxes");
-  sb->alias("sbx");
+void fill_sandbox(CLI::App& cmd, Context& ctx) {
+  CLI::App* sb = &cmd;
   sb->require_subcommand(1);
   auto o = std::make_shared<SandboxOpts>();
 
@@ -322,5 +319,10 @@ void add_sandbox(CLI::App& app, Context& ctx) {
   sn->add_option("--name", o->name, "A name for the snapshot");
   sn->callback([&ctx, o] { ctx.exit_code = snapshot(ctx, *o); });
 }
+
+}  // namespace
+
+const TopCommand kSandboxCommand{"sandbox", "sbx", "Create, list, inspect and stop sandboxes",
+                                 fill_sandbox};
 
 }  // namespace abx::cli

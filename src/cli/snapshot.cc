@@ -52,14 +52,8 @@ int remove(Context& ctx, const SnapshotOpts& o) {
       [&](const std::string& id) { return client::Sandbox::delete_snapshot(id, cfg); });
 }
 
-}  // namespace
-
-void add_snapshot(CLI::App& app, Context& ctx) {
-  auto* sn = app.add_subcommand(
-      "snapshot",
-      "List and remove sandbox snapshots (take one with `abx sandbox snapshot`, start one with "
-      "`abx sandbox create <snapshot id>`)");
-  sn->alias("snapshots");
+void fill_snapshot(CLI::App& cmd, Context& ctx) {
+  CLI::App* sn = &cmd;
   sn->require_subcommand(1);
   auto o = std::make_shared<SnapshotOpts>();
 
@@ -74,5 +68,13 @@ void add_snapshot(CLI::App& app, Context& ctx) {
   rm->add_option("snapshot", o->ids, "Snapshot ids (snapshot-…)")->required();
   rm->callback([&ctx, o] { ctx.exit_code = remove(ctx, *o); });
 }
+
+}  // namespace
+
+const TopCommand kSnapshotCommand{
+    "snapshot", "snapshots",
+    "List and remove sandbox snapshots (take one with `abx sandbox snapshot`, start one with "
+    "`abx sandbox create <snapshot id>`)",
+    fill_snapshot};
 
 }  // namespace abx::cli

@@ -236,11 +236,8 @@ int push(Context& ctx, const TemplateOpts& o) {
   return kExitOk;
 }
 
-}  // namespace
-
-void add_template(CLI::App& app, Context& ctx) {
-  auto* tp = app.add_subcommand("template", "Templates on the platform (or --local)");
-  tp->alias("templates");
+void fill_template(CLI::App& cmd, Context& ctx) {
+  CLI::App* tp = &cmd;
   tp->require_subcommand(1);
   auto o = std::make_shared<TemplateOpts>();
   auto* l = tp->add_subcommand("list", "List templates");
@@ -286,5 +283,10 @@ void add_template(CLI::App& app, Context& ctx) {
       "Credentials and insecure registries: abxd's (--registry-auth, Docker's auths format).");
   p->callback([&ctx, o] { ctx.exit_code = push(ctx, *o); });
 }
+
+}  // namespace
+
+const TopCommand kTemplateCommand{"template", "templates", "Templates on the platform (or --local)",
+                                  fill_template};
 
 }  // namespace abx::cli

@@ -58,10 +58,8 @@ int create(Context& ctx, const TokenOpts& o) {
   return kExitOk;
 }
 
-}  // namespace
-
-void add_token(CLI::App& app, Context& ctx) {
-  auto* tok = app.add_subcommand("token", "Scoped access tokens for a sandbox's command server");
+void fill_token(CLI::App& cmd, Context& ctx) {
+  CLI::App* tok = &cmd;
   tok->require_subcommand(1);
   auto o = std::make_shared<TokenOpts>();
   auto* c = add_sandbox_subcommand(
@@ -74,5 +72,10 @@ void add_token(CLI::App& app, Context& ctx) {
               "Do not check the names against the command server's GET /commands");
   c->callback([&ctx, o] { ctx.exit_code = create(ctx, *o); });
 }
+
+}  // namespace
+
+const TopCommand kTokenCommand{"token", nullptr,
+                               "Scoped access tokens for a sandbox's command server", fill_token};
 
 }  // namespace abx::cli

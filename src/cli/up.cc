@@ -35,14 +35,9 @@ std::string find_abxd() {
   return {};
 }
 
-}  // namespace
-
-void add_up(CLI::App& app, Context& ctx) {
+void fill_up(CLI::App& cmd, Context& ctx) {
   auto args = std::make_shared<std::vector<std::string>>();
-  auto* up = app.add_subcommand(
-      "up",
-      "Start abxd (the local platform) in the foreground with the embedded defaults; "
-      "extra arguments after -- go to abxd");
+  CLI::App* up = &cmd;
   up->add_option("abxd-args", *args, "Arguments for abxd");
   up->callback([&ctx, args] {
     std::string bin = find_abxd();
@@ -60,5 +55,13 @@ void add_up(CLI::App& app, Context& ctx) {
     ctx.exit_code = ctx.fail(unavailable("cannot run " + bin + ": " + std::strerror(errno)));
   });
 }
+
+}  // namespace
+
+const TopCommand kUpCommand{
+    "up", nullptr,
+    "Start abxd (the local platform) in the foreground with the embedded defaults; "
+    "extra arguments after -- go to abxd",
+    fill_up};
 
 }  // namespace abx::cli
