@@ -1063,6 +1063,65 @@ TEST_F(EnvdTest, UserSelectionRunsAsThatUser) {
   EXPECT_EQ(st.st_uid, 1000u);
 }
 
+// envd starts a process with clone(CLONE_VM | CLONE_VFORK) (process.cc): the child shares envd's
+// memory until it execs. It must still get exactly the user's ids and groups (set through
+// syscall(2) there), no blocked signal (envd's threads here block SIGUSR2, inherited from the
+// test's thread), and several at once must each get their own arguments while envd runs on.
+TEST_F(EnvdTest, StartedProcessesGetTheUsersIdsAndNoBlockedSignalEvenManyAtOnce) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch users";
+  sigset_t usr2, old;
+  ::sigemptyset(&usr2);
+  ::sigaddset(&usr2, SIGUSR2);
+  ASSERT_EQ(::pthread_sigmask(SIG_BLOCK, &usr2, &old), 0);
+  EnvdOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.users = {{"user", UserSpec{1000, 1000, "/"}}, {"root", UserSpec{0, 0, home_}}};
+  o.spool_dir = home_;
+  auto e = Envd::start(o);  // its threads start with SIGUSR2 blocked
+  ASSERT_EQ(::pthread_sigmask(SIG_SETMASK, &old, nullptr), 0);
+  ASSERT_TRUE(e.ok());
+  envd_ = std::move(*e);
+
+  auto status_line = [](const std::string& status, const std::string& key) {
+    auto at = status.find("\n" + key + ":");
+    if (at == std::string::npos) return std::string("(no " + key + ")");
+    auto from = status.find_first_not_of(" \t", at + key.size() + 2);
+    std::string v = status.substr(from, status.find('\n', from) - from);
+    return v.substr(0, v.find_last_not_of(" \t") + 1);
+  };
+  auto r =
+      stream("process.Process/Start", R"({"process":{"cmd":"cat","args":["/proc/self/status"]}})");
+  std::string status = stdout_of(frames_of(r.body()));
+  EXPECT_EQ(status_line(status, "Uid"), "1000\t1000\t1000\t1000") << status;
+  EXPECT_EQ(status_line(status, "Gid"), "1000\t1000\t1000\t1000") << status;
+  EXPECT_EQ(status_line(status, "Groups"), "1000") << status;
+  EXPECT_EQ(status_line(status, "SigBlk"), "0000000000000000") << status;
+
+  // 16 at once from 4 clients, each echoing its own number.
+  std::vector<std::thread> clients;
+  std::mutex mu;
+  std::set<std::string> outs;
+  for (int c = 0; c < 4; ++c) {
+    clients.emplace_back([&, c] {
+      for (int i = 0; i < 4; ++i) {
+        std::string n = std::to_string(c * 4 + i);
+        auto res = stream("process.Process/Start",
+                          R"({"process":{"cmd":"echo","args":[")" + n + R"("]}})");
+        std::lock_guard lock(mu);
+        outs.insert(stdout_of(frames_of(res.body())));
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  std::set<std::string> want;
+  for (int n = 0; n < 16; ++n) want.insert(std::to_string(n) + "\n");
+  EXPECT_EQ(outs, want);
+  // A failing step still reports its errno: a missing program as the user.
+  auto missing = stream("process.Process/Start", R"({"process":{"cmd":"/no/such/program"}})");
+  EXPECT_NE(missing.body().find("execve"), std::string::npos) << missing.body();
+}
+
 // E2B's envd makes an upload's missing parents as root and gives them to the user (found with
 // E2B's suite: `/0/multi_test_file0.txt` as `user`, where `user` may not create /0). Root helps
 // only where the user can search without a symlink, and never leaves a directory elsewhere.

@@ -38,8 +38,8 @@ class Reaper {
  public:
   using OnExit = std::function<void(int wait_status)>;
   static Reaper& instance();
-  // Runs `spawn` (which forks and returns the pid, or -1) with registration atomic with respect
-  // to reaping: the child's status cannot be collected before `on_exit` is in place.
+  // Runs `spawn` (which starts a child and returns its pid, or -1) with registration atomic with
+  // respect to reaping: the child's status cannot be collected before `on_exit` is in place.
   pid_t spawn(const std::function<pid_t()>& spawn, OnExit on_exit);
 
  private:
@@ -81,7 +81,7 @@ class ProcessManager {
   explicit ProcessManager(Reaper& reaper) : reaper_(reaper) {}
   ~ProcessManager();  // SIGKILLs what is still running and waits for the pumps to finish
 
-  // Starts a process. Errors: invalid_argument (empty cmd, bad cwd), internal (fork/exec
+  // Starts a process. Errors: invalid_argument (empty cmd, bad cwd), internal (clone/exec
   // failure, with the step and errno), permission_denied (user switch impossible).
   Result<std::shared_ptr<Process>> start(const StartSpec& spec);
   // Looks a process up by pid or tag. Errors: not_found.
@@ -148,7 +148,7 @@ class Process : public std::enable_shared_from_this<Process> {
   bool ended_ = false;
 };
 
-// In a forked child before exec: every descriptor from 3 up is closed when the child execs (all
+// In a child before exec: every descriptor from 3 up is closed when the child execs (all
 // but `keep_until_exec` right away on kernels before 5.11; -1 keeps none). Async-signal-safe;
 // false when the kernel refused.
 bool clean_fd_table(int keep_until_exec);
