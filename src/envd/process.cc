@@ -328,20 +328,32 @@ bool clean_fd_table(int keep_until_exec) {
   return ::close_range(static_cast<unsigned>(keep_until_exec) + 1, ~0U, 0) == 0;
 }
 
-namespace {
+// run_child's frames, with room for a sanitizer's redzones.
+constexpr std::size_t kChildStackBytes = 64 * 1024;
 
-// The child between clone and execve (spawn_child). It shares envd's memory and runs on the
-// spawning thread's stack, so: async-signal-safe calls only, no allocation, nothing written but
-// its own frames, and the credentials set through syscall(2) (glibc's setgid/setuid/setgroups
-// would signal every thread of envd to do the same). It starts with every signal blocked; each
-// handler envd installed is reset to the default before any is unblocked. A failing step writes
-// {step, errno} to the report pipe and exits 127.
-[[noreturn]] void run_child(const ChildArgs& a) {
-  auto die = [&](int step) {
-    ChildError ce{step, errno};
-    (void)!::write(a.report_fd, &ce, sizeof ce);
-    ::_exit(127);
-  };
+// On a VM where a page fault costs ~17 us, fork() made Process/Start of `echo` ~4 ms slower (p50
+// 9.6 against 5.6 ms): the copy of envd's page tables, then copy-on-write faults in both
+// processes, and fork's handlers (bench/README.md, "envd's spawn"). The child's stack is a buffer
+// in this frame, free while this thread waits (as in musl). Signals stay blocked from before the
+// clone until the child has reset their handlers (reset_signals_in_child), so no handler of
+// envd's runs in the child.
+pid_t clone_vfork(int (*child)(void*), void* arg) {
+  sigset_t all, old;
+  ::sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
+  alignas(16) char stack[kChildStackBytes];
+  pid_t pid = ::clone(child, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, arg);
+  int saved = errno;
+#if defined(__SANITIZE_ADDRESS__)
+  // The child's frames poisoned their redzones in this buffer's shadow, and never returned.
+  __asan_unpoison_memory_region(stack, sizeof stack);
+#endif
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  errno = saved;
+  return pid;
+}
+
+void reset_signals_in_child() {
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   for (int s = 1; s < NSIG; ++s) {
@@ -356,14 +368,34 @@ namespace {
   sigset_t none;
   ::sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
+int set_ids_in_child(uid_t uid, gid_t gid) {
+  if (::syscall(SYS_setgroups, 1, &gid) < 0) return 1;
+  if (::syscall(SYS_setresgid, gid, gid, gid) < 0) return 2;
+  if (::syscall(SYS_setresuid, uid, uid, uid) < 0) return 3;
+  return 0;
+}
+
+namespace {
+
+// The child between clone_vfork and execve. A failing step writes {step, errno} to the report
+// pipe and exits 127.
+[[noreturn]] void run_child(const ChildArgs& a) {
+  auto die = [&](int step) {
+    ChildError ce{step, errno};
+    (void)!::write(a.report_fd, &ce, sizeof ce);
+    ::_exit(127);
+  };
+  reset_signals_in_child();
   if (::setsid() < 0) die(kStepSetsid);
   if (a.pty && ::ioctl(a.out_fd, TIOCSCTTY, 0) < 0) die(kStepCtty);
   if (::dup2(a.in_fd, 0) < 0 || ::dup2(a.out_fd, 1) < 0 || ::dup2(a.err_fd, 2) < 0) die(kStepDup);
   if (!clean_fd_table(a.report_fd)) die(kStepFds);
   if (a.switch_user) {
-    if (::syscall(SYS_setgroups, 1, &a.gid) < 0) die(kStepGroups);
-    if (::syscall(SYS_setresgid, a.gid, a.gid, a.gid) < 0) die(kStepGid);
-    if (::syscall(SYS_setresuid, a.uid, a.uid, a.uid) < 0) die(kStepUid);
+    if (int failed = set_ids_in_child(a.uid, a.gid); failed != 0) {
+      die(failed == 1 ? kStepGroups : failed == 2 ? kStepGid : kStepUid);
+    }
   }
   if (::chdir(a.cwd) < 0) die(kStepChdir);
   ::execve(a.exe, a.argv, a.envp);
@@ -372,34 +404,6 @@ namespace {
 }
 
 int child_main(void* args) { run_child(*static_cast<const ChildArgs*>(args)); }
-
-// run_child's frames, with room for a sanitizer's redzones.
-constexpr std::size_t kChildStackBytes = 64 * 1024;
-
-// Starts the child as posix_spawn does, not with fork(): clone(CLONE_VM | CLONE_VFORK) shares
-// envd's memory instead of copying its page tables, and this thread waits until the child has
-// exec'd or exited. On a VM where a page fault costs ~17 us, fork() made Process/Start of `echo`
-// ~4 ms slower (p50 9.6 against 5.6 ms): the copy, then copy-on-write faults in both processes,
-// and fork's handlers (bench/README.md, "envd's spawn"). The child's stack is a buffer in this
-// frame, free while this thread waits (as in musl). Signals stay blocked from before the clone
-// until the child has reset their handlers (run_child), so no handler of envd's runs in the
-// child. Returns the pid, or -1 with errno.
-pid_t spawn_child(const ChildArgs& args) {
-  sigset_t all, old;
-  ::sigfillset(&all);
-  ::pthread_sigmask(SIG_SETMASK, &all, &old);
-  alignas(16) char stack[kChildStackBytes];
-  pid_t pid = ::clone(child_main, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD,
-                      const_cast<ChildArgs*>(&args));
-  int saved = errno;
-#if defined(__SANITIZE_ADDRESS__)
-  // The child's frames poisoned their redzones in this buffer's shadow, and never returned.
-  __asan_unpoison_memory_region(stack, sizeof stack);
-#endif
-  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  errno = saved;
-  return pid;
-}
 
 // Waits for the exec: EOF on the report pipe means it happened (the pipe is O_CLOEXEC), a
 // ChildError means a step failed (the reaper then collects the child).
@@ -458,10 +462,11 @@ Result<std::shared_ptr<Process>> ProcessManager::start(const StartSpec& spec) {
                        child.stderr_fd(),    report_w.get(),    image.exe.c_str(),
                        image.cwd.c_str(),    image.argv.data(), image.envp.data()};
   std::weak_ptr<Process> weak = proc;
-  pid_t pid = reaper_.spawn([&]() -> pid_t { return spawn_child(args); },
-                            [weak](int status) {
-                              if (auto p = weak.lock()) p->on_exit(status);
-                            });
+  pid_t pid = reaper_.spawn(
+      [&]() -> pid_t { return clone_vfork(child_main, const_cast<ChildArgs*>(&args)); },
+      [weak](int status) {
+        if (auto p = weak.lock()) p->on_exit(status);
+      });
   if (pid < 0) return errno_error(errno, "clone");
   proc->pid_ = pid;
   // The child holds its ends now; ours must go so EOF arrives when it exits.

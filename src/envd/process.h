@@ -148,6 +148,20 @@ class Process : public std::enable_shared_from_this<Process> {
   bool ended_ = false;
 };
 
+// Starts `child(arg)` in a new process as posix_spawn does: clone(CLONE_VM | CLONE_VFORK), on a
+// stack lent by this thread, which waits until the child has exec'd or exited. The child shares
+// envd's memory, so it may only make async-signal-safe calls (no allocation, no locks), write
+// nothing but its own frames, and must end in exec or _exit. It starts with every signal blocked:
+// it calls reset_signals_in_child() first. Returns the pid, or -1 with errno.
+pid_t clone_vfork(int (*child)(void*), void* arg);
+// In such a child: each handler envd installed, and envd's ignored signals, back to the default;
+// then every signal unblocked.
+void reset_signals_in_child();
+// In such a child: groups {gid}, then gid, then uid, through syscall(2): glibc's setgroups, setgid
+// and setuid would signal every thread of envd to do the same. 0, or the step that failed (1
+// groups, 2 gid, 3 uid) with errno set.
+int set_ids_in_child(uid_t uid, gid_t gid);
+
 // In a child before exec: every descriptor from 3 up is closed when the child execs (all
 // but `keep_until_exec` right away on kernels before 5.11; -1 keeps none). Async-signal-safe;
 // false when the kernel refused.

@@ -100,37 +100,43 @@ pid_t Supervisor::spawn(std::vector<std::string> env, int out_fd, int err_fd) {
   std::vector<char*> argv;
   for (auto& a : argv_) argv.push_back(a.data());
   argv.push_back(nullptr);
-  bool switch_user = ::geteuid() == 0 && user_.uid != 0;
-  uid_t uid = user_.uid;
-  gid_t gid = user_.gid;
-  return reaper_.spawn(
-      [&]() -> pid_t {
-        pid_t child = ::fork();
-        if (child != 0) return child;
-        sigset_t all;
-        ::sigemptyset(&all);
-        ::sigprocmask(SIG_SETMASK, &all, nullptr);
-        struct sigaction dfl {};
-        dfl.sa_handler = SIG_DFL;
-        for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD}) ::sigaction(s, &dfl, nullptr);
-        ::setsid();
-        // stdout and stderr: the pipes to the output log (dup2 clears their close-on-exec).
-        if (out_fd >= 0) ::dup2(out_fd, STDOUT_FILENO);
-        if (err_fd >= 0) ::dup2(err_fd, STDERR_FILENO);
-        if (!clean_fd_table(-1)) ::_exit(126);  // the server starts with stdio only
-        if (switch_user && (::setgroups(1, &gid) < 0 || ::setgid(gid) < 0 || ::setuid(uid) < 0)) {
-          ::_exit(126);
-        }
-        if (::chdir(cwd.c_str()) < 0) ::_exit(126);
-        ::execvpe(argv[0], argv.data(), envp.data());  // PATH: envd's, i.e. the sandbox's
-        ::_exit(127);
-      },
-      [this](int status) {
-        std::lock_guard lock(mu_);
-        exited_ = true;
-        status_ = status;
-        cv_.notify_all();
-      });
+  // What the child needs, as plain values: it runs between clone_vfork and exec (process.h).
+  struct Child {
+    bool switch_user;
+    uid_t uid;
+    gid_t gid;
+    int out_fd, err_fd;
+    const char* cwd;
+    char* const* argv;
+    char* const* envp;
+  } child{::geteuid() == 0 && user_.uid != 0,
+          user_.uid,
+          user_.gid,
+          out_fd,
+          err_fd,
+          cwd.c_str(),
+          argv.data(),
+          envp.data()};
+  auto child_main = +[](void* p) -> int {
+    const Child& c = *static_cast<const Child*>(p);
+    reset_signals_in_child();
+    ::setsid();
+    // stdout and stderr: the pipes to the output log (dup2 clears their close-on-exec).
+    if (c.out_fd >= 0) ::dup2(c.out_fd, STDOUT_FILENO);
+    if (c.err_fd >= 0) ::dup2(c.err_fd, STDERR_FILENO);
+    if (!clean_fd_table(-1)) ::_exit(126);  // the server starts with stdio only
+    if (c.switch_user && set_ids_in_child(c.uid, c.gid) != 0) ::_exit(126);
+    if (::chdir(c.cwd) < 0) ::_exit(126);
+    ::execvpe(c.argv[0], c.argv, c.envp);  // PATH: envd's, i.e. the sandbox's
+    ::_exit(127);
+  };
+  return reaper_.spawn([&]() -> pid_t { return clone_vfork(child_main, &child); },
+                       [this](int status) {
+                         std::lock_guard lock(mu_);
+                         exited_ = true;
+                         status_ = status;
+                         cv_.notify_all();
+                       });
 }
 
 void Supervisor::run() {
