@@ -139,10 +139,12 @@ CredentialGroup add_credential_group(CLI::App& app, std::string& arg, const Cred
 }
 
 // Fills `cfg` from the command line; an exit code if abxd should stop here (help, usage).
-std::optional<int> parse_flags(int argc, char** argv, Config& cfg) {
-  CLI::App app{
+// `app` is main()'s: the subcommands cfg points to (watchdog_cmd, image_cmd) are read after the
+// parse.
+std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, Config& cfg) {
+  app.description(
       "abxd: the abx platform daemon — E2B-compatible control API and the routing proxy to "
-      "sandboxes on one listener.\nExit codes: 0 ok, 2 usage, 3 configuration, 4 cannot listen."};
+      "sandboxes on one listener.\nExit codes: 0 ok, 2 usage, 3 configuration, 4 cannot listen.");
   app.set_version_flag("--version", std::string("abxd ") + ABX_VERSION);
   app.add_option("--home", cfg.home, "State directory (default $ABX_HOME, ~/.abx)")
       ->capture_default_str();
@@ -598,7 +600,8 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
 
 int main(int argc, char** argv) {
   Config cfg;
-  if (auto done = parse_flags(argc, argv, cfg)) return *done;
+  CLI::App app;
+  if (auto done = parse_flags(app, argc, argv, cfg)) return *done;
   if (cfg.no_userns) cfg.userns.enabled = false;
   if (!cfg.log_level.empty() && !set_log_level(cfg.log_level)) {
     std::cerr << "abxd: unknown --log-level '" << cfg.log_level << "'\n";
