@@ -55,7 +55,7 @@ void fill_completion(CLI::App& cmd, Context& ctx) {
   auto shell = std::make_shared<std::string>("bash");
   CLI::App* c = &cmd;
   c->add_option("shell", *shell, "Shell")->check(CLI::IsMember({"bash"}))->capture_default_str();
-  c->callback([&ctx] {
+  c->callback([&ctx, shell] {  // `shell` lives as long as the option that writes it
     std::cout << kBash;
     ctx.exit_code = kExitOk;
   });
