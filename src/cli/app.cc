@@ -28,32 +28,45 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
-// After a parse error: walks argv down the subcommand tree as CLI11 does (options of a level or
-// its parents, with their values, are skipped) and returns the message for the first word that
-// names no subcommand where one was needed, with the closest name when one is near.
+// From argv[i] on, the first word that is neither an option of `level` (or of a parent of it)
+// nor such an option's value, as CLI11 reads them; argc when there is none or `--` comes first.
+int next_word(CLI::App* level, int argc, char** argv, int i) {
+  for (; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") return argc;
+    if (a.size() <= 1 || a[0] != '-') return i;
+    if (a.find('=') != std::string::npos) continue;
+    for (CLI::App* l = level; l != nullptr; l = l->get_parent()) {
+      if (const CLI::Option* o = l->get_option_no_throw(a)) {
+        if (o->get_items_expected_max() > 0) ++i;  // its value
+        break;
+      }
+    }
+  }
+  return argc;
+}
+
+// The subcommand of `level` that `word` names (or an alias of it), or nullptr.
+CLI::App* subcommand_named(CLI::App* level, const std::string& word) {
+  for (CLI::App* s : level->get_subcommands([](CLI::App*) { return true; })) {
+    if (s->check_name(word)) return s;
+  }
+  return nullptr;
+}
+
+// After a parse error: walks argv down the subcommand tree as CLI11 does and returns the message
+// for the first word that names no subcommand where one was needed, with the closest name when
+// one is near.
 std::optional<std::string> unknown_command(CLI::App& app, int argc, char** argv) {
   CLI::App* level = &app;
   std::string path = "abx";
-  for (int i = 1; i < argc; ++i) {
+  for (int i = next_word(level, argc, argv, 1); i < argc; i = next_word(level, argc, argv, i + 1)) {
     std::string a = argv[i];
-    if (a == "--") return std::nullopt;
-    if (a.size() > 1 && a[0] == '-') {
-      if (a.find('=') != std::string::npos) continue;
-      for (CLI::App* l = level; l != nullptr; l = l->get_parent()) {
-        if (const CLI::Option* o = l->get_option_no_throw(a)) {
-          if (o->get_items_expected_max() > 0) ++i;  // its value
-          break;
-        }
-      }
-      continue;
-    }
     auto subs = level->get_subcommands([](CLI::App*) { return true; });
     if (subs.empty()) return std::nullopt;  // a positional argument: not ours to judge
-    auto match =
-        std::find_if(subs.begin(), subs.end(), [&](CLI::App* s) { return s->check_name(a); });
-    if (match != subs.end()) {
-      level = *match;
-      path += " " + (*match)->get_name();
+    if (CLI::App* match = subcommand_named(level, a)) {
+      level = match;
+      path += " " + match->get_name();
       continue;
     }
     std::string best;
@@ -84,33 +97,15 @@ std::optional<std::string> unknown_command(CLI::App& app, int argc, char** argv)
 // not (run_main() then parses again with every command filled).
 struct UnfilledCommandEntered {};
 
-// The top-level commands, in the order --help lists them.
 constexpr const TopCommand* kCommands[] = {
     &kSandboxCommand,  &kExecCommand,       &kCodeCommand,     &kFilesCommand, &kLogsCommand,
     &kTemplateCommand, &kSnapshotCommand,   &kCommandsCommand, &kRunCommand,   &kTokenCommand,
     &kUpCommand,       &kCompletionCommand, &kMcpCommand};
 
-// The top-level command argv names: the first word that is neither a global option nor its
-// value, as CLI11 reads them. nullptr when there is no such word (`abx --help`), `--` comes first,
-// or the word names no command (the parse then reports it).
+// The top-level command argv names, or nullptr when it names none (`abx --help`, a typo).
 CLI::App* named_command(CLI::App& app, int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--") return nullptr;
-    if (a.size() > 1 && a[0] == '-') {
-      if (a.find('=') != std::string::npos) continue;
-      if (const CLI::Option* o = app.get_option_no_throw(a);
-          o != nullptr && o->get_items_expected_max() > 0) {
-        ++i;  // its value
-      }
-      continue;
-    }
-    for (CLI::App* s : app.get_subcommands([](CLI::App*) { return true; })) {
-      if (s->check_name(a)) return s;
-    }
-    return nullptr;
-  }
-  return nullptr;
+  int i = next_word(&app, argc, argv, 1);
+  return i < argc ? subcommand_named(&app, argv[i]) : nullptr;
 }
 
 // Builds the command line and runs what argv selects. Only the named top-level command gets its
@@ -153,7 +148,7 @@ int parse_and_run(int argc, char** argv, bool fill_all) {
   CLI::App* named = fill_all ? nullptr : named_command(app, argc, argv);
   for (auto& [sub, c] : commands) {
     if (fill_all || sub == named) {
-      c->fill(*sub, ctx);
+      c->fill(sub, ctx);
     } else {
       sub->preparse_callback([](std::size_t) { throw UnfilledCommandEntered{}; });
     }
@@ -177,6 +172,8 @@ int parse_and_run(int argc, char** argv, bool fill_all) {
 }
 
 }  // namespace
+
+std::span<const TopCommand* const> top_commands() { return kCommands; }
 
 int run_main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);

@@ -1,10 +1,9 @@
 // The abx CLI: a thin shell over libabx (CLI11), one file per subcommand.
 //
 // Every top-level command is a TopCommand (below) whose fill function adds its arguments and
-// subcommands; the selected one sets ctx.exit_code. Failures print "abx: <message>" on stderr (and,
-// with --json, an
-// {"error","type","code"} object on stdout) and exit with the code of exit_code_for(); the codes
-// are documented in docs/cli.md.
+// subcommands; the selected one sets ctx.exit_code. Failures print "abx: <message>" on stderr
+// (and, with --json, an {"error","type","code"} object on stdout) and exit with the code of
+// exit_code_for(); the codes are documented in docs/cli.md.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -14,6 +13,7 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -112,8 +112,10 @@ struct TopCommand {
   const char* name;
   const char* alias;  // nullptr: none
   const char* help;
-  void (*fill)(CLI::App& cmd, Context& ctx);
+  void (*fill)(CLI::App* cmd, Context& ctx);
 };
+// Every top-level command, in the order --help lists them (app.cc).
+std::span<const TopCommand* const> top_commands();
 extern const TopCommand kSandboxCommand;           // sandbox.cc: `abx sandbox`
 extern const TopCommand kExecCommand;              // exec.cc: `abx exec`
 extern const TopCommand kCodeCommand;              // code.cc: `abx code`

@@ -158,9 +158,8 @@ int run(Context& ctx, CodeOpts o) {
   return ex->error ? kExitError : kExitOk;
 }
 
-void fill_code(CLI::App& cmd, Context& ctx) {
+void fill_code(CLI::App* sub, Context& ctx) {
   auto o = std::make_shared<CodeOpts>();
-  CLI::App* sub = &cmd;
   add_sandbox_arg(*sub, o->id);
   sub->add_option("code", o->code, "The code; '-' (or nothing, with stdin not a terminal): stdin");
   sub->add_option("--context", o->context, "Run in this context (default: the Python default one)");

@@ -58,8 +58,7 @@ int list(Context& ctx, const ListOpts& o) {
   return kExitOk;
 }
 
-void fill_commands(CLI::App& cmd, Context& ctx) {
-  CLI::App* cmds = &cmd;
+void fill_commands(CLI::App* cmds, Context& ctx) {
   cmds->require_subcommand(1);
   auto o = std::make_shared<ListOpts>();
   auto* ls = cmds->add_subcommand(

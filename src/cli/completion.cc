@@ -51,9 +51,8 @@ _abx() {
 complete -o default -F _abx abx
 )BASH";
 
-void fill_completion(CLI::App& cmd, Context& ctx) {
+void fill_completion(CLI::App* c, Context& ctx) {
   auto shell = std::make_shared<std::string>("bash");
-  CLI::App* c = &cmd;
   c->add_option("shell", *shell, "Shell")->check(CLI::IsMember({"bash"}))->capture_default_str();
   c->callback([&ctx, shell] {  // `shell` lives as long as the option that writes it
     std::cout << kBash;

@@ -182,9 +182,8 @@ int exec(Context& ctx, const ExecOpts& o) {
   return r->exit_code;
 }
 
-void fill_exec(CLI::App& cmd, Context& ctx) {
+void fill_exec(CLI::App* sub, Context& ctx) {
   auto o = std::make_shared<ExecOpts>();
-  CLI::App* sub = &cmd;
   add_sandbox_arg(*sub, o->id);
   sub->add_option("command", o->argv, "Command and arguments (after --)")->required();
   sub->add_flag("-i,--interactive", o->interactive,

@@ -31,8 +31,7 @@ int with_files(Context& ctx, const FilesOpts& o, F&& f) {
   return f(sbx->files());
 }
 
-void fill_files(CLI::App& cmd, Context& ctx) {
-  CLI::App* fs = &cmd;
+void fill_files(CLI::App* fs, Context& ctx) {
   fs->require_subcommand(1);
   auto o = std::make_shared<FilesOpts>();
 

@@ -131,9 +131,8 @@ int logs(Context& ctx, const LogsOpts& o) {
   }
 }
 
-void fill_logs(CLI::App& cmd, Context& ctx) {
+void fill_logs(CLI::App* sub, Context& ctx) {
   auto o = std::make_shared<LogsOpts>();
-  CLI::App* sub = &cmd;
   add_sandbox_arg(*sub, o->id);
   sub->add_flag("-f,--follow", o->follow, "Keep printing new lines until the sandbox is gone");
   sub->add_option("--since", o->since, "Only lines from this long ago: 90s, 5m, 1h");

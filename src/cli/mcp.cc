@@ -234,8 +234,7 @@ int serve(Context& ctx) {
   return kExitOk;
 }
 
-void fill_mcp(CLI::App& cmd, Context& ctx) {
-  CLI::App* m = &cmd;
+void fill_mcp(CLI::App* m, Context& ctx) {
   m->callback([&ctx] { ctx.exit_code = serve(ctx); });
 }
 

@@ -72,9 +72,8 @@ int run(Context& ctx, const RunOpts& o) {
   return kExitOk;
 }
 
-void fill_run(CLI::App& cmd, Context& ctx) {
+void fill_run(CLI::App* sub, Context& ctx) {
   auto o = std::make_shared<RunOpts>();
-  CLI::App* sub = &cmd;
   add_sandbox_arg(*sub, o->id);
   sub->add_option("command", o->command, "Command name (see `abx commands list <id>`)")->required();
   sub->add_option("-a,--arg", o->args, "Argument NAME=VALUE (repeatable)")->allow_extra_args(false);

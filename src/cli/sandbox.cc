@@ -237,8 +237,7 @@ int network(Context& ctx, const SandboxOpts& o) {
   return kExitOk;
 }
 
-void fill_sandbox(CLI::App& cmd, Context& ctx) {
-  CLI::App* sb = &cmd;
+void fill_sandbox(CLI::App* sb, Context& ctx) {
   sb->require_subcommand(1);
   auto o = std::make_shared<SandboxOpts>();
 

@@ -52,8 +52,7 @@ int remove(Context& ctx, const SnapshotOpts& o) {
       [&](const std::string& id) { return client::Sandbox::delete_snapshot(id, cfg); });
 }
 
-void fill_snapshot(CLI::App& cmd, Context& ctx) {
-  CLI::App* sn = &cmd;
+void fill_snapshot(CLI::App* sn, Context& ctx) {
   sn->require_subcommand(1);
   auto o = std::make_shared<SnapshotOpts>();
 

@@ -236,8 +236,7 @@ int push(Context& ctx, const TemplateOpts& o) {
   return kExitOk;
 }
 
-void fill_template(CLI::App& cmd, Context& ctx) {
-  CLI::App* tp = &cmd;
+void fill_template(CLI::App* tp, Context& ctx) {
   tp->require_subcommand(1);
   auto o = std::make_shared<TemplateOpts>();
   auto* l = tp->add_subcommand("list", "List templates");

@@ -58,8 +58,7 @@ int create(Context& ctx, const TokenOpts& o) {
   return kExitOk;
 }
 
-void fill_token(CLI::App& cmd, Context& ctx) {
-  CLI::App* tok = &cmd;
+void fill_token(CLI::App* tok, Context& ctx) {
   tok->require_subcommand(1);
   auto o = std::make_shared<TokenOpts>();
   auto* c = add_sandbox_subcommand(

@@ -35,9 +35,8 @@ std::string find_abxd() {
   return {};
 }
 
-void fill_up(CLI::App& cmd, Context& ctx) {
+void fill_up(CLI::App* up, Context& ctx) {
   auto args = std::make_shared<std::vector<std::string>>();
-  CLI::App* up = &cmd;
   up->add_option("abxd-args", *args, "Arguments for abxd");
   up->callback([&ctx, args] {
     std::string bin = find_abxd();
