@@ -333,10 +333,10 @@ constexpr std::size_t kChildStackBytes = 64 * 1024;
 
 // On a VM where a page fault costs ~17 us, fork() made Process/Start of `echo` ~4 ms slower (p50
 // 9.6 against 5.6 ms): the copy of envd's page tables, then copy-on-write faults in both
-// processes, and fork's handlers (bench/README.md, "envd's spawn"). The child's stack is a buffer
-// in this frame, free while this thread waits (as in musl). Signals stay blocked from before the
-// clone until the child has reset their handlers (reset_signals_in_child), so no handler of
-// envd's runs in the child.
+// processes (bench/README.md, "Page faults: the CLI's start-up and envd's spawn"). The child's
+// stack is a buffer in this frame, free while this thread waits (as in musl). Signals stay blocked
+// from before the clone until the child has reset their handlers (reset_signals_in_child), so no
+// handler of envd's runs in the child.
 pid_t clone_vfork(int (*child)(void*), void* arg) {
   sigset_t all, old;
   ::sigfillset(&all);
@@ -371,9 +371,9 @@ void reset_signals_in_child() {
 }
 
 int set_ids_in_child(uid_t uid, gid_t gid) {
-  if (::syscall(SYS_setgroups, 1, &gid) < 0) return 1;
-  if (::syscall(SYS_setresgid, gid, gid, gid) < 0) return 2;
-  if (::syscall(SYS_setresuid, uid, uid, uid) < 0) return 3;
+  if (::syscall(SYS_setgroups, 1, &gid) < 0) return kStepGroups;
+  if (::syscall(SYS_setresgid, gid, gid, gid) < 0) return kStepGid;
+  if (::syscall(SYS_setresuid, uid, uid, uid) < 0) return kStepUid;
   return 0;
 }
 
@@ -393,9 +393,7 @@ namespace {
   if (::dup2(a.in_fd, 0) < 0 || ::dup2(a.out_fd, 1) < 0 || ::dup2(a.err_fd, 2) < 0) die(kStepDup);
   if (!clean_fd_table(a.report_fd)) die(kStepFds);
   if (a.switch_user) {
-    if (int failed = set_ids_in_child(a.uid, a.gid); failed != 0) {
-      die(failed == 1 ? kStepGroups : failed == 2 ? kStepGid : kStepUid);
-    }
+    if (int step = set_ids_in_child(a.uid, a.gid); step != 0) die(step);
   }
   if (::chdir(a.cwd) < 0) die(kStepChdir);
   ::execve(a.exe, a.argv, a.envp);
@@ -457,16 +455,14 @@ Result<std::shared_ptr<Process>> ProcessManager::start(const StartSpec& spec) {
   if (::pipe2(report, O_CLOEXEC) != 0) return errno_error(errno, "pipe2");
   UniqueFd report_r(report[0]), report_w(report[1]);
 
-  const ChildArgs args{spec.pty.has_value(), switch_user,       spec.user.uid,
-                       spec.user.gid,        child.stdin_fd(),  child.stdout_fd(),
-                       child.stderr_fd(),    report_w.get(),    image.exe.c_str(),
-                       image.cwd.c_str(),    image.argv.data(), image.envp.data()};
+  ChildArgs args{spec.pty.has_value(), switch_user,       spec.user.uid,     spec.user.gid,
+                 child.stdin_fd(),     child.stdout_fd(), child.stderr_fd(), report_w.get(),
+                 image.exe.c_str(),    image.cwd.c_str(), image.argv.data(), image.envp.data()};
   std::weak_ptr<Process> weak = proc;
-  pid_t pid = reaper_.spawn(
-      [&]() -> pid_t { return clone_vfork(child_main, const_cast<ChildArgs*>(&args)); },
-      [weak](int status) {
-        if (auto p = weak.lock()) p->on_exit(status);
-      });
+  pid_t pid = reaper_.spawn([&]() -> pid_t { return clone_vfork(child_main, &args); },
+                            [weak](int status) {
+                              if (auto p = weak.lock()) p->on_exit(status);
+                            });
   if (pid < 0) return errno_error(errno, "clone");
   proc->pid_ = pid;
   // The child holds its ends now; ours must go so EOF arrives when it exits.

@@ -158,8 +158,8 @@ pid_t clone_vfork(int (*child)(void*), void* arg);
 // then every signal unblocked.
 void reset_signals_in_child();
 // In such a child: groups {gid}, then gid, then uid, through syscall(2): glibc's setgroups, setgid
-// and setuid would signal every thread of envd to do the same. 0, or the step that failed (1
-// groups, 2 gid, 3 uid) with errno set.
+// and setuid would signal every thread of envd to do the same. 0, or the step that failed
+// (process.cc's kStepGroups, kStepGid or kStepUid) with errno set.
 int set_ids_in_child(uid_t uid, gid_t gid);
 
 // In a child before exec: every descriptor from 3 up is closed when the child execs (all
