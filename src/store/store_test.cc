@@ -190,6 +190,18 @@ TEST(Store, SandboxCrud) {
   EXPECT_EQ(s->set_checkpoint(r.id, SandboxState::kPaused, "/c").error().code(),
             ErrorCode::kNotFound);  // a killed sandbox is never paused again
 
+  // A deadline written only for abxd's death (a connect's extension): another connection reads
+  // it, and this one is back at synchronous = FULL for every write after it, a failed one too.
+  EXPECT_EQ(*s->synchronous_setting(), 2);
+  ASSERT_TRUE(s->set_deadline(r.id, 77, Store::Durability::kProcessCrash).ok());
+  EXPECT_EQ(*s->synchronous_setting(), 2);
+  EXPECT_EQ(open_or_die(d.path() / "abx.db")->get_sandbox(r.id)->end_at_ms, 77);
+  EXPECT_EQ(s->set_deadline("0000000000000000000x", 1, Store::Durability::kProcessCrash)
+                .error()
+                .code(),
+            ErrorCode::kNotFound);
+  EXPECT_EQ(*s->synchronous_setting(), 2);
+
   ASSERT_TRUE(s->delete_sandbox(r.id).ok());
   for (auto st : {s->delete_sandbox(r.id), s->update_state(r.id, SandboxState::kKilled),
                   s->set_deadline(r.id, 1)}) {

@@ -156,7 +156,15 @@ class Store {
   Result<SandboxRecord> get_sandbox(std::string_view id);
   Result<SandboxPage> list_sandboxes(const SandboxFilter& filter);
   Status update_state(std::string_view id, SandboxState state);
-  Status set_deadline(std::string_view id, std::int64_t end_at_ms);
+  // How far a write must last. kPowerLoss (every write but where asked otherwise): on disk
+  // (the WAL fsynced) before the call returns. kProcessCrash: in the OS's page cache, so it
+  // survives abxd's death but not the machine's; the next kPowerLoss write makes it durable too.
+  enum class Durability { kPowerLoss, kProcessCrash };
+  Status set_deadline(std::string_view id, std::int64_t end_at_ms,
+                      Durability durability = Durability::kPowerLoss);
+  // PRAGMA synchronous of the store's connection (2: FULL, as every write but a kProcessCrash one
+  // runs). For tests and diagnostics.
+  Result<int> synchronous_setting();
   // State and checkpoint in one write (the commit point of a pause to disk or a resume from
   // it): kNotFound unless the sandbox is running or paused.
   Status set_checkpoint(std::string_view id, SandboxState state, std::string_view checkpoint);
