@@ -90,8 +90,16 @@ constexpr std::chrono::seconds kQuickCriuLimit{60};
 // Runs `args` (argv[0] absolute; no shell) with /dev/null as stdin and a pipe as stdout and
 // stderr. With `join`, the program runs in those cgroups from its first instruction: a forked
 // child waits until the parent attached it, then execs (between fork and exec it only reads and
-// execs: nothing that allocates). The program leads a process group of its own; when it has not
-// finished within `limit`, that group is killed (SIGKILL) and the result says timed_out.
+// execs: nothing that allocates). The program leads a session (and so a process group) of its
+// own; when it has not finished within `limit`, that group is killed (SIGKILL) and the result
+// says timed_out.
+// A session, not only a process group: a CRIU dump outlives an abxd killed meanwhile (recover()
+// waits for it). Were it only a group of abxd's session, abxd's death would orphan the group,
+// and the kernel sends SIGHUP and SIGCONT to an orphaned group with a stopped member. CRIU's
+// start stops a helper of its own (SIGSTOP, the compat vDSO probe of kerndat_init) and waits
+// for that stop: a SIGCONT first and the helper runs on while CRIU waits for ever (seen: a
+// "kill -9 of abxd" test's CRIU hung in waitpid with SIGHUP pending). The kernel sends those
+// signals only within one session.
 Result<Ran> run_program(std::vector<std::string> args, std::chrono::milliseconds limit,
                         const SandboxCgroups* join = nullptr,
                         const std::function<void(pid_t)>& started = {}) {
@@ -120,8 +128,7 @@ Result<Ran> run_program(std::vector<std::string> args, std::chrono::milliseconds
     posix_spawn_file_actions_adddup2(&fa, out_wr.get(), 2);
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
     int rc = ::posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp);
     posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&fa);
@@ -132,7 +139,7 @@ Result<Ran> run_program(std::vector<std::string> args, std::chrono::milliseconds
     pid = ::fork();
     if (pid < 0) return sys_error("fork", errno);
     if (pid == 0) {
-      ::setpgid(0, 0);
+      ::setsid();
       ::dup2(devnull.get(), 0);
       ::dup2(out_wr.get(), 1);
       ::dup2(out_wr.get(), 2);

@@ -621,6 +621,48 @@ TEST_F(CheckpointTest, CriuPastItsTimeLimitIsKilledWithItsGroupAndNothingIsLost)
   EXPECT_TRUE(again->destroy().ok());
 }
 
+// CRIU outlives an owner killed meanwhile (recover() waits for its dump), and must run on
+// undisturbed. Had it a process group in its owner's session, the owner's death would orphan
+// the group, and the kernel signals an orphaned group with a stopped member: SIGHUP, then
+// SIGCONT. CRIU stops a helper of its own at start and waits for that stop; a real dump hung
+// so. The fake criu here stops a child and waits; its owner (a forked process calling
+// criu_available) is killed; the child must stay stopped and the fake must live on.
+TEST(CriuProcess, OutlivesItsKilledOwnerWithoutSignalsFromItsSession) {
+  abx::testing::TempDir tmp;
+  const std::string fake = tmp.path().string() + "/criu";
+  const std::string pids = tmp.path().string() + "/pids";
+  std::ofstream(fake) << "#!/bin/sh\nsleep 600 &\nkill -STOP $!\necho \"$$ $!\" > " + pids +
+                             ".new\nmv " + pids + ".new " + pids + "\nwait\n";
+  fs::permissions(fake, fs::perms::owner_all);
+  const pid_t owner = ::fork();
+  ASSERT_GE(owner, 0);
+  if (owner == 0) {
+    (void)criu_available(fake);  // waits for the fake (up to a minute)
+    _exit(0);
+  }
+  long criu = 0, stopped = 0;
+  for (int i = 0; i < 500 && criu == 0; ++i) {
+    std::istringstream(slurp(pids)) >> criu >> stopped;
+    if (criu == 0) std::this_thread::sleep_for(10ms);
+  }
+  ::kill(owner, SIGKILL);
+  ::waitpid(owner, nullptr, 0);
+  ASSERT_GT(criu, 0) << "the fake criu never ran";
+  ASSERT_GT(stopped, 0);
+  std::this_thread::sleep_for(300ms);  // the kernel's signals, if any, come at the owner's exit
+  auto state = [](long pid) {
+    const std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+    const auto close = stat.rfind(')');
+    return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
+  };
+  EXPECT_EQ(state(stopped), 'T') << "the stopped child was continued or killed";
+  EXPECT_TRUE(alive(static_cast<pid_t>(criu))) << "the fake criu died with its owner";
+  EXPECT_EQ(::getsid(static_cast<pid_t>(criu)), criu) << "criu leads no session of its own";
+  ::kill(-static_cast<pid_t>(criu), SIGKILL);
+  ::kill(static_cast<pid_t>(criu), SIGKILL);
+  ::kill(static_cast<pid_t>(stopped), SIGKILL);
+}
+
 TEST_F(CheckpointTest, FullDiskIsInsufficientStorageAndLeavesTheSandboxRunning) {
   SandboxConfig c = counter_config();
   Count first;
