@@ -823,8 +823,8 @@ Status SandboxManager::move_deadline(const std::string& id, std::int64_t seconds
   std::int64_t end = now_ms() + seconds * 1000;
   if (extend_only && sb->record.end_at_ms >= end) return {};
   // A connect's extension (extend_only) of a running sandbox needs to outlive abxd, not the
-  // machine: a running sandbox does not outlive the machine either. Without the fsync a connect
-  // takes ~0.2 ms instead of ~1 ms (bench/README.md, "A connect's deadline write").
+  // machine: a running sandbox does not outlive the machine either. Without the fsync the sdk
+  // bench's connect took 0.8 ms instead of 1.45 ms (bench/README.md, "A connect's deadline write").
   const auto durability = extend_only && !sb->paused ? store::Store::Durability::kProcessCrash
                                                      : store::Store::Durability::kPowerLoss;
   ABX_TRY(store_->set_deadline(id, end, durability));

@@ -196,10 +196,9 @@ TEST(Store, SandboxCrud) {
   ASSERT_TRUE(s->set_deadline(r.id, 77, Store::Durability::kProcessCrash).ok());
   EXPECT_EQ(*s->synchronous_setting(), 2);
   EXPECT_EQ(open_or_die(d.path() / "abx.db")->get_sandbox(r.id)->end_at_ms, 77);
-  EXPECT_EQ(s->set_deadline("0000000000000000000x", 1, Store::Durability::kProcessCrash)
-                .error()
-                .code(),
-            ErrorCode::kNotFound);
+  EXPECT_EQ(
+      s->set_deadline("0000000000000000000x", 1, Store::Durability::kProcessCrash).error().code(),
+      ErrorCode::kNotFound);
   EXPECT_EQ(*s->synchronous_setting(), 2);
 
   ASSERT_TRUE(s->delete_sandbox(r.id).ok());
