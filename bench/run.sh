@@ -37,6 +37,12 @@ BENCH_ROWS=$(mktemp /tmp/abx-bench-rows.XXXXXX)
 export BENCH_ROWS
 trap 'rm -f "$BENCH_ROWS"' EXIT
 load_before=$(cut -d' ' -f1 /proc/loadavg)
+# An abxd left running (a test's, an interrupted bench's) keeps its nftables table, whose rules
+# then see the benches' traffic too; an idle one passes --wait-idle. Said in the summary.
+stray=$( { pgrep -x abxd | sed 's/^/abxd pid /'
+           nft list tables 2>/dev/null | awk '$3 ~ /^abx_/ {print "nftables table " $3}'; } |
+         paste -sd, -)
+[ -z "$stray" ] || echo "[bench] WARNING: not a clean machine: $stray" >&2
 status=0
 failed=()
 for name in "${benches[@]}"; do
@@ -47,5 +53,5 @@ done
 ran=$(IFS=,; echo "${benches[*]}")
 /usr/bin/python3 "$here/lib/summary.py" "$BENCH_ROWS" "$here/out/summary-$(date -u +%Y%m%d-%H%M%S).md" \
   --ran "$ran" --failed "$(IFS=,; echo "${failed[*]+"${failed[*]}"}")" --only "$only" \
-  --load-before "$load_before"
+  --load-before "$load_before" --stray "$stray"
 exit "$status"

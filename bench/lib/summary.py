@@ -134,6 +134,9 @@ def main():
           + "".join(f"\n  missed: {r[0]} / {r[1]}: {r[2]} {r[5]} (aim {r[7]})" for r in missed))
     if failed:
         print("benches that FAILED (their rows are missing): " + ", ".join(failed))
+    stray = opts.get("--stray", "")
+    if stray:
+        print("NOT A CLEAN MACHINE at the start: " + stray)
 
     # Markdown.
     os.makedirs(os.path.dirname(os.path.abspath(md_path)), exist_ok=True)
@@ -151,6 +154,9 @@ def main():
                 "worse) abx is than the peer measured in the same run.\n")
         if failed:
             f.write("\nBenches that failed (no rows): " + ", ".join(failed) + "\n")
+        if stray:
+            f.write("\nNot a clean machine at the start (left running by something else): "
+                    + stray + "\n")
     print(f"summary written to {md_path}")
 
 
