@@ -410,6 +410,17 @@ def p50_difference_interval(a, b, resamples=200):
     return d[int(0.025 * resamples)], d[int(0.975 * resamples) - 1]
 
 
+def print_p50_and_added(how, p50, added):
+    """The 1-connection p50 of each path and what each proxy adds to direct's, measured `how`."""
+    print(f"{'  p50 at 1 connection, ' + how + ' (us)':52} {p50['direct']:>4.0f} / "
+          f"{p50['abxd']:.0f} / {p50['nginx']:.0f}")
+    # Jitter can put a proxy's p50 under direct's: no ratio then.
+    ratio = (f"{added['nginx'] / added['abxd']:9.2f}x" if min(added.values()) > 0
+             else f"{'-':>10}")
+    print(f"{'  added p50, ' + how + ': abxd vs nginx (us)':52} {added['abxd']:>5.0f} / "
+          f"{added['nginx']:.0f} {ratio}")
+
+
 def latency_summary(r):
     """From side_by_side's 1-connection rounds: per path the median p50, per proxy the median of
     what it added to direct's p50 in the same round, and per round abxd's p50 minus nginx's."""
@@ -560,7 +571,6 @@ def main():
             continue
         r = report["proxy_" + name]
         med, added, per_round, diff = latency_summary(r)
-        d1 = med["direct"]
         rate = {via: r[f"{via} c{busy}"]["calls_per_sec"] for via in ("direct", "abxd", "nginx")}
         print(f"{what}: direct / via abxd / via nginx proxy_pass")
         il = report.get("interleaved_" + name)
@@ -568,12 +578,7 @@ def main():
             ip50 = {via: statistics.median(v) for via, v in il.items()}
             iadded = {via: ip50[via] - ip50["direct"] for via in ("abxd", "nginx")}
             turns = [a - b for a, b in zip(il["abxd"], il["nginx"])]
-            print(f"{'  p50 at 1 connection, ' + str(len(turns)) + ' interleaved turns (us)':52} "
-                  f"{ip50['direct']:>4.0f} / {ip50['abxd']:.0f} / {ip50['nginx']:.0f}")
-            iratio = (f"{iadded['nginx'] / iadded['abxd']:9.2f}x" if min(iadded.values()) > 0
-                      else f"{'-':>10}")
-            print(f"{'  added p50 at 1 connection: abxd vs nginx (us)':52} "
-                  f"{iadded['abxd']:>5.0f} / {iadded['nginx']:.0f} {iratio}")
+            print_p50_and_added(f"{len(turns)} interleaved turns", ip50, iadded)
             print(f"{'    abxd - nginx per turn: median, mean (us)':52} "
                   f"{statistics.median(turns):>5.0f} / {statistics.mean(turns):.0f}  (abxd lower in "
                   f"{100 * sum(t < 0 for t in turns) / len(turns):.0f}% of turns)")
@@ -581,13 +586,7 @@ def main():
             print(f"{'    abxd p50 - nginx p50, 95% interval (us)':52} "
                   f"{ip50['abxd'] - ip50['nginx']:>5.0f}  [{lo:.0f}, {hi:.0f}] (turns resampled)")
         n = len(diff)
-        print(f"{'  rounds of wrk: p50 at 1 connection, median of ' + str(n) + ' (us)':52} {d1:>4.0f} / "
-              f"{med['abxd']:.0f} / {med['nginx']:.0f}")
-        # Jitter can put a proxy's p50 under direct's: no ratio then.
-        ratio = (f"{added['nginx'] / added['abxd']:9.2f}x" if min(added.values()) > 0
-                 else f"{'-':>10}")
-        print(f"{'  rounds of wrk: added p50, abxd vs nginx (us)':52} {added['abxd']:>5.0f} / "
-              f"{added['nginx']:.0f} {ratio}")
+        print_p50_and_added(f"rounds of wrk, median of {n}", med, added)
         for via in ("abxd", "nginx"):
             print(f"{'    ' + via + ' added, per round (us)':52} "
                   + " ".join(f"{a:d}" for a in per_round[via]))
