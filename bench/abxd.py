@@ -378,9 +378,9 @@ def interleaved(paths, calls, want):
     """Every path on a keep-alive connection of its own, one call at a time in turn: `calls`
     turns, each calling every path once in an order that rotates from turn to turn (after 50
     turns of warm-up). A call's neighbours on the other paths ran a moment before and after it,
-    so what moves the server's own time (envd's spawn of `echo` moves by up to a millisecond
-    from second to second) hits every path alike, and a difference of a few µs between two
-    proxies shows in the per-turn differences. Per path the latencies (µs), in turn order."""
+    so what moves the server's own time (direct's p50 of Process/Start moved by hundreds of µs
+    between rounds of wrk seconds apart: envd's spawn of `echo`) hits every path alike. Per path
+    the latencies (µs), in turn order."""
     names = list(paths)
     conns = {name: KeepAlive(*paths[name]) for name in names}
     lat = {name: [] for name in names}
