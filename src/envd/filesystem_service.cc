@@ -106,7 +106,6 @@ Status watch_dir(Impl& envd, Call& c) {
     if (::access(path.c_str(), R_OK | X_OK) != 0) return errno_error(errno, "watch " + path);
   }
   auto writer = c.respond.stream(connect_stream_header(c.req.version()));
-  writer->write(encode_envelope(0, R"({"start":{}})"));
   auto keepalive = envd.keepalive_of(c.req);
   bool entries = include_entry.value_or(false);
   auto sink = [writer, path, entries](const FsEvent& e) {
@@ -124,8 +123,11 @@ Status watch_dir(Impl& envd, Call& c) {
     }
     return true;
   };
+  // The start frame tells the client that the watch is on: it goes once the watches exist (a
+  // change made after it is seen), and before any event.
   auto w = Watcher::start(path, recursive.value_or(false), c.user, sink, tick,
-                          std::chrono::milliseconds(500));
+                          std::chrono::milliseconds(500),
+                          [&writer] { writer->write(encode_envelope(0, R"({"start":{}})")); });
   if (!w.ok()) {
     Error e = w.error();
     writer->write(encode_envelope(kFlagEndStream, end_stream_payload(&e)));

@@ -350,7 +350,8 @@ constexpr std::uint32_t kWatchMask = IN_CREATE | IN_MODIFY | IN_DELETE | IN_MOVE
 
 Result<std::unique_ptr<Watcher>> Watcher::start(const std::string& dir, bool recursive,
                                                 const User& user, Sink sink, Tick tick,
-                                                std::chrono::milliseconds interval) {
+                                                std::chrono::milliseconds interval,
+                                                const std::function<void()>& watching) {
   ABX_ASSIGN_OR_RETURN(auto as_user, FsCreds::act_as(user));
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) return errno_error(errno, "watch " + dir);
@@ -382,6 +383,7 @@ Result<std::unique_ptr<Watcher>> Watcher::start(const std::string& dir, bool rec
       }
     }
   }
+  if (watching) watching();
   w->thread_ = std::thread([raw = w.get()] { raw->run(); });
   return w;
 }

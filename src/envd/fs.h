@@ -80,9 +80,12 @@ class Watcher {
   using Tick = std::function<bool()>;
   // The watch and its thread act as `user` (creds.h): it sees only what the user may read, and
   // the thread keeps the user's credentials for its life (it adds watches for new directories).
+  // `watching`, if set, runs once the watches exist and before the thread reads an event: what
+  // it does (a stream's start frame) comes before every event, and after it no change is missed.
   static Result<std::unique_ptr<Watcher>> start(const std::string& dir, bool recursive,
                                                 const User& user, Sink sink, Tick tick,
-                                                std::chrono::milliseconds tick_interval);
+                                                std::chrono::milliseconds tick_interval,
+                                                const std::function<void()>& watching = {});
   ~Watcher();  // stops and joins
   void stop();
   bool running() const { return !done_.load(); }

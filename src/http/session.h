@@ -6,6 +6,7 @@
 // framing.cc are stateless.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -25,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -163,7 +165,9 @@ class Session : public std::enable_shared_from_this<Session> {
   // stream_writer.cc: the streaming response in progress.
   void write_stream_header(std::shared_ptr<StreamState> st, Response h);
   void pump_stream();
-  void on_stream_sent(std::size_t n);
+  void write_stream_rest(const std::shared_ptr<StreamState>& st,
+                         std::span<const boost::asio::const_buffer> rest, std::size_t n, bool last);
+  bool stream_piece_sent(boost::beast::error_code ec, std::size_t n, bool last);
   void end_stream(bool clean);
   void drop_stream();
 
@@ -194,7 +198,15 @@ class Session : public std::enable_shared_from_this<Session> {
   std::shared_ptr<void> user_data_;
   // The streaming response in progress, if any.
   std::shared_ptr<StreamState> sstate_;
-  std::shared_ptr<boost::beast::http::response<boost::beast::http::empty_body>> stream_header_;
+  // The most of the queued frames one send carries (one chunk).
+  static constexpr std::size_t kMaxPiece = 64 * 1024;
+  // The header block (in head_) has not gone out yet: it leaves with the first piece.
+  bool stream_head_pending_ = false;
+  // The piece being sent: the queued frames, coalesced; its chunk-size line; and, while the
+  // socket has not taken it all, the list of what is left (async_write keeps only a view).
+  std::string stream_out_;
+  std::array<char, 2 * sizeof(std::size_t) + 2> stream_line_{};
+  std::array<boost::asio::const_buffer, 5> stream_bufs_{};
   bool stream_writing_ = false;
   bool stream_chunked_ = false;
   bool stream_sized_ = false;

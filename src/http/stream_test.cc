@@ -62,6 +62,38 @@ TEST(HttpStream, ChunkedBodyArrivesWholeAndConnectionIsReused) {
   EXPECT_EQ((*s)->open_connections(), 1u);
 }
 
+// The header block waits for the first frame written before the connection's strand runs
+// again and leaves in the same send: a client (or proxy) is woken once for both. Here the
+// handler holds the strand for a while after its first write; before, the header went out
+// alone at once and the frame only after the handler returned.
+TEST(HttpStream, HeaderLeavesWithTheFirstFrameWrittenBeforeTheHandlerReturns) {
+  auto s = Server::start({}, [](Request&& req, Responder respond) {
+    Response h{bhttp::status::ok, req.version()};
+    auto w = respond.stream(std::move(h));
+    w->write("first");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    w->write("second");
+    w->finish();
+  });
+  ASSERT_TRUE(s.ok());
+  asio::io_context io;
+  asio::ip::tcp::socket sock(io);
+  sock.connect({asio::ip::make_address("127.0.0.1"), (*s)->port()});
+  asio::write(sock, asio::buffer(std::string("GET / HTTP/1.1\r\nHost: x\r\n\r\n")));
+  std::string got(4096, '\0');
+  got.resize(sock.read_some(asio::buffer(got)));
+  const auto end = got.find("\r\n\r\n");
+  ASSERT_NE(end, std::string::npos) << got;
+  EXPECT_EQ(got.substr(end + 4), "5\r\nfirst\r\n") << got;
+  std::string rest;
+  boost::system::error_code ec;
+  asio::read(sock, asio::dynamic_buffer(rest), asio::transfer_at_least(1), ec);
+  while (!ec && rest.find("0\r\n\r\n") == std::string::npos) {
+    asio::read(sock, asio::dynamic_buffer(rest), asio::transfer_at_least(1), ec);
+  }
+  EXPECT_EQ(rest, "6\r\nsecond\r\n0\r\n\r\n");
+}
+
 TEST(HttpStream, SizedBodyIsSentWithoutChunking) {
   auto s = Server::start({}, [](Request&& req, Responder respond) {
     Response h{bhttp::status::ok, req.version()};

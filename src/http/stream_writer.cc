@@ -1,11 +1,13 @@
 // Streaming responses: the producer-facing StreamWriter and the Session's half that drains it
 // onto the socket (bounded queue, chunk coalescing, wake-ups below the low-water mark).
+#include <algorithm>
+#include <array>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
-#include <boost/beast/http/chunk_encode.hpp>
-#include <boost/beast/http/serializer.hpp>
-#include <boost/beast/http/write.hpp>
+#include <charconv>
+#include <span>
+#include <string_view>
 
 #include "session.h"
 
@@ -47,9 +49,8 @@ void Session::write_stream_header(std::shared_ptr<StreamState> st, Response h) {
     return drop_stream();
   }
   sstate_ = st;
-  stream_header_ = std::make_shared<bhttp::response<bhttp::empty_body>>(std::move(h.base()));
-  auto& hdr = *stream_header_;
-  stream_sized_ = hdr.has_content_length();
+  auto& hdr = h.base();
+  stream_sized_ = h.has_content_length();
   stream_expected_ = 0;
   if (stream_sized_) {
     stream_expected_ = std::stoull(std::string(hdr[bhttp::field::content_length]));
@@ -58,81 +59,107 @@ void Session::write_stream_header(std::shared_ptr<StreamState> st, Response h) {
   hdr.version(version_ == 10 ? 10 : 11);
   stream_chunked_ = !stream_sized_ && version_ != 10;
   // Without a length or chunking, the body ends with the connection.
-  stream_keep_ = keep_alive_ && hdr.keep_alive() && (stream_sized_ || stream_chunked_);
-  if (stream_chunked_) hdr.chunked(true);
-  hdr.keep_alive(stream_keep_);
+  stream_keep_ = keep_alive_ && h.keep_alive() && (stream_sized_ || stream_chunked_);
+  if (stream_chunked_) h.chunked(true);
+  h.keep_alive(stream_keep_);
   hdr.set(bhttp::field::server, server_.opt.server_header);
-  stream_writing_ = true;
-  stream_.expires_after(server_.opt.limits.write_timeout);
-  auto sr = std::make_shared<bhttp::response_serializer<bhttp::empty_body>>(hdr);
-  bhttp::async_write_header(
-      stream_, *sr,
-      [self = shared_from_this(), sr, h = stream_header_, st](beast::error_code ec, std::size_t) {
-        self->stream_writing_ = false;
-        if (self->sstate_ != st) return;  // closed while the write was in flight
-        if (ec) return self->end_stream(false);
-        self->pump_stream();
-      });
+  head_.clear();
+  serialize_head(hdr, head_);
+  stream_out_.clear();
+  // The header block waits for the first piece of the body written before this strand runs
+  // again, and leaves in one send with it: envd's Process/Start writes its start event right
+  // after Responder::stream (one segment, one wake-up of the client or proxy, instead of two).
+  // With nothing written by then, the posted pump sends it alone.
+  stream_head_pending_ = true;
+  asio::post(stream_.get_executor(), [self = shared_from_this()] { self->pump_stream(); });
 }
 
+// Sends what the producers queued, as long as the socket takes it at once (http::send_now);
+// what it does not take goes out asynchronously, and the completion pumps again. Each send
+// carries the header block while it is pending, the queued frames coalesced into one chunk (up
+// to kMaxPiece), and when the producer has finished and nothing else is queued, the last chunk:
+// a stream's last frames and its end leave in one send.
 void Session::pump_stream() {
-  auto st = sstate_;
-  if (!st || stream_writing_) return;
-  auto data = std::make_shared<std::string>();
-  bool last = false;
-  {
-    std::lock_guard lock(st->mu);
-    if (st->closed) return;
-    // Coalesce small frames into one chunk (one syscall) up to 64 KiB.
-    while (!st->queue.empty() &&
-           (data->empty() || data->size() + st->queue.front().size() <= 64 * 1024)) {
-      if (data->empty()) {
-        *data = std::move(st->queue.front());
-      } else {
-        data->append(st->queue.front());
+  for (;;) {
+    auto st = sstate_;
+    if (!st || stream_writing_) return;
+    bool last = false;
+    {
+      std::lock_guard lock(st->mu);
+      if (st->closed) return;
+      while (!st->queue.empty() &&
+             (stream_out_.empty() || stream_out_.size() + st->queue.front().size() <= kMaxPiece)) {
+        if (stream_out_.empty()) {
+          stream_out_ = std::move(st->queue.front());
+        } else {
+          stream_out_.append(st->queue.front());
+        }
+        st->queue.pop_front();
       }
-      st->queue.pop_front();
+      last = st->finishing && st->queue.empty();
     }
-    if (data->empty()) {
-      if (!st->finishing) return;
-      last = true;
+    const std::size_t n = stream_out_.size();
+    if (n == 0 && !last && !stream_head_pending_) return;
+    // Up to five pieces: the header block, the chunk's size line, its data, its CRLF and the
+    // last chunk.
+    std::array<asio::const_buffer, 5> bufs{};
+    std::size_t nb = 0;
+    if (stream_head_pending_) bufs[nb++] = asio::buffer(head_);
+    static constexpr std::string_view kCrlfLast = "\r\n0\r\n\r\n";
+    if (stream_chunked_ && n > 0) {
+      char* const line = stream_line_.data();
+      const auto r = std::to_chars(line, line + stream_line_.size() - 2, n, 16);
+      r.ptr[0] = '\r';
+      r.ptr[1] = '\n';
+      bufs[nb++] = asio::buffer(line, static_cast<std::size_t>(r.ptr + 2 - line));
+      bufs[nb++] = asio::buffer(stream_out_);
+      bufs[nb++] = asio::buffer(last ? kCrlfLast : kCrlfLast.substr(0, 2));
+    } else if (stream_chunked_ && last) {
+      bufs[nb++] = asio::buffer(kCrlfLast.substr(2));
+    } else if (n > 0) {
+      bufs[nb++] = asio::buffer(stream_out_);
     }
-  }
-  stream_writing_ = true;
-  stream_.expires_after(server_.opt.limits.write_timeout);
-  if (last) {
-    if (!stream_chunked_) {
-      stream_writing_ = false;
-      return end_stream(stream_sized_ && stream_sent_ == stream_expected_);
-    }
-    return asio::async_write(stream_, bhttp::make_chunk_last(),
-                             [self = shared_from_this(), st](beast::error_code ec, std::size_t) {
-                               self->stream_writing_ = false;
-                               if (self->sstate_ != st) return;  // closed meanwhile
-                               self->end_stream(!ec);
-                             });
-  }
-  // A write's completion may run after close() dropped the stream: close() (a forced close at
-  // shutdown, or the producer aborting) can be queued on the strand ahead of a completion whose
-  // write had already succeeded, so the completion sees ec == success and no stream. The
-  // handlers therefore check that the stream they wrote for is still this session's.
-  auto done = [self = shared_from_this(), data, st](beast::error_code ec, std::size_t) {
-    self->stream_writing_ = false;
-    if (self->sstate_ != st) return;
-    self->stream_sent_ += data->size();
-    if (ec) return self->end_stream(false);
-    self->on_stream_sent(data->size());
-  };
-  if (stream_chunked_) {
-    asio::async_write(stream_, bhttp::make_chunk(asio::buffer(*data)), std::move(done));
-  } else {
-    asio::async_write(stream_, asio::buffer(*data), std::move(done));
+    const std::span<asio::const_buffer> piece(bufs.data(), nb);
+    beast::error_code ec;
+    send_now(stream_.socket(), piece, ec);
+    if (!ec && asio::buffer_size(piece) > 0) return write_stream_rest(st, piece, n, last);
+    if (!stream_piece_sent(ec, n, last)) return;
   }
 }
 
-void Session::on_stream_sent(std::size_t n) {
+// What send_now left of a piece, asynchronously. The buffers point into the session or at
+// constants, and their list is copied into the session too: all outlive pump_stream's frame.
+void Session::write_stream_rest(const std::shared_ptr<StreamState>& st,
+                                std::span<const asio::const_buffer> rest, std::size_t n,
+                                bool last) {
+  stream_writing_ = true;
+  stream_.expires_after(server_.opt.limits.write_timeout);
+  std::copy(rest.begin(), rest.end(), stream_bufs_.begin());
+  asio::async_write(stream_, std::span<const asio::const_buffer>(stream_bufs_.data(), rest.size()),
+                    [self = shared_from_this(), st, n, last](beast::error_code ec, std::size_t) {
+                      self->stream_writing_ = false;
+                      // close() (a forced close at shutdown, or the producer aborting) can be
+                      // queued on the strand ahead of a completion whose write had succeeded:
+                      // only the stream this write was for goes on.
+                      if (self->sstate_ != st) return;
+                      if (self->stream_piece_sent(ec, n, last)) self->pump_stream();
+                    });
+}
+
+// A piece (n bytes of body) is out, or failed with `ec`. Returns whether the stream goes on.
+bool Session::stream_piece_sent(beast::error_code ec, std::size_t n, bool last) {
+  stream_head_pending_ = false;
+  stream_out_.clear();
+  stream_sent_ += n;
+  if (ec) {
+    end_stream(false);
+    return false;
+  }
+  if (last) {
+    end_stream(stream_chunked_ || (stream_sized_ && stream_sent_ == stream_expected_));
+    return false;
+  }
   auto st = sstate_;
-  if (!st) return;
   std::vector<std::function<void()>> wake;
   {
     std::lock_guard lock(st->mu);
@@ -141,7 +168,7 @@ void Session::on_stream_sent(std::size_t n) {
   }
   st->cv.notify_all();
   for (auto& w : wake) asio::post(stream_.get_executor(), std::move(w));
-  pump_stream();
+  return true;
 }
 
 // The stream is over: `clean` means the whole body went out and the connection may serve the
