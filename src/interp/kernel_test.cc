@@ -224,14 +224,20 @@ TEST_F(KernelTest, InterruptFromAnotherThread) {
   ASSERT_TRUE(r.wait().ok());
   EXPECT_EQ(r.wait()->at("status").as_string(), "error");
   EXPECT_EQ(r.wait()->at("ename").as_string(), "KeyboardInterrupt");
+  // Usually the cell's `error` message comes too. On a loaded machine the SIGINT can still land
+  // where ipykernel catches it outside the cell's frame (seen in a full ctest run beside a
+  // build: "KeyboardInterrupt" on stderr, a reply with an empty traceback, no `error`); the
+  // service then makes the error from the reply (service.cc, "An interrupt that lands between").
   auto errors = r.of_type("error");
-  if (errors.size() != 1) {
+  if (errors.size() > 1) {
     for (auto& m : r.outputs)
       std::cerr << m.msg_type() << " " << json::serialize(m.content) << "\n";
     std::cerr << json::serialize(*r.wait()) << "\n";
   }
-  ASSERT_EQ(errors.size(), 1u);
-  EXPECT_EQ(errors[0].content.at("ename").as_string(), "KeyboardInterrupt");
+  ASSERT_LE(errors.size(), 1u);
+  if (!errors.empty()) {
+    EXPECT_EQ(errors[0].content.at("ename").as_string(), "KeyboardInterrupt");
+  }
 
   Execution after;
   k->execute("'still here'", false, after.callbacks());
