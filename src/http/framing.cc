@@ -1,6 +1,8 @@
 // The framing checks of catalogue §2.1, shared by every abx listener (see server.h).
 #include <boost/beast/core/string.hpp>
+#include <charconv>
 #include <string>
+#include <string_view>
 
 #include "abx/http/server.h"
 
@@ -39,6 +41,27 @@ std::optional<FramingError> check_request_header(const bhttp::request_header<>& 
     return bad(400, "request target must be a path (origin-form)");
   }
   return std::nullopt;
+}
+
+std::size_t add_body_piece(std::span<boost::asio::const_buffer> bufs, std::size_t nb,
+                           ChunkLine& line, boost::asio::const_buffer data, bool chunked,
+                           bool last) {
+  static constexpr std::string_view kCrlfLast = "\r\n0\r\n\r\n";
+  const std::size_t n = data.size();
+  if (chunked && n > 0) {
+    const auto r = std::to_chars(line.data(), line.data() + line.size() - 2, n, 16);
+    r.ptr[0] = '\r';
+    r.ptr[1] = '\n';
+    bufs[nb++] =
+        boost::asio::buffer(line.data(), static_cast<std::size_t>(r.ptr + 2 - line.data()));
+    bufs[nb++] = data;
+    bufs[nb++] = boost::asio::buffer(last ? kCrlfLast : kCrlfLast.substr(0, 2));
+  } else if (chunked && last) {
+    bufs[nb++] = boost::asio::buffer(kCrlfLast.substr(2));
+  } else if (n > 0) {
+    bufs[nb++] = data;
+  }
+  return nb;
 }
 
 }  // namespace abx::http

@@ -205,7 +205,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // The piece being sent: the queued frames, coalesced; its chunk-size line; and, while the
   // socket has not taken it all, the list of what is left (async_write keeps only a view).
   std::string stream_out_;
-  std::array<char, 2 * sizeof(std::size_t) + 2> stream_line_{};
+  ChunkLine stream_line_{};
   std::array<boost::asio::const_buffer, 5> stream_bufs_{};
   bool stream_writing_ = false;
   bool stream_chunked_ = false;

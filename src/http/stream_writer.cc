@@ -5,9 +5,7 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
-#include <charconv>
 #include <span>
-#include <string_view>
 
 #include "session.h"
 
@@ -105,20 +103,7 @@ void Session::pump_stream() {
     std::array<asio::const_buffer, 5> bufs{};
     std::size_t nb = 0;
     if (stream_head_pending_) bufs[nb++] = asio::buffer(head_);
-    static constexpr std::string_view kCrlfLast = "\r\n0\r\n\r\n";
-    if (stream_chunked_ && n > 0) {
-      char* const line = stream_line_.data();
-      const auto r = std::to_chars(line, line + stream_line_.size() - 2, n, 16);
-      r.ptr[0] = '\r';
-      r.ptr[1] = '\n';
-      bufs[nb++] = asio::buffer(line, static_cast<std::size_t>(r.ptr + 2 - line));
-      bufs[nb++] = asio::buffer(stream_out_);
-      bufs[nb++] = asio::buffer(last ? kCrlfLast : kCrlfLast.substr(0, 2));
-    } else if (stream_chunked_ && last) {
-      bufs[nb++] = asio::buffer(kCrlfLast.substr(2));
-    } else if (n > 0) {
-      bufs[nb++] = asio::buffer(stream_out_);
-    }
+    nb = add_body_piece(bufs, nb, stream_line_, asio::buffer(stream_out_), stream_chunked_, last);
     const std::span<asio::const_buffer> piece(bufs.data(), nb);
     beast::error_code ec;
     send_now(stream_.socket(), piece, ec);

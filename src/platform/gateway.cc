@@ -451,20 +451,8 @@ awaitable<beast::error_code> relay(In& in, beast::flat_buffer& inbuf,
     std::array<asio::const_buffer, 4> bufs{};
     std::size_t nb = 0;
     if (!head_sent) bufs[nb++] = asio::buffer(cs.head);
-    char line[2 * sizeof(std::size_t) + 2];
-    static constexpr std::string_view kEnd = "\r\n0\r\n\r\n";
-    if (chunked && size > 0) {
-      const auto r = std::to_chars(line, line + sizeof line - 2, size, 16);
-      r.ptr[0] = '\r';
-      r.ptr[1] = '\n';
-      bufs[nb++] = asio::buffer(line, static_cast<std::size_t>(r.ptr + 2 - line));
-      bufs[nb++] = asio::buffer(buf, size);
-      bufs[nb++] = asio::buffer(last ? kEnd : kEnd.substr(0, 2));
-    } else if (chunked && last) {
-      bufs[nb++] = asio::buffer(kEnd.substr(2));
-    } else if (size > 0) {
-      bufs[nb++] = asio::buffer(buf, size);
-    }
+    http::ChunkLine line;
+    nb = http::add_body_piece(bufs, nb, line, asio::buffer(buf, size), chunked, last);
     const std::span<asio::const_buffer> piece(bufs.data(), nb);
     beast::error_code ec;
     http::send_now(out.socket(), piece, ec);

@@ -71,6 +71,17 @@ struct StreamState;
 void send_now(boost::asio::ip::tcp::socket& sock, std::span<boost::asio::const_buffer> bufs,
               boost::beast::error_code& ec);
 
+// The size line of one chunk ("<hex>\r\n"): room for any std::size_t.
+using ChunkLine = std::array<char, 2 * sizeof(std::size_t) + 2>;
+
+// Appends to bufs[nb...] one piece of a body as it goes on the wire and returns the new count
+// (at most 3 buffers added). Chunked: `data` as one chunk (its size line, written into `line`,
+// the data, its CRLF) and, when `last`, the last chunk after it (alone for empty data); else
+// `data` as is. The stream writer and the gateway's relay frame their pieces with it.
+std::size_t add_body_piece(std::span<boost::asio::const_buffer> bufs, std::size_t nb,
+                           ChunkLine& line, boost::asio::const_buffer data, bool chunked,
+                           bool last);
+
 // Appends the header block of `h` (its start line, its fields, the empty line) to `out`, the
 // bytes Beast's serializer writes for it. A message whose body is in memory then goes out in one
 // writev of this block and the body, without the serializer's layered buffer sequences (the
