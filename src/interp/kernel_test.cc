@@ -208,17 +208,24 @@ TEST_F(KernelTest, InterruptFromAnotherThread) {
   // One top-level statement runs the loop: IPython compiles and runs a cell's statements one by
   // one, and a SIGINT that lands while it compiles the next one ends the cell with a reply
   // (ename KeyboardInterrupt) but, as ipykernel 6.17's traceback formatter then fails, no
-  // `error` message.
-  k->execute("def spin():\n    print('looping', flush=True)\n    while True: pass\nspin()", false,
-             r.callbacks());
-  // Interrupt once the loop is running (its print came back), from another thread. SIGINT is
-  // repeated until the execution ends: the print's flush may still be waiting in ipykernel
-  // when its output arrives, and an interrupt that lands outside the cell is not the test.
-  ASSERT_TRUE(r.wait_for_output("stream"));
+  // `error` message. The loop says it runs by creating a file, not by printing: a SIGINT that
+  // lands while print's flush waits for ipykernel's IO thread (a threading.Event) ends the cell
+  // with RuntimeError from the lock's release (CI, stop 29), and the flush may still wait when
+  // its output has already arrived.
+  const std::string running = dir_ + "/spinning";
+  k->execute("def spin(path):\n    open(path, 'w').close()\n    while True: pass\nspin('" +
+                 running + "')",
+             false, r.callbacks());
+  // Interrupt once the loop is running, from another thread. SIGINT is repeated if the
+  // execution has not ended after a while: one that lands outside the cell is not the test.
+  for (int i = 0; i < 600 && !fs::exists(running); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(fs::exists(running)) << "the cell did not start";
   std::thread([&] {
-    for (int i = 0; i < 20; ++i) {
+    for (int i = 0; i < 10; ++i) {
       EXPECT_TRUE(k->interrupt().ok());
-      if (r.wait_done_for(std::chrono::milliseconds(500))) break;
+      if (r.wait_done_for(std::chrono::seconds(3))) break;
     }
   }).join();
   ASSERT_TRUE(r.wait().ok());
