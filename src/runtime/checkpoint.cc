@@ -88,11 +88,15 @@ struct Ran {
 constexpr std::chrono::seconds kQuickCriuLimit{60};
 
 // Runs `args` (argv[0] absolute; no shell) with /dev/null as stdin and a pipe as stdout and
-// stderr. With `join`, the program runs in those cgroups from its first instruction: a forked
-// child waits until the parent attached it, then execs (between fork and exec it only reads and
-// execs: nothing that allocates). The program leads a session (and so a process group) of its
-// own; when it has not finished within `limit`, that group is killed (SIGKILL) and the result
-// says timed_out.
+// stderr. With `join` or `started`, a forked child waits until the parent has attached it to
+// those cgroups (so the program runs in them from its first instruction) and has called
+// started(pid), then execs (between fork and exec it only reads and execs: nothing that
+// allocates); should the parent die before, the child exits and the program never runs.
+// started() records the pid where a later abxd finds it: the program must not act before the
+// record exists (a dump started by an abxd killed in between ran unrecorded; recover() thawed
+// the tree, and CRIU, ending, froze it again for good: stop 29's CI). The program leads a
+// session (and so a process group) of its own; when it has not finished within `limit`, that
+// group is killed (SIGKILL) and the result says timed_out.
 // A session, not only a process group: a CRIU dump outlives an abxd killed meanwhile (recover()
 // waits for it). Were it only a group of abxd's session, abxd's death would orphan the group,
 // and the kernel sends SIGHUP and SIGCONT to an orphaned group with a stopped member. CRIU's
@@ -102,7 +106,7 @@ constexpr std::chrono::seconds kQuickCriuLimit{60};
 // signals only within one session.
 Result<Ran> run_program(std::vector<std::string> args, std::chrono::milliseconds limit,
                         const SandboxCgroups* join = nullptr,
-                        const std::function<void(pid_t)>& started = {}) {
+                        const std::function<Status(pid_t)>& started = {}) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -120,7 +124,7 @@ Result<Ran> run_program(std::vector<std::string> args, std::chrono::milliseconds
   UniqueFd out_rd(out[0]), out_wr(out[1]);
   ABX_ASSIGN_OR_RETURN(UniqueFd devnull, open_fd("/dev/null", O_RDONLY));
   pid_t pid = -1;
-  if (!join) {
+  if (!join && !started) {
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, devnull.get(), 0);
@@ -154,10 +158,19 @@ Result<Ran> run_program(std::vector<std::string> args, std::chrono::milliseconds
       ::_exit(127);
     }
     go_rd.reset();
-    if (Status s = join->attach(pid); !s) {
-      go_wr.reset();
-      ::waitpid(pid, nullptr, 0);
-      return s.error();
+    if (join) {
+      if (Status s = join->attach(pid); !s) {
+        go_wr.reset();
+        ::waitpid(pid, nullptr, 0);
+        return s.error();
+      }
+    }
+    if (started) {
+      if (Status s = started(pid); !s) {
+        go_wr.reset();
+        ::waitpid(pid, nullptr, 0);
+        return s.error();
+      }
     }
     char c = 1;
     if (retry_eintr([&] { return ::write(go_wr.get(), &c, 1); }) != 1) {
@@ -168,7 +181,6 @@ Result<Ran> run_program(std::vector<std::string> args, std::chrono::milliseconds
     }
   }
   out_wr.reset();
-  if (started) started(pid);
   Ran r;
   char buf[4096];
   const auto deadline = Clock::now() + limit;
@@ -482,8 +494,8 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
   // running on the tree, and recover() must wait for it before it thaws anything.
   const std::string criu_pidfile = st.dir + "/" + kCriuPid;
   auto ran = run_program(args, options.criu_timeout, nullptr, [&](pid_t pid) {
-    (void)create_file(criu_pidfile,
-                      std::to_string(pid) + " " + std::to_string(process_start_time(pid)) + "\n");
+    return create_file(criu_pidfile,
+                       std::to_string(pid) + " " + std::to_string(process_start_time(pid)) + "\n");
   });
   ::unlink(criu_pidfile.c_str());
   CheckpointInfo info;

@@ -565,6 +565,36 @@ TEST_F(CheckpointTest, FailedDumpLeavesTheSandboxRunning) {
 // killed with its process group after criu_timeout: the dump fails with deadline_exceeded and
 // the sandbox runs on; the restore fails the same way, leaves nothing behind and keeps the
 // checkpoint as it was. The fake's child holds criu's output pipe, as criu's helpers would.
+// A later abxd finds a dump its dead owner started by the record in the state dir (recover()
+// waits for it): the record exists before CRIU runs at all. (Written after the spawn, an owner
+// killed in between left a CRIU that ran unrecorded: recover() thawed the tree, and CRIU,
+// failing, froze it again for good.)
+TEST_F(CheckpointTest, DumpIsRecordedBeforeCriuRuns) {
+  SandboxConfig c = counter_config();
+  Count first;
+  auto sb = spawn_counter(c, &first);
+  ASSERT_TRUE(sb);
+  const std::string fake = tmp_.string() + "/recorded-criu";
+  const std::string seen = tmp_.string() + "/recorded-criu.seen";
+  std::ofstream(fake) << "#!/bin/sh\ncase \"$1\" in check|--version) exit 0;; esac\n"
+                         "echo \"$$ $(cat " + sb->state_path() + "/criu.pid)\" > " + seen +
+                             "\nexit 1\n";
+  fs::permissions(fake, fs::perms::owner_all);
+  auto r = checkpoint(*sb, tmp_.string() + "/ck-recorded", {.criu = fake});
+  ASSERT_FALSE(r.ok());  // the fake fails the dump: the sandbox runs on
+  // "<the fake's pid> <the record: pid, start time>"
+  std::istringstream line(slurp(seen));
+  long self = 0, recorded = 0;
+  unsigned long long start = 0;
+  line >> self >> recorded >> start;
+  EXPECT_GT(self, 0) << "the fake criu never ran";
+  EXPECT_EQ(recorded, self) << slurp(seen);
+  EXPECT_GT(start, 0u) << slurp(seen);
+  EXPECT_FALSE(fs::exists(sb->state_path() + "/criu.pid"));  // gone once the dump ended
+  expect_running(*sb, first);
+  ASSERT_TRUE(sb->destroy().ok());
+}
+
 TEST_F(CheckpointTest, CriuPastItsTimeLimitIsKilledWithItsGroupAndNothingIsLost) {
   const std::string fake = tmp_.string() + "/hung-criu";
   const std::string child_pid = tmp_.string() + "/hung-criu.child";
