@@ -213,9 +213,9 @@ TEST_F(KernelTest, InterruptFromAnotherThread) {
   // with RuntimeError from the lock's release (CI, stop 29), and the flush may still wait when
   // its output has already arrived.
   const std::string running = dir_ + "/spinning";
-  k->execute("def spin(path):\n    open(path, 'w').close()\n    while True: pass\nspin('" +
-                 running + "')",
-             false, r.callbacks());
+  k->execute(
+      "def spin(path):\n    open(path, 'w').close()\n    while True: pass\nspin('" + running + "')",
+      false, r.callbacks());
   // Interrupt once the loop is running, from another thread. SIGINT is repeated if the
   // execution has not ended after a while: one that lands outside the cell is not the test.
   for (int i = 0; i < 600 && !fs::exists(running); ++i) {

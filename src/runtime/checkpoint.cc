@@ -94,9 +94,9 @@ constexpr std::chrono::seconds kQuickCriuLimit{60};
 // allocates); should the parent die before, the child exits and the program never runs.
 // started() records the pid where a later abxd finds it: the program must not act before the
 // record exists (a dump started by an abxd killed in between ran unrecorded; recover() thawed
-// the tree, and CRIU, ending, froze it again for good: stop 29's CI). The program leads a
-// session (and so a process group) of its own; when it has not finished within `limit`, that
-// group is killed (SIGKILL) and the result says timed_out.
+// the tree, and CRIU, ending, froze it again for good). The program leads a session (and so a
+// process group) of its own; when it has not finished within `limit`, that group is killed
+// (SIGKILL) and the result says timed_out.
 // A session, not only a process group: a CRIU dump outlives an abxd killed meanwhile (recover()
 // waits for it). Were it only a group of abxd's session, abxd's death would orphan the group,
 // and the kernel sends SIGHUP and SIGCONT to an orphaned group with a stopped member. CRIU's

@@ -577,8 +577,8 @@ TEST_F(CheckpointTest, DumpIsRecordedBeforeCriuRuns) {
   const std::string fake = tmp_.string() + "/recorded-criu";
   const std::string seen = tmp_.string() + "/recorded-criu.seen";
   std::ofstream(fake) << "#!/bin/sh\ncase \"$1\" in check|--version) exit 0;; esac\n"
-                         "echo \"$$ $(cat " + sb->state_path() + "/criu.pid)\" > " + seen +
-                             "\nexit 1\n";
+                         "echo \"$$ $(cat " +
+                             sb->state_path() + "/criu.pid)\" > " + seen + "\nexit 1\n";
   fs::permissions(fake, fs::perms::owner_all);
   auto r = checkpoint(*sb, tmp_.string() + "/ck-recorded", {.criu = fake});
   ASSERT_FALSE(r.ok());  // the fake fails the dump: the sandbox runs on
