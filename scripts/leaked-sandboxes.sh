@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Lists the sandboxes of one test run that are still alive, kills them, and exits 1 if there
-# were any. Usage: scripts/leaked-sandboxes.sh RUN_ID
+# Lists the sandboxes (and the abx-envd daemons its tests ran on the host) of one test run that
+# are still alive, kills them, and exits 1 if there were any. Usage: leaked-sandboxes.sh RUN_ID
 #
 # A sandbox is an abx-envd running as PID 1 of its own pid namespace (the last NSpid field is
 # 1). It belongs to the run when the run id appears in its mount table: abxd bind-mounts the
@@ -26,6 +26,22 @@ for status in /proc/[0-9]*/status; do
   echo "leaked sandbox: pid $pid id ${id:-?} token ${home:-?} (started $(ps -o lstart= -p "$pid"))"
   found=$((found + 1))
   kill -KILL "$pid" 2>/dev/null  # its pid namespace (everything in the sandbox) goes with it
+done
+# An abx-envd a test ran on the host (not a sandbox's PID 1) outlives that test when the test is
+# killed (ctest's timeout): it and what it started (a `yes` flood of EnvdFlood ran on at 100% CPU
+# for hours) are the run's when they carry its ABX_TEST_RUN_ID, which every test process
+# inherits.
+for status in /proc/[0-9]*/status; do
+  dir=${status%/status}
+  pid=${dir#/proc/}
+  [ "$(cat "$dir/comm" 2>/dev/null)" = abx-envd ] || continue
+  nspid=$(awk '/^NSpid:/ {print $NF}' "$status" 2>/dev/null)
+  [ "$nspid" = 1 ] && continue
+  tr '\0' '\n' < "$dir/environ" 2>/dev/null | grep -qxF -- "ABX_TEST_RUN_ID=$run_id" || continue
+  echo "leaked test abx-envd: pid $pid ($(tr '\0' ' ' < "$dir/cmdline" 2>/dev/null)), started $(ps -o lstart= -p "$pid")"
+  found=$((found + 1))
+  pkill -KILL -P "$pid" 2>/dev/null
+  kill -KILL "$pid" 2>/dev/null
 done
 # A sandbox's writable layer (an ext4 image on a loop device) is mounted on the host at
 # <state>/<id>/rw until destroy() or cleanup_stale(); one of the run still mounted is a leak too.
@@ -73,7 +89,7 @@ if command -v nft >/dev/null; then
   done
 fi
 if [ "$found" -gt 0 ]; then
-  echo "leaked-sandboxes: $found sandbox(es) of run $run_id were still alive (now killed)" >&2
+  echo "leaked-sandboxes: $found sandbox(es) or test daemon(s) of run $run_id were still alive (now killed)" >&2
   exit 1
 fi
 echo "leaked-sandboxes: no sandbox of run $run_id is alive"

@@ -8,6 +8,7 @@
 #include <openssl/sha.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -1610,6 +1611,9 @@ TEST(EnvdFlood, OutputFloodKeepsDaemonMemoryBounded) {
   ASSERT_EQ(::pipe(out), 0);
   pid_t pid = ::fork();
   if (pid == 0) {
+    // A test killed mid-flood (ctest's timeout) takes its abx-envd along (the envd's `yes` then
+    // dies of SIGPIPE): left behind, the pair ran at 100% CPU for hours.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     ::dup2(out[1], 1);
     ::execl(ABX_ENVD_BINARY, "abx-envd", "--port", "0", "--host", "127.0.0.1", "--log-level",
             "warn", nullptr);
