@@ -146,6 +146,10 @@ class Process : public std::enable_shared_from_this<Process> {
   UniqueFd wake_;   // eventfd: the reaper saw the exit
   std::optional<int> exit_status_;
   bool ended_ = false;
+  // Set before the end event is written: from then on ProcessManager's find() and list() do
+  // not see the process, so a client that has read the end never reaches it by pid or tag
+  // (SendSignal, SendInput, Connect answer not_found), though forget() comes a little later.
+  std::atomic<bool> gone_{false};
 };
 
 // Starts `child(arg)` in a new process as posix_spawn does: clone(CLONE_VM | CLONE_VFORK), on a
