@@ -51,9 +51,9 @@ fi
 # binary from npm's registry (package node-linux-<arch>), so no other source is needed.
 if [ "$bench" = 1 ]; then
   pkgs+=(wrk nginx-light python3-fastapi python3-uvicorn)
-  pkgs+=(linux-perf)  # bench/lib/perf_command_server.sh: where a command-server call's CPU goes
+  # perf: where a bench's time goes (bench/lib/perf_command_server.sh, abxd's proxy in bench/README.md)
+  pkgs+=(linux-perf)
   pkgs+=(bubblewrap)  # bench/sandbox_create: the namespace-setup floor to compare against
-  pkgs+=(linux-perf)  # perf: where a bench's time goes (bench/README.md, abxd's proxy)
 fi
 
 missing=()
