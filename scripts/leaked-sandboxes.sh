@@ -13,35 +13,28 @@ set -uo pipefail
 
 run_id=${1:?usage: leaked-sandboxes.sh RUN_ID}
 found=0
+# Each abx-envd: a sandbox's PID 1 (see above), or one a test ran on the host. That one outlives
+# its test when the test is killed (ctest's timeout): it and what it started (a `yes` flood of
+# EnvdFlood ran on at 100% CPU for hours) are the run's when they carry its ABX_TEST_RUN_ID,
+# which every test process inherits.
 for status in /proc/[0-9]*/status; do
   dir=${status%/status}
   pid=${dir#/proc/}
   [ "$(cat "$dir/comm" 2>/dev/null)" = abx-envd ] || continue
   nspid=$(awk '/^NSpid:/ {print $NF; n=NF} END {if (n < 3) print "host"}' "$status" 2>/dev/null \
           | head -n1)
-  [ "$nspid" = 1 ] || continue
-  grep -qF -- "$run_id" "$dir/mountinfo" 2>/dev/null || continue
-  id=$(tr '\0' '\n' < "$dir/environ" 2>/dev/null | sed -n 's/^ABX_SANDBOX_ID=//p')
-  home=$(awk '$5 == "/run/abx/token" {print $4}' "$dir/mountinfo" 2>/dev/null)
-  echo "leaked sandbox: pid $pid id ${id:-?} token ${home:-?} (started $(ps -o lstart= -p "$pid"))"
+  if [ "$nspid" = 1 ]; then
+    grep -qF -- "$run_id" "$dir/mountinfo" 2>/dev/null || continue
+    id=$(tr '\0' '\n' < "$dir/environ" 2>/dev/null | sed -n 's/^ABX_SANDBOX_ID=//p')
+    home=$(awk '$5 == "/run/abx/token" {print $4}' "$dir/mountinfo" 2>/dev/null)
+    echo "leaked sandbox: pid $pid id ${id:-?} token ${home:-?} (started $(ps -o lstart= -p "$pid"))"
+  else
+    tr '\0' '\n' < "$dir/environ" 2>/dev/null | grep -qxF -- "ABX_TEST_RUN_ID=$run_id" || continue
+    echo "leaked test abx-envd: pid $pid ($(tr '\0' ' ' < "$dir/cmdline" 2>/dev/null)), started $(ps -o lstart= -p "$pid")"
+    pkill -KILL -P "$pid" 2>/dev/null
+  fi
   found=$((found + 1))
-  kill -KILL "$pid" 2>/dev/null  # its pid namespace (everything in the sandbox) goes with it
-done
-# An abx-envd a test ran on the host (not a sandbox's PID 1) outlives that test when the test is
-# killed (ctest's timeout): it and what it started (a `yes` flood of EnvdFlood ran on at 100% CPU
-# for hours) are the run's when they carry its ABX_TEST_RUN_ID, which every test process
-# inherits.
-for status in /proc/[0-9]*/status; do
-  dir=${status%/status}
-  pid=${dir#/proc/}
-  [ "$(cat "$dir/comm" 2>/dev/null)" = abx-envd ] || continue
-  nspid=$(awk '/^NSpid:/ {print $NF}' "$status" 2>/dev/null)
-  [ "$nspid" = 1 ] && continue
-  tr '\0' '\n' < "$dir/environ" 2>/dev/null | grep -qxF -- "ABX_TEST_RUN_ID=$run_id" || continue
-  echo "leaked test abx-envd: pid $pid ($(tr '\0' ' ' < "$dir/cmdline" 2>/dev/null)), started $(ps -o lstart= -p "$pid")"
-  found=$((found + 1))
-  pkill -KILL -P "$pid" 2>/dev/null
-  kill -KILL "$pid" 2>/dev/null
+  kill -KILL "$pid" 2>/dev/null  # a sandbox's pid namespace (everything in it) goes with it
 done
 # A sandbox's writable layer (an ext4 image on a loop device) is mounted on the host at
 # <state>/<id>/rw until destroy() or cleanup_stale(); one of the run still mounted is a leak too.

@@ -482,12 +482,13 @@ Result<std::shared_ptr<Process>> ProcessManager::find(std::optional<std::uint32_
   std::lock_guard lock(mu_);
   if (pid) {
     auto it = procs_.find(static_cast<pid_t>(*pid));
-    if (it != procs_.end() && !it->second->gone_.load(std::memory_order_acquire)) return it->second;
+    if (it != procs_.end() && !it->second->ended_.load(std::memory_order_acquire))
+      return it->second;
     return not_found("process with pid " + std::to_string(*pid) + " not found");
   }
   if (tag) {
     for (auto& [p, proc] : procs_) {
-      if (proc->tag_ == tag && !proc->gone_.load(std::memory_order_acquire)) return proc;
+      if (proc->tag_ == tag && !proc->ended_.load(std::memory_order_acquire)) return proc;
     }
     return not_found("process with tag '" + *tag + "' not found");
   }
@@ -498,7 +499,7 @@ std::vector<std::shared_ptr<Process>> ProcessManager::list() {
   std::lock_guard lock(mu_);
   std::vector<std::shared_ptr<Process>> out;
   for (auto& [p, proc] : procs_) {
-    if (!proc->gone_.load(std::memory_order_acquire)) out.push_back(proc);
+    if (!proc->ended_.load(std::memory_order_acquire)) out.push_back(proc);
   }
   return out;
 }
@@ -711,7 +712,6 @@ void Process::pump() {
     subs.swap(subscribers_);
     stdin_.reset();
   }
-  gone_.store(true, std::memory_order_release);
   for (auto& s : subs) {
     s.writer->write(end);
     s.writer->write(trailer);

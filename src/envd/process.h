@@ -138,18 +138,18 @@ class Process : public std::enable_shared_from_this<Process> {
   std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
   bool deadline_hit_ = false;
 
-  std::mutex mu_;  // guards subscribers_, stdin_, exit_status_, ended_
+  std::mutex mu_;  // guards subscribers_, stdin_, exit_status_; ended_ is set under it
   std::vector<Subscriber> subscribers_;
   UniqueFd stdin_;  // write end of the stdin pipe (or the pty master, shared with out_)
   UniqueFd out_;    // stdout read end, or the pty master
   UniqueFd err_;    // stderr read end (pipes only)
   UniqueFd wake_;   // eventfd: the reaper saw the exit
   std::optional<int> exit_status_;
-  bool ended_ = false;
-  // Set before the end event is written: from then on ProcessManager's find() and list() do
-  // not see the process, so a client that has read the end never reaches it by pid or tag
-  // (SendSignal, SendInput, Connect answer not_found), though forget() comes a little later.
-  std::atomic<bool> gone_{false};
+  // Set (under mu_) before the end event is written: no subscriber joins after it, and
+  // ProcessManager's find() and list(), which read it without mu_, no longer see the process,
+  // so a client that has read the end never reaches it by pid or tag (SendSignal, SendInput,
+  // Connect answer not_found), though forget() comes a little later.
+  std::atomic<bool> ended_{false};
 };
 
 // Starts `child(arg)` in a new process as posix_spawn does: clone(CLONE_VM | CLONE_VFORK), on a

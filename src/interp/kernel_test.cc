@@ -210,7 +210,7 @@ TEST_F(KernelTest, InterruptFromAnotherThread) {
   // (ename KeyboardInterrupt) but, as ipykernel 6.17's traceback formatter then fails, no
   // `error` message. The loop says it runs by creating a file, not by printing: a SIGINT that
   // lands while print's flush waits for ipykernel's IO thread (a threading.Event) ends the cell
-  // with RuntimeError from the lock's release (CI, stop 29), and the flush may still wait when
+  // with RuntimeError from the lock's release (seen in CI), and the flush may still wait when
   // its output has already arrived.
   const std::string running = dir_ + "/spinning";
   k->execute(

@@ -26,7 +26,6 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/json.hpp>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <map>
 #include <mutex>
