@@ -67,5 +67,52 @@ TEST(Json, KeepsBigIntegersExact) {
   EXPECT_EQ(r->at("n").as_int64(), 9007199254740993LL);
 }
 
+// An object of many keys: up to 32 each new key is compared with the ones before it; past that
+// the object's keys are sorted once at its end (comparing every pair took seconds for an object
+// of 80,000 keys).
+std::string object_of(int keys, const std::string& last_key) {
+  std::string s = "{";
+  for (int i = 0; i < keys; ++i) s += "\"k" + std::to_string(i) + "\":" + std::to_string(i) + ",";
+  return s + "\"" + last_key + "\":0}";
+}
+
+TEST(Json, LargeObjectsAreCheckedForDuplicatesToo) {
+  for (int n : {31, 32, 33, 100, 5000}) {
+    auto ok = parse_json_strict(object_of(n, "last"));
+    ASSERT_TRUE(ok.ok()) << n << ": " << ok.error().message();
+    EXPECT_EQ(ok->as_object().size(), static_cast<std::size_t>(n + 1));
+    for (const std::string& dup : {std::string("k0"), "k" + std::to_string(n / 2),
+                                   "k" + std::to_string(n - 1)}) {
+      auto bad = parse_json_strict(object_of(n, dup));
+      ASSERT_FALSE(bad.ok()) << n << " " << dup;
+      EXPECT_NE(bad.error().message().find("duplicate object key \"" + dup + "\""),
+                std::string::npos)
+          << bad.error().message();
+    }
+  }
+  // Keys split into parts by escapes, in a nested object past the scan limit.
+  auto nested = parse_json_strict("{\"o\":" + object_of(40, "k\\u0031") + "}");
+  ASSERT_FALSE(nested.ok());
+  EXPECT_NE(nested.error().message().find("duplicate object key \"k1\""), std::string::npos)
+      << nested.error().message();
+}
+
+TEST(Json, KeysOfClosedObjectsDoNotCountAsTheParentsKeys) {
+  std::string s = "{\"a\":" + object_of(40, "x") + ",\"x\":1,";
+  for (int i = 0; i < 40; ++i) s += "\"p" + std::to_string(i) + "\":{\"k0\":1},";
+  s += "\"k0\":2}";
+  auto r = parse_json_strict(s);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_EQ(r->at("k0").as_int64(), 2);
+  EXPECT_EQ(r->at("a").as_object().size(), 41u);
+}
+
+TEST(Json, ParsesAgainAfterARefusedDocument) {
+  ASSERT_FALSE(parse_json_strict(R"({"a":{"b":{"c":1,"c":2}}})").ok());
+  auto r = parse_json_strict(R"({"c":1,"b":{"c":2}})");
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_EQ(r->at("b").at("c").as_int64(), 2);
+}
+
 }  // namespace
 }  // namespace abx
