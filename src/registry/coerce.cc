@@ -87,19 +87,25 @@ Result<json::object> coerce_kwargs(const RegisteredCommand& cmd, const json::val
                             std::string(kind_name(kwargs)));
   }
   const json::object& in = kwargs.get_object();
-  // Unknown names first: a typo should be reported as such, not as a missing argument.
+  // Unknown names first: a typo should be reported as such, not as a missing argument. The
+  // message names a few of them, each cut short, so its size does not follow the body's.
+  constexpr std::size_t kNamed = 8, kNameChars = 64;
   std::string unknown;
+  std::size_t n_unknown = 0;
   for (const auto& kv : in) {
-    if (cmd.find_arg(kv.key()) == nullptr) {
-      unknown += (unknown.empty() ? "'" : ", '") + std::string(kv.key()) + "'";
-    }
+    if (cmd.find_arg(kv.key()) != nullptr) continue;
+    if (++n_unknown > kNamed) continue;
+    const std::string_view k = kv.key();
+    unknown += (unknown.empty() ? "'" : ", '") + std::string(k.substr(0, kNameChars)) +
+               (k.size() > kNameChars ? "...'" : "'");
   }
-  if (!unknown.empty()) {
+  if (n_unknown > 0) {
+    if (n_unknown > kNamed) unknown += " and " + std::to_string(n_unknown - kNamed) + " more";
     std::string takes;
     for (const auto& a : cmd.args) takes += (takes.empty() ? "" : ", ") + a.name;
     return invalid_argument(
-        "unknown argument" + std::string(unknown.find(',') == std::string::npos ? "" : "s") + " " +
-        unknown + " for command '" + cmd.name +
+        "unknown argument" + std::string(n_unknown == 1 ? "" : "s") + " " + unknown +
+        " for command '" + cmd.name +
         "' (it takes: " + (takes.empty() ? std::string("no arguments") : takes) + ")");
   }
   json::object out;

@@ -5,6 +5,7 @@
 
 #include <boost/json/serialize.hpp>
 #include <limits>
+#include <string>
 
 namespace abx::registry {
 namespace {
@@ -109,6 +110,30 @@ TEST(CoerceKwargs, UnknownArgsAreNamed) {
   EXPECT_NE(r.error().message().find("'w'"), std::string::npos);
   EXPECT_NE(r.error().message().find("'q'"), std::string::npos);
   EXPECT_NE(r.error().message().find("it takes: x, y, z"), std::string::npos);
+}
+
+// The message names eight of them, each cut at 64 characters, and counts the rest: its size
+// does not grow with the body's (a body of 80,000 names was echoed back whole).
+TEST(CoerceKwargs, ManyUnknownArgsGiveABoundedMessage) {
+  json::object many{{"x", 1}};
+  for (int i = 0; i < 1000; ++i) many["u" + std::to_string(i)] = i;
+  many[std::string(500, 'L')] = 0;
+  auto r = coerce_kwargs(demo(), many);
+  ASSERT_FALSE(r.ok());
+  const std::string& m = r.error().message();
+  EXPECT_EQ(m.rfind("unknown arguments '", 0), 0u) << m;
+  EXPECT_NE(m.find(" and 993 more for command 'demo'"), std::string::npos) << m;
+  EXPECT_LT(m.size(), 1000u) << m;
+  auto one = coerce_kwargs(demo(), json::object{{"x", 1}, {std::string(500, 'L'), 0}});
+  ASSERT_FALSE(one.ok());
+  EXPECT_NE(one.error().message().find("unknown argument '" + std::string(64, 'L') + "...'"),
+            std::string::npos)
+      << one.error().message();
+  // A name with a comma is still one name.
+  auto comma = coerce_kwargs(demo(), json::object{{"x", 1}, {"a,b", 0}});
+  ASSERT_FALSE(comma.ok());
+  EXPECT_EQ(comma.error().message().rfind("unknown argument 'a,b'", 0), 0u)
+      << comma.error().message();
 }
 
 TEST(CoerceKwargs, BodyMustBeAnObject) {
