@@ -1,9 +1,9 @@
 #include "abx/base/json.h"
 
+#include <algorithm>
 #include <boost/json/basic_parser_impl.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value_stack.hpp>
-#include <algorithm>
 #include <cmath>
 #include <string>
 #include <string_view>
@@ -76,7 +76,8 @@ class StrictHandler {
       for (std::size_t i = first; i < k.keys.size(); ++i) sorted.push_back(k.key(i));
       std::sort(sorted.begin(), sorted.end());
       auto dup = std::adjacent_find(sorted.begin(), sorted.end());
-      if (dup != sorted.end()) return fail(ec, "duplicate object key \"" + std::string(*dup) + "\"");
+      if (dup != sorted.end())
+        return fail(ec, "duplicate object key \"" + std::string(*dup) + "\"");
     }
     if (first < k.keys.size()) k.chars.resize(k.keys[first].first);
     k.keys.resize(first);
@@ -157,7 +158,8 @@ class StrictHandler {
 
 }  // namespace
 
-Result<json::value> parse_json_strict(std::string_view text, const JsonLimits& limits) {
+Result<json::value> parse_json_strict(std::string_view text, const JsonLimits& limits,
+                                      json::storage_ptr sp) {
   json::parse_options opt;
   opt.max_depth = limits.max_depth;
   opt.allow_comments = false;
@@ -171,7 +173,7 @@ Result<json::value> parse_json_strict(std::string_view text, const JsonLimits& l
   // The value stack's working memory, for documents of ordinary size: no allocation for it.
   unsigned char temp[2048];
   json::basic_parser<StrictHandler> p(opt, scratch, temp, sizeof temp);
-  p.handler().st.reset();
+  p.handler().st.reset(std::move(sp));
   json::error_code ec;
   std::size_t n = p.write_some(false, text.data(), text.size(), ec);
   if (!ec && n < text.size()) ec = json::error::extra_data;

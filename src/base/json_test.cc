@@ -81,8 +81,8 @@ TEST(Json, LargeObjectsAreCheckedForDuplicatesToo) {
     auto ok = parse_json_strict(object_of(n, "last"));
     ASSERT_TRUE(ok.ok()) << n << ": " << ok.error().message();
     EXPECT_EQ(ok->as_object().size(), static_cast<std::size_t>(n + 1));
-    for (const std::string& dup : {std::string("k0"), "k" + std::to_string(n / 2),
-                                   "k" + std::to_string(n - 1)}) {
+    for (const std::string& dup :
+         {std::string("k0"), "k" + std::to_string(n / 2), "k" + std::to_string(n - 1)}) {
       auto bad = parse_json_strict(object_of(n, dup));
       ASSERT_FALSE(bad.ok()) << n << " " << dup;
       EXPECT_NE(bad.error().message().find("duplicate object key \"" + dup + "\""),

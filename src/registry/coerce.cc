@@ -1,5 +1,6 @@
 #include "abx/registry/coerce.h"
 
+#include <boost/json/monotonic_resource.hpp>
 #include <cmath>
 #include <string>
 
@@ -86,7 +87,10 @@ Result<json::object> coerce_kwargs(const RegisteredCommand& cmd, const json::val
     return invalid_argument("request body must be a JSON object of keyword arguments, got " +
                             std::string(kind_name(kwargs)));
   }
-  const json::object& in = kwargs.get_object();
+  return coerce_kwargs(cmd, kwargs.get_object());
+}
+
+Result<json::object> coerce_kwargs(const RegisteredCommand& cmd, const json::object& in) {
   // Unknown names first: a typo should be reported as such, not as a missing argument. The
   // message names a few of them, each cut short, so its size does not follow the body's.
   constexpr std::size_t kNamed = 8, kNameChars = 64;
@@ -103,10 +107,9 @@ Result<json::object> coerce_kwargs(const RegisteredCommand& cmd, const json::val
     if (n_unknown > kNamed) unknown += " and " + std::to_string(n_unknown - kNamed) + " more";
     std::string takes;
     for (const auto& a : cmd.args) takes += (takes.empty() ? "" : ", ") + a.name;
-    return invalid_argument(
-        "unknown argument" + std::string(n_unknown == 1 ? "" : "s") + " " + unknown +
-        " for command '" + cmd.name +
-        "' (it takes: " + (takes.empty() ? std::string("no arguments") : takes) + ")");
+    return invalid_argument("unknown argument" + std::string(n_unknown == 1 ? "" : "s") + " " +
+                            unknown + " for command '" + cmd.name + "' (it takes: " +
+                            (takes.empty() ? std::string("no arguments") : takes) + ")");
   }
   json::object out;
   out.reserve(cmd.args.size());
@@ -137,7 +140,11 @@ Result<json::object> parse_kwargs(const RegisteredCommand& cmd, std::string_view
   if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) {
     return coerce_kwargs(cmd, json::object());
   }
-  ABX_ASSIGN_OR_RETURN(auto v, parse_json_strict(body, limits));
+  // The parsed body lives only until it is coerced (which copies what it keeps): it is made in
+  // a monotonic arena on the stack, which a small body does not outgrow.
+  unsigned char first_block[2048];
+  json::monotonic_resource arena(first_block, sizeof first_block);
+  ABX_ASSIGN_OR_RETURN(auto v, parse_json_strict(body, limits, &arena));
   return coerce_kwargs(cmd, v);
 }
 
