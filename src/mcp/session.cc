@@ -58,7 +58,7 @@ Result<std::shared_ptr<Session>> SessionStore::session_for(const Message& m,
     }
     // Not shared until open(), so the dispatcher may write its state unlocked.
     auto s = std::make_shared<Session>();
-    s->credential = std::string(credential);
+    s->credential.emplace(credential);
     return s;
   }
   ABX_ASSIGN_OR_RETURN(auto s, find(session_id, credential));
@@ -104,9 +104,10 @@ Result<std::shared_ptr<Session>> SessionStore::find(std::string_view session_id,
         "Mcp-Session-Id header is required (send initialize first to open a session)");
   }
   std::lock_guard lock(mu_);
-  auto it = by_id_.find(std::string(session_id));
+  auto it = by_id_.find(session_id);
   // A session opened with another credential is as unknown as a made-up id.
-  if (it == by_id_.end() || !token::constant_time_equal((*it->second)->credential, credential)) {
+  if (it == by_id_.end() || !(*it->second)->credential ||
+      !(*it->second)->credential->matches(credential)) {
     return session_not_found("unknown or ended MCP session (send initialize again)");
   }
   lru_.splice(lru_.begin(), lru_, it->second);

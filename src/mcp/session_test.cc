@@ -34,7 +34,9 @@ TEST(McpSessionStore, InitializeMakesAnUnstoredSessionBoundToTheCredential) {
   SessionStore store(4);
   auto s = store.session_for(request("initialize"), "", "", "tok-a");
   ASSERT_TRUE(s.ok());
-  EXPECT_EQ((*s)->credential, "tok-a");
+  ASSERT_TRUE((*s)->credential.has_value());
+  EXPECT_TRUE((*s)->credential->matches("tok-a"));
+  EXPECT_FALSE((*s)->credential->matches("tok-b"));
   EXPECT_TRUE((*s)->id.empty());
   EXPECT_EQ(store.size(), 0u);
 

@@ -14,6 +14,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -21,6 +22,7 @@
 
 #include "abx/base/error.h"
 #include "abx/mcp/mcp.h"
+#include "abx/token/token.h"
 
 namespace abx::mcp {
 
@@ -28,8 +30,10 @@ inline constexpr std::string_view kSessionIdHeader = "Mcp-Session-Id";
 inline constexpr std::string_view kProtocolVersionHeader = "MCP-Protocol-Version";
 
 struct Session {
-  std::string id;          // empty until SessionStore::open stores it
-  std::string credential;  // what opened it; only the same credential may use it
+  std::string id;  // empty until SessionStore::open stores it
+  // What opened it (its digest); only the same credential may use it. Each message hashes the
+  // credential it presents once, not both.
+  std::optional<token::SecretMatcher> credential;
   SessionState state;
 };
 
@@ -67,7 +71,12 @@ class SessionStore {
   mutable std::mutex mu_;
   std::size_t capacity_;
   Lru lru_;  // most recently used first
-  std::unordered_map<std::string, Lru::iterator> by_id_;
+  // Looked up by the header's string_view, without making a string of it.
+  struct IdHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, Lru::iterator, IdHash, std::equal_to<>> by_id_;
 };
 
 // Whether a browser's Origin header ("scheme://host[:port]") may use an MCP endpoint, which
