@@ -113,7 +113,9 @@ json::object error_response(const Error& e, const json::value& id) {
 }
 
 json::object result_response(json::value result, const json::value& id) {
-  return json::object{{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result)}};
+  json::storage_ptr sp = result.storage();
+  return json::object({{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result)}},
+                      std::move(sp));
 }
 
 Decoded decode(std::string_view text, const DecodeLimits& limits) {
@@ -122,14 +124,20 @@ Decoded decode(std::string_view text, const DecodeLimits& limits) {
                                 " bytes is over the limit of " +
                                 std::to_string(limits.max_message_bytes)));
   }
-  auto parsed = parse_json_strict(text, limits.json);
+  // The message lives in one arena (a monotonic resource) for as long as it is used: its
+  // objects, keys and strings cost no allocation each.
+  auto parsed = parse_json_strict(text, limits.json,
+                                  json::make_shared_resource<json::monotonic_resource>(1024));
   if (!parsed.ok()) return fail(parse_error("parse error: " + parsed.error().message()));
   if (parsed->is_array()) {
     return fail(invalid_request(
         "JSON-RPC batches are not supported (MCP 2025-06-18): send one message at a time"));
   }
   if (!parsed->is_object()) return fail(invalid_request("a JSON-RPC message must be an object"));
-  const json::object& obj = parsed->as_object();
+  // Not const: the params are moved out of the document into the message, which is made in the
+  // same arena (a move between two memory resources would be a copy).
+  json::object& obj = parsed->as_object();
+  const json::storage_ptr& arena = parsed->storage();
 
   // The id first, so that every later error can echo it.
   const json::value* id = obj.if_contains("id");
@@ -142,7 +150,7 @@ Decoded decode(std::string_view text, const DecodeLimits& limits) {
     return fail(invalid_request("jsonrpc must be \"2.0\""), reply_id);
   }
 
-  Message m;
+  Message m{.params = json::object(arena)};
   const json::value* method = obj.if_contains("method");
   if (method == nullptr) {
     const bool has_result = obj.contains("result");
@@ -172,7 +180,7 @@ Decoded decode(std::string_view text, const DecodeLimits& limits) {
     m.kind = Message::Kind::kNotification;
     // A notification's params are never answered; malformed ones are ignored with it.
     if (auto* p = obj.if_contains("params"); p != nullptr && p->is_object()) {
-      m.params = p->as_object();
+      m.params = std::move(p->as_object());
     }
     Decoded d;
     d.message = std::move(m);
@@ -185,7 +193,7 @@ Decoded decode(std::string_view text, const DecodeLimits& limits) {
       return fail(invalid_params("MCP params must be an object, not an array"), reply_id);
     }
     if (!p->is_object()) return fail(invalid_request("params must be an object"), reply_id);
-    m.params = p->as_object();
+    m.params = std::move(p->as_object());
   }
   Decoded d;
   d.message = std::move(m);
@@ -202,14 +210,16 @@ json::object tool_json(const Tool& t) {
   return o;
 }
 
-json::object tool_result_json(const ToolResult& r) {
-  json::array content{json::object{{"type", "text"}, {"text", r.text}}};
+json::object tool_result_json(ToolResult r) {
+  json::storage_ptr sp = r.structured ? r.structured->storage() : json::storage_ptr();
+  json::array content({json::object({{"type", "text"}, {"text", r.text}}, sp)}, sp);
   for (const auto& img : r.images) {
     content.push_back(
-        json::object{{"type", "image"}, {"data", img.data}, {"mimeType", img.mime_type}});
+        json::object({{"type", "image"}, {"data", img.data}, {"mimeType", img.mime_type}}, sp));
   }
-  json::object o{{"content", std::move(content)}};
-  if (r.structured) o["structuredContent"] = *r.structured;
+  json::object o({{"content", std::move(content)}}, sp);
+  o.reserve(3);
+  if (r.structured) o["structuredContent"] = std::move(*r.structured);
   o["isError"] = r.is_error;
   return o;
 }
@@ -286,12 +296,16 @@ void Dispatcher::dispatch(const Message& m, SessionState& session, ToolProvider&
     }
     // The provider answers exactly once, but a provider that throws after answering must not
     // make us answer twice.
-    auto answered = std::make_shared<std::atomic<bool>>(false);
-    auto shared_reply = std::make_shared<ReplyFn>(std::move(reply));
-    ToolDone done = [answered, shared_reply, id](Result<ToolResult> r) {
-      if (answered->exchange(true)) return;
-      if (!r.ok()) return (*shared_reply)(error_response(r.error(), id));
-      (*shared_reply)(result_response(tool_result_json(*r), id));
+    struct Once {
+      std::atomic<bool> answered{false};
+      ReplyFn reply;
+    };
+    auto once = std::make_shared<Once>();
+    once->reply = std::move(reply);
+    ToolDone done = [once, id](Result<ToolResult> r) {
+      if (once->answered.exchange(true)) return;
+      if (!r.ok()) return once->reply(error_response(r.error(), id));
+      once->reply(result_response(tool_result_json(std::move(*r)), id));
     };
     try {
       tools.call_tool(name->as_string(), *args, done);

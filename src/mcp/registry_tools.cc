@@ -75,8 +75,12 @@ Tool tool_from_command(const registry::RegisteredCommand& cmd) {
 }
 
 ToolResult command_result(json::value result) {
+  // The whole answer (this object, the content around it, the JSON-RPC envelope) is built in
+  // one arena that lives as long as the answer does: one allocation or two instead of one per
+  // object, key and string.
+  json::storage_ptr arena = json::make_shared_resource<json::monotonic_resource>(1024);
   ToolResult r;
-  r.structured = json::object{{"result", std::move(result)}};
+  r.structured.emplace(json::object({{"result", std::move(result)}}, std::move(arena)));
   r.text = json::serialize(*r.structured);
   return r;
 }

@@ -36,7 +36,7 @@ void CallerTools::call_tool(std::string_view name, const json::object& arguments
     return done(not_found("unknown tool '" + shown + "'"));
   }
   // The same strict coercion as POST /commands/{name}; its errors name the argument.
-  auto kwargs = registry::coerce_kwargs(*cmd, json::value(arguments));
+  auto kwargs = registry::coerce_kwargs(*cmd, arguments);
   if (!kwargs.ok()) return done(kwargs.error());
   run_(*cmd, std::move(*kwargs), ex_, [done = std::move(done)](Result<json::value> r) {
     done(r.ok() ? mcp::command_result(std::move(*r)) : mcp::command_failure(r.error()));

@@ -7,6 +7,7 @@
 // caller looks at the value. Errors are kInvalidArgument with the byte offset.
 #pragma once
 
+#include <boost/json/storage_ptr.hpp>
 #include <boost/json/value.hpp>
 #include <cstddef>
 #include <string_view>
@@ -19,7 +20,11 @@ struct JsonLimits {
   std::size_t max_depth = 64;
 };
 
-Result<boost::json::value> parse_json_strict(std::string_view text, const JsonLimits& limits = {});
+// The value is made in `sp`'s memory resource (the default one when null): a request's arena
+// (boost::json::monotonic_resource) makes a parse one or two allocations instead of one per
+// object, key and long string.
+Result<boost::json::value> parse_json_strict(std::string_view text, const JsonLimits& limits = {},
+                                             boost::json::storage_ptr sp = {});
 
 // Compact serialization (boost::json::serialize) — here so callers need not include the library.
 std::string to_json_string(const boost::json::value& v);

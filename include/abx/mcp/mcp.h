@@ -60,6 +60,7 @@ int rpc_code(const Error& e);
 boost::json::object rpc_error(const Error& e);
 // {"jsonrpc":"2.0","id":id,"error":rpc_error(e)}; id is null when the request's is unknown.
 boost::json::object error_response(const Error& e, const boost::json::value& id);
+// Built in result's memory resource (so a result made in a request's arena stays in it).
 boost::json::object result_response(boost::json::value result, const boost::json::value& id);
 
 // One decoded message. Requests have an id (string or integer); notifications have none;
@@ -101,7 +102,8 @@ boost::json::object tool_json(const Tool& t);
 
 // The outcome of a tool that ran. A tool that failed (threw, timed out) is still a result, with
 // is_error set, so the model sees the message; protocol problems (unknown tool, bad arguments)
-// are Errors instead. `structured` must be an object when set.
+// are Errors instead. `structured` must be an object when set. tool_result_json builds the
+// result in structured's memory resource when there is one.
 struct ImageContent {
   std::string data;  // base64
   std::string mime_type;
@@ -112,7 +114,7 @@ struct ToolResult {
   std::vector<ImageContent> images;  // image content items after the text
   bool is_error = false;
 };
-boost::json::object tool_result_json(const ToolResult& r);
+boost::json::object tool_result_json(ToolResult r);
 
 using ToolDone = std::function<void(Result<ToolResult>)>;
 

@@ -28,6 +28,9 @@ Result<boost::json::value> coerce_value(const CommandArg& arg, const boost::json
 // argument that was given or has a default is present in the result.
 Result<boost::json::object> coerce_kwargs(const RegisteredCommand& cmd,
                                           const boost::json::value& kwargs);
+// The same for kwargs already known to be an object (MCP's arguments): no copy into a value.
+Result<boost::json::object> coerce_kwargs(const RegisteredCommand& cmd,
+                                          const boost::json::object& kwargs);
 
 // Parses a request body strictly (see abx/base/json.h) and coerces it. An empty body means {}.
 Result<boost::json::object> parse_kwargs(const RegisteredCommand& cmd, std::string_view body,
