@@ -41,7 +41,7 @@ struct KeyScratch {
 
 // Up to this many keys an object's new key is compared with each key before it, and a
 // duplicate is refused at the key. A larger object's keys are sorted once at its end: comparing
-// every pair made an 850 KB object of 80,000 keys take 14 s of a server thread.
+// every pair made an 869 KB object of 80,000 keys take 13.9 s of a server thread.
 constexpr std::size_t kKeysScanned = 32;
 
 // A basic_parser handler that builds the value exactly as boost::json::parser does (through the
