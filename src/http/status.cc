@@ -78,13 +78,30 @@ unsigned http_status(ErrorCode code) {
   return 500;
 }
 
-Response json_response(unsigned status, const boost::json::value& body, unsigned version,
-                       bool keep_alive) {
+namespace {
+
+template <class Json>
+Response json_response_of(unsigned status, const Json& body, unsigned version, bool keep_alive) {
   Response res{static_cast<bhttp::status>(status), version};
   res.set(bhttp::field::content_type, "application/json");
   res.body() = boost::json::serialize(body);
   res.keep_alive(keep_alive);
   return res;
+}
+
+}  // namespace
+
+Response json_response(unsigned status, const boost::json::value& body, unsigned version,
+                       bool keep_alive) {
+  return json_response_of(status, body, version, keep_alive);
+}
+Response json_response(unsigned status, const boost::json::object& body, unsigned version,
+                       bool keep_alive) {
+  return json_response_of(status, body, version, keep_alive);
+}
+Response json_response(unsigned status, const boost::json::array& body, unsigned version,
+                       bool keep_alive) {
+  return json_response_of(status, body, version, keep_alive);
 }
 
 Response empty_response(bhttp::status status, unsigned version, bool keep_alive) {

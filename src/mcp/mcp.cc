@@ -118,16 +118,18 @@ json::object result_response(json::value result, const json::value& id) {
                       std::move(sp));
 }
 
-Decoded decode(std::string_view text, const DecodeLimits& limits) {
+Decoded decode(std::string_view text, const DecodeLimits& limits, json::memory_resource* arena) {
   if (text.size() > limits.max_message_bytes) {
     return fail(invalid_request("message of " + std::to_string(text.size()) +
                                 " bytes is over the limit of " +
                                 std::to_string(limits.max_message_bytes)));
   }
-  // The message lives in one arena (a monotonic resource) for as long as it is used: its
-  // objects, keys and strings cost no allocation each.
-  auto parsed = parse_json_strict(text, limits.json,
-                                  json::make_shared_resource<json::monotonic_resource>(1024));
+  // The message lives in one arena (a monotonic resource): its objects, keys and strings cost
+  // no allocation each.
+  json::storage_ptr sp = arena != nullptr
+                             ? json::storage_ptr(arena)
+                             : json::make_shared_resource<json::monotonic_resource>(1024);
+  auto parsed = parse_json_strict(text, limits.json, std::move(sp));
   if (!parsed.ok()) return fail(parse_error("parse error: " + parsed.error().message()));
   if (parsed->is_array()) {
     return fail(invalid_request(
@@ -137,7 +139,6 @@ Decoded decode(std::string_view text, const DecodeLimits& limits) {
   // Not const: the params are moved out of the document into the message, which is made in the
   // same arena (a move between two memory resources would be a copy).
   json::object& obj = parsed->as_object();
-  const json::storage_ptr& arena = parsed->storage();
 
   // The id first, so that every later error can echo it.
   const json::value* id = obj.if_contains("id");
@@ -150,7 +151,7 @@ Decoded decode(std::string_view text, const DecodeLimits& limits) {
     return fail(invalid_request("jsonrpc must be \"2.0\""), reply_id);
   }
 
-  Message m{.params = json::object(arena)};
+  Message m{.params = json::object(parsed->storage())};
   const json::value* method = obj.if_contains("method");
   if (method == nullptr) {
     const bool has_result = obj.contains("result");
@@ -302,7 +303,8 @@ void Dispatcher::dispatch(const Message& m, SessionState& session, ToolProvider&
     };
     auto once = std::make_shared<Once>();
     once->reply = std::move(reply);
-    ToolDone done = [once, id](Result<ToolResult> r) {
+    // The id is copied out of the message's arena: the tool may answer after the message is gone.
+    ToolDone done = [once, id = json::value(id, json::storage_ptr())](Result<ToolResult> r) {
       if (once->answered.exchange(true)) return;
       if (!r.ok()) return once->reply(error_response(r.error(), id));
       once->reply(result_response(tool_result_json(std::move(*r)), id));

@@ -75,7 +75,12 @@ void McpEndpoint::end_session(const Request& req, const Caller& caller, Responde
 void McpEndpoint::post(const Request& req, Caller caller, Responder respond) {
   const unsigned v = req.version();
   const bool ka = req.keep_alive();
-  mcp::Decoded d = mcp::decode(req.body(), dispatcher_.limits());
+  // The message is parsed into an arena on this stack frame: nothing of it outlives the dispatch
+  // (a tool's arguments are coerced into a new object before the command runs, and the
+  // dispatcher copies the id it answers with). A small message does not outgrow the first block.
+  unsigned char first_block[2048];
+  json::monotonic_resource arena(first_block, sizeof first_block);
+  mcp::Decoded d = mcp::decode(req.body(), dispatcher_.limits(), &arena);
   if (!d.message) return respond(http::json_response(400, *d.error_reply, v, ka));
   const mcp::Message& m = *d.message;
   auto s = sessions_.session_for(m, req[mcp::kSessionIdHeader], req[mcp::kProtocolVersionHeader],

@@ -407,6 +407,12 @@ ErrorCode error_code_for_status(unsigned status);
 Response error_response(const Error& error, unsigned version = 11, bool keep_alive = true);
 Response json_response(unsigned status, const boost::json::value& body, unsigned version = 11,
                        bool keep_alive = true);
+// The same for an object or an array, serialized as it is: passed to the value overload it would
+// first be copied, whole, into a temporary value.
+Response json_response(unsigned status, const boost::json::object& body, unsigned version = 11,
+                       bool keep_alive = true);
+Response json_response(unsigned status, const boost::json::array& body, unsigned version = 11,
+                       bool keep_alive = true);
 // A response with no body (202 Accepted, 204 No Content, ...).
 Response empty_response(boost::beast::http::status status, unsigned version = 11,
                         bool keep_alive = true);

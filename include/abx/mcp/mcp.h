@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <boost/json/memory_resource.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 #include <cstddef>
@@ -86,7 +87,11 @@ struct Decoded {
   std::optional<Message> message;
   std::optional<boost::json::object> error_reply;
 };
-Decoded decode(std::string_view text, const DecodeLimits& limits = {});
+// The message is made in `arena`, which must then outlive it and whatever borrows from it; a
+// null `arena` gives the message an arena of its own (a shared monotonic_resource), which lives
+// as long as the message does.
+Decoded decode(std::string_view text, const DecodeLimits& limits = {},
+               boost::json::memory_resource* arena = nullptr);
 
 // A tool as listed by tools/list. input_schema is a JSON Schema object; annotations may be
 // empty (then omitted); output_schema is omitted when unset.
