@@ -4,9 +4,11 @@
 // when CRIU is absent or `criu check` fails.
 #include "abx/runtime/checkpoint.h"
 
+#include <fcntl.h>
 #include <net/if.h>
 #include <sched.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -780,6 +782,19 @@ TEST_F(CheckpointTest, CleanupRemovesTheStageOfARestoreWhoseOwnerWasKilled) {
       killed_staged = staged();
       ::kill(owner, SIGKILL);
       ::waitpid(owner, nullptr, 0);
+      // A child the owner forked to exec criu holds the owner's lock until it sees the owner
+      // gone, a moment later; cleanup_stale() rightly leaves a locked sandbox alone. (One CI
+      // run cleaned up in that moment and found everything left.) A child that never lets go
+      // still fails the test below.
+      const std::string lock = state_ + "/" + c.id + "/lock";
+      for (int i = 0; i < 500; ++i) {
+        int fd = ::open(lock.c_str(), O_RDWR | O_CLOEXEC);
+        if (fd < 0) break;
+        const bool free = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+        ::close(fd);
+        if (free) break;
+        std::this_thread::sleep_for(10ms);
+      }
     }
     // Whatever the owner left (a whole restored sandbox if it won the race) goes.
     auto n = cleanup_stale(state_);
