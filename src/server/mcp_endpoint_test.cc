@@ -171,6 +171,37 @@ TEST_F(McpEndpointTest, ACallPastItsDeadlineIsAnErrorResult) {
   EXPECT_EQ(call(sid, "slow", {{"ms", 1}}).at("result").at("isError"), false);
 }
 
+// The message is parsed into an arena on the request's stack frame; a command on the worker pool
+// answers after that frame is gone, with the id copied out of it. A long string id does not fit
+// in a json::string's inline buffer, so it lived in the arena; the calls made meanwhile reuse
+// the frame (GCC's ASan does not detect a use of a returned stack frame; a stale id does show).
+TEST_F(McpEndpointTest, APoolCommandAnswersWithTheRequestsIdAfterTheRequestFrameIsGone) {
+  start();
+  std::string sid = open_session();
+  const std::string slow_id = "slow-" + std::string(200, 's');
+  Response slow_reply;
+  std::thread slow([&] {
+    slow_reply =
+        post(rpc("tools/call", {{"name", "slow"}, {"arguments", json::object{{"ms", 400}}}},
+                 json::value(slow_id)),
+             sid);
+  });
+  for (int i = 0; i < 20; ++i) {
+    const std::string id = "echo-" + std::to_string(i) + std::string(200, 'e');
+    auto b = json::parse(
+        post(rpc("tools/call", {{"name", "echo"}, {"arguments", json::object{{"x", i}}}},
+                 json::value(id)),
+             sid)
+            .body());
+    EXPECT_EQ(b.at("id"), json::value(id));
+  }
+  slow.join();
+  ASSERT_EQ(slow_reply.result_int(), 200) << slow_reply.body();
+  auto b = json::parse(slow_reply.body());
+  EXPECT_EQ(b.at("id"), json::value(slow_id));
+  EXPECT_EQ(b.at("result").at("structuredContent").at("result"), 400) << b;
+}
+
 TEST_F(McpEndpointTest, BadArgumentsAndUnknownToolsAreInvalidParams) {
   start();
   std::string sid = open_session();
