@@ -311,7 +311,22 @@ bool interpreter_management_request(const bhttp::request_header<>& h) {
 }  // namespace
 
 Status ControlApi::authorize_sandbox(const Route& route, const bhttp::request_header<>& headers) {
-  auto sb = sandboxes_.find(route.sandbox_id);
+  return authorize(sandboxes_.find(route.sandbox_id).get(), route, headers);
+}
+
+GatewayBackend::Admission ControlApi::admit(const Route& route,
+                                            const bhttp::request_header<>& headers) {
+  const std::shared_ptr<LiveSandbox> sb = sandboxes_.find(route.sandbox_id);
+  Admission a{authorize(sb.get(), route, headers)};
+  if (sb) {
+    a.epoch = sb->epoch.load();
+    a.masked_host = masked_host_of(*sb, route);
+  }
+  return a;
+}
+
+Status ControlApi::authorize(const LiveSandbox* sb, const Route& route,
+                             const bhttp::request_header<>& headers) {
   if (!sb) return not_found("sandbox '" + route.sandbox_id + "' not found");
   const bool envd = route.port == kEnvdPort;
   const bool server = sb->tmpl && sb->tmpl->server && route.port == sb->tmpl->server->port;
@@ -368,9 +383,13 @@ std::uint64_t ControlApi::sandbox_epoch(const Route& route) {
 
 std::string ControlApi::masked_host(const Route& route) {
   auto sb = sandboxes_.find(route.sandbox_id);
-  if (!sb || sb->mask_host.empty()) return {};
+  return sb ? masked_host_of(*sb, route) : std::string();
+}
+
+std::string ControlApi::masked_host_of(const LiveSandbox& sb, const Route& route) {
+  if (sb.mask_host.empty()) return {};
   // E2B's placeholder: ${PORT} becomes the port the request was routed to.
-  std::string host = sb->mask_host;
+  std::string host = sb.mask_host;
   for (auto at = host.find("${PORT}"); at != std::string::npos; at = host.find("${PORT}"))
     host.replace(at, 7, std::to_string(route.port));
   return host;

@@ -54,12 +54,17 @@ class ControlApi : public GatewayBackend {
   Result<runtime::UniqueFd> sandbox_socket(const Route& route) override;
   std::string masked_host(const Route& route) override;
   std::uint64_t sandbox_epoch(const Route& route) override;
+  Admission admit(const Route& route, const boost::beast::http::request_header<>& headers) override;
   Result<http::BodyPlan> control_body_plan(const http::Request& header,
                                            std::size_t default_max) override;
   bool serve_control(http::Request& req, const http::Responder& respond) override;
 
  private:
   Status authenticate(const http::Request& req);
+  // authorize_sandbox and masked_host for a sandbox already looked up (`sb` null: none).
+  Status authorize(const LiveSandbox* sb, const Route& route,
+                   const boost::beast::http::request_header<>& headers);
+  static std::string masked_host_of(const LiveSandbox& sb, const Route& route);
   Status verify_signature(const http::Request& req);
   Result<http::Response> route(http::Request& req);
 

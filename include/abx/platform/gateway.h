@@ -74,6 +74,19 @@ class GatewayBackend {
   // whose peer is not this socket). I/O thread, memory lookups only.
   virtual std::uint64_t sandbox_epoch(const Route& route) { return 0; }
 
+  // What the gateway asks for every proxied request, from one look-up of the sandbox (I/O
+  // thread, memory lookups only): authorize_sandbox's answer, sandbox_epoch and masked_host.
+  // The default asks the three in turn; a backend whose look-ups cost something answers them
+  // together.
+  struct Admission {
+    Status status;
+    std::uint64_t epoch = 0;
+    std::string masked_host;
+  };
+  virtual Admission admit(const Route& route, const boost::beast::http::request_header<>& header) {
+    return Admission{authorize_sandbox(route, header), sandbox_epoch(route), masked_host(route)};
+  }
+
   // Optional. How a control-plane request's body is received, decided from its header on an
   // I/O thread (memory lookups only): e.g. a larger limit and a spool file for an upload.
   // Default: in memory, up to `default_max` (GatewayOptions::limits). An Error answers at once.
