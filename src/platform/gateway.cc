@@ -1,9 +1,11 @@
 #include "abx/platform/gateway.h"
 
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -158,6 +160,8 @@ std::optional<std::size_t> whole_body(const bhttp::parser<isRequest, bhttp::buff
   return static_cast<std::size_t>(*p.content_length());
 }
 
+struct IdleWatch;  // below
+
 // A pooled connection to one sandbox port, made in the sandbox's checkpoint epoch `epoch`.
 struct Upstream {
   std::string sandbox_id;
@@ -165,9 +169,9 @@ struct Upstream {
   std::uint64_t epoch = 0;
   std::unique_ptr<beast::tcp_stream> stream;  // null: none open
   bool in_use = false;                        // a request is on it (never pooled then)
-  // Between two requests of its client connection: set by watch_idle()'s wait when the sandbox
-  // closed the connection (or sent what no request asked for); null when no wait is armed.
-  std::shared_ptr<bool> readable;
+  // Between two requests of its client connection, and until the answer to the next one starts
+  // to arrive: watch_idle()'s wait. Null when no wait is armed.
+  std::shared_ptr<IdleWatch> watch;
 };
 
 // A pooled upstream connection the sandbox closed while idle reads as EOF: don't reuse it.
@@ -177,34 +181,70 @@ bool still_open(beast::tcp_stream& s) {
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
-// Arms a wait on `u`'s connection for the time until its client connection's next request:
-// readable then means the sandbox closed it. The check this replaces, still_open()'s MSG_PEEK,
-// was a syscall between a request's arrival and its send upstream; the wait's epoll_ctl comes
-// after the answer is on its way to the client.
+// watch_idle()'s wait on a kept upstream connection, and what it saw. Armed once an answer is
+// relayed, it first tells the next request whether the sandbox closed the connection meanwhile
+// (readable while idle: EOF, or bytes no request asked for). The wait then stays armed while the
+// request goes upstream and becomes the way its answer is awaited (await_answer()): the I/O
+// thread sleeps in epoll right after sending the request, and wakes to a read that finds the
+// answer, as nginx does with its cached connections. Reading at once instead tried a receive
+// that found nothing after every send (the sandbox cannot have answered yet), and cancelling the
+// wait posted its aborted completion, which cost one more epoll_wait: both right after the
+// request's send, when the sandbox's server has just been woken to answer it, often on this core.
+struct IdleWatch {
+  bool fired = false;    // the wait completed
+  beast::error_code ec;  // how: success when readable
+  // A request's await_answer(), resumed from the wait's completion: true when readable.
+  std::optional<asio::any_completion_handler<void(bool)>> waiter;
+};
+
+// Arms the wait on `u`'s connection for the time until its client connection's next request.
+// The check this replaces, still_open()'s MSG_PEEK, was a syscall between a request's arrival and
+// its send upstream; the wait's epoll_ctl comes after the answer is on its way to the client.
 void watch_idle(Upstream& u) {
-  u.readable = std::make_shared<bool>(false);
-  u.stream->socket().async_wait(tcp::socket::wait_read,
-                                [readable = u.readable](beast::error_code ec) {
-                                  if (!ec) *readable = true;
-                                });
+  u.watch = std::make_shared<IdleWatch>();
+  u.stream->socket().async_wait(tcp::socket::wait_read, [w = u.watch](beast::error_code ec) {
+    w->fired = true;
+    w->ec = ec;
+    if (w->waiter) {
+      auto waiter = std::move(*w->waiter);
+      w->waiter.reset();
+      std::move(waiter)(!ec);
+    }
+  });
 }
 
-// Ends watch_idle()'s wait on `u` (if any) and drops the connection when the sandbox closed it
-// meanwhile. A connection kept without a wait is checked with still_open().
+// Before a request goes out on `u`: drops the connection when the sandbox closed it while it was
+// idle (watch_idle()'s wait fired). A connection kept without a wait is checked with
+// still_open(). An armed wait stays armed, for await_answer().
 void end_watch(Upstream& u) {
   if (!u.stream) {
-    u.readable.reset();
+    u.watch.reset();
     return;
   }
-  if (!u.readable) {
+  if (!u.watch) {
     if (!still_open(*u.stream)) u.stream.reset();
     return;
   }
-  const bool closed = *u.readable;
-  u.readable.reset();
-  beast::error_code ec;
-  u.stream->socket().cancel(ec);  // the wait ends with operation_aborted
-  if (closed) u.stream.reset();
+  if (u.watch->fired) {
+    u.watch.reset();
+    u.stream.reset();
+  }
+}
+
+// After a request went out on `u`: waits until its answer can be read, on watch_idle()'s wait
+// when that is still armed. True when the socket is readable now (read it without waiting).
+awaitable<bool> await_answer(Upstream& u) {
+  std::shared_ptr<IdleWatch> w = std::move(u.watch);
+  if (!w) co_return false;
+  if (w->fired) co_return !w->ec;
+  // From here the wait's handler owns the watch, and the watch this coroutine: a wait destroyed
+  // without running (its io_context going away) takes the coroutine with it, where a reference
+  // held here would make a cycle that nothing frees.
+  IdleWatch* raw = w.get();  // only trivially copyable values into the initiation (see on_pool)
+  w.reset();
+  const bool readable = co_await asio::async_initiate<const asio::use_awaitable_t<>&, void(bool)>(
+      [raw](auto handler) { raw->waiter.emplace(std::move(handler)); }, use_awaitable);
+  co_return readable;
 }
 
 // The idle upstream connections of one I/O thread, which its client connections share: a new
@@ -237,7 +277,7 @@ class IdleUpstreams {
       stream->socket().cancel(ec);  // its wait ends with operation_aborted
       if (same_epoch && still_open(*stream)) {
         u.stream = std::move(stream);
-        u.readable.reset();
+        u.watch.reset();
         return;
       }
     }
@@ -341,12 +381,26 @@ struct ConnState {
 // Reads into `b` from `s` until `p` has parsed a whole header (http::put_header,
 // http::header_eof): straight on the socket, without the stream's timer bookkeeping and Beast's
 // three composed operations, each of which copies the type-erased executor for its work guard.
+// `ready`: the socket is readable (await_answer): the first read is tried at once, without the
+// io_context (a read that completes at once is still handed to the scheduler, which polls epoll
+// first), and only a read that finds nothing waits.
 template <bool isRequest>
 awaitable<beast::error_code> read_header(tcp::socket& s, beast::flat_buffer& b,
-                                         bhttp::parser<isRequest, bhttp::buffer_body>& p) {
+                                         bhttp::parser<isRequest, bhttp::buffer_body>& p,
+                                         bool ready = false) {
   for (;;) {
     beast::error_code ec;
     if (http::put_header(p, b, ec)) co_return ec;
+    if (ready) {
+      ready = false;
+      if (!s.non_blocking()) s.non_blocking(true, ec);
+      const std::size_t got =
+          ec ? 0 : s.read_some(b.prepare(beast::read_size(b, http::kHeaderReadSize)), ec);
+      b.commit(got);
+      if (ec == asio::error::eof) co_return http::header_eof(p);
+      if (!ec || ec == asio::error::would_block) continue;
+      co_return ec;
+    }
     const std::size_t n =
         co_await s.async_read_some(b.prepare(beast::read_size(b, http::kHeaderReadSize)),
                                    asio::redirect_error(use_awaitable, ec));
@@ -604,6 +658,17 @@ awaitable<std::unique_ptr<beast::tcp_stream>> Gateway::Impl::connect_here(const 
   if (const tcp::endpoint local = up->socket().local_endpoint(ec); ec || local == port)
     co_return nullptr;
   up->socket().set_option(tcp::no_delay(true), ec);  // see proxy(): Nagle would hold the body
+  // The connect waited for writability, which left EPOLLOUT in the socket's epoll registration for
+  // good: every later wait on it (watch_idle between requests, the idle pool's) re-arms that
+  // edge-triggered event, true at once, and wakes this thread for nothing after each answer.
+  // Registered afresh (one epoll_ctl DEL and ADD per connection), it waits for reads only.
+  const int fd = up->socket().release(ec);
+  if (ec) co_return nullptr;
+  up->socket().assign(tcp::v4(), fd, ec);
+  if (ec) {
+    ::close(fd);
+    co_return nullptr;
+  }
   co_return up;
 }
 
@@ -655,17 +720,19 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   const bool client_keep_alive = hp.get().keep_alive();
   const bool head = hp.get().method() == bhttp::verb::head;
   const bool upgrade = hp.upgrade();
+  // Credentials are checked on every request, reused connection or not. admit() only reads
+  // memory, so it runs right here (a hop to the worker pool and back costs more than the
+  // check); connecting may block and goes to the pool. One look-up of the sandbox gives the
+  // check, its epoch and its masked Host.
+  GatewayBackend::Admission admission = backend->admit(route, hp.get().base());
   // Connections to this sandbox port from before its last checkpoint are not reused.
-  Upstream& slot = cs.slot(route, backend->sandbox_epoch(route));
+  Upstream& slot = cs.slot(route, admission.epoch);
   std::unique_ptr<beast::tcp_stream>& up = slot.stream;
   slot.in_use = true;  // until the answer is relayed: only then may the pool have it
 
-  // Credentials are checked on every request, reused connection or not.
-  // authorize_sandbox only reads memory, so it runs right here (a hop to the worker pool and
-  // back costs more than the check); connecting may block and goes to the pool.
   const Route* routep = &route;
   std::optional<Status> authorized;
-  authorized.emplace(backend->authorize_sandbox(route, hp.get().base()));
+  authorized.emplace(std::move(admission.status));
   bool paused = false;
   if (!authorized->ok() && authorized->error().code() == ErrorCode::kFailedPrecondition) {
     // Paused: a pooled connection would hang on frozen tasks; connect_sandbox resumes it.
@@ -720,8 +787,7 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   bhttp::request_parser<bhttp::buffer_body> rp(std::move(hp));
   strip_hop_by_hop(rp.get(), upgrade);
   strip_platform_credentials(rp.get());
-  if (std::string mask = backend->masked_host(route); !mask.empty())
-    rp.get().set(bhttp::field::host, mask);
+  if (!admission.masked_host.empty()) rp.get().set(bhttp::field::host, admission.masked_host);
   rp.get().keep_alive(upgrade ? false : true);
   if (upgrade) rp.get().set(bhttp::field::connection, "upgrade");
   bool up_failed = false;
@@ -753,7 +819,8 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   resp.body_limit(boost::none);
   resp.header_limit(64 * 1024);
   resp.skip(head);
-  beast::error_code hec = co_await read_header(up->socket(), upbuf, resp);
+  const bool answer_ready = co_await await_answer(slot);
+  beast::error_code hec = co_await read_header(up->socket(), upbuf, resp, answer_ready);
   if (hec) {
     up.reset();
     std::move(conn).respond(

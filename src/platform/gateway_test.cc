@@ -337,6 +337,91 @@ TEST_F(GatewayTest, AnUpstreamClosedBetweenTwoRequestsOfAClientConnectionIsRepla
   EXPECT_EQ(backend_.connects.load(), 2);
 }
 
+// A kept upstream connection's answer is awaited on the wait armed while the connection was idle
+// (await_answer in gateway.cc): an answer that takes its time and quick ones are each relayed
+// whole, on one upstream connection. The backend makes the socket, so the gateway connects it on
+// its I/O thread and registers it afresh for reads only (the connect's EPOLLOUT dropped).
+TEST_F(GatewayTest, AnswersOnAKeptUpstreamAreAwaitedQuickOrSlow) {
+  backend_.fast = true;
+  RawUpstream up([](int fd) {
+    for (int call = 0; call < 4; ++call) {
+      if (read_until(fd, "\r\n\r\n").empty()) return;
+      if (call == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok" + std::to_string(call));
+    }
+  });
+  backend_.ports["kept"] = up.port();
+  auto client = abx::testing::connect_raw(gw_->port(), std::chrono::seconds(10));
+  ASSERT_TRUE(client);
+  const std::string req =
+      "GET /x HTTP/1.1\r\nHost: localhost\r\nE2b-Sandbox-Id: kept\r\n"
+      "E2b-Sandbox-Port: " +
+      std::to_string(up.port()) + "\r\nX-Access-Token: tok\r\n\r\n";
+  for (int call = 0; call < 4; ++call) {
+    send_all(client.get(), req);
+    const std::string want = "ok" + std::to_string(call);
+    const std::string got = read_until(client.get(), want);
+    EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << call << ": " << got;
+    EXPECT_NE(got.find(want), std::string::npos) << call << ": " << got;
+  }
+  EXPECT_EQ(backend_.sockets.load(), 1);
+  EXPECT_EQ(backend_.connects.load(), 0);
+}
+
+// The sandbox takes a request on a kept connection and closes it without answering: the awaited
+// read sees the end, and the client gets a 502 rather than a hang.
+TEST_F(GatewayTest, AKeptUpstreamClosedInsteadOfAnsweringGives502) {
+  RawUpstream up([](int fd) {
+    read_until(fd, "\r\n\r\n");
+    send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    read_until(fd, "\r\n\r\n");  // the second request; closed unanswered on return
+  });
+  backend_.ports["mute"] = up.port();
+  auto client = abx::testing::connect_raw(gw_->port(), std::chrono::seconds(10));
+  ASSERT_TRUE(client);
+  const std::string req =
+      "GET /x HTTP/1.1\r\nHost: 49983-mute.localhost\r\nX-Access-Token: tok\r\n\r\n";
+  send_all(client.get(), req);
+  const std::string first = read_until(client.get(), "\r\n\r\nok");
+  EXPECT_EQ(first.rfind("HTTP/1.1 200", 0), 0u) << first;
+  send_all(client.get(), req);
+  const std::string second = read_to_close(client.get());
+  EXPECT_EQ(second.rfind("HTTP/1.1 502", 0), 0u) << second;
+  EXPECT_NE(second.find("no response from the sandbox"), std::string::npos) << second;
+}
+
+// The gateway stops while a request waits for its answer on a kept upstream connection: the
+// wait, and the coroutine it would resume, go with the I/O threads (ASan and LSan check that
+// nothing is used after or left behind), and the client's connection is closed.
+TEST_F(GatewayTest, StoppingWhileAnAnswerIsAwaitedOnAKeptUpstreamFreesItAll) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::promise<void> second_arrived;
+  auto arrived = second_arrived.get_future();
+  RawUpstream up([&second_arrived, released](int fd) {
+    read_until(fd, "\r\n\r\n");
+    send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    read_until(fd, "\r\n\r\n");
+    second_arrived.set_value();
+    released.wait_for(std::chrono::seconds(10));  // the second is never answered
+  });
+  backend_.ports["silent"] = up.port();
+  auto client = abx::testing::connect_raw(gw_->port(), std::chrono::seconds(10));
+  ASSERT_TRUE(client);
+  const std::string req =
+      "GET /x HTTP/1.1\r\nHost: 49983-silent.localhost\r\nX-Access-Token: tok\r\n\r\n";
+  send_all(client.get(), req);
+  const std::string first = read_until(client.get(), "\r\n\r\nok");
+  EXPECT_EQ(first.rfind("HTTP/1.1 200", 0), 0u) << first;
+  send_all(client.get(), req);
+  ASSERT_EQ(arrived.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  gw_->shutdown(std::chrono::milliseconds(0));
+  bool closed = false;
+  EXPECT_EQ(read_to_close(client.get(), &closed), "");
+  EXPECT_TRUE(closed);
+  release.set_value();
+}
+
 TEST_F(GatewayTest, UnknownSandboxIs502InE2bShape) {
   auto req = http::make_request(bhttp::verb::get, "/health");
   req.set(bhttp::field::host, "49983-nosuch.localhost");
