@@ -445,7 +445,7 @@ def main():
                     help="seconds of wrk per path and round at 1 connection")
     ap.add_argument("--new-connection-rounds", type=int, default=5,
                     help="rounds of the command call with a new connection per call (every path "
-                    "in each, --latency-seconds each)")
+                    "in each, --latency-seconds each; 0: none)")
     ap.add_argument("--interleaved-calls", type=int, default=2000,
                     help="turns of Process/Start calls at 1 connection, every path called once "
                     "per turn (the command call gets 5 times as many)")
@@ -517,7 +517,7 @@ def main():
                         {"abxd": ([proc.pid],), "nginx": ([ngx.pid], True)},
                         args.latency_rounds, args.latency_seconds)
                     report["interleaved_" + name] = interleaved(paths, turns, want)
-                    if name == "command":
+                    if name == "command" and args.new_connection_rounds > 0:
                         report["new_connection"] = new_connection_rounds(
                             paths, args.new_connection_rounds, args.latency_seconds)
             finally:
