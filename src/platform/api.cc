@@ -310,18 +310,17 @@ bool interpreter_management_request(const bhttp::request_header<>& h) {
 }
 }  // namespace
 
-Status ControlApi::authorize_sandbox(const Route& route, const bhttp::request_header<>& headers) {
-  return authorize(sandboxes_.find(route.sandbox_id).get(), route, headers);
-}
-
 GatewayBackend::Admission ControlApi::admit(const Route& route,
                                             const bhttp::request_header<>& headers) {
   const std::shared_ptr<LiveSandbox> sb = sandboxes_.find(route.sandbox_id);
   Admission a{authorize(sb.get(), route, headers)};
-  if (sb) {
-    a.epoch = sb->epoch.load();
-    a.masked_host = masked_host_of(*sb, route);
-  }
+  if (!sb) return a;
+  a.epoch = sb->epoch.load();
+  // E2B's placeholder: ${PORT} becomes the port the request was routed to.
+  a.masked_host = sb->mask_host;
+  for (auto at = a.masked_host.find("${PORT}"); at != std::string::npos;
+       at = a.masked_host.find("${PORT}"))
+    a.masked_host.replace(at, 7, std::to_string(route.port));
   return a;
 }
 
@@ -374,25 +373,6 @@ Status ControlApi::authorize(const LiveSandbox* sb, const Route& route,
   }
   return Error(ErrorCode::kUnauthenticated,
                "invalid access token for sandbox '" + sb->record.id + "'");
-}
-
-std::uint64_t ControlApi::sandbox_epoch(const Route& route) {
-  auto sb = sandboxes_.find(route.sandbox_id);
-  return sb ? sb->epoch.load() : 0;
-}
-
-std::string ControlApi::masked_host(const Route& route) {
-  auto sb = sandboxes_.find(route.sandbox_id);
-  return sb ? masked_host_of(*sb, route) : std::string();
-}
-
-std::string ControlApi::masked_host_of(const LiveSandbox& sb, const Route& route) {
-  if (sb.mask_host.empty()) return {};
-  // E2B's placeholder: ${PORT} becomes the port the request was routed to.
-  std::string host = sb.mask_host;
-  for (auto at = host.find("${PORT}"); at != std::string::npos; at = host.find("${PORT}"))
-    host.replace(at, 7, std::to_string(route.port));
-  return host;
 }
 
 Result<runtime::UniqueFd> ControlApi::sandbox_socket(const Route& route) {

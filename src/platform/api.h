@@ -48,12 +48,8 @@ class ControlApi : public GatewayBackend {
                      std::uint64_t max_upload_bytes = 2ull << 30);
 
   http::Response handle_control(http::Request&& req) override;
-  Status authorize_sandbox(const Route& route,
-                           const boost::beast::http::request_header<>& headers) override;
   Result<runtime::UniqueFd> connect_sandbox(const Route& route) override;
   Result<runtime::UniqueFd> sandbox_socket(const Route& route) override;
-  std::string masked_host(const Route& route) override;
-  std::uint64_t sandbox_epoch(const Route& route) override;
   Admission admit(const Route& route, const boost::beast::http::request_header<>& headers) override;
   Result<http::BodyPlan> control_body_plan(const http::Request& header,
                                            std::size_t default_max) override;
@@ -61,10 +57,9 @@ class ControlApi : public GatewayBackend {
 
  private:
   Status authenticate(const http::Request& req);
-  // authorize_sandbox and masked_host for a sandbox already looked up (`sb` null: none).
+  // admit()'s status for a sandbox already looked up (`sb` null: none).
   Status authorize(const LiveSandbox* sb, const Route& route,
                    const boost::beast::http::request_header<>& headers);
-  static std::string masked_host_of(const LiveSandbox& sb, const Route& route);
   Status verify_signature(const http::Request& req);
   Result<http::Response> route(http::Request& req);
 

@@ -39,14 +39,14 @@ class LoopbackBackend : public GatewayBackend {
     return http::json_response(
         200, json::object{{"path", std::string(req.target())}, {"body", req.body()}});
   }
-  Status authorize_sandbox(const Route& route, const bhttp::request_header<>& headers) override {
+  Admission admit(const Route& route, const bhttp::request_header<>& headers) override {
     if (ports.find(route.sandbox_id) == ports.end()) {
-      return not_found("sandbox '" + route.sandbox_id + "' not found");
+      return {not_found("sandbox '" + route.sandbox_id + "' not found")};
     }
     if (headers["X-Access-Token"] != "tok") {
-      return Error(ErrorCode::kUnauthenticated, "invalid access token for the sandbox");
+      return {Error(ErrorCode::kUnauthenticated, "invalid access token for the sandbox")};
     }
-    return {};
+    return {Status{}, epoch.load()};
   }
   Result<runtime::UniqueFd> connect_sandbox(const Route& route) override {
     ++connects;
@@ -59,7 +59,6 @@ class LoopbackBackend : public GatewayBackend {
     ++sockets;
     return runtime::tcp_socket_in(-1);
   }
-  std::uint64_t sandbox_epoch(const Route&) override { return epoch; }
   bool fast = false;
   std::atomic<int> sockets{0};
   std::atomic<int> connects{0};

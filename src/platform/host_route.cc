@@ -1,6 +1,5 @@
 #include "abx/platform/host_route.h"
 
-#include <algorithm>
 #include <boost/asio/ip/address.hpp>
 #include <optional>
 
@@ -62,17 +61,6 @@ std::optional<std::string> normalise_host(std::string_view host) {
   return h;
 }
 
-// What normalise_host would return unchanged: non-empty, no upper case, no port or bracket, no
-// trailing dot or empty label.
-bool already_normal(std::string_view host) {
-  if (host.empty() || host.front() == '.' || host.back() == '.' ||
-      host.find("..") != std::string_view::npos) {
-    return false;
-  }
-  return std::none_of(host.begin(), host.end(),
-                      [](char c) { return (c >= 'A' && c <= 'Z') || c == ':' || c == '['; });
-}
-
 bool is_ip_literal(std::string_view h) {
   boost::system::error_code ec;
   // Dotted digits (127.0.0.1, the usual Host of a local client) can only be IPv4: no IPv6 try.
@@ -95,13 +83,10 @@ Result<Route> route_request(std::string_view host, std::string_view id_header,
   auto normalised = normalise_host(host);
   if (!normalised) return invalid_argument("malformed Host header");
   const std::string& h = *normalised;
-  // The gateway's domain is normal already (lower case, no port, no trailing dot): no copy.
-  std::optional<std::string> dom_copy;
-  if (!already_normal(domain)) dom_copy = normalise_host(domain).value_or(std::string(domain));
-  const std::string_view dom = dom_copy ? std::string_view(*dom_copy) : domain;
+  const std::string dom = normalise_host(domain).value_or(std::string(domain));
+  // sandbox.<domain>, compared in place: as a string it outgrew the inline buffer per request.
   constexpr std::string_view kShared = "sandbox.";
-  const bool shared = h.size() == kShared.size() + dom.size() && h.starts_with(kShared) &&
-                      std::string_view(h).substr(kShared.size()) == dom;
+  const bool shared = h.starts_with(kShared) && std::string_view(h).substr(kShared.size()) == dom;
   if (h == "localhost" || h == dom || shared || is_ip_literal(h)) {
     if (id_header.empty() && port_header.empty()) return Route{};
     if (id_header.empty() || port_header.empty()) {
@@ -122,7 +107,7 @@ Result<Route> route_request(std::string_view host, std::string_view id_header,
   std::string_view label = std::string_view(h).substr(0, dot);
   auto dash = label.find('-');
   if (dash == std::string_view::npos)
-    return invalid_argument("sandbox host must be <port>-<id>." + std::string(dom));
+    return invalid_argument("sandbox host must be <port>-<id>." + dom);
   auto port = parse_port(label.substr(0, dash));
   if (!port.ok()) return port.error();
   std::string_view id = label.substr(dash + 1);

@@ -47,6 +47,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"headers_on_ip", "127.0.0.1", "abc", "8080", 1, "abc", 8080},
         Case{"headers_on_ipv6", "[::1]:3000", "abc", "8080", 1, "abc", 8080},
         Case{"headers_on_shared_host", "sandbox.localhost", "abc", "49983", 1, "abc", 49983},
+        // Dotted digits that are no IPv4 address: an unknown host, so the headers do not route.
+        Case{"headers_on_dotted_digits_not_an_ip", "127.0.0.256", "abc", "8080", 0},
+        // Not the shared host: a label of the domain without <port>-<id>.
+        Case{"headers_on_a_longer_shared_host", "xsandbox.localhost", "abc", "8080", -1},
         Case{"hostname_beats_headers", "49983-abc.localhost", "other", "1", 1, "abc", 49983},
         Case{"port_zero", "0-abc.localhost", "", "", -1},
         Case{"port_65536", "65536-abc.localhost", "", "", -1},

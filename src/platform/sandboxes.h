@@ -121,7 +121,7 @@ struct LiveSandbox {
   std::mutex mu;             // guards pause/resume/kill and record.end_at_ms
   std::atomic<bool> paused{false};  // read by the gateway without the lock
   // Bumped after each checkpoint of its processes and each restore (the gateway's
-  // sandbox_epoch: pooled connections from before are dropped).
+  // GatewayBackend::Admission::epoch: pooled connections from before are dropped).
   std::atomic<std::uint64_t> epoch{0};
   // Its network as GET /sandboxes/{id} shows it (guarded by mu); enabled=false: loopback only.
   SandboxNetworkSpec network;

@@ -29,8 +29,6 @@ std::array<unsigned char, SHA256_DIGEST_LENGTH> sha256(std::string_view s) {
   // dispatch. Every proxied request and command call hashes its token here, and through EVP
   // (even with the algorithm fetched once and the context kept per thread) OpenSSL 3.0 freed and
   // made the provider's state at each init: a malloc, a cleanse and a free per check.
-  // Deprecated in 3.0 in favour of EVP, not removed; the deprecation is silenced for this file
-  // (OPENSSL_SUPPRESS_DEPRECATED above).
   std::array<unsigned char, SHA256_DIGEST_LENGTH> out{};
   SHA256_CTX ctx;
   SHA256_Init(&ctx);

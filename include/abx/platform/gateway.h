@@ -16,7 +16,7 @@
 // Upstream connections: a client connection keeps the ones it made for its next requests; when
 // it ends they wait, idle, for the next client connection of the same I/O thread (at most 256
 // per thread, 30 s each, closed at once when the sandbox closes them; never reused across a
-// checkpoint: sandbox_epoch). A new one to a running sandbox is made on the I/O thread itself
+// checkpoint: Admission::epoch). A new one to a running sandbox is made on the I/O thread itself
 // (sandbox_socket: a socket made in the sandbox's netns, connected there); to a paused one, or
 // when that fails, by connect_sandbox on a worker thread.
 // Sandbox-plane errors are answered as `{"code": <status>, "message": …, "sandboxId": …}` (502
@@ -42,19 +42,30 @@ class GatewayBackend {
   virtual ~GatewayBackend() = default;
   // A complete control-plane request; runs on a worker thread.
   virtual http::Response handle_control(http::Request&& req) = 0;
-  // Checks that the request's credentials may reach route.port of route.sandbox_id. Runs on an
-  // I/O thread for every proxied request, so it must not block (memory lookups only).
-  // kFailedPrecondition means "allowed, but paused" (a sandbox created with autoResume): the
-  // gateway then drops any pooled connection and calls connect_sandbox, which resumes the
-  // sandbox. Errors: kNotFound (no such sandbox) and kUnavailable (paused without autoResume)
-  // → 502 with {code, message, sandboxId}; kUnauthenticated → 401; kPermissionDenied → 403.
-  // `header` is the request's (method, target and fields).
-  virtual Status authorize_sandbox(const Route& route,
-                                   const boost::beast::http::request_header<>& header) = 0;
+  // What the gateway asks for every proxied request, from one look-up of the sandbox. Runs on an
+  // I/O thread, so it must not block (memory lookups only). `header` is the request's (method,
+  // target and fields).
+  struct Admission {
+    // Whether the request's credentials may reach route.port of route.sandbox_id.
+    // kFailedPrecondition means "allowed, but paused" (a sandbox created with autoResume): the
+    // gateway then drops any pooled connection and calls connect_sandbox, which resumes the
+    // sandbox. Errors: kNotFound (no such sandbox) and kUnavailable (paused without autoResume)
+    // → 502 with {code, message, sandboxId}; kUnauthenticated → 401; kPermissionDenied → 403.
+    Status status;
+    // A number that changes whenever the sandbox's processes went through a checkpoint or were
+    // replaced (fork, snapshot, pause to disk, resume): pooled upstream connections made under
+    // another number are not reused (their sandbox end may be gone, or be a restored copy whose
+    // peer is not this socket).
+    std::uint64_t epoch = 0;
+    // The Host header the sandbox's service gets instead of the client's (E2B's
+    // maskRequestHost); empty keeps the client's.
+    std::string masked_host;
+  };
+  virtual Admission admit(const Route& route,
+                          const boost::beast::http::request_header<>& header) = 0;
   // A connected, non-blocking TCP socket to route.port inside the sandbox (resuming it if
-  // paused); called on a worker thread after authorize_sandbox, when no pooled connection is
-  // open. Errors: kUnavailable (nothing
-  // listens there) and kDeadlineExceeded → 502.
+  // paused); called on a worker thread after admit(), when no pooled connection is open.
+  // Errors: kUnavailable (nothing listens there) and kDeadlineExceeded → 502.
   virtual Result<runtime::UniqueFd> connect_sandbox(const Route& route) = 0;
   // Optional, the fast way to a new connection: a non-blocking TCP socket, not connected yet,
   // made in the network namespace of the running sandbox (runtime::Sandbox::tcp_socket). The
@@ -65,28 +76,6 @@ class GatewayBackend {
   virtual Result<runtime::UniqueFd> sandbox_socket(const Route& route) {
     return Error(ErrorCode::kUnimplemented, "no fast path");
   }
-  // Optional. The Host header the sandbox's service gets instead of the client's (E2B's
-  // maskRequestHost); empty keeps the client's. I/O thread, memory lookups only.
-  virtual std::string masked_host(const Route& route) { return {}; }
-  // Optional. A number that changes whenever the sandbox's processes went through a checkpoint
-  // or were replaced (fork, snapshot, pause to disk, resume): pooled upstream connections made
-  // under another number are not reused (their sandbox end may be gone, or be a restored copy
-  // whose peer is not this socket). I/O thread, memory lookups only.
-  virtual std::uint64_t sandbox_epoch(const Route& route) { return 0; }
-
-  // What the gateway asks for every proxied request, from one look-up of the sandbox (I/O
-  // thread, memory lookups only): authorize_sandbox's answer, sandbox_epoch and masked_host.
-  // The default asks the three in turn; a backend whose look-ups cost something answers them
-  // together.
-  struct Admission {
-    Status status;
-    std::uint64_t epoch = 0;
-    std::string masked_host;
-  };
-  virtual Admission admit(const Route& route, const boost::beast::http::request_header<>& header) {
-    return Admission{authorize_sandbox(route, header), sandbox_epoch(route), masked_host(route)};
-  }
-
   // Optional. How a control-plane request's body is received, decided from its header on an
   // I/O thread (memory lookups only): e.g. a larger limit and a spool file for an upload.
   // Default: in memory, up to `default_max` (GatewayOptions::limits). An Error answers at once.
