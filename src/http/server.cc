@@ -57,7 +57,7 @@ std::shared_ptr<StreamWriter> Responder::stream(Response header) const {
 }
 
 asio::any_io_executor Server::Impl::session_executor(tcp::acceptor& a) {
-  if (!opt.context_per_thread) return asio::make_strand(ioc);
+  if (!one_thread) return asio::make_strand(ioc);
   return a.get_executor();
 }
 

@@ -16,6 +16,7 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "abx/http/client.h"
 #include "abx/testing/socket.h"
@@ -28,10 +29,10 @@ namespace bhttp = boost::beast::http;
 
 class HttpServerTest : public ::testing::Test {
  protected:
-  void start(Limits limits = {}, bool context_per_thread = false) {
+  void start(Limits limits = {}, bool context_per_thread = false, int io_threads = 2) {
     ServerOptions opt;
     opt.limits = limits;
-    opt.io_threads = 2;
+    opt.io_threads = io_threads;
     opt.context_per_thread = context_per_thread;
     auto s = Server::start(opt, [this](Request&& req, Responder respond) {
       ++handled_;
@@ -100,6 +101,10 @@ class HttpServerTest : public ::testing::Test {
     return std::stoi(response.substr(9, 3));
   }
 
+  // Four keep-alive connections served for three rounds (two answered from another thread in
+  // the second), then a request in flight drained by shutdown.
+  void serves_every_connection_and_drains();
+
   std::atomic<int> handled_{0};
   std::unique_ptr<Server> server_;
 };
@@ -132,11 +137,13 @@ TEST_F(HttpServerTest, PipelinedRequestsAreAnsweredInOrder) {
 }
 
 // A long pipeline in one write: the header reader parses request after request from what one
-// socket read brought (several reads' worth here), in the strand and the context-per-thread
-// layout alike, and answers every one in order.
+// socket read brought (several reads' worth here), in every layout (a strand of a shared
+// io_context, an io_context per thread, the one io_context of one thread), and answers every one
+// in order.
 TEST_F(HttpServerTest, ALongPipelineIsAnsweredWhole) {
-  for (bool per_thread : {false, true}) {
-    start({}, per_thread);
+  using Layout = std::pair<bool, int>;  // context_per_thread, I/O threads
+  for (auto [per_thread, threads] : {Layout{false, 2}, Layout{true, 2}, Layout{false, 1}}) {
+    start({}, per_thread, threads);
     constexpr int kRequests = 3000;
     std::string pipeline;
     for (int i = 0; i < kRequests; ++i)
@@ -148,7 +155,8 @@ TEST_F(HttpServerTest, ALongPipelineIsAnsweredWhole) {
          at = out.find("HTTP/1.1 200", at + 1)) {
       ++answers;
     }
-    EXPECT_EQ(answers, kRequests + 1u) << "context_per_thread " << per_thread;
+    EXPECT_EQ(answers, kRequests + 1u)
+        << "context_per_thread " << per_thread << ", " << threads << " thread(s)";
     std::size_t at = 0;
     for (int i = 0; i < kRequests && at != std::string::npos; ++i) {
       at = out.find("\"/p" + std::to_string(i) + "\"", at);
@@ -460,6 +468,17 @@ TEST_F(HttpServerTest, ShutdownDrainsInFlightRequests) {
 // still drains a request in flight and stops every thread.
 TEST_F(HttpServerTest, ContextPerThreadServesEveryConnectionAndDrains) {
   start({}, true);
+  serves_every_connection_and_drains();
+}
+
+// One I/O thread: the connections run on its io_context itself, with no strand; answers given
+// from other threads (/slow) still reach them in turn, and shutdown drains as with the others.
+TEST_F(HttpServerTest, OneIoThreadServesEveryConnectionAndDrains) {
+  start({}, false, 1);
+  serves_every_connection_and_drains();
+}
+
+void HttpServerTest::serves_every_connection_and_drains() {
   std::vector<std::unique_ptr<Connection>> conns;
   for (int i = 0; i < 4; ++i) {
     conns.push_back(open_connection());

@@ -56,9 +56,9 @@ void Session::start() {
 }
 
 void Session::respond(Response res) {
-  // On the connection's strand already (an inline command answering from its handler): write
+  // On the connection's executor already (an inline command answering from its handler): write
   // at once, without asio::dispatch's type-erased executor round trip.
-  if (strand_ && strand_->running_in_this_thread()) return write(std::move(res));
+  if (on_own_executor()) return write(std::move(res));
   asio::dispatch(stream_.get_executor(), [self = shared_from_this(), r = std::move(res)]() mutable {
     self->write(std::move(r));
   });

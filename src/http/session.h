@@ -38,7 +38,7 @@ namespace abx::http {
 struct Server::Impl {
   // `ioc`'s concurrency hint: 1 when one thread runs it (context_per_thread, or one I/O thread),
   // which lets Asio queue what a handler posts to its own thread without the scheduler's lock.
-  explicit Impl(int ioc_hint) : ioc(ioc_hint) {}
+  explicit Impl(int ioc_hint) : ioc(ioc_hint), one_thread(ioc_hint == 1) {}
 
   // Declared before the io_context so they outlive it: destroying the io_context destroys
   // pending handlers, which may hold the last reference to a session.
@@ -58,6 +58,9 @@ struct Server::Impl {
   std::vector<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>
       contexts_work;
   boost::asio::io_context ioc;  // see Impl()
+  // One thread runs `ioc` (and each of `contexts`): a connection's handlers cannot run
+  // concurrently, so sessions run on the io_context's executor itself, without a strand.
+  bool one_thread;
   // `ioc`'s listening socket; with context_per_thread, one more per context in `contexts`
   // (each declared after its context, so closed before it goes), all bound to the same address
   // with SO_REUSEPORT: the kernel gives each new connection to one of them, and the thread that
@@ -72,8 +75,8 @@ struct Server::Impl {
   std::vector<std::shared_ptr<detail::Session>> live_sessions();
 
   void do_accept(boost::asio::ip::tcp::acceptor& a);
-  // Where a connection `a` accepts runs: a strand of `ioc`, or (context_per_thread) `a`'s own
-  // context.
+  // Where a connection `a` accepts runs: a strand of `ioc` when several threads run it,
+  // otherwise `a`'s own context (`ioc`, or with context_per_thread the thread's context).
   boost::asio::any_io_executor session_executor(boost::asio::ip::tcp::acceptor& a);
   void on_session_closed(detail::Session* s);
 };
@@ -113,12 +116,14 @@ struct StreamState {
 // "any thread".
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  using Strand = boost::asio::strand<boost::asio::io_context::executor_type>;
+  using ContextExecutor = boost::asio::io_context::executor_type;
+  using Strand = boost::asio::strand<ContextExecutor>;
   Session(boost::asio::ip::tcp::socket&& socket, Server::Impl& server)
       : stream_(std::move(socket)), server_(server), header_timer_(stream_.get_executor()) {
-    // target() points into the executor object: keep it alive while the strand is copied out.
+    // target() points into the executor object: keep it alive while it is copied out.
     const boost::asio::any_io_executor ex = stream_.get_executor();
     if (const auto* s = ex.target<Strand>()) strand_.emplace(*s);
+    if (const auto* c = ex.target<ContextExecutor>()) context_.emplace(*c);
   }
   ~Session() { server_.on_session_closed(this); }
 
@@ -180,9 +185,15 @@ class Session : public std::enable_shared_from_this<Session> {
   std::chrono::steady_clock::time_point header_timer_at_ =
       std::chrono::steady_clock::time_point::max();
   bool waiting_header_ = false;  // between read_header and on_header
-  // stream_'s executor when it is a strand: always from accept, unless
-  // ServerOptions::context_per_thread (then its thread's io_context's executor).
+  // stream_'s executor, as its concrete type: a strand when several threads run the server's
+  // io_context, otherwise the executor of the io_context (of one thread) the connection is on.
   std::optional<Strand> strand_;
+  std::optional<ContextExecutor> context_;
+  // True on the thread that runs this connection's handlers, inside one of them.
+  bool on_own_executor() const {
+    return strand_ ? strand_->running_in_this_thread()
+                   : context_ && context_->running_in_this_thread();
+  }
   boost::beast::flat_buffer buffer_;
   // The plain response being written: its header block (reused from call to call) and the
   // response, whose body is sent from where it is.

@@ -1,13 +1,13 @@
 // A small HTTP/1.1 server on Boost.Beast/Asio shared by every abx server.
 //
-// One session object per connection (running on its own strand, or on its thread's own io_context
-// with ServerOptions::context_per_thread), a deadline armed before every
-// read and write, header and body limits set on every parser, and the framing checks of the
-// bad-input catalogue (§2.1) applied before a handler ever sees a request: conflicting
-// Content-Length / Transfer-Encoding, transfer codings other than `chunked`, absolute-form
-// targets, oversized request lines and header blocks, too many fields, and bodies over the limit
-// (413 before the body is read). Framing errors are answered with a JSON error and the
-// connection is closed.
+// One session object per connection (running on its own strand, or on the io_context of the one
+// thread that runs it: ServerOptions::context_per_thread, or one I/O thread), a deadline armed
+// before every read and write, header and body limits set on every parser, and the framing
+// checks of the bad-input catalogue (§2.1) applied before a handler ever sees a request:
+// conflicting Content-Length / Transfer-Encoding, transfer codings other than `chunked`,
+// absolute-form targets, oversized request lines and header blocks, too many fields, and bodies
+// over the limit (413 before the body is read). Framing errors are answered with a JSON error
+// and the connection is closed.
 //
 // Handlers run on an I/O thread and must not block: they either answer at once or hand the work
 // to another thread and answer later through the Responder, from any thread. Requests on one
@@ -321,7 +321,8 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   std::uint16_t port = 0;  // 0 picks a free port; see Server::port()
   int io_threads = 0;      // 0 = abx::usable_cpus(): the CPUs this process may run on
-  // false: the I/O threads share one io_context and every connection runs on a strand of it.
+  // false: the I/O threads share one io_context and every connection runs on a strand of it
+  // (on the io_context itself when one thread runs it: io_threads 1, or one usable CPU).
   // true: each I/O thread runs an io_context of its own, listens on a socket of its own (all
   // bound to the address with SO_REUSEPORT, after a plain bind checked that nobody else has it;
   // the kernel spreads new connections over them) and keeps the connections it accepts, like
