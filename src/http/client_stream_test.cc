@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -66,12 +67,14 @@ TEST(HttpClientStream, PiecesArriveBeforeTheBodyEnds) {
 }
 
 TEST(HttpClientStream, CallerStopsEarlyAndCancelWakesABlockedRead) {
-  std::atomic<bool> stop{false};
-  auto s = Server::start({}, [&stop](Request&& req, Responder respond) {
+  // Shared with the detached producers, which may still look at it after the test has
+  // returned (ThreadSanitizer saw one read a later test's stack where a local flag had been).
+  auto stop = std::make_shared<std::atomic<bool>>(false);
+  auto s = Server::start({}, [stop](Request&& req, Responder respond) {
     auto w = respond.stream(Response{bhttp::status::ok, req.version()});
-    std::thread([w, &stop] {
+    std::thread([w, stop] {
       w->write("first");
-      while (!stop && !w->closed()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      while (!*stop && !w->closed()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
       w->finish();
     }).detach();
   });
@@ -100,7 +103,7 @@ TEST(HttpClientStream, CallerStopsEarlyAndCancelWakesABlockedRead) {
   });
   canceller.join();
   EXPECT_FALSE(r.ok());
-  stop = true;
+  *stop = true;
 }
 
 }  // namespace
