@@ -48,6 +48,7 @@ AIM_P99_US = 1000.0     # abx p99 < 1 ms at 64 connections (issue 2; issue 15: u
 AIM_P99_CONNS = 64
 AIM_NGINX_RATIO = 0.5   # issue 15: abx calls/s >= 0.5x nginx's at 64 connections
 PACED_SHARE = 0.5       # paced load: offer this share of nginx's saturated calls/s at 64 conns
+STEAL_WARN_PCT = 3.0    # a run whose busiest CPU lost this much to the hypervisor is flagged
 PACED_FALLBACK_DELAY_MS = 4  # when nginx's rate is unknown (not measured)
 NOISY_PCT = 10.0        # other processes' share of the server's core that makes a run noisy
 
@@ -263,6 +264,18 @@ def cpu_busy_seconds(cpu):
     return None
 
 
+def cpus_steal_seconds():
+    """Steal time of every CPU from /proc/stat (time the hypervisor ran something else while
+    this VM's vCPU wanted to run), in seconds, by CPU number."""
+    out = {}
+    with open("/proc/stat") as f:
+        for line in f:
+            name, *v = line.split()
+            if name.startswith("cpu") and name[3:].isdigit() and len(v) > 7:
+                out[int(name[3:])] = int(v[7]) / _CLK_TCK
+    return out
+
+
 def machine_busy_fraction(sample_s=1.0):
     def read():
         with open("/proc/stat") as f:
@@ -301,11 +314,13 @@ def run_wrk(host, port, conns, threads, duration, prefix, raw_log, server_sid=No
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     s0 = session_cpu_seconds(server_sid) if server_sid else None
     b0 = cpu_busy_seconds(server_cpu) if server_cpu is not None else None
+    st0 = cpus_steal_seconds()
     t0 = time.monotonic()
     r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=duration + 60)
     wall = time.monotonic() - t0
     s1 = session_cpu_seconds(server_sid) if server_sid else None
     b1 = cpu_busy_seconds(server_cpu) if server_cpu is not None else None
+    st1 = cpus_steal_seconds()
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(raw_log, "a") as f:
         f.write(f"$ {' '.join(argv)}\n{r.stdout}{r.stderr}\n")
@@ -333,6 +348,11 @@ def run_wrk(host, port, conns, threads, duration, prefix, raw_log, server_sid=No
     res["others_on_server_cpu_pct"] = (max(0.0, 100.0 * ((b1 - b0) - (s1 - s0)) / wall)
                                        if b0 is not None and b1 is not None and server_sid
                                        else None)
+    # Steal per CPU over the run: on a VM, the vCPU held off by the hypervisor. A little of it
+    # (1-2%), taken in slices of milliseconds, is enough to put p99 in milliseconds, whichever
+    # the server.
+    res["steal_pct_by_cpu"] = {c: round(100.0 * (st1[c] - st0.get(c, st1[c])) / wall, 2)
+                               for c in st1}
     res["connections"] = conns
     res["wrk_text"] = r.stdout
     return res
@@ -516,6 +536,7 @@ def main():
             "client_cpu_pct": r["client_cpu_pct"],
             "others_on_server_cpu_pct": r["others_on_server_cpu_pct"],
             "attempts": attempts, "delay_ms": delay_ms,
+            "steal_pct_by_cpu": r["steal_pct_by_cpu"],
         }
 
     def saturated(server, c):
@@ -575,6 +596,7 @@ def main():
                 median["rounds_p99_us"] = [r["latency_us"]["p99"] for r in runs[name]]
                 median["rounds_server_cpu_us_per_call"] = [r["server_cpu_us_per_call"]
                                                            for r in runs[name]]
+                median["rounds_steal_pct_by_cpu"] = [r["steal_pct_by_cpu"] for r in runs[name]]
                 paced.append(median)
     load_after = open("/proc/loadavg").read().split()[:3]
 
@@ -611,6 +633,8 @@ def main():
         rows.append(table_row(r, "-"))
     paced_note = [f"{r['server']} " + " / ".join(f"{x / 1000:.3f}" for x in r["rounds_p99_us"])
                   for r in paced if len(r.get("rounds_p99_us", [])) > 1]
+    steal = [max(x.values(), default=0.0) for x in
+             (r.get("steal_pct_by_cpu", {}) for r in results + paced)]
     head = ["server", "conns", "calls/s", "p50 ms", "p99 ms", "abx/peer", "srv cpu", "us/call",
             "wrk cpu", "others", "errors"]
     widths = [max(len(x[i]) for x in rows + [head]) for i in range(len(head))]
@@ -645,6 +669,9 @@ def main():
         out.append(f"paced rows: each server's run with the median p99 of its "
                    f"{len(paced[0]['rounds_p99_us'])} (abx and nginx alternated); p99 ms per "
                    "run: " + "; ".join(paced_note))
+    if steal:
+        out.append(f"steal (the hypervisor's share of a vCPU, busiest CPU of each run): "
+                   f"{min(steal):.1f}-{max(steal):.1f}%")
     out.append("")
 
     # ---- aims ----
@@ -712,6 +739,14 @@ def main():
                    "the run" + ("; other processes took >= 10% of the server's core in "
                                 + ", ".join(noisy) if noisy else "")
                    + "): these numbers are noisy; rerun when it is idle.")
+    stolen = [f"{r['server']}@{r['connections']}" + (" paced" if r["delay_ms"] else "")
+              + f" {max(r['steal_pct_by_cpu'].values()):.0f}%"
+              for r in results + paced
+              if max(r.get("steal_pct_by_cpu", {}).values(), default=0.0) >= STEAL_WARN_PCT]
+    if stolen:
+        out.append(f"WARNING: the hypervisor held this VM's vCPUs for >= {STEAL_WARN_PCT:g}% of "
+                   "the run (steal) in " + ", ".join(stolen) + ": their tails (p99) are the "
+                   "VM's pauses more than the server's; rerun when steal is low.")
     out.append("")
     busy = [f"{r['server']}@{r['connections']}" for r in results
             if (r["client_cpu_pct"] or 0) >= 90]
