@@ -348,9 +348,8 @@ def run_wrk(host, port, conns, threads, duration, prefix, raw_log, server_sid=No
     res["others_on_server_cpu_pct"] = (max(0.0, 100.0 * ((b1 - b0) - (s1 - s0)) / wall)
                                        if b0 is not None and b1 is not None and server_sid
                                        else None)
-    # Steal per CPU over the run: on a VM, the vCPU held off by the hypervisor. A little of it
-    # (1-2%), taken in slices of milliseconds, is enough to put p99 in milliseconds, whichever
-    # the server.
+    # Steal per CPU over the run: on a VM, the vCPU held off by the hypervisor. A few percent of
+    # it, taken in slices of milliseconds, can put p99 in milliseconds, whichever the server.
     res["steal_pct_by_cpu"] = {c: round(100.0 * (st1[c] - st0.get(c, st1[c])) / wall, 2)
                                for c in st1}
     res["connections"] = conns
