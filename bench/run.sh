@@ -43,15 +43,25 @@ stray=$( { pgrep -x abxd | sed 's/^/abxd pid /'
            nft list tables 2>/dev/null | awk '$3 ~ /^abx_/ {print "nftables table " $3}'; } |
          paste -sd, -)
 [ -z "$stray" ] || echo "[bench] WARNING: not a clean machine: $stray" >&2
+# Steal and total time of all CPUs from /proc/stat's first line (user nice system idle iowait
+# irq softirq steal): on a VM, the share of its vCPUs' time the hypervisor gave to others, which
+# slows every row of a bench, peers included. Said per bench in the summary ("n/a" under one
+# CPU-second: too short to tell).
+cpu_times() { awk '/^cpu / {print $9, $2+$3+$4+$5+$6+$7+$8+$9; exit}' /proc/stat; }
 status=0
 failed=()
+steal=()
 for name in "${benches[@]}"; do
   echo "=== $name ===" >&2
+  read -r s0 t0 < <(cpu_times)
   bash "$here/$name.sh" "${args[@]+"${args[@]}"}" || {
     rc=$?; status=$rc; failed+=("$name"); echo "[bench] $name.sh FAILED ($rc)" >&2; }
+  read -r s1 t1 < <(cpu_times)
+  steal+=("$name=$(awk -v s=$((s1 - s0)) -v t=$((t1 - t0)) \
+                        'BEGIN { if (t < 100) printf("n/a"); else printf("%.1f", 100 * s / t) }')")
 done
 ran=$(IFS=,; echo "${benches[*]}")
 /usr/bin/python3 "$here/lib/summary.py" "$BENCH_ROWS" "$here/out/summary-$(date -u +%Y%m%d-%H%M%S).md" \
   --ran "$ran" --failed "$(IFS=,; echo "${failed[*]+"${failed[*]}"}")" --only "$only" \
-  --load-before "$load_before" --stray "$stray"
+  --load-before "$load_before" --stray "$stray" --steal "$(IFS=,; echo "${steal[*]}")"
 exit "$status"

@@ -100,7 +100,7 @@ def main():
     args = sys.argv[1:]
     if len(args) < 2:
         sys.exit("usage: summary.py ROWS_FILE MARKDOWN_OUT [--ran a,b] [--failed a,b] "
-                 "[--only a,b] [--load-before L]")
+                 "[--only a,b] [--load-before L] [--stray S] [--steal name=pct,...]")
     rows_path, md_path = args[0], args[1]
     opts = dict(zip(args[2::2], args[3::2]))
     failed = [x for x in opts.get("--failed", "").split(",") if x]
@@ -137,6 +137,13 @@ def main():
     stray = opts.get("--stray", "")
     if stray:
         print("NOT A CLEAN MACHINE at the start: " + stray)
+    # name=percent pairs from run.sh: the hypervisor's share of the vCPUs' time during each bench.
+    steal = [x.split("=", 1) for x in opts.get("--steal", "").split(",") if "=" in x]
+    steal_line = ("Steal (the share of the VM's CPU time its hypervisor gave to others, from "
+                  "/proc/stat) during each bench: "
+                  + ", ".join(f"{n} {p}" + ("%" if p != "n/a" else "") for n, p in steal)) if steal else ""
+    if steal_line:
+        print(steal_line)
 
     # Markdown.
     os.makedirs(os.path.dirname(os.path.abspath(md_path)), exist_ok=True)
@@ -157,6 +164,8 @@ def main():
         if stray:
             f.write("\nNot a clean machine at the start (left running by something else): "
                     + stray + "\n")
+        if steal_line:
+            f.write(f"\n{steal_line}.\n")
     print(f"summary written to {md_path}")
 
 
