@@ -871,6 +871,7 @@ Gateway::~Gateway() { shutdown(std::chrono::milliseconds(0)); }
 Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options, GatewayBackend& backend) {
   auto impl = std::make_unique<Impl>(options.workers);
   impl->opt = std::move(options);
+  impl->opt.domain = normalise_domain(impl->opt.domain);  // once, not per request
   impl->backend = &backend;
   Impl* raw = impl.get();
   http::ServerOptions so = http::listener_options(raw->opt, "abxd");

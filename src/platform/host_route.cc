@@ -75,6 +75,10 @@ bool is_ip_literal(std::string_view h) {
 
 }  // namespace
 
+std::string normalise_domain(std::string_view domain) {
+  return normalise_host(domain).value_or(std::string(domain));
+}
+
 Result<Route> route_request(std::string_view host, std::string_view id_header,
                             std::string_view port_header, std::string_view domain) {
   if (host.find('@') != std::string_view::npos) {
@@ -83,11 +87,11 @@ Result<Route> route_request(std::string_view host, std::string_view id_header,
   auto normalised = normalise_host(host);
   if (!normalised) return invalid_argument("malformed Host header");
   const std::string& h = *normalised;
-  const std::string dom = normalise_host(domain).value_or(std::string(domain));
   // sandbox.<domain>, compared in place: as a string it outgrew the inline buffer per request.
   constexpr std::string_view kShared = "sandbox.";
-  const bool shared = h.starts_with(kShared) && std::string_view(h).substr(kShared.size()) == dom;
-  if (h == "localhost" || h == dom || shared || is_ip_literal(h)) {
+  const bool shared =
+      h.starts_with(kShared) && std::string_view(h).substr(kShared.size()) == domain;
+  if (h == "localhost" || h == domain || shared || is_ip_literal(h)) {
     if (id_header.empty() && port_header.empty()) return Route{};
     if (id_header.empty() || port_header.empty()) {
       return invalid_argument("E2b-Sandbox-Id and E2b-Sandbox-Port must be sent together");
@@ -101,13 +105,13 @@ Result<Route> route_request(std::string_view host, std::string_view id_header,
   }
   // <port>-<id>.<domain>: the first label, then exactly the domain.
   auto dot = h.find('.');
-  if (dot == std::string::npos || h.compare(dot + 1, std::string::npos, dom) != 0) {
+  if (dot == std::string::npos || h.compare(dot + 1, std::string::npos, domain) != 0) {
     return Route{};  // not a sandbox host of ours: the control API answers (and 404s unknown paths)
   }
   std::string_view label = std::string_view(h).substr(0, dot);
   auto dash = label.find('-');
   if (dash == std::string_view::npos)
-    return invalid_argument("sandbox host must be <port>-<id>." + dom);
+    return invalid_argument("sandbox host must be <port>-<id>." + std::string(domain));
   auto port = parse_port(label.substr(0, dash));
   if (!port.ok()) return port.error();
   std::string_view id = label.substr(dash + 1);

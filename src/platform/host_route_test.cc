@@ -80,5 +80,17 @@ TEST(HostRoute, CustomDomain) {
   EXPECT_EQ(shared->kind, Route::Kind::kSandbox);
 }
 
+// The gateway normalises its --domain once (normalise_domain), so a domain given in upper case,
+// with a port or a trailing dot, routes as the plain one does.
+TEST(HostRoute, DomainIsNormalisedOnceAsAHostIs) {
+  EXPECT_EQ(normalise_domain("SBX.Example.ORG.:8080"), "sbx.example.org");
+  EXPECT_EQ(normalise_domain("localhost"), "localhost");
+  EXPECT_EQ(normalise_domain("a..b"), "a..b");  // no valid host: kept as given
+  auto r = route_request("49983-xyz.sbx.example.org", "", "", normalise_domain("SBX.example.org."));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->kind, Route::Kind::kSandbox);
+  EXPECT_EQ(r->sandbox_id, "xyz");
+}
+
 }  // namespace
 }  // namespace abx::platform

@@ -27,10 +27,15 @@ struct Route {
 };
 
 // `host`: the Host header (must be present, exactly once: the HTTP layer checks that);
-// `id_header` / `port_header`: E2b-Sandbox-Id / E2b-Sandbox-Port, empty when absent.
+// `id_header` / `port_header`: E2b-Sandbox-Id / E2b-Sandbox-Port, empty when absent;
+// `domain`: normalised once by normalise_domain (route_request runs per request).
 // Errors: kInvalidArgument naming what is wrong (bad port, bad id, only one routing header).
 Result<Route> route_request(std::string_view host, std::string_view id_header,
                             std::string_view port_header, std::string_view domain);
+
+// `domain` normalised as a Host is (lower-cased, a `:port` and one trailing dot dropped); as
+// given when it is no valid host name.
+std::string normalise_domain(std::string_view domain);
 
 // "1".."65535", no sign, no leading zero.
 Result<std::uint16_t> parse_port(std::string_view s);
