@@ -150,10 +150,20 @@ Status prepare_mount_point(const std::string& path) {
 
 Result<std::uint32_t> claim_slot(const UserNamespace& u) {
   ABX_ASSIGN_OR_RETURN(UniqueFd lock, lock_registry(u.registry));
-  for (std::uint32_t slot = 0; slot < u.slots; ++slot) {
+  const std::string next_path = u.registry + "/next";
+  std::uint32_t start = 0;
+  if (auto text = read_file(next_path, 64)) {  // missing or malformed: from slot 0
+    unsigned long v = 0;
+    if (std::sscanf(text->c_str(), "%lu", &v) == 1 && v < u.slots)
+      start = static_cast<std::uint32_t>(v);
+  }
+  for (std::uint32_t i = 0; i < u.slots; ++i) {
+    const std::uint32_t slot = (start + i) % u.slots;
     std::string path = slot_path(u.registry, slot);
     if (::access(path.c_str(), F_OK) == 0 && claim_live(path)) continue;
     ABX_TRY(replace_file(path, holder_record(::getpid())));
+    // Only where the next search starts: a failed write costs a reuse, never a claim.
+    (void)replace_file(next_path, std::to_string((slot + 1) % u.slots) + "\n");
     return slot;
   }
   return Error(ErrorCode::kResourceExhausted,

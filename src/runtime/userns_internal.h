@@ -13,8 +13,13 @@
 
 namespace abx::runtime {
 
-// Claims the lowest free slot for the calling process (recorded as its pid and start time).
-// resource_exhausted when every slot is held by a live process.
+// Claims a free slot for the calling process (recorded as its pid and start time): the first
+// free one from the slot after the last claimed (the registry's `next` file), wrapping around, so
+// a slot just released is taken again last. A slot's number also names its sandbox's host link
+// and /30 (veth_for_slot), and the kernel removes a dead sandbox's link only when it takes its
+// network namespace down, tens of milliseconds after the sandbox died; a new sandbox on that
+// slot would wait for that to replace the link. resource_exhausted when every slot is held by a
+// live process.
 Result<std::uint32_t> claim_slot(const UserNamespace& u);
 // Claims exactly `slot` (a restored sandbox's id range is in its images): resource_exhausted
 // when a live process holds it.

@@ -108,6 +108,33 @@ TEST_F(SlotTest, LiveClaimsAreExclusiveAndReleasedOnlyByTheirHolder) {
   EXPECT_EQ(*again, 0u);
 }
 
+TEST_F(SlotTest, AReleasedSlotIsClaimedAgainLast) {
+  u_.slots = 3;
+  const pid_t me = ::getpid();
+  const auto start = process_start_time(me);
+  auto claim = [&] {
+    auto s = claim_slot(u_);
+    EXPECT_TRUE(s.ok()) << s.error().to_string();
+    return s.ok() ? *s : 99u;
+  };
+  EXPECT_EQ(claim(), 0u);
+  release_slot(u_.registry, 0, me, start);
+  // Slot 0 is free again, but the search starts after the last slot claimed.
+  EXPECT_EQ(claim(), 1u);
+  EXPECT_EQ(claim(), 2u);
+  release_slot(u_.registry, 2, me, start);
+  // Wrapped around: the free slot 0 comes before the just-released 2 ...
+  EXPECT_EQ(claim(), 0u);
+  // ... which is found once nothing else is free.
+  EXPECT_EQ(claim(), 2u);
+  // A cursor that is not a slot number (or past the slots) starts the search at slot 0.
+  for (const char* bad : {"junk\n", "7\n"}) {
+    release_slot(u_.registry, 1, me, start);
+    std::ofstream(u_.registry + "/next") << bad;
+    EXPECT_EQ(claim(), 1u) << bad;
+  }
+}
+
 TEST_F(SlotTest, AClaimWhoseHolderIsGoneIsFree) {
   ASSERT_TRUE(claim_slot(u_).ok());
   ASSERT_TRUE(claim_slot(u_).ok());
