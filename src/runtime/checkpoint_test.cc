@@ -254,6 +254,39 @@ TEST_F(CheckpointTest, PauseToDiskThenRestoreContinuesCounting) {
   }
 }
 
+// A connection that a listener in the sandbox has not accepted yet (a client connecting just as
+// the pause comes) does not fail the dump: it is left out (criu --skip-in-flight), and the
+// sandbox, its listener included, comes back.
+TEST_F(CheckpointTest, AConnectionNotYetAcceptedDoesNotFailThePause) {
+  constexpr std::uint16_t kPort = 7411;
+  SandboxConfig c = counter_config();
+  c.argv = {testing::kProbeInside, "count", "/count", std::to_string(kPort)};
+  Count first;
+  auto sb = spawn_counter(c, &first);
+  ASSERT_TRUE(sb);
+  // The handshake completes in the kernel: the connection waits in the listener's queue.
+  Result<UniqueFd> client = Error(ErrorCode::kUnavailable, "not tried");
+  for (int i = 0; i < 100 && !client.ok(); ++i) {
+    client = sb->open_tcp(kPort, 500ms);
+    if (!client.ok()) std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(client.ok()) << client.error().to_string();
+  auto before = request(*sb, sb->upper_dir());
+  ASSERT_TRUE(before);
+
+  const std::string dir = tmp_.string() + "/ck";
+  auto info = checkpoint(*sb, dir);
+  ASSERT_TRUE(info.ok()) << info.error().to_string();
+  auto back = restore(dir, c);
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(back->cgroups().pids().size(), 2u);
+  expect_running(*back, *before);
+  // The listener is back and takes new connections.
+  auto again = back->open_tcp(kPort, 2000ms);
+  EXPECT_TRUE(again.ok()) << again.error().to_string();
+  ASSERT_TRUE(back->destroy().ok());
+}
+
 // A restored sandbox pauses to disk and comes back again (CRIU patch 0003: its init is not
 // dumpable after a restore), still the same process.
 TEST_F(CheckpointTest, RestoredSandboxPausesToDiskAgain) {

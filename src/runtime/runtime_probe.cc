@@ -228,13 +228,24 @@ int call(const std::string& name) {
 // from a checkpoint keeps both, a restarted one would start over with a new token. Writes
 // "<token>\n" to `path`.started at start, and keeps one child (paused) so the tree has two
 // processes. Signals: as a pid namespace's init, SIGUSR1 must have a handler to be delivered.
-int count(const std::string& path) {
+// `listen_port` > 0: the child also listens on 127.0.0.1:<port> and never accepts, so a client's
+// connection stays in the listening socket's queue (a checkpoint's "in-flight" connection).
+int count(const std::string& path, int listen_port) {
   unsigned char raw[8] = {};
   if (getrandom(raw, sizeof raw, 0) != static_cast<ssize_t>(sizeof raw)) return result(false);
   char token[17] = {};
   for (int i = 0; i < 8; ++i) snprintf(token + 2 * i, 3, "%02x", raw[i]);
   pid_t kid = fork();
   if (kid == 0) {
+    if (listen_port > 0) {
+      int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in a = {};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<uint16_t>(listen_port));
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (s < 0 || bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(s, 4) != 0)
+        _exit(1);
+    }
     for (;;) pause();
   }
   auto put = [&](const std::string& p, const std::string& text) {
@@ -332,7 +343,7 @@ int main(int argc, char** argv) {
     sleep(static_cast<unsigned>(atoi(arg)));
     return 0;
   }
-  if (cmd == "count") return count(arg);
+  if (cmd == "count") return count(arg, argc > 3 ? atoi(argv[3]) : 0);
   if (cmd == "sleep") {
     sleep(static_cast<unsigned>(atoi(arg)));
     return 0;
