@@ -48,6 +48,9 @@ int main(int argc, char** argv) {
   app.add_option("--max-contexts", opt.max_contexts, "Most contexts at once")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  bool lazy_kernel = false;
+  app.add_flag("--lazy-kernel", lazy_kernel,
+               "Start the default context's kernel on its first execution, not at start");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
   try {
     app.parse(argc, argv);
@@ -59,6 +62,7 @@ int main(int argc, char** argv) {
     std::cerr << "abx-interp: unknown --log-level " << log_level << "\n";
     return kExitUsage;
   }
+  opt.start_default_kernel = !lazy_kernel;
   opt.python_argv = split_argv(python);
   if (opt.python_argv.empty()) {
     std::cerr << "abx-interp: --python is empty\n";

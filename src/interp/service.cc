@@ -646,9 +646,14 @@ Result<std::unique_ptr<Service>> Service::start(ServiceOptions options) {
   });
   if (!server.ok()) return server.error();
   impl->server = std::move(*server);
-  // The default Python context exists from the start (E2B lists it); its kernel starts on
+  // The default Python context exists from the start (E2B lists it). Its kernel starts now, on
+  // the context's strand (so an execution arriving meanwhile queues behind the start), or on
   // first use.
-  if (auto d = impl->default_context("python"); !d.ok()) return d.error();
+  auto d = impl->default_context("python");
+  if (!d.ok()) return d.error();
+  if (impl->opt.start_default_kernel) {
+    asio::post((*d)->strand, [raw, ctx = *d] { (void)raw->ensure_kernel(*ctx); });
+  }
   return std::unique_ptr<Service>(new Service(std::move(impl)));
 }
 

@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -93,7 +95,7 @@ class ServiceTest : public ::testing::Test {
     ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
     dir_ = tmpl;
     std::filesystem::create_directories(dir_ / "work");
-    ServiceOptions o;
+    ServiceOptions& o = opts_;
     o.port = 0;
     o.python_argv = {"/usr/bin/python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"};
     o.runtime_dir = dir_.string();
@@ -139,9 +141,46 @@ class ServiceTest : public ::testing::Test {
     return s;
   }
 
+  // A kernel process started for a connection file under this test's directory; 0 if none.
+  pid_t kernel_pid() const {
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+      const std::string name = e.path().filename();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream in(e.path() / "cmdline");
+      std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (cmd.find(dir_.string()) != std::string::npos &&
+          cmd.find("connection.json") != std::string::npos) {
+        return static_cast<pid_t>(std::stol(name));
+      }
+    }
+    return 0;
+  }
+
   std::filesystem::path dir_;
+  ServiceOptions opts_;
   std::unique_ptr<Service> service_;
 };
+
+TEST_F(ServiceTest, TheDefaultKernelStartsBeforeAnyExecutionWhenAsked) {
+  // The fixture's service starts kernels on first use: none runs yet.
+  EXPECT_EQ(kernel_pid(), 0);
+  service_->shutdown(std::chrono::milliseconds(0));
+  service_.reset();
+  opts_.start_default_kernel = true;
+  auto s = Service::start(opts_);
+  ASSERT_TRUE(s.ok()) << s.error().message();
+  service_ = std::move(*s);
+  // No request at all: the default context's kernel comes up on its own.
+  pid_t kernel = 0;
+  for (int i = 0; i < 600 && kernel == 0; ++i) {
+    kernel = kernel_pid();
+    if (kernel == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_NE(kernel, 0) << "no kernel started without an execution";
+  // The first execution runs in that kernel: no second one is started for it.
+  auto out = execute({{"code", "import os; print(os.getpid())"}});
+  EXPECT_EQ(stdout_of(out), std::to_string(kernel) + "\n");
+}
 
 TEST_F(ServiceTest, ExecuteKeepsStateAndEndsEveryStream) {
   auto a = execute({{"code", "x = 40\nprint('set')"}});

@@ -57,6 +57,10 @@ struct ServiceOptions {
   std::size_t max_contexts = 32;
   std::chrono::milliseconds kernel_start_timeout{60'000};
   std::chrono::milliseconds keepalive_interval{1'000};
+  // Start the default Python context's kernel right away, in the background, instead of on its
+  // first execution (about a second): a sandbox's first runCode then finds it warm. An execution
+  // that comes while it starts waits for it, as it would for its own start.
+  bool start_default_kernel = false;
 };
 
 // The E2B event for one iopub message of an execution, or nothing for messages the API does not
