@@ -1,7 +1,10 @@
 // nftables text for RulesetPlan (see abx/egress/ruleset.h).
 #include "abx/egress/ruleset.h"
 
+#include <algorithm>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace abx::egress {
 namespace {
@@ -48,28 +51,51 @@ std::string refill(const std::string& t, const std::string& set, const std::vect
   return s;
 }
 
-// The sandbox's sets and chain, and its entries in the shared sets and map: "add" commands,
-// idempotent (a set or chain that exists is flushed first), for after the table exists.
-std::string sandbox_add(const RulesetPlan& p, const RulesetSandbox& sb) {
+// The sandbox's own CIDR sets that exist: only those with elements. An empty one would match
+// nothing, and every set costs every later element change (any sandbox's attach or detach) one
+// netlink dump of its elements: libnftables 1.0.6 reads all sets' elements before it changes
+// any, 600 dumps with two sets for each of 300 sandboxes (bench/README.md, "Sets only where a
+// sandbox has rules").
+std::vector<std::pair<std::string, const std::vector<Cidr>*>> own_sets(const RulesetSandbox& sb) {
+  const std::string n = std::to_string(sb.slot);
+  std::vector<std::pair<std::string, const std::vector<Cidr>*>> out;
+  if (!sb.rules.allow_cidrs.empty()) out.emplace_back("allow_" + n, &sb.rules.allow_cidrs);
+  if (!sb.rules.deny_cidrs.empty()) out.emplace_back("deny_" + n, &sb.rules.deny_cidrs);
+  return out;
+}
+
+// The sandbox's sets (filled) and its chain, (re)made: "add" commands, idempotent (a set or
+// chain that exists is flushed first).
+std::string sandbox_rules(const RulesetPlan& p, const RulesetSandbox& sb) {
   const std::string t = "inet " + p.table + " ";
   const std::string n = std::to_string(sb.slot);
   std::string s;
-  for (const auto& [set, nets] : {std::pair{"allow_" + n, &sb.rules.allow_cidrs},
-                                  std::pair{"deny_" + n, &sb.rules.deny_cidrs}}) {
+  for (const auto& [set, nets] : own_sets(sb)) {
     s += "add set " + t + set + " { type ipv4_addr; flags interval; auto-merge; }\n";
     s += refill(t, set, *nets);
   }
   s += "add chain " + t + "sb_" + n + "\nflush chain " + t + "sb_" + n + "\n";
   std::string body;
   body += logged("ip daddr @blocked ", sb.slot, "blocked", p.log_group, "drop");
-  body += logged("ip daddr @allow_" + n + " ", sb.slot, "allow", p.log_group, "accept");
-  body += logged("ip daddr @deny_" + n + " ", sb.slot, "deny", p.log_group, "drop");
+  if (!sb.rules.allow_cidrs.empty())
+    body += logged("ip daddr @allow_" + n + " ", sb.slot, "allow", p.log_group, "accept");
+  if (!sb.rules.deny_cidrs.empty())
+    body += logged("ip daddr @deny_" + n + " ", sb.slot, "deny", p.log_group, "drop");
   body += logged("", sb.slot, "allow", p.log_group, "accept");
   for (std::size_t at = 0; at < body.size();) {  // one "add rule" per line of the chain's body
     std::size_t nl = body.find('\n', at);
     s += "add rule " + t + "sb_" + n + " " + body.substr(at + 4, nl - at - 4) + "\n";
     at = nl + 1;
   }
+  return s;
+}
+
+// The sandbox's sets and chain, and its entries in the shared sets and map, for after the table
+// exists.
+std::string sandbox_add(const RulesetPlan& p, const RulesetSandbox& sb) {
+  const std::string t = "inet " + p.table + " ";
+  const std::string n = std::to_string(sb.slot);
+  std::string s = sandbox_rules(p, sb);
   if (sb.address != 0)
     s += "add element " + t + "links { " + quoted(sb.host_if) + " . " + ipv4_str(sb.address) +
          " }\n";
@@ -144,11 +170,15 @@ std::string render_attach(const RulesetPlan& p, const RulesetSandbox& sb) {
 std::string render_update(const RulesetPlan& p, const RulesetSandbox& before,
                           const RulesetSandbox& after) {
   const std::string t = "inet " + p.table + " ";
-  const std::string n = std::to_string(after.slot);
-  std::string s;
-  for (const auto& [set, nets] : {std::pair{"allow_" + n, &after.rules.allow_cidrs},
-                                  std::pair{"deny_" + n, &after.rules.deny_cidrs}})
-    s += refill(t, set, *nets);
+  // The chain is made again: which sets it consults may change. A set it no longer consults
+  // goes after the flush that drops its rules, in the same transaction.
+  std::string s = sandbox_rules(p, after);
+  const auto now = own_sets(after);
+  for (const auto& [set, nets] : own_sets(before)) {
+    const bool kept =
+        std::any_of(now.begin(), now.end(), [&](const auto& e) { return e.first == set; });
+    if (!kept) s += "delete set " + t + set + "\n";
+  }
   if (p.proxy_port != 0) {
     const bool was = !before.rules.allow_domains.empty(), is = !after.rules.allow_domains.empty();
     if (was && !is) s += "delete element " + t + "proxied { " + quoted(after.host_if) + " }\n";
@@ -167,7 +197,7 @@ std::string render_detach(const RulesetPlan& p, const RulesetSandbox& sb) {
   if (!sb.rules.allow_domains.empty() && p.proxy_port != 0)
     s += "delete element " + t + "proxied { " + quoted(sb.host_if) + " }\n";
   s += "flush chain " + t + "sb_" + n + "\ndelete chain " + t + "sb_" + n + "\n";
-  s += "delete set " + t + "allow_" + n + "\ndelete set " + t + "deny_" + n + "\n";
+  for (const auto& own : own_sets(sb)) s += "delete set " + t + own.first + "\n";
   return s;
 }
 

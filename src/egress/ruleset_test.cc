@@ -54,6 +54,10 @@ TEST(Ruleset, ChainsForEachSandboxAndTheSharedHooks) {
   std::string sb3 = s.substr(s.find("add rule inet abx_test sb_3"));
   EXPECT_LT(sb3.find("@blocked"), sb3.find("@allow_3"));
   EXPECT_LT(sb3.find("@allow_3"), sb3.find("@deny_3"));
+  // A sandbox without CIDR rules has no sets of its own (empty ones would match nothing).
+  EXPECT_FALSE(contains(s, "allow_4")) << s;
+  EXPECT_FALSE(contains(s, "deny_4")) << s;
+  EXPECT_TRUE(contains(s, "add chain inet abx_test sb_4"));
   // A sandbox's own part is the same in the whole table and alone.
   EXPECT_TRUE(contains(s, render_attach(plan(), plan().sandboxes[1])));
 }
@@ -124,6 +128,27 @@ TEST(Ruleset, SandboxesComeAndGoOneTransactionEach) {
     EXPECT_FALSE(contains(out, "8.8.8.0/24")) << out;
     EXPECT_FALSE(contains(out, "\"abxt3\" }")) << out;  // not proxied any more
     EXPECT_TRUE(contains(out, "1.1.1.1")) << out;
+    // Sandbox 3's deny list is empty now: its set went with the rule that consulted it.
+    EXPECT_TRUE(contains(out, "set allow_3")) << out;
+    EXPECT_FALSE(contains(out, "set deny_3")) << out;
+
+    // A sandbox's sets come and go with its CIDR rules.
+    RulesetSandbox six{6, "abxt6", 0x0ad5001a, *parse_rules({}, {}, true)};
+    RulesetSandbox six_closed{6, "abxt6", 0x0ad5001a, *parse_rules({}, {}, false)};
+    std::tie(rc, out) = nft("", render_attach(base, six));
+    ASSERT_EQ(rc, 0) << out;
+    std::tie(rc, out) = nft("", render_update(base, six, six_closed));
+    ASSERT_EQ(rc, 0) << out;
+    std::tie(rc, out) = nft("list table inet abx_test");
+    EXPECT_TRUE(contains(out, "set deny_6")) << out;
+    EXPECT_TRUE(contains(out, "ip daddr @deny_6")) << out;
+    std::tie(rc, out) = nft("", render_update(base, six_closed, six));
+    ASSERT_EQ(rc, 0) << out;
+    std::tie(rc, out) = nft("list table inet abx_test");
+    EXPECT_FALSE(contains(out, "deny_6")) << out;
+    EXPECT_TRUE(contains(out, "chain sb_6")) << out;
+    std::tie(rc, out) = nft("", render_detach(base, six));
+    ASSERT_EQ(rc, 0) << out;
 
     // Detaching what is not there fails as a whole and changes nothing.
     std::tie(rc, out) = nft("", render_detach(base, p.sandboxes[1]));

@@ -4,7 +4,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <libmnl/libmnl.h>
 #include <linux/if_addr.h>
 #include <linux/if_link.h>
@@ -19,6 +18,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <string>
@@ -155,20 +155,62 @@ bool abx_link_name(const std::string& n) {
   return true;
 }
 
+// The host's links holding IPv4 address `ip`: one RTM_GETADDR dump of IPv4 addresses only
+// (getifaddrs dumps every link with all its attributes too: 2.4-2.9 ms with 300 sandbox links).
+std::vector<std::string> links_with_address(std::uint32_t ip) {
+  std::vector<std::string> out;
+  auto sock = route_socket(-1);
+  if (!sock) return out;
+  std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);
+  nlmsghdr* nlh = mnl_nlmsg_put_header(buf.data());
+  nlh->nlmsg_type = RTM_GETADDR;
+  nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  static std::uint32_t dump_seq = 0;
+  nlh->nlmsg_seq = ++dump_seq;
+  auto* req = static_cast<ifaddrmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifaddrmsg)));
+  req->ifa_family = AF_INET;
+  if (retry_eintr([&] { return ::send(sock->get(), nlh, nlh->nlmsg_len, 0); }) < 0) return out;
+  struct Match {
+    std::uint32_t ip;
+    std::vector<std::string>* out;
+  } match{ip, &out};
+  auto on_addr = [](const nlmsghdr* m, void* data) -> int {
+    auto* want = static_cast<Match*>(data);
+    const auto* ifa = static_cast<const ifaddrmsg*>(mnl_nlmsg_get_payload(m));
+    if (ifa->ifa_family != AF_INET) return MNL_CB_OK;
+    std::uint32_t local = 0;
+    bool have = false;
+    const char* tail = static_cast<const char*>(mnl_nlmsg_get_payload_tail(m));
+    for (auto* a = static_cast<const nlattr*>(mnl_nlmsg_get_payload_offset(m, sizeof(ifaddrmsg)));
+         mnl_attr_ok(a, static_cast<int>(tail - reinterpret_cast<const char*>(a)));
+         a = mnl_attr_next(a)) {
+      if (mnl_attr_get_type(a) == IFA_LOCAL && mnl_attr_get_payload_len(a) == 4) {
+        std::memcpy(&local, mnl_attr_get_payload(a), 4);
+        have = true;
+      }
+    }
+    char name[IF_NAMESIZE] = {};
+    if (have && ntohl(local) == want->ip && ::if_indextoname(ifa->ifa_index, name) != nullptr)
+      want->out->emplace_back(name);
+    return MNL_CB_OK;
+  };
+  for (;;) {
+    ssize_t n = retry_eintr([&] { return ::recv(sock->get(), buf.data(), buf.size(), 0); });
+    if (n <= 0) break;
+    int r = mnl_cb_run(buf.data(), static_cast<std::size_t>(n), nlh->nlmsg_seq, 0, on_addr,
+                       &match);
+    if (r <= MNL_CB_STOP) break;  // the dump's end, or an error
+  }
+  return out;
+}
+
 // The host's links that must go before this slot's is made: its own name, and any abx link
 // holding its host address.
 std::vector<std::string> stale_links(const VethInfo& info) {
   std::vector<std::string> out{info.host_if};
-  ifaddrs* all = nullptr;
-  if (::getifaddrs(&all) != 0) return out;
-  for (ifaddrs* a = all; a; a = a->ifa_next) {
-    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET || !a->ifa_name) continue;
-    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
-    const std::string name = a->ifa_name;
-    if (ntohl(in->sin_addr.s_addr) == info.host_ip && name != info.host_if && abx_link_name(name))
-      out.push_back(name);
+  for (std::string& name : links_with_address(info.host_ip)) {
+    if (name != info.host_if && abx_link_name(name)) out.push_back(std::move(name));
   }
-  ::freeifaddrs(all);
   return out;
 }
 
