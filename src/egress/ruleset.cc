@@ -174,10 +174,10 @@ std::string render_update(const RulesetPlan& p, const RulesetSandbox& before,
   // goes after the flush that drops its rules, in the same transaction.
   std::string s = sandbox_rules(p, after);
   const auto now = own_sets(after);
-  for (const auto& [set, nets] : own_sets(before)) {
+  for (const auto& old : own_sets(before)) {
     const bool kept =
-        std::any_of(now.begin(), now.end(), [&](const auto& e) { return e.first == set; });
-    if (!kept) s += "delete set " + t + set + "\n";
+        std::any_of(now.begin(), now.end(), [&](const auto& e) { return e.first == old.first; });
+    if (!kept) s += "delete set " + t + old.first + "\n";
   }
   if (p.proxy_port != 0) {
     const bool was = !before.rules.allow_domains.empty(), is = !after.rules.allow_domains.empty();

@@ -197,8 +197,7 @@ std::vector<std::string> links_with_address(std::uint32_t ip) {
   for (;;) {
     ssize_t n = retry_eintr([&] { return ::recv(sock->get(), buf.data(), buf.size(), 0); });
     if (n <= 0) break;
-    int r = mnl_cb_run(buf.data(), static_cast<std::size_t>(n), nlh->nlmsg_seq, 0, on_addr,
-                       &match);
+    int r = mnl_cb_run(buf.data(), static_cast<std::size_t>(n), nlh->nlmsg_seq, 0, on_addr, &match);
     if (r <= MNL_CB_STOP) break;  // the dump's end, or an error
   }
   return out;
