@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -58,7 +59,7 @@ class NlRequest {
   }
 
  private:
-  static inline std::uint32_t seq_ = 0;
+  static inline std::atomic<std::uint32_t> seq_{0};  // sandboxes are made on several threads
   std::vector<char> buf_;
   nlmsghdr* nlh_;
 };
@@ -165,7 +166,7 @@ std::vector<std::string> links_with_address(std::uint32_t ip) {
   nlmsghdr* nlh = mnl_nlmsg_put_header(buf.data());
   nlh->nlmsg_type = RTM_GETADDR;
   nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
-  static std::uint32_t dump_seq = 0;
+  static std::atomic<std::uint32_t> dump_seq{0};
   nlh->nlmsg_seq = ++dump_seq;
   auto* req = static_cast<ifaddrmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifaddrmsg)));
   req->ifa_family = AF_INET;
