@@ -5,11 +5,14 @@
 
 #include <atomic>
 #include <boost/json.hpp>
+#include <csignal>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "abx/auth/signing.h"
 #include "abx/base/base64.h"
@@ -444,6 +447,30 @@ TEST_F(AbxdE2E, SandboxKilledWhileAbxdWasDownIsCleanedUp) {
   EXPECT_EQ(api(bhttp::verb::get, "/v2/sandboxes").body().find(id), std::string::npos);
   EXPECT_FALSE(fs::exists("/sys/fs/cgroup/unified/abx/" + id));
   EXPECT_FALSE(fs::exists(home() / "sandboxes" / id));
+}
+
+// A sandbox whose envd dies while abxd runs is removed by the reaper, among others that live on.
+TEST_F(AbxdE2E, SandboxWhoseEnvdDiesIsRemovedAndOthersStay) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    auto sb = create(R"({"templateID":"base","timeout":300})");
+    ids.emplace_back(sb.at("sandboxID").as_string());
+  }
+  const std::string& victim = ids[1];
+  std::ifstream init(home() / "sandboxes" / victim / "init");
+  long pid = 0;
+  init >> pid;
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(static_cast<pid_t>(pid), SIGKILL), 0);
+  int status = 200;
+  for (int i = 0; i < 500 && status != 404; ++i) {  // the reaper looks every 250 ms
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    status = api(bhttp::verb::get, "/sandboxes/" + victim).result_int();
+  }
+  EXPECT_EQ(status, 404);
+  EXPECT_FALSE(fs::exists(home() / "sandboxes" / victim));
+  for (const std::string& id : {ids[0], ids[2]})
+    EXPECT_EQ(api(bhttp::verb::get, "/sandboxes/" + id).result_int(), 200) << id;
 }
 
 // abxd's watchdog (watchdog.h) kills a sandbox whose deadline passes while abxd is down.
