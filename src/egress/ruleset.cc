@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 namespace abx::egress {
@@ -51,16 +50,26 @@ std::string refill(const std::string& t, const std::string& set, const std::vect
   return s;
 }
 
-// The sandbox's own CIDR sets that exist: only those with elements. An empty one would match
-// nothing, and every set costs every later element change (any sandbox's attach or detach) one
-// netlink dump of its elements: libnftables 1.0.6 reads all sets' elements before it changes
-// any, 600 dumps with two sets for each of 300 sandboxes (bench/README.md, "Sets only where a
-// sandbox has rules").
-std::vector<std::pair<std::string, const std::vector<Cidr>*>> own_sets(const RulesetSandbox& sb) {
+// One of a sandbox's own CIDR sets, and what its chain does with a match.
+struct OwnSet {
+  std::string name;
+  const std::vector<Cidr>* nets;
+  const char* verdict;  // in the log prefix
+  const char* action;
+};
+
+// The sandbox's own CIDR sets that exist, in the order its chain consults them: only those with
+// elements. An empty one would match nothing, and every set costs every later element change
+// (any sandbox's attach or detach) one netlink dump of its elements: libnftables 1.0.6 reads all
+// sets' elements before it changes any, 600 dumps with two sets for each of 300 sandboxes
+// (bench/README.md, "Sets only where a sandbox has rules").
+std::vector<OwnSet> own_sets(const RulesetSandbox& sb) {
   const std::string n = std::to_string(sb.slot);
-  std::vector<std::pair<std::string, const std::vector<Cidr>*>> out;
-  if (!sb.rules.allow_cidrs.empty()) out.emplace_back("allow_" + n, &sb.rules.allow_cidrs);
-  if (!sb.rules.deny_cidrs.empty()) out.emplace_back("deny_" + n, &sb.rules.deny_cidrs);
+  std::vector<OwnSet> out;
+  if (!sb.rules.allow_cidrs.empty())
+    out.push_back({"allow_" + n, &sb.rules.allow_cidrs, "allow", "accept"});
+  if (!sb.rules.deny_cidrs.empty())
+    out.push_back({"deny_" + n, &sb.rules.deny_cidrs, "deny", "drop"});
   return out;
 }
 
@@ -69,18 +78,17 @@ std::vector<std::pair<std::string, const std::vector<Cidr>*>> own_sets(const Rul
 std::string sandbox_rules(const RulesetPlan& p, const RulesetSandbox& sb) {
   const std::string t = "inet " + p.table + " ";
   const std::string n = std::to_string(sb.slot);
+  const std::vector<OwnSet> sets = own_sets(sb);
   std::string s;
-  for (const auto& [set, nets] : own_sets(sb)) {
-    s += "add set " + t + set + " { type ipv4_addr; flags interval; auto-merge; }\n";
-    s += refill(t, set, *nets);
+  for (const OwnSet& o : sets) {
+    s += "add set " + t + o.name + " { type ipv4_addr; flags interval; auto-merge; }\n";
+    s += refill(t, o.name, *o.nets);
   }
   s += "add chain " + t + "sb_" + n + "\nflush chain " + t + "sb_" + n + "\n";
   std::string body;
   body += logged("ip daddr @blocked ", sb.slot, "blocked", p.log_group, "drop");
-  if (!sb.rules.allow_cidrs.empty())
-    body += logged("ip daddr @allow_" + n + " ", sb.slot, "allow", p.log_group, "accept");
-  if (!sb.rules.deny_cidrs.empty())
-    body += logged("ip daddr @deny_" + n + " ", sb.slot, "deny", p.log_group, "drop");
+  for (const OwnSet& o : sets)
+    body += logged("ip daddr @" + o.name + " ", sb.slot, o.verdict, p.log_group, o.action);
   body += logged("", sb.slot, "allow", p.log_group, "accept");
   for (std::size_t at = 0; at < body.size();) {  // one "add rule" per line of the chain's body
     std::size_t nl = body.find('\n', at);
@@ -173,11 +181,11 @@ std::string render_update(const RulesetPlan& p, const RulesetSandbox& before,
   // The chain is made again: which sets it consults may change. A set it no longer consults
   // goes after the flush that drops its rules, in the same transaction.
   std::string s = sandbox_rules(p, after);
-  const auto now = own_sets(after);
-  for (const auto& old : own_sets(before)) {
+  const std::vector<OwnSet> now = own_sets(after);
+  for (const OwnSet& old : own_sets(before)) {
     const bool kept =
-        std::any_of(now.begin(), now.end(), [&](const auto& e) { return e.first == old.first; });
-    if (!kept) s += "delete set " + t + old.first + "\n";
+        std::any_of(now.begin(), now.end(), [&](const OwnSet& o) { return o.name == old.name; });
+    if (!kept) s += "delete set " + t + old.name + "\n";
   }
   if (p.proxy_port != 0) {
     const bool was = !before.rules.allow_domains.empty(), is = !after.rules.allow_domains.empty();
@@ -197,7 +205,7 @@ std::string render_detach(const RulesetPlan& p, const RulesetSandbox& sb) {
   if (!sb.rules.allow_domains.empty() && p.proxy_port != 0)
     s += "delete element " + t + "proxied { " + quoted(sb.host_if) + " }\n";
   s += "flush chain " + t + "sb_" + n + "\ndelete chain " + t + "sb_" + n + "\n";
-  for (const auto& own : own_sets(sb)) s += "delete set " + t + own.first + "\n";
+  for (const OwnSet& own : own_sets(sb)) s += "delete set " + t + own.name + "\n";
   return s;
 }
 

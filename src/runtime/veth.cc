@@ -32,7 +32,8 @@
 namespace abx::runtime {
 namespace {
 
-// One rtnetlink request on `fd`, answered by its ACK (or the kernel's errno).
+// One rtnetlink request on `fd`, answered by its ACK (or the kernel's errno); a dump
+// (NLM_F_DUMP) hands each of its messages to `cb` and ends with the dump.
 class NlRequest {
  public:
   NlRequest(std::uint16_t type, std::uint16_t flags) : buf_(MNL_SOCKET_BUFFER_SIZE) {
@@ -43,15 +44,14 @@ class NlRequest {
   }
   nlmsghdr* nlh() { return nlh_; }
 
-  Status send(int fd, std::string_view what) {
+  Status send(int fd, std::string_view what, mnl_cb_t cb = nullptr, void* data = nullptr) {
     if (retry_eintr([&] { return ::send(fd, nlh_, nlh_->nlmsg_len, 0); }) < 0)
       return sys_error(what, errno);
     std::vector<char> reply(MNL_SOCKET_BUFFER_SIZE);
     for (;;) {
       ssize_t n = retry_eintr([&] { return ::recv(fd, reply.data(), reply.size(), 0); });
       if (n < 0) return sys_error(what, errno);
-      int r = mnl_cb_run(reply.data(), static_cast<std::size_t>(n), nlh_->nlmsg_seq, 0, nullptr,
-                         nullptr);
+      int r = mnl_cb_run(reply.data(), static_cast<std::size_t>(n), nlh_->nlmsg_seq, 0, cb, data);
       if (r == MNL_CB_ERROR) return sys_error(what, errno);
       if (r == MNL_CB_STOP) return {};
       // MNL_CB_OK without the ACK yet: read on.
@@ -158,50 +158,37 @@ bool abx_link_name(const std::string& n) {
 
 // The host's links holding IPv4 address `ip`: one RTM_GETADDR dump of IPv4 addresses only
 // (getifaddrs dumps every link with all its attributes too: 2.4-2.9 ms with 300 sandbox links).
+// Empty if the dump fails: the caller's check is best effort.
 std::vector<std::string> links_with_address(std::uint32_t ip) {
-  std::vector<std::string> out;
-  auto sock = route_socket(-1);
-  if (!sock) return out;
-  std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);
-  nlmsghdr* nlh = mnl_nlmsg_put_header(buf.data());
-  nlh->nlmsg_type = RTM_GETADDR;
-  nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
-  static std::atomic<std::uint32_t> dump_seq{0};
-  nlh->nlmsg_seq = ++dump_seq;
-  auto* req = static_cast<ifaddrmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifaddrmsg)));
-  req->ifa_family = AF_INET;
-  if (retry_eintr([&] { return ::send(sock->get(), nlh, nlh->nlmsg_len, 0); }) < 0) return out;
   struct Match {
     std::uint32_t ip;
-    std::vector<std::string>* out;
-  } match{ip, &out};
+    std::vector<std::string> names;
+  } match{ip, {}};
+  auto sock = route_socket(-1);
+  if (!sock) return {};
+  NlRequest dump(RTM_GETADDR, NLM_F_DUMP);
+  auto* req = static_cast<ifaddrmsg*>(mnl_nlmsg_put_extra_header(dump.nlh(), sizeof(ifaddrmsg)));
+  req->ifa_family = AF_INET;
   auto on_addr = [](const nlmsghdr* m, void* data) -> int {
-    auto* want = static_cast<Match*>(data);
     const auto* ifa = static_cast<const ifaddrmsg*>(mnl_nlmsg_get_payload(m));
-    if (ifa->ifa_family != AF_INET) return MNL_CB_OK;
-    std::uint32_t local = 0;
-    bool have = false;
-    const char* tail = static_cast<const char*>(mnl_nlmsg_get_payload_tail(m));
-    for (auto* a = static_cast<const nlattr*>(mnl_nlmsg_get_payload_offset(m, sizeof(ifaddrmsg)));
-         mnl_attr_ok(a, static_cast<int>(tail - reinterpret_cast<const char*>(a)));
-         a = mnl_attr_next(a)) {
-      if (mnl_attr_get_type(a) == IFA_LOCAL && mnl_attr_get_payload_len(a) == 4) {
-        std::memcpy(&local, mnl_attr_get_payload(a), 4);
-        have = true;
-      }
-    }
+    std::uint32_t local = 0;  // network order, from IFA_LOCAL
+    mnl_attr_parse(
+        m, sizeof(ifaddrmsg),
+        [](const nlattr* a, void* out) -> int {
+          if (mnl_attr_get_type(a) == IFA_LOCAL && mnl_attr_get_payload_len(a) == 4)
+            std::memcpy(out, mnl_attr_get_payload(a), 4);
+          return MNL_CB_OK;
+        },
+        &local);
+    auto* want = static_cast<Match*>(data);
     char name[IF_NAMESIZE] = {};
-    if (have && ntohl(local) == want->ip && ::if_indextoname(ifa->ifa_index, name) != nullptr)
-      want->out->emplace_back(name);
+    if (ifa->ifa_family == AF_INET && ntohl(local) == want->ip &&
+        ::if_indextoname(ifa->ifa_index, name) != nullptr)
+      want->names.emplace_back(name);
     return MNL_CB_OK;
   };
-  for (;;) {
-    ssize_t n = retry_eintr([&] { return ::recv(sock->get(), buf.data(), buf.size(), 0); });
-    if (n <= 0) break;
-    int r = mnl_cb_run(buf.data(), static_cast<std::size_t>(n), nlh->nlmsg_seq, 0, on_addr, &match);
-    if (r <= MNL_CB_STOP) break;  // the dump's end, or an error
-  }
-  return out;
+  if (!dump.send(sock->get(), "RTM_GETADDR", on_addr, &match)) return {};
+  return std::move(match.names);
 }
 
 // The host's links that must go before this slot's is made: its own name, and any abx link
