@@ -11,8 +11,8 @@ Measured in one run on this machine:
      Two kinds alternate: a create right after the previous sandbox's DELETE answered (the aim's
      row, as this bench always measured it), while the kernel is still taking down that
      sandbox's network link, and a create once that link is gone. Also how long the kernel took
-     to remove the link after the DELETE answered. Compared with published figures of hosted platforms
-     (not measured here: labelled as such).
+     to remove the link after the DELETE answered. Compared with published figures of hosted
+     platforms (not measured here: labelled as such).
   2. proxy: in front of the SAME servers of one demo sandbox — its abx-server (POST
      /commands/demo) and its envd (Process/Start of `echo hi`, a Connect stream read to its end
      frame) — wrk drives three paths: direct (wrk inside the sandbox's network namespace, to the
@@ -503,8 +503,7 @@ def main():
             if st != 201:
                 sys.exit(f"create failed: {st} {body[:200]}")
             sid = json.loads(body)["sandboxID"]
-            # Its link (the only sandbox: every abx link there is; a new one may reuse the name
-            # of the last one, whose teardown setup_veth then waits for).
+            # Its link: the only sandbox, so every abx link there is.
             pending = abx_links()
             api.call("DELETE", f"/sandboxes/{sid}")
         for kind, v in lat.items():
