@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Lint: (1) clang-format, (2) clang-tidy with .clang-tidy's short check list, (3) syscalls that
-# set up or control sandboxes appear only in src/runtime (and the listed exceptions).
+# set up or control sandboxes appear only in src/runtime (and the listed exceptions), (4) module
+# layering, (5) every module of src/ has a row in docs/architecture.md.
 # Usage: scripts/lint.sh [--build-dir DIR] [--format=report|fail] [--tidy=changed|all|none]
 #                        [--base REV]
 #   --format  fail (default: the files clang-format would change fail the lint) or report (print
@@ -142,6 +143,22 @@ if [ -n "$up_includes" ]; then
   status=1
 else
   echo "no include reaches into another module's folder"
+fi
+
+section "architecture doc"
+# Every module folder under src/ has a row in docs/architecture.md's module table, so the doc
+# cannot silently fall behind the tree (fuzz_support is build plumbing, not a module).
+missing_modules=()
+for d in src/*/; do
+  m=$(basename "$d")
+  [ "$m" = fuzz_support ] && continue
+  grep -q "^| \`$m\` |" docs/architecture.md || missing_modules+=("$m")
+done
+if [ ${#missing_modules[@]} -gt 0 ]; then
+  echo "lint: modules missing from docs/architecture.md's module table: ${missing_modules[*]}"
+  status=1
+else
+  echo "every module in src/ has a row in docs/architecture.md"
 fi
 
 exit "$status"
