@@ -22,7 +22,7 @@ fail() { echo "serve-own: $*" >&2; [ -f "$work/abxd.log" ] && tail -30 "$work/ab
 # The module: ABX_REGISTER, one compiler line against the installed headers.
 cmake --install "$ABX_BUILD_DIR" --prefix "$work/prefix" --component sdk >/dev/null
 mkdir -p "$work/ctx"
-c++ -std=c++20 -O2 -shared -fPIC -I"$work/prefix/include" \
+c++ -std=c++20 -O2 -shared -fPIC -static-libstdc++ -static-libgcc -I"$work/prefix/include" \
   -o "$work/ctx/libmytools.so" "$here/../../sdk_consumer/my_commands.cc"
 cat >"$work/ctx/Dockerfile" <<'DOCKERFILE'
 FROM base
