@@ -36,6 +36,17 @@ function(abx_test name)
   endif()
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 30
                        PROPERTIES LABELS "${T_LABELS}" TIMEOUT 120)
+  # gtest_discover_tests passes PROPERTIES through two list expansions, so of "unit;e2e" only the
+  # first label reached the tests. Set the whole list again from a ctest include file that runs
+  # after discovery, over the list of discovered tests (<name>_TESTS).
+  list(LENGTH T_LABELS _n)
+  if(_n GREATER 1)
+    set(_inc ${CMAKE_CURRENT_BINARY_DIR}/${name}_labels.cmake)
+    file(WRITE ${_inc} "foreach(_t IN LISTS ${name}_TESTS)\n"
+                       "  set_tests_properties(\"\${_t}\" PROPERTIES LABELS \"${T_LABELS}\")\n"
+                       "endforeach()\n")
+    set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${_inc})
+  endif()
 endfunction()
 
 # abx_fuzz(<name> SOURCE <file> CORPUS <dir> DEPS ...): a libFuzzer target. Without

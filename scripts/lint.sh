@@ -101,6 +101,8 @@ exceptions=(
   # The envd flood test's forked abx-envd dies with the test (PR_SET_PDEATHSIG), so a test that
   # ctest kills leaves no daemon and no flood running.
   'src/envd/envd_test.cc:.*(PR_SET_PDEATHSIG|<sys/prctl.h>)'
+  # Likewise every daemon a test starts (abx::testing::ChildProcess) dies with its test.
+  'tests/support/abx/testing/child_process.h:.*(PR_SET_PDEATHSIG|<sys/prctl.h>)'
   # The abxd end-to-end tests assert that a killed sandbox's cgroup is gone (read only).
   'tests/e2e/abxd_e2e_test.cc:.*fs::exists\("/sys/fs/cgroup/'
   # Layer extraction: libarchive's write_disk resolves names against the cwd, so the extraction

@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # Installs dependencies, lints, builds, builds the base image once (scripts/build-images.sh into
 # build/images, shared by every test), and runs every test: the `dev` preset (all tests), then
-# the `asan` preset (AddressSanitizer + UBSan, unit-labelled tests), then builds the `release`
+# the `asan` preset (AddressSanitizer + UBSan, unit-labelled tests), the `tsan` preset
+# (ThreadSanitizer, the tsan-labelled concurrency-heavy unit tests), then builds the `release`
 # preset with every target (tests included: -Werror and -O2 find what -O0 does not) without
 # running it. After each ctest, no sandbox the run started may still be alive.
-# Usage: scripts/test.sh [--no-asan] [--no-release] [--no-lint]
+# Usage: scripts/test.sh [--no-asan] [--no-tsan] [--no-release] [--no-lint]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 asan=1
+tsan=1
 release=1
 lint=1
 for a in "$@"; do
   case "$a" in
     --no-asan) asan=0 ;;
+    --no-tsan) tsan=0 ;;
     --no-release) release=0 ;;
     --no-lint) lint=0 ;;
     *) echo "test.sh: unknown flag $a" >&2; exit 2 ;;
@@ -30,16 +33,23 @@ run_id="abxrun$(date +%s)x$$"
 run_tmp=$(mktemp -d "${TMPDIR:-/tmp}/abx-$run_id-XXXXXX")
 # Like /tmp: tests that drop to an unprivileged user (uid 1000) make and reach files under it.
 chmod 1777 "$run_tmp"
-trap 'rm -rf "$run_tmp"' EXIT
+junit_dir=$(mktemp -d "${TMPDIR:-/tmp}/abx-junit-XXXXXX")
+trap 'rm -rf "$run_tmp" "$junit_dir"' EXIT
 
-# ctest, then the leak check; fails if either did (the check runs even when tests failed).
+# ctest, then the leak check and the skip check; fails if any did (the checks run even when
+# tests failed). The first argument names the run (its junit file).
 run_ctest() {
-  local rc=0
+  local rc=0 name=$1
+  shift
   # Sandboxes have outbound networking: no test's DNS question may reach a real resolver, so
   # every abxd of the run forwards to a port where nothing answers (discard) unless its test
   # passes --dns-upstream to a DNS server of its own (tests/e2e/network).
-  ABX_TEST_RUN_ID=$run_id TMPDIR=$run_tmp ABX_DNS_UPSTREAM=127.0.0.1:9 ctest "$@" || rc=$?
+  ABX_TEST_RUN_ID=$run_id TMPDIR=$run_tmp ABX_DNS_UPSTREAM=127.0.0.1:9 \
+    ctest --output-junit "$junit_dir/$name.xml" "$@" || rc=$?
   scripts/leaked-sandboxes.sh "$run_id" || rc=1
+  # A skipped test must be listed in tests/skips.txt with why: the skipped set cannot grow
+  # silently (a missing dependency on the CI machine would otherwise pass as green).
+  /usr/bin/python3 scripts/check-skips.py "$junit_dir/$name.xml" tests/skips.txt || rc=1
   return "$rc"
 }
 
@@ -61,7 +71,7 @@ step "building the base and code-interpreter images into build/images (scripts/b
 scripts/build-images.sh --store build/images --abxd build/dev/src/platform/abxd
 
 step "running tests (dev preset)"
-run_ctest --preset dev -j "$jobs" --timeout 300
+run_ctest dev --preset dev -j "$jobs" --timeout 300
 
 if [ "$asan" = 1 ]; then
   step "building (asan preset)"
@@ -69,7 +79,18 @@ if [ "$asan" = 1 ]; then
   cmake --build --preset asan -j "$jobs"
   step "running unit tests under AddressSanitizer + UBSan (asan preset)"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    run_ctest --preset asan -j "$jobs" --timeout 600
+    run_ctest asan --preset asan -j "$jobs" --timeout 600
+fi
+
+if [ "$tsan" = 1 ]; then
+  # The concurrency-heavy unit tests (label tsan: the HTTP engine, the command server, MCP
+  # sessions, the SQLite store) under ThreadSanitizer; only their targets are built.
+  step "building the tsan-labelled tests (tsan preset)"
+  cmake --preset tsan
+  cmake --build --preset tsan -j "$jobs" --target http_test server_test mcp_test store_test
+  step "running the concurrency-heavy unit tests under ThreadSanitizer (tsan preset)"
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    run_ctest tsan --preset tsan -j "$jobs" --timeout 600
 fi
 
 if [ "$release" = 1 ]; then

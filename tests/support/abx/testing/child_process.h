@@ -2,10 +2,11 @@
 // signals/waits for it. Test code only; production code keeps process control in its modules.
 #pragma once
 
+#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,12 +23,14 @@ namespace abx::testing {
 class ChildProcess {
  public:
   // Starts argv with extra environment entries ("K=V"); stdout is captured, stderr inherited.
+  // The child is tied to the test's life: it gets SIGTERM when the test process dies, even by a
+  // crash or ctest's timeout kill (PR_SET_PDEATHSIG), so no daemon outlives its test. SIGTERM,
+  // not SIGKILL, so an abxd still shuts down in order.
   ChildProcess(std::vector<std::string> argv, std::vector<std::string> env_extra = {}) {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) return;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    // Everything the child needs is built before fork: between fork and exec only
+    // async-signal-safe calls (the test may have threads).
     std::vector<char*> args;
     for (auto& a : argv) args.push_back(a.data());
     args.push_back(nullptr);
@@ -37,10 +40,35 @@ class ChildProcess {
     std::vector<char*> envp;
     for (auto& e : env_store) envp.push_back(e.data());
     envp.push_back(nullptr);
-    if (posix_spawn(&pid_, args[0], &fa, nullptr, args.data(), envp.data()) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&fa);
+    // A failed exec is reported as posix_spawn did (started() is false): the child writes its
+    // errno to a close-on-exec pipe that a successful exec closes.
+    int err[2];
+    if (pipe2(err, O_CLOEXEC) != 0) {
+      close(fds[0]);
+      close(fds[1]);
+      return;
+    }
+    const pid_t parent = getpid();
+    pid_ = fork();
+    if (pid_ == 0) {
+      if (prctl(PR_SET_PDEATHSIG, SIGTERM) == 0 && getppid() == parent && dup2(fds[1], 1) >= 0)
+        execve(args[0], args.data(), envp.data());
+      int e = errno;
+      (void)!write(err[1], &e, sizeof e);
+      _exit(127);
+    }
+    close(err[1]);
     close(fds[1]);
     out_ = fds[0];
+    int e = 0;
+    ssize_t n;
+    while ((n = read(err[0], &e, sizeof e)) < 0 && errno == EINTR) {
+    }
+    close(err[0]);
+    if (pid_ > 0 && n > 0) {
+      waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
   }
   ~ChildProcess() {
     if (pid_ > 0 && !exit_status_) {
