@@ -47,7 +47,7 @@ def test_create_connect_commands_files_timeout_kill(sandboxes, cfg):
     # connect: a second handle on the same sandbox, with its own access token.
     again = Sandbox.connect(sbx.id, timeout=120, config=cfg)
     assert again.id == sbx.id
-    assert again.info.metadata.get("owner") == "pytest"
+    assert again.get_info().metadata.get("owner") == "pytest"
     assert again.files.read("/tmp/py/hello.txt") == "héllo\n"
 
     before = sbx.get_info().end_at

@@ -135,7 +135,8 @@ class Transport:
                 retry = True  # nothing was sent
             else:
                 try:
-                    conn.request(method, full_target, body=body, headers=h)
+                    conn.request(method, full_target, body=body if "Content-Length" in h else None,
+                                 headers=h)
                     r = conn.getresponse()
                     data = r.read()
                 except socket.timeout as e:

@@ -461,8 +461,8 @@ class Sandbox:
         v, _ = _Control(cfg, t).json("POST", f"/sandboxes/{url_encode(sandbox_id)}/connect",
                                      {"timeout": int(timeout)}, idempotent=False,
                                      what=f"connect to sandbox {sandbox_id}")
-        return cls(_State(cfg, SandboxInfo.from_json(v), t,
-                          SandboxInfo.from_json(v).envd_access_token))
+        info = SandboxInfo.from_json(v)
+        return cls(_State(cfg, info, t, info.envd_access_token))
 
     @classmethod
     def attach(cls, sandbox_id: str, *, template_id: str = "", access_token: str = "",
@@ -479,25 +479,35 @@ class Sandbox:
     def list(*, config: Optional[ConnectionConfig] = None) -> List[SandboxInfo]:
         """``GET /v2/sandboxes`` (running and paused), every page."""
         cfg = config or ConnectionConfig.from_env()
-        c = _Control(cfg, Transport(cfg))
+        t = Transport(cfg)
+        c = _Control(cfg, t)
         out: List[SandboxInfo] = []
         nxt = ""
-        while True:
-            target = "/v2/sandboxes?limit=100" + (f"&nextToken={url_encode(nxt)}" if nxt else "")
-            r = c.request("GET", target, idempotent=True)
-            if r.status != 200:
-                raise error_from_response(r.status, r.body, plane="api", what="list sandboxes")
-            out += [SandboxInfo.from_json(x) for x in json.loads(r.body)]
-            nxt = r.headers.get("X-Next-Token", "")
-            if not nxt:
-                return out
+        try:
+            while True:
+                target = "/v2/sandboxes?limit=100" + (f"&nextToken={url_encode(nxt)}" if nxt
+                                                      else "")
+                r = c.request("GET", target, idempotent=True)
+                if r.status != 200:
+                    raise error_from_response(r.status, r.body, plane="api",
+                                              what="list sandboxes")
+                out += [SandboxInfo.from_json(x) for x in json.loads(r.body)]
+                nxt = r.headers.get("X-Next-Token", "")
+                if not nxt:
+                    return out
+        finally:
+            t.close()
 
     @staticmethod
     def kill_id(sandbox_id: str, *, config: Optional[ConnectionConfig] = None) -> bool:
         """``DELETE /sandboxes/{id}``: True when killed, False when there was no such sandbox."""
         cfg = config or ConnectionConfig.from_env()
-        r = _Control(cfg, Transport(cfg)).request("DELETE", "/sandboxes/" + url_encode(sandbox_id),
-                                                  idempotent=True)
+        t = Transport(cfg)
+        try:
+            r = _Control(cfg, t).request("DELETE", "/sandboxes/" + url_encode(sandbox_id),
+                                         idempotent=True)
+        finally:
+            t.close()
         if r.status // 100 == 2:
             return True
         if r.status == 404:
@@ -528,8 +538,16 @@ class Sandbox:
     def __enter__(self) -> "Sandbox":
         return self
 
+    def close(self) -> None:
+        """Closes this handle's idle connections (shared with its with_access_token copies).
+        The sandbox runs on; the handle stays usable and reconnects when used."""
+        self._s.transport.close()
+
     def __exit__(self, *exc) -> None:
-        self.kill()
+        try:
+            self.kill()
+        finally:
+            self.close()
 
     # -- identity --
 
