@@ -207,7 +207,7 @@ def test_custom_command_values_are_quoted(sandboxes):
     assert sbx.commands.run("test -d /usr/bin && echo intact").stdout == "intact\n"
     r = sbx.run("echo_args", a="$(id) `id` *", flag=True)
     assert r.stdout == "[$(id) `id` *]\n[7]\n[true]\n[]\n"
-    assert sbx.render("echo_args", a="x", n=3) == "printf '[%s]\\n' x 3 false ''"
+    assert sbx.render("echo_args", a="x", n=3) == "printf '[%s]\n' x 3 false ''"  # YAML's \n: a newline
     with pytest.raises(InvalidArguments) as e:
         sbx.run("greet", name=3)
     assert e.value.field == "name"
