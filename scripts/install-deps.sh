@@ -25,7 +25,8 @@ pkgs=(
   libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev
   libssl-dev libseccomp-dev libsqlite3-dev sqlite3
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3
+  python3 python3-pytest python3-yaml  # python/: pytest (ctest python_e2e), PyYAML for local template.yaml
+  python3-pip python3-venv python3-wheel  # `pip install --no-build-isolation ./python`, offline
   libarchive-dev  # image layers (src/image)
   libmnl-dev libnftables-dev  # sandbox networking: veth/addresses over rtnetlink, the egress ruleset
   nftables  # tests: `nft list` to check the ruleset abxd installed
