@@ -19,7 +19,8 @@
 // that the host (this process, or a host process of the uid concerned) and sandbox B stay usable.
 // Ones that would exhaust a host-wide resource shared with the other sandboxes on this machine
 // (uid 0's inotify instances while sandbox uid 0 is host uid 0) are not run then, and count as
-// escapes with that reason. Traffic only ever goes to loopback and the sandboxes' own namespaces.
+// escapes with that reason. Traffic only ever goes to loopback, the sandboxes' own namespaces and
+// a veth pair the N probes make and remove (their TEST-NET flows end in abxd's proxy, refused).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
