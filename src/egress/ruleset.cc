@@ -133,6 +133,8 @@ std::string render_ruleset(const RulesetPlan& p) {
   s += "  set links {\n    type ifname . ipv4_addr;\n  }\n";
   s += "  set proxied {\n    type ifname;\n  }\n";
   s += "  map chains {\n    type ifname : verdict;\n  }\n";
+  // Each sandbox address's live connections (nf_conncount), for its share of conntrack.
+  s += "  set conns {\n    type ipv4_addr; size 65535; flags dynamic;\n  }\n";
 
   // Anti-spoofing, before NAT and everything else (sandboxes lack CAP_NET_RAW, so this is a second
   // wall): a link carries its own sandbox's address only (a link not in `links` carries nothing).
@@ -147,19 +149,30 @@ std::string render_ruleset(const RulesetPlan& p) {
         "    iifname @proxied meta nfproto ipv4 tcp dport { 80, 443 } redirect to :" + proxy + "\n";
   s += "  }\n";
 
+  // A sandbox over its share of the host's conntrack table opens no new connection, to the
+  // resolver and the proxy (input) or anywhere else (forward).
+  const std::string conn_cap = links + "ct state new add @conns { ip saddr ct count over " +
+                               std::to_string(p.max_conns_per_sandbox) + " } ";
   s += "  chain input {\n    type filter hook input priority filter; policy accept;\n";
   s += "    " + links + "ct state established,related accept\n";
+  s += "    " + conn_cap + "drop\n";
   s += "    " + links + "meta nfproto ipv4 meta l4proto { tcp, udp } th dport " + dns +
        " ct status dnat accept\n";
   if (p.proxy_port != 0)
     s += "    " + links + "meta nfproto ipv4 tcp dport " + proxy + " ct status dnat accept\n";
-  s += "    " + links + "drop\n  }\n";
+  s += "    " + links + "drop\n";
+  // The resolver and the proxy are for the sandboxes' redirected traffic alone (accepted above):
+  // from anywhere else (the host's loopback, its other links) their ports are closed.
+  s += "    meta l4proto { tcp, udp } th dport " + dns + " drop\n";
+  if (p.proxy_port != 0) s += "    tcp dport " + proxy + " drop\n";
+  s += "  }\n";
 
   s += "  chain forward {\n    type filter hook forward priority filter; policy accept;\n";
   s += "    " + out_links + "ct state established,related accept\n";
   s += "    " + out_links + "drop\n";
   s += "    " + links + "meta nfproto ipv6 drop\n";
   s += "    " + links + "ct state established,related accept\n";
+  s += "    " + conn_cap + "drop\n";
   s += "    iifname vmap @chains\n";
   s += "    " + links + "drop\n  }\n";
 

@@ -48,6 +48,24 @@ TEST(Ruleset, ChainsForEachSandboxAndTheSharedHooks) {
   EXPECT_TRUE(contains(s, "add element inet abx_test proxied { \"abxt3\" }"));
   EXPECT_FALSE(contains(s, "proxied { \"abxt4\" }"));
   EXPECT_TRUE(contains(s, "redirect to :40053"));
+  // The resolver's and the proxy's ports take only the links' redirected traffic (issue 35,
+  // finding 4): the accepts for that come before the drops for everyone else.
+  std::string input = s.substr(s.find("chain input"));
+  input = input.substr(0, input.find("chain forward"));
+  EXPECT_LT(input.find("th dport 40053 ct status dnat accept"),
+            input.find("meta l4proto { tcp, udp } th dport 40053 drop"))
+      << input;
+  EXPECT_LT(input.find("tcp dport 40080 ct status dnat accept"), input.find("tcp dport 40080 drop"))
+      << input;
+  EXPECT_EQ(input.find("iifname \"abxt*\" meta l4proto { tcp, udp } th dport 40053 drop"),
+            std::string::npos);
+  // A sandbox's share of the host's conntrack table (issue 35, finding 3), before anything a
+  // new connection could be accepted by: in input and in forward.
+  const std::string cap =
+      "iifname \"abxt*\" ct state new add @conns { ip saddr ct count over 4096 } drop";
+  EXPECT_LT(input.find(cap), input.find("ct status dnat accept")) << input;
+  std::string forward = s.substr(s.find("chain forward"));
+  EXPECT_LT(forward.find(cap), forward.find("iifname vmap @chains")) << forward;
   EXPECT_TRUE(contains(s, "log group 4242 prefix \"abx:3:deny\""));
   EXPECT_TRUE(contains(s, "169.254.0.0/16"));
   // The blocked set is consulted before the sandbox's allow list.

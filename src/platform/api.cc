@@ -94,6 +94,11 @@ bool match_pattern(std::string_view pattern, std::span<const std::string> parts,
 }  // namespace api
 
 Status ControlApi::authenticate(const Request& req) {
+  // A source that failed too often lately is refused before its credentials are looked at: a
+  // key it guessed right does not work from there either (other sources are unaffected).
+  const std::string source(req[kPeerAddressField]);
+  if (auth_limiter_.locked_out(source, now_ms()))
+    return Error(ErrorCode::kResourceExhausted, "too many failed authentication attempts");
   // The same API key in X-API-KEY and Authorization: Bearer is one credential (MCP clients send
   // both when a user configures both); different keys, or a key beside a signature, are refused.
   std::string_view key;
@@ -133,18 +138,8 @@ Status ControlApi::authenticate(const Request& req) {
     auto v = store_.verify_api_key(key);
     if (!v.ok()) result = Error(ErrorCode::kUnauthenticated, "invalid API key");
   }
-  if (!result.ok() && result.error().code() == ErrorCode::kUnauthenticated) {
-    // Failed-auth rate limiting: after 20 failures in a second, further failures get 429.
-    std::lock_guard lock(auth_mu_);
-    std::int64_t now = now_ms();
-    if (now - fail_window_start_ms_ > 1000) {
-      fail_window_start_ms_ = now;
-      fails_in_window_ = 0;
-    }
-    if (++fails_in_window_ > 20) {
-      return Error(ErrorCode::kResourceExhausted, "too many failed authentication attempts");
-    }
-  }
+  if (!result.ok() && result.error().code() == ErrorCode::kUnauthenticated)
+    auth_limiter_.failed(source, now_ms());
   return result;
 }
 
@@ -153,7 +148,8 @@ Status ControlApi::verify_signature(const Request& req) {
   hr.method = std::string(req.method_string());
   hr.target = std::string(req.target());
   for (const auto& f : req)
-    hr.headers.push_back({std::string(f.name_string()), std::string(f.value())});
+    if (!boost::beast::iequals(f.name_string(), kPeerAddressField))  // the gateway's, not signed
+      hr.headers.push_back({std::string(f.name_string()), std::string(f.value())});
   auth::VerifyOptions vo;
   vo.now_unix = now_ms() / 1000;
   vo.lookup_secret = [this](std::string_view ak) { return store_.access_key_secret(ak); };

@@ -26,11 +26,11 @@
 #pragma once
 
 #include <atomic>
-#include <mutex>
 
 #include "abx/base/log.h"
 #include "abx/platform/gateway.h"
 #include "abx/store/store.h"
+#include "auth_limiter.h"
 #include "sandboxes.h"
 #include "template_build.h"
 
@@ -70,9 +70,7 @@ class ControlApi : public GatewayBackend {
   std::string upload_dir_;
   std::uint64_t max_upload_bytes_ = 0;
   Logger log_{"api"};
-  std::mutex auth_mu_;  // failed-auth rate limiting
-  std::int64_t fail_window_start_ms_ = 0;
-  int fails_in_window_ = 0;
+  AuthLimiter auth_limiter_;  // failed authentication, per source (kPeerAddressField)
 };
 
 }  // namespace abx::platform

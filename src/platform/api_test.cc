@@ -7,6 +7,7 @@
 
 #include "abx/base/json.h"
 #include "api_routes.h"
+#include "auth_limiter.h"
 
 namespace abx::platform::api {
 namespace {
@@ -138,3 +139,57 @@ TEST(ApiDecoders, TokenRequestNeedsCommandsAndABoundedTtl) {
 
 }  // namespace
 }  // namespace abx::platform::api
+
+namespace abx::platform {
+namespace {
+
+// Issue 35, finding 4: the failed-auth limit was one global count, checked after the key (a
+// correct key still worked during a flood, and a flood from one source locked out everyone).
+TEST(AuthLimiter, LocksOutTheFloodingSourceOnlyUntilTheLockoutEnds) {
+  AuthLimits limits;
+  limits.max_failures = 5;
+  limits.window = std::chrono::milliseconds(1000);
+  limits.lockout = std::chrono::milliseconds(10'000);
+  AuthLimiter l(limits);
+  const std::int64_t t0 = 1'000'000;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_FALSE(l.locked_out("10.0.0.1", t0 + i)) << i;
+    l.failed("10.0.0.1", t0 + i);
+  }
+  EXPECT_FALSE(l.locked_out("10.0.0.1", t0 + 10));
+  l.failed("10.0.0.1", t0 + 10);  // the 5th within the window
+  EXPECT_TRUE(l.locked_out("10.0.0.1", t0 + 11));
+  EXPECT_FALSE(l.locked_out("10.0.0.2", t0 + 11)) << "another source was locked out too";
+  EXPECT_FALSE(l.locked_out("", t0 + 11));
+  EXPECT_TRUE(l.locked_out("10.0.0.1", t0 + 10'009));
+  EXPECT_FALSE(l.locked_out("10.0.0.1", t0 + 10'010)) << "the lockout did not end";
+}
+
+TEST(AuthLimiter, FailuresSpreadOverWindowsDoNotLockOut) {
+  AuthLimits limits;
+  limits.max_failures = 3;
+  AuthLimiter l(limits);
+  for (std::int64_t t = 0; t < 20'000; t += 600) l.failed("a", t);  // 2 per 1 s window at most
+  EXPECT_FALSE(l.locked_out("a", 20'000));
+}
+
+TEST(AuthLimiter, SourcesBeyondTheTableCountTogether) {
+  AuthLimits limits;
+  limits.max_failures = 2;
+  limits.max_sources = 2;
+  AuthLimiter l(limits);
+  l.failed("a", 0);
+  l.failed("b", 0);
+  l.failed("c", 1);  // no room: counts as the newcomers' together
+  EXPECT_FALSE(l.locked_out("c", 2));
+  l.failed("d", 2);
+  EXPECT_TRUE(l.locked_out("c", 3));
+  EXPECT_TRUE(l.locked_out("e", 3));
+  EXPECT_FALSE(l.locked_out("a", 3));
+  // Once the remembered sources' windows are over, a newcomer gets a place of its own.
+  l.failed("f", 5000);
+  EXPECT_FALSE(l.locked_out("f", 5001));
+}
+
+}  // namespace
+}  // namespace abx::platform

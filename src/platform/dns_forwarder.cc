@@ -1,6 +1,7 @@
 #include "dns_forwarder.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/random.h>
 
 #include <array>
@@ -10,6 +11,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -18,6 +20,7 @@
 #include <utility>
 
 #include "abx/base/log.h"
+#include "abx/base/try.h"
 #include "abx/egress/dns.h"
 
 namespace abx::platform {
@@ -37,6 +40,10 @@ const Logger& dns_log() {
 }
 // Per-query lines are debug: a sandbox decides how many there are.
 bool debug_on() { return dns_log().enabled(LogLevel::kDebug); }
+
+// IP_FREEBIND: a socket may be bound to an address before the host has it (a sandbox link's
+// gateway address, before or between its links).
+using Freebind = asio::detail::socket_option::boolean<IPPROTO_IP, IP_FREEBIND>;
 
 // Asio opens sockets without SOCK_CLOEXEC; abxd spawns processes.
 void set_cloexec(int fd) { ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC); }
@@ -80,17 +87,59 @@ class Closable {
 
 }  // namespace
 
+// The sockets of one listening address: UDP and TCP at the forwarder's port.
+struct DnsListener {
+  explicit DnsListener(asio::io_context& io)
+      : udp_strand(asio::make_strand(io)),
+        udp_socket(udp_strand),
+        accept_strand(asio::make_strand(io)),
+        acceptor(accept_strand) {}
+  Strand udp_strand;
+  udp::socket udp_socket;                                       // on udp_strand
+  std::array<std::uint8_t, dns::kMaxUdpMessage + 1> udp_buf{};  // one over: oversized is seen
+  udp::endpoint udp_from;
+  Strand accept_strand;
+  tcp::acceptor acceptor;  // on accept_strand
+
+  // Both sockets bound to `at` (port 0: the kernel's choice for TCP, and the same for UDP).
+  // IP_FREEBIND: the address need not be the host's yet.
+  error_code open(const tcp::endpoint& at) {
+    error_code ec;
+    acceptor.open(at.protocol(), ec);
+    if (!ec) set_cloexec(acceptor.native_handle());
+    if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor.set_option(Freebind(true), ec);
+    if (!ec) acceptor.bind(at, ec);
+    if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return ec;
+    udp::endpoint udp_at(at.address(), acceptor.local_endpoint().port());
+    udp_socket.open(udp_at.protocol(), ec);
+    if (!ec) set_cloexec(udp_socket.native_handle());
+    if (!ec) udp_socket.set_option(Freebind(true), ec);
+    if (!ec) udp_socket.bind(udp_at, ec);
+    if (!ec) udp_socket.non_blocking(true, ec);
+    return ec;
+  }
+  // Closes both on their strands; any thread.
+  static void close(const std::shared_ptr<DnsListener>& l) {
+    asio::post(l->udp_strand, [l] {
+      error_code ec;
+      l->udp_socket.close(ec);
+    });
+    asio::post(l->accept_strand, [l] {
+      error_code ec;
+      l->acceptor.close(ec);
+    });
+  }
+};
+
 struct DnsForwarder::Impl : std::enable_shared_from_this<DnsForwarder::Impl> {
   Impl(asio::io_context& io_context, udp::endpoint up, DnsForwarderHooks h, DnsForwarderLimits l)
       : io(io_context),
         hooks(std::move(h)),
         limits(l),
         upstream_udp(up),
-        upstream_tcp(up.address(), up.port()),
-        udp_strand(asio::make_strand(io)),
-        udp_socket(udp_strand),
-        accept_strand(asio::make_strand(io)),
-        acceptor(accept_strand) {}
+        upstream_tcp(up.address(), up.port()) {}
 
   // What to do with one message from a client.
   struct Decision {
@@ -109,10 +158,12 @@ struct DnsForwarder::Impl : std::enable_shared_from_this<DnsForwarder::Impl> {
   std::uint64_t track(std::weak_ptr<Closable> obj);
   void untrack(std::uint64_t token);
 
-  void udp_receive();
-  void on_udp(std::size_t n);
-  void send_udp(const udp::endpoint& to, Bytes msg);  // from any thread
-  void accept();
+  void udp_receive(const std::shared_ptr<DnsListener>& l);
+  void on_udp(const std::shared_ptr<DnsListener>& l, std::size_t n);
+  // From any thread.
+  void send_udp(const std::shared_ptr<DnsListener>& l, const udp::endpoint& to, Bytes msg);
+  void accept(const std::shared_ptr<DnsListener>& l);
+  void serve(const std::shared_ptr<DnsListener>& l);  // starts both loops
   void forward(std::uint32_t src, Bytes request, dns::Query query, bool over_tcp,
                std::function<void(Bytes)> deliver);
 
@@ -123,18 +174,13 @@ struct DnsForwarder::Impl : std::enable_shared_from_this<DnsForwarder::Impl> {
   const tcp::endpoint upstream_tcp;
   std::uint16_t port = 0;
 
-  Strand udp_strand;
-  udp::socket udp_socket;                                       // on udp_strand
-  std::array<std::uint8_t, dns::kMaxUdpMessage + 1> udp_buf{};  // one over: oversized is seen
-  udp::endpoint udp_from;
-  Strand accept_strand;
-  tcp::acceptor acceptor;  // on accept_strand
-
-  std::mutex mu;  // guards what follows
+  std::mutex mu;                                                    // guards what follows
+  std::map<std::uint32_t, std::shared_ptr<DnsListener>> listeners;  // by address, host order
   bool stopped = false;
   std::size_t in_flight = 0;
   std::unordered_map<std::uint32_t, std::size_t> in_flight_by_source;
   std::size_t tcp_connections = 0;
+  std::unordered_map<std::uint32_t, std::size_t> tcp_by_source;
   std::uint64_t next_token = 0;
   std::unordered_map<std::uint64_t, std::weak_ptr<Closable>> live;
 };
@@ -307,6 +353,8 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
     impl_->untrack(token_);
     std::lock_guard lock(impl_->mu);
     --impl_->tcp_connections;
+    auto mine = impl_->tcp_by_source.find(src_);
+    if (mine != impl_->tcp_by_source.end() && --mine->second == 0) impl_->tcp_by_source.erase(mine);
   }
 
   void start() {
@@ -478,73 +526,83 @@ void Impl::forward(std::uint32_t src, Bytes request, dns::Query query, bool over
       ->start();
 }
 
-void Impl::udp_receive() {
-  udp_socket.async_receive_from(
-      asio::buffer(udp_buf), udp_from, [self = shared_from_this()](error_code ec, std::size_t n) {
-        if (ec == asio::error::operation_aborted || !self->udp_socket.is_open()) return;
-        if (!ec) self->on_udp(n);  // other errors are one datagram's (e.g. an ICMP report)
-        self->udp_receive();
+void Impl::udp_receive(const std::shared_ptr<DnsListener>& l) {
+  l->udp_socket.async_receive_from(
+      asio::buffer(l->udp_buf), l->udp_from,
+      [self = shared_from_this(), l](error_code ec, std::size_t n) {
+        if (ec == asio::error::operation_aborted || !l->udp_socket.is_open()) return;
+        if (!ec) self->on_udp(l, n);  // other errors are one datagram's (e.g. an ICMP report)
+        self->udp_receive(l);
       });
 }
 
-void Impl::on_udp(std::size_t n) {
-  const std::uint32_t src = ipv4_of(udp_from.address());
-  auto d = decide(src, std::span(udp_buf.data(), n), dns::kMaxUdpMessage);
+void Impl::on_udp(const std::shared_ptr<DnsListener>& l, std::size_t n) {
+  const std::uint32_t src = ipv4_of(l->udp_from.address());
+  auto d = decide(src, std::span(l->udp_buf.data(), n), dns::kMaxUdpMessage);
   switch (d.kind) {
     case Decision::kDrop:
       return;
     case Decision::kReply:
-      return send_udp(udp_from, std::move(d.reply));
+      return send_udp(l, l->udp_from, std::move(d.reply));
     case Decision::kForward:
-      forward(src, Bytes(udp_buf.begin(), udp_buf.begin() + static_cast<std::ptrdiff_t>(n)),
-              std::move(d.query), false, [self = shared_from_this(), to = udp_from](Bytes reply) {
-                self->send_udp(to, std::move(reply));
+      forward(src, Bytes(l->udp_buf.begin(), l->udp_buf.begin() + static_cast<std::ptrdiff_t>(n)),
+              std::move(d.query), false,
+              [self = shared_from_this(), l, to = l->udp_from](Bytes reply) {
+                self->send_udp(l, to, std::move(reply));
               });
       return;
   }
 }
 
-void Impl::send_udp(const udp::endpoint& to, Bytes msg) {
+void Impl::send_udp(const std::shared_ptr<DnsListener>& l, const udp::endpoint& to, Bytes msg) {
   // The socket is non-blocking: a full send buffer drops the reply (the client asks again)
   // rather than stalling the strand.
-  asio::dispatch(udp_strand, [self = shared_from_this(), to, m = std::move(msg)] {
+  asio::dispatch(l->udp_strand, [l, to, m = std::move(msg)] {
     error_code ec;
-    if (self->udp_socket.is_open()) self->udp_socket.send_to(asio::buffer(m), to, 0, ec);
+    if (l->udp_socket.is_open()) l->udp_socket.send_to(asio::buffer(m), to, 0, ec);
   });
 }
 
-void Impl::accept() {
-  acceptor.async_accept(
-      asio::make_strand(io), [self = shared_from_this()](error_code ec, tcp::socket socket) {
-        if (!self->acceptor.is_open()) return;
-        if (ec) {
-          if (ec == asio::error::operation_aborted) return;
-          // EMFILE and friends: back off briefly instead of spinning.
-          auto t = std::make_shared<asio::steady_timer>(self->accept_strand,
-                                                        std::chrono::milliseconds(50));
-          t->async_wait([self, t](error_code) { self->accept(); });
-          return;
-        }
-        set_cloexec(socket.native_handle());
-        bool admit = false;
-        {
-          std::lock_guard lock(self->mu);
-          admit = !self->stopped && self->tcp_connections < self->limits.max_tcp_connections;
-          if (admit) ++self->tcp_connections;
-        }
-        error_code rec;
-        auto remote = socket.remote_endpoint(rec);
-        if (!admit || rec) {
-          if (admit) {
-            std::lock_guard lock(self->mu);
-            --self->tcp_connections;
-          }
-          socket.close(rec);
-        } else {
-          std::make_shared<Session>(self, std::move(socket), ipv4_of(remote.address()))->start();
-        }
-        self->accept();
-      });
+void Impl::serve(const std::shared_ptr<DnsListener>& l) {
+  asio::post(l->udp_strand, [self = shared_from_this(), l] { self->udp_receive(l); });
+  asio::post(l->accept_strand, [self = shared_from_this(), l] { self->accept(l); });
+}
+
+void Impl::accept(const std::shared_ptr<DnsListener>& l) {
+  l->acceptor.async_accept(asio::make_strand(io), [self = shared_from_this(), l](
+                                                      error_code ec, tcp::socket socket) {
+    if (!l->acceptor.is_open()) return;
+    if (ec) {
+      if (ec == asio::error::operation_aborted) return;
+      // EMFILE and friends: back off briefly instead of spinning.
+      auto t =
+          std::make_shared<asio::steady_timer>(l->accept_strand, std::chrono::milliseconds(50));
+      t->async_wait([self, t, l](error_code) { self->accept(l); });
+      return;
+    }
+    set_cloexec(socket.native_handle());
+    error_code rec;
+    auto remote = socket.remote_endpoint(rec);
+    const std::uint32_t src = rec ? 0 : ipv4_of(remote.address());
+    bool admit = false;
+    {
+      std::lock_guard lock(self->mu);
+      auto mine = self->tcp_by_source.find(src);
+      admit = !rec && !self->stopped && self->tcp_connections < self->limits.max_tcp_connections &&
+              (mine == self->tcp_by_source.end() ||
+               mine->second < self->limits.max_tcp_connections_per_source);
+      if (admit) {
+        ++self->tcp_connections;
+        ++self->tcp_by_source[src];
+      }
+    }
+    if (!admit) {
+      socket.close(rec);
+    } else {
+      std::make_shared<Session>(self, std::move(socket), src)->start();
+    }
+    self->accept(l);
+  });
 }
 
 DnsForwarder::DnsForwarder(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -556,47 +614,71 @@ Result<std::unique_ptr<DnsForwarder>> DnsForwarder::start(asio::io_context& io,
                                                           udp::endpoint upstream,
                                                           DnsForwarderHooks hooks,
                                                           DnsForwarderLimits limits) {
+  if (!listen.address().is_v4()) return invalid_argument("DNS forwarder: IPv4 addresses only");
   auto impl = std::make_shared<Impl>(io, upstream, std::move(hooks), limits);
   const std::string where = listen.address().to_string() + ":" + std::to_string(listen.port());
   // Port 0: the TCP port the kernel picks may be taken for UDP; try a few.
+  std::shared_ptr<DnsListener> l;
   error_code ec;
   for (int attempt = 0; attempt < 16; ++attempt) {
-    error_code e;
-    impl->acceptor.close(e);
-    impl->udp_socket.close(e);
-    ec = {};
-    impl->acceptor.open(listen.protocol(), ec);
-    if (!ec) set_cloexec(impl->acceptor.native_handle());
-    if (!ec) impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
-    if (!ec) impl->acceptor.bind(listen, ec);
-    if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) break;
-    impl->port = impl->acceptor.local_endpoint().port();
-    udp::endpoint udp_listen(listen.address(), impl->port);
-    impl->udp_socket.open(udp_listen.protocol(), ec);
-    if (!ec) set_cloexec(impl->udp_socket.native_handle());
-    if (!ec) impl->udp_socket.bind(udp_listen, ec);
-    if (!ec) impl->udp_socket.non_blocking(true, ec);
+    l = std::make_shared<DnsListener>(io);
+    ec = l->open(listen);
     if (!ec || listen.port() != 0 || ec != asio::error::address_in_use) break;
   }
-  if (ec) {
-    error_code e;
-    impl->acceptor.close(e);
-    impl->udp_socket.close(e);
-    return unavailable("DNS forwarder cannot listen on " + where + ": " + ec.message());
-  }
-  impl->udp_receive();
-  impl->accept();
+  if (ec) return unavailable("DNS forwarder cannot listen on " + where + ": " + ec.message());
+  impl->port = l->acceptor.local_endpoint().port();
+  impl->listeners.emplace(listen.address().to_v4().to_uint(), l);
+  impl->serve(l);
   dns_log().info("DNS forwarder on " + listen.address().to_string() + ":" +
                  std::to_string(impl->port) + " (udp+tcp), upstream " +
                  upstream.address().to_string() + ":" + std::to_string(upstream.port()));
   return std::unique_ptr<DnsForwarder>(new DnsForwarder(std::move(impl)));
 }
 
+Status DnsForwarder::listen_on(std::uint32_t ip) {
+  const Error stopped(ErrorCode::kUnavailable, "DNS forwarder: stopped");
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->stopped) return stopped;
+    if (impl_->listeners.count(ip)) return {};
+  }
+  auto l = std::make_shared<DnsListener>(impl_->io);
+  const tcp::endpoint at(asio::ip::address_v4(ip), impl_->port);
+  if (error_code ec = l->open(at)) {
+    DnsListener::close(l);
+    return unavailable("DNS forwarder cannot listen on " + at.address().to_string() + ":" +
+                       std::to_string(at.port()) + ": " + ec.message());
+  }
+  {
+    std::lock_guard lock(impl_->mu);
+    const bool was_stopped = impl_->stopped;
+    if (was_stopped || !impl_->listeners.emplace(ip, l).second) {
+      DnsListener::close(l);  // stopped meanwhile, or another call got there first
+      if (was_stopped) return stopped;
+      return {};
+    }
+  }
+  impl_->serve(l);
+  return {};
+}
+
+void DnsForwarder::stop_listening(std::uint32_t ip) {
+  std::shared_ptr<DnsListener> l;
+  {
+    std::lock_guard lock(impl_->mu);
+    auto it = impl_->listeners.find(ip);
+    if (it == impl_->listeners.end()) return;
+    l = std::move(it->second);
+    impl_->listeners.erase(it);
+  }
+  DnsListener::close(l);
+}
+
 std::uint16_t DnsForwarder::port() const { return impl_->port; }
 
 void DnsForwarder::stop() {
   std::vector<std::shared_ptr<Closable>> open;
+  std::map<std::uint32_t, std::shared_ptr<DnsListener>> listeners;
   {
     std::lock_guard lock(impl_->mu);
     if (impl_->stopped) return;
@@ -604,15 +686,9 @@ void DnsForwarder::stop() {
     for (auto& [token, weak] : impl_->live) {
       if (auto obj = weak.lock()) open.push_back(std::move(obj));
     }
+    listeners.swap(impl_->listeners);
   }
-  asio::post(impl_->udp_strand, [impl = impl_] {
-    error_code ec;
-    impl->udp_socket.close(ec);
-  });
-  asio::post(impl_->accept_strand, [impl = impl_] {
-    error_code ec;
-    impl->acceptor.close(ec);
-  });
+  for (auto& [ip, l] : listeners) DnsListener::close(l);
   for (auto& obj : open) obj->close();
   // `open` is dropped here, outside the lock: a last reference runs a destructor that takes it.
 }

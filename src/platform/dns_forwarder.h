@@ -12,8 +12,8 @@
 //
 // Everything a sandbox sends is hostile: malformed queries are dropped (UDP) or end the
 // connection (TCP); in-flight upstream queries are capped in all and per source (over a cap:
-// REFUSED); TCP connections are capped and every read and write on them has a deadline; an
-// upstream that does not answer within its timeout yields SERVFAIL.
+// REFUSED); TCP connections are capped in all and per source and every read and write on them has a
+// deadline; an upstream that does not answer within its timeout yields SERVFAIL.
 //
 // The forwarder runs on the caller's io_context, from any number of threads: each socket lives
 // on its own strand and the shared counters are under a mutex. The hooks are called from those
@@ -58,13 +58,15 @@ struct DnsForwarderLimits {
   std::size_t max_in_flight = 256;                    // upstream queries in all; over: REFUSED
   std::size_t max_in_flight_per_source = 32;          // per source address; over: REFUSED
   std::size_t max_tcp_connections = 64;               // further connections are closed at once
+  std::size_t max_tcp_connections_per_source = 8;     // per source address; the same
 };
 
 class DnsForwarder {
  public:
-  // Listens on UDP and TCP at `listen` (port 0 picks one; both protocols on the same port) and
-  // forwards to `upstream` (UDP queries over UDP, TCP queries over TCP to the same address and
-  // port). unavailable when the sockets cannot be bound.
+  // Listens on UDP and TCP at `listen`, an IPv4 address (port 0 picks one; both protocols on
+  // the same port; the address need not be the host's yet: IP_FREEBIND) and forwards to
+  // `upstream` (UDP queries over UDP, TCP queries over TCP to the same address and port).
+  // unavailable when the sockets cannot be bound.
   static Result<std::unique_ptr<DnsForwarder>> start(boost::asio::io_context& io,
                                                      boost::asio::ip::tcp::endpoint listen,
                                                      boost::asio::ip::udp::endpoint upstream,
@@ -75,6 +77,12 @@ class DnsForwarder {
   DnsForwarder& operator=(const DnsForwarder&) = delete;
 
   std::uint16_t port() const;
+  // Also listens on `ip` (host byte order), UDP and TCP at port(): abxd listens on each sandbox
+  // link's gateway address, never on every address of the host. Idempotent; the bind error
+  // (unavailable), or unavailable once stopped. Thread-safe.
+  Status listen_on(std::uint32_t ip);
+  // Stops listening on `ip` (connections and queries under way go on). Unknown: fine.
+  void stop_listening(std::uint32_t ip);
   // Closes the listening sockets, client connections and upstream queries (their clients get
   // no answer). Does not wait: handlers already queued on the io_context finish there, holding
   // what they need. Idempotent; any thread.

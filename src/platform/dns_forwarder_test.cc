@@ -269,8 +269,8 @@ class UdpClient {
   UdpClient(const UdpClient&) = delete;
   UdpClient& operator=(const UdpClient&) = delete;
 
-  void send(std::uint16_t port, const Bytes& m) {
-    auto to = loopback(port);
+  void send(std::uint16_t port, const Bytes& m, const char* to_ip = "127.0.0.1") {
+    auto to = loopback(port, to_ip);
     EXPECT_EQ(::sendto(fd_, m.data(), m.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to),
               static_cast<ssize_t>(m.size()));
   }
@@ -290,7 +290,15 @@ class UdpClient {
 // A sandbox asking over TCP.
 class TcpClient {
  public:
-  explicit TcpClient(std::uint16_t port) : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+  // From `from` (host order; 0: the kernel's choice, 127.0.0.1).
+  explicit TcpClient(std::uint16_t port, std::uint32_t from = 0)
+      : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    if (from != 0) {
+      sockaddr_in me{};
+      me.sin_family = AF_INET;
+      me.sin_addr.s_addr = htonl(from);
+      EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&me), sizeof me), 0);
+    }
     auto sa = loopback(port);
     EXPECT_EQ(::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
   }
@@ -351,7 +359,7 @@ struct Asked {
 class DnsForwarderTest : public ::testing::Test {
  protected:
   // Names under allowed.test may be resolved by anyone; nothing else.
-  void start(DnsForwarderLimits limits = {}) {
+  void start(DnsForwarderLimits limits = {}, const char* listen = "127.0.0.1") {
     DnsForwarderHooks hooks;
     hooks.may_resolve = [](std::uint32_t, const std::string& qname) {
       return qname.ends_with(".allowed.test");
@@ -366,8 +374,8 @@ class DnsForwarderTest : public ::testing::Test {
       std::lock_guard lock(mu_);
       asked_.push_back({src, qname, qtype, forwarded});
     };
-    auto f = DnsForwarder::start(io_, {asio::ip::make_address("127.0.0.1"), 0},
-                                 upstream_.endpoint(), std::move(hooks), limits);
+    auto f = DnsForwarder::start(io_, {asio::ip::make_address(listen), 0}, upstream_.endpoint(),
+                                 std::move(hooks), limits);
     ASSERT_TRUE(f) << f.error().to_string();
     fwd_ = std::move(*f);
     ASSERT_NE(fwd_->port(), 0);
@@ -626,6 +634,59 @@ TEST_F(DnsForwarderTest, CapsAndTimesOutTcpConnections) {
   EXPECT_TRUE(b.closed_within(2s));
   TcpClient c(fwd_->port());
   c.send(make_query("www.allowed.test", 5));
+  expect_chain_answer(c.recv(), 5);
+}
+
+// Issue 35, finding 3: one sandbox holding every TCP connection left the others none.
+TEST_F(DnsForwarderTest, CapsTcpConnectionsPerSource) {
+  start({.tcp_timeout = 10s, .max_tcp_connections = 8, .max_tcp_connections_per_source = 2});
+  TcpClient a(fwd_->port(), 0x7f000001);
+  TcpClient b(fwd_->port(), 0x7f000001);
+  std::this_thread::sleep_for(50ms);  // both accepted
+  TcpClient over(fwd_->port(), 0x7f000001);
+  EXPECT_TRUE(over.closed_within(1s)) << "a third connection of one source was kept";
+  TcpClient other(fwd_->port(), 0x7f000002);
+  other.send(make_query("www.allowed.test", 7));
+  expect_chain_answer(other.recv(), 7);
+}
+
+// A TCP connect to ip:port; 0 when it connected, else its errno.
+int connect_errno(const char* ip, std::uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  auto sa = loopback(port, ip);
+  int r = ::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0 ? 0 : errno;
+  ::close(fd);
+  return r;
+}
+
+// Issue 35, finding 4: the resolver listened on 0.0.0.0. It listens where it is told: abxd gives
+// it the sandbox links' gateway addresses, one by one, as links come and go.
+TEST_F(DnsForwarderTest, ListensOnlyOnTheAddressesItIsGiven) {
+  start({}, "127.0.0.2");
+  const std::uint16_t port = fwd_->port();
+  UdpClient c;
+  c.send(port, make_query("www.allowed.test", 1), "127.0.0.2");
+  expect_chain_answer(c.recv(), 1);
+  c.send(port, make_query("www.allowed.test", 2), "127.0.0.1");
+  EXPECT_FALSE(rcode_of(c.recv(300ms), 2)) << "the resolver answers on 127.0.0.1";
+  EXPECT_EQ(connect_errno("127.0.0.1", port), ECONNREFUSED);
+  EXPECT_EQ(connect_errno("127.0.0.2", port), 0);
+
+  ASSERT_TRUE(fwd_->listen_on(0x7f000003).ok());
+  ASSERT_TRUE(fwd_->listen_on(0x7f000003).ok());  // idempotent
+  UdpClient d;
+  d.send(port, make_query("www.allowed.test", 3), "127.0.0.3");
+  expect_chain_answer(d.recv(), 3);
+  EXPECT_EQ(connect_errno("127.0.0.3", port), 0);
+  fwd_->stop_listening(0x7f000003);
+  int after = 0;
+  for (int i = 0; i < 200 && (after = connect_errno("127.0.0.3", port)) == 0; ++i)
+    std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(after, ECONNREFUSED);
+  UdpClient e;
+  e.send(port, make_query("www.allowed.test", 4), "127.0.0.3");
+  EXPECT_FALSE(rcode_of(e.recv(300ms), 4));
+  c.send(port, make_query("www.allowed.test", 5), "127.0.0.2");  // the others stay
   expect_chain_answer(c.recv(), 5);
 }
 

@@ -5,17 +5,21 @@
 // checks that its phase is still current, so a late completion after a reset does nothing.
 #include "egress_proxy.h"
 
+#include <netinet/in.h>
+
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
+#include <map>
 #include <mutex>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "abx/base/log.h"
+#include "abx/base/try.h"
 #include "abx/egress/sniff.h"
 #include "abx/runtime/netns.h"
 
@@ -33,6 +37,10 @@ constexpr std::chrono::milliseconds kAcceptBackoff{100};
 
 std::string ip_str(std::uint32_t ip) { return asio::ip::address_v4(ip).to_string(); }
 
+// IP_FREEBIND: a listener may be bound to an address before the host has it (a sandbox link's
+// gateway address, before or between its links).
+using Freebind = asio::detail::socket_option::boolean<IPPROTO_IP, IP_FREEBIND>;
+
 // Closes with an RST instead of a FIN (SO_LINGER 0): the sandbox's client sees a refused or
 // broken connection at once, and no half-open state lingers.
 void reset(tcp::socket& s) {
@@ -46,41 +54,52 @@ void reset(tcp::socket& s) {
 
 class Flow;
 
+// One listening socket (an address of the proxy's).
+struct Listener {
+  explicit Listener(asio::io_context& io)
+      : acceptor(asio::make_strand(io)), backoff(acceptor.get_executor()) {}
+  tcp::acceptor acceptor;      // on its own strand
+  asio::steady_timer backoff;  // same strand
+};
+
 struct EgressProxy::Impl : std::enable_shared_from_this<EgressProxy::Impl> {
   Impl(asio::io_context& io_, EgressProxyHooks hooks_, EgressProxyOptions opt_)
-      : io(io_),
-        hooks(std::move(hooks_)),
-        opt(opt_),
-        acceptor(asio::make_strand(io_)),
-        backoff(acceptor.get_executor()) {}
+      : io(io_), hooks(std::move(hooks_)), opt(opt_) {}
 
-  void accept();
-  void on_accept(const error_code& ec, tcp::socket sock);
+  // A listener bound to `at` (IP_FREEBIND: the address need not be the host's yet).
+  Result<std::shared_ptr<Listener>> open_listener(const tcp::endpoint& at);
+  void accept(const std::shared_ptr<Listener>& l);
+  void on_accept(const std::shared_ptr<Listener>& l, const error_code& ec, tcp::socket sock);
+  static void close(const std::shared_ptr<Listener>& l);
 
   asio::io_context& io;
   const EgressProxyHooks hooks;
   const EgressProxyOptions opt;
   const Logger log{"egress-proxy"};
-  tcp::acceptor acceptor;      // on its own strand
-  asio::steady_timer backoff;  // same strand
   std::uint16_t port = 0;
 
   std::mutex mu;
-  bool stopped = false;                                  // guarded by mu
-  std::unordered_map<Flow*, std::weak_ptr<Flow>> flows;  // guarded by mu; every live flow
+  // guarded by mu: the listening sockets, by address (host byte order)
+  std::map<std::uint32_t, std::shared_ptr<Listener>> listeners;
+  bool stopped = false;                                       // guarded by mu
+  std::unordered_map<Flow*, std::weak_ptr<Flow>> flows;       // guarded by mu; every live flow
+  std::unordered_map<std::uint32_t, std::size_t> per_source;  // guarded by mu; live flows each
 };
 
 class Flow : public std::enable_shared_from_this<Flow> {
  public:
-  Flow(std::shared_ptr<EgressProxy::Impl> proxy, tcp::socket client)
+  Flow(std::shared_ptr<EgressProxy::Impl> proxy, tcp::socket client, std::uint32_t source)
       : proxy_(std::move(proxy)),
         client_(std::move(client)),
         upstream_(client_.get_executor()),
-        timer_(client_.get_executor()) {}
+        timer_(client_.get_executor()),
+        source_(source) {}
 
   ~Flow() {
     std::lock_guard lock(proxy_->mu);
-    proxy_->flows.erase(this);
+    if (proxy_->flows.erase(this) == 0) return;  // never admitted
+    auto it = proxy_->per_source.find(source_);
+    if (it != proxy_->per_source.end() && --it->second == 0) proxy_->per_source.erase(it);
   }
   Flow(const Flow&) = delete;
   Flow& operator=(const Flow&) = delete;
@@ -116,12 +135,14 @@ class Flow : public std::enable_shared_from_this<Flow> {
   void on_written(Pipe& p, const error_code& read_ec, const error_code& ec, std::size_t n);
   void end_of(Pipe& p, const error_code& ec);
   void arm_idle();
+  std::chrono::milliseconds idle_limit() const;
   void report();
 
   std::shared_ptr<EgressProxy::Impl> proxy_;
   tcp::socket client_;
   tcp::socket upstream_;
-  asio::steady_timer timer_;  // sniff deadline, then connect deadline, then idle check
+  asio::steady_timer timer_;    // sniff deadline, then connect deadline, then idle check
+  const std::uint32_t source_;  // the peer's address at accept (0: not IPv4), for the limits
   Phase phase_ = Phase::kSniff;
   EgressFlow flow_;
   bool allowed_ = false;
@@ -330,7 +351,10 @@ void Flow::end_of(Pipe& p, const error_code& ec) {
   error_code ignored;
   p.to->shutdown(tcp::socket::shutdown_send, ignored);
   p.done = true;
-  if (!up_.done || !down_.done) return;
+  if (!up_.done || !down_.done) {
+    arm_idle();  // half-open now: the shorter limit applies from here
+    return;
+  }
   phase_ = Phase::kDone;
   timer_.cancel(ignored);
   client_.close(ignored);
@@ -338,11 +362,16 @@ void Flow::end_of(Pipe& p, const error_code& ec) {
   report();
 }
 
+// The idle limit now: shorter once a direction has ended (half-open).
+std::chrono::milliseconds Flow::idle_limit() const {
+  return up_.done || down_.done ? proxy_->opt.half_closed_idle_timeout : proxy_->opt.idle_timeout;
+}
+
 void Flow::arm_idle() {
-  timer_.expires_at(last_activity_ + proxy_->opt.idle_timeout);
+  timer_.expires_at(last_activity_ + idle_limit());
   timer_.async_wait([self = shared_from_this()](const error_code& ec) {
     if (ec || self->phase_ != Phase::kRelay) return;
-    if (std::chrono::steady_clock::now() - self->last_activity_ >= self->proxy_->opt.idle_timeout) {
+    if (std::chrono::steady_clock::now() - self->last_activity_ >= self->idle_limit()) {
       self->abort("idle");
     } else {
       self->arm_idle();
@@ -374,39 +403,74 @@ void Flow::report() {
   }
 }
 
-void EgressProxy::Impl::accept() {
-  acceptor.async_accept(asio::any_io_executor(asio::make_strand(io)),
-                        [self = shared_from_this()](const error_code& ec, tcp::socket sock) {
-                          self->on_accept(ec, std::move(sock));
-                        });
+Result<std::shared_ptr<Listener>> EgressProxy::Impl::open_listener(const tcp::endpoint& at) {
+  auto l = std::make_shared<Listener>(io);
+  error_code ec;
+  l->acceptor.open(at.protocol(), ec);
+  if (!ec) l->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) l->acceptor.set_option(Freebind(true), ec);
+  if (!ec) l->acceptor.bind(at, ec);
+  if (!ec) l->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    return unavailable("egress proxy on " + at.address().to_string() + ":" +
+                       std::to_string(at.port()) + ": " + ec.message());
+  return l;
 }
 
-void EgressProxy::Impl::on_accept(const error_code& ec, tcp::socket sock) {
-  if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
+void EgressProxy::Impl::close(const std::shared_ptr<Listener>& l) {
+  asio::post(l->acceptor.get_executor(), [l] {
+    error_code ignored;
+    l->acceptor.close(ignored);
+    l->backoff.cancel(ignored);
+  });
+}
+
+void EgressProxy::Impl::accept(const std::shared_ptr<Listener>& l) {
+  l->acceptor.async_accept(asio::any_io_executor(asio::make_strand(io)),
+                           [self = shared_from_this(), l](const error_code& ec, tcp::socket sock) {
+                             self->on_accept(l, ec, std::move(sock));
+                           });
+}
+
+void EgressProxy::Impl::on_accept(const std::shared_ptr<Listener>& l, const error_code& ec,
+                                  tcp::socket sock) {
+  if (ec == asio::error::operation_aborted || !l->acceptor.is_open()) return;
   if (ec) {
     log.warn("accept: " + ec.message());
-    backoff.expires_after(kAcceptBackoff);
-    backoff.async_wait([self = shared_from_this()](const error_code& bec) {
-      if (!bec && self->acceptor.is_open()) self->accept();
+    l->backoff.expires_after(kAcceptBackoff);
+    l->backoff.async_wait([self = shared_from_this(), l](const error_code& bec) {
+      if (!bec && l->acceptor.is_open()) self->accept(l);
     });
     return;
   }
-  auto flow = std::make_shared<Flow>(shared_from_this(), std::move(sock));
+  error_code pec;
+  const tcp::endpoint peer = sock.remote_endpoint(pec);
+  const std::uint32_t source =
+      !pec && peer.address().is_v4() ? peer.address().to_v4().to_uint() : 0;
+  auto flow = std::make_shared<Flow>(shared_from_this(), std::move(sock), source);
   bool admitted = false;
-  bool full = false;
+  bool full = false, source_full = false;
   {
     std::lock_guard lock(mu);
     full = flows.size() >= opt.max_flows;
-    admitted = !stopped && !full;
-    if (admitted) flows.emplace(flow.get(), flow);
+    auto it = per_source.find(source);
+    source_full = it != per_source.end() && it->second >= opt.max_flows_per_source;
+    admitted = !stopped && !full && !source_full;
+    if (admitted) {
+      flows.emplace(flow.get(), flow);
+      ++per_source[source];
+    }
   }
   if (admitted) {
     asio::dispatch(flow->executor(), [flow] { flow->start(); });
   } else {
     if (full) log.warn("over " + std::to_string(opt.max_flows) + " flows: connection reset");
+    if (source_full && !full)
+      log.debug("over " + std::to_string(opt.max_flows_per_source) + " flows from " +
+                ip_str(source) + ": connection reset");
     flow->refuse();
   }
-  accept();
+  accept(l);
 }
 
 EgressProxy::EgressProxy(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -417,19 +481,50 @@ Result<std::unique_ptr<EgressProxy>> EgressProxy::start(asio::io_context& io, tc
                                                         EgressProxyHooks hooks,
                                                         EgressProxyOptions options) {
   if (!hooks.allow) return invalid_argument("egress proxy: the allow hook is required");
+  if (!listen.address().is_v4()) return invalid_argument("egress proxy: IPv4 addresses only");
   auto impl = std::make_shared<Impl>(io, std::move(hooks), options);
+  ABX_ASSIGN_OR_RETURN(std::shared_ptr<Listener> l, impl->open_listener(listen));
   error_code ec;
-  std::string where =
-      "egress proxy on " + listen.address().to_string() + ":" + std::to_string(listen.port());
-  impl->acceptor.open(listen.protocol(), ec);
-  if (!ec) impl->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) impl->acceptor.bind(listen, ec);
-  if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return unavailable(where + ": " + ec.message());
-  impl->port = impl->acceptor.local_endpoint(ec).port();
+  impl->port = l->acceptor.local_endpoint(ec).port();
+  impl->listeners.emplace(listen.address().to_v4().to_uint(), l);
   // The first accept is started on the acceptor's strand like every later one.
-  asio::post(impl->acceptor.get_executor(), [impl] { impl->accept(); });
+  asio::post(l->acceptor.get_executor(), [impl, l] { impl->accept(l); });
   return std::unique_ptr<EgressProxy>(new EgressProxy(std::move(impl)));
+}
+
+Status EgressProxy::listen_on(std::uint32_t ip) {
+  const Error stopped(ErrorCode::kUnavailable, "egress proxy: stopped");
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->stopped) return stopped;
+    if (impl_->listeners.count(ip)) return {};
+  }
+  ABX_ASSIGN_OR_RETURN(std::shared_ptr<Listener> l,
+                       impl_->open_listener({asio::ip::address_v4(ip), impl_->port}));
+  bool was_stopped = false;
+  {
+    std::lock_guard lock(impl_->mu);
+    was_stopped = impl_->stopped;
+    if (was_stopped || !impl_->listeners.emplace(ip, l).second) {
+      Impl::close(l);  // stopped meanwhile, or another call got there first
+      if (was_stopped) return stopped;
+      return {};
+    }
+  }
+  asio::post(l->acceptor.get_executor(), [impl = impl_, l] { impl->accept(l); });
+  return {};
+}
+
+void EgressProxy::stop_listening(std::uint32_t ip) {
+  std::shared_ptr<Listener> l;
+  {
+    std::lock_guard lock(impl_->mu);
+    auto it = impl_->listeners.find(ip);
+    if (it == impl_->listeners.end()) return;
+    l = std::move(it->second);
+    impl_->listeners.erase(it);
+  }
+  Impl::close(l);
 }
 
 std::uint16_t EgressProxy::port() const { return impl_->port; }
@@ -439,8 +534,15 @@ std::size_t EgressProxy::active_flows() const {
   return impl_->flows.size();
 }
 
+std::size_t EgressProxy::active_flows_from(std::uint32_t src_ip) const {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->per_source.find(src_ip);
+  return it == impl_->per_source.end() ? 0 : it->second;
+}
+
 void EgressProxy::stop() {
   std::vector<std::shared_ptr<Flow>> live;
+  std::map<std::uint32_t, std::shared_ptr<Listener>> listeners;
   {
     std::lock_guard lock(impl_->mu);
     if (impl_->stopped) return;
@@ -448,12 +550,9 @@ void EgressProxy::stop() {
     for (auto& [raw, weak] : impl_->flows) {
       if (auto f = weak.lock()) live.push_back(std::move(f));
     }
+    listeners.swap(impl_->listeners);
   }
-  asio::post(impl_->acceptor.get_executor(), [impl = impl_] {
-    error_code ignored;
-    impl->acceptor.close(ignored);
-    impl->backoff.cancel(ignored);
-  });
+  for (auto& [ip, l] : listeners) Impl::close(l);
   for (auto& f : live) {
     auto ex = f->executor();
     asio::post(ex, [f = std::move(f)] { f->abort("proxy stopped"); });

@@ -10,8 +10,10 @@
 // Never waiting forever on a sandbox: the first bytes are read under a deadline and a 16 KiB
 // cap, after which the flow is decided without a domain; the same happens for bytes that are
 // neither HTTP nor TLS. Other ports are decided at once without a domain (nothing to sniff, and
-// server-speaks-first protocols would otherwise stall). A bounded number of flows run at once;
-// more are reset.
+// server-speaks-first protocols would otherwise stall). A bounded number of flows run at once,
+// in all and per source address (one sandbox cannot take every other sandbox's share); more are
+// reset as they arrive. A relayed flow that goes quiet is reset after `idle_timeout`, one with a
+// direction already closed (half-open) sooner.
 //
 // What it cannot see: only the first request's Host and the ClientHello's SNI are checked.
 // A later request on a kept-alive HTTP connection, or the Host inside TLS, may name another
@@ -68,15 +70,21 @@ struct EgressProxyOptions {
   std::chrono::milliseconds sniff_timeout{std::chrono::seconds(10)};
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(10)};
   // A relayed flow with no bytes either way for this long is reset.
-  std::chrono::milliseconds idle_timeout{std::chrono::hours(1)};
-  // Flows at once (sniffing, connecting or relaying); more are reset as they arrive.
+  std::chrono::milliseconds idle_timeout{std::chrono::minutes(10)};
+  // The same once one direction has ended (a half-close passed on): what is left is a reply
+  // still coming, or nothing.
+  std::chrono::milliseconds half_closed_idle_timeout{std::chrono::seconds(60)};
+  // Flows at once (sniffing, connecting or relaying), in all and per source address (a
+  // sandbox); more are reset as they arrive.
   std::size_t max_flows = 1024;
+  std::size_t max_flows_per_source = 128;
 };
 
 class EgressProxy {
  public:
-  // Listens on `listen` (port 0: any free port). invalid_argument without hooks.allow;
-  // the bind or listen error otherwise.
+  // Listens on `listen`, an IPv4 address (port 0: any free port; the address need not be the
+  // host's yet: IP_FREEBIND). invalid_argument without hooks.allow; the bind or listen error
+  // (unavailable) otherwise.
   static Result<std::unique_ptr<EgressProxy>> start(boost::asio::io_context& io,
                                                     boost::asio::ip::tcp::endpoint listen,
                                                     EgressProxyHooks hooks,
@@ -86,12 +94,19 @@ class EgressProxy {
   EgressProxy& operator=(const EgressProxy&) = delete;
 
   std::uint16_t port() const;
+  // Also listens on `ip` (host byte order), at port(): abxd listens on each sandbox link's
+  // gateway address, never on every address of the host. Idempotent; the bind error
+  // (unavailable), or unavailable once stopped. Thread-safe.
+  Status listen_on(std::uint32_t ip);
+  // Stops listening on `ip` (flows accepted there go on). Unknown addresses are fine.
+  void stop_listening(std::uint32_t ip);
   // Stops accepting and resets every flow (each allowed one is still reported to on_flow).
   // Thread-safe; returns without waiting for the flows' handlers to run.
   void stop();
 
-  // Flows now open (for metrics and tests).
+  // Flows now open (for metrics and tests), in all and from one source (host byte order).
   std::size_t active_flows() const;
+  std::size_t active_flows_from(std::uint32_t src_ip) const;
 
   struct Impl;
 

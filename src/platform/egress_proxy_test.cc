@@ -165,7 +165,7 @@ class EgressProxyTest : public ::testing::Test {
     start_with(std::move(hooks), std::move(allow), options);
   }
   void start_with(EgressProxyHooks hooks, std::function<bool(const EgressFlow&)> allow,
-                  EgressProxyOptions options = {}) {
+                  EgressProxyOptions options = {}, std::uint32_t listen_ip = kLoopback) {
     hooks.allow = [this, allow = std::move(allow)](const EgressFlow& f) {
       {
         std::lock_guard lock(seen_.mu);
@@ -179,7 +179,7 @@ class EgressProxyTest : public ::testing::Test {
       seen_.cv.notify_all();
     };
     auto p =
-        EgressProxy::start(io_, {asio::ip::address_v4(kLoopback), 0}, std::move(hooks), options);
+        EgressProxy::start(io_, {asio::ip::address_v4(listen_ip), 0}, std::move(hooks), options);
     ASSERT_TRUE(p.ok()) << p.error().to_string();
     proxy_ = std::move(*p);
   }
@@ -402,6 +402,137 @@ TEST_F(EgressProxyTest, FlowsOverTheLimitAreReset) {
   proxy_->stop();
   EXPECT_EQ(read_all(first.get()).err, ECONNRESET);
   EXPECT_TRUE(asked().empty());
+}
+
+// A connection to the proxy from `src` (an address of 127/8: loopback has them all), as a
+// sandbox other than 127.0.0.1 would make it.
+UniqueFd connect_from(std::uint32_t src, std::uint16_t port) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(src);
+  EXPECT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << errno;
+  a.sin_addr.s_addr = htonl(kLoopback);
+  a.sin_port = htons(port);
+  EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << errno;
+  return fd;
+}
+
+// Finding 3 of issue 35: one sandbox holding every flow reset every other sandbox's 80/443.
+TEST_F(EgressProxyTest, OneSourceAtItsLimitLeavesOtherSourcesTheirFlows) {
+  HttpResponder http;
+  Upstream up([&http](int fd) { http(fd); });
+  EgressProxyOptions opt;
+  opt.max_flows = 8;
+  opt.max_flows_per_source = 2;
+  start(
+      80, up.endpoint(), [](const EgressFlow&) { return true; }, opt);
+  constexpr std::uint32_t kHog = 0x7f000001, kOther = 0x7f000002;
+  // The hog's flows stay silent in the sniff phase (10 s).
+  std::vector<UniqueFd> held;
+  for (int i = 0; i < 2; ++i) held.push_back(connect_from(kHog, proxy_->port()));
+  for (int i = 0; i < 200 && proxy_->active_flows_from(kHog) < 2; ++i)
+    std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(proxy_->active_flows_from(kHog), 2u);
+  UniqueFd over = connect_from(kHog, proxy_->port());
+  EXPECT_EQ(read_all(over.get()).err, ECONNRESET) << "a third flow of the hog was admitted";
+  EXPECT_EQ(proxy_->active_flows_from(kHog), 2u);
+
+  UniqueFd other = connect_from(kOther, proxy_->port());
+  ASSERT_TRUE(send_all(other.get(), "GET / HTTP/1.1\r\nHost: a.test\r\n\r\n"));
+  ReadAll r = read_all(other.get());
+  EXPECT_EQ(r.err, 0);
+  EXPECT_EQ(r.data, HttpResponder::kResponse);
+  held.clear();  // the hog's flows end: its count goes with them
+  for (int i = 0; i < 400 && proxy_->active_flows() > 0; ++i) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(proxy_->active_flows_from(kHog), 0u);
+}
+
+// An idle relayed flow lived an hour; one whose client had half-closed stayed as long.
+TEST_F(EgressProxyTest, HalfOpenFlowIsResetAfterTheShorterIdleTimeout) {
+  EXPECT_LE(EgressProxyOptions{}.idle_timeout, std::chrono::minutes(10));
+  EXPECT_LE(EgressProxyOptions{}.half_closed_idle_timeout, std::chrono::minutes(1));
+  // The upstream reads the request to EOF, then neither answers nor closes.
+  Upstream up([](int fd) {
+    read_all(fd);                     // to the client's half-close
+    std::this_thread::sleep_for(3s);  // then silent, the connection open
+  });
+  EgressProxyOptions opt;
+  opt.idle_timeout = 30s;
+  opt.half_closed_idle_timeout = 300ms;
+  start(
+      5432, up.endpoint(), [](const EgressFlow&) { return true; }, opt);
+  UniqueFd c = connect();
+  ASSERT_TRUE(send_all(c.get(), "hello"));
+  ASSERT_EQ(::shutdown(c.get(), SHUT_WR), 0);
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(read_all(c.get()).err, ECONNRESET);
+  auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(took, 250ms);
+  EXPECT_LT(took, 5s) << "the half-open flow waited for the full idle timeout";
+}
+
+// A flow quiet both ways is reset after idle_timeout.
+TEST_F(EgressProxyTest, IdleFlowIsReset) {
+  Upstream up([](int fd) { read_all(fd); });
+  EgressProxyOptions opt;
+  opt.idle_timeout = 300ms;
+  start(
+      5432, up.endpoint(), [](const EgressFlow&) { return true; }, opt);
+  UniqueFd c = connect();
+  ASSERT_TRUE(send_all(c.get(), "hello"));
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(read_all(c.get()).err, ECONNRESET);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+}
+
+// A TCP connect to ip:port; 0 when it connected, else its errno.
+int connect_errno(std::uint32_t ip, std::uint16_t port) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(ip);
+  a.sin_port = htons(port);
+  return ::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 ? 0 : errno;
+}
+
+// Issue 35, finding 4: the proxy listened on 0.0.0.0. It listens where it is told: abxd gives
+// it the sandbox links' gateway addresses, one by one, as links come and go.
+TEST_F(EgressProxyTest, ListensOnlyOnTheAddressesItIsGiven) {
+  Upstream up([](int fd) { read_all(fd); });
+  EgressProxyHooks hooks;
+  hooks.original_destination = [](int) {
+    return Result<std::pair<std::uint32_t, std::uint16_t>>(std::pair(kLoopback, 5432));
+  };
+  hooks.upstream = [ep = up.endpoint()](const EgressFlow&) { return ep; };
+  start_with(
+      std::move(hooks), [](const EgressFlow&) { return true; }, {}, 0x7f000002);
+  const std::uint16_t port = proxy_->port();
+  EXPECT_EQ(connect_errno(0x7f000002, port), 0);
+  EXPECT_EQ(connect_errno(0x7f000001, port), ECONNREFUSED) << "the proxy listens on 127.0.0.1";
+  EXPECT_EQ(connect_errno(0x7f000003, port), ECONNREFUSED);
+  ASSERT_TRUE(proxy_->listen_on(0x7f000003).ok());
+  ASSERT_TRUE(proxy_->listen_on(0x7f000003).ok());  // idempotent
+  EXPECT_EQ(connect_errno(0x7f000003, port), 0);
+  proxy_->stop_listening(0x7f000003);
+  int after = 0;
+  for (int i = 0; i < 200 && (after = connect_errno(0x7f000003, port)) == 0; ++i)
+    std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(after, ECONNREFUSED);
+  EXPECT_EQ(connect_errno(0x7f000002, port), 0);  // the others stay
+  proxy_->stop();
+  EXPECT_FALSE(proxy_->listen_on(0x7f000004).ok());
+}
+
+// A gateway address the host does not have yet (slot 0's link may come later): IP_FREEBIND.
+TEST(EgressProxyStart, ListensOnAnAddressTheHostDoesNotHaveYet) {
+  asio::io_context io;
+  EgressProxyHooks hooks;
+  hooks.allow = [](const EgressFlow&) { return false; };
+  auto p = EgressProxy::start(io, {asio::ip::make_address_v4("192.0.2.61"), 0}, std::move(hooks));
+  ASSERT_TRUE(p.ok()) << p.error().to_string();
+  EXPECT_NE((*p)->port(), 0);
+  EXPECT_TRUE((*p)->listen_on(0xc000023e).ok());  // 192.0.2.62
 }
 
 TEST_F(EgressProxyTest, UnredirectedConnectionIsRefused) {

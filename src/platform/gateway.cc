@@ -676,11 +676,19 @@ awaitable<std::unique_ptr<beast::tcp_stream>> Gateway::Impl::connect_here(const 
 // server (bounded body, then handle_control); sandbox-plane requests take the connection over
 // for the relay.
 Status Gateway::Impl::on_header(http::Takeover& conn) {
-  const auto& h = conn.parser().get();
+  auto& h = conn.parser().get();
   auto route =
       route_request(h[bhttp::field::host], h["E2b-Sandbox-Id"], h["E2b-Sandbox-Port"], opt.domain);
   if (!route.ok()) return invalid_argument(route.error().message());
-  if (route->kind == Route::Kind::kControl) return {};
+  if (route->kind == Route::Kind::kControl) {
+    // The backend limits failed authentication per source: the source is this connection's
+    // peer, whatever the client wrote.
+    h.erase(kPeerAddressField);
+    boost::system::error_code ec;
+    const auto peer = conn.stream().socket().remote_endpoint(ec);
+    h.set(kPeerAddressField, ec ? std::string("unknown") : peer.address().to_string());
+    return {};
+  }
   auto ex = conn.stream().get_executor();
   asio::co_spawn(ex, proxy(std::move(conn), std::move(*route)), asio::detached);
   return {};

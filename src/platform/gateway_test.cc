@@ -36,8 +36,9 @@ class LoopbackBackend : public GatewayBackend {
 
   http::Response handle_control(http::Request&& req) override {
     ++control_calls;
-    return http::json_response(
-        200, json::object{{"path", std::string(req.target())}, {"body", req.body()}});
+    return http::json_response(200, json::object{{"path", std::string(req.target())},
+                                                 {"body", req.body()},
+                                                 {"peer", std::string(req[kPeerAddressField])}});
   }
   Admission admit(const Route& route, const bhttp::request_header<>& headers) override {
     if (ports.find(route.sandbox_id) == ports.end()) {
@@ -153,6 +154,26 @@ TEST_F(GatewayTest, ControlPlaneGetsCompleteRequests) {
   ASSERT_EQ(r.result_int(), 200);
   EXPECT_EQ(json::parse(r.body()).at("body"), R"({"templateID":"base"})");
   EXPECT_EQ(backend_.control_calls.load(), 1);
+}
+
+// The API's failed-auth limit is per source (issue 35, finding 4): the source the backend gets
+// is the connection's peer, never what the client wrote in the field.
+TEST_F(GatewayTest, ControlRequestsCarryTheConnectionsPeerNotTheClientsClaim) {
+  UniqueFd c(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(0x7f000003);  // 127.0.0.3: loopback has all of 127/8
+  ASSERT_EQ(::bind(c.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(gw_->port());
+  ASSERT_EQ(::connect(c.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  send_all(c.get(),
+           "GET /sandboxes HTTP/1.1\r\nHost: 127.0.0.1\r\nAbx-Peer-Address: 10.9.9.9\r\n"
+           "abx-peer-address: 10.9.9.8\r\nConnection: close\r\n\r\n");
+  std::string got = read_to_close(c.get());
+  ASSERT_NE(got.find(" 200 "), std::string::npos) << got;
+  const std::string body = got.substr(got.find("\r\n\r\n") + 4);
+  EXPECT_EQ(json::parse(body).at("peer"), "127.0.0.3") << got;
 }
 
 TEST_F(GatewayTest, ProxiesToARealCommandServerByHostAndByHeaders) {

@@ -291,8 +291,12 @@ Result<std::unique_ptr<SandboxNetwork>> SandboxNetwork::start(
   dh.on_query = [self](std::uint32_t src, const std::string& q, std::uint16_t type, bool fwd) {
     self->on_query(src, q, type, fwd);
   };
+  // The resolver and the proxy listen on the sandbox links' gateway addresses only (never on
+  // the host's other addresses or its loopback): slot 0's from the start (IP_FREEBIND: before
+  // the host has it), which fixes their ports, and each other link's while it is attached.
+  const asio::ip::address_v4 first_gateway(n->opt_.range.addr + 1);
   ABX_ASSIGN_OR_RETURN(
-      n->dns_, DnsForwarder::start(n->io_, asio::ip::tcp::endpoint(asio::ip::address_v4::any(), 0),
+      n->dns_, DnsForwarder::start(n->io_, asio::ip::tcp::endpoint(first_gateway, 0),
                                    asio::ip::udp::endpoint(asio::ip::address_v4(*up_ip), up_port),
                                    std::move(dh)));
   EgressProxyHooks ph;
@@ -300,8 +304,8 @@ Result<std::unique_ptr<SandboxNetwork>> SandboxNetwork::start(
     return self->allow_proxied(f.src_ip, f.dst_ip, f.dst_port, f.domain);
   };
   ABX_ASSIGN_OR_RETURN(
-      n->proxy_, EgressProxy::start(n->io_, asio::ip::tcp::endpoint(asio::ip::address_v4::any(), 0),
-                                    std::move(ph)));
+      n->proxy_,
+      EgressProxy::start(n->io_, asio::ip::tcp::endpoint(first_gateway, 0), std::move(ph)));
 
   // NFLOG groups are machine-wide: start from the home's hash, step past ones in use.
   std::uint16_t group = static_cast<std::uint16_t>(0x4000 + (fnv1a(home) % 0x3000));
@@ -384,6 +388,14 @@ Status SandboxNetwork::attach(const std::string& id, const runtime::VethInfo& li
                                                                 spec.allow_internet_access));
   std::lock_guard lock(mu_);
   if (removed_) return stopped_error();
+  // The link's gateway address gets the resolver and the proxy (idempotent: a slot's address
+  // may be listened on already, by a sandbox of that slot not detached yet).
+  if (!dns_ || !proxy_) return Error(ErrorCode::kFailedPrecondition, "sandbox networking is off");
+  ABX_TRY(dns_->listen_on(link.host_ip));
+  if (Status s = proxy_->listen_on(link.host_ip); !s) {
+    unlisten_locked(link.host_ip, id);
+    return s;
+  }
   Entry e;
   e.id = id;
   e.link = link;
@@ -405,12 +417,14 @@ Status SandboxNetwork::attach(const std::string& id, const runtime::VethInfo& li
   if (evicted) {
     if (Status s = apply_locked(); !s) {
       sandboxes_.erase(id);
+      unlisten_locked(link.host_ip, id);
       return s;
     }
     return {};
   }
   if (Status s = apply_change_locked(id, script); !s) {
     sandboxes_.erase(id);
+    unlisten_locked(link.host_ip, id);
     (void)apply_locked();  // without it (the change may have gone in before the re-render failed)
     return s;
   }
@@ -441,11 +455,15 @@ void SandboxNetwork::detach(const std::string& id) {
   auto it = sandboxes_.find(id);
   if (it == sandboxes_.end()) return;
   if (removed_) {  // the table is gone, and its entries with it
+    const std::uint32_t gateway = it->second.link.host_ip;
     sandboxes_.erase(it);
+    unlisten_locked(gateway, id);
     return;
   }
   const std::string script = egress::render_detach(plan_locked(false), ruleset_entry(it->second));
+  const std::uint32_t gateway = it->second.link.host_ip;
   sandboxes_.erase(it);
+  unlisten_locked(gateway, id);
   if (Status s = apply_change_locked(id, script); !s)
     log_.warn("ruleset after " + id + ": " + s.error().message());
 }
@@ -466,6 +484,14 @@ void SandboxNetwork::remove_rules() {
   removed_ = true;
   if (Status s = runtime::nft_apply(egress::render_delete(table_)); !s)
     log_.warn("removing table " + table_ + ": " + s.error().message());
+}
+
+void SandboxNetwork::unlisten_locked(std::uint32_t gateway, const std::string& id) {
+  if (!dns_ || !proxy_ || gateway == opt_.range.addr + 1) return;  // slot 0's: always
+  for (const auto& [other, e] : sandboxes_)
+    if (other != id && e.link.host_ip == gateway) return;  // still that slot's sandbox's
+  dns_->stop_listening(gateway);
+  proxy_->stop_listening(gateway);
 }
 
 SandboxNetwork::Entry* SandboxNetwork::by_ip_locked(std::uint32_t ip) {
@@ -519,8 +545,25 @@ bool SandboxNetwork::may_resolve(std::uint32_t src, const std::string& qname) {
   return e && egress::may_resolve(e->rules, qname);
 }
 
+bool SandboxNetwork::host_or_blocked(std::uint32_t ip) const {
+  if (blocked_.contains(ip)) return true;
+  auto local = runtime::is_host_address(ip);
+  if (!local) {
+    log_.warn("is " + egress::ipv4_str(ip) + " the host's? " + local.error().message() +
+              " (taken as yes)");
+    return true;  // fail closed
+  }
+  return *local;
+}
+
 void SandboxNetwork::on_answer(std::uint32_t src, const std::string& qname,
-                               const std::vector<std::uint32_t>& a, std::uint32_t ttl) {
+                               const std::vector<std::uint32_t>& answered, std::uint32_t ttl) {
+  // A name is never bound to an address of the host (as it is now, not as it was at start) or a
+  // blocked one: rebinding an allowed name to one opens nothing. Asked outside the lock (one
+  // rtnetlink round trip per address).
+  std::vector<std::uint32_t> a;
+  for (std::uint32_t ip : answered)
+    if (!host_or_blocked(ip)) a.push_back(ip);
   std::lock_guard lock(mu_);
   Entry* e = by_ip_locked(src);
   if (!e || a.empty()) return;
@@ -557,6 +600,10 @@ void SandboxNetwork::on_query(std::uint32_t src, const std::string& qname, std::
 
 bool SandboxNetwork::allow_proxied(std::uint32_t src, std::uint32_t dst, std::uint16_t port,
                                    const std::optional<std::string>& domain) {
+  // The proxy connects from the host, where no forward chain sees the flow: whether `dst` is the
+  // host's own is asked of the kernel for this very flow (an address added since abxd started
+  // counts), as the input chain that drops a sandbox's direct traffic to the host decides it.
+  const bool host = host_or_blocked(dst);
   std::lock_guard lock(mu_);
   Entry* e = by_ip_locked(src);
   if (!e) return false;
@@ -567,7 +614,7 @@ bool SandboxNetwork::allow_proxied(std::uint32_t src, std::uint32_t dst, std::ui
   ev.port = port;
   if (domain) ev.domain = *domain;
   bool allowed = false;
-  if (blocked_.contains(dst)) {
+  if (host) {
     ev.verdict = "blocked";
   } else {
     // The name counts only if this sandbox's resolver answered it with this very address: naming

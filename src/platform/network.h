@@ -127,12 +127,17 @@ class SandboxNetwork {
   // `script` (one sandbox's change); if it fails, the whole table instead.
   Status apply_change_locked(const std::string& id, const std::string& script);
   Entry* by_ip_locked(std::uint32_t ip);
+  // The resolver and the proxy stop listening on `gateway` unless a sandbox other than `id`
+  // still has that link (or it is slot 0's, listened on from the start).
+  void unlisten_locked(std::uint32_t gateway, const std::string& id);
   void record_locked(Entry& e, AuditEvent ev);
   void read_flow_log();
   bool may_resolve(std::uint32_t src, const std::string& qname);
   void on_answer(std::uint32_t src, const std::string& qname, const std::vector<std::uint32_t>& a,
                  std::uint32_t ttl);
   void on_query(std::uint32_t src, const std::string& qname, std::uint16_t qtype, bool forwarded);
+  // blocked_, or an address of the host now (the kernel's route lookup; an error counts as yes).
+  bool host_or_blocked(std::uint32_t ip) const;
   struct Flow;
   bool allow_proxied(std::uint32_t src, std::uint32_t dst, std::uint16_t port,
                      const std::optional<std::string>& domain);

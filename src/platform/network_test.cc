@@ -2,9 +2,16 @@
 
 #include "network.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+
+#include "abx/base/fd.h"
 #include "abx/testing/child_process.h"
 #include "abx/testing/temp_dir.h"
 
@@ -43,6 +50,57 @@ TEST(SandboxNetwork, ALateDetachLeavesTheRemovedTableRemoved) {
   EXPECT_EQ(again.error().code(), ErrorCode::kUnavailable) << again.error().message();
   EXPECT_FALSE(table_exists(n.table()));
   // Whatever the verdict, the machine keeps no table of this test.
+  testing::ChildProcess({"/bin/sh", "-c", "nft delete table inet " + n.table() + " 2>/dev/null"})
+      .wait(std::chrono::seconds(10));
+}
+
+// The resolver's port, then the proxy's: the table's redirects ("redirect to :P").
+std::vector<std::uint16_t> redirect_ports(const std::string& table) {
+  testing::ChildProcess nft({"/bin/sh", "-c",
+                             "nft list table inet " + table +
+                                 " | grep -o 'redirect to :[0-9]*' | awk '!seen[$0]++' | "
+                                 "sed 's/redirect to :/port /'"});
+  std::vector<std::uint16_t> ports;
+  while (auto line = nft.read_line_starting("port ", std::chrono::seconds(10)))
+    ports.push_back(static_cast<std::uint16_t>(std::stoi(line->substr(5))));
+  return ports;
+}
+
+// Whether a TCP connection to 127.0.0.1:port is made within 1 s (refused, or its SYN dropped:
+// not).
+bool loopback_connects(std::uint16_t port) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return true;
+  if (errno != EINPROGRESS) return false;
+  pollfd p{fd.get(), POLLOUT, 0};
+  if (::poll(&p, 1, 1000) != 1) return false;
+  int err = 0;
+  socklen_t len = sizeof err;
+  ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+  return err == 0;
+}
+
+// Issue 35, finding 4: abxd's resolver and egress proxy listened on 0.0.0.0, so the host's
+// loopback (and every other address of the host) reached them.
+TEST(SandboxNetwork, TheResolverAndTheProxyAreNotOnTheHostsLoopback) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root: it writes the machine's nftables";
+  testing::TempDir home;
+  NetworkOptions no;
+  no.dns_upstream = "127.0.0.1:9";  // nothing answers there; no query is made
+  auto net = SandboxNetwork::start(home.path().string(), no, runtime::UserNamespace{});
+  ASSERT_TRUE(net.ok()) << net.error().message();
+  SandboxNetwork& n = **net;
+  const runtime::VethInfo link = runtime::veth_for_slot(n.veth_config(), 9);
+  ASSERT_TRUE(n.attach("bound", link, SandboxNetworkSpec{}).ok());
+  const std::vector<std::uint16_t> ports = redirect_ports(n.table());
+  ASSERT_EQ(ports.size(), 2u) << "the resolver's and the proxy's redirects";
+  for (std::uint16_t port : ports) EXPECT_FALSE(loopback_connects(port)) << port;
+  n.detach("bound");
+  n.remove_rules();
   testing::ChildProcess({"/bin/sh", "-c", "nft delete table inet " + n.table() + " 2>/dev/null"})
       .wait(std::chrono::seconds(10));
 }

@@ -349,6 +349,35 @@ TEST(Veth, AStaleLinkOfAnotherDaemonHoldingTheSlotsAddressIsReplaced) {
   ::close(netns);
 }
 
+// The egress proxy asks this for every flow (issue 35, finding 2): an address added to the host
+// after abxd started must count as the host's at once, and stop counting when it goes.
+TEST(Veth, IsHostAddressFollowsAddressesAddedAndRemovedLater) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root";
+  const std::string dummy = "abxtsthost0";
+  const std::uint32_t added = (198u << 24) | (51u << 16) | (100u << 8) | 77u;  // TEST-NET-2
+  for (std::uint32_t lo : {0x7f000001u, 0x7f050505u}) {
+    auto r = is_host_address(lo);
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+    EXPECT_TRUE(*r) << lo;
+  }
+  auto before = is_host_address(added);
+  ASSERT_TRUE(before.ok()) << before.error().to_string();
+  EXPECT_FALSE(*before);
+  // A veth pair with both ends on the host (kernels without the dummy driver have veth).
+  ASSERT_EQ(std::system(("ip link add " + dummy + " type veth peer name " + dummy +
+                         "p && ip addr add 198.51.100.77/32 dev " + dummy + " && ip link set " +
+                         dummy + " up")
+                            .c_str()),
+            0);
+  auto during = is_host_address(added);
+  std::system(("ip link del " + dummy + " 2>/dev/null").c_str());
+  ASSERT_TRUE(during.ok()) << during.error().to_string();
+  EXPECT_TRUE(*during) << "an address added after the start is not seen as the host's";
+  auto after = is_host_address(added);
+  ASSERT_TRUE(after.ok()) << after.error().to_string();
+  EXPECT_FALSE(*after);
+}
+
 TEST_F(SandboxTest, HostNetworkModeSharesHostLoopback) {
   uint16_t port = 0;
   int l = host_listener(&port);

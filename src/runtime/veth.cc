@@ -43,6 +43,8 @@ class NlRequest {
     nlh_->nlmsg_seq = ++seq_;
   }
   nlmsghdr* nlh() { return nlh_; }
+  // The errno of the kernel's refusal after send() failed on it (0: none).
+  int kernel_errno() const { return errno_; }
 
   Status send(int fd, std::string_view what, mnl_cb_t cb = nullptr, void* data = nullptr) {
     if (retry_eintr([&] { return ::send(fd, nlh_, nlh_->nlmsg_len, 0); }) < 0)
@@ -52,7 +54,7 @@ class NlRequest {
       ssize_t n = retry_eintr([&] { return ::recv(fd, reply.data(), reply.size(), 0); });
       if (n < 0) return sys_error(what, errno);
       int r = mnl_cb_run(reply.data(), static_cast<std::size_t>(n), nlh_->nlmsg_seq, 0, cb, data);
-      if (r == MNL_CB_ERROR) return sys_error(what, errno);
+      if (r == MNL_CB_ERROR) return sys_error(what, errno_ = errno);
       if (r == MNL_CB_STOP) return {};
       // MNL_CB_OK without the ACK yet: read on.
     }
@@ -62,6 +64,7 @@ class NlRequest {
   static inline std::atomic<std::uint32_t> seq_{0};  // sandboxes are made on several threads
   std::vector<char> buf_;
   nlmsghdr* nlh_;
+  int errno_ = 0;
 };
 
 ifinfomsg* put_ifinfo(nlmsghdr* nlh, int index) {
@@ -190,6 +193,38 @@ std::vector<std::string> links_with_address(std::uint32_t ip) {
   if (!dump.send(sock->get(), "RTM_GETADDR", on_addr, &match)) return {};
   return std::move(match.names);
 }
+
+}  // namespace
+
+Result<bool> is_host_address(std::uint32_t ip) {
+  ABX_ASSIGN_OR_RETURN(UniqueFd sock, route_socket(-1));
+  NlRequest get(RTM_GETROUTE, 0);
+  auto* rtm = static_cast<rtmsg*>(mnl_nlmsg_put_extra_header(get.nlh(), sizeof(rtmsg)));
+  rtm->rtm_family = AF_INET;
+  rtm->rtm_dst_len = 32;
+  mnl_attr_put_u32(get.nlh(), RTA_DST, htonl(ip));
+  struct Found {
+    bool answered = false;
+    unsigned char type = RTN_UNSPEC;
+  } found;
+  auto on_route = [](const nlmsghdr* m, void* data) -> int {
+    auto* f = static_cast<Found*>(data);
+    if (m->nlmsg_type != RTM_NEWROUTE) return MNL_CB_OK;
+    f->answered = true;
+    f->type = static_cast<const rtmsg*>(mnl_nlmsg_get_payload(m))->rtm_type;
+    return MNL_CB_OK;
+  };
+  if (Status s = get.send(sock.get(), "RTM_GETROUTE", on_route, &found); !s) {
+    // No route at all: a packet to it is delivered nowhere, the host included.
+    const int e = get.kernel_errno();
+    if (e == ENETUNREACH || e == EHOSTUNREACH) return false;
+    return s.error();
+  }
+  if (!found.answered) return internal_error("RTM_GETROUTE: no route in the kernel's answer");
+  return found.type == RTN_LOCAL || found.type == RTN_BROADCAST;
+}
+
+namespace {
 
 // The host's links that must go before this slot's is made: its own name, and any abx link
 // holding its host address.

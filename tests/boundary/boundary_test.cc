@@ -19,7 +19,8 @@
 // that the host (this process, or a host process of the uid concerned) and sandbox B stay usable.
 // Ones that would exhaust a host-wide resource shared with the other sandboxes on this machine
 // (uid 0's inotify instances while sandbox uid 0 is host uid 0) are not run then, and count as
-// escapes with that reason. Traffic only ever goes to loopback and the sandboxes' own namespaces.
+// escapes with that reason. Traffic only ever goes to loopback, the sandboxes' own namespaces and
+// a veth pair the N probes make and remove (their TEST-NET flows end in abxd's proxy, refused).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -36,6 +37,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/json.hpp>
 #include <chrono>
@@ -44,6 +46,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -1385,6 +1388,262 @@ TEST_F(BoundaryTest, EveryProbeHolds) {
     probes.push_back(p);
   }
   same("r.io_setup_global_aio_pool", "R", E, {"syscall", "io_setup"});
+
+  // --- issue 35, findings 2-4 (egress proxy, resolver): begin --------------------------------
+  // abxd's resolver and proxy must not be reachable from the host's loopback; the proxy must not
+  // reach a host address added after abxd started; one sandbox must not starve another's
+  // proxied flows. Traffic: loopback, a veth pair this block makes (TEST-NET-2), and
+  // TEST-NET-3 flows that abxd's proxy holds and refuses (its rules here deny every address).
+  {
+    // A TCP connect within 1 s; whether it connected.
+    auto tcp_connects = [](std::uint32_t ip, std::uint16_t port) {
+      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(ip);
+      a.sin_port = htons(port);
+      bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+      if (!ok && errno == EINPROGRESS) {
+        pollfd p{fd, POLLOUT, 0};
+        int err = 1;
+        socklen_t len = sizeof err;
+        ok = ::poll(&p, 1, 1000) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 &&
+             err == 0;
+      }
+      ::close(fd);
+      return ok;
+    };
+    // stdout of a host command.
+    auto host_out = [](const std::string& cmd) {
+      std::string out;
+      if (FILE* f = ::popen(cmd.c_str(), "r")) {
+        char buf[4096];
+        for (std::size_t n; (n = ::fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, n);
+        ::pclose(f);
+      }
+      return out;
+    };
+    // This abxd's resolver and proxy ports: its table's redirects ("redirect to :P"), in order.
+    auto abxd_ports = [host_out, this] {
+      std::string rules = host_out("nft list ruleset 2>/dev/null");
+      std::vector<std::uint16_t> ports;
+      std::size_t at = rules.find("comment \"abxd " + home().string());
+      if (at == std::string::npos) return ports;
+      std::string table = rules.substr(at, rules.find("\ntable ", at) - at);
+      for (std::size_t p = 0; (p = table.find("redirect to :", p)) != std::string::npos;) {
+        p += 13;
+        auto port = static_cast<std::uint16_t>(std::stoi(table.substr(p, 6)));
+        if (std::find(ports.begin(), ports.end(), port) == ports.end()) ports.push_back(port);
+      }
+      return ports;
+    };
+    Probe rb{"n.resolver_bind", "N", E, nullptr, nullptr, root_only};
+    rb.host = [&, tcp_connects] {
+      return Outcome{tcp_connects(INADDR_LOOPBACK, hf.tcp_port), "host loopback listener"};
+    };
+    rb.sandbox = [&, tcp_connects, abxd_ports](Who) {
+      // Not from the sandbox: from the host, to abxd's own ports.
+      std::vector<std::uint16_t> ports = abxd_ports();
+      if (ports.size() < 2) return Outcome{false, "no redirects in abxd's table", false, true};
+      std::vector<std::uint32_t> addrs{INADDR_LOOPBACK};
+      if (std::string ip = host_ipv4(); !ip.empty()) {
+        in_addr a{};
+        if (::inet_pton(AF_INET, ip.c_str(), &a) == 1) addrs.push_back(ntohl(a.s_addr));
+      }
+      std::string detail;
+      bool reached = false;
+      for (std::uint32_t ip : addrs)
+        for (std::uint16_t port : ports) {
+          bool c = tcp_connects(ip, port);
+          reached = reached || c;
+          in_addr ia{htonl(ip)};
+          char text[INET_ADDRSTRLEN] = {};
+          ::inet_ntop(AF_INET, &ia, text, sizeof text);
+          detail +=
+              std::string(text) + ":" + std::to_string(port) + (c ? " CONNECTED; " : " closed; ");
+        }
+      return Outcome{reached, detail};
+    };
+    probes.push_back(rb);
+
+    // A host address added now, after abxd started: a link of this test's (a veth pair, both
+    // ends on the host) with 198.51.100.77 and an HTTP listener on it that answers a marker.
+    struct NewAddress {
+      std::string link, marker;
+      int fd = -1;
+      std::thread server;
+      bool ok = false;
+      ~NewAddress() {
+        if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+        if (server.joinable()) server.join();
+        if (fd >= 0) ::close(fd);
+        (void)!std::system(("ip link del " + link + " 2>/dev/null").c_str());
+      }
+    };
+    constexpr std::uint32_t kNewHostIp = 0xc633644d;  // 198.51.100.77
+    auto na = std::make_shared<NewAddress>();
+    na->link = "abxbn" + hf.tag.substr(0, 8);
+    na->marker = "abx-new-host-address-" + hf.tag;
+    na->ok = std::system(("ip link add " + na->link + " type veth peer name " + na->link +
+                          "p && ip addr add " + "198.51.100.77/32 dev " + na->link +
+                          " && ip link set " + na->link + " up")
+                             .c_str()) == 0;
+    if (na->ok) {
+      na->fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(kNewHostIp);
+      a.sin_port = htons(80);
+      na->ok = ::bind(na->fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+               ::listen(na->fd, 16) == 0;
+      if (na->ok)
+        na->server = std::thread([raw = na.get()] {
+          for (int c; (c = ::accept4(raw->fd, nullptr, nullptr, SOCK_CLOEXEC)) >= 0;) {
+            char buf[2048];
+            (void)!::recv(c, buf, sizeof buf, 0);
+            std::string r =
+                "HTTP/1.0 200 OK\r\nContent-Length: " + std::to_string(raw->marker.size()) +
+                "\r\n\r\n" + raw->marker;
+            (void)!::send(c, r.data(), r.size(), MSG_NOSIGNAL);
+            ::close(c);
+          }
+        });
+    }
+    // An HTTP GET of http://<ip>/ with Host `host` from A, in python (stdout: what came back).
+    auto fetch_in = [](client::Sandbox& sb, const std::string& ip, const std::string& host) {
+      client::CommandOptions o;
+      o.user = "root";
+      o.timeout = 60s;
+      auto r = sb.commands().run_argv({"python3", "-c",
+                                       "import socket,sys\n"
+                                       "try:\n"
+                                       "  s=socket.create_connection(('" +
+                                           ip +
+                                           "',80),timeout=5)\n"
+                                           "  s.sendall(b'GET / HTTP/1.1\\r\\nHost: " +
+                                           host +
+                                           "\\r\\nConnection: close\\r\\n\\r\\n')\n"
+                                           "  d=b''\n"
+                                           "  while True:\n"
+                                           "    c=s.recv(4096)\n"
+                                           "    if not c: break\n"
+                                           "    d+=c\n"
+                                           "  print(d.decode(errors='replace'))\n"
+                                           "except Exception as e:\n"
+                                           "  print('error', e)\n"},
+                                      o);
+      return r.ok() ? r->stdout_data : "run failed: " + r.error().message();
+    };
+    Probe nh{"n.proxy_new_host_address", "N", E, nullptr, nullptr, root_only};
+    nh.host = [na] {
+      if (!na->ok) return Outcome{false, "no test link / listener", false, true};
+      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(kNewHostIp);
+      a.sin_port = htons(80);
+      std::string got;
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+        (void)!::send(fd, "GET / HTTP/1.0\r\n\r\n", 18, MSG_NOSIGNAL);
+        char buf[2048];
+        for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;)
+          got.append(buf, static_cast<std::size_t>(n));
+      }
+      ::close(fd);
+      return Outcome{got.find(na->marker) != std::string::npos,
+                     "host reaches 198.51.100.77:80 (added after abxd started)"};
+    };
+    nh.sandbox = [&, na, fetch_in](Who) {
+      if (!na->ok) return Outcome{false, "no test link / listener", false, true};
+      // Proxied (its rules name a domain) and allowed that address by CIDR, deny everything
+      // else: only the host-address check stands between A and the listener.
+      Status s = client::Sandbox::update_network(ida, cfg, {"198.51.100.77/32", "boundary.test"},
+                                                 {"0.0.0.0/0"});
+      if (!s) return Outcome{false, "update_network: " + s.error().message(), false, true};
+      std::string got = fetch_in(A, "198.51.100.77", "boundary.test");
+      (void)client::Sandbox::update_network(ida, cfg, {}, {});
+      bool reached = got.find(na->marker) != std::string::npos;
+      std::string brief = got.substr(0, 120);
+      for (auto& c : brief)
+        if (c == '\r' || c == '\n') c = ' ';
+      return Outcome{reached, brief};
+    };
+    probes.push_back(nh);
+
+    // A holds more flows than the proxy has for everybody (1100, silent: in the sniff phase for
+    // 10 s); B's proxied flow must still be decided (its audit shows its Host).
+    auto b_flow_decided = [&, fetch_in](const std::string& domain) {
+      (void)fetch_in(B, "203.0.113.9", domain);
+      for (int i = 0; i < 40; ++i) {
+        auto ev = client::Sandbox::network_audit(idb, cfg);
+        if (ev.ok())
+          for (const auto& e : *ev)
+            if (e.domain == domain) return true;
+        std::this_thread::sleep_for(50ms);
+      }
+      return false;
+    };
+    Probe fs_{"n.proxy_flow_starvation", "N", E, nullptr, nullptr, root_only};
+    fs_.host = [&, b_flow_decided] {
+      // Both proxied, every address denied: the proxy refuses each flow, nothing leaves.
+      Status s = client::Sandbox::update_network(idb, cfg, {"boundary.test"}, {"0.0.0.0/0"});
+      if (s) s = client::Sandbox::update_network(ida, cfg, {"boundary.test"}, {"0.0.0.0/0"});
+      if (!s) return Outcome{false, "update_network: " + s.error().message(), false, true};
+      bool ok = b_flow_decided("b-alone-" + hf.tag + ".test");
+      return Outcome{ok, "B's proxied flow is decided while A holds none"};
+    };
+    fs_.sandbox = [&, b_flow_decided](Who) {
+      const std::string hold =
+          "import socket,resource,time\n"
+          "h=resource.getrlimit(resource.RLIMIT_NOFILE)[1]\n"
+          "resource.setrlimit(resource.RLIMIT_NOFILE,(min(h,4096),h))\n"
+          "held=[]\n"
+          "for i in range(1100):\n"
+          "  try:\n"
+          "    s=socket.socket(); s.settimeout(3); s.connect(('203.0.113.9',80)); held.append(s)\n"
+          "  except Exception:\n"
+          "    pass\n"
+          "print('holding', len(held), flush=True)\n"
+          "time.sleep(8)\n";
+      auto out = std::make_shared<std::string>();
+      auto mu = std::make_shared<std::mutex>();
+      client::CommandOptions o;
+      o.user = "root";
+      o.timeout = 120s;
+      o.on_stdout = [out, mu](std::string_view d) {
+        std::lock_guard l(*mu);
+        out->append(d);
+      };
+      o.on_stderr = o.on_stdout;
+      if (auto w = A.files().write("/tmp/abx-boundary/hold.py", hold); !w.ok())
+        return Outcome{false, "write: " + w.error().message(), false, true};
+      auto h = A.commands().start("exec python3 /tmp/abx-boundary/hold.py", o);
+      if (!h.ok()) return Outcome{false, "start: " + h.error().message(), false, true};
+      bool holding = false;
+      for (int i = 0; i < 1200 && !holding; ++i) {
+        {
+          std::lock_guard l(*mu);
+          holding = out->find("holding") != std::string::npos;
+        }
+        if (!holding) std::this_thread::sleep_for(50ms);
+      }
+      const bool decided = holding && b_flow_decided("b-starved-" + hf.tag + ".test");
+      (void)h->wait();
+      (void)client::Sandbox::update_network(ida, cfg, {}, {});
+      (void)client::Sandbox::update_network(idb, cfg, {}, {});
+      std::string said;
+      {
+        std::lock_guard l(*mu);
+        said = *out;
+      }
+      for (auto& c : said)
+        if (c == '\n') c = ' ';
+      if (!holding) return Outcome{false, "A never held its flows: " + said, false, true};
+      return Outcome{!decided, said + (decided ? "; B's flow decided" : "; B STARVED")};
+    };
+    probes.push_back(fs_);
+  }
+  // --- issue 35, findings 2-4: end ------------------------------------------------------------
 
   Tally t = run_and_report(probes);
   EXPECT_EQ(t.not_held, 0) << t.not_held << " probe(s) not held (see the lines above)";

@@ -40,6 +40,10 @@ struct RulesetPlan {
   std::uint16_t dns_port = 0;
   std::uint16_t proxy_port = 0;
   std::uint16_t log_group = 0;
+  // Connections a sandbox may have in the host's conntrack table at once (its outbound flows,
+  // its DNS and its proxied flows together, counted by its address); new ones over it are
+  // refused. The table is shared by the whole machine (nf_conntrack_max).
+  std::uint32_t max_conns_per_sandbox = 4096;
   std::vector<RulesetSandbox> sandboxes;
 };
 

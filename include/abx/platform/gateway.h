@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "abx/base/error.h"
 #include "abx/http/server.h"
@@ -37,10 +38,15 @@
 
 namespace abx::platform {
 
+// The field in which the gateway hands a control-plane request's source to its backend: the
+// peer address of the request's connection (e.g. "127.0.0.1"), set by the gateway on every
+// control request; one a client sent is removed first, so the backend can trust it.
+inline constexpr std::string_view kPeerAddressField = "Abx-Peer-Address";
+
 class GatewayBackend {
  public:
   virtual ~GatewayBackend() = default;
-  // A complete control-plane request; runs on a worker thread.
+  // A complete control-plane request (with kPeerAddressField); runs on a worker thread.
   virtual http::Response handle_control(http::Request&& req) = 0;
   // What the gateway asks for every proxied request, from one look-up of the sandbox. Runs on an
   // I/O thread, so it must not block (memory lookups only). `header` is the request's (method,
