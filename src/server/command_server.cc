@@ -111,6 +111,8 @@ Result<json::value> CommandServer::Impl::invoke(const registry::RegisteredComman
                                                 const json::object& kwargs) {
   try {
     return cmd.fn(kwargs);
+  } catch (const registry::CommandFailure& e) {
+    return e.error();  // the command chose its status and type (e.g. a Python exception's class)
   } catch (const std::exception& e) {
     std::string type = current_exception_type();
     log.info("command '" + cmd.name + "' threw " + type + ": " + e.what());
