@@ -103,7 +103,8 @@ std::string describe_status(int status) {
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);
     const char* name = ::strsignal(sig);
-    return "killed by signal " + std::to_string(sig) + (name ? std::string(" (") + name + ")" : "");
+    return "was killed by signal " + std::to_string(sig) +
+           (name ? std::string(" (") + name + ")" : "");
   }
   return "ended with wait status " + std::to_string(status);
 }
@@ -189,8 +190,21 @@ Result<json::array> Worker::spawn_locked() {
   posix_spawn_file_actions_adddup2(&fa, theirs.get(), 3);
   posix_spawn_file_actions_adddup2(&fa, 2, 1);
   posix_spawn_file_actions_addclosefrom_np(&fa, 4);
+  // A restart happens on a server thread, which blocks SIGTERM/SIGINT (only the main thread's
+  // sigwait takes them) and may ignore SIGPIPE: the worker starts with neither.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigset_t defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  for (int sig : {SIGPIPE, SIGTERM, SIGINT}) sigaddset(&defaults, sig);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   pid_t pid = 0;
-  int rc = ::posix_spawnp(&pid, opt_.python.c_str(), &fa, nullptr, argv.data(), envp.data());
+  int rc = ::posix_spawnp(&pid, opt_.python.c_str(), &fa, &attr, argv.data(), envp.data());
+  posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) {
     return not_found("cannot start the Python worker with '" + opt_.python +

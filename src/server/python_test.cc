@@ -8,6 +8,7 @@
 #include <chrono>
 #include <fstream>
 #include <future>
+#include <map>
 #include <thread>
 
 #include "abx/http/client.h"
@@ -284,6 +285,45 @@ TEST_F(PythonServer, ACallPastTheDeadlineIs504AndTheWorkerIsReplaced) {
   auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(call(port, "bump", "{}").body(), R"({"result":1})");
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+}
+
+TEST_F(PythonServer, McpToolsListAndCallReachPythonCommands) {
+  // abx-server --stdio: the same registry as MCP tools on stdin/stdout, which the worker's own
+  // prints (`talk`) must not reach.
+  write_file(
+      dir_ / "in.jsonl",
+      R"({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":2,"method":"tools/list"}
+{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"demo","arguments":{"x":42,"y":"world"}}}
+{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"talk","arguments":{}}}
+{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"fail","arguments":{"msg":"no"}}}
+)");
+  std::string cmd = std::string(testing::abx_server_bin()) + " --stdio --python " +
+                    module_.string() + " --log-level warn <" + (dir_ / "in.jsonl").string();
+  ChildProcess p({"/bin/sh", "-c", cmd});
+  std::string out = p.read_all();
+  EXPECT_EQ(p.wait(), 0) << out;
+  std::map<std::int64_t, json::object> answers;
+  std::size_t start = 0;
+  for (std::size_t nl; (nl = out.find('\n', start)) != std::string::npos; start = nl + 1) {
+    json::value v = json::parse(out.substr(start, nl - start));  // every line is JSON-RPC
+    answers[v.at("id").as_int64()] = v.as_object();
+  }
+  ASSERT_EQ(answers.size(), 5u) << out;
+  bool listed = false;
+  for (const auto& t : answers[2].at("result").at("tools").as_array()) {
+    if (t.at("name").as_string() != "demo") continue;
+    listed = true;
+    EXPECT_EQ(t.at("description").as_string(), "Run a demo command.");
+    EXPECT_EQ(t.at("inputSchema").at("properties").at("x").at("type").as_string(), "integer");
+  }
+  EXPECT_TRUE(listed) << out;
+  EXPECT_EQ(json::serialize(answers[3].at("result").at("structuredContent")),
+            R"({"result":"42: world"})");
+  EXPECT_EQ(json::serialize(answers[4].at("result").at("structuredContent")), R"({"result":"ok"})");
+  EXPECT_TRUE(answers[5].at("result").at("isError").as_bool());
+  EXPECT_EQ(answers[5].at("result").at("content").at(0).at("text").as_string(), "ValueError: no");
 }
 
 TEST_F(PythonServer, ImportFailuresStopTheServerWithThePythonTraceback) {

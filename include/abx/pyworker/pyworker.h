@@ -81,7 +81,8 @@ class Worker {
   explicit Worker(WorkerOptions options) : opt_(std::move(options)) {}
   // Starts a process and reads its hello; on success pid_/sock_ are set.
   Result<boost::json::array> spawn_locked();
-  // Kills (if still running) and reaps the process; "exited with status 1", "killed by signal 9".
+  // Kills (if still running) and reaps the process; how it ended, as a phrase after "it":
+  // "exited with status 1", "was killed by signal 9 (Killed)".
   std::string reap_locked(bool kill_first);
   Error died_locked(std::string_view name, const std::string& what, bool kill_first);
 
