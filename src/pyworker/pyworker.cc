@@ -17,6 +17,7 @@
 
 #include "abx/base/log.h"
 #include "abx/base/try.h"
+#include "abx/registry/failure.h"
 
 extern char** environ;
 
@@ -276,7 +277,16 @@ Error Worker::died_locked(std::string_view name, const std::string& what, bool k
 }
 
 Result<json::value> Worker::call(std::string_view name, const json::object& kwargs) {
+  const auto entered = Clock::now();
   std::lock_guard lock(mu_);
+  // A call that waited for the worker past its deadline has been answered 504 by the server
+  // already: running it now would act for a caller who was told it did not happen.
+  if (opt_.call_timeout.count() > 0 && Clock::now() - entered >= opt_.call_timeout) {
+    return Error(ErrorCode::kDeadlineExceeded,
+                 "command '" + std::string(name) + "' waited " +
+                     std::to_string(opt_.call_timeout.count()) +
+                     " ms for the Python worker (busy with other calls) and was not run");
+  }
   if (pid_ <= 0) {
     // An earlier restart failed: try again, once per call.
     auto again = spawn_locked();

@@ -18,6 +18,7 @@
 #include "abx/base/log.h"
 #include "abx/mcp/stdio.h"
 #include "abx/registry/coerce.h"
+#include "abx/registry/failure.h"
 #include "abx/server/server.h"
 #include "abx/token/token.h"
 #include "mcp_endpoint.h"

@@ -111,7 +111,8 @@ http::Response call(std::uint16_t port, const std::string& name, const std::stri
 json::object command_schema(std::uint16_t port, const std::string& name) {
   auto list = send(port, bhttp::verb::get, "/commands");
   EXPECT_EQ(list.result_int(), 200);
-  for (const auto& c : json::parse(list.body()).at("commands").as_array()) {
+  json::value parsed = json::parse(list.body());
+  for (const auto& c : parsed.at("commands").as_array()) {
     if (c.at("name").as_string() == name) return c.as_object();
   }
   ADD_FAILURE() << "no command " << name << " in " << list.body();
@@ -168,7 +169,8 @@ TEST_F(PythonServer, SchemaIsTheCxxShapeByteForByte) {
       json::serialize(command_schema(py, "bump")),
       R"({"name":"bump","description":"State persists between calls.","args":[{"name":"by","type":"integer","required":false,"default":1,"description":""}]})");
   // Every argument carries its type.
-  for (const auto& a : command_schema(py, "types").at("args").as_array()) {
+  json::object types = command_schema(py, "types");
+  for (const auto& a : types.at("args").as_array()) {
     EXPECT_TRUE(a.as_object().contains("type")) << json::serialize(a);
   }
   // --list prints the same schema without serving.
@@ -281,10 +283,16 @@ TEST_F(PythonServer, ACallPastTheDeadlineIs504AndTheWorkerIsReplaced) {
   EXPECT_EQ(call(port, "bump", "{}").body(), R"({"result":1})");
   auto r = call(port, "slow", R"({"ms":5000})");
   EXPECT_EQ(r.result_int(), 504) << r.body();
-  // The stuck worker was killed rather than left to hold every later call.
-  auto t0 = std::chrono::steady_clock::now();
-  EXPECT_EQ(call(port, "bump", "{}").body(), R"({"result":1})");
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+  // The stuck worker was killed rather than left to hold every later call: once its
+  // replacement has started (a call queued meanwhile may still meet the deadline), calls are
+  // served again, by a fresh interpreter.
+  http::Response next;
+  for (int i = 0; i < 20; ++i) {
+    next = call(port, "bump", "{}");
+    if (next.result_int() != 504) break;
+    std::this_thread::sleep_for(250ms);
+  }
+  EXPECT_EQ(next.body(), R"({"result":1})");
 }
 
 TEST_F(PythonServer, McpToolsListAndCallReachPythonCommands) {

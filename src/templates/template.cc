@@ -33,6 +33,9 @@ const CustomCommand* Template::find_command(std::string_view name) const {
 
 namespace {
 
+// abx-server as every sandbox sees it (the /opt/abx bundle): `server: {python: …}` runs it.
+constexpr std::string_view kBundledServerPath = "/opt/abx/bin/abx-server";
+
 // Converts the YAML tree to a Template; every error names the node's position.
 class SchemaReader {
  public:
@@ -375,7 +378,8 @@ Result<std::optional<ServerSpec>> SchemaReader::read_server(const Node& n, const
       return err(*py, key + ".python must be the module's absolute path inside the sandbox, got '" +
                           module + "'");
     }
-    s.argv = {std::string(kBundledServer), "--python", module, "--port", std::to_string(s.port)};
+    s.argv = {std::string(kBundledServerPath), "--python", module, "--port",
+              std::to_string(s.port)};
     return std::optional<ServerSpec>(std::move(s));
   }
   if (cmd == nullptr) {

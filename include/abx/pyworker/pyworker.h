@@ -70,8 +70,9 @@ class Worker {
   // Runs one call (serialised with every other). The result, or: kInternal typed with the
   // Python exception's class (ValueError, …, TypeError for a result JSON cannot carry);
   // kUnavailable when the worker died or broke the protocol (it is restarted before the call
-  // returns; the message says whether that worked); kDeadlineExceeded past call_timeout (the
-  // worker is killed and restarted).
+  // returns; the message says whether that worked); kDeadlineExceeded when the call ran past
+  // call_timeout (the worker is killed and restarted), or waited that long for the worker (the
+  // call is then not run: the server has answered 504 already).
   Result<boost::json::value> call(std::string_view name, const boost::json::object& kwargs);
 
   // The worker's process id (0 when none is running); for tests and logs.

@@ -36,20 +36,6 @@ class RegistryError : public std::logic_error {
   using std::logic_error::logic_error;
 };
 
-// What a command's body throws to fail with a chosen abx::Error instead of "500, the exception's
-// C++ class": the server answers with the error's own HTTP status and wire type. The Python bridge
-// (abx/pyworker/pyworker.h) uses it to report `ValueError` as the type, and 503 when its worker
-// died. Header-only, so a command module needs no new symbol from the runner.
-class CommandFailure : public std::runtime_error {
- public:
-  explicit CommandFailure(Error error)
-      : std::runtime_error(error.message()), error_(std::move(error)) {}
-  const Error& error() const { return error_; }
-
- private:
-  Error error_;
-};
-
 struct CommandArg {
   std::string name;
   ArgType type = ArgType::kString;

@@ -9,7 +9,6 @@
 //   env: {KEY: value}
 //   start: "cmd args" | [argv…]     # a string runs under /bin/sh -c
 //   server: {command: "…" | [argv…], port: 49982}
-//   server: {python: /opt/tools/tools.py, port: 49982}   # abx-server --python (docs/python.md)
 //   interpreter: {command: "…" | [argv…], port: 49999}   # a code interpreter (abx-interp)
 //   resources: {cpu: 1.5, memory: 512Mi, pids: 256, disk: 1Gi}
 //   network: default | none | host  # default: outbound under the sandbox's egress rules
@@ -63,8 +62,6 @@ namespace abx::templates {
 inline constexpr std::size_t kMaxTemplateFileBytes = 256 * 1024;
 inline constexpr int kMaxYamlDepth = 16;
 inline constexpr std::uint16_t kDefaultServerPort = 49982;
-// abx-server as every sandbox sees it (the /opt/abx bundle); `server: {python: …}` runs it.
-inline constexpr std::string_view kBundledServer = "/opt/abx/bin/abx-server";
 // E2B's code-interpreter port (the @e2b/code-interpreter SDK's JUPYTER_PORT).
 inline constexpr std::uint16_t kDefaultInterpreterPort = 49999;
 inline constexpr std::int64_t kDefaultTimeoutSeconds = 300;
