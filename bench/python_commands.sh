@@ -21,7 +21,8 @@ while [ $# -gt 0 ]; do
     --build-dir) dir="$2"; shift ;;
     --duration) duration="$2"; shift ;;
     --rounds) rounds="$2"; shift ;;
-    *) echo "usage: $0 [--no-build] [--build-dir DIR] [--duration S] [--rounds N]" >&2; exit 2 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) echo "[bench] python_commands: ignoring $1 (bench/run.sh passes every bench's options)" >&2 ;;
   esac
   shift
 done
