@@ -5,15 +5,18 @@
 # /opt/abx/lib/ld-linux-*.so.* and RUNPATH /opt/abx/lib (patchelf), and every library ldd
 # resolves for them (libc, libm, ..., libasan/libubsan in the asan preset) is copied to lib/.
 # The originals are untouched: they still run on the host directly.
-# Usage: scripts/bundle.sh OUT_DIR [--prefix /opt/abx] --bin FILE... [--lib FILE...]
+# --python DIR copies the abx Python package (DIR is python/abx) to python/abx: pure Python, run
+# by the image's own python3 (abx-server --python; docs/python.md), never loaded into a binary.
+# Usage: scripts/bundle.sh OUT_DIR [--prefix /opt/abx] [--python DIR] --bin FILE... [--lib FILE...]
 set -euo pipefail
 
 out="$1"; shift
 prefix=/opt/abx
-bins=(); mods=(); mode=""
+bins=(); mods=(); mode=""; pydir=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --prefix) prefix="$2"; shift ;;
+    --python) pydir="$2"; shift ;;
     --bin) mode=bin ;;
     --lib) mode=lib ;;
     *) [ -n "$mode" ] || { echo "bundle: FILE before --bin/--lib" >&2; exit 2; }
@@ -29,6 +32,15 @@ mkdir -p "$tmp/bin" "$tmp/lib"
 trap 'rm -rf "$tmp"' EXIT
 for f in "${bins[@]}"; do cp "$f" "$tmp/bin/"; done
 for f in "${mods[@]+"${mods[@]}"}"; do cp "$f" "$tmp/lib/"; done
+if [ -n "$pydir" ]; then
+  [ -f "$pydir/server/worker.py" ] || { echo "bundle: $pydir is not the abx package" >&2; exit 2; }
+  mkdir -p "$tmp/python"
+  cp -r "$pydir" "$tmp/python/abx"
+  find "$tmp/python" -name __pycache__ -prune -exec rm -rf {} +
+  # The bundle is mounted read-only: byte-compile now (for this host's python3, which is the base
+  # image's; another version just compiles in memory), or every worker start would.
+  if command -v python3 >/dev/null; then python3 -m compileall -q "$tmp/python" >/dev/null; fi
+fi
 
 # What the dynamic loader resolves for them on this host: "name => /path (addr)" lines and the
 # loader's own "/path (addr)" line.

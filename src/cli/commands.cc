@@ -66,7 +66,9 @@ void fill_commands(CLI::App* cmds, Context& ctx) {
       "List commands with typed arguments. Without a sandbox id only local sources are "
       "read (--template, --module); with one, the sandbox's command server too.");
   ls->add_option("sandbox", o->id, "Sandbox id");
-  ls->add_option("--module", o->modules, "Introspect a command module (.so); repeatable")
+  ls->add_option(
+        "--module", o->modules,
+        "Introspect a command module (.so, or a Python module .py run by python3); repeatable")
       ->allow_extra_args(false);
   ls->callback([&ctx, o] { ctx.exit_code = list(ctx, *o); });
 }

@@ -77,7 +77,8 @@ void fill_run(CLI::App* sub, Context& ctx) {
   add_sandbox_arg(*sub, o->id);
   sub->add_option("command", o->command, "Command name (see `abx commands list <id>`)")->required();
   sub->add_option("-a,--arg", o->args, "Argument NAME=VALUE (repeatable)")->allow_extra_args(false);
-  sub->add_option("--module", o->modules, "Also discover commands of this local module (.so)")
+  sub->add_option("--module", o->modules,
+                  "Also discover commands of this local module (.so, or a Python module .py)")
       ->allow_extra_args(false);
   sub->callback([&ctx, o] { ctx.exit_code = run(ctx, *o); });
 }

@@ -1,7 +1,8 @@
 // Two-layer command discovery and template custom commands.
 //
 // Layer 1 (local, no auth, no network): custom_commands of the local template.yaml and the
-// commands a command module registers when loaded with dlopen. Layer 2 (remote, the same
+// commands a command module registers when loaded with dlopen (a Python one: when a worker
+// imports it, abx/pyworker/pyworker.h). Layer 2 (remote, the same
 // credentials as execution): the command server's GET /commands; when no command server
 // answers, the platform's template metadata (customCommands). Auth failures are returned, never
 // papered over with local results: discovery must not appear to work where execution fails.
@@ -15,6 +16,7 @@
 #include "abx/base/json.h"
 #include "abx/base/try.h"
 #include "abx/client/sandbox.h"
+#include "abx/pyworker/pyworker.h"
 #include "abx/registry/registry.h"
 #include "abx/templates/template.h"
 #include "state.h"
@@ -98,6 +100,22 @@ Result<std::vector<CommandEntry>> load_command_module(const std::string& path) {
   static std::map<std::string, std::vector<CommandEntry>> loaded;
   std::lock_guard lk(mu);
   if (auto it = loaded.find(path); it != loaded.end()) return it->second;
+  if (path.size() > 3 && path.compare(path.size() - 3, 3, ".py") == 0) {
+    // A Python command module: the image's python3 imports it in a worker that reports the
+    // schema abx-server --python would serve (no server, no auth).
+    auto cmds = pyworker::describe_module(path);
+    if (!cmds.ok()) {
+      return Error(ErrorCode::kInvalidArgument,
+                   "command module " + path + ": " + cmds.error().message());
+    }
+    std::vector<CommandEntry> out;
+    for (const auto& c : *cmds) {
+      ABX_ASSIGN_OR_RETURN(auto e, command_entry_from_json(c, CommandSource::kRegistered));
+      out.push_back(std::move(e));
+    }
+    loaded[path] = out;
+    return out;
+  }
   auto& reg = registry::default_registry();
   std::set<std::string> before;
   for (const auto* c : reg.list_all()) before.insert(c->name);

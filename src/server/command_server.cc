@@ -18,6 +18,7 @@
 #include "abx/base/log.h"
 #include "abx/mcp/stdio.h"
 #include "abx/registry/coerce.h"
+#include "abx/registry/failure.h"
 #include "abx/server/server.h"
 #include "abx/token/token.h"
 #include "mcp_endpoint.h"
@@ -111,6 +112,8 @@ Result<json::value> CommandServer::Impl::invoke(const registry::RegisteredComman
                                                 const json::object& kwargs) {
   try {
     return cmd.fn(kwargs);
+  } catch (const registry::CommandFailure& e) {
+    return e.error();  // the command chose its status and type (e.g. a Python exception's class)
   } catch (const std::exception& e) {
     std::string type = current_exception_type();
     log.info("command '" + cmd.name + "' threw " + type + ": " + e.what());

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "abx/base/log.h"
+#include "abx/pyworker/pyworker.h"
 #include "abx/server/server.h"
 #include "abx/token/token.h"
 
@@ -40,6 +41,7 @@ std::chrono::milliseconds parse_duration(const std::string& s) {
 // What the command line asks for, parsed into the server's options.
 struct Flags {
   std::vector<std::string> modules;
+  std::string python;  // a Python command module (docs/python.md)
   CommandServerOptions opt;
   std::string token_file;
   bool list_only = false;
@@ -58,6 +60,10 @@ std::optional<int> parse_flags(int argc, char** argv, Flags& f) {
   std::size_t max_body = opt.limits.max_body_bytes;
   std::string log_level;
   app.add_option("--module,-m", f.modules, "Command module (.so) to load; repeatable")
+      ->check(CLI::ExistingFile);
+  app.add_option("--python", f.python,
+                 "Python command module (.py) to serve, run by the image's python3 in a worker "
+                 "process (docs/python.md)")
       ->check(CLI::ExistingFile);
   app.add_option("--host", opt.host, "Address to listen on")->capture_default_str();
   app.add_option("--port,-p", opt.port, "Port to listen on (0 picks a free one)")
@@ -105,6 +111,27 @@ bool load_modules(const std::vector<std::string>& modules) {
       return false;
     }
   }
+  return true;
+}
+
+// Starts the Python worker for --python and registers its commands. The worker lives until the
+// process exits (the registry's commands call it). On failure prints the module's traceback.
+bool load_python(const std::string& module, const CommandServerOptions& opt,
+                 registry::CommandRegistry& reg) {
+  auto w = pyworker::Worker::start({.module = module, .call_timeout = opt.call_timeout});
+  if (!w.ok()) {
+    std::cerr << "abx-server: " << w.error().message() << "\n";
+    return false;
+  }
+  static std::shared_ptr<pyworker::Worker> worker;  // for the life of the process
+  worker = std::move(*w);
+  if (Status st = pyworker::register_commands(worker, reg); !st.ok()) {
+    std::cerr << "abx-server: " << st.error().message() << "\n";
+    return false;
+  }
+  Logger("python").info("serving " + std::to_string(worker->commands().size()) +
+                        " Python command(s) from " + module + " (worker pid " +
+                        std::to_string(worker->pid()) + ")");
   return true;
 }
 
@@ -174,6 +201,8 @@ int serve_main(int argc, char** argv) {
   if (auto exit_code = parse_flags(argc, argv, f)) return *exit_code;
   if (!load_modules(f.modules)) return kExitConfig;
   auto& reg = registry::default_registry();
+  // The worker gets the server's environment minus ABX_ACCESS_TOKEN (pyworker filters it).
+  if (!f.python.empty() && !load_python(f.python, f.opt, reg)) return kExitConfig;
   if (f.list_only) return print_schema(reg);
   if (f.stdio) return serve_stdio(reg, f.opt);
 

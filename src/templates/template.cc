@@ -33,6 +33,9 @@ const CustomCommand* Template::find_command(std::string_view name) const {
 
 namespace {
 
+// abx-server as every sandbox sees it (the /opt/abx bundle): `server: {python: …}` runs it.
+constexpr std::string_view kBundledServerPath = "/opt/abx/bin/abx-server";
+
 // Converts the YAML tree to a Template; every error names the node's position.
 class SchemaReader {
  public:
@@ -345,18 +348,45 @@ Status SchemaReader::read_resources(const Node& n, Resources& r) const {
 // `server` and `interpreter`: {command, port}.
 Result<std::optional<ServerSpec>> SchemaReader::read_server(const Node& n, const std::string& key,
                                                             std::uint16_t default_port) const {
-  if (n.kind != Node::Kind::kMap) return err(n, key + " must be a mapping with 'command'");
-  ABX_TRY(only_keys(n, {"command", "port"}, key));
+  // The command server may name a Python module instead of a command (docs/python.md).
+  const bool python_allowed = key == "server";
+  if (n.kind != Node::Kind::kMap) {
+    return err(n, key + (python_allowed ? " must be a mapping with 'command' or 'python'"
+                                        : " must be a mapping with 'command'"));
+  }
+  if (python_allowed) {
+    ABX_TRY(only_keys(n, {"command", "python", "port"}, key));
+  } else {
+    ABX_TRY(only_keys(n, {"command", "port"}, key));
+  }
   ServerSpec s;
   s.port = default_port;
-  const Node* cmd = n.find("command");
-  if (cmd == nullptr) return err(n, key + " needs a 'command'");
-  ABX_ASSIGN_OR_RETURN(s.argv, command(*cmd, key + ".command"));
   if (const Node* port = n.find("port")) {
     std::int64_t p = 0;
     ABX_ASSIGN_OR_RETURN(p, integer(*port, key + ".port", 1, 65535));
     s.port = static_cast<std::uint16_t>(p);
   }
+  const Node* cmd = n.find("command");
+  const Node* py = python_allowed ? n.find("python") : nullptr;
+  if (cmd != nullptr && py != nullptr) {
+    return err(*py, key + " takes 'command' or 'python', not both");
+  }
+  if (py != nullptr) {
+    std::string module;
+    ABX_ASSIGN_OR_RETURN(module, string(*py, key + ".python"));
+    if (module.empty() || module.front() != '/') {
+      return err(*py, key + ".python must be the module's absolute path inside the sandbox, got '" +
+                          module + "'");
+    }
+    s.argv = {std::string(kBundledServerPath), "--python", module, "--port",
+              std::to_string(s.port)};
+    return std::optional<ServerSpec>(std::move(s));
+  }
+  if (cmd == nullptr) {
+    return err(n, key + (python_allowed ? " needs a 'command' or a 'python' module"
+                                        : " needs a 'command'"));
+  }
+  ABX_ASSIGN_OR_RETURN(s.argv, command(*cmd, key + ".command"));
   return std::optional<ServerSpec>(std::move(s));
 }
 

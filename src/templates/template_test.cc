@@ -160,6 +160,21 @@ TEST(TemplateParse, Defaults) {
   EXPECT_EQ(parse("id: s\ntimeout: 45s\n")->timeout_seconds, 45);
 }
 
+TEST(TemplateParse, ServerPythonRunsTheBundledServerOnTheModule) {
+  auto t = parse("id: py\nserver: {python: /opt/tools/tools.py}\n");
+  ASSERT_TRUE(t.ok()) << t.error().message();
+  ASSERT_TRUE(t->server);
+  EXPECT_EQ(t->server->argv, (std::vector<std::string>{"/opt/abx/bin/abx-server", "--python",
+                                                       "/opt/tools/tools.py", "--port", "49982"}));
+  auto p = parse("id: py\nserver:\n  python: /opt/t.py\n  port: 50000\n");
+  ASSERT_TRUE(p.ok()) << p.error().message();
+  EXPECT_EQ(p->server->argv.back(), "50000");
+  EXPECT_EQ(p->server->port, 50000);
+  expect_error("id: a\nserver: {python: tools.py}\n", 2, "absolute path");
+  expect_error("id: a\nserver: {python: /t.py, command: x}\n", 2, "not both");
+  expect_error("id: a\ninterpreter: {python: /t.py}\n", 2, "unknown key 'python'");
+}
+
 TEST(TemplateParse, StrictErrorsCarryFileLineColumn) {
   expect_error("id: a\nbogus: 1\n", 2, "unknown key 'bogus'");
   expect_error("id: a\nresources:\n  cpu: 1\n  gpu: 2\n", 4, "unknown key 'gpu'");
@@ -169,7 +184,7 @@ TEST(TemplateParse, StrictErrorsCarryFileLineColumn) {
   expect_error("id: a\nserver: {command: x, port: \"49982\"}\n", 2, "server.port");
   expect_error("id: a\nserver: {command: x, port: 0}\n", 2, "server.port");
   expect_error("id: a\nserver: {command: x, port: 65536}\n", 2, "server.port");
-  expect_error("id: a\nserver: {port: 1}\n", 2, "needs a 'command'");
+  expect_error("id: a\nserver: {port: 1}\n", 2, "needs a 'command' or a 'python' module");
   expect_error("id: a\nresources: {memory: 12Q}\n", 2, "resources.memory");
   expect_error("id: a\nresources: {memory: 512}\n", 2, "at least 1Mi");
   expect_error("id: a\nresources: {cpu: -1}\n", 2, "resources.cpu");

@@ -1,0 +1,268 @@
+"""abx.server.registry and abx.sandbox (the design records' API), stdlib only. pytest."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from abx.declarative import _SandboxFactory  # noqa: E402
+from abx.server import registry as reg_mod  # noqa: E402
+from abx.server.registry import (  # noqa: E402
+    CommandArg,
+    CommandRegistry,
+    RegisteredCommand,
+    args_from_signature,
+    default_registry,
+)
+
+WORKER = os.path.join(ROOT, "abx", "server", "worker.py")
+
+
+def test_command_arg_validates_its_type():
+    assert CommandArg("x", "integer").type == "integer"
+    with pytest.raises(ValueError, match="unknown type 'list'"):
+        CommandArg("x", "list")
+    with pytest.raises(ValueError, match="required argument cannot have a default"):
+        CommandArg("x", "string", required=True, default="a")
+    with pytest.raises(TypeError, match="not of type integer"):
+        CommandArg("x", "integer", default=True)
+    assert CommandArg("x", "float", default=1).default == 1.0
+
+
+def test_register_get_list_all_and_freeze():
+    reg = CommandRegistry()
+
+    def add(a: int, b: int = 2) -> int:
+        """Add."""
+        return a + b
+
+    cmd = reg.register("add", add, description="Add two.")
+    assert isinstance(cmd, RegisteredCommand)
+    assert reg.get("add") is cmd and cmd.fn is add  # a direct reference, no source text
+    assert [a.to_json() for a in cmd.args] == [
+        {"name": "a", "type": "integer", "required": True, "default": None, "description": ""},
+        {"name": "b", "type": "integer", "required": False, "default": 2, "description": ""},
+    ]
+    assert reg.get("nope") is None
+    reg.register("sub", lambda a, b: a - b, args=[CommandArg("a", "integer", True),
+                                                  CommandArg("b", "integer", True)])
+    assert list(reg.list_all()) == ["add", "sub"]
+    with pytest.raises(ValueError, match="registered twice"):
+        reg.register("add", add)
+    reg.freeze()
+    with pytest.raises(RuntimeError, match="frozen"):
+        reg.register("later", add)
+
+
+def test_command_decorator_infers_from_the_signature():
+    reg = CommandRegistry()
+
+    @reg.command()
+    def greet(name: str, loud: bool = False) -> str:
+        """Say hello."""
+        return ("HELLO " if loud else "hello ") + name
+
+    @reg.command("other-name")
+    def f(x: float) -> float:
+        return x
+
+    assert greet("a") == "hello a"  # returned unchanged
+    g = reg.get("greet")
+    assert g.description == "Say hello."
+    assert [(a.name, a.type, a.required, a.default) for a in g.args] == [
+        ("name", "string", True, None), ("loud", "boolean", False, False)]
+    assert reg.get("other-name").args[0].type == "float"
+
+
+def _list_param(x: list):
+    pass
+
+
+def _unannotated(x):
+    pass
+
+
+def _varargs(*xs: int):
+    pass
+
+
+def _varkw(**kw: int):
+    pass
+
+
+def _positional_only(x: int, /):
+    pass
+
+
+def _bad_default(x: int = "a"):
+    pass
+
+
+def _string_dict(x: "dict"):
+    pass
+
+
+@pytest.mark.parametrize(
+    "fn, needle",
+    [
+        (_list_param, "parameter 'x': unsupported type list"),
+        (_unannotated, "parameter 'x': no type annotation"),
+        (_varargs, "parameter 'xs': *xs is not supported"),
+        (_varkw, "parameter 'kw': **kw is not supported"),
+        (_positional_only, "parameter 'x': positional-only"),
+        (_bad_default, "parameter 'x': default 'a' is not of type integer"),
+        (_string_dict, "parameter 'x': unsupported type dict"),
+    ],
+)
+def test_unsupported_signatures_name_function_and_parameter(fn, needle):
+    with pytest.raises(TypeError) as e:
+        args_from_signature(fn)
+    assert f"command '{fn.__name__}', " + needle in str(e.value)
+
+
+def test_string_annotations_are_read_by_name_not_evaluated():
+    def f(x: "int", y: "str" = "a"):
+        return x
+
+    assert [a.type for a in args_from_signature(f)] == ["integer", "string"]
+
+
+def test_default_registry_is_a_singleton():
+    assert default_registry() is default_registry()
+    assert reg_mod.default_registry() is default_registry()
+
+
+def test_sandbox_register_bridges_into_the_default_registry():
+    factory = _SandboxFactory()
+
+    @factory.register
+    def pytest_bridge_demo(x: int, y: str = "hello") -> str:
+        """Run a demo command."""
+        return f"{x}: {y}"
+
+    @factory.register(name="pytest-bridge-renamed", description="Renamed.")
+    def other() -> int:
+        return 1
+
+    assert pytest_bridge_demo(42, "world") == "42: world"
+    server = default_registry().get("pytest_bridge_demo")
+    assert server is not None and server.fn is pytest_bridge_demo
+    assert server.description == "Run a demo command."
+    assert set(factory.commands()) == {"pytest_bridge_demo", "pytest-bridge-renamed"}
+    assert default_registry().get("pytest-bridge-renamed").description == "Renamed."
+    with pytest.raises(ValueError, match="registered twice"):
+        factory.register(pytest_bridge_demo)
+
+
+def test_sandbox_template_binding():
+    factory = _SandboxFactory()
+
+    @factory(template="mytools")
+    class Tools:
+        pass
+
+    @factory(template="other")
+    def fn():
+        pass
+
+    assert factory.template_of(Tools) == "mytools"
+    assert factory.template_of(fn) == "other"
+    assert factory.template_of(object()) is None
+    with pytest.raises(TypeError):
+        factory(template="")
+
+
+def test_from_abx_import_sandbox_never_imports_the_sdk():
+    out = subprocess.run(
+        [sys.executable, "-c",
+         "import sys; from abx import sandbox; print('abx.sdk' in sys.modules)"],
+        cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def _tools(tmp_path, text):
+    p = tmp_path / "tools.py"
+    p.write_text(text)
+    return str(p)
+
+
+def test_worker_describe_prints_the_schema(tmp_path):
+    path = _tools(tmp_path, (
+        "from abx import sandbox\n"
+        "@sandbox.register\n"
+        "def demo(x: int, y: str = 'hello') -> str:\n"
+        "    '''Run a demo command.'''\n"
+        "    return f'{x}: {y}'\n"))
+    out = subprocess.run([sys.executable, WORKER, "--describe", path],
+                         capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == {"commands": [{
+        "name": "demo", "description": "Run a demo command.", "args": [
+            {"name": "x", "type": "integer", "required": True, "default": None,
+             "description": ""},
+            {"name": "y", "type": "string", "required": False, "default": "hello",
+             "description": ""}]}]}
+
+
+def test_worker_describe_fails_with_the_traceback(tmp_path):
+    path = _tools(tmp_path, "from abx import sandbox\n\ndef broken(:\n")
+    out = subprocess.run([sys.executable, WORKER, "--describe", path],
+                         capture_output=True, text=True)
+    assert out.returncode == 1
+    assert "SyntaxError" in out.stderr and 'tools.py", line 3' in out.stderr
+    assert "worker.py" not in out.stderr  # the worker's own frames are left out
+
+
+def test_worker_protocol_calls_and_errors(tmp_path):
+    import socket
+    import struct
+
+    path = _tools(tmp_path, (
+        "from abx import sandbox\n"
+        "n = 0\n"
+        "@sandbox.register\n"
+        "def bump(by: int = 1) -> int:\n"
+        "    global n\n"
+        "    n += by\n"
+        "    return n\n"
+        "@sandbox.register\n"
+        "def bad() -> int:\n"
+        "    raise ValueError('nope')\n"
+        "@sandbox.register\n"
+        "def odd() -> int:\n"
+        "    return float('nan')\n"))
+    ours, theirs = socket.socketpair()
+    proc = subprocess.Popen([sys.executable, WORKER, "--fd", str(theirs.fileno()), path],
+                            pass_fds=[theirs.fileno()])
+    theirs.close()
+    f = ours.makefile("rwb")
+
+    def read():
+        (n,) = struct.unpack(">I", f.read(4))
+        return json.loads(f.read(n))
+
+    def send(obj):
+        body = json.dumps(obj).encode()
+        f.write(struct.pack(">I", len(body)) + body)
+        f.flush()
+
+    try:
+        assert [c["name"] for c in read()["commands"]] == ["bad", "bump", "odd"]
+        for want in (1, 2, 3):
+            send({"call": "bump", "kwargs": {}})
+            assert read() == {"result": want}
+        send({"call": "bad", "kwargs": {}})
+        assert read() == {"error": "nope", "type": "ValueError"}
+        send({"call": "odd", "kwargs": {}})
+        answer = read()
+        assert answer["type"] == "TypeError" and "JSON cannot carry" in answer["error"]
+    finally:
+        f.close()
+        ours.close()
+        assert proc.wait(timeout=10) == 0  # end of input ends the worker

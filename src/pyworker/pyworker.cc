@@ -1,0 +1,376 @@
+// The Python worker bridge (abx/pyworker/pyworker.h; protocol and design in docs/python.md).
+#include "abx/pyworker/pyworker.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/json.hpp>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "abx/base/log.h"
+#include "abx/base/try.h"
+#include "abx/registry/failure.h"
+
+extern char** environ;
+
+namespace abx::pyworker {
+
+namespace json = boost::json;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::string_view kWorkerScript = "abx/server/worker.py";
+
+bool has_worker(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(dir / kWorkerScript, ec);
+}
+
+// Writes all of `data`; MSG_NOSIGNAL: a dead worker is an error here, not SIGPIPE.
+Status send_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      return unavailable(std::string("write to the worker failed: ") + std::strerror(errno));
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return {};
+}
+
+Status send_frame(int fd, std::string_view body) {
+  if (body.size() > kMaxFrameBytes) {
+    return Error(ErrorCode::kPayloadTooLarge, "call of " + std::to_string(body.size()) +
+                                                  " bytes is over the worker's frame limit");
+  }
+  std::string frame(4, '\0');
+  auto n = static_cast<std::uint32_t>(body.size());
+  frame[0] = static_cast<char>(n >> 24);
+  frame[1] = static_cast<char>(n >> 16);
+  frame[2] = static_cast<char>(n >> 8);
+  frame[3] = static_cast<char>(n);
+  frame.append(body);
+  return send_all(fd, frame);
+}
+
+// Reads exactly `n` bytes. kUnavailable at end of input or on an error, kDeadlineExceeded when
+// `deadline` (if set) passes first.
+Status recv_exact(int fd, char* buf, std::size_t n, std::optional<Clock::time_point> deadline) {
+  while (n > 0) {
+    if (deadline) {
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now()).count();
+      if (left <= 0) return Error(ErrorCode::kDeadlineExceeded, "deadline");
+      pollfd p{fd, POLLIN, 0};
+      int r = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 60'000)));
+      if (r < 0 && errno != EINTR) return unavailable(std::strerror(errno));
+      if (r <= 0) continue;
+    }
+    ssize_t k = ::read(fd, buf, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k == 0) return unavailable("end of input");
+    if (k < 0) return unavailable(std::strerror(errno));
+    buf += k;
+    n -= static_cast<std::size_t>(k);
+  }
+  return {};
+}
+
+Result<std::string> recv_frame(int fd, std::optional<Clock::time_point> deadline) {
+  unsigned char head[4];
+  ABX_TRY(recv_exact(fd, reinterpret_cast<char*>(head), 4, deadline));
+  std::size_t n = (std::size_t{head[0]} << 24) | (std::size_t{head[1]} << 16) |
+                  (std::size_t{head[2]} << 8) | head[3];
+  if (n > kMaxFrameBytes) {
+    return unavailable("the worker sent a frame of " + std::to_string(n) + " bytes (limit " +
+                       std::to_string(kMaxFrameBytes) + ")");
+  }
+  std::string body(n, '\0');
+  ABX_TRY(recv_exact(fd, body.data(), n, deadline));
+  return body;
+}
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    const char* name = ::strsignal(sig);
+    return "was killed by signal " + std::to_string(sig) +
+           (name ? std::string(" (") + name + ")" : "");
+  }
+  return "ended with wait status " + std::to_string(status);
+}
+
+std::string string_field(const json::object& o, std::string_view key) {
+  const json::value* v = o.if_contains(key);
+  return v != nullptr && v->is_string() ? std::string(v->as_string()) : std::string();
+}
+
+}  // namespace
+
+Result<std::string> package_dir() {
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    fs::path bundled = exe.parent_path().parent_path() / "python";
+    if (has_worker(bundled)) return bundled.string();
+  }
+#ifdef ABX_SOURCE_PYTHON_DIR
+  if (has_worker(ABX_SOURCE_PYTHON_DIR)) return std::string(ABX_SOURCE_PYTHON_DIR);
+#endif
+  return not_found("no abx Python package beside " + exe.string() + " (../python/" +
+                   std::string(kWorkerScript) + ")");
+}
+
+Result<std::unique_ptr<Worker>> Worker::start(WorkerOptions options) {
+  if (options.python.empty()) {
+    const char* env = std::getenv("ABX_PYTHON");
+    options.python = env != nullptr && *env ? env : "python3";
+  }
+  if (options.package_dir.empty()) {
+    if (auto dir = package_dir(); dir.ok()) options.package_dir = *dir;
+  }
+  std::error_code ec;
+  if (!fs::is_regular_file(options.module, ec)) {
+    return Error(ErrorCode::kFailedPrecondition, "no such Python module: " + options.module);
+  }
+  std::unique_ptr<Worker> w(new Worker(std::move(options)));
+  std::lock_guard lock(w->mu_);
+  ABX_ASSIGN_OR_RETURN(w->commands_, w->spawn_locked());
+  return w;
+}
+
+Worker::~Worker() {
+  std::lock_guard lock(mu_);
+  if (pid_ > 0) reap_locked(false);
+}
+
+pid_t Worker::pid() const {
+  std::lock_guard lock(mu_);
+  return pid_;
+}
+
+Result<json::array> Worker::spawn_locked() {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    return internal_error(std::string("socketpair: ") + std::strerror(errno));
+  }
+  UniqueFd mine(sv[0]);
+  UniqueFd theirs(sv[1]);
+
+  std::vector<std::string> args{opt_.python};
+  if (!opt_.package_dir.empty()) {
+    args.push_back((fs::path(opt_.package_dir) / kWorkerScript).string());
+  } else {
+    args.insert(args.end(), {"-m", "abx.server.worker"});
+  }
+  args.insert(args.end(), {"--fd", "3", opt_.module});
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // The server's environment, without the access token (the worker runs user code).
+  std::vector<char*> envp;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    if (std::strncmp(*e, "ABX_ACCESS_TOKEN=", 17) != 0) envp.push_back(*e);
+  }
+  envp.push_back(nullptr);
+
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  // The protocol on 3 (dup2 clears close-on-exec, even when the numbers are equal); what the
+  // commands print goes to our stderr, never to our stdout (which says "listening on").
+  posix_spawn_file_actions_adddup2(&fa, theirs.get(), 3);
+  posix_spawn_file_actions_adddup2(&fa, 2, 1);
+  posix_spawn_file_actions_addclosefrom_np(&fa, 4);
+  // A restart happens on a server thread, which blocks SIGTERM/SIGINT (only the main thread's
+  // sigwait takes them) and may ignore SIGPIPE: the worker starts with neither.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigset_t defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  for (int sig : {SIGPIPE, SIGTERM, SIGINT}) sigaddset(&defaults, sig);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = 0;
+  int rc = ::posix_spawnp(&pid, opt_.python.c_str(), &fa, &attr, argv.data(), envp.data());
+  posix_spawnattr_destroy(&attr);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) {
+    return not_found("cannot start the Python worker with '" + opt_.python +
+                     "': " + std::strerror(rc) +
+                     " (the image needs python3 >= 3.9 on PATH, or set ABX_PYTHON)");
+  }
+  theirs.reset();
+  pid_ = pid;
+  sock_ = std::move(mine);
+
+  auto hello = recv_frame(sock_.get(), std::nullopt);
+  auto fail = [&](std::string msg) -> Error {
+    std::string status = reap_locked(false);
+    return Error(ErrorCode::kFailedPrecondition, msg + " (the worker " + status + ")");
+  };
+  if (!hello.ok()) {
+    return fail("the Python worker for " + opt_.module +
+                " ended before reporting its commands; its stderr above says why");
+  }
+  boost::system::error_code jec;
+  json::value v = json::parse(*hello, jec);
+  if (jec || !v.is_object()) return fail("the Python worker sent a malformed first frame");
+  const json::object& o = v.as_object();
+  if (const json::value* cmds = o.if_contains("commands"); cmds != nullptr && cmds->is_array()) {
+    return cmds->as_array();
+  }
+  std::string why = string_field(o, "error");
+  std::string status = reap_locked(false);
+  (void)status;
+  return Error(ErrorCode::kFailedPrecondition,
+               "the Python module " + opt_.module + " failed to import:\n" + why,
+               string_field(o, "type"));
+}
+
+std::string Worker::reap_locked(bool kill_first) {
+  sock_.reset();  // end of input: a live worker exits by itself
+  if (pid_ <= 0) return "was not running";
+  pid_t pid = std::exchange(pid_, 0);
+  if (kill_first) ::kill(pid, SIGKILL);
+  int status = 0;
+  // A worker that closed its end may still be on its way out: give it a moment, then kill it.
+  auto until = Clock::now() + std::chrono::milliseconds(kill_first ? 5000 : 500);
+  for (;;) {
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return describe_status(status);
+    if (r < 0 && errno != EINTR) return "ended (its status was not available)";
+    if (Clock::now() >= until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ::kill(pid, SIGKILL);
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return "ended (its status was not available)";
+  }
+  return describe_status(status);
+}
+
+Error Worker::died_locked(std::string_view name, const std::string& what, bool kill_first) {
+  std::string status = reap_locked(kill_first);
+  std::string msg = "the Python worker serving " + opt_.module + " " + what +
+                    " during the call to '" + std::string(name) + "' (it " + status + ")";
+  auto again = spawn_locked();
+  if (again.ok()) {
+    msg += "; it was restarted, with the module's state starting over";
+  } else {
+    msg += "; restarting it failed: " + again.error().message();
+  }
+  Logger("python").warn(msg);
+  return Error(ErrorCode::kUnavailable, msg);
+}
+
+Result<json::value> Worker::call(std::string_view name, const json::object& kwargs) {
+  const auto entered = Clock::now();
+  std::lock_guard lock(mu_);
+  // A call that waited for the worker past its deadline has been answered 504 by the server
+  // already: running it now would act for a caller who was told it did not happen.
+  if (opt_.call_timeout.count() > 0 && Clock::now() - entered >= opt_.call_timeout) {
+    return Error(ErrorCode::kDeadlineExceeded,
+                 "command '" + std::string(name) + "' waited " +
+                     std::to_string(opt_.call_timeout.count()) +
+                     " ms for the Python worker (busy with other calls) and was not run");
+  }
+  if (pid_ <= 0) {
+    // An earlier restart failed: try again, once per call.
+    auto again = spawn_locked();
+    if (!again.ok()) {
+      return unavailable("the Python worker serving " + opt_.module +
+                         " is not running and could not be restarted: " + again.error().message());
+    }
+  }
+  std::string req = "{\"call\":";
+  req += json::serialize(json::value(json::string(name)));
+  req += ",\"kwargs\":";
+  req += json::serialize(kwargs);
+  req += '}';
+  if (Status st = send_frame(sock_.get(), req); !st.ok()) {
+    if (st.error().code() == ErrorCode::kPayloadTooLarge) return st.error();
+    return died_locked(name, "was gone", false);
+  }
+  std::optional<Clock::time_point> deadline;
+  if (opt_.call_timeout.count() > 0) deadline = Clock::now() + opt_.call_timeout;
+  auto frame = recv_frame(sock_.get(), deadline);
+  if (!frame.ok()) {
+    if (frame.error().code() == ErrorCode::kDeadlineExceeded) {
+      Error e = died_locked(
+          name, "was killed after " + std::to_string(opt_.call_timeout.count()) + " ms", true);
+      return Error(ErrorCode::kDeadlineExceeded, e.message());
+    }
+    return died_locked(name, "died", false);
+  }
+  boost::system::error_code jec;
+  json::value v = json::parse(*frame, jec);
+  if (jec || !v.is_object()) return died_locked(name, "sent a malformed answer", true);
+  json::object& o = v.as_object();
+  if (json::value* r = o.if_contains("result")) return std::move(*r);
+  std::string type = string_field(o, "type");
+  std::string message = string_field(o, "error");
+  if (type == "NotFound") return not_found(message);
+  return Error(ErrorCode::kInternal, message, type.empty() ? "Exception" : type);
+}
+
+Status register_commands(const std::shared_ptr<Worker>& worker, registry::CommandRegistry& reg) {
+  for (const json::value& c : worker->commands()) {
+    if (!c.is_object()) return invalid_argument("the Python worker reported a malformed command");
+    const json::object& o = c.as_object();
+    registry::RegisteredCommand cmd;
+    cmd.name = string_field(o, "name");
+    cmd.description = string_field(o, "description");
+    try {
+      if (const json::value* args = o.if_contains("args"); args != nullptr && args->is_array()) {
+        for (const json::value& a : args->as_array()) {
+          if (!a.is_object()) throw registry::RegistryError("malformed argument");
+          const json::object& ao = a.as_object();
+          const json::value* req = ao.if_contains("required");
+          const json::value* def = ao.if_contains("default");
+          cmd.args.emplace_back(string_field(ao, "name"), string_field(ao, "type"),
+                                req != nullptr && req->is_bool() && req->as_bool(),
+                                def != nullptr ? *def : json::value(nullptr),
+                                string_field(ao, "description"));
+        }
+      }
+      std::string name = cmd.name;
+      std::weak_ptr<Worker> weak = worker;
+      // The worker outlives the registry's use of it in practice (both live until exit); a
+      // weak reference keeps a test's registry from holding a worker after the test ends.
+      cmd.fn = [weak, name](const json::object& kwargs) -> json::value {
+        auto w = weak.lock();
+        if (!w) {
+          throw registry::CommandFailure(unavailable("the Python worker has been stopped"));
+        }
+        auto r = w->call(name, kwargs);
+        if (!r.ok()) throw registry::CommandFailure(r.error());
+        return std::move(*r);
+      };
+      reg.register_command(std::move(cmd));
+    } catch (const registry::RegistryError& e) {
+      return invalid_argument("Python command '" + string_field(o, "name") + "' from " +
+                              worker->module() + ": " + e.what());
+    }
+  }
+  return {};
+}
+
+Result<json::array> describe_module(const std::string& module) {
+  ABX_ASSIGN_OR_RETURN(auto w, Worker::start(WorkerOptions{.module = module}));
+  return w->commands();
+}
+
+}  // namespace abx::pyworker

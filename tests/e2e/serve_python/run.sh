@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# "Serve Python functions" (README; issue 37), end to end: the README's own blocks, extracted
+# and run as written — tools.py, then the shell block (`abx commands list --module`, `abx
+# template build`, `abx sandbox create`, `abx run`) — against a real abxd with real sandboxes;
+# then GET /commands through abxd, more calls, and a module that fails to import failing the
+# create with its traceback. ctest passes ABXD_BIN, ABX_CLI_BIN, ABX_IMAGE_STORE, ABX_README.
+set -euo pipefail
+work="$(mktemp -d "${TMPDIR:-/tmp}/abx-serve-python.XXXXXX")"
+abxd_pid=""
+cleanup() {
+  if [ -n "$abxd_pid" ]; then
+    for id in $("$ABX_CLI_BIN" --json sandbox list 2>/dev/null |
+      grep -o '"sandboxID":"[^"]*"' | cut -d'"' -f4); do
+      "$ABX_CLI_BIN" sandbox kill "$id" >/dev/null 2>&1 || true
+    done
+    kill -TERM "$abxd_pid" 2>/dev/null && wait "$abxd_pid" 2>/dev/null
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "serve-python: $*" >&2; [ -f "$work/abxd.log" ] && tail -30 "$work/abxd.log" >&2; exit 1; }
+
+# The README section's first ```python and first ```sh blocks, verbatim.
+block() {
+  awk -v lang="$1" '
+    /^## / { in_sec = ($0 == "## Serve Python functions") }
+    in_sec && !done && $0 == "```" lang { grab = 1; next }
+    grab && $0 == "```" { grab = 0; done = 1 }
+    grab { print }' "$ABX_README"
+}
+mkdir -p "$work/ctx" "$work/bin"
+block python >"$work/ctx/tools.py"
+block sh >"$work/quickstart.sh"
+grep -q "@sandbox.register" "$work/ctx/tools.py" || fail "no python block in the README section"
+grep -q "abx sandbox create" "$work/quickstart.sh" || fail "no sh block in the README section"
+ln -s "$ABX_CLI_BIN" "$work/bin/abx"
+
+"$ABXD_BIN" --home "$work/home" --listen 127.0.0.1:0 --image-store "$ABX_IMAGE_STORE" \
+  --kill-sandboxes >"$work/abxd.log" 2>&1 &
+abxd_pid=$!
+port=""
+for _ in $(seq 100); do
+  port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$work/abxd.log" 2>/dev/null | head -1 || true)
+  [ -n "$port" ] && break
+  kill -0 "$abxd_pid" 2>/dev/null || fail "abxd exited at start"
+  sleep 0.1
+done
+[ -n "$port" ] || fail "abxd did not listen"
+export ABX_API_URL="http://127.0.0.1:$port" ABX_API_KEY="$(cat "$work/home/api_key")"
+export ABX_HOME="$work/client"
+
+# The quickstart as written (plus one line after it that hands us the sandbox id).
+(cd "$work" && echo 'echo "sandbox-id=$id"' >>quickstart.sh &&
+  PATH="$work/bin:$PATH" bash -euo pipefail quickstart.sh) >"$work/qs.out" 2>"$work/qs.err" ||
+  { cat "$work/qs.out" "$work/qs.err" >&2; fail "the README's quickstart failed"; }
+id=$(sed -n 's/^sandbox-id=//p' "$work/qs.out")
+[ -n "$id" ] || fail "no sandbox id"
+# Layer 1 listed both commands before any server existed.
+grep -q "demo" "$work/qs.out" && grep -q "bump" "$work/qs.out" ||
+  { cat "$work/qs.out" >&2; fail "abx commands list --module did not list demo and bump"; }
+# demo, then bump twice; the listing comes first, so compare the last three result lines.
+got=$(grep -v '^sandbox-id=' "$work/qs.out" | tail -3 | tr '\n' '|')
+[ "$got" = "42: world|1|2|" ] || { cat "$work/qs.out" >&2; fail "quickstart printed '$got'"; }
+
+# State persists: the third bump is 3.
+[ "$("$ABX_CLI_BIN" run "$id" bump)" = 3 ] || fail "bump did not return 3"
+[ "$("$ABX_CLI_BIN" run "$id" bump -a by=10)" = 13 ] || fail "bump by=10 did not return 13"
+
+# GET /commands through abxd: both commands, a type on every argument, defaults, required,
+# the docstring as description.
+"$ABX_CLI_BIN" --json commands list "$id" >"$work/list.json" || fail "commands list failed"
+python3 - "$work/list.json" <<'PY' || fail "GET /commands through abxd: $(cat "$work/list.json")"
+import json, sys
+cmds = {c["name"]: c for c in json.load(open(sys.argv[1]))["commands"]}
+demo, bump = cmds["demo"], cmds["bump"]
+assert demo["source"] == "remote" and bump["source"] == "remote", cmds
+assert demo["description"] == "Run a demo command.", demo
+assert bump["description"] == "State persists between calls.", bump
+args = {a["name"]: a for a in demo["args"]}
+assert args["x"]["type"] == "integer" and args["x"]["required"] is True, args
+assert args["y"]["type"] == "string" and args["y"]["default"] == "hello", args
+assert bump["args"][0] == {"name": "by", "type": "integer", "required": False, "default": 1,
+                           "description": ""}, bump["args"]
+PY
+
+# Bad arguments are the C++ registry's 400s, a Python exception would be its class.
+if "$ABX_CLI_BIN" run "$id" demo -a y=world >"$work/bad.out" 2>"$work/bad.err"; then
+  fail "demo without x succeeded"
+fi
+grep -q "x" "$work/bad.err" || { cat "$work/bad.err" >&2; fail "no message naming x"; }
+
+# A module that does not import: create fails with the Python traceback, no sandbox is left.
+mkdir -p "$work/broken"
+cp "$work/ctx/Dockerfile" "$work/broken/"
+printf 'from abx import sandbox\n\n@sandbox.register\ndef broken(x: int:\n    return x\n' \
+  >"$work/broken/tools.py"
+sed 's/^id: pytools/id: brokenpy/' "$work/ctx/template.yaml" >"$work/broken/template.yaml"
+"$ABX_CLI_BIN" template build -t brokenpy "$work/broken" >"$work/build2.out" 2>&1 ||
+  { cat "$work/build2.out" >&2; fail "abx template build (broken) failed"; }
+before=$("$ABX_CLI_BIN" --json sandbox list | grep -o '"sandboxID"' | wc -l)
+if "$ABX_CLI_BIN" sandbox create brokenpy >"$work/create2.out" 2>"$work/create2.err"; then
+  fail "create of a template whose module does not import succeeded: $(cat "$work/create2.out")"
+fi
+grep -q "SyntaxError" "$work/create2.err" && grep -q 'tools.py", line 4' "$work/create2.err" ||
+  { cat "$work/create2.err" >&2; fail "create's error does not carry the Python traceback"; }
+[ "$("$ABX_CLI_BIN" --json sandbox list | grep -o '"sandboxID"' | wc -l)" = "$before" ] ||
+  fail "the failed create left a sandbox"
+echo "serve-python: README quickstart run verbatim, state kept, GET /commands typed, broken module refused with its traceback: ok"
