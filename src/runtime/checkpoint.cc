@@ -1013,6 +1013,11 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
     ABX_TRY(complete_seal(dir, options.mac_key));
   }
   ABX_TRY(verify_checkpoint(dir, options.mac_key));
+  // link_layer: the checkpoint's layer becomes this restore's, and mounting it writes to it. Its
+  // seal goes back to pending first, so a restore that fails or is cut short (the checkpoint is
+  // kept for a retry) leaves a checkpoint the next restore seals again once the layer is free,
+  // rather than one that no longer matches its seal.
+  if (options.link_layer) ABX_TRY(seal_checkpoint(dir, options.mac_key, {kRwImage}));
   ABX_ASSIGN_OR_RETURN(const Saved saved, read_checkpoint(dir));
   ABX_TRY(validate(config));
   if (config.rootfs == RootfsMode::kHost || !config.userns.enabled ||

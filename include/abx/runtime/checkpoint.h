@@ -129,7 +129,9 @@ struct RestoreOptions {
   // Takes the checkpoint's rw.img into the new state dir by hard link instead of a copy (a copy
   // where the filesystems differ): for a resume whose checkpoint is deleted right after (a copy
   // of a 500 MiB layer costs hundreds of ms). The checkpoint's layer is then the running
-  // sandbox's: it changes under the checkpoint, which must not be restored again.
+  // sandbox's: it changes under the checkpoint, which must not be restored again. The
+  // checkpoint's seal marks the layer pending first (a failed restore's mount changed it; the
+  // next restore seals it again once it is free).
   bool link_layer = false;
   // How long criu restore may run. Past it criu and the tree it was making are killed and
   // restore() fails with deadline_exceeded; the checkpoint is left as it was.
@@ -187,12 +189,17 @@ Status recover(Sandbox& sb);
 // was destroyed but not yet released), restore() first waits up to 5 s for its detach; with
 // link_layer it then refuses (failed_precondition) rather than mount one filesystem twice. A
 // `config.id` other than the checkpointed one becomes the restored hostname. The returned Sandbox
-// behaves as an adopted one: wait() reports 0 when the init exits. Errors: not_found (no checkpoint
-// in `dir`), failed_precondition (a corrupt checkpoint, a config that does not match it, criu
-// unavailable), resource_exhausted (no free slot), already_exists (the id is in use),
+// behaves as an adopted one: wait() reports 0 when the init exits. The checkpoint's seal is
+// verified before anything else (verify_checkpoint; a pending one is completed first once the
+// layer is free), and every mount target on the rebuilt root is resolved without following
+// symlinks before CRIU runs; CRIU reads a private copy of the images, idmapped and read-only.
+// Errors: not_found (no checkpoint in `dir`), invalid_argument (no mac_key),
+// failed_precondition (a checkpoint that fails its seal, naming what changed; a mount target
+// that is or passes through a symlink; a corrupt checkpoint, a config that does not match it,
+// criu unavailable), resource_exhausted (no free slot), already_exists (the id is in use),
 // deadline_exceeded (criu ran past options.criu_timeout and was killed), internal with the last
-// lines of CRIU's restore.log. Nothing in `dir` is changed or removed (CRIU adds its
-// stats-restore when restoring from it directly; with link_layer, its rw.img is the restored
+// lines of CRIU's restore.log. Nothing in `dir` is changed or removed but its seal (completed
+// when pending; with link_layer, the layer marked pending, and its rw.img is the restored
 // sandbox's layer from then on); a failed restore leaves nothing else behind.
 Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
                         const RestoreOptions& options = {});
