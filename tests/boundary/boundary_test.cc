@@ -1562,27 +1562,30 @@ TEST_F(BoundaryTest, EveryProbeHolds) {
       ProbeRun r = h.finish();
       return {r.ok(), "bind onto a symlink reached its target: " + r.brief()};
     };
-    symlinked.sandbox = [=, &hf](Who) -> Outcome {
+    symlinked.sandbox = [=](Who) -> Outcome {
       if (auto e = c_ready(); !e.empty()) return {false, e, false, true};
-      // In C's writable layer, under its /opt/abx bind: a symlink to a host directory.
+      // In C's writable layer, under its /opt/abx bind: a symlink to /tmp. CRIU follows it,
+      // against its own root (the host's): without abx's check it tried to move the bundle's
+      // mount onto the host's /tmp, and only the kernel's refusal to move a mount into another
+      // namespace's tree (EINVAL) stopped it. So anything but abx's own refusal counts as not
+      // held: CRIU must never be handed a symlinked target.
       const fs::path upper = ck_home / "sandboxes" / ck->id / "rw/upper";
-      const fs::path target = hf.dir / "ck-sym-target";
-      fs::create_directories(target);
       std::error_code ec;
       fs::create_directories(upper / "opt", ec);
       fs::remove(upper / "opt/abx", ec);
-      fs::create_symlink(target, upper / "opt/abx", ec);
+      fs::create_symlink("/tmp", upper / "opt/abx", ec);
       if (ec) return {false, "plant: " + ec.message(), false, true};
       if (auto e = c_paused(); !e.empty()) return {false, e, false, true};
       auto r = c_resume();
-      const bool empty = fs::is_empty(target, ec);
-      std::string msg = r.ok() ? "RESUMED" : r.error().message();
+      std::string msg = r.ok() ? "RESUMED with /opt/abx -> /tmp" : r.error().message();
       auto at = msg.find("mount target");
       (void)ck->sb->kill();
       ck->sb.reset();
-      return {r.ok() || !empty,
-              (at == std::string::npos ? msg.substr(0, 120) : msg.substr(at, 110)) +
-                  (empty ? "; host target untouched" : "; host target CHANGED")};
+      const bool refused = !r.ok() && msg.find("mount target /opt/abx") != std::string::npos &&
+                           msg.find("symlink") != std::string::npos;
+      return {!refused, at == std::string::npos
+                            ? msg.substr(std::max<std::size_t>(msg.size(), 200) - 200)
+                            : msg.substr(at, 110)};
     };
     probes.push_back(symlinked);
   }
