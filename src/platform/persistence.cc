@@ -142,12 +142,26 @@ Status SandboxManager::resolve_pause_mode() {
   pause_to_disk_ = criu.ok();
   if (!criu.ok()) {
     log_.warn("pause keeps sandboxes in memory (cgroup freezer): " + criu.error().message());
-  } else {
-    log_.info("pause writes sandboxes to disk (" + opt_.criu + ")");
+    return {};
   }
-  std::error_code ec;
-  fs::create_directories(opt_.home + "/checkpoints", ec);
-  fs::create_directories(opt_.home + "/snapshots", ec);
+  // Checkpoints hold sandboxes' memory and credentials: root's only, repaired if found
+  // otherwise (runtime::make_private), and sealed with a key that never leaves the home.
+  for (const auto& d : {opt_.home + "/checkpoints", opt_.home + "/snapshots"}) {
+    std::error_code ec;
+    fs::create_directories(d, ec);
+    if (ec) return internal_error("create " + d + ": " + ec.message());
+    ABX_TRY(runtime::make_private(d));
+  }
+  auto key = runtime::load_checkpoint_key(opt_.home + "/checkpoint.key");
+  if (!key.ok()) {
+    if (opt_.pause_mode == Mode::kDisk)
+      return Error(key.error().code(), "--pause disk: " + key.error().message());
+    pause_to_disk_ = false;
+    log_.warn("pause keeps sandboxes in memory (cgroup freezer): " + key.error().message());
+    return {};
+  }
+  checkpoint_key_ = std::move(key).value();
+  log_.info("pause writes sandboxes to disk (" + opt_.criu + ")");
   return {};
 }
 
@@ -216,6 +230,7 @@ Status SandboxManager::pause_to_disk(LiveSandbox& sb) {
   fs::remove_all(dir, ec);  // a failed or cut-short pause's leftovers
   runtime::CheckpointOptions o;
   o.criu = opt_.criu;
+  o.mac_key = checkpoint_key_;
   o.leave_running = true;
   o.keep_frozen = true;
   auto info = runtime::checkpoint(*rt, dir, o);
@@ -239,7 +254,7 @@ Status SandboxManager::pause_to_disk(LiveSandbox& sb) {
   }
   // Committed. The frozen tree goes; its rules went with its link.
   if (sb.network.enabled && opt_.network) opt_.network->detach(id);
-  if (Status d = runtime::release_checkpointed(*rt, dir); !d)
+  if (Status d = runtime::release_checkpointed(*rt, dir, checkpoint_key_); !d)
     sb.note("warn", "after the pause to disk: " + d.error().message());
   sb.set_runtime(nullptr);
   ++sb.epoch;
@@ -266,6 +281,7 @@ Status SandboxManager::resume_from_disk(LiveSandbox& sb) {
   if (!config.ok()) return failed(config.error());
   runtime::RestoreOptions o;
   o.criu = opt_.criu;
+  o.mac_key = checkpoint_key_;
   o.link_layer = true;  // the checkpoint is removed once the resume is recorded
   auto restored = runtime::restore(sb.record.checkpoint, std::move(*config), o);
   if (!restored.ok()) return failed(restored.error());
@@ -311,7 +327,7 @@ Result<store::SandboxRecord> SandboxManager::settle_checkpoint(const store::Sand
   if (sb.ok()) {
     if (sb->cgroups().frozen()) {
       // The pause committed and its frozen tree was not destroyed yet.
-      (void)runtime::release_checkpointed(*sb, rec.checkpoint);
+      (void)runtime::release_checkpointed(*sb, rec.checkpoint, checkpoint_key_);
       sb = not_found("destroyed: paused to disk");
     } else {
       // A resume restored it and was cut short before recording it: it holds, once it has its
@@ -383,6 +399,7 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::restore_child(const std::st
   ABX_ASSIGN_OR_RETURN(config, restore_config(id, parent.network));
   runtime::RestoreOptions o;
   o.criu = opt_.criu;
+  o.mac_key = checkpoint_key_;
   auto restored = runtime::restore(images, std::move(config), o);
   if (!restored.ok()) return restored.error();
   rt = std::make_shared<runtime::Sandbox>(std::move(*restored));
@@ -438,6 +455,7 @@ Result<runtime::CheckpointInfo> SandboxManager::checkpoint_running(
   ABX_TRY(under_lock());
   runtime::CheckpointOptions o;
   o.criu = opt_.criu;
+  o.mac_key = checkpoint_key_;
   o.leave_running = true;
   auto rt = sb.runtime();
   auto info = runtime::checkpoint(*rt, dir, o);
@@ -547,6 +565,9 @@ Result<SandboxManager::SnapshotInfo> SandboxManager::create_snapshot(const std::
   if (const std::string d(j.at("imageDigest").as_string()); !d.empty())
     ABX_TRY(write_run_file((tmp / "image").string(), d + "\n"));
   ABX_TRY(write_run_file((tmp / kSnapshotFile).string(), to_json_string(j) + "\n"));
+  // Its metadata too (the runtime config names the binds' sources): root's only and sealed.
+  ABX_TRY(runtime::make_private(tmp.string()));
+  ABX_TRY(runtime::seal_checkpoint(tmp.string(), checkpoint_key_));
   fs::rename(tmp, final_dir, ec);  // the commit: a snapshot directory is complete or absent
   if (ec) return internal_error("rename " + tmp.string() + ": " + ec.message());
   return info;
@@ -608,6 +629,10 @@ Status SandboxManager::delete_snapshot(const std::string& snapshot_id) {
 Result<std::shared_ptr<LiveSandbox>> SandboxManager::create_from_snapshot(
     const std::string& snapshot_id, const CreateRequest& req) {
   const fs::path dir = fs::path(opt_.home) / "snapshots" / snapshot_id;
+  if (std::error_code ec; !fs::exists(dir / kSnapshotFile, ec))
+    return Error(ErrorCode::kFailedPrecondition, "snapshot " + dir.string() + " is corrupt");
+  // Nothing of it is read before its seal holds (its images are checked again by restore()).
+  ABX_TRY(runtime::verify_checkpoint(dir.string(), checkpoint_key_));
   ABX_ASSIGN_OR_RETURN(json::object j, read_snapshot(dir));
   ChildOf parent;
   try {

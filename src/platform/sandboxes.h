@@ -353,6 +353,8 @@ class SandboxManager {
   bool stopping_ = false;
   std::thread reaper_;
   bool pause_to_disk_ = false;
+  // The key every checkpoint and snapshot is sealed with (<home>/checkpoint.key, 0600).
+  std::string checkpoint_key_;
 };
 
 std::int64_t now_ms();

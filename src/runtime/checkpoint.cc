@@ -15,6 +15,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <linux/sched.h>
 #include <net/if.h>
 #include <poll.h>
@@ -430,16 +431,17 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
     return Error(ErrorCode::kFailedPrecondition,
                  "checkpoint of a sandbox adopted without its config (adopt() it with one)");
   if (dir.empty() || dir[0] != '/') return invalid_argument("checkpoint dir must be absolute");
-  if (::mkdir(dir.c_str(), 0711) != 0) {
+  if (options.mac_key.size() < kCheckpointKeyBytes)
+    return invalid_argument("checkpoint: a key to seal it with is needed (mac_key)");
+  if (::mkdir(dir.c_str(), 0700) != 0) {
     if (errno != EEXIST) return sys_error("mkdir " + dir, errno);
     ABX_ASSIGN_OR_RETURN(bool empty, empty_dir(dir));
     if (!empty)
       return Error(ErrorCode::kFailedPrecondition, "checkpoint dir " + dir + " is not empty");
   }
-  // Searchable by all (not readable): the restored tree's first task, already in the sandbox's
-  // user namespace, looks up optional images (tty-info.img) there itself, and a 0700 directory
-  // answers EACCES where CRIU expects ENOENT. Its files stay 0600.
-  if (::chmod(dir.c_str(), 0711) != 0) return sys_error("chmod " + dir, errno);
+  // Root's only: the images hold the sandbox's memory and credentials. (restore() gives CRIU a
+  // private 0711 copy of the image list: see images_for_restore.)
+  if (::chmod(dir.c_str(), 0700) != 0) return sys_error("chmod " + dir, errno);
   ABX_TRY(criu_available(options.criu));
   const std::string freezer = st.cgroups.freezer_dir();
   if (freezer.empty())
@@ -560,20 +562,30 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
     info.layer_bytes = static_cast<std::uint64_t>(img.st_blocks) * 512;
   info.image_bytes = dir_bytes(dir, kRwImage);
 
-  // 5. The marker, last. A kept-frozen sandbox without its checkpoint runs on.
-  if (Status s = write_json(dir, describe_checkpoint(st, options, criu_version)); !s)
-    return options.keep_frozen ? with_resume(s.error()) : s.error();
+  // 5. The marker, then the seal over everything (the marker included): a checkpoint is
+  // complete with both. A kept-frozen sandbox without its checkpoint runs on.
+  const auto seal_at = Clock::now();
+  Status done = write_json(dir, describe_checkpoint(st, options, criu_version));
+  if (done) done = make_private(dir);
+  // keep_frozen: the layer is still the frozen sandbox's, whose unmount writes to it;
+  // release_checkpointed() seals its content.
+  if (done)
+    done = seal_checkpoint(
+        dir, options.mac_key,
+        options.keep_frozen ? std::vector<std::string>{kRwImage} : std::vector<std::string>{});
+  if (!done) return options.keep_frozen ? with_resume(done.error()) : done.error();
+  info.seal = since(seal_at);
   if (options.keep_frozen) info.frozen = since(frozen_at);
   info.total = since(t0);
   return info;
 }
 
-Status release_checkpointed(Sandbox& sb, const std::string& dir) {
+Status release_checkpointed(Sandbox& sb, const std::string& dir, std::string_view mac_key) {
   ABX_TRY(sb.destroy());
   if (!wait_loop_detached(dir + "/" + kRwImage))
     return Error(ErrorCode::kDeadlineExceeded,
                  "the writable layer of checkpoint " + dir + " is still loop-attached after 5 s");
-  return {};
+  return complete_seal(dir, mac_key);
 }
 
 Status recover(Sandbox& sb) {
@@ -819,10 +831,12 @@ Result<std::string> rewrite_userns_image(const std::string& image, std::uint32_t
 }
 
 // A private copy of the images in `dir` (hard links where the filesystem allows, copies
-// otherwise) at `to`, with every userns-*.img rewritten from `from` to `to_first`. The original
-// files are never written: the rewritten ones are new files.
-Status images_for_range(const std::string& dir, const std::string& to, std::uint32_t from,
-                        std::uint32_t to_first) {
+// otherwise) at `to`, with every userns-*.img rewritten from `from` to `to_first` when they
+// differ. The original files are never written: the rewritten ones are new files (0600, as
+// every file of a checkpoint). restore() hands it to CRIU idmapped (the restored tasks read
+// their images themselves, from inside the sandbox's user namespace).
+Status images_for_restore(const std::string& dir, const std::string& to, std::uint32_t from,
+                          std::uint32_t to_first) {
   if (::mkdir(to.c_str(), 0711) != 0) return sys_error("mkdir " + to, errno);
   if (::chmod(to.c_str(), 0711) != 0) return sys_error("chmod " + to, errno);
   DIR* d = ::opendir(dir.c_str());
@@ -830,19 +844,132 @@ Status images_for_range(const std::string& dir, const std::string& to, std::uint
   std::vector<std::string> names;
   while (dirent* e = ::readdir(d)) {
     std::string n = e->d_name;
-    if (e->d_type == DT_REG && n != kRwImage && n != kJsonFile) names.push_back(n);
+    if (e->d_type == DT_REG && n != kRwImage && n != kJsonFile && n != kSealFile)
+      names.push_back(n);
   }
   ::closedir(d);
   for (const auto& n : names) {
     const std::string src = dir + "/" + n, dst = to + "/" + n;
-    if (n.starts_with("userns-") && n.ends_with(".img")) {
+    if (from != to_first && n.starts_with("userns-") && n.ends_with(".img")) {
       ABX_ASSIGN_OR_RETURN(const std::string image, read_file(src, 1 << 20));
       ABX_ASSIGN_OR_RETURN(const std::string rewritten,
                            rewrite_userns_image(image, from, to_first));
       ABX_TRY(create_file(dst, rewritten));
+      if (::chmod(dst.c_str(), 0644) != 0) return sys_error("chmod " + dst, errno);
       continue;
     }
-    ABX_TRY(link_or_copy(src, dst));
+    if (n.starts_with("pages-")) {
+      ABX_TRY(link_or_copy(src, dst));
+      continue;
+    }
+    ABX_ASSIGN_OR_RETURN(const std::string data, read_file(src, 64 << 20));
+    ABX_TRY(create_file(dst, data));
+    if (::chmod(dst.c_str(), 0644) != 0) return sys_error("chmod " + dst, errno);
+  }
+  return {};
+}
+
+// The mount points in CRIU's mountpoints-*.img images (mnt_entry: mnt_id = 2,
+// parent_mnt_id = 4, mountpoint = 7) that sit directly on the root mount: the ones CRIU mounts
+// onto paths of the restored root itself. Mounts below other mounts (a tmpfs /dev's pts) are
+// made inside filesystems CRIU restores from the images, which the seal covers.
+Result<std::vector<std::string>> root_mount_targets(const std::string& images) {
+  struct Entry {
+    std::uint64_t id = 0, parent = 0;
+    std::string at;
+  };
+  std::vector<Entry> entries;
+  DIR* d = ::opendir(images.c_str());
+  if (!d) return sys_error("opendir " + images, errno);
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n.starts_with("mountpoints-") && n.ends_with(".img")) names.push_back(n);
+  }
+  ::closedir(d);
+  auto bad = [](const std::string& n, const char* why) {
+    return Error(ErrorCode::kFailedPrecondition, "checkpoint image " + n + ": " + why);
+  };
+  for (const auto& n : names) {
+    ABX_ASSIGN_OR_RETURN(const std::string image, read_file(images + "/" + n, 16 << 20));
+    if (image.size() < 8) return bad(n, "too short");
+    std::string_view rest = std::string_view(image).substr(8);  // the magics
+    while (rest.size() >= 4) {
+      std::uint32_t len = 0;
+      std::memcpy(&len, rest.data(), 4);
+      rest.remove_prefix(4);
+      if (len > rest.size()) return bad(n, "truncated entry");
+      std::string_view entry = rest.substr(0, len);
+      rest.remove_prefix(len);
+      Entry m;
+      while (!entry.empty()) {
+        std::uint64_t key = 0, v = 0;
+        if (!get_varint(entry, &key)) return bad(n, "bad field");
+        switch (key & 7) {
+          case 0:
+            if (!get_varint(entry, &v)) return bad(n, "bad varint");
+            if (key >> 3 == 2) m.id = v;
+            if (key >> 3 == 4) m.parent = v;
+            break;
+          case 1:
+          case 5: {
+            const std::size_t w = (key & 7) == 1 ? 8 : 4;
+            if (entry.size() < w) return bad(n, "truncated field");
+            entry.remove_prefix(w);
+            break;
+          }
+          case 2:
+            if (!get_varint(entry, &v) || v > entry.size()) return bad(n, "bad string");
+            if (key >> 3 == 7) m.at = std::string(entry.substr(0, v));
+            entry.remove_prefix(v);
+            break;
+          default:
+            return bad(n, "unknown wire type");
+        }
+      }
+      entries.push_back(std::move(m));
+    }
+  }
+  auto norm = [](std::string p) {
+    if (p.starts_with(".")) p.erase(0, 1);
+    return p;
+  };
+  std::vector<std::string> out;
+  for (const auto& root : entries) {
+    if (norm(root.at) != "/") continue;
+    for (const auto& m : entries)
+      if (m.parent == root.id && &m != &root && norm(m.at) != "/") out.push_back(norm(m.at));
+  }
+  return out;
+}
+
+// Refuses a restore when a mount target — every mount CRIU puts directly on the root, and every
+// bind of `config` — has a symlink (or `..` out of the root) anywhere on its way in the root
+// overlay `root`: CRIU would mount onto wherever the link points. A target that does not exist
+// yet is fine (what exists of its path has no symlink).
+Status check_mount_targets(int root, const std::string& images, const SandboxConfig& config) {
+  ABX_ASSIGN_OR_RETURN(std::vector<std::string> targets, root_mount_targets(images));
+  for (const auto& b : config.binds) targets.push_back(b.target);
+  for (const auto& t : targets) {
+    std::string rel = t;
+    while (rel.starts_with("/")) rel.erase(0, 1);
+    if (rel.empty()) continue;
+    open_how how{};
+    how.flags = O_PATH | O_CLOEXEC;  // not O_NOFOLLOW: a final symlink is then ELOOP too
+    how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_BENEATH;
+    const long fd = ::syscall(SYS_openat2, root, rel.c_str(), &how, sizeof how);
+    if (fd >= 0) {
+      ::close(static_cast<int>(fd));
+      continue;
+    }
+    const int err = errno;
+    if (err == ENOENT) continue;
+    return Error(ErrorCode::kFailedPrecondition,
+                 "restore refused: the mount target " + t + " in the sandbox's saved root " +
+                     (err == ELOOP   ? "is or passes through a symlink"
+                      : err == EXDEV ? "leads out of the root"
+                                     : "cannot be resolved (" + errno_name(err) + ")") +
+                     "; CRIU would mount onto wherever it leads");
   }
   return {};
 }
@@ -871,6 +998,26 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
                         const RestoreOptions& options) {
   // 0. The checkpoint and the config must agree before anything is made.
   if (dir.empty() || dir[0] != '/') return invalid_argument("checkpoint dir must be absolute");
+  if (options.mac_key.size() < kCheckpointKeyBytes)
+    return invalid_argument("restore: the key its checkpoint was sealed with is needed (mac_key)");
+  // The seal first: nothing of a checkpoint is read before it is known to be abxd's own.
+  if (struct stat js; ::lstat((dir + "/" + kJsonFile).c_str(), &js) != 0 && errno == ENOENT)
+    return Error(ErrorCode::kNotFound, "no checkpoint in " + dir + " (no " + kJsonFile + ")");
+  if (seal_pending(dir)) {
+    // A keep_frozen checkpoint committed but not released (its owner died, or destroyed the
+    // sandbox itself): its layer is final once no loop device holds it.
+    if (!wait_loop_detached(dir + "/" + kRwImage))
+      return Error(ErrorCode::kFailedPrecondition,
+                   "restore: the writable layer of " + dir +
+                       " is still in use by a sandbox (release_checkpointed() it first)");
+    ABX_TRY(complete_seal(dir, options.mac_key));
+  }
+  ABX_TRY(verify_checkpoint(dir, options.mac_key));
+  // link_layer: the checkpoint's layer becomes this restore's, and mounting it writes to it. Its
+  // seal goes back to pending first, so a restore that fails or is cut short (the checkpoint is
+  // kept for a retry) leaves a checkpoint the next restore seals again once the layer is free,
+  // rather than one that no longer matches its seal.
+  if (options.link_layer) ABX_TRY(seal_checkpoint(dir, options.mac_key, {kRwImage}));
   ABX_ASSIGN_OR_RETURN(const Saved saved, read_checkpoint(dir));
   ABX_TRY(validate(config));
   if (config.rootfs == RootfsMode::kHost || !config.userns.enabled ||
@@ -938,7 +1085,7 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
 
   // 2. The checkpoint's slot if it is free (its uid range is in CRIU's userns image); else
   // (a fork: the checkpointed sandbox still runs) another, with that image rewritten.
-  std::string images = dir;
+  std::string images;
   if (auto exact = claim_slot_exact(config.userns, saved.slot); exact) {
     st->slot = saved.slot;
   } else if (exact.error().code() == ErrorCode::kResourceExhausted) {
@@ -950,10 +1097,10 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
   st->registry = config.userns.registry;
   st->root_id = slot_first_id(config.userns, *st->slot);
   ABX_TRY(write_userns_record(*st));
-  if (st->root_id != saved.root_host_id) {
-    images = st->dir + "/images";
-    ABX_TRY(images_for_range(dir, images, saved.root_host_id, st->root_id));
-  }
+  // Always a private copy: CRIU needs a directory it can search from inside the sandbox's user
+  // namespace (the checkpoint's is root's only), and it writes its stats there.
+  images = st->dir + "/images";
+  ABX_TRY(images_for_restore(dir, images, saved.root_host_id, st->root_id));
 
   // 3. Root and binds, idmapped as spawn() makes them, attached under the stage for CRIU. The
   // state dir names the stage first: if this owner dies from here on, cleanup_stale() finds the
@@ -965,10 +1112,24 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
     ABX_ASSIGN_OR_RETURN(IdmapHolder holder, IdmapHolder::make(st->root_id));
     const Idmap idmap{holder.userns(), st->root_id};
     ABX_ASSIGN_OR_RETURN(UniqueFd root, make_root_overlay(config, st->dir, idmap));
+    // CRIU mounts onto paths in this root and would follow a symlink there out of it (a
+    // writable layer's /opt/abx -> /etc made a host path the bind's target).
+    ABX_TRY(check_mount_targets(root.get(), images, config));
     ABX_ASSIGN_OR_RETURN(std::vector<UniqueFd> binds, make_bind_mounts(config, idmap));
     const std::string root_at = stage + "/root";
     if (::mkdir(root_at.c_str(), 0755) != 0) return sys_error("mkdir " + root_at, errno);
     ABX_TRY(attach_at(root.get(), root_at));
+    // The images, idmapped as the root is: the restored tasks, in the sandbox's user namespace,
+    // open their own images, and through this mount root's 0600 files are their owner's.
+    // Read-only: nothing in the tree may change what the other tasks read.
+    ABX_ASSIGN_OR_RETURN(UniqueFd imgs, clone_tree(images,
+                                                   MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+                                                       MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                                                   idmap));
+    const std::string images_at = stage + "/images";
+    if (::mkdir(images_at.c_str(), 0700) != 0) return sys_error("mkdir " + images_at, errno);
+    ABX_TRY(attach_at(imgs.get(), images_at));
+    images = images_at;
     for (std::size_t i = 0; i < binds.size(); ++i) {
       const std::string at = stage + "/" + bind_key(i);
       struct stat src;
@@ -1023,8 +1184,10 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
   ABX_ASSIGN_OR_RETURN(st->netns, open_fd("/proc/" + std::to_string(pid) + "/ns/net", O_RDONLY));
   if (config.id != saved.id) ABX_TRY(set_hostname(st->pid, config.id));
   if (config.veth.enabled) ABX_TRY(connect_veth(config, *st));
-  // The restored mount namespace has its own copies of the staged mounts.
+  // The restored mount namespace has its own copies of the staged mounts. The images' links
+  // go too (they would keep a deleted checkpoint's pages on disk).
   remove_stage(stage);
+  (void)remove_tree(st->dir + "/images");
   ::unlink((st->dir + "/" + kStageFile).c_str());
   ::unlink(pidfile.c_str());
 

@@ -5,6 +5,7 @@
 #include "abx/runtime/checkpoint.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <net/if.h>
 #include <sched.h>
 #include <string.h>
@@ -32,6 +33,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+
+// The tests' checkpoint key (abxd's is random, in its home).
+const std::string kKey(kCheckpointKeyBytes, 'k');
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p);
@@ -149,7 +153,7 @@ class CheckpointTest : public ::testing::Test {
     auto sb = spawn_counter(c, first);
     if (!sb) return "";
     const std::string dir = tmp_.string() + "/ck";
-    if (auto info = checkpoint(*sb, dir); !info) {
+    if (auto info = checkpoint(*sb, dir, {.mac_key = kKey}); !info) {
       ADD_FAILURE() << "checkpoint: " << info.error().to_string();
       return "";
     }
@@ -212,7 +216,7 @@ TEST_F(CheckpointTest, PauseToDiskThenRestoreContinuesCounting) {
   const std::string host_if = sb->veth()->host_if;
   const std::string dir = tmp_.string() + "/ck";
 
-  auto info = checkpoint(*sb, dir);
+  auto info = checkpoint(*sb, dir, {.mac_key = kKey});
   ASSERT_TRUE(info.ok()) << info.error().to_string();
   std::cout << "checkpoint: dump " << info->dump.count() << " ms, frozen " << info->frozen.count()
             << " ms, total " << info->total.count() << " ms, images " << info->image_bytes
@@ -227,7 +231,7 @@ TEST_F(CheckpointTest, PauseToDiskThenRestoreContinuesCounting) {
 
   for (int round = 0; round < 2; ++round) {  // the checkpoint is left intact: restore it twice
     const auto t0 = std::chrono::steady_clock::now();
-    auto back = restore(dir, c);
+    auto back = restore(dir, c, {.mac_key = kKey});
     ASSERT_TRUE(back.ok()) << back.error().to_string();
     std::cout << "restore: "
               << std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -275,9 +279,9 @@ TEST_F(CheckpointTest, AConnectionNotYetAcceptedDoesNotFailThePause) {
   ASSERT_TRUE(before);
 
   const std::string dir = tmp_.string() + "/ck";
-  auto info = checkpoint(*sb, dir);
+  auto info = checkpoint(*sb, dir, {.mac_key = kKey});
   ASSERT_TRUE(info.ok()) << info.error().to_string();
-  auto back = restore(dir, c);
+  auto back = restore(dir, c, {.mac_key = kKey});
   ASSERT_TRUE(back.ok()) << back.error().to_string();
   EXPECT_EQ(back->cgroups().pids().size(), 2u);
   expect_running(*back, *before);
@@ -298,9 +302,9 @@ TEST_F(CheckpointTest, RestoredSandboxPausesToDiskAgain) {
   Count last = first;
   for (int round = 0; round < 2; ++round) {
     const std::string dir = tmp_.string() + "/ck" + std::to_string(round);
-    auto info = checkpoint(*cur, dir);
+    auto info = checkpoint(*cur, dir, {.mac_key = kKey});
     ASSERT_TRUE(info.ok()) << "round " << round << ": " << info.error().to_string();
-    auto back = restore(dir, c);
+    auto back = restore(dir, c, {.mac_key = kKey});
     ASSERT_TRUE(back.ok()) << "round " << round << ": " << back.error().to_string();
     cur.emplace(std::move(back).value());
     auto now = request(*cur, cur->upper_dir());
@@ -323,7 +327,7 @@ TEST_F(CheckpointTest, SnapshotKeepsRunningAndTwoForksOfItDiverge) {
   auto sb = spawn_counter(c, &first);
   ASSERT_TRUE(sb);
   const std::string dir = tmp_.string() + "/snap";
-  auto info = checkpoint(*sb, dir, {.leave_running = true});
+  auto info = checkpoint(*sb, dir, {.leave_running = true, .mac_key = kKey});
   ASSERT_TRUE(info.ok()) << info.error().to_string();
   std::cout << "snapshot: dump " << info->dump.count() << " ms, frozen " << info->frozen.count()
             << " ms, total " << info->total.count() << " ms\n";
@@ -335,7 +339,7 @@ TEST_F(CheckpointTest, SnapshotKeepsRunningAndTwoForksOfItDiverge) {
     SandboxConfig fc = c;
     fc.id = testing::unique_id("fork");
     const auto t0 = std::chrono::steady_clock::now();
-    auto f = restore(dir, fc);
+    auto f = restore(dir, fc, {.mac_key = kKey});
     ASSERT_TRUE(f.ok()) << f.error().to_string();
     std::cout << "fork restore: "
               << std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -416,11 +420,11 @@ TEST_F(CheckpointTest, KeepFrozenThenReleaseThenRestoreWithALinkedLayer) {
   auto before = request(*sb, sb->upper_dir());
   ASSERT_TRUE(before);
   const std::string dir = tmp_.string() + "/ck";
-  auto bad = checkpoint(*sb, dir, {.keep_frozen = true});  // without leave_running
+  auto bad = checkpoint(*sb, dir, {.keep_frozen = true, .mac_key = kKey});  // without leave_running
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().code(), ErrorCode::kInvalidArgument);
 
-  auto info = checkpoint(*sb, dir, {.leave_running = true, .keep_frozen = true});
+  auto info = checkpoint(*sb, dir, {.leave_running = true, .keep_frozen = true, .mac_key = kKey});
   ASSERT_TRUE(info.ok()) << info.error().to_string();
   std::cout << "keep_frozen: dump " << info->dump.count() << " ms, total " << info->total.count()
             << " ms\n";
@@ -431,13 +435,21 @@ TEST_F(CheckpointTest, KeepFrozenThenReleaseThenRestoreWithALinkedLayer) {
   EXPECT_EQ(::if_nametoindex(sb->veth()->host_if.c_str()), 0u);
   EXPECT_EQ(inode_of(dir + "/rw.img"), inode_of(sb->state_path() + "/rw.img"));
   EXPECT_TRUE(fs::exists(dir + "/checkpoint.json"));
+  // The layer (the frozen sandbox's still) is sealed by release_checkpointed(), not before.
+  EXPECT_TRUE(seal_pending(dir));
+  auto early = verify_checkpoint(dir, kKey);
+  ASSERT_FALSE(early.ok());
+  EXPECT_NE(early.error().message().find("rw.img was never sealed"), std::string::npos)
+      << early.error().message();
 
   const auto cgroups = sb->cgroups().dirs();
-  ASSERT_TRUE(release_checkpointed(*sb, dir).ok());
+  ASSERT_TRUE(release_checkpointed(*sb, dir, kKey).ok());
+  EXPECT_FALSE(seal_pending(dir));
+  EXPECT_TRUE(verify_checkpoint(dir, kKey).ok());
   for (pid_t p : pids) EXPECT_FALSE(alive(p)) << p;
   expect_no_leftovers(c.id, cgroups);  // no loop device left on the checkpoint's layer either
 
-  auto back = restore(dir, c, {.link_layer = true});
+  auto back = restore(dir, c, {.link_layer = true, .mac_key = kKey});
   ASSERT_TRUE(back.ok()) << back.error().to_string();
   EXPECT_EQ(inode_of(dir + "/rw.img"), inode_of(back->state_path() + "/rw.img"));
   EXPECT_EQ(slurp(back->upper_dir() + "/count.started"), first.token + "\n");
@@ -463,7 +475,7 @@ TEST_F(CheckpointTest, KeepFrozenThenRecoverRunsOn) {
   ASSERT_TRUE(recover(*sb).ok());  // running with its link: nothing to do
   expect_running(*sb, first);
   const std::string dir = tmp_.string() + "/ck";
-  auto info = checkpoint(*sb, dir, {.leave_running = true, .keep_frozen = true});
+  auto info = checkpoint(*sb, dir, {.leave_running = true, .keep_frozen = true, .mac_key = kKey});
   ASSERT_TRUE(info.ok()) << info.error().to_string();
   EXPECT_TRUE(frozen(*sb));
   EXPECT_EQ(::if_nametoindex(sb->veth()->host_if.c_str()), 0u);
@@ -474,7 +486,7 @@ TEST_F(CheckpointTest, KeepFrozenThenRecoverRunsOn) {
 
   // Its layer is mounted by the frozen sandbox: a restore that would link it refuses (after
   // waiting 5 s for a detach that does not come).
-  auto twice = restore(dir, c, {.link_layer = true});
+  auto twice = restore(dir, c, {.link_layer = true, .mac_key = kKey});
   ASSERT_FALSE(twice.ok());
   EXPECT_EQ(twice.error().code(), ErrorCode::kFailedPrecondition) << twice.error().to_string();
 
@@ -486,13 +498,14 @@ TEST_F(CheckpointTest, KeepFrozenThenRecoverRunsOn) {
 
   // Committed with a plain destroy(): restore() waits for the old loop device itself.
   const std::string again = tmp_.string() + "/again";
-  ASSERT_TRUE(checkpoint(*sb, again, {.leave_running = true, .keep_frozen = true}).ok());
+  ASSERT_TRUE(
+      checkpoint(*sb, again, {.leave_running = true, .keep_frozen = true, .mac_key = kKey}).ok());
   const auto cgroups = sb->cgroups().dirs();
   ASSERT_TRUE(sb->destroy().ok());
   auto r = recover(*sb);
   EXPECT_FALSE(r.ok());
   EXPECT_EQ(r.error().code(), ErrorCode::kFailedPrecondition);
-  auto back = restore(again, c, {.link_layer = true});
+  auto back = restore(again, c, {.link_layer = true, .mac_key = kKey});
   ASSERT_TRUE(back.ok()) << back.error().to_string();
   auto after = request(*back, back->upper_dir());
   ASSERT_TRUE(after);
@@ -516,7 +529,7 @@ TEST_F(CheckpointTest, AdoptedWithItsConfigCheckpointsAndRecovers) {
   {
     auto blind = Sandbox::adopt(state_, c.id);
     ASSERT_TRUE(blind.ok()) << blind.error().to_string();
-    auto r = checkpoint(*blind, tmp_.string() + "/refused");
+    auto r = checkpoint(*blind, tmp_.string() + "/refused", {.mac_key = kKey});
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.error().code(), ErrorCode::kFailedPrecondition) << r.error().to_string();
     blind->detach();
@@ -531,9 +544,9 @@ TEST_F(CheckpointTest, AdoptedWithItsConfigCheckpointsAndRecovers) {
   ASSERT_TRUE(a.ok()) << a.error().to_string();
   EXPECT_EQ(a->pid(), init);
   // An owner dies between a keep_frozen dump and its commit...
-  ASSERT_TRUE(
-      checkpoint(*a, tmp_.string() + "/abandoned", {.leave_running = true, .keep_frozen = true})
-          .ok());
+  ASSERT_TRUE(checkpoint(*a, tmp_.string() + "/abandoned",
+                         {.leave_running = true, .keep_frozen = true, .mac_key = kKey})
+                  .ok());
   EXPECT_TRUE(frozen(*a));
   a->detach();
   // ...and the next one adopts the frozen sandbox and recovers it.
@@ -546,7 +559,7 @@ TEST_F(CheckpointTest, AdoptedWithItsConfigCheckpointsAndRecovers) {
   expect_running(*b, first);
 
   const std::string dir = tmp_.string() + "/snap";
-  auto info = checkpoint(*b, dir, {.leave_running = true});
+  auto info = checkpoint(*b, dir, {.leave_running = true, .mac_key = kKey});
   ASSERT_TRUE(info.ok()) << info.error().to_string();
   auto now = request(*b, b->upper_dir());
   ASSERT_TRUE(now);
@@ -556,7 +569,7 @@ TEST_F(CheckpointTest, AdoptedWithItsConfigCheckpointsAndRecovers) {
   ::waitpid(init, nullptr, 0);  // still our child: spawned here
   expect_no_leftovers(c.id, cgroups);
 
-  auto back = restore(dir, c);
+  auto back = restore(dir, c, {.mac_key = kKey});
   ASSERT_TRUE(back.ok()) << back.error().to_string();
   auto after = request(*back, back->upper_dir());
   ASSERT_TRUE(after);
@@ -575,12 +588,13 @@ TEST_F(CheckpointTest, FailedDumpLeavesTheSandboxRunning) {
 
   // No criu, or one whose check fails: refused before the sandbox is touched.
   for (const char* criu : {"/nonexistent/criu", "/bin/false"}) {
-    auto r = checkpoint(*sb, tmp_.string() + "/ck-" + std::to_string(criu[1]), {.criu = criu});
+    auto r = checkpoint(*sb, tmp_.string() + "/ck-" + std::to_string(criu[1]),
+                        {.criu = criu, .mac_key = kKey});
     ASSERT_FALSE(r.ok()) << criu;
     EXPECT_EQ(r.error().code(), ErrorCode::kFailedPrecondition) << r.error().to_string();
   }
   // An images dir that cannot be made.
-  auto r = checkpoint(*sb, "/proc/abx-no-such/ck");
+  auto r = checkpoint(*sb, "/proc/abx-no-such/ck", {.mac_key = kKey});
   ASSERT_FALSE(r.ok());
 
   // A dump that fails after the freeze and the veth's removal: both are undone.
@@ -588,7 +602,7 @@ TEST_F(CheckpointTest, FailedDumpLeavesTheSandboxRunning) {
   std::ofstream(fake) << "#!/bin/sh\ncase \"$1\" in check|--version) exit 0;; esac\n"
                          "echo 'Error (fake-criu): dump refused' >&2\nexit 1\n";
   fs::permissions(fake, fs::perms::owner_all);
-  r = checkpoint(*sb, tmp_.string() + "/ck-fake", {.criu = fake});
+  r = checkpoint(*sb, tmp_.string() + "/ck-fake", {.criu = fake, .mac_key = kKey});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code(), ErrorCode::kInternal);
   EXPECT_NE(r.error().message().find("dump refused"), std::string::npos) << r.error().message();
@@ -615,7 +629,7 @@ TEST_F(CheckpointTest, DumpIsRecordedBeforeCriuRuns) {
                          "echo \"$$ $(cat " +
                              sb->state_path() + "/criu.pid)\" > " + seen + "\nexit 1\n";
   fs::permissions(fake, fs::perms::owner_all);
-  auto r = checkpoint(*sb, tmp_.string() + "/ck-recorded", {.criu = fake});
+  auto r = checkpoint(*sb, tmp_.string() + "/ck-recorded", {.criu = fake, .mac_key = kKey});
   ASSERT_FALSE(r.ok());  // the fake fails the dump: the sandbox runs on
   // "<the fake's pid> <the record: pid, start time>"
   std::istringstream line(slurp(seen));
@@ -651,7 +665,8 @@ TEST_F(CheckpointTest, CriuPastItsTimeLimitIsKilledWithItsGroupAndNothingIsLost)
   auto sb = spawn_counter(c, &first);
   ASSERT_TRUE(sb);
   const auto t0 = std::chrono::steady_clock::now();
-  auto r = checkpoint(*sb, tmp_.string() + "/ck-hung", {.criu = fake, .criu_timeout = 1s});
+  auto r = checkpoint(*sb, tmp_.string() + "/ck-hung",
+                      {.criu = fake, .criu_timeout = 1s, .mac_key = kKey});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code(), ErrorCode::kDeadlineExceeded) << r.error().to_string();
   EXPECT_NE(r.error().message().find("did not finish in time"), std::string::npos)
@@ -667,7 +682,7 @@ TEST_F(CheckpointTest, CriuPastItsTimeLimitIsKilledWithItsGroupAndNothingIsLost)
   ASSERT_FALSE(dir.empty());
   const auto files = listing(dir);
   fs::remove(child_pid);
-  auto restored = restore(dir, c2, {.criu = fake, .criu_timeout = 1s});
+  auto restored = restore(dir, c2, {.criu = fake, .criu_timeout = 1s, .mac_key = kKey});
   ASSERT_FALSE(restored.ok());
   EXPECT_EQ(restored.error().code(), ErrorCode::kDeadlineExceeded) << restored.error().to_string();
   EXPECT_TRUE(child_gone());
@@ -678,7 +693,7 @@ TEST_F(CheckpointTest, CriuPastItsTimeLimitIsKilledWithItsGroupAndNothingIsLost)
   auto l = CgroupLayout::detect();
   expect_no_leftovers(c2.id, SandboxCgroups::existing(*l, "abx", c2.id).dirs());
   // The real criu restores it afterwards: the killed attempt changed nothing.
-  auto again = restore(dir, c2);
+  auto again = restore(dir, c2, {.mac_key = kKey});
   ASSERT_TRUE(again.ok()) << again.error().to_string();
   auto n = request(*again, again->upper_dir());
   ASSERT_TRUE(n.has_value());
@@ -736,7 +751,7 @@ TEST_F(CheckpointTest, FullDiskIsInsufficientStorageAndLeavesTheSandboxRunning) 
   const std::string full = tmp_.string() + "/full";
   fs::create_directories(full);
   ASSERT_EQ(::mount("abx-full", full.c_str(), "tmpfs", 0, "size=64k"), 0);
-  auto r = checkpoint(*sb, full + "/ck");
+  auto r = checkpoint(*sb, full + "/ck", {.mac_key = kKey});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code(), ErrorCode::kInsufficientStorage) << r.error().to_string();
   EXPECT_FALSE(fs::exists(full + "/ck/checkpoint.json"));
@@ -746,14 +761,14 @@ TEST_F(CheckpointTest, FullDiskIsInsufficientStorageAndLeavesTheSandboxRunning) 
 
 TEST_F(CheckpointTest, RestoreOfAMissingOrCorruptCheckpointSaysWhyAndDeletesNothing) {
   SandboxConfig c = counter_config();
-  auto r = restore(tmp_.string() + "/none", c);
+  auto r = restore(tmp_.string() + "/none", c, {.mac_key = kKey});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code(), ErrorCode::kNotFound) << r.error().to_string();
 
   const std::string junk = tmp_.string() + "/junk";
   fs::create_directories(junk);
   std::ofstream(junk + "/checkpoint.json") << "{not json";
-  r = restore(junk, c);
+  r = restore(junk, c, {.mac_key = kKey});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code(), ErrorCode::kFailedPrecondition) << r.error().to_string();
   EXPECT_TRUE(fs::exists(junk + "/checkpoint.json"));
@@ -763,8 +778,10 @@ TEST_F(CheckpointTest, RestoreOfAMissingOrCorruptCheckpointSaysWhyAndDeletesNoth
   const std::string dir = checkpointed_counter(c, &first);
   ASSERT_FALSE(dir.empty());
   std::ofstream(dir + "/pstree.img", std::ios::trunc) << "garbage, not a CRIU image";
+  // Sealed again (damage from before the seal, as a CRIU bug would leave): CRIU's own check.
+  ASSERT_TRUE(seal_checkpoint(dir, kKey).ok());
   const auto files = listing(dir);
-  r = restore(dir, c);
+  r = restore(dir, c, {.mac_key = kKey});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code(), ErrorCode::kInternal) << r.error().to_string();
   EXPECT_NE(r.error().message().find("criu restore"), std::string::npos) << r.error().message();
@@ -778,6 +795,331 @@ TEST_F(CheckpointTest, RestoreOfAMissingOrCorruptCheckpointSaysWhyAndDeletesNoth
   // The slot the failed restore claimed went back: no claim names this process.
   for (const auto& e : fs::directory_iterator(c.userns.registry))
     EXPECT_NE(slurp(e.path()).rfind(std::to_string(::getpid()) + " ", 0), 0u) << e.path();
+}
+
+// --- Checkpoints are private and sealed -------------------------------------------------------
+
+// Every entry of the tree under `dir` with its mode and owner: "<path> <mode> <uid>".
+std::vector<std::string> modes_under(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    struct stat st;
+    if (::lstat(e.path().c_str(), &st) != 0) continue;
+    char m[8];
+    std::snprintf(m, sizeof m, "%04o", st.st_mode & 07777);
+    out.push_back(e.path().string() + " " + (S_ISDIR(st.st_mode) ? "d" : "") + m + " " +
+                  std::to_string(st.st_uid));
+  }
+  return out;
+}
+
+// Whether host uid 65534 can open `name` for reading through a descriptor of its directory
+// (so only the directory's own mode counts, not its parents').
+bool readable_by_nobody(const std::string& dir, const std::string& name) {
+  int d = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (d < 0) return false;
+  pid_t child = ::fork();
+  if (child == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(65534, 65534, 65534) != 0 ||
+        ::setresuid(65534, 65534, 65534) != 0)
+      _exit(2);
+    _exit(::openat(d, name.c_str(), O_RDONLY | O_CLOEXEC) >= 0 ? 0 : 1);
+  }
+  ::close(d);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+TEST_F(CheckpointTest, CheckpointsAreRootOnlyAndRepaired) {
+  SandboxConfig c = counter_config();
+  Count first;
+  auto sb = spawn_counter(c, &first);
+  ASSERT_TRUE(sb.has_value());
+  const std::string dir = tmp_.string() + "/private";
+  auto info = checkpoint(*sb, dir, {.leave_running = true, .mac_key = kKey});
+  ASSERT_TRUE(info.ok()) << info.error().to_string();
+  std::cout << "seal of " << (info->image_bytes >> 10) << " KiB of images and "
+            << (info->layer_bytes >> 10) << " KiB of layer: " << info->seal.count() << " ms\n";
+  int files = 0;
+  for (const auto& line : modes_under(dir)) {
+    const bool is_dir = line.find(" d0") != std::string::npos;
+    EXPECT_NE(line.find(is_dir ? " d0700 0" : " 0600 0"), std::string::npos) << line;
+    files += is_dir ? 0 : 1;
+  }
+  EXPECT_GT(files, 5);
+  struct stat st;
+  ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  EXPECT_FALSE(readable_by_nobody(dir, "pages-1.img"));
+  EXPECT_FALSE(readable_by_nobody(dir, "checkpoint.json"));
+  // Control: the same file, world-readable in a 0755 directory, is readable by that uid.
+  const std::string open_dir = tmp_.string() + "/open";
+  fs::create_directories(open_dir);
+  fs::permissions(open_dir, fs::perms(0755));
+  fs::copy_file(dir + "/pages-1.img", open_dir + "/pages-1.img");
+  fs::permissions(open_dir + "/pages-1.img", fs::perms(0644));
+  EXPECT_TRUE(readable_by_nobody(open_dir, "pages-1.img"));
+
+  // Opened up, it is refused (the modes are sealed) until make_private() repairs it.
+  ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
+  ASSERT_EQ(::chmod((dir + "/pages-1.img").c_str(), 0644), 0);
+  auto v = verify_checkpoint(dir, kKey);
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.error().message().find("pages-1.img changed (mode 0600 -> 0644)"), std::string::npos)
+      << v.error().message();
+  EXPECT_TRUE(readable_by_nobody(dir, "pages-1.img"));
+  ASSERT_TRUE(make_private(dir).ok());
+  EXPECT_FALSE(readable_by_nobody(dir, "pages-1.img"));
+  ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  EXPECT_TRUE(verify_checkpoint(dir, kKey).ok());
+  ASSERT_TRUE(sb->destroy().ok());
+}
+
+TEST(CheckpointKey, MadeOnceRootOnlyAndRefusedWhenOthersCanReadIt) {
+  abx::testing::TempDir tmp("abx-ck-key");
+  const std::string path = tmp.string() + "/checkpoint.key";
+  auto k = load_checkpoint_key(path);
+  ASSERT_TRUE(k.ok()) << k.error().to_string();
+  EXPECT_EQ(k->size(), kCheckpointKeyBytes);
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  auto again = load_checkpoint_key(path);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *k);
+  EXPECT_NE(*load_checkpoint_key(tmp.string() + "/other.key"), *k);  // random
+  ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
+  auto open = load_checkpoint_key(path);
+  ASSERT_FALSE(open.ok());
+  EXPECT_EQ(open.error().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_NE(open.error().message().find("0644"), std::string::npos) << open.error().message();
+}
+
+// The bytes of `path` with the first `from` replaced by `to` (same length); false if absent.
+bool replace_in_file(const std::string& path, const std::string& from, const std::string& to) {
+  std::string data = slurp(path);
+  auto at = data.find(from);
+  if (at == std::string::npos || from.size() != to.size()) return false;
+  data.replace(at, from.size(), to);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << data;
+  return true;
+}
+
+// A checkpoint changed on disk in any way is refused before anything is made, naming what
+// changed, and stays as it was: undone, it restores and the counter counts on.
+TEST_F(CheckpointTest, TamperedCheckpointIsRefusedAndNothingIsLost) {
+  SandboxConfig c = counter_config();
+  Count first;
+  const std::string dir = checkpointed_counter(c, &first);
+  ASSERT_FALSE(dir.empty());
+  std::string mountpoints, core;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename();
+    if (n.starts_with("mountpoints-")) mountpoints = e.path();
+    if (n == "core-1.img") core = e.path();
+  }
+  ASSERT_FALSE(mountpoints.empty());
+  ASSERT_FALSE(core.empty());
+  const std::string saved_mounts = slurp(mountpoints), saved_core = slurp(core);
+  auto refused = [&](const std::string& what, const std::string& expect,
+                     const std::string& key = kKey) {
+    SCOPED_TRACE(what);
+    SandboxConfig again = c;
+    auto r = restore(dir, again, {.mac_key = key});
+    ASSERT_FALSE(r.ok()) << what << " was restored";
+    EXPECT_EQ(r.error().code(), ErrorCode::kFailedPrecondition) << r.error().to_string();
+    EXPECT_NE(r.error().message().find("failed its integrity check"), std::string::npos)
+        << r.error().message();
+    EXPECT_NE(r.error().message().find(expect), std::string::npos) << r.error().message();
+    std::cout << what << ": " << r.error().message() << "\n";
+    EXPECT_FALSE(fs::exists(state_ + "/" + c.id));
+  };
+  const std::string name_of_mounts = fs::path(mountpoints).filename();
+  // A mount target changed: the bind's /abx/probe made /abx/proc_ (same length).
+  ASSERT_TRUE(replace_in_file(mountpoints, testing::kProbeInside, "/abx/proc_"));
+  refused("changed mount target", name_of_mounts + " changed (content)");
+  std::ofstream(mountpoints, std::ios::binary | std::ios::trunc) << saved_mounts;
+  // A credentials entry changed: the init's core image (its creds) with one byte flipped in
+  // the middle, as a rewritten uid or capability mask would be.
+  {
+    std::string flipped = saved_core;
+    flipped[flipped.size() / 2] ^= 0x01;
+    std::ofstream(core, std::ios::binary | std::ios::trunc) << flipped;
+  }
+  refused("modified creds entry", "core-1.img changed (content)");
+  std::ofstream(core, std::ios::binary | std::ios::trunc) << saved_core;
+  ASSERT_TRUE(verify_checkpoint(dir, kKey).ok());
+  // A file added, one removed, a symlink in place of an image, a mode opened up.
+  std::ofstream(dir + "/extra.img") << "x";
+  refused("added file", "extra.img was added");
+  fs::remove(dir + "/extra.img");
+  fs::rename(dir + "/inventory.img", tmp_.string() + "/inventory.img");
+  refused("removed file", "inventory.img was removed");
+  fs::rename(tmp_.string() + "/inventory.img", dir + "/inventory.img");
+  fs::rename(dir + "/pstree.img", tmp_.string() + "/pstree.img");
+  fs::create_symlink("/etc/passwd", dir + "/pstree.img");
+  refused("symlinked image", "pstree.img changed (type f -> l");
+  fs::remove(dir + "/pstree.img");
+  fs::rename(tmp_.string() + "/pstree.img", dir + "/pstree.img");
+  // The seal itself: another key, a rewritten list.
+  refused("another key", "does not match abxd's checkpoint key", std::string(32, 'x'));
+  const std::string seal = slurp(dir + "/" + kSealFile);
+  ASSERT_TRUE(replace_in_file(dir + "/" + kSealFile, " 0600 ", " 0644 "));
+  refused("rewritten seal", "does not match abxd's checkpoint key");
+  std::ofstream(dir + "/" + kSealFile, std::ios::trunc) << seal;
+  // A 0644 copy of the layer written back by a careless backup: sealed mode differs.
+  ASSERT_EQ(::chmod((dir + "/rw.img").c_str(), 0644), 0);
+  refused("opened mode", std::string("rw.img") + " changed (mode 0600 -> 0644)");
+  ASSERT_EQ(::chmod((dir + "/rw.img").c_str(), 0600), 0);
+  // The layer's content (one byte in the ext4 superblock's volume name area).
+  {
+    int fd = ::open((dir + "/rw.img").c_str(), O_RDWR | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    char b = 0;
+    ASSERT_EQ(::pread(fd, &b, 1, 1024 + 120), 1);
+    char x = static_cast<char>(b ^ 0x20);
+    ASSERT_EQ(::pwrite(fd, &x, 1, 1024 + 120), 1);
+    refused("layer content", std::string("rw.img") + " changed (content)");
+    ASSERT_EQ(::pwrite(fd, &b, 1, 1024 + 120), 1);
+    ::close(fd);
+  }
+
+  // Nothing lost: as it was, it restores, counting on.
+  auto back = restore(dir, c, {.mac_key = kKey});
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  expect_running(*back, first);
+  ASSERT_TRUE(back->destroy().ok());
+}
+
+// A symlink in the writable layer where a mount target is (here the probe's bind target,
+// /abx/probe, pointing at a host file) is never mounted through: the restore is refused.
+TEST_F(CheckpointTest, SymlinkedMountTargetInTheLayerIsRefused) {
+  SandboxConfig c = counter_config();
+  Count first;
+  auto sb = spawn_counter(c, &first);
+  ASSERT_TRUE(sb.has_value());
+  const std::string host_file = tmp_.string() + "/host-target";
+  std::ofstream(host_file) << "host\n";
+  // In the layer, under the bind: the sandbox never sees it until a restore mounts onto it.
+  const std::string planted = sb->upper_dir() + testing::kProbeInside;
+  fs::remove(planted);
+  fs::create_symlink(host_file, planted);
+  const std::string dir = tmp_.string() + "/ck-link";
+  auto info = checkpoint(*sb, dir, {.mac_key = kKey});
+  ASSERT_TRUE(info.ok()) << info.error().to_string();
+  auto r = restore(dir, c, {.mac_key = kKey});
+  ASSERT_FALSE(r.ok()) << "restored with a symlinked mount target";
+  EXPECT_EQ(r.error().code(), ErrorCode::kFailedPrecondition) << r.error().to_string();
+  EXPECT_NE(r.error().message().find("mount target /abx/probe"), std::string::npos)
+      << r.error().message();
+  EXPECT_NE(r.error().message().find("symlink"), std::string::npos) << r.error().message();
+  std::cout << "symlinked target: " << r.error().message() << "\n";
+  EXPECT_EQ(slurp(host_file), "host\n");
+  std::ifstream mi("/proc/self/mountinfo");
+  for (std::string line; std::getline(mi, line);)
+    EXPECT_EQ(line.find(host_file), std::string::npos) << line;
+  auto l = CgroupLayout::detect();
+  expect_no_leftovers(c.id, SandboxCgroups::existing(*l, "abx", c.id).dirs());
+}
+
+// What the kernel says of each process of a sandbox, keyed by its pid inside: credentials,
+// capabilities, no_new_privs, seccomp, and its mount table as it sees it (ids and devices left
+// out: a restore makes new mounts), plus the user namespace's maps.
+std::map<std::string, std::string> processes_of(const Sandbox& sb) {
+  std::map<std::string, std::string> out;
+  std::ifstream procs(sb.cgroups().dirs().front() + "/cgroup.procs");
+  for (std::string pid; std::getline(procs, pid);) {
+    const std::string proc = "/proc/" + pid;
+    std::string inner, keep;
+    std::istringstream status(slurp(proc + "/status"));
+    for (std::string line; std::getline(status, line);) {
+      if (line.starts_with("NSpid:")) inner = line.substr(line.rfind('\t') + 1);
+      for (const char* k : {"Name:", "Uid:", "Gid:", "Groups:", "CapInh:", "CapPrm:", "CapEff:",
+                            "CapBnd:", "CapAmb:", "NoNewPrivs:", "Seccomp:", "Seccomp_filters:"})
+        if (line.starts_with(k)) keep += line + "\n";
+    }
+    std::istringstream mi(slurp(proc + "/mountinfo"));
+    for (std::string line; std::getline(mi, line);) {
+      std::istringstream f(line);
+      std::string id, parent, dev, rest, field;
+      f >> id >> parent >> dev;
+      while (f >> field) {
+        if (field.starts_with("shared:") || field.starts_with("master:")) continue;
+        // overlayfs shows uuid=on only on the mount that found its upper dir new (the spawn's):
+        // the same layer mounted again by a restore says nothing of it.
+        if (auto at = field.find(",uuid=on"); at != std::string::npos) field.erase(at, 8);
+        rest += " " + field;
+      }
+      keep += "mount" + rest + "\n";
+    }
+    keep += "uid_map " + slurp(proc + "/uid_map") + "gid_map " + slurp(proc + "/gid_map");
+    // Host ids relative to the sandbox's id range ("R+1000"): a restore may get another slot
+    // when the checkpointed one is still held (the maps must then move with it, and do).
+    std::string rel;
+    const std::uint64_t root = sb.root_host_id();
+    for (std::size_t i = 0; i < keep.size();) {
+      if (!std::isdigit(static_cast<unsigned char>(keep[i]))) {
+        rel += keep[i++];
+        continue;
+      }
+      std::size_t j = i;
+      while (j < keep.size() && std::isdigit(static_cast<unsigned char>(keep[j]))) ++j;
+      const std::string num = keep.substr(i, j - i);
+      const std::uint64_t v = num.size() < 12 ? std::stoull(num) : 0;
+      rel += v >= root && v < root + 65536 ? "R+" + std::to_string(v - root) : num;
+      i = j;
+    }
+    out[inner] = rel;
+  }
+  return out;
+}
+
+// The restored sandbox is what was paused: every process's ids, groups, capabilities,
+// no_new_privs and seccomp state, its mounts (read-only ones still read-only) and the id maps —
+// for the root init and for a process that dropped to uid 1000 (both use rseq: glibc registers
+// it in every thread on this kernel).
+TEST_F(CheckpointTest, RestoredSandboxHasTheSameCredentialsMountsAndSeccomp) {
+  SandboxConfig c = counter_config();
+  c.argv = {"/bin/sh", "-c",
+            "su -s /bin/sh -c 'exec setpriv --nnp tail -f /dev/null' user & exec "
+            "/abx/probe count /count"};
+  Count first;
+  auto sb = spawn_counter(c, &first);
+  ASSERT_TRUE(sb.has_value());
+  const std::string user = "R+1000";
+  auto has_user = [&](const std::map<std::string, std::string>& procs) {
+    for (const auto& [pid, text] : procs)
+      if (text.find("Uid:\t" + user + "\t" + user + "\t" + user + "\t" + user) !=
+              std::string::npos &&
+          text.find("CapEff:\t0000000000000000") != std::string::npos &&
+          text.find("NoNewPrivs:\t1") != std::string::npos)
+        return true;
+    return false;
+  };
+  auto before = processes_of(*sb);
+  for (int i = 0; i < 100 && !has_user(before); ++i) {
+    std::this_thread::sleep_for(20ms);
+    before = processes_of(*sb);
+  }
+  ASSERT_TRUE(has_user(before)) << "no process of uid 1000 with no_new_privs";
+  for (const auto& [pid, text] : before) {
+    EXPECT_NE(text.find("Seccomp:\t2"), std::string::npos) << text;
+    EXPECT_NE(text.find(testing::kProbeInside + std::string(" ro,")), std::string::npos) << text;
+  }
+  const std::string dir = tmp_.string() + "/ck-same";
+  auto info = checkpoint(*sb, dir, {.mac_key = kKey});
+  ASSERT_TRUE(info.ok()) << info.error().to_string();
+  auto back = restore(dir, c, {.mac_key = kKey});
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  auto after = processes_of(*back);
+  EXPECT_EQ(after, before);
+  for (const auto& [pid, text] : after) {
+    if (before.count(pid) && text != before[pid])
+      std::cout << "pid " << pid << " before:\n" << before[pid] << "after:\n" << text << "\n";
+  }
+  ASSERT_TRUE(back->destroy().ok());
 }
 
 // The owner dies (SIGKILL) while its restore has the root and binds staged for CRIU: the stage's
@@ -800,7 +1142,7 @@ TEST_F(CheckpointTest, CleanupRemovesTheStageOfARestoreWhoseOwnerWasKilled) {
     pid_t owner = ::fork();
     ASSERT_GE(owner, 0);
     if (owner == 0) {
-      auto r = restore(dir, c);
+      auto r = restore(dir, c, {.mac_key = kKey});
       _exit(r.ok() ? 0 : 1);
     }
     for (int i = 0; i < 20000 && !staged(); ++i) {
@@ -859,7 +1201,7 @@ TEST_F(CheckpointTest, AdoptAndRecoverCompleteARestoreWhoseOwnerDiedAfterCriu) {
       ::pause();  // killed here
       return {};
     };
-    auto r = restore(dir, in_child);
+    auto r = restore(dir, in_child, {.mac_key = kKey});
     _exit(r.ok() ? 0 : 1);
   }
   ::close(ready[1]);

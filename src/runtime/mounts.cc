@@ -18,7 +18,8 @@ namespace {
 
 std::string fd_path(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
 
-// A detached clone of the tree at `path`, with `attr_set` (and the idmap) applied to it.
+}  // namespace
+
 Result<UniqueFd> clone_tree(const std::string& path, std::uint64_t attr_set, const Idmap& idmap) {
   int fd = static_cast<int>(::syscall(SYS_open_tree, AT_FDCWD, path.c_str(),
                                       OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE));
@@ -42,6 +43,8 @@ Result<UniqueFd> clone_tree(const std::string& path, std::uint64_t attr_set, con
   }
   return tree;
 }
+
+namespace {
 
 Status set(int fs, const char* key, const std::string& value, const std::string& what) {
   if (::syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, key, value.c_str(), 0) != 0)

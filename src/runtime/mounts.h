@@ -24,6 +24,10 @@ struct Idmap {
   std::uint32_t first = 0;  // host id of sandbox root
 };
 
+// A detached recursive clone of the tree at `path` with the mount attributes `attr_set`
+// (MOUNT_ATTR_*), idmapped with `idmap` when it has a user namespace.
+Result<UniqueFd> clone_tree(const std::string& path, std::uint64_t attr_set, const Idmap& idmap);
+
 // The root overlay of `config`'s layers over `<dir>/rw/{upper,work}` (the mounted writable
 // layer), as a detached mount. With an idmap, every layer is idmapped and the overlay's
 // mounter credentials are the sandbox root's (see ScopedThreadFsIds).

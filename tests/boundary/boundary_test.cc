@@ -23,6 +23,7 @@
 // a veth pair the N probes make and remove (their TEST-NET flows end in abxd's proxy, refused).
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <ifaddrs.h>
 #include <linux/nsfs.h>
@@ -1644,6 +1645,209 @@ TEST_F(BoundaryTest, EveryProbeHolds) {
     probes.push_back(fs_);
   }
   // --- issue 35, findings 2-4: end ------------------------------------------------------------
+  // ---- Checkpoints (issue 35) -------------------------------------------------------------
+  // A third sandbox, C, made by the first of these probes, paused to disk and resumed by them,
+  // killed when the probes go. A and B are not touched. Attacker: a host user other than root
+  // (reading a checkpoint), and anyone who can change a checkpoint on disk (tampering, or a
+  // symlink the sandbox's own writable layer holds where a mount target is).
+  {
+    struct CheckpointC {
+      std::optional<client::Sandbox> sb;
+      std::string id, error;
+      ~CheckpointC() {
+        if (sb) (void)sb->kill();
+      }
+    };
+    auto ck = std::make_shared<CheckpointC>();
+    const fs::path ck_home = home();
+    auto c_ready = [ck, cfg, co]() -> std::string {
+      if (ck->sb || !ck->error.empty()) return ck->error;
+      auto made = client::Sandbox::create("boundary", co, cfg);
+      if (!made.ok()) return ck->error = "create C: " + made.error().message();
+      ck->id = made->id();
+      ck->sb.emplace(std::move(*made));
+      return "";
+    };
+    auto c_paused = [ck, c_ready]() -> std::string {
+      if (auto e = c_ready(); !e.empty()) return e;
+      auto p = ck->sb->pause();
+      return p.ok() ? "" : "pause C: " + p.error().message();
+    };
+    auto c_resume = [ck, cfg]() -> Result<client::Sandbox> {
+      return client::Sandbox::connect(ck->id, cfg);
+    };
+    // How many of `entries` (directory, name) host uid `uid` can open for reading, each through
+    // a descriptor of its directory: only the directory's own mode counts, not its parents'
+    // (abxd's home is 0700 anyway).
+    auto readable_as = [](uid_t uid, const std::vector<std::pair<fs::path, std::string>>& entries) {
+      std::vector<int> dirs;
+      for (const auto& [dir, name] : entries)
+        dirs.push_back(open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+      pid_t child = fork();
+      if (child == 0) {
+        if (setgroups(0, nullptr) != 0 || setresgid(uid, uid, uid) != 0 ||
+            setresuid(uid, uid, uid) != 0)
+          _exit(255);
+        int n = 0;
+        for (std::size_t i = 0; i < entries.size(); ++i) {
+          int fd = dirs[i] < 0 ? -1 : openat(dirs[i], entries[i].second.c_str(), O_RDONLY);
+          if (fd >= 0) ++n, close(fd);
+        }
+        _exit(std::min(n, 254));
+      }
+      for (int d : dirs)
+        if (d >= 0) close(d);
+      int st = 0;
+      waitpid(child, &st, 0);
+      return WIFEXITED(st) ? WEXITSTATUS(st) : 255;
+    };
+    auto flip_file = [](const fs::path& f, const std::string& from, const std::string& to) {
+      std::string data = slurp(f);
+      auto at = data.find(from);
+      if (at == std::string::npos) return false;
+      data.replace(at, from.size(), to);
+      std::ofstream(f, std::ios::binary | std::ios::trunc) << data;
+      return true;
+    };
+
+    Probe root_only{"c.checkpoint_dir_root_only", "C", L, nullptr, nullptr, {Who::kRoot}};
+    root_only.host = [=, &hf]() -> Outcome {
+      if (auto e = c_paused(); !e.empty()) return {false, e, false, true};
+      // The same file, world-readable in a 0755 directory: readable by an unprivileged uid.
+      const fs::path open_dir = hf.dir / "ck-control";
+      fs::create_directories(open_dir);
+      fs::permissions(open_dir, fs::perms(0755));
+      std::error_code ec;
+      fs::copy_file(ck_home / "checkpoints" / ck->id / "pages-1.img", open_dir / "pages-1.img",
+                    fs::copy_options::overwrite_existing, ec);
+      fs::permissions(open_dir / "pages-1.img", fs::perms(0644), ec);
+      int n = readable_as(kHostNobody, {{open_dir, "pages-1.img"}});
+      return {n == 1, "uid " + std::to_string(kHostNobody) + " read a copy of pages-1.img in a " +
+                          "0755 dir: " + (n == 1 ? "yes" : "no")};
+    };
+    root_only.sandbox = [=](Who) -> Outcome {
+      const fs::path dir = ck_home / "checkpoints" / ck->id;
+      std::vector<std::pair<fs::path, std::string>> entries{{dir.parent_path(), ck->id},
+                                                            {ck_home, "checkpoint.key"}};
+      std::string open_modes;
+      std::error_code ec;
+      for (const auto& e : fs::recursive_directory_iterator(dir, ec)) {
+        entries.emplace_back(e.path().parent_path(), e.path().filename().string());
+        struct stat st {};
+        if (lstat(e.path().c_str(), &st) == 0 && (st.st_mode & 077) != 0)
+          open_modes += " " + e.path().filename().string();
+      }
+      if (entries.size() < 5) return {false, "no checkpoint in " + dir.string(), false, true};
+      int n = readable_as(kHostNobody, entries);
+      return {
+          n != 0 || !open_modes.empty(),
+          std::to_string(n) + " of " + std::to_string(entries.size()) +
+              " checkpoint entries (and the key) readable by uid " + std::to_string(kHostNobody) +
+              (open_modes.empty() ? "; every mode 0700/0600" : "; open to others:" + open_modes)};
+    };
+    probes.push_back(root_only);
+
+    Probe tampered{"c.tampered_checkpoint_refused", "C", E, nullptr, nullptr, {Who::kRoot}};
+    tampered.host = [=]() -> Outcome {
+      // Control: C's checkpoint as abxd wrote it resumes; then C is paused again.
+      if (auto e = c_paused(); !e.empty()) return {false, e, false, true};
+      auto back = c_resume();
+      if (!back.ok()) return {false, "untampered resume failed: " + back.error().message()};
+      auto again = ck->sb->pause();
+      return {again.ok(), std::string("untampered checkpoint resumed, paused again: ") +
+                              (again.ok() ? "yes" : again.error().message())};
+    };
+    tampered.sandbox = [=](Who) -> Outcome {
+      const fs::path dir = ck_home / "checkpoints" / ck->id;
+      fs::path mounts, core = dir / "core-1.img";
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(dir, ec))
+        if (e.path().filename().string().starts_with("mountpoints-")) mounts = e.path();
+      if (mounts.empty() || !fs::exists(core))
+        return {false, "no checkpoint images in " + dir.string(), false, true};
+      std::string detail;
+      bool resumed = false;
+      auto attempt = [&](const std::string& what, const std::function<bool()>& tamper,
+                         const std::function<void()>& undo) {
+        if (!tamper()) {
+          detail += what + ": could not tamper; ";
+          return;
+        }
+        auto r = c_resume();
+        resumed = resumed || r.ok();
+        std::string msg = r.ok() ? "RESUMED" : r.error().message();
+        auto at = msg.find("integrity check");
+        detail +=
+            what + ": " + (at == std::string::npos ? msg.substr(0, 80) : msg.substr(at, 90)) + "; ";
+        undo();
+      };
+      const std::string saved_mounts = slurp(mounts), saved_core = slurp(core);
+      attempt(
+          "mount target /opt/abx -> /opt/abY",
+          [&] { return flip_file(mounts, "/opt/abx", "/opt/abY"); },
+          [&] { std::ofstream(mounts, std::ios::binary | std::ios::trunc) << saved_mounts; });
+      attempt(
+          "creds (core-1.img) byte",
+          [&] {
+            std::string d = saved_core;
+            d[d.size() / 2] ^= 1;
+            std::ofstream(core, std::ios::binary | std::ios::trunc) << d;
+            return true;
+          },
+          [&] { std::ofstream(core, std::ios::binary | std::ios::trunc) << saved_core; });
+      attempt(
+          "added file", [&] { return static_cast<bool>(std::ofstream(dir / "extra.img") << "x"); },
+          [&] { fs::remove(dir / "extra.img", ec); });
+      // Nothing lost: as abxd wrote it, it resumes (C runs on for the next probe).
+      auto back = c_resume();
+      detail += std::string("untouched again: ") + (back.ok() ? "resumed" : back.error().message());
+      return {resumed || !back.ok(), detail};
+    };
+    probes.push_back(tampered);
+
+    Probe symlinked{"c.symlinked_mount_target_refused", "C", E, nullptr, nullptr, {Who::kRoot}};
+    symlinked.host = [=, &hf]() -> Outcome {
+      // Control: a bind mount onto a symlink lands where the link points (private mount ns).
+      const fs::path d = hf.dir / "ck-sym";
+      fs::create_directories(d / "src");
+      fs::create_directories(d / "real");
+      std::ofstream(d / "src/marker") << "x";
+      std::error_code ec;
+      fs::create_symlink(d / "real", d / "link", ec);
+      HostProc h({"/usr/bin/unshare", "-m", "--propagation", "private", "/bin/sh", "-c",
+                  "mount --bind '" + (d / "src").string() + "' '" + (d / "link").string() +
+                      "' && test -e '" + (d / "real/marker").string() + "'"});
+      ProbeRun r = h.finish();
+      return {r.ok(), "bind onto a symlink reached its target: " + r.brief()};
+    };
+    symlinked.sandbox = [=](Who) -> Outcome {
+      if (auto e = c_ready(); !e.empty()) return {false, e, false, true};
+      // In C's writable layer, under its /opt/abx bind: a symlink to /tmp. CRIU follows it,
+      // against its own root (the host's): without abx's check it tried to move the bundle's
+      // mount onto the host's /tmp, and only the kernel's refusal to move a mount into another
+      // namespace's tree (EINVAL) stopped it. So anything but abx's own refusal counts as not
+      // held: CRIU must never be handed a symlinked target.
+      const fs::path upper = ck_home / "sandboxes" / ck->id / "rw/upper";
+      std::error_code ec;
+      fs::create_directories(upper / "opt", ec);
+      fs::remove(upper / "opt/abx", ec);
+      fs::create_symlink("/tmp", upper / "opt/abx", ec);
+      if (ec) return {false, "plant: " + ec.message(), false, true};
+      if (auto e = c_paused(); !e.empty()) return {false, e, false, true};
+      auto r = c_resume();
+      std::string msg = r.ok() ? "RESUMED with /opt/abx -> /tmp" : r.error().message();
+      auto at = msg.find("mount target");
+      (void)ck->sb->kill();
+      ck->sb.reset();
+      const bool refused = !r.ok() && msg.find("mount target /opt/abx") != std::string::npos &&
+                           msg.find("symlink") != std::string::npos;
+      return {!refused, at == std::string::npos
+                            ? msg.substr(std::max<std::size_t>(msg.size(), 200) - 200)
+                            : msg.substr(at, 110)};
+    };
+    probes.push_back(symlinked);
+  }
+  // ---- end of checkpoint probes ------------------------------------------------------------
 
   Tally t = run_and_report(probes);
   EXPECT_EQ(t.not_held, 0) << t.not_held << " probe(s) not held (see the lines above)";

@@ -26,6 +26,8 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "abx/base/error.h"
 #include "abx/runtime/sandbox.h"
@@ -33,6 +35,51 @@
 namespace abx::runtime {
 
 inline constexpr const char* kDefaultCriu = "/usr/local/lib/abx/criu/criu";
+
+// --- Checkpoints are private and sealed ------------------------------------------------------
+//
+// CRIU restores whatever its images say (mount targets, credentials, ...), so a checkpoint is
+// trusted only as far as it is abxd's own: every checkpoint directory is root-only (0700
+// directories, 0600 files), and checkpoint() seals it — a manifest of every entry (relative
+// path, type, mode, size, SHA-256 of the content) with an HMAC-SHA256 over it, in
+// `checkpoint.mac` — with a key only its owner holds. restore() verifies the seal before it
+// reads anything else of the checkpoint and refuses (failed_precondition, naming each entry
+// that was changed, added or removed) a checkpoint that does not match.
+
+inline constexpr const char* kSealFile = "checkpoint.mac";
+inline constexpr std::size_t kCheckpointKeyBytes = 32;
+
+// Writes `dir`/checkpoint.mac for the tree under `dir` as it is now (symlinks are entries,
+// never followed). Errors: invalid_argument (a key shorter than kCheckpointKeyBytes), I/O.
+// Entries named in `pending` (relative paths of regular files) are listed without their
+// content: a keep_frozen checkpoint's rw.img, which its frozen sandbox's unmount still writes;
+// complete_seal() seals them once that sandbox is gone, and verify_checkpoint() refuses them
+// until then.
+Status seal_checkpoint(const std::string& dir, std::string_view key,
+                       const std::vector<std::string>& pending = {});
+
+// Whether `dir`'s seal still has pending entries.
+bool seal_pending(const std::string& dir);
+
+// Seals the pending entries of `dir` as they are now, after verifying everything else (a no-op
+// without pending entries). release_checkpointed() calls it; restore() too, for a checkpoint
+// whose owner died between committing and releasing it. Errors: verify_checkpoint()'s.
+Status complete_seal(const std::string& dir, std::string_view key);
+
+// ok when `dir`'s tree is exactly what its checkpoint.mac lists and the MAC is `key`'s.
+// failed_precondition otherwise ("checkpoint <dir> failed its integrity check, refusing to
+// restore it: mountpoints-13.img changed (content); evil was added"), also for a missing or
+// malformed seal; invalid_argument for a short key.
+Status verify_checkpoint(const std::string& dir, std::string_view key);
+
+// Makes `dir` and every directory under it 0700 and every regular file 0600, through fds and
+// without following symlinks. For repairing checkpoint and snapshot trees.
+Status make_private(const std::string& dir);
+
+// The key in `path` (kCheckpointKeyBytes random bytes), made (0600, O_EXCL) when absent.
+// failed_precondition when it is not a regular file of this uid with mode 0600 (another user
+// may have read it) or has the wrong length.
+Result<std::string> load_checkpoint_key(const std::string& path);
 
 struct CheckpointOptions {
   std::string criu = kDefaultCriu;
@@ -55,6 +102,9 @@ struct CheckpointOptions {
   // deadline_exceeded, leaving the sandbox running as after any failed dump: a CRIU that hangs
   // (one waiting for a trap the machine never delivers did, for ever) must not hang the pause.
   std::chrono::milliseconds criu_timeout{std::chrono::minutes(5)};
+  // The key the checkpoint is sealed with (kCheckpointKeyBytes or more; load_checkpoint_key()).
+  // Required: invalid_argument without it.
+  std::string mac_key;
 };
 
 struct CheckpointInfo {
@@ -66,6 +116,7 @@ struct CheckpointInfo {
   // (keep_frozen: still frozen then).
   std::chrono::milliseconds frozen{0};
   std::chrono::milliseconds dump{0};  // criu dump's wall time
+  std::chrono::milliseconds seal{0};  // making the tree private and sealing it
   std::chrono::milliseconds total{0};
 };
 
@@ -78,11 +129,16 @@ struct RestoreOptions {
   // Takes the checkpoint's rw.img into the new state dir by hard link instead of a copy (a copy
   // where the filesystems differ): for a resume whose checkpoint is deleted right after (a copy
   // of a 500 MiB layer costs hundreds of ms). The checkpoint's layer is then the running
-  // sandbox's: it changes under the checkpoint, which must not be restored again.
+  // sandbox's: it changes under the checkpoint, which must not be restored again. The
+  // checkpoint's seal marks the layer pending first (a failed restore's mount changed it; the
+  // next restore seals it again once it is free).
   bool link_layer = false;
   // How long criu restore may run. Past it criu and the tree it was making are killed and
   // restore() fails with deadline_exceeded; the checkpoint is left as it was.
   std::chrono::milliseconds criu_timeout{std::chrono::minutes(5)};
+  // The key the checkpoint was sealed with: verified before anything else of it is used.
+  // Required: invalid_argument without it.
+  std::string mac_key;
 };
 
 // ok when `criu` exists and `criu check` passes (checked once per path and process);
@@ -109,7 +165,8 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
 // checkpoint is recorded; a plain destroy() is not enough before a restore (the kernel detaches
 // the loop device asynchronously, and restore() would then wait for it or, with link_layer,
 // refuse). Errors: destroy()'s, or deadline_exceeded when the device is still attached after 5 s.
-Status release_checkpointed(Sandbox& sb, const std::string& dir);
+// Then it completes the checkpoint's seal with `mac_key` (the layer's content, now final).
+Status release_checkpointed(Sandbox& sb, const std::string& dir, std::string_view mac_key);
 
 // Brings a sandbox that a checkpoint left frozen and without its veth (keep_frozen, or an owner
 // that died mid-checkpoint, the sandbox found again by adopt()) back to running: re-makes the
@@ -132,12 +189,17 @@ Status recover(Sandbox& sb);
 // was destroyed but not yet released), restore() first waits up to 5 s for its detach; with
 // link_layer it then refuses (failed_precondition) rather than mount one filesystem twice. A
 // `config.id` other than the checkpointed one becomes the restored hostname. The returned Sandbox
-// behaves as an adopted one: wait() reports 0 when the init exits. Errors: not_found (no checkpoint
-// in `dir`), failed_precondition (a corrupt checkpoint, a config that does not match it, criu
-// unavailable), resource_exhausted (no free slot), already_exists (the id is in use),
+// behaves as an adopted one: wait() reports 0 when the init exits. The checkpoint's seal is
+// verified before anything else (verify_checkpoint; a pending one is completed first once the
+// layer is free), and every mount target on the rebuilt root is resolved without following
+// symlinks before CRIU runs; CRIU reads a private copy of the images, idmapped and read-only.
+// Errors: not_found (no checkpoint in `dir`), invalid_argument (no mac_key),
+// failed_precondition (a checkpoint that fails its seal, naming what changed; a mount target
+// that is or passes through a symlink; a corrupt checkpoint, a config that does not match it,
+// criu unavailable), resource_exhausted (no free slot), already_exists (the id is in use),
 // deadline_exceeded (criu ran past options.criu_timeout and was killed), internal with the last
-// lines of CRIU's restore.log. Nothing in `dir` is changed or removed (CRIU adds its
-// stats-restore when restoring from it directly; with link_layer, its rw.img is the restored
+// lines of CRIU's restore.log. Nothing in `dir` is changed or removed but its seal (completed
+// when pending; with link_layer, the layer marked pending, and its rw.img is the restored
 // sandbox's layer from then on); a failed restore leaves nothing else behind.
 Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
                         const RestoreOptions& options = {});
