@@ -152,7 +152,10 @@ Status SandboxManager::resolve_pause_mode() {
     if (ec) return internal_error("create " + d + ": " + ec.message());
     ABX_TRY(runtime::make_private(d));
   }
-  auto key = runtime::load_checkpoint_key(opt_.home + "/checkpoint.key");
+  const std::string key_path = opt_.home + "/checkpoint.key";
+  std::error_code key_ec;
+  const bool first_key = !fs::exists(key_path, key_ec) && !key_ec;
+  auto key = runtime::load_checkpoint_key(key_path);
   if (!key.ok()) {
     if (opt_.pause_mode == Mode::kDisk)
       return Error(key.error().code(), "--pause disk: " + key.error().message());
@@ -161,8 +164,39 @@ Status SandboxManager::resolve_pause_mode() {
     return {};
   }
   checkpoint_key_ = std::move(key).value();
+  if (first_key) seal_earlier_checkpoints();
   log_.info("pause writes sandboxes to disk (" + opt_.criu + ")");
   return {};
+}
+
+// Checkpoints and snapshots written by an abxd from before checkpoints were sealed have no
+// seal, and restore() refuses an unsealed checkpoint: without this they could never be resumed.
+// They are sealed once, when the key is made — the upgrade's first start, so they are exactly as
+// trusted as that abxd trusted them. Later, a missing seal is a tampered checkpoint (the key
+// exists), and nothing here runs again.
+void SandboxManager::seal_earlier_checkpoints() {
+  int sealed = 0;
+  auto seal = [&](const fs::path& dir) {
+    std::error_code ec;
+    if (fs::exists(dir / runtime::kSealFile, ec) || ec) return;
+    if (Status st = runtime::seal_checkpoint(dir.string(), checkpoint_key_); !st) {
+      log_.warn("could not seal " + dir.string() + " (it will not restore): " + st.message());
+      return;
+    }
+    ++sealed;
+  };
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(opt_.home + "/checkpoints", ec)) {
+    if (e.is_directory() && !e.path().filename().string().starts_with(".")) seal(e.path());
+  }
+  for (const auto& e : fs::directory_iterator(opt_.home + "/snapshots", ec)) {
+    if (!e.is_directory() || e.path().filename().string().starts_with(".")) continue;
+    seal(e.path() / kSnapshotImages);  // the images first: the snapshot's seal covers their seal
+    seal(e.path());
+  }
+  if (sealed > 0)
+    log_.info("sealed " + std::to_string(sealed) +
+              " checkpoint(s) written before checkpoints were sealed (first start with a key)");
 }
 
 void SandboxManager::remove_cut_checkpoints() {

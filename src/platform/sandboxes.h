@@ -335,6 +335,7 @@ class SandboxManager {
   // kDisk without a working CRIU: kFailedPrecondition (abxd does not start).
   Status resolve_pause_mode();
   void remove_cut_checkpoints();
+  void seal_earlier_checkpoints();
   // The pinned bundles (bundle.h) that abxd's own option and saved configs name.
   std::set<std::string> bundles_in_use() const;
   Status move_deadline(const std::string& id, std::int64_t seconds, bool extend_only);

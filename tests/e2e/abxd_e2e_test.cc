@@ -429,6 +429,38 @@ TEST_F(AbxdE2E, SigtermLeavesSandboxesForTheNextAbxd) {
   EXPECT_EQ(call_demo(id, token, R"({"x":3})").body(), R"({"result":"3: hello"})");
 }
 
+// A home from before checkpoints were sealed has neither the key nor a seal: its paused
+// sandboxes resume after the upgrade (sealed once, when the key is made). Once the key exists,
+// a checkpoint without a seal is refused and stays paused.
+TEST_F(AbxdE2E, CheckpointsFromBeforeSealsResumeAfterTheUpgrade) {
+  auto sb = create(R"({"templateID":"demo","timeout":300})");
+  std::string id(sb.at("sandboxID").as_string());
+  std::string token(sb.at("envdAccessToken").as_string());
+  ASSERT_EQ(call_demo(id, token, R"({"x":1})").result_int(), 200);
+  auto pause_and_stop = [&] {
+    ASSERT_EQ(api(bhttp::verb::post, "/sandboxes/" + id + "/pause", "{}").result_int(), 204);
+    ASSERT_EQ(abxd().stop(), 0);
+  };
+  const fs::path seal = home() / "checkpoints" / id / "checkpoint.mac";
+  ASSERT_NO_FATAL_FAILURE(pause_and_stop());
+  ASSERT_TRUE(fs::exists(seal)) << "this abxd did not pause to disk";
+  fs::remove(seal);
+  fs::remove(home() / "checkpoint.key");
+  start();
+  auto c = api(bhttp::verb::post, "/sandboxes/" + id + "/connect", R"({"timeout":60})");
+  EXPECT_EQ(c.result_int(), 201) << c.body();
+  EXPECT_EQ(call_demo(id, token, R"({"x":2})").body(), R"({"result":"2: hello"})");
+
+  ASSERT_NO_FATAL_FAILURE(pause_and_stop());
+  fs::remove(seal);  // the key stays: a seal missing now is a changed checkpoint
+  start();
+  auto refused = api(bhttp::verb::post, "/sandboxes/" + id + "/connect", R"({"timeout":60})");
+  EXPECT_GE(refused.result_int(), 400) << refused.body();
+  EXPECT_NE(refused.body().find("checkpoint.mac"), std::string::npos) << refused.body();
+  EXPECT_EQ(json::parse(api(bhttp::verb::get, "/sandboxes/" + id).body()).at("state"), "paused");
+  EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);
+}
+
 TEST_F(AbxdE2E, SandboxKilledWhileAbxdWasDownIsCleanedUp) {
   auto sb = create(R"({"templateID":"base","timeout":300})");
   std::string id(sb.at("sandboxID").as_string());
