@@ -146,11 +146,8 @@ Result<Store> Store::open(std::string root, LayerLimits limits) {
   s->root = std::move(root);
   s->limits = limits;
   // Layers keep their owners, setuid bits and file capabilities: only we may reach them.
-  Status secured = secure_dirs(s->root, {s->tmp_dir(), s->root + "/blobs", s->blobs_dir(),
-                                         s->root + "/layers", s->layers_dir()});
-  if (!secured.ok()) {
-    return Error(secured.error().code(), "image store: " + secured.error().message());
-  }
+  ABX_TRY(secure_dirs(s->root, {s->tmp_dir(), s->root + "/blobs", s->blobs_dir(),
+                                s->root + "/layers", s->layers_dir()}));
   // Leftovers of a crash: only when no other process is writing (they hold the lock shared).
   auto lock = FileLock::acquire(s->lock_path(), FileLock::Mode::kExclusive, /*wait=*/false);
   if (lock.ok()) {
