@@ -33,8 +33,9 @@
 // (failed_precondition) a store another user could have written to: <root> or one of those
 // directories owned by another uid or writable by group or others, or a directory above <root>
 // (symlinks resolved) owned by neither root nor this euid, or writable by group or others
-// without the sticky bit (as /tmp has). Overlay mounts reach the layers through descriptors
-// opened by abxd (root), so the sandboxes' own uids need no access to the store's directories.
+// without the sticky bit (as /tmp has). abxd (root) resolves the layer paths itself when it
+// mounts a sandbox's overlay (idmapped descriptors with a user namespace, plain paths without),
+// so the sandboxes' own uids need no access to the store's directories.
 #pragma once
 
 #include <cstdint>
