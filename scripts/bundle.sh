@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Makes the /opt/abx bundle: abx's in-sandbox binaries with the glibc they were linked against,
 # so they run in any image (Debian, musl, busybox, distroless, scratch). The binaries link
-# libstdc++/libgcc statically and need glibc only; each copy gets the interpreter
-# /opt/abx/lib/ld-linux-*.so.* and RUNPATH /opt/abx/lib (patchelf), and every library ldd
-# resolves for them (libc, libm, ..., libasan/libubsan in the asan preset) is copied to lib/.
+# libstdc++/libgcc statically; every library ldd resolves for them, directly or through another
+# library (libc, libm, libzmq and libbsd, libsodium, ... for abx-interp, libasan/libubsan in the
+# asan preset), is copied to lib/. Each binary gets the interpreter /opt/abx/lib/ld-linux-*.so.*
+# and DT_RPATH /opt/abx/lib (patchelf --force-rpath): unlike DT_RUNPATH, which the loader applies
+# to the binary's own DT_NEEDED only, an executable's DT_RPATH is searched for its libraries'
+# libraries too, so libzmq's libbsd.so.0 comes from the bundle and not from the image (which may
+# have none, or another version). A copied library that carries a search path of its own gets
+# /opt/abx/lib instead. scripts/check-bundle.sh then checks the result (and fails the build).
 # The originals are untouched: they still run on the host directly.
 # --python DIR copies the abx Python package (DIR is python/abx) to python/abx: pure Python, run
 # by the image's own python3 (abx-server --python; docs/python.md), never loaded into a binary.
@@ -50,9 +55,23 @@ for l in $libs; do cp -L "$l" "$tmp/lib/$(basename "$l")"; done
 
 interp=$(patchelf --print-interpreter "${bins[0]}")
 for f in "$tmp"/bin/*; do
-  patchelf --set-interpreter "$prefix/lib/$(basename "$interp")" --set-rpath "$prefix/lib" "$f"
+  patchelf --set-interpreter "$prefix/lib/$(basename "$interp")" --force-rpath \
+    --set-rpath "$prefix/lib" "$f"
 done
-for f in "${mods[@]+"${mods[@]}"}"; do patchelf --set-rpath "$prefix/lib" "$tmp/lib/$(basename "$f")"; done
+for f in "${mods[@]+"${mods[@]}"}"; do
+  patchelf --force-rpath --set-rpath "$prefix/lib" "$tmp/lib/$(basename "$f")"
+done
+# A library with a DT_RUNPATH/DT_RPATH of its own (a host path) would look there, or, for
+# DT_RUNPATH, stop the binary's DT_RPATH from applying to what it needs: point it at the bundle.
+for f in "$tmp"/lib/*; do
+  case "$(basename "$f")" in "$(basename "$interp")") continue ;; esac
+  rpath=$(patchelf --print-rpath "$f")
+  if [ -n "$rpath" ] && [ "$rpath" != "$prefix/lib" ]; then
+    patchelf --force-rpath --set-rpath "$prefix/lib" "$f"
+  fi
+done
+
+"$(dirname "$0")/check-bundle.sh" "$tmp" --prefix "$prefix"
 
 rm -rf "$out"
 mv "$tmp" "$out"

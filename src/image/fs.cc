@@ -8,10 +8,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
-#include <filesystem>
 
 #include "abx/base/hex.h"
+#include "abx/base/try.h"
 
 namespace abx::image {
 
@@ -43,9 +44,84 @@ Error errno_error(std::string_view what, std::string_view path, int err) {
 }
 
 Status make_dirs(const std::string& path) {
-  std::error_code ec;
-  std::filesystem::create_directories(path, ec);
-  if (ec) return errno_error("mkdir", path, ec.value());
+  for (std::size_t slash = path.find('/', 1);; slash = path.find('/', slash + 1)) {
+    std::string part = path.substr(0, slash);
+    if (!part.empty() && ::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) {
+      return errno_error("mkdir", part, errno);
+    }
+    if (slash == std::string::npos) return {};
+  }
+}
+
+namespace {
+
+std::string octal_mode(mode_t m) {
+  char b[8];
+  std::snprintf(b, sizeof b, "%04o", static_cast<unsigned>(m & 07777));
+  return b;
+}
+
+Error refused(const std::string& path, const std::string& why) {
+  return {ErrorCode::kFailedPrecondition,
+          path + " " + why +
+              ": another user could have planted files in the store (fix the ownership and "
+              "mode, or choose another --image-store)"};
+}
+
+// A directory above the store: root or us own it, and others cannot rename or replace what is
+// in it (not group/world-writable, unless sticky like /tmp).
+Status check_parent(const std::string& path) {
+  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return errno_error("mkdir", path, errno);
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return errno_error("stat", path, errno);
+  if (!S_ISDIR(st.st_mode)) return refused(path, "is not a directory");
+  if (st.st_uid != 0 && st.st_uid != ::geteuid()) {
+    return refused(path, "is owned by uid " + std::to_string(st.st_uid) + ", not root or uid " +
+                             std::to_string(::geteuid()));
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) {
+    return refused(path,
+                   "is writable by other users (mode " + octal_mode(st.st_mode) + ", not sticky)");
+  }
+  return {};
+}
+
+// A directory of the store: ours, writable by no one else, 0700 afterwards.
+Status own_private_dir(const std::string& path) {
+  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return errno_error("mkdir", path, errno);
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) {
+    if (errno == ENOTDIR || errno == ELOOP) return refused(path, "is not a directory");
+    return errno_error("open", path, errno);
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return errno_error("stat", path, errno);
+  if (st.st_uid != ::geteuid()) {
+    return refused(path, "is owned by uid " + std::to_string(st.st_uid) + ", not uid " +
+                             std::to_string(::geteuid()));
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return refused(path, "is writable by other users (mode " + octal_mode(st.st_mode) + ")");
+  }
+  if ((st.st_mode & 07777) != 0700 && ::fchmod(fd.get(), 0700) != 0) {
+    return errno_error("chmod", path, errno);
+  }
+  return {};
+}
+
+}  // namespace
+
+Status secure_dirs(const std::string& root, const std::vector<std::string>& dirs) {
+  if (root.size() < 2 || root.front() != '/') {
+    return invalid_argument("not an absolute path below /: " + root);
+  }
+  ABX_TRY(check_parent("/"));
+  for (std::size_t slash = root.find('/', 1); slash != std::string::npos;
+       slash = root.find('/', slash + 1)) {
+    ABX_TRY(check_parent(root.substr(0, slash)));
+  }
+  ABX_TRY(own_private_dir(root));
+  for (const auto& d : dirs) ABX_TRY(own_private_dir(d));
   return {};
 }
 
@@ -93,7 +169,7 @@ Status write_all(int fd, std::string_view data, const std::string& path) {
 Status write_file_atomic(const std::string& tmp_dir, const std::string& path,
                          std::string_view data) {
   std::string tmp = tmp_dir + "/file-" + random_name();
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   if (!fd) return errno_error("create", tmp, errno);
   Status st = write_all(fd.get(), data, tmp);
   if (st.ok() && ::fsync(fd.get()) != 0) st = errno_error("fsync", tmp, errno);
@@ -161,7 +237,7 @@ Status remove_tree(const std::string& path, std::uint64_t* freed) {
 }
 
 Result<FileLock> FileLock::acquire(const std::string& path, Mode mode, bool wait) {
-  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!fd) return errno_error("open", path, errno);
   int op = (mode == Mode::kShared ? LOCK_SH : LOCK_EX) | (wait ? 0 : LOCK_NB);
   for (;;) {

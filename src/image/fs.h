@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "abx/base/error.h"
 #include "abx/base/fd.h"
@@ -14,8 +15,16 @@ namespace abx::image {
 // insufficient storage, EACCES/EPERM permission_denied, else internal).
 Error errno_error(std::string_view what, std::string_view path, int err);
 
-// mkdir -p (mode 0755).
+// mkdir -p (mode 0700 for the directories it makes).
 Status make_dirs(const std::string& path);
+
+// The store's directories as only this process's user may reach them (store.h, "Who can reach
+// the store"). `root` must be absolute and canonical. Every existing directory above it must be
+// owned by root or by this euid and not writable by group or others unless sticky (missing ones
+// are made 0700); `root` and each of `dirs` (absolute, below root, parents first) are made 0700
+// when missing, and an existing one must be a directory owned by this euid and writable by no
+// one else, and is then repaired to 0700. failed_precondition names the offending directory.
+Status secure_dirs(const std::string& root, const std::vector<std::string>& dirs);
 
 // Reads a whole regular file; payload_too_large past max_bytes.
 Result<std::string> read_file(const std::string& path, std::size_t max_bytes);

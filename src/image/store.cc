@@ -132,10 +132,12 @@ const std::string& Store::root() const { return s_->root; }
 Result<Store> Store::open(std::string root, LayerLimits limits) {
   while (root.size() > 1 && root.back() == '/') root.pop_back();
   if (root.empty()) return invalid_argument("image store: empty root path");
-  // Layer directories become overlay lowerdirs, which must be absolute.
-  if (root.front() != '/') {
+  // Layer directories become overlay lowerdirs, which must be absolute; and the ownership
+  // checks below are of the directories the path really goes through (symlinks resolved).
+  {
     std::error_code ec;
     auto abs = std::filesystem::absolute(root, ec);
+    if (!ec) abs = std::filesystem::weakly_canonical(abs, ec);
     if (ec) return errno_error("image store: resolve", root, ec.value());
     root = abs.lexically_normal().string();
     while (root.size() > 1 && root.back() == '/') root.pop_back();
@@ -143,10 +145,9 @@ Result<Store> Store::open(std::string root, LayerLimits limits) {
   auto s = std::make_unique<State>();
   s->root = std::move(root);
   s->limits = limits;
-  for (const std::string& d : {s->tmp_dir(), s->blobs_dir(), s->layers_dir()}) {
-    Status st = make_dirs(d);
-    if (!st.ok()) return Error(st.error().code(), "image store: " + st.error().message());
-  }
+  // Layers keep their owners, setuid bits and file capabilities: only we may reach them.
+  ABX_TRY(secure_dirs(s->root, {s->tmp_dir(), s->root + "/blobs", s->blobs_dir(),
+                                s->root + "/layers", s->layers_dir()}));
   // Leftovers of a crash: only when no other process is writing (they hold the lock shared).
   auto lock = FileLock::acquire(s->lock_path(), FileLock::Mode::kExclusive, /*wait=*/false);
   if (lock.ok()) {
@@ -203,7 +204,7 @@ Result<BlobWriter> Store::blob_writer(std::string_view expected_digest,
   st->expected_size = expected_size;
   st->final_dir = s_->blobs_dir();
   st->tmp_path = s_->tmp_dir() + "/blob-" + random_name();
-  st->fd.reset(::open(st->tmp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  st->fd.reset(::open(st->tmp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   if (!st->fd) {
     Error e = errno_error("create", st->tmp_path, errno);
     st->tmp_path.clear();

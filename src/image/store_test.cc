@@ -1,6 +1,9 @@
 #include "abx/image/store.h"
 
+#include <grp.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -39,6 +42,129 @@ TEST(ImageStore, OpenCreatesLayoutAndCleansTmp) {
   auto s = Store::open(root);
   ASSERT_TRUE(s.ok());
   EXPECT_TRUE(fs::is_empty(root + "/tmp"));
+}
+
+// --- Who can reach the store (store.h): its owner only ---------------------------------------
+
+mode_t mode_of(const fs::path& p) {
+  struct stat st {};
+  return ::lstat(p.c_str(), &st) == 0 ? (st.st_mode & 07777) : 07777;
+}
+
+const char* const kLayoutDirs[] = {"",        "/tmp",          "/blobs", "/blobs/sha256",
+                                   "/layers", "/layers/sha256"};
+
+TEST(ImageStoreAccess, OpenMakesEveryDirectoryOwnerOnly) {
+  abx::testing::TempDir tmp;
+  std::string root = (tmp / "images").string();
+  auto s = Store::open(root);
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  for (const char* d : kLayoutDirs) EXPECT_EQ(mode_of(root + d), 0700u) << root + d;
+  auto d = s->put_blob("hello");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(mode_of(s->blob_path(*d)), 0600u);
+}
+
+TEST(ImageStoreAccess, OpenRepairsAnExistingOpenStore) {
+  abx::testing::TempDir tmp;
+  std::string root = (tmp / "images").string();
+  for (const char* d : kLayoutDirs) {
+    fs::create_directories(root + d);
+    fs::permissions(root + d, static_cast<fs::perms>(0755));
+  }
+  fs::create_directories(root + "/layers/sha256/" + std::string(64, 'a') + "/usr");
+  auto s = Store::open(root);
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  for (const char* d : kLayoutDirs) EXPECT_EQ(mode_of(root + d), 0700u) << root + d;
+  // A layer's own tree is the image's and keeps its modes.
+  EXPECT_EQ(mode_of(root + "/layers/sha256/" + std::string(64, 'a') + "/usr"), 0755u);
+}
+
+TEST(ImageStoreAccess, RefusesAStoreOthersCanWrite) {
+  abx::testing::TempDir tmp;
+  auto refused = [](const std::string& root, const std::string& names) {
+    auto s = Store::open(root);
+    if (s.ok()) return ::testing::AssertionFailure() << root << " was opened";
+    if (s.error().code() != ErrorCode::kFailedPrecondition ||
+        s.error().message().find(names) == std::string::npos) {
+      return ::testing::AssertionFailure() << s.error().to_string();
+    }
+    return ::testing::AssertionSuccess() << s.error().message();
+  };
+  // The store itself world-writable (files may have been planted): refused, and left as it is.
+  std::string world = (tmp / "world").string();
+  fs::create_directories(world);
+  fs::permissions(world, static_cast<fs::perms>(0777));
+  EXPECT_TRUE(refused(world, world + " is writable by other users (mode 0777)"));
+  EXPECT_EQ(mode_of(world), 0777u);
+  // One of its directories group-writable.
+  std::string group = (tmp / "group").string();
+  fs::create_directories(group + "/layers/sha256");
+  fs::permissions(group + "/layers", static_cast<fs::perms>(0775));
+  EXPECT_TRUE(refused(group, group + "/layers is writable by other users"));
+  // A parent anyone may write to, not sticky (another user could swap the store for theirs).
+  std::string open_parent = (tmp / "open").string();
+  fs::create_directories(open_parent);
+  fs::permissions(open_parent, static_cast<fs::perms>(0777));
+  EXPECT_TRUE(refused(open_parent + "/images", open_parent + " is writable by other users"));
+  // A sticky one (as /tmp) is fine.
+  std::string sticky = (tmp / "sticky").string();
+  fs::create_directories(sticky);
+  fs::permissions(sticky, static_cast<fs::perms>(01777));
+  auto ok = Store::open(sticky + "/images");
+  EXPECT_TRUE(ok.ok()) << ok.error().to_string();
+  EXPECT_EQ(mode_of(sticky + "/images"), 0700u);
+  if (::geteuid() != 0) return;  // owned by another uid: needs chown
+  std::string theirs = (tmp / "theirs").string();
+  fs::create_directories(theirs);
+  ASSERT_EQ(::chown(theirs.c_str(), 65534, 65534), 0);
+  EXPECT_TRUE(refused(theirs, theirs + " is owned by uid 65534"));
+  EXPECT_TRUE(refused(theirs + "/images", theirs + " is owned by uid 65534"));
+  // Through a symlink: what is checked is where it leads.
+  fs::create_symlink(theirs, tmp / "link");
+  EXPECT_TRUE(refused((tmp / "link/images").string(), theirs + " is owned by uid 65534"));
+}
+
+// The finding of issue 35: a layer's setuid-root file (a Dockerfile's `chmod 4755` copy of a
+// shell) in a store under a world-readable directory. Another host uid must reach nothing of
+// it, though it can reach the directory the store is in.
+TEST(ImageStoreAccess, OtherUsersCannotReachALayersSetuidFile) {
+  if (::geteuid() != 0) GTEST_SKIP() << "layer extraction and setresuid run as root";
+  abx::testing::TempDir tmp;
+  fs::permissions(tmp.path(), static_cast<fs::perms>(0755));
+  auto s = Store::open((tmp / "images").string());
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  std::string layer = testing::TarBuilder().file("rootbash", "#!", {.mode = 04755}).finish();
+  auto built = testing::put_image(*s, {layer});
+  ASSERT_TRUE(built.ok());
+  auto img = s->add_image(built->manifest);
+  ASSERT_TRUE(img.ok()) << img.error().to_string();
+  std::string file = img->layer_dirs[0] + "/rootbash";
+  EXPECT_EQ(mode_of(file), 04755u);  // the image's file as it was (sandboxes need it so)
+  // errno of stat(2) as host uid 65534 (0: it could), in a child.
+  auto stat_as_nobody = [](const std::string& path) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      if (::setgroups(0, nullptr) != 0 || ::setresgid(65534, 65534, 65534) != 0 ||
+          ::setresuid(65534, 65534, 65534) != 0)
+        ::_exit(255);
+      struct stat st {};
+      ::_exit(::stat(path.c_str(), &st) == 0 ? 0 : errno);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 254;
+  };
+  EXPECT_EQ(stat_as_nobody(tmp.string()), 0);  // control: the directory above is reachable
+  EXPECT_EQ(stat_as_nobody(file), EACCES);
+  EXPECT_EQ(stat_as_nobody(s->root() + "/refs.json"), EACCES);
+  // What a store of before this fix looked like (0755): the same file was reachable.
+  fs::permissions(s->root(), static_cast<fs::perms>(0755));
+  fs::permissions(s->root() + "/layers", static_cast<fs::perms>(0755));
+  fs::permissions(s->root() + "/layers/sha256", static_cast<fs::perms>(0755));
+  EXPECT_EQ(stat_as_nobody(file), 0);
+  ASSERT_TRUE(Store::open(s->root()).ok());
+  EXPECT_EQ(stat_as_nobody(file), EACCES);
 }
 
 TEST(ImageStore, RelativeRootBecomesAbsolute) {

@@ -36,6 +36,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -292,7 +293,7 @@ Outcome of(const ProbeRun& r) { return {r.ok(), r.brief(), r.code == 3, r.code =
 
 struct Probe {
   std::string name;
-  std::string cls;  // E1..E11, F (issue 11 findings), R (resource exhaustion)
+  std::string cls;  // E1..E11, F (issue 11 findings), R (resource exhaustion), S (image store)
   Impact impact;
   std::function<Outcome()> host;
   std::function<Outcome(Who)> sandbox;
@@ -1848,6 +1849,135 @@ TEST_F(BoundaryTest, EveryProbeHolds) {
     probes.push_back(symlinked);
   }
   // ---- end of checkpoint probes ------------------------------------------------------------
+  // ---- S: the image store (issue 35, finding 1) ------------------------------------------
+  // abxd extracts layers keeping host-root owners, setuid bits and file capabilities (sandboxes
+  // need them so). An image layer with a setuid-root copy of the probe and a copy carrying
+  // cap_dac_read_search is imported into this abxd's store (`abxd image import`, as a
+  // Dockerfile's `RUN cp ... && chmod 4755` build leaves one); an unprivileged host uid (65534,
+  // through setpriv) must reach neither. Host control: the same files in a 0755 directory make
+  // that uid host root, or read a root-only file. The "sandbox" side of these probes is the
+  // host itself, as that uid: who = root only (one context). The probes run after this block:
+  // what they use lives in `st`, shared by their closures.
+  {
+    struct StoreState {
+      fs::path src, ctl, secret;
+      std::string layer_dir, why_not;  // the extracted layer in the store, or why there is none
+      // The layer is this run's only (untagged after the import; its blobs go at the store's
+      // next gc): its setuid and capability files go with the probes.
+      ~StoreState() {
+        std::error_code ec;
+        if (!layer_dir.empty()) fs::remove_all(layer_dir, ec);
+      }
+      // Copies of the probe: rootbash setuid root, capread with security.capability v2 giving
+      // cap_dac_read_search (2), permitted and effective.
+      static bool plant(const fs::path& dir) {
+        static const std::uint32_t vfs_cap[5] = {0x02000001u, 1u << 2, 0, 0, 0};
+        std::error_code ec;
+        for (const char* name : {"rootbash", "capread"}) {
+          fs::copy_file(ABX_BOUNDARY_PROBE, dir / name, fs::copy_options::overwrite_existing, ec);
+          if (ec) return false;
+        }
+        return ::chown((dir / "rootbash").c_str(), 0, 0) == 0 &&
+               ::chmod((dir / "rootbash").c_str(), 04755) == 0 &&
+               ::chmod((dir / "capread").c_str(), 0755) == 0 &&
+               ::setxattr((dir / "capread").c_str(), "security.capability", vfs_cap, sizeof vfs_cap,
+                          0) == 0;
+      }
+      static ProbeRun as_nobody(const std::string& file, const std::vector<std::string>& args) {
+        // Through a shell: setpriv keeps its capabilities until its own execve (they go with
+        // the exec), so a path it execs directly is looked up with root's
+        // CAP_DAC_OVERRIDE and the store's modes would not matter. The shell runs without them,
+        // as the unprivileged user does.
+        std::vector<std::string> argv{"/usr/bin/setpriv",
+                                      "--reuid=65534",
+                                      "--regid=65534",
+                                      "--clear-groups",
+                                      "/bin/sh",
+                                      "-c",
+                                      "exec \"$@\"",
+                                      "sh",
+                                      file};
+        argv.insert(argv.end(), args.begin(), args.end());
+        HostProc p(argv);
+        return p.finish(30s);
+      }
+    };
+    auto st = std::make_shared<StoreState>();
+    const std::string store = testing::shared_image_store();
+    st->src = hf.dir / "store-layer";
+    st->ctl = hf.dir / "store-control";
+    const fs::path secret_dir = hf.dir / "store-secret";  // 0700 root: the capability's target
+    st->secret = secret_dir / "secret";
+    fs::create_directories(st->src);
+    fs::create_directories(st->ctl);
+    fs::create_directories(secret_dir);
+    fs::permissions(secret_dir, fs::perms(0700));
+    std::ofstream(st->secret) << "abx-boundary-store-secret-" << hf.tag << "\n";
+    std::ofstream(st->src / "tag") << hf.tag << "\n";  // a layer of this run only
+    const std::string tar = (hf.dir / "store-layer.tar").string();
+    const std::string name = "abx-boundary-store-" + hf.tag;
+    if (!StoreState::plant(st->src)) {
+      st->why_not = "could not make the setuid/capability files";
+    } else if (std::system(("tar --xattrs --xattrs-include=security.capability -C " +
+                            st->src.string() + " -cf " + tar + " .")
+                               .c_str()) != 0) {
+      st->why_not = "tar failed";
+    } else {
+      HostProc imp({testing::abxd_bin(), "--image-store", store, "image", "import", name,
+                    "rootfs-tar:" + tar});
+      ProbeRun r = imp.finish(120s);
+      // "<name> sha256:<manifest>": the manifest's only layer.
+      std::size_t at = r.out.rfind("sha256:");
+      std::string manifest = r.ok() && at != std::string::npos ? r.out.substr(at + 7, 64) : "";
+      if (manifest.size() != 64) {
+        st->why_not = "abxd image import: " + r.brief();
+      } else {
+        boost::system::error_code ec;
+        auto m = json::parse(slurp(fs::path(store) / "blobs/sha256" / manifest), ec);
+        const json::value* layers = ec ? nullptr : m.as_object().if_contains("layers");
+        if (layers == nullptr || !layers->is_array() || layers->as_array().empty()) {
+          st->why_not = "manifest " + manifest + " has no layers";
+        } else {
+          std::string layer(layers->as_array()[0].at("digest").as_string());
+          st->layer_dir = store + "/layers/sha256/" + layer.substr(7);
+          struct stat sb {};
+          if (::stat((st->layer_dir + "/rootbash").c_str(), &sb) != 0 ||
+              (sb.st_mode & S_ISUID) == 0 ||
+              ::getxattr((st->layer_dir + "/capread").c_str(), "security.capability", nullptr, 0) <=
+                  0) {
+            st->why_not = "the store's layer has no setuid/capability files at " + st->layer_dir;
+          }
+        }
+      }
+      HostProc rm({testing::abxd_bin(), "--image-store", store, "image", "rm", name});
+      (void)rm.finish(60s);  // untagged: the layer goes at the store's next gc
+    }
+    struct StoreProbe {
+      std::string name, file;
+      Impact impact;
+      std::vector<std::string> args;
+    };
+    for (const auto& sp :
+         {StoreProbe{"s.store_setuid_layer_file", "rootbash", E, {"host-root"}},
+          StoreProbe{
+              "s.store_file_capability_layer_file", "capread", L, {"read", st->secret.string()}}}) {
+      Probe p{sp.name, "S", sp.impact, nullptr, nullptr, root_only};
+      p.host = [st, sp] {
+        bool ok = StoreState::plant(st->ctl);  // a 0755 directory under /tmp, emptied right after
+        ProbeRun r = StoreState::as_nobody((st->ctl / sp.file).string(), sp.args);
+        std::error_code ec;
+        fs::remove(st->ctl / "rootbash", ec);
+        fs::remove(st->ctl / "capread", ec);
+        return ok ? of(r) : Outcome{false, "could not make the control files"};
+      };
+      p.sandbox = [st, sp](Who) {
+        if (!st->why_not.empty()) return Outcome{false, st->why_not, false, true};
+        return of(StoreState::as_nobody(st->layer_dir + "/" + sp.file, sp.args));
+      };
+      probes.push_back(p);
+    }
+  }
+  // ---- end S ------------------------------------------------------------------------------
 
   Tally t = run_and_report(probes);
   EXPECT_EQ(t.not_held, 0) << t.not_held << " probe(s) not held (see the lines above)";

@@ -96,8 +96,11 @@ class ImageEnvdTest : public ::testing::Test {
     return last;
   }
 
-  // Runs `cmd args...` through envd's process.Process/Start; returns its stdout.
+  // Runs `cmd args...` through envd's process.Process/Start; returns its stdout (its stderr and
+  // end status are left in last_stderr_ and last_status_, e.g. "exit status 0").
   std::string run(const std::string& cmd, std::vector<std::string> args = {}) {
+    last_stderr_.clear();
+    last_status_.clear();
     json::object process{{"cmd", cmd}, {"args", json::value_from(args)}};
     std::string body = json::serialize(json::object{{"process", process}});
     std::string framed(5, '\0');
@@ -118,10 +121,16 @@ class ImageEnvdTest : public ::testing::Test {
                       (static_cast<unsigned char>(all[pos + 3]) << 8) |
                       static_cast<unsigned char>(all[pos + 4]);
       auto v = json::parse(all.substr(pos + 5, n));
-      if (auto* ev = v.as_object().if_contains("event"))
-        if (auto* d = ev->as_object().if_contains("data"))
+      if (auto* ev = v.as_object().if_contains("event")) {
+        if (auto* d = ev->as_object().if_contains("data")) {
           if (auto* s = d->as_object().if_contains("stdout"))
             if (auto bytes = base64_decode(s->as_string()); bytes.ok()) out += *bytes;
+          if (auto* s = d->as_object().if_contains("stderr"))
+            if (auto bytes = base64_decode(s->as_string()); bytes.ok()) last_stderr_ += *bytes;
+        }
+        if (auto* e = ev->as_object().if_contains("end"))
+          if (auto* st = e->as_object().if_contains("status")) last_status_ = st->as_string();
+      }
       pos += 5 + n;
     }
     return out;
@@ -134,6 +143,17 @@ class ImageEnvdTest : public ::testing::Test {
     ASSERT_TRUE(health.ok()) << health.error().to_string();
     EXPECT_EQ(health->result_int(), 204);
     EXPECT_NE(run("/opt/abx/bin/abx-envd", {"--help"}).find("abx-envd"), std::string::npos);
+    // Every binary the bundle ships runs here with only the bundle's libraries (issue 35: the
+    // code interpreter needed the image's libbsd.so.0): --help prints its usage and exits 0.
+    int binaries = 0;
+    for (const auto& e : fs::directory_iterator(fs::path(ABX_BUNDLE_DIR) / "bin")) {
+      std::string name = e.path().filename().string();
+      std::string out = run("/opt/abx/bin/" + name, {"--help"});
+      EXPECT_EQ(last_status_, "exit status 0") << name << ": " << last_stderr_;
+      EXPECT_NE(out.find(name), std::string::npos) << name << ": " << out << last_stderr_;
+      ++binaries;
+    }
+    EXPECT_GE(binaries, 3);  // abx-envd, abx-server, abx-interp at least
     auto commands = send(kServerPort, http::make_request(bhttp::verb::get, "/commands"));
     ASSERT_TRUE(commands.ok()) << commands.error().to_string();
     EXPECT_EQ(commands->result_int(), 200) << commands->body();
@@ -148,6 +168,7 @@ class ImageEnvdTest : public ::testing::Test {
     EXPECT_EQ(r->result_int(), 401);
   }
 
+  std::string last_stderr_, last_status_;
   abx::testing::TempDir tmp_{"abx-image-e2e"};
   fs::path image_;
   std::optional<runtime::Sandbox> sb_;

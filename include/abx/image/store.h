@@ -24,6 +24,18 @@
 // store runs as root), skips device nodes, fifos and sockets, keeps only user.* and
 // security.capability xattrs (never trusted.*, so a layer cannot forge overlayfs metadata), and
 // refuses the whole layer for any entry that would land outside it.
+//
+// Who can reach the store: only its owner. Extracted layers hold host-root-owned setuid binaries
+// and file capabilities (a Dockerfile's `chmod 4755`, an imported image's sudo), which any host
+// user who can reach them could run as host root; so open() keeps <root>, tmp/, blobs/,
+// blobs/sha256/, layers/ and layers/sha256/ at mode 0700, owned by this process's euid (an
+// existing store with other modes is repaired), and new files at 0600. It refuses
+// (failed_precondition) a store another user could have written to: <root> or one of those
+// directories owned by another uid or writable by group or others, or a directory above <root>
+// (symlinks resolved) owned by neither root nor this euid, or writable by group or others
+// without the sticky bit (as /tmp has). abxd (root) resolves the layer paths itself when it
+// mounts a sandbox's overlay (idmapped descriptors with a user namespace, plain paths without),
+// so the sandboxes' own uids need no access to the store's directories.
 #pragma once
 
 #include <cstdint>
@@ -90,8 +102,9 @@ class BlobWriter {
 
 class Store {
  public:
-  // Opens (creating) the store at `root` (made absolute: layer_dirs are overlay lowerdirs) and
-  // removes leftovers under tmp/.
+  // Opens (creating) the store at `root` (made absolute and canonical: layer_dirs are overlay
+  // lowerdirs), secures its directories (see "Who can reach the store" above; failed_precondition
+  // for one another user can write) and removes leftovers under tmp/.
   static Result<Store> open(std::string root, LayerLimits limits = {});
   Store(Store&&) noexcept;
   Store& operator=(Store&&) noexcept;
