@@ -272,8 +272,9 @@ TEST_F(TenantsE2E, EachTeamSeesAndControlsOnlyItsOwnObjects) {
 // sandbox is "not found" to kill_sandbox and run_shell.
 TEST_F(TenantsE2E, McpToolsAreScopedToTheKeysTeam) {
   ASSERT_EQ(admin({"teams", "create", "team-b"}).second, 0);
-  auto [b, rc] = admin({"keys", "create", "--team", "team-b"});
-  ASSERT_EQ(rc, 0);
+  const auto made = admin({"keys", "create", "--team", "team-b"});
+  ASSERT_EQ(made.second, 0);
+  const std::string b = made.first;  // a lambda below uses it
   const std::string sa = create(key());
   const std::string sb = create(b);
   ASSERT_FALSE(sa.empty());
