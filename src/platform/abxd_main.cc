@@ -1,5 +1,6 @@
 // abxd: the platform daemon. `abxd [--home DIR] [--listen HOST:PORT] [--domain D]`, and
-// `abxd keys create|list|revoke` to manage API keys in the same store.
+// `abxd keys create|list|revoke`, `abxd access-keys …` and `abxd teams create|list` to manage
+// credentials and their teams in the same store.
 //
 // main() is three steps: flags into a Config (parse_flags), then either a key subcommand
 // (keys_main) or the daemon (serve: store, templates, sandboxes, gateway, then wait for a stop
@@ -96,6 +97,7 @@ struct Config {
   platform::ImageCommand image_cmd;
   std::string key_action;
   std::string key_arg;
+  std::string team = std::string(store::kDefaultTeam);  // keys create --team, teams create NAME
 };
 
 int fail(const Error& e, int code) {
@@ -126,11 +128,17 @@ struct CredentialGroup {
   }
 };
 
-CredentialGroup add_credential_group(CLI::App& app, std::string& arg, const CredentialHelp& h) {
+CredentialGroup add_credential_group(CLI::App& app, std::string& arg, std::string& team,
+                                     const CredentialHelp& h) {
   CredentialGroup g;
   g.group = app.add_subcommand(h.name, h.help);
   g.create = g.group->add_subcommand("create", h.create);
   g.create->add_option("--name", arg, h.create_name);
+  g.create
+      ->add_option("--team", team,
+                   "The team the credential acts for (abxd teams create); it sees and "
+                   "controls that team's sandboxes, snapshots and built templates only")
+      ->capture_default_str();
   g.group->add_subcommand("list", h.list);
   g.revoke = g.group->add_subcommand("revoke", h.revoke);
   g.revoke->add_option(h.revoke_arg, arg, h.revoke_arg_help)->required();
@@ -221,7 +229,7 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, Config& cfg
                "On SIGTERM kill every sandbox (default: leave them running; the next abxd "
                "adopts them)");
   CredentialGroup keys =
-      add_credential_group(app, cfg.key_arg,
+      add_credential_group(app, cfg.key_arg, cfg.team,
                            {.name = "keys",
                             .help = "Manage API keys (create prints the key on stdout)",
                             .create = "Create an API key",
@@ -231,7 +239,7 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, Config& cfg
                             .revoke_arg = "key",
                             .revoke_arg_help = "Key id, id prefix (>= 4) or the key itself"});
   CredentialGroup aks = add_credential_group(
-      app, cfg.key_arg,
+      app, cfg.key_arg, cfg.team,
       {.name = "access-keys",
        .help = "Manage AK/SK pairs for signed requests (ABX-HMAC-SHA256, docs/abxd.md)",
        .create = "Create a pair; prints \"AK SECRET\" on stdout",
@@ -240,6 +248,14 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, Config& cfg
        .revoke = "Revoke an access key",
        .revoke_arg = "access_key",
        .revoke_arg_help = "The access key id"});
+  CLI::App* teams = app.add_subcommand(
+      "teams",
+      "Manage teams (tenants): each API key and access key belongs to one and sees only its "
+      "sandboxes, snapshots and built templates; keys made without --team are the default team's");
+  CLI::App* team_create = teams->add_subcommand("create", "Create a team; prints its id");
+  team_create->add_option("team", cfg.team, "Team id: [a-z0-9][a-z0-9-]{0,62}")->required();
+  teams->add_subcommand("list", "List teams with their number of active keys");
+  teams->require_subcommand(1);
   platform::add_image_commands(app, cfg.image_cmd);
   app.add_flag("--no-watchdog", cfg.no_watchdog,
                "Do not start the deadline watchdog (sandboxes then outlive their deadline while "
@@ -254,7 +270,9 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, Config& cfg
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
-  if (aks.group->parsed()) {
+  if (teams->parsed()) {
+    cfg.key_action = team_create->parsed() ? "team-create" : "team-list";
+  } else if (aks.group->parsed()) {
     cfg.key_action = "ak-" + aks.action();
   } else if (keys.group->parsed()) {
     cfg.key_action = keys.action();
@@ -316,37 +334,46 @@ Result<UniqueFd> lock_home(const std::string& home) {
 
 // --- key subcommands: each prints what scripts capture on stdout, the rest on stderr ---
 
-Status create_api_key(store::Store& st, const std::string& name) {
-  ABX_ASSIGN_OR_RETURN(auto k, st.create_api_key(name.empty() ? "cli" : name));
+Status create_api_key(store::Store& st, const std::string& name, const std::string& team) {
+  ABX_ASSIGN_OR_RETURN(auto k, st.create_api_key(name.empty() ? "cli" : name, team));
   std::cout << k.key << "\n";  // stdout: scripts capture it
-  std::cerr << "created API key " << k.info.id << " (" << k.info.name << ")\n";
+  std::cerr << "created API key " << k.info.id << " (" << k.info.name << ") of team "
+            << k.info.team_id << "\n";
   return {};
 }
 
 Status list_api_keys(store::Store& st) {
   ABX_ASSIGN_OR_RETURN(auto ks, st.list_api_keys());
-  std::printf("%-18s %-10s %-20s %s\n", "ID", "PREFIX", "NAME", "STATUS");
+  std::printf("%-18s %-10s %-20s %-20s %s\n", "ID", "PREFIX", "NAME", "TEAM", "STATUS");
   for (const auto& k : ks) {
-    std::printf("%-18s %-10s %-20s %s\n", k.id.c_str(), k.prefix.c_str(), k.name.c_str(),
-                k.revoked ? "revoked" : "active");
+    std::printf("%-18s %-10s %-20s %-20s %s\n", k.id.c_str(), k.prefix.c_str(), k.name.c_str(),
+                k.team_id.c_str(), k.revoked ? "revoked" : "active");
   }
   return {};
 }
 
-Status create_access_key(store::Store& st, const std::string& name) {
-  ABX_ASSIGN_OR_RETURN(auto k, st.create_access_key(name.empty() ? "cli" : name));
+Status create_access_key(store::Store& st, const std::string& name, const std::string& team) {
+  ABX_ASSIGN_OR_RETURN(auto k, st.create_access_key(name.empty() ? "cli" : name, team));
   std::cout << k.access_key_id << " " << k.secret << "\n";  // stdout: "AK SECRET"
-  std::cerr << "created access key " << k.access_key_id << " (" << k.name << ")\n";
+  std::cerr << "created access key " << k.access_key_id << " (" << k.name << ") of team "
+            << k.team_id << "\n";
   return {};
 }
 
 Status list_access_keys(store::Store& st) {
   ABX_ASSIGN_OR_RETURN(auto ks, st.list_access_keys());
-  std::printf("%-22s %-20s %s\n", "ACCESS KEY", "NAME", "STATUS");
+  std::printf("%-22s %-20s %-20s %s\n", "ACCESS KEY", "NAME", "TEAM", "STATUS");
   for (const auto& k : ks) {
-    std::printf("%-22s %-20s %s\n", k.access_key_id.c_str(), k.name.c_str(),
-                k.revoked ? "revoked" : "active");
+    std::printf("%-22s %-20s %-20s %s\n", k.access_key_id.c_str(), k.name.c_str(),
+                k.team_id.c_str(), k.revoked ? "revoked" : "active");
   }
+  return {};
+}
+
+Status list_teams(store::Store& st) {
+  ABX_ASSIGN_OR_RETURN(auto ts, st.list_teams());
+  std::printf("%-24s %s\n", "TEAM", "ACTIVE KEYS");
+  for (const auto& t : ts) std::printf("%-24s %d\n", t.id.c_str(), t.active_keys);
   return {};
 }
 
@@ -355,14 +382,22 @@ int keys_main(const Config& cfg) {
   if (!st.ok()) return fail(st.error(), kExitConfig);
   const std::string& action = cfg.key_action;
   Status s;
-  if (action == "create") {
-    s = create_api_key(**st, cfg.key_arg);
+  if (action == "create" || action == "ak-create" || action == "team-create") {
+    s = action == "create"      ? create_api_key(**st, cfg.key_arg, cfg.team)
+        : action == "ak-create" ? create_access_key(**st, cfg.key_arg, cfg.team)
+                                : (*st)->create_team(cfg.team);
+    if (s.ok() && action == "team-create") std::cout << cfg.team << "\n";
+    // A team that is not there, a malformed or taken team id: usage errors.
+    if (!s.ok() && (s.error().code() == ErrorCode::kNotFound ||
+                    s.error().code() == ErrorCode::kInvalidArgument ||
+                    s.error().code() == ErrorCode::kAlreadyExists))
+      return fail(s.error(), kExitUsage);
   } else if (action == "list") {
     s = list_api_keys(**st);
-  } else if (action == "ak-create") {
-    s = create_access_key(**st, cfg.key_arg);
   } else if (action == "ak-list") {
     s = list_access_keys(**st);
+  } else if (action == "team-list") {
+    s = list_teams(**st);
   } else {
     s = action == "ak-revoke" ? (*st)->revoke_access_key(cfg.key_arg)
                               : (*st)->revoke_api_key(cfg.key_arg);
@@ -566,6 +601,14 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
     return {};
   };
   platform::TemplateBuilder builder(tbo);
+  // Templates built before teams existed were the only team's: the default team keeps them.
+  const auto built_catalog = (*mgr)->catalog();
+  for (const auto* t : built_catalog->list()) {
+    if (!builder.is_built(t->id)) continue;
+    if (Status s = (*st)->claim_template(t->id, std::string(store::kDefaultTeam));
+        !s.ok() && s.error().code() != ErrorCode::kAlreadyExists)
+      log.warn("template " + t->id + ": cannot record its team: " + s.error().message());
+  }
   api.enable_builds(builder, (*mgr)->images(), (fs::path(cfg.home) / "uploads").string());
 
   auto gw = platform::Gateway::start(gopt, api);

@@ -93,7 +93,7 @@ bool match_pattern(std::string_view pattern, std::span<const std::string> parts,
 
 }  // namespace api
 
-Status ControlApi::authenticate(const Request& req) {
+Result<std::string> ControlApi::authenticate(const Request& req) {
   // A source that failed too often lately is refused before its credentials are looked at: a
   // key it guessed right does not work from there either (other sources are unaffected).
   const std::string source(req[kPeerAddressField]);
@@ -128,7 +128,8 @@ Status ControlApi::authenticate(const Request& req) {
     return invalid_argument("send one credential (X-API-KEY, Bearer or a signature)");
   }
   const std::size_t count = signed_request ? 1 : keys;
-  Status result;
+  // The team of the credential: every object the request sees or touches is that team's.
+  Result<std::string> result = std::string();
   if (signed_request) {
     result = verify_signature(req);
   } else if (count == 0) {
@@ -136,14 +137,18 @@ Status ControlApi::authenticate(const Request& req) {
                    "missing API key: send X-API-KEY (or Authorization: Bearer)");
   } else {
     auto v = store_.verify_api_key(key);
-    if (!v.ok()) result = Error(ErrorCode::kUnauthenticated, "invalid API key");
+    if (v.ok()) {
+      result = std::move(v->team_id);
+    } else {
+      result = Error(ErrorCode::kUnauthenticated, "invalid API key");
+    }
   }
   if (!result.ok() && result.error().code() == ErrorCode::kUnauthenticated)
     auth_limiter_.failed(source, now_ms());
   return result;
 }
 
-Status ControlApi::verify_signature(const Request& req) {
+Result<std::string> ControlApi::verify_signature(const Request& req) {
   auth::HttpRequest hr;
   hr.method = std::string(req.method_string());
   hr.target = std::string(req.target());
@@ -152,12 +157,19 @@ Status ControlApi::verify_signature(const Request& req) {
       hr.headers.push_back({std::string(f.name_string()), std::string(f.value())});
   auth::VerifyOptions vo;
   vo.now_unix = now_ms() / 1000;
-  vo.lookup_secret = [this](std::string_view ak) { return store_.access_key_secret(ak); };
+  std::string signer;  // the access key whose secret the signature was checked with
+  vo.lookup_secret = [this, &signer](std::string_view ak) {
+    signer = std::string(ak);
+    return store_.access_key_secret(ak);
+  };
   vo.remember_nonce = [this](std::string_view k, std::int64_t exp) {
     return store_.remember_nonce(k, exp * 1000, now_ms());
   };
   ABX_TRY(auth::verify(hr, req.body(), vo));
-  return {};
+  ABX_ASSIGN_OR_RETURN(auto team, store_.access_key_team(signer));
+  // Revoked between the two reads: refused as any unknown key is.
+  if (!team) return Error(ErrorCode::kUnauthenticated, "invalid access key");
+  return std::move(*team);
 }
 
 Response ControlApi::handle_control(Request&& req) {
@@ -177,11 +189,12 @@ Result<Response> ControlApi::route(Request& req) {
   // /health and /mcp match the exact path with any method, as they always have; /health needs
   // no credentials.
   if (path == "/health") return http::json_response(200, json::object{{"status", "ok"}});
-  ABX_TRY(authenticate(req));
-  if (path == "/mcp") return serve_platform_mcp(sandboxes_, store_, req);  // MCP: mcp_tools.h
+  ABX_ASSIGN_OR_RETURN(std::string team, authenticate(req));
+  // MCP: mcp_tools.h
+  if (path == "/mcp") return serve_platform_mcp(sandboxes_, store_, team, req);
 
   const auto parts = api::split_path(path);
-  api::Context ctx{req, *url, {}, sandboxes_, store_, builder_, images_};
+  api::Context ctx{req, *url, {}, sandboxes_, store_, std::move(team), builder_, images_};
   for (const auto& r : kRoutes) {
     if (r.method != req.method()) continue;
     ctx.params.clear();
@@ -231,10 +244,11 @@ bool ControlApi::serve_control(Request& req, const http::Responder& respond) {
     respond(std::move(res));
     return true;
   };
-  if (auto s = authenticate(req); !s.ok()) return fail(s.error());
+  auto team = authenticate(req);
+  if (!team.ok()) return fail(team.error());
   if (!builder_) return fail(Error(ErrorCode::kUnimplemented, "template builds are not enabled"));
   auto url = boost::urls::parse_origin_form(req.target());
-  api::Context ctx{req, *url, {}, sandboxes_, store_, builder_, images_};
+  api::Context ctx{req, *url, {}, sandboxes_, store_, std::move(*team), builder_, images_};
   std::string context_tar;
   std::optional<std::filesystem::path> own_tmp;
   if (auto f = respond.body_file()) {

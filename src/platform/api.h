@@ -20,6 +20,10 @@
 //   {"ref":"host/repo:tag","bare"}) GET    /templates/{id}/image           200
 //   {"manifestDigest","layers",…} (abx: inspect)
 // Auth: X-API-KEY, Authorization: Bearer <key>, or Authorization: ABX-HMAC-SHA256 (signed).
+// Tenants: the credential's team scopes every route. A sandbox, snapshot or built template of
+// another team answers exactly as an unknown id does (404, same body); lists hold the team's
+// objects only; built-in and catalog templates are every team's. The proxy (sandbox traffic)
+// is not scoped by team: the sandbox's access token is the credential there.
 //
 // The routes are a table in api.cc, their handlers one file per resource (api_routes.h); a
 // handler's Error becomes the status and body above through e2b_error() alone.
@@ -56,11 +60,12 @@ class ControlApi : public GatewayBackend {
   bool serve_control(http::Request& req, const http::Responder& respond) override;
 
  private:
-  Status authenticate(const http::Request& req);
+  // The team of the request's credential (API key or access key).
+  Result<std::string> authenticate(const http::Request& req);
   // admit()'s status for a sandbox already looked up (`sb` null: none).
   Status authorize(const LiveSandbox* sb, const Route& route,
                    const boost::beast::http::request_header<>& headers);
-  Status verify_signature(const http::Request& req);
+  Result<std::string> verify_signature(const http::Request& req);
   Result<http::Response> route(http::Request& req);
 
   SandboxManager& sandboxes_;

@@ -75,8 +75,18 @@ Result<std::string> sandbox_id(const Context& ctx) {
 Result<std::shared_ptr<LiveSandbox>> live_sandbox(const Context& ctx) {
   ABX_ASSIGN_OR_RETURN(std::string id, sandbox_id(ctx));
   auto sb = ctx.sandboxes.find(id);
-  if (!sb) return not_found("sandbox '" + id + "' not found");
+  // Another team's sandbox is not there, as far as this request can tell.
+  if (!sb || sb->record.team_id != ctx.team) return not_found("sandbox '" + id + "' not found");
   return sb;
+}
+
+bool template_visible(const Context& ctx, const std::string& id) {
+  return template_visible_to(ctx.store, id, ctx.team);
+}
+
+Status check_template_visible(const Context& ctx, const std::string& id) {
+  if (!template_visible(ctx, id)) return not_found("template '" + id + "' not found");
+  return {};
 }
 
 Result<SandboxPost> sandbox_post(const Context& ctx) {

@@ -40,6 +40,8 @@ struct Context {
   std::vector<std::string> params;  // the pattern's {captures}, in order
   SandboxManager& sandboxes;
   store::Store& store;
+  // The team of the request's credential: handlers see and touch this team's objects only.
+  std::string team;
   // Template builds and the image store; null when abxd runs without them (then the build,
   // delete, push and image routes answer kUnimplemented).
   TemplateBuilder* builder = nullptr;
@@ -79,8 +81,14 @@ Result<std::map<std::string, std::string>> string_map(const boost::json::value* 
 
 // The id in params[0]: the real API accepts <id> or <id>-<clientID>.
 Result<std::string> sandbox_id(const Context& ctx);
-// The live sandbox for params[0]; not_found if there is none.
+// The live sandbox for params[0]; not_found if there is none or it is another team's (the same
+// error either way: another team's id is indistinguishable from an unknown one).
 Result<std::shared_ptr<LiveSandbox>> live_sandbox(const Context& ctx);
+// Whether the request's team may see template `id`: one it built, or one no team owns (the
+// built-in and catalog templates; a build from before teams is the default team's).
+bool template_visible(const Context& ctx, const std::string& id);
+// not_found("template '<id>' not found") unless template_visible.
+Status check_template_visible(const Context& ctx, const std::string& id);
 
 // What every POST /sandboxes/{id}/<op> checks first, in this order: the id (400), the sandbox
 // (404), the body as a JSON object (400) — whether or not the op reads a body.

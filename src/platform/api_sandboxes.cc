@@ -192,6 +192,7 @@ Status parse_lifecycle(const json::object& body, CreateRequest& cr) {
 
 Result<Response> list_sandboxes(Context& ctx, bool v1) {
   ABX_ASSIGN_OR_RETURN(store::SandboxFilter f, parse_list_query(ctx.url.params(), v1));
+  f.team_id = ctx.team;
   ABX_ASSIGN_OR_RETURN(store::SandboxPage page, ctx.store.list_sandboxes(f));
   json::array out;
   for (const auto& r : page.items) out.push_back(listed_json(r));
@@ -280,6 +281,7 @@ Result<Response> create_sandbox(Context& ctx) {
                        parse_create(body, ctx.sandboxes.options().max_timeout_seconds,
                                     !ctx.sandboxes.options().network ||
                                         ctx.sandboxes.options().network->default_internet()));
+  cr.team_id = ctx.team;  // the manager refuses another team's template or snapshot (404)
   ABX_ASSIGN_OR_RETURN(auto sb, ctx.sandboxes.create(cr));
   return http::json_response(201, sandbox_json(*sb));
 }
@@ -309,8 +311,8 @@ Result<Response> get_sandbox(Context& ctx) {
 }
 
 Result<Response> kill_sandbox(Context& ctx) {
-  ABX_ASSIGN_OR_RETURN(std::string id, sandbox_id(ctx));
-  ABX_TRY(ctx.sandboxes.kill(id));
+  ABX_ASSIGN_OR_RETURN(auto sb, live_sandbox(ctx));
+  ABX_TRY(ctx.sandboxes.kill(sb->record.id));
   return no_content();
 }
 
@@ -396,6 +398,7 @@ Result<Response> list_snapshots(Context& ctx) {
     }
   }
   auto all = ctx.sandboxes.list_snapshots(sandbox, name);
+  std::erase_if(all, [&](const SandboxManager::SnapshotInfo& s) { return s.team_id != ctx.team; });
   json::array out;
   for (std::size_t i = offset; i < all.size() && out.size() < limit; ++i) {
     json::array names;

@@ -1,4 +1,5 @@
 // /templates and /templates/{id}: the catalog, with each template's capabilities and commands.
+#include <algorithm>
 #include <boost/json.hpp>
 #include <filesystem>
 
@@ -27,13 +28,16 @@ json::object template_json(const templates::Template& t) {
 Result<Response> list_templates(Context& ctx) {
   json::array out;
   auto cat = ctx.sandboxes.catalog();
-  for (const auto* t : cat->list()) out.push_back(template_json(*t));
+  for (const auto* t : cat->list()) {
+    if (template_visible(ctx, t->id)) out.push_back(template_json(*t));
+  }
   return http::json_response(200, out);
 }
 
 Result<Response> get_template(Context& ctx) {
   auto cat = ctx.sandboxes.catalog();
   const std::string& id = ctx.params.at(0);
+  ABX_TRY(check_template_visible(ctx, id));
   if (const auto* t = cat->get(id)) {
     json::object o = template_json(*t);
     o["builds"] = json::array{};
@@ -46,12 +50,13 @@ Result<Response> get_template(Context& ctx) {
 }
 
 // E2B's alias lookup (the JS template builder's Template.exists / aliasExists): 200
-// {templateID, public} when a template answers to the name, 404 when none does. abx has one
-// tenant, so every template is the caller's and 403 ("exists, not yours") never happens; an
-// abx template's only alias is its id.
+// {templateID, public} when a template answers to the name, 404 when none does. Another team's
+// template is a 404 too, never E2B's 403 ("exists, not yours"): an id of another team is
+// indistinguishable from an unknown one everywhere. An abx template's only alias is its id.
 Result<Response> get_template_alias(Context& ctx) {
   auto cat = ctx.sandboxes.catalog();
   const std::string& alias = ctx.params.at(0);
+  if (!template_visible(ctx, alias)) return not_found("template alias '" + alias + "' not found");
   if (const auto* t = cat->get(alias)) {
     return http::json_response(200, json::object{{"templateID", t->id}, {"public", true}});
   }
@@ -80,6 +85,7 @@ Status need_builds(const Context& ctx) {
 // The image behind template `id`: the store tag of a built template, else the catalog's image
 // reference (abx:NAME or the reference a pull tagged).
 Result<image::Image> image_of(Context& ctx, const std::string& id) {
+  ABX_TRY(check_template_visible(ctx, id));
   if (auto img = ctx.images->get(id); img.ok()) return img;
   const auto catalog = ctx.sandboxes.catalog();  // held: t points into it
   const auto* t = catalog->get(id);
@@ -148,19 +154,31 @@ Result<Response> delete_template(Context& ctx) {
   const std::string& id = ctx.params.at(0);
   // E2B deletes a snapshot as a template (the SDK's deleteSnapshot).
   if (id.starts_with("snapshot-")) {
+    const auto snaps = ctx.sandboxes.list_snapshots("", "");
+    if (std::none_of(snaps.begin(), snaps.end(), [&](const SandboxManager::SnapshotInfo& s) {
+          return s.id == id && s.team_id == ctx.team;
+        }))
+      return not_found("snapshot '" + id + "' not found");
     ABX_TRY(ctx.sandboxes.delete_snapshot(id));
     return Response{boost::beast::http::status::no_content, ctx.req.version()};
   }
   ABX_TRY(need_builds(ctx));
+  ABX_TRY(check_template_visible(ctx, id));
   if (!ctx.builder->is_built(id)) {
     if (ctx.sandboxes.catalog()->get(id)) {
       return Error(ErrorCode::kFailedPrecondition,
                    "template '" + id + "' was not built by abx template build; remove its " +
                        "template.yaml instead");
     }
+    // A name the team took with a build that never finished: the name is given back.
+    if (auto owner = ctx.store.template_owner(id); owner.ok() && *owner == ctx.team) {
+      ABX_TRY(ctx.store.release_template(id));
+      return Response{boost::beast::http::status::no_content, ctx.req.version()};
+    }
     return not_found("template '" + id + "' not found");
   }
   ABX_TRY(ctx.builder->remove(id));
+  ABX_TRY(ctx.store.release_template(id));
   Response res{boost::beast::http::status::no_content, ctx.req.version()};
   return res;
 }
@@ -228,6 +246,19 @@ Status build_template(Context& ctx, const std::string& context_tar,
                             "' must match [a-z0-9][a-z0-9._-]{0,63}");
   }
   if (req.dockerfile.empty()) return invalid_argument("dockerfile must not be empty");
+  // The name becomes the team's before the build starts and stays so (a failed build, a rebuild
+  // by the same team) until DELETE /templates/{name}; another team's name is refused, as E2B
+  // refuses an alias in use. (Giving it back on a failed build would race a second build of the
+  // same name waiting for the first.)
+  if (req.name.starts_with("snapshot-"))
+    return invalid_argument("template names starting with snapshot- are snapshots' ids");
+  const bool existed = ctx.builder->is_built(req.name);
+  // A template.yaml or built-in template of that name is every team's: no team may replace it.
+  if (!existed && ctx.sandboxes.catalog()->get(req.name))
+    return Error(ErrorCode::kAlreadyExists,
+                 "template '" + req.name + "' exists and was not built by abx template build");
+  ABX_TRY(ctx.store.claim_template(req.name, ctx.team));
+  req.may_use = [&ctx](const std::string& name) { return template_visible(ctx, name); };
 
   Response header{boost::beast::http::status::ok, ctx.req.version()};
   header.set(boost::beast::http::field::content_type, "application/x-ndjson");

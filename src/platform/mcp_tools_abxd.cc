@@ -8,6 +8,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "abx/base/time.h"
 #include "abx/base/try.h"
@@ -121,8 +122,8 @@ ShellResult shell_result(client::CommandResult r) {
 // (client::Sandbox) over sockets the manager opens in the sandbox's netns, with its access token.
 class AbxdBackend : public PlatformBackend {
  public:
-  AbxdBackend(SandboxManager& sandboxes, store::Store& store)
-      : sandboxes_(sandboxes), store_(store) {}
+  AbxdBackend(SandboxManager& sandboxes, store::Store& store, std::string team)
+      : sandboxes_(sandboxes), store_(store), team_(std::move(team)) {}
 
   Result<SandboxSummary> create_sandbox(const SandboxSpec& spec) override {
     if (spec.timeout_seconds && *spec.timeout_seconds > sandboxes_.options().max_timeout_seconds) {
@@ -134,6 +135,7 @@ class AbxdBackend : public PlatformBackend {
     cr.timeout_seconds = spec.timeout_seconds;
     cr.metadata = spec.metadata;
     cr.env_vars = spec.envs;
+    cr.team_id = team_;
     ABX_ASSIGN_OR_RETURN(auto sb, sandboxes_.create(cr));
     return summary_of(sb->record, false);
   }
@@ -141,6 +143,7 @@ class AbxdBackend : public PlatformBackend {
   Result<std::vector<SandboxSummary>> list_sandboxes() override {
     std::vector<SandboxSummary> out;
     store::SandboxFilter f;
+    f.team_id = team_;
     f.states = {store::SandboxState::kRunning, store::SandboxState::kPaused};
     f.limit = 100;
     do {
@@ -154,7 +157,7 @@ class AbxdBackend : public PlatformBackend {
   }
 
   Result<bool> kill_sandbox(const std::string& id) override {
-    if (!valid_sandbox_id(id)) return false;
+    if (!find(id).ok()) return false;  // unknown, or another team's
     Status s = sandboxes_.kill(id);
     if (s.ok()) return true;
     if (s.error().code() == ErrorCode::kNotFound) return false;
@@ -270,7 +273,8 @@ class AbxdBackend : public PlatformBackend {
  private:
   Result<std::shared_ptr<LiveSandbox>> find(const std::string& id) {
     std::shared_ptr<LiveSandbox> sb = valid_sandbox_id(id) ? sandboxes_.find(id) : nullptr;
-    if (!sb) return not_found("sandbox '" + id.substr(0, 64) + "' not found");
+    if (!sb || sb->record.team_id != team_)
+      return not_found("sandbox '" + id.substr(0, 64) + "' not found");
     return sb;
   }
 
@@ -299,6 +303,7 @@ class AbxdBackend : public PlatformBackend {
 
   SandboxManager& sandboxes_;
   store::Store& store_;
+  const std::string team_;
 };
 
 // --- Streamable HTTP ---
@@ -324,13 +329,14 @@ Response rpc_error_response(const Error& e, unsigned version, bool keep_alive) {
 
 }  // namespace
 
-std::unique_ptr<PlatformBackend> make_abxd_backend(SandboxManager& sandboxes, store::Store& store) {
-  return std::make_unique<AbxdBackend>(sandboxes, store);
+std::unique_ptr<PlatformBackend> make_abxd_backend(SandboxManager& sandboxes, store::Store& store,
+                                                   std::string team) {
+  return std::make_unique<AbxdBackend>(sandboxes, store, std::move(team));
 }
 
 struct PlatformMcpEndpoint::Impl {
-  Impl(SandboxManager& sm, store::Store& st)
-      : backend(sm, st),
+  Impl(SandboxManager& sm, store::Store& st, std::string team)
+      : backend(sm, st, std::move(team)),
         tools(backend),
         dispatcher(mcp::platform_server_info("abxd")),
         sessions(kMaxSessions) {}
@@ -341,8 +347,9 @@ struct PlatformMcpEndpoint::Impl {
   mcp::SessionStore sessions;
 };
 
-PlatformMcpEndpoint::PlatformMcpEndpoint(SandboxManager& sandboxes, store::Store& store)
-    : impl_(std::make_unique<Impl>(sandboxes, store)) {}
+PlatformMcpEndpoint::PlatformMcpEndpoint(SandboxManager& sandboxes, store::Store& store,
+                                         std::string team)
+    : impl_(std::make_unique<Impl>(sandboxes, store, std::move(team))) {}
 PlatformMcpEndpoint::~PlatformMcpEndpoint() = default;
 
 Response PlatformMcpEndpoint::handle(const Request& req) {
@@ -399,15 +406,19 @@ Response PlatformMcpEndpoint::handle(const Request& req) {
   return res;
 }
 
-Response serve_platform_mcp(SandboxManager& sandboxes, store::Store& store, const Request& req) {
+Response serve_platform_mcp(SandboxManager& sandboxes, store::Store& store, const std::string& team,
+                            const Request& req) {
   static std::mutex mu;
-  static std::map<std::pair<SandboxManager*, store::Store*>, std::unique_ptr<PlatformMcpEndpoint>>
+  // One endpoint (backend, sessions) per team: a team's tools never see another's sandboxes,
+  // and a session id is only ever found by its own team's endpoint.
+  static std::map<std::tuple<SandboxManager*, store::Store*, std::string>,
+                  std::unique_ptr<PlatformMcpEndpoint>>
       endpoints;
   PlatformMcpEndpoint* ep = nullptr;
   {
     std::lock_guard lock(mu);
-    auto& slot = endpoints[{&sandboxes, &store}];
-    if (!slot) slot = std::make_unique<PlatformMcpEndpoint>(sandboxes, store);
+    auto& slot = endpoints[{&sandboxes, &store, team}];
+    if (!slot) slot = std::make_unique<PlatformMcpEndpoint>(sandboxes, store, team);
     ep = slot.get();
   }
   return ep->handle(req);

@@ -29,13 +29,14 @@
 
 namespace abx::platform {
 
-// The backend alone (for tests and other transports).
+// The backend alone (for tests and other transports), acting for team `team`: its lists, creates
+// and lookups see that team's sandboxes and templates only (another team's id is "not found").
 std::unique_ptr<mcp::PlatformBackend> make_abxd_backend(SandboxManager& sandboxes,
-                                                        store::Store& store);
+                                                        store::Store& store, std::string team);
 
 class PlatformMcpEndpoint {
  public:
-  PlatformMcpEndpoint(SandboxManager& sandboxes, store::Store& store);
+  PlatformMcpEndpoint(SandboxManager& sandboxes, store::Store& store, std::string team);
   ~PlatformMcpEndpoint();
   // An authenticated request to /mcp (any method).
   http::Response handle(const http::Request& req);
@@ -46,9 +47,10 @@ class PlatformMcpEndpoint {
   std::unique_ptr<Impl> impl_;
 };
 
-// The hook for ControlApi::route: one endpoint per (manager, store) pair, made on first use.
-// (A function rather than a ControlApi member so that the control API's header stays as it is.)
+// The hook for ControlApi::route: one endpoint per (manager, store, team), made on first use;
+// `team` is the request's credential's. (A function rather than a ControlApi member so that the
+// control API's header stays as it is.)
 http::Response serve_platform_mcp(SandboxManager& sandboxes, store::Store& store,
-                                  const http::Request& req);
+                                  const std::string& team, const http::Request& req);
 
 }  // namespace abx::platform

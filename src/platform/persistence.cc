@@ -103,7 +103,8 @@ json::object record_json(const store::SandboxRecord& r) {
           {"memoryMB", r.memory_mb},     {"diskSizeMB", r.disk_mb},
           {"metadata", std::move(meta)}, {"envVars", std::move(env)},
           {"timeout", r.timeout_s},      {"onTimeoutPause", r.pause_on_timeout},
-          {"autoResume", r.auto_resume}, {"network", r.network}};
+          {"autoResume", r.auto_resume}, {"network", r.network},
+          {"teamID", r.team_id}};
 }
 
 store::SandboxRecord record_from_json(const json::object& o) {
@@ -120,6 +121,9 @@ store::SandboxRecord record_from_json(const json::object& o) {
   r.pause_on_timeout = o.at("onTimeoutPause").as_bool();
   r.auto_resume = o.at("autoResume").as_bool();
   r.network = std::string(o.at("network").as_string());
+  // Snapshots from before teams have none: they were the default team's.
+  if (const auto* t = o.if_contains("teamID"); t && t->is_string())
+    r.team_id = std::string(t->as_string());
   return r;
 }
 
@@ -634,6 +638,7 @@ std::vector<SandboxManager::SnapshotInfo> SandboxManager::list_snapshots(
       s.sandbox_id = std::string(j->at("sandboxID").as_string());
       s.template_id = std::string(j->at("templateID").as_string());
       s.created_at_ms = j->at("createdAt").to_number<std::int64_t>();
+      s.team_id = record_from_json(*j).team_id;
     } catch (const std::exception&) {
       continue;
     }
@@ -677,6 +682,9 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create_from_snapshot(
     return Error(ErrorCode::kFailedPrecondition,
                  "snapshot '" + snapshot_id + "' is corrupt (" + e.what() + ")");
   }
+  // Another team's snapshot answers as an unknown template (SandboxManager::create).
+  if (parent.record.team_id != req.team_id)
+    return not_found("template '" + snapshot_id + "' not found");
   ABX_ASSIGN_OR_RETURN(parent.config, load_sandbox_config(dir.string()));
   if (const templates::Template* t = catalog()->get(parent.record.template_id))
     parent.tmpl = std::make_shared<const templates::Template>(*t);

@@ -38,6 +38,12 @@ std::int64_t now_ms() {
       .count();
 }
 
+bool template_visible_to(store::Store& store, const std::string& template_id,
+                         const std::string& team_id) {
+  auto owner = store.template_owner(template_id);
+  return owner.ok() && (!owner->has_value() || **owner == team_id);
+}
+
 namespace {
 
 constexpr const char* kEnvdInside = "/opt/abx/bin/abx-envd";
@@ -407,6 +413,7 @@ store::SandboxRecord new_record(const ManagerOptions& opt, const templates::Temp
                                 std::int64_t timeout, const SandboxNetworkSpec& net) {
   store::SandboxRecord rec;
   rec.id = id;
+  rec.team_id = req.team_id;
   rec.template_id = tmpl.id;
   rec.client_id = kClientId;
   rec.created_at_ms = now_ms();
@@ -474,6 +481,9 @@ Result<std::vector<EnvdLogLine>> read_envd_log(const runtime::Sandbox& sb,
 // so an unacknowledged create leaves nothing behind.
 Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest& req) {
   auto catalog = this->catalog();
+  // Another team's template is not there, as far as this request can tell.
+  if (!template_visible_to(*store_, req.template_id, req.team_id))
+    return not_found("template '" + req.template_id + "' not found");
   const templates::Template* tmpl = catalog->get(req.template_id);
   if (tmpl == nullptr && req.template_id.starts_with("snapshot-") && pause_to_disk_ &&
       fs::exists(opt_.home + "/snapshots/" + req.template_id)) {

@@ -64,6 +64,9 @@ inline constexpr const char* kClientId = "6532622b";
 
 struct CreateRequest {
   std::string template_id = "base";
+  // The team the sandbox belongs to (the creating key's). A template built by another team, or
+  // another team's snapshot, is refused as an unknown one (kNotFound).
+  std::string team_id = std::string(store::kDefaultTeam);
   std::optional<std::int64_t> timeout_seconds;
   std::map<std::string, std::string> metadata;
   std::map<std::string, std::string> env_vars;
@@ -253,6 +256,7 @@ class SandboxManager {
     std::vector<std::string> names;
     std::string sandbox_id;  // the sandbox it was taken from
     std::string template_id;
+    std::string team_id;  // the team of the sandbox it was taken from
     std::int64_t created_at_ms = 0;
   };
   Result<SnapshotInfo> create_snapshot(const std::string& sandbox_id, const std::string& name);
@@ -359,5 +363,11 @@ class SandboxManager {
 };
 
 std::int64_t now_ms();
+
+// Whether team `team_id` may use template `template_id`: one no team owns (built-in, catalog
+// and template.yaml templates) or one it built (store::Store::template_owner). Fails closed: a
+// store error is "not visible".
+bool template_visible_to(store::Store& store, const std::string& template_id,
+                         const std::string& team_id);
 
 }  // namespace abx::platform

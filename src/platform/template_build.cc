@@ -358,6 +358,10 @@ Status Build::from(const image::Instruction& in, const std::function<void(bool)>
   ABX_ASSIGN_OR_RETURN(auto name, image::expand_vars(in.args.at(0), st_.args));
   if (name == "scratch") return {};
   Result<image::Image> img = not_found("");
+  // A template or tag the requester may not use (another team's build) is not there for it.
+  const std::string bare = name.starts_with("abx:") ? name.substr(4) : name;
+  if (req_.may_use && !req_.may_use(bare))
+    return not_found("FROM " + name + ": no template or image '" + bare + "'");
   if (name.starts_with("abx:")) {
     img = store_.get(name.substr(4));
     if (!img.ok())

@@ -80,6 +80,9 @@ struct BuildRequest {
   std::string context_tar;  // host path of the uploaded context (tar, optionally compressed)
   std::string dockerfile = "Dockerfile";  // path inside the context
   std::map<std::string, std::string> build_args;
+  // Whether FROM may name this template or store tag (unset: any). The API passes the
+  // requesting team's view: another team's built template is not found.
+  std::function<bool(const std::string& name)> may_use;
   // Polled between steps and while a RUN runs (about once a second): true stops the build
   // (kUnavailable) and kills the RUN sandbox. E.g. the client went away.
   std::function<bool()> cancelled;

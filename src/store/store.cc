@@ -84,7 +84,7 @@ Result<std::map<std::string, std::string>> decode_map(const std::string& s, std:
 constexpr const char* kSandboxColumns =
     "id, template_id, client_id, created_at, end_at, state, init_pid, init_start_time, "
     "token_digest, cpu_count, memory_mb, disk_mb, metadata, env_vars, domain, on_timeout, "
-    "auto_resume, timeout_s, network, checkpoint";
+    "auto_resume, timeout_s, network, checkpoint, team_id";
 
 Result<SandboxRecord> read_sandbox(const sql::Stmt& s) {
   SandboxRecord r;
@@ -110,6 +110,7 @@ Result<SandboxRecord> read_sandbox(const sql::Stmt& s) {
   r.timeout_s = s.int64(17);
   r.network = s.text(18);
   r.checkpoint = s.text(19);
+  r.team_id = s.text(20);
   return r;
 }
 
@@ -180,6 +181,24 @@ ALTER TABLE sandboxes ADD COLUMN network TEXT NOT NULL DEFAULT '';
     R"sql(
 ALTER TABLE sandboxes ADD COLUMN checkpoint TEXT NOT NULL DEFAULT '';
 )sql",
+    // 5: tenants. Every key and sandbox belongs to a team; what existed joins 'default'. (No
+    // REFERENCES on the added columns: SQLite adds one only with a NULL default; create_api_key
+    // and create_access_key check the team instead.)
+    R"sql(
+CREATE TABLE teams (
+  id         TEXT PRIMARY KEY NOT NULL,
+  created_at INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT INTO teams (id, created_at) VALUES ('default', CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER));
+ALTER TABLE api_keys ADD COLUMN team_id TEXT NOT NULL DEFAULT 'default';
+ALTER TABLE access_keys ADD COLUMN team_id TEXT NOT NULL DEFAULT 'default';
+ALTER TABLE sandboxes ADD COLUMN team_id TEXT NOT NULL DEFAULT 'default';
+CREATE INDEX sandboxes_by_team ON sandboxes (team_id, created_at, id);
+CREATE TABLE template_owners (
+  template_id TEXT PRIMARY KEY NOT NULL,
+  team_id     TEXT NOT NULL
+) WITHOUT ROWID;
+)sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 
@@ -221,6 +240,13 @@ bool digest_matches(std::string_view stored_hex_digest, std::string_view present
 
 Result<std::string> generate_sandbox_id() {
   return random_chars("abcdefghijklmnopqrstuvwxyz0123456789", 20);
+}
+
+bool valid_team_id(std::string_view id) {
+  if (id.empty() || id.size() > 63 || id[0] == '-') return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+  });
 }
 
 bool valid_sandbox_id(std::string_view id) {
@@ -375,15 +401,16 @@ Status Store::insert_sandbox(const SandboxRecord& r) {
         "access_token_digest must be 64 lowercase hex (token_digest()) or empty (no token)");
   }
   if (r.template_id.empty()) return invalid_argument("sandbox needs a template id");
+  if (!valid_team_id(r.team_id)) return invalid_argument("sandbox needs a valid team id");
   std::lock_guard lock(impl_->mu);
   ABX_ASSIGN_OR_RETURN(
       auto s,
       impl_->conn.prepare(
           "INSERT INTO sandboxes (id, template_id, client_id, created_at, end_at, state, init_pid, "
           "init_start_time, token_digest, cpu_count, memory_mb, disk_mb, metadata, env_vars, "
-          "domain, on_timeout, auto_resume, timeout_s, network, checkpoint) "
+          "domain, on_timeout, auto_resume, timeout_s, network, checkpoint, team_id) "
           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
-          "?18, ?19, ?20)",
+          "?18, ?19, ?20, ?21)",
           "insert sandbox"));
   s.bind(1, r.id)
       .bind(2, r.template_id)
@@ -404,7 +431,8 @@ Status Store::insert_sandbox(const SandboxRecord& r) {
       .bind(17, static_cast<std::int64_t>(r.auto_resume ? 1 : 0))
       .bind(18, r.timeout_s)
       .bind(19, r.network)
-      .bind(20, r.checkpoint);
+      .bind(20, r.checkpoint)
+      .bind(21, r.team_id);
   return s.exec();
 }
 
@@ -458,6 +486,10 @@ Result<SandboxPage> Store::list_sandboxes(const SandboxFilter& f) {
   std::string q = std::string("SELECT ") + kSandboxColumns + " FROM sandboxes AS s WHERE 1";
   int n = 0;
   std::vector<std::function<void(sql::Stmt&)>> binds;
+  if (f.team_id) {
+    q += " AND team_id = ?" + std::to_string(++n);
+    binds.push_back([n, v = *f.team_id](sql::Stmt& s) { s.bind(n, v); });
+  }
   if (!f.states.empty()) {
     q += " AND state IN (";
     for (std::size_t i = 0; i < f.states.size(); ++i) {
@@ -614,9 +646,60 @@ Result<std::vector<SandboxRecord>> Store::expired(std::int64_t now) {
   return out;
 }
 
+// --- teams ---
+
+namespace {
+
+Status team_exists(sql::Connection& c, std::string_view team_id) {
+  if (!valid_team_id(team_id)) {
+    return invalid_argument("invalid team id '" + std::string(team_id.substr(0, 64)) +
+                            "' (want [a-z0-9][a-z0-9-]{0,62})");
+  }
+  ABX_ASSIGN_OR_RETURN(auto s, c.prepare("SELECT 1 FROM teams WHERE id = ?1", "find team"));
+  s.bind(1, team_id);
+  ABX_ASSIGN_OR_RETURN(bool row, s.step());
+  if (!row) return not_found("no team '" + std::string(team_id) + "'");
+  return {};
+}
+
+}  // namespace
+
+Status Store::create_team(std::string_view id) {
+  if (!valid_team_id(id)) {
+    return invalid_argument("invalid team id '" + std::string(id.substr(0, 64)) +
+                            "' (want [a-z0-9][a-z0-9-]{0,62})");
+  }
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(
+      auto s,
+      impl_->conn.prepare("INSERT INTO teams (id, created_at) VALUES (?1, ?2)", "insert team"));
+  auto st = s.bind(1, id).bind(2, now_ms()).exec();
+  if (!st.ok() && st.error().code() == ErrorCode::kAlreadyExists)
+    return Error(ErrorCode::kAlreadyExists, "team '" + std::string(id) + "' exists");
+  return st;
+}
+
+Result<std::vector<TeamInfo>> Store::list_teams() {
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare(
+                  "SELECT t.id, t.created_at, "
+                  "(SELECT count(*) FROM api_keys k WHERE k.team_id = t.id AND k.revoked = 0) + "
+                  "(SELECT count(*) FROM access_keys a WHERE a.team_id = t.id AND a.revoked = 0) "
+                  "FROM teams t ORDER BY t.created_at, t.id",
+                  "list teams"));
+  std::vector<TeamInfo> out;
+  for (;;) {
+    ABX_ASSIGN_OR_RETURN(auto row, s.step());
+    if (!row) break;
+    out.push_back({s.text(0), s.int64(1), static_cast<int>(s.int64(2))});
+  }
+  return out;
+}
+
 // --- API keys ---
 
-Result<NewApiKey> Store::create_api_key(std::string_view name) {
+Result<NewApiKey> Store::create_api_key(std::string_view name, std::string_view team_id) {
   if (name.size() > 256) return invalid_argument("API key name longer than 256 bytes");
   ABX_ASSIGN_OR_RETURN(auto secret, token::random_hex(20));
   auto id = token::random_hex(8);
@@ -624,36 +707,44 @@ Result<NewApiKey> Store::create_api_key(std::string_view name) {
   NewApiKey k;
   k.key = "e2b_" + secret;
   k.info.id = *id;
+  k.info.team_id = std::string(team_id);
   k.info.name = std::string(name);
   k.info.prefix = k.key.substr(0, 8);
   k.info.created_at_ms = now_ms();
   std::lock_guard lock(impl_->mu);
-  ABX_ASSIGN_OR_RETURN(
-      auto s,
-      impl_->conn.prepare(
-          "INSERT INTO api_keys (id, name, prefix, digest, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-          "insert api key"));
-  auto st = s.bind(1, k.info.id)
-                .bind(2, k.info.name)
-                .bind(3, k.info.prefix)
-                .bind(4, token_digest(k.key))
-                .bind(5, k.info.created_at_ms)
-                .exec();
-  if (!st.ok()) return st.error();
+  Impl::Tx tx(impl_->conn);
+  ABX_TRY(tx.begin());
+  ABX_TRY(team_exists(impl_->conn, team_id));
+  {
+    ABX_ASSIGN_OR_RETURN(
+        auto s, impl_->conn.prepare("INSERT INTO api_keys (id, name, prefix, digest, created_at, "
+                                    "team_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                                    "insert api key"));
+    auto st = s.bind(1, k.info.id)
+                  .bind(2, k.info.name)
+                  .bind(3, k.info.prefix)
+                  .bind(4, token_digest(k.key))
+                  .bind(5, k.info.created_at_ms)
+                  .bind(6, k.info.team_id)
+                  .exec();
+    if (!st.ok()) return st.error();
+  }
+  ABX_TRY(tx.commit());
   return k;
 }
 
-Result<std::string> Store::verify_api_key(std::string_view presented) {
+Result<ApiKeyIdentity> Store::verify_api_key(std::string_view presented) {
   Error denied(ErrorCode::kUnauthenticated, "invalid API key");
   // Cap before hashing: a 10 MB header must not cost a 10 MB hash.
   if (presented.empty() || presented.size() > kMaxPresentedKey) return denied;
   std::string digest = token_digest(presented);
   std::lock_guard lock(impl_->mu);
-  std::string id;
+  std::string id, team;
   std::int64_t last_used = 0;
   {
     auto s = impl_->conn.prepare(
-        "SELECT id, digest, revoked, last_used FROM api_keys WHERE digest = ?1", "verify api key");
+        "SELECT id, digest, revoked, last_used, team_id FROM api_keys WHERE digest = ?1",
+        "verify api key");
     if (!s.ok()) return s.error();
     s->bind(1, digest);
     ABX_ASSIGN_OR_RETURN(auto row, s->step());
@@ -667,6 +758,7 @@ Result<std::string> Store::verify_api_key(std::string_view presented) {
     }
     id = s->text(0);
     last_used = s->is_null(3) ? 0 : s->int64(3);
+    team = s->text(4);
   }
   std::int64_t now = now_ms();
   if (now - last_used >= kLastUsedGranularityMs) {
@@ -674,15 +766,15 @@ Result<std::string> Store::verify_api_key(std::string_view presented) {
         impl_->conn.prepare("UPDATE api_keys SET last_used = ?2 WHERE id = ?1", "touch api key");
     if (u.ok()) (void)u->bind(1, id).bind(2, now).exec();  // best effort: never fails auth
   }
-  return id;
+  return ApiKeyIdentity{std::move(id), std::move(team)};
 }
 
 Result<std::vector<ApiKeyInfo>> Store::list_api_keys() {
   std::lock_guard lock(impl_->mu);
   ABX_ASSIGN_OR_RETURN(
       auto s,
-      impl_->conn.prepare("SELECT id, name, prefix, created_at, last_used, revoked FROM api_keys "
-                          "ORDER BY created_at, id",
+      impl_->conn.prepare("SELECT id, name, prefix, created_at, last_used, revoked, team_id "
+                          "FROM api_keys ORDER BY created_at, id",
                           "list api keys"));
   std::vector<ApiKeyInfo> out;
   for (;;) {
@@ -695,6 +787,7 @@ Result<std::vector<ApiKeyInfo>> Store::list_api_keys() {
     k.created_at_ms = s.int64(3);
     if (!s.is_null(4)) k.last_used_ms = s.int64(4);
     k.revoked = s.int64(5) != 0;
+    k.team_id = s.text(6);
     out.push_back(std::move(k));
   }
   return out;
@@ -740,7 +833,7 @@ Status Store::revoke_api_key(std::string_view which) {
 
 // --- AK/SK ---
 
-Result<AccessKey> Store::create_access_key(std::string_view name) {
+Result<AccessKey> Store::create_access_key(std::string_view name, std::string_view team_id) {
   if (name.size() > 256) return invalid_argument("access key name longer than 256 bytes");
   auto id = random_chars("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", 17);
   if (!id.ok()) return id.error();
@@ -750,15 +843,26 @@ Result<AccessKey> Store::create_access_key(std::string_view name) {
   k.access_key_id = "ABX" + *id;
   k.secret = *secret;
   k.name = std::string(name);
+  k.team_id = std::string(team_id);
   k.created_at_ms = now_ms();
   std::lock_guard lock(impl_->mu);
-  ABX_ASSIGN_OR_RETURN(
-      auto s, impl_->conn.prepare(
-                  "INSERT INTO access_keys (id, secret, name, created_at) VALUES (?1, ?2, ?3, ?4)",
-                  "insert access key"));
-  auto st =
-      s.bind(1, k.access_key_id).bind(2, k.secret).bind(3, k.name).bind(4, k.created_at_ms).exec();
-  if (!st.ok()) return st.error();
+  Impl::Tx tx(impl_->conn);
+  ABX_TRY(tx.begin());
+  ABX_TRY(team_exists(impl_->conn, team_id));
+  {
+    ABX_ASSIGN_OR_RETURN(
+        auto s, impl_->conn.prepare("INSERT INTO access_keys (id, secret, name, created_at, "
+                                    "team_id) VALUES (?1, ?2, ?3, ?4, ?5)",
+                                    "insert access key"));
+    auto st = s.bind(1, k.access_key_id)
+                  .bind(2, k.secret)
+                  .bind(3, k.name)
+                  .bind(4, k.created_at_ms)
+                  .bind(5, k.team_id)
+                  .exec();
+    if (!st.ok()) return st.error();
+  }
+  ABX_TRY(tx.commit());
   return k;
 }
 
@@ -774,12 +878,24 @@ Result<std::optional<std::string>> Store::access_key_secret(std::string_view ak)
   return std::optional<std::string>(s.text(0));
 }
 
+Result<std::optional<std::string>> Store::access_key_team(std::string_view ak) {
+  if (ak.empty() || ak.size() > 128) return std::optional<std::string>();
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare("SELECT team_id FROM access_keys WHERE id = ?1 AND revoked = 0",
+                                  "get access key team"));
+  s.bind(1, ak);
+  ABX_ASSIGN_OR_RETURN(auto row, s.step());
+  if (!row) return std::optional<std::string>();
+  return std::optional<std::string>(s.text(0));
+}
+
 Result<std::vector<AccessKey>> Store::list_access_keys() {
   std::lock_guard lock(impl_->mu);
   ABX_ASSIGN_OR_RETURN(
-      auto s, impl_->conn.prepare(
-                  "SELECT id, name, created_at, revoked FROM access_keys ORDER BY created_at, id",
-                  "list access keys"));
+      auto s, impl_->conn.prepare("SELECT id, name, created_at, revoked, team_id FROM access_keys "
+                                  "ORDER BY created_at, id",
+                                  "list access keys"));
   std::vector<AccessKey> out;
   for (;;) {
     ABX_ASSIGN_OR_RETURN(auto row, s.step());
@@ -789,6 +905,7 @@ Result<std::vector<AccessKey>> Store::list_access_keys() {
     k.name = s.text(1);
     k.created_at_ms = s.int64(2);
     k.revoked = s.int64(3) != 0;
+    k.team_id = s.text(4);
     out.push_back(std::move(k));
   }
   return out;
@@ -836,6 +953,50 @@ Result<std::int64_t> Store::prune_nonces(std::int64_t now) {
       auto s, impl_->conn.prepare("DELETE FROM nonces WHERE expires_at <= ?1", "prune nonces"));
   ABX_TRY(s.bind(1, now).exec());
   return impl_->conn.changes();
+}
+
+// --- template owners ---
+
+Status Store::claim_template(std::string_view template_id, std::string_view team_id) {
+  if (template_id.empty() || template_id.size() > 256)
+    return invalid_argument("template id must be 1..256 bytes");
+  if (!valid_team_id(team_id)) return invalid_argument("invalid team id");
+  std::lock_guard lock(impl_->mu);
+  {
+    ABX_ASSIGN_OR_RETURN(auto s, impl_->conn.prepare("INSERT INTO template_owners (template_id, "
+                                                     "team_id) VALUES (?1, ?2) ON CONFLICT "
+                                                     "(template_id) DO NOTHING",
+                                                     "claim template"));
+    ABX_TRY(s.bind(1, template_id).bind(2, team_id).exec());
+    if (impl_->conn.changes() > 0) return {};
+  }
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare("SELECT team_id FROM template_owners WHERE template_id = ?1",
+                                  "get template owner"));
+  s.bind(1, template_id);
+  ABX_ASSIGN_OR_RETURN(bool row, s.step());
+  if (row && s.text(0) == team_id) return {};
+  return Error(ErrorCode::kAlreadyExists,
+               "template name '" + std::string(template_id) + "' is taken by another team");
+}
+
+Result<std::optional<std::string>> Store::template_owner(std::string_view template_id) {
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare("SELECT team_id FROM template_owners WHERE template_id = ?1",
+                                  "get template owner"));
+  s.bind(1, template_id);
+  ABX_ASSIGN_OR_RETURN(bool row, s.step());
+  if (!row) return std::optional<std::string>();
+  return std::optional<std::string>(s.text(0));
+}
+
+Status Store::release_template(std::string_view template_id) {
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(auto s,
+                       impl_->conn.prepare("DELETE FROM template_owners WHERE template_id = ?1",
+                                           "release template"));
+  return s.bind(1, template_id).exec();
 }
 
 // --- templates seen ---

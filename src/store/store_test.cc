@@ -127,6 +127,11 @@ TEST(Store, LifecycleRoundTripsAndAVersion1FileMigrates) {
                          "ALTER TABLE sandboxes DROP COLUMN timeout_s;"
                          "ALTER TABLE sandboxes DROP COLUMN network;"
                          "ALTER TABLE sandboxes DROP COLUMN checkpoint;"
+                         "DROP INDEX sandboxes_by_team;"
+                         "ALTER TABLE sandboxes DROP COLUMN team_id;"
+                         "ALTER TABLE api_keys DROP COLUMN team_id;"
+                         "ALTER TABLE access_keys DROP COLUMN team_id;"
+                         "DROP TABLE teams; DROP TABLE template_owners;"
                          "UPDATE schema_version SET version = 1",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -394,8 +399,9 @@ TEST(Store, ApiKeysCreateVerifyRevoke) {
 
   auto v = s->verify_api_key(k->key);
   ASSERT_TRUE(v.ok());
-  EXPECT_EQ(*v, k->info.id);
-  EXPECT_EQ(*s->verify_api_key(k2->key), k2->info.id);
+  EXPECT_EQ(v->id, k->info.id);
+  EXPECT_EQ(v->team_id, kDefaultTeam);
+  EXPECT_EQ(s->verify_api_key(k2->key)->id, k2->info.id);
 
   std::string wrong = k->key;
   wrong.back() = wrong.back() == '0' ? '1' : '0';
@@ -482,6 +488,118 @@ TEST(Store, SurvivesReopen) {
   EXPECT_TRUE(s->access_key_secret(ak)->has_value());
   EXPECT_TRUE(*s->remember_nonce("n1", 10'000, 1));  // replay after restart
   ASSERT_EQ(s->list_templates_seen()->size(), 1u);
+}
+
+// A home from before teams (schema 4): its keys, access keys and sandboxes join the default
+// team, so the single key it has keeps seeing everything it saw.
+TEST(Store, Version4FileMigratesIntoTheDefaultTeam) {
+  TempDir d;
+  fs::path p = d.path() / "abx.db";
+  std::string key, ak;
+  {
+    auto s = open_or_die(p);
+    auto k = s->create_api_key("first-start");
+    ASSERT_TRUE(k.ok());
+    key = k->key;
+    auto a = s->create_access_key("sdk");
+    ASSERT_TRUE(a.ok());
+    ak = a->access_key_id;
+    ASSERT_TRUE(s->insert_sandbox(make(1)).ok());
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(p.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "DROP INDEX sandboxes_by_team;"
+                         "ALTER TABLE sandboxes DROP COLUMN team_id;"
+                         "ALTER TABLE api_keys DROP COLUMN team_id;"
+                         "ALTER TABLE access_keys DROP COLUMN team_id;"
+                         "DROP TABLE teams; DROP TABLE template_owners;"
+                         "UPDATE schema_version SET version = 4",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_close(db);
+  auto s = open_or_die(p);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->schema_version(), kSchemaVersion);
+  auto teams = s->list_teams();
+  ASSERT_TRUE(teams.ok());
+  ASSERT_EQ(teams->size(), 1u);
+  EXPECT_EQ((*teams)[0].id, kDefaultTeam);
+  EXPECT_GT((*teams)[0].created_at_ms, 1'600'000'000'000);
+  EXPECT_EQ((*teams)[0].active_keys, 2);
+  auto v = s->verify_api_key(key);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->team_id, kDefaultTeam);
+  EXPECT_EQ(s->access_key_team(ak)->value_or(""), kDefaultTeam);
+  auto got = s->get_sandbox(id_for(1));
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->team_id, kDefaultTeam);
+  SandboxFilter f;
+  f.team_id = std::string(kDefaultTeam);
+  EXPECT_EQ(s->list_sandboxes(f)->items.size(), 1u);
+  // A key made without naming a team is the default team's, as every key was.
+  auto k2 = s->create_api_key("later");
+  ASSERT_TRUE(k2.ok());
+  EXPECT_EQ(s->verify_api_key(k2->key)->team_id, kDefaultTeam);
+}
+
+TEST(Store, TeamsOwnKeysSandboxesAndTemplates) {
+  TempDir d;
+  auto s = open_or_die(d.path() / "abx.db");
+  ASSERT_TRUE(s->create_team("acme").ok());
+  EXPECT_EQ(s->create_team("acme").error().code(), ErrorCode::kAlreadyExists);
+  for (const char* bad : {"", "Acme", "-x", "a/b", "a b"})
+    EXPECT_EQ(s->create_team(bad).error().code(), ErrorCode::kInvalidArgument) << bad;
+  EXPECT_EQ(s->create_team(std::string(64, 'a')).error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(s->create_api_key("x", "nope").error().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(s->create_access_key("x", "nope").error().code(), ErrorCode::kNotFound);
+  EXPECT_TRUE(s->list_api_keys()->empty());  // the refused create left nothing
+
+  auto ka = s->create_api_key("a", "acme");
+  ASSERT_TRUE(ka.ok());
+  EXPECT_EQ(ka->info.team_id, "acme");
+  EXPECT_EQ(s->verify_api_key(ka->key)->team_id, "acme");
+  auto aka = s->create_access_key("a", "acme");
+  ASSERT_TRUE(aka.ok());
+  EXPECT_EQ(s->access_key_team(aka->access_key_id)->value_or(""), "acme");
+  EXPECT_EQ(s->list_access_keys()->at(0).team_id, "acme");
+  EXPECT_EQ(s->list_api_keys()->at(0).team_id, "acme");
+  ASSERT_TRUE(s->revoke_access_key(aka->access_key_id).ok());
+  EXPECT_FALSE(s->access_key_team(aka->access_key_id)->has_value());
+
+  SandboxRecord a = make(1);
+  a.team_id = "acme";
+  ASSERT_TRUE(s->insert_sandbox(a).ok());
+  ASSERT_TRUE(s->insert_sandbox(make(2)).ok());  // default team
+  SandboxRecord bad = make(3);
+  bad.team_id = "";
+  EXPECT_EQ(s->insert_sandbox(bad).error().code(), ErrorCode::kInvalidArgument);
+  SandboxFilter f;
+  f.team_id = "acme";
+  auto page = s->list_sandboxes(f);
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->items.size(), 1u);
+  EXPECT_EQ(page->items[0].id, id_for(1));
+  EXPECT_EQ(page->items[0].team_id, "acme");
+  f.team_id = std::string(kDefaultTeam);
+  page = s->list_sandboxes(f);
+  ASSERT_EQ(page->items.size(), 1u);
+  EXPECT_EQ(page->items[0].id, id_for(2));
+  f.team_id.reset();
+  EXPECT_EQ(s->list_sandboxes(f)->items.size(), 2u);
+
+  EXPECT_FALSE(s->template_owner("web")->has_value());
+  ASSERT_TRUE(s->claim_template("web", "acme").ok());
+  ASSERT_TRUE(s->claim_template("web", "acme").ok());  // a rebuild by the owner
+  EXPECT_EQ(s->claim_template("web", kDefaultTeam).error().code(), ErrorCode::kAlreadyExists);
+  EXPECT_EQ(s->template_owner("web")->value_or(""), "acme");
+  ASSERT_TRUE(s->release_template("web").ok());
+  EXPECT_FALSE(s->template_owner("web")->has_value());
+  ASSERT_TRUE(s->claim_template("web", kDefaultTeam).ok());
+
+  auto teams = s->list_teams();
+  ASSERT_EQ(teams->size(), 2u);
 }
 
 TEST(Store, AccessKeys) {

@@ -293,7 +293,9 @@ Outcome of(const ProbeRun& r) { return {r.ok(), r.brief(), r.code == 3, r.code =
 
 struct Probe {
   std::string name;
-  std::string cls;  // E1..E11, F (issue 11 findings), R (resource exhaustion), S (image store)
+  // E1..E11, F (issue 11 findings), R (resource exhaustion), N (egress), C (checkpoints),
+  // S (image store), T (tenants)
+  std::string cls;
   Impact impact;
   std::function<Outcome()> host;
   std::function<Outcome(Who)> sandbox;
@@ -1978,6 +1980,95 @@ TEST_F(BoundaryTest, EveryProbeHolds) {
     }
   }
   // ---- end S ------------------------------------------------------------------------------
+
+  // ---- Tenants (issue 35): another team's API key on A. Self-contained block. ----------------
+  // Team B's key is made with `abxd teams create` / `keys create --team` on this abxd's home;
+  // A and B above are the home's first key's (the default team). Host control: A's own key does
+  // the same thing and it works. The probe: B's key must get exactly an unknown id's 404.
+  // (The probes run after this block: they capture what they use by value.)
+  {
+    auto admin = [&](std::vector<std::string> args) {
+      std::vector<std::string> argv{testing::abxd_bin(), "--home", home().string()};
+      argv.insert(argv.end(), args.begin(), args.end());
+      testing::ChildProcess p(argv);
+      std::string out = p.read_all();
+      out.erase(out.find_last_not_of("\n") + 1);
+      return std::make_pair(out, p.wait());
+    };
+    const std::string team = "boundary-t-" + hf.tag;
+    ASSERT_EQ(admin({"teams", "create", team}).second, 0);
+    const auto made = admin({"keys", "create", "--name", "t", "--team", team});
+    ASSERT_EQ(made.second, 0);
+    const std::string other_key = made.first, own_key = abxd().api_key(), a_id = ida;
+    const std::string unknown(20, 'z');  // an id of the right shape that no sandbox has
+    auto control = [this](const std::string& key, bhttp::verb verb, const std::string& target) {
+      auto req = http::make_request(verb, target, verb == bhttp::verb::post ? "{}" : "");
+      if (verb != bhttp::verb::post) req.erase(bhttp::field::content_type);
+      req.set("X-API-KEY", key);
+      auto r = http::fetch("127.0.0.1", port_(), std::move(req), 30s);
+      return r.ok() ? *r : http::Response{};
+    };
+    // The other team's request reached A unless it got exactly what an id nobody has gets (the
+    // same status and body, the id aside) and A still runs.
+    auto reached = [=](bhttp::verb verb, const std::string& suffix) {
+      auto r = control(other_key, verb, "/sandboxes/" + a_id + suffix);
+      auto u = control(other_key, verb, "/sandboxes/" + unknown + suffix);
+      std::string body = r.body();
+      for (auto at = body.find(a_id); at != std::string::npos; at = body.find(a_id))
+        body.replace(at, a_id.size(), unknown);
+      const bool like_unknown = r.result_int() == 404 && body == u.body();
+      const bool a_alive =
+          control(own_key, bhttp::verb::get, "/sandboxes/" + a_id).result_int() == 200;
+      return Outcome{!like_unknown || !a_alive,
+                     std::to_string(r.result_int()) +
+                         (like_unknown ? " as an unknown id" : ": not an unknown id's answer") +
+                         (a_alive ? "" : ", A GONE")};
+    };
+    auto cross = [&](std::string name, bhttp::verb verb, std::string suffix, int good) {
+      Probe p{std::move(name), "T", X, nullptr, nullptr, root_only};
+      p.host = [=] {
+        int st = control(own_key, verb, "/sandboxes/" + a_id + suffix).result_int();
+        return Outcome{st == good, "A's own key: " + std::to_string(st)};
+      };
+      p.sandbox = [=](Who) { return reached(verb, suffix); };
+      probes.push_back(p);
+    };
+    cross("t.cross_team_get", bhttp::verb::get, "", 200);
+    cross("t.cross_team_metrics", bhttp::verb::get, "/metrics", 200);
+    cross("t.cross_team_connect", bhttp::verb::post, "/connect", 200);
+    cross("t.cross_team_tokens", bhttp::verb::post, "/tokens", 400);  // A: reaches the body check
+    // Kill: the control kills a throwaway sandbox of A's team with A's key (A must live on).
+    {
+      Probe p{"t.cross_team_kill", "T", X, nullptr, nullptr, root_only};
+      p.host = [=] {
+        auto c = client::Sandbox::create("boundary", client::CreateOptions{}, cfg);
+        if (!c.ok()) return Outcome{false, "throwaway create: " + c.error().message()};
+        int st = control(own_key, bhttp::verb::delete_, "/sandboxes/" + c->id()).result_int();
+        return Outcome{st == 204,
+                       "A's own key killed its throwaway sandbox: " + std::to_string(st)};
+      };
+      p.sandbox = [=](Who) { return reached(bhttp::verb::delete_, ""); };
+      probes.push_back(p);
+    }
+    // List: A's key lists A; the other team's list must not.
+    {
+      Probe p{"t.cross_team_list", "T", X, nullptr, nullptr, root_only};
+      auto lists_a = [=](const std::string& key) {
+        auto r = control(key, bhttp::verb::get, "/v2/sandboxes");
+        return std::make_pair(r.body().find(a_id) != std::string::npos, r.result_int());
+      };
+      p.host = [=] {
+        auto [has, st] = lists_a(own_key);
+        return Outcome{has && st == 200, "A's own list: " + std::to_string(st)};
+      };
+      p.sandbox = [=](Who) {
+        auto [has, st] = lists_a(other_key);
+        return Outcome{has || st != 200, std::to_string(st) + (has ? " listing A" : " without A")};
+      };
+      probes.push_back(p);
+    }
+  }
+  // ---- end of the tenants block ----------------------------------------------------------------
 
   Tally t = run_and_report(probes);
   EXPECT_EQ(t.not_held, 0) << t.not_held << " probe(s) not held (see the lines above)";

@@ -1,5 +1,10 @@
-// abx::store — abxd's durable state in one SQLite 3 file: sandboxes, API keys, AK/SK
-// credentials, the signing nonce cache and the templates seen.
+// abx::store — abxd's durable state in one SQLite 3 file: teams, sandboxes, API keys, AK/SK
+// credentials, the signing nonce cache, the templates seen and who built which template.
+//
+// Tenants: every API key and access key belongs to a team, and every sandbox records the team
+// of the key that created it (E2B scopes its API per team key the same way). Schema 5 brought
+// teams: a file from before it has one team, kDefaultTeam, which every existing key and sandbox
+// joined, so a single-key home works exactly as it did.
 //
 // The file is opened in WAL mode with synchronous=FULL, so a call that returned ok is on disk
 // (survives kill -9 of abxd; power loss too, as far as the disk honours fsync). Secrets are
@@ -43,8 +48,15 @@ enum class SandboxState { kRunning, kPaused, kKilled };
 std::string_view state_name(SandboxState s);
 std::optional<SandboxState> parse_state(std::string_view name);
 
+// The team every key and sandbox of a store from before teams belongs to, and the team of keys
+// created without one.
+inline constexpr std::string_view kDefaultTeam = "default";
+// A team id: [a-z0-9][a-z0-9-]{0,62}.
+bool valid_team_id(std::string_view id);
+
 struct SandboxRecord {
-  std::string id;  // 20 lowercase alphanumerics
+  std::string id;                                   // 20 lowercase alphanumerics
+  std::string team_id = std::string(kDefaultTeam);  // the team of the key that created it
   std::string template_id;
   std::string client_id;
   std::int64_t created_at_ms = 0;  // unix ms
@@ -77,6 +89,7 @@ struct SandboxRecord {
 };
 
 struct SandboxFilter {
+  std::optional<std::string> team_id;            // nullopt: every team's (abxd's own lookups)
   std::vector<SandboxState> states;              // empty: any state
   std::string template_id;                       // empty: any template
   std::map<std::string, std::string> metadata;   // every pair must be present and equal
@@ -96,11 +109,24 @@ struct SandboxPage {
 
 struct ApiKeyInfo {
   std::string id;  // 16 hex; not secret
+  std::string team_id;
   std::string name;
   std::string prefix;  // "e2b_" + first 4 hex of the key, for humans to tell keys apart
   std::int64_t created_at_ms = 0;
   std::optional<std::int64_t> last_used_ms;
   bool revoked = false;
+};
+
+// Who a verified API key is: its id and its team.
+struct ApiKeyIdentity {
+  std::string id;
+  std::string team_id;
+};
+
+struct TeamInfo {
+  std::string id;
+  std::int64_t created_at_ms = 0;
+  int active_keys = 0;  // API keys and access keys not revoked
 };
 
 struct NewApiKey {
@@ -112,6 +138,7 @@ struct AccessKey {
   std::string access_key_id;  // "ABX" + 17 uppercase alphanumerics
   std::string secret;         // 64 hex; empty in list_access_keys()
   std::string name;
+  std::string team_id;
   std::int64_t created_at_ms = 0;
   bool revoked = false;
 };
@@ -135,7 +162,7 @@ bool digest_matches(std::string_view stored_hex_digest, std::string_view present
 Result<std::string> generate_sandbox_id();
 bool valid_sandbox_id(std::string_view id);
 
-inline constexpr int kSchemaVersion = 4;
+inline constexpr int kSchemaVersion = 5;
 
 class Store {
  public:
@@ -175,21 +202,31 @@ class Store {
   // Running or paused sandboxes whose deadline is at or before now_ms, oldest deadline first.
   Result<std::vector<SandboxRecord>> expired(std::int64_t now_ms);
 
+  // --- teams ---
+  // kInvalidArgument for a malformed id, kAlreadyExists if it exists.
+  Status create_team(std::string_view id);
+  Result<std::vector<TeamInfo>> list_teams();
+
   // --- API keys (X-API-KEY / Authorization: Bearer) ---
-  Result<NewApiKey> create_api_key(std::string_view name);
-  // Returns the key id. Hashes the presented key, looks the digest up and compares it with
-  // CRYPTO_memcmp; kUnauthenticated ("invalid API key") for unknown, revoked or oversized keys.
-  // Updates last_used at most once a minute per key (each write is an fsync).
-  Result<std::string> verify_api_key(std::string_view presented);
+  // A key of team `team_id`; kNotFound if there is no such team.
+  Result<NewApiKey> create_api_key(std::string_view name, std::string_view team_id = kDefaultTeam);
+  // Returns the key's id and team. Hashes the presented key, looks the digest up and compares it
+  // with CRYPTO_memcmp; kUnauthenticated ("invalid API key") for unknown, revoked or oversized
+  // keys. Updates last_used at most once a minute per key (each write is an fsync).
+  Result<ApiKeyIdentity> verify_api_key(std::string_view presented);
   Result<std::vector<ApiKeyInfo>> list_api_keys();
   // Revokes by exact id, by a unique id prefix (>= 4 characters) or by the plaintext key.
   // kNotFound when nothing matches, kInvalidArgument when a prefix matches several keys.
   Status revoke_api_key(std::string_view id_or_prefix);
 
   // --- AK/SK credentials for request signing (abx/auth/signing.h) ---
-  Result<AccessKey> create_access_key(std::string_view name);
+  // kNotFound if there is no team `team_id`.
+  Result<AccessKey> create_access_key(std::string_view name,
+                                      std::string_view team_id = kDefaultTeam);
   // The secret of an active access key; nullopt when unknown or revoked.
   Result<std::optional<std::string>> access_key_secret(std::string_view access_key_id);
+  // The team of an active access key; nullopt when unknown or revoked.
+  Result<std::optional<std::string>> access_key_team(std::string_view access_key_id);
   Result<std::vector<AccessKey>> list_access_keys();
   Status revoke_access_key(std::string_view access_key_id);
 
@@ -200,6 +237,14 @@ class Store {
   Result<bool> remember_nonce(std::string_view nonce, std::int64_t expires_at_ms,
                               std::int64_t now_ms);
   Result<std::int64_t> prune_nonces(std::int64_t now_ms);
+
+  // --- template owners: which team built a template (built-in and catalog ones have none) ---
+  // Records `team_id` as the owner of `template_id` unless it has one; kAlreadyExists if another
+  // team owns it (a name is one template, whoever built it: E2B's aliases are global too).
+  Status claim_template(std::string_view template_id, std::string_view team_id);
+  // The owning team; nullopt when no team built it.
+  Result<std::optional<std::string>> template_owner(std::string_view template_id);
+  Status release_template(std::string_view template_id);
 
   // --- templates seen ---
   Status record_template(const TemplateSeen& t);
