@@ -9,7 +9,7 @@
         sbx.commands.run("echo hi").stdout          # -> "hi\\n"
 
 ``AsyncSandbox`` is the same API with coroutines. Pure standard library (Python >= 3.9); PyYAML
-(Debian's python3-yaml) only to read local template.yaml files. See docs/python-sdk.md.
+(Debian's python3-yaml) only to read local template.yaml files. See docs/python.md.
 """
 
 from .aio import AsyncSandbox
