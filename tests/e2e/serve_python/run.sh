@@ -20,17 +20,19 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "serve-python: $*" >&2; [ -f "$work/abxd.log" ] && tail -30 "$work/abxd.log" >&2; exit 1; }
 
-# The README section's first ```python and first ```sh blocks, verbatim.
+# The README section's blocks, verbatim: block LANG [N] prints its Nth (default first) LANG block.
 block() {
-  awk -v lang="$1" '
+  awk -v lang="$1" -v want="${2:-1}" '
     /^## / { in_sec = ($0 == "## Serve Python functions") }
-    in_sec && !done && $0 == "```" lang { grab = 1; next }
-    grab && $0 == "```" { grab = 0; done = 1 }
+    in_sec && $0 == "```" lang { n++; if (n == want) { grab = 1; next } }
+    grab && $0 == "```" { grab = 0 }
     grab { print }' "$ABX_README"
 }
 mkdir -p "$work/ctx" "$work/bin"
 block python >"$work/ctx/tools.py"
 block sh >"$work/quickstart.sh"
+block python 2 >"$work/host.py"
+grep -q "server.call" "$work/host.py" || fail "no host SDK block in the README section"
 grep -q "@sandbox.register" "$work/ctx/tools.py" || fail "no python block in the README section"
 grep -q "abx sandbox create" "$work/quickstart.sh" || fail "no sh block in the README section"
 ln -s "$ABX_CLI_BIN" "$work/bin/abx"
@@ -61,6 +63,16 @@ grep -q "demo" "$work/qs.out" && grep -q "bump" "$work/qs.out" ||
 # demo, then bump twice; the listing comes first, so compare the last three result lines.
 got=$(grep -v '^sandbox-id=' "$work/qs.out" | tail -3 | tr '\n' '|')
 [ "$got" = "42: world|1|2|" ] || { cat "$work/qs.out" >&2; fail "quickstart printed '$got'"; }
+
+# The host SDK block as written (the SDK from this source tree), with its own sandboxes: each
+# starts with a fresh module, so bump is 1 then 2; both sandboxes are gone after it.
+before=$("$ABX_CLI_BIN" --json sandbox list | grep -o '"sandboxID"' | wc -l)
+PYTHONPATH="$ABX_PYTHON_DIR" /usr/bin/python3 "$work/host.py" >"$work/host.out" 2>"$work/host.err" ||
+  { cat "$work/host.out" "$work/host.err" >&2; fail "the README's host SDK block failed"; }
+got=$(tr '\n' '|' <"$work/host.out")
+[ "$got" = "42: world|1 2|7: hello|" ] || { cat "$work/host.err" >&2; fail "host.py printed '$got'"; }
+[ "$("$ABX_CLI_BIN" --json sandbox list | grep -o '"sandboxID"' | wc -l)" = "$before" ] ||
+  fail "the host SDK block left a sandbox"
 
 # State persists: the third bump is 3.
 [ "$("$ABX_CLI_BIN" run "$id" bump)" = 3 ] || fail "bump did not return 3"
