@@ -177,7 +177,8 @@ int run(Context& ctx, CodeOpts o) {
       std::string tb = ex->error->traceback.empty() ? ex->error->name + ": " + ex->error->value
                                                     : ex->error->traceback;
       if (tb.empty() || tb.back() != '\n') tb += "\n";
-      write_all(STDERR_FILENO, tb);
+      // IPython colours its tracebacks: the colours are for a terminal, not a file or a pipe.
+      write_all(STDERR_FILENO, ::isatty(STDERR_FILENO) ? tb : strip_ansi(tb));
     }
   }
   return ex->error ? kExitError : kExitOk;
