@@ -98,9 +98,9 @@ std::optional<std::string> unknown_command(CLI::App& app, int argc, char** argv)
 struct UnfilledCommandEntered {};
 
 constexpr const TopCommand* kCommands[] = {
-    &kSandboxCommand,  &kExecCommand,       &kCodeCommand,     &kFilesCommand, &kLogsCommand,
-    &kTemplateCommand, &kSnapshotCommand,   &kCommandsCommand, &kRunCommand,   &kTokenCommand,
-    &kUpCommand,       &kCompletionCommand, &kMcpCommand};
+    &kSandboxCommand,  &kExecCommand,     &kCodeCommand,       &kFilesCommand, &kLogsCommand,
+    &kTemplateCommand, &kSnapshotCommand, &kCommandsCommand,   &kRunCommand,   &kTokenCommand,
+    &kUpCommand,       &kEnvCommand,      &kCompletionCommand, &kMcpCommand};
 
 // The top-level command argv names, or nullptr when it names none (`abx --help`, a typo).
 CLI::App* named_command(CLI::App& app, int argc, char** argv) {

@@ -79,6 +79,10 @@ Result<std::map<std::string, std::string>> parse_pairs(const std::vector<std::st
 
 // Writes all of `d` to `fd` (streamed command output), retrying EINTR; stops quietly once the
 // descriptor is gone (e.g. a closed pipe).
+// JSON text as JSON.stringify writes it: numbers as 0.25, 2.5, 1e+21 (Boost.JSON's serialize
+// gives 2.5E-1), NaN and infinities as null.
+std::string json_text(const boost::json::value& v);
+
 void write_all(int fd, std::string_view d);
 
 // A table with a header row, columns padded to the widest cell.
@@ -127,6 +131,7 @@ extern const TopCommand kCommandsCommand;          // commands.cc: `abx commands
 extern const TopCommand kRunCommand;               // run.cc: `abx run`
 extern const TopCommand kTokenCommand;             // token.cc: `abx token`
 extern const TopCommand kUpCommand;                // up.cc: `abx up`
+extern const TopCommand kEnvCommand;               // up.cc: `abx env`
 extern const TopCommand kCompletionCommand;        // completion.cc: `abx completion`
 extern const TopCommand kMcpCommand;               // mcp.cc: `abx mcp`
 void add_files_cp(CLI::App& files, Context& ctx);  // files_cp.cc: `abx files cp`

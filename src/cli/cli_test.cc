@@ -7,6 +7,7 @@
 #include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "abx/testing/server.h"
 #include "abx/testing/temp_dir.h"
@@ -144,6 +145,25 @@ TEST_F(CliServer, RunConvertsArgumentsAndPrintsTheServersResponse) {
   EXPECT_EQ(json::parse(f.out).at("result").to_number<double>(), 5.0);
 }
 
+// Numbers as JSON.stringify prints them: Boost.JSON's serialize wrote 0.25 as 2.5E-1.
+TEST(CliJson, NumbersPrintAsJsonDoes) {
+  EXPECT_EQ(json_text(json::parse(R"({"a":[0.25,5.0,-1.5,1e21,1e-7,3,-4,"x\"y",true,null]})")),
+            R"({"a":[0.25,5,-1.5,1e+21,1e-7,3,-4,"x\"y",true,null]})");
+  EXPECT_EQ(json_text(json::value(std::numeric_limits<double>::quiet_NaN())), "null");
+}
+
+TEST_F(CliServer, RunAndCommandsListPrintFloatsAsJsonDoes) {
+  auto human = abx(direct({"run", "sbx", "divide", "-a", "a=1", "-a", "b=4"}));
+  EXPECT_EQ(human.code, 0);
+  EXPECT_EQ(human.out, "0.25\n");
+  auto j = abx(direct({"run", "sbx", "divide", "-a", "a=1", "-a", "b=4", "--json"}));
+  EXPECT_EQ(j.code, 0);
+  EXPECT_EQ(j.out, "{\"result\":0.25}\n");
+  auto table = abx(direct({"commands", "list", "sbx"}));
+  EXPECT_EQ(table.code, 0);
+  EXPECT_NE(table.out.find("factor:float=2.5"), std::string::npos) << table.out;
+}
+
 TEST_F(CliServer, RunArgumentErrorsExitTwoBeforeReachingTheServer) {
   for (auto args : std::vector<std::vector<std::string>>{
            {"-a", "x=forty-two"}, {"-a", "x=1", "-a", "zzz=1"}, {"-a", "y=no-x"}, {"-a", "x"}}) {
@@ -241,6 +261,7 @@ TEST(CliBinary, EverySubcommandHasHelpAndBadFlagsExitTwo) {
                                                          {"run", "--help"},
                                                          {"token", "create", "--help"},
                                                          {"up", "--help"},
+                                                         {"env", "--help"},
                                                          {"completion", "--help"}}) {
     auto r = abx(args);
     EXPECT_EQ(r.code, 0) << args[0];
@@ -260,7 +281,7 @@ TEST(CliBinary, EverySubcommandHasHelpAndBadFlagsExitTwo) {
 TEST(CliBinary, EveryCommandIsListedAndBuiltWhereverArgvNamesIt) {
   auto help = abx({"--help"});
   ASSERT_EQ(help.code, 0);
-  ASSERT_EQ(top_commands().size(), 13u);
+  ASSERT_EQ(top_commands().size(), 14u);
   for (const TopCommand* c : top_commands()) {
     EXPECT_NE(help.out.find(std::string("\n  ") + c->name), std::string::npos) << c->name;
     EXPECT_NE(help.out.find(std::string(c->help).substr(0, 30)), std::string::npos) << c->name;

@@ -94,6 +94,31 @@ void show_images(const client::CodeResult& r, const CodeOpts& o, int& saved) {
   }
 }
 
+// `text` without ANSI escape sequences: CSI (ESC [ … final byte), OSC (ESC ] … BEL or ESC \)
+// and the two-byte ones.
+std::string strip_ansi(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    if (text[i] != '\x1b' || i + 1 >= text.size()) {
+      out += text[i++];
+      continue;
+    }
+    char kind = text[i + 1];
+    i += 2;
+    if (kind == '[') {
+      while (i < text.size() && !(text[i] >= 0x40 && text[i] <= 0x7e)) ++i;
+      ++i;  // the final byte
+    } else if (kind == ']') {
+      while (i < text.size() && text[i] != '\a' &&
+             !(text[i] == '\x1b' && i + 1 < text.size() && text[i + 1] == '\\'))
+        ++i;
+      i += i < text.size() && text[i] == '\a' ? 1 : 2;
+    }
+  }
+  return out;
+}
+
 int run(Context& ctx, CodeOpts o) {
   const int modes = int(o.list_contexts) + int(o.new_context) + int(!o.restart_context.empty()) +
                     int(!o.remove_context.empty());
@@ -152,7 +177,8 @@ int run(Context& ctx, CodeOpts o) {
       std::string tb = ex->error->traceback.empty() ? ex->error->name + ": " + ex->error->value
                                                     : ex->error->traceback;
       if (tb.empty() || tb.back() != '\n') tb += "\n";
-      write_all(STDERR_FILENO, tb);
+      // IPython colours its tracebacks: the colours are for a terminal, not a file or a pipe.
+      write_all(STDERR_FILENO, ::isatty(STDERR_FILENO) ? tb : strip_ansi(tb));
     }
   }
   return ex->error ? kExitError : kExitOk;

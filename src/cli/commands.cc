@@ -24,7 +24,7 @@ std::string describe_args(const client::CommandEntry& e) {
     if (!s.empty()) s += " ";
     s += a.name + ":" + std::string(client::arg_type_name(a.type));
     if (!a.default_value.is_null())
-      s += "=" + json::serialize(a.default_value);
+      s += "=" + json_text(a.default_value);
     else if (!a.required)
       s += "?";
   }

@@ -3,6 +3,7 @@
 #include <boost/json.hpp>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -105,7 +106,13 @@ Result<client::Sandbox> Context::open_sandbox(const std::string& id) const {
     info.template_id = flags.template_id;
     return client::Sandbox::attach(info, c);
   }
-  return client::Sandbox::connect(id, c);
+  // The sandbox's lifetime stays as it is (no timeout: connect does not extend it); a paused
+  // one is resumed, and the user is told so before it happens.
+  client::SandboxInfo probe;
+  probe.sandbox_id = id;
+  auto info = client::Sandbox::attach(probe, c).info();
+  if (info.ok() && info->state == "paused") std::cerr << "abx: resuming " << id << "\n";
+  return client::Sandbox::connect(id, c, std::chrono::seconds(0));
 }
 
 int exit_code_for(const Error& e) {
@@ -172,7 +179,68 @@ int remove_each(Context& ctx, const std::vector<std::string>& ids, std::string_v
 
 int Context::usage(const std::string& message) const { return fail(invalid_argument(message)); }
 
-void Context::print_json(const json::value& v) const { std::cout << json::serialize(v) << "\n"; }
+void Context::print_json(const json::value& v) const { std::cout << json_text(v) << "\n"; }
+
+namespace {
+
+void append_json(std::string& out, const json::value& v) {
+  switch (v.kind()) {
+    case json::kind::double_: {
+      const double d = v.get_double();
+      if (!std::isfinite(d)) {
+        out += "null";
+        return;
+      }
+      char buf[32];
+      auto [end, ec] = std::to_chars(buf, buf + sizeof buf, d);  // shortest round-trip form
+      std::string_view text(buf, static_cast<std::size_t>(end - buf));
+      // std::to_chars writes 1e+21 and 1e-07; JSON.stringify keeps the sign and drops zeros.
+      if (auto e = text.find('e'); e != std::string_view::npos) {
+        out.append(text.substr(0, e + 2));
+        std::string_view digits = text.substr(e + 2);
+        while (digits.size() > 1 && digits.front() == '0') digits.remove_prefix(1);
+        out.append(digits);
+      } else {
+        out.append(text);
+      }
+      return;
+    }
+    case json::kind::array: {
+      out += '[';
+      bool first = true;
+      for (const auto& e : v.get_array()) {
+        if (!first) out += ',';
+        first = false;
+        append_json(out, e);
+      }
+      out += ']';
+      return;
+    }
+    case json::kind::object: {
+      out += '{';
+      bool first = true;
+      for (const auto& [k, e] : v.get_object()) {
+        if (!first) out += ',';
+        first = false;
+        out += json::serialize(json::string(k));
+        out += ':';
+        append_json(out, e);
+      }
+      out += '}';
+      return;
+    }
+    default:
+      out += json::serialize(v);
+  }
+}
+
+}  // namespace
+
+std::string json_text(const json::value& v) {
+  std::string out;
+  append_json(out, v);
+  return out;
+}
 
 void write_all(int fd, std::string_view d) {
   while (!d.empty()) {

@@ -1,5 +1,10 @@
 // abx exec [-i] [-t] <id> [--cwd D] [--env K=V]… [--user U] [--timeout 0] [--json] -- cmd args…
 //
+// `abx exec ID 'a | b'` (one argument with spaces or shell syntax) runs a command line in the
+// image's shell (/bin/bash -l -c, envd's /bin/sh where there is no bash); `abx exec ID -- prog
+// arg…` (or one plain word) runs the program itself with those arguments, no shell, as docker
+// exec does — the one form that works in an image without any shell.
+//
 // Streams stdout/stderr as they arrive and exits with the command's exit code; when abx itself
 // fails (cannot reach the sandbox, auth, capability) it exits 125, like `docker exec`.
 //
@@ -17,13 +22,13 @@
 
 #include <atomic>
 #include <boost/json.hpp>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <iostream>
 #include <optional>
 #include <thread>
 
-#include "abx/templates/template.h"
 #include "cli.h"
 
 namespace abx::cli {
@@ -119,6 +124,15 @@ void pump_input(client::CommandHandle& h, const ExecOpts& o, const std::atomic<b
   }
 }
 
+// A word the shell would pass on unchanged: no whitespace, quotes, expansions or operators.
+bool plain_word(std::string_view w) {
+  if (w.empty()) return false;
+  for (unsigned char c : w) {
+    if (!(std::isalnum(c) || std::strchr("_./-+,:@%^", c) != nullptr)) return false;
+  }
+  return true;
+}
+
 int exec(Context& ctx, const ExecOpts& o) {
   auto fail = [&](const Error& e) {
     ctx.fail(e);
@@ -135,13 +149,9 @@ int exec(Context& ctx, const ExecOpts& o) {
   if (!envs.ok()) return fail(envs.error());
   auto sbx = ctx.open_sandbox(o.id);
   if (!sbx.ok()) return fail(sbx.error());
-  // One argument is a shell command line as typed; several are quoted word by word.
-  std::string cmd;
-  if (o.argv.size() == 1) {
-    cmd = o.argv[0];
-  } else {
-    for (const auto& a : o.argv) cmd += (cmd.empty() ? "" : " ") + templates::shell_quote(a);
-  }
+  // One argument with spaces or shell syntax is a command line for the image's shell; otherwise
+  // the words are the program and its arguments, run without a shell (docs/cli.md).
+  const bool shell = o.argv.size() == 1 && !plain_word(o.argv[0]);
   client::CommandOptions opts;
   opts.cwd = o.cwd;
   opts.user = o.user;
@@ -162,7 +172,8 @@ int exec(Context& ctx, const ExecOpts& o) {
     ::signal(SIGWINCH, on_winch);
     raw.emplace();
   }
-  auto h = sbx->commands().start(cmd, opts);
+  auto h =
+      shell ? sbx->commands().start(o.argv[0], opts) : sbx->commands().start_argv(o.argv, opts);
   if (!h.ok()) {
     raw.reset();
     return fail(h.error());

@@ -91,9 +91,22 @@ void fill_files(CLI::App* fs, Context& ctx) {
         ctx.print_json(a);
         return kExitOk;
       }
+      // NAME is the path below the listed directory (dir/file with --depth 2 and more); that
+      // directory is the parent of the shortest path listed (an entry's parent directory, when
+      // listed, has a shorter path).
+      std::string dir;
+      for (const auto& e : *l) {
+        auto slash = e.path.rfind('/');
+        if (slash != std::string::npos && (dir.empty() || slash < dir.size()))
+          dir = e.path.substr(0, slash + 1);
+      }
       std::vector<std::vector<std::string>> rows;
-      for (const auto& e : *l)
-        rows.push_back({e.permissions, std::to_string(e.size), e.modified_time, e.name});
+      for (const auto& e : *l) {
+        std::string name = !dir.empty() && e.path.rfind(dir, 0) == 0 && e.path.size() > dir.size()
+                               ? e.path.substr(dir.size())
+                               : e.name;
+        rows.push_back({e.permissions, std::to_string(e.size), e.modified_time, name});
+      }
       print_table({"MODE", "SIZE", "MODIFIED", "NAME"}, rows);
       return kExitOk;
     });

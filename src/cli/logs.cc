@@ -1,7 +1,8 @@
 // abx logs <id> [-f] [--since 5m] [--limit N]: what the sandbox's start command and command
 // server printed, their restarts, and the platform's lifecycle events (GET
 // /sandboxes/{id}/logs), oldest first. -f keeps polling (once a second, from the last
-// timestamp seen) until the sandbox is gone or abx is interrupted.
+// timestamp seen) until the sandbox is gone or abx is interrupted. --limit N prints at most N
+// lines (oldest first, as the API selects them) and then exits.
 #include <algorithm>
 #include <boost/json.hpp>
 #include <chrono>
@@ -98,9 +99,10 @@ int logs(Context& ctx, const LogsOpts& o) {
   // Entries at the last timestamp already printed: the next poll starts at that timestamp
   // (inclusive, millisecond resolution) and skips them.
   std::size_t seen_at_start = 0;
+  int left = o.limit;  // lines still to print: --limit caps the output, -f included
   for (bool first = true;; first = false) {
     // Ask for the ones already seen at `start` on top, so a page always has room for new ones.
-    int want = static_cast<int>(std::min<std::size_t>(o.limit + seen_at_start, 10'000));
+    int want = static_cast<int>(std::min<std::size_t>(left + seen_at_start, 10'000));
     auto page = client::Sandbox::logs(o.id, cfg, start, want);
     if (!page.ok()) {
       if (!first && page.error().code() == ErrorCode::kNotFound) {
@@ -117,6 +119,7 @@ int logs(Context& ctx, const LogsOpts& o) {
       }
       print(ctx, e);
       if (!std::cout) return kExitOk;  // the reader went away (a closed pipe)
+      if (--left == 0) return kExitOk;
       ++fresh;
       if (e.timestamp_ms != start) {
         start = e.timestamp_ms;
@@ -139,7 +142,10 @@ void fill_logs(CLI::App* sub, Context& ctx) {
   sub->add_flag("--network", o->network,
                 "The sandbox's outbound connections and DNS questions with their verdicts "
                 "(allow, deny, blocked) instead");
-  sub->add_option("--limit", o->limit, "Lines per request (1-10000)")->capture_default_str();
+  sub->add_option("--limit", o->limit,
+                  "Print at most this many lines (the first ones at or after --since), then exit, "
+                  "-f included (1-10000)")
+      ->capture_default_str();
   sub->callback([&ctx, o] { ctx.exit_code = logs(ctx, *o); });
 }
 

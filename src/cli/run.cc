@@ -67,7 +67,7 @@ int run(Context& ctx, const RunOpts& o) {
     if (v.is_string())
       std::cout << v.as_string().c_str() << "\n";
     else
-      std::cout << json::serialize(v) << "\n";
+      std::cout << json_text(v) << "\n";
   }
   return kExitOk;
 }

@@ -39,12 +39,11 @@ struct TemplateOpts {
 std::string str(const json::object& o, std::string_view k) {
   if (auto* v = o.if_contains(k)) {
     if (v->is_string()) return std::string(v->as_string());
-    if (v->is_number() || v->is_bool()) return json::serialize(*v);
+    if (v->is_number() || v->is_bool()) return json_text(*v);
     if (v->is_array()) {
       std::string s;
       for (const auto& e : v->as_array())
-        s += (s.empty() ? "" : ",") +
-             (e.is_string() ? std::string(e.as_string()) : json::serialize(e));
+        s += (s.empty() ? "" : ",") + (e.is_string() ? std::string(e.as_string()) : json_text(e));
       return s;
     }
   }
@@ -207,7 +206,7 @@ int inspect(Context& ctx, const TemplateOpts& o) {
     if (auto* l = c->as_object().if_contains("labels"); l && l->is_object()) {
       for (const auto& [k, v] : l->as_object())
         std::cout << "  label " << std::string(k) << "="
-                  << (v.is_string() ? std::string(v.as_string()) : json::serialize(v)) << "\n";
+                  << (v.is_string() ? std::string(v.as_string()) : json_text(v)) << "\n";
     }
   }
   return kExitOk;

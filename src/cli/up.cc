@@ -1,3 +1,4 @@
+// abx env: export lines for the e2b SDKs (below).
 // abx up [abxd flags…]: runs abxd in the foreground (exec, so signals and the exit code are
 // abxd's own). abxd is looked for next to the abx binary, then on PATH.
 #include <unistd.h>
@@ -7,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "abx/templates/template.h"
 #include "cli.h"
 
 namespace abx::cli {
@@ -55,7 +57,43 @@ void fill_up(CLI::App* up, Context& ctx) {
   });
 }
 
+// abx env: the environment the official e2b SDKs need to reach the abxd this CLI talks to, as
+// `export` lines for `eval "$(abx env)"`.
+void fill_env(CLI::App* env, Context& ctx) {
+  env->callback([&ctx] {
+    const client::ConnectionConfig c = ctx.config();
+    if (c.api_key.empty()) {
+      ctx.exit_code = ctx.fail(Error(ErrorCode::kUnauthenticated,
+                                     "no API key for " + c.api_url +
+                                         ": start abxd first (`abx up`; it writes one to " +
+                                         ctx.api_key_file().string() + "), or set ABX_API_KEY"));
+      return;
+    }
+    // The SDKs send sandbox traffic to E2B_SANDBOX_URL (abxd routes it by the E2b-Sandbox-Id
+    // header); without it they would go to https://49983-<id>.<domain>.
+    std::vector<std::pair<std::string, std::string>> vars = {
+        {"E2B_API_URL", c.api_url},
+        {"E2B_SANDBOX_URL", c.sandbox_url.empty() ? c.api_url : c.sandbox_url},
+        {"E2B_API_KEY", c.api_key}};
+    if (c.domain != client::ConnectionConfig{}.domain) vars.emplace_back("E2B_DOMAIN", c.domain);
+    if (ctx.flags.json) {
+      boost::json::object o;
+      for (const auto& [k, v] : vars) o[k] = v;
+      ctx.print_json(o);
+    } else {
+      for (const auto& [k, v] : vars)
+        std::cout << "export " << k << "=" << templates::shell_quote(v) << "\n";
+    }
+    ctx.exit_code = kExitOk;
+  });
+}
+
 }  // namespace
+
+const TopCommand kEnvCommand{"env", nullptr,
+                             "Print `export` lines that point the official e2b SDKs at this abxd: "
+                             "eval \"$(abx env)\" (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY)",
+                             fill_env};
 
 const TopCommand kUpCommand{
     "up", nullptr,

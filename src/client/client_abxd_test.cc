@@ -11,6 +11,7 @@
 
 #include "abx/client/sandbox.h"
 #include "abx/testing/abxd.h"
+#include "abx/testing/rootfs.h"
 
 namespace abx::client {
 namespace {
@@ -45,6 +46,24 @@ custom_commands:
     command: "printf 'hello %s\n' {name}"
     args: [{name: name, type: string, required: true}]
 )";
+    // Images without bash (issue 38): busybox only, and musl with a program but no shell.
+    std::string why;
+    const fs::path bb = home / "rootfs" / "busybox", musl = home / "rootfs" / "musl";
+    images_ =
+        abx::testing::make_busybox_layer(bb, &why) && abx::testing::make_musl_layer(musl, &why);
+    if (!images_) {
+      images_skip_ = why;
+      return;
+    }
+    std::ofstream(musl / "etc/passwd", std::ios::trunc)
+        << "root:x:0:0:root:/root:/bin/hello\nuser:x:1000:1000:user:/home/user:/bin/hello\n";
+    fs::create_directories(musl / "home/user");
+    for (const auto& [name, dir] :
+         std::initializer_list<std::pair<std::string, fs::path>>{{"busybox", bb}, {"musl", musl}}) {
+      fs::create_directories(home / "templates" / name);
+      std::ofstream(home / "templates" / name / "template.yaml")
+          << "id: " << name << "\nrootfs: " << dir.string() << "\n";
+    }
   }
   void SetUp() override {
     AbxdFixture::SetUp();
@@ -70,7 +89,32 @@ custom_commands:
   }
 
   ConnectionConfig cfg_;
+  bool images_ = false;
+  std::string images_skip_;
 };
+
+// commands.run sends `/bin/bash -l -c CMD` as the e2b SDKs do: busybox's sh runs it where there
+// is no bash; with no shell at all the error says what to do instead, and run_argv works.
+TEST_F(ClientAbxd, CommandsRunInImagesWithoutBash) {
+  if (!images_) GTEST_SKIP() << images_skip_;
+  auto bb = create("busybox");
+  auto r = bb.commands().run("test -e /bin/bash || echo no bash; echo $((6 * 7))");
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_EQ(r->exit_code, 0) << r->stderr_data;
+  EXPECT_EQ(r->stdout_data, "no bash\n42\n");
+  EXPECT_TRUE(bb.kill().ok());
+
+  auto musl = create("musl");
+  auto line = musl.commands().run("hello");
+  ASSERT_FALSE(line.ok());
+  EXPECT_EQ(line.error().code(), ErrorCode::kFailedPrecondition) << line.error().to_string();
+  EXPECT_NE(line.error().message().find("this image has no shell"), std::string::npos)
+      << line.error().to_string();
+  auto argv = musl.commands().run_argv({"/bin/hello"});
+  ASSERT_TRUE(argv.ok()) << argv.error().to_string();
+  EXPECT_EQ(argv->stdout_data, "hello from musl\n");
+  EXPECT_TRUE(musl.kill().ok());
+}
 
 TEST_F(ClientAbxd, LifecycleCommandsFilesAndRegisteredCommands) {
   auto s = create("demo");

@@ -320,7 +320,9 @@ Result<Sandbox> Sandbox::create(std::string_view template_id, const CreateOption
 Result<Sandbox> Sandbox::connect(std::string_view sandbox_id, const ConnectionConfig& config,
                                  std::chrono::seconds timeout, bool* resumed) {
   detail::Transport t(config);
-  json::value body = json::object{{"timeout", timeout.count()}};
+  json::object fields;
+  if (timeout.count() > 0) fields["timeout"] = timeout.count();
+  json::value body = std::move(fields);
   unsigned status = 0;
   ABX_ASSIGN_OR_RETURN(
       auto v, control_json(t, bhttp::verb::post,

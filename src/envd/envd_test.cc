@@ -1024,6 +1024,22 @@ TEST_F(EnvdTest, MetricsHasE2BsFields) {
   EXPECT_EQ(r.result_int(), 405);
 }
 
+// sudo in an image without /etc/hosts said "unable to resolve host <sandbox id>" on every call.
+TEST(HostInfo, HostsNameTheSandboxsHostname) {
+  EXPECT_EQ(envd::hosts_with_hostname("", "sbx1"),
+            "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+            "127.0.1.1\tsbx1\t# abx-envd\n");
+  // The image's own lines are kept; an earlier line of ours (a fork's parent) is replaced.
+  EXPECT_EQ(envd::hosts_with_hostname("127.0.0.1 localhost\n10.0.0.1 db # x\n"
+                                      "127.0.1.1\tparent\t# abx-envd\n",
+                                      "child"),
+            "127.0.0.1 localhost\n10.0.0.1 db # x\n127.0.1.1\tchild\t# abx-envd\n");
+  EXPECT_EQ(envd::hosts_with_hostname("127.0.0.1 localhost sbx1\n", "sbx1"), std::nullopt);
+  EXPECT_EQ(envd::hosts_with_hostname("# sbx1\n", "sbx1"),  // a comment names nothing
+            "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n# sbx1\n"
+            "127.0.1.1\tsbx1\t# abx-envd\n");
+}
+
 TEST(HostInfo, ParsesProcStatAndMeminfo) {
   auto t = parse_proc_stat("cpu  10 2 3 100 5 1 1 0 7 0\ncpu0 1 2 3 4\n");
   ASSERT_TRUE(t.ok()) << t.error().message();

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <ctime>
 #include <fstream>
+#include <iterator>
+#include <mutex>
 #include <sstream>
 #include <vector>
 
@@ -54,6 +56,54 @@ std::map<std::string, std::string> default_environment() {
     }
   }
   return env;
+}
+
+std::optional<std::string> hosts_with_hostname(std::string_view text, std::string_view hostname) {
+  static constexpr std::string_view kMark = "# abx-envd";
+  std::string kept;
+  bool has_localhost = false;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t nl = text.find('\n', pos);
+    std::string_view line = text.substr(pos, nl == std::string_view::npos ? nl : nl - pos);
+    pos = nl == std::string_view::npos ? text.size() : nl + 1;
+    if (line.ends_with(kMark)) continue;  // ours, for an earlier hostname
+    std::string_view fields = line.substr(0, line.find('#'));
+    std::istringstream in{std::string(fields)};
+    std::string addr, name;
+    in >> addr;
+    while (in >> name) {
+      if (name == hostname) return std::nullopt;
+      if (name == "localhost") has_localhost = true;
+    }
+    kept.append(line);
+    kept += '\n';
+  }
+  std::string out;
+  if (!has_localhost) out = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n";
+  out += kept;
+  out += "127.0.1.1\t" + std::string(hostname) + "\t" + std::string(kMark) + "\n";
+  return out;
+}
+
+void ensure_hosts_entry() {
+  static std::mutex mu;
+  static std::string done_for;  // the hostname /etc/hosts was last brought up to date with
+  char host[HOST_NAME_MAX + 1] = {0};
+  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') return;
+  std::lock_guard lock(mu);
+  if (done_for == host) return;
+  std::string text;
+  {
+    std::ifstream in("/etc/hosts");
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  if (auto updated = hosts_with_hostname(text, host)) {
+    std::ofstream out("/etc/hosts", std::ios::trunc);  // in place: it may be a mount point
+    out << *updated;
+    out.flush();  // a read-only root fails here, and is not tried again for this hostname
+  }
+  done_for = host;
 }
 
 Result<CpuTimes> parse_proc_stat(std::string_view text) {

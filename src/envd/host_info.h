@@ -24,6 +24,17 @@ namespace abx::envd {
 // user's HOME/USER/LOGNAME and the request's variables on top).
 std::map<std::string, std::string> default_environment();
 
+// /etc/hosts naming the sandbox's hostname (abxd sets it to the sandbox id), so that sudo and
+// anything else resolving the own hostname find it, in every image (base has no /etc/hosts;
+// E2B's and Docker's runtimes write one). `text` is the current file ("" when missing): the
+// new text, or nullopt when it already names `hostname`. localhost is added when missing; an
+// earlier line of ours (marked "# abx-envd", a forked sandbox's parent's name) is replaced.
+std::optional<std::string> hosts_with_hostname(std::string_view text, std::string_view hostname);
+// Brings /etc/hosts up to date with the current hostname; cheap when it has not changed since
+// the last call (a fork's child runs on with its parent's envd and gets a new hostname).
+// Best effort: a read-only root (rootfs: host) is left alone.
+void ensure_hosts_entry();
+
 // Aggregate CPU times from /proc/stat's first line: busy and total jiffies.
 struct CpuTimes {
   std::uint64_t busy = 0;

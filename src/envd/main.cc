@@ -12,6 +12,7 @@
 #include "abx/base/log.h"
 #include "abx/envd/envd.h"
 #include "abx/token/token.h"
+#include "host_info.h"
 #include "process.h"
 #include "supervisor.h"
 #include "users.h"
@@ -187,6 +188,7 @@ int main(int argc, char** argv) {
   const envd::EnvdOptions& opt = f.opt;
   sigset_t waited = become_init();
 
+  envd::ensure_hosts_entry();  // before anything resolves this sandbox's hostname (sudo)
   auto server = envd::Envd::start(opt);
   if (!server.ok()) {
     std::cerr << "abx-envd: " << server.error().message() << "\n";

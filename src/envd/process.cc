@@ -228,9 +228,10 @@ struct ExecImage {
   std::vector<std::string> argv_s, env_s;
   std::vector<char*> argv, envp;
 
-  ExecImage(const StartSpec& spec, const std::map<std::string, std::string>& env, std::string dir)
-      : exe(find_executable(spec.config.cmd, env.at("PATH"))), cwd(std::move(dir)) {
-    argv_s.push_back(spec.config.cmd);
+  ExecImage(const StartSpec& spec, std::string program,
+            const std::map<std::string, std::string>& env, std::string dir)
+      : exe(find_executable(program, env.at("PATH"))), cwd(std::move(dir)) {
+    argv_s.push_back(std::move(program));
     argv_s.insert(argv_s.end(), spec.config.args.begin(), spec.config.args.end());
     for (auto& a : argv_s) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -239,6 +240,21 @@ struct ExecImage {
     envp.push_back(nullptr);
   }
 };
+
+// The program to run: the request's cmd, except that /bin/bash (what the e2b SDKs and libabx send
+// for a command line: `/bin/bash -l -c CMD`) becomes /bin/sh in an image without bash (busybox,
+// alpine, debian-slim's dash all take -l -c). An image with neither has no shell to run a
+// command line: the error names the way that needs none.
+Result<std::string> program_for(const std::string& cmd) {
+  static constexpr const char* kBash = "/bin/bash";
+  static constexpr const char* kSh = "/bin/sh";
+  if (cmd != kBash || ::access(kBash, X_OK) == 0) return cmd;
+  if (::access(kSh, X_OK) == 0) return std::string(kSh);
+  return Error(ErrorCode::kFailedPrecondition,
+               "this image has no shell (neither /bin/bash nor /bin/sh) to run a command line: "
+               "run the program itself without a shell (`abx exec ID -- /path/to/prog args…`, "
+               "the SDK's argv form), or add a shell to the image");
+}
 
 // The child's ends of its stdio; the parent's ends go into the Process.
 struct ChildStdio {
@@ -432,9 +448,11 @@ Result<std::shared_ptr<Process>> ProcessManager::start(const StartSpec& spec) {
     return Error(ErrorCode::kPermissionDenied,
                  "envd is not root and cannot run as " + spec.user.name);
   }
+  ensure_hosts_entry();  // before the first process, and again in a fork's child (new hostname)
   ABX_ASSIGN_OR_RETURN(auto env, process_environment(spec));
   ABX_ASSIGN_OR_RETURN(auto cwd, process_cwd(spec));
-  ExecImage image(spec, env, std::move(cwd));
+  ABX_ASSIGN_OR_RETURN(auto program, program_for(spec.config.cmd));
+  ExecImage image(spec, std::move(program), env, std::move(cwd));
 
   auto proc = std::shared_ptr<Process>(new Process());
   proc->manager_ = this;

@@ -11,6 +11,7 @@
 
 #include "abx/http/client.h"
 #include "abx/testing/abxd.h"
+#include "abx/testing/rootfs.h"
 
 namespace abx::e2e {
 namespace {
@@ -22,6 +23,16 @@ namespace fs = std::filesystem;
 class AbxdMcpE2E : public testing::AbxdFixture {
  protected:
   AbxdMcpE2E() : AbxdFixture("abxd-mcp-e2e") {}
+  // A busybox image (no bash) as a `rootfs:` template, when busybox-static is installed.
+  void prepare_home(const std::filesystem::path& home) override {
+    const auto dir = home / "rootfs" / "busybox";
+    if (!abx::testing::make_busybox_layer(dir, &no_busybox_)) return;
+    std::filesystem::create_directories(home / "templates" / "busybox");
+    std::ofstream(home / "templates" / "busybox" / "template.yaml")
+        << "id: busybox\nrootfs: " << dir.string() << "\n";
+    no_busybox_.clear();
+  }
+  std::string no_busybox_ = "not prepared";
   void SetUp() override {
     AbxdFixture::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
@@ -94,6 +105,18 @@ TEST_F(AbxdMcpE2E, ShellOutputIsCutAndMadeValidUtf8) {
             "a\xEF\xBF\xBD"
             "b");
   EXPECT_EQ(bad.at("structuredContent").at("truncated"), false);
+}
+
+// run_shell in an image without bash: envd runs the command line with busybox's sh.
+TEST_F(AbxdMcpE2E, ShellRunsInAnImageWithoutBash) {
+  if (!no_busybox_.empty()) GTEST_SKIP() << no_busybox_;
+  std::string id = create("busybox");
+  auto r = call("run_shell", {{"sandboxId", id},
+                              {"command", "test -e /bin/bash || echo no bash; echo $((6*7))"}});
+  ASSERT_EQ(r.at("isError"), false) << json::serialize(r);
+  EXPECT_EQ(r.at("structuredContent").at("stdout"), "no bash\n42\n");
+  EXPECT_EQ(r.at("structuredContent").at("exitCode"), 0);
+  EXPECT_EQ(call("kill_sandbox", {{"sandboxId", id}}).at("isError"), false);
 }
 
 TEST_F(AbxdMcpE2E, ShellTimeoutIsAToolError) {

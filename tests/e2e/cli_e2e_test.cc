@@ -12,14 +12,17 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <sstream>
 #include <thread>
 
 #include "abx/http/client.h"
 #include "abx/testing/abxd.h"
+#include "abx/testing/rootfs.h"
 
 namespace abx {
 namespace {
@@ -127,7 +130,30 @@ server:
   command: "echo listening somewhere else; exec sleep 600"
   port: 49982
 )";
+    // Images without bash (issue 38): busybox; alpine-like (musl + busybox's sh); musl with a
+    // program and no shell at all. One layer each, as `rootfs:` directories.
+    std::string why;
+    const fs::path bb = home / "rootfs" / "busybox", alp = home / "rootfs" / "alpine",
+                   musl = home / "rootfs" / "musl";
+    images_ =
+        abx::testing::make_busybox_layer(bb, &why) && abx::testing::make_musl_layer(alp, &why) &&
+        abx::testing::make_busybox_layer(alp, &why) && abx::testing::make_musl_layer(musl, &why);
+    if (!images_) {
+      images_skip_ = why;
+      return;
+    }
+    std::ofstream(musl / "etc/passwd", std::ios::trunc)
+        << "root:x:0:0:root:/root:/bin/hello\nuser:x:1000:1000:user:/home/user:/bin/hello\n";
+    fs::create_directories(musl / "home/user");
+    for (const auto& [name, dir] : std::initializer_list<std::pair<std::string, fs::path>>{
+             {"busybox", bb}, {"alpine", alp}, {"musl", musl}}) {
+      fs::create_directories(home / "templates" / name);
+      std::ofstream(home / "templates" / name / "template.yaml")
+          << "id: " << name << "\nrootfs: " << dir.string() << "\n";
+    }
   }
+  bool images_ = false;
+  std::string images_skip_;
   std::vector<std::string> abxd_args() const override { return {"--server-ready-timeout", "2"}; }
   void SetUp() override {
     AbxdFixture::SetUp();
@@ -195,6 +221,65 @@ TEST_F(CliE2E, ExecEnvCwdAndUserNeverSwallowTheCommand) {
   std::string id2(created.at("sandboxID").as_string());
   auto env = abx({"exec", id2, "--", "sh", "-c", "echo $X$Y"});
   EXPECT_EQ(env.out, "12\n") << env.err;
+}
+
+TEST_F(CliE2E, ExecRunsCommandLinesWithTheImagesShellWhereThereIsNoBash) {
+  if (!images_) GTEST_SKIP() << images_skip_;
+  std::string bb = create("busybox");
+  auto line = abx({"exec", bb, "test -e /bin/bash || echo no bash; echo hi | tr a-z A-Z"});
+  EXPECT_EQ(line.code, 0) << line.err;
+  EXPECT_EQ(line.out, "no bash\nHI\n");
+  EXPECT_EQ(abx({"exec", bb, "exit 7"}).code, 7);
+  // Several words: the program itself, no shell (nothing expanded, spaces kept).
+  auto argv = abx({"exec", bb, "--", "echo", "$HOME", "a  b"});
+  EXPECT_EQ(argv.code, 0) << argv.err;
+  EXPECT_EQ(argv.out, "$HOME a  b\n");
+
+  std::string alp = create("alpine");  // musl's libc and loader, busybox's sh
+  auto musl_line = abx({"exec", alp, "hello && echo $((1 + 2))"});
+  EXPECT_EQ(musl_line.code, 0) << musl_line.err;
+  EXPECT_EQ(musl_line.out, "hello from musl\n3\n");
+}
+
+TEST_F(CliE2E, ExecRunsProgramsInAnImageWithNoShellAndSaysWhyALineCannotRun) {
+  if (!images_) GTEST_SKIP() << images_skip_;
+  std::string id = create("musl");
+  for (const char* prog : {"/bin/hello", "hello"}) {  // a path, or a name looked up on PATH
+    auto r = abx({"exec", id, "--", prog});
+    EXPECT_EQ(r.code, 0) << prog << ": " << r.err;
+    EXPECT_EQ(r.out, "hello from musl\n");
+  }
+  auto line = abx({"exec", id, "hello; echo done"});
+  EXPECT_EQ(line.code, 125);
+  EXPECT_NE(line.err.find("this image has no shell (neither /bin/bash nor /bin/sh)"),
+            std::string::npos)
+      << line.err;
+  EXPECT_NE(line.err.find("abx exec ID -- /path/to/prog args"), std::string::npos) << line.err;
+}
+
+// abx exec neither extends a sandbox's timeout (it used to make a 30 s sandbox live 5 minutes)
+// nor resumes a paused one without saying so.
+TEST_F(CliE2E, ExecKeepsTheSandboxsLifetimeAndSaysWhenItResumes) {
+  auto c = abx({"sandbox", "create", "base", "--timeout", "30s"});
+  ASSERT_EQ(c.code, 0) << c.err;
+  std::string id = c.out.substr(0, c.out.find('\n'));
+  auto end_at = [&] {
+    auto i = abx({"sandbox", "info", id, "--json"});
+    EXPECT_EQ(i.code, 0) << i.err;
+    return std::string(json::parse(i.out).at("endAt").as_string());
+  };
+  const std::string before = end_at();
+  auto e = abx({"exec", id, "--", "true"});
+  EXPECT_EQ(e.code, 0) << e.err;
+  EXPECT_EQ(e.err, "");
+  EXPECT_EQ(end_at(), before);
+
+  ASSERT_EQ(abx({"sandbox", "pause", id}).code, 0);
+  auto r = abx({"exec", id, "--", "echo", "back"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "back\n");
+  EXPECT_EQ(r.err, "abx: resuming " + id + "\n");
+  EXPECT_EQ(abx({"sandbox", "kill", id}).code, 0);
 }
 
 TEST_F(CliE2E, ExecJsonPrintsOneStructuredDocument) {
@@ -365,6 +450,38 @@ TEST_F(CliE2E, FilesCpCopiesDirectoryTreesBothWaysWithTheirModes) {
   EXPECT_EQ(mode_of(tmp() / "one.sh"), "750");
 }
 
+TEST_F(CliE2E, FilesLsDepthNamesEntriesWithTheirDirectories) {
+  std::string id = create();
+  ASSERT_EQ(abx({"exec", id, "mkdir -p /tmp/t/a/b && touch /tmp/t/a/f /tmp/t/g"}).code, 0);
+  auto names = [&](const std::string& depth) {
+    auto r = abx({"files", "ls", id, "/tmp/t", "--depth", depth});
+    EXPECT_EQ(r.code, 0) << r.err;
+    std::vector<std::string> out;  // the last column of each row after the header
+    std::istringstream in(r.out);
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line)) out.push_back(line.substr(line.rfind(' ') + 1));
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  EXPECT_EQ(names("1"), (std::vector<std::string>{"a", "g"}));
+  EXPECT_EQ(names("2"), (std::vector<std::string>{"a", "a/b", "a/f", "g"}));
+}
+
+// IPython colours its tracebacks; into a pipe or a file abx code writes them without ANSI
+// escapes (here stderr is a pipe).
+TEST_F(CliE2E, CodeTracebacksHaveNoColoursWhenNotOnATerminal) {
+  std::string id = create("code-interpreter");
+  auto r = abx({"code", id, "def f():\n    return 1 / 0\nf()"});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("ZeroDivisionError"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << r.err;
+  // --json keeps the traceback as the interpreter gave it (E2B's SDKs get it coloured too).
+  auto j = abx({"--json", "code", id, "1 / 0"});
+  EXPECT_EQ(j.code, 1) << j.err;
+  EXPECT_NE(j.out.find("ZeroDivisionError"), std::string::npos) << j.out;
+}
+
 TEST_F(CliE2E, FilesCpErrorsSayWhatIsWrong) {
   std::string id = create();
   auto missing = abx({"files", "cp", (tmp() / "nope").string(), id + ":/tmp/x"});
@@ -422,6 +539,25 @@ TEST_F(CliE2E, FirstRunFindsTheKeyAbxdWroteAndAuthErrorsNameTheFix) {
   auto other = abx_with({url, "ABX_HOME=" + (tmp() / "other-home").string()}, {"sandbox", "list"});
   EXPECT_EQ(other.code, 3);
   EXPECT_NE(other.err.find("serving another home"), std::string::npos) << other.err;
+}
+
+// eval "$(abx env)" gives the e2b SDKs what they need for this abxd: its URL for both planes and
+// the key abxd wrote into its home (found as the CLI finds it: no key given).
+TEST_F(CliE2E, EnvPrintsExportLinesForTheE2bSdks) {
+  auto env = abx_with({"ABX_API_URL=" + abxd().url(), "ABX_HOME=" + home().string()}, {"env"});
+  ASSERT_EQ(env.code, 0) << env.err;
+  auto sh = run_process({"/bin/sh", "-c",
+                         "eval \"$ABX_ENV_OUT\"; printf '%s|%s|%s|%s\\n' \"$E2B_API_URL\" "
+                         "\"$E2B_SANDBOX_URL\" \"$E2B_API_KEY\" \"${E2B_DOMAIN-unset}\""},
+                        {"ABX_ENV_OUT=" + env.out}, "");
+  ASSERT_EQ(sh.code, 0) << sh.err;
+  EXPECT_EQ(sh.out, abxd().url() + "|" + abxd().url() + "|" + key() + "|unset\n") << env.out;
+  // No abxd has written a key into this home: the error says how to get one.
+  auto none =
+      abx_with({"ABX_API_URL=" + abxd().url(), "ABX_HOME=" + (tmp() / "empty").string()}, {"env"});
+  EXPECT_EQ(none.code, 3);
+  EXPECT_EQ(none.out, "");
+  EXPECT_NE(none.err.find("start abxd first (`abx up`"), std::string::npos) << none.err;
 }
 
 TEST_F(CliE2E, TokenCreateRefusesCommandsTheSandboxDoesNotServe) {
@@ -485,6 +621,12 @@ TEST_F(CliE2E, LogsShowTheStartCommandsOutputAndTheLifecycle) {
   EXPECT_TRUE(has(lines, "start command", "event", "exited with status 0"));
   for (std::size_t i = 1; i < lines.size(); ++i)  // oldest first
     EXPECT_LE(lines[i - 1].at("timestamp").as_string(), lines[i].at("timestamp").as_string());
+  // --limit N: the first N lines, no more (it used to be only the size of each request).
+  ASSERT_GT(lines.size(), 3u);
+  auto limited = abx({"logs", id, "--limit", "3"});
+  EXPECT_EQ(limited.code, 0) << limited.err;
+  EXPECT_EQ(std::count(limited.out.begin(), limited.out.end(), '\n'), 3) << limited.out;
+  EXPECT_NE(limited.out.find("created from template 'talk'"), std::string::npos) << limited.out;
 
   // The human form names the source; pause and resume are lifecycle events too.
   ASSERT_EQ(abx({"sandbox", "pause", id}).code, 0);
@@ -535,6 +677,8 @@ TEST_F(CliE2E, SudoInTheBaseImageGivesTheSandboxsRootOnly) {
   EXPECT_EQ(as_user.out, "user\n1000\n") << as_user.err;
   auto sudo = abx({"exec", id, "--", "sudo", "-n", "sh", "-c", probe});
   ASSERT_EQ(sudo.code, 0) << sudo.out << sudo.err;
+  // The sandbox's hostname resolves (/etc/hosts from envd): sudo used to complain every time.
+  EXPECT_EQ(sudo.err, "");
   auto root = abx({"exec", "--user", "root", id, "--", "sh", "-c", probe});
   ASSERT_EQ(root.code, 0) << root.err;
   EXPECT_EQ(sudo.out.substr(0, 2), "0\n") << sudo.out;

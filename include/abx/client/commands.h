@@ -100,15 +100,17 @@ class ABX_EXPORT Commands {
 
   Result<CommandResult> run(std::string_view cmd, const CommandOptions& opts = {});
   Result<CommandHandle> start(std::string_view cmd, const CommandOptions& opts = {});
-  // Runs an argv directly (no shell); used by run_code.
+  // An argv run directly, no shell: argv[0] is the program (looked up on PATH without a '/'),
+  // the rest its arguments. The form that works in an image with no shell at all (run and
+  // start send `/bin/bash -l -c CMD`, /bin/sh where the image has no bash).
   Result<CommandResult> run_argv(const std::vector<std::string>& argv,
                                  const CommandOptions& opts = {});
+  Result<CommandHandle> start_argv(const std::vector<std::string>& argv,
+                                   const CommandOptions& opts = {});
   Result<std::vector<ProcessInfo>> list();
   Result<bool> kill(std::uint32_t pid);
 
  private:
-  Result<CommandHandle> start_argv(const std::vector<std::string>& argv,
-                                   const CommandOptions& opts);
   std::shared_ptr<detail::SandboxState> state_;
 };
 

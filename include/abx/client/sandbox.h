@@ -146,8 +146,9 @@ class ABX_EXPORT Sandbox {
   static Result<Sandbox> create(std::string_view template_id, const CreateOptions& opts = {},
                                 const ConnectionConfig& config = ConnectionConfig::from_env());
   // POST /sandboxes/{id}/connect: resumes a paused sandbox, extends a running one's timeout
-  // to at least `timeout`, and returns its access token. `resumed` (if given) is set to whether
-  // the sandbox was paused (the platform answered 201) rather than running (200).
+  // to at least `timeout` (0: leaves its deadline as it is), and returns its access token.
+  // `resumed` (if given) is set to whether the sandbox was paused (the platform answered 201)
+  // rather than running (200).
   static Result<Sandbox> connect(std::string_view sandbox_id,
                                  const ConnectionConfig& config = ConnectionConfig::from_env(),
                                  std::chrono::seconds timeout = std::chrono::seconds(300),
