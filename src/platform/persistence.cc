@@ -184,7 +184,8 @@ void SandboxManager::seal_earlier_checkpoints() {
     std::error_code ec;
     if (fs::exists(dir / runtime::kSealFile, ec) || ec) return;
     if (Status st = runtime::seal_checkpoint(dir.string(), checkpoint_key_); !st) {
-      log_.warn("could not seal " + dir.string() + " (it will not restore): " + st.message());
+      log_.warn("could not seal " + dir.string() +
+                " (it will not restore): " + st.error().message());
       return;
     }
     ++sealed;
