@@ -1,0 +1,100 @@
+"""Driver of bench/python_create.sh (issue 37): create -> first command answered, a template
+serving a Python module (abx-server --python) against one serving the C++ demo module
+(abx-server --module), both FROM base, through one abxd. Per round, for each template in
+alternating order: POST /sandboxes, then POST /commands/demo through abxd's proxy until the first
+200 (retried every 2 ms, as the SDK polls), then DELETE. Prints one line per create and a JSON
+summary line "PYCREATE {...}". Usage: python_create.py URL KEY CXX_TEMPLATE PY_TEMPLATE N WARMUP"""
+import http.client
+import json
+import statistics
+import sys
+import time
+from urllib.parse import urlparse
+
+
+def pct(values, p):
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, int(round(p / 100.0 * (len(s) - 1)))))]
+
+
+def machine_jiffies():
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7]
+    return busy, busy + v[3] + v[4]
+
+
+def main():
+    url, key, cxx, py, n, warmup = sys.argv[1:7]
+    n, warmup = int(n), int(warmup)
+    u = urlparse(url)
+    api = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+
+    def req(conn, method, path, body=None, headers=None):
+        h = dict(headers or {})
+        if body is not None:
+            h["Content-Type"] = "application/json"
+            body = json.dumps(body)
+        conn.request(method, path, body=body, headers=h)
+        r = conn.getresponse()
+        return r.status, r.read()
+
+    def one(template):
+        t0 = time.perf_counter()
+        st, data = req(api, "POST", "/sandboxes", {"templateID": template, "timeout": 120},
+                       {"X-API-KEY": key})
+        if st != 201:
+            sys.exit(f"create {template}: {st} {data[:300]!r}")
+        t_created = time.perf_counter()
+        sb = json.loads(data)
+        sid = sb["sandboxID"]
+        hdr = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49982",
+               "X-Access-Token": sb["envdAccessToken"]}
+        tries = 0
+        try:
+            call = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+            deadline = t0 + 30
+            while True:
+                tries += 1
+                try:
+                    st, data = req(call, "POST", "/commands/demo", {"x": 42, "y": "world"}, hdr)
+                except (ConnectionError, http.client.HTTPException):
+                    call.close()
+                    call = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+                    st, data = 0, b""
+                if st == 200:
+                    break
+                if time.perf_counter() > deadline:
+                    sys.exit(f"{template}: no 200 from /commands/demo in 30 s ({st} {data[:300]!r})")
+                time.sleep(0.002)
+            t1 = time.perf_counter()
+            call.close()
+            if json.loads(data) != {"result": "42: world"}:
+                sys.exit(f"{template}: demo answered {data!r}")
+        finally:
+            req(api, "DELETE", f"/sandboxes/{sid}", headers={"X-API-KEY": key})
+        return (t1 - t0) * 1e3, (t_created - t0) * 1e3, tries
+
+    for i in range(warmup):
+        for t in (cxx, py):
+            one(t)
+    res = {"cxx": [], "py": []}
+    b0, a0 = machine_jiffies()
+    for i in range(n):
+        order = (("cxx", cxx), ("py", py)) if i % 2 == 0 else (("py", py), ("cxx", cxx))
+        for name, t in order:
+            first, created, tries = one(t)
+            res[name].append((first, created, tries))
+            print(f"{i + 1:3} {name:4} create->first 200 {first:8.1f} ms   create answered "
+                  f"{created:8.1f} ms   calls {tries}", flush=True)
+    b1, a1 = machine_jiffies()
+    out = {"busy_pct": round(100.0 * (b1 - b0) / max(1, a1 - a0), 1)}
+    for name in res:
+        firsts = [r[0] for r in res[name]]
+        out[name] = {"p50": statistics.median(firsts), "p95": pct(firsts, 95),
+                     "create_p50": statistics.median(r[1] for r in res[name]),
+                     "max_calls": max(r[2] for r in res[name])}
+    print("PYCREATE " + json.dumps(out))
+
+
+main()
