@@ -33,6 +33,25 @@
 namespace abx::runtime {
 namespace {
 
+// The names in the directory `dirfd` (not "." and ".."), read through a duplicate of it so the
+// caller's fd keeps its offset. `what` names the directory in errors.
+Result<std::vector<std::string>> entry_names(int dirfd, const std::string& what) {
+  int dup = ::fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+  if (dup < 0) return sys_error("dup " + what, errno);
+  DIR* d = ::fdopendir(dup);
+  if (!d) {
+    ::close(dup);
+    return sys_error("opendir " + what, errno);
+  }
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    std::string_view n = e->d_name;
+    if (n != "." && n != "..") names.emplace_back(n);
+  }
+  ::closedir(d);
+  return names;
+}
+
 constexpr std::string_view kSealDomain = "abx-checkpoint-seal-v1\n";
 constexpr std::string_view kMacPrefix = "hmac-sha256 ";
 // A pending entry is listed by name only ("p 0000 0 - rw.img"): a keep_frozen checkpoint's
@@ -103,20 +122,8 @@ Result<std::string> hash_file(int fd, const std::string& what, off_t size) {
 Status walk(int dirfd, const std::string& prefix, const std::string& what,
             std::map<std::string, std::string>* out, std::string_view skip,
             const std::vector<std::string>& pending) {
-  int dup = ::fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
-  if (dup < 0) return sys_error("dup " + what, errno);
-  DIR* d = ::fdopendir(dup);
-  if (!d) {
-    ::close(dup);
-    return sys_error("opendir " + what, errno);
-  }
-  std::vector<std::string> names;
-  while (dirent* e = ::readdir(d)) {
-    std::string_view n = e->d_name;
-    if (n == "." || n == ".." || (prefix.empty() && n == skip)) continue;
-    names.emplace_back(n);
-  }
-  ::closedir(d);
+  ABX_ASSIGN_OR_RETURN(std::vector<std::string> names, entry_names(dirfd, what));
+  if (prefix.empty()) std::erase(names, skip);
   for (const auto& name : names) {
     const std::string rel = prefix + name, path = what + "/" + name;
     if (rel.find('\n') != std::string::npos)
@@ -333,19 +340,7 @@ Status complete_seal(const std::string& dir, std::string_view key) {
 namespace {
 
 Status make_private_at(int dirfd, const std::string& what) {
-  int dup = ::fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
-  if (dup < 0) return sys_error("dup " + what, errno);
-  DIR* d = ::fdopendir(dup);
-  if (!d) {
-    ::close(dup);
-    return sys_error("opendir " + what, errno);
-  }
-  std::vector<std::string> names;
-  while (dirent* e = ::readdir(d)) {
-    std::string_view n = e->d_name;
-    if (n != "." && n != "..") names.emplace_back(n);
-  }
-  ::closedir(d);
+  ABX_ASSIGN_OR_RETURN(std::vector<std::string> names, entry_names(dirfd, what));
   for (const auto& name : names) {
     const std::string path = what + "/" + name;
     // Only files and directories, each through its own fd: a symlink is left as it is (its
