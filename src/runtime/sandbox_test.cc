@@ -370,7 +370,7 @@ TEST(Veth, IsHostAddressFollowsAddressesAddedAndRemovedLater) {
                             .c_str()),
             0);
   auto during = is_host_address(added);
-  std::system(("ip link del " + dummy + " 2>/dev/null").c_str());
+  EXPECT_EQ(std::system(("ip link del " + dummy + " 2>/dev/null").c_str()), 0);
   ASSERT_TRUE(during.ok()) << during.error().to_string();
   EXPECT_TRUE(*during) << "an address added after the start is not seen as the host's";
   auto after = is_host_address(added);
