@@ -1713,8 +1713,8 @@ TEST_F(BoundaryTest, EveryProbeHolds) {
       return true;
     };
 
-    Probe root_only{"c.checkpoint_dir_root_only", "C", L, nullptr, nullptr, {Who::kRoot}};
-    root_only.host = [=, &hf]() -> Outcome {
+    Probe dir_probe{"c.checkpoint_dir_root_only", "C", L, nullptr, nullptr, {Who::kRoot}};
+    dir_probe.host = [=, &hf]() -> Outcome {
       if (auto e = c_paused(); !e.empty()) return {false, e, false, true};
       // The same file, world-readable in a 0755 directory: readable by an unprivileged uid.
       const fs::path open_dir = hf.dir / "ck-control";
@@ -1728,7 +1728,7 @@ TEST_F(BoundaryTest, EveryProbeHolds) {
       return {n == 1, "uid " + std::to_string(kHostNobody) + " read a copy of pages-1.img in a " +
                           "0755 dir: " + (n == 1 ? "yes" : "no")};
     };
-    root_only.sandbox = [=](Who) -> Outcome {
+    dir_probe.sandbox = [=](Who) -> Outcome {
       const fs::path dir = ck_home / "checkpoints" / ck->id;
       std::vector<std::pair<fs::path, std::string>> entries{{dir.parent_path(), ck->id},
                                                             {ck_home, "checkpoint.key"}};
@@ -1748,7 +1748,7 @@ TEST_F(BoundaryTest, EveryProbeHolds) {
               " checkpoint entries (and the key) readable by uid " + std::to_string(kHostNobody) +
               (open_modes.empty() ? "; every mode 0700/0600" : "; open to others:" + open_modes)};
     };
-    probes.push_back(root_only);
+    probes.push_back(dir_probe);
 
     Probe tampered{"c.tampered_checkpoint_refused", "C", E, nullptr, nullptr, {Who::kRoot}};
     tampered.host = [=]() -> Outcome {
