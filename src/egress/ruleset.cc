@@ -162,9 +162,12 @@ std::string render_ruleset(const RulesetPlan& p) {
     s += "    " + links + "meta nfproto ipv4 tcp dport " + proxy + " ct status dnat accept\n";
   s += "    " + links + "drop\n";
   // The resolver and the proxy are for the sandboxes' redirected traffic alone (accepted above):
-  // from anywhere else (the host's loopback, its other links) their ports are closed.
-  s += "    meta l4proto { tcp, udp } th dport " + dns + " drop\n";
-  if (p.proxy_port != 0) s += "    tcp dport " + proxy + " drop\n";
+  // from anywhere else (the host's loopback, its other links) their ports on the gateway addresses
+  // are closed. Only there: the same port number on another address is another socket (the
+  // kernel hands the resolver's ephemeral port to 127.0.0.1 listeners too), which stays open.
+  const std::string gateways = "ip daddr " + p.sandbox_range.str() + " ";
+  s += "    " + gateways + "meta l4proto { tcp, udp } th dport " + dns + " drop\n";
+  if (p.proxy_port != 0) s += "    " + gateways + "tcp dport " + proxy + " drop\n";
   s += "  }\n";
 
   s += "  chain forward {\n    type filter hook forward priority filter; policy accept;\n";
