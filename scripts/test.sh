@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
 # Installs dependencies, lints, builds, builds the base image once (scripts/build-images.sh into
 # build/images, shared by every test), and runs every test: the `dev` preset (all tests), then
-# the `asan` preset (AddressSanitizer + UBSan, unit-labelled tests), with --tsan the `tsan`
-# preset (ThreadSanitizer, the tsan-labelled concurrency-heavy unit tests), then builds the `release`
+# the `asan` preset (AddressSanitizer + UBSan, unit-labelled tests), the `tsan` preset
+# (ThreadSanitizer, the tsan-labelled concurrency-heavy unit tests), then builds the `release`
 # preset with every target (tests included: -Werror and -O2 find what -O0 does not) without
 # running it. After each ctest, no sandbox the run started may still be alive.
-# Usage: scripts/test.sh [--no-asan] [--tsan] [--no-release] [--no-lint]
+# Usage: scripts/test.sh [--no-asan] [--no-tsan] [--no-release] [--no-lint]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 asan=1
-tsan=0
+tsan=1
 release=1
 lint=1
 for a in "$@"; do
   case "$a" in
     --no-asan) asan=0 ;;
-    --tsan) tsan=1 ;;
+    --no-tsan) tsan=0 ;;
     --no-release) release=0 ;;
     --no-lint) lint=0 ;;
     *) echo "test.sh: unknown flag $a" >&2; exit 2 ;;
@@ -84,11 +84,7 @@ fi
 
 if [ "$tsan" = 1 ]; then
   # The concurrency-heavy unit tests (label tsan: the HTTP engine, the command server, MCP
-  # sessions, the SQLite store) under ThreadSanitizer; only their targets are built. Not in CI
-  # yet: it reports two races in src/http/server.cc (on_session_closed notifies the condition
-  # variable after unlocking, so ~Server can destroy it mid-notify; the acceptor is closed from
-  # a handler posted to `ioc` while an accept handler on another I/O thread re-arms it), which
-  # made one run of two fail. CI runs it once they are fixed.
+  # sessions, the SQLite store) under ThreadSanitizer; only their targets are built.
   step "building the tsan-labelled tests (tsan preset)"
   cmake --preset tsan
   cmake --build --preset tsan -j "$jobs" --target http_test server_test mcp_test store_test

@@ -58,6 +58,7 @@ std::shared_ptr<StreamWriter> Responder::stream(Response header) const {
 
 asio::any_io_executor Server::Impl::session_executor(tcp::acceptor& a) {
   if (!one_thread) return asio::make_strand(ioc);
+  if (&a == &acceptor) return ioc.get_executor();  // not its strand: one thread needs none
   return a.get_executor();
 }
 
@@ -123,8 +124,10 @@ void Server::Impl::on_session_closed(detail::Session* s) {
     std::lock_guard lock(mu);
     sessions.erase(s);
     --connections;
+    // Under the lock: shutdown() returns (and ~Server destroys `cv`) once it sees `sessions`
+    // empty, which it can only see after this notify has finished.
+    cv.notify_all();
   }
-  cv.notify_all();
 }
 
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -189,7 +192,8 @@ void Server::shutdown(std::chrono::milliseconds drain) {
     wait();
     return;
   }
-  asio::post(impl_->ioc, [this] {
+  // On the acceptor's strand: an accept handler re-arming it on another thread runs there too.
+  asio::post(impl_->acceptor.get_executor(), [this] {
     beast::error_code ec;
     impl_->acceptor.close(ec);
   });
@@ -221,8 +225,8 @@ void Server::shutdown(std::chrono::milliseconds drain) {
   {
     std::lock_guard lock(impl_->mu);
     impl_->stopped = true;
+    impl_->cv.notify_all();
   }
-  impl_->cv.notify_all();
 }
 
 void Server::wait() {

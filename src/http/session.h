@@ -64,8 +64,10 @@ struct Server::Impl {
   // `ioc`'s listening socket; with context_per_thread, one more per context in `contexts`
   // (each declared after its context, so closed before it goes), all bound to the same address
   // with SO_REUSEPORT: the kernel gives each new connection to one of them, and the thread that
-  // accepts it serves it (no hand-over to another thread, as nginx's workers).
-  boost::asio::ip::tcp::acceptor acceptor{ioc};
+  // accepts it serves it (no hand-over to another thread, as nginx's workers). `acceptor` is on a
+  // strand of `ioc`: with several threads running `ioc`, its accept handler (which re-arms it) and
+  // shutdown's close must not run at once.
+  boost::asio::ip::tcp::acceptor acceptor{boost::asio::make_strand(ioc)};
   std::vector<std::unique_ptr<boost::asio::ip::tcp::acceptor>> more_acceptors;
   // Keeps run() going while a handler holds a request on another thread and no I/O is pending.
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work{ioc.get_executor()};
