@@ -17,10 +17,12 @@ twice, registering after the server started) raise at once, naming the function.
 
 from __future__ import annotations
 
-import inspect
-from typing import Any, Callable, Dict, Optional
-
-from .server.registry import RegisteredCommand, args_from_signature, default_registry
+from .server.registry import (
+    RegisteredCommand,
+    args_from_signature,
+    default_registry,
+    description_of,
+)
 
 __all__ = ["sandbox"]
 
@@ -46,7 +48,7 @@ class _RegisterProxy:
         if not callable(fn):
             raise TypeError(f"sandbox.register: {fn!r} is not a function")
         cmd_name = name or fn.__name__
-        desc = (inspect.getdoc(fn) or "") if description is None else description
+        desc = description_of(fn) if description is None else description
         args = args_from_signature(fn)
         # One-way bridge into the server layer's registry: it raises for a taken name or a
         # frozen registry, before the factory's own table changes.

@@ -266,3 +266,103 @@ def test_worker_protocol_calls_and_errors(tmp_path):
         f.close()
         ours.close()
         assert proc.wait(timeout=10) == 0  # end of input ends the worker
+
+
+def _shapes():
+    """Functions of every parameter shape, with and without defaults, annotations as objects and
+    as strings (PEP 563), and callables that are not plain functions."""
+    import functools
+
+    def plain(x: int, y: str = "a") -> str:
+        """Doc."""
+        return y
+
+    def kwonly(x: int, *, z: float = 1.5, w: bool) -> None:
+        pass
+
+    def posonly(a: int, /, b: int) -> None:
+        pass
+
+    def star(a: int, *rest: int, k: str = "k", **extra: int) -> None:
+        pass
+
+    def unannotated(a, b=2):
+        pass
+
+    def strings(a: "int", b: "str" = "x") -> "str":
+        return b
+
+    def none_default(a: int = None):
+        pass
+
+    @functools.wraps(plain)
+    def wrapped(*args, **kwargs):
+        return plain(*args, **kwargs)
+
+    class WithCall:
+        def __call__(self, q: int) -> int:
+            return q
+
+        def method(self, m: str) -> str:
+            return m
+
+    return [plain, kwonly, posonly, star, unannotated, strings, none_default, wrapped,
+            functools.partial(plain, 1), WithCall(), WithCall().method, lambda v: v]
+
+
+@pytest.mark.parametrize("fn", _shapes(), ids=lambda f: getattr(f, "__name__", type(f).__name__))
+def test_parameters_read_as_inspect_signature_reads_them(fn):
+    # The registry reads plain functions from their code objects so that the worker does not
+    # import inspect at start-up; what it reads must be what inspect.signature says.
+    import inspect
+
+    expected = [
+        (
+            p.name,
+            int(p.kind),
+            reg_mod._EMPTY if p.annotation is p.empty else p.annotation,
+            reg_mod._EMPTY if p.default is p.empty else p.default,
+        )
+        for p in inspect.signature(fn).parameters.values()
+    ]
+    assert reg_mod._parameters(fn) == expected
+
+
+@pytest.mark.parametrize("fn", _shapes(), ids=lambda f: getattr(f, "__name__", type(f).__name__))
+def test_descriptions_read_as_inspect_getdoc_reads_them(fn):
+    import inspect
+
+    assert reg_mod.description_of(fn) == (inspect.getdoc(fn) or "")
+
+
+def test_docstrings_are_cleaned_as_inspect_cleans_them():
+    import inspect
+
+    for doc in ["One line.", "  Leading.\n    indented\n      more\n\n", "\n\n  First\n\tTab\n  x\n",
+                "", "\n", "a\n  \n    b"]:
+        def f():
+            pass
+
+        f.__doc__ = doc
+        assert reg_mod.description_of(f) == inspect.cleandoc(doc), repr(doc)
+
+
+def test_the_worker_starts_without_inspect_typing_or_dataclasses(tmp_path):
+    # Issue 37: create -> first call waits for the worker's imports. A module registering
+    # commands costs the worker none of these (their import is ~15 ms of a ~50 ms start).
+    module = tmp_path / "tools.py"
+    module.write_text(
+        "from abx import sandbox\n\n\n@sandbox.register\n"
+        "def demo(x: int, y: str = 'hello') -> str:\n    \"\"\"Demo.\"\"\"\n    return f'{x}: {y}'\n"
+    )
+    # -X importtime names every module the worker's start imports, on stderr.
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", WORKER, "--describe", str(module)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert '"name": "demo"' in out.stdout
+    imported = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "json" in imported and "abx.server.registry" in imported  # the check can see imports
+    assert not imported & {"inspect", "typing", "dataclasses", "traceback", "ast"}, sorted(imported)

@@ -16,11 +16,16 @@ import, naming the function and the parameter.
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 import re
+import sys
 import threading
-from typing import Any, Callable, Dict, List, Optional
+
+# Only the standard library's cheapest modules load at import: a Python command server pays for
+# every module its worker imports before it can listen (issue 37: create -> first call). `re`
+# comes with `json` anyway; `inspect` (~10 ms with `ast`, `dis`), `dataclasses` and `typing` do
+# not: plain functions are read from their code objects, anything else falls back to
+# `inspect.signature`, imported then. The annotations below stay strings (PEP 563), never
+# evaluated, so their names need no import.
 
 __all__ = [
     "ARG_TYPES",
@@ -29,6 +34,7 @@ __all__ = [
     "RegisteredCommand",
     "default_registry",
     "args_from_signature",
+    "description_of",
 ]
 
 # Python annotation -> wire type, the only four V1 types.
@@ -46,17 +52,38 @@ _COMMAND_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 _ARG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
 
-@dataclasses.dataclass
 class CommandArg:
     """One argument of a command. ``default`` is None when there is none."""
 
-    name: str
-    type: str = "string"  # one of "string", "integer", "float", "boolean"
-    required: bool = False
-    default: Any = None
-    description: str = ""
+    __slots__ = ("name", "type", "required", "default", "description")
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        name: str,
+        type: str = "string",  # one of "string", "integer", "float", "boolean"
+        required: bool = False,
+        default: Any = None,
+        description: str = "",
+    ) -> None:
+        self.name = name
+        self.type = type
+        self.required = required
+        self.default = default
+        self.description = description
+        self._check()
+
+    def __repr__(self) -> str:
+        return (f"CommandArg(name={self.name!r}, type={self.type!r}, required={self.required!r}, "
+                f"default={self.default!r}, description={self.description!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
+
+    __hash__ = None  # mutable, as a dataclass without frozen=True
+
+    def _check(self) -> None:
         if self.type not in _WIRE_TYPES:
             raise ValueError(
                 f"argument '{self.name}': unknown type {self.type!r} "
@@ -80,14 +107,33 @@ class CommandArg:
         }
 
 
-@dataclasses.dataclass
 class RegisteredCommand:
     """A command: its name, the function itself, its arguments and description."""
 
-    name: str
-    fn: Any  # a direct reference to the callable, never a source string
-    args: List[CommandArg] = dataclasses.field(default_factory=list)
-    description: str = ""
+    __slots__ = ("name", "fn", "args", "description")
+
+    def __init__(
+        self,
+        name: str,
+        fn: Any,  # a direct reference to the callable, never a source string
+        args: Optional[List[CommandArg]] = None,
+        description: str = "",
+    ) -> None:
+        self.name = name
+        self.fn = fn
+        self.args = [] if args is None else args
+        self.description = description
+
+    def __repr__(self) -> str:
+        return (f"RegisteredCommand(name={self.name!r}, fn={self.fn!r}, args={self.args!r}, "
+                f"description={self.description!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
+
+    __hash__ = None
 
     def to_json(self) -> Dict[str, Any]:
         return {
@@ -122,8 +168,63 @@ def _annotation_type(annotation: Any) -> Optional[type]:
     return None
 
 
+# A parameter as inspect.Parameter describes it, enough for the checks below.
+_POSITIONAL_ONLY, _POSITIONAL_OR_KEYWORD, _VAR_POSITIONAL, _KEYWORD_ONLY, _VAR_KEYWORD = range(5)
+_EMPTY = object()
+_FUNCTION = type(lambda: None)
+_CO_VARARGS, _CO_VARKEYWORDS = 0x04, 0x08
+
+
+def _parameters(fn: Any) -> List[tuple]:
+    """(name, kind, annotation, default) of each parameter of ``fn``, in inspect.signature's
+    order. A plain function is read from its code object; anything else (a partial, a wrapped or
+    bound callable, a class) goes through ``inspect.signature``. Raises TypeError or ValueError
+    as inspect does."""
+    if (
+        _FUNCTION is not type(fn)
+        or hasattr(fn, "__wrapped__")
+        or hasattr(fn, "__signature__")
+        or not hasattr(fn, "__code__")
+    ):
+        import inspect  # noqa: PLC0415 — the uncommon callables only
+
+        return [
+            (
+                p.name,
+                int(p.kind),
+                _EMPTY if p.annotation is p.empty else p.annotation,
+                _EMPTY if p.default is p.empty else p.default,
+            )
+            for p in inspect.signature(fn).parameters.values()
+        ]
+    code = fn.__code__
+    names = code.co_varnames
+    n_pos, n_posonly, n_kwonly = code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount
+    annotations = fn.__annotations__ or {}
+    defaults = fn.__defaults__ or ()
+    kwdefaults = fn.__kwdefaults__ or {}
+    first_default = n_pos - len(defaults)
+    out = []
+    for i in range(n_pos):
+        kind = _POSITIONAL_ONLY if i < n_posonly else _POSITIONAL_OR_KEYWORD
+        default = defaults[i - first_default] if i >= first_default else _EMPTY
+        out.append((names[i], kind, annotations.get(names[i], _EMPTY), default))
+    at = n_pos + n_kwonly
+    if code.co_flags & _CO_VARARGS:
+        name = names[at]
+        out.append((name, _VAR_POSITIONAL, annotations.get(name, _EMPTY), _EMPTY))
+        at += 1
+    for i in range(n_pos, n_pos + n_kwonly):
+        out.append((names[i], _KEYWORD_ONLY, annotations.get(names[i], _EMPTY),
+                    kwdefaults.get(names[i], _EMPTY)))
+    if code.co_flags & _CO_VARKEYWORDS:
+        name = names[at]
+        out.append((name, _VAR_KEYWORD, annotations.get(name, _EMPTY), _EMPTY))
+    return out
+
+
 def args_from_signature(fn: Callable[..., Any]) -> List[CommandArg]:
-    """The argument schema of ``fn`` from ``inspect.signature``.
+    """The argument schema of ``fn``'s signature (as ``inspect.signature`` reads it).
 
     Raises TypeError naming the function and the parameter for anything outside V1: *args,
     **kwargs, positional-only parameters, a missing annotation or one other than str, int, float
@@ -131,37 +232,64 @@ def args_from_signature(fn: Callable[..., Any]) -> List[CommandArg]:
     """
     qual = getattr(fn, "__qualname__", repr(fn))
     try:
-        sig = inspect.signature(fn)
+        params = _parameters(fn)
     except (TypeError, ValueError) as e:
         raise TypeError(f"command '{qual}': cannot read its signature: {e}") from None
     out: List[CommandArg] = []
-    for p in sig.parameters.values():
-        where = f"command '{qual}', parameter '{p.name}'"
-        if p.kind is p.VAR_POSITIONAL:
-            raise TypeError(f"{where}: *{p.name} is not supported (commands take named arguments)")
-        if p.kind is p.VAR_KEYWORD:
-            raise TypeError(f"{where}: **{p.name} is not supported (declare each argument)")
-        if p.kind is p.POSITIONAL_ONLY:
+    for name, kind, annotation, default in params:
+        where = f"command '{qual}', parameter '{name}'"
+        if kind == _VAR_POSITIONAL:
+            raise TypeError(f"{where}: *{name} is not supported (commands take named arguments)")
+        if kind == _VAR_KEYWORD:
+            raise TypeError(f"{where}: **{name} is not supported (declare each argument)")
+        if kind == _POSITIONAL_ONLY:
             raise TypeError(f"{where}: positional-only parameters are not supported")
-        if p.annotation is p.empty:
+        if annotation is _EMPTY:
             raise TypeError(f"{where}: no type annotation (annotate it with str, int, float or bool)")
-        t = _annotation_type(p.annotation)
+        t = _annotation_type(annotation)
         if t is None:
-            shown = p.annotation if isinstance(p.annotation, str) else getattr(
-                p.annotation, "__name__", repr(p.annotation))
+            shown = annotation if isinstance(annotation, str) else getattr(
+                annotation, "__name__", repr(annotation))
             raise TypeError(
                 f"{where}: unsupported type {shown} (V1 supports str, int, float and bool)"
             )
         wire = ARG_TYPES[t]
-        if p.default is p.empty:
-            out.append(CommandArg(p.name, wire, required=True))
+        if default is _EMPTY:
+            out.append(CommandArg(name, wire, required=True))
             continue
-        default = None if p.default is None else _check_default(wire, p.default, where)
-        out.append(CommandArg(p.name, wire, required=False, default=default))
+        default = None if default is None else _check_default(wire, default, where)
+        out.append(CommandArg(name, wire, required=False, default=default))
     return out
 
 
-def _description_of(fn: Callable[..., Any]) -> str:
+def _cleandoc(doc: str) -> str:
+    """``inspect.cleandoc``: tabs expanded, the first line's leading blanks and the other lines'
+    common indentation removed, blank lines at both ends dropped."""
+    lines = doc.expandtabs().split("\n")
+    margin = sys.maxsize
+    for line in lines[1:]:
+        content = len(line.lstrip())
+        if content:
+            margin = min(margin, len(line) - content)
+    lines[0] = lines[0].lstrip()
+    if margin < sys.maxsize:
+        lines[1:] = [line[margin:] for line in lines[1:]]
+    while lines and not lines[-1]:
+        lines.pop()
+    while lines and not lines[0]:
+        lines.pop(0)
+    return "\n".join(lines)
+
+
+def description_of(fn: Callable[..., Any]) -> str:
+    """``inspect.getdoc(fn) or ""``: a plain function's own docstring is cleaned here; a
+    function without one (inspect looks for an inherited one) or another callable goes
+    through inspect."""
+    doc = getattr(fn, "__doc__", None) if _FUNCTION is type(fn) else None
+    if isinstance(doc, str):
+        return _cleandoc(doc)
+    import inspect  # noqa: PLC0415
+
     return inspect.getdoc(fn) or ""
 
 
@@ -222,7 +350,7 @@ class CommandRegistry:
         """
         if callable(name):  # used bare: @registry.command
             fn, name = name, None
-            self.register(fn.__name__, fn, description=_description_of(fn))
+            self.register(fn.__name__, fn, description=description_of(fn))
             return fn
 
         def deco(fn: Any) -> Any:
@@ -230,7 +358,7 @@ class CommandRegistry:
                 name or fn.__name__,
                 fn,
                 args=kwargs.get("args"),
-                description=kwargs.get("description", _description_of(fn)),
+                description=kwargs.get("description", description_of(fn)),
             )
             return fn
 

@@ -24,7 +24,6 @@ import json
 import os
 import struct
 import sys
-import traceback
 
 _HEADER = struct.Struct(">I")
 MAX_FRAME = 64 << 20  # the largest frame either side accepts
@@ -65,6 +64,8 @@ def _import_module(path):
 
 def _user_traceback(exc):
     """The traceback without this file's and importlib's own frames."""
+    import traceback  # noqa: PLC0415 — errors only: the worker's start-up does not pay for it
+
     tb = exc.__traceback__
     while tb is not None and (
         tb.tb_frame.f_code.co_filename == __file__
