@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "abx/base/scope_exit.h"
 #include "abx/base/try.h"
 #include "abx/http/client.h"
 #include "abx/image/reference.h"
@@ -481,8 +482,8 @@ Result<std::vector<EnvdLogLine>> read_envd_log(const runtime::Sandbox& sb,
 }
 
 // Order: check the request, make the token (file), spawn, wait for envd, then record; a failure
-// after the token file exists removes the run directory, and after spawn destroys the sandbox,
-// so an unacknowledged create leaves nothing behind.
+// after the token file exists undoes everything made so far (one guard: the sandbox, its link,
+// the run directory), so an unacknowledged create leaves nothing behind.
 Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest& req) {
   auto catalog = this->catalog();
   // Another team's template is not there, as far as this request can tell.
@@ -531,9 +532,23 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   }
   Logger slog("sandboxes", id);
   const fs::path run_dir = fs::path(opt_.home) / "run" / id;
-  auto cleanup_run = [&] {
+  SandboxNetwork* network = opt_.network;
+  SandboxNetworkSpec net = req.network.value_or(SandboxNetworkSpec{});
+  std::optional<runtime::Sandbox> sb;
+  // From here on, a failure undoes what was made, in reverse: the sandbox, its link's rules (they
+  // may have gone in before a spawn failed), its run directory. One guard, as runtime's spawn.
+  bool committed = false;
+  ScopeExit undo{[&] {
+    if (committed) return;
+    if (sb) (void)sb->destroy();
+    if (net.enabled) network->detach(id);
     std::error_code ec;
     fs::remove_all(run_dir, ec);
+  }};
+  // Logged with the sandbox's id, returned as it is.
+  auto failed = [&](const Error& e) {
+    slog.error(e.message());
+    return e;
   };
   std::string token_file;
   if (!token.empty()) {
@@ -547,11 +562,8 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   }
   // The network: a link under the request's rules (or abxd's default), unless the template or
   // abxd has none.
-  SandboxNetwork* network = opt_.network;
-  SandboxNetworkSpec net = req.network.value_or(SandboxNetworkSpec{});
   if (!req.network && network) net.allow_internet_access = network->default_internet();
   if (tmpl->network == templates::NetworkMode::kHost && !opt_.allow_host_network) {
-    cleanup_run();
     return Error(ErrorCode::kPermissionDenied,
                  "template '" + tmpl->id +
                      "' asks for the host's network, which abxd allows only with "
@@ -567,60 +579,30 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
 
   runtime::SandboxConfig config =
       envd_sandbox_config(opt_, *tmpl, img, req, id, token_file, net, run_dir.string());
-  if (Status saved = save_sandbox_config(run_dir.string(), config); !saved) {
-    cleanup_run();
-    return saved.error();
+  ABX_TRY(save_sandbox_config(run_dir.string(), config));
+  auto spawned = runtime::Sandbox::spawn(std::move(config));
+  if (!spawned.ok()) {
+    slog.error("spawn failed: " + spawned.error().message());
+    return spawned.error();
   }
-  auto sb = runtime::Sandbox::spawn(std::move(config));
-  if (!sb.ok()) {
-    if (net.enabled) network->detach(id);  // if its rules went in before the spawn failed
-    cleanup_run();
-    slog.error("spawn failed: " + sb.error().message());
-    return sb.error();
-  }
-  auto detach_net = [&] {
-    if (net.enabled) network->detach(id);
-  };
+  sb.emplace(std::move(*spawned));
   std::string traffic_token;
   if (!net.allow_public_traffic) {
-    auto t = token::random_hex(16);
-    Status written =
-        t ? write_run_secret((run_dir / "traffic_token").string(), *t) : Status(t.error());
-    if (!written) {
-      (void)sb->destroy();
-      detach_net();
-      cleanup_run();
-      return written.error();
-    }
-    traffic_token = *t;
+    ABX_ASSIGN_OR_RETURN(traffic_token, token::random_hex(16));
+    ABX_TRY(write_run_secret((run_dir / "traffic_token").string(), traffic_token));
   }
-  if (Status ready = wait_for_envd(*sb); !ready) {
-    (void)sb->destroy();
-    detach_net();
-    cleanup_run();
-    slog.error(ready.error().message());
-    return ready.error();
-  }
+  if (Status ready = wait_for_envd(*sb); !ready) return failed(ready.error());
   for (const auto& [spec, source] : {std::pair{&tmpl->server, "command server"},
                                      std::pair{&tmpl->interpreter, "code interpreter"}}) {
     if (!*spec) continue;
     if (Status ready =
             wait_for_server(*sb, *tmpl, **spec, source, token, opt_.server_ready_timeout);
-        !ready) {
-      (void)sb->destroy();
-      detach_net();
-      cleanup_run();
-      slog.error(ready.error().message());
-      return ready.error();
-    }
+        !ready)
+      return failed(ready.error());
   }
   store::SandboxRecord rec = new_record(opt_, *tmpl, req, id, *sb, token, timeout, net);
-  if (Status s = store_->insert_sandbox(rec); !s) {
-    (void)sb->destroy();
-    detach_net();
-    cleanup_run();
-    return s.error();
-  }
+  ABX_TRY(store_->insert_sandbox(rec));
+  committed = true;
   auto live = std::make_shared<LiveSandbox>(std::move(rec),
                                             std::make_shared<runtime::Sandbox>(std::move(*sb)));
   live->set_access_token(std::move(token));

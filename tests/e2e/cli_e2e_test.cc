@@ -710,6 +710,16 @@ TEST_F(CliE2E, CreateFailsWithTheCommandServersOwnError) {
   auto list = abx({"sandbox", "list"});
   EXPECT_EQ(list.code, 0) << list.err;
   EXPECT_EQ(list.out.find("crash"), std::string::npos) << list.out;
+  // Nothing of it is left: its run directory (token, config) and its state directory (named by
+  // its id; abxd's own files there are dot files).
+  auto empty = [](const fs::path& dir) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (!e.path().filename().string().starts_with(".")) return false;
+    return true;
+  };
+  EXPECT_TRUE(empty(home() / "run"));
+  EXPECT_TRUE(empty(home() / "sandboxes"));
 }
 
 // A server that runs but never listens on its declared port fails the create once
