@@ -13,6 +13,7 @@
 #include "abx/client/sandbox.h"
 #include "abx/client/templates.h"
 #include "abx/http/server.h"
+#include "abx/testing/temp_dir.h"
 #include "transport.h"
 
 namespace abx::client {
@@ -271,9 +272,8 @@ TEST_F(FakePersistencePlane, SnapshotsCreateListAcrossPagesAndDelete) {
 // as a tar that GNU tar reads, with the extra file, a symlink and the size limit.
 TEST(ClientTemplates, TarContextLoadsLibarchiveAndWritesATar) {
   namespace fs = std::filesystem;
-  char tmpl[] = "/tmp/abx-tar-test.XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const fs::path dir(tmpl);
+  abx::testing::TempDir tmp("abx-tar-test");
+  const fs::path& dir = tmp.path();
   fs::create_directories(dir / "ctx/sub");
   std::ofstream(dir / "ctx/sub/a.txt") << "hello";
   fs::create_symlink("sub/a.txt", dir / "ctx/link");
@@ -292,7 +292,6 @@ TEST(ClientTemplates, TarContextLoadsLibarchiveAndWritesATar) {
   auto small = tar_context((dir / "ctx").string(), 100);
   ASSERT_FALSE(small.ok());
   EXPECT_EQ(small.error().code(), ErrorCode::kResourceExhausted);
-  fs::remove_all(dir);
 }
 }  // namespace
 }  // namespace abx::client

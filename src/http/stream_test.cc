@@ -12,7 +12,6 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -21,18 +20,13 @@
 
 #include "abx/http/client.h"
 #include "abx/http/server.h"
+#include "abx/testing/temp_dir.h"
 
 namespace abx::http {
 namespace {
 
 namespace bhttp = boost::beast::http;
 namespace asio = boost::asio;
-
-std::string temp_dir() {
-  std::string t = (std::filesystem::temp_directory_path() / "abx-http-XXXXXX").string();
-  EXPECT_NE(::mkdtemp(t.data()), nullptr);
-  return t;
-}
 
 TEST(HttpStream, ChunkedBodyArrivesWholeAndConnectionIsReused) {
   auto s = Server::start({}, [](Request&& req, Responder respond) {
@@ -174,7 +168,8 @@ TEST(HttpStream, SlowReaderHoldsTheProducerBack) {
 }
 
 TEST(HttpSpool, LargeBodyGoesToAFileWithinItsOwnLimit) {
-  std::string dir = temp_dir();
+  testing::TempDir tmp("abx-http");
+  const std::string dir = tmp.string();
   ServerOptions opt;
   opt.body_policy = [&](const Request& h) -> Result<BodyPlan> {
     if (h.target() == "/upload") return BodyPlan{64u * 1024 * 1024, dir};
@@ -226,11 +221,11 @@ TEST(HttpSpool, LargeBodyGoesToAFileWithinItsOwnLimit) {
   // The policy may refuse before the body is read.
   out = raw("/deny", 1u << 30);
   EXPECT_EQ(out.rfind("HTTP/1.1 401", 0), 0u) << out;
-  std::filesystem::remove_all(dir);
 }
 
 TEST(HttpSpool, ChunkedUploadIsSpooled) {
-  std::string dir = temp_dir();
+  testing::TempDir tmp("abx-http");
+  const std::string dir = tmp.string();
   ServerOptions opt;
   opt.body_policy = [&](const Request&) -> Result<BodyPlan> {
     return BodyPlan{1024 * 1024 * 1024, dir};
@@ -249,7 +244,6 @@ TEST(HttpSpool, ChunkedUploadIsSpooled) {
       "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
   ASSERT_TRUE(out.ok());
   EXPECT_NE(out->find("\"hello world\""), std::string::npos) << *out;
-  std::filesystem::remove_all(dir);
 }
 
 // A stream whose client went away while its producer still holds the writer (envd's WatchDir

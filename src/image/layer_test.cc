@@ -13,18 +13,16 @@
 #include <fstream>
 #include <map>
 
+#include "abx/testing/temp_dir.h"
+
 namespace abx::image {
 namespace {
 
 namespace fs = std::filesystem;
 
 struct Tmp {
-  fs::path path;
-  Tmp() {
-    std::string t = (fs::temp_directory_path() / "abx-layer-test-XXXXXX").string();
-    path = ::mkdtemp(t.data());
-  }
-  ~Tmp() { fs::remove_all(path); }
+  testing::TempDir dir{"abx-layer-test"};
+  const fs::path& path = dir.path();
 };
 
 void write(const fs::path& p, const std::string& data) {

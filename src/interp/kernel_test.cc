@@ -99,6 +99,8 @@ class KernelTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!have_ipykernel()) GTEST_SKIP() << "/usr/bin/python3 has no ipykernel";
+    // Not testing::TempDir: the kernels' ipc socket paths below it must fit in sun_path (108
+    // bytes), and a TempDir's name carries the run id under the run's $TMPDIR.
     char tmpl[] = "/tmp/abx-interp-test-XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;

@@ -89,8 +89,8 @@ class ServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!have_ipykernel()) GTEST_SKIP() << "no /usr/bin/python3 with ipykernel";
-    // A short name: the kernels' ipc socket paths below it must fit in sun_path (108 bytes),
-    // even under a long $TMPDIR.
+    // A short name, not testing::TempDir (whose name carries the run id): the kernels' ipc
+    // socket paths below it must fit in sun_path (108 bytes), even under a long $TMPDIR.
     std::string tmpl = (std::filesystem::temp_directory_path() / "ai-XXXXXX").string();
     ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
     dir_ = tmpl;

@@ -537,6 +537,8 @@ struct HostFixtures {
   std::vector<fs::path> cgroups;
 
   HostFixtures() {
+    // In /tmp itself, not testing::TempDir under the run's $TMPDIR: the probes that run as
+    // another host user must be able to reach it (0755 below a world-searchable parent).
     char tmpl[] = "/tmp/abx-boundary-XXXXXX";
     dir = mkdtemp(tmpl);
     fs::permissions(dir, fs::perms(0755));
