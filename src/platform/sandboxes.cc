@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <malloc.h>
-#include <poll.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
@@ -51,27 +50,6 @@ constexpr const char* kEnvdInside = "/opt/abx/bin/abx-envd";
 constexpr const char* kServerInside = "/opt/abx/bin/abx-server";
 constexpr const char* kDemoInside = "/opt/abx/lib/libabx_demo_commands.so";
 constexpr const char* kTokenInside = "/run/abx/token";
-
-// A pidfd polls readable once its process has exited (the runtime reaps it in destroy()).
-bool init_exited(int pidfd) {
-  pollfd p{pidfd, POLLIN, 0};
-  return ::poll(&p, 1, 0) > 0;
-}
-
-// The ids of `watched` whose init has exited (see init_exited): one poll(2) over all their
-// pidfds. The runtime objects, held by the caller, keep the pidfds open meanwhile.
-std::vector<std::string> exited_inits(
-    const std::vector<std::pair<std::string, std::shared_ptr<runtime::Sandbox>>>& watched) {
-  std::vector<pollfd> fds;
-  fds.reserve(watched.size());
-  for (const auto& w : watched) fds.push_back({w.second->pidfd(), POLLIN, 0});
-  std::vector<std::string> out;
-  if (fds.empty() || ::poll(fds.data(), fds.size(), 0) <= 0) return out;
-  for (std::size_t i = 0; i < fds.size(); ++i) {
-    if (fds[i].revents != 0) out.push_back(watched[i].first);
-  }
-  return out;
-}
 
 std::string join_quoted(const std::vector<std::string>& argv) {
   std::string out;
@@ -338,7 +316,7 @@ Status wait_for_envd(const runtime::Sandbox& sb) {
   for (auto delay = std::chrono::microseconds(100); std::chrono::steady_clock::now() < deadline;
        delay = std::min(delay * 2, std::chrono::microseconds(1'000))) {
     if (sb.open_tcp(kEnvdPort, std::chrono::milliseconds(500)).ok()) return {};
-    if (init_exited(sb.pidfd())) {
+    if (sb.init_exited()) {
       return unavailable("abx-envd exited during start (see the abxd log for its output)");
     }
     std::this_thread::sleep_for(delay);
@@ -382,7 +360,7 @@ Status wait_for_server(const runtime::Sandbox& sb, const templates::Template& tm
   for (auto delay = std::chrono::microseconds(250); std::chrono::steady_clock::now() < deadline;
        delay = std::min(delay * 2, std::chrono::microseconds(2'000))) {
     if (sb.open_tcp(port, std::chrono::milliseconds(500)).ok()) return {};
-    if (init_exited(sb.pidfd())) {
+    if (sb.init_exited()) {
       return unavailable("abx-envd exited while its " + source + " was starting");
     }
     if (std::chrono::steady_clock::now() >= next_log_check) {
@@ -967,7 +945,12 @@ void SandboxManager::reaper_loop() {
     }
     // All inits in one poll, outside mu_: one poll per sandbox under the lock held creates up
     // (500 syscalls every 250 ms at 500 sandboxes). Each is checked again below.
-    const std::vector<std::string> dead = exited_inits(watched);
+    std::vector<std::string> dead;
+    {
+      std::vector<const runtime::Sandbox*> inits;
+      for (const auto& w : watched) inits.push_back(w.second.get());
+      for (std::size_t i : runtime::exited_inits(inits)) dead.push_back(watched[i].first);
+    }
     watched.clear();
     // The deadline under the sandbox's own lock, which its writers hold (move_deadline,
     // resume); never nested in mu_.
@@ -998,7 +981,7 @@ void SandboxManager::reaper_loop() {
         // drops it), and a resume replaces it; only an init that died on its own counts.
         std::lock_guard l(sb->mu);
         auto rt = sb->runtime();
-        if (!rt || !init_exited(rt->pidfd())) continue;
+        if (!rt || !rt->init_exited()) continue;
       }
       sb->note("warn", "abx-envd exited: removing the sandbox");
       (void)kill(id);

@@ -394,6 +394,22 @@ Sandbox::~Sandbox() {
 const std::string& Sandbox::id() const { return s_->config.id; }
 pid_t Sandbox::pid() const { return s_->pid; }
 int Sandbox::pidfd() const { return s_->pidfd.get(); }
+
+bool Sandbox::init_exited() const {
+  pollfd p{s_->pidfd.get(), POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+std::vector<std::size_t> exited_inits(const std::vector<const Sandbox*>& sandboxes) {
+  std::vector<pollfd> fds;
+  fds.reserve(sandboxes.size());
+  for (const Sandbox* sb : sandboxes) fds.push_back({sb->pidfd(), POLLIN, 0});
+  std::vector<std::size_t> out;
+  if (fds.empty() || ::poll(fds.data(), fds.size(), 0) <= 0) return out;
+  for (std::size_t i = 0; i < fds.size(); ++i)
+    if (fds[i].revents != 0) out.push_back(i);
+  return out;
+}
 const std::optional<VethInfo>& Sandbox::veth() const { return s_->veth; }
 const SandboxCgroups& Sandbox::cgroups() const { return s_->cgroups; }
 std::string Sandbox::state_path() const { return s_->dir; }

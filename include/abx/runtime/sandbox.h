@@ -155,6 +155,7 @@ class Sandbox {
   const std::string& id() const;
   pid_t pid() const;  // host pid of the sandbox init
   int pidfd() const;  // pidfd of the init (poll it: readable once the init exited)
+  bool init_exited() const;  // whether the init has exited (its pidfd is readable), at once
   const SandboxCgroups& cgroups() const;
   std::string state_path() const;  // <state_dir>/<id>
   // Host uid (= gid) of the sandbox's root: the first id of its user namespace's range, or 0
@@ -202,6 +203,10 @@ class Sandbox {
   void close_netns();
   std::unique_ptr<State> s_;
 };
+
+// The indexes of `sandboxes` whose init has exited (Sandbox::init_exited), from one poll(2)
+// over all their pidfds.
+std::vector<std::size_t> exited_inits(const std::vector<const Sandbox*>& sandboxes);
 
 // Removes what sandboxes in `state_dir` left behind when their owner died without destroy():
 // kills their process trees (matched by pid and start time through a pidfd, so a reused pid
