@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <sched.h>
 #include <stdio.h>
 #include <sys/socket.h>
@@ -16,6 +15,8 @@
 #include <thread>
 #include <tuple>
 #include <utility>
+
+#include "abx/testing/socket.h"
 
 namespace abx::egress {
 namespace {
@@ -189,24 +190,9 @@ TEST(Ruleset, SandboxesComeAndGoOneTransactionEach) {
 // Whether a TCP connect to addr:port from this thread's netns completes within a second (a dropped
 // SYN does not).
 bool tcp_connects(const char* addr, std::uint16_t port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  ::inet_pton(AF_INET, addr, &sa.sin_addr);
-  bool ok = false;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) {
-    ok = true;
-  } else if (errno == EINPROGRESS) {
-    pollfd pfd{fd, POLLOUT, 0};
-    int err = 0;
-    socklen_t len = sizeof err;
-    ok = ::poll(&pfd, 1, 1000) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 &&
-         err == 0;
-  }
-  ::close(fd);
-  return ok;
+  in_addr a{};
+  ::inet_pton(AF_INET, addr, &a);
+  return testing::tcp_connects(ntohl(a.s_addr), port);
 }
 
 // A listener on `addr`:`port`; -1 if it cannot be had.

@@ -13,6 +13,7 @@
 
 #include "abx/base/fd.h"
 #include "abx/testing/child_process.h"
+#include "abx/testing/socket.h"
 #include "abx/testing/temp_dir.h"
 
 namespace abx::platform {
@@ -66,23 +67,7 @@ std::vector<std::uint16_t> redirect_ports(const std::string& table) {
   return ports;
 }
 
-// Whether a TCP connection to 127.0.0.1:port is made within 1 s (refused, or its SYN dropped:
-// not).
-bool loopback_connects(std::uint16_t port) {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(port);
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return true;
-  if (errno != EINPROGRESS) return false;
-  pollfd p{fd.get(), POLLOUT, 0};
-  if (::poll(&p, 1, 1000) != 1) return false;
-  int err = 0;
-  socklen_t len = sizeof err;
-  ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-  return err == 0;
-}
+bool loopback_connects(std::uint16_t port) { return testing::tcp_connects(INADDR_LOOPBACK, port); }
 
 // Issue 35, finding 4: abxd's resolver and egress proxy listened on 0.0.0.0, so the host's
 // loopback (and every other address of the host) reached them.

@@ -1403,21 +1403,7 @@ TEST_F(BoundaryTest, EveryProbeHolds) {
   {
     // A TCP connect within 1 s; whether it connected.
     auto tcp_connects = [](std::uint32_t ip, std::uint16_t port) {
-      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_addr.s_addr = htonl(ip);
-      a.sin_port = htons(port);
-      bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-      if (!ok && errno == EINPROGRESS) {
-        pollfd p{fd, POLLOUT, 0};
-        int err = 1;
-        socklen_t len = sizeof err;
-        ok = ::poll(&p, 1, 1000) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 &&
-             err == 0;
-      }
-      ::close(fd);
-      return ok;
+      return testing::tcp_connects(ip, port);
     };
     // stdout of a host command.
     auto host_out = [](const std::string& cmd) {
