@@ -177,6 +177,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool stream_piece_sent(boost::beast::error_code ec, std::size_t n, bool last);
   void end_stream(bool clean);
   void drop_stream();
+  // While stream `st` is open, a close by the peer ends it at once, not at the next write: a
+  // producer with nothing to say (a silent cell, a long build step) learns that its client left.
+  void watch_peer_close(const std::shared_ptr<StreamState>& st);
 
   boost::beast::tcp_stream stream_;
   Server::Impl& server_;

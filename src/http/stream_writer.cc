@@ -70,6 +70,26 @@ void Session::write_stream_header(std::shared_ptr<StreamState> st, Response h) {
   // With nothing written by then, the posted pump sends it alone.
   stream_head_pending_ = true;
   asio::post(stream_.get_executor(), [self = shared_from_this()] { self->pump_stream(); });
+  watch_peer_close(st);
+}
+
+// The socket turning readable during a stream means the peer closed (a read of 0 bytes, or an
+// error such as a reset) or sent its next request early (bytes waiting: left for read_header,
+// and the watch ends). Peeked, never read. A wait that outlives its stream (the next request
+// arrives on a kept connection) finds another stream, or none, and does nothing.
+void Session::watch_peer_close(const std::shared_ptr<StreamState>& st) {
+  stream_.socket().async_wait(
+      asio::socket_base::wait_read,
+      [weak = weak_from_this(), w = std::weak_ptr<StreamState>(st)](beast::error_code ec) {
+        auto self = weak.lock();
+        if (!self || ec || !self->sstate_ || self->sstate_ != w.lock()) return;
+        char byte;
+        beast::error_code pec;
+        const std::size_t n = self->stream_.socket().receive(
+            asio::buffer(&byte, 1), asio::socket_base::message_peek, pec);
+        if (pec == asio::error::would_block || (!pec && n > 0)) return;
+        self->end_stream(false);  // gone: the producer sees closed() and write() false
+      });
 }
 
 // Sends what the producers queued, as long as the socket takes it at once (http::send_now);
