@@ -438,14 +438,34 @@ awaitable<beast::error_code> write_rest(Out& out, std::span<asio::const_buffer> 
   co_return ec;
 }
 
+// When `out` turns readable while `relaying` lives: a read of 0 bytes or an error (peeked,
+// never read) means its peer closed, and `in`'s pending read is cancelled so that the relay
+// ends and the upstream connection with it; the sandbox's server then sees its client go (an
+// abandoned runCode is interrupted, issue 38). Bytes waiting (a next request sent early) are
+// left alone. Both sockets are on the connection's strand, as this completion is.
+void watch_out_close(tcp::socket& out, tcp::socket& in, const std::shared_ptr<bool>& relaying) {
+  out.async_wait(asio::socket_base::wait_read, [alive = std::weak_ptr<bool>(relaying), &out,
+                                                &in](beast::error_code ec) {
+    if (ec || !alive.lock()) return;
+    char byte;
+    beast::error_code pec;
+    const std::size_t n = out.receive(asio::buffer(&byte, 1), asio::socket_base::message_peek, pec);
+    if (pec == asio::error::would_block || (!pec && n > 0)) return;
+    in.cancel(pec);
+  });
+}
+
 // Relays one message whose header `p` has read from `in` to `out`, body included.
 // A streamed body goes through cs.relay_buffer(): one piece in flight, so a slow reader holds
 // back the writer. On an error, `*out_failed` says whether it was writing to `out` (else reading
 // from `in`).
+// With `end_on_out_close`, `out` closing while a streamed body waits for `in` (a silent stream:
+// a cell computing, a watch with no events) ends the relay at once (see watch_out_close).
 template <bool isRequest, class In, class Out>
 awaitable<beast::error_code> relay(In& in, beast::flat_buffer& inbuf,
                                    bhttp::parser<isRequest, bhttp::buffer_body>& p, Out& out,
-                                   ConnState& cs, bool* out_failed = nullptr) {
+                                   ConnState& cs, bool* out_failed = nullptr,
+                                   bool end_on_out_close = false) {
   bool ignored = false;
   if (out_failed == nullptr) out_failed = &ignored;
   *out_failed = false;
@@ -472,6 +492,9 @@ awaitable<beast::error_code> relay(In& in, beast::flat_buffer& inbuf,
   // type-erased executor for its work guard.
   char* const buf = cs.relay_buffer();
   const bool chunked = p.get().chunked();
+  // Alive while this relay is: a watch that completes after it returned touches nothing.
+  const auto relaying = std::make_shared<bool>(true);
+  if (end_on_out_close) watch_out_close(out.socket(), in.socket(), relaying);
   cs.head.clear();
   http::serialize_head(p.get().base(), cs.head);
   for (bool head_sent = false;; head_sent = true) {
@@ -854,7 +877,7 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   const bool keep = client_keep_alive && !switching && !to_close && !server->draining();
   resp.get().keep_alive(keep);
   if (switching) resp.get().set(bhttp::field::connection, "upgrade");
-  auto sec = co_await relay(*up, upbuf, resp, client, cs);
+  auto sec = co_await relay(*up, upbuf, resp, client, cs, nullptr, /*end_on_out_close=*/true);
   if (sec) {
     up.reset();
     co_return;

@@ -572,6 +572,35 @@ TEST_F(GatewayTest, AnAnswerThatRunsToTheCloseClosesTheClientConnection) {
   EXPECT_NE(got.find("Connection: close\r\n"), std::string::npos) << got;
 }
 
+// A client that gives up on a stream the sandbox is silent on (a runCode past its timeout: the
+// cell computes and prints nothing) closes its connection; the proxy closes the sandbox's side
+// too, at once, so that the server there sees its client go (abx-interp then interrupts the
+// cell) rather than at its next write, or never.
+TEST_F(GatewayTest, AClientLeavingASilentStreamClosesTheUpstreamConnection) {
+  std::atomic<int> upstream_saw{0};  // 1: the close; 2: nothing within 10 s
+  RawUpstream up([&](int fd) {
+    read_until(fd, "\r\n\r\n");
+    send_all(fd, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nstart\n\r\n");
+    timeval tv{10, 0};  // bounded: without the watch, the close never comes
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char c;
+    upstream_saw = ::recv(fd, &c, 1, 0) == 0 ? 1 : 2;
+  });
+  backend_.ports["silent"] = up.port();
+  {
+    UniqueFd conn = abx::testing::connect_raw(gw_->port(), std::chrono::seconds(10));
+    ASSERT_TRUE(conn.valid());
+    send_all(conn.get(),
+             "POST /execute HTTP/1.1\r\nHost: 49999-silent.localhost\r\n"
+             "X-Access-Token: tok\r\nContent-Length: 2\r\n\r\n{}");
+    std::string got = read_until(conn.get(), "start\n");
+    ASSERT_NE(got.find("start"), std::string::npos) << got;
+  }  // the client leaves
+  for (int i = 0; i < 1500 && upstream_saw == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(upstream_saw, 1) << "the sandbox's side was not closed";
+}
+
 TEST_F(GatewayTest, LargeUploadIsStreamedThrough) {
   constexpr std::size_t kSize = 8u << 20;  // bigger than any buffer on the way
   std::atomic<std::size_t> received{0};
