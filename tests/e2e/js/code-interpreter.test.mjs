@@ -183,6 +183,21 @@ test('timeoutMs interrupts a runaway loop; the context keeps working and keeps i
   await sbx.removeCodeContext(ctx);
 });
 
+test('a silent cell past its timeoutMs is interrupted, not left running', async () => {
+  // The cell prints nothing while it sleeps: the SDK gives up and closes its connection, the
+  // proxy closes its side to the interpreter, and the interpreter interrupts the cell (E2B's
+  // behaviour). Left running, it would write the file 6 s in, and the next call in the context
+  // would wait for it (issue 38).
+  const ctx = await sbx.createCodeContext();
+  const code = "import time, pathlib\ntime.sleep(6)\npathlib.Path('/tmp/abandoned').write_text('ran on')";
+  await assert.rejects(sbx.runCode(code, { context: ctx, timeoutMs: 1000 }), TimeoutError);
+  const ex = await sbx.runCode(
+    "import time, os\ntime.sleep(7)\nos.path.exists('/tmp/abandoned')", { context: ctx, timeoutMs: 30_000 });
+  assert.equal(ex.error, undefined, ex.error && ex.error.traceback);
+  assert.equal(ex.text, 'False');
+  await sbx.removeCodeContext(ctx);
+});
+
 test('envs apply to one execution and are restored afterwards, never parsed as code', async () => {
   const tricky = `it's "quoted"\n'); import os; os._exit(1) #`;
   let ex = await sbx.runCode('import os\nprint(os.environ["ABX_T"], os.environ["HOME"])', {
