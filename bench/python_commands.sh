@@ -11,6 +11,8 @@
 # Not a test: never run from .ci/run.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=/dev/null
+. "$here/lib/load.sh"  # bench_row
 root="$(dirname "$here")"
 cd "$root"
 
@@ -122,3 +124,10 @@ print(f"p50 @1 connection: python {st.median(p1):.0f} us, C++ {st.median(c1):.0f
 print(f"calls/s @16 connections: python {st.median(p16):.0f}, C++ {st.median(c16):.0f} -> "
       f"ratio {thr:.2f}x (aim >= 0.5x: {'met' if thr >= 0.5 else 'NOT met'})")
 PY
+# The summary table's rows (run.sh): medians over the rounds. Its ratio is how many times better
+# abx's row is, so "p50 <= 1.5x C++'s" is ">=0.666x" and "calls/s >= 0.5x" is ">=0.5x".
+median() { tr ' ' '\n' | sed '/^$/d' | sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+bench_row python_commands "POST /commands/demo p50 at 1 connection, Python command" \
+  "$(median <<<"${p50[py.1]}")" "C++ command (--module)" "$(median <<<"${p50[cxx.1]}")" us lower ">=0.666x"
+bench_row python_commands "POST /commands/demo calls/s at 16 connections, Python command" \
+  "$(median <<<"${rate[py.16]}")" "C++ command (--module)" "$(median <<<"${rate[cxx.16]}")" "calls/s" higher ">=0.5x"
