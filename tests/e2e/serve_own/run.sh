@@ -8,12 +8,13 @@
 # ABX_IMAGE_STORE.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=../lib/abxd.sh
+. "$here/../lib/abxd.sh"
 work="$(mktemp -d "${TMPDIR:-/tmp}/abx-serve-own.XXXXXX")"
-abxd_pid=""
 sandbox=""
 cleanup() {
   if [ -n "$sandbox" ]; then "$ABX_CLI_BIN" sandbox kill "$sandbox" >/dev/null 2>&1 || true; fi
-  if [ -n "$abxd_pid" ]; then kill -TERM "$abxd_pid" 2>/dev/null && wait "$abxd_pid" 2>/dev/null; fi
+  stop_abxd
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -35,18 +36,7 @@ server:
   port: 49982
 YAML
 
-"$ABXD_BIN" --home "$work/home" --listen 127.0.0.1:0 --image-store "$ABX_IMAGE_STORE" \
-  --kill-sandboxes >"$work/abxd.log" 2>&1 &
-abxd_pid=$!
-port=""
-for _ in $(seq 100); do
-  port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$work/abxd.log" 2>/dev/null | head -1 || true)
-  [ -n "$port" ] && break
-  kill -0 "$abxd_pid" 2>/dev/null || fail "abxd exited at start"
-  sleep 0.1
-done
-[ -n "$port" ] || fail "abxd did not listen"
-export ABX_API_URL="http://127.0.0.1:$port" ABX_API_KEY="$(cat "$work/home/api_key")"
+start_abxd "$work/home" "$work/abxd.log" || fail "abxd did not start"
 export ABX_HOME="$work/client"  # the CLI has no copy of the template: all from the platform
 
 "$ABX_CLI_BIN" template build -t mytools "$work/ctx" >"$work/build.out" 2>&1 ||

@@ -5,16 +5,18 @@
 # then GET /commands through abxd, more calls, and a module that fails to import failing the
 # create with its traceback. ctest passes ABXD_BIN, ABX_CLI_BIN, ABX_IMAGE_STORE, ABX_README.
 set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=../lib/abxd.sh
+. "$here/../lib/abxd.sh"
 work="$(mktemp -d "${TMPDIR:-/tmp}/abx-serve-python.XXXXXX")"
-abxd_pid=""
 cleanup() {
-  if [ -n "$abxd_pid" ]; then
+  if [ -n "${ABXD_PID:-}" ]; then
     for id in $("$ABX_CLI_BIN" --json sandbox list 2>/dev/null |
       grep -o '"sandboxID":"[^"]*"' | cut -d'"' -f4); do
       "$ABX_CLI_BIN" sandbox kill "$id" >/dev/null 2>&1 || true
     done
-    kill -TERM "$abxd_pid" 2>/dev/null && wait "$abxd_pid" 2>/dev/null
   fi
+  stop_abxd
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -37,18 +39,7 @@ grep -q "@sandbox.register" "$work/ctx/tools.py" || fail "no python block in the
 grep -q "abx sandbox create" "$work/quickstart.sh" || fail "no sh block in the README section"
 ln -s "$ABX_CLI_BIN" "$work/bin/abx"
 
-"$ABXD_BIN" --home "$work/home" --listen 127.0.0.1:0 --image-store "$ABX_IMAGE_STORE" \
-  --kill-sandboxes >"$work/abxd.log" 2>&1 &
-abxd_pid=$!
-port=""
-for _ in $(seq 100); do
-  port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$work/abxd.log" 2>/dev/null | head -1 || true)
-  [ -n "$port" ] && break
-  kill -0 "$abxd_pid" 2>/dev/null || fail "abxd exited at start"
-  sleep 0.1
-done
-[ -n "$port" ] || fail "abxd did not listen"
-export ABX_API_URL="http://127.0.0.1:$port" ABX_API_KEY="$(cat "$work/home/api_key")"
+start_abxd "$work/home" "$work/abxd.log" || fail "abxd did not start"
 export ABX_HOME="$work/client"
 
 # The quickstart as written (plus one line after it that hands us the sandbox id).
