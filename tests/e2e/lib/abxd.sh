@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the shell e2e tests: one way to start the abxd under test.
 #
 # start_abxd HOME LOG [FLAG]...: starts $ABXD_BIN with HOME as its home on a free loopback port,
