@@ -9,6 +9,7 @@
 # CLI and SDKs. Returns 1, with the log's tail on stderr, if it exited or never listened.
 # stop_abxd: SIGTERM to it (kill -9 after 10 s), then waits; call it from the test's EXIT trap.
 start_abxd() {
+  : "${ABXD_BIN:?the abxd binary (ctest sets it)}"
   local home=$1 log=$2
   shift 2
   local store=()
@@ -28,7 +29,8 @@ start_abxd() {
     tail -20 "$log" >&2
     return 1
   fi
-  export ABX_API_URL="http://127.0.0.1:$ABXD_PORT" ABX_API_KEY="$(cat "$home/api_key")"
+  ABX_API_KEY=$(cat "$home/api_key") || return 1
+  export ABX_API_URL="http://127.0.0.1:$ABXD_PORT" ABX_API_KEY
 }
 
 stop_abxd() {
