@@ -268,6 +268,10 @@ def test_worker_protocol_calls_and_errors(tmp_path):
         assert proc.wait(timeout=10) == 0  # end of input ends the worker
 
 
+def module_level_without_doc(a: int, b: str = "x") -> str:
+    return b
+
+
 def _shapes():
     """Functions of every parameter shape, with and without defaults, annotations as objects and
     as strings (PEP 563), and callables that are not plain functions."""
@@ -306,7 +310,7 @@ def _shapes():
         def method(self, m: str) -> str:
             return m
 
-    return [plain, kwonly, posonly, star, unannotated, strings, none_default, wrapped,
+    return [module_level_without_doc, plain, kwonly, posonly, star, unannotated, strings, none_default, wrapped,
             functools.partial(plain, 1), WithCall(), WithCall().method, lambda v: v]
 
 
@@ -354,6 +358,7 @@ def test_the_worker_starts_without_inspect_typing_or_dataclasses(tmp_path):
     module.write_text(
         "from abx import sandbox\n\n\n@sandbox.register\n"
         "def demo(x: int, y: str = 'hello') -> str:\n    \"\"\"Demo.\"\"\"\n    return f'{x}: {y}'\n"
+        "\n\n@sandbox.register\ndef undocumented(x: int) -> int:\n    return x\n"
     )
     # -X importtime names every module the worker's start imports, on stderr.
     out = subprocess.run(

@@ -282,12 +282,15 @@ def _cleandoc(doc: str) -> str:
 
 
 def description_of(fn: Callable[..., Any]) -> str:
-    """``inspect.getdoc(fn) or ""``: a plain function's own docstring is cleaned here; a
-    function without one (inspect looks for an inherited one) or another callable goes
-    through inspect."""
-    doc = getattr(fn, "__doc__", None) if _FUNCTION is type(fn) else None
-    if isinstance(doc, str):
-        return _cleandoc(doc)
+    """``inspect.getdoc(fn) or ""``: a plain function's own docstring is cleaned here, and a
+    module-level function without one has none; a method without one (inspect looks for an
+    inherited one) or another callable goes through inspect."""
+    if _FUNCTION is type(fn):
+        doc = fn.__doc__
+        if isinstance(doc, str):
+            return _cleandoc(doc)
+        if doc is None and "." not in fn.__qualname__:
+            return ""  # a module's own function: no class to inherit a docstring from
     import inspect  # noqa: PLC0415
 
     return inspect.getdoc(fn) or ""
