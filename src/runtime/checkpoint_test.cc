@@ -460,7 +460,6 @@ TEST_F(CheckpointTest, InotifyWatchesSurviveSnapshotForkAndPause) {
   EXPECT_TRUE(poke_watcher(*fork).starts_with("3-")) << "the fork's watch";
   const auto fork_cgroups = fork->cgroups().dirs();
   ASSERT_TRUE(fork->destroy().ok());
-  expect_no_leftovers(fc.id, fork_cgroups);
 
   const std::string dir = tmp_.string() + "/ck";
   info = checkpoint(*sb, dir, {.mac_key = kKey});
@@ -479,6 +478,7 @@ TEST_F(CheckpointTest, InotifyWatchesSurviveSnapshotForkAndPause) {
   const auto cgroups = again->cgroups().dirs();
   ASSERT_TRUE(again->destroy().ok());
   expect_no_leftovers(c.id, cgroups);
+  expect_no_leftovers(fc.id, fork_cgroups);
 }
 
 std::pair<dev_t, ino_t> inode_of(const std::string& path) {
