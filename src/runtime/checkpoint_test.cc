@@ -22,6 +22,8 @@
 #include <sstream>
 #include <thread>
 
+#include "abx/base/scope_exit.h"
+#include "abx/runtime/process.h"
 #include "abx/runtime/sandbox.h"
 #include "abx/testing/rootfs.h"
 #include "abx/testing/temp_dir.h"
@@ -691,6 +693,19 @@ TEST_F(CheckpointTest, FailedDumpLeavesTheSandboxRunning) {
   EXPECT_NE(r.error().message().find("dump refused"), std::string::npos) << r.error().message();
   EXPECT_FALSE(fs::exists(tmp_.string() + "/ck-fake/checkpoint.json"));
   expect_running(*sb, first);
+
+  // A watch CRIU cannot save is named as the reason (CRIU's own words follow).
+  std::ofstream(fake) << "#!/bin/sh\ncase \"$1\" in check|--version) exit 0;; esac\n"
+                         "echo 'Error (criu/fsnotify.c:284): fsnotify: \tCan'\\''t dump that "
+                         "handle' >&2\nexit 1\n";
+  r = checkpoint(*sb, tmp_.string() + "/ck-watch", {.criu = fake, .mac_key = kKey});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("holds an inotify or fanotify watch that cannot be saved"),
+            std::string::npos)
+      << r.error().message();
+  EXPECT_NE(r.error().message().find("Can't dump that handle"), std::string::npos)
+      << r.error().message();
+  expect_running(*sb, first);
 }
 
 // A criu that never finishes (as one did, waiting for a trap a PVM guest never delivered) is
@@ -782,6 +797,45 @@ TEST_F(CheckpointTest, CriuPastItsTimeLimitIsKilledWithItsGroupAndNothingIsLost)
   ASSERT_TRUE(n.has_value());
   EXPECT_EQ(n->token, first.token);
   EXPECT_TRUE(again->destroy().ok());
+}
+
+// A CRIU dump that its dead owner started and that hangs (the tree frozen, as CRIU leaves it)
+// does not cost the sandbox: recover() waits for it up to its limit, kills it with its process
+// group and brings the sandbox back running. (It gave up with deadline_exceeded, and abxd with
+// it on a healthy sandbox.)
+TEST_F(CheckpointTest, RecoverKillsAHungCriuAndKeepsTheSandbox) {
+  SandboxConfig c = counter_config();
+  Count first;
+  auto sb = spawn_counter(c, &first);
+  ASSERT_TRUE(sb);
+  // The hung "criu": a session of its own, as run_program makes it, with a child in its group.
+  const pid_t criu = ::fork();
+  ASSERT_GE(criu, 0);
+  if (criu == 0) {
+    ::setsid();
+    ::close(1);  // nothing of it holds the test's output open
+    ::close(2);
+    execl("/bin/sh", "sh", "-c", "sleep 600 & wait", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ScopeExit reap{[&] {
+    ::kill(-criu, SIGKILL);
+    ::waitpid(criu, nullptr, WNOHANG);
+  }};
+  std::this_thread::sleep_for(100ms);
+  std::ofstream(sb->state_path() + "/criu.pid") << criu << " " << process_start_time(criu) << "\n";
+  ASSERT_TRUE(sb->cgroups().freeze(true).ok());
+
+  const auto t0 = std::chrono::steady_clock::now();
+  Status r = recover(*sb, 500ms);
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 20s);
+  int status = 0;
+  ASSERT_EQ(::waitpid(criu, &status, 0), criu);  // (the reap above finds none)
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  EXPECT_FALSE(fs::exists(sb->state_path() + "/criu.pid"));
+  expect_running(*sb, first);
+  ASSERT_TRUE(sb->destroy().ok());
 }
 
 // CRIU outlives an owner killed meanwhile (recover() waits for its dump), and must run on
