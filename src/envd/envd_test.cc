@@ -425,6 +425,45 @@ TEST_F(EnvdTest, WatchDirStreamsEvents) {
   EXPECT_NE(missing.body().find("not_found"), std::string::npos);
 }
 
+// The inotify instances this process holds.
+int inotify_instances() {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    n += std::filesystem::read_symlink(e.path(), ec) == "anon_inode:inotify" ? 1 : 0;
+  }
+  return n;
+}
+
+// Waits (up to 5 s) until this process holds `n` inotify instances; whether it came to that.
+bool inotify_instances_become(int n) {
+  for (int i = 0; i < 500 && inotify_instances() != n; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return inotify_instances() == n;
+}
+
+// A watch that ended leaves no inotify instance in envd: not a WatchDir whose client went away
+// (the SDK's stop()), nor a removed CreateWatcher. (A WatchDir's instance stayed until the next
+// WatchDir, and every checkpoint of the sandbox had to save its watch: issue 41.)
+TEST_F(EnvdTest, AnEndedWatchLeavesNoInotifyInstance) {
+  start();
+  const int before = inotify_instances();
+  {
+    // A client gone is seen when a write fails: here the keepalive's, each second.
+    StreamReader w(envd_->port(), "/filesystem.Filesystem/WatchDir", R"({"path":")" + home_ + "\"}",
+                   "Keepalive-Ping-Interval: 1\r\n");
+    ASSERT_EQ(w.status(), 200);
+    ASSERT_EQ(w.next_frames(1).size(), 1u);  // start
+    EXPECT_EQ(inotify_instances(), before + 1);
+  }  // the client goes away
+  EXPECT_TRUE(inotify_instances_become(before)) << inotify_instances() << " instances";
+  auto c = rpc_ok("filesystem.Filesystem/CreateWatcher", R"({"path":"~"})");
+  EXPECT_EQ(inotify_instances(), before + 1);
+  rpc_ok("filesystem.Filesystem/RemoveWatcher",
+         R"({"watcherId":")" + std::string(c.at("watcherId").as_string()) + "\"}");
+  EXPECT_TRUE(inotify_instances_become(before)) << inotify_instances() << " instances";
+}
+
 std::string multipart(const std::string& filename, const std::string& content);
 
 // Uploads are staged in temporary files renamed onto the target. Found with the E2B JS SDK:

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "abx/base/scope_exit.h"
 #include "abx/base/try.h"
 #include "creds.h"
 #include "proto_json.h"
@@ -419,6 +420,10 @@ bool internal_temp_path(std::string_view rel) {
 
 void Watcher::run() {
   // This thread is the watcher's alone: it acts as the user until it ends.
+  // The inotify instance goes when the watch ends, not when its Watcher is destroyed (a WatchDir
+  // stream's is reaped only by the next WatchDir): a watch left in envd is one that every
+  // checkpoint of the sandbox has to save and restore.
+  ScopeExit close_watch{[this] { inotify_.reset(); }};
   auto as_user = FsCreds::act_as(user_);
   if (!as_user.ok()) {
     done_ = true;

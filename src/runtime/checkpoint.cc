@@ -520,8 +520,16 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
     const ErrorCode code = ran->timed_out ? ErrorCode::kDeadlineExceeded
                            : full         ? ErrorCode::kInsufficientStorage
                                           : ErrorCode::kInternal;
-    return with_resume(Error(code, "criu dump of sandbox " + c.id + " failed (" + describe(*ran) +
-                                       (full ? ", no space left in " + dir : "") + "): " + tail));
+    // A watch CRIU cannot save (on a filesystem whose file handles cannot be opened again:
+    // mounts.cc) is the sandbox's doing, not abx's: say what it is.
+    const bool watch = (log.empty() ? ran->out : log).find("fsnotify: ") != std::string::npos;
+    return with_resume(Error(
+        code, "criu dump of sandbox " + c.id + " failed (" + describe(*ran) +
+                  (full ? ", no space left in " + dir : "") +
+                  (watch ? ", a process in the sandbox holds an inotify or fanotify watch that "
+                           "cannot be saved; end that watch and retry"
+                         : "") +
+                  "): " + tail));
   }
 
   // 4. The writable layer, consistent with the images: synced while nothing can write to it.
@@ -588,10 +596,13 @@ Status release_checkpointed(Sandbox& sb, const std::string& dir, std::string_vie
   return complete_seal(dir, mac_key);
 }
 
-Status recover(Sandbox& sb) {
+Status recover(Sandbox& sb, std::chrono::milliseconds criu_wait) {
   Sandbox::State& st = SandboxAccess::state(sb);
   // A CRIU dump its dead owner started may still hold the tree (seized, frozen by it): it is
-  // let finish (bounded), as killing it mid-dump could leave its parasite in the tasks.
+  // let finish (bounded by criu_wait), as one killed mid-dump may leave its parasite in a task.
+  // One that has not finished by then hangs (as one did, waiting for a trap the guest never
+  // delivered): it is killed with its process group (it leads one: run_program), and the
+  // sandbox, which was running before the dump, is kept (its tasks are detached when CRIU dies).
   const std::string criu_pidfile = st.dir + "/" + kCriuPid;
   if (auto rec = read_file(criu_pidfile, 64)) {
     long long pid = 0;
@@ -602,10 +613,15 @@ Status recover(Sandbox& sb) {
         UniqueFd criu(fd);
         if (process_start_time(static_cast<pid_t>(pid)) == start) {
           pollfd done{criu.get(), POLLIN, 0};
-          if (retry_eintr([&] { return ::poll(&done, 1, 60'000); }) != 1)
-            return Error(ErrorCode::kDeadlineExceeded, "recover: the CRIU dump (pid " +
-                                                           std::to_string(pid) + ") of sandbox " +
-                                                           st.config.id + " still runs after 60 s");
+          const int wait_ms = static_cast<int>(std::max<std::int64_t>(0, criu_wait.count()));
+          if (retry_eintr([&] { return ::poll(&done, 1, wait_ms); }) != 1) {
+            ::kill(-static_cast<pid_t>(pid), SIGKILL);
+            sys_pidfd_send_signal(criu.get(), SIGKILL);
+            if (retry_eintr([&] { return ::poll(&done, 1, 10'000); }) != 1)
+              return Error(ErrorCode::kDeadlineExceeded,
+                           "recover: the CRIU dump (pid " + std::to_string(pid) + ") of sandbox " +
+                               st.config.id + " did not end when killed");
+          }
         }
       }
     }

@@ -22,6 +22,8 @@
 #include <sstream>
 #include <thread>
 
+#include "abx/base/scope_exit.h"
+#include "abx/runtime/process.h"
 #include "abx/runtime/sandbox.h"
 #include "abx/testing/rootfs.h"
 #include "abx/testing/temp_dir.h"
@@ -398,6 +400,89 @@ TEST_F(CheckpointTest, SnapshotKeepsRunningAndTwoForksOfItDiverge) {
   EXPECT_TRUE(fs::exists(dir + "/checkpoint.json"));
 }
 
+// The lines of `text`.
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+// Asks the watcher (runtime_probe watch, the init) to create an entry in its watched directory
+// and returns the name its inotify watch reported for it; empty if none came within 5 s.
+std::string poke_watcher(const Sandbox& sb) {
+  const std::string log = sb.upper_dir() + "/watch.log";
+  const std::size_t before = lines_of(slurp(log)).size();
+  if (!sb.signal(SIGUSR1).ok()) return "";
+  for (int i = 0; i < 500; ++i) {
+    auto now = lines_of(slurp(log));
+    if (now.size() > before) return now.back();
+    std::this_thread::sleep_for(10ms);
+  }
+  return "";
+}
+
+// The number of inotify watches the sandbox's init holds (its fdinfo's "inotify wd:" lines).
+int inotify_watches(const Sandbox& sb) {
+  int n = 0;
+  const std::string proc = "/proc/" + std::to_string(sb.pid());
+  for (const auto& e : fs::directory_iterator(proc + "/fdinfo")) {
+    for (const auto& l : lines_of(slurp(e.path()))) n += l.starts_with("inotify wd:") ? 1 : 0;
+  }
+  return n;
+}
+
+// A process's inotify watches on the sandbox's own files (a dev server's file watcher: one on a
+// directory the sandbox made, one on a directory of the image) survive a snapshot, the forks
+// made from it, and a pause to disk, and report entries created after each. The dump failed
+// ("fsnotify: Can't dump that handle") while the root overlay gave file handles that cannot be
+// opened.
+TEST_F(CheckpointTest, InotifyWatchesSurviveSnapshotForkAndPause) {
+  SandboxConfig c = counter_config();
+  c.argv = {testing::kProbeInside, "watch", "/w", "/watch.log", "/bin"};
+  auto sb = Sandbox::spawn(c);
+  ASSERT_TRUE(sb.ok()) << sb.error().to_string();
+  for (int i = 0; i < 500 && slurp(sb->upper_dir() + "/watch.log").empty(); ++i)
+    std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(slurp(sb->upper_dir() + "/watch.log"), "watching\n");
+  EXPECT_TRUE(poke_watcher(*sb).starts_with("1-"));
+  EXPECT_EQ(inotify_watches(*sb), 2);
+
+  const std::string snap = tmp_.string() + "/snap";
+  auto info = checkpoint(*sb, snap, {.leave_running = true, .mac_key = kKey});
+  ASSERT_TRUE(info.ok()) << info.error().to_string();
+  EXPECT_TRUE(poke_watcher(*sb).starts_with("2-")) << "the watch after the snapshot";
+
+  SandboxConfig fc = c;
+  fc.id = testing::unique_id("fork");
+  auto fork = restore(snap, fc, {.mac_key = kKey});
+  ASSERT_TRUE(fork.ok()) << fork.error().to_string();
+  EXPECT_EQ(inotify_watches(*fork), 2);
+  EXPECT_TRUE(poke_watcher(*fork).starts_with("2-")) << "the fork's watch";
+  EXPECT_TRUE(poke_watcher(*fork).starts_with("3-")) << "the fork's watch";
+  const auto fork_cgroups = fork->cgroups().dirs();
+  ASSERT_TRUE(fork->destroy().ok());
+
+  const std::string dir = tmp_.string() + "/ck";
+  info = checkpoint(*sb, dir, {.mac_key = kKey});
+  ASSERT_TRUE(info.ok()) << info.error().to_string();
+  auto back = restore(dir, c, {.mac_key = kKey});
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(inotify_watches(*back), 2);
+  EXPECT_TRUE(poke_watcher(*back).starts_with("3-")) << "the watch after the pause";
+  // Paused and resumed again: a restored watch is dumped as the first one was.
+  const std::string dir2 = tmp_.string() + "/ck2";
+  info = checkpoint(*back, dir2, {.mac_key = kKey});
+  ASSERT_TRUE(info.ok()) << info.error().to_string();
+  auto again = restore(dir2, c, {.mac_key = kKey});
+  ASSERT_TRUE(again.ok()) << again.error().to_string();
+  EXPECT_TRUE(poke_watcher(*again).starts_with("4-")) << "the watch after the second pause";
+  const auto cgroups = again->cgroups().dirs();
+  ASSERT_TRUE(again->destroy().ok());
+  expect_no_leftovers(c.id, cgroups);
+  expect_no_leftovers(fc.id, fork_cgroups);
+}
+
 std::pair<dev_t, ino_t> inode_of(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return {0, 0};
@@ -608,6 +693,19 @@ TEST_F(CheckpointTest, FailedDumpLeavesTheSandboxRunning) {
   EXPECT_NE(r.error().message().find("dump refused"), std::string::npos) << r.error().message();
   EXPECT_FALSE(fs::exists(tmp_.string() + "/ck-fake/checkpoint.json"));
   expect_running(*sb, first);
+
+  // A watch CRIU cannot save is named as the reason (CRIU's own words follow).
+  std::ofstream(fake) << "#!/bin/sh\ncase \"$1\" in check|--version) exit 0;; esac\n"
+                         "echo 'Error (criu/fsnotify.c:284): fsnotify: \tCan'\\''t dump that "
+                         "handle' >&2\nexit 1\n";
+  r = checkpoint(*sb, tmp_.string() + "/ck-watch", {.criu = fake, .mac_key = kKey});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("holds an inotify or fanotify watch that cannot be saved"),
+            std::string::npos)
+      << r.error().message();
+  EXPECT_NE(r.error().message().find("Can't dump that handle"), std::string::npos)
+      << r.error().message();
+  expect_running(*sb, first);
 }
 
 // A criu that never finishes (as one did, waiting for a trap a PVM guest never delivered) is
@@ -699,6 +797,45 @@ TEST_F(CheckpointTest, CriuPastItsTimeLimitIsKilledWithItsGroupAndNothingIsLost)
   ASSERT_TRUE(n.has_value());
   EXPECT_EQ(n->token, first.token);
   EXPECT_TRUE(again->destroy().ok());
+}
+
+// A CRIU dump that its dead owner started and that hangs (the tree frozen, as CRIU leaves it)
+// does not cost the sandbox: recover() waits for it up to its limit, kills it with its process
+// group and brings the sandbox back running. (It gave up with deadline_exceeded, and abxd with
+// it on a healthy sandbox.)
+TEST_F(CheckpointTest, RecoverKillsAHungCriuAndKeepsTheSandbox) {
+  SandboxConfig c = counter_config();
+  Count first;
+  auto sb = spawn_counter(c, &first);
+  ASSERT_TRUE(sb);
+  // The hung "criu": a session of its own, as run_program makes it, with a child in its group.
+  const pid_t criu = ::fork();
+  ASSERT_GE(criu, 0);
+  if (criu == 0) {
+    ::setsid();
+    ::close(1);  // nothing of it holds the test's output open
+    ::close(2);
+    execl("/bin/sh", "sh", "-c", "sleep 600 & wait", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ScopeExit reap{[&] {
+    ::kill(-criu, SIGKILL);
+    ::waitpid(criu, nullptr, WNOHANG);
+  }};
+  std::this_thread::sleep_for(100ms);
+  std::ofstream(sb->state_path() + "/criu.pid") << criu << " " << process_start_time(criu) << "\n";
+  ASSERT_TRUE(sb->cgroups().freeze(true).ok());
+
+  const auto t0 = std::chrono::steady_clock::now();
+  Status r = recover(*sb, 500ms);
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 20s);
+  int status = 0;
+  ASSERT_EQ(::waitpid(criu, &status, 0), criu);  // (the reap above finds none)
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  EXPECT_FALSE(fs::exists(sb->state_path() + "/criu.pid"));
+  expect_running(*sb, first);
+  ASSERT_TRUE(sb->destroy().ok());
 }
 
 // CRIU outlives an owner killed meanwhile (recover() waits for its dump), and must run on

@@ -114,6 +114,14 @@ Result<UniqueFd> make_root_overlay(const SandboxConfig& config, const std::strin
   // sandbox's last process (~10 ms on every destroy otherwise); see sandbox.h.
   if (::syscall(SYS_fsconfig, fs.get(), FSCONFIG_SET_FLAG, "volatile", nullptr, 0) != 0)
     return sys_error("overlay volatile", errno);
+  // index + nfs_export: the overlay's file handles can be opened again (open_by_handle_at).
+  // CRIU saves an inotify or fanotify watch by its file handle and turns it into a path by
+  // opening it; without these, every checkpoint of a sandbox with a watch on its root (a dev
+  // server's file watcher, envd's WatchDir) failed ("fsnotify: Can't dump that handle"). A
+  // layer on a filesystem without file handles makes the kernel fall back to both off (and
+  // such a watch cannot be saved then; checkpoint() says so).
+  ABX_TRY(set(fs.get(), "index", "on", dir));
+  ABX_TRY(set(fs.get(), "nfs_export", "on", dir));
   if (::syscall(SYS_fsconfig, fs.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0)
     return sys_error("create overlay for " + dir, errno);
   // setuid binaries of the image (sudo) work only with a user namespace, where they elevate

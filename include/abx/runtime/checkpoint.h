@@ -177,7 +177,9 @@ Status release_checkpointed(Sandbox& sb, const std::string& dir, std::string_vie
 // on a running sandbox with its link. Errors: failed_precondition (the sandbox is not running;
 // or its veth is gone and its config is unknown — adopt() it with its config; it is thawed
 // anyway), or setup_veth()'s and the freezer's errors.
-Status recover(Sandbox& sb);
+// A CRIU dump of the sandbox that its dead owner started and that still runs is waited for up
+// to `criu_wait`, then killed (with its process group): a hung CRIU does not cost the sandbox.
+Status recover(Sandbox& sb, std::chrono::milliseconds criu_wait = std::chrono::seconds(60));
 
 // Restores the checkpoint in `dir` as a sandbox of `config` (what spawn() got: the same
 // layers, binds (targets as checkpointed, sources re-made) and veth settings; argv is not run).

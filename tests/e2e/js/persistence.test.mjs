@@ -169,6 +169,99 @@ test('fork: 4 children with their own id, token, hostname and files diverge', { 
   await parent.kill();
 });
 
+// A user process with an inotify watch on /home/user/w, as a dev server's reloader has one
+// (inotify through ctypes): it appends each name its watch reports to /tmp/seen.
+const watcherScript = `
+import ctypes, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0)
+assert libc.inotify_add_watch(fd, b'/home/user/w', 0x100 | 0x80) >= 0  # IN_CREATE | IN_MOVED_TO
+open('/tmp/watching', 'w').close()
+while True:
+    buf = os.read(fd, 4096)
+    i = 0
+    while i < len(buf):
+        n = struct.unpack_from('iIII', buf, i)[3]
+        with open('/tmp/seen', 'a') as f:
+            f.write(buf[i + 16:i + 16 + n].rstrip(b'\\0').decode() + '\\n')
+        i += 16 + n
+`;
+
+async function startWatcher(sbx) {
+  await sbx.files.makeDir('/home/user/w');
+  await sbx.files.write('/tmp/watcher.py', watcherScript);
+  await sbx.commands.run('python3 /tmp/watcher.py', { background: true });
+  for (let tries = 0; tries < 200; tries++) {
+    if (await sbx.files.exists('/tmp/watching')) return;
+    await sleep(20);
+  }
+  throw new Error('the watcher did not start');
+}
+
+// Until `pred` holds (10 s at most).
+async function eventually(pred, what) {
+  for (let tries = 0; tries < 500; tries++) {
+    if (await pred()) return;
+    await sleep(20);
+  }
+  assert.fail(`never: ${what}`);
+}
+
+// Creates /home/user/w/<name> and checks that the user process's watch reports it, and that a
+// new watchDir of envd sees a change there too.
+async function assertWatched(sbx, name) {
+  const seen = [];
+  const handle = await sbx.files.watchDir('/home/user/w', (e) => seen.push(e.name));
+  try {
+    await sbx.files.write(`/home/user/w/${name}`, name);
+    await eventually(async () => (await sbx.files.read('/tmp/seen').catch(() => '')).split('\n').includes(name),
+      `the user process's watch reports ${name} in ${sbx.sandboxId}`);
+    await eventually(() => seen.includes(name), `envd's new watch reports ${name}; saw ${seen}`);
+  } finally {
+    await handle.stop();
+  }
+}
+
+// Issue 41: after the SDK's watchDir had run (even stopped), and with any user process holding
+// an inotify watch, every pause, fork and snapshot failed for good ("criu: fsnotify: Can't dump
+// that handle"). Watches of envd (a stopped one and a live one) and of a user process survive
+// all three, and report changes made after each.
+test('inotify watches of envd and of a user process survive pause, fork and snapshot', { skip }, async () => {
+  const sbx = await create();
+  await startWatcher(sbx);
+  const stopped = await sbx.files.watchDir('/home/user/w', () => {});
+  await stopped.stop();
+  const live = [];
+  let heldEnded = false;
+  const held = await sbx.files.watchDir('/home/user/w', (e) => live.push(e.name), {
+    onExit: () => { heldEnded = true; },
+  });
+  await assertWatched(sbx, 'before');
+  await eventually(() => live.includes('before'), `the held watch reports before; saw ${live}`);
+
+  assert.equal(await sbx.pause(), true);
+  await Sandbox.connect(sbx.sandboxId);
+  await assertWatched(sbx, 'after-resume');
+  // The held watch's stream, as every connection through abxd, did not outlive the pause: its
+  // client is told (onExit) and watches again.
+  await eventually(() => heldEnded, 'the held watch was told that its stream ended');
+
+  const [child] = await sbx.fork({ count: 1 });
+  assert.ok(child instanceof Sandbox, `the fork failed: ${child}`);
+  made.push(child.sandboxId);
+  await assertWatched(child, 'in-the-fork');
+  await assertWatched(sbx, 'after-the-fork');
+
+  const snap = await sbx.createSnapshot();
+  const fromSnap = await Sandbox.create(snap.snapshotId, { timeoutMs: 600_000 });
+  made.push(fromSnap.sandboxId);
+  await assertWatched(fromSnap, 'from-the-snapshot');
+  await assertWatched(sbx, 'after-the-snapshot');
+  await held.stop();
+  for (const s of [fromSnap, child, sbx]) await s.kill();
+  await Sandbox.deleteSnapshot(snap.snapshotId);
+});
+
 test('snapshot: new sandboxes from it; listed and deleted as E2B does', { skip }, async () => {
   const src = await create({ metadata: { t: 'snapshot' } });
   await src.files.write('/home/user/snap.txt', 'in the snapshot');
