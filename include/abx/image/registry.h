@@ -56,8 +56,12 @@ struct RegistryOptions {
   std::string ca_file;
   // host[:port] entries that may be talked to over plain HTTP (loopback hosts always may).
   std::vector<std::string> insecure_registries;
-  // One line per blob: started (with its size) and done; may be empty.
+  // One line per blob when it starts (with its size) and when it is done, and its bytes so far
+  // every progress_interval while it downloads; may be empty. Called from one thread at a time.
   std::function<void(std::string_view line)> progress;
+  std::chrono::milliseconds progress_interval{2'000};
+  // Layers downloaded (and extracted as they arrive) at the same time.
+  int parallel_layers = 3;
 
   std::chrono::milliseconds connect_timeout{10'000};
   std::chrono::milliseconds read_timeout{60'000};  // each read and write, not a whole transfer
