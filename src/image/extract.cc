@@ -363,10 +363,9 @@ Result<ExtractStats> extract_layer(const std::string& blob_path, const std::stri
   if (::stat(blob_path.c_str(), &st) != 0) return errno_error("stat", blob_path, errno);
   Result<ExtractStats> result = internal_error("layer extraction did not run");
   std::thread t([&] {
-    result = extract_here(dir.get(), dest, limits, static_cast<std::uint64_t>(st.st_size), layer,
-                          [&](archive* in) {
-                            return archive_read_open_filename(in, blob_path.c_str(), 1 << 16);
-                          });
+    result = extract_here(
+        dir.get(), dest, limits, static_cast<std::uint64_t>(st.st_size), layer,
+        [&](archive* in) { return archive_read_open_filename(in, blob_path.c_str(), 1 << 16); });
   });
   t.join();
   return result;
@@ -386,10 +385,10 @@ Result<std::unique_ptr<LayerStream>> LayerStream::start(const std::string& dest,
   if (!s->dir_) return errno_error("open", dest, errno);
   LayerStream* self = s.get();
   s->thread_ = std::thread([self, dest, compressed_size, limits, layer = std::string(layer)] {
-    auto r = extract_here(self->dir_.get(), dest, limits, compressed_size, layer,
-                          [self](archive* in) {
-                            return archive_read_open(in, self, nullptr, &LayerStream::read, nullptr);
-                          });
+    auto r =
+        extract_here(self->dir_.get(), dest, limits, compressed_size, layer, [self](archive* in) {
+          return archive_read_open(in, self, nullptr, &LayerStream::read, nullptr);
+        });
     std::lock_guard l(self->mu_);
     self->result_ = std::move(r);
     self->ended_ = true;

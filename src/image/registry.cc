@@ -1,8 +1,8 @@
 #include "abx/image/registry.h"
 
-#include <boost/beast/http/field.hpp>
 #include <algorithm>
 #include <atomic>
+#include <boost/beast/http/field.hpp>
 #include <boost/json.hpp>
 #include <cctype>
 #include <chrono>
@@ -11,8 +11,8 @@
 #include <mutex>
 #include <optional>
 #include <set>
-#include <thread>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -124,9 +124,9 @@ class Session {
     s.base_ = base_;
     s.creds_ = creds_;
     s.authorization_ = authorization_;
-    ABX_ASSIGN_OR_RETURN(s.transport_, detail::Transport::create({options_.ca_file,
-                                                                  options_.connect_timeout,
-                                                                  options_.read_timeout}));
+    ABX_ASSIGN_OR_RETURN(s.transport_,
+                         detail::Transport::create(
+                             {options_.ca_file, options_.connect_timeout, options_.read_timeout}));
     return s;
   }
 
@@ -406,8 +406,7 @@ Status fetch_layers(Session& first, Store& store, const std::vector<Descriptor>&
                     const RegistryOptions& o,
                     const std::function<void(const std::string&)>& progress) {
   if (layers.empty()) return {};
-  const std::size_t workers =
-      std::min<std::size_t>(layers.size(), std::max(1, o.parallel_layers));
+  const std::size_t workers = std::min<std::size_t>(layers.size(), std::max(1, o.parallel_layers));
   std::vector<Session> sessions;
   for (std::size_t i = 1; i < workers; ++i) {
     ABX_ASSIGN_OR_RETURN(auto s, first.fork());
