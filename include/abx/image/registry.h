@@ -7,10 +7,12 @@
 //   push(*store, img->manifest_digest, *parse_reference("localhost:5000/app:1.2"), {});
 //
 // Pull: GET /v2/<repo>/manifests/<tag|digest> (OCI manifest/index, Docker v2 manifest/list,
-// parsed by manifest.h); an index picks linux/amd64 (select_platform); config and layers are
-// streamed into Store::blob_writer (sha256 and size checked while streaming, nothing half-stored on
-// failure) and skipped when already there; then Store::add_image and the reference's str() is
-// tagged. Push: each blob the registry lacks (HEAD) is uploaded monolithically (POST + PUT
+// parsed by manifest.h); an index picks linux/amd64 (select_platform); the config is streamed
+// into Store::blob_writer and the layers, parallel_layers at a time on connections of their own,
+// into Store::layer_writer, which extracts each while it downloads (sha256 and size checked
+// while streaming; nothing half-stored or half-extracted on failure, and the first failure
+// abandons the other layers in flight); blobs already there are skipped; then Store::add_image
+// and the reference's str() is tagged. Push: each blob the registry lacks (HEAD) is uploaded monolithically (POST + PUT
 // ?digest=), then the manifest is PUT.
 //
 // Transport: HTTPS verified against the system CAs (+ RegistryOptions::ca_file), with SNI and

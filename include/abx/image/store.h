@@ -8,7 +8,8 @@
 //
 // Writes are atomic: a blob is streamed to tmp/, its sha256 and size checked while streaming,
 // and renamed into place only when both match; an extraction happens in tmp/ and is renamed
-// into layers/ when complete. A failure or crash leaves at most files under tmp/, which open()
+// into layers/ when complete (a LayerWriter's, which runs while the blob arrives, only once the
+// blob's digest matched). A failure or crash leaves at most files under tmp/, which open()
 // removes. Nothing here talks to the network (see registry.h) or spawns sandboxes.
 //
 // Concurrency: one Store may be used from several threads, and several processes may open the
