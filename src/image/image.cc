@@ -95,6 +95,8 @@ struct LayerWriter::State {
   std::unique_ptr<LayerStream> stream;  // null when the layer is already extracted
   std::string tmp;                      // the extraction under tmp/
   bool done = false;                    // committed, or failed for good
+  // Shared store lock until the extraction has left tmp/ (the blob writer's ends at its commit).
+  FileLock lock;
 
   explicit State(BlobWriter b) : blob(std::move(b)) {}
   void discard() {
@@ -164,9 +166,11 @@ Result<LayerWriter> Store::layer_writer(std::string_view digest, std::int64_t si
   if (!valid_digest(digest) || size < 0) {
     return invalid_argument("a layer writer needs a digest and a size");
   }
-  // The blob writer first: it holds the shared lock, so no one sweeps tmp/ under the extraction.
+  // The shared lock first, so that no one sweeps tmp/ under the extraction.
+  ABX_ASSIGN_OR_RETURN(auto lock, s_->shared_lock());
   ABX_ASSIGN_OR_RETURN(auto blob, blob_writer(digest, size));
   auto st = std::make_unique<LayerWriter::State>(std::move(blob));
+  st->lock = std::move(lock);
   st->store = s_.get();
   st->digest = std::string(digest);
   struct stat sb {};
