@@ -152,19 +152,32 @@ class Extractor {
 
   // Every existing component of `rel`'s parents must be a real directory: libarchive checks
   // this too (SECURE_SYMLINKS); this is the second, independent check.
-  Status check_parents(const std::string& rel, const std::string& shown) const {
+  // Directories seen to be real ones are remembered (only this extraction writes below the
+  // destination, and an entry changes nothing but its own path: forget() drops that path and
+  // what is below it before it is written).
+  Status check_parents(const std::string& rel, const std::string& shown) {
     std::string prefix;
     std::size_t i = 0;
     for (;;) {
       std::size_t j = rel.find('/', i);
       if (j == std::string::npos) return {};
       prefix = rel.substr(0, j);
+      i = j + 1;
+      if (real_dirs_.count(prefix) != 0) continue;
       struct stat st {};
       if (::lstat(prefix.c_str(), &st) != 0) return {};  // created as a directory later
       if (S_ISLNK(st.st_mode)) return refuse(shown, "goes through the symlink \"" + prefix + "\"");
       if (!S_ISDIR(st.st_mode))
         return refuse(shown, "has the non-directory \"" + prefix + "\" as a parent");
-      i = j + 1;
+      real_dirs_.insert(prefix);
+    }
+  }
+  void forget(const std::string& rel) {
+    real_dirs_.erase(rel);
+    const std::string below = rel + "/";
+    for (auto it = real_dirs_.lower_bound(below);
+         it != real_dirs_.end() && it->compare(0, below.size(), below) == 0;) {
+      it = real_dirs_.erase(it);
     }
   }
 
@@ -228,6 +241,7 @@ class Extractor {
       }
     }
     filter_xattrs(e);
+    forget(name.path);
     archive_entry_set_pathname(e, name.path.c_str());
     archive_entry_acl_clear(e);
 
@@ -337,6 +351,7 @@ class Extractor {
   ExtractStats stats_;
   std::set<std::string> whiteouts_;  // layer-relative paths to hide
   std::set<std::string> opaque_;     // layer-relative directories ("" = root)
+  std::set<std::string> real_dirs_;  // checked by check_parents: real directories
 };
 
 // On the calling thread, which must be one of its own (see the file comment): unshares the
