@@ -12,8 +12,8 @@
 // into Store::layer_writer, which extracts each while it downloads (sha256 and size checked
 // while streaming; nothing half-stored or half-extracted on failure, and the first failure
 // abandons the other layers in flight); blobs already there are skipped; then Store::add_image
-// and the reference's str() is tagged. Push: each blob the registry lacks (HEAD) is uploaded monolithically (POST + PUT
-// ?digest=), then the manifest is PUT.
+// and the reference's str() is tagged. Push: each blob the registry lacks (HEAD) is uploaded
+// monolithically (POST + PUT ?digest=), then the manifest is PUT.
 //
 // Transport: HTTPS verified against the system CAs (+ RegistryOptions::ca_file), with SNI and
 // host name checks. Plain HTTP only for loopback hosts (localhost, 127.0.0.0/8, [::1]) and hosts
