@@ -17,6 +17,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -85,15 +86,13 @@ bool keep_xattr(std::string_view name) {
 
 class Extractor {
  public:
-  Extractor(const std::string& blob, const LayerLimits& limits, std::string_view layer)
-      : blob_(blob), limits_(limits), layer_(layer) {}
+  // `compressed`: the blob's size, for the expansion ratio.
+  Extractor(std::uint64_t compressed, const LayerLimits& limits, std::string_view layer)
+      : limits_(limits), layer_(layer), compressed_(compressed) {}
 
-  // Runs on the extraction thread, whose cwd is the destination.
-  Result<ExtractStats> run() {
-    struct stat st {};
-    if (::stat(blob_.c_str(), &st) != 0) return errno_error("stat", blob_, errno);
-    compressed_ = static_cast<std::uint64_t>(st.st_size);
-
+  // Runs on the extraction thread, whose cwd is the destination. `open` opens `in` (already
+  // set up for tar behind none, gzip or zstd) on the layer's bytes.
+  Result<ExtractStats> run(const std::function<int(archive*)>& open) {
     std::unique_ptr<archive, ReadDeleter> in(archive_read_new());
     std::unique_ptr<archive, WriteDeleter> out(archive_write_disk_new());
     if (!in || !out) return internal_error("layer " + layer_ + ": out of memory");
@@ -101,9 +100,7 @@ class Extractor {
     archive_read_support_format_tar(in.get());
     archive_read_support_filter_gzip(in.get());
     archive_read_support_filter_zstd(in.get());
-    if (archive_read_open_filename(in.get(), blob_.c_str(), 1 << 16) != ARCHIVE_OK) {
-      return fail(in.get(), "cannot open");
-    }
+    if (open(in.get()) != ARCHIVE_OK) return fail(in.get(), "cannot open");
     // Numeric uid/gid only (no archive_write_disk_set_standard_lookup): names would be looked
     // up in the host's passwd, not the image's.
     archive_write_disk_set_options(
@@ -155,19 +152,32 @@ class Extractor {
 
   // Every existing component of `rel`'s parents must be a real directory: libarchive checks
   // this too (SECURE_SYMLINKS); this is the second, independent check.
-  Status check_parents(const std::string& rel, const std::string& shown) const {
+  // Directories seen to be real ones are remembered (only this extraction writes below the
+  // destination, and an entry changes nothing but its own path: forget() drops that path and
+  // what is below it before it is written).
+  Status check_parents(const std::string& rel, const std::string& shown) {
     std::string prefix;
     std::size_t i = 0;
     for (;;) {
       std::size_t j = rel.find('/', i);
       if (j == std::string::npos) return {};
       prefix = rel.substr(0, j);
+      i = j + 1;
+      if (real_dirs_.count(prefix) != 0) continue;
       struct stat st {};
       if (::lstat(prefix.c_str(), &st) != 0) return {};  // created as a directory later
       if (S_ISLNK(st.st_mode)) return refuse(shown, "goes through the symlink \"" + prefix + "\"");
       if (!S_ISDIR(st.st_mode))
         return refuse(shown, "has the non-directory \"" + prefix + "\" as a parent");
-      i = j + 1;
+      real_dirs_.insert(prefix);
+    }
+  }
+  void forget(const std::string& rel) {
+    real_dirs_.erase(rel);
+    const std::string below = rel + "/";
+    for (auto it = real_dirs_.lower_bound(below);
+         it != real_dirs_.end() && it->compare(0, below.size(), below) == 0;) {
+      it = real_dirs_.erase(it);
     }
   }
 
@@ -231,6 +241,7 @@ class Extractor {
       }
     }
     filter_xattrs(e);
+    forget(name.path);
     archive_entry_set_pathname(e, name.path.c_str());
     archive_entry_acl_clear(e);
 
@@ -334,40 +345,114 @@ class Extractor {
     return {};
   }
 
-  std::string blob_;
   LayerLimits limits_;
   std::string layer_;
   std::uint64_t compressed_ = 0;
   ExtractStats stats_;
   std::set<std::string> whiteouts_;  // layer-relative paths to hide
   std::set<std::string> opaque_;     // layer-relative directories ("" = root)
+  std::set<std::string> real_dirs_;  // checked by check_parents: real directories
 };
+
+// On the calling thread, which must be one of its own (see the file comment): unshares the
+// filesystem context, moves into `dir` and runs the extraction.
+Result<ExtractStats> extract_here(int dir, const std::string& dest, const LayerLimits& limits,
+                                  std::uint64_t compressed, std::string_view layer,
+                                  const std::function<int(archive*)>& open) {
+  if (::unshare(CLONE_FS) != 0) return errno_error("unshare(CLONE_FS) for", dest, errno);
+  if (::fchdir(dir) != 0) return errno_error("chdir", dest, errno);
+  ::umask(022);
+  LayerLimits lim = limits;
+  if (lim.max_ratio == 0) lim.max_ratio = 1;
+  Extractor x(compressed, lim, layer);
+  return x.run(open);
+}
 
 }  // namespace
 
 Result<ExtractStats> extract_layer(const std::string& blob_path, const std::string& dest,
                                    const LayerLimits& limits, std::string_view layer) {
-  Result<ExtractStats> result = internal_error("layer extraction did not run");
   UniqueFd dir(::open(dest.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!dir) return errno_error("open", dest, errno);
-  LayerLimits lim = limits;
-  if (lim.max_ratio == 0) lim.max_ratio = 1;
+  struct stat st {};
+  if (::stat(blob_path.c_str(), &st) != 0) return errno_error("stat", blob_path, errno);
+  Result<ExtractStats> result = internal_error("layer extraction did not run");
   std::thread t([&] {
-    // Own cwd/umask for this thread only; see the file comment.
-    if (::unshare(CLONE_FS) != 0) {
-      result = errno_error("unshare(CLONE_FS) for", dest, errno);
-      return;
-    }
-    if (::fchdir(dir.get()) != 0) {
-      result = errno_error("chdir", dest, errno);
-      return;
-    }
-    ::umask(022);
-    Extractor x(blob_path, lim, layer);
-    result = x.run();
+    result = extract_here(
+        dir.get(), dest, limits, static_cast<std::uint64_t>(st.st_size), layer,
+        [&](archive* in) { return archive_read_open_filename(in, blob_path.c_str(), 1 << 16); });
   });
   t.join();
   return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// LayerStream
+
+LayerStream::LayerStream() : result_(internal_error("layer extraction did not run")) {}
+
+Result<std::unique_ptr<LayerStream>> LayerStream::start(const std::string& dest,
+                                                        std::uint64_t compressed_size,
+                                                        const LayerLimits& limits,
+                                                        std::string_view layer) {
+  std::unique_ptr<LayerStream> s(new LayerStream());
+  s->dir_.reset(::open(dest.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!s->dir_) return errno_error("open", dest, errno);
+  LayerStream* self = s.get();
+  s->thread_ = std::thread([self, dest, compressed_size, limits, layer = std::string(layer)] {
+    auto r =
+        extract_here(self->dir_.get(), dest, limits, compressed_size, layer, [self](archive* in) {
+          return archive_read_open(in, self, nullptr, &LayerStream::read, nullptr);
+        });
+    std::lock_guard l(self->mu_);
+    self->result_ = std::move(r);
+    self->ended_ = true;
+    self->cv_.notify_all();
+  });
+  return s;
+}
+
+LayerStream::~LayerStream() {
+  if (thread_.joinable()) (void)finish(false);
+}
+
+la_ssize_t LayerStream::read(archive* a, void* client, const void** buf) {
+  auto* self = static_cast<LayerStream*>(client);
+  std::unique_lock l(self->mu_);
+  self->cv_.wait(l, [&] { return !self->queue_.empty() || self->closed_; });
+  if (self->abandoned_) {
+    archive_set_error(a, ECANCELED, "the layer's download was abandoned");
+    return ARCHIVE_FATAL;
+  }
+  if (self->queue_.empty()) return 0;  // the whole blob was read
+  self->current_ = std::move(self->queue_.front());
+  self->queue_.pop_front();
+  self->queued_ -= self->current_.size();
+  self->cv_.notify_all();
+  *buf = self->current_.data();
+  return static_cast<la_ssize_t>(self->current_.size());
+}
+
+void LayerStream::feed(std::string_view piece) {
+  if (piece.empty()) return;
+  std::unique_lock l(mu_);
+  cv_.wait(l, [&] { return queued_ < kMaxQueued || ended_; });
+  // An extraction that ended (the tar's end, or an error) reads nothing more.
+  if (ended_ || closed_) return;
+  queue_.emplace_back(piece);
+  queued_ += piece.size();
+  cv_.notify_all();
+}
+
+Result<ExtractStats> LayerStream::finish(bool complete) {
+  {
+    std::lock_guard l(mu_);
+    closed_ = true;
+    abandoned_ = !complete;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+  return result_;
 }
 
 }  // namespace abx::image

@@ -106,6 +106,10 @@ TEST_F(ImageExtract, RefusesEscapes) {
   cases.push_back(
       {"relative symlink then file",
        TarBuilder().symlink("a", "../../../../../../..").file("a/tmp/p", "x").finish()});
+  // "a" is known to be a directory after a/x; the entry "a" itself makes it unknown again.
+  cases.push_back(
+      {"directory, then a symlink over it, then a file through it",
+       TarBuilder().file("a/x", "x").symlink("a", outside.string()).file("a/pwned", "x").finish()});
   cases.push_back({"hardlink outside", TarBuilder().hardlink("passwd", "/etc/passwd").finish()});
   cases.push_back({"hardlink dotdot", TarBuilder().hardlink("p", "../../etc/passwd").finish()});
   cases.push_back(

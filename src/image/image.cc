@@ -85,6 +85,113 @@ Status Store::State::ensure_layer(std::string_view digest,
   return {};
 }
 
+// ---------------------------------------------------------------------------------------------
+// LayerWriter
+
+struct LayerWriter::State {
+  Store::State* store = nullptr;
+  std::string digest;
+  BlobWriter blob;
+  std::unique_ptr<LayerStream> stream;  // null when the layer is already extracted
+  std::string tmp;                      // the extraction under tmp/
+  bool done = false;                    // committed, or failed for good
+  // Shared store lock until the extraction has left tmp/ (the blob writer's ends at its commit).
+  FileLock lock;
+
+  explicit State(BlobWriter b) : blob(std::move(b)) {}
+  void discard() {
+    stream.reset();  // stops and joins the extraction before its tree goes
+    if (!tmp.empty()) (void)remove_tree(tmp);
+    tmp.clear();
+  }
+};
+
+LayerWriter::LayerWriter(std::unique_ptr<State> s) : s_(std::move(s)) {}
+LayerWriter::LayerWriter(LayerWriter&&) noexcept = default;
+LayerWriter& LayerWriter::operator=(LayerWriter&& other) noexcept {
+  if (this != &other) {
+    if (s_) s_->discard();
+    s_ = std::move(other.s_);
+  }
+  return *this;
+}
+LayerWriter::~LayerWriter() {
+  if (s_) s_->discard();
+}
+
+std::int64_t LayerWriter::written() const { return s_ ? s_->blob.written() : 0; }
+
+Status LayerWriter::write(std::string_view chunk) {
+  if (!s_ || s_->done) return Error(ErrorCode::kFailedPrecondition, "layer writer is closed");
+  if (Status st = s_->blob.write(chunk); !st.ok()) {
+    s_->done = true;
+    s_->discard();
+    return st;
+  }
+  if (s_->stream) s_->stream->feed(chunk);
+  return {};
+}
+
+Status LayerWriter::commit() {
+  if (!s_ || s_->done) return Error(ErrorCode::kFailedPrecondition, "layer writer is closed");
+  State& s = *s_;
+  s.done = true;
+  Result<ExtractStats> extracted = ExtractStats{};
+  if (s.stream) {
+    extracted = s.stream->finish(/*complete=*/true);
+    s.stream.reset();
+  }
+  if (Status st = s.blob.commit(); !st.ok()) {
+    s.discard();
+    return st;
+  }
+  if (!extracted.ok()) {
+    s.discard();
+    return extracted.error();
+  }
+  if (s.tmp.empty()) return {};
+  std::string dir = s.store->layer_dir(s.digest);
+  if (::rename(s.tmp.c_str(), dir.c_str()) != 0) {
+    int err = errno;
+    s.discard();
+    // Another process extracted the same layer first: theirs is as good as ours.
+    if (err == EEXIST || err == ENOTEMPTY) return {};
+    return errno_error("rename", dir, err);
+  }
+  s.tmp.clear();
+  return {};
+}
+
+Result<LayerWriter> Store::layer_writer(std::string_view digest, std::int64_t size) {
+  if (!valid_digest(digest) || size < 0) {
+    return invalid_argument("a layer writer needs a digest and a size");
+  }
+  // The shared lock first, so that no one sweeps tmp/ under the extraction.
+  ABX_ASSIGN_OR_RETURN(auto lock, s_->shared_lock());
+  ABX_ASSIGN_OR_RETURN(auto blob, blob_writer(digest, size));
+  auto st = std::make_unique<LayerWriter::State>(std::move(blob));
+  st->lock = std::move(lock);
+  st->store = s_.get();
+  st->digest = std::string(digest);
+  struct stat sb {};
+  if (::lstat(s_->layer_dir(digest).c_str(), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    return LayerWriter(std::move(st));
+  }
+  st->tmp = s_->tmp_dir() + "/extract-" + random_name();
+  if (::mkdir(st->tmp.c_str(), 0755) != 0) {
+    Error e = errno_error("mkdir", st->tmp, errno);
+    st->tmp.clear();
+    return e;
+  }
+  auto stream = LayerStream::start(st->tmp, static_cast<std::uint64_t>(size), s_->limits, digest);
+  if (!stream.ok()) {
+    st->discard();
+    return stream.error();
+  }
+  st->stream = std::move(*stream);
+  return LayerWriter(std::move(st));
+}
+
 Result<Image> Store::State::load_image(std::string_view manifest_digest,
                                        const std::function<void(std::string_view)>& progress,
                                        bool extract) {

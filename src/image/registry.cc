@@ -1,11 +1,18 @@
 #include "abx/image/registry.h"
 
+#include <algorithm>
+#include <atomic>
 #include <boost/beast/http/field.hpp>
 #include <boost/json.hpp>
 #include <cctype>
+#include <chrono>
+#include <cstdio>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -107,6 +114,19 @@ class Session {
     ABX_ASSIGN_OR_RETURN(s.creds_, detail::find_credentials(
                                        detail::auth_file_candidates(o.auth_file), ref.registry));
     ABX_TRY(s.probe());
+    return s;
+  }
+
+  // A second session on the same registry for another thread: its own transport, the scheme
+  // and the credentials (and token) this one found.
+  Result<Session> fork() const {
+    Session s(ref_, options_, actions_);
+    s.base_ = base_;
+    s.creds_ = creds_;
+    s.authorization_ = authorization_;
+    ABX_ASSIGN_OR_RETURN(s.transport_,
+                         detail::Transport::create(
+                             {options_.ca_file, options_.connect_timeout, options_.read_timeout}));
     return s;
   }
 
@@ -333,13 +353,31 @@ Result<Fetched> get_manifest(Session& s, const std::string& tag_or_digest,
   return Fetched{std::move(res->body), std::move(digest), media_type_of_header(*res)};
 }
 
-Status fetch_blob(Session& s, Store& store, const Descriptor& d, const RegistryOptions& o) {
-  auto progress = [&](const std::string& line) {
-    if (o.progress) o.progress(line);
-  };
+std::string megabytes(std::int64_t n) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MB", static_cast<double>(n) / 1e6);
+  return buf;
+}
+
+// GET one blob into `writer` (a BlobWriter or a LayerWriter), reporting its bytes every
+// progress_interval; `stop` (when given and set) abandons the transfer.
+template <class Writer>
+Status fetch_into(Session& s, Writer& writer, const Descriptor& d, const RegistryOptions& o,
+                  const std::function<void(const std::string&)>& progress,
+                  const std::atomic<bool>* stop) {
   progress("pulling " + d.digest + " (" + std::to_string(d.size) + " bytes)");
-  ABX_ASSIGN_OR_RETURN(auto writer, store.blob_writer(d.digest, d.size));
-  detail::BodySink sink = [&writer](std::string_view piece) { return writer.write(piece); };
+  using Clock = std::chrono::steady_clock;
+  auto last = Clock::now();
+  detail::BodySink sink = [&](std::string_view piece) -> Status {
+    if (stop != nullptr && stop->load()) return Error(ErrorCode::kUnavailable, "abandoned");
+    ABX_TRY(writer.write(piece));
+    if (auto now = Clock::now(); now - last >= o.progress_interval) {
+      last = now;
+      progress(d.digest.substr(0, 19) + ": " + megabytes(writer.written()) + " of " +
+               megabytes(d.size));
+    }
+    return {};
+  };
   auto res = s.call(s.request(bhttp::verb::get, s.repo_path() + "/blobs/" + d.digest),
                     static_cast<std::uint64_t>(d.size), &sink, /*follow_redirects=*/true);
   if (!res.ok()) {
@@ -352,6 +390,52 @@ Status fetch_blob(Session& s, Store& store, const Descriptor& d, const RegistryO
   if (res->status != 200) return status_error(*res, "GET blob " + d.digest);
   if (auto st = writer.commit(); !st.ok()) return with_context(st.error(), "blob " + d.digest);
   progress("done " + d.digest + " (" + std::to_string(d.size) + " bytes)");
+  return {};
+}
+
+Status fetch_blob(Session& s, Store& store, const Descriptor& d, const RegistryOptions& o,
+                  const std::function<void(const std::string&)>& progress) {
+  ABX_ASSIGN_OR_RETURN(auto writer, store.blob_writer(d.digest, d.size));
+  return fetch_into(s, writer, d, o, progress, nullptr);
+}
+
+// The layers, up to o.parallel_layers at a time, each extracted while it downloads (a
+// LayerWriter). The first failure stops the others and is the one returned; every layer that
+// failed or was abandoned leaves nothing behind.
+Status fetch_layers(Session& first, Store& store, const std::vector<Descriptor>& layers,
+                    const RegistryOptions& o,
+                    const std::function<void(const std::string&)>& progress) {
+  if (layers.empty()) return {};
+  const std::size_t workers = std::min<std::size_t>(layers.size(), std::max(1, o.parallel_layers));
+  std::vector<Session> sessions;
+  for (std::size_t i = 1; i < workers; ++i) {
+    ABX_ASSIGN_OR_RETURN(auto s, first.fork());
+    sessions.push_back(std::move(s));
+  }
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::optional<Error> failure;
+  auto work = [&](Session& s) {
+    for (std::size_t i; !stop.load() && (i = next++) < layers.size();) {
+      const Descriptor& d = layers[i];
+      Status st = [&]() -> Status {
+        ABX_ASSIGN_OR_RETURN(auto writer, store.layer_writer(d.digest, d.size));
+        return fetch_into(s, writer, d, o, progress, &stop);
+      }();
+      if (!st.ok()) {
+        std::lock_guard l(mu);
+        if (!failure) failure = st.error();  // later ones were abandoned because of it
+        stop = true;
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (auto& s : sessions) threads.emplace_back([&work, &s] { work(s); });
+  work(first);
+  for (auto& t : threads) t.join();
+  if (failure) return *failure;
   return {};
 }
 
@@ -372,15 +456,29 @@ Result<Image> pull_impl(Store& store, const Reference& ref, const RegistryOption
                    "layer " + std::to_string(i) + ": " + c.error().message());
     }
   }
-  std::vector<Descriptor> blobs{m.config};
-  blobs.insert(blobs.end(), m.layers.begin(), m.layers.end());
-  for (const auto& d : blobs) {
+  // Progress lines come from several threads: one at a time to the caller.
+  std::mutex progress_mu;
+  std::function<void(const std::string&)> progress = [&](const std::string& line) {
+    if (!o.progress) return;
+    std::lock_guard l(progress_mu);
+    o.progress(line);
+  };
+  std::vector<Descriptor> missing;  // layers to fetch, each once
+  std::set<std::string> seen;
+  for (const auto& d : m.layers) {
+    if (!seen.insert(d.digest).second) continue;
     if (store.has_blob(d.digest)) {
-      if (o.progress) o.progress("have " + d.digest);
+      progress("have " + d.digest);  // add_image extracts it if it is not yet
       continue;
     }
-    ABX_TRY(fetch_blob(session, store, d, o));
+    missing.push_back(d);
   }
+  if (store.has_blob(m.config.digest)) {
+    progress("have " + m.config.digest);
+  } else {
+    ABX_TRY(fetch_blob(session, store, m.config, o, progress));
+  }
+  ABX_TRY(fetch_layers(session, store, missing, o, progress));
   ABX_ASSIGN_OR_RETURN(auto stored, store.put_blob(f.bytes));
   if (stored != f.digest) return internal_error("the store filed the manifest under " + stored);
   ABX_ASSIGN_OR_RETURN(auto image, store.add_image(f.digest, o.progress));

@@ -12,8 +12,11 @@
 #include <openssl/pem.h>
 #include <openssl/sha.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/json.hpp>
 #include <chrono>
@@ -272,17 +275,71 @@ class OciLayout {
 
 // A gzip layer of `root`, with its diff id.
 std::pair<Blob, std::string> make_layer(OciLayout& layout, const fs::path& root,
-                                        const fs::path& log) {
+                                        const fs::path& log, bool zstd = false) {
   fs::path tar = layout.dir().parent_path() / "layer.tar";
-  EXPECT_EQ(sh("tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C " +
+  EXPECT_EQ(sh("tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --xattrs -C " +
                    root.string() + " -cf " + tar.string() + " .",
                log),
             0);
   std::string diff_id = "sha256:" + sha256_hex(read_file(tar));
+  if (zstd) {
+    EXPECT_EQ(sh("zstd -q -f --rm " + tar.string(), log), 0);
+    Blob b = layout.add_blob(read_file(tar.string() + ".zst"),
+                             "application/vnd.oci.image.layer.v1.tar+zstd");
+    return {b, diff_id};
+  }
   EXPECT_EQ(sh("gzip -n -f " + tar.string(), log), 0);
   Blob b = layout.add_blob(read_file(tar.string() + ".gz"),
                            "application/vnd.oci.image.layer.v1.tar+gzip");
   return {b, diff_id};
+}
+
+// What a layer directory holds, one line per entry (type, mode, owner, size, mtime, content
+// hash or link target, the opaque xattr), sorted: two extractions of a layer compare equal
+// exactly when these do.
+std::vector<std::string> tree_listing(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    struct stat st {};
+    EXPECT_EQ(::lstat(e.path().c_str(), &st), 0) << e.path();
+    std::string line = fs::relative(e.path(), dir).string() +
+                       " mode=" + std::to_string(st.st_mode) + " uid=" + std::to_string(st.st_uid) +
+                       " gid=" + std::to_string(st.st_gid);
+    // Whiteouts (0:0 devices) are made after the entries, at extraction time.
+    if (!S_ISCHR(st.st_mode)) line += " mtime=" + std::to_string(st.st_mtime);
+    if (S_ISREG(st.st_mode)) {
+      line += " size=" + std::to_string(st.st_size) + " sha256=" + sha256_hex(read_file(e.path()));
+    } else if (S_ISLNK(st.st_mode)) {
+      line += " -> " + fs::read_symlink(e.path()).string();
+    } else if (S_ISCHR(st.st_mode)) {
+      line += " rdev=" + std::to_string(st.st_rdev);
+    }
+    char v[16];
+    ssize_t n = ::lgetxattr(e.path().c_str(), "trusted.overlay.opaque", v, sizeof v);
+    if (n > 0) line += " opaque=" + std::string(v, static_cast<std::size_t>(n));
+    out.push_back(std::move(line));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Deterministic, incompressible bytes (a layer that takes a while to move).
+std::string noise(std::size_t n, unsigned seed) {
+  std::string s(n, '\0');
+  std::uint64_t x = 0x9e3779b97f4a7c15ull * (seed + 1);
+  for (auto& c : s) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    c = static_cast<char>(x);
+  }
+  return s;
+}
+
+std::size_t entries_in(const fs::path& dir) {
+  if (!fs::exists(dir)) return 0;
+  return static_cast<std::size_t>(
+      std::distance(fs::directory_iterator(dir), fs::directory_iterator()));
 }
 
 // The images every test seeds its registry with, built once.
@@ -382,6 +439,15 @@ class ImageRegistryTest : public ::testing::Test {
     if (!creds.empty()) cmd += "--dest-creds " + creds + " ";
     cmd += "oci:" + images_->layout.string() + ":" + tag + " docker://" + host() + "/" + repo;
     ASSERT_EQ(sh(cmd, tmp_.path() / "skopeo.log"), 0) << read_file(tmp_.path() / "skopeo.log");
+  }
+
+  // skopeo copy of `tag` of another OCI layout into repo:tag on our registry.
+  void seed_layout(const fs::path& layout, const std::string& tag, const std::string& repo) {
+    ASSERT_EQ(sh("skopeo --insecure-policy copy --dest-tls-verify=false oci:" + layout.string() +
+                     ":" + tag + " docker://" + host() + "/" + repo,
+                 tmp_.path() / "skopeo.log"),
+              0)
+        << read_file(tmp_.path() / "skopeo.log");
   }
 
   Reference ref(const std::string& text) {
@@ -685,11 +751,153 @@ TEST_F(ImageRegistryTest, CorruptedBlobStoresNothingAndRetryWorks) {
     }
   }
   EXPECT_EQ(leftovers, 0u);
+  EXPECT_EQ(entries_in(tmp_.path() / "store" / "layers" / "sha256"), 0u);
 
   write_file(data, good);
   auto retry = pull(*store_, r, options_);
   ASSERT_TRUE(retry.ok()) << retry.error().to_string();
   EXPECT_TRUE(store_->has_blob(images_->busybox_layer.digest));
+}
+
+// The registry serves other bytes that are a perfectly good layer (a plain tar of another tree,
+// padded to the blob's size): its streamed extraction succeeds, and is thrown away because the
+// digest does not match. Nothing reaches blobs/ or layers/, nothing stays in tmp/.
+TEST_F(ImageRegistryTest, ValidLayerWithTheWrongDigestIsDiscarded) {
+  start_registry();
+  seed("v1", "test/busybox:v1");
+  fs::path data = blob_data(images_->busybox_layer.digest);
+  const std::size_t size = fs::file_size(data);
+  fs::path evil = tmp_.path() / "evil";
+  write_file(evil / "etc" / "evil", "not the image's\n");
+  fs::path tar = tmp_.path() / "evil.tar";
+  ASSERT_EQ(sh("tar --owner=0 --group=0 -C " + evil.string() + " -cf " + tar.string() + " .",
+               tmp_.path() / "tar.log"),
+            0);
+  std::string bytes = read_file(tar);
+  ASSERT_LT(bytes.size(), size);
+  bytes.resize(size, '\0');
+  write_file(data, bytes);
+
+  auto img = pull(*store_, ref(host() + "/test/busybox:v1"), options_);
+  ASSERT_FALSE(img.ok());
+  EXPECT_EQ(img.error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_THAT(img.error().message(), HasSubstr("digest mismatch"));
+  EXPECT_THAT(img.error().message(), HasSubstr(images_->busybox_layer.digest));
+  EXPECT_FALSE(store_->has_blob(images_->busybox_layer.digest));
+  EXPECT_EQ(entries_in(tmp_.path() / "store" / "layers" / "sha256"), 0u);
+  EXPECT_EQ(entries_in(tmp_.path() / "store" / "tmp"), 0u);
+  EXPECT_TRUE(store_->tags().empty());
+}
+
+// A four-layer image (files, symlinks, modes, a whiteout, an opaque directory, a few MB of
+// noise each) pulled three layers at a time: every layer directory is the same tree the
+// file-based extraction of an import of the same layout gives. The layers are in flight at once
+// (three "pulling" lines before the first layer is done); with parallel_layers = 1 they are not.
+TEST_F(ImageRegistryTest, ParallelStreamedPullGivesTheSameTreesAsImport) {
+  fs::path work = tmp_.path() / "multi";
+  OciLayout layout(work / "layout", work / "build.log");
+  std::vector<std::pair<Blob, std::string>> layers;
+  for (unsigned i = 0; i < 4; ++i) {
+    fs::path t = work / ("tree" + std::to_string(i));
+    write_file(t / "data" / ("noise" + std::to_string(i)), noise(3 << 20, i));
+    write_file(t / "etc" / ("layer" + std::to_string(i)), "layer " + std::to_string(i) + "\n");
+    if (i == 0) {
+      write_file(t / "etc" / "gone", "removed by layer 2\n");
+      write_file(t / "opt" / "old", "hidden by layer 3\n");
+      fs::create_symlink("layer0", t / "etc" / "link");
+      fs::create_directories(t / "private");
+      fs::permissions(t / "private",
+                      fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
+      fs::permissions(t / "etc" / "layer0", fs::perms::owner_all | fs::perms::others_read);
+    }
+    if (i == 2) write_file(t / "etc" / ".wh.gone", "");
+    if (i == 3) write_file(t / "opt" / ".wh..wh..opq", "");
+    layers.push_back(make_layer(layout, t, work / "build.log"));
+  }
+  Blob manifest = layout.add_image("amd64", layers);
+  layout.tag("four", manifest);
+  start_registry();
+  seed_layout(layout.dir(), "four", "test/four:1");
+
+  auto imported_store = Store::open((tmp_.path() / "imported").string());
+  ASSERT_TRUE(imported_store.ok());
+  auto imported = imported_store->import(ref("oci:" + layout.dir().string() + ":four"));
+  ASSERT_TRUE(imported.ok()) << imported.error().to_string();
+  ASSERT_EQ(imported->layer_dirs.size(), 4u);
+
+  auto first_done_after = [&](std::size_t* pulling_before) {
+    *pulling_before = 0;
+    for (const auto& line : progress_) {
+      for (const auto& [b, _] : layers) {
+        if (line.rfind("done " + b.digest, 0) == 0) return;
+        if (line.rfind("pulling " + b.digest, 0) == 0) ++*pulling_before;
+      }
+    }
+  };
+  options_.progress_interval = std::chrono::milliseconds(0);
+  auto img = pull(*store_, ref(host() + "/test/four:1"), options_);
+  ASSERT_TRUE(img.ok()) << img.error().to_string();
+  ASSERT_EQ(img->layer_dirs.size(), 4u);
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(tree_listing(img->layer_dirs[i]), tree_listing(imported->layer_dirs[i])) << i;
+  }
+  EXPECT_TRUE(fs::is_character_file(fs::path(img->layer_dirs[2]) / "etc" / "gone"));
+  EXPECT_EQ(fs::status(fs::path(img->layer_dirs[0]) / "private").permissions() & fs::perms::all,
+            fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
+  std::size_t in_flight = 0;
+  first_done_after(&in_flight);
+  EXPECT_EQ(in_flight, 3u);
+  // Bytes so far, per layer, while it downloads.
+  EXPECT_THAT(progress_, ::testing::Contains(::testing::MatchesRegex(
+                             "sha256:[0-9a-f]{12}: [0-9.]+ MB of 3\\.[0-9] MB")));
+  // The store keeps its modes: nothing the streamed extraction made is reachable by others.
+  for (const char* d : {"", "/tmp", "/blobs/sha256", "/layers/sha256"}) {
+    EXPECT_EQ(fs::status(tmp_.path() / ("store" + std::string(d))).permissions() & fs::perms::all,
+              fs::perms::owner_all)
+        << d;
+  }
+  for (const auto& [b, _] : layers) {
+    EXPECT_EQ(fs::status(store_->blob_path(b.digest)).permissions() & fs::perms::all,
+              fs::perms::owner_read | fs::perms::owner_write);
+  }
+
+  auto one_store = Store::open((tmp_.path() / "one").string());
+  ASSERT_TRUE(one_store.ok());
+  progress_.clear();
+  options_.parallel_layers = 1;
+  auto one = pull(*one_store, ref(host() + "/test/four:1"), options_);
+  ASSERT_TRUE(one.ok()) << one.error().to_string();
+  first_done_after(&in_flight);
+  EXPECT_EQ(in_flight, 1u);
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(tree_listing(one->layer_dirs[i]), tree_listing(imported->layer_dirs[i])) << i;
+  }
+}
+
+// OCI tar+zstd layers are pulled (and extracted while they download) as gzip ones are.
+TEST_F(ImageRegistryTest, PullsZstdLayers) {
+  if (std::system("command -v zstd >/dev/null") != 0) GTEST_SKIP() << "needs zstd";
+  fs::path work = tmp_.path() / "zstd";
+  OciLayout layout(work / "layout", work / "build.log");
+  fs::path t = work / "tree";
+  fs::create_directories(t / "bin");
+  fs::copy_file("/bin/busybox", t / "bin" / "busybox");
+  write_file(t / "etc" / "abx-hello", "hello from zstd\n");
+  auto layer = make_layer(layout, t, work / "build.log", /*zstd=*/true);
+  Blob manifest = layout.add_image("amd64", {layer});
+  layout.tag("z", manifest);
+  start_registry();
+  seed_layout(layout.dir(), "z", "test/zstd:1");
+
+  auto img = pull(*store_, ref(host() + "/test/zstd:1"), options_);
+  ASSERT_TRUE(img.ok()) << img.error().to_string();
+  ASSERT_EQ(img->layers.size(), 1u);
+  EXPECT_EQ(img->layers[0], layer.first.digest);
+  auto m = store_->read_blob(img->manifest_digest);
+  ASSERT_TRUE(m.ok());
+  EXPECT_THAT(*m, HasSubstr("application/vnd.oci.image.layer.v1.tar+zstd"));
+  EXPECT_EQ(read_file(fs::path(img->layer_dirs[0]) / "etc" / "abx-hello"), "hello from zstd\n");
+  EXPECT_EQ(read_file(fs::path(img->layer_dirs[0]) / "bin" / "busybox"), read_file("/bin/busybox"));
 }
 
 TEST_F(ImageRegistryTest, UnknownTagIsNotFound) {

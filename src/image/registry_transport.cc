@@ -325,6 +325,9 @@ Result<HttpResponse> Transport::send(const HttpRequest& req, std::uint64_t body_
   const bool ok = res.status / 100 == 2;
   const std::uint64_t limit = ok ? body_limit : kErrorBodyCap;
   std::uint64_t received = 0;
+  // Beast sizes each read by the buffer's free capacity (at least 512 bytes, at most 64 KiB):
+  // without room, a blob would arrive in 512-byte reads, each a recvmsg, a timer and a sink call.
+  buffer.reserve(buffer.size() + 64 * 1024);
   std::string buf(64 * 1024, '\0');
   while (!parser.is_done()) {
     parser.get().body().data = buf.data();

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <boost/json.hpp>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -267,6 +268,33 @@ TEST_F(TemplateBuildE2E, PushAndBuildFromARegistry) {
   auto img = client::template_image("child", cfg_);
   ASSERT_TRUE(img.ok());
   EXPECT_EQ(img->at("layers").as_array().size(), 4u);
+
+  // The same image with its layers recompressed as zstd (OCI tar+zstd) by skopeo: pulled, and a
+  // RUN runs in it.
+  if (!fs::exists("/usr/bin/skopeo")) GTEST_SKIP() << "needs skopeo for the zstd image";
+  const std::string log = (dir / "skopeo.log").string();
+  ASSERT_EQ(std::system(("skopeo --insecure-policy copy -q --src-tls-verify=false "
+                         "--dest-compress-format zstd docker://" +
+                         host + "/abx/hello:bare oci:" + (dir / "zstd").string() + ":z >>" + log +
+                         " 2>&1 && skopeo --insecure-policy copy -q "
+                         "--dest-tls-verify=false oci:" +
+                         (dir / "zstd").string() + ":z docker://" + host + "/abx/hello:zstd >>" +
+                         log + " 2>&1")
+                            .c_str()),
+            0);
+  auto get = http::make_request(boost::beast::http::verb::get, "/v2/abx/hello/manifests/zstd");
+  get.set(boost::beast::http::field::accept, "application/vnd.oci.image.manifest.v1+json");
+  auto manifest = http::fetch("127.0.0.1", port, get);
+  ASSERT_TRUE(manifest.ok());
+  EXPECT_NE(manifest->body().find("application/vnd.oci.image.layer.v1.tar+zstd"), std::string::npos)
+      << manifest->body();
+  fs::path zctx = context("from-zstd", "FROM " + host +
+                                           "/abx/hello:zstd\n"
+                                           "RUN [\"/bin/busybox\",\"cp\",\"/hello\",\"/z\"]\n");
+  client::BuildOptions zbo;
+  zbo.name = "from-zstd";
+  auto zbuilt = client::build_template(zctx.string(), zbo, {}, cfg_);
+  ASSERT_TRUE(zbuilt.ok()) << zbuilt.error().message();
 }
 
 // ADD of a local tar extracts it; ARG/ENV expansion and a relative WORKDIR; a RUN checks it all

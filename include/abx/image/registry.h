@@ -7,11 +7,13 @@
 //   push(*store, img->manifest_digest, *parse_reference("localhost:5000/app:1.2"), {});
 //
 // Pull: GET /v2/<repo>/manifests/<tag|digest> (OCI manifest/index, Docker v2 manifest/list,
-// parsed by manifest.h); an index picks linux/amd64 (select_platform); config and layers are
-// streamed into Store::blob_writer (sha256 and size checked while streaming, nothing half-stored on
-// failure) and skipped when already there; then Store::add_image and the reference's str() is
-// tagged. Push: each blob the registry lacks (HEAD) is uploaded monolithically (POST + PUT
-// ?digest=), then the manifest is PUT.
+// parsed by manifest.h); an index picks linux/amd64 (select_platform); the config is streamed
+// into Store::blob_writer and the layers, parallel_layers at a time on connections of their own,
+// into Store::layer_writer, which extracts each while it downloads (sha256 and size checked
+// while streaming; nothing half-stored or half-extracted on failure, and the first failure
+// abandons the other layers in flight); blobs already there are skipped; then Store::add_image
+// and the reference's str() is tagged. Push: each blob the registry lacks (HEAD) is uploaded
+// monolithically (POST + PUT ?digest=), then the manifest is PUT.
 //
 // Transport: HTTPS verified against the system CAs (+ RegistryOptions::ca_file), with SNI and
 // host name checks. Plain HTTP only for loopback hosts (localhost, 127.0.0.0/8, [::1]) and hosts
@@ -56,8 +58,12 @@ struct RegistryOptions {
   std::string ca_file;
   // host[:port] entries that may be talked to over plain HTTP (loopback hosts always may).
   std::vector<std::string> insecure_registries;
-  // One line per blob: started (with its size) and done; may be empty.
+  // One line per blob when it starts (with its size) and when it is done, and its bytes so far
+  // every progress_interval while it downloads; may be empty. Called from one thread at a time.
   std::function<void(std::string_view line)> progress;
+  std::chrono::milliseconds progress_interval{2'000};
+  // Layers downloaded (and extracted as they arrive) at the same time.
+  int parallel_layers = 3;
 
   std::chrono::milliseconds connect_timeout{10'000};
   std::chrono::milliseconds read_timeout{60'000};  // each read and write, not a whole transfer

@@ -8,7 +8,8 @@
 //
 // Writes are atomic: a blob is streamed to tmp/, its sha256 and size checked while streaming,
 // and renamed into place only when both match; an extraction happens in tmp/ and is renamed
-// into layers/ when complete. A failure or crash leaves at most files under tmp/, which open()
+// into layers/ when complete (a LayerWriter's, which runs while the blob arrives, only once the
+// blob's digest matched). A failure or crash leaves at most files under tmp/, which open()
 // removes. Nothing here talks to the network (see registry.h) or spawns sandboxes.
 //
 // Concurrency: one Store may be used from several threads, and several processes may open the
@@ -100,6 +101,31 @@ class BlobWriter {
   std::unique_ptr<State> s_;
 };
 
+// Streams one layer blob into the store and extracts it while it arrives (a registry pull):
+// write() stores and hashes each piece as BlobWriter::write does and hands it to an extraction
+// running on a thread of its own under tmp/. commit() checks digest and size, waits for the
+// extraction, and only then renames the blob into blobs/ and the extracted tree into layers/.
+// A digest or size mismatch is reported in preference to the extraction's error (wrong bytes
+// usually break the extraction too). On any failure, and when an uncommitted writer is
+// destroyed, the partial blob and the partial extraction are removed: nothing unverified or
+// half-extracted ever appears under layers/. Holds the store's lock shared for its life. When
+// the layer is already extracted, only the blob is stored.
+class LayerWriter {
+ public:
+  LayerWriter(LayerWriter&&) noexcept;
+  LayerWriter& operator=(LayerWriter&&) noexcept;
+  ~LayerWriter();
+  Status write(std::string_view chunk);
+  std::int64_t written() const;
+  Status commit();
+
+ private:
+  friend class Store;
+  struct State;
+  explicit LayerWriter(std::unique_ptr<State> s);
+  std::unique_ptr<State> s_;
+};
+
 class Store {
  public:
   // Opens (creating) the store at `root` (made absolute and canonical: layer_dirs are overlay
@@ -119,6 +145,8 @@ class Store {
   // hashes to (local archives whose files are not named by digest); BlobWriter::digest() says.
   // The writer holds the store's lock shared until it commits or is destroyed.
   Result<BlobWriter> blob_writer(std::string_view expected_digest, std::int64_t expected_size);
+  // A LayerWriter for the layer blob `digest` of `size` bytes (both required).
+  Result<LayerWriter> layer_writer(std::string_view digest, std::int64_t size);
   // Stores `data` as a blob and returns its digest.
   Result<std::string> put_blob(std::string_view data);
 
@@ -156,6 +184,7 @@ class Store {
   Result<std::uint64_t> gc(const std::set<std::string>& keep = {});
 
  private:
+  friend class LayerWriter;
   struct State;
   explicit Store(std::unique_ptr<State> s);
   std::unique_ptr<State> s_;
