@@ -779,6 +779,14 @@ std::shared_ptr<LiveSandbox> SandboxManager::find(const std::string& id) const {
   return it == live_.end() ? nullptr : it->second;
 }
 
+std::vector<std::shared_ptr<LiveSandbox>> SandboxManager::all() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<LiveSandbox>> out;
+  out.reserve(live_.size());
+  for (const auto& [id, sb] : live_) out.push_back(sb);
+  return out;
+}
+
 Status SandboxManager::destroy(const std::shared_ptr<LiveSandbox>& sb) {
   std::lock_guard lock(sb->mu);
   Status s;

@@ -222,6 +222,8 @@ class SandboxManager {
   Result<std::shared_ptr<LiveSandbox>> create(const CreateRequest& req);
   // nullptr if there is no live sandbox with that id.
   std::shared_ptr<LiveSandbox> find(const std::string& id) const;
+  // Every live sandbox (running or paused), in id order; memory only (an I/O thread may call it).
+  std::vector<std::shared_ptr<LiveSandbox>> all() const;
   // kNotFound if unknown.
   Status kill(const std::string& id);
   // The deadline becomes now + seconds, earlier or later than it was (POST .../timeout).
