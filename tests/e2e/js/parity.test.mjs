@@ -213,3 +213,42 @@ test('signed download and upload URLs on every routing form', async () => {
   assert.equal(JSON.parse(body).message, 'invalid signature');
   await sbx.kill();
 });
+
+// Create fields and options abxd does not implement (issue 39 item 6) are refused with E2B's
+// error shape (400 {code, message}), never silently ignored; the sandbox is not created.
+test('unsupported create fields and filesystem-only pause are refused, not ignored', async () => {
+  const before = (await Sandbox.list().nextItems()).length;
+  const refused = async (promise, pattern) => {
+    await assert.rejects(promise, (e) => {
+      assert.match(e.message, /^400: /);
+      assert.match(e.message, pattern);
+      return true;
+    });
+  };
+  await refused(
+    Sandbox.create('base', { mcp: { github: { githubPersonalAccessToken: 'x' } } }),
+    /mcp is not supported/,
+  );
+  await refused(
+    Sandbox.create('base', {
+      network: { egressProxy: { address: 'proxy.example.com:1080', username: 'u', password: 'p' } },
+    }),
+    /egressProxy is not supported/,
+  );
+  await refused(Sandbox.create('base', { network: { httpsPorts: [3000] } }), /httpsPorts is not supported/);
+  await refused(
+    Sandbox.create('base', { lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } }),
+    /filesystem-only pause/,
+  );
+  assert.equal((await Sandbox.list().nextItems()).length, before);
+
+  // What abxd does implement of the lifecycle: onTimeout pause with autoResume, kept as created.
+  const sbx = await create({ lifecycle: { onTimeout: { action: 'pause', keepMemory: true }, autoResume: true } });
+  const info = await sbx.getInfo();
+  assert.deepEqual(info.lifecycle, { onTimeout: 'pause', autoResume: true });
+  // pause({keepMemory: false}) is E2B's filesystem-only pause: refused, the sandbox runs on.
+  await refused(sbx.pause({ keepMemory: false }), /filesystem-only pause/);
+  assert.equal(await sbx.isRunning(), true);
+  assert.equal((await sbx.commands.run('echo still')).stdout, 'still\n');
+  await sbx.kill();
+});
