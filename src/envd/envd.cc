@@ -132,21 +132,33 @@ Status Envd::Impl::check_files_auth(const Request& req, const std::map<std::stri
                                     const char* op) const {
   auto access = access_token();
   if (!access) return {};
-  if (req.find("X-Access-Token") != req.end()) return check_token(req);
+  // E2B's envd (envd/internal/api/auth.go validateSigning): its checks in its order, with its
+  // words; every failure is a 401.
+  if (auto it = req.find("X-Access-Token"); it != req.end()) {
+    if (it->value().size() > token::kMaxTokenBytes ||
+        !token::constant_time_equal(it->value(), *access)) {
+      return Error(ErrorCode::kUnauthenticated,
+                   "access token present in header but does not match");
+    }
+    return {};
+  }
+  if (q.find("signature") == q.end()) {
+    return Error(ErrorCode::kUnauthenticated, "missing signature query parameter");
+  }
   std::string sig = query_value(q, "signature");
-  if (sig.empty()) return Error(ErrorCode::kUnauthenticated, "missing X-Access-Token or signature");
   std::string exp = query_value(q, "signature_expiration");
+  const bool has_exp = q.find("signature_expiration") != q.end();
+  // An integer parameter that is not one: the request is malformed (400, as E2B's generated
+  // parameter binding answers), before any signature is computed.
+  if (has_exp && (exp.empty() || exp.size() > 18 ||
+                  exp.find_first_not_of("0123456789", exp[0] == '-' ? 1 : 0) != std::string::npos ||
+                  exp == "-")) {
+    return invalid_argument("Invalid format for parameter signature_expiration: '" +
+                            exp.substr(0, 32) + "' is not an integer");
+  }
   std::string material =
       query_value(q, "path") + ":" + op + ":" + query_value(q, "username") + ":" + *access;
-  if (!exp.empty()) {
-    if (exp.size() > 18 || exp.find_first_not_of("0123456789") != std::string::npos) {
-      return Error(ErrorCode::kUnauthenticated, "invalid signature expiration");
-    }
-    if (std::stoll(exp) < static_cast<long long>(std::time(nullptr))) {
-      return Error(ErrorCode::kUnauthenticated, "signature is already expired");  // E2B's words
-    }
-    material += ":" + exp;
-  }
+  if (has_exp) material += ":" + exp;
   unsigned char digest[SHA256_DIGEST_LENGTH];
   ::SHA256(reinterpret_cast<const unsigned char*>(material.data()), material.size(), digest);
   std::string want =
@@ -154,6 +166,10 @@ Status Envd::Impl::check_files_auth(const Request& req, const std::map<std::stri
   while (want.back() == '=') want.pop_back();
   if (!token::constant_time_equal(sig, want))
     return Error(ErrorCode::kUnauthenticated, "invalid signature");
+  // The signature first, then its expiration: a forged URL with a past expiration is "invalid".
+  if (has_exp && std::stoll(exp) < static_cast<long long>(std::time(nullptr))) {
+    return Error(ErrorCode::kUnauthenticated, "signature is already expired");
+  }
   return {};
 }
 

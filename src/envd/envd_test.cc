@@ -1000,11 +1000,28 @@ TEST_F(EnvdTest, TokenIsCheckedExceptOnHealth) {
                 .result_int(),
             401);
   std::string past = std::to_string(std::time(nullptr) - 10);
-  EXPECT_EQ(send(http::make_request(bhttp::verb::get, "/files?path=s.txt&signature=" +
-                                                          sign("s.txt:read::s3cret:" + past) +
-                                                          "&signature_expiration=" + past))
+  // E2B's envd's words, in its order: the signature is checked before its expiration.
+  auto refused = [&](const std::string& target, const std::string& message) {
+    auto res = send(http::make_request(bhttp::verb::get, target));
+    EXPECT_EQ(res.result_int(), 401) << target;
+    EXPECT_EQ(json::parse(res.body()).at("message").as_string(), message) << target;
+  };
+  refused("/files?path=s.txt&signature=" + sign("s.txt:read::s3cret:" + past) +
+              "&signature_expiration=" + past,
+          "signature is already expired");
+  refused("/files?path=s.txt&signature=v1_bad&signature_expiration=" + past, "invalid signature");
+  refused("/files?path=s.txt", "missing signature query parameter");
+  // As another user: the username is signed too.
+  refused("/files?path=s.txt&username=root&signature=" + sign("s.txt:read::s3cret"),
+          "invalid signature");
+  token_ = "wrong";
+  refused("/files?path=s.txt&signature=" + sign("s.txt:read::s3cret"),
+          "access token present in header but does not match");
+  token_.reset();
+  EXPECT_EQ(send(http::make_request(bhttp::verb::get,
+                                    "/files?path=s.txt&signature=v1_x&signature_expiration=soon"))
                 .result_int(),
-            401);
+            400);
 }
 
 // GET /envs and GET /metrics, as E2B's envd answers them: token required, GET only, JSON with

@@ -1,16 +1,19 @@
 #include "api.h"
 
+#include <openssl/sha.h>
 #include <unistd.h>
 
 #include <boost/beast/core/string.hpp>
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
 #include <boost/url/url_view.hpp>
+#include <cctype>
 #include <filesystem>
 #include <iterator>
 #include <optional>
 
 #include "abx/auth/signing.h"
+#include "abx/base/base64.h"
 #include "abx/base/try.h"
 #include "abx/token/token.h"
 #include "api_routes.h"
@@ -41,6 +44,7 @@ constexpr api::RouteEntry kRoutes[] = {
     {verb::get, "/sandboxes", api::list_sandboxes_v1},
     {verb::post, "/sandboxes", api::create_sandbox},
     {verb::post, "/v2/sandboxes", api::create_sandbox},
+    {verb::get, "/sandboxes/metrics", api::sandboxes_metrics},
     {verb::get, "/sandboxes/{id}", api::get_sandbox},
     {verb::delete_, "/sandboxes/{id}", api::kill_sandbox},
     {verb::post, "/sandboxes/{id}/timeout", api::set_sandbox_timeout},
@@ -54,9 +58,87 @@ constexpr api::RouteEntry kRoutes[] = {
     {verb::post, "/sandboxes/{id}/tokens", api::mint_token},
     {verb::get, "/sandboxes/{id}/metrics", api::sandbox_metrics},
     {verb::get, "/sandboxes/{id}/logs", api::sandbox_logs},
+    {verb::get, "/v2/sandboxes/{id}/logs", api::sandbox_logs_v2},
+    {verb::post, "/sandboxes/{id}/refreshes", api::refresh_sandbox},
+    {verb::get, "/teams", api::list_teams},
+    {verb::get, "/teams/{id}/metrics", api::team_metrics},
+    {verb::get, "/teams/{id}/metrics/max", api::team_metrics_max},
     {verb::put, "/sandboxes/{id}/network", api::update_sandbox_network},
     {verb::get, "/sandboxes/{id}/network/audit", api::sandbox_network_audit},
 };
+
+// A signed file URL (the SDK's downloadUrl / uploadUrl): GET or POST /files with a `signature`
+// query parameter, which carries no X-Access-Token. envd checks the signature itself, in
+// constant time and with its expiration (src/envd/envd.cc check_files_auth), so the proxy lets
+// it through without a token. Only the literal parameter name counts: anything else is
+// refused here, the safe side. Decoded as envd decodes its query ('+' is a space, the first of
+// a repeated name wins); nullopt for any other request or a malformed query.
+struct SignedFiles {
+  const char* operation = "read";  // E2B's signing operation: read (GET) or write (POST)
+  std::string path, username, signature, expiration;
+};
+
+std::optional<std::string> query_unescape(std::string_view s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      out += ' ';
+    } else if (s[i] != '%') {
+      out += s[i];
+    } else if (i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+               std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+      out += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
+      i += 2;
+    } else {
+      return std::nullopt;
+    }
+  }
+  return out;
+}
+
+std::optional<SignedFiles> signed_files_request(const bhttp::request_header<>& h) {
+  if (h.method() != bhttp::verb::get && h.method() != bhttp::verb::post) return std::nullopt;
+  std::string_view target = h.target();
+  auto qm = target.find('?');
+  if (qm == std::string_view::npos || target.substr(0, qm) != "/files") return std::nullopt;
+  SignedFiles out;
+  out.operation = h.method() == bhttp::verb::get ? "read" : "write";
+  bool seen_sig = false, seen_path = false, seen_user = false, seen_exp = false;
+  std::string_view q = target.substr(qm + 1);
+  while (!q.empty()) {
+    auto amp = q.find('&');
+    std::string_view kv = q.substr(0, amp);
+    q = amp == std::string_view::npos ? std::string_view() : q.substr(amp + 1);
+    auto eq = kv.find('=');
+    auto key = query_unescape(kv.substr(0, eq));
+    auto value = query_unescape(eq == std::string_view::npos ? "" : kv.substr(eq + 1));
+    if (!key || !value) return std::nullopt;
+    auto take = [&](bool& seen, std::string& into) {
+      if (!seen) into = std::move(*value);
+      seen = true;
+    };
+    if (*key == "signature") take(seen_sig, out.signature);
+    if (*key == "path") take(seen_path, out.path);
+    if (*key == "username") take(seen_user, out.username);
+    if (*key == "signature_expiration") take(seen_exp, out.expiration);
+  }
+  if (out.signature.empty()) return std::nullopt;
+  return out;
+}
+
+// E2B's envd signature: "v1_" + unpadded base64 of sha256("<path>:<op>:<user>:<token>[:<exp>]")
+// (envd/internal/api/auth.go generateSignature; the SDK's src/sandbox/signature.ts).
+std::string files_signature(const SignedFiles& f, std::string_view access_token) {
+  std::string material = f.path + ":" + f.operation + ":" + f.username + ":";
+  material += access_token;
+  if (!f.expiration.empty()) material += ":" + f.expiration;
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  ::SHA256(reinterpret_cast<const unsigned char*>(material.data()), material.size(), digest);
+  std::string sig =
+      "v1_" + base64_encode(std::string_view(reinterpret_cast<char*>(digest), sizeof digest));
+  while (sig.back() == '=') sig.pop_back();
+  return sig;
+}
 
 }  // namespace
 
@@ -189,6 +271,12 @@ Result<Response> ControlApi::route(Request& req) {
   // /health and /mcp match the exact path with any method, as they always have; /health needs
   // no credentials.
   if (path == "/health") return http::json_response(200, json::object{{"status", "ok"}});
+  // A signed file URL that no live sandbox's token signed (signed_files_route found none): what
+  // envd answers a wrong signature, not the API's "missing API key".
+  if (signed_files_request(req.base())) {
+    auth_limiter_.failed(std::string(req[kPeerAddressField]), now_ms());
+    return Error(ErrorCode::kUnauthenticated, "invalid signature");
+  }
   ABX_ASSIGN_OR_RETURN(std::string team, authenticate(req));
   // MCP: mcp_tools.h
   if (path == "/mcp") return serve_platform_mcp(sandboxes_, store_, team, req);
@@ -286,26 +374,6 @@ bool ControlApi::serve_control(Request& req, const http::Responder& respond) {
 }
 
 namespace {
-// GET or POST /files with a `signature` query parameter: a signed file URL (the SDK's
-// downloadUrl / uploadUrl), which carries no X-Access-Token. envd checks the signature itself, in
-// constant time and with its expiration (src/envd/envd.cc check_files_auth), so the proxy lets
-// it through without a token. Only the literal parameter name counts: anything else is
-// refused here, the safe side.
-bool signed_files_request(const bhttp::request_header<>& h) {
-  if (h.method() != bhttp::verb::get && h.method() != bhttp::verb::post) return false;
-  std::string_view target = h.target();
-  auto qm = target.find('?');
-  if (qm == std::string_view::npos || target.substr(0, qm) != "/files") return false;
-  std::string_view q = target.substr(qm + 1);
-  while (!q.empty()) {
-    auto amp = q.find('&');
-    std::string_view kv = q.substr(0, amp);
-    q = amp == std::string_view::npos ? std::string_view() : q.substr(amp + 1);
-    if (kv.starts_with("signature=") && kv.size() > 10) return true;
-  }
-  return false;
-}
-
 // The code interpreter's context management (list, create, restart, remove contexts) and its
 // health check: @e2b/code-interpreter sends these without X-Access-Token (E2B's ports are public
 // unless allowPublicTraffic is false, and then the SDK sends the traffic token, checked above).
@@ -319,6 +387,20 @@ bool interpreter_management_request(const bhttp::request_header<>& h) {
   return path == "/health" || path == "/contexts" || path.starts_with("/contexts/");
 }
 }  // namespace
+
+// A signed URL names its sandbox only through the token that signed it: each live sandbox's
+// token is tried (one SHA-256 each), compared in constant time. envd checks it again, with its
+// expiration. A secure=false sandbox has no token and the SDK signs nothing for it.
+std::optional<Route> ControlApi::signed_files_route(const bhttp::request_header<>& headers) {
+  auto f = signed_files_request(headers);
+  if (!f) return std::nullopt;
+  for (const auto& sb : sandboxes_.all()) {
+    if (sb->access_token.empty()) continue;
+    if (token::constant_time_equal(f->signature, files_signature(*f, sb->access_token)))
+      return Route{Route::Kind::kSandbox, sb->record.id, kEnvdPort};
+  }
+  return std::nullopt;
+}
 
 GatewayBackend::Admission ControlApi::admit(const Route& route,
                                             const bhttp::request_header<>& headers) {

@@ -55,6 +55,8 @@ class ControlApi : public GatewayBackend {
   Result<runtime::UniqueFd> connect_sandbox(const Route& route) override;
   Result<runtime::UniqueFd> sandbox_socket(const Route& route) override;
   Admission admit(const Route& route, const boost::beast::http::request_header<>& headers) override;
+  std::optional<Route> signed_files_route(
+      const boost::beast::http::request_header<>& headers) override;
   Result<http::BodyPlan> control_body_plan(const http::Request& header,
                                            std::size_t default_max) override;
   bool serve_control(http::Request& req, const http::Responder& respond) override;

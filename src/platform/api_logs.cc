@@ -8,6 +8,7 @@
 // paused, resumed, timeout set or reached, killed; source "abxd"). `start` (Unix ms, inclusive)
 // and `limit` (default 1000, at most 10 000) select as E2B's do. A paused sandbox is not woken
 // for its logs: only abxd's events are returned, with a note.
+#include <algorithm>
 #include <boost/json.hpp>
 #include <chrono>
 
@@ -44,22 +45,23 @@ Result<std::int64_t> query_number(const Context& ctx, const char* key, std::int6
 
 }  // namespace
 
-Result<Response> sandbox_logs(Context& ctx) {
-  ABX_ASSIGN_OR_RETURN(auto sb, live_sandbox(ctx));
-  ABX_ASSIGN_OR_RETURN(std::int64_t start, query_number(ctx, "start", 0, INT64_MAX));
-  ABX_ASSIGN_OR_RETURN(std::int64_t limit, query_number(ctx, "limit", 1000, 10'000));
+namespace {
+
+// abxd's events of `sb` and envd's output lines at or after `start` (envd gives at most
+// `limit`), merged oldest first.
+std::vector<Entry> collect(LiveSandbox& sb, std::int64_t start, std::int64_t limit) {
   std::vector<Entry> all;
-  for (const auto& e : sb->events_since(start))
+  for (const auto& e : sb.events_since(start))
     all.push_back({e.timestamp_ms, e.level, e.message, "abxd", "event"});
-  auto rt = sb->runtime();
+  auto rt = sb.runtime();
   Result<std::vector<EnvdLogLine>> lines =
       rt ? Result<std::vector<EnvdLogLine>>(std::vector<EnvdLogLine>{})
          : Error(ErrorCode::kUnavailable, "the sandbox is paused to disk");
-  if (sb->paused) {
+  if (sb.paused) {
     all.push_back({now_ms(), "info",
                    "the sandbox is paused: its programs' output is shown once it runs again",
                    "abxd", "event"});
-  } else if (rt && (lines = read_envd_log(*rt, sb->access_token, start, limit)).ok()) {
+  } else if (rt && (lines = read_envd_log(*rt, sb.access_token, start, limit)).ok()) {
     for (auto& l : *lines) {
       all.push_back({l.timestamp_ms, std::move(l.level), std::move(l.line), std::move(l.source),
                      std::move(l.stream)});
@@ -70,19 +72,77 @@ Result<Response> sandbox_logs(Context& ctx) {
   }
   std::stable_sort(all.begin(), all.end(),
                    [](const Entry& a, const Entry& b) { return a.ms < b.ms; });
+  return all;
+}
+
+json::object entry_json(const Entry& e) {
+  return json::object{{"timestamp", rfc3339_ms(e.ms)},
+                      {"level", e.level},
+                      {"message", e.message},
+                      {"fields", json::object{{"source", e.source}, {"stream", e.stream}}}};
+}
+
+// E2B's LogLevel order; a level outside it (none is made today) ranks as info.
+int level_rank(std::string_view level) {
+  if (level == "debug") return 0;
+  if (level == "warn") return 2;
+  if (level == "error") return 3;
+  return 1;
+}
+
+}  // namespace
+
+Result<Response> sandbox_logs(Context& ctx) {
+  ABX_ASSIGN_OR_RETURN(auto sb, live_sandbox(ctx));
+  ABX_ASSIGN_OR_RETURN(std::int64_t start, query_number(ctx, "start", 0, INT64_MAX));
+  ABX_ASSIGN_OR_RETURN(std::int64_t limit, query_number(ctx, "limit", 1000, 10'000));
+  std::vector<Entry> all = collect(*sb, start, limit);
   if (all.size() > static_cast<std::size_t>(limit)) all.resize(static_cast<std::size_t>(limit));
   json::array logs, entries;
   for (const auto& e : all) {
-    std::string ts = rfc3339_ms(e.ms);
-    logs.push_back(json::object{{"timestamp", ts}, {"line", e.message}});
-    entries.push_back(
-        json::object{{"timestamp", ts},
-                     {"level", e.level},
-                     {"message", e.message},
-                     {"fields", json::object{{"source", e.source}, {"stream", e.stream}}}});
+    logs.push_back(json::object{{"timestamp", rfc3339_ms(e.ms)}, {"line", e.message}});
+    entries.push_back(entry_json(e));
   }
   return http::json_response(
       200, json::object{{"logs", std::move(logs)}, {"logEntries", std::move(entries)}});
+}
+
+// GET /v2/sandboxes/{id}/logs?cursor=<ms>&direction=forward|backward&level=&search=&limit=:
+// E2B's SandboxLogsV2Response {"logs": [SandboxLogEntry]}. forward (the default): entries at or
+// after `cursor` (default 0), oldest first; backward: entries at or before `cursor` (default
+// now), newest first — the next page's cursor is then the last entry's time. `level` keeps that
+// level and above (debug < info < warn < error), `search` entries whose message contains it
+// (case-sensitive); `limit` defaults to 1000, at most 10 000.
+Result<Response> sandbox_logs_v2(Context& ctx) {
+  ABX_ASSIGN_OR_RETURN(auto sb, live_sandbox(ctx));
+  std::string direction = "forward", level, search;
+  for (auto p : ctx.url.params()) {
+    if (p.key == "direction") direction = p.value;
+    if (p.key == "level") level = p.value;
+    if (p.key == "search") search = p.value;
+  }
+  if (direction != "forward" && direction != "backward")
+    return invalid_argument("direction must be forward or backward");
+  if (!level.empty() && level != "debug" && level != "info" && level != "warn" && level != "error")
+    return invalid_argument("level must be one of debug, info, warn, error");
+  const bool backward = direction == "backward";
+  ABX_ASSIGN_OR_RETURN(std::int64_t cursor,
+                       query_number(ctx, "cursor", backward ? now_ms() : 0, INT64_MAX));
+  ABX_ASSIGN_OR_RETURN(std::int64_t limit, query_number(ctx, "limit", 1000, 10'000));
+  // Filters apply before the limit: everything envd keeps is read (its ring holds at most 10 000
+  // lines), from the cursor on when reading forward.
+  std::vector<Entry> all = collect(*sb, backward ? 0 : cursor, 10'000);
+  if (backward) std::reverse(all.begin(), all.end());
+  const int min_rank = level.empty() ? 0 : level_rank(level);
+  json::array logs;
+  for (const auto& e : all) {
+    if (logs.size() >= static_cast<std::size_t>(limit)) break;
+    if (backward ? e.ms > cursor : e.ms < cursor) continue;
+    if (level_rank(e.level) < min_rank) continue;
+    if (!search.empty() && e.message.find(search) == std::string::npos) continue;
+    logs.push_back(entry_json(e));
+  }
+  return http::json_response(200, json::object{{"logs", std::move(logs)}});
 }
 
 // GET /sandboxes/{id}/network/audit?start=<unix ms>: the sandbox's outbound flows and DNS

@@ -1,5 +1,8 @@
-// GET /sandboxes/{id}/metrics?start=&end=: the sandbox's usage samples (one every 5 s, the last
-// hour kept) in E2B's SandboxMetric shape, oldest first.
+// Usage metrics in E2B's shapes: GET /sandboxes/{id}/metrics?start=&end= (one sandbox's samples,
+// one every 5 s, the last hour kept, oldest first), GET /sandboxes/metrics (the latest of each of
+// several), GET /teams and GET /teams/{teamID}/metrics[/max] (the team's running sandboxes and
+// start rate, sampled every 5 s).
+#include <boost/beast/core/string.hpp>
 #include <boost/json.hpp>
 #include <string>
 
@@ -28,31 +31,146 @@ Result<std::optional<std::int64_t>> unix_seconds(const Context& ctx, const char*
   return std::optional<std::int64_t>();
 }
 
+json::object metric_json(const LiveSandbox& sb, const MetricSample& m) {
+  const auto cpus = static_cast<std::int64_t>(sb.record.cpu_count + 0.999);
+  return json::object{
+      {"timestamp", rfc3339_ms(m.timestamp_ms)},
+      {"timestampUnix", m.timestamp_ms / 1000},
+      {"cpuCount", cpus},
+      {"cpuUsedPct", m.cpu_used_pct},
+      {"memUsed", static_cast<std::int64_t>(m.mem_used_bytes)},
+      {"memTotal", sb.record.memory_mb << 20},
+      {"diskUsed", m.disk_used_bytes},
+      {"diskTotal", m.disk_total_bytes ? m.disk_total_bytes : sb.record.disk_mb << 20}};
+}
+
+// The [start, end] window of a metrics route in ms: Unix seconds, each covering its whole
+// second; `default_start_ms` when start is absent, now when end is.
+Result<std::pair<std::int64_t, std::int64_t>> window_ms(const Context& ctx,
+                                                        std::int64_t default_start_ms) {
+  ABX_ASSIGN_OR_RETURN(auto start_s, unix_seconds(ctx, "start"));
+  ABX_ASSIGN_OR_RETURN(auto end_s, unix_seconds(ctx, "end"));
+  if (start_s && end_s && *end_s < *start_s)
+    return invalid_argument("end must not be before start");
+  return std::pair{start_s ? *start_s * 1000 : default_start_ms,
+                   end_s ? *end_s * 1000 + 999 : now_ms()};
+}
+
 }  // namespace
 
 Result<Response> sandbox_metrics(Context& ctx) {
   ABX_ASSIGN_OR_RETURN(auto sb, live_sandbox(ctx));
-  ABX_ASSIGN_OR_RETURN(auto start_s, unix_seconds(ctx, "start"));
-  ABX_ASSIGN_OR_RETURN(auto end_s, unix_seconds(ctx, "end"));
-  // Defaults as E2B's: from the sandbox's start until now. Seconds cover their whole second.
-  const std::int64_t start_ms = start_s ? *start_s * 1000 : 0;
-  const std::int64_t end_ms = end_s ? *end_s * 1000 + 999 : now_ms();
-  if (start_s && end_s && *end_s < *start_s)
-    return invalid_argument("end must not be before start");
+  // Defaults as E2B's: from the sandbox's start until now.
+  ABX_ASSIGN_OR_RETURN(auto window, window_ms(ctx, 0));
   json::array out;
-  const auto cpus = static_cast<std::int64_t>(sb->record.cpu_count + 0.999);
-  for (const MetricSample& m : sb->metrics_between(start_ms, end_ms)) {
-    out.push_back(json::object{
-        {"timestamp", rfc3339_ms(m.timestamp_ms)},
-        {"timestampUnix", m.timestamp_ms / 1000},
-        {"cpuCount", cpus},
-        {"cpuUsedPct", m.cpu_used_pct},
-        {"memUsed", static_cast<std::int64_t>(m.mem_used_bytes)},
-        {"memTotal", sb->record.memory_mb << 20},
-        {"diskUsed", m.disk_used_bytes},
-        {"diskTotal", m.disk_total_bytes ? m.disk_total_bytes : sb->record.disk_mb << 20}});
-  }
+  for (const MetricSample& m : sb->metrics_between(window.first, window.second))
+    out.push_back(metric_json(*sb, m));
   return http::json_response(200, out);
+}
+
+// GET /sandboxes/metrics?sandbox_ids=a,b: each listed sandbox's latest sample, keyed by id
+// (E2B's SandboxesWithMetrics). Ids that name no live sandbox of the team, or one without a
+// sample yet, are left out, as E2B leaves them; more than 100 ids is E2B's 400.
+Result<Response> sandboxes_metrics(Context& ctx) {
+  std::vector<std::string> ids;
+  for (auto p : ctx.url.params()) {
+    if (p.key != "sandbox_ids") continue;
+    std::string_view v = p.value;
+    while (!v.empty()) {
+      auto comma = v.find(',');
+      std::string id(v.substr(0, comma));
+      v = comma == std::string_view::npos ? std::string_view() : v.substr(comma + 1);
+      if (!id.empty()) ids.push_back(std::move(id));
+    }
+  }
+  if (ids.empty()) return invalid_argument("sandbox_ids is required: a comma-separated list");
+  if (ids.size() > 100) return invalid_argument("Too many sandboxes requested, maximum is 100");
+  json::object out;
+  for (const auto& raw : ids) {
+    const std::string id = raw.substr(0, raw.find('-'));  // <id> or <id>-<clientID>
+    auto sb = ctx.sandboxes.find(id);
+    if (!sb || sb->record.team_id != ctx.team) continue;
+    auto samples = sb->metrics_between(0, now_ms());
+    if (!samples.empty()) out[id] = metric_json(*sb, samples.back());
+  }
+  return http::json_response(200, json::object{{"sandboxes", std::move(out)}});
+}
+
+namespace {
+
+// A team route's {teamID}: the credential's own team only (E2B's 403 for another).
+Status check_team(const Context& ctx) {
+  if (ctx.params[0] != ctx.team) {
+    return Error(ErrorCode::kPermissionDenied,
+                 "You are not authorized to access this team's (" + ctx.params[0] + ") metrics");
+  }
+  return {};
+}
+
+json::object team_metric_json(const TeamSample& s) {
+  return json::object{{"concurrentSandboxes", s.concurrent_sandboxes},
+                      {"sandboxStartRate", s.sandbox_start_rate},
+                      {"timestamp", rfc3339_ms(s.timestamp_ms)},
+                      {"timestampUnix", s.timestamp_ms / 1000}};
+}
+
+}  // namespace
+
+// GET /teams: the credential's team (abxd's teams are tenants of one operator: a key sees its
+// own team only). `apiKey` is the key the request presented (abxd keeps only digests), empty for
+// a signed request.
+Result<Response> list_teams(Context& ctx) {
+  std::string key(ctx.req["X-API-KEY"]);
+  if (key.empty()) {
+    std::string_view a = ctx.req[boost::beast::http::field::authorization];
+    if (a.size() > 7 && boost::beast::iequals(a.substr(0, 7), "bearer ")) key = a.substr(7);
+  }
+  json::array out;
+  out.push_back(
+      json::object{{"teamID", ctx.team}, {"name", ctx.team}, {"apiKey", key}, {"isDefault", true}});
+  return http::json_response(200, out);
+}
+
+// GET /teams/{teamID}/metrics?start=&end=: the team's samples (every 5 s, the last hour since
+// abxd started), oldest first; default window: the last hour.
+Result<Response> team_metrics(Context& ctx) {
+  ABX_TRY(check_team(ctx));
+  ABX_ASSIGN_OR_RETURN(auto window, window_ms(ctx, now_ms() - 3600 * 1000));
+  json::array out;
+  for (const auto& s : ctx.sandboxes.team_metrics(ctx.team, window.first, window.second))
+    out.push_back(team_metric_json(s));
+  return http::json_response(200, out);
+}
+
+// GET /teams/{teamID}/metrics/max?metric=concurrent_sandboxes|sandbox_start_rate: the sample
+// with the highest value in the window (the earliest of equals); value 0 at the window's end
+// when there is none.
+Result<Response> team_metrics_max(Context& ctx) {
+  ABX_TRY(check_team(ctx));
+  std::string metric;
+  for (auto p : ctx.url.params())
+    if (p.key == "metric") metric = p.value;
+  if (metric != "concurrent_sandboxes" && metric != "sandbox_start_rate")
+    return invalid_argument("metric must be concurrent_sandboxes or sandbox_start_rate");
+  ABX_ASSIGN_OR_RETURN(auto window, window_ms(ctx, now_ms() - 3600 * 1000));
+  std::int64_t at = window.second;
+  double best = 0;
+  bool any = false;
+  for (const auto& s : ctx.sandboxes.team_metrics(ctx.team, window.first, window.second)) {
+    double v = metric == "concurrent_sandboxes" ? static_cast<double>(s.concurrent_sandboxes)
+                                                : s.sandbox_start_rate;
+    if (!any || v > best) {
+      best = v;
+      at = s.timestamp_ms;
+      any = true;
+    }
+  }
+  json::value value = metric == "concurrent_sandboxes"
+                          ? json::value(static_cast<std::int64_t>(best))
+                          : json::value(best);
+  return http::json_response(200, json::object{{"timestamp", rfc3339_ms(at)},
+                                               {"timestampUnix", at / 1000},
+                                               {"value", std::move(value)}});
 }
 
 }  // namespace abx::platform::api

@@ -7,7 +7,8 @@
 // kFailedPrecondition 409 and so on (abx/base/error.h).
 //
 // One file per resource: api_sandboxes.cc (lifecycle and listing), api_templates.cc,
-// api_tokens.cc (scoped command tokens), api_metrics.cc; the table itself is in api.cc.
+// api_tokens.cc (scoped command tokens), api_metrics.cc (with teams), api_logs.cc; the table itself
+// is in api.cc.
 #pragma once
 
 #include <boost/beast/http/verb.hpp>
@@ -108,6 +109,7 @@ Result<http::Response> update_sandbox_network(Context& ctx);
 Result<http::Response> sandbox_network_audit(Context& ctx);
 Result<http::Response> kill_sandbox(Context& ctx);
 Result<http::Response> set_sandbox_timeout(Context& ctx);
+Result<http::Response> refresh_sandbox(Context& ctx);
 Result<http::Response> connect_sandbox(Context& ctx);
 Result<http::Response> resume_sandbox(Context& ctx);
 Result<http::Response> pause_sandbox(Context& ctx);
@@ -134,7 +136,12 @@ Status build_template(Context& ctx, const std::string& context_tar,
                       const std::function<void()>& drop_context, const http::Responder& respond);
 Result<http::Response> mint_token(Context& ctx);
 Result<http::Response> sandbox_metrics(Context& ctx);
-Result<http::Response> sandbox_logs(Context& ctx);  // api_logs.cc
+Result<http::Response> sandboxes_metrics(Context& ctx);  // GET /sandboxes/metrics
+Result<http::Response> list_teams(Context& ctx);         // GET /teams
+Result<http::Response> team_metrics(Context& ctx);       // GET /teams/{teamID}/metrics
+Result<http::Response> team_metrics_max(Context& ctx);   // GET /teams/{teamID}/metrics/max
+Result<http::Response> sandbox_logs(Context& ctx);       // api_logs.cc
+Result<http::Response> sandbox_logs_v2(Context& ctx);    // GET /v2/sandboxes/{id}/logs
 
 // The typed requests and their decoders (api_sandboxes.cc, api_tokens.cc).
 Result<CreateRequest> parse_create(const boost::json::object& body, std::int64_t max_timeout,

@@ -21,6 +21,10 @@ namespace {
 
 Response no_content() { return Response{bhttp::status::no_content, 11}; }
 
+constexpr const char* kNoFilesystemOnlyPause =
+    "filesystem-only pause (memory: false) is not supported by abxd: a paused sandbox always "
+    "keeps its processes and memory";
+
 json::object sandbox_json(const LiveSandbox& sb) {
   json::object o{{"templateID", sb.record.template_id},
                  {"sandboxID", sb.record.id},
@@ -160,11 +164,14 @@ Result<bool> bool_field(const json::value* v, const char* name) {
 
 // E2B's create fields: `autoPause` (true: the deadline pauses instead of killing; the SDK sends
 // it for lifecycle.onTimeout), `autoResume: {enabled}` (traffic wakes a paused sandbox),
-// `autoPauseMemory` (accepted; a paused sandbox always keeps its memory here). The shape
+// `autoPauseMemory` (true only: a paused sandbox always keeps its memory here). The shape
 // GET /sandboxes/{id} reports, `lifecycle: {onTimeout, autoResume}`, is accepted too.
 Status parse_lifecycle(const json::object& body, CreateRequest& cr) {
   ABX_ASSIGN_OR_RETURN(cr.pause_on_timeout, bool_field(body.if_contains("autoPause"), "autoPause"));
-  ABX_TRY(bool_field(body.if_contains("autoPauseMemory"), "autoPauseMemory"));
+  if (const json::value* m = body.if_contains("autoPauseMemory"); m && !m->is_null()) {
+    ABX_ASSIGN_OR_RETURN(bool memory, bool_field(m, "autoPauseMemory"));
+    if (!memory) return invalid_argument(kNoFilesystemOnlyPause);
+  }
   if (const json::value* ar = body.if_contains("autoResume"); ar && !ar->is_null()) {
     if (ar->is_bool()) {
       cr.auto_resume = ar->as_bool();
@@ -236,6 +243,13 @@ Result<CreateRequest> parse_create(const json::object& body, std::int64_t max_ti
     cr.secure = s->as_bool();
   }
   ABX_TRY(parse_lifecycle(body, cr));
+  // E2B's MCP gateway (the SDK's `mcp` option, which also picks its `mcp-gateway` template) is
+  // not part of abxd: refused, not ignored. abx's own MCP servers are abxd's /mcp and a
+  // template's command server (docs/mcp.md).
+  if (const json::value* m = body.if_contains("mcp");
+      m && !m->is_null() && !(m->is_object() && m->get_object().empty())) {
+    return invalid_argument("mcp is not supported by abxd (E2B's MCP gateway is not available)");
+  }
   if (body.contains("network") || body.contains("allowInternetAccess") ||
       body.contains("allow_internet_access")) {
     ABX_ASSIGN_OR_RETURN(SandboxNetworkSpec net, parse_network_request(body, default_internet));
@@ -324,14 +338,32 @@ Result<Response> set_sandbox_timeout(Context& ctx) {
   return no_content();
 }
 
+// POST /sandboxes/{id}/refreshes {"duration"?: s}: E2B's keep-alive. The deadline becomes at
+// least now + duration (default and minimum 15 s, E2B's SandboxTimeoutDefault); it never
+// shortens it.
+Result<Response> refresh_sandbox(Context& ctx) {
+  ABX_ASSIGN_OR_RETURN(SandboxPost op, sandbox_post(ctx));
+  std::int64_t duration = 15;
+  if (const json::value* d = op.body.if_contains("duration"); d && !d->is_null()) {
+    ABX_ASSIGN_OR_RETURN(
+        duration, int_field(op.body, "duration", 0, ctx.sandboxes.options().max_timeout_seconds));
+  }
+  ABX_TRY(ctx.sandboxes.extend_timeout(op.id, std::max<std::int64_t>(duration, 15)));
+  return no_content();
+}
+
 Result<Response> connect_sandbox(Context& ctx) { return resume_or_connect(ctx, false); }
 Result<Response> resume_sandbox(Context& ctx) { return resume_or_connect(ctx, true); }
 
-// E2B's body `{"memory": <bool>}` (the SDK's keepMemory) is accepted; a pause always keeps the
-// processes with their memory here (to disk, or in RAM — SandboxManager::pause).
+// E2B's body `{"memory": <bool>}` (the SDK's keepMemory): a pause always keeps the processes
+// with their memory here (to disk, or in RAM — SandboxManager::pause), so `memory: false`
+// (E2B's filesystem-only pause) is refused rather than ignored.
 Result<Response> pause_sandbox(Context& ctx) {
   ABX_ASSIGN_OR_RETURN(SandboxPost op, sandbox_post(ctx));
-  ABX_TRY(bool_field(op.body.if_contains("memory"), "memory"));
+  if (const json::value* m = op.body.if_contains("memory"); m && !m->is_null()) {
+    ABX_ASSIGN_OR_RETURN(bool memory, bool_field(m, "memory"));
+    if (!memory) return invalid_argument(kNoFilesystemOnlyPause);
+  }
   ABX_TRY(ctx.sandboxes.pause(op.id));  // kFailedPrecondition (409) if already paused
   return no_content();
 }

@@ -70,11 +70,15 @@ TEST(ApiDecoders, CreateReadsE2BLifecycleFields) {
   auto kill = parse_create(obj(R"({"autoPause":false,"autoPauseMemory":true})"), 3600);
   ASSERT_TRUE(kill.ok());
   EXPECT_FALSE(kill->pause_on_timeout);
-  for (const char* bad :
-       {R"({"autoPause":"yes"})", R"({"autoResume":1})", R"({"autoResume":{"enabled":"on"}})",
-        R"({"autoPauseMemory":0})", R"({"lifecycle":true})",
-        R"({"lifecycle":{"onTimeout":"stop"}})", R"({"lifecycle":{"onTimeout":1}})",
-        R"({"lifecycle":{"autoResume":"x"}})"}) {
+  for (const char* bad : {R"({"autoPause":"yes"})", R"({"autoResume":1})",
+                          R"({"autoResume":{"enabled":"on"}})", R"({"autoPauseMemory":0})",
+                          R"({"lifecycle":true})", R"({"lifecycle":{"onTimeout":"stop"}})",
+                          R"({"lifecycle":{"onTimeout":1}})", R"({"lifecycle":{"autoResume":"x"}})",
+                          // Refused, not ignored (issue 39): no filesystem-only pause, no MCP
+                          // gateway, no egress proxy, no TLS ingress.
+                          R"({"autoPause":true,"autoPauseMemory":false})", R"({"mcp":{"x":{}}})",
+                          R"({"network":{"egressProxy":{"address":"p:1080"}}})",
+                          R"({"network":{"httpsPorts":[3000]}})"}) {
     auto r = parse_create(obj(bad), 3600);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument) << bad;

@@ -704,6 +704,9 @@ Status Gateway::Impl::on_header(http::Takeover& conn) {
       route_request(h[bhttp::field::host], h["E2b-Sandbox-Id"], h["E2b-Sandbox-Port"], opt.domain);
   if (!route.ok()) return invalid_argument(route.error().message());
   if (route->kind == Route::Kind::kControl) {
+    if (auto signed_route = backend->signed_files_route(h.base())) route = std::move(*signed_route);
+  }
+  if (route->kind == Route::Kind::kControl) {
     // The backend limits failed authentication per source: the source is this connection's
     // peer, whatever the client wrote.
     h.erase(kPeerAddressField);

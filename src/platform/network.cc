@@ -76,7 +76,7 @@ Result<std::optional<bool>> opt_bool(const json::object& o, std::string_view cam
 
 // Fills the rule fields of `spec` from an E2B network object and checks them.
 Status read_network_object(const json::object& n, SandboxNetworkSpec& spec, std::string_view at) {
-  for (const char* unsupported : {"egressProxy", "egress_proxy", "rules"}) {
+  for (const char* unsupported : {"egressProxy", "egress_proxy", "rules", "httpsPorts"}) {
     const json::value* v = n.if_contains(unsupported);
     if (v && !v->is_null() && !(v->is_array() && v->get_array().empty()) &&
         !(v->is_object() && v->get_object().empty()))

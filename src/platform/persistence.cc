@@ -476,6 +476,7 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::restore_child(const std::st
     live_[id] = live;
   }
   committed = true;
+  count_start(live->record.team_id);
   live->sample_metrics();
   return live;
 }

@@ -593,6 +593,7 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
     std::lock_guard lock(mu_);
     live_[live->record.id] = live;
   }
+  count_start(live->record.team_id);
   live->note("info", "created from template '" + tmpl->id + "', deadline in " +
                          std::to_string(timeout) + " s");
   live->sample_metrics();  // the first metrics sample; the reaper takes one every 5 s after it
@@ -741,6 +742,57 @@ std::shared_ptr<LiveSandbox> SandboxManager::find(const std::string& id) const {
   std::lock_guard lock(mu_);
   auto it = live_.find(id);
   return it == live_.end() ? nullptr : it->second;
+}
+
+void SandboxManager::count_start(const std::string& team_id) {
+  std::lock_guard lock(team_mu_);
+  ++team_starts_[team_id];
+}
+
+void SandboxManager::sample_teams(const std::vector<std::shared_ptr<LiveSandbox>>& all,
+                                  std::int64_t now) {
+  std::map<std::string, std::int64_t> running;
+  for (const auto& sb : all)
+    if (!sb->paused) ++running[sb->record.team_id];
+  std::lock_guard lock(team_mu_);
+  const std::int64_t interval_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(kMetricInterval).count();
+  if (last_team_sample_ms_ != 0 && now - last_team_sample_ms_ < interval_ms) return;
+  const double seconds =
+      last_team_sample_ms_ == 0 ? interval_ms / 1000.0 : (now - last_team_sample_ms_) / 1000.0;
+  last_team_sample_ms_ = now;
+  // Every team with a series, running sandboxes or starts gets a sample (a team whose last
+  // sandbox ended shows 0 from then on).
+  for (const auto& [team, n] : running) team_samples_[team];
+  for (const auto& [team, n] : team_starts_) team_samples_[team];
+  for (auto& [team, series] : team_samples_) {
+    auto r = running.find(team);
+    auto st = team_starts_.find(team);
+    series.push_back({now, r == running.end() ? 0 : r->second,
+                      st == team_starts_.end() ? 0.0 : st->second / seconds});
+    while (series.size() > kMetricSamples) series.pop_front();
+  }
+  team_starts_.clear();
+}
+
+std::vector<TeamSample> SandboxManager::team_metrics(const std::string& team_id,
+                                                     std::int64_t start_ms,
+                                                     std::int64_t end_ms) const {
+  std::lock_guard lock(team_mu_);
+  std::vector<TeamSample> out;
+  auto it = team_samples_.find(team_id);
+  if (it == team_samples_.end()) return out;
+  for (const auto& s : it->second)
+    if (s.timestamp_ms >= start_ms && s.timestamp_ms <= end_ms) out.push_back(s);
+  return out;
+}
+
+std::vector<std::shared_ptr<LiveSandbox>> SandboxManager::all() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<LiveSandbox>> out;
+  out.reserve(live_.size());
+  for (const auto& [id, sb] : live_) out.push_back(sb);
+  return out;
 }
 
 Status SandboxManager::destroy(const std::shared_ptr<LiveSandbox>& sb) {
@@ -962,6 +1014,7 @@ void SandboxManager::reaper_loop() {
     for (const auto& sb : to_sample) {
       if (!sb->paused) sb->sample_metrics();  // a frozen sandbox uses nothing new
     }
+    sample_teams(all, now);
     for (const auto& id : due) {
       auto sb = find(id);
       if (sb && sb->record.pause_on_timeout) {

@@ -99,6 +99,15 @@ struct MetricSample {
 };
 
 inline constexpr std::chrono::seconds kMetricInterval{5};
+
+// One sample of a team's usage (E2B's TeamMetric), taken by the reaper every kMetricInterval:
+// how many of its sandboxes were running then, and how many it started per second since the
+// sample before.
+struct TeamSample {
+  std::int64_t timestamp_ms = 0;
+  std::int64_t concurrent_sandboxes = 0;
+  double sandbox_start_rate = 0;
+};
 inline constexpr std::size_t kMetricSamples = 720;  // one hour of samples
 
 struct LiveSandbox {
@@ -222,6 +231,12 @@ class SandboxManager {
   Result<std::shared_ptr<LiveSandbox>> create(const CreateRequest& req);
   // nullptr if there is no live sandbox with that id.
   std::shared_ptr<LiveSandbox> find(const std::string& id) const;
+  // Every live sandbox (running or paused), in id order; memory only (an I/O thread may call it).
+  std::vector<std::shared_ptr<LiveSandbox>> all() const;
+  // Team `team_id`'s samples with start_ms <= timestamp <= end_ms, oldest first (the last hour
+  // is kept, from this abxd's start: the series is not persisted).
+  std::vector<TeamSample> team_metrics(const std::string& team_id, std::int64_t start_ms,
+                                       std::int64_t end_ms) const;
   // kNotFound if unknown.
   Status kill(const std::string& id);
   // The deadline becomes now + seconds, earlier or later than it was (POST .../timeout).
@@ -343,6 +358,11 @@ class SandboxManager {
   // The pinned bundles (bundle.h) that abxd's own option and saved configs name.
   std::set<std::string> bundles_in_use() const;
   Status move_deadline(const std::string& id, std::int64_t seconds, bool extend_only);
+  // A sandbox of `team_id` started (create, fork, create from a snapshot): counted in the
+  // team's next sample. Adopting a running sandbox at abxd's start is not a start.
+  void count_start(const std::string& team_id);
+  // The reaper's team sample, every kMetricInterval, from the live sandboxes it just listed.
+  void sample_teams(const std::vector<std::shared_ptr<LiveSandbox>>& all, std::int64_t now);
 
   ManagerOptions opt_;
   store::Store* store_;
@@ -358,6 +378,10 @@ class SandboxManager {
   bool stopping_ = false;
   std::thread reaper_;
   bool pause_to_disk_ = false;
+  mutable std::mutex team_mu_;  // guards the three below
+  std::map<std::string, std::deque<TeamSample>> team_samples_;
+  std::map<std::string, std::int64_t> team_starts_;  // since the last team sample
+  std::int64_t last_team_sample_ms_ = 0;
   // The key every checkpoint and snapshot is sealed with (<home>/checkpoint.key, 0600).
   std::string checkpoint_key_;
 };

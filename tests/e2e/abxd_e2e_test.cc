@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <boost/json.hpp>
+#include <chrono>
 #include <csignal>
 #include <ctime>
 #include <filesystem>
@@ -820,6 +821,178 @@ TEST_F(AbxdE2E, SecondAbxdOnTheSameHomeExitsAtOnce) {
   std::string v = version.read_all();
   EXPECT_EQ(version.wait(), 0);
   EXPECT_EQ(v.rfind("abxd 0.", 0), 0u) << v;
+}
+
+namespace rest39 {  // issue 39, item 6: the routes the SDK has no method for
+
+std::int64_t now_unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace rest39
+
+// POST /sandboxes/{id}/refreshes: E2B's keep-alive, which only ever extends the deadline (at
+// least 15 s); GET /sandboxes/metrics: the latest sample of each listed sandbox.
+TEST_F(AbxdE2E, RefreshesAndMultiSandboxMetrics) {
+  auto sb = create(R"({"templateID":"base","timeout":60})");
+  std::string id(sb.at("sandboxID").as_string());
+  auto end_at = [&] {
+    auto r = api(bhttp::verb::get, "/v2/sandboxes?state=running");
+    const json::value listed = json::parse(r.body());
+    for (const auto& s : listed.as_array())
+      if (s.at("sandboxID").as_string() == id) return std::string(s.at("endAt").as_string());
+    return std::string();
+  };
+  const std::string before = end_at();
+  auto r = api(bhttp::verb::post, "/sandboxes/" + id + "/refreshes", R"({"duration":600})");
+  EXPECT_EQ(r.result_int(), 204) << r.body();
+  const std::string extended = end_at();
+  EXPECT_GT(extended, before);  // RFC 3339 in UTC: ordered as strings
+  // A shorter refresh (and the 15 s default) leaves the later deadline alone.
+  EXPECT_EQ(api(bhttp::verb::post, "/sandboxes/" + id + "/refreshes", "{}").result_int(), 204);
+  EXPECT_EQ(
+      api(bhttp::verb::post, "/sandboxes/" + id + "/refreshes", R"({"duration":1})").result_int(),
+      204);
+  EXPECT_EQ(end_at(), extended);
+  EXPECT_EQ(
+      api(bhttp::verb::post, "/sandboxes/" + id + "/refreshes", R"({"duration":"x"})").result_int(),
+      400);
+  r = api(bhttp::verb::post, "/sandboxes/" + std::string(20, 'a') + "/refreshes", "{}");
+  EXPECT_EQ(r.result_int(), 404);
+  EXPECT_EQ(json::parse(r.body()).at("code"), 404);
+
+  r = api(bhttp::verb::get, "/sandboxes/metrics?sandbox_ids=" + id + "," + std::string(20, 'b'));
+  ASSERT_EQ(r.result_int(), 200) << r.body();
+  const json::value parsed = json::parse(r.body());
+  const auto& all = parsed.at("sandboxes").as_object();
+  ASSERT_EQ(all.size(), 1u) << r.body();  // the unknown id is left out
+  const auto& m = all.at(id).as_object();
+  EXPECT_GE(m.at("cpuCount").as_int64(), 1);
+  EXPECT_GT(m.at("memTotal").as_int64(), 0);
+  EXPECT_GT(m.at("diskTotal").as_int64(), 0);
+  EXPECT_TRUE(m.contains("timestampUnix"));
+  EXPECT_EQ(api(bhttp::verb::get, "/sandboxes/metrics").result_int(), 400);
+  std::string many;
+  for (int i = 0; i < 101; ++i) many += (i ? "," : "") + std::string(20, 'c');
+  r = api(bhttp::verb::get, "/sandboxes/metrics?sandbox_ids=" + many);
+  EXPECT_EQ(r.result_int(), 400);
+  EXPECT_NE(r.body().find("maximum is 100"), std::string::npos) << r.body();
+  EXPECT_EQ(api(bhttp::verb::get, "/sandboxes/metrics?sandbox_ids=" + id, "", "").result_int(),
+            401);
+}
+
+// GET /v2/sandboxes/{id}/logs with E2B's cursor, direction, level, search and limit.
+TEST_F(AbxdE2E, LogsV2FiltersByCursorLevelAndSearch) {
+  auto sb = create(R"({"templateID":"base","timeout":60})");
+  std::string id(sb.at("sandboxID").as_string());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const std::int64_t after_create = rest39::now_unix_ms();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(
+      api(bhttp::verb::post, "/sandboxes/" + id + "/timeout", R"({"timeout":90})").result_int(),
+      204);
+  auto logs = [&](const std::string& query) {
+    auto r = api(bhttp::verb::get, "/v2/sandboxes/" + id + "/logs" + query);
+    EXPECT_EQ(r.result_int(), 200) << query << " " << r.body();
+    auto v = json::parse(r.body());
+    EXPECT_EQ(v.as_object().size(), 1u);  // only "logs", as E2B's SandboxLogsV2Response
+    std::vector<std::string> out;
+    for (const auto& e : v.at("logs").as_array()) {
+      EXPECT_TRUE(e.at("level").is_string());
+      EXPECT_TRUE(e.at("fields").is_object());
+      EXPECT_TRUE(e.at("timestamp").is_string());
+      out.emplace_back(e.at("message").as_string());
+    }
+    return out;
+  };
+  auto has = [](const std::vector<std::string>& v, std::string_view part) {
+    for (const auto& m : v)
+      if (m.find(part) != std::string::npos) return true;
+    return false;
+  };
+  auto all = logs("");
+  EXPECT_TRUE(has(all, "created from template 'base'"));
+  EXPECT_TRUE(has(all, "timeout set: ends in 90 s"));
+  // search: case-sensitive substring; level: that level and above.
+  auto found = logs("?search=timeout%20set");
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0], "timeout set: ends in 90 s");
+  EXPECT_TRUE(logs("?search=Timeout%20set").empty());
+  EXPECT_FALSE(has(logs("?level=warn"), "created from template"));
+  EXPECT_TRUE(has(logs("?level=info"), "created from template"));
+  // cursor: entries from that time on (forward); backward goes from the cursor to the past,
+  // newest first.
+  auto later = logs("?cursor=" + std::to_string(after_create));
+  EXPECT_FALSE(has(later, "created from template"));
+  EXPECT_TRUE(has(later, "timeout set"));
+  auto newest = logs("?direction=backward&limit=1");
+  ASSERT_EQ(newest.size(), 1u);
+  EXPECT_EQ(newest[0], all.back());
+  auto earlier = logs("?direction=backward&cursor=" + std::to_string(after_create));
+  EXPECT_TRUE(has(earlier, "created from template"));
+  EXPECT_FALSE(has(earlier, "timeout set"));
+  EXPECT_EQ(logs("?limit=1").size(), 1u);
+  EXPECT_EQ(api(bhttp::verb::get, "/v2/sandboxes/" + id + "/logs?level=loud").result_int(), 400);
+  EXPECT_EQ(api(bhttp::verb::get, "/v2/sandboxes/" + id + "/logs?direction=up").result_int(), 400);
+  EXPECT_EQ(api(bhttp::verb::get, "/v2/sandboxes/" + std::string(20, 'a') + "/logs").result_int(),
+            404);
+}
+
+// GET /teams and GET /teams/{teamID}/metrics[/max]: the credential's team, its running
+// sandboxes and start rate sampled every 5 s; another team's metrics are E2B's 403.
+TEST_F(AbxdE2E, TeamsAndTeamMetrics) {
+  auto r = api(bhttp::verb::get, "/teams");
+  ASSERT_EQ(r.result_int(), 200) << r.body();
+  auto teams = json::parse(r.body()).as_array();
+  ASSERT_EQ(teams.size(), 1u);
+  EXPECT_EQ(teams[0].at("teamID"), "default");
+  EXPECT_EQ(teams[0].at("name"), "default");
+  EXPECT_EQ(teams[0].at("apiKey").as_string(), abxd().api_key());
+  EXPECT_EQ(teams[0].at("isDefault"), true);
+
+  auto sb = create(R"({"templateID":"base","timeout":60})");
+  json::array samples;
+  for (int i = 0; i < 60; ++i) {  // the next 5-second sample, at most 12 s away
+    r = api(bhttp::verb::get, "/teams/default/metrics");
+    ASSERT_EQ(r.result_int(), 200) << r.body();
+    samples = json::parse(r.body()).as_array();
+    bool seen = false;
+    for (const auto& s : samples) seen |= s.at("concurrentSandboxes").as_int64() >= 1;
+    if (seen) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  ASSERT_FALSE(samples.empty());
+  bool running = false, started = false;
+  for (const auto& s : samples) {
+    running |= s.at("concurrentSandboxes").as_int64() == 1;
+    started |= s.at("sandboxStartRate").to_number<double>() > 0;
+    EXPECT_TRUE(s.at("timestamp").is_string());
+    EXPECT_GT(s.at("timestampUnix").as_int64(), 0);
+  }
+  EXPECT_TRUE(running) << json::serialize(samples);
+  EXPECT_TRUE(started) << json::serialize(samples);
+
+  r = api(bhttp::verb::get, "/teams/default/metrics/max?metric=concurrent_sandboxes");
+  ASSERT_EQ(r.result_int(), 200) << r.body();
+  EXPECT_EQ(json::parse(r.body()).at("value").as_int64(), 1);
+  r = api(bhttp::verb::get, "/teams/default/metrics/max?metric=sandbox_start_rate");
+  ASSERT_EQ(r.result_int(), 200) << r.body();
+  EXPECT_GT(json::parse(r.body()).at("value").to_number<double>(), 0);
+  EXPECT_EQ(api(bhttp::verb::get, "/teams/default/metrics/max?metric=cpu").result_int(), 400);
+  EXPECT_EQ(api(bhttp::verb::get, "/teams/default/metrics/max").result_int(), 400);
+  // A window before any sample: empty, and a max of 0.
+  r = api(bhttp::verb::get, "/teams/default/metrics?start=1000&end=2000");
+  EXPECT_EQ(r.body(), "[]");
+  EXPECT_EQ(api(bhttp::verb::get, "/teams/default/metrics?start=20&end=10").result_int(), 400);
+  r = api(bhttp::verb::get, "/teams/someone-else/metrics");
+  EXPECT_EQ(r.result_int(), 403);
+  EXPECT_EQ(json::parse(r.body()).at("code"), 403);
+  EXPECT_EQ(api(bhttp::verb::get, "/teams/someone-else/metrics/max?metric=concurrent_sandboxes")
+                .result_int(),
+            403);
+  EXPECT_EQ(api(bhttp::verb::get, "/teams", "", "").result_int(), 401);
 }
 
 }  // namespace

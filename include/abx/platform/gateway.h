@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -81,6 +82,15 @@ class GatewayBackend {
   // error is the one the client sees.
   virtual Result<runtime::UniqueFd> sandbox_socket(const Route& route) {
     return Error(ErrorCode::kUnimplemented, "no fast path");
+  }
+  // Optional. A request that names no sandbox (the API's own Host, no routing headers) but is
+  // a signed file URL, GET or POST /files?…&signature=… (the SDK's downloadUrl / uploadUrl
+  // under E2B_SANDBOX_URL: that URL carries no sandbox id): the route to envd of the sandbox
+  // whose access token makes that signature, so the request is proxied there as if it had
+  // named it; nullopt leaves the request to the control plane. Runs on an I/O thread (memory
+  // lookups and hashing only).
+  virtual std::optional<Route> signed_files_route(const boost::beast::http::request_header<>&) {
+    return std::nullopt;
   }
   // Optional. How a control-plane request's body is received, decided from its header on an
   // I/O thread (memory lookups only): e.g. a larger limit and a spool file for an upload.

@@ -8,6 +8,7 @@
 //   ABXD_BIN=build/dev/src/platform/abxd node --test parity.test.mjs
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
+import http from 'node:http';
 
 import { Sandbox, Template } from 'e2b';
 
@@ -117,5 +118,137 @@ test("envd's GET /envs and GET /metrics through the proxy", async () => {
   // abxd's proxy needs the envd token before anything reaches envd.
   r = await envd(sbx, '/envs', { token: 'wrong' });
   assert.equal(r.status, 401);
+  await sbx.kill();
+});
+
+// Signed file URLs (issue 39 item 1) as the SDK makes them, fetched as a browser or curl would:
+// with E2B_SANDBOX_URL the URL is abxd's own address and names no sandbox, so abxd finds the
+// sandbox whose envd token made the signature; the host form ({port}-{id}.{domain}) and the
+// routing headers reach the same envd. envd answers as E2B's does: 200, or 401 with its words.
+test('signed download and upload URLs on every routing form', async () => {
+  const sbx = await create();
+  await sbx.files.write('/tmp/signed/d.txt', 'signed download');
+  await sbx.commands.run('install -m 600 /dev/null /root/secret && echo root-only > /root/secret', {
+    user: 'root',
+  });
+  const text = async (res) => [res.status, await res.text()];
+  const refused = async (res, message) => {
+    assert.equal(res.status, 401);
+    assert.deepEqual(await res.json(), { code: 401, message });
+  };
+
+  // The documented setup: the URL alone, no headers.
+  const down = await sbx.downloadUrl('/tmp/signed/d.txt');
+  assert.ok(down.startsWith(`${baseUrl}/files?`), down);
+  assert.deepEqual(await text(await fetch(down)), [200, 'signed download']);
+  const expiring = await sbx.downloadUrl('/tmp/signed/d.txt', { useSignatureExpiration: 60 });
+  assert.match(expiring, /signature_expiration=\d+/);
+  assert.deepEqual(await text(await fetch(expiring)), [200, 'signed download']);
+  await refused(
+    await fetch(await sbx.downloadUrl('/tmp/signed/d.txt', { useSignatureExpiration: -5 })),
+    'signature is already expired',
+  );
+  await refused(await fetch(down.replace('signature=v1_', 'signature=v1_x')), 'invalid signature');
+  // As root: the user is part of what is signed.
+  const asRoot = await sbx.downloadUrl('/root/secret', { user: 'root' });
+  assert.match(asRoot, /username=root/);
+  assert.deepEqual(await text(await fetch(asRoot)), [200, 'root-only\n']);
+  await refused(await fetch(asRoot.replace('username=root', 'username=user')), 'invalid signature');
+  const asUser = new URL(await sbx.downloadUrl('/root/secret'));
+  asUser.searchParams.set('username', 'root');
+  await refused(await fetch(asUser), 'invalid signature');
+  // Upload: a multipart form to the URL; a write signature does not read.
+  const up = await sbx.uploadUrl('/tmp/signed/u.txt');
+  const form = new FormData();
+  form.append('file', new Blob(['signed upload']), 'u.txt');
+  let res = await fetch(up, { method: 'POST', body: form });
+  assert.equal(res.status, 200, await res.clone().text());
+  assert.equal((await res.json())[0].path, '/tmp/signed/u.txt');
+  assert.equal(await sbx.files.read('/tmp/signed/u.txt'), 'signed upload');
+  await refused(await fetch(up), 'invalid signature');
+  // Another sandbox's token signs nothing here, and a secure: false sandbox is not signed for.
+  const other = await create();
+  const foreign = await other.downloadUrl('/tmp/signed/d.txt');
+  assert.equal((await fetch(foreign)).status, 404); // routed to the other sandbox: no such file
+  await other.kill();
+  await refused(await fetch(foreign), 'invalid signature'); // no live sandbox signed it now
+
+  // The routing headers (what the SDK itself sends) reach the same envd.
+  const route = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983' };
+  assert.deepEqual(await text(await fetch(down, { headers: route })), [200, 'signed download']);
+  await refused(
+    await fetch(down.replace('signature=v1_', 'signature=v1_x'), { headers: route }),
+    'invalid signature',
+  );
+
+  // The host form: without E2B_SANDBOX_URL the SDK builds https://49983-{id}.{domain}/files?…
+  // (its direct URL); sent here as plain HTTP to abxd with that Host.
+  const saved = process.env.E2B_SANDBOX_URL;
+  delete process.env.E2B_SANDBOX_URL;
+  let direct;
+  try {
+    direct = await Sandbox.connect(sbx.sandboxId);
+  } finally {
+    process.env.E2B_SANDBOX_URL = saved;
+  }
+  const hostUrl = new URL(await direct.downloadUrl('/tmp/signed/d.txt', { useSignatureExpiration: 60 }));
+  assert.equal(hostUrl.host, `49983-${sbx.sandboxId}.localhost`);
+  const viaHost = (path) =>
+    new Promise((resolve, reject) => {
+      const req = http.get(
+        { host: '127.0.0.1', port: new URL(baseUrl).port, path, headers: { Host: hostUrl.host } },
+        (r) => {
+          let body = '';
+          r.on('data', (c) => (body += c));
+          r.on('end', () => resolve([r.statusCode, body]));
+        },
+      );
+      req.on('error', reject);
+    });
+  assert.deepEqual(await viaHost(hostUrl.pathname + hostUrl.search), [200, 'signed download']);
+  const [status, body] = await viaHost(
+    hostUrl.pathname + hostUrl.search.replace('signature=v1_', 'signature=v1_x'),
+  );
+  assert.equal(status, 401);
+  assert.equal(JSON.parse(body).message, 'invalid signature');
+  await sbx.kill();
+});
+
+// Create fields and options abxd does not implement (issue 39 item 6) are refused with E2B's
+// error shape (400 {code, message}), never silently ignored; the sandbox is not created.
+test('unsupported create fields and filesystem-only pause are refused, not ignored', async () => {
+  const before = (await Sandbox.list().nextItems()).length;
+  const refused = async (promise, pattern) => {
+    await assert.rejects(promise, (e) => {
+      assert.match(e.message, /^400: /);
+      assert.match(e.message, pattern);
+      return true;
+    });
+  };
+  await refused(
+    Sandbox.create('base', { mcp: { github: { githubPersonalAccessToken: 'x' } } }),
+    /mcp is not supported/,
+  );
+  await refused(
+    Sandbox.create('base', {
+      network: { egressProxy: { address: 'proxy.example.com:1080', username: 'u', password: 'p' } },
+    }),
+    /egressProxy is not supported/,
+  );
+  await refused(Sandbox.create('base', { network: { httpsPorts: [3000] } }), /httpsPorts is not supported/);
+  await refused(
+    Sandbox.create('base', { lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } }),
+    /filesystem-only pause/,
+  );
+  assert.equal((await Sandbox.list().nextItems()).length, before);
+
+  // What abxd does implement of the lifecycle: onTimeout pause with autoResume, kept as created.
+  const sbx = await create({ lifecycle: { onTimeout: { action: 'pause', keepMemory: true }, autoResume: true } });
+  const info = await sbx.getInfo();
+  assert.deepEqual(info.lifecycle, { onTimeout: 'pause', autoResume: true });
+  // pause({keepMemory: false}) is E2B's filesystem-only pause: refused, the sandbox runs on.
+  await refused(sbx.pause({ keepMemory: false }), /filesystem-only pause/);
+  assert.equal(await sbx.isRunning(), true);
+  assert.equal((await sbx.commands.run('echo still')).stdout, 'still\n');
   await sbx.kill();
 });
