@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
@@ -303,6 +304,92 @@ TEST_F(TemplateBuildE2E, AddArgEnvWorkdir) {
   auto img = client::template_image("added", cfg_);
   ASSERT_TRUE(img.ok());
   EXPECT_EQ(img->at("config").at("workingDir"), "/data/sub");
+}
+
+// Multi-stage: a stage builds on an earlier one (FROM tools), the final image takes files from
+// both with COPY --from (by name): what a later stage deleted stays deleted (whiteouts), owners
+// are kept, and only the last stage's layers make the image. A RUN in the final stage checks it.
+TEST_F(TemplateBuildE2E, MultiStageCopyFrom) {
+  fs::path ctx = context(
+      "multi",
+      "FROM scratch AS tools\n"
+      "COPY busybox /bin/busybox\n"
+      "RUN [\"/bin/busybox\", \"sh\", \"-c\", \"mkdir -p /out/sub && echo made > "
+      "/out/sub/artifact && chown 7:8 /out/sub/artifact && echo old > /out/kept\"]\n"
+      "FROM tools AS second\n"
+      "RUN [\"/bin/busybox\", \"sh\", \"-c\", \"rm /out/kept && echo two > /out/two\"]\n"
+      "FROM scratch\n"
+      "COPY --from=tools /bin/busybox /bin/busybox\n"
+      "COPY --from=second /out /out\n"
+      "RUN [\"/bin/busybox\", \"sh\", \"-c\", \"test \\\"$(/bin/busybox cat /out/sub/artifact)\\\" "
+      "= "
+      "made && test ! -e /out/kept && test \\\"$(/bin/busybox cat /out/two)\\\" = two && test "
+      "\\\"$(/bin/busybox stat -c %u:%g /out/sub/artifact)\\\" = 7:8\"]\n");
+  client::BuildOptions bo;
+  bo.name = "multi";
+  auto built = client::build_template(ctx.string(), bo, {}, cfg_);
+  ASSERT_TRUE(built.ok()) << built.error().message();
+  auto img = client::template_image("multi", cfg_);
+  ASSERT_TRUE(img.ok()) << img.error().message();
+  // The final stage's COPY, COPY and RUN: nothing of the earlier stages' own layers.
+  EXPECT_LE(img->at("layers").as_array().size(), 3u);
+  auto sbx = client::Sandbox::create("multi", {}, cfg_);
+  ASSERT_TRUE(sbx.ok()) << sbx.error().message();
+  auto two = sbx->files().read("/out/two");
+  EXPECT_TRUE(two.ok() && *two == "two\n");
+  EXPECT_FALSE(sbx->files().read("/out/kept").ok()) << "deleted in stage 'second'";
+  (void)sbx->kill();
+
+  // A source the stage lacks names the stage and the line.
+  fs::path bad = context("multi-bad",
+                         "FROM scratch AS a\nCOPY busybox /bin/busybox\n"
+                         "FROM scratch\nCOPY --from=a /nothere /x\n");
+  bo.name = "multi-bad";
+  auto missing = client::build_template(bad.string(), bo, {}, cfg_);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().message(), "Dockerfile:4: COPY source /nothere not found in stage a");
+}
+
+// ARG scoping as Docker's: a global ARG is seen by FROM, and inside a stage only once declared
+// again; --build-arg overrides defaults; an ARG with no value used by a plain $NAME is an error
+// naming the line and the ARG.
+TEST_F(TemplateBuildE2E, ArgsAndBuildArgs) {
+  fs::path ctx = context("args",
+                         "ARG BASE=scratch\n"
+                         "ARG WHERE=/global\n"
+                         "FROM $BASE\n"
+                         "ARG WHERE\n"
+                         "ARG DEST\n"
+                         "COPY busybox $DEST\n"
+                         "ENV WHERE_ENV=$WHERE\n");
+  client::BuildOptions bo;
+  bo.name = "args";
+  auto unset = client::build_template(ctx.string(), bo, {}, cfg_);
+  ASSERT_FALSE(unset.ok());
+  EXPECT_EQ(unset.error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(unset.error().message(),
+            "Dockerfile:6: $DEST has no value: ARG DEST (line 5) has no default and the build got "
+            "no --build-arg DEST=…");
+
+  bo.build_args = {{"DEST", "/bin/busybox"}, {"UNUSED", "1"}};
+  std::vector<std::string> logs;
+  auto built = client::build_template(
+      ctx.string(), bo,
+      [&](const client::BuildEvent& e) {
+        if (e.type == "log") logs.push_back(e.line);
+      },
+      cfg_);
+  ASSERT_TRUE(built.ok()) << built.error().message();
+  auto img = client::template_image("args", cfg_);
+  ASSERT_TRUE(img.ok());
+  bool found = false;
+  for (const auto& e : img->at("config").at("env").as_array()) {
+    found = found || e == "WHERE_ENV=/global";
+  }
+  EXPECT_TRUE(found) << json::serialize(img->at("config"));
+  EXPECT_NE(
+      std::find(logs.begin(), logs.end(), "warning: --build-arg UNUSED was not used by any ARG"),
+      logs.end());
 }
 
 TEST_F(TemplateBuildE2E, RefusedRequests) {
