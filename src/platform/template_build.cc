@@ -65,6 +65,7 @@ struct BuildState {
   image::ImageConfig config;
   std::map<std::string, std::string> args;  // ARG values in scope
   std::map<std::string, int> unset_args;    // ARGs in scope without a value -> their line
+  int user_line = 0;                        // the USER instruction in effect (0: none)
   bool cmd_inherited = false;               // CMD came from the base image
 };
 
@@ -160,6 +161,107 @@ std::map<std::string, std::string> vars_of(const BuildState& st) {
   auto m = st.args;
   for (auto& [k, v] : env_map(st.config)) m[k] = v;
   return m;
+}
+
+// Who a RUN runs as: the Dockerfile's USER resolved in the image so far.
+struct RunAs {
+  std::uint32_t uid = 0, gid = 0;
+  std::vector<std::uint32_t> groups;
+  std::string home = "/";
+};
+
+bool parse_id(std::string_view s, std::uint32_t& out) {
+  if (s.empty() || s.size() > 10) return false;
+  std::uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  if (v >= 0xffffffffu) return false;
+  out = static_cast<std::uint32_t>(v);
+  return true;
+}
+
+std::vector<std::string> split(std::string_view s, char sep) {
+  std::vector<std::string> out;
+  std::size_t i = 0;
+  for (;;) {
+    std::size_t j = s.find(sep, i);
+    out.emplace_back(s.substr(i, j == std::string_view::npos ? j : j - i));
+    if (j == std::string_view::npos) return out;
+    i = j + 1;
+  }
+}
+
+// The image's `rel` ("etc/passwd"): the topmost layer's regular file, empty when no layer has
+// one or a whiteout (of it or of its first component) hides the lower ones.
+Result<std::string> image_file(const std::vector<std::string>& lowers, const std::string& rel) {
+  auto whiteout = [](const struct stat& st) { return S_ISCHR(st.st_mode) && st.st_rdev == 0; };
+  for (auto it = lowers.rbegin(); it != lowers.rend(); ++it) {
+    struct stat st;
+    const std::string full = *it + "/" + rel;
+    if (::lstat(full.c_str(), &st) == 0) {
+      if (S_ISREG(st.st_mode)) return read_small_file(full, 4 << 20);
+      return std::string();
+    }
+    const std::string top = *it + "/" + rel.substr(0, rel.find('/'));
+    if (::lstat(top.c_str(), &st) == 0 && whiteout(st)) return std::string();
+  }
+  return std::string();
+}
+
+// USER name|uid[:group|gid] as runc resolves it: a name must be in /etc/passwd, which gives the
+// uid, the primary gid and HOME; a numeric uid need not be (gid 0 then); without an explicit
+// group, the groups of /etc/group that list the user are the supplementary ones.
+Result<RunAs> resolve_user(const std::string& spec, const std::vector<std::string>& lowers) {
+  RunAs r;
+  const auto colon = spec.find(':');
+  const std::string user = spec.empty() ? "0" : spec.substr(0, colon);
+  ABX_ASSIGN_OR_RETURN(auto passwd, image_file(lowers, "etc/passwd"));
+  std::string name;
+  bool found = false;
+  for (const auto& line : split(passwd, '\n')) {
+    auto f = split(line, ':');
+    if (f.size() < 4 || line.starts_with('#')) continue;
+    if (f[0] != user && f[2] != user) continue;
+    if (!parse_id(f[2], r.uid) || !parse_id(f[3], r.gid)) continue;
+    if (f.size() > 5 && !f[5].empty()) r.home = f[5];
+    name = f[0];
+    found = true;
+    break;
+  }
+  if (!found && !parse_id(user, r.uid)) {
+    return invalid_argument("USER " + spec + ": no user '" + user + "' in the image's /etc/passwd");
+  }
+  if (colon != std::string::npos) {
+    const std::string group = spec.substr(colon + 1);
+    if (!parse_id(group, r.gid)) {
+      ABX_ASSIGN_OR_RETURN(auto groups, image_file(lowers, "etc/group"));
+      bool gfound = false;
+      for (const auto& line : split(groups, '\n')) {
+        auto f = split(line, ':');
+        if (f.size() >= 3 && f[0] == group && parse_id(f[2], r.gid)) {
+          gfound = true;
+          break;
+        }
+      }
+      if (!gfound) {
+        return invalid_argument("USER " + spec + ": no group '" + group +
+                                "' in the image's /etc/group");
+      }
+    }
+  } else if (found && !spec.empty()) {
+    ABX_ASSIGN_OR_RETURN(auto groups, image_file(lowers, "etc/group"));
+    for (const auto& line : split(groups, '\n')) {
+      auto f = split(line, ':');
+      std::uint32_t gid = 0;
+      if (f.size() < 4 || !parse_id(f[2], gid) || gid == r.gid) continue;
+      for (const auto& m : split(f[3], ',')) {
+        if (m == name && r.groups.size() < runtime::kMaxGroups) r.groups.push_back(gid);
+      }
+    }
+  }
+  return r;
 }
 
 json::array str_array(const std::vector<std::string>& v) {
@@ -289,7 +391,7 @@ class Build {
   Result<std::string> write_image() { return write_image(st_); }
   Result<std::vector<std::string>> lower_dirs();
   Result<int> run_sandbox(const image::Instruction& in, const std::vector<std::string>& lowers,
-                          const std::vector<std::string>& env, Layer& layer);
+                          const std::vector<std::string>& env, const RunAs& as, Layer& layer);
   std::set<std::string> mount_points() const;
   std::string scratch(const std::string& what) {
     std::string p = work_.path + "/" + what + "-" + std::to_string(++scratch_n_);
@@ -410,6 +512,7 @@ Status Build::from(const image::Instruction& in, const std::function<void(bool)>
     st_.layers = stages_[k].layers;
     st_.config = stages_[k].config;
     st_.cmd_inherited = stages_[k].cmd_inherited;
+    st_.user_line = stages_[k].user_line;
     return {};
   }
   Result<image::Image> img = not_found("");
@@ -500,7 +603,7 @@ std::set<std::string> Build::mount_points() const {
 // Spawns the RUN sandbox, streams its output, waits; the layer comes from its upper dir.
 // Returns the wait status.
 Result<int> Build::run_sandbox(const image::Instruction& in, const std::vector<std::string>& lowers,
-                               const std::vector<std::string>& env, Layer& layer) {
+                               const std::vector<std::string>& env, const RunAs& as, Layer& layer) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0)
     return internal_error(std::string("pipe: ") + std::strerror(errno));
@@ -515,6 +618,9 @@ Result<int> Build::run_sandbox(const image::Instruction& in, const std::vector<s
   sc.argv = in.args;
   sc.env = env;
   sc.cwd = st_.config.working_dir.empty() ? "/" : st_.config.working_dir;
+  sc.uid = as.uid;
+  sc.gid = as.gid;
+  sc.groups = as.groups;
   sc.binds = opt_.binds;
   sc.fds = {{wr.get(), 1}, {wr.get(), 2}};
   sc.limits = opt_.limits;
@@ -608,14 +714,28 @@ Status Build::run_step(std::size_t i, const image::Instruction& in) {
   if (!env_vars.count("PATH")) env_vars["PATH"] = std::string(kDefaultPath).substr(5);
   std::vector<std::string> env;
   for (const auto& [k, v] : env_vars) env.push_back(k + "=" + v);
-  const std::string key = key_of({"run", chain_id(st_), json::serialize(str_array(in.args)),
-                                  json::serialize(str_array(env)), st_.config.working_dir});
+  // The user is part of the key; what it resolves to (ids, HOME) follows from the layers.
+  const std::string& user = st_.config.user;
+  const std::string key =
+      user.empty() ? key_of({"run", chain_id(st_), json::serialize(str_array(in.args)),
+                             json::serialize(str_array(env)), st_.config.working_dir})
+                   : key_of({"run", chain_id(st_), json::serialize(str_array(in.args)),
+                             json::serialize(str_array(env)), st_.config.working_dir, user});
   if (from_cache(key, i, in)) return {};
   all_cached_ = false;
   step(i, in, false);
   ABX_ASSIGN_OR_RETURN(auto lowers, lower_dirs());
+  auto as = resolve_user(user, lowers);
+  if (!as.ok()) {
+    return Error(as.error().code(),
+                 as.error().message() +
+                     (st_.user_line ? " (USER at line " + std::to_string(st_.user_line) + ")"
+                                    : " (the base image's User)"));
+  }
+  // As Docker: HOME is the user's unless ENV set it.
+  if (!env_vars.count("HOME")) env.push_back("HOME=" + as->home);
   Layer layer;
-  ABX_ASSIGN_OR_RETURN(int status, run_sandbox(in, lowers, env, layer));
+  ABX_ASSIGN_OR_RETURN(int status, run_sandbox(in, lowers, env, *as, layer));
   if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
     return Error(ErrorCode::kFailedPrecondition,
                  "RUN exited with " + std::to_string(WEXITSTATUS(status)));
@@ -831,6 +951,7 @@ Result<BuildResult> Build::run() {
         auto val = expand(in.args.at(0));
         if (!val.ok()) return at(in, val.error());
         st_.config.user = *val;
+        st_.user_line = in.line;
         step(i, in, all_cached_);
         break;
       }

@@ -392,6 +392,49 @@ TEST_F(TemplateBuildE2E, ArgsAndBuildArgs) {
       logs.end());
 }
 
+// RUN as the USER in effect: a name from the image's /etc/passwd (its gid, its supplementary
+// groups from /etc/group, its HOME), then uid:gid numbers; a user who cannot write / fails to.
+// An unknown user fails the RUN naming both lines.
+TEST_F(TemplateBuildE2E, RunAsUser) {
+  fs::path ctx = context(
+      "user",
+      "FROM scratch\n"
+      "COPY busybox /bin/busybox\n"
+      "COPY passwd group /etc/\n"
+      "RUN [\"/bin/busybox\", \"sh\", \"-c\", \"/bin/busybox mkdir -p /home/alice && "
+      "/bin/busybox chown alice /home/alice\"]\n"
+      "USER alice\n"
+      "RUN [\"/bin/busybox\", \"sh\", \"-c\", \"/bin/busybox id > $HOME/id && ! /bin/busybox "
+      "touch /not-mine 2>/dev/null\"]\n"
+      "USER 1234:staff\n"
+      "RUN [\"/bin/busybox\", \"sh\", \"-c\", \"test $(/bin/busybox id -u):$(/bin/busybox id -g) "
+      "= 1234:50\"]\n"
+      "USER root\n");
+  std::ofstream(ctx / "passwd") << "root:x:0:0:root:/root:/bin/sh\n"
+                                   "alice:x:1000:1000::/home/alice:/bin/sh\n";
+  std::ofstream(ctx / "group") << "root:x:0:\nalice:x:1000:\nstaff:x:50:bob,alice\n";
+  client::BuildOptions bo;
+  bo.name = "user";
+  auto built = client::build_template(ctx.string(), bo, {}, cfg_);
+  ASSERT_TRUE(built.ok()) << built.error().message();
+  auto sbx = client::Sandbox::create("user", {}, cfg_);
+  ASSERT_TRUE(sbx.ok()) << sbx.error().message();
+  auto id = sbx->files().read("/home/alice/id");
+  ASSERT_TRUE(id.ok()) << id.error().message();
+  EXPECT_EQ(*id, "uid=1000(alice) gid=1000(alice) groups=50(staff)\n");
+  (void)sbx->kill();
+
+  fs::path bad = context("user-bad",
+                         "FROM scratch\nCOPY busybox /bin/busybox\nCOPY passwd /etc/passwd\n"
+                         "USER bob\nRUN [\"/bin/busybox\", \"true\"]\n");
+  std::ofstream(bad / "passwd") << "root:x:0:0:root:/root:/bin/sh\n";
+  bo.name = "user-bad";
+  auto unknown = client::build_template(bad.string(), bo, {}, cfg_);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.error().message(),
+            "Dockerfile:5: USER bob: no user 'bob' in the image's /etc/passwd (USER at line 4)");
+}
+
 TEST_F(TemplateBuildE2E, RefusedRequests) {
   // No credential: refused before the upload is read.
   auto req = http::make_request(boost::beast::http::verb::post, "/templates/build?name=x",
