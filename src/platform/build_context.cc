@@ -17,6 +17,7 @@
 #include "abx/base/fd.h"
 #include "abx/base/try.h"
 #include "abx/image/digest.h"
+#include "abx/image/dockerignore.h"
 
 namespace abx::platform::build {
 
@@ -195,7 +196,37 @@ Status apply_layer(const fs::path& layer, const fs::path& dest) {
   return {};
 }
 
+Status remove_ignored_in(const fs::path& dir, const std::string& rel,
+                         const image::DockerIgnore& di) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) names.push_back(e.path().filename());
+  if (ec) return internal_error("list " + dir.string() + ": " + ec.message());
+  for (const auto& n : names) {
+    const fs::path p = dir / n;
+    const std::string r = rel.empty() ? n : rel + "/" + n;
+    const bool excluded = di.excluded(r);
+    struct stat st;
+    if (::lstat(p.c_str(), &st) != 0) return internal_error(errno_msg("stat " + p.string()));
+    if (S_ISDIR(st.st_mode) && (!excluded || di.has_exceptions())) {
+      // An excluded directory is walked only when an exception may re-include something in it.
+      ABX_TRY(remove_ignored_in(p, r, di));
+      if (!excluded || !fs::is_empty(p, ec)) continue;
+    }
+    if (excluded) {
+      fs::remove_all(p, ec);
+      if (ec) return internal_error("remove " + p.string() + ": " + ec.message());
+    }
+  }
+  return {};
+}
+
 }  // namespace
+
+Status remove_ignored(const std::string& root, const image::DockerIgnore& di) {
+  if (di.empty()) return {};
+  return remove_ignored_in(root, "", di);
+}
 
 Status flatten_layers(const std::vector<std::string>& layers, const std::string& dest) {
   for (const auto& l : layers) ABX_TRY(apply_layer(l, dest));

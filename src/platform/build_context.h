@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "abx/base/error.h"
+#include "abx/image/dockerignore.h"
 
 namespace abx::platform::build {
 
@@ -52,6 +53,10 @@ Result<std::string> content_digest(const std::vector<std::string>& paths);
 // 0755 and mtime 0; every copied entry is owned by uid:gid (its own owner with kKeepOwner).
 Status copy_into(const std::string& src, const std::string& stage, const std::string& dest,
                  bool dest_is_dir, std::uint32_t uid, std::uint32_t gid);
+
+// Removes from the extracted context at `root` what `di` excludes (.dockerignore), so that no
+// COPY or ADD sees it and no cache key depends on it.
+Status remove_ignored(const std::string& root, const image::DockerIgnore& di);
 
 // copy_into's uid meaning "keep each entry's own owner" (COPY --from without --chown).
 inline constexpr std::uint32_t kKeepOwner = 0xffffffffu;

@@ -899,6 +899,14 @@ Result<BuildResult> Build::run() {
   ABX_ASSIGN_OR_RETURN(auto df_text, read_small_file(*df_path, kMaxDockerfileBytes));
   ABX_ASSIGN_OR_RETURN(auto df, image::parse_dockerfile(df_text, {}, req_.dockerfile));
   ABX_ASSIGN_OR_RETURN(auto yaml, derive_template_yaml());
+  // .dockerignore: what it excludes leaves the context before any step. The Dockerfile and
+  // template.yaml were read above, so (as with Docker) excluding them only keeps them out of
+  // COPY and ADD.
+  if (struct stat ist; ::lstat((ctx_ + "/.dockerignore").c_str(), &ist) == 0) {
+    ABX_ASSIGN_OR_RETURN(auto text, read_small_file(ctx_ + "/.dockerignore", 1 << 20));
+    ABX_ASSIGN_OR_RETURN(auto ignore, image::DockerIgnore::parse(text));
+    ABX_TRY(build::remove_ignored(ctx_, ignore));
+  }
   total_ = df.instructions.size();
   df_ = &df;
 

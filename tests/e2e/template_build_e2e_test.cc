@@ -435,6 +435,38 @@ TEST_F(TemplateBuildE2E, RunAsUser) {
             "Dockerfile:5: USER bob: no user 'bob' in the image's /etc/passwd (USER at line 4)");
 }
 
+// .dockerignore: what it excludes is not in the context COPY sees (exceptions, `**`, a
+// directory and everything below it); excluding the Dockerfile itself only keeps it out of COPY
+// (as Docker does); a bad pattern names its line.
+TEST_F(TemplateBuildE2E, DockerIgnore) {
+  fs::path ctx = context("ignore",
+                         "FROM scratch\n"
+                         "COPY busybox /bin/busybox\n"
+                         "COPY . /ctx/\n"
+                         "RUN [\"/bin/busybox\", \"sh\", \"-c\", \"cd /ctx && test ! -e a.log && "
+                         "test -e keep.log && test ! -e secret && test ! -e sub/cache && test -e "
+                         "sub/real && test ! -e Dockerfile && test -e sub/keep/kept\"]\n");
+  std::ofstream(ctx / ".dockerignore") << "# outputs\n*.log\n!keep.log\nsecret/\n**/cache\n"
+                                          "Dockerfile\nsub/keep\n!sub/keep/kept\n";
+  fs::create_directories(ctx / "secret");
+  fs::create_directories(ctx / "sub/cache");
+  fs::create_directories(ctx / "sub/keep");
+  for (const char* f : {"a.log", "keep.log", "secret/key", "sub/cache/x", "sub/real",
+                        "sub/keep/gone", "sub/keep/kept"})
+    std::ofstream(ctx / f) << f;
+  client::BuildOptions bo;
+  bo.name = "ignore";
+  auto built = client::build_template(ctx.string(), bo, {}, cfg_);
+  ASSERT_TRUE(built.ok()) << built.error().message();
+
+  std::ofstream(ctx / ".dockerignore") << "ok\n\n[abc\n";
+  auto bad = client::build_template(ctx.string(), bo, {}, cfg_);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(bad.error().message(),
+            ".dockerignore:3: bad pattern '[abc' (an unterminated [ class or a trailing \\)");
+}
+
 TEST_F(TemplateBuildE2E, RefusedRequests) {
   // No credential: refused before the upload is read.
   auto req = http::make_request(boost::beast::http::verb::post, "/templates/build?name=x",
