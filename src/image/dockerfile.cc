@@ -1,6 +1,7 @@
 // The Dockerfile subset parser: physical lines -> logical lines (continuations) -> instructions.
 #include "abx/image/dockerfile.h"
 
+#include <algorithm>
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
 #include <cctype>
@@ -22,6 +23,36 @@ std::string_view trim(std::string_view s) {
   while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
   while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
   return s;
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// Docker's rule: [a-z][a-z0-9-_.]*
+bool valid_stage_name(std::string_view s) {
+  if (s.empty() || !(s[0] >= 'a' && s[0] <= 'z')) return false;
+  for (char c : s) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.')
+      return false;
+  }
+  return true;
+}
+
+// The index of the stage `ref` names (a name or a decimal index), or -1.
+int stage_index(const std::vector<Stage>& stages, std::string_view ref) {
+  if (!ref.empty() && ref.size() < 6 &&
+      ref.find_first_not_of("0123456789") == std::string_view::npos) {
+    int n = std::stoi(std::string(ref));
+    return n < static_cast<int>(stages.size()) ? n : -1;
+  }
+  const std::string l = lower(ref);
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    if (stages[i].name == l) return static_cast<int>(i);
+  }
+  return -1;
 }
 
 std::string upper(std::string_view s) {
@@ -170,11 +201,13 @@ class Parser {
       rest = trim(rest.substr(end));
       if (flag.starts_with("--chown=") && flag.size() > 8) {
         in.chown = std::string(flag.substr(8));
-      } else if (flag.starts_with("--from")) {
-        return error(in.line, "COPY --from (multi-stage builds) is not supported");
+      } else if (flag.starts_with("--from=") && flag.size() > 7 && in.op == Op::kCopy) {
+        in.from = std::string(flag.substr(7));
       } else {
-        return error(in.line, "unsupported flag " + std::string(flag) + " for " +
-                                  std::string(op_name(in.op)) + " (only --chown=)");
+        return error(
+            in.line,
+            "unsupported flag " + std::string(flag) + " for " + std::string(op_name(in.op)) +
+                (in.op == Op::kCopy ? " (only --chown= and --from=)" : " (only --chown=)"));
       }
     }
     if (rest.starts_with('[')) {
@@ -231,9 +264,15 @@ class Parser {
           return error(l.line, "FROM flags (" + ws[0] + ") are not supported");
         }
         if (ws.size() == 3 && upper(ws[1]) == "AS") {
-          return error(l.line, "multi-stage builds (FROM ... AS " + ws[2] + ") are not supported");
+          in.stage_name = lower(ws[2]);
+          if (!valid_stage_name(in.stage_name)) {
+            return error(l.line, "stage name '" + ws[2] +
+                                     "' must start with a letter and hold only letters, digits, "
+                                     "'-', '_' and '.'");
+          }
+          ws.resize(1);
         }
-        if (ws.size() != 1) return error(l.line, "FROM takes one image");
+        if (ws.size() != 1) return error(l.line, "FROM takes one image [AS name]");
         in.args = std::move(ws);
         break;
       }
@@ -322,7 +361,20 @@ Result<Dockerfile> parse_dockerfile(std::string_view text, const ParseLimits& li
   }
   ABX_ASSIGN_OR_RETURN(auto lines, p.logical_lines(text));
   Dockerfile df;
-  bool from_seen = false;
+  // Every stage's name first: a reference to a later stage is reported as such (a cycle).
+  for (const auto& l : lines) {
+    std::string_view t = trim(l.text);
+    if (upper(t.substr(0, 5)) != "FROM " && upper(t.substr(0, 5)) != "FROM\t") continue;
+    ABX_ASSIGN_OR_RETURN(auto in, p.instruction(l));
+    for (std::size_t i = 0; i < df.stages.size(); ++i) {
+      if (!in.stage_name.empty() && df.stages[i].name == in.stage_name) {
+        return p.error(in.line, "stage name '" + in.stage_name + "' is already used at line " +
+                                    std::to_string(df.stages[i].line));
+      }
+    }
+    df.stages.push_back({in.stage_name, in.line});
+  }
+  int stage = -1;
   for (const auto& l : lines) {
     if (df.instructions.size() >= limits.max_instructions) {
       return p.error(l.line,
@@ -330,15 +382,41 @@ Result<Dockerfile> parse_dockerfile(std::string_view text, const ParseLimits& li
     }
     ABX_ASSIGN_OR_RETURN(auto in, p.instruction(l));
     if (in.op == Op::kFrom) {
-      if (from_seen)
-        return p.error(in.line, "a second FROM (multi-stage builds are not supported)");
-      from_seen = true;
-    } else if (!from_seen && in.op != Op::kArg) {
+      ++stage;
+      // FROM <stage>: an earlier stage only; this one or a later one would be a cycle.
+      int ref = stage_index(df.stages, in.args[0]);
+      if (ref >= stage && !df.stages[ref].name.empty() &&
+          df.stages[ref].name == lower(in.args[0])) {
+        return p.error(in.line, "FROM " + in.args[0] + ": stage '" + df.stages[ref].name +
+                                    "' is defined at line " + std::to_string(df.stages[ref].line) +
+                                    (ref == stage ? " (itself)" : "") +
+                                    ": a stage can only build on earlier stages");
+      }
+    } else if (stage < 0 && in.op != Op::kArg) {
       return p.error(in.line, std::string(op_name(in.op)) + " before FROM");
+    }
+    in.stage = std::max(stage, 0);
+    if (!in.from.empty()) {
+      const int ref = stage_index(df.stages, in.from);
+      if (ref < 0) {
+        return p.error(in.line, "COPY --from=" + in.from +
+                                    ": no such stage (name a stage defined above with FROM ... "
+                                    "AS name, or its index)");
+      }
+      if (ref >= stage) {
+        return p.error(in.line,
+                       "COPY --from=" + in.from + ": stage " +
+                           (df.stages[ref].name.empty() ? std::to_string(ref)
+                                                        : "'" + df.stages[ref].name + "'") +
+                           " is defined at line " + std::to_string(df.stages[ref].line) +
+                           (ref == stage ? " (this stage)" : "") +
+                           ": a stage can only copy from earlier stages");
+      }
+      in.from_stage = ref;
     }
     df.instructions.push_back(std::move(in));
   }
-  if (!from_seen) return invalid_argument(std::string(name) + ": no FROM instruction");
+  if (stage < 0) return invalid_argument(std::string(name) + ": no FROM instruction");
   return df;
 }
 
@@ -389,6 +467,31 @@ Result<std::string> expand_vars(std::string_view in,
       continue;
     }
     if (const std::string* v = lookup(std::string(in.substr(i + 1, j - i - 1)))) out += *v;
+    i = j - 1;
+  }
+  return out;
+}
+
+std::vector<std::string> plain_var_refs(std::string_view in) {
+  auto name_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i + 1 < in.size(); ++i) {
+    if (in[i] == '\\' && in[i + 1] == '$') {
+      ++i;
+      continue;
+    }
+    if (in[i] != '$') continue;
+    if (in[i + 1] == '{') {
+      std::size_t close = in.find('}', i + 2);
+      if (close == std::string_view::npos) break;
+      std::string_view body = in.substr(i + 2, close - i - 2);
+      if (body.find(':') == std::string_view::npos && !body.empty()) out.emplace_back(body);
+      i = close;
+      continue;
+    }
+    std::size_t j = i + 1;
+    while (j < in.size() && name_char(in[j])) ++j;
+    if (j > i + 1) out.emplace_back(in.substr(i + 1, j - i - 1));
     i = j - 1;
   }
   return out;

@@ -1,6 +1,6 @@
 // Fuzz target: the Dockerfile parser and variable expansion must never crash, and whatever the
 // parser accepts is well formed (FROM first among non-ARGs, COPY/ADD with a destination, every
-// instruction within the limits).
+// instruction within the limits, COPY --from naming an earlier stage).
 #include <cstdint>
 #include <cstdlib>
 #include <map>
@@ -24,10 +24,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if ((in.op == abx::image::Op::kCopy || in.op == abx::image::Op::kAdd) && in.args.size() < 2)
         std::abort();
       if (in.line < 1) std::abort();
+      // Multi-stage: a stage copies from earlier stages only (no cycles), every stage counted.
+      if (in.from_stage >= in.stage || in.stage >= static_cast<int>(r->stages.size())) std::abort();
+      if (!in.from.empty() && in.from_stage < 0) std::abort();
     }
-    if (!from) std::abort();
+    if (!from || r->stages.empty()) std::abort();
   }
   std::map<std::string, std::string> vars{{"A", "x"}, {"EMPTY", ""}};
   (void)abx::image::expand_vars(text.substr(0, 1024), vars);
+  (void)abx::image::plain_var_refs(text.substr(0, 1024));
   return 0;
 }

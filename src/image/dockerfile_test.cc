@@ -92,23 +92,76 @@ TEST(ImageDockerfile, Errors) {
   EXPECT_EQ(parse_err("FROM a\nCOPY onlyone\n"),
             "Dockerfile:2: COPY needs at least one source and a destination");
   EXPECT_EQ(parse_err("FROM a\nWORKDIR\n"), "Dockerfile:2: WORKDIR needs arguments");
-  EXPECT_EQ(parse_err("FROM a AS b\n"),
-            "Dockerfile:1: multi-stage builds (FROM ... AS b) are not supported");
-  EXPECT_EQ(parse_err("FROM a\nFROM b\n"),
-            "Dockerfile:2: a second FROM (multi-stage builds are not supported)");
   EXPECT_EQ(parse_err("FROM a\nADD https://x/y /y\n"),
             "Dockerfile:2: ADD from a URL is not supported (https://x/y): download it into the "
             "context and COPY it");
-  EXPECT_EQ(parse_err("FROM a\nCOPY --from=x a b\n"),
-            "Dockerfile:2: COPY --from (multi-stage builds) is not supported");
   EXPECT_EQ(parse_err("FROM a\nCOPY --chmod=755 a b\n"),
-            "Dockerfile:2: unsupported flag --chmod=755 for COPY (only --chown=)");
+            "Dockerfile:2: unsupported flag --chmod=755 for COPY (only --chown= and --from=)");
+  EXPECT_EQ(parse_err("FROM a\nADD --from=x a b\n"),
+            "Dockerfile:2: unsupported flag --from=x for ADD (only --chown=)");
   EXPECT_EQ(parse_err("RUN x\n"), "Dockerfile:1: RUN before FROM");
   EXPECT_EQ(parse_err("# nothing\n"), "Dockerfile: no FROM instruction");
   EXPECT_EQ(parse_err("FROM a\nLABEL \"x\n"), "Dockerfile:2: unterminated \" quote");
   EXPECT_EQ(parse_err("FROM a\nLABEL novalue\n"),
             "Dockerfile:2: LABEL expects KEY=VALUE, got 'novalue'");
   EXPECT_EQ(parse_err("FROM a\nENV K\n"), "Dockerfile:2: ENV K needs a value");
+}
+
+TEST(ImageDockerfile, MultiStage) {
+  auto df = parse_ok(
+      "ARG V=1\n"
+      "FROM scratch AS Build\n"
+      "COPY a /a\n"
+      "FROM build as second\n"
+      "FROM scratch\n"
+      "COPY --from=build /a /b\n"
+      "COPY --chown=1:2 --from=1 /a /c\n");
+  ASSERT_EQ(df.stages.size(), 3u);
+  EXPECT_EQ(df.stages[0].name, "build");  // lowercased, as Docker does
+  EXPECT_EQ(df.stages[0].line, 2);
+  EXPECT_EQ(df.stages[1].name, "second");
+  EXPECT_EQ(df.stages[2].name, "");
+  EXPECT_EQ(df.instructions[0].stage, 0);
+  EXPECT_EQ(df.instructions[3].args, V{"build"});
+  EXPECT_EQ(df.instructions[3].stage, 1);
+  EXPECT_EQ(df.instructions[5].from, "build");
+  EXPECT_EQ(df.instructions[5].from_stage, 0);
+  EXPECT_EQ(df.instructions[5].stage, 2);
+  EXPECT_EQ(df.instructions[6].from_stage, 1);
+  EXPECT_EQ(df.instructions[6].chown, "1:2");
+  EXPECT_EQ(df.instructions[2].from_stage, -1);
+}
+
+TEST(ImageDockerfile, MultiStageErrors) {
+  EXPECT_EQ(parse_err("FROM a AS b\nFROM c\nCOPY --from=nope x y\n"),
+            "Dockerfile:3: COPY --from=nope: no such stage (name a stage defined above with "
+            "FROM ... AS name, or its index)");
+  EXPECT_EQ(parse_err("FROM a AS b\nCOPY --from=b x y\n"),
+            "Dockerfile:2: COPY --from=b: stage 'b' is defined at line 1 (this stage): a stage "
+            "can only copy from earlier stages");
+  EXPECT_EQ(parse_err("FROM a\nCOPY --from=later x y\nFROM c AS later\n"),
+            "Dockerfile:2: COPY --from=later: stage 'later' is defined at line 3: a stage can "
+            "only copy from earlier stages");
+  EXPECT_EQ(parse_err("FROM a\nCOPY --from=0 x y\n"),
+            "Dockerfile:2: COPY --from=0: stage 0 is defined at line 1 (this stage): a stage "
+            "can only copy from earlier stages");
+  // A cycle: each stage builds on the other.
+  EXPECT_EQ(parse_err("FROM two AS one\nFROM one AS two\n"),
+            "Dockerfile:1: FROM two: stage 'two' is defined at line 2: a stage can only build on "
+            "earlier stages");
+  EXPECT_EQ(parse_err("FROM self AS self\n"),
+            "Dockerfile:1: FROM self: stage 'self' is defined at line 1 (itself): a stage can "
+            "only build on earlier stages");
+  EXPECT_EQ(parse_err("FROM a AS x\nFROM b AS X\n"),
+            "Dockerfile:2: stage name 'x' is already used at line 1");
+  EXPECT_EQ(parse_err("FROM a AS 1x\n"),
+            "Dockerfile:1: stage name '1x' must start with a letter and hold only letters, "
+            "digits, '-', '_' and '.'");
+  EXPECT_EQ(parse_err("FROM a b\n"), "Dockerfile:1: FROM takes one image [AS name]");
+}
+
+TEST(ImageDockerfile, PlainVarRefs) {
+  EXPECT_EQ(plain_var_refs("$A/${B}/${C:-x}/${D:+y}/\\$E/$F_1."), (V{"A", "B", "F_1"}));
 }
 
 TEST(ImageDockerfile, Limits) {

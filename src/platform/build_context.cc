@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "abx/base/fd.h"
 #include "abx/base/try.h"
 #include "abx/image/digest.h"
+#include "abx/image/dockerignore.h"
 
 namespace abx::platform::build {
 
@@ -91,6 +93,10 @@ Status hash_tree(image::Sha256& h, const fs::path& p, const std::string& rel) {
 }
 
 Status set_meta(const fs::path& p, const struct stat& st, std::uint32_t uid, std::uint32_t gid) {
+  if (uid == kKeepOwner) {
+    uid = st.st_uid;
+    gid = st.st_gid;
+  }
   if (::lchown(p.c_str(), uid, gid) != 0) return internal_error(errno_msg("chown " + p.string()));
   if (!S_ISLNK(st.st_mode) && ::chmod(p.c_str(), st.st_mode & 07777) != 0)
     return internal_error(errno_msg("chmod " + p.string()));
@@ -141,7 +147,91 @@ Status copy_entry(const fs::path& src, const fs::path& dst, std::uint32_t uid, s
   return set_meta(dst, st, uid, gid);
 }
 
+bool opaque_dir(const fs::path& p) {
+  char v[2] = {};
+  return ::lgetxattr(p.c_str(), "trusted.overlay.opaque", v, sizeof v) == 1 && v[0] == 'y';
+}
+
+// One layer directory in overlayfs form (whiteouts are 0:0 character devices, opaque
+// directories carry trusted.overlay.opaque=y) applied onto `dest`.
+Status apply_layer(const fs::path& layer, const fs::path& dest) {
+  std::error_code ec;
+  std::vector<fs::path> entries;
+  for (const auto& e : fs::directory_iterator(layer, ec)) entries.push_back(e.path());
+  if (ec) return internal_error("list " + layer.string() + ": " + ec.message());
+  for (const auto& src : entries) {
+    const fs::path dst = dest / src.filename();
+    struct stat st;
+    if (::lstat(src.c_str(), &st) != 0) return internal_error(errno_msg("stat " + src.string()));
+    struct stat dt;
+    bool exists = ::lstat(dst.c_str(), &dt) == 0;
+    if (S_ISCHR(st.st_mode) && st.st_rdev == 0) {  // a whiteout: the lower entry is gone
+      fs::remove_all(dst, ec);
+      continue;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      if (exists && (!S_ISDIR(dt.st_mode) || opaque_dir(src))) {
+        fs::remove_all(dst, ec);
+        exists = false;
+      }
+      if (!exists && ::mkdir(dst.c_str(), 0700) != 0)
+        return internal_error(errno_msg("mkdir " + dst.string()));
+      ABX_TRY(apply_layer(src, dst));
+      ABX_TRY(set_meta(dst, st, kKeepOwner, kKeepOwner));
+      continue;
+    }
+    if (exists) fs::remove_all(dst, ec);
+    if (S_ISREG(st.st_mode)) {
+      // A hard link to the store's file (only read from here); a copy across filesystems.
+      if (::link(src.c_str(), dst.c_str()) == 0) continue;
+      fs::copy_file(src, dst, ec);
+      if (ec) return internal_error("copy " + src.string() + ": " + ec.message());
+      ABX_TRY(set_meta(dst, st, kKeepOwner, kKeepOwner));
+    } else if (S_ISLNK(st.st_mode)) {
+      fs::copy_symlink(src, dst, ec);
+      if (ec) return internal_error("copy " + src.string() + ": " + ec.message());
+      ABX_TRY(set_meta(dst, st, kKeepOwner, kKeepOwner));
+    }  // devices, fifos, sockets: left out
+  }
+  return {};
+}
+
+Status remove_ignored_in(const fs::path& dir, const std::string& rel,
+                         const image::DockerIgnore& di) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) names.push_back(e.path().filename());
+  if (ec) return internal_error("list " + dir.string() + ": " + ec.message());
+  for (const auto& n : names) {
+    const fs::path p = dir / n;
+    const std::string r = rel.empty() ? n : rel + "/" + n;
+    const bool excluded = di.excluded(r);
+    struct stat st;
+    if (::lstat(p.c_str(), &st) != 0) return internal_error(errno_msg("stat " + p.string()));
+    if (S_ISDIR(st.st_mode) && (!excluded || di.has_exceptions())) {
+      // An excluded directory is walked only when an exception may re-include something in it.
+      ABX_TRY(remove_ignored_in(p, r, di));
+      if (!excluded || !fs::is_empty(p, ec)) continue;
+    }
+    if (excluded) {
+      fs::remove_all(p, ec);
+      if (ec) return internal_error("remove " + p.string() + ": " + ec.message());
+    }
+  }
+  return {};
+}
+
 }  // namespace
+
+Status remove_ignored(const std::string& root, const image::DockerIgnore& di) {
+  if (di.empty()) return {};
+  return remove_ignored_in(root, "", di);
+}
+
+Status flatten_layers(const std::vector<std::string>& layers, const std::string& dest) {
+  for (const auto& l : layers) ABX_TRY(apply_layer(l, dest));
+  return {};
+}
 
 std::string clean_path(const std::string& path, const std::string& base) {
   std::string joined = path.starts_with('/') ? path : base + "/" + path;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "abx/base/error.h"
+#include "abx/image/dockerignore.h"
 
 namespace abx::platform::build {
 
@@ -49,9 +50,23 @@ Result<std::string> content_digest(const std::vector<std::string>& paths);
 // COPY one source into `stage` (the layer's root): `src` is a resolved host path, `dest` an
 // absolute path in the image; `dest_is_dir` when the Dockerfile's destination ends with '/' or
 // there are several sources. A directory source copies its contents. Created parents get mode
-// 0755 and mtime 0; every copied entry is owned by uid:gid.
+// 0755 and mtime 0; every copied entry is owned by uid:gid (its own owner with kKeepOwner).
 Status copy_into(const std::string& src, const std::string& stage, const std::string& dest,
                  bool dest_is_dir, std::uint32_t uid, std::uint32_t gid);
+
+// Removes from the extracted context at `root` what `di` excludes (.dockerignore), so that no
+// COPY or ADD sees it and no cache key depends on it.
+Status remove_ignored(const std::string& root, const image::DockerIgnore& di);
+
+// copy_into's uid meaning "keep each entry's own owner" (COPY --from without --chown).
+inline constexpr std::uint32_t kKeepOwner = 0xffffffffu;
+
+// The filesystem the overlay of `layers` (extracted layer directories, lowest first, whiteouts
+// in overlayfs form) shows, built in the existing directory `dest`: regular files are hard
+// links to the layers' own (so `dest` must only be read, then removed), across filesystems
+// copies. Owners, modes and mtimes are kept; devices, fifos and sockets are left out. COPY
+// --from reads an earlier stage from it.
+Status flatten_layers(const std::vector<std::string>& layers, const std::string& dest);
 
 // Sets mtime 0 on `dest` (if a directory) and each of its parents in `stage`: what copy_into
 // and make_dir created, after files were added to them.

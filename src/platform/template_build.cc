@@ -64,6 +64,8 @@ struct BuildState {
   std::vector<Layer> layers;
   image::ImageConfig config;
   std::map<std::string, std::string> args;  // ARG values in scope
+  std::map<std::string, int> unset_args;    // ARGs in scope without a value -> their line
+  int user_line = 0;                        // the USER instruction in effect (0: none)
   bool cmd_inherited = false;               // CMD came from the base image
 };
 
@@ -161,6 +163,107 @@ std::map<std::string, std::string> vars_of(const BuildState& st) {
   return m;
 }
 
+// Who a RUN runs as: the Dockerfile's USER resolved in the image so far.
+struct RunAs {
+  std::uint32_t uid = 0, gid = 0;
+  std::vector<std::uint32_t> groups;
+  std::string home = "/";
+};
+
+bool parse_id(std::string_view s, std::uint32_t& out) {
+  if (s.empty() || s.size() > 10) return false;
+  std::uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  if (v >= 0xffffffffu) return false;
+  out = static_cast<std::uint32_t>(v);
+  return true;
+}
+
+std::vector<std::string> split(std::string_view s, char sep) {
+  std::vector<std::string> out;
+  std::size_t i = 0;
+  for (;;) {
+    std::size_t j = s.find(sep, i);
+    out.emplace_back(s.substr(i, j == std::string_view::npos ? j : j - i));
+    if (j == std::string_view::npos) return out;
+    i = j + 1;
+  }
+}
+
+// The image's `rel` ("etc/passwd"): the topmost layer's regular file, empty when no layer has
+// one or a whiteout (of it or of its first component) hides the lower ones.
+Result<std::string> image_file(const std::vector<std::string>& lowers, const std::string& rel) {
+  auto whiteout = [](const struct stat& st) { return S_ISCHR(st.st_mode) && st.st_rdev == 0; };
+  for (auto it = lowers.rbegin(); it != lowers.rend(); ++it) {
+    struct stat st;
+    const std::string full = *it + "/" + rel;
+    if (::lstat(full.c_str(), &st) == 0) {
+      if (S_ISREG(st.st_mode)) return read_small_file(full, 4 << 20);
+      return std::string();
+    }
+    const std::string top = *it + "/" + rel.substr(0, rel.find('/'));
+    if (::lstat(top.c_str(), &st) == 0 && whiteout(st)) return std::string();
+  }
+  return std::string();
+}
+
+// USER name|uid[:group|gid] as runc resolves it: a name must be in /etc/passwd, which gives the
+// uid, the primary gid and HOME; a numeric uid need not be (gid 0 then); without an explicit
+// group, the groups of /etc/group that list the user are the supplementary ones.
+Result<RunAs> resolve_user(const std::string& spec, const std::vector<std::string>& lowers) {
+  RunAs r;
+  const auto colon = spec.find(':');
+  const std::string user = spec.empty() ? "0" : spec.substr(0, colon);
+  ABX_ASSIGN_OR_RETURN(auto passwd, image_file(lowers, "etc/passwd"));
+  std::string name;
+  bool found = false;
+  for (const auto& line : split(passwd, '\n')) {
+    auto f = split(line, ':');
+    if (f.size() < 4 || line.starts_with('#')) continue;
+    if (f[0] != user && f[2] != user) continue;
+    if (!parse_id(f[2], r.uid) || !parse_id(f[3], r.gid)) continue;
+    if (f.size() > 5 && !f[5].empty()) r.home = f[5];
+    name = f[0];
+    found = true;
+    break;
+  }
+  if (!found && !parse_id(user, r.uid)) {
+    return invalid_argument("USER " + spec + ": no user '" + user + "' in the image's /etc/passwd");
+  }
+  if (colon != std::string::npos) {
+    const std::string group = spec.substr(colon + 1);
+    if (!parse_id(group, r.gid)) {
+      ABX_ASSIGN_OR_RETURN(auto groups, image_file(lowers, "etc/group"));
+      bool gfound = false;
+      for (const auto& line : split(groups, '\n')) {
+        auto f = split(line, ':');
+        if (f.size() >= 3 && f[0] == group && parse_id(f[2], r.gid)) {
+          gfound = true;
+          break;
+        }
+      }
+      if (!gfound) {
+        return invalid_argument("USER " + spec + ": no group '" + group +
+                                "' in the image's /etc/group");
+      }
+    }
+  } else if (found && !spec.empty()) {
+    ABX_ASSIGN_OR_RETURN(auto groups, image_file(lowers, "etc/group"));
+    for (const auto& line : split(groups, '\n')) {
+      auto f = split(line, ':');
+      std::uint32_t gid = 0;
+      if (f.size() < 4 || !parse_id(f[2], gid) || gid == r.gid) continue;
+      for (const auto& m : split(f[3], ',')) {
+        if (m == name && r.groups.size() < runtime::kMaxGroups) r.groups.push_back(gid);
+      }
+    }
+  }
+  return r;
+}
+
 json::array str_array(const std::vector<std::string>& v) {
   json::array a;
   for (const auto& s : v) a.emplace_back(s);
@@ -232,6 +335,21 @@ class Build {
  private:
   const std::atomic<bool>& stopping_;
   bool cancelled() const { return stopping_ || (req_.cancelled && req_.cancelled()); }
+  // `text` with the stage's ARG and ENV values, or the error for a plain $V of an ARG that has no
+  // value (no default, no --build-arg): almost always a forgotten --build-arg.
+  Result<std::string> expand(std::string_view text, const BuildState& st) const {
+    const auto env = env_map(st.config);
+    for (const auto& v : image::plain_var_refs(text)) {
+      auto u = st.unset_args.find(v);
+      if (u != st.unset_args.end() && !env.count(v)) {
+        return invalid_argument("$" + v + " has no value: ARG " + v + " (line " +
+                                std::to_string(u->second) +
+                                ") has no default and the build got no --build-arg " + v + "=…");
+      }
+    }
+    return image::expand_vars(text, vars_of(st));
+  }
+  Result<std::string> expand(std::string_view text) const { return expand(text, st_); }
   Error at(const image::Instruction& in, const Error& e) const {
     return Error(e.code(), req_.dockerfile + ":" + std::to_string(in.line) + ": " + e.message());
   }
@@ -263,13 +381,17 @@ class Build {
   Status from(const image::Instruction& in, const std::function<void(bool)>& announce);
   Status run_step(std::size_t i, const image::Instruction& in);
   Status copy_step(std::size_t i, const image::Instruction& in);
+  Status arg_step(std::size_t i, const image::Instruction& in);
+  // An earlier stage's filesystem, flattened once into the workspace (COPY --from).
+  Result<std::string> stage_root(int stage);
   Status workdir_step(std::size_t i, const image::Instruction& in);
   Result<Layer> layer_from(const std::string& dir, bool overlay_upper,
                            const std::set<std::string>& skip = {});
-  Result<std::string> write_image();
+  Result<std::string> write_image(const BuildState& st);
+  Result<std::string> write_image() { return write_image(st_); }
   Result<std::vector<std::string>> lower_dirs();
   Result<int> run_sandbox(const image::Instruction& in, const std::vector<std::string>& lowers,
-                          const std::vector<std::string>& env, Layer& layer);
+                          const std::vector<std::string>& env, const RunAs& as, Layer& layer);
   std::set<std::string> mount_points() const;
   std::string scratch(const std::string& what) {
     std::string p = work_.path + "/" + what + "-" + std::to_string(++scratch_n_);
@@ -285,10 +407,16 @@ class Build {
   Cache cache_;
   WorkDir work_;
   std::string ctx_;
-  BuildState st_;
+  BuildState st_;                   // the stage being built
+  BuildState globals_;              // ARGs before the first FROM (FROM lines see these)
+  std::vector<BuildState> stages_;  // finished stages, by index
+  std::map<int, std::string> stage_roots_;
+  const image::Dockerfile* df_ = nullptr;
+  std::set<std::string> used_build_args_;
   std::size_t total_ = 0;
   int cached_ = 0;
   bool all_cached_ = true;  // every step so far came from the cache
+  bool first_from_seen_ = false;
   int scratch_n_ = 0;
 };
 
@@ -334,10 +462,23 @@ Result<std::vector<std::string>> Build::lower_dirs() {
 
 // The OCI config and manifest of the image so far, as blobs; returns the manifest digest.
 // Both are deterministic (no timestamps), so an unchanged build rewrites the same blobs.
-Result<std::string> Build::write_image() {
+Result<std::string> Build::write_image(const BuildState& st) {
   std::vector<image::LayerRef> layers;
-  for (const auto& l : st_.layers) layers.push_back({l.digest, l.size, l.media_type, l.diff_id});
-  return image::write_image_blobs(store_, layers, st_.config);
+  for (const auto& l : st.layers) layers.push_back({l.digest, l.size, l.media_type, l.diff_id});
+  return image::write_image_blobs(store_, layers, st.config);
+}
+
+Result<std::string> Build::stage_root(int stage) {
+  if (auto it = stage_roots_.find(stage); it != stage_roots_.end()) return it->second;
+  const BuildState& st = stages_.at(static_cast<std::size_t>(stage));
+  const std::string root = scratch("stage-root");
+  if (!st.layers.empty()) {
+    ABX_ASSIGN_OR_RETURN(auto digest, write_image(st));
+    ABX_ASSIGN_OR_RETURN(auto img, store_.add_image(digest));
+    ABX_TRY(build::flatten_layers(img.layer_dirs, root));
+  }
+  stage_roots_[stage] = root;
+  return root;
 }
 
 Result<Layer> Build::layer_from(const std::string& dir, bool overlay_upper,
@@ -355,8 +496,25 @@ Result<Layer> Build::layer_from(const std::string& dir, bool overlay_upper,
 
 // FROM: the base image's layers (with their descriptors and diff_ids) and config.
 Status Build::from(const image::Instruction& in, const std::function<void(bool)>& announce) {
-  ABX_ASSIGN_OR_RETURN(auto name, image::expand_vars(in.args.at(0), st_.args));
+  ABX_ASSIGN_OR_RETURN(auto name, expand(in.args.at(0), globals_));
   if (name == "scratch") return {};
+  // An earlier stage (the parser refused this one and later ones by name; $VARs are checked
+  // here).
+  for (std::size_t k = 0; k < df_->stages.size(); ++k) {
+    std::string lname = name;
+    for (char& c : lname) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (df_->stages[k].name.empty() || df_->stages[k].name != lname) continue;
+    if (k >= stages_.size()) {
+      return invalid_argument("FROM " + name + ": stage '" + lname + "' is defined at line " +
+                              std::to_string(df_->stages[k].line) +
+                              ": a stage can only build on earlier stages");
+    }
+    st_.layers = stages_[k].layers;
+    st_.config = stages_[k].config;
+    st_.cmd_inherited = stages_[k].cmd_inherited;
+    st_.user_line = stages_[k].user_line;
+    return {};
+  }
   Result<image::Image> img = not_found("");
   // A template or tag the requester may not use (another team's build) is not there for it.
   const std::string bare = name.starts_with("abx:") ? name.substr(4) : name;
@@ -445,7 +603,7 @@ std::set<std::string> Build::mount_points() const {
 // Spawns the RUN sandbox, streams its output, waits; the layer comes from its upper dir.
 // Returns the wait status.
 Result<int> Build::run_sandbox(const image::Instruction& in, const std::vector<std::string>& lowers,
-                               const std::vector<std::string>& env, Layer& layer) {
+                               const std::vector<std::string>& env, const RunAs& as, Layer& layer) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0)
     return internal_error(std::string("pipe: ") + std::strerror(errno));
@@ -460,6 +618,9 @@ Result<int> Build::run_sandbox(const image::Instruction& in, const std::vector<s
   sc.argv = in.args;
   sc.env = env;
   sc.cwd = st_.config.working_dir.empty() ? "/" : st_.config.working_dir;
+  sc.uid = as.uid;
+  sc.gid = as.gid;
+  sc.groups = as.groups;
   sc.binds = opt_.binds;
   sc.fds = {{wr.get(), 1}, {wr.get(), 2}};
   sc.limits = opt_.limits;
@@ -553,14 +714,28 @@ Status Build::run_step(std::size_t i, const image::Instruction& in) {
   if (!env_vars.count("PATH")) env_vars["PATH"] = std::string(kDefaultPath).substr(5);
   std::vector<std::string> env;
   for (const auto& [k, v] : env_vars) env.push_back(k + "=" + v);
-  const std::string key = key_of({"run", chain_id(st_), json::serialize(str_array(in.args)),
-                                  json::serialize(str_array(env)), st_.config.working_dir});
+  // The user is part of the key; what it resolves to (ids, HOME) follows from the layers.
+  const std::string& user = st_.config.user;
+  const std::string key =
+      user.empty() ? key_of({"run", chain_id(st_), json::serialize(str_array(in.args)),
+                             json::serialize(str_array(env)), st_.config.working_dir})
+                   : key_of({"run", chain_id(st_), json::serialize(str_array(in.args)),
+                             json::serialize(str_array(env)), st_.config.working_dir, user});
   if (from_cache(key, i, in)) return {};
   all_cached_ = false;
   step(i, in, false);
   ABX_ASSIGN_OR_RETURN(auto lowers, lower_dirs());
+  auto as = resolve_user(user, lowers);
+  if (!as.ok()) {
+    return Error(as.error().code(),
+                 as.error().message() +
+                     (st_.user_line ? " (USER at line " + std::to_string(st_.user_line) + ")"
+                                    : " (the base image's User)"));
+  }
+  // As Docker: HOME is the user's unless ENV set it.
+  if (!env_vars.count("HOME")) env.push_back("HOME=" + as->home);
   Layer layer;
-  ABX_ASSIGN_OR_RETURN(int status, run_sandbox(in, lowers, env, layer));
+  ABX_ASSIGN_OR_RETURN(int status, run_sandbox(in, lowers, env, *as, layer));
   if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
     return Error(ErrorCode::kFailedPrecondition,
                  "RUN exited with " + std::to_string(WEXITSTATUS(status)));
@@ -575,31 +750,43 @@ Status Build::run_step(std::size_t i, const image::Instruction& in) {
 }
 
 Status Build::copy_step(std::size_t i, const image::Instruction& in) {
-  const auto vars = vars_of(st_);
   const bool add = in.op == image::Op::kAdd;
-  ABX_ASSIGN_OR_RETURN(auto dest_raw, image::expand_vars(in.args.back(), vars));
+  const bool from_stage = in.from_stage >= 0;
+  ABX_ASSIGN_OR_RETURN(auto dest_raw, expand(in.args.back()));
   const std::string base = st_.config.working_dir.empty() ? "/" : st_.config.working_dir;
   const std::string dest = build::clean_path(dest_raw, base);
-  std::uint32_t uid = 0, gid = 0;
+  // COPY --from keeps the stage's owners unless --chown says otherwise; the context's files
+  // belong to root.
+  std::uint32_t uid = from_stage ? build::kKeepOwner : 0, gid = uid;
   if (!in.chown.empty()) {
     ABX_ASSIGN_OR_RETURN(auto ug, build::parse_chown(in.chown));
     uid = ug.first;
     gid = ug.second;
   }
+  std::string root = ctx_;
+  std::string where = "the build context";
+  std::string from_chain;
+  if (from_stage) {
+    ABX_ASSIGN_OR_RETURN(root, stage_root(in.from_stage));
+    const auto& s = df_->stages.at(static_cast<std::size_t>(in.from_stage));
+    where = "stage " + (s.name.empty() ? std::to_string(in.from_stage) : s.name);
+    from_chain = chain_id(stages_.at(static_cast<std::size_t>(in.from_stage)));
+  }
   std::vector<std::string> srcs;
   std::string shown = std::string(image::op_name(in.op));
+  if (from_stage) shown += " --from=" + in.from;
   bool dest_multi = in.args.size() > 2;  // several sources (or a glob's matches)
   for (std::size_t s = 0; s + 1 < in.args.size(); ++s) {
-    ABX_ASSIGN_OR_RETURN(auto src, image::expand_vars(in.args[s], vars));
+    ABX_ASSIGN_OR_RETURN(auto src, expand(in.args[s]));
     const std::string what = std::string(image::op_name(in.op)) + " source ";
-    auto matches = build::expand_source(ctx_, src);
+    auto matches = build::expand_source(root, src);
     if (!matches.ok()) {
-      return Error(matches.error().code(), what + src + " not found in the build context");
+      return Error(matches.error().code(), what + src + " not found in " + where);
     }
     for (const auto& m : *matches) {
-      auto resolved = build::resolve_in_root(ctx_, m);
+      auto resolved = build::resolve_in_root(root, m);
       if (!resolved.ok()) {
-        return Error(resolved.error().code(), what + m + " not found in the build context");
+        return Error(resolved.error().code(), what + m + " not found in " + where);
       }
       srcs.push_back(*resolved);
     }
@@ -611,7 +798,7 @@ Status Build::copy_step(std::size_t i, const image::Instruction& in) {
       dest_raw.ends_with('/') || dest_multi || dest_raw.ends_with("/.") || dest_raw == ".";
   ABX_ASSIGN_OR_RETURN(auto content, build::content_digest(srcs));
   const std::string key = key_of({add ? "add" : "copy", chain_id(st_), shown, dest,
-                                  dest_is_dir ? "dir" : "file", in.chown, content});
+                                  dest_is_dir ? "dir" : "file", in.chown, content, from_chain});
   if (from_cache(key, i, in)) return {};
   all_cached_ = false;
   step(i, in, false);
@@ -635,9 +822,32 @@ Status Build::copy_step(std::size_t i, const image::Instruction& in) {
   return {};
 }
 
+// ARG: a --build-arg, else the default, else (in a stage) the value of the same ARG before the
+// first FROM; without any, the ARG has no value and a plain $NAME of it is an error.
+Status Build::arg_step(std::size_t i, const image::Instruction& in) {
+  const bool global = !first_from_seen_;
+  BuildState& st = global ? globals_ : st_;
+  const auto& [name, def] = in.pairs.at(0);
+  auto given = req_.build_args.find(name);
+  st.unset_args.erase(name);
+  if (given != req_.build_args.end()) {
+    used_build_args_.insert(name);
+    st.args[name] = given->second;
+  } else if (in.has_default) {
+    ABX_ASSIGN_OR_RETURN(st.args[name], expand(def, st));
+  } else if (auto g = globals_.args.find(name); !global && g != globals_.args.end()) {
+    st.args[name] = g->second;
+  } else {
+    st.args.erase(name);
+    st.unset_args[name] = in.line;
+  }
+  step(i, in, all_cached_);
+  return {};
+}
+
 // WORKDIR: the config, and a layer with the directory when no layer has it yet.
 Status Build::workdir_step(std::size_t i, const image::Instruction& in) {
-  ABX_ASSIGN_OR_RETURN(auto raw, image::expand_vars(in.args.at(0), vars_of(st_)));
+  ABX_ASSIGN_OR_RETURN(auto raw, expand(in.args.at(0)));
   const std::string dir =
       build::clean_path(raw, st_.config.working_dir.empty() ? "/" : st_.config.working_dir);
   st_.config.working_dir = dir;
@@ -689,27 +899,30 @@ Result<BuildResult> Build::run() {
   ABX_ASSIGN_OR_RETURN(auto df_text, read_small_file(*df_path, kMaxDockerfileBytes));
   ABX_ASSIGN_OR_RETURN(auto df, image::parse_dockerfile(df_text, {}, req_.dockerfile));
   ABX_ASSIGN_OR_RETURN(auto yaml, derive_template_yaml());
+  // .dockerignore: what it excludes leaves the context before any step. The Dockerfile and
+  // template.yaml were read above, so (as with Docker) excluding them only keeps them out of
+  // COPY and ADD.
+  if (struct stat ist; ::lstat((ctx_ + "/.dockerignore").c_str(), &ist) == 0) {
+    ABX_ASSIGN_OR_RETURN(auto text, read_small_file(ctx_ + "/.dockerignore", 1 << 20));
+    ABX_ASSIGN_OR_RETURN(auto ignore, image::DockerIgnore::parse(text));
+    ABX_TRY(build::remove_ignored(ctx_, ignore));
+  }
   total_ = df.instructions.size();
+  df_ = &df;
 
   for (std::size_t i = 0; i < df.instructions.size(); ++i) {
     const auto& in = df.instructions[i];
     if (cancelled()) return Error(ErrorCode::kUnavailable, "the build was cancelled");
     Status s;
     switch (in.op) {
-      case image::Op::kArg: {
-        const auto& [name, def] = in.pairs.at(0);
-        auto given = req_.build_args.find(name);
-        if (given != req_.build_args.end()) {
-          st_.args[name] = given->second;
-        } else if (in.has_default) {
-          auto v = image::expand_vars(def, vars_of(st_));
-          if (!v.ok()) return at(in, v.error());
-          st_.args[name] = *v;
-        }
-        step(i, in, all_cached_);
+      case image::Op::kArg:
+        s = arg_step(i, in);
         break;
-      }
       case image::Op::kFrom: {
+        // A new stage: the one before is kept for FROM <stage> and COPY --from.
+        if (first_from_seen_) stages_.push_back(std::move(st_));
+        st_ = BuildState{};
+        first_from_seen_ = true;
         bool announced = false;
         s = from(in, [&](bool cached) {
           announced = true;
@@ -732,7 +945,7 @@ Result<BuildResult> Build::run() {
       case image::Op::kEnv:
       case image::Op::kLabel:
         for (const auto& [k, v] : in.pairs) {
-          auto val = image::expand_vars(v, vars_of(st_));
+          auto val = expand(v);
           if (!val.ok()) return at(in, val.error());
           if (in.op == image::Op::kEnv) {
             set_env(st_.config, k, *val);
@@ -743,9 +956,10 @@ Result<BuildResult> Build::run() {
         step(i, in, all_cached_);
         break;
       case image::Op::kUser: {
-        auto val = image::expand_vars(in.args.at(0), vars_of(st_));
+        auto val = expand(in.args.at(0));
         if (!val.ok()) return at(in, val.error());
         st_.config.user = *val;
+        st_.user_line = in.line;
         step(i, in, all_cached_);
         break;
       }
@@ -767,6 +981,11 @@ Result<BuildResult> Build::run() {
     }
   }
 
+  // As Docker: a --build-arg no ARG took is reported, not an error.
+  for (const auto& [k, v] : req_.build_args) {
+    if (!used_build_args_.count(k))
+      log_line("warning: --build-arg " + k + " was not used by any ARG");
+  }
   ABX_ASSIGN_OR_RETURN(auto manifest_digest, write_image());
   ABX_ASSIGN_OR_RETURN(auto img, store_.add_image(manifest_digest, [this](std::string_view l) {
     log_line(std::string(l));

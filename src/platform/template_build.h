@@ -9,7 +9,10 @@
 //            options say otherwise, the abx bundle bound at /opt/abx); stdout and stderr are
 //            streamed as log events; the sandbox's overlay upper dir becomes the layer.
 //   COPY/ADD a layer made from context files (build_context.h; sources may be globs); ADD
-//            extracts local archives.
+//            extracts local archives. COPY --from takes an earlier stage's files (its layers
+//            flattened once into the workspace) with their owners.
+// Each FROM starts a stage; the last one is the image. ARGs before the first FROM are seen by
+// FROM lines, and in a stage once declared again (Docker's scoping).
 //   WORKDIR  a layer with the directory when the image lacks it, and the config's WorkingDir.
 //   ENV, USER, CMD, ENTRYPOINT, LABEL, ARG: the config only.
 // Every layer step is cached by (the chain of layers so far, the instruction as expanded,
@@ -18,8 +21,9 @@
 // every step hits the cache writes no new blob (config and manifest are deterministic).
 //
 // Failures ("Dockerfile:N: RUN exited with 1", a missing COPY source, …) leave no tag and no
-// template; blobs that were written stay for the cache, temporary files never do. USER is
-// recorded in the image config but RUN steps run as root (the runtime has no user switch yet).
+// template; blobs that were written stay for the cache, temporary files never do. RUN runs as
+// the USER in effect (this Dockerfile's or the base image's), resolved in the image's
+// /etc/passwd and /etc/group as runc does, with HOME from passwd unless ENV sets it.
 // The workspace (extracted context, staging trees) is <home>/build-work, emptied at start. A
 // store gc while a build runs could drop the untagged intermediate layers its RUN sandboxes use
 // as lower dirs: `abx template rm` waits for builds; `abxd image gc` is an operator's choice.

@@ -111,6 +111,17 @@ void child_main(const ChildPlan& plan) {
   if (!seccomp_child(p, &r)) report_and_exit(p.sock, r);
   if (!caps_child(p, &r)) report_and_exit(p.sock, r);
   if (::chdir(p.cwd) != 0) report_and_exit(p.sock, (fail(&r, "chdir", p.cwd), r));
+  // Last, the ids argv runs as: caps_child kept CAP_SETGID and CAP_SETUID for this, and a
+  // non-zero uid then loses every capability. Groups before gid before uid: each needs the
+  // privilege the next one gives up.
+  if (p.set_ids) {
+    if (::syscall(SYS_setgroups, p.ngroups, p.groups) != 0)
+      report_and_exit(p.sock, (fail(&r, "setgroups"), r));
+    if (::syscall(SYS_setresgid, p.gid, p.gid, p.gid) != 0)
+      report_and_exit(p.sock, (fail(&r, "setresgid"), r));
+    if (::syscall(SYS_setresuid, p.uid, p.uid, p.uid) != 0)
+      report_and_exit(p.sock, (fail(&r, "setresuid"), r));
+  }
   ::execve(p.exe, p.argv, p.envp);
   report_and_exit(p.sock, (fail(&r, "execve", p.exe), r));
 }

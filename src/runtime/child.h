@@ -78,6 +78,12 @@ struct ChildPlan {
   char* const* argv = nullptr;
   char* const* envp = nullptr;
   const char* cwd = "/";
+  // The ids argv runs as (SandboxConfig::uid, gid, groups): switched to after chdir when
+  // `set_ids`.
+  bool set_ids = false;
+  unsigned uid = 0, gid = 0;
+  const unsigned* groups = nullptr;
+  std::size_t ngroups = 0;
 };
 
 // Fills `r` with what failed and errno (the errno is read here, so call right after the call).

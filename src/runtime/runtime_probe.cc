@@ -137,7 +137,8 @@ int status() {
   char line[512];
   while (fgets(line, sizeof line, f))
     if (!strncmp(line, "Cap", 3) || !strncmp(line, "NoNewPrivs", 10) ||
-        !strncmp(line, "Seccomp:", 8))
+        !strncmp(line, "Seccomp:", 8) || !strncmp(line, "Uid:", 4) || !strncmp(line, "Gid:", 4) ||
+        !strncmp(line, "Groups:", 7))
       fputs(line, stdout);
   fclose(f);
   return 0;

@@ -87,6 +87,10 @@ Status validate(const SandboxConfig& c) {
   if (c.argv.empty() || c.argv[0].empty() || c.argv[0][0] != '/')
     return invalid_argument("argv[0] must be an absolute path inside the sandbox");
   if (c.cwd.empty() || c.cwd[0] != '/') return invalid_argument("cwd must be absolute");
+  if (c.groups.size() > kMaxGroups)
+    return invalid_argument("at most " + std::to_string(kMaxGroups) + " supplementary groups");
+  if (c.uid == 0xffffffffu || c.gid == 0xffffffffu)
+    return invalid_argument("uid and gid must not be 4294967295 (-1)");
   if (!valid_cgroup_parent(c.cgroup_parent)) return invalid_argument("bad cgroup_parent");
   if (c.rootfs == RootfsMode::kDirectory && c.rootfs_dir.empty())
     return invalid_argument("rootfs_dir is required with RootfsMode::kDirectory");
@@ -226,6 +230,7 @@ struct PlanStorage {
   std::vector<int> mounts;  // the child's copy receives the mounts sent with "go"
   std::vector<ChildFd> fds;
   std::vector<char*> argv, envp;
+  std::vector<unsigned> groups;
   sock_fprog fprog{};
   ChildPlan plan;
 
@@ -287,6 +292,12 @@ Status build_plan(SandboxConfig& config, const std::vector<sock_filter>& filter,
   plan.argv = s.argv.data();
   plan.envp = s.envp.data();
   plan.cwd = config.cwd.c_str();
+  s.groups.assign(config.groups.begin(), config.groups.end());
+  plan.set_ids = config.uid != 0 || config.gid != 0 || !config.groups.empty();
+  plan.uid = config.uid;
+  plan.gid = config.gid;
+  plan.groups = s.groups.data();
+  plan.ngroups = s.groups.size();
   return {};
 }
 

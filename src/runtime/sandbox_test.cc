@@ -209,6 +209,30 @@ TEST_F(SandboxTest, MappedDescriptorIsPassed) {
   EXPECT_EQ(r.out.find("fd 3"), std::string::npos) << r.out;
 }
 
+// uid, gid and groups: argv runs as them, with no capabilities left; the default stays root.
+TEST_F(SandboxTest, RunsAsTheConfiguredIds) {
+  auto c = testing::probe_config(tmp_.path(), {"status"});
+  c.uid = 1000;
+  c.gid = 100;
+  c.groups = {20, 30};
+  auto r = testing::run_sandbox(c);
+  EXPECT_TRUE(r.exited_ok()) << r.out;
+  EXPECT_NE(r.out.find("Uid:\t1000\t1000\t1000\t1000\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Gid:\t100\t100\t100\t100\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Groups:\t20 30"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("CapEff:\t0000000000000000"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("CapPrm:\t0000000000000000"), std::string::npos) << r.out;
+
+  auto root = testing::run_sandbox(testing::probe_config(tmp_.path(), {"status"}));
+  EXPECT_NE(root.out.find("Uid:\t0\t0\t0\t0\n"), std::string::npos) << root.out;
+
+  c = testing::probe_config(tmp_.path(), {"status"});
+  c.groups.assign(kMaxGroups + 1, 5);
+  auto refused = Sandbox::spawn(c);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code(), ErrorCode::kInvalidArgument);
+}
+
 TEST_F(SandboxTest, HostReachesPortInsideSandboxNetns) {
   int p[2];
   ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);

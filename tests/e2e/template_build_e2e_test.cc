@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <cstdlib>
 #include <filesystem>
@@ -331,6 +332,167 @@ TEST_F(TemplateBuildE2E, AddArgEnvWorkdir) {
   auto img = client::template_image("added", cfg_);
   ASSERT_TRUE(img.ok());
   EXPECT_EQ(img->at("config").at("workingDir"), "/data/sub");
+}
+
+// Multi-stage: a stage builds on an earlier one (FROM tools), the final image takes files from
+// both with COPY --from (by name): what a later stage deleted stays deleted (whiteouts), owners
+// are kept, and only the last stage's layers make the image. A RUN in the final stage checks it.
+TEST_F(TemplateBuildE2E, MultiStageCopyFrom) {
+  fs::path ctx = context(
+      "multi",
+      "FROM scratch AS tools\n"
+      "COPY busybox /bin/busybox\n"
+      "RUN [\"/bin/busybox\", \"sh\", \"-c\", \"mkdir -p /out/sub && echo made > "
+      "/out/sub/artifact && chown 7:8 /out/sub/artifact && echo old > /out/kept\"]\n"
+      "FROM tools AS second\n"
+      "RUN [\"/bin/busybox\", \"sh\", \"-c\", \"rm /out/kept && echo two > /out/two\"]\n"
+      "FROM scratch\n"
+      "COPY --from=tools /bin/busybox /bin/busybox\n"
+      "COPY --from=second /out /out\n"
+      "RUN [\"/bin/busybox\", \"sh\", \"-c\", \"test \\\"$(/bin/busybox cat /out/sub/artifact)\\\" "
+      "= "
+      "made && test ! -e /out/kept && test \\\"$(/bin/busybox cat /out/two)\\\" = two && test "
+      "\\\"$(/bin/busybox stat -c %u:%g /out/sub/artifact)\\\" = 7:8\"]\n");
+  client::BuildOptions bo;
+  bo.name = "multi";
+  auto built = client::build_template(ctx.string(), bo, {}, cfg_);
+  ASSERT_TRUE(built.ok()) << built.error().message();
+  auto img = client::template_image("multi", cfg_);
+  ASSERT_TRUE(img.ok()) << img.error().message();
+  // The final stage's COPY, COPY and RUN: nothing of the earlier stages' own layers.
+  EXPECT_LE(img->at("layers").as_array().size(), 3u);
+  auto sbx = client::Sandbox::create("multi", {}, cfg_);
+  ASSERT_TRUE(sbx.ok()) << sbx.error().message();
+  auto two = sbx->files().read("/out/two");
+  EXPECT_TRUE(two.ok() && *two == "two\n");
+  EXPECT_FALSE(sbx->files().read("/out/kept").ok()) << "deleted in stage 'second'";
+  (void)sbx->kill();
+
+  // A source the stage lacks names the stage and the line.
+  fs::path bad = context("multi-bad",
+                         "FROM scratch AS a\nCOPY busybox /bin/busybox\n"
+                         "FROM scratch\nCOPY --from=a /nothere /x\n");
+  bo.name = "multi-bad";
+  auto missing = client::build_template(bad.string(), bo, {}, cfg_);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().message(), "Dockerfile:4: COPY source /nothere not found in stage a");
+}
+
+// ARG scoping as Docker's: a global ARG is seen by FROM, and inside a stage only once declared
+// again; --build-arg overrides defaults; an ARG with no value used by a plain $NAME is an error
+// naming the line and the ARG.
+TEST_F(TemplateBuildE2E, ArgsAndBuildArgs) {
+  fs::path ctx = context("args",
+                         "ARG BASE=scratch\n"
+                         "ARG WHERE=/global\n"
+                         "FROM $BASE\n"
+                         "ARG WHERE\n"
+                         "ARG DEST\n"
+                         "COPY busybox $DEST\n"
+                         "ENV WHERE_ENV=$WHERE\n");
+  client::BuildOptions bo;
+  bo.name = "args";
+  auto unset = client::build_template(ctx.string(), bo, {}, cfg_);
+  ASSERT_FALSE(unset.ok());
+  EXPECT_EQ(unset.error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(unset.error().message(),
+            "Dockerfile:6: $DEST has no value: ARG DEST (line 5) has no default and the build got "
+            "no --build-arg DEST=…");
+
+  bo.build_args = {{"DEST", "/bin/busybox"}, {"UNUSED", "1"}};
+  std::vector<std::string> logs;
+  auto built = client::build_template(
+      ctx.string(), bo,
+      [&](const client::BuildEvent& e) {
+        if (e.type == "log") logs.push_back(e.line);
+      },
+      cfg_);
+  ASSERT_TRUE(built.ok()) << built.error().message();
+  auto img = client::template_image("args", cfg_);
+  ASSERT_TRUE(img.ok());
+  bool found = false;
+  for (const auto& e : img->at("config").at("env").as_array()) {
+    found = found || e == "WHERE_ENV=/global";
+  }
+  EXPECT_TRUE(found) << json::serialize(img->at("config"));
+  EXPECT_NE(
+      std::find(logs.begin(), logs.end(), "warning: --build-arg UNUSED was not used by any ARG"),
+      logs.end());
+}
+
+// RUN as the USER in effect: a name from the image's /etc/passwd (its gid, its supplementary
+// groups from /etc/group, its HOME), then uid:gid numbers; a user who cannot write / fails to.
+// An unknown user fails the RUN naming both lines.
+TEST_F(TemplateBuildE2E, RunAsUser) {
+  fs::path ctx = context(
+      "user",
+      "FROM scratch\n"
+      "COPY busybox /bin/busybox\n"
+      "COPY passwd group /etc/\n"
+      "RUN [\"/bin/busybox\", \"sh\", \"-c\", \"/bin/busybox mkdir -p /home/alice && "
+      "/bin/busybox chown alice /home/alice\"]\n"
+      "USER alice\n"
+      "RUN [\"/bin/busybox\", \"sh\", \"-c\", \"/bin/busybox id > $HOME/id && ! /bin/busybox "
+      "touch /not-mine 2>/dev/null\"]\n"
+      "USER 1234:staff\n"
+      "RUN [\"/bin/busybox\", \"sh\", \"-c\", \"test $(/bin/busybox id -u):$(/bin/busybox id -g) "
+      "= 1234:50\"]\n"
+      "USER root\n");
+  std::ofstream(ctx / "passwd") << "root:x:0:0:root:/root:/bin/sh\n"
+                                   "alice:x:1000:1000::/home/alice:/bin/sh\n";
+  std::ofstream(ctx / "group") << "root:x:0:\nalice:x:1000:\nstaff:x:50:bob,alice\n";
+  client::BuildOptions bo;
+  bo.name = "user";
+  auto built = client::build_template(ctx.string(), bo, {}, cfg_);
+  ASSERT_TRUE(built.ok()) << built.error().message();
+  auto sbx = client::Sandbox::create("user", {}, cfg_);
+  ASSERT_TRUE(sbx.ok()) << sbx.error().message();
+  auto id = sbx->files().read("/home/alice/id");
+  ASSERT_TRUE(id.ok()) << id.error().message();
+  EXPECT_EQ(*id, "uid=1000(alice) gid=1000(alice) groups=50(staff)\n");
+  (void)sbx->kill();
+
+  fs::path bad = context("user-bad",
+                         "FROM scratch\nCOPY busybox /bin/busybox\nCOPY passwd /etc/passwd\n"
+                         "USER bob\nRUN [\"/bin/busybox\", \"true\"]\n");
+  std::ofstream(bad / "passwd") << "root:x:0:0:root:/root:/bin/sh\n";
+  bo.name = "user-bad";
+  auto unknown = client::build_template(bad.string(), bo, {}, cfg_);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.error().message(),
+            "Dockerfile:5: USER bob: no user 'bob' in the image's /etc/passwd (USER at line 4)");
+}
+
+// .dockerignore: what it excludes is not in the context COPY sees (exceptions, `**`, a
+// directory and everything below it); excluding the Dockerfile itself only keeps it out of COPY
+// (as Docker does); a bad pattern names its line.
+TEST_F(TemplateBuildE2E, DockerIgnore) {
+  fs::path ctx = context("ignore",
+                         "FROM scratch\n"
+                         "COPY busybox /bin/busybox\n"
+                         "COPY . /ctx/\n"
+                         "RUN [\"/bin/busybox\", \"sh\", \"-c\", \"cd /ctx && test ! -e a.log && "
+                         "test -e keep.log && test ! -e secret && test ! -e sub/cache && test -e "
+                         "sub/real && test ! -e Dockerfile && test -e sub/keep/kept\"]\n");
+  std::ofstream(ctx / ".dockerignore") << "# outputs\n*.log\n!keep.log\nsecret/\n**/cache\n"
+                                          "Dockerfile\nsub/keep\n!sub/keep/kept\n";
+  fs::create_directories(ctx / "secret");
+  fs::create_directories(ctx / "sub/cache");
+  fs::create_directories(ctx / "sub/keep");
+  for (const char* f : {"a.log", "keep.log", "secret/key", "sub/cache/x", "sub/real",
+                        "sub/keep/gone", "sub/keep/kept"})
+    std::ofstream(ctx / f) << f;
+  client::BuildOptions bo;
+  bo.name = "ignore";
+  auto built = client::build_template(ctx.string(), bo, {}, cfg_);
+  ASSERT_TRUE(built.ok()) << built.error().message();
+
+  std::ofstream(ctx / ".dockerignore") << "ok\n\n[abc\n";
+  auto bad = client::build_template(ctx.string(), bo, {}, cfg_);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(bad.error().message(),
+            ".dockerignore:3: bad pattern '[abc' (an unterminated [ class or a trailing \\)");
 }
 
 TEST_F(TemplateBuildE2E, RefusedRequests) {

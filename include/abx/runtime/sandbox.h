@@ -90,6 +90,9 @@ struct FdMapping {
   int child_fd;
 };
 
+// Supplementary groups SandboxConfig::groups may hold.
+inline constexpr std::size_t kMaxGroups = 64;
+
 // Overlay layers one sandbox may stack (overlayfs's own limit is 500).
 inline constexpr std::size_t kMaxLowerDirs = 128;
 
@@ -111,6 +114,13 @@ struct SandboxConfig {
   std::vector<std::string> argv;  // argv[0]: absolute path inside the sandbox
   std::vector<std::string> env;   // "K=V"; the host environment is never inherited
   std::string cwd = "/";
+  // The ids argv runs as inside the sandbox. Root by default; otherwise the init, after every
+  // other step (chdir included), sets the supplementary groups, then gid, then uid, and a
+  // non-zero uid leaves it no capabilities (the kernel clears them on the switch). Template
+  // builds run a RUN as the Dockerfile's USER. At most kMaxGroups groups.
+  std::uint32_t uid = 0;
+  std::uint32_t gid = 0;
+  std::vector<std::uint32_t> groups;
   std::vector<BindMount> binds;
   std::vector<FdMapping> fds;
   CgroupLimits limits;
