@@ -163,8 +163,8 @@ class Sandbox {
   ~Sandbox();  // destroy(), errors ignored
 
   const std::string& id() const;
-  pid_t pid() const;  // host pid of the sandbox init
-  int pidfd() const;  // pidfd of the init (poll it: readable once the init exited)
+  pid_t pid() const;         // host pid of the sandbox init
+  int pidfd() const;         // pidfd of the init (poll it: readable once the init exited)
   bool init_exited() const;  // whether the init has exited (its pidfd is readable), at once
   const SandboxCgroups& cgroups() const;
   std::string state_path() const;  // <state_dir>/<id>
