@@ -6,6 +6,7 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
+#include <boost/url/pct_string_view.hpp>
 #include <boost/url/url_view.hpp>
 #include <cctype>
 #include <filesystem>
@@ -78,23 +79,6 @@ struct SignedFiles {
   std::string path, username, signature, expiration;
 };
 
-std::optional<std::string> query_unescape(std::string_view s) {
-  std::string out;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '+') {
-      out += ' ';
-    } else if (s[i] != '%') {
-      out += s[i];
-    } else if (i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
-               std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
-      out += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
-      i += 2;
-    } else {
-      return std::nullopt;
-    }
-  }
-  return out;
-}
 
 std::optional<SignedFiles> signed_files_request(const bhttp::request_header<>& h) {
   if (h.method() != bhttp::verb::get && h.method() != bhttp::verb::post) return std::nullopt;
@@ -110,8 +94,8 @@ std::optional<SignedFiles> signed_files_request(const bhttp::request_header<>& h
     std::string_view kv = q.substr(0, amp);
     q = amp == std::string_view::npos ? std::string_view() : q.substr(amp + 1);
     auto eq = kv.find('=');
-    auto key = query_unescape(kv.substr(0, eq));
-    auto value = query_unescape(eq == std::string_view::npos ? "" : kv.substr(eq + 1));
+    auto key = api::query_unescape(kv.substr(0, eq));
+    auto value = api::query_unescape(eq == std::string_view::npos ? "" : kv.substr(eq + 1));
     if (!key || !value) return std::nullopt;
     auto take = [&](bool& seen, std::string& into) {
       if (!seen) into = std::move(*value);
@@ -143,6 +127,14 @@ std::string files_signature(const SignedFiles& f, std::string_view access_token)
 }  // namespace
 
 namespace api {
+
+std::optional<std::string> query_unescape(std::string_view s) {
+  auto pct = boost::urls::make_pct_string_view(s);
+  if (!pct) return std::nullopt;
+  boost::urls::encoding_opts opt;
+  opt.space_as_plus = true;
+  return pct->decode(opt);
+}
 
 std::vector<std::string> split_path(std::string_view path) {
   std::vector<std::string> out;

@@ -154,4 +154,8 @@ struct TokenRequest {
 };
 Result<TokenRequest> parse_token_request(const boost::json::object& body);
 
+// One more level of URL decoding of a query key or value ('+' is a space, as Go's
+// url.QueryUnescape has it); nullopt for a malformed %-escape.
+std::optional<std::string> query_unescape(std::string_view s);
+
 }  // namespace abx::platform::api

@@ -80,23 +80,11 @@ Result<std::size_t> parse_limit(const std::string& v) {
   return invalid_argument("limit must be an integer between 1 and 100");
 }
 
-// One more level of URL decoding ('+' is a space, as Go's url.QueryUnescape has it).
+// One more level of URL decoding (api::query_unescape), a malformed escape an error.
 Result<std::string> unescape(std::string_view s) {
-  std::string out;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '+') {
-      out += ' ';
-    } else if (s[i] != '%') {
-      out += s[i];
-    } else if (i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
-               std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
-      out += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
-      i += 2;
-    } else {
-      return invalid_argument("malformed metadata filter");
-    }
-  }
-  return out;
+  auto out = query_unescape(s);
+  if (!out) return invalid_argument("malformed metadata filter");
+  return std::move(*out);
 }
 
 // "k=v&k2=v2", itself URL-encoded inside the parameter, with each key and value URL-encoded
