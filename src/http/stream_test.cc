@@ -246,29 +246,42 @@ TEST(HttpSpool, ChunkedUploadIsSpooled) {
   EXPECT_NE(out->find("\"hello world\""), std::string::npos) << *out;
 }
 
-// A stream whose client went away while its producer still holds the writer (envd's WatchDir
-// between events): shutting the server down must free the session, not leave it in a cycle with
-// the stream's state (LeakSanitizer found that one).
-TEST(HttpStream, ShutdownFreesTheSessionOfAStreamWhoseWriterIsStillHeld) {
-  std::shared_ptr<StreamWriter> held;
+// A server whose one stream writes "start\n" and is then held, idle, by the test; its client
+// reads that first piece and leaves.
+struct AbandonedStream {
   std::mutex mu;
-  auto s = Server::start({}, [&](Request&& req, Responder respond) {
-    auto w = respond.stream(Response{bhttp::status::ok, req.version()});
+  std::shared_ptr<StreamWriter> held;  // under mu
+  Result<std::unique_ptr<Server>> server = Server::start({}, [this](Request&& req, Responder r) {
+    auto w = r.stream(Response{bhttp::status::ok, req.version()});
     w->write("start\n");
     std::lock_guard lock(mu);
     held = w;
   });
-  ASSERT_TRUE(s.ok());
-  {
-    auto c = Connection::open("127.0.0.1", (*s)->port());
+
+  void client_reads_and_leaves() {
+    ASSERT_TRUE(server.ok());
+    auto c = Connection::open("127.0.0.1", (*server)->port());
     ASSERT_TRUE(c.ok());
     auto r = (*c)->send_streaming(make_request(bhttp::verb::get, "/watch"),
                                   [](std::string_view) { return false; });
     ASSERT_TRUE(r.ok()) << r.error().message();
-  }  // the client is gone; the producer is idle (the session may or may not have seen the close)
+  }
+  std::shared_ptr<StreamWriter> writer() {
+    std::lock_guard lock(mu);
+    return held;
+  }
+};
+
+// A stream whose client went away while its producer still holds the writer (envd's WatchDir
+// between events): shutting the server down must free the session, not leave it in a cycle with
+// the stream's state (LeakSanitizer found that one).
+TEST(HttpStream, ShutdownFreesTheSessionOfAStreamWhoseWriterIsStillHeld) {
+  AbandonedStream a;
+  a.client_reads_and_leaves();  // the producer is idle (the session may have seen the close)
+  auto& s = a.server;
   (*s)->shutdown(std::chrono::milliseconds(0));
   EXPECT_EQ((*s)->open_connections(), 0u);
-  std::lock_guard lock(mu);
+  auto held = a.writer();
   ASSERT_TRUE(held);
   EXPECT_TRUE(held->closed());
   EXPECT_FALSE(held->write("late"));
@@ -279,29 +292,13 @@ TEST(HttpStream, ShutdownFreesTheSessionOfAStreamWhoseWriterIsStillHeld) {
 // failing: abx-interp interrupts the code of a client that gave up (issue 38: the next runCode
 // in that context used to wait for the abandoned one).
 TEST(HttpStream, AnIdleProducerSeesItsClientClose) {
-  std::shared_ptr<StreamWriter> held;
-  std::mutex mu;
-  auto s = Server::start({}, [&](Request&& req, Responder respond) {
-    auto w = respond.stream(Response{bhttp::status::ok, req.version()});
-    w->write("start\n");
-    std::lock_guard lock(mu);
-    held = w;
-  });
-  ASSERT_TRUE(s.ok());
-  {
-    auto c = Connection::open("127.0.0.1", (*s)->port());
-    ASSERT_TRUE(c.ok());
-    auto r = (*c)->send_streaming(make_request(bhttp::verb::get, "/watch"),
-                                  [](std::string_view) { return false; });
-    ASSERT_TRUE(r.ok()) << r.error().message();
-  }  // the client closes after the first piece; the producer writes nothing more
+  AbandonedStream a;
+  a.client_reads_and_leaves();  // after the first piece; the producer writes nothing more
+  auto& s = a.server;
   std::shared_ptr<StreamWriter> w;
   bool closed = false;
   for (int i = 0; i < 1000 && !closed; ++i) {  // bounded: without the watch it never closes
-    {
-      std::lock_guard lock(mu);
-      w = held;
-    }
+    w = a.writer();
     closed = w && w->closed();
     if (!closed) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
