@@ -17,27 +17,6 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-// Go's filepath.Clean for '/'-separated relative patterns, then without a leading '/'.
-std::string clean(std::string_view p) {
-  std::vector<std::string> parts;
-  std::size_t i = 0;
-  while (i <= p.size()) {
-    std::size_t j = p.find('/', i);
-    if (j == std::string_view::npos) j = p.size();
-    std::string c(p.substr(i, j - i));
-    i = j + 1;
-    if (c.empty() || c == ".") continue;
-    if (c == "..") {
-      if (!parts.empty()) parts.pop_back();
-      continue;
-    }
-    parts.push_back(std::move(c));
-  }
-  std::string out;
-  for (const auto& c : parts) out += (out.empty() ? "" : "/") + c;
-  return out;
-}
-
 // The tokens of a cleaned pattern; false for an unterminated class or a trailing backslash.
 bool compile(std::string_view p, std::vector<Token>& out) {
   for (std::size_t i = 0; i < p.size(); ++i) {
@@ -170,6 +149,26 @@ class Matcher {
 
 }  // namespace
 
+std::string clean_relative_path(std::string_view p) {
+  std::vector<std::string> parts;
+  std::size_t i = 0;
+  while (i <= p.size()) {
+    std::size_t j = p.find('/', i);
+    if (j == std::string_view::npos) j = p.size();
+    std::string c(p.substr(i, j - i));
+    i = j + 1;
+    if (c.empty() || c == ".") continue;
+    if (c == "..") {
+      if (!parts.empty()) parts.pop_back();
+      continue;
+    }
+    parts.push_back(std::move(c));
+  }
+  std::string out;
+  for (const auto& c : parts) out += (out.empty() ? "" : "/") + c;
+  return out;
+}
+
 Result<DockerIgnore> DockerIgnore::parse(std::string_view text, std::string_view name,
                                          const Limits& limits) {
   if (text.size() > limits.max_bytes) {
@@ -204,7 +203,7 @@ Result<DockerIgnore> DockerIgnore::parse(std::string_view text, std::string_view
       line = trim(line.substr(1));
       if (line.empty()) return err("'!' needs a pattern");
     }
-    const std::string cleaned = clean(line);
+    const std::string cleaned = clean_relative_path(line);
     if (cleaned.empty()) continue;  // "." or "/": the context itself is never excluded
     for (char c : cleaned) p.components += c == '/';
     if (!compile(cleaned, p.tokens)) {

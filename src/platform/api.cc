@@ -79,7 +79,6 @@ struct SignedFiles {
   std::string path, username, signature, expiration;
 };
 
-
 std::optional<SignedFiles> signed_files_request(const bhttp::request_header<>& h) {
   if (h.method() != bhttp::verb::get && h.method() != bhttp::verb::post) return std::nullopt;
   std::string_view target = h.target();

@@ -234,24 +234,8 @@ Status flatten_layers(const std::vector<std::string>& layers, const std::string&
 }
 
 std::string clean_path(const std::string& path, const std::string& base) {
-  std::string joined = path.starts_with('/') ? path : base + "/" + path;
-  std::vector<std::string> parts;
-  std::size_t i = 0;
-  while (i <= joined.size()) {
-    std::size_t j = joined.find('/', i);
-    if (j == std::string::npos) j = joined.size();
-    std::string c = joined.substr(i, j - i);
-    i = j + 1;
-    if (c.empty() || c == ".") continue;
-    if (c == "..") {
-      if (!parts.empty()) parts.pop_back();
-      continue;
-    }
-    parts.push_back(std::move(c));
-  }
-  std::string out;
-  for (const auto& p : parts) out += "/" + p;
-  return out.empty() ? "/" : out;
+  const std::string joined = path.starts_with('/') ? path : base + "/" + path;
+  return "/" + image::clean_relative_path(joined);
 }
 
 Status extract_archive(const std::string& archive, const std::string& dest,

@@ -64,4 +64,9 @@ class DockerIgnore {
   bool has_exceptions_ = false;
 };
 
+// Go's filepath.Clean of a '/'-separated path, lexically ("." and empty parts dropped, ".."
+// taking off the part before it, never climbing above the start), without a leading '/':
+// "a/./b/../c/" -> "a/c", "../x" -> "x", "/" -> "".
+std::string clean_relative_path(std::string_view p);
+
 }  // namespace abx::image
