@@ -10,6 +10,8 @@ import { createHmac, randomBytes } from 'node:crypto';
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
+import { startAbxServer } from './abx-server.mjs';
+
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -26,29 +28,11 @@ let server;
 let base;
 
 function startServer() {
-  return new Promise((resolve, reject) => {
-    const child = spawn(
-      process.env.ABX_SERVER_BIN,
-      [
-        '--module', process.env.ABX_DEMO_MODULE,
-        '--module', process.env.ABX_HINTED_MODULE,
-        '--host', '127.0.0.1', '--port', '0',
-        '--call-timeout', `${CALL_TIMEOUT_MS}ms`, '--log-level', 'warn',
-      ],
-      { env: { ...process.env, ABX_ACCESS_TOKEN: TOKEN }, stdio: ['ignore', 'pipe', 'inherit'] },
-    );
-    let out = '';
-    const timer = setTimeout(() => reject(new Error('abx-server did not start: ' + out)), 20000);
-    child.on('exit', (code) => reject(new Error(`abx-server exited with ${code}: ${out}`)));
-    child.stdout.on('data', (d) => {
-      out += d;
-      const m = /listening on ([\d.]+):(\d+)/.exec(out);
-      if (m) {
-        clearTimeout(timer);
-        resolve({ child, base: `http://${m[1]}:${m[2]}` });
-      }
-    });
-  });
+  return startAbxServer([
+    '--module', process.env.ABX_DEMO_MODULE,
+    '--module', process.env.ABX_HINTED_MODULE,
+    '--call-timeout', `${CALL_TIMEOUT_MS}ms`, '--log-level', 'warn',
+  ], TOKEN);
 }
 
 // The documented scoped-token format (docs/command-server.md), minted as the platform would.

@@ -4,13 +4,14 @@
 // tool calls, a bad argument is the C++ registry's error and a Python exception is a tool error.
 //
 // Env (set by ctest): ABX_SERVER_BIN, and ABX_PYTHON (the worker's python3: Debian's).
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
+
+import { startAbxServer } from './abx-server.mjs';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -50,24 +51,8 @@ let client;
 
 before(async () => {
   writeFileSync(join(dir, 'tools.py'), MODULE);
-  base = await new Promise((resolve, reject) => {
-    child = spawn(
-      process.env.ABX_SERVER_BIN,
-      ['--python', join(dir, 'tools.py'), '--host', '127.0.0.1', '--port', '0', '--log-level', 'warn'],
-      { env: { ...process.env, ABX_ACCESS_TOKEN: TOKEN }, stdio: ['ignore', 'pipe', 'inherit'] },
-    );
-    let out = '';
-    const timer = setTimeout(() => reject(new Error('abx-server did not start: ' + out)), 20000);
-    child.on('exit', (code) => reject(new Error(`abx-server exited with ${code}: ${out}`)));
-    child.stdout.on('data', (d) => {
-      out += d;
-      const m = /listening on ([\d.]+):(\d+)/.exec(out);
-      if (m) {
-        clearTimeout(timer);
-        resolve(`http://${m[1]}:${m[2]}`);
-      }
-    });
-  });
+  ({ child, base } = await startAbxServer(
+    ['--python', join(dir, 'tools.py'), '--log-level', 'warn'], TOKEN));
   client = new Client({ name: 'abx-python-e2e', version: '1.0.0' });
   await client.connect(new StreamableHTTPClientTransport(new URL('/mcp', base), {
     requestInit: { headers: { 'X-Access-Token': TOKEN } },
