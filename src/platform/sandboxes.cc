@@ -308,7 +308,7 @@ runtime::SandboxConfig envd_sandbox_config(
   return cfg;
 }
 
-// Ready means envd answers on its port inside the sandbox's netns (10 s, backing off to 20 ms).
+// Ready means envd answers on its port inside the sandbox's netns (10 s, backing off to 1 ms).
 Status wait_for_envd(const runtime::Sandbox& sb) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   // A refused connect into the sandbox costs microseconds: poll often (doubling up to 1 ms), so
@@ -519,7 +519,9 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   ScopeExit undo{[&] {
     if (committed) return;
     if (sb) (void)sb->destroy();
-    if (net.enabled) network->detach(id);
+    // net.enabled is only settled further down: before that it is the request's, and abxd may
+    // have no network at all.
+    if (net.enabled && network != nullptr) network->detach(id);
     std::error_code ec;
     fs::remove_all(run_dir, ec);
   }};
