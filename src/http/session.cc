@@ -435,6 +435,13 @@ void Takeover::resume() && {
   session->read_header();
 }
 
+bool peer_closed(tcp::socket& sock) {
+  char byte;
+  beast::error_code ec;
+  const std::size_t n = sock.receive(asio::buffer(&byte, 1), asio::socket_base::message_peek, ec);
+  return ec ? ec != asio::error::would_block : n == 0;
+}
+
 void send_now(tcp::socket& sock, std::span<asio::const_buffer> bufs, beast::error_code& ec) {
   ec = {};
   if (!sock.non_blocking()) sock.non_blocking(true, ec);

@@ -83,12 +83,8 @@ void Session::watch_peer_close(const std::shared_ptr<StreamState>& st) {
       [weak = weak_from_this(), w = std::weak_ptr<StreamState>(st)](beast::error_code ec) {
         auto self = weak.lock();
         if (!self || ec || !self->sstate_ || self->sstate_ != w.lock()) return;
-        char byte;
-        beast::error_code pec;
-        const std::size_t n = self->stream_.socket().receive(asio::buffer(&byte, 1),
-                                                             asio::socket_base::message_peek, pec);
-        if (pec == asio::error::would_block || (!pec && n > 0)) return;
-        self->end_stream(false);  // gone: the producer sees closed() and write() false
+        // Gone: the producer sees closed() and write() false.
+        if (peer_closed(self->stream_.socket())) self->end_stream(false);
       });
 }
 

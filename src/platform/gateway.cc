@@ -444,15 +444,12 @@ awaitable<beast::error_code> write_rest(Out& out, std::span<asio::const_buffer> 
 // abandoned runCode is interrupted, issue 38). Bytes waiting (a next request sent early) are
 // left alone. Both sockets are on the connection's strand, as this completion is.
 void watch_out_close(tcp::socket& out, tcp::socket& in, const std::shared_ptr<bool>& relaying) {
-  out.async_wait(asio::socket_base::wait_read, [alive = std::weak_ptr<bool>(relaying), &out,
-                                                &in](beast::error_code ec) {
-    if (ec || !alive.lock()) return;
-    char byte;
-    beast::error_code pec;
-    const std::size_t n = out.receive(asio::buffer(&byte, 1), asio::socket_base::message_peek, pec);
-    if (pec == asio::error::would_block || (!pec && n > 0)) return;
-    in.cancel(pec);
-  });
+  out.async_wait(asio::socket_base::wait_read,
+                 [alive = std::weak_ptr<bool>(relaying), &out, &in](beast::error_code ec) {
+                   if (ec || !alive.lock() || !http::peer_closed(out)) return;
+                   beast::error_code ignored;
+                   in.cancel(ignored);
+                 });
 }
 
 // Relays one message whose header `p` has read from `in` to `out`, body included.
@@ -493,8 +490,11 @@ awaitable<beast::error_code> relay(In& in, beast::flat_buffer& inbuf,
   char* const buf = cs.relay_buffer();
   const bool chunked = p.get().chunked();
   // Alive while this relay is: a watch that completes after it returned touches nothing.
-  const auto relaying = std::make_shared<bool>(true);
-  if (end_on_out_close) watch_out_close(out.socket(), in.socket(), relaying);
+  std::shared_ptr<bool> relaying;
+  if (end_on_out_close) {
+    relaying = std::make_shared<bool>(true);
+    watch_out_close(out.socket(), in.socket(), relaying);
+  }
   cs.head.clear();
   http::serialize_head(p.get().base(), cs.head);
   for (bool head_sent = false;; head_sent = true) {

@@ -71,6 +71,11 @@ struct StreamState;
 void send_now(boost::asio::ip::tcp::socket& sock, std::span<boost::asio::const_buffer> bufs,
               boost::beast::error_code& ec);
 
+// For a socket that turned readable while no request is expected (a response streaming out):
+// whether its peer closed it (a peek reads 0 bytes, or fails with other than would-block).
+// Bytes waiting are not a close (a next request sent early); nothing is consumed.
+bool peer_closed(boost::asio::ip::tcp::socket& sock);
+
 // The size line of one chunk ("<hex>\r\n"): room for any std::size_t.
 using ChunkLine = std::array<char, 2 * sizeof(std::size_t) + 2>;
 
