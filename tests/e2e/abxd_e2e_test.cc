@@ -501,6 +501,11 @@ TEST_F(AbxdE2E, SandboxWhoseEnvdDiesIsRemovedAndOthersStay) {
     status = api(bhttp::verb::get, "/sandboxes/" + victim).result_int();
   }
   EXPECT_EQ(status, 404);
+  // The reaper drops the sandbox from the list before it tears it down (a GET then answers
+  // 404), so its directory goes a moment after the 404.
+  for (int i = 0; i < 250 && fs::exists(home() / "sandboxes" / victim); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   EXPECT_FALSE(fs::exists(home() / "sandboxes" / victim));
   for (const std::string& id : {ids[0], ids[2]})
     EXPECT_EQ(api(bhttp::verb::get, "/sandboxes/" + id).result_int(), 200) << id;
