@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "abx/base/os.h"
 #include "cli.h"
 
 namespace abx::cli {
@@ -242,14 +243,7 @@ std::string json_text(const json::value& v) {
   return out;
 }
 
-void write_all(int fd, std::string_view d) {
-  while (!d.empty()) {
-    ssize_t n = ::write(fd, d.data(), d.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    d.remove_prefix(static_cast<std::size_t>(n));
-  }
-}
+void write_all(int fd, std::string_view d) { (void)os::write_all(fd, d); }
 
 Result<std::chrono::seconds> parse_duration(std::string_view s) {
   if (s.empty()) return invalid_argument("empty duration");

@@ -21,6 +21,7 @@
 
 #include "abx/base/fd.h"
 #include "abx/base/json.h"
+#include "abx/base/os.h"
 #include "abx/base/try.h"
 #include "state.h"
 #include "transport.h"
@@ -169,8 +170,7 @@ class ContextTar {
     if (!fd) return invalid_argument("cannot open " + host.string() + ": " + std::strerror(errno));
     char buf[64 * 1024];
     for (;;) {
-      ssize_t n = ::read(fd.get(), buf, sizeof(buf));
-      if (n < 0 && errno == EINTR) continue;
+      ssize_t n = os::retry_eintr([&] { return ::read(fd.get(), buf, sizeof(buf)); });
       if (n < 0) return invalid_argument("read " + host.string() + ": " + std::strerror(errno));
       if (n == 0) break;
       if (lib_.archive_write_data(a_, buf, static_cast<std::size_t>(n)) < 0) return fail(rel);

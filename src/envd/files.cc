@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "abx/base/fd.h"
+#include "abx/base/os.h"
 #include "abx/base/try.h"
 #include "creds.h"
 #include "fs.h"
@@ -85,8 +86,9 @@ struct Download : std::enable_shared_from_this<Download> {
       }
       std::string block(static_cast<std::size_t>(std::min<std::uint64_t>(remaining, 64 * 1024)),
                         '\0');
-      ssize_t n = ::pread(fd.get(), block.data(), block.size(), static_cast<off_t>(offset));
-      if (n < 0 && errno == EINTR) continue;
+      ssize_t n = os::retry_eintr([&] {
+        return ::pread(fd.get(), block.data(), block.size(), static_cast<off_t>(offset));
+      });
       // Shrank or failed: the writer is dropped unfinished, so the connection is aborted and
       // the client sees a truncated body (a gzip one without its trailer).
       if (n <= 0) return;
@@ -156,36 +158,30 @@ Status serve_download(const std::string& path, const User& user, unsigned versio
 }
 
 namespace {
-Status copy_range(int from, std::uint64_t offset, std::uint64_t length, int to) {
-  std::vector<char> buf(256 * 1024);
-  while (length > 0) {
-    ssize_t n = ::pread(from, buf.data(), std::min<std::uint64_t>(length, buf.size()),
-                        static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errno_error(errno, "read upload");
-    if (n == 0) return invalid_argument("upload shorter than announced");
-    const char* p = buf.data();
-    std::size_t left = static_cast<std::size_t>(n);
-    while (left > 0) {
-      ssize_t w = ::write(to, p, left);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) return errno_error(errno, "write");
-      p += w;
-      left -= static_cast<std::size_t>(w);
-    }
-    offset += static_cast<std::uint64_t>(n);
-    length -= static_cast<std::uint64_t>(n);
+// envd's own errno map (errno_error here: a request's own path decides the code), so not
+// os::write_all.
+Status write_all(int to, const char* p, std::size_t left) {
+  while (left > 0) {
+    ssize_t w = os::retry_eintr([&] { return ::write(to, p, left); });
+    if (w < 0) return errno_error(errno, "write");
+    p += w;
+    left -= static_cast<std::size_t>(w);
   }
   return {};
 }
 
-Status write_all(int to, const char* p, std::size_t left) {
-  while (left > 0) {
-    ssize_t w = ::write(to, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return errno_error(errno, "write");
-    p += w;
-    left -= static_cast<std::size_t>(w);
+Status copy_range(int from, std::uint64_t offset, std::uint64_t length, int to) {
+  std::vector<char> buf(256 * 1024);
+  while (length > 0) {
+    ssize_t n = os::retry_eintr([&] {
+      return ::pread(from, buf.data(), std::min<std::uint64_t>(length, buf.size()),
+                     static_cast<off_t>(offset));
+    });
+    if (n < 0) return errno_error(errno, "read upload");
+    if (n == 0) return invalid_argument("upload shorter than announced");
+    ABX_TRY(write_all(to, buf.data(), static_cast<std::size_t>(n)));
+    offset += static_cast<std::uint64_t>(n);
+    length -= static_cast<std::uint64_t>(n);
   }
   return {};
 }
@@ -213,9 +209,10 @@ Status gunzip_range(int from, std::uint64_t offset, std::uint64_t length, int to
     return write_all(to, out.data(), got);
   };
   while (length > 0) {
-    ssize_t n = ::pread(from, in.data(), std::min<std::uint64_t>(length, in.size()),
-                        static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
+    ssize_t n = os::retry_eintr([&] {
+      return ::pread(from, in.data(), std::min<std::uint64_t>(length, in.size()),
+                     static_cast<off_t>(offset));
+    });
     if (n < 0) return errno_error(errno, "read upload");
     if (n == 0) return invalid_argument("upload shorter than announced");
     offset += static_cast<std::uint64_t>(n);

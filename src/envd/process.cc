@@ -739,6 +739,7 @@ void Process::pump() {
 }
 
 namespace {
+// A process's stdin is non-blocking: waits for room (5 s) rather than fail, unlike os::write_all.
 Status write_all(int fd, std::string_view data) {
   while (!data.empty()) {
     ssize_t n = ::write(fd, data.data(), data.size());

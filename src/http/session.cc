@@ -19,6 +19,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "abx/base/os.h"
+
 namespace abx::http::detail {
 
 namespace asio = boost::asio;
@@ -264,8 +266,7 @@ void Session::on_body_piece(beast::error_code ec, std::size_t) {
   const char* p = spool_buf_.data();
   std::size_t left = got;
   while (left > 0) {
-    ssize_t w = ::write(body_file_->fd(), p, left);
-    if (w < 0 && errno == EINTR) continue;
+    ssize_t w = os::retry_eintr([&] { return ::write(body_file_->fd(), p, left); });
     if (w < 0) {
       int e = errno;
       bool full = e == ENOSPC || e == EDQUOT;

@@ -12,29 +12,14 @@
 #include <cstring>
 
 #include "abx/base/hex.h"
+#include "abx/base/os.h"
 #include "abx/base/try.h"
 
 namespace abx::image {
 
+// The code is abx::os's table; the message keeps strerror's words (an image error reaches users).
 Error errno_error(std::string_view what, std::string_view path, int err) {
-  ErrorCode code = ErrorCode::kInternal;
-  switch (err) {
-    case ENOENT:
-    case ENOTDIR:
-      code = ErrorCode::kNotFound;
-      break;
-    case ENOSPC:
-    case EDQUOT:
-      code = ErrorCode::kInsufficientStorage;
-      break;
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      code = ErrorCode::kPermissionDenied;
-      break;
-    default:
-      break;
-  }
+  const ErrorCode code = os::code_for_errno(err);
   std::string msg(what);
   msg += ' ';
   msg += path;
@@ -139,8 +124,7 @@ Result<std::string> read_file(const std::string& path, std::size_t max_bytes) {
   std::string out;
   char buf[65536];
   for (;;) {
-    ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
+    ssize_t n = os::retry_eintr([&] { return ::read(fd.get(), buf, sizeof buf); });
     if (n < 0) return errno_error("read", path, errno);
     if (n == 0) break;
     out.append(buf, static_cast<std::size_t>(n));
@@ -152,26 +136,12 @@ Result<std::string> read_file(const std::string& path, std::size_t max_bytes) {
   return out;
 }
 
-namespace {
-
-Status write_all(int fd, std::string_view data, const std::string& path) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errno_error("write", path, errno);
-    data.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return {};
-}
-
-}  // namespace
-
 Status write_file_atomic(const std::string& tmp_dir, const std::string& path,
                          std::string_view data) {
   std::string tmp = tmp_dir + "/file-" + random_name();
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   if (!fd) return errno_error("create", tmp, errno);
-  Status st = write_all(fd.get(), data, tmp);
+  Status st = os::write_all(fd.get(), data, "write " + tmp);
   if (st.ok() && ::fsync(fd.get()) != 0) st = errno_error("fsync", tmp, errno);
   fd.reset();
   if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) st = errno_error("rename", path, errno);
@@ -240,9 +210,7 @@ Result<FileLock> FileLock::acquire(const std::string& path, Mode mode, bool wait
   UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!fd) return errno_error("open", path, errno);
   int op = (mode == Mode::kShared ? LOCK_SH : LOCK_EX) | (wait ? 0 : LOCK_NB);
-  for (;;) {
-    if (::flock(fd.get(), op) == 0) break;
-    if (errno == EINTR) continue;
+  if (os::retry_eintr([&] { return ::flock(fd.get(), op); }) != 0) {
     if (errno == EWOULDBLOCK) return unavailable(path + " is held by another operation");
     return errno_error("flock", path, errno);
   }

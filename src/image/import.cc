@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "abx/base/json.h"
+#include "abx/base/os.h"
 #include "abx/base/try.h"
 #include "abx/image/manifest.h"
 #include "abx/image/store.h"
@@ -127,8 +128,7 @@ Status fetch_blob(Store& store, const BlobSource& src, const Descriptor& d) {
   ABX_ASSIGN_OR_RETURN(auto w, store.blob_writer(d.digest, d.size));
   char buf[1 << 16];
   for (;;) {
-    ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
+    ssize_t n = os::retry_eintr([&] { return ::read(fd.get(), buf, sizeof buf); });
     if (n < 0) return errno_error(src.ctx + ": read", path, errno);
     if (n == 0) break;
     if (Status st = w.write(std::string_view(buf, static_cast<std::size_t>(n))); !st.ok()) {

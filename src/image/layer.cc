@@ -19,6 +19,7 @@
 #include <memory>
 #include <vector>
 
+#include "abx/base/os.h"
 #include "abx/base/try.h"
 #include "abx/image/digest.h"
 
@@ -48,8 +49,7 @@ struct Sink {
     gz.update(std::string_view(reinterpret_cast<const char*>(p), n));
     size += static_cast<std::int64_t>(n);
     while (n > 0) {
-      ssize_t w = ::write(fd, p, n);
-      if (w < 0 && errno == EINTR) continue;
+      ssize_t w = os::retry_eintr([&] { return ::write(fd, p, n); });
       if (w <= 0) {
         error = errno_text("write layer", errno);
         return false;
@@ -210,8 +210,7 @@ class Walker {
     std::vector<char> buf(64 * 1024);
     std::int64_t left = st.st_size;
     while (left > 0) {
-      ssize_t n = ::read(fd.get(), buf.data(), buf.size());
-      if (n < 0 && errno == EINTR) continue;
+      ssize_t n = os::retry_eintr([&] { return ::read(fd.get(), buf.data(), buf.size()); });
       if (n < 0) return internal_error(errno_text("read " + host, errno));
       if (n == 0) return internal_error(host + " shrank while it was being archived");
       n = std::min<ssize_t>(n, static_cast<ssize_t>(left));

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "abx/base/os.h"
 #include "abx/base/try.h"
 #include "abx/image/layer.h"
 #include "abx/image/store.h"
@@ -32,8 +33,7 @@ Result<LayerBlob> write_layer(Store& store, const std::string& dir,
   if (::lseek(fd.get(), 0, SEEK_SET) != 0) return internal_error(errno_msg("seek " + tmpl, errno));
   std::string buf(256 * 1024, '\0');
   for (;;) {
-    ssize_t n = ::read(fd.get(), buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
+    ssize_t n = os::retry_eintr([&] { return ::read(fd.get(), buf.data(), buf.size()); });
     if (n < 0) return internal_error(errno_msg("read " + tmpl, errno));
     if (n == 0) break;
     ABX_TRY(w.write(std::string_view(buf.data(), static_cast<std::size_t>(n))));

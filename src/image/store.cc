@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "abx/base/os.h"
 #include "abx/base/try.h"
 #include "abx/image/digest.h"
 #include "fs.h"
@@ -71,8 +72,7 @@ Status BlobWriter::write(std::string_view chunk) {
   s_->hash.update(chunk);
   s_->written += static_cast<std::int64_t>(chunk.size());
   while (!chunk.empty()) {
-    ssize_t n = ::write(s_->fd.get(), chunk.data(), chunk.size());
-    if (n < 0 && errno == EINTR) continue;
+    ssize_t n = os::retry_eintr([&] { return ::write(s_->fd.get(), chunk.data(), chunk.size()); });
     if (n < 0) {
       Error e = errno_error("write", s_->tmp_path, errno);
       s_->discard();

@@ -34,6 +34,7 @@ extern "C" {
 
 #include "abx/base/fd.h"
 #include "abx/base/log.h"
+#include "abx/base/os.h"
 #include "abx/base/try.h"
 #include "abx/token/token.h"
 
@@ -145,8 +146,7 @@ Status write_connection_file(const std::string& path, const std::string& dir,
   std::string text = json::serialize(c);
   std::string_view rest = text;
   while (!rest.empty()) {
-    ssize_t n = ::write(fd, rest.data(), rest.size());
-    if (n < 0 && errno == EINTR) continue;
+    ssize_t n = os::retry_eintr([&] { return ::write(fd, rest.data(), rest.size()); });
     if (n <= 0) return unavailable("connection file: " + errno_text("write", errno));
     rest.remove_prefix(static_cast<std::size_t>(n));
   }

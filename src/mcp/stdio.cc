@@ -10,6 +10,8 @@
 #include <mutex>
 #include <string>
 
+#include "abx/base/os.h"
+
 namespace abx::mcp {
 
 namespace json = boost::json;
@@ -31,8 +33,8 @@ struct Output {
     std::lock_guard lock(mu);
     std::size_t off = 0;
     while (!broken && off < line.size()) {
-      ssize_t n = ::write(fd, line.data() + off, line.size() - off);
-      if (n < 0 && errno == EINTR) continue;
+      ssize_t n =
+          os::retry_eintr([&] { return ::write(fd, line.data() + off, line.size() - off); });
       if (n <= 0) {
         broken = true;
         broken_errno = n < 0 ? errno : EPIPE;
@@ -78,8 +80,7 @@ Status serve_stdio(const Dispatcher& dispatcher, ToolProvider& tools, int in_fd,
   char chunk[64 * 1024];
   int read_errno = 0;
   for (;;) {
-    ssize_t n = ::read(in_fd, chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR) continue;
+    ssize_t n = os::retry_eintr([&] { return ::read(in_fd, chunk, sizeof chunk); });
     if (n < 0) read_errno = errno;
     if (n <= 0) break;
     std::string_view data(chunk, static_cast<std::size_t>(n));

@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "abx/base/fd.h"
+#include "abx/base/os.h"
 #include "abx/base/try.h"
 #include "abx/image/digest.h"
 #include "abx/image/dockerignore.h"
@@ -74,8 +75,7 @@ Status hash_tree(image::Sha256& h, const fs::path& p, const std::string& rel) {
     if (!fd) return internal_error(errno_msg("open " + p.string()));
     std::string buf(64 * 1024, '\0');
     for (;;) {
-      ssize_t n = ::read(fd.get(), buf.data(), buf.size());
-      if (n < 0 && errno == EINTR) continue;
+      ssize_t n = os::retry_eintr([&] { return ::read(fd.get(), buf.data(), buf.size()); });
       if (n < 0) return internal_error(errno_msg("read " + p.string()));
       if (n == 0) break;
       h.update(std::string_view(buf.data(), static_cast<std::size_t>(n)));

@@ -23,6 +23,7 @@
 #include "abx/base/fd.h"
 #include "abx/base/hex.h"
 #include "abx/base/json.h"
+#include "abx/base/os.h"
 #include "abx/base/try.h"
 #include "abx/image/compose.h"
 #include "abx/image/dockerfile.h"
@@ -85,8 +86,7 @@ Result<std::string> read_small_file(const std::string& path, std::size_t max) {
   std::string out;
   std::string buf(64 * 1024, '\0');
   for (;;) {
-    ssize_t n = ::read(fd.get(), buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
+    ssize_t n = os::retry_eintr([&] { return ::read(fd.get(), buf.data(), buf.size()); });
     if (n < 0) return internal_error("read " + path + ": " + std::strerror(errno));
     if (n == 0) break;
     out.append(buf.data(), static_cast<std::size_t>(n));
@@ -665,11 +665,11 @@ Result<int> Build::run_sandbox(const image::Instruction& in, const std::vector<s
     }
     if (cancelled()) break;
     pollfd pfd{rd.get(), POLLIN, 0};
-    int pr = ::poll(&pfd, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 1000)));
-    if (pr < 0 && errno == EINTR) continue;
+    int pr = os::retry_eintr([&] {
+      return ::poll(&pfd, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 1000)));
+    });
     if (pr <= 0) continue;
-    ssize_t n = ::read(rd.get(), buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
+    ssize_t n = os::retry_eintr([&] { return ::read(rd.get(), buf, sizeof(buf)); });
     if (n <= 0) break;
     pending.append(buf, static_cast<std::size_t>(n));
     std::size_t nl;

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "abx/base/log.h"
+#include "abx/base/os.h"
 #include "abx/base/try.h"
 #include "abx/registry/failure.h"
 
@@ -39,8 +40,7 @@ bool has_worker(const fs::path& dir) {
 // Writes all of `data`; MSG_NOSIGNAL: a dead worker is an error here, not SIGPIPE.
 Status send_all(int fd, std::string_view data) {
   while (!data.empty()) {
-    ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
+    ssize_t n = os::retry_eintr([&] { return ::send(fd, data.data(), data.size(), MSG_NOSIGNAL); });
     if (n <= 0)
       return unavailable(std::string("write to the worker failed: ") + std::strerror(errno));
     data.remove_prefix(static_cast<std::size_t>(n));
@@ -75,8 +75,7 @@ Status recv_exact(int fd, char* buf, std::size_t n, std::optional<Clock::time_po
       if (r < 0 && errno != EINTR) return unavailable(std::strerror(errno));
       if (r <= 0) continue;
     }
-    ssize_t k = ::read(fd, buf, n);
-    if (k < 0 && errno == EINTR) continue;
+    ssize_t k = os::retry_eintr([&] { return ::read(fd, buf, n); });
     if (k == 0) return unavailable("end of input");
     if (k < 0) return unavailable(std::strerror(errno));
     buf += k;

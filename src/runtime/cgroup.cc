@@ -184,7 +184,7 @@ Result<SandboxCgroups> SandboxCgroups::create(const CgroupLayout& layout, const 
     if (::mkdir(parent_dir.c_str(), 0755) != 0 && errno != EEXIST) {
       int e = errno;
       undo();
-      return sys_error("mkdir " + parent_dir, e);
+      return os::errno_error("mkdir " + parent_dir, e);
     }
     if (dir == g.v2_dir_ && !enable.empty()) {
       for (const auto& ctl : {layout.v2_root, parent_dir}) {
@@ -197,7 +197,7 @@ Result<SandboxCgroups> SandboxCgroups::create(const CgroupLayout& layout, const 
     if (::mkdir(dir.c_str(), 0755) != 0) {
       int e = errno;
       undo();
-      return sys_error("mkdir " + dir, e);
+      return os::errno_error("mkdir " + dir, e);
     }
     created.push_back(dir);
   }
@@ -342,7 +342,7 @@ Status SandboxCgroups::remove() const {
     // A killed task leaves the group shortly after it is reaped; rmdir says EBUSY meanwhile.
     bool ok = wait_until([&] { return ::rmdir(dir.c_str()) == 0 || errno == ENOENT; },
                          std::chrono::seconds(5));
-    if (!ok) return sys_error("rmdir " + dir, errno);
+    if (!ok) return os::errno_error("rmdir " + dir, errno);
   }
   return {};
 }

@@ -121,7 +121,7 @@ Result<Ran> run_program(std::vector<std::string> args, std::chrono::milliseconds
   char no_breakpoints_env[] = "CRIU_FAULT=130";
   char* envp[] = {path_env, no_breakpoints_env, nullptr};
   int out[2], go[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) return sys_error("pipe2", errno);
+  if (::pipe2(out, O_CLOEXEC) != 0) return os::errno_error("pipe2", errno);
   UniqueFd out_rd(out[0]), out_wr(out[1]);
   ABX_ASSIGN_OR_RETURN(UniqueFd devnull, open_fd("/dev/null", O_RDONLY));
   pid_t pid = -1;
@@ -137,12 +137,12 @@ Result<Ran> run_program(std::vector<std::string> args, std::chrono::milliseconds
     int rc = ::posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp);
     posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) return sys_error("spawn " + args[0], rc);
+    if (rc != 0) return os::errno_error("spawn " + args[0], rc);
   } else {
-    if (::pipe2(go, O_CLOEXEC) != 0) return sys_error("pipe2", errno);
+    if (::pipe2(go, O_CLOEXEC) != 0) return os::errno_error("pipe2", errno);
     UniqueFd go_rd(go[0]), go_wr(go[1]);
     pid = ::fork();
-    if (pid < 0) return sys_error("fork", errno);
+    if (pid < 0) return os::errno_error("fork", errno);
     if (pid == 0) {
       ::setsid();
       ::dup2(devnull.get(), 0);
@@ -174,11 +174,11 @@ Result<Ran> run_program(std::vector<std::string> args, std::chrono::milliseconds
       }
     }
     char c = 1;
-    if (retry_eintr([&] { return ::write(go_wr.get(), &c, 1); }) != 1) {
+    if (os::retry_eintr([&] { return ::write(go_wr.get(), &c, 1); }) != 1) {
       int err = errno;
       ::kill(pid, SIGKILL);
       ::waitpid(pid, nullptr, 0);
-      return sys_error("release " + args[0], err);
+      return os::errno_error("release " + args[0], err);
     }
   }
   out_wr.reset();
@@ -188,7 +188,7 @@ Result<Ran> run_program(std::vector<std::string> args, std::chrono::milliseconds
   for (;;) {
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
     pollfd p{out_rd.get(), POLLIN, 0};
-    const int ready = left.count() <= 0 ? 0 : retry_eintr([&] {
+    const int ready = left.count() <= 0 ? 0 : os::retry_eintr([&] {
       return ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 60'000)));
     });
     if (ready < 0) break;  // cannot happen with a valid fd: wait for the program as before
@@ -201,12 +201,12 @@ Result<Ran> run_program(std::vector<std::string> args, std::chrono::milliseconds
       r.timed_out = true;
       break;
     }
-    const ssize_t n = retry_eintr([&] { return ::read(out_rd.get(), buf, sizeof buf); });
+    const ssize_t n = os::retry_eintr([&] { return ::read(out_rd.get(), buf, sizeof buf); });
     if (n <= 0) break;
     if (r.out.size() < (64u << 10)) r.out.append(buf, static_cast<std::size_t>(n));
   }
-  if (retry_eintr([&] { return ::waitpid(pid, &r.status, 0); }) < 0)
-    return sys_error("waitpid " + args[0], errno);
+  if (os::retry_eintr([&] { return ::waitpid(pid, &r.status, 0); }) < 0)
+    return os::errno_error("waitpid " + args[0], errno);
   // One that ended on its own just as the limit ran out is not reported as killed.
   r.timed_out = r.timed_out && WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGKILL;
   return r;
@@ -257,7 +257,7 @@ std::string describe(const Ran& r) {
 // Whether `dir` exists and has no entries.
 Result<bool> empty_dir(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());
-  if (!d) return sys_error("opendir " + dir, errno);
+  if (!d) return os::errno_error("opendir " + dir, errno);
   bool empty = true;
   while (dirent* e = ::readdir(d)) {
     if (std::string_view(e->d_name) == "." || std::string_view(e->d_name) == "..") continue;
@@ -284,7 +284,7 @@ std::uint64_t dir_bytes(const std::string& dir, const std::string& except) {
 
 Status syncfs_path(const std::string& path) {
   ABX_ASSIGN_OR_RETURN(UniqueFd fd, open_fd(path, O_RDONLY | O_DIRECTORY));
-  if (::syncfs(fd.get()) != 0) return sys_error("syncfs " + path, errno);
+  if (::syncfs(fd.get()) != 0) return os::errno_error("syncfs " + path, errno);
   return {};
 }
 
@@ -306,9 +306,9 @@ Status write_json(const std::string& dir, const json::object& o) {
   ABX_TRY(create_file(tmp, to_json_string(o) + "\n"));
   {
     ABX_ASSIGN_OR_RETURN(UniqueFd fd, open_fd(tmp, O_RDONLY));
-    if (::fsync(fd.get()) != 0) return sys_error("fsync " + tmp, errno);
+    if (::fsync(fd.get()) != 0) return os::errno_error("fsync " + tmp, errno);
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return sys_error("rename " + tmp, errno);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return os::errno_error("rename " + tmp, errno);
   return {};
 }
 
@@ -384,7 +384,7 @@ bool wait_loop_detached(const std::string& image) {
 // the link (another filesystem, or no hard links there).
 Status link_or_copy(const std::string& from, const std::string& to) {
   if (::link(from.c_str(), to.c_str()) == 0) return {};
-  if (errno != EXDEV && errno != EPERM) return sys_error("link " + from + " -> " + to, errno);
+  if (errno != EXDEV && errno != EPERM) return os::errno_error("link " + from + " -> " + to, errno);
   return copy_sparse_file(from, to);
 }
 
@@ -401,7 +401,7 @@ Status criu_available(const std::string& criu) {
     return Error(ErrorCode::kFailedPrecondition, "criu path must be absolute: '" + criu + "'");
   if (::access(criu.c_str(), X_OK) != 0)
     return Error(ErrorCode::kFailedPrecondition, "criu is not installed at " + criu + " (" +
-                                                     errno_name(errno) +
+                                                     os::errno_name(errno) +
                                                      "; scripts/install-criu.sh installs it)");
   auto ran = run_program({criu, "check"}, kQuickCriuLimit);
   if (!ran) return Error(ErrorCode::kFailedPrecondition, "criu check: " + ran.error().message());
@@ -434,14 +434,14 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
   if (options.mac_key.size() < kCheckpointKeyBytes)
     return invalid_argument("checkpoint: a key to seal it with is needed (mac_key)");
   if (::mkdir(dir.c_str(), 0700) != 0) {
-    if (errno != EEXIST) return sys_error("mkdir " + dir, errno);
+    if (errno != EEXIST) return os::errno_error("mkdir " + dir, errno);
     ABX_ASSIGN_OR_RETURN(bool empty, empty_dir(dir));
     if (!empty)
       return Error(ErrorCode::kFailedPrecondition, "checkpoint dir " + dir + " is not empty");
   }
   // Root's only: the images hold the sandbox's memory and credentials. (restore() gives CRIU a
   // private 0711 copy of the image list: see images_for_restore.)
-  if (::chmod(dir.c_str(), 0700) != 0) return sys_error("chmod " + dir, errno);
+  if (::chmod(dir.c_str(), 0700) != 0) return os::errno_error("chmod " + dir, errno);
   ABX_TRY(criu_available(options.criu));
   const std::string freezer = st.cgroups.freezer_dir();
   if (freezer.empty())
@@ -549,7 +549,7 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
     // CRIU killed the tree once the dump was complete (bounded: never hang on a CRIU that
     // reported success without doing so).
     pollfd p{st.pidfd.get(), POLLIN, 0};
-    if (retry_eintr([&] { return ::poll(&p, 1, 10000); }) != 1)
+    if (os::retry_eintr([&] { return ::poll(&p, 1, 10000); }) != 1)
       return internal_error("criu dump of sandbox " + c.id +
                             " succeeded but its init is still running");
     auto status = sb.wait();
@@ -557,7 +557,7 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
     info.frozen = since(frozen_at);
     ABX_TRY(syncfs_path(rw));
     if (::rename(image.c_str(), saved.c_str()) != 0) {
-      if (errno != EXDEV) return sys_error("rename " + image + " -> " + saved, errno);
+      if (errno != EXDEV) return os::errno_error("rename " + image + " -> " + saved, errno);
       ABX_TRY(copy_sparse_file(image, saved));
     }
     // The layer is the checkpoint's now; what is left of the sandbox goes.
@@ -614,10 +614,10 @@ Status recover(Sandbox& sb, std::chrono::milliseconds criu_wait) {
         if (process_start_time(static_cast<pid_t>(pid)) == start) {
           pollfd done{criu.get(), POLLIN, 0};
           const int wait_ms = static_cast<int>(std::max<std::int64_t>(0, criu_wait.count()));
-          if (retry_eintr([&] { return ::poll(&done, 1, wait_ms); }) != 1) {
+          if (os::retry_eintr([&] { return ::poll(&done, 1, wait_ms); }) != 1) {
             ::kill(-static_cast<pid_t>(pid), SIGKILL);
             sys_pidfd_send_signal(criu.get(), SIGKILL);
-            if (retry_eintr([&] { return ::poll(&done, 1, 10'000); }) != 1)
+            if (os::retry_eintr([&] { return ::poll(&done, 1, 10'000); }) != 1)
               return Error(ErrorCode::kDeadlineExceeded,
                            "recover: the CRIU dump (pid " + std::to_string(pid) + ") of sandbox " +
                                st.config.id + " did not end when killed");
@@ -722,14 +722,14 @@ class IdmapHolder {
   static Result<IdmapHolder> make(std::uint32_t first) {
     IdmapHolder h;
     int p[2];
-    if (::pipe2(p, O_CLOEXEC) != 0) return sys_error("pipe2", errno);
+    if (::pipe2(p, O_CLOEXEC) != 0) return os::errno_error("pipe2", errno);
     UniqueFd rd(p[0]);
     h.release_.reset(p[1]);
     clone_args args = {};
     args.flags = CLONE_NEWUSER;
     args.exit_signal = SIGCHLD;
     pid_t pid = static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
-    if (pid < 0) return sys_error("clone3 CLONE_NEWUSER", errno);
+    if (pid < 0) return os::errno_error("clone3 CLONE_NEWUSER", errno);
     if (pid == 0) {
       child_keep_only(rd.get());  // also our own copy of the write end, else it keeps the pipe
       char c;
@@ -762,7 +762,7 @@ class IdmapHolder {
 
 Status attach_at(int mnt, const std::string& path) {
   if (::move_mount(mnt, "", AT_FDCWD, path.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0)
-    return sys_error("move_mount onto " + path, errno);
+    return os::errno_error("move_mount onto " + path, errno);
   return {};
 }
 
@@ -853,10 +853,10 @@ Result<std::string> rewrite_userns_image(const std::string& image, std::uint32_t
 // their images themselves, from inside the sandbox's user namespace).
 Status images_for_restore(const std::string& dir, const std::string& to, std::uint32_t from,
                           std::uint32_t to_first) {
-  if (::mkdir(to.c_str(), 0711) != 0) return sys_error("mkdir " + to, errno);
-  if (::chmod(to.c_str(), 0711) != 0) return sys_error("chmod " + to, errno);
+  if (::mkdir(to.c_str(), 0711) != 0) return os::errno_error("mkdir " + to, errno);
+  if (::chmod(to.c_str(), 0711) != 0) return os::errno_error("chmod " + to, errno);
   DIR* d = ::opendir(dir.c_str());
-  if (!d) return sys_error("opendir " + dir, errno);
+  if (!d) return os::errno_error("opendir " + dir, errno);
   std::vector<std::string> names;
   while (dirent* e = ::readdir(d)) {
     std::string n = e->d_name;
@@ -871,7 +871,7 @@ Status images_for_restore(const std::string& dir, const std::string& to, std::ui
       ABX_ASSIGN_OR_RETURN(const std::string rewritten,
                            rewrite_userns_image(image, from, to_first));
       ABX_TRY(create_file(dst, rewritten));
-      if (::chmod(dst.c_str(), 0644) != 0) return sys_error("chmod " + dst, errno);
+      if (::chmod(dst.c_str(), 0644) != 0) return os::errno_error("chmod " + dst, errno);
       continue;
     }
     if (n.starts_with("pages-")) {
@@ -880,7 +880,7 @@ Status images_for_restore(const std::string& dir, const std::string& to, std::ui
     }
     ABX_ASSIGN_OR_RETURN(const std::string data, read_file(src, 64 << 20));
     ABX_TRY(create_file(dst, data));
-    if (::chmod(dst.c_str(), 0644) != 0) return sys_error("chmod " + dst, errno);
+    if (::chmod(dst.c_str(), 0644) != 0) return os::errno_error("chmod " + dst, errno);
   }
   return {};
 }
@@ -896,7 +896,7 @@ Result<std::vector<std::string>> root_mount_targets(const std::string& images) {
   };
   std::vector<Entry> entries;
   DIR* d = ::opendir(images.c_str());
-  if (!d) return sys_error("opendir " + images, errno);
+  if (!d) return os::errno_error("opendir " + images, errno);
   std::vector<std::string> names;
   while (dirent* e = ::readdir(d)) {
     std::string n = e->d_name;
@@ -984,7 +984,7 @@ Status check_mount_targets(int root, const std::string& images, const SandboxCon
                  "restore refused: the mount target " + t + " in the sandbox's saved root " +
                      (err == ELOOP   ? "is or passes through a symlink"
                       : err == EXDEV ? "leads out of the root"
-                                     : "cannot be resolved (" + errno_name(err) + ")") +
+                                     : "cannot be resolved (" + os::errno_name(err) + ")") +
                      "; CRIU would mount onto wherever it leads");
   }
   return {};
@@ -994,14 +994,14 @@ Status check_mount_targets(int root, const std::string& images, const SandboxCon
 Status set_hostname(pid_t pid, const std::string& name) {
   ABX_ASSIGN_OR_RETURN(UniqueFd uts, open_fd("/proc/" + std::to_string(pid) + "/ns/uts", O_RDONLY));
   pid_t child = ::fork();  // setns affects the calling thread: do it in a throwaway process
-  if (child < 0) return sys_error("fork", errno);
+  if (child < 0) return os::errno_error("fork", errno);
   if (child == 0) {
     if (::setns(uts.get(), CLONE_NEWUTS) != 0) ::_exit(1);
     ::_exit(::sethostname(name.data(), name.size()) == 0 ? 0 : 2);
   }
   int status = 0;
-  if (retry_eintr([&] { return ::waitpid(child, &status, 0); }) < 0)
-    return sys_error("waitpid", errno);
+  if (os::retry_eintr([&] { return ::waitpid(child, &status, 0); }) < 0)
+    return os::errno_error("waitpid", errno);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     return internal_error("setting the restored sandbox's hostname failed (" +
                           std::string(WEXITSTATUS(status) == 1 ? "setns" : "sethostname") + ")");
@@ -1123,7 +1123,7 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
   // staged mounts (they hold the layer's loop device) through it.
   remove_stage(stage);  // a crashed restore's leftovers
   ABX_TRY(create_file(st->dir + "/" + kStageFile, stage + "\n"));
-  if (::mkdir(stage.c_str(), 0755) != 0) return sys_error("mkdir " + stage, errno);
+  if (::mkdir(stage.c_str(), 0755) != 0) return os::errno_error("mkdir " + stage, errno);
   {
     ABX_ASSIGN_OR_RETURN(IdmapHolder holder, IdmapHolder::make(st->root_id));
     const Idmap idmap{holder.userns(), st->root_id};
@@ -1133,7 +1133,7 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
     ABX_TRY(check_mount_targets(root.get(), images, config));
     ABX_ASSIGN_OR_RETURN(std::vector<UniqueFd> binds, make_bind_mounts(config, idmap));
     const std::string root_at = stage + "/root";
-    if (::mkdir(root_at.c_str(), 0755) != 0) return sys_error("mkdir " + root_at, errno);
+    if (::mkdir(root_at.c_str(), 0755) != 0) return os::errno_error("mkdir " + root_at, errno);
     ABX_TRY(attach_at(root.get(), root_at));
     // The images, idmapped as the root is: the restored tasks, in the sandbox's user namespace,
     // open their own images, and through this mount root's 0600 files are their owner's.
@@ -1143,16 +1143,16 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
                                                        MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
                                                    idmap));
     const std::string images_at = stage + "/images";
-    if (::mkdir(images_at.c_str(), 0700) != 0) return sys_error("mkdir " + images_at, errno);
+    if (::mkdir(images_at.c_str(), 0700) != 0) return os::errno_error("mkdir " + images_at, errno);
     ABX_TRY(attach_at(imgs.get(), images_at));
     images = images_at;
     for (std::size_t i = 0; i < binds.size(); ++i) {
       const std::string at = stage + "/" + bind_key(i);
       struct stat src;
       if (::stat(config.binds[i].source.c_str(), &src) != 0)
-        return sys_error("bind source " + config.binds[i].source, errno);
+        return os::errno_error("bind source " + config.binds[i].source, errno);
       if (S_ISDIR(src.st_mode)) {
-        if (::mkdir(at.c_str(), 0755) != 0) return sys_error("mkdir " + at, errno);
+        if (::mkdir(at.c_str(), 0755) != 0) return os::errno_error("mkdir " + at, errno);
       } else {
         ABX_TRY(create_file(at, ""));
       }
@@ -1190,7 +1190,7 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
   const long pid = std::strtol(pid_text.c_str(), nullptr, 10);
   if (pid <= 0) return internal_error("criu restore: bad pidfile " + pidfile);
   int pidfd = sys_pidfd_open(static_cast<pid_t>(pid));
-  if (pidfd < 0) return sys_error("pidfd_open restored init", errno);
+  if (pidfd < 0) return os::errno_error("pidfd_open restored init", errno);
   st->pidfd.reset(pidfd);
   st->pid = static_cast<pid_t>(pid);
   st->start = process_start_time(st->pid);

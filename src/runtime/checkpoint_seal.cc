@@ -37,11 +37,11 @@ namespace {
 // caller's fd keeps its offset. `what` names the directory in errors.
 Result<std::vector<std::string>> entry_names(int dirfd, const std::string& what) {
   int dup = ::fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
-  if (dup < 0) return sys_error("dup " + what, errno);
+  if (dup < 0) return os::errno_error("dup " + what, errno);
   DIR* d = ::fdopendir(dup);
   if (!d) {
     ::close(dup);
-    return sys_error("opendir " + what, errno);
+    return os::errno_error("opendir " + what, errno);
   }
   std::vector<std::string> names;
   while (dirent* e = ::readdir(d)) {
@@ -95,16 +95,16 @@ Result<std::string> hash_file(int fd, const std::string& what, off_t size) {
     off_t data = ::lseek(fd, pos, SEEK_DATA);
     if (data < 0) {
       if (errno == ENXIO) break;  // only a hole is left
-      return sys_error("lseek SEEK_DATA " + what, errno);
+      return os::errno_error("lseek SEEK_DATA " + what, errno);
     }
     off_t hole = ::lseek(fd, data, SEEK_HOLE);
-    if (hole < 0) return sys_error("lseek SEEK_HOLE " + what, errno);
+    if (hole < 0) return os::errno_error("lseek SEEK_HOLE " + what, errno);
     const std::string head = std::to_string(data) + " " + std::to_string(hole - data) + "\n";
     EVP_DigestUpdate(ctx, head.data(), head.size());
     for (off_t at = data; at < hole;) {
       const auto want = static_cast<std::size_t>(std::min<off_t>(hole - at, buf.size()));
-      const ssize_t n = retry_eintr([&] { return ::pread(fd, buf.data(), want, at); });
-      if (n < 0) return sys_error("read " + what, errno);
+      const ssize_t n = os::retry_eintr([&] { return ::pread(fd, buf.data(), want, at); });
+      if (n < 0) return os::errno_error("read " + what, errno);
       if (n == 0) return internal_error(what + " shrank while it was hashed");
       EVP_DigestUpdate(ctx, buf.data(), static_cast<std::size_t>(n));
       at += n;
@@ -130,23 +130,23 @@ Status walk(int dirfd, const std::string& prefix, const std::string& what,
       return internal_error("a file name with a newline: " + path);
     struct stat st;
     if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
-      return sys_error("stat " + path, errno);
+      return os::errno_error("stat " + path, errno);
     std::string line;
     if (S_ISREG(st.st_mode) && std::find(pending.begin(), pending.end(), rel) != pending.end()) {
       line = kPendingLine;
     } else if (S_ISREG(st.st_mode)) {
       int fd = ::openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-      if (fd < 0) return sys_error("open " + path, errno);
+      if (fd < 0) return os::errno_error("open " + path, errno);
       UniqueFd file(fd);
       struct stat again;
-      if (::fstat(fd, &again) != 0) return sys_error("fstat " + path, errno);
+      if (::fstat(fd, &again) != 0) return os::errno_error("fstat " + path, errno);
       if (again.st_ino != st.st_ino || again.st_dev != st.st_dev)
         return internal_error(path + " was replaced while the checkpoint was read");
       ABX_ASSIGN_OR_RETURN(std::string sum, hash_file(fd, path, again.st_size));
       line = "f " + octal(again.st_mode) + " " + std::to_string(again.st_size) + " " + sum;
     } else if (S_ISDIR(st.st_mode)) {
       int fd = ::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (fd < 0) return sys_error("open " + path, errno);
+      if (fd < 0) return os::errno_error("open " + path, errno);
       UniqueFd sub(fd);
       line = "d " + octal(st.st_mode) + " 0 -";
       (*out)[rel] = line + " " + rel;
@@ -155,7 +155,7 @@ Status walk(int dirfd, const std::string& prefix, const std::string& what,
     } else if (S_ISLNK(st.st_mode)) {
       std::string target(static_cast<std::size_t>(st.st_size) + 1, '\0');
       const ssize_t n = ::readlinkat(dirfd, name.c_str(), target.data(), target.size());
-      if (n < 0) return sys_error("readlink " + path, errno);
+      if (n < 0) return os::errno_error("readlink " + path, errno);
       target.resize(static_cast<std::size_t>(n));
       unsigned char md[32];
       ::SHA256(reinterpret_cast<const unsigned char*>(target.data()), target.size(), md);
@@ -230,18 +230,18 @@ Status seal_checkpoint(const std::string& dir, std::string_view key,
   ::unlink(tmp.c_str());
   {
     int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) return sys_error("create " + tmp, errno);
+    if (fd < 0) return os::errno_error("create " + tmp, errno);
     UniqueFd out(fd);
     const std::string text = manifest + std::string(kMacPrefix) + mac + "\n";
     for (std::size_t done = 0; done < text.size();) {
       const ssize_t n =
-          retry_eintr([&] { return ::write(fd, text.data() + done, text.size() - done); });
-      if (n < 0) return sys_error("write " + tmp, errno);
+          os::retry_eintr([&] { return ::write(fd, text.data() + done, text.size() - done); });
+      if (n < 0) return os::errno_error("write " + tmp, errno);
       done += static_cast<std::size_t>(n);
     }
-    if (::fsync(fd) != 0) return sys_error("fsync " + tmp, errno);
+    if (::fsync(fd) != 0) return os::errno_error("fsync " + tmp, errno);
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return sys_error("rename " + tmp, errno);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return os::errno_error("rename " + tmp, errno);
   return {};
 }
 
@@ -252,13 +252,13 @@ Result<std::string> read_seal(const std::string& dir) {
   int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0)
     return seal_error(dir, errno == ENOENT ? std::string(kSealFile) + " is missing"
-                                           : "open " + path + ": " + errno_name(errno));
+                                           : "open " + path + ": " + os::errno_name(errno));
   UniqueFd in(fd);
   std::string text;
   char buf[65536];
   for (;;) {
-    const ssize_t n = retry_eintr([&] { return ::read(fd, buf, sizeof buf); });
-    if (n < 0) return sys_error("read " + path, errno);
+    const ssize_t n = os::retry_eintr([&] { return ::read(fd, buf, sizeof buf); });
+    if (n < 0) return os::errno_error("read " + path, errno);
     if (n == 0) break;
     text.append(buf, static_cast<std::size_t>(n));
     if (text.size() > (16u << 20)) return seal_error(dir, std::string(kSealFile) + " is too big");
@@ -348,18 +348,18 @@ Status make_private_at(int dirfd, const std::string& what) {
     int fd = ::openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
       if (errno == ELOOP || errno == ENXIO || errno == ENOENT) continue;
-      return sys_error("open " + path, errno);
+      return os::errno_error("open " + path, errno);
     }
     UniqueFd f(fd);
     struct stat st;
-    if (::fstat(fd, &st) != 0) return sys_error("fstat " + path, errno);
+    if (::fstat(fd, &st) != 0) return os::errno_error("fstat " + path, errno);
     if (S_ISDIR(st.st_mode)) {
       if ((st.st_mode & 07777) != 0700 && ::fchmod(fd, 0700) != 0)
-        return sys_error("chmod " + path, errno);
+        return os::errno_error("chmod " + path, errno);
       ABX_TRY(make_private_at(fd, path));
     } else if (S_ISREG(st.st_mode)) {
       if ((st.st_mode & 07777) != 0600 && ::fchmod(fd, 0600) != 0)
-        return sys_error("chmod " + path, errno);
+        return os::errno_error("chmod " + path, errno);
     }
   }
   return {};
@@ -370,9 +370,9 @@ Status make_private_at(int dirfd, const std::string& what) {
 Status make_private(const std::string& dir) {
   ABX_ASSIGN_OR_RETURN(UniqueFd fd, open_fd(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW));
   struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return sys_error("fstat " + dir, errno);
+  if (::fstat(fd.get(), &st) != 0) return os::errno_error("fstat " + dir, errno);
   if ((st.st_mode & 07777) != 0700 && ::fchmod(fd.get(), 0700) != 0)
-    return sys_error("chmod " + dir, errno);
+    return os::errno_error("chmod " + dir, errno);
   return make_private_at(fd.get(), dir);
 }
 
@@ -384,23 +384,23 @@ Result<std::string> load_checkpoint_key(const std::string& path) {
     const std::string tmp = path + ".tmp";
     ::unlink(tmp.c_str());
     int out = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (out < 0) return sys_error("create " + tmp, errno);
+    if (out < 0) return os::errno_error("create " + tmp, errno);
     UniqueFd w(out);
-    if (retry_eintr([&] { return ::write(out, key, sizeof key); }) !=
+    if (os::retry_eintr([&] { return ::write(out, key, sizeof key); }) !=
             static_cast<ssize_t>(sizeof key) ||
         ::fsync(out) != 0)
-      return sys_error("write " + tmp, errno);
+      return os::errno_error("write " + tmp, errno);
     w.reset();
     // link, not rename: two starting at once keep one key (the first's).
     if (::link(tmp.c_str(), path.c_str()) != 0 && errno != EEXIST)
-      return sys_error("link " + tmp + " -> " + path, errno);
+      return os::errno_error("link " + tmp + " -> " + path, errno);
     ::unlink(tmp.c_str());
     fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   }
-  if (fd < 0) return sys_error("open checkpoint key " + path, errno);
+  if (fd < 0) return os::errno_error("open checkpoint key " + path, errno);
   UniqueFd in(fd);
   struct stat st;
-  if (::fstat(fd, &st) != 0) return sys_error("fstat " + path, errno);
+  if (::fstat(fd, &st) != 0) return os::errno_error("fstat " + path, errno);
   if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077) != 0)
     return Error(ErrorCode::kFailedPrecondition,
                  "checkpoint key " + path +
@@ -410,7 +410,7 @@ Result<std::string> load_checkpoint_key(const std::string& path) {
                      "): another user may have read it; remove it to make a new one (existing "
                      "checkpoints then no longer restore)");
   std::string key(kCheckpointKeyBytes + 1, '\0');
-  const ssize_t n = retry_eintr([&] { return ::read(fd, key.data(), key.size()); });
+  const ssize_t n = os::retry_eintr([&] { return ::read(fd, key.data(), key.size()); });
   if (n != static_cast<ssize_t>(kCheckpointKeyBytes))
     return Error(ErrorCode::kFailedPrecondition, "checkpoint key " + path + " is not " +
                                                      std::to_string(kCheckpointKeyBytes) +

@@ -35,7 +35,7 @@ void kill_init(pid_t pid, unsigned long long start) {
   // Not our child (the owner died; it was reparented): wait until it exits, then its
   // namespace's processes are gone too.
   pollfd p{pidfd.get(), POLLIN, 0};
-  retry_eintr([&] { return ::poll(&p, 1, 5000); });
+  os::retry_eintr([&] { return ::poll(&p, 1, 5000); });
 }
 
 }  // namespace
@@ -44,7 +44,7 @@ Result<int> cleanup_stale(const std::string& state_dir) {
   DIR* d = ::opendir(state_dir.c_str());
   if (!d) {
     if (errno == ENOENT) return 0;
-    return sys_error("opendir " + state_dir, errno);
+    return os::errno_error("opendir " + state_dir, errno);
   }
   std::vector<std::string> ids;
   while (dirent* e = ::readdir(d)) {

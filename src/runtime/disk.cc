@@ -46,7 +46,7 @@ Status format_ext4(const std::string& path) {
   argv.push_back(nullptr);
   char* envp[] = {nullptr};
   int pipefd[2];
-  if (::pipe2(pipefd, O_CLOEXEC) != 0) return sys_error("pipe2", errno);
+  if (::pipe2(pipefd, O_CLOEXEC) != 0) return os::errno_error("pipe2", errno);
   UniqueFd rd(pipefd[0]), wr(pipefd[1]);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
@@ -56,15 +56,15 @@ Status format_ext4(const std::string& path) {
   pid_t pid = -1;
   int rc = ::posix_spawn(&pid, mkfs, &fa, nullptr, argv.data(), envp);
   posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) return sys_error(std::string("spawn ") + mkfs, rc);
+  if (rc != 0) return os::errno_error(std::string("spawn ") + mkfs, rc);
   wr.reset();
   std::string out;
   char buf[512];
-  for (ssize_t n; (n = retry_eintr([&] { return ::read(rd.get(), buf, sizeof buf); })) > 0;)
+  for (ssize_t n; (n = os::retry_eintr([&] { return ::read(rd.get(), buf, sizeof buf); })) > 0;)
     if (out.size() < 2048) out.append(buf, static_cast<std::size_t>(n));
   int status = 0;
-  if (retry_eintr([&] { return ::waitpid(pid, &status, 0); }) < 0)
-    return sys_error("waitpid mkfs.ext4", errno);
+  if (os::retry_eintr([&] { return ::waitpid(pid, &status, 0); }) < 0)
+    return os::errno_error("waitpid mkfs.ext4", errno);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     while (!out.empty() && out.back() == '\n') out.pop_back();
     return internal_error("mkfs.ext4 " + path + " failed (status " + std::to_string(status) +
@@ -76,7 +76,7 @@ Status format_ext4(const std::string& path) {
 Status create_sparse(const std::string& path, std::uint64_t bytes) {
   ABX_ASSIGN_OR_RETURN(UniqueFd fd, open_fd(path, O_WRONLY | O_CREAT | O_EXCL, 0600));
   if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0)
-    return sys_error("ftruncate " + path, errno);
+    return os::errno_error("ftruncate " + path, errno);
   return {};
 }
 
@@ -87,12 +87,12 @@ Result<std::string> cached_image(const std::string& state_dir, std::uint64_t byt
   std::string path = cache + "/" + std::to_string(bytes) + ".img";
   if (::access(path.c_str(), R_OK) == 0) return path;
   if (::mkdir(cache.c_str(), 0700) != 0 && errno != EEXIST)
-    return sys_error("mkdir " + cache, errno);
+    return os::errno_error("mkdir " + cache, errno);
   static std::atomic<unsigned> seq{0};
   std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(seq++);
   ABX_TRY(create_sparse(tmp, bytes));
   Status s = format_ext4(tmp);
-  if (s && ::rename(tmp.c_str(), path.c_str()) != 0) s = sys_error("rename " + tmp, errno);
+  if (s && ::rename(tmp.c_str(), path.c_str()) != 0) s = os::errno_error("rename " + tmp, errno);
   if (!s) {
     ::unlink(tmp.c_str());
     return s.error();
@@ -105,22 +105,22 @@ Status copy_sparse(const std::string& from, const std::string& to, std::uint64_t
   ABX_ASSIGN_OR_RETURN(UniqueFd in, open_fd(from, O_RDONLY));
   ABX_ASSIGN_OR_RETURN(UniqueFd out, open_fd(to, O_WRONLY | O_CREAT | O_EXCL, 0600));
   if (::ftruncate(out.get(), static_cast<off_t>(bytes)) != 0)
-    return sys_error("ftruncate " + to, errno);
+    return os::errno_error("ftruncate " + to, errno);
   off_t end = static_cast<off_t>(bytes);
   for (off_t pos = 0; pos < end;) {
     off_t data = ::lseek(in.get(), pos, SEEK_DATA);
     if (data < 0) {
       if (errno == ENXIO) break;  // only a hole remains
-      return sys_error("lseek SEEK_DATA " + from, errno);
+      return os::errno_error("lseek SEEK_DATA " + from, errno);
     }
     off_t hole = ::lseek(in.get(), data, SEEK_HOLE);
-    if (hole < 0) return sys_error("lseek SEEK_HOLE " + from, errno);
+    if (hole < 0) return os::errno_error("lseek SEEK_HOLE " + from, errno);
     for (off_t off_in = data, off_out = data; off_in < hole;) {
       ssize_t n = ::copy_file_range(in.get(), &off_in, out.get(), &off_out,
                                     static_cast<std::size_t>(hole - off_in), 0);
       if (n < 0) {
         if (errno == EINTR) continue;
-        return sys_error("copy_file_range " + from + " -> " + to, errno);
+        return os::errno_error("copy_file_range " + from + " -> " + to, errno);
       }
       if (n == 0) return internal_error("copy_file_range " + from + ": unexpected end");
     }
@@ -147,8 +147,8 @@ Result<LoopDevice> loop_attach(const std::string& image) {
   std::lock_guard turn(attaching);
   // Another process may take the device between GET_FREE and CONFIGURE (EBUSY): try again.
   for (int attempt = 0; attempt < 64; ++attempt) {
-    int n = retry_eintr([&] { return ::ioctl(ctl.get(), LOOP_CTL_GET_FREE); });
-    if (n < 0) return sys_error("ioctl LOOP_CTL_GET_FREE", errno);
+    int n = os::retry_eintr([&] { return ::ioctl(ctl.get(), LOOP_CTL_GET_FREE); });
+    if (n < 0) return os::errno_error("ioctl LOOP_CTL_GET_FREE", errno);
     std::string dev = "/dev/loop" + std::to_string(n);
     ABX_ASSIGN_OR_RETURN(UniqueFd loop, open_fd(dev, O_RDWR));
     loop_config cfg = {};
@@ -156,7 +156,7 @@ Result<LoopDevice> loop_attach(const std::string& image) {
     cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
     std::strncpy(reinterpret_cast<char*>(cfg.info.lo_file_name), image.c_str(), LO_NAME_SIZE - 1);
     if (::ioctl(loop.get(), LOOP_CONFIGURE, &cfg) == 0) return LoopDevice{dev, std::move(loop)};
-    if (errno != EBUSY) return sys_error("ioctl LOOP_CONFIGURE " + dev, errno);
+    if (errno != EBUSY) return os::errno_error("ioctl LOOP_CONFIGURE " + dev, errno);
   }
   return Error(ErrorCode::kResourceExhausted, "no free loop device for " + image);
 }
@@ -172,7 +172,7 @@ Status make_rw_layer(const std::string& state_dir, const std::string& dir, std::
   for (const char* sub : {"upper", "work"}) {
     std::string d = mnt + "/" + sub;
     if (::mkdir(d.c_str(), 0755) != 0) {
-      Error e = sys_error("mkdir " + d, errno);
+      Error e = os::errno_error("mkdir " + d, errno);
       ::umount2(mnt.c_str(), MNT_DETACH);
       return e;
     }
@@ -186,13 +186,13 @@ Status mount_rw_image(const std::string& image, const std::string& mnt) {
   ABX_ASSIGN_OR_RETURN(const LoopDevice dev, loop_attach(image));
   if (::mount(dev.path.c_str(), mnt.c_str(), "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME,
               "noinit_itable") != 0)
-    return sys_error("mount " + dev.path + " (" + image + ") on " + mnt, errno);
+    return os::errno_error("mount " + dev.path + " (" + image + ") on " + mnt, errno);
   return {};
 }
 
 Status copy_sparse_file(const std::string& from, const std::string& to) {
   struct stat st;
-  if (::stat(from.c_str(), &st) != 0) return sys_error("stat " + from, errno);
+  if (::stat(from.c_str(), &st) != 0) return os::errno_error("stat " + from, errno);
   return copy_sparse(from, to, static_cast<std::uint64_t>(st.st_size));
 }
 
@@ -243,9 +243,10 @@ Status remove_rw_layer(const std::string& dir) {
   // EINVAL: not a mount point (kHost, or a spawn that failed before mounting).
   if (::umount2(mnt.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW) != 0 && errno != EINVAL &&
       errno != ENOENT)
-    return sys_error("umount " + mnt, errno);
+    return os::errno_error("umount " + mnt, errno);
   std::string image = dir + "/" + kRwImage;
-  if (::unlink(image.c_str()) != 0 && errno != ENOENT) return sys_error("unlink " + image, errno);
+  if (::unlink(image.c_str()) != 0 && errno != ENOENT)
+    return os::errno_error("unlink " + image, errno);
   return {};
 }
 

@@ -10,13 +10,13 @@ namespace abx::runtime {
 
 Status make_whiteout(const std::string& path) {
   if (::mknod(path.c_str(), S_IFCHR | 0000, makedev(0, 0)) != 0)
-    return sys_error("mknod whiteout " + path, errno);
+    return os::errno_error("mknod whiteout " + path, errno);
   return {};
 }
 
 Status make_opaque(const std::string& dir) {
   if (::lsetxattr(dir.c_str(), "trusted.overlay.opaque", "y", 1, 0) != 0)
-    return sys_error("setxattr trusted.overlay.opaque " + dir, errno);
+    return os::errno_error("setxattr trusted.overlay.opaque " + dir, errno);
   return {};
 }
 

@@ -23,7 +23,7 @@ std::string fd_path(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
 Result<UniqueFd> clone_tree(const std::string& path, std::uint64_t attr_set, const Idmap& idmap) {
   int fd = static_cast<int>(::syscall(SYS_open_tree, AT_FDCWD, path.c_str(),
                                       OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE));
-  if (fd < 0) return sys_error("open_tree " + path, errno);
+  if (fd < 0) return os::errno_error("open_tree " + path, errno);
   UniqueFd tree(fd);
   mount_attr attr = {};
   attr.attr_set = attr_set;
@@ -39,7 +39,7 @@ Result<UniqueFd> clone_tree(const std::string& path, std::uint64_t attr_set, con
                           ? " (its filesystem cannot be idmapped: run sandboxes without a user "
                             "namespace, abxd --no-userns, or move it to ext4/xfs/btrfs/tmpfs)"
                           : "";
-    return sys_error("mount_setattr " + path + why, err);
+    return os::errno_error("mount_setattr " + path + why, err);
   }
   return tree;
 }
@@ -48,7 +48,7 @@ namespace {
 
 Status set(int fs, const char* key, const std::string& value, const std::string& what) {
   if (::syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, key, value.c_str(), 0) != 0)
-    return sys_error(std::string("overlay ") + key + " " + what, errno);
+    return os::errno_error(std::string("overlay ") + key + " " + what, errno);
   return {};
 }
 
@@ -85,7 +85,7 @@ Result<UniqueFd> make_root_overlay(const SandboxConfig& config, const std::strin
     fsids.emplace(std::move(became).value());
   }
   int raw = static_cast<int>(::syscall(SYS_fsopen, "overlay", FSOPEN_CLOEXEC));
-  if (raw < 0) return sys_error("fsopen overlay", errno);
+  if (raw < 0) return os::errno_error("fsopen overlay", errno);
   UniqueFd fs(raw);
   // One "lowerdir+" per layer (kernel >= 6.8): the number of layers is not bounded by the 4 KiB
   // page of a "lowerdir=a:b:c" string; older kernels get that string when it fits.
@@ -98,7 +98,7 @@ Result<UniqueFd> make_root_overlay(const SandboxConfig& config, const std::strin
       plus = false;
       break;
     }
-    return sys_error("overlay lowerdir+ " + layers[layers.size() - 1 - i], errno);
+    return os::errno_error("overlay lowerdir+ " + layers[layers.size() - 1 - i], errno);
   }
   if (!plus) {
     std::string joined;
@@ -113,7 +113,7 @@ Result<UniqueFd> make_root_overlay(const SandboxConfig& config, const std::strin
   // volatile: no syncs of the upper layer, not even when the overlay goes away with the
   // sandbox's last process (~10 ms on every destroy otherwise); see sandbox.h.
   if (::syscall(SYS_fsconfig, fs.get(), FSCONFIG_SET_FLAG, "volatile", nullptr, 0) != 0)
-    return sys_error("overlay volatile", errno);
+    return os::errno_error("overlay volatile", errno);
   // index + nfs_export: the overlay's file handles can be opened again (open_by_handle_at).
   // CRIU saves an inotify or fanotify watch by its file handle and turns it into a path by
   // opening it; without these, every checkpoint of a sandbox with a watch on its root (a dev
@@ -123,12 +123,12 @@ Result<UniqueFd> make_root_overlay(const SandboxConfig& config, const std::strin
   ABX_TRY(set(fs.get(), "index", "on", dir));
   ABX_TRY(set(fs.get(), "nfs_export", "on", dir));
   if (::syscall(SYS_fsconfig, fs.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0)
-    return sys_error("create overlay for " + dir, errno);
+    return os::errno_error("create overlay for " + dir, errno);
   // setuid binaries of the image (sudo) work only with a user namespace, where they elevate
   // to the sandbox's root and no further; without one, sandbox root is host root.
   std::uint64_t attrs = MOUNT_ATTR_NODEV | (idmap.userns_fd >= 0 ? 0 : MOUNT_ATTR_NOSUID);
   int mnt = static_cast<int>(::syscall(SYS_fsmount, fs.get(), FSMOUNT_CLOEXEC, attrs));
-  if (mnt < 0) return sys_error("fsmount overlay", errno);
+  if (mnt < 0) return os::errno_error("fsmount overlay", errno);
   return UniqueFd(mnt);
 }
 

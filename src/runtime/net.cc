@@ -40,13 +40,13 @@ bool net_child(const ChildPlan& p, ChildReport* r) {
 // child), so the thread always returns to where it was.
 Result<UniqueFd> socket_in_netns(int netns_fd, int domain, int type) {
   UniqueFd home(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
-  if (!home.valid()) return sys_error("open /proc/thread-self/ns/net", errno);
-  if (::setns(netns_fd, CLONE_NEWNET) != 0) return sys_error("setns CLONE_NEWNET", errno);
+  if (!home.valid()) return os::errno_error("open /proc/thread-self/ns/net", errno);
+  if (::setns(netns_fd, CLONE_NEWNET) != 0) return os::errno_error("setns CLONE_NEWNET", errno);
   const int fd = ::socket(domain, type | SOCK_CLOEXEC, 0);
   const int err = errno;
   // Cannot get home: never let this thread make another socket in the wrong namespace.
   if (::setns(home.get(), CLONE_NEWNET) != 0) ::abort();
-  if (fd < 0) return sys_error("socket in sandbox netns", err);
+  if (fd < 0) return os::errno_error("socket in sandbox netns", err);
   return UniqueFd(fd);
 }
 
@@ -59,31 +59,31 @@ Result<UniqueFd> connect_loopback(UniqueFd sock, std::uint16_t port,
   std::string where = "connect 127.0.0.1:" + std::to_string(port);
   if (::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 &&
       errno != EINPROGRESS && errno != EINTR)
-    return sys_error(where, errno);
+    return os::errno_error(where, errno);
   pollfd pfd{sock.get(), POLLOUT, 0};
-  int n = retry_eintr([&] { return ::poll(&pfd, 1, static_cast<int>(timeout.count())); });
-  if (n < 0) return sys_error("poll " + where, errno);
+  int n = os::retry_eintr([&] { return ::poll(&pfd, 1, static_cast<int>(timeout.count())); });
+  if (n < 0) return os::errno_error("poll " + where, errno);
   if (n == 0) return Error(ErrorCode::kDeadlineExceeded, where + ": timed out");
   int err = 0;
   socklen_t len = sizeof err;
   if (::getsockopt(sock.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0)
-    return sys_error("getsockopt SO_ERROR", errno);
-  if (err != 0) return sys_error(where, err);
+    return os::errno_error("getsockopt SO_ERROR", errno);
+  if (err != 0) return os::errno_error(where, err);
   // Nothing listens on a port of the ephemeral range, and the kernel picked that very port as
   // the source: TCP's simultaneous open connects the socket to itself. That is not a server.
   sockaddr_in local = {};
   socklen_t local_len = sizeof local;
   if (::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&local), &local_len) != 0)
-    return sys_error("getsockname", errno);
+    return os::errno_error("getsockname", errno);
   if (local.sin_port == addr.sin_port && local.sin_addr.s_addr == addr.sin_addr.s_addr)
-    return sys_error(where + " (connected to itself: nothing listens)", ECONNREFUSED);
+    return os::errno_error(where + " (connected to itself: nothing listens)", ECONNREFUSED);
   return sock;
 }
 
 Result<UniqueFd> tcp_socket_in(int netns_fd) {
   if (netns_fd >= 0) return socket_in_netns(netns_fd, AF_INET, SOCK_STREAM | SOCK_NONBLOCK);
   UniqueFd sock(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!sock.valid()) return sys_error("socket", errno);
+  if (!sock.valid()) return os::errno_error("socket", errno);
   return sock;
 }
 
@@ -101,7 +101,7 @@ Result<std::pair<std::uint32_t, std::uint16_t>> original_destination(int fd) {
     if (err == ENOENT) {
       return not_found("getsockopt SO_ORIGINAL_DST: the connection was not redirected");
     }
-    return sys_error("getsockopt SO_ORIGINAL_DST", err);
+    return os::errno_error("getsockopt SO_ORIGINAL_DST", err);
   }
   if (addr.sin_family != AF_INET) {
     return internal_error("getsockopt SO_ORIGINAL_DST: not an IPv4 address");

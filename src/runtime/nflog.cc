@@ -205,7 +205,7 @@ Error bind_error(std::uint16_t group, int err) {
   std::string what = "nflog bind group " + std::to_string(group);
   if (err == EBUSY || (err == EPERM && group_is_held(group)))
     return Error(ErrorCode::kAlreadyExists, what + ": held by another socket");
-  return sys_error(what, err);
+  return os::errno_error(what, err);
 }
 
 }  // namespace
@@ -244,14 +244,14 @@ std::vector<FlowLogEvent> parse_nflog_messages(const void* buf, std::size_t len,
 
 Result<NflogReader> NflogReader::open(std::uint16_t group) {
   int raw = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_NETFILTER);
-  if (raw < 0) return sys_error("socket NETLINK_NETFILTER", errno);
+  if (raw < 0) return os::errno_error("socket NETLINK_NETFILTER", errno);
   NflogReader reader(UniqueFd(raw), group);
   int fd = reader.fd();
 
   sockaddr_nl local = {};
   local.nl_family = AF_NETLINK;  // nl_pid 0: the kernel assigns the port id
   if (::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof local) < 0)
-    return sys_error("bind netlink", errno);
+    return os::errno_error("bind netlink", errno);
   // A bigger buffer than the default rides out bursts of new flows while abxd is busy. FORCE
   // passes rmem_max when privileged; otherwise the plain option is capped by it.
   int rcvbuf = kSocketRcvBuf;
@@ -281,11 +281,11 @@ Result<NflogReader> NflogReader::open(std::uint16_t group) {
 
   sockaddr_nl kernel = {};
   kernel.nl_family = AF_NETLINK;
-  ssize_t sent = retry_eintr([&] {
+  ssize_t sent = os::retry_eintr([&] {
     return ::sendto(fd, nlh, nlh->nlmsg_len, 0, reinterpret_cast<sockaddr*>(&kernel),
                     sizeof kernel);
   });
-  if (sent < 0) return sys_error("send nflog config", errno);
+  if (sent < 0) return os::errno_error("send nflog config", errno);
 
   // The kernel answers during sendto, so the ack is normally queued already. Log messages for
   // the freshly bound group may come first; they are kept for the first read().
@@ -296,13 +296,13 @@ Result<NflogReader> NflogReader::open(std::uint16_t group) {
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return Error(ErrorCode::kDeadlineExceeded, "nflog config: no ack");
     pollfd pfd = {fd, POLLIN, 0};
-    int ready = retry_eintr([&] { return ::poll(&pfd, 1, static_cast<int>(left.count())); });
-    if (ready < 0) return sys_error("poll nflog", errno);
+    int ready = os::retry_eintr([&] { return ::poll(&pfd, 1, static_cast<int>(left.count())); });
+    if (ready < 0) return os::errno_error("poll nflog", errno);
     if (ready == 0) continue;
     sockaddr_nl from = {};
     socklen_t from_len = sizeof from;
     std::size_t cap = reader.buf_.size() * sizeof(std::uint32_t);
-    ssize_t n = retry_eintr([&] {
+    ssize_t n = os::retry_eintr([&] {
       return ::recvfrom(fd, reader.buf_.data(), cap, 0, reinterpret_cast<sockaddr*>(&from),
                         &from_len);
     });
@@ -312,7 +312,7 @@ Result<NflogReader> NflogReader::open(std::uint16_t group) {
         ++reader.dropped_;
         continue;
       }
-      return sys_error("recv nflog", errno);
+      return os::errno_error("recv nflog", errno);
     }
     if (from.nl_pid != 0) continue;
     auto len = std::min(static_cast<std::size_t>(n), cap);
@@ -335,7 +335,7 @@ Result<std::vector<FlowLogEvent>> NflogReader::read() {
   for (int i = 0; i < kMaxDatagramsPerRead; ++i) {
     sockaddr_nl from = {};
     socklen_t from_len = sizeof from;
-    ssize_t n = retry_eintr([&] {
+    ssize_t n = os::retry_eintr([&] {
       return ::recvfrom(fd_.get(), buf_.data(), cap, MSG_DONTWAIT,
                         reinterpret_cast<sockaddr*>(&from), &from_len);
     });
@@ -347,7 +347,7 @@ Result<std::vector<FlowLogEvent>> NflogReader::read() {
       }
       int err = errno;
       pending_ = std::move(out);  // not lost: the next read() returns them
-      return sys_error("recv nflog", err);
+      return os::errno_error("recv nflog", err);
     }
     if (from.nl_pid != 0) continue;  // only the kernel logs packets
     std::size_t bad = 0;

@@ -161,7 +161,7 @@ namespace {
 
 Error child_error(const ChildReport& r) {
   std::string what(r.what, strnlen(r.what, sizeof r.what));
-  return Error(code_for_errno(r.err), what + ": " + errno_name(r.err));
+  return Error(os::code_for_errno(r.err), what + ": " + os::errno_name(r.err));
 }
 
 pid_t clone3_sandbox(std::uint64_t flags, int* pidfd) {
@@ -189,11 +189,11 @@ Status write_userns_record(const Sandbox::State& st) {
 // Step 1: <state_dir>/<id> must be new — an existing one is a live or stale sandbox of that id.
 Status make_state_dir(const SandboxConfig& config, const std::string& dir) {
   if (::mkdir(config.state_dir.c_str(), 0700) != 0 && errno != EEXIST)
-    return sys_error("mkdir " + config.state_dir, errno);
+    return os::errno_error("mkdir " + config.state_dir, errno);
   if (::mkdir(dir.c_str(), 0700) != 0) {
     if (errno == EEXIST)
       return Error(ErrorCode::kAlreadyExists, "sandbox " + config.id + " exists");
-    return sys_error("mkdir " + dir, errno);
+    return os::errno_error("mkdir " + dir, errno);
   }
   return {};
 }
@@ -203,9 +203,9 @@ Status make_state_dir(const SandboxConfig& config, const std::string& dir) {
 Result<UniqueFd> lock_state_dir(const std::string& dir) {
   ABX_ASSIGN_OR_RETURN(UniqueFd lock,
                        open_fd(dir + "/" + kLockFile, O_RDWR | O_CREAT | O_EXCL, 0600));
-  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) return sys_error("flock", errno);
+  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) return os::errno_error("flock", errno);
   std::string rw = dir + "/" + kRwMount;
-  if (::mkdir(rw.c_str(), 0755) != 0) return sys_error("mkdir " + rw, errno);
+  if (::mkdir(rw.c_str(), 0755) != 0) return os::errno_error("mkdir " + rw, errno);
   return lock;
 }
 
@@ -252,7 +252,7 @@ Status build_plan(SandboxConfig& config, const std::vector<sock_filter>& filter,
   for (size_t i = 0; i < config.binds.size(); ++i) {
     struct stat st;
     if (::stat(config.binds[i].source.c_str(), &st) != 0)
-      return sys_error("bind source " + config.binds[i].source, errno);
+      return os::errno_error("bind source " + config.binds[i].source, errno);
     s.binds.push_back({s.bind_targets[i].c_str(), S_ISDIR(st.st_mode)});
   }
   const bool host_rootfs = config.rootfs == RootfsMode::kHost;
@@ -345,11 +345,11 @@ Result<std::vector<UniqueFd>> prepare_mounts(const SandboxConfig& config, const 
 // sandbox as owned), so nothing is recorded before it.
 Status wait_inherited_closed(int parent_sock, const std::string& id) {
   ChildReport report;
-  ssize_t n = retry_eintr([&] { return ::recv(parent_sock, &report, sizeof report, 0); });
+  ssize_t n = os::retry_eintr([&] { return ::recv(parent_sock, &report, sizeof report, 0); });
   if (n == 1) return {};
   Error e = n == static_cast<ssize_t>(sizeof report)
                 ? child_error(report)
-                : (n < 0 ? sys_error("recv from sandbox init", errno)
+                : (n < 0 ? os::errno_error("recv from sandbox init", errno)
                          : internal_error("sandbox init exited before it started"));
   return Error(e.code(), "sandbox " + id + ": " + e.message());
 }
@@ -375,14 +375,14 @@ Status release_child(int parent_sock, const std::string& id, const std::vector<U
       std::memcpy(CMSG_DATA(c) + i * sizeof(int), &fd, sizeof fd);
     }
   }
-  if (retry_eintr([&] { return ::sendmsg(parent_sock, &msg, MSG_NOSIGNAL); }) != 1)
-    return sys_error("send go to sandbox init", errno);
+  if (os::retry_eintr([&] { return ::sendmsg(parent_sock, &msg, MSG_NOSIGNAL); }) != 1)
+    return os::errno_error("send go to sandbox init", errno);
   ChildReport report;
-  ssize_t n = retry_eintr([&] { return ::recv(parent_sock, &report, sizeof report, 0); });
+  ssize_t n = os::retry_eintr([&] { return ::recv(parent_sock, &report, sizeof report, 0); });
   if (n == 0) return {};
   Error e = n == static_cast<ssize_t>(sizeof report)
                 ? child_error(report)
-                : (n < 0 ? sys_error("recv from sandbox init", errno)
+                : (n < 0 ? os::errno_error("recv from sandbox init", errno)
                          : internal_error("short report from sandbox init"));
   return Error(e.code(), "sandbox " + id + ": " + e.message());
 }
@@ -433,7 +433,7 @@ std::string Sandbox::upper_dir() const {
 Status Sandbox::signal(int sig) const {
   if (s_->status) return Error(ErrorCode::kFailedPrecondition, "sandbox init already exited");
   if (sys_pidfd_send_signal(s_->pidfd.get(), sig) != 0)
-    return sys_error("pidfd_send_signal", errno);
+    return os::errno_error("pidfd_send_signal", errno);
   return {};
 }
 
@@ -443,15 +443,15 @@ Result<int> Sandbox::wait() {
     // Not our child (our predecessor started it): its exit status is not ours to collect, but
     // its pidfd still turns readable when it exits.
     pollfd p{s_->pidfd.get(), POLLIN, 0};
-    int rc = retry_eintr([&] { return ::poll(&p, 1, -1); });
-    if (rc < 0) return sys_error("poll pidfd", errno);
+    int rc = os::retry_eintr([&] { return ::poll(&p, 1, -1); });
+    if (rc < 0) return os::errno_error("poll pidfd", errno);
     s_->status = 0;
     return 0;
   }
   siginfo_t info = {};
-  int rc = retry_eintr(
+  int rc = os::retry_eintr(
       [&] { return ::waitid(P_PIDFD, static_cast<id_t>(s_->pidfd.get()), &info, WEXITED); });
-  if (rc != 0) return sys_error("waitid P_PIDFD", errno);
+  if (rc != 0) return os::errno_error("waitid P_PIDFD", errno);
   int status = info.si_code == CLD_EXITED ? W_EXITCODE(info.si_status, 0) : info.si_status & 0x7f;
   s_->status = status;
   return status;
@@ -496,7 +496,7 @@ Status Sandbox::destroy() {
     // anything that got out of the namespace but not out of the cgroup (nothing should).
     keep(s_->cgroups.kill());
     if (sys_pidfd_send_signal(s_->pidfd.get(), SIGKILL) != 0 && errno != ESRCH)
-      keep(sys_error("pidfd_send_signal SIGKILL", errno));
+      keep(os::errno_error("pidfd_send_signal SIGKILL", errno));
     auto st = wait();
     if (!st) keep(st.error());
   }
@@ -523,7 +523,7 @@ Result<Sandbox> Sandbox::adopt(const std::string& state_dir, const std::string& 
   if (::flock(st->lock.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno == EWOULDBLOCK)
       return Error(ErrorCode::kAlreadyExists, "sandbox " + id + " is owned by a live process");
-    return sys_error("flock", errno);
+    return os::errno_error("flock", errno);
   }
   ABX_ASSIGN_OR_RETURN(const std::string init, read_file(st->dir + "/" + kInitFile, 4096));
   long long pid = 0;
@@ -619,7 +619,7 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config) {
   // 3. the plan: all allocation for the child happens here.
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
-    return sys_error("socketpair", errno);
+    return os::errno_error("socketpair", errno);
   UniqueFd parent_sock(pair[0]), child_sock(pair[1]);
   PlanStorage storage;
   ABX_TRY(prepare_mount_point(config.userns.mount_point));
@@ -644,7 +644,7 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config) {
     pid = clone3_sandbox(flags, &pidfd);
     if (pid == 0) child_main(storage.plan);  // never returns
   }
-  if (pid < 0) return sys_error("clone3", errno);
+  if (pid < 0) return os::errno_error("clone3", errno);
   st->pidfd.reset(pidfd);
   st->pid = pid;
   st->start = process_start_time(pid);

@@ -76,7 +76,7 @@ Result<std::vector<sock_filter>> build() {
   if (!ctx) return internal_error("seccomp_init failed");
   for (uint32_t arch : {SCMP_ARCH_X86, SCMP_ARCH_X32}) {
     int rc = seccomp_arch_add(ctx.get(), arch);
-    if (rc != 0 && rc != -EEXIST) return sys_error("seccomp_arch_add", -rc);
+    if (rc != 0 && rc != -EEXIST) return os::errno_error("seccomp_arch_add", -rc);
   }
   const uint32_t deny = SCMP_ACT_ERRNO(EPERM);
   auto rule = [&](const char* name, uint32_t action, unsigned count,
@@ -84,7 +84,7 @@ Result<std::vector<sock_filter>> build() {
     int nr = seccomp_syscall_resolve_name(name);
     if (nr == __NR_SCMP_ERROR) return {};  // unknown to every arch we filter: nothing to deny
     int rc = seccomp_rule_add_array(ctx.get(), action, nr, count, cmp);
-    if (rc != 0) return sys_error(std::string("seccomp_rule_add ") + name, -rc);
+    if (rc != 0) return os::errno_error(std::string("seccomp_rule_add ") + name, -rc);
     return {};
   };
   for (const char* name : kDenied) ABX_TRY(rule(name, deny, 0, nullptr));
@@ -106,15 +106,15 @@ Result<std::vector<sock_filter>> build() {
 
   // libseccomp 2.5 exports only to a descriptor.
   UniqueFd mem(::memfd_create("abx-seccomp", MFD_CLOEXEC));
-  if (!mem) return sys_error("memfd_create", errno);
+  if (!mem) return os::errno_error("memfd_create", errno);
   if (int rc = seccomp_export_bpf(ctx.get(), mem.get()); rc != 0)
-    return sys_error("seccomp_export_bpf", -rc);
+    return os::errno_error("seccomp_export_bpf", -rc);
   off_t size = ::lseek(mem.get(), 0, SEEK_END);
   if (size <= 0 || size % sizeof(sock_filter) != 0)
     return internal_error("seccomp_export_bpf produced " + std::to_string(size) + " bytes");
   std::vector<sock_filter> prog(static_cast<size_t>(size) / sizeof(sock_filter));
   if (::pread(mem.get(), prog.data(), static_cast<size_t>(size), 0) != size)
-    return sys_error("pread seccomp program", errno);
+    return os::errno_error("pread seccomp program", errno);
   return prog;
 }
 

@@ -12,65 +12,28 @@
 
 namespace abx::runtime {
 
-std::string errno_name(int err) {
-  if (const char* n = strerrorname_np(err)) return n;
-  return "errno " + std::to_string(err);
-}
-
-ErrorCode code_for_errno(int err) {
-  switch (err) {
-    case EPERM:
-    case EACCES:
-      return ErrorCode::kPermissionDenied;
-    case ENOENT:
-      return ErrorCode::kNotFound;
-    case EEXIST:
-      return ErrorCode::kAlreadyExists;
-    case EAGAIN:
-    case ENOMEM:
-    case EMFILE:
-    case ENFILE:
-      return ErrorCode::kResourceExhausted;
-    case ENOSPC:
-    case EDQUOT:
-      return ErrorCode::kInsufficientStorage;
-    case EINVAL:
-      return ErrorCode::kInvalidArgument;
-    case ETIMEDOUT:
-      return ErrorCode::kDeadlineExceeded;
-    case ECONNREFUSED:
-      return ErrorCode::kUnavailable;
-    default:
-      return ErrorCode::kInternal;
-  }
-}
-
-Error sys_error(std::string_view what, int err) {
-  return Error(code_for_errno(err), std::string(what) + ": " + errno_name(err));
-}
-
 Result<UniqueFd> open_fd(const std::string& path, int flags, mode_t mode) {
-  int fd = retry_eintr([&] { return ::open(path.c_str(), flags | O_CLOEXEC, mode); });
-  if (fd < 0) return sys_error("open " + path, errno);
+  int fd = os::retry_eintr([&] { return ::open(path.c_str(), flags | O_CLOEXEC, mode); });
+  if (fd < 0) return os::errno_error("open " + path, errno);
   return UniqueFd(fd);
 }
 
 namespace {
-Status write_all(const std::string& path, std::string_view data, int flags) {
+Status write_once(const std::string& path, std::string_view data, int flags) {
   ABX_ASSIGN_OR_RETURN(auto fd, open_fd(path, flags, 0600));
-  ssize_t n = retry_eintr([&] { return ::write(fd.get(), data.data(), data.size()); });
-  if (n < 0) return sys_error("write " + path, errno);
+  ssize_t n = os::retry_eintr([&] { return ::write(fd.get(), data.data(), data.size()); });
+  if (n < 0) return os::errno_error("write " + path, errno);
   if (static_cast<size_t>(n) != data.size()) return internal_error("short write to " + path);
   return {};
 }
 }  // namespace
 
 Status write_file(const std::string& path, std::string_view data) {
-  return write_all(path, data, O_WRONLY | O_TRUNC);
+  return write_once(path, data, O_WRONLY | O_TRUNC);
 }
 
 Status create_file(const std::string& path, std::string_view data) {
-  return write_all(path, data, O_WRONLY | O_CREAT | O_EXCL);
+  return write_once(path, data, O_WRONLY | O_CREAT | O_EXCL);
 }
 
 Result<std::string> read_file(const std::string& path, std::size_t max) {
@@ -78,8 +41,8 @@ Result<std::string> read_file(const std::string& path, std::size_t max) {
   std::string out;
   char buf[4096];
   while (out.size() < max) {
-    ssize_t n = retry_eintr([&] { return ::read(fd.get(), buf, sizeof buf); });
-    if (n < 0) return sys_error("read " + path, errno);
+    ssize_t n = os::retry_eintr([&] { return ::read(fd.get(), buf, sizeof buf); });
+    if (n < 0) return os::errno_error("read " + path, errno);
     if (n == 0) break;
     out.append(buf, static_cast<size_t>(n));
   }
@@ -92,12 +55,12 @@ namespace {
 // followed, so a planted link cannot redirect the removal onto host files.
 Status remove_children(int dirfd, const std::string& where, dev_t dev) {
   int dup = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
-  if (dup < 0) return sys_error("dup " + where, errno);
+  if (dup < 0) return os::errno_error("dup " + where, errno);
   DIR* d = fdopendir(dup);
   if (!d) {
     int e = errno;
     ::close(dup);
-    return sys_error("fdopendir " + where, e);
+    return os::errno_error("fdopendir " + where, e);
   }
   Status result;
   while (dirent* ent = readdir(d)) {
@@ -106,7 +69,7 @@ Status remove_children(int dirfd, const std::string& where, dev_t dev) {
     struct stat st;
     if (fstatat(dirfd, ent->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
       if (errno == ENOENT) continue;
-      result = sys_error("stat " + where + "/" + ent->d_name, errno);
+      result = os::errno_error("stat " + where + "/" + ent->d_name, errno);
       break;
     }
     if (S_ISDIR(st.st_mode)) {
@@ -116,7 +79,7 @@ Status remove_children(int dirfd, const std::string& where, dev_t dev) {
       }
       int sub = openat(dirfd, ent->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (sub < 0) {
-        result = sys_error("open " + where + "/" + ent->d_name, errno);
+        result = os::errno_error("open " + where + "/" + ent->d_name, errno);
         break;
       }
       Status s = remove_children(sub, where + "/" + ent->d_name, dev);
@@ -126,11 +89,11 @@ Status remove_children(int dirfd, const std::string& where, dev_t dev) {
         break;
       }
       if (unlinkat(dirfd, ent->d_name, AT_REMOVEDIR) != 0 && errno != ENOENT) {
-        result = sys_error("rmdir " + where + "/" + ent->d_name, errno);
+        result = os::errno_error("rmdir " + where + "/" + ent->d_name, errno);
         break;
       }
     } else if (unlinkat(dirfd, ent->d_name, 0) != 0 && errno != ENOENT) {
-      result = sys_error("unlink " + where + "/" + ent->d_name, errno);
+      result = os::errno_error("unlink " + where + "/" + ent->d_name, errno);
       break;
     }
   }
@@ -144,13 +107,13 @@ Status remove_tree(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return {};
-    return sys_error("open " + path, errno);
+    return os::errno_error("open " + path, errno);
   }
   UniqueFd dir(fd);
   struct stat st;
-  if (fstat(dir.get(), &st) != 0) return sys_error("stat " + path, errno);
+  if (fstat(dir.get(), &st) != 0) return os::errno_error("stat " + path, errno);
   ABX_TRY(remove_children(dir.get(), path, st.st_dev));
-  if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return sys_error("rmdir " + path, errno);
+  if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return os::errno_error("rmdir " + path, errno);
   return {};
 }
 

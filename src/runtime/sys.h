@@ -1,4 +1,5 @@
-// Parent-side syscall helpers of the runtime: EINTR retry and errors that name the call.
+// Parent-side syscall helpers of the runtime: raw pidfd calls and small file helpers (EINTR
+// retry and errors that name the call are abx::os, base/os.h).
 #pragma once
 
 #include <signal.h>
@@ -11,33 +12,15 @@
 
 #include "abx/base/error.h"
 #include "abx/base/fd.h"
+#include "abx/base/os.h"  // retry_eintr, errno_error: the runtime's syscalls use them throughout
 #include "abx/runtime/process.h"  // process_start_time, used with the helpers below
 
 namespace abx::runtime {
-
-// "EPERM" for EPERM (glibc's strerrorname_np), or "errno 1234".
-std::string errno_name(int err);
-
-// Maps an errno to the canonical code a caller can act on.
-ErrorCode code_for_errno(int err);
-
-// Error "<what>: <ERRNO>" with the code for `err`.
-Error sys_error(std::string_view what, int err);
 
 // Raw pidfd calls: glibc 2.36's <sys/pidfd.h> lacks extern "C" and does not link from C++.
 inline int sys_pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 inline int sys_pidfd_send_signal(int pidfd, int sig) {
   return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
-}
-
-// Retries `f` while it fails with EINTR.
-template <class F>
-auto retry_eintr(F f) {
-  decltype(f()) r;
-  do {
-    r = f();
-  } while (r == -1 && errno == EINTR);
-  return r;
 }
 
 // Small file helpers used for cgroup and /proc files. Writes are one write(2) so the kernel

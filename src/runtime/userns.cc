@@ -49,7 +49,7 @@ Status replace_file(const std::string& path, const std::string& data) {
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
-    return sys_error("rename " + tmp, err);
+    return os::errno_error("rename " + tmp, err);
   }
   return {};
 }
@@ -61,7 +61,7 @@ Status make_dirs(const std::string& path, mode_t mode) {
     pos = path.find('/', pos + 1);
     std::string part = path.substr(0, pos);
     if (::mkdir(part.c_str(), pos == std::string::npos ? mode : 0755) != 0 && errno != EEXIST)
-      return sys_error("mkdir " + part, errno);
+      return os::errno_error("mkdir " + part, errno);
   }
   return {};
 }
@@ -71,8 +71,8 @@ Result<UniqueFd> lock_registry(const std::string& registry) {
   ABX_TRY(make_dirs(registry, 0700));
   ABX_ASSIGN_OR_RETURN(UniqueFd lock,
                        open_fd(registry + "/.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-  if (retry_eintr([&] { return ::flock(lock.get(), LOCK_EX); }) != 0)
-    return sys_error("flock " + registry + "/.lock", errno);
+  if (os::retry_eintr([&] { return ::flock(lock.get(), LOCK_EX); }) != 0)
+    return os::errno_error("flock " + registry + "/.lock", errno);
   return lock;
 }
 
@@ -139,7 +139,7 @@ Status prepare_mount_point(const std::string& path) {
     pos = path.find('/', pos + 1);
     std::string part = pos == std::string::npos ? path : path.substr(0, pos);
     struct stat st;
-    if (::lstat(part.c_str(), &st) != 0) return sys_error("stat " + part, errno);
+    if (::lstat(part.c_str(), &st) != 0) return os::errno_error("stat " + part, errno);
     if (!S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & S_IXOTH) == 0)
       return Error(ErrorCode::kFailedPrecondition,
                    "the sandbox root mount point " + path + " needs " + part +
@@ -198,11 +198,12 @@ void release_slot(const std::string& registry, std::uint32_t slot, pid_t pid,
 
 Result<ScopedThreadOwner> ScopedThreadOwner::become(std::uint32_t id) {
   // gid first: changing it needs CAP_SETGID, which the uid change takes away.
-  if (::syscall(SYS_setresgid, -1, id, -1) != 0) return sys_error("setresgid (thread)", errno);
+  if (::syscall(SYS_setresgid, -1, id, -1) != 0)
+    return os::errno_error("setresgid (thread)", errno);
   if (::syscall(SYS_setresuid, -1, id, -1) != 0) {
     int err = errno;
     ::syscall(SYS_setresgid, -1, 0, -1);
-    return sys_error("setresuid (thread)", err);
+    return os::errno_error("setresuid (thread)", err);
   }
   ScopedThreadOwner s;
   s.active_ = true;
@@ -227,9 +228,9 @@ Result<ScopedThreadFsIds> ScopedThreadFsIds::become(std::uint32_t id) {
     return Error(ErrorCode::kPermissionDenied, "setfsuid did not take");
   __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[2] = {};
-  if (::syscall(SYS_capget, &hdr, data) != 0) return sys_error("capget", errno);
+  if (::syscall(SYS_capget, &hdr, data) != 0) return os::errno_error("capget", errno);
   for (auto& d : data) d.effective = d.permitted;
-  if (::syscall(SYS_capset, &hdr, data) != 0) return sys_error("capset (thread)", errno);
+  if (::syscall(SYS_capset, &hdr, data) != 0) return os::errno_error("capset (thread)", errno);
   return s;
 }
 

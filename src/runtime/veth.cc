@@ -47,14 +47,14 @@ class NlRequest {
   int kernel_errno() const { return errno_; }
 
   Status send(int fd, std::string_view what, mnl_cb_t cb = nullptr, void* data = nullptr) {
-    if (retry_eintr([&] { return ::send(fd, nlh_, nlh_->nlmsg_len, 0); }) < 0)
-      return sys_error(what, errno);
+    if (os::retry_eintr([&] { return ::send(fd, nlh_, nlh_->nlmsg_len, 0); }) < 0)
+      return os::errno_error(what, errno);
     std::vector<char> reply(MNL_SOCKET_BUFFER_SIZE);
     for (;;) {
-      ssize_t n = retry_eintr([&] { return ::recv(fd, reply.data(), reply.size(), 0); });
-      if (n < 0) return sys_error(what, errno);
+      ssize_t n = os::retry_eintr([&] { return ::recv(fd, reply.data(), reply.size(), 0); });
+      if (n < 0) return os::errno_error(what, errno);
       int r = mnl_cb_run(reply.data(), static_cast<std::size_t>(n), nlh_->nlmsg_seq, 0, cb, data);
-      if (r == MNL_CB_ERROR) return sys_error(what, errno_ = errno);
+      if (r == MNL_CB_ERROR) return os::errno_error(what, errno_ = errno);
       if (r == MNL_CB_STOP) return {};
       // MNL_CB_OK without the ACK yet: read on.
     }
@@ -77,7 +77,7 @@ ifinfomsg* put_ifinfo(nlmsghdr* nlh, int index) {
 Result<UniqueFd> route_socket(int netns_fd) {
   if (netns_fd >= 0) return socket_in_netns(netns_fd, AF_NETLINK, SOCK_RAW);
   int fd = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
-  if (fd < 0) return sys_error("socket NETLINK_ROUTE", errno);
+  if (fd < 0) return os::errno_error("socket NETLINK_ROUTE", errno);
   return UniqueFd(fd);
 }
 
@@ -88,7 +88,8 @@ Result<int> ifindex_in(int netns_fd, const std::string& name) {
                     : Result<UniqueFd>(UniqueFd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0))));
   ifreq ifr = {};
   ::strncpy(ifr.ifr_name, name.c_str(), IFNAMSIZ - 1);
-  if (::ioctl(s.get(), SIOCGIFINDEX, &ifr) != 0) return sys_error("SIOCGIFINDEX " + name, errno);
+  if (::ioctl(s.get(), SIOCGIFINDEX, &ifr) != 0)
+    return os::errno_error("SIOCGIFINDEX " + name, errno);
   return ifr.ifr_ifindex;
 }
 
@@ -351,10 +352,10 @@ Status nft_apply(const std::string& script) {
 Status write_sysctl(const std::string& key, const std::string& value) {
   std::string path = "/proc/sys/" + key;
   int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return sys_error("open " + path, errno);
+  if (fd < 0) return os::errno_error("open " + path, errno);
   UniqueFd f(fd);
-  if (retry_eintr([&] { return ::write(fd, value.data(), value.size()); }) < 0)
-    return sys_error("write " + path, errno);
+  if (os::retry_eintr([&] { return ::write(fd, value.data(), value.size()); }) < 0)
+    return os::errno_error("write " + path, errno);
   return {};
 }
 

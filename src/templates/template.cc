@@ -12,6 +12,7 @@
 #include <cstring>
 #include <set>
 
+#include "abx/base/os.h"
 #include "abx/base/try.h"
 #include "yaml_strict.h"
 
@@ -542,8 +543,7 @@ Result<std::string> read_regular_file(const fs::path& file, std::size_t cap) {
   } else {
     char buf[16384];
     for (;;) {
-      ssize_t n = ::read(fd, buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
+      ssize_t n = os::retry_eintr([&] { return ::read(fd, buf, sizeof buf); });
       if (n < 0) {
         st = internal_error(file.string() + ":1:1: read: " + std::strerror(errno));
         break;
