@@ -80,6 +80,24 @@ def rss_mib(pid):
     return float("nan")
 
 
+def create_steps(api):
+    """abxd's GET /metrics: {step: (count, sum ms)} of its successful creates so far."""
+    st, body = api.call("GET", "/metrics")
+    if st != 200:
+        sys.exit(f"GET /metrics: {st} {body[:200]}")
+    steps = {}
+    for line in body.decode().splitlines():
+        m = re.match(r'abx_create_step_seconds_(sum|count)\{step="([a-z_]+)"\} (\S+)$', line)
+        if m:
+            count, total = steps.get(m.group(2), (0, 0.0))
+            if m.group(1) == "sum":
+                total = float(m.group(3)) * 1000
+            else:
+                count = int(m.group(3))
+            steps[m.group(2)] = (count, total)
+    return steps
+
+
 class Api:
     def __init__(self, port, key):
         self.port, self.key = port, key
@@ -490,6 +508,7 @@ def main():
         lat = {"quiet": [], "after_delete": []}
         teardown = []
         pending = set()  # the host ends of the last deleted sandbox's link, if not gone yet
+        steps_before = create_steps(api) if "create" in sections else {}
         for i in range(args.creates if "create" in sections else 0):
             kind = "quiet" if i % 2 == 0 else "after_delete"
             if kind == "quiet" and pending:
@@ -510,6 +529,12 @@ def main():
             if v:
                 report["create_ms" if kind == "after_delete" else "create_quiet_ms"] = {
                     "n": len(v), "p50": pct(v, 50), "p95": pct(v, 95), "p99": pct(v, 99)}
+        if "create" in sections:
+            # Where the creates' time went inside abxd (issue 44): the mean of each step.
+            after = create_steps(api)
+            report["create_steps_ms"] = {
+                k: (total - steps_before.get(k, (0, 0.0))[1]) / (n - steps_before.get(k, (0, 0))[0])
+                for k, (n, total) in after.items() if n > steps_before.get(k, (0, 0))[0]}
         if teardown:
             report["link_teardown_ms"] = {"n": len(teardown), "p50": pct(teardown, 50)}
 
@@ -608,6 +633,12 @@ def main():
               f"{c['p50']:5.1f}/{c['p95']:.1f}/{c['p99']:.1f}")
         row("abxd", "create->ready p50, the last DELETE's link gone", c["p50"], "-", "-", "ms",
             "lower", "-")
+    if "create_steps_ms" in report:
+        steps = report["create_steps_ms"]
+        print(f"{'  inside abxd, mean ms per step (GET /metrics):':52}")
+        for name, ms in steps.items():
+            print(f"{'    ' + name:52} {ms:12.3f}")
+        print(f"{'    sum of the steps':52} {sum(steps.values()):12.3f}")
     if "link_teardown_ms" in report:
         t = report["link_teardown_ms"]
         print(f"{'  the kernel removing the link after DELETE, p50':52} {t['p50']:12.1f}")

@@ -46,6 +46,7 @@ constexpr api::RouteEntry kRoutes[] = {
     {verb::post, "/sandboxes", api::create_sandbox},
     {verb::post, "/v2/sandboxes", api::create_sandbox},
     {verb::get, "/sandboxes/metrics", api::sandboxes_metrics},
+    {verb::get, "/metrics", api::abxd_metrics},
     {verb::get, "/sandboxes/{id}", api::get_sandbox},
     {verb::delete_, "/sandboxes/{id}", api::kill_sandbox},
     {verb::post, "/sandboxes/{id}/timeout", api::set_sandbox_timeout},

@@ -1,9 +1,11 @@
 // Usage metrics in E2B's shapes: GET /sandboxes/{id}/metrics?start=&end= (one sandbox's samples,
 // one every 5 s, the last hour kept, oldest first), GET /sandboxes/metrics (the latest of each of
 // several), GET /teams and GET /teams/{teamID}/metrics[/max] (the team's running sandboxes and
-// start rate, sampled every 5 s).
+// start rate, sampled every 5 s). GET /metrics: abxd's own figures in Prometheus' text format
+// (where creates spend their time, step by step).
 #include <boost/beast/core/string.hpp>
 #include <boost/json.hpp>
+#include <cstdio>
 #include <string>
 
 #include "abx/base/time.h"
@@ -56,7 +58,54 @@ Result<std::pair<std::int64_t, std::int64_t>> window_ms(const Context& ctx,
                    end_s ? *end_s * 1000 + 999 : now_ms()};
 }
 
+std::string seconds_text(std::chrono::nanoseconds d) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.9f", static_cast<double>(d.count()) / 1e9);
+  return buf;
+}
+
 }  // namespace
+
+// Successful creates since abxd started: per step (the names SandboxManager::create and
+// runtime's spawn mark) the count, the sum and the longest, and the whole create as a histogram.
+// abxd-wide, not per team: step timings say nothing about any sandbox.
+Result<Response> abxd_metrics(Context& ctx) {
+  const TimelineStats::Snapshot s = ctx.sandboxes.create_timings().snapshot();
+  std::string out;
+  out += "# HELP abx_create_step_seconds Time successful sandbox creates spent in each step.\n";
+  out += "# TYPE abx_create_step_seconds summary\n";
+  for (const auto& step : s.steps) {
+    out += "abx_create_step_seconds_sum{step=\"" + step.name + "\"} " + seconds_text(step.total) +
+           "\n";
+    out += "abx_create_step_seconds_count{step=\"" + step.name + "\"} " +
+           std::to_string(step.count) + "\n";
+  }
+  out += "# HELP abx_create_step_max_seconds The longest each step took.\n";
+  out += "# TYPE abx_create_step_max_seconds gauge\n";
+  for (const auto& step : s.steps) {
+    out +=
+        "abx_create_step_max_seconds{step=\"" + step.name + "\"} " + seconds_text(step.max) + "\n";
+  }
+  out += "# HELP abx_create_seconds Successful sandbox creates, request to ready.\n";
+  out += "# TYPE abx_create_seconds histogram\n";
+  for (std::size_t i = 0; i < TimelineStats::kBucketsMs.size(); ++i) {
+    char le[32];
+    std::snprintf(le, sizeof le, "%g", TimelineStats::kBucketsMs[i] / 1000);
+    out += std::string("abx_create_seconds_bucket{le=\"") + le + "\"} " +
+           std::to_string(s.buckets[i]) + "\n";
+  }
+  out += "abx_create_seconds_bucket{le=\"+Inf\"} " + std::to_string(s.count) + "\n";
+  out += "abx_create_seconds_sum " + seconds_text(s.total) + "\n";
+  out += "abx_create_seconds_count " + std::to_string(s.count) + "\n";
+  out += "# HELP abx_sandboxes_live Live sandboxes (running or paused).\n";
+  out += "# TYPE abx_sandboxes_live gauge\n";
+  out += "abx_sandboxes_live " + std::to_string(ctx.sandboxes.all().size()) + "\n";
+  Response r{boost::beast::http::status::ok, 11};
+  r.set(boost::beast::http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+  r.body() = std::move(out);
+  r.prepare_payload();
+  return r;
+}
 
 Result<Response> sandbox_metrics(Context& ctx) {
   ABX_ASSIGN_OR_RETURN(auto sb, live_sandbox(ctx));

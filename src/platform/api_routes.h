@@ -137,6 +137,7 @@ Status build_template(Context& ctx, const std::string& context_tar,
 Result<http::Response> mint_token(Context& ctx);
 Result<http::Response> sandbox_metrics(Context& ctx);
 Result<http::Response> sandboxes_metrics(Context& ctx);  // GET /sandboxes/metrics
+Result<http::Response> abxd_metrics(Context& ctx);       // GET /metrics (Prometheus text)
 Result<http::Response> list_teams(Context& ctx);         // GET /teams
 Result<http::Response> team_metrics(Context& ctx);       // GET /teams/{teamID}/metrics
 Result<http::Response> team_metrics_max(Context& ctx);   // GET /teams/{teamID}/metrics/max

@@ -463,6 +463,8 @@ Result<std::vector<EnvdLogLine>> read_envd_log(const runtime::Sandbox& sb,
 // after the token file exists undoes everything made so far (one guard: the sandbox, its link,
 // the run directory), so an unacknowledged create leaves nothing behind.
 Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest& req) {
+  // Where this create's time goes, step by step (summed into create_timings() on success).
+  Timeline tl;
   auto catalog = this->catalog();
   // Another team's template is not there, as far as this request can tell.
   if (!template_visible_to(*store_, req.template_id, req.team_id))
@@ -499,10 +501,12 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
                    "sandbox limit reached (" + std::to_string(opt_.max_sandboxes) + ")");
     }
   }
+  tl.mark("admit");
   std::optional<image::Image> img;
   if (tmpl->rootfs != "host") {
     ABX_ASSIGN_OR_RETURN(img, resolve_image(*tmpl));
   }
+  tl.mark("image");
   ABX_ASSIGN_OR_RETURN(const std::string id, store::generate_sandbox_id());
   std::string token;
   if (req.secure) {
@@ -557,10 +561,12 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
     std::ofstream(run_dir / "resolv.conf") << network->resolv_conf();
   }
 
+  tl.mark("run_dir");
   runtime::SandboxConfig config =
       envd_sandbox_config(opt_, *tmpl, img, req, id, token_file, net, run_dir.string());
   ABX_TRY(save_sandbox_config(run_dir.string(), config));
-  auto spawned = runtime::Sandbox::spawn(std::move(config));
+  tl.mark("config");
+  auto spawned = runtime::Sandbox::spawn(std::move(config), &tl);
   if (!spawned.ok()) {
     slog.error("spawn failed: " + spawned.error().message());
     return spawned.error();
@@ -572,6 +578,7 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
     ABX_TRY(write_run_secret((run_dir / "traffic_token").string(), traffic_token));
   }
   if (Status ready = wait_for_envd(*sb); !ready) return failed(ready.error());
+  tl.mark("envd_ready");
   for (const auto& [spec, source] : {std::pair{&tmpl->server, "command server"},
                                      std::pair{&tmpl->interpreter, "code interpreter"}}) {
     if (!*spec) continue;
@@ -580,6 +587,7 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
         !ready)
       return failed(ready.error());
   }
+  if (tmpl->server || tmpl->interpreter) tl.mark("server_ready");
   store::SandboxRecord rec = new_record(opt_, *tmpl, req, id, *sb, token, timeout, net);
   ABX_TRY(store_->insert_sandbox(rec));
   committed = true;
@@ -599,6 +607,9 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   live->note("info", "created from template '" + tmpl->id + "', deadline in " +
                          std::to_string(timeout) + " s");
   live->sample_metrics();  // the first metrics sample; the reaper takes one every 5 s after it
+  tl.mark("record");
+  create_timings_.add(tl);
+  slog.debug("created in " + tl.summary());
   return live;
 }
 

@@ -36,6 +36,7 @@
 
 #include "abx/base/error.h"
 #include "abx/base/log.h"
+#include "abx/base/timeline.h"
 #include "abx/image/store.h"
 #include "abx/runtime/checkpoint.h"
 #include "abx/runtime/fd.h"
@@ -304,6 +305,9 @@ class SandboxManager {
   // Manifest digests of the images live sandboxes run on (image gc must keep them).
   std::set<std::string> images_in_use() const;
   const ManagerOptions& options() const { return opt_; }
+  // Successful creates' step timings since start (GET /metrics): create() marks admit, image,
+  // run_dir, config, runtime's spawn steps, envd_ready, server_ready and record.
+  const TimelineStats& create_timings() const { return create_timings_; }
 
  private:
   SandboxManager(ManagerOptions options, store::Store& store, templates::TemplateCatalog catalog,
@@ -378,6 +382,7 @@ class SandboxManager {
   bool stopping_ = false;
   std::thread reaper_;
   bool pause_to_disk_ = false;
+  TimelineStats create_timings_;
   mutable std::mutex team_mu_;  // guards the three below
   std::map<std::string, std::deque<TeamSample>> team_samples_;
   std::map<std::string, std::int64_t> team_starts_;  // since the last team sample

@@ -573,7 +573,10 @@ Result<Sandbox> Sandbox::adopt(const std::string& state_dir, const std::string& 
   return Sandbox(std::move(st));
 }
 
-Result<Sandbox> Sandbox::spawn(SandboxConfig config) {
+Result<Sandbox> Sandbox::spawn(SandboxConfig config, Timeline* timeline) {
+  auto mark = [timeline](std::string_view step) {
+    if (timeline != nullptr) timeline->mark(step);
+  };
   ABX_TRY(validate(config));
   ABX_ASSIGN_OR_RETURN(const std::vector<sock_filter>* filter, seccomp_program());
 
@@ -598,9 +601,11 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config) {
     }
   }};
   ABX_ASSIGN_OR_RETURN(st->lock, lock_state_dir(st->dir));
+  mark("state_dir");
   // 1b. the writable layer, mounted on the host (so the owner can read it after exit).
   if (config.rootfs != RootfsMode::kHost)
     ABX_TRY(make_rw_layer(config.state_dir, st->dir, config.disk_bytes));
+  mark("rw_layer");
 
   // 1c. a host id range of its own for the user namespace.
   if (config.userns.enabled) {
@@ -610,11 +615,13 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config) {
     st->root_id = slot_first_id(config.userns, slot);
     ABX_TRY(write_userns_record(*st));
   }
+  mark("userns_slot");
 
   // 2. cgroups with their limits, before clone: the child must never run unlimited.
   ABX_ASSIGN_OR_RETURN(st->cgroups, SandboxCgroups::create(cgroup_layout(), config.cgroup_parent,
                                                            config.id, config.limits));
   made_cgroups = st->cgroups;
+  mark("cgroups");
 
   // 3. the plan: all allocation for the child happens here.
   int pair[2];
@@ -624,6 +631,7 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config) {
   PlanStorage storage;
   ABX_TRY(prepare_mount_point(config.userns.mount_point));
   ABX_TRY(build_plan(config, *filter, child_sock.get(), storage));
+  mark("plan");
 
   // 4. clone3 into the new namespaces; the child waits for "go". With a user namespace, this
   // thread clones with the range's first id as its effective id, so the namespace (and every
@@ -649,6 +657,7 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config) {
   st->pid = pid;
   st->start = process_start_time(pid);
   child_sock.reset();
+  mark("clone");
 
   // 5.-6. record, attach, release; until "go" the child only waits, so killing it is safe.
   auto abort_child = [&](Error e) -> Error {
@@ -659,19 +668,24 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config) {
   };
   if (Status s = wait_inherited_closed(parent_sock.get(), config.id); !s)
     return abort_child(s.error());
+  mark("child_ready");
   auto mounts = prepare_mounts(config, st->dir, pid, st->root_id);
   if (!mounts) return abort_child(mounts.error());
+  mark("mounts");
   if (st->slot) {
     if (Status s = hold_slot(config.userns, *st->slot, pid); !s) return abort_child(s.error());
   }
   auto netns = prepare_child(config, st->dir, st->cgroups, pid, storage.plan.own_netns);
   if (!netns) return abort_child(netns.error());
   st->netns = std::move(netns).value();
+  mark("netns");
   if (config.veth.enabled) {
     if (Status s = connect_veth(config, *st); !s) return abort_child(s.error());
+    mark("veth");
   }
   if (Status s = release_child(parent_sock.get(), config.id, *mounts); !s)
     return abort_child(s.error());
+  mark("release");
 
   st->config = std::move(config);
   committed = true;

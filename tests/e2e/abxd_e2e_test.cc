@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -137,6 +138,56 @@ TEST_F(AbxdE2E, V2CreateAndConnectRoutesOfNewerSdks) {
       api(bhttp::verb::post, "/v2/sandboxes/" + id + "/timeout", R"({"timeout":5})").result_int(),
       404);
   EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);
+}
+
+// GET /metrics (issue 44): where successful creates spent their time, step by step, in
+// Prometheus' text format; a failed create counts in no step.
+TEST_F(AbxdE2E, MetricsShowEachCreateStep) {
+  EXPECT_EQ(api(bhttp::verb::get, "/metrics", "", "").result_int(), 401);
+  // A series' value, or -1 when the series is absent.
+  auto value = [](const std::string& text, const std::string& series) -> double {
+    auto at = text.find("\n" + series + " ");
+    if (at == std::string::npos) return -1;
+    return std::stod(text.substr(at + series.size() + 2));
+  };
+  auto before = api(bhttp::verb::get, "/metrics");
+  ASSERT_EQ(before.result_int(), 200);
+  EXPECT_EQ(before[bhttp::field::content_type], "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_EQ(value(before.body(), "abx_create_seconds_count"), 0);
+
+  std::vector<std::string> ids;
+  for (int i = 0; i < 2; ++i)
+    ids.emplace_back(create(R"({"templateID":"base","timeout":60})").at("sandboxID").as_string());
+  EXPECT_EQ(api(bhttp::verb::post, "/sandboxes", R"({"templateID":"nope"})").result_int(), 404);
+
+  auto after = api(bhttp::verb::get, "/metrics");
+  ASSERT_EQ(after.result_int(), 200);
+  const std::string& m = after.body();
+  EXPECT_EQ(value(m, "abx_create_seconds_count"), 2) << m;
+  EXPECT_EQ(value(m, "abx_create_seconds_bucket{le=\"+Inf\"}"), 2) << m;
+  EXPECT_EQ(value(m, "abx_sandboxes_live"), 2) << m;
+  // Every step of the path, abxd's and the runtime's, was timed once per create.
+  for (const char* step :
+       {"admit", "image", "run_dir", "config", "state_dir", "rw_layer", "userns_slot", "cgroups",
+        "plan", "clone", "child_ready", "mounts", "netns", "release", "envd_ready", "record"}) {
+    std::string sel = std::string("{step=\"") + step + "\"}";
+    EXPECT_EQ(value(m, "abx_create_step_seconds_count" + sel), 2) << step << "\n" << m;
+    double sum = value(m, "abx_create_step_seconds_sum" + sel);
+    EXPECT_GE(sum, 0) << step;
+    // The longest of two is at least their mean.
+    EXPECT_GE(value(m, "abx_create_step_max_seconds" + sel), sum / 2 - 1e-9) << step;
+  }
+  // The steps (these and any other, veth with a network) cover the create: their sums add up
+  // to the histogram's (both end at the last mark).
+  double steps = 0;
+  std::istringstream lines(m);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with("abx_create_step_seconds_sum{"))
+      steps += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  EXPECT_NEAR(steps, value(m, "abx_create_seconds_sum"), 1e-6) << m;
+  for (const auto& id : ids)
+    EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);
 }
 
 TEST_F(AbxdE2E, AuthIsRequiredAndTokensDoNotCrossSandboxes) {

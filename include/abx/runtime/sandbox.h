@@ -57,6 +57,7 @@
 
 #include "abx/base/error.h"
 #include "abx/base/fd.h"
+#include "abx/base/timeline.h"
 #include "abx/runtime/cgroup.h"
 #include "abx/runtime/userns.h"
 #include "abx/runtime/veth.h"
@@ -143,8 +144,9 @@ class Sandbox {
   // use in state_dir or cgroups), failed_precondition (a limit without its controller), or the
   // child step that failed with its errno (permission_denied for EPERM/EACCES, not_found for
   // ENOENT, resource_exhausted for EAGAIN/ENOMEM/ENOSPC, internal otherwise). A failed spawn
-  // leaves nothing behind.
-  static Result<Sandbox> spawn(SandboxConfig config);
+  // leaves nothing behind. `timeline`, when given, gets one mark per step (state_dir, rw_layer,
+  // userns_slot, cgroups, plan, clone, child_ready, mounts, netns, veth, release).
+  static Result<Sandbox> spawn(SandboxConfig config, Timeline* timeline = nullptr);
 
   // Takes ownership of a sandbox that a previous owner (a killed abxd) left running in
   // `state_dir`: locks its state directory, re-opens its init by pid *and* start time through a
