@@ -209,12 +209,16 @@ Result<UniqueFd> lock_state_dir(const std::string& dir) {
   return lock;
 }
 
-Status connect_veth(const SandboxConfig& config, Sandbox::State& st) {
+Status connect_veth(const SandboxConfig& config, Sandbox::State& st, Timeline* timeline) {
   VethInfo info = veth_for_slot(config.veth, *st.slot);
   ABX_TRY(setup_veth(config.veth, info, st.netns.get()));
   ABX_TRY(create_file(st.dir + "/" + kVethFile, info.host_if + " " + std::to_string(info.host_ip) +
                                                     " " + std::to_string(info.sandbox_ip) + "\n"));
-  if (config.link_ready) ABX_TRY(config.link_ready(info));
+  if (timeline != nullptr) timeline->mark("veth");
+  if (config.link_ready) {
+    ABX_TRY(config.link_ready(info));
+    if (timeline != nullptr) timeline->mark("link_ready");
+  }
   st.veth = std::move(info);
   return {};
 }
@@ -680,8 +684,7 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config, Timeline* timeline) {
   st->netns = std::move(netns).value();
   mark("netns");
   if (config.veth.enabled) {
-    if (Status s = connect_veth(config, *st); !s) return abort_child(s.error());
-    mark("veth");
+    if (Status s = connect_veth(config, *st, timeline); !s) return abort_child(s.error());
   }
   if (Status s = release_child(parent_sock.get(), config.id, *mounts); !s)
     return abort_child(s.error());

@@ -73,6 +73,6 @@ Status write_init_record(const std::string& dir, pid_t pid, unsigned long long s
                          const std::string& cgroup_parent);
 Status write_userns_record(const Sandbox::State& st);
 // The veth of `st.slot` into `st.netns`, its record, then config.link_ready; sets st.veth.
-Status connect_veth(const SandboxConfig& config, Sandbox::State& st);
+Status connect_veth(const SandboxConfig& config, Sandbox::State& st, Timeline* timeline = nullptr);
 
 }  // namespace abx::runtime

@@ -145,7 +145,7 @@ class Sandbox {
   // child step that failed with its errno (permission_denied for EPERM/EACCES, not_found for
   // ENOENT, resource_exhausted for EAGAIN/ENOMEM/ENOSPC, internal otherwise). A failed spawn
   // leaves nothing behind. `timeline`, when given, gets one mark per step (state_dir, rw_layer,
-  // userns_slot, cgroups, plan, clone, child_ready, mounts, netns, veth, release).
+  // userns_slot, cgroups, plan, clone, child_ready, mounts, netns, veth, link_ready, release).
   static Result<Sandbox> spawn(SandboxConfig config, Timeline* timeline = nullptr);
 
   // Takes ownership of a sandbox that a previous owner (a killed abxd) left running in
