@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <charconv>
+#include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -204,6 +207,95 @@ SandboxNetwork::~SandboxNetwork() {
   for (auto& t : threads_) t.join();
 }
 
+std::vector<std::string> abx_table_names(std::string_view list_tables) {
+  std::vector<std::string> out;
+  std::istringstream in{std::string(list_tables)};
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream words(line);
+    std::string kw, family, name;
+    if (!(words >> kw >> family >> name) || kw != "table" || family != "inet") continue;
+    if (name.size() != 12 || !name.starts_with("abx_") ||
+        name.find_first_not_of("0123456789abcdef", 4) != std::string::npos)
+      continue;
+    out.push_back(name);
+  }
+  return out;
+}
+
+std::optional<std::uint64_t> table_handle_of(std::string_view listing) {
+  constexpr std::string_view kMark = "# handle ";
+  const auto first_line = listing.substr(0, listing.find('\n'));
+  const auto at = first_line.find(kMark);
+  if (at == std::string_view::npos || !first_line.starts_with("table ")) return std::nullopt;
+  const auto digits = first_line.substr(at + kMark.size());
+  std::uint64_t h = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), h);
+  if (ec != std::errc() || end == digits.data() || end != digits.data() + digits.size())
+    return std::nullopt;
+  return h;
+}
+
+std::optional<std::string> abxd_home_of(std::string_view listing) {
+  constexpr std::string_view kMark = "comment \"abxd ";
+  auto at = listing.find(kMark);
+  if (at == std::string_view::npos) return std::nullopt;
+  at += kMark.size();
+  auto end = listing.find('"', at);
+  if (end == std::string_view::npos || end == at) return std::nullopt;
+  return std::string(listing.substr(at, end - at));
+}
+
+namespace {
+
+// Whether the abxd of `home` is known to be gone: the home is missing, or its abxd.lock names a
+// process that no longer exists. A home without a readable lock file is not judged (a
+// SandboxNetwork started by other code than abxd's main, which writes the lock).
+bool abxd_gone(const std::string& home) {
+  std::error_code ec;
+  if (!std::filesystem::exists(home, ec)) return !ec;
+  std::ifstream in(home + "/abxd.lock");
+  pid_t pid = 0;
+  if (!(in >> pid) || pid <= 0) return false;
+  return ::kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+// Whether any network interface's name starts with `prefix` (a link of that table's sandboxes).
+bool links_with_prefix(const std::string& prefix) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/sys/class/net", ec)) {
+    if (e.path().filename().string().starts_with(prefix)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void SandboxNetwork::remove_orphan_tables() {
+  auto tables = runtime::nft_query("list tables");
+  if (!tables) {
+    log_.warn("cannot list nftables tables: " + tables.error().message());
+    return;
+  }
+  for (const std::string& t : abx_table_names(*tables)) {
+    if (t == table_) continue;  // ours: rewritten whole by apply_locked()
+    const std::string prefix = "ab" + t.substr(4);
+    if (links_with_prefix(prefix)) continue;  // it polices live links
+    auto listing = runtime::nft_query("list table inet " + t, /*handles=*/true);
+    if (!listing) continue;  // gone meanwhile
+    auto home = abxd_home_of(*listing);
+    auto handle = table_handle_of(*listing);
+    if (!home || !handle) continue;  // not an abxd's table (no comment of ours)
+    if (!abxd_gone(*home)) continue;
+    // By handle: a table of the same name that a restarted abxd made since the listing has
+    // another handle, and stays.
+    if (Status s = runtime::nft_apply("delete table inet handle " + std::to_string(*handle) + "\n");
+        s) {
+      log_.info("removed nftables table " + t + " of a stopped abxd (home " + *home +
+                "): it policed no link, and it slowed every ruleset change");
+    }
+  }
+}
+
 Result<std::unique_ptr<SandboxNetwork>> SandboxNetwork::start(
     const std::string& home, NetworkOptions options, const runtime::UserNamespace& userns) {
   std::unique_ptr<SandboxNetwork> n(new SandboxNetwork(std::move(options)));
@@ -320,6 +412,7 @@ Result<std::unique_ptr<SandboxNetwork>> SandboxNetwork::start(
   }
   if (!n->nflog_) return Error(ErrorCode::kResourceExhausted, "no free NFLOG group for the audit");
 
+  n->remove_orphan_tables();
   {
     std::lock_guard lock(n->mu_);
     ABX_TRY(n->apply_locked());

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
+#include <fstream>
 
 #include "abx/base/fd.h"
 #include "abx/testing/child_process.h"
@@ -53,6 +55,77 @@ TEST(SandboxNetwork, ALateDetachLeavesTheRemovedTableRemoved) {
   // Whatever the verdict, the machine keeps no table of this test.
   testing::ChildProcess({"/bin/sh", "-c", "nft delete table inet " + n.table() + " 2>/dev/null"})
       .wait(std::chrono::seconds(10));
+}
+
+TEST(SandboxNetwork, AbxdTablesAndTheirHomesAreReadFromNftsListings) {
+  EXPECT_EQ(abx_table_names("table inet abx_0123abcd\ntable ip nat\ntable inet abx_XYZ\n"
+                            "table inet abx_0123abcd9\ntable ip abx_00000000\n"
+                            "table inet abx_deadbeef"),
+            (std::vector<std::string>{"abx_0123abcd", "abx_deadbeef"}));
+  EXPECT_TRUE(abx_table_names("").empty());
+  EXPECT_EQ(abxd_home_of("table inet abx_0123abcd {\n\tcomment \"abxd /var/lib/abx home\"\n"),
+            "/var/lib/abx home");
+  EXPECT_EQ(abxd_home_of("table inet t {\n\tcomment \"someone else\"\n"), std::nullopt);
+  EXPECT_EQ(abxd_home_of("comment \"abxd \""), std::nullopt);
+  EXPECT_EQ(abxd_home_of("comment \"abxd /unterminated"), std::nullopt);
+  EXPECT_EQ(table_handle_of("table inet abx_0123abcd { # handle 17\n\tset s { # handle 3\n"), 17u);
+  EXPECT_EQ(table_handle_of("table inet abx_0123abcd {\n\tset s { # handle 3\n"), std::nullopt);
+  EXPECT_EQ(table_handle_of("table inet t { # handle 9x\n"), std::nullopt);
+  EXPECT_EQ(table_handle_of("table inet t { # handle \n"), std::nullopt);
+}
+
+// A table left by an abxd that is gone (killed, its home removed) slowed every nftables change
+// on the machine; the next abxd to start removes it, and never one of a live abxd.
+TEST(SandboxNetwork, StartRemovesTablesOfGoneAbxdsOnly) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root: it writes the machine's nftables";
+  testing::TempDir dir;
+  // A live abxd's home: its abxd.lock names a live process (this test).
+  const std::string live_home = (dir.path() / "live").string();
+  std::filesystem::create_directories(live_home);
+  std::ofstream(live_home + "/abxd.lock") << ::getpid() << "\n";
+  const std::string gone_home = (dir.path() / "gone").string();  // never made
+  // A home whose abxd died: its lock names a process that has exited.
+  const std::string dead_home = (dir.path() / "dead").string();
+  std::filesystem::create_directories(dead_home);
+  {
+    testing::ChildProcess exited({"/bin/sh", "-c", "echo $$"});
+    const std::string pid = exited.read_all();
+    ASSERT_EQ(exited.wait(std::chrono::seconds(10)), 0);
+    ASSERT_FALSE(pid.empty());
+    std::ofstream(dead_home + "/abxd.lock") << pid;
+  }
+  // A home without a lock file (a SandboxNetwork of another test): not judged.
+  const std::string unknown_home = (dir.path() / "unknown").string();
+  std::filesystem::create_directories(unknown_home);
+  // Names no abxd would have (fnv1a of a real home is as likely as any other, so check).
+  const std::string gone_table = "abx_0b5e1e7e", live_table = "abx_0b5e1e7f",
+                    dead_table = "abx_0b5e1e80", unknown_table = "abx_0b5e1e81";
+  for (const auto& t : {gone_table, live_table, dead_table, unknown_table})
+    ASSERT_FALSE(table_exists(t)) << t;
+  auto make = [](const std::string& table, const std::string& home) {
+    testing::ChildProcess nft(
+        {"/usr/sbin/nft", "add table inet " + table + " { comment \"abxd " + home + "\"; }"});
+    return nft.wait(std::chrono::seconds(10)) == 0;
+  };
+  ASSERT_TRUE(make(gone_table, gone_home));
+  ASSERT_TRUE(make(live_table, live_home));
+  ASSERT_TRUE(make(dead_table, dead_home));
+  ASSERT_TRUE(make(unknown_table, unknown_home));
+
+  testing::TempDir home;
+  NetworkOptions no;
+  no.dns_upstream = "127.0.0.1:9";
+  auto net = SandboxNetwork::start(home.path().string(), no, runtime::UserNamespace{});
+  ASSERT_TRUE(net.ok()) << net.error().message();
+  EXPECT_FALSE(table_exists(gone_table)) << "the table of a removed home is still there";
+  EXPECT_FALSE(table_exists(dead_table)) << "the table of a dead abxd is still there";
+  EXPECT_TRUE(table_exists(live_table)) << "the table of a live abxd was removed";
+  EXPECT_TRUE(table_exists(unknown_table)) << "a table of an unknown owner was removed";
+  EXPECT_TRUE(table_exists((*net)->table()));
+  (*net)->remove_rules();
+  for (const auto& t : {gone_table, live_table, dead_table, unknown_table})
+    testing::ChildProcess({"/bin/sh", "-c", "nft delete table inet " + t + " 2>/dev/null"})
+        .wait(std::chrono::seconds(10));
 }
 
 // The resolver's port, then the proxy's: the table's redirects ("redirect to :P").

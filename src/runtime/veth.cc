@@ -314,7 +314,9 @@ void cloexec_netfilter_sockets() {
 
 }  // namespace
 
-Status nft_apply(const std::string& script) {
+namespace {
+// Runs `script` on the process's one libnftables context; its output on success.
+Result<std::string> nft_run(const std::string& script, bool handles = false) {
   // One context for the whole process, made on first use (abxd's start, when few descriptors are
   // open) and never freed. libnftables (1.0.6) opens its netfilter socket in nft_ctx_new and waits
   // on it with select(2): a socket numbered FD_SETSIZE (1024) or above aborts the process in
@@ -338,15 +340,29 @@ Status nft_apply(const std::string& script) {
     nft_ctx_buffer_error(ctx);
     cloexec_netfilter_sockets();
   }
+  const unsigned flags = nft_ctx_output_get_flags(ctx);
+  if (handles) nft_ctx_output_set_flags(ctx, flags | NFT_CTX_OUTPUT_HANDLE);
   int rc = nft_run_cmd_from_buffer(ctx, script.c_str());
+  if (handles) nft_ctx_output_set_flags(ctx, flags);
   // Reading a buffer rewinds it: both are read after every command, so a warning of one never
   // shows up in the error of the next.
   std::string err = nft_ctx_get_error_buffer(ctx);
-  nft_ctx_get_output_buffer(ctx);
+  std::string out = nft_ctx_get_output_buffer(ctx);
   if (rc != 0)
     return Error(ErrorCode::kInternal,
                  "nftables: " + (err.empty() ? std::string("the ruleset was refused") : err));
+  return out;
+}
+}  // namespace
+
+Status nft_apply(const std::string& script) {
+  auto out = nft_run(script);
+  if (!out) return out.error();
   return {};
+}
+
+Result<std::string> nft_query(const std::string& command, bool handles) {
+  return nft_run(command, handles);
 }
 
 Status write_sysctl(const std::string& key, const std::string& value) {

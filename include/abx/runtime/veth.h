@@ -54,6 +54,9 @@ Result<bool> is_host_address(std::uint32_t ip);
 // the process, made by the first call: every call acts in the network namespace that call ran in
 // (abxd's: the host's), whichever thread calls later.
 Status nft_apply(const std::string& script);
+// Runs one nftables command (e.g. "list tables") and returns what it prints, with each object's
+// handle ("# handle N") when `handles`. Errors as nft_apply.
+Result<std::string> nft_query(const std::string& command, bool handles = false);
 
 // Writes `value` to /proc/sys/`key` (e.g. "net/ipv4/ip_forward").
 Status write_sysctl(const std::string& key, const std::string& value);
