@@ -1,0 +1,61 @@
+// One sandbox: its details, and tabs for its commands, files, terminal and logs.
+import { api } from './api.js';
+import { commandsTab } from './commands.js';
+import { filesTab } from './files.js';
+import { terminalTab } from './terminal.js';
+import { age, h } from './ui.js';
+
+const TABS = { commands: 'Commands', files: 'Files', terminal: 'Terminal', logs: 'Logs' };
+
+async function logsTab(panel, id) {
+  const search = h('input', { id: 'log-search', type: 'search', placeholder: 'search' });
+  const out = h('pre', { class: 'logs', id: 'logs', tabindex: '0' });
+  let cursor = 0;
+  let lines = [];
+  const show = () => {
+    const q = search.value.toLowerCase();
+    out.textContent = lines.filter((l) => !q || l.toLowerCase().includes(q)).join('\n');
+  };
+  search.addEventListener('input', show);
+  panel.replaceChildren(h('label', { for: 'log-search' }, 'Search'), search, out);
+  let timer = 0;
+  const poll = async () => {
+    const q = new URLSearchParams({ cursor: String(cursor), limit: '1000' });
+    try {
+      const { data } = await api('GET', `/v2/sandboxes/${encodeURIComponent(id)}/logs?${q}`);
+      for (const e of data.logs || []) {
+        lines.push(`${e.timestamp} ${e.level} ${e.message}`);
+        cursor = Math.max(cursor, Date.parse(e.timestamp) + 1);
+      }
+      if (lines.length > 5000) lines = lines.slice(-5000);
+      show();
+    } catch (e) {
+      out.textContent = e.message;
+    }
+    timer = setTimeout(poll, 2000);
+  };
+  await poll();
+  return () => clearTimeout(timer);
+}
+
+export async function sandboxPage(main, id, tab) {
+  const { data: sb } = await api('GET', `/sandboxes/${encodeURIComponent(id)}`);
+  const net = sb.allowInternetAccess === undefined || sb.allowInternetAccess === null
+    ? 'none' : sb.allowInternetAccess ? 'on' : 'off';
+  const tabs = h('nav', { class: 'tabs', 'aria-label': 'Sandbox pages' },
+    Object.entries(TABS).map(([k, label]) => h('a', {
+      href: `#/sandbox/${encodeURIComponent(id)}/${k}`, 'aria-current': k === tab ? 'page' : null,
+    }, label)));
+  const panel = h('section', { id: 'panel' });
+  main.replaceChildren(
+    h('p', {}, h('a', { href: '#/sandboxes' }, '← Sandboxes')),
+    h('h1', {}, 'Sandbox ', h('span', { class: 'mono' }, id)),
+    h('p', { id: 'sandbox-facts' },
+      `state ${sb.state} · template ${sb.templateID} · age ${age(sb.startedAt)} · ends ${sb.endAt} · `,
+      `${sb.cpuCount} CPU · ${sb.memoryMB} MiB · internet ${net}`),
+    tabs, panel);
+  if (tab === 'files') return filesTab(panel, id);
+  if (tab === 'terminal') return terminalTab(panel, id);
+  if (tab === 'logs') return logsTab(panel, id);
+  return commandsTab(panel, id);
+}

@@ -1,0 +1,209 @@
+// abxd's web console (issue 42) in a real browser: Debian's chromium, headless, driven by
+// puppeteer-core (no browser download), against a real abxd with real sandboxes. Covers the
+// headers of /console and --no-console (no browser needed), then sign-in, create, a command
+// form call with a bad and a good argument, file upload / view / download / delete, terminal
+// echo, pause / resume and kill, with no CSP violation on the way. ABX_CONSOLE_SCREENSHOTS=<dir>
+// keeps a screenshot of each page there (docs/console/).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import { startAbxd } from './abxd.mjs';
+
+const chromium = process.env.ABX_CHROMIUM || '/usr/bin/chromium';
+const shots = process.env.ABX_CONSOLE_SCREENSHOTS || '';
+
+let daemon;
+const key = () => readFileSync(join(daemon.home, 'api_key'), 'utf8').trim();
+before(async () => { daemon = await startAbxd('console'); });
+after(async () => { await daemon?.stop(); });
+
+test('/console carries a strict CSP and no key; --no-console answers 404', async () => {
+  const res = await fetch(`${daemon.baseUrl}/console`);
+  assert.equal(res.status, 200);
+  assert.match(res.headers.get('content-type'), /^text\/html/);
+  const csp = res.headers.get('content-security-policy');
+  assert.match(csp, /default-src 'none'/);
+  assert.match(csp, /script-src 'self'(;|$)/);
+  assert.match(csp, /style-src 'self'(;|$)/);
+  assert.match(csp, /frame-ancestors 'none'/);
+  assert.doesNotMatch(csp, /unsafe-inline|unsafe-eval/);
+  assert.equal(res.headers.get('x-content-type-options'), 'nosniff');
+  assert.equal(res.headers.get('cache-control'), 'no-store');
+  assert.equal(res.headers.get('set-cookie'), null);
+  assert.match(await res.text(), /<script type="module" src="\/console\/app.js">/);
+  const js = await fetch(`${daemon.baseUrl}/console/app.js`);
+  assert.equal(js.status, 200);
+  assert.match(js.headers.get('content-type'), /^text\/javascript/);
+  assert.match(js.headers.get('content-security-policy'), /script-src 'self'/);
+  const xterm = await fetch(`${daemon.baseUrl}/console/vendor/xterm.mjs`);
+  assert.equal(xterm.status, 200, 'xterm is embedded at build time');
+  assert.match(await xterm.text(), /export\s*\{[^}]*Terminal/);
+  assert.equal((await fetch(`${daemon.baseUrl}/console/nothing.js`)).status, 404);
+  assert.equal((await fetch(`${daemon.baseUrl}/console/`, { method: 'POST' })).status, 400);
+
+  const env = { ...process.env };  // startAbxd points the environment at the new abxd
+  const off = await startAbxd('console-off', ['--no-console']);
+  try {
+    for (const p of ['/console', '/console/', '/console/app.js']) {
+      const r = await fetch(`${off.baseUrl}${p}`);
+      assert.equal(r.status, 404, p);
+      assert.match((await r.json()).message, /--no-console/);
+    }
+    assert.equal((await fetch(`${off.baseUrl}/health`)).status, 200);
+  } finally {
+    await off.stop();
+    Object.assign(process.env, env);
+  }
+});
+
+test('the console drives sandboxes, commands, files and a terminal in chromium', {
+  skip: !existsSync(chromium) && `no ${chromium} (scripts/install-deps.sh installs chromium)`,
+}, async () => {
+  const { default: puppeteer } = await import('puppeteer-core');
+  const downloads = mkdtempSync(join(tmpdir(), 'abx-console-dl-'));
+  const browser = await puppeteer.launch({
+    executablePath: chromium,
+    headless: true,
+    // Root (the e2e suites run as root) needs chromium's own sandbox off.
+    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run'],
+  });
+  const problems = [];
+  let page;
+  try {
+    page = await browser.newPage();
+    await page.setViewport({ width: 1280, height: 860 });
+    page.on('console', (m) => {
+      if (/Content Security Policy|Refused to/i.test(m.text())) problems.push(m.text());
+    });
+    page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+    page.on('dialog', (d) => d.accept(d.type() === 'prompt' ? '900' : undefined));
+    const shot = async (name) => {
+      if (shots) await page.screenshot({ path: join(shots, `${name}.png`) });
+    };
+    const statusText = () => page.$eval('#status', (e) => e.textContent);
+
+    // Sign-in: a wrong key is refused with the API's words; the right one is kept in
+    // sessionStorage only (no cookie, not in the URL).
+    await page.goto(`${daemon.baseUrl}/console/`);
+    await page.waitForSelector('#api-key');
+    await shot('sign-in');
+    await page.type('#api-key', 'not-a-key');
+    await page.click('.signin button[type=submit]');
+    await page.waitForFunction(() => /Sign-in failed/.test(document.getElementById('status').textContent));
+    assert.match(await statusText(), /invalid API key/);
+    await page.$eval('#api-key', (e) => { e.value = ''; });
+    await page.type('#api-key', key());
+    await page.click('.signin button[type=submit]');
+    await page.waitForSelector('#create');
+    assert.equal(await page.evaluate(() => sessionStorage.getItem('abx.apiKey')), key());
+    assert.equal(await page.evaluate(() => document.cookie), '');
+    assert.ok(!page.url().includes(key()));
+
+    // Create a sandbox of the demo template (it serves the demo command module).
+    await page.select('#create-template', 'demo');
+    await page.click('#create');
+    await page.waitForFunction(() => /Created \w+/.test(document.getElementById('status').textContent));
+    const id = (await statusText()).match(/Created (\w+)/)[1];
+    daemon.made.push(id);
+    await page.waitForSelector(`.row[data-id="${id}"] [data-state="running"]`);
+    await shot('sandboxes');
+
+    // A command form: a bad argument is caught in the browser, the server's own check answers
+    // when the browser's is skipped, and a good call shows the result.
+    await page.goto(`${daemon.baseUrl}/console/#/sandbox/${id}/commands`);
+    await page.waitForSelector('form[data-command="demo"]');
+    await page.type('#arg-demo-x', '4.2');
+    await page.click('form[data-command="demo"] button[type=submit]');
+    await page.waitForFunction(() => document.getElementById('arg-demo-x-err').textContent !== '');
+    assert.equal(await page.$eval('#arg-demo-x-err', (e) => e.textContent), 'x must be an integer');
+    assert.match(await page.$eval('#result-demo', (e) => e.textContent), /Not sent/);
+    await page.click('#skip-demo');
+    await page.click('form[data-command="demo"] button[type=submit]');
+    await page.waitForSelector('#result-demo[data-status="400"]');
+    assert.match(await page.$eval('#result-demo', (e) => e.textContent), /^400 InvalidArgument: .*x/);
+    await page.click('#skip-demo');
+    await page.$eval('#arg-demo-x', (e) => { e.value = ''; });
+    await page.type('#arg-demo-x', '42');
+    await page.$eval('#arg-demo-y', (e) => { e.value = ''; });
+    await page.type('#arg-demo-y', 'world');
+    await page.click('form[data-command="demo"] button[type=submit]');
+    await page.waitForSelector('#result-demo[data-status="200"]');
+    assert.equal(await page.$eval('#result-demo', (e) => e.textContent), 'result: "42: world"');
+    assert.match(await page.$eval('#snippet-demo', (e) => e.textContent),
+      new RegExp(`^abx run ${id} demo -a x=42 -a y=world`));
+    await shot('commands');
+
+    // Files: upload, view, download, delete.
+    const local = join(downloads, 'hello-console.txt');
+    writeFileSync(local, 'uploaded from the console\n');
+    await page.goto(`${daemon.baseUrl}/console/#/sandbox/${id}/files`);
+    await page.waitForSelector('#file-list tr[data-name=".bashrc"]');
+    const input = await page.$('#upload');
+    await input.uploadFile(local);
+    await page.waitForSelector('#file-list tr[data-name="hello-console.txt"]');
+    await page.click('#file-list tr[data-name="hello-console.txt"] td:first-child button');
+    await page.waitForSelector('#file-content');
+    assert.equal(await page.$eval('#file-content', (e) => e.textContent), 'uploaded from the console\n');
+    const saved = join(downloads, 'saved');
+    const cdp = await page.createCDPSession();
+    await cdp.send('Browser.setDownloadBehavior', { behavior: 'allow', downloadPath: saved });
+    await page.click('#file-list tr[data-name="hello-console.txt"] [data-action="download"]');
+    const file = join(saved, 'hello-console.txt');
+    for (let i = 0; i < 100 && !existsSync(file); i++) await new Promise((r) => setTimeout(r, 100));
+    assert.equal(readFileSync(file, 'utf8'), 'uploaded from the console\n');
+    await shot('files');
+    await page.click('#file-list tr[data-name="hello-console.txt"] [data-action="delete"]');
+    await page.waitForFunction(() => !document.querySelector('#file-list tr[data-name="hello-console.txt"]'));
+
+    // Terminal: a real PTY; what is typed is echoed and run.
+    await page.goto(`${daemon.baseUrl}/console/#/sandbox/${id}/terminal`);
+    await page.waitForSelector('#terminal[data-pid]');
+    await page.waitForFunction(() => window.abxTerminal);
+    await page.focus('#terminal textarea');
+    await page.keyboard.type('echo abx-$((6*7))\n');
+    await page.waitForFunction(() => {
+      const b = window.abxTerminal.buffer.active;
+      let text = '';
+      for (let i = 0; i < b.length; i++) text += `${b.getLine(i).translateToString(true)}\n`;
+      return /^abx-42$/m.test(text) && /echo abx-\$\(\(6\*7\)\)/.test(text);
+    }, { timeout: 15000 });
+    await shot('terminal');
+
+    // Pause, resume and kill from the list.
+    await page.goto(`${daemon.baseUrl}/console/#/sandboxes`);
+    const row = `.row[data-id="${id}"]`;
+    await page.waitForSelector(`${row} [data-action="pause"]`);
+    await page.click(`${row} [data-action="pause"]`);
+    await page.waitForSelector(`${row} [data-state="paused"]`, { timeout: 30000 });
+    await page.click(`${row} [data-action="resume"]`);
+    await page.waitForSelector(`${row} [data-state="running"]`, { timeout: 30000 });
+    await page.click(`${row} [data-action="kill"]`);
+    await page.waitForFunction((sel) => !document.querySelector(sel), {}, row);
+    const gone = await fetch(`${daemon.baseUrl}/sandboxes/${id}`, {
+      headers: { 'X-API-Key': key() } });
+    assert.equal(gone.status, 404);
+
+    await page.goto(`${daemon.baseUrl}/console/#/templates`);
+    await page.waitForSelector('#template-list a[href="#/templates/demo"]');
+    await shot('templates');
+    assert.deepEqual(problems, []);
+  } catch (e) {
+    // What the page said, for the log of a failed run.
+    const said = await page?.$eval('#status', (el) => el.textContent).catch(() => '?');
+    const term = await page?.evaluate(() => {
+      const b = window.abxTerminal?.buffer.active;
+      let text = '';
+      for (let i = 0; b && i < b.length; i++) text += `${b.getLine(i).translateToString(true)}\n`;
+      return text.trim();
+    }).catch(() => '?');
+    e.message += `\n  terminal: ${term}`;
+    e.message += `\n  console status line: ${said}\n  page problems: ${JSON.stringify(problems)}`;
+    throw e;
+  } finally {
+    await browser.close();
+    rmSync(downloads, { recursive: true, force: true });
+  }
+});
