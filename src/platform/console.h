@@ -1,8 +1,8 @@
 // abxd's web console (issue 42, docs/console.md): static HTML, CSS and JS modules under
 // src/platform/console/web, plus @xterm/xterm from src/platform/console/package-lock.json,
 // embedded in the binary at build time (cmake/EmbedAssets.cmake writes console_assets.cc).
-// Nothing is fetched at run time; the page talks to the control API and, through the gateway's E2b-Sandbox-Id/-Port
-// routing, to envd and the command server, all on abxd's own origin (no CORS).
+// Nothing is fetched at run time; the page talks to the control API and, through the gateway's
+// E2b-Sandbox-Id/-Port routing, to envd and the command server, all on abxd's own origin (no CORS).
 //
 // The pages need no credentials (they hold no data); every call they make sends the API key in
 // X-API-Key, kept in the browser's sessionStorage. Each answer carries a strict CSP (no inline

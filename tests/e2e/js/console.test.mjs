@@ -109,6 +109,8 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
     const id = (await statusText()).match(/Created (\w+)/)[1];
     daemon.made.push(id);
     await page.waitForSelector(`.row[data-id="${id}"] [data-state="running"]`);
+    await page.waitForFunction((sel) => document.querySelector(sel)?.textContent === 'on', {},
+      `.row[data-id="${id}"] [data-net]`);
     await shot('sandboxes');
 
     // A command form: a bad argument is caught in the browser, the server's own check answers
@@ -185,6 +187,41 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
     const gone = await fetch(`${daemon.baseUrl}/sandboxes/${id}`, {
       headers: { 'X-API-Key': key() } });
     assert.equal(gone.status, 404);
+
+    // The list is virtualised: with more sandboxes than fit, only the rows in view (and a few
+    // around them) are in the page, and scrolling brings in the others.
+    const many = 40;
+    const headers = { 'X-API-Key': key(), 'Content-Type': 'application/json' };
+    const made = [];
+    for (let i = 0; i < many; i += 8) {
+      made.push(...await Promise.all(Array.from({ length: Math.min(8, many - i) }, async () => {
+        const r = await fetch(`${daemon.baseUrl}/sandboxes`, { method: 'POST', headers,
+          body: JSON.stringify({ templateID: 'base', timeout: 300 }) });
+        assert.equal(r.status, 201);
+        const sid = (await r.json()).sandboxID;
+        daemon.made.push(sid);
+        return sid;
+      })));
+    }
+    await page.waitForFunction((n) => document.getElementById('count').textContent === `${n} of ${n}`,
+      { timeout: 20000 }, many);
+    const inDom = await page.$$eval('#sandbox-list .row', (rs) => rs.length);
+    assert.ok(inDom > 5 && inDom < many, `${inDom} rows in the page for ${many} sandboxes`);
+    const last = await page.evaluate(() => {
+      const v = document.getElementById('sandbox-list');
+      v.scrollTop = v.scrollHeight;
+      v.dispatchEvent(new Event('scroll'));
+      const rs = [...v.querySelectorAll('.row')];
+      return rs.reduce((a, r) => (parseFloat(r.style.top) > parseFloat(a.style.top) ? r : a)).dataset.id;
+    });
+    const listed = await (await fetch(
+      `${daemon.baseUrl}/v2/sandboxes?state=running,paused&limit=100`, { headers })).json();
+    assert.equal(listed.length, many);
+    assert.equal(last, listed[listed.length - 1].sandboxID);
+    for (const sid of made) {
+      const r = await fetch(`${daemon.baseUrl}/sandboxes/${sid}`, { method: 'DELETE', headers });
+      assert.equal(r.status, 204);
+    }
 
     await page.goto(`${daemon.baseUrl}/console/#/templates`);
     await page.waitForSelector('#template-list a[href="#/templates/demo"]');

@@ -4,6 +4,23 @@ import { api } from './api.js';
 import { act, age, bytes, duration, h, status } from './ui.js';
 
 const REFRESH_MS = 3000;
+const HISTORY = 30;  // samples per sandbox kept for its sparkline
+
+// A sparkline of `values` (0–100) as an inline SVG, built with the DOM (CSP allows it).
+function sparkline(values, label) {
+  const ns = 'http://www.w3.org/2000/svg';
+  const svg = document.createElementNS(ns, 'svg');
+  svg.setAttribute('viewBox', `0 0 ${HISTORY - 1} 100`);
+  svg.setAttribute('preserveAspectRatio', 'none');
+  svg.setAttribute('class', 'spark');
+  svg.setAttribute('role', 'img');
+  svg.setAttribute('aria-label', label);
+  const line = document.createElementNS(ns, 'polyline');
+  const off = HISTORY - values.length;
+  line.setAttribute('points', values.map((v, i) => `${off + i},${100 - Math.min(100, Math.max(0, v))}`).join(' '));
+  svg.append(line);
+  return svg;
+}
 
 async function listAll() {
   const out = [];
@@ -29,12 +46,15 @@ async function metricsOf(ids) {
   return out;
 }
 
-function rowHeight() { return matchMedia('(max-width: 760px)').matches ? 120 : 40; }
+function rowHeight() { return matchMedia('(max-width: 760px)').matches ? 160 : 40; }
 
 export async function sandboxesPage(main) {
   const templates = (await api('GET', '/templates')).data;
   let rows = [];
   let metrics = {};
+  const history = new Map();  // id -> recent CPU %
+  const details = new Map();  // id -> GET /sandboxes/{id} (fetched for rows in view only)
+  const asked = new Set();
   let filter = '';
 
   const tmplSelect = h('select', { id: 'create-template' },
@@ -60,7 +80,7 @@ export async function sandboxesPage(main) {
     oninput: () => { filter = search.value.trim().toLowerCase(); render(); } });
   const count = h('span', { class: 'hint', id: 'count' });
   const head = h('div', { class: 'grid-head', role: 'row' },
-    ['Sandbox', 'State', 'Template', 'Age', 'Time left', 'CPU / mem', 'Actions']
+    ['Sandbox', 'State', 'Template', 'Age', 'Time left', 'Net', 'CPU / mem', 'Actions']
       .map((c) => h('span', { role: 'columnheader' }, c)));
   const spacer = h('div', { class: 'spacer' });
   const viewport = h('div', { class: 'viewport', id: 'sandbox-list', role: 'rowgroup',
@@ -87,6 +107,10 @@ export async function sandboxesPage(main) {
       btns.push(h('button', { type: 'button', dataset: { action: 'pause' },
         onclick: () => run('Pausing', () => api('POST', `${path}/pause`)) }, 'Pause'));
     }
+    btns.push(h('button', { type: 'button', dataset: { action: 'fork' },
+      onclick: () => run('Forking', () => api('POST', `${path}/fork`, {})) }, 'Fork'));
+    btns.push(h('button', { type: 'button', dataset: { action: 'snapshot' },
+      onclick: () => run('Snapshotting', () => api('POST', `${path}/snapshots`, {})) }, 'Snapshot'));
     btns.push(h('button', { type: 'button', dataset: { action: 'timeout' }, onclick: () => {
       const v = prompt(`New timeout for ${id}, in seconds from now`, '300');
       if (v !== null) run('Setting the timeout of', () => api('POST', `${path}/timeout`, { timeout: Number(v) }));
@@ -95,6 +119,24 @@ export async function sandboxesPage(main) {
       onclick: () => { if (confirm(`Kill ${id}?`)) run('Killing', () => api('DELETE', path)); } },
     'Kill'));
     return h('span', { class: 'actions' }, btns);
+  }
+
+  // Whether a sandbox has internet: the list does not say, its details do. Asked once per
+  // sandbox, and only for rows scrolled into view.
+  function network(id) {
+    const d = details.get(id);
+    if (!d) {
+      if (!asked.has(id)) {
+        asked.add(id);
+        api('GET', `/sandboxes/${encodeURIComponent(id)}`).then(({ data }) => {
+          details.set(id, data);
+          render();
+        }, () => {});
+      }
+      return '…';
+    }
+    if (d.allowInternetAccess === undefined || d.allowInternetAccess === null) return 'none';
+    return d.allowInternetAccess ? 'on' : 'off';
   }
 
   function render() {
@@ -115,7 +157,9 @@ export async function sandboxesPage(main) {
         h('span', { role: 'cell' }, r.templateID),
         h('span', { role: 'cell' }, age(r.startedAt)),
         h('span', { role: 'cell' }, r.state === 'paused' ? '—' : left > 0 ? duration(left) : 'ending'),
-        h('span', { role: 'cell' }, m ? `${m.cpuUsedPct.toFixed(0)}% · ${bytes(m.memUsed)}` : '—'),
+        h('span', { role: 'cell', dataset: { net: '' } }, network(r.sandboxID)),
+        h('span', { role: 'cell', class: 'usage' }, m ? `${m.cpuUsedPct.toFixed(0)}% · ${bytes(m.memUsed)}` : '—',
+          history.has(r.sandboxID) ? sparkline(history.get(r.sandboxID), `CPU of ${r.sandboxID}`) : null),
         h('span', { role: 'cell' }, actions(r)));
       row.style.top = `${i * rh}px`;
       out.push(row);
@@ -131,6 +175,14 @@ export async function sandboxesPage(main) {
       rows = await listAll();
       const running = rows.filter((r) => r.state === 'running').map((r) => r.sandboxID);
       metrics = running.length ? await metricsOf(running) : {};
+      const live = new Set(rows.map((r) => r.sandboxID));
+      for (const id of history.keys()) if (!live.has(id)) history.delete(id);
+      for (const [id, m] of Object.entries(metrics)) {
+        const hs = history.get(id) || [];
+        hs.push(m.cpuUsedPct);
+        if (hs.length > HISTORY) hs.shift();
+        history.set(id, hs);
+      }
       render();
     } catch (e) {
       status(`Listing sandboxes: ${e.message}`, 'error');
