@@ -138,6 +138,20 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
       new RegExp(`^abx run ${id} demo -a x=42 -a y=world`));
     await shot('commands');
 
+    // Metrics over time, the network policy, a scoped token for one command.
+    await page.goto(`${daemon.baseUrl}/console/#/sandbox/${id}/metrics`);
+    await page.waitForFunction(() => document.querySelectorAll('#metrics figure').length === 3,
+      { timeout: 20000 });
+    await page.goto(`${daemon.baseUrl}/console/#/sandbox/${id}/network`);
+    await page.waitForSelector('#network-policy');
+    assert.match(await page.$eval('#network-policy', (e) => e.textContent), /Internetallowed/);
+    await page.goto(`${daemon.baseUrl}/console/#/sandbox/${id}/tokens`);
+    await page.waitForSelector('#token-commands');
+    await page.type('#token-commands', 'demo');
+    await page.click('#panel form button[type=submit]');
+    await page.waitForFunction(() => document.getElementById('token').textContent !== '');
+    assert.match(await page.$eval('#token', (e) => e.textContent), /^abxs1\.\S+\nexpires /);
+
     // Files: upload, view, download, delete.
     const local = join(downloads, 'hello-console.txt');
     writeFileSync(local, 'uploaded from the console\n');
@@ -242,5 +256,53 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
   } finally {
     await browser.close();
     rmSync(downloads, { recursive: true, force: true });
+  }
+});
+
+test('the console builds a template from a Dockerfile and deletes it', {
+  skip: !existsSync(chromium) && `no ${chromium} (scripts/install-deps.sh installs chromium)`,
+}, async () => {
+  // An abxd with an image store of its own: the build writes to it and the delete collects it,
+  // which the shared store of the other tests must never see.
+  const store = mkdtempSync(join(tmpdir(), 'abx-console-store-'));
+  const env = { ...process.env };
+  const own = await startAbxd('console-build', ['--image-store', store]);
+  const ownKey = readFileSync(join(own.home, 'api_key'), 'utf8').trim();
+  Object.assign(process.env, env);
+  const { default: puppeteer } = await import('puppeteer-core');
+  const browser = await puppeteer.launch({ executablePath: chromium, headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run'] });
+  const ctxDir = mkdtempSync(join(tmpdir(), 'abx-console-ctx-'));
+  try {
+    const page = await browser.newPage();
+    page.on('dialog', (d) => d.accept());
+    await page.goto(`${own.baseUrl}/console/#/templates`);
+    await page.waitForSelector('#api-key');
+    await page.type('#api-key', ownKey);
+    await page.click('.signin button[type=submit]');
+    await page.waitForSelector('#build');
+    const hello = join(ctxDir, 'hello.txt');
+    writeFileSync(hello, 'hello from the context\n');
+    await page.type('#build-name', 'console-built');
+    await page.$eval('#build-dockerfile', (e) => { e.value = 'FROM scratch\nCOPY hello.txt /hello.txt\nENV A=1\n'; });
+    await (await page.$('#build-files')).uploadFile(hello);
+    await page.click('#build');
+    await page.waitForFunction(() => /^(done|error):/m.test(document.getElementById('build-log').textContent),
+      { timeout: 60000 });
+    const log = await page.$eval('#build-log', (e) => e.textContent);
+    assert.match(log, /Step 2\/3: COPY hello.txt \/hello.txt/);
+    assert.match(log, /^done: console-built, 3 steps/m);
+    const headers = { 'X-API-Key': ownKey };
+    assert.equal((await fetch(`${own.baseUrl}/templates/console-built`, { headers })).status, 200);
+    await page.goto(`${own.baseUrl}/console/#/templates/console-built`);
+    await page.waitForSelector('#delete-template');
+    await page.click('#delete-template');
+    await page.waitForSelector('#template-list');
+    assert.equal((await fetch(`${own.baseUrl}/templates/console-built`, { headers })).status, 404);
+  } finally {
+    await browser.close();
+    await own.stop();
+    rmSync(store, { recursive: true, force: true });
+    rmSync(ctxDir, { recursive: true, force: true });
   }
 });

@@ -1,11 +1,15 @@
 // One sandbox: its details, and tabs for its commands, files, terminal and logs.
 import { api } from './api.js';
 import { commandsTab } from './commands.js';
+import { metricsTab, networkTab, tokensTab } from './details.js';
 import { filesTab } from './files.js';
 import { terminalTab } from './terminal.js';
 import { age, h } from './ui.js';
 
-const TABS = { commands: 'Commands', files: 'Files', terminal: 'Terminal', logs: 'Logs' };
+const TABS = {
+  commands: 'Commands', files: 'Files', terminal: 'Terminal', logs: 'Logs', metrics: 'Metrics',
+  network: 'Network', tokens: 'Tokens',
+};
 
 async function logsTab(panel, id) {
   const search = h('input', { id: 'log-search', type: 'search', placeholder: 'search' });
@@ -57,5 +61,8 @@ export async function sandboxPage(main, id, tab) {
   if (tab === 'files') return filesTab(panel, id);
   if (tab === 'terminal') return terminalTab(panel, id);
   if (tab === 'logs') return logsTab(panel, id);
+  if (tab === 'metrics') return metricsTab(panel, id);
+  if (tab === 'network') return networkTab(panel, id);
+  if (tab === 'tokens') return tokensTab(panel, id);
   return commandsTab(panel, id);
 }
