@@ -135,7 +135,9 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
     await page.waitForSelector('#result-demo[data-status="200"]');
     assert.equal(await page.$eval('#result-demo', (e) => e.textContent), 'result: "42: world"');
     assert.match(await page.$eval('#snippet-demo', (e) => e.textContent),
-      new RegExp(`^abx run ${id} demo -a x=42 -a y=world`));
+      new RegExp(`^abx run ${id} demo -a x=42 -a y=world$`, "m"));
+    assert.match(await page.$eval("#snippet-demo", (e) => e.textContent),
+      new RegExp(`^Sandbox.connect\\("${id}"\\).server.call\\("demo", x=42, y="world"\\)$`, "m"));
     await shot('commands');
 
     // Metrics over time, the network policy, a scoped token for one command.
@@ -256,6 +258,39 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
   } finally {
     await browser.close();
     rmSync(downloads, { recursive: true, force: true });
+  }
+});
+
+test('the console runs a code-interpreter cell with a figure', {
+  skip: !existsSync(chromium) && `no ${chromium} (scripts/install-deps.sh installs chromium)`,
+}, async () => {
+  const headers = { 'X-API-Key': key(), 'Content-Type': 'application/json' };
+  const r = await fetch(`${daemon.baseUrl}/sandboxes`, { method: 'POST', headers,
+    body: JSON.stringify({ templateID: 'code-interpreter', timeout: 300 }) });
+  assert.equal(r.status, 201);
+  const id = (await r.json()).sandboxID;
+  daemon.made.push(id);
+  const { default: puppeteer } = await import('puppeteer-core');
+  const browser = await puppeteer.launch({ executablePath: chromium, headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run'] });
+  try {
+    const page = await browser.newPage();
+    await page.setViewport({ width: 1280, height: 860 });
+    await page.goto(`${daemon.baseUrl}/console/#/sandbox/${id}/code`);
+    await page.waitForSelector('#api-key');
+    await page.type('#api-key', key());
+    await page.click('.signin button[type=submit]');
+    await page.waitForSelector('#run-code');
+    await page.click('#run-code');
+    await page.waitForSelector('#code-output [data-done]', { timeout: 60000 });
+    const out = await page.$$eval('#code-output pre', (ps) => ps.map((p) => `${p.className}: ${p.textContent}`));
+    assert.ok(out.includes('stdout: 42\n'), JSON.stringify(out));
+    const png = await page.$eval('#code-output img.figure', (img) => img.naturalWidth > 0 && img.src.startsWith('data:image/png;base64,'));
+    assert.ok(png, 'the figure arrived as a PNG and decoded');
+    if (shots) await page.screenshot({ path: join(shots, 'code.png') });
+    await fetch(`${daemon.baseUrl}/sandboxes/${id}`, { method: 'DELETE', headers });
+  } finally {
+    await browser.close();
   }
 });
 

@@ -1,6 +1,6 @@
 // The Commands tab: the command server's GET /commands schema as forms, checked in the browser
 // by the schema (and again by the server), the call's result or error type, and the same call
-// as `abx run` and curl.
+// as `abx run`, curl, and the JS and Python SDKs.
 import { COMMANDS_PORT, sandboxFetch } from './api.js';
 import { act, h, shq } from './ui.js';
 
@@ -48,13 +48,26 @@ function argInput(cmd, arg) {
     h('div', { class: 'field-error', id: `${id}-err`, 'aria-live': 'polite' }));
 }
 
+// A Python literal for a JSON value (str, int, float, bool).
+function py(v) {
+  if (typeof v === 'boolean') return v ? 'True' : 'False';
+  return JSON.stringify(v);
+}
+
 function snippets(id, cmd, args) {
   const a = Object.entries(args).map(([k, v]) => ` -a ${shq(`${k}=${typeof v === 'string' ? v : JSON.stringify(v)}`)}`).join('');
   const body = JSON.stringify(args);
+  const kw = Object.entries(args).map(([k, v]) => `${k}=${py(v)}`).join(', ');
   return [
-    `abx run ${id} ${cmd.name}${a}`,
-    `curl -s -X POST ${location.origin}/commands/${cmd.name} \\\n  -H 'E2b-Sandbox-Id: ${id}' -H 'E2b-Sandbox-Port: ${COMMANDS_PORT}' \\\n` +
+    `# abx CLI\nabx run ${id} ${cmd.name}${a}`,
+    `# curl (TOKEN: the sandbox's envdAccessToken, or a scoped token)\n` +
+      `curl -s -X POST ${location.origin}/commands/${cmd.name} \\\n  -H 'E2b-Sandbox-Id: ${id}' -H 'E2b-Sandbox-Port: ${COMMANDS_PORT}' \\\n` +
       `  -H "X-Access-Token: $TOKEN" -H 'Content-Type: application/json' \\\n  -d ${shq(body)}`,
+    `// JavaScript: the e2b SDK with abx-commands (js/abx-commands)\n` +
+      `const sbx = await Sandbox.connect('${id}');\n` +
+      `await commands(sbx).callCommand('${cmd.name}', ${body});`,
+    `# Python: abx.sdk (python/)\n` +
+      `Sandbox.connect("${id}").server.call("${cmd.name}"${kw ? `, ${kw}` : ''})`,
   ].join('\n\n');
 }
 
