@@ -112,6 +112,13 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
     await page.waitForFunction((sel) => document.querySelector(sel)?.textContent === 'on', {},
       `.row[data-id="${id}"] [data-net]`);
     await shot('sandboxes');
+    // Readable at a phone's width: nothing wider than the screen.
+    await page.setViewport({ width: 390, height: 844 });
+    await page.evaluate(() => document.getElementById('sandbox-list').dispatchEvent(new Event('scroll')));
+    assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= 390),
+      `page ${await page.evaluate(() => document.documentElement.scrollWidth)} px wide at 390`);
+    await shot('phone');
+    await page.setViewport({ width: 1280, height: 860 });
 
     // A command form: a bad argument is caught in the browser, the server's own check answers
     // when the browser's is skipped, and a good call shows the result.
