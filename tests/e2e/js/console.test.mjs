@@ -201,8 +201,15 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
     await page.goto(`${daemon.baseUrl}/console/#/sandboxes`);
     const row = `.row[data-id="${id}"]`;
     await page.waitForSelector(`${row} [data-action="pause"]`);
+    await page.waitForFunction((sel) => document.querySelectorAll(`${sel} svg.spark polyline`).length === 3,
+      { timeout: 20000 }, row);  // CPU, memory and disk of the samples seen
     await page.click(`${row} [data-action="pause"]`);
     await page.waitForSelector(`${row} [data-state="paused"]`, { timeout: 30000 });
+    await page.select('#state-filter', 'running');
+    await page.waitForFunction((sel) => !document.querySelector(sel), {}, row);
+    await page.select('#state-filter', 'paused');
+    await page.waitForSelector(row);
+    await page.select('#state-filter', '');
     await page.click(`${row} [data-action="resume"]`);
     await page.waitForSelector(`${row} [data-state="running"]`, { timeout: 30000 });
     await page.click(`${row} [data-action="kill"]`);

@@ -52,7 +52,7 @@ export async function sandboxesPage(main) {
   const templates = (await api('GET', '/templates')).data;
   let rows = [];
   let metrics = {};
-  const history = new Map();  // id -> recent CPU %
+  const history = new Map();  // id -> { cpu: [%], mem: [%], disk: [%] } of recent samples
   const details = new Map();  // id -> GET /sandboxes/{id} (fetched for rows in view only)
   const asked = new Set();
   let filter = '';
@@ -76,23 +76,29 @@ export async function sandboxesPage(main) {
   h('div', {}, h('label', { for: 'create-internet' }, 'Internet'), internet),
   h('button', { type: 'submit', id: 'create' }, 'Create'));
 
-  const search = h('input', { id: 'filter', type: 'search', placeholder: 'id, template or state',
+  const search = h('input', { id: 'filter', type: 'search', placeholder: 'id, template or metadata',
     oninput: () => { filter = search.value.trim().toLowerCase(); render(); } });
+  const stateFilter = h('select', { id: 'state-filter', onchange: () => render() },
+    h('option', { value: '' }, 'any state'), h('option', { value: 'running' }, 'running'),
+    h('option', { value: 'paused' }, 'paused'));
   const count = h('span', { class: 'hint', id: 'count' });
   const head = h('div', { class: 'grid-head', role: 'row' },
-    ['Sandbox', 'State', 'Template', 'Age', 'Time left', 'Net', 'CPU / mem', 'Actions']
+    ['Sandbox', 'State', 'Template', 'Age', 'Time left', 'Net', 'CPU / mem / disk', 'Actions']
       .map((c) => h('span', { role: 'columnheader' }, c)));
   const spacer = h('div', { class: 'spacer' });
   const viewport = h('div', { class: 'viewport', id: 'sandbox-list', role: 'rowgroup',
     tabindex: '0', onscroll: () => render() }, spacer);
 
   main.replaceChildren(h('h1', {}, 'Sandboxes'), createForm,
-    h('div', { class: 'inline' }, h('label', { for: 'filter' }, 'Filter '), search, ' ', count),
+    h('div', { class: 'inline' }, h('label', { for: 'filter' }, 'Filter '), search, ' ',
+      h('label', { for: 'state-filter', class: 'visually-hidden' }, 'State'), stateFilter, ' ', count),
     h('div', { role: 'table', 'aria-label': 'Sandboxes' }, head, viewport));
 
   function visible() {
-    if (!filter) return rows;
-    return rows.filter((r) => `${r.sandboxID} ${r.templateID} ${r.state}`.toLowerCase().includes(filter));
+    const state = stateFilter.value;
+    if (!filter && !state) return rows;
+    return rows.filter((r) => (!state || r.state === state) && (!filter ||
+      `${r.sandboxID} ${r.templateID} ${JSON.stringify(r.metadata || {})}`.toLowerCase().includes(filter)));
   }
 
   function actions(r) {
@@ -159,7 +165,10 @@ export async function sandboxesPage(main) {
         h('span', { role: 'cell' }, r.state === 'paused' ? '—' : left > 0 ? duration(left) : 'ending'),
         h('span', { role: 'cell', dataset: { net: '' } }, network(r.sandboxID)),
         h('span', { role: 'cell', class: 'usage' }, m ? `${m.cpuUsedPct.toFixed(0)}% · ${bytes(m.memUsed)}` : '—',
-          history.has(r.sandboxID) ? sparkline(history.get(r.sandboxID), `CPU of ${r.sandboxID}`) : null),
+          history.has(r.sandboxID) ? [
+            sparkline(history.get(r.sandboxID).cpu, `CPU of ${r.sandboxID}`),
+            sparkline(history.get(r.sandboxID).mem, `memory of ${r.sandboxID}`),
+            sparkline(history.get(r.sandboxID).disk, `disk of ${r.sandboxID}`)] : null),
         h('span', { role: 'cell' }, actions(r)));
       row.style.top = `${i * rh}px`;
       out.push(row);
@@ -178,9 +187,11 @@ export async function sandboxesPage(main) {
       const live = new Set(rows.map((r) => r.sandboxID));
       for (const id of history.keys()) if (!live.has(id)) history.delete(id);
       for (const [id, m] of Object.entries(metrics)) {
-        const hs = history.get(id) || [];
-        hs.push(m.cpuUsedPct);
-        if (hs.length > HISTORY) hs.shift();
+        const hs = history.get(id) || { cpu: [], mem: [], disk: [] };
+        hs.cpu.push(m.cpuUsedPct);
+        hs.mem.push(m.memTotal ? (100 * m.memUsed) / m.memTotal : 0);
+        hs.disk.push(m.diskTotal ? (100 * m.diskUsed) / m.diskTotal : 0);
+        for (const k of ['cpu', 'mem', 'disk']) if (hs[k].length > HISTORY) hs[k].shift();
         history.set(id, hs);
       }
       render();

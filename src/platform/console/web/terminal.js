@@ -50,11 +50,24 @@ export async function terminalTab(panel, id) {
   window.abxTerminal = term;  // for tests and the curious: the buffer API
   const abort = new AbortController();
   let pid = 0;
-  const pending = [];
-  const send = (bytes) => envdCall(id, 'process.Process/SendInput',
-    { process: { pid }, input: { pty: b64encode(bytes) } }).catch((e) => status(`terminal: ${e.message}`, 'error'));
+  // Keystrokes in order: one SendInput in flight at a time (concurrent fetches may arrive in any
+  // order); what is typed meanwhile goes out together in the next one.
+  let queued = '';
+  let sending = false;
   const enc = new TextEncoder();
-  term.onData((d) => { if (pid) send(enc.encode(d)); else pending.push(d); });
+  const flush = async () => {
+    if (sending || !pid || !queued) return;
+    sending = true;
+    while (queued) {
+      const data = queued;
+      queued = '';
+      await envdCall(id, 'process.Process/SendInput',
+        { process: { pid }, input: { pty: b64encode(enc.encode(data)) } })
+        .catch((e) => status(`terminal: ${e.message}`, 'error'));
+    }
+    sending = false;
+  };
+  term.onData((d) => { queued += d; flush(); });
   term.onResize(({ cols, rows }) => {
     if (pid) envdCall(id, 'process.Process/Update', { process: { pid }, pty: { size: { cols, rows } } }).catch(() => {});
   });
@@ -66,7 +79,7 @@ export async function terminalTab(panel, id) {
     if (ev.start) {
       pid = ev.start.pid;
       box.dataset.pid = String(pid);
-      if (pending.length) send(enc.encode(pending.splice(0).join('')));
+      flush();
     } else if (ev.data && ev.data.pty) {
       term.write(b64decode(ev.data.pty));
     } else if (ev.end) {
