@@ -154,6 +154,12 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
     await page.goto(`${daemon.baseUrl}/console/#/sandbox/${id}/network`);
     await page.waitForSelector('#network-policy');
     assert.match(await page.$eval('#network-policy', (e) => e.textContent), /Internetallowed/);
+    await page.type('#net-deny', '10.0.0.0/8');
+    await page.click('#network-edit button[type=submit]');
+    await page.waitForFunction(() => /denyOut10\.0\.0\.0\/8/.test(document.getElementById('network-policy')?.textContent));
+    await page.type('#net-deny', ', not a rule');
+    await page.click('#network-edit button[type=submit]');
+    await page.waitForFunction(() => /Replacing the network rules: 400: /.test(document.getElementById('status').textContent));
     await page.goto(`${daemon.baseUrl}/console/#/sandbox/${id}/tokens`);
     await page.waitForSelector('#token-commands');
     await page.type('#token-commands', 'demo');

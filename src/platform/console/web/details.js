@@ -56,6 +56,27 @@ export async function metricsTab(panel, id) {
   return () => clearTimeout(timer);
 }
 
+// PUT /sandboxes/{id}/network: the new rules replace the old ones (docs/networking.md).
+function editForm(id, sb, net, panel) {
+  const list = (text) => text.split(/[\s,]+/).map((x) => x.trim()).filter(Boolean);
+  const internet = h('input', { id: 'net-internet', type: 'checkbox', checked: !!sb.allowInternetAccess });
+  const allow = h('input', { id: 'net-allow', type: 'text', class: 'mono', value: (net.allowOut || []).join(', '),
+    placeholder: 'e.g. pypi.org, 1.1.1.1, 10.0.0.0/8' });
+  const deny = h('input', { id: 'net-deny', type: 'text', class: 'mono', value: (net.denyOut || []).join(', ') });
+  return h('form', { class: 'card', id: 'network-edit', onsubmit: async (ev) => {
+    ev.preventDefault();
+    const body = { allowInternetAccess: internet.checked, allowOut: list(allow.value), denyOut: list(deny.value) };
+    const ok = await act('Replacing the network rules', () => api('PUT', `/sandboxes/${encodeURIComponent(id)}/network`, body))
+      .then(() => true, () => false);
+    if (ok) networkTab(panel, id);
+  } },
+  h('h2', {}, 'Change the rules'),
+  h('label', { for: 'net-internet' }, internet, ' internet'),
+  h('label', { for: 'net-allow' }, 'allowOut (domains, IPs, CIDRs)'), allow,
+  h('label', { for: 'net-deny' }, 'denyOut'), deny,
+  h('p', {}, h('button', { type: 'submit' }, 'Replace the rules')));
+}
+
 export async function networkTab(panel, id) {
   const { data: sb } = await api('GET', `/sandboxes/${encodeURIComponent(id)}`);
   const audit = await api('GET', `/sandboxes/${encodeURIComponent(id)}/network/audit`)
@@ -70,6 +91,7 @@ export async function networkTab(panel, id) {
         h('dt', {}, 'allowOut'), h('dd', { class: 'mono' }, (net.allowOut || []).join(', ') || '—'),
         h('dt', {}, 'denyOut'), h('dd', { class: 'mono' }, (net.denyOut || []).join(', ') || '—'),
         h('dt', {}, 'Public traffic'), h('dd', {}, net.allowPublicTraffic === false ? 'token required' : 'open')),
+    sb.allowInternetAccess === undefined || sb.allowInternetAccess === null ? null : editForm(id, sb, net, panel),
     h('h2', {}, 'Egress audit'),
     audit instanceof Error ? h('p', { class: 'error' }, audit.message)
       : audit.length === 0 ? h('p', { class: 'hint' }, 'No outbound connections yet.')
