@@ -621,6 +621,8 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   std::cout << "listening on " << addr << std::endl;
   log.info("abxd serving on " + addr + " (home " + cfg.home + ", domain " + cfg.domain + ", " +
            std::to_string(ntemplates) + " templates)");
+  if (!cfg.no_console)
+    log.info("web console at http://" + addr + "/console (abxd --no-console: off)");
   int sig = 0;
   for (;;) {
     sigwait(&stop, &sig);
