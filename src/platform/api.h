@@ -81,8 +81,8 @@ class ControlApi : public GatewayBackend {
   std::string upload_dir_;
   std::uint64_t max_upload_bytes_ = 0;
   Logger log_{"api"};
-  AuthLimiter auth_limiter_;
-  bool console_ = true;  // failed authentication, per source (kPeerAddressField)
+  AuthLimiter auth_limiter_;  // failed authentication, per source (kPeerAddressField)
+  bool console_ = true;       // GET /console serves the web console (set_console)
 };
 
 }  // namespace abx::platform

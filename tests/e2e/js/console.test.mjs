@@ -14,6 +14,16 @@ import { startAbxd } from './abxd.mjs';
 
 const chromium = process.env.ABX_CHROMIUM || '/usr/bin/chromium';
 const shots = process.env.ABX_CONSOLE_SCREENSHOTS || '';
+// Whether this abxd embeds @xterm/xterm (set by tests/e2e/CMakeLists.txt; OFF for a build with
+// -DABX_CONSOLE_XTERM=OFF or without npm): the terminal is then expected to say so.
+const xtermEmbedded = (process.env.ABX_CONSOLE_XTERM || 'ON') !== 'OFF';
+// A 1x1 PNG, for the file browser's image view.
+const PNG = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==', 'base64');
+
+// The form fields of the page that no label names (a <label> or aria-label).
+const unlabelled = (page) => page.evaluate(() => [...document.querySelectorAll('input, select, textarea')]
+  .filter((e) => e.type !== 'hidden' && !(e.labels && e.labels.length) && !e.getAttribute('aria-label'))
+  .map((e) => e.id || e.outerHTML.slice(0, 80)));
 
 let daemon;
 const key = () => readFileSync(join(daemon.home, 'api_key'), 'utf8').trim();
@@ -39,8 +49,12 @@ test('/console carries a strict CSP and no key; --no-console answers 404', async
   assert.match(js.headers.get('content-type'), /^text\/javascript/);
   assert.match(js.headers.get('content-security-policy'), /script-src 'self'/);
   const xterm = await fetch(`${daemon.baseUrl}/console/vendor/xterm.mjs`);
-  assert.equal(xterm.status, 200, 'xterm is embedded at build time');
-  assert.match(await xterm.text(), /export\s*\{[^}]*Terminal/);
+  if (xtermEmbedded) {
+    assert.equal(xterm.status, 200, 'xterm is embedded at build time');
+    assert.match(await xterm.text(), /export\s*\{[^}]*Terminal/);
+  } else {
+    assert.equal(xterm.status, 404, 'built with ABX_CONSOLE_XTERM=OFF: no xterm');
+  }
   assert.equal((await fetch(`${daemon.baseUrl}/console/nothing.js`)).status, 404);
   assert.equal((await fetch(`${daemon.baseUrl}/console/`, { method: 'POST' })).status, 400);
 
@@ -71,9 +85,15 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
     args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run'],
   });
   const problems = [];
+  const urls = [];  // every URL the page asked for: the key must be in none
+  const a11y = [];  // form fields without a label, per page
+  const labelled = async (where) => {
+    for (const f of await unlabelled(page)) a11y.push(`${where}: ${f}`);
+  };
   let page;
   try {
     page = await browser.newPage();
+    page.on('request', (r) => urls.push(r.url()));
     await page.setViewport({ width: 1280, height: 860 });
     page.on('console', (m) => {
       if (/Content Security Policy|Refused to/i.test(m.text())) problems.push(m.text());
@@ -89,6 +109,7 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
     // sessionStorage only (no cookie, not in the URL).
     await page.goto(`${daemon.baseUrl}/console/`);
     await page.waitForSelector('#api-key');
+    await labelled('sign-in');
     await shot('sign-in');
     await page.type('#api-key', 'not-a-key');
     await page.click('.signin button[type=submit]');
@@ -111,6 +132,7 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
     await page.waitForSelector(`.row[data-id="${id}"] [data-state="running"]`);
     await page.waitForFunction((sel) => document.querySelector(sel)?.textContent === 'on', {},
       `.row[data-id="${id}"] [data-net]`);
+    await labelled('sandboxes');
     await shot('sandboxes');
     // Readable at a phone's width: nothing wider than the screen.
     await page.setViewport({ width: 390, height: 844 });
@@ -145,6 +167,7 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
       new RegExp(`^abx run ${id} demo -a x=42 -a y=world$`, "m"));
     assert.match(await page.$eval("#snippet-demo", (e) => e.textContent),
       new RegExp(`^Sandbox.connect\\("${id}"\\).server.call\\("demo", x=42, y="world"\\)$`, "m"));
+    await labelled('commands');
     await shot('commands');
 
     // Metrics over time, the network policy, a scoped token for one command.
@@ -160,16 +183,38 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
     await page.type('#net-deny', ', not a rule');
     await page.click('#network-edit button[type=submit]');
     await page.waitForFunction(() => /Replacing the network rules: 400: /.test(document.getElementById('status').textContent));
+    await labelled('network');
+
+    // Logs: abxd's events of the sandbox so far, then one that happens while the tab is open
+    // (followed live), then the search and level filters.
+    await page.goto(`${daemon.baseUrl}/console/#/sandbox/${id}/logs`);
+    await page.waitForFunction(() => /created from template 'demo'/.test(document.getElementById('logs')?.textContent)
+      && /network rules replaced/.test(document.getElementById('logs').textContent));
+    await labelled('logs');
+    const timeoutSet = await fetch(`${daemon.baseUrl}/sandboxes/${id}/timeout`, { method: 'POST',
+      headers: { 'X-API-Key': key(), 'Content-Type': 'application/json' }, body: JSON.stringify({ timeout: 600 }) });
+    assert.equal(timeoutSet.status, 204);
+    await page.waitForFunction(() => /timeout set: ends in 600 s/.test(document.getElementById('logs').textContent));
+    await page.type('#log-search', 'TIMEOUT SET');
+    await page.waitForFunction(() => /^1 of \d+ lines$/.test(document.getElementById('log-count').textContent));
+    assert.match(await page.$eval('#logs', (e) => e.textContent), /^\S+ info \[abxd\] timeout set: ends in 600 s$/);
+    await page.$eval('#log-search', (e) => { e.value = ''; e.dispatchEvent(new Event('input')); });
+    await page.select('#log-level', 'error');
+    await page.waitForFunction(() => /^0 of \d+ lines$/.test(document.getElementById('log-count').textContent));
+    assert.equal(await page.$eval('#logs', (e) => e.textContent), '');
     await page.goto(`${daemon.baseUrl}/console/#/sandbox/${id}/tokens`);
     await page.waitForSelector('#token-commands');
     await page.type('#token-commands', 'demo');
     await page.click('#panel form button[type=submit]');
     await page.waitForFunction(() => document.getElementById('token').textContent !== '');
     assert.match(await page.$eval('#token', (e) => e.textContent), /^abxs1\.\S+\nexpires /);
+    await labelled('tokens');
 
     // Files: upload, view, download, delete.
     const local = join(downloads, 'hello-console.txt');
     writeFileSync(local, 'uploaded from the console\n');
+    const dot = join(downloads, 'dot.png');
+    writeFileSync(dot, PNG);
     await page.goto(`${daemon.baseUrl}/console/#/sandbox/${id}/files`);
     await page.waitForSelector('#file-list tr[data-name=".bashrc"]');
     const input = await page.$('#upload');
@@ -188,25 +233,42 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
     await shot('files');
     await page.click('#file-list tr[data-name="hello-console.txt"] [data-action="delete"]');
     await page.waitForFunction(() => !document.querySelector('#file-list tr[data-name="hello-console.txt"]'));
+    await (await page.$('#upload')).uploadFile(dot);
+    await page.waitForSelector('#file-list tr[data-name="dot.png"]');
+    await page.click('#file-list tr[data-name="dot.png"] td:first-child button');
+    await page.waitForFunction(() => document.querySelector('#viewer img')?.complete);
+    assert.equal(await page.$eval('#viewer img', (i) => `${i.naturalWidth}x${i.naturalHeight}`), '1x1');
+    await labelled('files');
 
     // Terminal: a real PTY; what is typed is echoed and run.
     await page.goto(`${daemon.baseUrl}/console/#/sandbox/${id}/terminal`);
-    await page.waitForSelector('#terminal[data-pid]');
-    await page.waitForFunction(() => window.abxTerminal);
-    await page.focus('#terminal textarea');
-    await page.keyboard.type('echo abx-$((6*7))\n');
-    await page.waitForFunction(() => {
-      const b = window.abxTerminal.buffer.active;
-      let text = '';
-      for (let i = 0; i < b.length; i++) text += `${b.getLine(i).translateToString(true)}\n`;
-      return /^abx-42$/m.test(text) && /echo abx-\$\(\(6\*7\)\)/.test(text);
-    }, { timeout: 15000 });
-    await shot('terminal');
+    if (!xtermEmbedded) {
+      await page.waitForFunction(() => /built without @xterm\/xterm/.test(document.getElementById('panel').textContent));
+    } else {
+      await page.waitForSelector('#terminal[data-pid]');
+      await page.waitForFunction(() => window.abxTerminal);
+      await page.focus('#terminal textarea');
+      await page.keyboard.type('echo abx-$((6*7))\n');
+      await page.waitForFunction(() => {
+        const b = window.abxTerminal.buffer.active;
+        let text = '';
+        for (let i = 0; i < b.length; i++) text += `${b.getLine(i).translateToString(true)}\n`;
+        return /^abx-42$/m.test(text) && /echo abx-\$\(\(6\*7\)\)/.test(text);
+      }, { timeout: 15000 });
+      await shot('terminal');
+    }
 
     // Pause, resume and kill from the list.
     await page.goto(`${daemon.baseUrl}/console/#/sandboxes`);
     const row = `.row[data-id="${id}"]`;
     await page.waitForSelector(`${row} [data-action="pause"]`);
+    // Set timeout: the prompt is answered with 900 (the dialog handler above).
+    await page.click(`${row} [data-action="timeout"]`);
+    await page.waitForFunction((sid) => document.getElementById('status').textContent === `Setting the timeout of ${sid}: done`,
+      {}, id);
+    const endAt = (await (await fetch(`${daemon.baseUrl}/sandboxes/${id}`, { headers: { 'X-API-Key': key() } })).json()).endAt;
+    const left = (Date.parse(endAt) - Date.now()) / 1000;
+    assert.ok(left > 700 && left <= 900, `${left} s left after setting 900`);
     await page.waitForFunction((sel) => document.querySelectorAll(`${sel} svg.spark polyline`).length === 3,
       { timeout: 20000 }, row);  // CPU, memory and disk of the samples seen
     await page.click(`${row} [data-action="pause"]`);
@@ -261,8 +323,26 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
 
     await page.goto(`${daemon.baseUrl}/console/#/templates`);
     await page.waitForSelector('#template-list a[href="#/templates/demo"]');
+    await labelled('templates');
     await shot('templates');
+    // One template's details: what the API says of it and of its image.
+    const tmpl = await (await fetch(`${daemon.baseUrl}/templates/demo`, { headers })).json();
+    const image = await (await fetch(`${daemon.baseUrl}/templates/demo/image`, { headers })).json();
+    await page.click('#template-list a[href="#/templates/demo"]');
+    await page.waitForSelector('#template-image');
+    const details = await page.$eval('main', (e) => e.textContent);
+    assert.ok(details.includes(`${image.manifestDigest}`), details);
+    assert.ok(details.includes(`${image.layers.length} layers`), details);
+    assert.ok(details.includes(`capabilities: ${(tmpl.capabilities || []).join(', ') || 'none'}`), details);
+    for (const c of tmpl.customCommands || []) assert.ok(details.includes(c.name ?? JSON.stringify(c)), details);
+    assert.ok(!await page.$('#delete-template'), 'a built-in template has no delete');
+
     assert.deepEqual(problems, []);
+    assert.deepEqual(a11y, []);
+    const k = key();
+    assert.deepEqual(urls.filter((u) => u.includes(k) || u.includes(encodeURIComponent(k))), []);
+    assert.ok(urls.length > 50, `${urls.length} requests seen`);
+    assert.ok(!daemon.output.includes(k), 'the API key is in abxd\'s output');
   } catch (e) {
     // What the page said, for the log of a failed run.
     const said = await page?.$eval('#status', (el) => el.textContent).catch(() => '?');

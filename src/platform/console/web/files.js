@@ -13,6 +13,7 @@ export async function filesTab(panel, id, start = '/home/user') {
   const table = h('table', { id: 'file-list' });
   const viewer = h('section', { id: 'viewer', 'aria-live': 'polite' });
   const upload = h('input', { id: 'upload', type: 'file', multiple: true });
+  let shownUrl = '';  // the object URL of the image in view, revoked when another is shown
 
   async function load() {
     const data = await act(`Listing ${dir}`, () => envdCall(id, 'filesystem.Filesystem/ListDir',
@@ -47,8 +48,10 @@ export async function filesTab(panel, id, start = '/home/user') {
   async function view(e) {
     const blob = await act(`Reading ${e.path}`, () => fetchFile(e)).catch(() => null);
     if (!blob) return;
+    if (shownUrl) { URL.revokeObjectURL(shownUrl); shownUrl = ''; }
     if (/\.(png|jpe?g|gif|webp)$/i.test(e.name)) {
-      viewer.replaceChildren(h('h2', {}, e.path), h('img', { src: URL.createObjectURL(blob), alt: e.name }));
+      shownUrl = URL.createObjectURL(blob);
+      viewer.replaceChildren(h('h2', {}, e.path), h('img', { src: shownUrl, alt: e.name }));
       return;
     }
     const text = await blob.slice(0, VIEW_LIMIT).text();
@@ -62,6 +65,7 @@ export async function filesTab(panel, id, start = '/home/user') {
     document.body.append(a);
     a.click();
     a.remove();
+    setTimeout(() => URL.revokeObjectURL(a.href), 60000);
   }
   async function remove(e) {
     if (!confirm(`Delete ${e.path}?`)) return;

@@ -4,6 +4,7 @@ import { codeTab } from './code.js';
 import { commandsTab } from './commands.js';
 import { metricsTab, networkTab, tokensTab } from './details.js';
 import { filesTab } from './files.js';
+import { logsTab } from './logs.js';
 import { terminalTab } from './terminal.js';
 import { age, h } from './ui.js';
 
@@ -11,37 +12,6 @@ const TABS = {
   commands: 'Commands', files: 'Files', terminal: 'Terminal', logs: 'Logs', metrics: 'Metrics',
   network: 'Network', tokens: 'Tokens',
 };
-
-async function logsTab(panel, id) {
-  const search = h('input', { id: 'log-search', type: 'search', placeholder: 'search' });
-  const out = h('pre', { class: 'logs', id: 'logs', tabindex: '0' });
-  let cursor = 0;
-  let lines = [];
-  const show = () => {
-    const q = search.value.toLowerCase();
-    out.textContent = lines.filter((l) => !q || l.toLowerCase().includes(q)).join('\n');
-  };
-  search.addEventListener('input', show);
-  panel.replaceChildren(h('label', { for: 'log-search' }, 'Search'), search, out);
-  let timer = 0;
-  const poll = async () => {
-    const q = new URLSearchParams({ cursor: String(cursor), limit: '1000' });
-    try {
-      const { data } = await api('GET', `/v2/sandboxes/${encodeURIComponent(id)}/logs?${q}`);
-      for (const e of data.logs || []) {
-        lines.push(`${e.timestamp} ${e.level} ${e.message}`);
-        cursor = Math.max(cursor, Date.parse(e.timestamp) + 1);
-      }
-      if (lines.length > 5000) lines = lines.slice(-5000);
-      show();
-    } catch (e) {
-      out.textContent = e.message;
-    }
-    timer = setTimeout(poll, 2000);
-  };
-  await poll();
-  return () => clearTimeout(timer);
-}
 
 export async function sandboxPage(main, id, tab) {
   const { data: sb } = await api('GET', `/sandboxes/${encodeURIComponent(id)}`);
