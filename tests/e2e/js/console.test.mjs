@@ -136,7 +136,7 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
     await shot('sandboxes');
     // Readable at a phone's width: nothing wider than the screen.
     await page.setViewport({ width: 390, height: 844 });
-    await page.evaluate(() => document.getElementById('sandbox-list').dispatchEvent(new Event('scroll')));
+    await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
     assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= 390),
       `page ${await page.evaluate(() => document.documentElement.scrollWidth)} px wide at 390`);
     await shot('phone');
@@ -305,10 +305,11 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
       { timeout: 20000 }, many);
     const inDom = await page.$$eval('#sandbox-list .row', (rs) => rs.length);
     assert.ok(inDom > 5 && inDom < many, `${inDom} rows in the page for ${many} sandboxes`);
-    const last = await page.evaluate(() => {
+    const last = await page.evaluate(async () => {
       const v = document.getElementById('sandbox-list');
       v.scrollTop = v.scrollHeight;
-      v.dispatchEvent(new Event('scroll'));
+      // The list renders at the next frame after a scroll.
+      await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
       const rs = [...v.querySelectorAll('.row')];
       return rs.reduce((a, r) => (parseFloat(r.style.top) > parseFloat(a.style.top) ? r : a)).dataset.id;
     });

@@ -77,8 +77,8 @@ export async function sandboxesPage(main) {
   h('button', { type: 'submit', id: 'create' }, 'Create'));
 
   const search = h('input', { id: 'filter', type: 'search', placeholder: 'id, template or metadata',
-    oninput: () => { filter = search.value.trim().toLowerCase(); render(); } });
-  const stateFilter = h('select', { id: 'state-filter', onchange: () => render() },
+    oninput: () => { filter = search.value.trim().toLowerCase(); schedule(); } });
+  const stateFilter = h('select', { id: 'state-filter', onchange: () => schedule() },
     h('option', { value: '' }, 'any state'), h('option', { value: 'running' }, 'running'),
     h('option', { value: 'paused' }, 'paused'));
   const count = h('span', { class: 'hint', id: 'count' });
@@ -87,7 +87,7 @@ export async function sandboxesPage(main) {
       .map((c) => h('span', { role: 'columnheader' }, c)));
   const spacer = h('div', { class: 'spacer' });
   const viewport = h('div', { class: 'viewport', id: 'sandbox-list', role: 'rowgroup',
-    tabindex: '0', onscroll: () => render() }, spacer);
+    tabindex: '0', onscroll: () => schedule() }, spacer);
 
   main.replaceChildren(h('h1', {}, 'Sandboxes'), createForm,
     h('div', { class: 'inline' }, h('label', { for: 'filter' }, 'Filter '), search, ' ',
@@ -136,7 +136,7 @@ export async function sandboxesPage(main) {
         asked.add(id);
         api('GET', `/sandboxes/${encodeURIComponent(id)}`).then(({ data }) => {
           details.set(id, data);
-          render();
+          schedule();
         }, () => {});
       }
       return '…';
@@ -145,35 +145,68 @@ export async function sandboxesPage(main) {
     return d.allowInternetAccess ? 'on' : 'off';
   }
 
+  const shown = new Map();  // id -> the row in the page: { el, cells, state, rh, gen, top }
+  let generation = 0;  // refreshes so far: a row's sparklines are redrawn once per refresh
+  const text = (el, t) => { if (el.textContent !== t) el.textContent = t; };
+
+  // Scrolling, typing and answers arriving ask for a render; it happens once, at the next frame.
+  let frame = 0;
+  function schedule() {
+    if (!frame) frame = requestAnimationFrame(() => { frame = 0; render(); });
+  }
+
   function render() {
+    if (frame) { cancelAnimationFrame(frame); frame = 0; }
     const list = visible();
     const rh = rowHeight();
     count.textContent = `${list.length} of ${rows.length}`;
     spacer.style.height = `${list.length * rh}px`;
     const first = Math.max(0, Math.floor(viewport.scrollTop / rh) - 5);
     const last = Math.min(list.length, Math.ceil((viewport.scrollTop + viewport.clientHeight) / rh) + 5);
-    const out = [];
+    // Rows are kept per sandbox while they stay in view: a render only moves them, changes the
+    // texts that changed and redraws sparklines after a refresh. A row is built anew when it
+    // comes into view or its state (and so its actions) changes.
+    const keep = new Set();
     for (let i = first; i < last; i++) {
       const r = list[i];
-      const m = metrics[r.sandboxID];
+      const id = r.sandboxID;
+      keep.add(id);
+      let s = shown.get(id);
+      if (!s || s.state !== r.state || s.rh !== rh) {
+        const cells = {
+          age: h('span', { role: 'cell' }), left: h('span', { role: 'cell' }),
+          net: h('span', { role: 'cell', dataset: { net: '' } }), usage: h('span'),
+          sparks: h('span', { class: 'sparks' }),
+        };
+        const el = h('div', { class: 'row', role: 'row', dataset: { id } },
+          h('span', { class: 'mono', role: 'cell' }, id),
+          h('span', { role: 'cell', dataset: { state: r.state } }, r.state),
+          h('span', { role: 'cell' }, r.templateID),
+          cells.age, cells.left, cells.net,
+          h('span', { role: 'cell', class: 'usage' }, cells.usage, cells.sparks),
+          h('span', { role: 'cell' }, actions(r)));
+        if (s) s.el.replaceWith(el); else spacer.append(el);
+        s = { el, cells, state: r.state, rh, gen: -1, top: '' };
+        shown.set(id, s);
+      }
+      const m = metrics[id];
       const left = Math.round((Date.parse(r.endAt) - Date.now()) / 1000);
-      const row = h('div', { class: 'row', role: 'row', dataset: { id: r.sandboxID } },
-        h('span', { class: 'mono', role: 'cell' }, r.sandboxID),
-        h('span', { role: 'cell', dataset: { state: r.state } }, r.state),
-        h('span', { role: 'cell' }, r.templateID),
-        h('span', { role: 'cell' }, age(r.startedAt)),
-        h('span', { role: 'cell' }, r.state === 'paused' ? '—' : left > 0 ? duration(left) : 'ending'),
-        h('span', { role: 'cell', dataset: { net: '' } }, network(r.sandboxID)),
-        h('span', { role: 'cell', class: 'usage' }, m ? `${m.cpuUsedPct.toFixed(0)}% · ${bytes(m.memUsed)}` : '—',
-          history.has(r.sandboxID) ? [
-            sparkline(history.get(r.sandboxID).cpu, `CPU of ${r.sandboxID}`),
-            sparkline(history.get(r.sandboxID).mem, `memory of ${r.sandboxID}`),
-            sparkline(history.get(r.sandboxID).disk, `disk of ${r.sandboxID}`)] : null),
-        h('span', { role: 'cell' }, actions(r)));
-      row.style.top = `${i * rh}px`;
-      out.push(row);
+      text(s.cells.age, age(r.startedAt));
+      text(s.cells.left, r.state === 'paused' ? '—' : left > 0 ? duration(left) : 'ending');
+      text(s.cells.net, network(id));
+      text(s.cells.usage, m ? `${m.cpuUsedPct.toFixed(0)}% · ${bytes(m.memUsed)}` : '—');
+      const hs = history.get(id);
+      if (hs && s.gen !== generation) {
+        s.gen = generation;
+        s.cells.sparks.replaceChildren(sparkline(hs.cpu, `CPU of ${id}`),
+          sparkline(hs.mem, `memory of ${id}`), sparkline(hs.disk, `disk of ${id}`));
+      }
+      const top = `${i * rh}px`;
+      if (s.top !== top) { s.el.style.top = top; s.top = top; }
     }
-    spacer.replaceChildren(...out);
+    for (const [id, s] of shown) {
+      if (!keep.has(id)) { s.el.remove(); shown.delete(id); }
+    }
   }
 
   let timer = 0;
@@ -194,6 +227,7 @@ export async function sandboxesPage(main) {
         for (const k of ['cpu', 'mem', 'disk']) if (hs[k].length > HISTORY) hs[k].shift();
         history.set(id, hs);
       }
+      generation++;
       render();
     } catch (e) {
       status(`Listing sandboxes: ${e.message}`, 'error');
@@ -201,5 +235,5 @@ export async function sandboxesPage(main) {
     if (!stopped) timer = setTimeout(refresh, REFRESH_MS);
   }
   await refresh();
-  return () => { stopped = true; clearTimeout(timer); };
+  return () => { stopped = true; clearTimeout(timer); cancelAnimationFrame(frame); };
 }
