@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The web console's sandbox list with many sandboxes (issue 42: a list of 500 stays smooth):
-# scroll frame times, long tasks and action feedback in Debian's chromium with 10 real sandboxes,
+# scroll frame times, long tasks and action feedback in Debian's chromium with 50 real sandboxes,
 # then with 500, in the same run (bench/lib/console_list.mjs, puppeteer-core from tests/e2e/js).
 # Needs chromium (scripts/install-deps.sh) and abxd built (release by default); 500 base
 # sandboxes take about 2.5 GiB of memory and a couple of minutes to create.
@@ -11,7 +11,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$here/lib/load.sh"
 cd "$(dirname "$here")"
 bd=build/release
-export BENCH_MANY=${BENCH_MANY:-500} BENCH_FEW=${BENCH_FEW:-10}
+export BENCH_MANY=${BENCH_MANY:-500} BENCH_FEW=${BENCH_FEW:-50}
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) bd=$2; shift 2 ;;

@@ -1,22 +1,39 @@
 // The console's sandbox list with many sandboxes (issue 42: "a list of 500 sandboxes stays
 // smooth"), in Debian's chromium driven by puppeteer-core, against a real abxd with real
-// sandboxes. The same page is measured with BENCH_FEW sandboxes and then with BENCH_MANY (the
-// peer is the console itself with few): rows in the DOM, frame times while scrolling the list
-// from top to bottom, the main thread's long tasks (> 50 ms) over a scroll and two refreshes,
-// and the time from a click on Pause to the first feedback on the status line. Run by
-// bench/console-list.sh, which starts abxd.
-import { appendFileSync } from 'node:fs';
+// sandboxes. The same page is measured with BENCH_FEW (50) sandboxes and then with BENCH_MANY
+// (500): the peer is the console itself with few, which scrolls too. Rows in the DOM, frame
+// times while the list scrolls at one speed (160 frames, down and back up), the main thread's
+// long tasks (> 50 ms) over the scroll and two refreshes, and the time from a click on Pause to
+// the first feedback on the status line. Run by bench/console-list.sh, which starts abxd. Each
+// measurement waits (up to 90 s) for the machine to settle first and prints how busy the
+// machine was during it.
+import { appendFileSync, readFileSync } from 'node:fs';
 import puppeteer from 'puppeteer-core';
 
 const url = process.env.BENCH_ABXD_URL;
 const key = process.env.BENCH_ABXD_KEY;
-const few = Number(process.env.BENCH_FEW || 10);
+const few = Number(process.env.BENCH_FEW || 50);
 const many = Number(process.env.BENCH_MANY || 500);
 const headers = { 'X-API-Key': key, 'Content-Type': 'application/json' };
 
 function pct(a, p) {
   const s = [...a].sort((x, y) => x - y);
   return s[Math.min(s.length - 1, Math.round((p / 100) * (s.length - 1)))];
+}
+
+// The machine's busy and idle jiffies (/proc/stat), to see what else ran during a measurement.
+function cpu() {
+  const f = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
+  return { busy: f[0] + f[1] + f[2] + f[5] + f[6] + f[7], idle: f[3] + f[4] };
+}
+const busyPct = (a, b) => (100 * (b.busy - a.busy)) / Math.max(1, (b.busy - a.busy) + (b.idle - a.idle));
+// Waits up to 90 s for the machine to be < 25% busy over a second (new sandboxes settle).
+async function settle() {
+  for (let i = 0; i < 90; i++) {
+    const a = cpu();
+    await new Promise((r) => setTimeout(r, 1000));
+    if (busyPct(a, cpu()) < 25) return;
+  }
 }
 
 let made = 0;
@@ -37,6 +54,7 @@ async function grow(n) {
 }
 
 async function measure(browser, n) {
+  await settle();
   const page = await browser.newPage();
   await page.setViewport({ width: 1280, height: 860 });
   await page.goto(`${url}/console/`);
@@ -46,6 +64,7 @@ async function measure(browser, n) {
   await page.waitForFunction((k) => document.getElementById('count')?.textContent === `${k} of ${k}`,
     { timeout: 120000 }, n);
   const rows = await page.$$eval('#sandbox-list .row', (rs) => rs.length);
+  const c0 = cpu();
   // Long tasks and frames while the list scrolls top to bottom, one step per frame, and over
   // the two refreshes (every 3 s) that follow.
   const m = await page.evaluate(async () => {
@@ -55,15 +74,23 @@ async function measure(browser, n) {
     const v = document.getElementById('sandbox-list');
     const frames = [];
     let last = performance.now();
-    const steps = 120;
-    for (let i = 1; i <= steps; i++) {
-      v.scrollTop = ((v.scrollHeight - v.clientHeight) * i) / steps;
+    // The same speed for both lists (an eighth of the view per frame, down to the end and back
+    // up): each frame brings in as many new rows whatever the list's length.
+    const step = v.clientHeight / 8;
+    let pos = 0;
+    let dir = 1;
+    for (let i = 1; i <= 160; i++) {
+      pos += dir * step;
+      const max = v.scrollHeight - v.clientHeight;
+      if (pos >= max) { pos = max; dir = -1; }
+      if (pos <= 0) { pos = 0; dir = 1; }
+      v.scrollTop = pos;
       await new Promise((r) => requestAnimationFrame(r));
       const now = performance.now();
       frames.push(now - last);
       last = now;
     }
-    const bottom = [...v.querySelectorAll('.row')].length;
+    const bottom = v.querySelectorAll('.row').length;
     await new Promise((r) => setTimeout(r, 6500));
     return { frames, long, bottom };
   });
@@ -77,8 +104,9 @@ async function measure(browser, n) {
     t0 = performance.now();
     btn.click();
   }));
+  const busy = busyPct(c0, cpu());
   await page.close();
-  return { rows, bottom: m.bottom, frames: m.frames, long: m.long, feedback };
+  return { rows, bottom: m.bottom, frames: m.frames, long: m.long, feedback, busy };
 }
 
 const browser = await puppeteer.launch({
@@ -119,6 +147,7 @@ line('scroll frame p95', pct(out.few.frames, 95), pct(out.many.frames, 95));
 line('scroll frame max', Math.max(...out.few.frames), Math.max(...out.many.frames));
 console.log(`${'long tasks (> 50 ms): count, longest'.padEnd(44)}${`${out.few.long.length}, ${Math.max(0, ...out.few.long).toFixed(0)}`.padStart(9)}${`${out.many.long.length}, ${Math.max(0, ...out.many.long).toFixed(0)}`.padStart(10)}`);
 line('click on Pause to status feedback', out.few.feedback, out.many.feedback);
+console.log(`${'machine busy during it (all cores, %)'.padEnd(44)}${f(out.few.busy)} ${f(out.many.busy)}`);
 if (process.env.BENCH_ROWS) {
   appendFileSync(process.env.BENCH_ROWS,
     `console\tconsole list scroll frame p95, ${many} sandboxes\t${Math.round(pct(out.many.frames, 95) * 1000)}\tthe same list with ${few}\t${Math.round(pct(out.few.frames, 95) * 1000)}\tus\tlower\t-\n`);
