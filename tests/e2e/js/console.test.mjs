@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { startAbxd } from './abxd.mjs';
 
 const chromium = process.env.ABX_CHROMIUM || '/usr/bin/chromium';
+const criu = process.env.ABX_CRIU ?? '/usr/local/lib/abx/criu/criu';
 const shots = process.env.ABX_CONSOLE_SCREENSHOTS || '';
 // Whether this abxd embeds @xterm/xterm (set by tests/e2e/CMakeLists.txt; OFF for a build with
 // -DABX_CONSOLE_XTERM=OFF or without npm): the terminal is then expected to say so.
@@ -269,6 +270,28 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
     const endAt = (await (await fetch(`${daemon.baseUrl}/sandboxes/${id}`, { headers: { 'X-API-Key': key() } })).json()).endAt;
     const left = (Date.parse(endAt) - Date.now()) / 1000;
     assert.ok(left > 700 && left <= 900, `${left} s left after setting 900`);
+    // Fork and snapshot need CRIU (scripts/install-criu.sh); without it the API's 409 is shown.
+    await page.click(`${row} [data-action="fork"]`);
+    if (!existsSync(criu)) {
+      await page.waitForFunction((sid) => document.getElementById('status').textContent.startsWith(`Forking ${sid}: 409: `),
+        { timeout: 30000 }, id);
+    } else {
+      await page.waitForFunction((sid) => new RegExp(`^Forked ${sid} into \\w+$`).test(document.getElementById('status').textContent),
+        { timeout: 60000 }, id);
+      const child = (await statusText()).split(' ').pop();
+      daemon.made.push(child);
+      await page.waitForSelector(`.row[data-id="${child}"] [data-state="running"]`);
+      const killed = await fetch(`${daemon.baseUrl}/sandboxes/${child}`, { method: 'DELETE', headers: { 'X-API-Key': key() } });
+      assert.equal(killed.status, 204);
+      await page.click(`${row} [data-action="snapshot"]`);
+      await page.waitForFunction((sid) => new RegExp(`^Snapshot snapshot-\\S+ of ${sid} `).test(document.getElementById('status').textContent),
+        { timeout: 60000 }, id);
+      const snap = (await statusText()).split(' ')[1];
+      const snaps = await (await fetch(`${daemon.baseUrl}/snapshots?sandboxID=${id}`, { headers: { 'X-API-Key': key() } })).json();
+      assert.deepEqual(snaps.map((x) => x.snapshotID), [snap]);
+      const gone = await fetch(`${daemon.baseUrl}/templates/${snap}`, { method: 'DELETE', headers: { 'X-API-Key': key() } });
+      assert.equal(gone.status, 204);
+    }
     await page.waitForFunction((sel) => document.querySelectorAll(`${sel} svg.spark polyline`).length === 3,
       { timeout: 20000 }, row);  // CPU, memory and disk of the samples seen
     await page.click(`${row} [data-action="pause"]`);

@@ -104,7 +104,11 @@ export async function sandboxesPage(main) {
   function actions(r) {
     const id = r.sandboxID;
     const path = `/sandboxes/${encodeURIComponent(id)}`;
-    const run = (what, fn) => act(`${what} ${id}`, fn).then(refresh, () => {});
+    // An action's function may return a function that reports its outcome after act's "done".
+    const run = (what, fn) => act(`${what} ${id}`, fn).then((after) => {
+      if (typeof after === 'function') after();
+      return refresh();
+    }, () => {});
     const btns = [h('a', { href: `#/sandbox/${encodeURIComponent(id)}` }, 'Open')];
     if (r.state === 'paused') {
       btns.push(h('button', { type: 'button', dataset: { action: 'resume' },
@@ -113,10 +117,17 @@ export async function sandboxesPage(main) {
       btns.push(h('button', { type: 'button', dataset: { action: 'pause' },
         onclick: () => run('Pausing', () => api('POST', `${path}/pause`)) }, 'Pause'));
     }
-    btns.push(h('button', { type: 'button', dataset: { action: 'fork' },
-      onclick: () => run('Forking', () => api('POST', `${path}/fork`, {})) }, 'Fork'));
-    btns.push(h('button', { type: 'button', dataset: { action: 'snapshot' },
-      onclick: () => run('Snapshotting', () => api('POST', `${path}/snapshots`, {})) }, 'Snapshot'));
+    // Fork and snapshot say what they made (or the child's own error) once they are done.
+    btns.push(h('button', { type: 'button', dataset: { action: 'fork' }, onclick: () => run('Forking', async () => {
+      const { data } = await api('POST', `${path}/fork`, {});
+      const child = (data || [])[0] || {};
+      if (child.error) throw new Error(`the child failed: ${child.error.message}`);
+      return () => status(`Forked ${id} into ${child.sandbox.sandboxID}`, 'ok');
+    }) }, 'Fork'));
+    btns.push(h('button', { type: 'button', dataset: { action: 'snapshot' }, onclick: () => run('Snapshotting', async () => {
+      const { data } = await api('POST', `${path}/snapshots`, {});
+      return () => status(`Snapshot ${data.snapshotID} of ${id} (a template: create sandboxes from it)`, 'ok');
+    }) }, 'Snapshot'));
     btns.push(h('button', { type: 'button', dataset: { action: 'timeout' }, onclick: () => {
       const v = prompt(`New timeout for ${id}, in seconds from now`, '300');
       if (v !== null) run('Setting the timeout of', () => api('POST', `${path}/timeout`, { timeout: Number(v) }));
