@@ -28,7 +28,7 @@ const unlabelled = (page) => page.evaluate(() => [...document.querySelectorAll('
 
 let daemon;
 const key = () => readFileSync(join(daemon.home, 'api_key'), 'utf8').trim();
-before(async () => { daemon = await startAbxd('console'); });
+before(async () => { daemon = await startAbxd('console', [], { capture: true }); });
 after(async () => { await daemon?.stop(); });
 
 test('/console carries a strict CSP and no key; --no-console answers 404', async () => {
@@ -366,6 +366,7 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
     const k = key();
     assert.deepEqual(urls.filter((u) => u.includes(k) || u.includes(encodeURIComponent(k))), []);
     assert.ok(urls.length > 50, `${urls.length} requests seen`);
+    assert.match(daemon.output, /listening on 127\.0\.0\.1:\d+/);  // the output was captured
     assert.ok(!daemon.output.includes(k), 'the API key is in abxd\'s output');
   } catch (e) {
     // What the page said, for the log of a failed run.
