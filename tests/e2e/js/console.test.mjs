@@ -175,6 +175,7 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
     await page.goto(`${daemon.baseUrl}/console/#/sandbox/${id}/metrics`);
     await page.waitForFunction(() => document.querySelectorAll('#metrics figure').length === 3,
       { timeout: 20000 });
+    await shot('metrics');
     await page.goto(`${daemon.baseUrl}/console/#/sandbox/${id}/network`);
     await page.waitForSelector('#network-policy');
     assert.match(await page.$eval('#network-policy', (e) => e.textContent), /Internetallowed/);
@@ -185,6 +186,7 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
     await page.click('#network-edit button[type=submit]');
     await page.waitForFunction(() => /Replacing the network rules: 400: /.test(document.getElementById('status').textContent));
     await labelled('network');
+    await shot('network');
 
     // Logs: abxd's events of the sandbox so far, then one that happens while the tab is open
     // (followed live), then the search and level filters.
@@ -197,6 +199,10 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
     assert.equal(timeoutSet.status, 204);
     await page.waitForFunction(() => /timeout set: ends in 600 s/.test(document.getElementById('logs').textContent));
     await page.type('#log-search', 'TIMEOUT SET');
+    await page.waitForFunction(() => /^1 of \d+ lines$/.test(document.getElementById('log-count').textContent));
+    await page.$eval('#log-search', (e) => { e.value = 'timeout'; e.dispatchEvent(new Event('input')); });
+    await shot('logs');
+    await page.$eval('#log-search', (e) => { e.value = 'TIMEOUT SET'; e.dispatchEvent(new Event('input')); });
     await page.waitForFunction(() => /^1 of \d+ lines$/.test(document.getElementById('log-count').textContent));
     assert.match(await page.$eval('#logs', (e) => e.textContent), /^\S+ info \[abxd\] timeout set: ends in 600 s$/);
     await page.$eval('#log-search', (e) => { e.value = ''; e.dispatchEvent(new Event('input')); });
@@ -360,6 +366,7 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
     assert.ok(details.includes(`capabilities: ${(tmpl.capabilities || []).join(', ') || 'none'}`), details);
     for (const c of tmpl.customCommands || []) assert.ok(details.includes(c.name ?? JSON.stringify(c)), details);
     assert.ok(!await page.$('#delete-template'), 'a built-in template has no delete');
+    await shot('template');
 
     assert.deepEqual(problems, []);
     assert.deepEqual(a11y, []);

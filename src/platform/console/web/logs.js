@@ -32,9 +32,9 @@ export async function logsTab(panel, id) {
   search.addEventListener('input', show);
   level.addEventListener('change', show);
   panel.replaceChildren(
-    h('div', { class: 'inline' },
-      h('label', { for: 'log-search' }, 'Search'), search,
-      h('label', { for: 'log-level' }, 'Level'), level, ' ', count),
+    h('form', { class: 'inline', role: 'search', onsubmit: (ev) => ev.preventDefault() },
+      h('div', {}, h('label', { for: 'log-search' }, 'Search'), search),
+      h('div', {}, h('label', { for: 'log-level' }, 'Level'), level), count),
     out);
 
   let timer = 0;
