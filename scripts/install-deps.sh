@@ -40,6 +40,7 @@ pkgs=(
   docker-registry skopeo busybox-static musl-tools runc crun mmdebstrap apache2-utils
   libzmq3-dev cppzmq-dev  # abx-interp: Jupyter kernels over ZeroMQ (src/interp)
   python3-ipykernel  # tests of src/interp: a real IPython kernel on the host
+  chromium  # tests/e2e/js/console.test.mjs: abxd's web console in a real browser (puppeteer-core)
   ccache  # compiler cache: the dev, asan and release builds of one run share unchanged objects
 )
 # tests/e2e/mcp: the official MCP TypeScript SDK runs on Node (npm ci fetches it). Debian's

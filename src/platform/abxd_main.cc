@@ -90,6 +90,7 @@ struct Config {
   std::string pause_mode = "auto";
   std::string criu = env_or("ABX_CRIU").empty() ? runtime::kDefaultCriu : env_or("ABX_CRIU");
   bool no_watchdog = false;
+  bool no_console = false;
   CLI::App* watchdog_cmd = nullptr;
   std::string registry_auth;
   std::vector<std::string> insecure_registries;
@@ -257,6 +258,8 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, Config& cfg
   teams->add_subcommand("list", "List teams with their number of active keys");
   teams->require_subcommand(1);
   platform::add_image_commands(app, cfg.image_cmd);
+  app.add_flag("--no-console", cfg.no_console,
+               "Do not serve the web console (GET /console answers 404)");
   app.add_flag("--no-watchdog", cfg.no_watchdog,
                "Do not start the deadline watchdog (sandboxes then outlive their deadline while "
                "abxd is down)");
@@ -568,6 +571,7 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   auto mgr = platform::SandboxManager::start(mo, **st, std::move(catalog));
   if (!mgr.ok()) return fail_networked(mgr.error(), kExitConfig);
   platform::ControlApi api(**mgr, **st);
+  api.set_console(!cfg.no_console);
 
   // Template builds, into the manager's image store; a finished build reloads the catalog.
   platform::TemplateBuildOptions tbo;
@@ -617,6 +621,8 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   std::cout << "listening on " << addr << std::endl;
   log.info("abxd serving on " + addr + " (home " + cfg.home + ", domain " + cfg.domain + ", " +
            std::to_string(ntemplates) + " templates)");
+  if (!cfg.no_console)
+    log.info("web console at http://" + addr + "/console (abxd --no-console: off)");
   int sig = 0;
   for (;;) {
     sigwait(&stop, &sig);

@@ -18,6 +18,7 @@
 #include "abx/base/try.h"
 #include "abx/token/token.h"
 #include "api_routes.h"
+#include "console.h"
 #include "mcp_tools_abxd.h"
 
 namespace abx::platform {
@@ -263,6 +264,12 @@ Result<Response> ControlApi::route(Request& req) {
   // /health and /mcp match the exact path with any method, as they always have; /health needs
   // no credentials.
   if (path == "/health") return http::json_response(200, json::object{{"status", "ok"}});
+  // The web console's files (console.h) need no credentials: they hold no data, and the page
+  // sends the API key on each call it makes. abxd --no-console: 404.
+  if (console::is_console_path(path)) {
+    if (!console_) return not_found("the console is turned off (abxd --no-console)");
+    return console::serve(req, path);
+  }
   // A signed file URL that no live sandbox's token signed (signed_files_route found none): what
   // envd answers a wrong signature, not the API's "missing API key".
   if (signed_files_request(req.base())) {

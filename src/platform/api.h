@@ -2,6 +2,7 @@
 //
 // Routes (shapes as in e2b-protocol.md §2; errors are {"code": status, "message": …}):
 //   GET    /health                         200, no auth
+//   GET    /console, /console/<file>       200, no auth: the web console (console.h); 404 if off
 //   POST   /sandboxes                      201 Sandbox
 //   GET    /v2/sandboxes                   200 [ListedSandbox], X-Next-Token paging
 //   GET    /sandboxes                      200 [ListedSandbox] (v1: running only)
@@ -51,6 +52,9 @@ class ControlApi : public GatewayBackend {
   void enable_builds(TemplateBuilder& builder, image::Store& images, std::string upload_dir,
                      std::uint64_t max_upload_bytes = 2ull << 30);
 
+  // Whether GET /console serves the web console (console.h); on unless abxd --no-console.
+  void set_console(bool enabled) { console_ = enabled; }
+
   http::Response handle_control(http::Request&& req) override;
   Result<runtime::UniqueFd> connect_sandbox(const Route& route) override;
   Result<runtime::UniqueFd> sandbox_socket(const Route& route) override;
@@ -78,6 +82,7 @@ class ControlApi : public GatewayBackend {
   std::uint64_t max_upload_bytes_ = 0;
   Logger log_{"api"};
   AuthLimiter auth_limiter_;  // failed authentication, per source (kPeerAddressField)
+  bool console_ = true;       // GET /console serves the web console (set_console)
 };
 
 }  // namespace abx::platform

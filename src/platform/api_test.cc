@@ -8,6 +8,7 @@
 #include "abx/base/json.h"
 #include "api_routes.h"
 #include "auth_limiter.h"
+#include "console.h"
 
 namespace abx::platform::api {
 namespace {
@@ -197,3 +198,50 @@ TEST(AuthLimiter, SourcesBeyondTheTableCountTogether) {
 
 }  // namespace
 }  // namespace abx::platform
+
+namespace abx::platform::console {
+namespace {
+
+http::Request console_request(boost::beast::http::verb method, std::string target) {
+  http::Request req(method, target, 11);
+  return req;
+}
+
+TEST(Console, ServesThePageAndEveryFileWithTheStrictPolicy) {
+  ASSERT_FALSE(assets().empty());
+  for (const Asset& a : assets()) {
+    auto res = serve(console_request(boost::beast::http::verb::get, std::string(a.path)), a.path);
+    ASSERT_TRUE(res.ok()) << a.path;
+    EXPECT_EQ(res->result_int(), 200);
+    EXPECT_EQ(res->body(), a.body);
+    EXPECT_FALSE(a.body.empty()) << a.path;
+    EXPECT_EQ((*res)[boost::beast::http::field::content_type], a.content_type);
+    EXPECT_EQ((*res)["Content-Security-Policy"], kContentSecurityPolicy);
+    EXPECT_EQ((*res)["X-Content-Type-Options"], "nosniff");
+    EXPECT_EQ((*res)[boost::beast::http::field::cache_control], "no-store");
+  }
+  EXPECT_EQ(kContentSecurityPolicy.find("unsafe"), std::string_view::npos);
+  auto page = serve(console_request(boost::beast::http::verb::get, "/console"), "/console");
+  ASSERT_TRUE(page.ok());
+  EXPECT_NE(page->body().find(R"(<script type="module" src="/console/app.js">)"),
+            std::string::npos);
+  EXPECT_NE(page->body().find(R"(<link rel="stylesheet" href="/console/console.css">)"),
+            std::string::npos);
+}
+
+TEST(Console, UnknownFilesAndOtherMethodsAreErrors) {
+  auto missing =
+      serve(console_request(boost::beast::http::verb::get, "/console/x.js"), "/console/x.js");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().code(), ErrorCode::kNotFound);
+  auto post = serve(console_request(boost::beast::http::verb::post, "/console/"), "/console/");
+  ASSERT_FALSE(post.ok());
+  EXPECT_EQ(post.error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(is_console_path("/console"));
+  EXPECT_TRUE(is_console_path("/console/app.js"));
+  EXPECT_FALSE(is_console_path("/consoles"));
+  EXPECT_FALSE(is_console_path("/sandboxes"));
+}
+
+}  // namespace
+}  // namespace abx::platform::console

@@ -12,18 +12,25 @@ import { createInterface } from 'node:readline';
 
 import { Sandbox } from 'e2b';
 
-// Starts abxd on `home` and resolves with [process, baseUrl] once it listens.
-async function launch(home, extraArgs, port = 0) {
+// Starts abxd on `home` and resolves with [process, baseUrl] once it listens. With `output`,
+// what abxd prints (stdout and stderr) is also appended to `output.text` (stderr passed on to
+// this process's); without it abxd's stderr is this process's own.
+async function launch(home, extraArgs, port = 0, output = null) {
   // Sandboxes have outbound networking: their resolver forwards to a loopback port where nothing
   // answers, so no test's DNS question can reach a real resolver.
   const args = ['--home', home, '--listen', `127.0.0.1:${port}`, '--dns-upstream', '127.0.0.1:9'];
   const abxd = spawn(process.env.ABXD_BIN, [...args, ...extraArgs], {
-    stdio: ['ignore', 'pipe', 'inherit'],
+    stdio: ['ignore', 'pipe', output ? 'pipe' : 'inherit'],
+  });
+  abxd.stderr?.on('data', (d) => {
+    process.stderr.write(d);
+    output.text += d;
   });
   const baseUrl = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error('abxd did not print its address')), 20000);
     abxd.once('exit', (code) => reject(new Error(`abxd exited early: ${code}`)));
     createInterface({ input: abxd.stdout }).on('line', (line) => {
+      if (output) output.text += `${line}\n`;
       const m = /^listening on (\S+):(\d+)$/.exec(line);
       if (m) {
         clearTimeout(timer);
@@ -49,21 +56,25 @@ function halt(abxd, signal) {
   });
 }
 
-export async function startAbxd(name, extraArgs = []) {
+// `capture`: keep what abxd prints, in `output` (the console test looks for its API key there).
+export async function startAbxd(name, extraArgs = [], { capture = false } = {}) {
   if (!process.env.ABXD_BIN) throw new Error('set ABXD_BIN to the abxd binary');
   const home = mkdtempSync(join(tmpdir(), `abx-js-${name}-`));
-  const [abxd, baseUrl] = await launch(home, extraArgs);
+  const output = capture ? { text: '' } : null;
+  const [abxd, baseUrl] = await launch(home, extraArgs, 0, output);
   const made = [];
   return {
     abxd,
     home,
     baseUrl,
     made,
+    // With `capture`: everything this abxd (and its restarts) printed so far.
+    get output() { return output ? output.text : ''; },
     // Stops this abxd (`signal`: SIGTERM, or SIGKILL for a crash) and starts a new one on the
     // same home and port, so the SDK's sandbox objects keep working.
     async restart(signal = 'SIGTERM') {
       await halt(this.abxd, signal);
-      [this.abxd, this.baseUrl] = await launch(home, extraArgs, new URL(this.baseUrl).port);
+      [this.abxd, this.baseUrl] = await launch(home, extraArgs, new URL(this.baseUrl).port, output);
     },
     async stop() {
       for (const id of made) await Sandbox.kill(id).catch(() => {});

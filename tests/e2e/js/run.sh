@@ -1,6 +1,6 @@
 #!/bin/sh
 # Runs the E2B JS SDK end-to-end tests (sdk, lifecycle, network and parity .test.mjs; the
-# code interpreter's and persistence's .test.mjs through ABX_JS_TESTS) against abxd
+# code interpreter's, persistence's and the web console's .test.mjs through ABX_JS_TESTS) against abxd
 # ($ABXD_BIN, set by ctest).
 # On a fresh clone it installs the pinned packages first (`npm ci`, from package-lock.json).
 # The SDK needs Node >= 20.18 (scripts/node-env.sh puts one on PATH).
@@ -10,7 +10,8 @@ cd "$(dirname "$0")"
 # shellcheck source=/dev/null
 . ../../../scripts/node-env.sh
 
-if [ ! -d node_modules/e2b ] || [ ! -d node_modules/@e2b/code-interpreter ]; then
+if [ ! -d node_modules/e2b ] || [ ! -d node_modules/@e2b/code-interpreter ] ||
+  [ ! -d node_modules/puppeteer-core ]; then
   npm ci --no-audit --no-fund
 fi
 
