@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "abx/testing/pipe.h"
 #include "test_tools.h"
 
 namespace abx::mcp {
@@ -29,19 +30,7 @@ class SlowTools : public ToolProvider {
   }
 };
 
-struct Pipe {
-  int r = -1, w = -1;
-  Pipe() {
-    int fds[2];
-    EXPECT_EQ(::pipe2(fds, O_CLOEXEC), 0);
-    r = fds[0];
-    w = fds[1];
-  }
-  ~Pipe() {
-    if (r >= 0) ::close(r);
-    if (w >= 0) ::close(w);
-  }
-};
+using testing::Pipe;
 
 // Feeds `chunks` (each written separately) to serve_stdio and returns its output lines.
 std::vector<json::value> run(const std::vector<std::string>& chunks, Status* status = nullptr,

@@ -131,3 +131,21 @@ export function b64decode(text) {
   for (let i = 0; i < s.length; i++) out[i] = s.charCodeAt(i);
   return out;
 }
+
+// Reads a response's NDJSON body to its end, calling onEvent(event, line) for each non-empty
+// line as it arrives (template build progress, code-interpreter output).
+export async function readNdjson(res, onEvent) {
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buf += value;
+    let nl;
+    while ((nl = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, nl).trim();
+      buf = buf.slice(nl + 1);
+      if (line) onEvent(JSON.parse(line), line);
+    }
+  }
+}

@@ -1,7 +1,7 @@
 // The Code tab, for sandboxes whose template has a code interpreter: a cell that runs Python
 // through the interpreter's POST /execute (NDJSON stream), showing stdout, stderr, results
 // (text, PNG figures) and errors as they arrive.
-import { sandboxFetch, checked } from './api.js';
+import { sandboxFetch, checked, readNdjson } from './api.js';
 import { act, h } from './ui.js';
 
 export async function codeTab(panel, id, port) {
@@ -16,27 +16,15 @@ export async function codeTab(panel, id, port) {
         method: 'POST', headers: { 'Content-Type': 'application/json' },
         body: JSON.stringify({ code: code.value, language: 'python' }),
       }));
-      const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-      let buf = '';
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buf += value;
-        let nl;
-        while ((nl = buf.indexOf('\n')) >= 0) {
-          const line = buf.slice(0, nl).trim();
-          buf = buf.slice(nl + 1);
-          if (!line) continue;
-          const ev = JSON.parse(line);
-          if (ev.type === 'stdout') text('stdout', ev.text);
-          else if (ev.type === 'stderr') text('stderr error', ev.text);
-          else if (ev.type === 'error') text('error', `${ev.name}: ${ev.value}\n${ev.traceback || ''}`);
-          else if (ev.type === 'result') {
-            if (ev.png) out.append(h('img', { src: `data:image/png;base64,${ev.png}`, alt: 'figure', class: 'figure' }));
-            else if (ev.text !== undefined) text('result', ev.text);
-          }
+      await readNdjson(res, (ev) => {
+        if (ev.type === 'stdout') text('stdout', ev.text);
+        else if (ev.type === 'stderr') text('stderr error', ev.text);
+        else if (ev.type === 'error') text('error', `${ev.name}: ${ev.value}\n${ev.traceback || ''}`);
+        else if (ev.type === 'result') {
+          if (ev.png) out.append(h('img', { src: `data:image/png;base64,${ev.png}`, alt: 'figure', class: 'figure' }));
+          else if (ev.text !== undefined) text('result', ev.text);
         }
-      }
+      });
     }).catch((e) => text('error', e.message));
     out.append(h('p', { class: 'hint', dataset: { done: '1' } }, 'finished'));
   };

@@ -1,6 +1,6 @@
 // Templates: the list, a build from a Dockerfile with its progress streamed, and one
 // template's details (capabilities, commands, image) with delete for built ones.
-import { api, apiKey, ApiError } from './api.js';
+import { api, apiKey, ApiError, readNdjson } from './api.js';
 import { act, bytes, h, status } from './ui.js';
 import { tar } from './tar.js';
 
@@ -17,27 +17,15 @@ async function build(name, dockerfile, extra, log) {
     const j = await res.json().catch(() => ({}));
     throw new ApiError(res.status, `${res.status}: ${j.message || res.statusText}`);
   }
-  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-  let buf = '';
   let last = null;
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    buf += value;
-    let nl;
-    while ((nl = buf.indexOf('\n')) >= 0) {
-      const line = buf.slice(0, nl).trim();
-      buf = buf.slice(nl + 1);
-      if (!line) continue;
-      const ev = JSON.parse(line);
-      last = ev;
-      if (ev.type === 'step') log(`Step ${ev.step}/${ev.total}: ${ev.instruction}${ev.cached ? ' (cached)' : ''}`);
-      else if (ev.type === 'log') log(ev.line);
-      else if (ev.type === 'done') log(`done: ${ev.template.templateID}, ${ev.steps} steps, ${bytes(ev.template.size)}`);
-      else if (ev.type === 'error') log(`error: ${ev.message}`);
-      else log(line);
-    }
-  }
+  await readNdjson(res, (ev, line) => {
+    last = ev;
+    if (ev.type === 'step') log(`Step ${ev.step}/${ev.total}: ${ev.instruction}${ev.cached ? ' (cached)' : ''}`);
+    else if (ev.type === 'log') log(ev.line);
+    else if (ev.type === 'done') log(`done: ${ev.template.templateID}, ${ev.steps} steps, ${bytes(ev.template.size)}`);
+    else if (ev.type === 'error') log(`error: ${ev.message}`);
+    else log(line);
+  });
   if (!last || last.type !== 'done') {
     throw new ApiError(0, last && last.type === 'error' ? last.message : 'the build ended without a result');
   }
