@@ -331,6 +331,38 @@ TEST_F(InterceptTest, HttpsIsTerminatedWithALeafForTheNameAndTheUpstreamVerified
   EXPECT_EQ(abxd_ca_->minted(), 1u);  // the leaf was cached for the second connection
 }
 
+TEST_F(InterceptTest, AResponseFramedByTheConnectionsEndEndsWithCloseNotify) {
+  auto up_ctx = upstream_ctx("api.test");
+  Server up([&](tcp::socket& s) {
+    ssl::stream<tcp::socket&> tls(s, *up_ctx);
+    tls.handshake(ssl::stream_base::server);
+    beast::flat_buffer buf;
+    http::request<http::string_body> req;
+    http::read(tls, buf, req);
+    asio::write(tls, asio::buffer(std::string_view(
+                         "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end")));
+    boost::system::error_code ec;
+    tls.shutdown(ec);
+  });
+  start(443, up.endpoint(), "api.test");
+
+  asio::io_context io;
+  ssl::context cctx = client_ctx();
+  tcp::socket c = connect(io);
+  ssl::stream<tcp::socket&> tls(c, cctx);
+  SSL_set_tlsext_host_name(tls.native_handle(), "api.test");
+  tls.handshake(ssl::stream_base::client);
+  beast::flat_buffer buf;
+  auto r = get("api.test");
+  r.prepare_payload();
+  http::write(tls, r);
+  http::response<http::string_body> res;
+  boost::system::error_code ec;
+  http::read(tls, buf, res, ec);
+  EXPECT_FALSE(ec) << ec.message();  // stream_truncated without the proxy's close_notify
+  EXPECT_EQ(res.body(), "until the end");
+}
+
 TEST_F(InterceptTest, AnUntrustedUpstreamIsATlsFailureForTheSandbox) {
   Requests seen;
   auto up_ctx = upstream_ctx("api.test");

@@ -583,6 +583,19 @@ awaitable<void> Flow::intercept(std::shared_ptr<Flow> self) {
   }
   self->touch();
   co_await self->serve_http(down, up, cbuf);
+  if (self->phase_ == Phase::kRelay) {
+    // close_notify to the sandbox (a response framed by the connection's end is complete only
+    // with it), waiting at most a second for the sandbox's own.
+    bool shut = false;
+    asio::steady_timer limit(self->executor());
+    limit.expires_after(std::chrono::seconds(1));
+    limit.async_wait([self, &shut](const error_code& lec) {
+      if (!lec && !shut) self->abort("TLS shutdown timed out");
+    });
+    co_await down.async_shutdown(tok);
+    shut = true;
+    limit.cancel();
+  }
   self->finish();
 }
 

@@ -332,7 +332,7 @@ Result<std::unique_ptr<SandboxNetwork>> SandboxNetwork::start(
   // Transforms (network.rules): applied per request; HTTPS through abxd's CA.
   ph.transform = [self](const EgressFlow& f,
                         std::string_view host) -> std::optional<EgressTransform> {
-    auto t = self->transform_for(f.src_ip, host);
+    auto t = self->transform_for(f.src_ip, f.dst_ip, host);
     if (!t) return std::nullopt;
     return EgressTransform{std::move(t->rule), std::move(t->headers)};
   };
@@ -533,12 +533,16 @@ Status SandboxNetwork::update(const std::string& id, const SandboxNetworkSpec& s
 }
 
 std::optional<SandboxNetwork::Transform> SandboxNetwork::transform_for(
-    std::uint32_t src_ip, std::string_view host) const {
+    std::uint32_t src_ip, std::uint32_t dst_ip, std::string_view host) const {
   std::lock_guard lock(mu_);
   for (const auto& [id, e] : sandboxes_) {
     if (e.link.sandbox_ip != src_ip) continue;
     const egress::HostTransforms* h = e.transforms.match(host);
     if (!h) return std::nullopt;
+    // Bound by the resolver at some point (an expired binding still counts: a kept-alive
+    // connection outlives a short TTL, and the address was the name's).
+    auto bound = e.answers.find(std::string(host));
+    if (bound == e.answers.end() || !bound->second.count(dst_ip)) return std::nullopt;
     return Transform{h->pattern.str(), h->headers()};
   }
   return std::nullopt;

@@ -134,15 +134,18 @@ class SandboxNetwork {
   // Replaces the rules; on failure the old rules stay in force.
   Status update(const std::string& sandbox_id, const SandboxNetworkSpec& spec);
   void detach(const std::string& sandbox_id);
-  // The headers to set on a request from `src_ip` (a sandbox's address) to `host` under its
-  // transform rules (the exact key, else the longest wildcard), and the key that matched; none
-  // when no rule matches. Thread-safe; the proxy asks per request, so an update applies to the
-  // next request of a kept-alive connection too.
+  // The headers to set on a request from `src_ip` (a sandbox's address) to `host` at `dst_ip`
+  // under its transform rules (the exact key, else the longest wildcard), and the key that
+  // matched; none when no rule matches, or when this sandbox's resolver never answered `host`
+  // with `dst_ip` (a sandbox naming the host but choosing the address — `curl --resolve` — must
+  // not have the credential sent to a server of its choosing over plain HTTP). Thread-safe; the
+  // proxy asks per request, so an update applies to the next request of a kept-alive connection.
   struct Transform {
     std::string rule;  // the matching key, e.g. "*.example.com"
     std::vector<egress::Header> headers;
   };
-  std::optional<Transform> transform_for(std::uint32_t src_ip, std::string_view host) const;
+  std::optional<Transform> transform_for(std::uint32_t src_ip, std::uint32_t dst_ip,
+                                         std::string_view host) const;
   std::vector<AuditEvent> audit(const std::string& sandbox_id, std::int64_t since_ms) const;
   // Removes the table (abxd stops with no sandbox left running). Final: later attaches and
   // updates are refused, and a late detach leaves the table removed.

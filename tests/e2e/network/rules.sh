@@ -7,7 +7,7 @@
 #
 # Proves: curl (HTTPS and HTTP) and Python's urllib in a sandbox reach the server with the
 # injected header and trust abxd's CA without any step of their own; a header the sandbox sent
-# is replaced; a wildcard; an exact key beats a wildcard; a live update applies to the next
+# is replaced; none when the sandbox picks the name's address itself; a wildcard; an exact key beats a wildcard; a live update applies to the next
 # request; a forged Host is refused (421) and never forwarded; a bad upstream certificate is a
 # TLS failure inside the sandbox, not a bypass; the value is nowhere in the sandbox (its files,
 # every process's environment), in GET /sandboxes/{id}, in the audit, or in abxd's log; the
@@ -121,6 +121,18 @@ step "plain HTTP too"
 got=$(scurl "$sb" "http://web.abx.test/plain")
 [ "$got" = "host=10 hosthdr=web.abx.test" ] || fail "curl http: $got"
 grep -q "hdr Authorization=$secret1\$" "$hlog" || fail "http: no header: $(cat "$hlog")"
+
+step "an address the sandbox chose for the name: no credential (HTTP: relayed without it)"
+log2="$INET_DIR/http-$INET_WEB2.log"
+: >"$log2"
+got=$(scurl "$sb" "--resolve web.abx.test:80:$INET_WEB2 http://web.abx.test/chosen")
+[ "$got" = "host=20 hosthdr=web.abx.test" ] || fail "open sandbox to its chosen address: $got"
+grep -q chosen "$log2" || fail "the request did not reach .20: $(cat "$log2")"
+grep -q "hdr Authorization" "$log2" && fail "the credential went to an address the sandbox chose"
+: >"$INET_DIR/https-$INET_WEB2.log"
+got=$(scurl "$sb" "--resolve web.abx.test:443:$INET_WEB2 https://web.abx.test/chosen")
+[ "$got" = "FAILED 60" ] || fail "HTTPS to a chosen address should not be intercepted: $got"
+grep -q "hdr Authorization" "$INET_DIR/https-$INET_WEB2.log" && fail "credential over HTTPS to .20"
 
 step "wildcard and precedence: exact beats the wildcard; the apex is not matched"
 : >"$log"
