@@ -83,7 +83,7 @@ bool DomainPattern::matches(std::string_view host) const {
 
 std::string DomainPattern::str() const { return wildcard ? "*." + name : name; }
 
-Result<DomainPattern> parse_domain(std::string_view text) {
+Result<DomainPattern> parse_domain(std::string_view text, int min_labels) {
   DomainPattern d;
   if (text.starts_with("*.")) {
     d.wildcard = true;
@@ -106,7 +106,7 @@ Result<DomainPattern> parse_domain(std::string_view text) {
     ++labels;
     start = dot + 1;
   }
-  if (labels < 2) return invalid_argument("a domain needs at least two labels");
+  if (labels < min_labels) return invalid_argument("a domain needs at least two labels");
   return d;
 }
 

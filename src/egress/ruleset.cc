@@ -107,7 +107,7 @@ std::string sandbox_add(const RulesetPlan& p, const RulesetSandbox& sb) {
   if (sb.address != 0)
     s += "add element " + t + "links { " + quoted(sb.host_if) + " . " + ipv4_str(sb.address) +
          " }\n";
-  if (!sb.rules.allow_domains.empty() && p.proxy_port != 0)
+  if (sb.rules.proxied() && p.proxy_port != 0)
     s += "add element " + t + "proxied { " + quoted(sb.host_if) + " }\n";
   s += "add element " + t + "chains { " + quoted(sb.host_if) + " : jump sb_" + n + " }\n";
   return s;
@@ -204,7 +204,7 @@ std::string render_update(const RulesetPlan& p, const RulesetSandbox& before,
     if (!kept) s += "delete set " + t + old.name + "\n";
   }
   if (p.proxy_port != 0) {
-    const bool was = !before.rules.allow_domains.empty(), is = !after.rules.allow_domains.empty();
+    const bool was = before.rules.proxied(), is = after.rules.proxied();
     if (was && !is) s += "delete element " + t + "proxied { " + quoted(after.host_if) + " }\n";
     if (!was && is) s += "add element " + t + "proxied { " + quoted(after.host_if) + " }\n";
   }
@@ -218,7 +218,7 @@ std::string render_detach(const RulesetPlan& p, const RulesetSandbox& sb) {
   if (sb.address != 0)
     s += "delete element " + t + "links { " + quoted(sb.host_if) + " . " + ipv4_str(sb.address) +
          " }\n";
-  if (!sb.rules.allow_domains.empty() && p.proxy_port != 0)
+  if (sb.rules.proxied() && p.proxy_port != 0)
     s += "delete element " + t + "proxied { " + quoted(sb.host_if) + " }\n";
   s += "flush chain " + t + "sb_" + n + "\ndelete chain " + t + "sb_" + n + "\n";
   for (const OwnSet& own : own_sets(sb)) s += "delete set " + t + own.name + "\n";

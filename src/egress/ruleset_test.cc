@@ -41,6 +41,21 @@ bool contains(const std::string& s, const std::string& what) {
   return s.find(what) != std::string::npos;
 }
 
+TEST(Ruleset, TransformRulesSendHttpToTheProxyWithoutDomains) {
+  RulesetPlan p = plan();
+  RulesetSandbox four = p.sandboxes[1];
+  RulesetSandbox four_now = four;
+  four_now.rules.transforms = true;  // network.rules set, allowOut names no domain
+  EXPECT_TRUE(
+      contains(render_attach(p, four_now), "add element inet abx_test proxied { \"abxt4\" }"));
+  EXPECT_TRUE(contains(render_update(p, four, four_now),
+                       "add element inet abx_test proxied { \"abxt4\" }"));
+  EXPECT_TRUE(contains(render_update(p, four_now, four),
+                       "delete element inet abx_test proxied { \"abxt4\" }"));
+  p.sandboxes[1] = four_now;
+  EXPECT_TRUE(contains(render_ruleset(p), "add element inet abx_test proxied { \"abxt4\" }"));
+}
+
 TEST(Ruleset, ChainsForEachSandboxAndTheSharedHooks) {
   std::string s = render_ruleset(plan());
   EXPECT_TRUE(s.starts_with("table inet abx_test {}\ndelete table inet abx_test\n"));

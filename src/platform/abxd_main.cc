@@ -84,6 +84,7 @@ struct Config {
   bool no_network = false;
   std::string sandbox_net = "10.213.0.0/19";
   std::string dns_upstream = env_or("ABX_DNS_UPSTREAM");
+  std::string egress_extra_ca;
   std::vector<std::string> block_net;
   bool no_internet_by_default = false;
   bool allow_host_network = false;
@@ -206,6 +207,10 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, Config& cfg
   app.add_option("--dns-upstream", cfg.dns_upstream,
                  "IP[:PORT] the sandboxes' resolver forwards to (default $ABX_DNS_UPSTREAM, else "
                  "the first IPv4 nameserver in /etc/resolv.conf)");
+  app.add_option("--egress-extra-ca", cfg.egress_extra_ca,
+                 "A PEM bundle of CAs the egress proxy trusts for upstream servers besides the "
+                 "host's trust store (network.rules over HTTPS; for tests and private CAs)")
+      ->check(CLI::ExistingFile);
   app.add_option(
       "--block-net", cfg.block_net,
       "A CIDR no sandbox may reach whatever its rules say (repeatable; the host's "
@@ -534,6 +539,7 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
     no.extra_blocked.push_back(*r);
   }
   no.dns_upstream = cfg.dns_upstream;
+  no.upstream_extra_ca = cfg.egress_extra_ca;
   no.default_internet = !cfg.no_internet_by_default;
   auto network = platform::SandboxNetwork::start(cfg.home, no, cfg.userns);
   if (!network.ok())

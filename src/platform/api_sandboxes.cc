@@ -285,7 +285,14 @@ Result<Response> create_sandbox(Context& ctx) {
                                         ctx.sandboxes.options().network->default_internet()));
   cr.team_id = ctx.team;  // the manager refuses another team's template or snapshot (404)
   ABX_ASSIGN_OR_RETURN(auto sb, ctx.sandboxes.create(cr));
-  return http::json_response(201, sandbox_json(*sb));
+  json::object o = sandbox_json(*sb);
+  // network.rules for hosts the sandbox may not reach are kept (E2B) and reported here.
+  if (cr.network && !cr.network->warnings.empty()) {
+    json::array w;
+    for (const auto& m : cr.network->warnings) w.emplace_back(m);
+    o["warnings"] = std::move(w);
+  }
+  return http::json_response(201, o);
 }
 
 Result<Response> list_sandboxes_v1(Context& ctx) { return list_sandboxes(ctx, true); }
@@ -435,10 +442,15 @@ Result<Response> list_snapshots(Context& ctx) {
 }
 
 // PUT /sandboxes/{id}/network: E2B's updateNetwork. The body's rules replace the old ones.
+// 204 as in E2B; 200 with `warnings` when some network.rules cannot take effect yet.
 Result<Response> update_sandbox_network(Context& ctx) {
   ABX_ASSIGN_OR_RETURN(SandboxPost op, sandbox_post(ctx));
-  ABX_TRY(ctx.sandboxes.update_network(op.id, op.body));
-  return no_content();
+  ABX_ASSIGN_OR_RETURN(std::vector<std::string> warnings,
+                       ctx.sandboxes.update_network(op.id, op.body));
+  if (warnings.empty()) return no_content();
+  json::array w;
+  for (const auto& m : warnings) w.emplace_back(m);
+  return http::json_response(200, json::object{{"warnings", std::move(w)}});
 }
 
 Status check_unrouted_sandbox_path(Context& ctx, std::span<const std::string> parts) {

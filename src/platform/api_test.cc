@@ -9,6 +9,7 @@
 #include "api_routes.h"
 #include "auth_limiter.h"
 #include "console.h"
+#include "network.h"
 
 namespace abx::platform::api {
 namespace {
@@ -84,6 +85,50 @@ TEST(ApiDecoders, CreateReadsE2BLifecycleFields) {
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument) << bad;
   }
+}
+
+TEST(ApiDecoders, NetworkRulesAreParsedStoredWithValuesAndShownMasked) {
+  auto cr = parse_create(obj(R"({"network":{"allowOut":["api.example.com"],"denyOut":["0.0.0.0/0"],
+             "rules":{"API.example.com":[{"transform":{"headers":{"Authorization":"Bearer s3"}}}],
+                      "other.example":[{"transform":{"headers":{"X-K":"v"}}}]}}})"),
+                         3600);
+  ASSERT_TRUE(cr.ok()) << cr.error().to_string();
+  const SandboxNetworkSpec& net = *cr->network;
+  ASSERT_EQ(net.transforms.hosts.size(), 2u);
+  EXPECT_EQ(net.transforms.hosts[0].pattern.str(), "api.example.com");
+  // other.example is denied: accepted, with a warning naming it.
+  ASSERT_EQ(net.warnings.size(), 1u);
+  EXPECT_NE(net.warnings[0].find("other.example"), std::string::npos);
+  // GET shows the rules with masked values; the store keeps them, and reads them back.
+  const std::string shown = json::serialize(net.to_json());
+  EXPECT_EQ(shown.find("Bearer s3"), std::string::npos);
+  EXPECT_NE(shown.find("Authorization"), std::string::npos);
+  json::value stored{
+      {"enabled", true}, {"allowInternetAccess", true}, {"network", net.to_json(true)}};
+  auto back = SandboxNetworkSpec::from_json(stored);
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(back->transforms.hosts.at(0).headers().at(0).second, "Bearer s3");
+
+  // PUT: the rules given replace the old ones; omitted, they are cleared.
+  auto upd = parse_network_update(
+      obj(R"({"rules":{"*.example.org":[{"transform":{"headers":{"X":"1"}}}]}})"), net);
+  ASSERT_TRUE(upd.ok()) << upd.error().to_string();
+  ASSERT_EQ(upd->transforms.hosts.size(), 1u);
+  EXPECT_EQ(upd->transforms.hosts[0].pattern.str(), "*.example.org");
+  EXPECT_TRUE(upd->warnings.empty());
+  EXPECT_TRUE(parse_network_update(obj(R"({"allowOut":[]})"), net)->transforms.empty());
+
+  // Bad rules are a 400 naming the field, on create and on update.
+  auto bad = parse_create(obj(R"({"network":{"rules":{"*":[]}}})"), 3600);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.error().message().find(R"(network.rules["*"])"), std::string::npos);
+  auto crlf = parse_network_update(
+      obj(R"({"rules":{"a.com":[{"transform":{"headers":{"X":"a\r\nB: c"}}}]}})"), net);
+  ASSERT_FALSE(crlf.ok());
+  EXPECT_EQ(crlf.error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(crlf.error().message().find(R"(rules["a.com"][0].transform.headers["X"])"),
+            std::string::npos);
 }
 
 TEST(ApiDecoders, ListQueryKeepsV1RunningAndChecksEachParameter) {

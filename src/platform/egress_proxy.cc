@@ -6,12 +6,21 @@
 #include "egress_proxy.h"
 
 #include <netinet/in.h>
+#include <openssl/ssl.h>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl/host_name_verification.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
 #include <map>
 #include <mutex>
 #include <string_view>
@@ -26,7 +35,10 @@
 namespace abx::platform {
 
 namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
 using tcp = asio::ip::tcp;
+using asio::awaitable;
 using boost::system::error_code;
 
 namespace {
@@ -48,6 +60,73 @@ void reset(tcp::socket& s) {
   if (!s.is_open()) return;
   s.set_option(asio::socket_base::linger(true, 0), ignored);
   s.close(ignored);
+}
+
+constexpr std::size_t kMaxHeaderBytes = 64 * 1024;  // one request's or response's header
+
+char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+
+// A Host header's name: lower case, without a :port or a trailing dot.
+std::string host_name_of(std::string_view host) {
+  auto colon = host.rfind(':');
+  if (colon != std::string_view::npos &&
+      host.find_first_not_of("0123456789", colon + 1) == std::string_view::npos)
+    host = host.substr(0, colon);
+  if (!host.empty() && host.back() == '.') host.remove_suffix(1);
+  std::string out(host);
+  for (char& c : out) c = lower(c);
+  return out;
+}
+
+// One message (request or response) from `in` to `out`: the header as the parser holds it
+// (changed by the caller), then the body as it arrives, re-framed by the serializer.
+template <bool isRequest, class In, class Out, class Touch>
+awaitable<error_code> relay_message(In& in, beast::flat_buffer& buf,
+                                    http::parser<isRequest, http::buffer_body>& p, Out& out,
+                                    std::uint64_t& bytes, Touch touch) {
+  error_code ec;
+  auto tok = asio::redirect_error(asio::use_awaitable, ec);
+  std::vector<char> chunk(kRelayBuffer);
+  http::serializer<isRequest, http::buffer_body> sr{p.get()};
+  do {
+    if (!p.is_done()) {
+      p.get().body().data = chunk.data();
+      p.get().body().size = chunk.size();
+      co_await http::async_read(in, buf, p, tok);
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) co_return ec;
+      p.get().body().size = chunk.size() - p.get().body().size;
+      p.get().body().data = chunk.data();
+      p.get().body().more = !p.is_done();
+    } else {
+      p.get().body().data = nullptr;
+      p.get().body().size = 0;
+      p.get().body().more = false;  // else the serializer waits for a body that never comes
+    }
+    std::size_t n = co_await http::async_write(out, sr, tok);
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) co_return ec;
+    bytes += n;
+    touch();
+  } while (!p.is_done() && !sr.is_done());
+  co_return ec;
+}
+
+// Bytes from `in` to `out` until either fails or ends.
+template <class In, class Out, class Touch>
+awaitable<void> pump_bytes(In& in, Out& out, std::uint64_t& bytes, Touch touch) {
+  error_code ec;
+  auto tok = asio::redirect_error(asio::use_awaitable, ec);
+  std::vector<char> buf(kRelayBuffer);
+  for (;;) {
+    std::size_t n = co_await in.async_read_some(asio::buffer(buf), tok);
+    if (n > 0) {
+      co_await asio::async_write(out, asio::buffer(buf.data(), n), tok);
+      bytes += n;
+      touch();
+    }
+    if (ec) co_return;
+  }
 }
 
 }  // namespace
@@ -138,6 +217,17 @@ class Flow : public std::enable_shared_from_this<Flow> {
   std::chrono::milliseconds idle_limit() const;
   void report();
 
+  // Interception (a transform rule matched): the rest of the flow, on its strand.
+  static awaitable<void> intercept(std::shared_ptr<Flow> self);
+  template <class Client, class Upstream>
+  awaitable<void> serve_http(Client& client, Upstream& upstream, beast::flat_buffer& cbuf);
+  template <class Client, class Upstream>
+  awaitable<void> respond_and_close(Client& client, Upstream& upstream, http::status status,
+                                    std::string why);
+  void touch() { last_activity_ = std::chrono::steady_clock::now(); }
+  void transform_event(EgressTransformEvent ev);
+  void finish();
+
   std::shared_ptr<EgressProxy::Impl> proxy_;
   tcp::socket client_;
   tcp::socket upstream_;
@@ -148,7 +238,8 @@ class Flow : public std::enable_shared_from_this<Flow> {
   bool allowed_ = false;
   bool timed_out_ = false;
   bool client_eof_ = false;
-  std::string head_;  // the first bytes, up to kMaxSniffBytes, sent upstream before the relay
+  bool intercept_ = false;  // a transform rule matched the flow's name: not a byte relay
+  std::string head_;        // the first bytes, up to kMaxSniffBytes, sent upstream before the relay
   std::size_t head_len_ = 0;
   std::uint64_t bytes_out_ = 0, bytes_in_ = 0;
   std::chrono::steady_clock::time_point last_activity_;
@@ -253,6 +344,16 @@ void Flow::decide() {
     return;
   }
   allowed_ = true;
+  if (flow_.domain && hooks.transform &&
+      (flow_.dst_port == 80 || (flow_.dst_port == 443 && hooks.server_tls && hooks.upstream_tls))) {
+    try {
+      intercept_ = hooks.transform(flow_, *flow_.domain).has_value();
+    } catch (const std::exception& e) {
+      proxy_->log.error(std::string("egress transform hook threw: ") + e.what());
+      abort("transform hook");
+      return;
+    }
+  }
   phase_ = Phase::kConnect;
   tcp::endpoint to = hooks.upstream
                          ? hooks.upstream(flow_)
@@ -276,6 +377,21 @@ void Flow::on_connect(const error_code& ec) {
   timer_.cancel(ignored);
   upstream_.set_option(tcp::no_delay(true), ignored);
   phase_ = Phase::kRelay;
+  if (intercept_) {
+    touch();
+    arm_idle();
+    asio::co_spawn(executor(), intercept(shared_from_this()),
+                   [self = shared_from_this()](std::exception_ptr e) {
+                     if (!e) return;
+                     try {
+                       std::rethrow_exception(e);
+                     } catch (const std::exception& ex) {
+                       self->proxy_->log.error(std::string("egress interception: ") + ex.what());
+                     }
+                     self->abort("interception failed");
+                   });
+    return;
+  }
   up_.buf.reset(new char[kRelayBuffer]);
   down_.buf.reset(new char[kRelayBuffer]);
   last_activity_ = std::chrono::steady_clock::now();
@@ -390,6 +506,222 @@ void Flow::abort(std::string_view why) {
     proxy_->log.debug("flow " + ip_str(flow_.src_ip) + " -> " + ip_str(flow_.dst_ip) + ":" +
                       std::to_string(flow_.dst_port) + " reset: " + std::string(why));
     report();
+  }
+}
+
+void Flow::transform_event(EgressTransformEvent ev) {
+  const auto& hook = proxy_->hooks.on_transform;
+  if (!hook) return;
+  try {
+    hook(flow_, ev);
+  } catch (const std::exception& e) {
+    proxy_->log.error(std::string("egress on_transform hook threw: ") + e.what());
+  }
+}
+
+void Flow::finish() {
+  if (phase_ == Phase::kDone) return;
+  phase_ = Phase::kDone;
+  error_code ignored;
+  timer_.cancel(ignored);
+  client_.shutdown(tcp::socket::shutdown_both, ignored);
+  client_.close(ignored);
+  upstream_.close(ignored);
+  report();
+}
+
+awaitable<void> Flow::intercept(std::shared_ptr<Flow> self) {
+  namespace ssl = asio::ssl;
+  const auto& hooks = self->proxy_->hooks;
+  const std::string name = *self->flow_.domain;
+  beast::flat_buffer cbuf;
+  error_code ec;
+  auto tok = asio::redirect_error(asio::use_awaitable, ec);
+  if (self->flow_.dst_port == 80) {
+    auto room = cbuf.prepare(self->head_len_);
+    cbuf.commit(asio::buffer_copy(room, asio::buffer(self->head_.data(), self->head_len_)));
+    self->head_ = std::string();
+    co_await self->serve_http(self->client_, self->upstream_, cbuf);
+    self->finish();
+    co_return;
+  }
+  // The real server first, verified for the name: if it fails, the sandbox's handshake fails
+  // too (its connection is reset), so a bad upstream is a TLS error inside, never a bypass.
+  ssl::stream<tcp::socket&> up(self->upstream_, *hooks.upstream_tls);
+  static const unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+  SSL_set_alpn_protos(up.native_handle(), kHttp11, sizeof kHttp11);
+  if (SSL_set_tlsext_host_name(up.native_handle(), name.c_str()) != 1) {
+    self->abort("upstream SNI");
+    co_return;
+  }
+  up.set_verify_mode(ssl::verify_peer);
+  up.set_verify_callback(ssl::host_name_verification(name));
+  co_await up.async_handshake(ssl::stream_base::client, tok);
+  if (ec) {
+    self->proxy_->log.info("egress " + ip_str(self->flow_.src_ip) + " -> " + name +
+                           ": upstream TLS failed (" + ec.message() + "); sandbox's reset");
+    self->transform_event({name, "", {}, 0, "upstream TLS: " + ec.message()});
+    self->abort("upstream TLS");
+    co_return;
+  }
+  self->touch();
+  auto ctx = hooks.server_tls(name);
+  if (!ctx) {
+    self->proxy_->log.warn("certificate for " + name + ": " + ctx.error().message());
+    self->abort("no certificate");
+    co_return;
+  }
+  ssl::stream<tcp::socket&> down(self->client_, **ctx);
+  co_await down.async_handshake(ssl::stream_base::server,
+                                asio::buffer(self->head_.data(), self->head_len_), tok);
+  self->head_ = std::string();
+  if (ec) {
+    self->proxy_->log.debug("egress " + ip_str(self->flow_.src_ip) + " -> " + name +
+                            ": the sandbox's TLS handshake failed: " + ec.message());
+    self->abort("client TLS");
+    co_return;
+  }
+  self->touch();
+  co_await self->serve_http(down, up, cbuf);
+  if (self->phase_ == Phase::kRelay) {
+    // close_notify to the sandbox (a response framed by the connection's end is complete only
+    // with it), waiting at most a second for the sandbox's own.
+    bool shut = false;
+    asio::steady_timer limit(self->executor());
+    limit.expires_after(std::chrono::seconds(1));
+    limit.async_wait([self, &shut](const error_code& lec) {
+      if (!lec && !shut) self->abort("TLS shutdown timed out");
+    });
+    co_await down.async_shutdown(tok);
+    shut = true;
+    limit.cancel();
+  }
+  self->finish();
+}
+
+template <class Client, class Upstream>
+awaitable<void> Flow::respond_and_close(Client& client, Upstream& upstream, http::status status,
+                                        std::string why) {
+  error_code ec;
+  http::response<http::string_body> res{status, 11};
+  res.set(http::field::content_type, "text/plain");
+  res.set(http::field::connection, "close");
+  res.body() = "abx egress proxy: " + why + "\n";
+  res.prepare_payload();
+  co_await http::async_write(client, res, asio::redirect_error(asio::use_awaitable, ec));
+  (void)upstream;
+}
+
+template <class Client, class Upstream>
+awaitable<void> Flow::serve_http(Client& client, Upstream& upstream, beast::flat_buffer& cbuf) {
+  auto self = shared_from_this();
+  const auto& hooks = proxy_->hooks;
+  const std::string name = *flow_.domain;
+  beast::flat_buffer ubuf;
+  error_code ec;
+  auto tok = asio::redirect_error(asio::use_awaitable, ec);
+  auto touched = [this] { touch(); };
+  for (;;) {
+    http::request_parser<http::buffer_body> req;
+    req.header_limit(kMaxHeaderBytes);
+    req.body_limit(boost::none);
+    co_await http::async_read_header(client, cbuf, req, tok);
+    if (ec) co_return;  // the sandbox closed (or sent what is not HTTP): done
+    touch();
+    auto& r = req.get();
+    EgressTransformEvent ev;
+    ev.host = host_name_of(r[http::field::host]);
+    const std::string_view target = r.target();
+    if (target.empty() || (target.front() != '/' && target != "*")) {
+      ev.refused = "request target is not a path";
+      transform_event(ev);
+      co_await respond_and_close(client, upstream, http::status::bad_request,
+                                 "a request through this connection names a path, not a URL");
+      co_return;
+    }
+    if (ev.host != name) {
+      ev.refused = "Host differs from the connection's name " + name;
+      transform_event(ev);
+      co_await respond_and_close(
+          client, upstream, http::status::misdirected_request,
+          "the Host header must be " + name + ", the name this connection was opened to");
+      co_return;
+    }
+    std::optional<EgressTransform> t;
+    try {
+      t = hooks.transform(flow_, name);
+    } catch (const std::exception& e) {
+      proxy_->log.error(std::string("egress transform hook threw: ") + e.what());
+      co_return;
+    }
+    if (t) {
+      ev.rule = t->rule;
+      for (const auto& [k, v] : t->headers) {
+        r.set(k, v);
+        ev.header_names.push_back(k);
+      }
+    }
+    const bool head = r.method() == http::verb::head;
+    const bool request_keep_alive = req.keep_alive();
+    ec = co_await relay_message(client, cbuf, req, upstream, bytes_out_, touched);
+    if (ec) {
+      ev.refused = "request: " + ec.message();
+      transform_event(ev);
+      co_return;
+    }
+    bool response_keep_alive = false;
+    for (;;) {  // 1xx responses, then the final one
+      http::response_parser<http::buffer_body> res;
+      res.header_limit(kMaxHeaderBytes);
+      res.body_limit(boost::none);
+      if (head) res.skip(true);
+      co_await http::async_read_header(upstream, ubuf, res, tok);
+      if (ec) {
+        ev.refused = "response: " + ec.message();
+        transform_event(ev);
+        co_return;
+      }
+      ev.upstream_status = res.get().result_int();
+      response_keep_alive = res.keep_alive();
+      ec = co_await relay_message(upstream, ubuf, res, client, bytes_in_, touched);
+      if (ec) {
+        transform_event(ev);
+        co_return;
+      }
+      if (ev.upstream_status / 100 != 1 || ev.upstream_status == 101) break;
+    }
+    transform_event(ev);
+    if (ev.upstream_status == 101) {
+      // An upgrade (WebSocket): bytes both ways from here, what was read ahead first.
+      if (cbuf.size()) {
+        co_await asio::async_write(upstream, cbuf.data(), tok);
+        cbuf.consume(cbuf.size());
+      }
+      if (ubuf.size()) {
+        co_await asio::async_write(client, ubuf.data(), tok);
+        ubuf.consume(ubuf.size());
+      }
+      if (ec) co_return;
+      // One direction on its own coroutine: whichever ends first closes the flow (finish()),
+      // which ends the other.
+      // The streams live in this frame: it waits for the other direction before returning.
+      asio::steady_timer other_done(executor(), std::chrono::steady_clock::time_point::max());
+      bool other_finished = false;
+      asio::co_spawn(
+          executor(),
+          [self, &client, &upstream, touched, &other_done, &other_finished]() -> awaitable<void> {
+            co_await pump_bytes(upstream, client, self->bytes_in_, touched);
+            self->finish();
+            other_finished = true;
+            other_done.cancel();
+          },
+          asio::detached);
+      co_await pump_bytes(client, upstream, bytes_out_, touched);
+      finish();
+      if (!other_finished) co_await other_done.async_wait(tok);
+      co_return;
+    }
+    if (!request_keep_alive || !response_keep_alive) co_return;
   }
 }
 

@@ -5,7 +5,17 @@
 // each connection the proxy learns where it was going (SO_ORIGINAL_DST), reads its first bytes
 // for the domain (the HTTP Host on port 80, the TLS SNI on 443; abx::egress::http_host and
 // tls_server_name), asks `allow`, and then either connects to the original destination and
-// relays both ways, or resets the connection. It never terminates TLS and never changes a byte.
+// relays both ways, or resets the connection. It never changes a byte of those flows.
+//
+// Transforms (E2B network.rules, hooks.transform): an allowed flow whose Host (80) or SNI (443)
+// a rule matches is intercepted instead. On 443 the proxy first connects to the real server and
+// verifies its certificate for that name (hooks.upstream_tls: a failure resets the sandbox's
+// connection mid-handshake, so the sandbox sees a TLS failure, never a bypass), then completes
+// the sandbox's handshake with a certificate for the name (hooks.server_tls, HTTP/1.1 by ALPN).
+// Then, per request: the Host must be the flow's name (else 421), the rule's headers are set,
+// the request and its response are relayed (bodies streamed, chunked or not), keep-alive kept.
+// A 101 (WebSocket) turns the connection into a byte relay: headers go on the upgrade request
+// only. `Expect: 100-continue` is not answered early (clients send the body after their wait).
 //
 // Never waiting forever on a sandbox: the first bytes are read under a deadline and a 16 KiB
 // cap, after which the flow is decided without a domain; the same happens for bytes that are
@@ -28,6 +38,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -35,6 +46,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "abx/base/error.h"
 
@@ -46,6 +58,21 @@ struct EgressFlow {
   std::uint32_t dst_ip = 0;           // where the sandbox meant to connect
   std::uint16_t dst_port = 0;         // 80: Host sniffed; 443: SNI sniffed; others: none
   std::optional<std::string> domain;  // the Host / SNI, when one was found and well-formed
+};
+
+// What a transform rule sets on one request (E2B network.rules).
+struct EgressTransform {
+  std::string rule;                                          // the matching key, for the audit
+  std::vector<std::pair<std::string, std::string>> headers;  // set in order, replacing same names
+};
+
+// One request a transform rule matched, for the audit: never the values.
+struct EgressTransformEvent {
+  std::string host;                       // the request's Host (== the flow's Host / SNI)
+  std::string rule;                       // the key that matched; empty when refused
+  std::vector<std::string> header_names;  // the headers set
+  int upstream_status = 0;                // the upstream's final status; 0: none (refused, failed)
+  std::string refused;                    // why the proxy refused the request, if it did
 };
 
 struct EgressProxyHooks {
@@ -63,6 +90,21 @@ struct EgressProxyHooks {
   // Where an allowed flow connects; default (empty) is dst_ip:dst_port. Tests inject (so that a
   // flow can be "for" port 443 while the test's server listens elsewhere).
   std::function<boost::asio::ip::tcp::endpoint(const EgressFlow&)> upstream;
+
+  // Transforms (E2B network.rules). Optional. For an allowed flow with a Host (port 80) or SNI
+  // (port 443), the rule that applies to `host` now, if any. A flow whose first answer is a rule
+  // is intercepted: every request on it is parsed, must name that same host in its Host header
+  // (else 421 and the connection closes), and gets the headers of the rule in force at that
+  // request (an update applies to the next request). Other flows stay a byte relay.
+  std::function<std::optional<EgressTransform>(const EgressFlow&, std::string_view host)> transform;
+  // Each intercepted request once (its response's status, or why it was refused). Optional.
+  std::function<void(const EgressFlow&, const EgressTransformEvent&)> on_transform;
+  // HTTPS interception: a server context presenting a certificate for `name`, and the client
+  // context the proxy verifies upstream servers with (peer verification and the name are set
+  // per connection). Both needed, else port 443 is never intercepted.
+  std::function<Result<std::shared_ptr<boost::asio::ssl::context>>(const std::string& name)>
+      server_tls;
+  std::shared_ptr<boost::asio::ssl::context> upstream_tls;
 };
 
 struct EgressProxyOptions {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <charconv>
 #include <csignal>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "abx/base/try.h"
 #include "abx/egress/ruleset.h"
 #include "abx/runtime/nflog.h"
+#include "cert_authority.h"
 #include "dns_forwarder.h"
 #include "egress_proxy.h"
 
@@ -79,7 +81,7 @@ Result<std::optional<bool>> opt_bool(const json::object& o, std::string_view cam
 
 // Fills the rule fields of `spec` from an E2B network object and checks them.
 Status read_network_object(const json::object& n, SandboxNetworkSpec& spec, std::string_view at) {
-  for (const char* unsupported : {"egressProxy", "egress_proxy", "rules", "httpsPorts"}) {
+  for (const char* unsupported : {"egressProxy", "egress_proxy", "httpsPorts"}) {
     const json::value* v = n.if_contains(unsupported);
     if (v && !v->is_null() && !(v->is_array() && v->get_array().empty()) &&
         !(v->is_object() && v->get_object().empty()))
@@ -102,18 +104,31 @@ Status read_network_object(const json::object& n, SandboxNetworkSpec& spec, std:
                               "${PORT} stands for the request's port)");
     spec.mask_request_host = std::string(m->get_string());
   }
+  if (const json::value* r = n.if_contains("rules")) {
+    ABX_ASSIGN_OR_RETURN(spec.transforms, egress::parse_transforms(*r, std::string(at) + "rules"));
+  }
   return {};
 }
 
-Status check_rules(const SandboxNetworkSpec& spec) {
-  auto r = egress::parse_rules(spec.allow_out, spec.deny_out, spec.allow_internet_access);
+// The sandbox's verdict rules, with whether its transforms send its HTTP to the proxy.
+Result<egress::Rules> rules_of(const SandboxNetworkSpec& spec) {
+  ABX_ASSIGN_OR_RETURN(egress::Rules rules, egress::parse_rules(spec.allow_out, spec.deny_out,
+                                                                spec.allow_internet_access));
+  rules.transforms = !spec.transforms.empty();
+  return rules;
+}
+
+// Checks the rules and fills spec.warnings.
+Status check_rules(SandboxNetworkSpec& spec) {
+  auto r = rules_of(spec);
   if (!r) return r.error();
+  spec.warnings = egress::transform_warnings(*r, spec.transforms);
   return {};
 }
 
 }  // namespace
 
-json::object SandboxNetworkSpec::to_json() const {
+json::object SandboxNetworkSpec::to_json(bool reveal) const {
   json::array allow, deny;
   for (const auto& a : allow_out) allow.emplace_back(a);
   for (const auto& d : deny_out) deny.emplace_back(d);
@@ -121,6 +136,7 @@ json::object SandboxNetworkSpec::to_json() const {
                  {"denyOut", std::move(deny)},
                  {"allowPublicTraffic", allow_public_traffic}};
   if (!mask_request_host.empty()) o["maskRequestHost"] = mask_request_host;
+  if (!transforms.empty()) o["rules"] = transforms.to_json(reveal);
   return o;
 }
 
@@ -157,6 +173,7 @@ Result<SandboxNetworkSpec> parse_network_update(const json::object& body,
   SandboxNetworkSpec spec = current;
   spec.allow_out.clear();
   spec.deny_out.clear();
+  spec.transforms = {};  // omitted: cleared, as in E2B
   spec.allow_internet_access = true;
   const json::object* n = &body;
   if (const json::value* inner = body.if_contains("network"); inner && inner->is_object())
@@ -181,6 +198,14 @@ json::object AuditEvent::to_json() const {
                  {"verdict", verdict}};
   if (port) o["port"] = port;
   if (!domain.empty()) o["domain"] = domain;
+  if (verdict == "transform") {
+    o["rule"] = rule;
+    json::array names;
+    for (const auto& h : headers) names.emplace_back(h);
+    o["headers"] = std::move(names);
+    o["status"] = status;
+    if (!reason.empty()) o["reason"] = reason;
+  }
   return o;
 }
 
@@ -395,6 +420,60 @@ Result<std::unique_ptr<SandboxNetwork>> SandboxNetwork::start(
   ph.allow = [self](const EgressFlow& f) {
     return self->allow_proxied(f.src_ip, f.dst_ip, f.dst_port, f.domain);
   };
+  // Transforms (network.rules): applied per request; HTTPS through abxd's CA.
+  ph.transform = [self](const EgressFlow& f,
+                        std::string_view host) -> std::optional<EgressTransform> {
+    auto t = self->transform_for(f.src_ip, f.dst_ip, host);
+    if (!t) return std::nullopt;
+    return EgressTransform{std::move(t->rule), std::move(t->headers)};
+  };
+  ph.on_transform = [self](const EgressFlow& f, const EgressTransformEvent& t) {
+    AuditEvent ev;
+    ev.timestamp_ms = wall_ms();
+    ev.protocol = f.dst_port == 443 ? "https" : "http";
+    ev.destination = egress::ipv4_str(f.dst_ip);
+    ev.port = f.dst_port;
+    ev.domain = t.host;
+    ev.verdict = "transform";
+    ev.rule = t.rule;
+    ev.headers = t.header_names;
+    ev.status = t.upstream_status;
+    ev.reason = t.refused;
+    std::lock_guard lock(self->mu_);
+    if (Entry* e = self->by_ip_locked(f.src_ip)) self->record_locked(*e, std::move(ev));
+  };
+  {
+    ABX_ASSIGN_OR_RETURN(auto ca, CertAuthority::load_or_create(home + "/ca"));
+    n->ca_ = std::move(ca);
+    // What sandboxes trust: the host's bundle and abxd's CA (docs/networking.md).
+    std::string bundle;
+    if (std::ifstream host_bundle(n->opt_.host_ca_bundle); host_bundle) {
+      std::ostringstream b;
+      b << host_bundle.rdbuf();
+      bundle = b.str();
+      if (!bundle.empty() && bundle.back() != '\n') bundle += '\n';
+    }
+    bundle += "# abxd's egress CA (network.rules)\n" + n->ca_->cert_pem();
+    n->sandbox_bundle_ = home + "/ca/sandbox-bundle.crt";
+    const std::string tmp = n->sandbox_bundle_ + ".tmp";
+    std::ofstream(tmp, std::ios::trunc) << bundle;
+    std::error_code ec;
+    std::filesystem::rename(tmp, n->sandbox_bundle_, ec);
+    if (ec) return internal_error("write " + n->sandbox_bundle_ + ": " + ec.message());
+    auto upstream = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_client);
+    boost::system::error_code sec;
+    upstream->set_default_verify_paths(sec);
+    if (sec) return internal_error("the host's trust store: " + sec.message());
+    if (!n->opt_.upstream_extra_ca.empty()) {
+      upstream->load_verify_file(n->opt_.upstream_extra_ca, sec);
+      if (sec)
+        return invalid_argument("--egress-extra-ca " + n->opt_.upstream_extra_ca + ": " +
+                                sec.message());
+    }
+    upstream->set_verify_mode(asio::ssl::verify_peer);
+    ph.upstream_tls = std::move(upstream);
+    ph.server_tls = [ca = n->ca_](const std::string& name) { return ca->server_context(name); };
+  }
   ABX_ASSIGN_OR_RETURN(
       n->proxy_,
       EgressProxy::start(n->io_, asio::ip::tcp::endpoint(first_gateway, 0), std::move(ph)));
@@ -437,6 +516,8 @@ runtime::VethConfig SandboxNetwork::veth_config() const {
   return c;
 }
 
+std::string SandboxNetwork::ca_cert_path() const { return ca_ ? ca_->cert_path() : std::string(); }
+
 std::string SandboxNetwork::resolv_conf() const {
   return "# abx: the sandbox's resolver (abxd), which applies its network rules\nnameserver " +
          egress::ipv4_str(opt_.range.addr + 1) + "\n";
@@ -477,8 +558,7 @@ Status SandboxNetwork::apply_change_locked(const std::string& id, const std::str
 
 Status SandboxNetwork::attach(const std::string& id, const runtime::VethInfo& link,
                               const SandboxNetworkSpec& spec) {
-  ABX_ASSIGN_OR_RETURN(egress::Rules rules, egress::parse_rules(spec.allow_out, spec.deny_out,
-                                                                spec.allow_internet_access));
+  ABX_ASSIGN_OR_RETURN(egress::Rules rules, rules_of(spec));
   std::lock_guard lock(mu_);
   if (removed_) return stopped_error();
   // The link's gateway address gets the resolver and the proxy (idempotent: a slot's address
@@ -494,6 +574,7 @@ Status SandboxNetwork::attach(const std::string& id, const runtime::VethInfo& li
   e.link = link;
   e.slot = (link.host_ip - opt_.range.addr) / 4;
   e.rules = std::move(rules);
+  e.transforms = spec.transforms;
   // A sandbox whose link this one now has (its slot was freed before its own detach ran: a
   // kill, a template build's RUN step) is gone: forget it here, or its late detach would remove
   // this sandbox's entries, which share its link's name and chain number. Its own entries may
@@ -525,8 +606,7 @@ Status SandboxNetwork::attach(const std::string& id, const runtime::VethInfo& li
 }
 
 Status SandboxNetwork::update(const std::string& id, const SandboxNetworkSpec& spec) {
-  ABX_ASSIGN_OR_RETURN(egress::Rules rules, egress::parse_rules(spec.allow_out, spec.deny_out,
-                                                                spec.allow_internet_access));
+  ABX_ASSIGN_OR_RETURN(egress::Rules rules, rules_of(spec));
   std::lock_guard lock(mu_);
   if (removed_) return stopped_error();
   auto it = sandboxes_.find(id);
@@ -540,7 +620,24 @@ Status SandboxNetwork::update(const std::string& id, const SandboxNetworkSpec& s
     std::swap(it->second.rules, rules);  // the old rules stay (no transaction went in)
     return s;
   }
+  it->second.transforms = spec.transforms;
   return {};
+}
+
+std::optional<SandboxNetwork::Transform> SandboxNetwork::transform_for(
+    std::uint32_t src_ip, std::uint32_t dst_ip, std::string_view host) const {
+  std::lock_guard lock(mu_);
+  for (const auto& [id, e] : sandboxes_) {
+    if (e.link.sandbox_ip != src_ip) continue;
+    const egress::HostTransforms* h = e.transforms.match(host);
+    if (!h) return std::nullopt;
+    // Bound by the resolver at some point (an expired binding still counts: a kept-alive
+    // connection outlives a short TTL, and the address was the name's).
+    auto bound = e.answers.find(std::string(host));
+    if (bound == e.answers.end() || !bound->second.count(dst_ip)) return std::nullopt;
+    return Transform{h->pattern.str(), h->headers()};
+  }
+  return std::nullopt;
 }
 
 void SandboxNetwork::detach(const std::string& id) {

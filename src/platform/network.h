@@ -30,11 +30,13 @@
 #include "abx/base/log.h"
 #include "abx/egress/policy.h"
 #include "abx/egress/ruleset.h"
+#include "abx/egress/transform.h"
 #include "abx/runtime/userns.h"
 #include "abx/runtime/veth.h"
 
 namespace abx::platform {
 
+class CertAuthority;
 class DnsForwarder;
 class EgressProxy;
 
@@ -46,7 +48,18 @@ struct NetworkOptions {
   // Where the resolver forwards; empty: the first IPv4 nameserver of /etc/resolv.conf.
   std::string dns_upstream;
   bool default_internet = true;  // abxd --no-internet-by-default flips E2B's default
+  // Transforms (network.rules) over HTTPS: upstream servers are verified against the host's
+  // trust store plus this PEM bundle (abxd --egress-extra-ca; tests sign their servers with it).
+  std::string upstream_extra_ca;
+  // The host's CA bundle sandboxes get (with abxd's CA added) at the distro path.
+  std::string host_ca_bundle = "/etc/ssl/certs/ca-certificates.crt";
 };
+
+// Where a sandbox finds the CAs it trusts (abxd's egress CA included), and the environment
+// pointing there. See docs/networking.md.
+inline constexpr const char* kSandboxCaBundle = "/etc/ssl/certs/ca-certificates.crt";
+inline constexpr const char* kSandboxEgressCa =
+    "/usr/local/share/ca-certificates/abx-egress-ca.crt";
 
 // A sandbox's network as E2B's API shows it (GET /sandboxes/{id} `network`).
 struct SandboxNetworkSpec {
@@ -55,8 +68,15 @@ struct SandboxNetworkSpec {
   std::vector<std::string> allow_out, deny_out;
   bool allow_public_traffic = true;
   std::string mask_request_host;
+  // E2B's `rules`: headers the egress proxy sets on requests to matching hosts.
+  egress::TransformRules transforms;
+  // What the request set that cannot take effect (a rule for a host the sandbox may not reach).
+  // Not stored: the create or update response carries them.
+  std::vector<std::string> warnings;
 
-  boost::json::object to_json() const;  // E2B's field names; also what the store keeps
+  // E2B's field names. Rule values are masked (GET /sandboxes/{id}) unless `reveal` (what the
+  // store keeps, in abxd's home).
+  boost::json::object to_json(bool reveal = false) const;
   static Result<SandboxNetworkSpec> from_json(const boost::json::value& v);
 };
 
@@ -76,7 +96,13 @@ struct AuditEvent {
   std::string destination;  // a.b.c.d (dns: the resolver's upstream is not shown)
   std::uint16_t port = 0;
   std::string domain;   // SNI / Host / the DNS question, when known
-  std::string verdict;  // allow | deny | blocked
+  std::string verdict;  // allow | deny | blocked | transform (a network.rules injection)
+  // transform events: the rule's key, the header names set (never their values), the
+  // upstream's status (0: none), and why the proxy refused the request, if it did.
+  std::string rule;
+  std::vector<std::string> headers;
+  int status = 0;
+  std::string reason;
   boost::json::object to_json() const;
 };
 inline constexpr std::size_t kAuditEvents = 2000;  // kept per sandbox
@@ -103,6 +129,11 @@ class SandboxNetwork {
   // /etc/resolv.conf for every sandbox: the first address of the range. Whatever resolver a
   // sandbox names, its port 53 traffic reaches abxd's resolver (the ruleset redirects it).
   std::string resolv_conf() const;
+  // abxd's egress CA (TLS interception for network.rules): its certificate's path, and the
+  // bundle sandboxes get at kSandboxCaBundle (the host's bundle plus that certificate). Empty
+  // with networking off.
+  std::string ca_cert_path() const;
+  std::string sandbox_ca_bundle() const { return sandbox_bundle_; }
 
   // Starts enforcing `spec` for the sandbox on `link` (create and adopt). Until this returns the
   // link is dropped by the ruleset (fail closed).
@@ -111,6 +142,18 @@ class SandboxNetwork {
   // Replaces the rules; on failure the old rules stay in force.
   Status update(const std::string& sandbox_id, const SandboxNetworkSpec& spec);
   void detach(const std::string& sandbox_id);
+  // The headers to set on a request from `src_ip` (a sandbox's address) to `host` at `dst_ip`
+  // under its transform rules (the exact key, else the longest wildcard), and the key that
+  // matched; none when no rule matches, or when this sandbox's resolver never answered `host`
+  // with `dst_ip` (a sandbox naming the host but choosing the address — `curl --resolve` — must
+  // not have the credential sent to a server of its choosing over plain HTTP). Thread-safe; the
+  // proxy asks per request, so an update applies to the next request of a kept-alive connection.
+  struct Transform {
+    std::string rule;  // the matching key, e.g. "*.example.com"
+    std::vector<egress::Header> headers;
+  };
+  std::optional<Transform> transform_for(std::uint32_t src_ip, std::uint32_t dst_ip,
+                                         std::string_view host) const;
   std::vector<AuditEvent> audit(const std::string& sandbox_id, std::int64_t since_ms) const;
   // Removes the table (abxd stops with no sandbox left running). Final: later attaches and
   // updates are refused, and a late detach leaves the table removed.
@@ -122,6 +165,7 @@ class SandboxNetwork {
     runtime::VethInfo link;
     std::uint32_t slot = 0;
     egress::Rules rules;
+    egress::TransformRules transforms;
     // name -> address -> expiry (ms): what the resolver answered this sandbox.
     std::map<std::string, std::map<std::uint32_t, std::int64_t>> answers;
     std::deque<AuditEvent> audit;
@@ -168,6 +212,8 @@ class SandboxNetwork {
   boost::asio::io_context io_;
   std::unique_ptr<DnsForwarder> dns_;
   std::unique_ptr<EgressProxy> proxy_;
+  std::shared_ptr<CertAuthority> ca_;
+  std::string sandbox_bundle_;
   struct Nflog;
   std::unique_ptr<Nflog> nflog_;
   std::vector<std::thread> threads_;

@@ -235,6 +235,10 @@ runtime::SandboxConfig envd_sandbox_config(
   if (net.enabled) {
     cfg.veth = opt.network->veth_config();
     cfg.binds.push_back({run_dir + "/resolv.conf", "/etc/resolv.conf", false});
+    if (!opt.network->sandbox_ca_bundle().empty()) {
+      cfg.binds.push_back({opt.network->sandbox_ca_bundle(), kSandboxCaBundle, false});
+      cfg.binds.push_back({opt.network->ca_cert_path(), kSandboxEgressCa, false});
+    }
     // The rules are in force before the sandbox's first instruction.
     cfg.link_ready = [network = opt.network, id, net](const runtime::VethInfo& link) {
       return network->attach(id, link, net);
@@ -286,6 +290,13 @@ runtime::SandboxConfig envd_sandbox_config(
       auto eq = kv.find('=');
       if (eq != std::string::npos && eq > 0) env[kv.substr(0, eq)] = kv.substr(eq + 1);
     }
+  }
+  // abxd's egress CA (network.rules over HTTPS): the bundle at the distro's path and the
+  // variables the usual clients read; a template or the request may still set them.
+  if (net.enabled && opt.network && !opt.network->sandbox_ca_bundle().empty()) {
+    env["SSL_CERT_FILE"] = kSandboxCaBundle;
+    env["REQUESTS_CA_BUNDLE"] = kSandboxCaBundle;
+    env["NODE_EXTRA_CA_CERTS"] = kSandboxEgressCa;
   }
   for (const auto& [k, v] : tmpl.env) env[k] = v;
   for (const auto& [k, v] : req.env_vars) env[k] = v;
@@ -387,7 +398,7 @@ Status wait_for_server(const runtime::Sandbox& sb, const templates::Template& tm
 boost::json::object network_record(const SandboxNetworkSpec& net) {
   return {{"enabled", net.enabled},
           {"allowInternetAccess", net.allow_internet_access},
-          {"network", net.to_json()}};
+          {"network", net.to_json(/*reveal=*/true)}};
 }
 
 store::SandboxRecord new_record(const ManagerOptions& opt, const templates::Template& tmpl,
@@ -826,7 +837,8 @@ Status SandboxManager::destroy(const std::shared_ptr<LiveSandbox>& sb) {
   return s;
 }
 
-Status SandboxManager::update_network(const std::string& id, const boost::json::object& body) {
+Result<std::vector<std::string>> SandboxManager::update_network(const std::string& id,
+                                                                const boost::json::object& body) {
   auto sb = find(id);
   if (!sb) return not_found("sandbox '" + id + "' not found");
   std::lock_guard lock(sb->mu);
@@ -842,8 +854,9 @@ Status SandboxManager::update_network(const std::string& id, const boost::json::
   if (Status s = store_->set_network(id, boost::json::serialize(network_record(next))); !s)
     sb->note("warn", "network rules applied but not stored: " + s.error().message());
   sb->note("info", "network rules replaced: allowOut " + std::to_string(next.allow_out.size()) +
-                       ", denyOut " + std::to_string(next.deny_out.size()) + " entries");
-  return {};
+                       ", denyOut " + std::to_string(next.deny_out.size()) + " entries, rules " +
+                       std::to_string(next.transforms.hosts.size()) + " hosts");
+  return next.warnings;
 }
 
 Status SandboxManager::kill(const std::string& id) {

@@ -250,7 +250,9 @@ class SandboxManager {
   Result<bool> resume(const std::string& id);
   // Replaces a running sandbox's outbound rules (PUT /sandboxes/{id}/network). kNotFound,
   // kFailedPrecondition (paused, or no network link), kInvalidArgument (bad rules).
-  Status update_network(const std::string& id, const boost::json::object& body);
+  // The warnings of the new rules (network.rules for hosts the sandbox may not reach).
+  Result<std::vector<std::string>> update_network(const std::string& id,
+                                                  const boost::json::object& body);
   void kill_all();
   // Leaves every sandbox running for the next abxd to adopt (what SIGTERM does by default).
   // Returns how many there were.

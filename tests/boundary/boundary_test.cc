@@ -1429,6 +1429,50 @@ TEST_F(BoundaryTest, EveryProbeHolds) {
       }
       return ports;
     };
+    // Issue 40: abxd's egress CA key (<home>/ca/ca.key) signs the leaves the proxy presents for
+    // network.rules names: with it, a sandbox could mint certificates every other sandbox
+    // trusts. Its bytes must be nowhere a sandbox can read (16 base64 characters of the private
+    // scalar: the PKCS#8 line's first 48 are the same for every P-256 key). Searched inside as
+    // each user (the pattern split so no command line holds it), and from the host through A's
+    // root (every file, whoever may read it).
+    {
+      std::string needle;
+      {
+        std::istringstream key(slurp(home() / "ca" / "ca.key"));
+        std::string line;
+        std::getline(key, line);
+        std::getline(key, line);
+        if (line.size() >= 64) needle = line.substr(48, 16);
+      }
+      Probe ck{"n.egress_ca_key", "N", L, nullptr, nullptr};
+      ck.host = [&, host_out, needle] {
+        if (needle.empty()) return Outcome{false, "no " + (home() / "ca/ca.key").string()};
+        std::string found = host_out("grep -rlF -- '" + needle + "' '" + (home() / "ca").string() +
+                                     "' 2>/dev/null");
+        return Outcome{found.find("ca.key") != std::string::npos, "host finds it in abxd's home"};
+      };
+      ck.sandbox = [&, host_out, needle](Who w) {
+        if (needle.empty()) return Outcome{false, "no key", false, true};
+        client::CommandOptions o;
+        o.user = who_name(w);
+        auto c = A.commands().run("p='" + needle.substr(0, 8) + "'; p=\"$p\"'" + needle.substr(8) +
+                                      "'; grep -rlsaF -D skip --exclude-dir=proc --exclude-dir=sys "
+                                      "--exclude-dir=dev -- \"$p\" / | head -3; echo scanned",
+                                  o);
+        if (!c.ok()) return Outcome{false, c.error().message(), false, true};
+        std::string inside = c->stdout_data;
+        std::string via_root;
+        if (w == Who::kRoot)
+          via_root = host_out(
+              "grep -rlsaF -D skip --exclude-dir=proc --exclude-dir=sys "
+              "--exclude-dir=dev -- '" +
+              needle + "' " + a_root + "/ 2>/dev/null | head -3");
+        const bool found = inside.find("scanned") != 0 || !via_root.empty();
+        return Outcome{found, "inside: " + inside.substr(0, 80) + " via root: " + via_root, false,
+                       inside.find("scanned") == std::string::npos};
+      };
+      probes.push_back(ck);
+    }
     Probe rb{"n.resolver_bind", "N", E, nullptr, nullptr, root_only};
     rb.host = [&, tcp_connects] {
       return Outcome{tcp_connects(INADDR_LOOPBACK, hf.tcp_port), "host loopback listener"};

@@ -58,13 +58,19 @@ struct DomainPattern {
   std::string str() const;
   friend bool operator==(const DomainPattern&, const DomainPattern&) = default;
 };
-Result<DomainPattern> parse_domain(std::string_view text);
+// `min_labels`: 2 for allowOut; E2B's transform rules take `*.com` (a wildcard over one label).
+Result<DomainPattern> parse_domain(std::string_view text, int min_labels = 2);
 
 struct Rules {
   std::vector<Cidr> allow_cidrs;
   std::vector<DomainPattern> allow_domains;
   std::vector<Cidr> deny_cidrs;
+  // The sandbox has transform rules (transform.h): its HTTP and TLS go through the egress proxy
+  // even when no domain is allowed. Not part of the verdict.
+  bool transforms = false;
 
+  // Whether TCP 80/443 goes to the egress proxy (the ruleset's `proxied` set).
+  bool proxied() const { return !allow_domains.empty() || transforms; }
   bool empty() const { return allow_cidrs.empty() && allow_domains.empty() && deny_cidrs.empty(); }
   // True when a name could decide a verdict: some domain is allowed while something is denied.
   bool filters_domains() const { return !allow_domains.empty() && !deny_cidrs.empty(); }

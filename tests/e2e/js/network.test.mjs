@@ -82,6 +82,52 @@ test('bad rules are a 400 naming the entry; the old rules stay', async () => {
   assert.deepEqual(info.network.denyOut, ['203.0.113.9']);
 });
 
+// network.rules (issue 40): E2B's header transforms. Traffic through them is
+// tests/e2e/network/rules.sh's job; here, what the SDK sends and gets back.
+test('network.rules: accepted on create, shown masked, replaced and cleared by updateNetwork', async () => {
+  const secret = 'Bearer sdk-secret-value';
+  const sbx = await Sandbox.create('base', {
+    network: {
+      rules: {
+        'API.example.test': [{ transform: { headers: { Authorization: secret } } }],
+        '*.example.test': [{ transform: { headers: { 'X-Key': 'k' } } }],
+      },
+    },
+  });
+  made.push(sbx.sandboxId);
+  let info = await sbx.getInfo();
+  // Keys lower-cased, values masked: GET never returns a credential.
+  assert.deepEqual(Object.keys(info.network.rules).sort(), ['*.example.test', 'api.example.test']);
+  assert.deepEqual(info.network.rules['api.example.test'], [
+    { transform: { headers: { Authorization: '[redacted]' } } },
+  ]);
+  assert.ok(!JSON.stringify(info).includes('sdk-secret-value'));
+  // The callback form (a placeholder resolver) arrives as a static transform.
+  await sbx.updateNetwork({
+    rules: { 'v1.example.test': [{ transform: () => ({ headers: { 'X-Other': 'o' } }) }] },
+  });
+  info = await sbx.getInfo();
+  assert.deepEqual(Object.keys(info.network.rules), ['v1.example.test']);
+  // Omitted: cleared (updateNetwork replaces the whole configuration).
+  await sbx.updateNetwork({ allowOut: ['192.0.2.7'] });
+  info = await sbx.getInfo();
+  assert.equal(info.network.rules, undefined);
+});
+
+test('network.rules: bad patterns and headers are a 400 naming the field', async () => {
+  for (const [rules, field] of [
+    [{ '*': [] }, /rules\["\*"\]/],
+    [{ 'a.test': [{ transform: { headers: { '': 'v' } } }] }, /headers\[""\].*empty/],
+    [{ 'a.test': [{ transform: { headers: { X: 'a\r\nB: c' } } }] }, /headers\["X"\].*CR or LF/],
+  ]) {
+    await assert.rejects(
+      Sandbox.create('base', { network: { rules } }),
+      (e) => e instanceof SandboxError && /400/.test(e.message) && field.test(e.message),
+      JSON.stringify(rules),
+    );
+  }
+});
+
 test('updateNetwork on a sandbox that is gone is SandboxNotFoundError', async () => {
   const sbx = await Sandbox.create('base');
   await sbx.kill();

@@ -25,6 +25,9 @@ Log lines (fields separated by single spaces):
   https-<ip>.log  `<peer> connect`, `<peer> sni=<SNI or -> handshake` after the TLS handshake
                   (`<peer> handshake-failed <why>` when it fails), then
                   `<peer> sni=<SNI or -> <request line>` for each request
+  (both)          after a request line, `<peer> hdr <Name>=<value>` for each Authorization or
+                  X-Test-* header it carried, as sent (the transform e2e reads what abxd's egress
+                  proxy injected; the response never echoes them)
   echo-<ip>.log   `<peer> tcp connect` / `<peer> udp <n> bytes`
   dns.log         `<qname> <qtype> <udp|tcp> <peer> <rcode>`  (qname lowercased, no final dot;
                   `- -` and FORMERR/DROPPED for a malformed query)
@@ -98,6 +101,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if srv.tls:
             sni = "sni=%s " % (getattr(self.connection, "abx_sni", None) or "-")
         srv.log.line("%s %s%s" % (peer_str(self.client_address), sni, self.requestline))
+        for name, value in self.headers.items():
+            if name.lower() == "authorization" or name.lower().startswith("x-test-"):
+                srv.log.line("%s hdr %s=%s" % (peer_str(self.client_address), name, value))
         # Drain a request body, so keep-alive connections stay in step.
         length = int(self.headers.get("Content-Length") or 0)
         if length > 0:
