@@ -81,6 +81,9 @@ struct Config {
   runtime::UserNamespace userns;
   bool no_userns = false;
   double server_ready_timeout = 20;  // seconds
+  double timeout_warning = 30;       // seconds; 0: none
+  std::size_t max_event_streams = 64;
+  std::int64_t max_events = 100'000;
   bool no_network = false;
   std::string sandbox_net = "10.213.0.0/19";
   std::string dns_upstream = env_or("ABX_DNS_UPSTREAM");
@@ -195,6 +198,19 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, Config& cfg
                  "Seconds a create waits for a template's command server to accept connections "
                  "(a server that exits before that fails the create with its output at once)")
       ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  app.add_option("--timeout-warning", cfg.timeout_warning,
+                 "Seconds before a sandbox's deadline to record a sandbox.lifecycle."
+                 "timeout_warning event (only for deadlines further away than this; 0: none)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+  app.add_option("--max-event-streams", cfg.max_event_streams,
+                 "Concurrent GET /events streams (all teams together)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  app.add_option("--max-events", cfg.max_events,
+                 "Lifecycle events kept in the store (the newest; and none older than 7 days)")
+      ->check(CLI::Range(1000, 100'000'000))
       ->capture_default_str();
   app.add_flag("--no-network", cfg.no_network,
                "Give every sandbox loopback only (no link, no outbound access, no nftables rules)");
@@ -548,7 +564,15 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
     return fail(e, code);
   };
 
+  platform::EventLogOptions eo;
+  eo.max_streams = cfg.max_event_streams;
+  eo.max_events = cfg.max_events;
+  platform::EventLog events(**st, eo);
+
   platform::ManagerOptions mo;
+  mo.events = &events;
+  mo.timeout_warning =
+      std::chrono::milliseconds(static_cast<std::int64_t>(cfg.timeout_warning * 1000));
   mo.network = network->get();
   mo.allow_host_network = cfg.allow_host_network;
   mo.pause_mode = cfg.pause_mode == "disk"     ? platform::ManagerOptions::PauseMode::kDisk
@@ -626,6 +650,7 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   log.info(std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") + ": draining");
   builder.shutdown();  // a running build stops (its RUN sandbox is killed) instead of holding the
                        // drain
+  events.stop();       // event streams end cleanly (their last chunk) rather than hold the drain
   (*gw)->shutdown(std::chrono::seconds(10));
   if (cfg.kill_sandboxes) {
     (*mgr)->kill_all();

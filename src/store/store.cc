@@ -199,6 +199,22 @@ CREATE TABLE template_owners (
   team_id     TEXT NOT NULL
 ) WITHOUT ROWID;
 )sql",
+    // 6: the lifecycle event log (GET /events/sandboxes, webhooks). AUTOINCREMENT: an id is
+    // never reused after pruning, so a client's cursor stays meaningful.
+    R"sql(
+CREATE TABLE events (
+  id          INTEGER PRIMARY KEY AUTOINCREMENT,
+  ts          INTEGER NOT NULL,
+  team_id     TEXT NOT NULL,
+  sandbox_id  TEXT NOT NULL,
+  template_id TEXT NOT NULL,
+  type        TEXT NOT NULL,
+  data        TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX events_by_team ON events (team_id, id);
+CREATE INDEX events_by_sandbox ON events (sandbox_id, id);
+CREATE INDEX events_by_ts ON events (ts);
+)sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 
@@ -952,6 +968,101 @@ Result<std::int64_t> Store::prune_nonces(std::int64_t now) {
   ABX_ASSIGN_OR_RETURN(
       auto s, impl_->conn.prepare("DELETE FROM nonces WHERE expires_at <= ?1", "prune nonces"));
   ABX_TRY(s.bind(1, now).exec());
+  return impl_->conn.changes();
+}
+
+// --- lifecycle events ---
+
+Result<std::int64_t> Store::append_event(const EventRecord& e) {
+  if (!valid_team_id(e.team_id)) return invalid_argument("invalid team id");
+  if (e.type.empty() || e.type.size() > 64)
+    return invalid_argument("event type must be 1..64 bytes");
+  if (e.data.size() > 4096) return invalid_argument("event data over 4096 bytes");
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare("INSERT INTO events (ts, team_id, sandbox_id, template_id, type, "
+                                  "data) VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING id",
+                                  "append event"));
+  s.bind(1, e.ts_ms)
+      .bind(2, e.team_id)
+      .bind(3, e.sandbox_id)
+      .bind(4, e.template_id)
+      .bind(5, e.type)
+      .bind(6, e.data.empty() ? std::string("{}") : e.data);
+  ABX_ASSIGN_OR_RETURN(auto row, s.step());
+  if (!row) return internal_error("append event: no id returned");
+  return s.int64(0);
+}
+
+Result<std::vector<EventRecord>> Store::list_events(const EventFilter& f) {
+  if (f.limit == 0 || f.limit > 1000) return invalid_argument("limit must be 1..1000");
+  if (f.types.size() > 32) return invalid_argument("at most 32 event types");
+  std::string q =
+      "SELECT id, ts, team_id, sandbox_id, template_id, type, data FROM events WHERE id > ?1";
+  int n = 1;
+  std::vector<std::function<void(sql::Stmt&)>> binds;
+  binds.push_back([v = f.after_id](sql::Stmt& s) { s.bind(1, v); });
+  if (f.team_id) {
+    q += " AND team_id = ?" + std::to_string(++n);
+    binds.push_back([n, v = *f.team_id](sql::Stmt& s) { s.bind(n, v); });
+  }
+  if (!f.sandbox_id.empty()) {
+    q += " AND sandbox_id = ?" + std::to_string(++n);
+    binds.push_back([n, v = f.sandbox_id](sql::Stmt& s) { s.bind(n, v); });
+  }
+  if (!f.types.empty()) {
+    q += " AND type IN (";
+    for (std::size_t i = 0; i < f.types.size(); ++i) {
+      q += (i ? ", ?" : "?") + std::to_string(++n);
+      binds.push_back([n, v = f.types[i]](sql::Stmt& s) { s.bind(n, v); });
+    }
+    q += ")";
+  }
+  q += f.descending ? " ORDER BY id DESC" : " ORDER BY id ASC";
+  const int ln = ++n;
+  const int on = ++n;
+  q += " LIMIT ?" + std::to_string(ln) + " OFFSET ?" + std::to_string(on);
+  binds.push_back([ln, v = static_cast<std::int64_t>(f.limit)](sql::Stmt& s) { s.bind(ln, v); });
+  binds.push_back([on, v = static_cast<std::int64_t>(f.offset)](sql::Stmt& s) { s.bind(on, v); });
+
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(auto s, impl_->conn.prepare(q, "list events"));
+  for (auto& b : binds) b(s);
+  std::vector<EventRecord> out;
+  for (;;) {
+    ABX_ASSIGN_OR_RETURN(auto row, s.step());
+    if (!row) break;
+    EventRecord e;
+    e.id = s.int64(0);
+    e.ts_ms = s.int64(1);
+    e.team_id = s.text(2);
+    e.sandbox_id = s.text(3);
+    e.template_id = s.text(4);
+    e.type = s.text(5);
+    e.data = s.text(6);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+Result<std::int64_t> Store::last_event_id() {
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare("SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = "
+                                  "'events'), 0)",
+                                  "last event id"));
+  ABX_ASSIGN_OR_RETURN(auto row, s.step());
+  return row ? s.int64(0) : 0;
+}
+
+Result<std::int64_t> Store::prune_events(std::int64_t before_ms, std::int64_t keep_last) {
+  if (keep_last < 0) return invalid_argument("keep_last must be >= 0");
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(auto s,
+                       impl_->conn.prepare("DELETE FROM events WHERE ts < ?1 OR id <= (SELECT "
+                                           "COALESCE(MAX(id), 0) FROM events) - ?2",
+                                           "prune events"));
+  ABX_TRY(s.bind(1, before_ms).bind(2, keep_last).exec());
   return impl_->conn.changes();
 }
 

@@ -131,7 +131,7 @@ TEST(Store, LifecycleRoundTripsAndAVersion1FileMigrates) {
                          "ALTER TABLE sandboxes DROP COLUMN team_id;"
                          "ALTER TABLE api_keys DROP COLUMN team_id;"
                          "ALTER TABLE access_keys DROP COLUMN team_id;"
-                         "DROP TABLE teams; DROP TABLE template_owners;"
+                         "DROP TABLE teams; DROP TABLE template_owners; DROP TABLE events;"
                          "UPDATE schema_version SET version = 1",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -513,7 +513,7 @@ TEST(Store, Version4FileMigratesIntoTheDefaultTeam) {
                          "ALTER TABLE sandboxes DROP COLUMN team_id;"
                          "ALTER TABLE api_keys DROP COLUMN team_id;"
                          "ALTER TABLE access_keys DROP COLUMN team_id;"
-                         "DROP TABLE teams; DROP TABLE template_owners;"
+                         "DROP TABLE teams; DROP TABLE template_owners; DROP TABLE events;"
                          "UPDATE schema_version SET version = 4",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -639,6 +639,105 @@ TEST(Store, NonceReplayAndPruning) {
   EXPECT_EQ(s->remember_nonce("", 1, 0).error().code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(s->remember_nonce(std::string(300, 'n'), 1, 0).error().code(),
             ErrorCode::kInvalidArgument);
+}
+
+EventRecord event(std::string team, std::string sandbox, std::string type, std::int64_t ts) {
+  EventRecord e;
+  e.ts_ms = ts;
+  e.team_id = std::move(team);
+  e.sandbox_id = std::move(sandbox);
+  e.template_id = "base";
+  e.type = std::move(type);
+  return e;
+}
+
+TEST(StoreEvents, IdsIncreaseAndCursorFilters) {
+  TempDir d;
+  auto s = open_or_die(d.path() / "abx.db");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(*s->last_event_id(), 0);
+  std::vector<std::int64_t> ids;
+  const char* types[] = {"sandbox.lifecycle.created", "sandbox.lifecycle.killed"};
+  for (int i = 0; i < 10; ++i) {
+    auto id = s->append_event(event(i % 2 ? "b" : "a", id_for(i / 2), types[i % 2], 1000 + i));
+    ASSERT_TRUE(id.ok()) << id.error().to_string();
+    if (!ids.empty()) EXPECT_GT(*id, ids.back());
+    ids.push_back(*id);
+  }
+  EXPECT_EQ(*s->last_event_id(), ids.back());
+  // Team a's events after the third id, oldest first.
+  EventFilter f;
+  f.team_id = "a";
+  f.after_id = ids[2];
+  auto page = s->list_events(f);
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->size(), 3u);  // ids[4], ids[6], ids[8]
+  EXPECT_EQ((*page)[0].id, ids[4]);
+  EXPECT_EQ((*page)[2].id, ids[8]);
+  for (const auto& e : *page) {
+    EXPECT_EQ(e.team_id, "a");
+    EXPECT_EQ(e.data, "{}");
+  }
+  // Types, sandbox, descending, offset and limit.
+  EventFilter g;
+  g.types = {"sandbox.lifecycle.killed"};
+  g.descending = true;
+  g.limit = 2;
+  g.offset = 1;
+  page = s->list_events(g);
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->size(), 2u);
+  EXPECT_EQ((*page)[0].id, ids[7]);
+  EXPECT_EQ((*page)[1].id, ids[5]);
+  EventFilter h;
+  h.sandbox_id = id_for(1);
+  page = s->list_events(h);
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->size(), 2u);
+  EXPECT_EQ((*page)[0].id, ids[2]);
+  EXPECT_EQ((*page)[1].id, ids[3]);
+  // Bad input.
+  EXPECT_FALSE(s->append_event(event("Not A Team", id_for(1), "x", 1)).ok());
+  EXPECT_FALSE(s->append_event(event("a", id_for(1), "", 1)).ok());
+  auto big = event("a", id_for(1), "x", 1);
+  big.data = std::string(5000, 'x');
+  EXPECT_FALSE(s->append_event(big).ok());
+  EventFilter bad;
+  bad.limit = 0;
+  EXPECT_FALSE(s->list_events(bad).ok());
+}
+
+TEST(StoreEvents, PruneKeepsNewestAndIdsAreNeverReused) {
+  TempDir d;
+  std::int64_t last = 0;
+  {
+    auto s = open_or_die(d.path() / "abx.db");
+    ASSERT_TRUE(s);
+    for (int i = 0; i < 20; ++i) {
+      auto id = s->append_event(event("a", id_for(i), "sandbox.lifecycle.created", 1000 + i));
+      ASSERT_TRUE(id.ok());
+      last = *id;
+    }
+    // Older than ts 1005 go, and all but the newest 10.
+    auto n = s->prune_events(1005, 10);
+    ASSERT_TRUE(n.ok()) << n.error().to_string();
+    EXPECT_EQ(*n, 10);
+    auto all = s->list_events(EventFilter{});
+    ASSERT_TRUE(all.ok());
+    ASSERT_EQ(all->size(), 10u);
+    EXPECT_EQ(all->front().ts_ms, 1010);
+    // Retention by time alone.
+    EXPECT_EQ(*s->prune_events(1012, 1000), 2);
+    // Everything pruned: the last id is still known.
+    EXPECT_EQ(*s->prune_events(5000, 0), 8);
+    EXPECT_EQ(*s->last_event_id(), last);
+  }
+  // After a reopen (abxd restarted) the next id is past every id given before.
+  auto s = open_or_die(d.path() / "abx.db");
+  ASSERT_TRUE(s);
+  auto id = s->append_event(event("a", id_for(1), "sandbox.lifecycle.created", 6000));
+  ASSERT_TRUE(id.ok());
+  EXPECT_GT(*id, last);
 }
 
 TEST(Store, TemplatesSeenUpsert) {

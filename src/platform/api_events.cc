@@ -1,0 +1,169 @@
+// The lifecycle event routes (events.h; docs/abxd.md "Lifecycle events"):
+//   GET /events/sandboxes, GET /events/sandboxes/{id}   E2B's: a JSON array, newest first
+//                                                       (orderAsc, offset, limit, types)
+//   GET /events, GET /sandboxes/{id}/events             abx's: a Server-Sent-Events stream
+// Either form answers either way: `Accept: text/event-stream` or ?stream=true asks for the
+// stream, ?stream=false or `Accept: application/json` for the page. The cursor is an event id:
+// ?cursor=N (or the SSE Last-Event-ID header) gives the events after it, oldest first. A stream
+// without a cursor starts at the newest event (only what happens from now on).
+// Every form is the request's team's only; another team's sandbox id gives an empty answer.
+#include <boost/beast/core/string.hpp>
+#include <boost/json.hpp>
+
+#include "abx/base/try.h"
+#include "api_routes.h"
+
+namespace abx::platform::api {
+
+namespace json = boost::json;
+namespace bhttp = boost::beast::http;
+using http::Response;
+
+namespace {
+
+constexpr std::int64_t kMaxLimit = 1000;
+
+Result<std::int64_t> parse_count(std::string_view key, std::string_view v, std::int64_t max) {
+  if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string_view::npos)
+    return invalid_argument(std::string(key) + " must be a non-negative integer");
+  const std::int64_t n = std::stoll(std::string(v));
+  if (n > max)
+    return invalid_argument(std::string(key) + " must be at most " + std::to_string(max));
+  return n;
+}
+
+struct EventsQuery {
+  store::EventFilter filter;
+  bool stream = false;
+  bool has_cursor = false;
+};
+
+// `sse_default`: whether the route streams unless asked not to (GET /events and
+// /sandboxes/{id}/events) or answers JSON unless asked to stream (E2B's /events/sandboxes).
+Result<EventsQuery> parse_events_query(const Context& ctx, bool sse_default) {
+  EventsQuery q;
+  q.filter.team_id = ctx.team;
+  q.filter.limit = sse_default ? 100 : 10;  // E2B's default page is 10
+  bool order_asc = false;
+  q.stream = events_stream_requested(ctx.req, ctx.url, sse_default);
+  if (std::string_view last = ctx.req["Last-Event-ID"]; !last.empty()) {
+    ABX_ASSIGN_OR_RETURN(
+        q.filter.after_id,
+        parse_count("Last-Event-ID", last, std::numeric_limits<std::int64_t>::max() / 2));
+    q.has_cursor = true;
+  }
+  for (auto p : ctx.url.params()) {
+    const std::string v = p.has_value ? std::string(p.value) : std::string();
+    if (p.key == "cursor") {
+      ABX_ASSIGN_OR_RETURN(q.filter.after_id,
+                           parse_count("cursor", v, std::numeric_limits<std::int64_t>::max() / 2));
+      q.has_cursor = true;
+    } else if (p.key == "types" || p.key == "type") {
+      // Repeated (E2B) or comma-separated.
+      std::string_view rest = v;
+      while (!rest.empty()) {
+        auto comma = rest.find(',');
+        std::string t(rest.substr(0, comma));
+        rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+        if (t.empty()) continue;
+        // Short names are accepted too: "killed" is "sandbox.lifecycle.killed".
+        if (t.find('.') == std::string::npos) t = "sandbox.lifecycle." + t;
+        if (!known_event_type(t)) return invalid_argument("unknown event type '" + t + "'");
+        if (q.filter.types.size() >= 32) return invalid_argument("at most 32 event types");
+        q.filter.types.push_back(std::move(t));
+      }
+    } else if (p.key == "stream") {
+      if (v != "true" && v != "1" && v != "false" && v != "0")
+        return invalid_argument("stream must be true or false");
+    } else if (p.key == "limit") {
+      ABX_ASSIGN_OR_RETURN(auto n, parse_count("limit", v, kMaxLimit));
+      if (n == 0) return invalid_argument("limit must be at least 1");
+      q.filter.limit = static_cast<std::size_t>(n);
+    } else if (p.key == "offset") {
+      ABX_ASSIGN_OR_RETURN(auto n, parse_count("offset", v, 1'000'000));
+      q.filter.offset = static_cast<std::size_t>(n);
+    } else if (p.key == "orderAsc") {
+      if (v != "true" && v != "false") return invalid_argument("orderAsc must be true or false");
+      order_asc = v == "true";
+    }
+  }
+  // With a cursor the page reads forward from it; E2B's pages are newest first unless orderAsc.
+  q.filter.descending = !q.has_cursor && !order_asc;
+  if (!ctx.params.empty()) {
+    ABX_ASSIGN_OR_RETURN(q.filter.sandbox_id, sandbox_id(ctx));
+  }
+  return q;
+}
+
+}  // namespace
+
+bool events_stream_requested(const http::Request& req, boost::urls::url_view url,
+                             bool sse_default) {
+  bool stream = sse_default;
+  std::string_view accept = req[bhttp::field::accept];
+  if (accept.find("text/event-stream") != std::string_view::npos) stream = true;
+  if (accept.find("application/json") != std::string_view::npos) stream = false;
+  for (auto p : url.params()) {
+    if (p.key != "stream" || !p.has_value) continue;
+    if (p.value == "true" || p.value == "1") stream = true;
+    if (p.value == "false" || p.value == "0") stream = false;
+  }
+  return stream;
+}
+
+bool is_events_route(std::span<const std::string> parts, bool& sse_default) {
+  if (parts.size() == 1 && parts[0] == "events") {
+    sse_default = true;
+    return true;
+  }
+  if (parts.size() == 3 && parts[0] == "sandboxes" && parts[2] == "events") {
+    sse_default = true;
+    return true;
+  }
+  if ((parts.size() == 2 || parts.size() == 3) && parts[0] == "events" && parts[1] == "sandboxes") {
+    sse_default = false;
+    return true;
+  }
+  return false;
+}
+
+Result<http::Response> list_events(Context& ctx, bool sse_default) {
+  EventLog* log = ctx.sandboxes.events();
+  if (!log) return Error(ErrorCode::kUnimplemented, "abxd records no events");
+  ABX_ASSIGN_OR_RETURN(EventsQuery q, parse_events_query(ctx, sse_default));
+  ABX_ASSIGN_OR_RETURN(auto events, log->list(q.filter));
+  json::array out;
+  for (const auto& e : events) out.push_back(EventLog::to_json(e));
+  auto res = http::json_response(200, out);
+  if (!events.empty()) {
+    std::int64_t newest = 0;
+    for (const auto& e : events) newest = std::max(newest, e.id);
+    res.set("X-Next-Cursor", std::to_string(newest));
+  }
+  return res;
+}
+
+Result<http::Response> list_events_e2b(Context& ctx) { return list_events(ctx, false); }
+Result<http::Response> list_events_abx(Context& ctx) { return list_events(ctx, true); }
+
+Status stream_events(Context& ctx, bool sse_default, const http::Responder& respond) {
+  EventLog* log = ctx.sandboxes.events();
+  if (!log) return Error(ErrorCode::kUnimplemented, "abxd records no events");
+  ABX_ASSIGN_OR_RETURN(EventsQuery q, parse_events_query(ctx, sse_default));
+  ABX_ASSIGN_OR_RETURN(auto slot, log->reserve());
+  // Without a cursor: from now on. Fixed before the header goes out, so nothing recorded after
+  // the client saw the stream open is missed.
+  if (!q.has_cursor) {
+    ABX_ASSIGN_OR_RETURN(q.filter.after_id, ctx.store.last_event_id());
+  }
+  Response header{bhttp::status::ok, ctx.req.version()};
+  header.set(bhttp::field::content_type, "text/event-stream");
+  header.set(bhttp::field::cache_control, "no-cache");
+  header.set("X-Accel-Buffering", "no");
+  auto writer = respond.stream(std::move(header));
+  writer->write("retry: 3000\n: cursor " + std::to_string(q.filter.after_id) + "\n\n");
+  log->subscribe(std::move(slot), std::move(q.filter), std::move(writer));
+  return {};
+}
+
+}  // namespace abx::platform::api

@@ -1,0 +1,122 @@
+// The lifecycle event log: every sandbox transition (created, paused, resumed, updated,
+// snapshotted, timeout warning, killed with the reason it ended) recorded in the store with a
+// monotonically increasing id, and fanned out to Server-Sent-Event streams
+// (GET /events/sandboxes; docs/abxd.md "Lifecycle events").
+//
+// The names are E2B's (type "sandbox.lifecycle.<label>", the v1 event JSON: version, id, type,
+// eventData, sandboxId, sandboxTeamId, sandboxTemplateId, timestamp). abx adds
+// "sandbox.lifecycle.timeout_warning" and eventData.reason on every killed event.
+//
+// record() never blocks on a client and never fails its caller: a store error is logged. The
+// streams are served by one thread: each subscriber has a cursor (the last id it was sent); on a
+// new event or every heartbeat interval the thread writes what each subscriber has not seen yet
+// (read from the store, so a cursor from before an abxd restart resumes exactly), skipping a
+// subscriber whose connection is still full (it catches up when it drains). stop() ends every
+// stream cleanly (the last chunk) before the gateway drains.
+#pragma once
+
+#include <boost/json/object.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "abx/base/error.h"
+#include "abx/base/log.h"
+#include "abx/http/server.h"
+#include "abx/store/store.h"
+
+namespace abx::platform {
+
+// The event types, E2B's names (plus timeout_warning, abx's).
+inline constexpr std::string_view kEventCreated = "sandbox.lifecycle.created";
+inline constexpr std::string_view kEventPaused = "sandbox.lifecycle.paused";
+inline constexpr std::string_view kEventResumed = "sandbox.lifecycle.resumed";
+inline constexpr std::string_view kEventUpdated = "sandbox.lifecycle.updated";
+inline constexpr std::string_view kEventSnapshotted = "sandbox.lifecycle.snapshotted";
+inline constexpr std::string_view kEventTimeoutWarning = "sandbox.lifecycle.timeout_warning";
+inline constexpr std::string_view kEventKilled = "sandbox.lifecycle.killed";
+// Whether `type` is one of the above (a ?types= filter names only these).
+bool known_event_type(std::string_view type);
+
+// Why a sandbox ended (eventData.reason of a killed event).
+inline constexpr const char* kEndKilled = "killed";      // DELETE /sandboxes/{id} (or MCP kill)
+inline constexpr const char* kEndTimeout = "timeout";    // its deadline passed
+inline constexpr const char* kEndDied = "died";          // its init (abx-envd) exited
+inline constexpr const char* kEndLost = "lost";          // found gone when abxd started
+inline constexpr const char* kEndShutdown = "shutdown";  // abxd stopped with --kill-sandboxes
+inline constexpr const char* kEndPauseFailed = "error";  // a failure left it unusable
+
+struct EventLogOptions {
+  std::chrono::milliseconds retention{7LL * 24 * 3600 * 1000};  // E2B keeps 7 days
+  std::int64_t max_events = 100'000;  // and abx at most this many (the newest)
+  std::size_t max_streams = 64;       // concurrent GET /events streams, all teams
+  std::chrono::milliseconds heartbeat{15'000};
+};
+
+class EventLog {
+ public:
+  EventLog(store::Store& store, EventLogOptions options);
+  ~EventLog();  // stop()
+  EventLog(const EventLog&) = delete;
+  EventLog& operator=(const EventLog&) = delete;
+
+  // Appends one event for sandbox `rec` (its id, team, template) and wakes the streams.
+  void record(std::string_view type, const store::SandboxRecord& rec,
+              const boost::json::object& data = {});
+
+  // A page of events (the JSON form of GET /events).
+  Result<std::vector<store::EventRecord>> list(const store::EventFilter& f) {
+    return store_.list_events(f);
+  }
+
+  // A stream slot: kResourceExhausted when max_streams are open. Pass it to subscribe(), or
+  // drop it to give the slot back.
+  struct Slot {
+    EventLog* log = nullptr;
+    ~Slot();
+    Slot(const Slot&) = delete;
+    Slot& operator=(const Slot&) = delete;
+    explicit Slot(EventLog* l) : log(l) {}
+  };
+  Result<std::unique_ptr<Slot>> reserve();
+  // Serves `writer` from `filter.after_id` on (filter.limit is ignored), holding `slot`.
+  void subscribe(std::unique_ptr<Slot> slot, store::EventFilter filter,
+                 std::shared_ptr<http::StreamWriter> writer);
+  std::size_t streams() const;
+
+  // Ends every stream (each gets its last chunk) and refuses new ones. Idempotent.
+  void stop();
+
+  // The E2B v1 JSON of one event; and its SSE frame ("id: N\nevent: <type>\ndata: <json>\n\n").
+  static boost::json::object to_json(const store::EventRecord& e);
+  static std::string sse_frame(const store::EventRecord& e);
+
+ private:
+  struct Sub {
+    std::unique_ptr<Slot> slot;
+    store::EventFilter filter;
+    std::shared_ptr<http::StreamWriter> writer;
+  };
+  void loop();
+  void prune();
+
+  store::Store& store_;
+  EventLogOptions opt_;
+  Logger log_{"events"};
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::size_t slots_ = 0;
+  std::int64_t latest_id_ = 0;
+  std::int64_t appended_ = 0;
+  std::vector<Sub> incoming_;  // handed to the loop
+  std::thread thread_;
+};
+
+}  // namespace abx::platform
