@@ -38,6 +38,7 @@
 #include "bundle.h"
 #include "sandboxes.h"
 #include "watchdog.h"
+#include "webhooks.h"
 
 namespace fs = std::filesystem;
 using namespace abx;
@@ -84,6 +85,11 @@ struct Config {
   double timeout_warning = 30;       // seconds; 0: none
   std::size_t max_event_streams = 64;
   std::int64_t max_events = 100'000;
+  bool webhook_allow_private = false;
+  double webhook_timeout = 10;      // seconds, one attempt
+  double webhook_retry_delay = 10;  // seconds before the first retry; doubles after
+  int webhook_retries = 3;
+  std::size_t max_webhooks = 10;  // per team
   bool no_network = false;
   std::string sandbox_net = "10.213.0.0/19";
   std::string dns_upstream = env_or("ABX_DNS_UPSTREAM");
@@ -211,6 +217,24 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, Config& cfg
   app.add_option("--max-events", cfg.max_events,
                  "Lifecycle events kept in the store (the newest; and none older than 7 days)")
       ->check(CLI::Range(1000, 100'000'000))
+      ->capture_default_str();
+  app.add_flag("--webhook-allow-private", cfg.webhook_allow_private,
+               "Let webhooks point at loopback and private addresses (refused by default, so a "
+               "webhook cannot make abxd call into its own network)");
+  app.add_option("--webhook-timeout", cfg.webhook_timeout,
+                 "Seconds one webhook delivery attempt may take (connect, send, answer)")
+      ->check(CLI::Range(0.1, 120.0))
+      ->capture_default_str();
+  app.add_option("--webhook-retry-delay", cfg.webhook_retry_delay,
+                 "Seconds before a failed webhook delivery's first retry (doubling after each)")
+      ->check(CLI::Range(0.01, 3600.0))
+      ->capture_default_str();
+  app.add_option("--webhook-retries", cfg.webhook_retries,
+                 "Retries of a failed webhook delivery before it is given up")
+      ->check(CLI::Range(0, 10))
+      ->capture_default_str();
+  app.add_option("--max-webhooks", cfg.max_webhooks, "Webhooks one team may register")
+      ->check(CLI::Range(0, 1000))
       ->capture_default_str();
   app.add_flag("--no-network", cfg.no_network,
                "Give every sandbox loopback only (no link, no outbound access, no nftables rules)");
@@ -568,6 +592,16 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   eo.max_streams = cfg.max_event_streams;
   eo.max_events = cfg.max_events;
   platform::EventLog events(**st, eo);
+  platform::WebhookOptions wo;
+  wo.allow_private = cfg.webhook_allow_private;
+  wo.attempt_timeout =
+      std::chrono::milliseconds(static_cast<std::int64_t>(cfg.webhook_timeout * 1000));
+  wo.retry_delay =
+      std::chrono::milliseconds(static_cast<std::int64_t>(cfg.webhook_retry_delay * 1000));
+  wo.retries = cfg.webhook_retries;
+  wo.max_per_team = cfg.max_webhooks;
+  platform::WebhookDispatcher webhooks(**st, wo);
+  events.set_webhooks(&webhooks);
 
   platform::ManagerOptions mo;
   mo.events = &events;

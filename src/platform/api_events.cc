@@ -11,7 +11,9 @@
 #include <boost/json.hpp>
 
 #include "abx/base/try.h"
+#include "abx/token/token.h"
 #include "api_routes.h"
+#include "webhooks.h"
 
 namespace abx::platform::api {
 
@@ -164,6 +166,95 @@ Status stream_events(Context& ctx, bool sse_default, const http::Responder& resp
   writer->write("retry: 3000\n: cursor " + std::to_string(q.filter.after_id) + "\n\n");
   log->subscribe(std::move(slot), std::move(q.filter), std::move(writer));
   return {};
+}
+
+// --- webhooks: /events/webhooks[/{id}] (webhooks.h) ---
+
+namespace {
+
+Result<WebhookDispatcher*> dispatcher(Context& ctx) {
+  EventLog* log = ctx.sandboxes.events();
+  if (!log || !log->webhooks())
+    return Error(ErrorCode::kUnimplemented, "abxd delivers no webhooks");
+  return log->webhooks();
+}
+
+Status webhooks_enabled(Context& ctx) {
+  ABX_ASSIGN_OR_RETURN(WebhookDispatcher * d, dispatcher(ctx));
+  (void)d;
+  return {};
+}
+
+Result<std::string> webhook_id(const Context& ctx) {
+  const std::string& id = ctx.params.at(0);
+  if (id.size() != 32 || id.find_first_not_of("0123456789abcdef") != std::string::npos)
+    return invalid_argument("invalid webhook id");
+  return id;
+}
+
+}  // namespace
+
+Result<http::Response> create_webhook(Context& ctx) {
+  ABX_ASSIGN_OR_RETURN(WebhookDispatcher * d, dispatcher(ctx));
+  ABX_ASSIGN_OR_RETURN(WebhookSpec spec, parse_webhook_body(ctx.req.body(), true));
+  ABX_TRY(check_webhook_url(*spec.url, d->options().allow_private));
+  ABX_ASSIGN_OR_RETURN(auto existing, ctx.store.list_webhooks(ctx.team));
+  if (existing.size() >= d->options().max_per_team)
+    return Error(ErrorCode::kResourceExhausted, "a team has at most " +
+                                                    std::to_string(d->options().max_per_team) +
+                                                    " webhooks: delete one first");
+  store::WebhookRecord w;
+  ABX_ASSIGN_OR_RETURN(w.id, token::random_hex(16));
+  w.team_id = ctx.team;
+  w.name = spec.name.value_or("");
+  w.url = *spec.url;
+  w.enabled = spec.enabled.value_or(true);
+  w.events = spec.events.value_or(std::vector<std::string>{});
+  w.secret = *spec.secret;
+  w.created_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count();
+  ABX_TRY(ctx.store.create_webhook(w));
+  return http::json_response(201, webhook_json(w));
+}
+
+Result<http::Response> list_webhooks(Context& ctx) {
+  ABX_TRY(webhooks_enabled(ctx));
+  ABX_ASSIGN_OR_RETURN(auto hooks, ctx.store.list_webhooks(ctx.team));
+  json::array out;
+  for (const auto& w : hooks) out.push_back(webhook_json(w));
+  return http::json_response(200, out);
+}
+
+Result<http::Response> get_webhook(Context& ctx) {
+  ABX_TRY(webhooks_enabled(ctx));
+  ABX_ASSIGN_OR_RETURN(std::string id, webhook_id(ctx));
+  ABX_ASSIGN_OR_RETURN(auto w, ctx.store.get_webhook(ctx.team, id));
+  return http::json_response(200, webhook_json(w));
+}
+
+Result<http::Response> update_webhook(Context& ctx) {
+  ABX_ASSIGN_OR_RETURN(WebhookDispatcher * d, dispatcher(ctx));
+  ABX_ASSIGN_OR_RETURN(std::string id, webhook_id(ctx));
+  ABX_ASSIGN_OR_RETURN(WebhookSpec spec, parse_webhook_body(ctx.req.body(), false));
+  ABX_ASSIGN_OR_RETURN(auto w, ctx.store.get_webhook(ctx.team, id));
+  if (spec.url) {
+    ABX_TRY(check_webhook_url(*spec.url, d->options().allow_private));
+    w.url = *spec.url;
+  }
+  if (spec.name) w.name = *spec.name;
+  if (spec.secret) w.secret = *spec.secret;
+  if (spec.enabled) w.enabled = *spec.enabled;
+  if (spec.events) w.events = *spec.events;
+  ABX_TRY(ctx.store.update_webhook(w));
+  return http::json_response(200, webhook_json(w));
+}
+
+Result<http::Response> delete_webhook(Context& ctx) {
+  ABX_TRY(webhooks_enabled(ctx));
+  ABX_ASSIGN_OR_RETURN(std::string id, webhook_id(ctx));
+  ABX_TRY(ctx.store.delete_webhook(ctx.team, id));
+  return http::Response{bhttp::status::no_content, ctx.req.version()};
 }
 
 }  // namespace abx::platform::api

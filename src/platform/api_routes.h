@@ -152,6 +152,12 @@ bool events_stream_requested(const http::Request& req, boost::urls::url_view url
 // Answers with an SSE stream of the team's events (ctx.params: the sandbox id, if any).
 Status stream_events(Context& ctx, bool sse_default, const http::Responder& respond);
 Result<http::Response> sandbox_logs_v2(Context& ctx);  // GET /v2/sandboxes/{id}/logs
+// api_events.cc: E2B's webhook resource, /events/webhooks[/{id}] (webhooks.h).
+Result<http::Response> create_webhook(Context& ctx);  // POST /events/webhooks
+Result<http::Response> list_webhooks(Context& ctx);   // GET /events/webhooks
+Result<http::Response> get_webhook(Context& ctx);     // GET /events/webhooks/{id}
+Result<http::Response> update_webhook(Context& ctx);  // PATCH /events/webhooks/{id}
+Result<http::Response> delete_webhook(Context& ctx);  // DELETE /events/webhooks/{id}
 
 // The typed requests and their decoders (api_sandboxes.cc, api_tokens.cc).
 Result<CreateRequest> parse_create(const boost::json::object& body, std::int64_t max_timeout,

@@ -3,6 +3,7 @@
 #include <boost/json.hpp>
 
 #include "abx/base/time.h"
+#include "webhooks.h"
 
 namespace abx::platform {
 
@@ -58,6 +59,8 @@ void EventLog::record(std::string_view type, const store::SandboxRecord& rec,
                " not recorded: " + id.error().message());
     return;
   }
+  e.id = *id;
+  if (webhooks_) webhooks_->dispatch(e);
   bool prune_now = false;
   {
     std::lock_guard lock(mu_);

@@ -33,6 +33,8 @@
 
 namespace abx::platform {
 
+class WebhookDispatcher;  // webhooks.h
+
 // The event types, E2B's names (plus timeout_warning, abx's).
 inline constexpr std::string_view kEventCreated = "sandbox.lifecycle.created";
 inline constexpr std::string_view kEventPaused = "sandbox.lifecycle.paused";
@@ -48,9 +50,9 @@ bool known_event_type(std::string_view type);
 inline constexpr const char* kEndKilled = "killed";      // DELETE /sandboxes/{id} (or MCP kill)
 inline constexpr const char* kEndTimeout = "timeout";    // its deadline passed
 inline constexpr const char* kEndDied = "died";          // its init (abx-envd) exited
+inline constexpr const char* kEndOom = "oom";            // the OOM killer ended its processes
 inline constexpr const char* kEndLost = "lost";          // found gone when abxd started
 inline constexpr const char* kEndShutdown = "shutdown";  // abxd stopped with --kill-sandboxes
-inline constexpr const char* kEndPauseFailed = "error";  // a failure left it unusable
 
 struct EventLogOptions {
   std::chrono::milliseconds retention{7LL * 24 * 3600 * 1000};  // E2B keeps 7 days
@@ -90,6 +92,11 @@ class EventLog {
                  std::shared_ptr<http::StreamWriter> writer);
   std::size_t streams() const;
 
+  // Where each recorded event is also delivered (webhooks.h); null: nowhere. Set before the
+  // first record().
+  void set_webhooks(WebhookDispatcher* w) { webhooks_ = w; }
+  WebhookDispatcher* webhooks() const { return webhooks_; }
+
   // Ends every stream (each gets its last chunk) and refuses new ones. Idempotent.
   void stop();
 
@@ -116,6 +123,7 @@ class EventLog {
   std::int64_t latest_id_ = 0;
   std::int64_t appended_ = 0;
   std::vector<Sub> incoming_;  // handed to the loop
+  WebhookDispatcher* webhooks_ = nullptr;
   std::thread thread_;
 };
 

@@ -895,7 +895,7 @@ Status SandboxManager::move_deadline(const std::string& id, std::int64_t seconds
   return {};
 }
 
-Status SandboxManager::pause(const std::string& id) {
+Status SandboxManager::pause(const std::string& id, const char* reason) {
   auto sb = find(id);
   if (!sb) return not_found("sandbox '" + id + "' not found");
   std::lock_guard lock(sb->mu);
@@ -912,7 +912,7 @@ Status SandboxManager::pause(const std::string& id) {
     sb->note("info", "paused");
     ABX_TRY(store_->update_state(id, store::SandboxState::kPaused));
   }
-  emit(kEventPaused, sb->record);
+  emit(kEventPaused, sb->record, {{"reason", reason}});
   return {};
 }
 
@@ -1057,7 +1057,8 @@ void SandboxManager::reaper_loop() {
       auto sb = find(id);
       if (sb && sb->record.pause_on_timeout) {
         sb->note("info", "timeout reached: pausing (onTimeout: pause)");
-        if (Status s = pause(id); s.ok() || s.error().code() == ErrorCode::kFailedPrecondition) {
+        if (Status s = pause(id, kEndTimeout);
+            s.ok() || s.error().code() == ErrorCode::kFailedPrecondition) {
           continue;
         }
       }
@@ -1067,15 +1068,21 @@ void SandboxManager::reaper_loop() {
     for (const auto& id : dead) {
       auto sb = find(id);
       if (!sb) continue;
+      const char* reason = kEndDied;
       {
         // Again under the sandbox's lock: a pause to disk ends its tree on purpose (and then
         // drops it), and a resume replaces it; only an init that died on its own counts.
         std::lock_guard l(sb->mu);
         auto rt = sb->runtime();
         if (!rt || !rt->init_exited()) continue;
+        // memory.oom.group: the OOM killer takes the whole tree, init included. Read before the
+        // kill below removes the cgroup.
+        if (rt->cgroups().oom_kills() > 0) reason = kEndOom;
       }
-      sb->note("warn", "abx-envd exited: removing the sandbox");
-      (void)kill(id, kEndDied);
+      sb->note("warn", reason == kEndOom
+                           ? "out of memory (the OOM killer ended it): removing the sandbox"
+                           : "abx-envd exited: removing the sandbox");
+      (void)kill(id, reason);
     }
     lock.lock();
   }

@@ -253,7 +253,9 @@ class SandboxManager {
   // The deadline becomes max(deadline, now + seconds): connect never shortens a sandbox's life.
   Status extend_timeout(const std::string& id, std::int64_t seconds);
   // Freezes every task (cgroup freezer; memory is kept). kFailedPrecondition if already paused.
-  Status pause(const std::string& id);
+  // `reason`: the paused event's eventData.reason ("requested": the API; "timeout":
+  // lifecycle.onTimeout "pause" at the deadline).
+  Status pause(const std::string& id, const char* reason = "requested");
   // Thaws; false if it was not paused.
   Result<bool> resume(const std::string& id);
   // Replaces a running sandbox's outbound rules (PUT /sandboxes/{id}/network). kNotFound,

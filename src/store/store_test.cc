@@ -132,6 +132,7 @@ TEST(Store, LifecycleRoundTripsAndAVersion1FileMigrates) {
                          "ALTER TABLE api_keys DROP COLUMN team_id;"
                          "ALTER TABLE access_keys DROP COLUMN team_id;"
                          "DROP TABLE teams; DROP TABLE template_owners; DROP TABLE events;"
+                         "DROP TABLE webhooks;"
                          "UPDATE schema_version SET version = 1",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -514,6 +515,7 @@ TEST(Store, Version4FileMigratesIntoTheDefaultTeam) {
                          "ALTER TABLE api_keys DROP COLUMN team_id;"
                          "ALTER TABLE access_keys DROP COLUMN team_id;"
                          "DROP TABLE teams; DROP TABLE template_owners; DROP TABLE events;"
+                         "DROP TABLE webhooks;"
                          "UPDATE schema_version SET version = 4",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -738,6 +740,66 @@ TEST(StoreEvents, PruneKeepsNewestAndIdsAreNeverReused) {
   auto id = s->append_event(event("a", id_for(1), "sandbox.lifecycle.created", 6000));
   ASSERT_TRUE(id.ok());
   EXPECT_GT(*id, last);
+}
+
+TEST(StoreWebhooks, CrudIsPerTeam) {
+  TempDir d;
+  auto s = open_or_die(d.path() / "abx.db");
+  ASSERT_TRUE(s);
+  WebhookRecord w;
+  w.id = std::string(32, 'a');
+  w.team_id = "a";
+  w.name = "hook";
+  w.url = "http://127.0.0.1:9/x";
+  w.events = {"sandbox.lifecycle.created", "sandbox.lifecycle.killed"};
+  w.secret = "s3cret";
+  w.created_at_ms = 1000;
+  ASSERT_TRUE(s->create_webhook(w).ok());
+  EXPECT_EQ(s->create_webhook(w).error().code(), ErrorCode::kAlreadyExists);
+  WebhookRecord other = w;
+  other.id = std::string(32, 'b');
+  other.team_id = "b";
+  other.events.clear();
+  ASSERT_TRUE(s->create_webhook(other).ok());
+
+  auto mine = s->list_webhooks(std::string("a"));
+  ASSERT_TRUE(mine.ok());
+  ASSERT_EQ(mine->size(), 1u);
+  EXPECT_EQ((*mine)[0].events, w.events);
+  EXPECT_EQ((*mine)[0].secret, "s3cret");
+  EXPECT_TRUE((*mine)[0].enabled);
+  EXPECT_EQ(s->list_webhooks(std::nullopt)->size(), 2u);
+  // Another team's id is not found, for every verb.
+  EXPECT_EQ(s->get_webhook("b", w.id).error().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(s->delete_webhook("b", w.id).error().code(), ErrorCode::kNotFound);
+  WebhookRecord stolen = w;
+  stolen.team_id = "b";
+  EXPECT_EQ(s->update_webhook(stolen).error().code(), ErrorCode::kNotFound);
+
+  w.enabled = false;
+  w.events = {};
+  w.url = "http://127.0.0.1:9/y";
+  ASSERT_TRUE(s->update_webhook(w).ok());
+  auto got = s->get_webhook("a", w.id);
+  ASSERT_TRUE(got.ok());
+  EXPECT_FALSE(got->enabled);
+  EXPECT_TRUE(got->events.empty());
+  EXPECT_EQ(got->url, "http://127.0.0.1:9/y");
+  EXPECT_EQ(got->created_at_ms, 1000);
+  ASSERT_TRUE(s->delete_webhook("a", w.id).ok());
+  EXPECT_EQ(s->get_webhook("a", w.id).error().code(), ErrorCode::kNotFound);
+
+  // Bad input.
+  WebhookRecord bad = other;
+  bad.id = "short";
+  EXPECT_EQ(s->create_webhook(bad).error().code(), ErrorCode::kInvalidArgument);
+  bad = other;
+  bad.id = std::string(32, 'c');
+  bad.url = std::string(3000, 'x');
+  EXPECT_EQ(s->create_webhook(bad).error().code(), ErrorCode::kInvalidArgument);
+  bad.url = "http://x";
+  bad.events = {"a,b"};
+  EXPECT_EQ(s->create_webhook(bad).error().code(), ErrorCode::kInvalidArgument);
 }
 
 TEST(Store, TemplatesSeenUpsert) {

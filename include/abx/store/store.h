@@ -183,7 +183,20 @@ struct EventFilter {
   std::size_t limit = 100;  // 1..1000
 };
 
-inline constexpr int kSchemaVersion = 6;
+// A registered webhook (schema 7): where a team's lifecycle events are POSTed, signed with
+// `secret` (kept as given: abxd needs it to sign; the file is 0600, see above).
+struct WebhookRecord {
+  std::string id;  // 32 lowercase hex
+  std::string team_id;
+  std::string name;
+  std::string url;
+  bool enabled = true;
+  std::vector<std::string> events;  // event types; empty: every type
+  std::string secret;
+  std::int64_t created_at_ms = 0;
+};
+
+inline constexpr int kSchemaVersion = 7;
 
 class Store {
  public:
@@ -275,6 +288,16 @@ class Store {
   Result<std::int64_t> last_event_id();
   // Deletes events older than before_ms and all but the newest keep_last; returns how many.
   Result<std::int64_t> prune_events(std::int64_t before_ms, std::int64_t keep_last);
+  // --- webhooks (GET/POST /events/webhooks) ---
+  // Errors: kInvalidArgument (bad team or id, a field over its size), kAlreadyExists (the id).
+  Status create_webhook(const WebhookRecord& w);
+  // Every webhook of `team_id` (nullopt: of every team), oldest first; at most 1000.
+  Result<std::vector<WebhookRecord>> list_webhooks(const std::optional<std::string>& team_id);
+  // kNotFound when `id` is not one of `team_id`'s.
+  Result<WebhookRecord> get_webhook(std::string_view team_id, std::string_view id);
+  // Replaces name, url, enabled, events and secret of (w.team_id, w.id); kNotFound.
+  Status update_webhook(const WebhookRecord& w);
+  Status delete_webhook(std::string_view team_id, std::string_view id);  // kNotFound
   // --- templates seen ---
   Status record_template(const TemplateSeen& t);
   Result<std::vector<TemplateSeen>> list_templates_seen();
