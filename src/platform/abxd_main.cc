@@ -84,6 +84,7 @@ struct Config {
   double server_ready_timeout = 20;  // seconds
   double timeout_warning = 30;       // seconds; 0: none
   std::size_t max_event_streams = 64;
+  std::size_t max_event_streams_per_team = 16;
   std::int64_t max_events = 100'000;
   bool webhook_allow_private = false;
   double webhook_timeout = 10;      // seconds, one attempt
@@ -212,6 +213,10 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, Config& cfg
       ->capture_default_str();
   app.add_option("--max-event-streams", cfg.max_event_streams,
                  "Concurrent GET /events streams (all teams together)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  app.add_option("--max-event-streams-per-team", cfg.max_event_streams_per_team,
+                 "Concurrent GET /events streams one team's keys may hold")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   app.add_option("--max-events", cfg.max_events,
@@ -590,6 +595,7 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
 
   platform::EventLogOptions eo;
   eo.max_streams = cfg.max_event_streams;
+  eo.max_streams_per_team = cfg.max_event_streams_per_team;
   eo.max_events = cfg.max_events;
   platform::EventLog events(**st, eo);
   platform::WebhookOptions wo;

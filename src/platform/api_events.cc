@@ -152,7 +152,7 @@ Status stream_events(Context& ctx, bool sse_default, const http::Responder& resp
   EventLog* log = ctx.sandboxes.events();
   if (!log) return Error(ErrorCode::kUnimplemented, "abxd records no events");
   ABX_ASSIGN_OR_RETURN(EventsQuery q, parse_events_query(ctx, sse_default));
-  ABX_ASSIGN_OR_RETURN(auto slot, log->reserve());
+  ABX_ASSIGN_OR_RETURN(auto slot, log->reserve(ctx.team));
   // Without a cursor: from now on. Fixed before the header goes out, so nothing recorded after
   // the client saw the stream open is missed.
   if (!q.has_cursor) {

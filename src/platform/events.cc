@@ -37,6 +37,8 @@ EventLog::Slot::~Slot() {
   if (!log) return;
   std::lock_guard lock(log->mu_);
   --log->slots_;
+  if (auto it = log->team_slots_.find(team); it != log->team_slots_.end() && --it->second == 0)
+    log->team_slots_.erase(it);
 }
 
 void EventLog::prune() {
@@ -71,15 +73,28 @@ void EventLog::record(std::string_view type, const store::SandboxRecord& rec,
   if (prune_now) prune();
 }
 
-Result<std::unique_ptr<EventLog::Slot>> EventLog::reserve() {
+Result<std::unique_ptr<EventLog::Slot>> EventLog::reserve(const std::string& team) {
   std::lock_guard lock(mu_);
   if (stopping_) return unavailable("abxd is shutting down");
-  if (slots_ >= opt_.max_streams)
+  if (slots_ >= opt_.max_streams) {
+    sweep_ = true;
+    cv_.notify_all();
     return Error(ErrorCode::kResourceExhausted, "too many event streams open (" +
                                                     std::to_string(opt_.max_streams) +
                                                     "): close one, or poll with ?stream=false");
+  }
+  std::size_t& mine = team_slots_[team];
+  if (mine >= opt_.max_streams_per_team) {
+    sweep_ = true;  // the loop drops streams whose peer left: a retry may find room
+    cv_.notify_all();
+    if (mine == 0) team_slots_.erase(team);
+    return Error(ErrorCode::kResourceExhausted, "too many event streams open for this team (" +
+                                                    std::to_string(opt_.max_streams_per_team) +
+                                                    "): close one, or poll with ?stream=false");
+  }
+  ++mine;
   ++slots_;
-  return std::make_unique<Slot>(this);
+  return std::make_unique<Slot>(this, team);
 }
 
 void EventLog::subscribe(std::unique_ptr<Slot> slot, store::EventFilter filter,
@@ -142,8 +157,10 @@ void EventLog::loop() {
   std::unique_lock lock(mu_);
   for (;;) {
     const std::int64_t seen_latest = latest_id_;
-    cv_.wait_until(lock, next_beat,
-                   [&] { return stopping_ || !incoming_.empty() || latest_id_ != seen_latest; });
+    cv_.wait_until(lock, next_beat, [&] {
+      return stopping_ || sweep_ || !incoming_.empty() || latest_id_ != seen_latest;
+    });
+    sweep_ = false;
     if (stopping_) break;
     for (auto& s : incoming_) subs.push_back(std::move(s));
     incoming_.clear();

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -58,6 +59,7 @@ struct EventLogOptions {
   std::chrono::milliseconds retention{7LL * 24 * 3600 * 1000};  // E2B keeps 7 days
   std::int64_t max_events = 100'000;  // and abx at most this many (the newest)
   std::size_t max_streams = 64;       // concurrent GET /events streams, all teams
+  std::size_t max_streams_per_team = 16;
   std::chrono::milliseconds heartbeat{15'000};
 };
 
@@ -81,12 +83,14 @@ class EventLog {
   // drop it to give the slot back.
   struct Slot {
     EventLog* log = nullptr;
+    std::string team;
     ~Slot();
     Slot(const Slot&) = delete;
     Slot& operator=(const Slot&) = delete;
-    explicit Slot(EventLog* l) : log(l) {}
+    Slot(EventLog* l, std::string t) : log(l), team(std::move(t)) {}
   };
-  Result<std::unique_ptr<Slot>> reserve();
+  // Also kResourceExhausted when `team` has max_streams_per_team open.
+  Result<std::unique_ptr<Slot>> reserve(const std::string& team);
   // Serves `writer` from `filter.after_id` on (filter.limit is ignored), holding `slot`.
   void subscribe(std::unique_ptr<Slot> slot, store::EventFilter filter,
                  std::shared_ptr<http::StreamWriter> writer);
@@ -119,7 +123,9 @@ class EventLog {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
+  bool sweep_ = false;  // a reserve() was refused: the loop looks for closed streams now
   std::size_t slots_ = 0;
+  std::map<std::string, std::size_t> team_slots_;
   std::int64_t latest_id_ = 0;
   std::int64_t appended_ = 0;
   std::vector<Sub> incoming_;  // handed to the loop

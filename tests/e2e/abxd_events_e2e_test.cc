@@ -276,7 +276,9 @@ class EventsE2E : public testing::AbxdFixture {
             "--webhook-timeout",
             "5",
             "--max-event-streams",
-            "4"};
+            "4",
+            "--max-event-streams-per-team",
+            "3"};
   }
 
   http::Response api(bhttp::verb verb, const std::string& target, const std::string& body = {},
@@ -508,19 +510,40 @@ TEST_F(EventsE2E, ASandboxThatDiedWhileAbxdWasDownEndsWithReasonLost) {
 }
 
 TEST_F(EventsE2E, StreamsAreLimited) {
-  // --max-event-streams 4: the fifth concurrent stream is refused (429), the JSON form is not.
+  // --max-event-streams-per-team 3: a team's fourth concurrent stream is refused (429);
+  // --max-event-streams 4: so is a fifth of all teams together. The JSON form is not.
+  const auto refused = [&](const std::string& with_key) {
+    auto req = http::make_request(bhttp::verb::get, "/events");
+    req.erase(bhttp::field::content_type);
+    req.set("X-API-KEY", with_key);
+    req.set(bhttp::field::accept, "text/event-stream");
+    auto r = http::fetch("127.0.0.1", port(), std::move(req), 10s);
+    EXPECT_TRUE(r.ok()) << r.error().message();
+    EXPECT_EQ(r.ok() ? r->result_int() : 0, 429u) << (r.ok() ? r->body() : "");
+    return r.ok() && r->result_int() == 429;
+  };
   std::vector<std::unique_ptr<SseStream>> open;
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 3; ++i) {
     open.push_back(std::make_unique<SseStream>(port(), key(), "/events"));
     ASSERT_TRUE(open.back()->wait_raw(": cursor "));
   }
-  auto req = http::make_request(bhttp::verb::get, "/events");
-  req.erase(bhttp::field::content_type);
-  req.set("X-API-KEY", key());
-  req.set(bhttp::field::accept, "text/event-stream");
-  auto r = http::fetch("127.0.0.1", port(), std::move(req), 10s);
-  ASSERT_TRUE(r.ok()) << r.error().message();
-  EXPECT_EQ(r->result_int(), 429) << r->body();
+  EXPECT_TRUE(refused(key()));
+  ASSERT_EQ(admin({"teams", "create", "team-s"}).second, 0);
+  auto [b, rc] = admin({"keys", "create", "--name", "s", "--team", "team-s"});
+  ASSERT_EQ(rc, 0);
+  const std::string key_s = b.substr(b.rfind('\n') + 1);
+  open.push_back(std::make_unique<SseStream>(port(), key_s, "/events"));
+  ASSERT_TRUE(open.back()->wait_raw(": cursor "));  // another team's first: allowed
+  EXPECT_TRUE(refused(key_s));                      // the fifth of all
+  // A closed stream gives its slot back (once abxd notices the peer went away).
+  open.erase(open.begin());
+  bool reopened = false;
+  for (int i = 0; i < 100 && !reopened; ++i) {
+    SseStream again(port(), key(), "/events");
+    reopened = again.wait_raw(": cursor ", 2s);
+    if (!reopened) std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(reopened);
   EXPECT_EQ(api(bhttp::verb::get, "/events?stream=false").result_int(), 200);
   EXPECT_EQ(api(bhttp::verb::get, "/events?stream=false&limit=1001").result_int(), 400);
 }
