@@ -700,6 +700,9 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
     // with none left, the table has nothing to police.
     (*network)->remove_rules();
   }
+  // The last events (the `shutdown` ends above) still reach the webhooks, for a few seconds.
+  webhooks.drain(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  webhooks.stop();
   log.info("stopped");
   return kExitOk;
 }

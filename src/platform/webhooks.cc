@@ -232,6 +232,13 @@ void WebhookDispatcher::stop() {
   threads_.clear();
 }
 
+void WebhookDispatcher::drain(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  cv_.wait_until(lock, deadline, [&] {
+    return stopping_ || (in_flight_ == 0 && (queue_.empty() || queue_.begin()->first > deadline));
+  });
+}
+
 WebhookDispatcher::Stats WebhookDispatcher::stats() const {
   std::lock_guard lock(mu_);
   return stats_;
@@ -263,7 +270,7 @@ void WebhookDispatcher::dispatch(const store::EventRecord& e) {
       continue;
     }
     queue_.emplace(std::chrono::steady_clock::now(), std::move(d));
-    cv_.notify_one();
+    cv_.notify_all();
   }
 }
 
@@ -282,9 +289,12 @@ void WebhookDispatcher::work() {
     }
     Delivery d = std::move(queue_.begin()->second);
     queue_.erase(queue_.begin());
+    ++in_flight_;
     lock.unlock();
     const bool ok = attempt(d);
     lock.lock();
+    --in_flight_;
+    cv_.notify_all();  // drain() watches the queue and what is in flight
     if (ok) {
       ++stats_.delivered;
       continue;
@@ -299,7 +309,7 @@ void WebhookDispatcher::work() {
     const auto delay = opt_.retry_delay * (1LL << std::min(d.attempt - 1, 20));
     ++d.attempt;
     queue_.emplace(std::chrono::steady_clock::now() + delay, std::move(d));
-    cv_.notify_one();
+    cv_.notify_all();
   }
 }
 

@@ -14,7 +14,8 @@
 // next one. Each attempt re-reads the webhook: a webhook deleted or disabled meanwhile gets no
 // more attempts, and a changed URL or secret is used from then on. Deliveries wait in memory
 // (at most max_queue; past that the newest are dropped, logged): an abxd restart loses what was
-// not delivered yet (GET /events with a cursor is the durable record).
+// not delivered yet, but for a short drain at stop (GET /events with a cursor is the durable
+// record).
 //
 // Where a webhook may point: http:// or https:// (TLS verified against the system CAs, SNI),
 // no user info, at most 2048 bytes. Unless allow_private, a host that is or resolves to a
@@ -82,6 +83,9 @@ class WebhookDispatcher {
   // Queues one delivery of `e` per matching enabled webhook of its team. Never blocks on a
   // receiver.
   void dispatch(const store::EventRecord& e);
+  // Waits (at most until `deadline`) for every delivery due before it to be attempted: what
+  // abxd's stop recorded last (the `shutdown` ends of --kill-sandboxes) still goes out.
+  void drain(std::chrono::steady_clock::time_point deadline);
   // Ends the workers (an attempt under way runs to its deadline); what waits is dropped.
   void stop();
   const WebhookOptions& options() const { return opt_; }
@@ -106,6 +110,7 @@ class WebhookDispatcher {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
+  int in_flight_ = 0;                                                     // attempts under way
   std::multimap<std::chrono::steady_clock::time_point, Delivery> queue_;  // by when due
   Stats stats_;
   std::vector<std::thread> threads_;

@@ -678,5 +678,42 @@ TEST_F(EventsE2E, WebhooksDeliverSignedEventsWithRetries) {
   EXPECT_EQ(api(bhttp::verb::get, "/events/webhooks/" + hook_id).result_int(), 404);
 }
 
+TEST_F(EventsE2E, AbxdStoppingWithKillSandboxesSendsTheShutdownEndsToWebhooks) {
+  // The first attempt fails: only the drain at stop (which waits for the retry due 0.2 s
+  // later) gets the end delivered before abxd exits.
+  Receiver rx(/*fail_first=*/1);
+  auto r = api(bhttp::verb::post, "/events/webhooks",
+               R"({"url":"http://127.0.0.1:)" + std::to_string(rx.port()) +
+                   R"(/","events":["sandbox.lifecycle.killed"],"signatureSecret":"k"})");
+  ASSERT_EQ(r.result_int(), 201) << r.body();
+  const std::string id = create(300);
+  ASSERT_FALSE(id.empty());
+  // The same home under an abxd that kills its sandboxes when it stops.
+  EXPECT_EQ(abxd().stop(), 0);
+  {
+    auto args = abxd_args();
+    args.push_back("--kill-sandboxes");
+    testing::Abxd killer(home(), args);
+    ASSERT_TRUE(killer.start());
+    EXPECT_EQ(killer.stop(), 0);
+  }
+  // The drain at stop delivered it before abxd exited.
+  auto hits = rx.hits();
+  bool seen = false;
+  for (const auto& h : hits) {
+    auto b = json::parse(h.body).as_object();
+    if (S(b.at("sandboxId")) != id || h.headers.at("x-test-answered") != "200") continue;
+    EXPECT_EQ(b.at("type"), "sandbox.lifecycle.killed");
+    EXPECT_EQ(b.at("eventData").at("reason"), "shutdown");
+    seen = true;
+  }
+  EXPECT_TRUE(seen) << hits.size() << " deliveries";
+  ASSERT_TRUE(abxd().start());
+  auto evs = page("/sandboxes/" + id + "/events?stream=false&cursor=0");
+  const Event* killed = find(evs, id, "killed");
+  ASSERT_TRUE(killed);
+  EXPECT_EQ(killed->reason(), "shutdown");
+}
+
 }  // namespace
 }  // namespace abx::e2e
