@@ -23,17 +23,6 @@ using http::Response;
 
 namespace {
 
-constexpr std::int64_t kMaxLimit = 1000;
-
-Result<std::int64_t> parse_count(std::string_view key, std::string_view v, std::int64_t max) {
-  if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string_view::npos)
-    return invalid_argument(std::string(key) + " must be a non-negative integer");
-  const std::int64_t n = std::stoll(std::string(v));
-  if (n > max)
-    return invalid_argument(std::string(key) + " must be at most " + std::to_string(max));
-  return n;
-}
-
 struct EventsQuery {
   store::EventFilter filter;
   bool stream = false;
@@ -44,53 +33,12 @@ struct EventsQuery {
 // /sandboxes/{id}/events) or answers JSON unless asked to stream (E2B's /events/sandboxes).
 Result<EventsQuery> parse_events_query(const Context& ctx, bool sse_default) {
   EventsQuery q;
+  ABX_ASSIGN_OR_RETURN(EventParams p,
+                       parse_event_params(ctx.url.params(), ctx.req["Last-Event-ID"], sse_default));
+  q.filter = std::move(p.filter);
+  q.has_cursor = p.has_cursor;
   q.filter.team_id = ctx.team;
-  q.filter.limit = sse_default ? 100 : 10;  // E2B's default page is 10
-  bool order_asc = false;
   q.stream = events_stream_requested(ctx.req, ctx.url, sse_default);
-  if (std::string_view last = ctx.req["Last-Event-ID"]; !last.empty()) {
-    ABX_ASSIGN_OR_RETURN(
-        q.filter.after_id,
-        parse_count("Last-Event-ID", last, std::numeric_limits<std::int64_t>::max() / 2));
-    q.has_cursor = true;
-  }
-  for (auto p : ctx.url.params()) {
-    const std::string v = p.has_value ? std::string(p.value) : std::string();
-    if (p.key == "cursor") {
-      ABX_ASSIGN_OR_RETURN(q.filter.after_id,
-                           parse_count("cursor", v, std::numeric_limits<std::int64_t>::max() / 2));
-      q.has_cursor = true;
-    } else if (p.key == "types" || p.key == "type") {
-      // Repeated (E2B) or comma-separated.
-      std::string_view rest = v;
-      while (!rest.empty()) {
-        auto comma = rest.find(',');
-        std::string t(rest.substr(0, comma));
-        rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-        if (t.empty()) continue;
-        // Short names are accepted too: "killed" is "sandbox.lifecycle.killed".
-        if (t.find('.') == std::string::npos) t = "sandbox.lifecycle." + t;
-        if (!known_event_type(t)) return invalid_argument("unknown event type '" + t + "'");
-        if (q.filter.types.size() >= 32) return invalid_argument("at most 32 event types");
-        q.filter.types.push_back(std::move(t));
-      }
-    } else if (p.key == "stream") {
-      if (v != "true" && v != "1" && v != "false" && v != "0")
-        return invalid_argument("stream must be true or false");
-    } else if (p.key == "limit") {
-      ABX_ASSIGN_OR_RETURN(auto n, parse_count("limit", v, kMaxLimit));
-      if (n == 0) return invalid_argument("limit must be at least 1");
-      q.filter.limit = static_cast<std::size_t>(n);
-    } else if (p.key == "offset") {
-      ABX_ASSIGN_OR_RETURN(auto n, parse_count("offset", v, 1'000'000));
-      q.filter.offset = static_cast<std::size_t>(n);
-    } else if (p.key == "orderAsc") {
-      if (v != "true" && v != "false") return invalid_argument("orderAsc must be true or false");
-      order_asc = v == "true";
-    }
-  }
-  // With a cursor the page reads forward from it; E2B's pages are newest first unless orderAsc.
-  q.filter.descending = !q.has_cursor && !order_asc;
   if (!ctx.params.empty()) {
     ABX_ASSIGN_OR_RETURN(q.filter.sandbox_id, sandbox_id(ctx));
   }

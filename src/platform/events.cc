@@ -1,8 +1,10 @@
 #include "events.h"
 
 #include <boost/json.hpp>
+#include <limits>
 
 #include "abx/base/time.h"
+#include "abx/base/try.h"
 #include "webhooks.h"
 
 namespace abx::platform {
@@ -16,6 +18,73 @@ std::int64_t wall_ms() {
 constexpr std::int64_t kPruneEvery = 1000;  // appends between prunes (and one at start)
 constexpr std::size_t kBatch = 100;         // events written per subscriber per pass
 }  // namespace
+
+namespace {
+constexpr std::int64_t kMaxPage = 1000;
+constexpr std::int64_t kMaxCursor = std::numeric_limits<std::int64_t>::max() / 2;
+
+Result<std::int64_t> parse_count(std::string_view key, std::string_view v, std::int64_t max) {
+  if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string_view::npos)
+    return invalid_argument(std::string(key) + " must be a non-negative integer");
+  std::int64_t n = 0;
+  for (char c : v) n = n * 10 + (c - '0');  // at most 18 digits: no overflow
+  if (n > max)
+    return invalid_argument(std::string(key) + " must be at most " + std::to_string(max));
+  return n;
+}
+}  // namespace
+
+Result<EventParams> parse_event_params(boost::urls::params_view params,
+                                       std::string_view last_event_id, bool sse_default) {
+  EventParams q;
+  q.filter.limit = sse_default ? 100 : 10;  // E2B's default page is 10
+  bool order_asc = false;
+  if (!last_event_id.empty()) {
+    ABX_ASSIGN_OR_RETURN(q.filter.after_id,
+                         parse_count("Last-Event-ID", last_event_id, kMaxCursor));
+    q.has_cursor = true;
+  }
+  std::size_t seen = 0;
+  for (auto p : params) {
+    if (++seen > 64) return invalid_argument("at most 64 query parameters");
+    const std::string v = p.has_value ? std::string(p.value) : std::string();
+    if (p.key == "cursor") {
+      ABX_ASSIGN_OR_RETURN(q.filter.after_id, parse_count("cursor", v, kMaxCursor));
+      q.has_cursor = true;
+    } else if (p.key == "types" || p.key == "type") {
+      // Repeated (E2B) or comma-separated.
+      std::string_view rest = v;
+      while (!rest.empty()) {
+        auto comma = rest.find(',');
+        std::string t(rest.substr(0, comma));
+        rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+        if (t.empty()) continue;
+        // Short names are accepted too: "killed" is "sandbox.lifecycle.killed".
+        if (t.find('.') == std::string::npos) t = "sandbox.lifecycle." + t;
+        if (!known_event_type(t))
+          return invalid_argument("unknown event type '" + t.substr(0, 80) + "'");
+        if (q.filter.types.size() >= 32) return invalid_argument("at most 32 event types");
+        q.filter.types.push_back(std::move(t));
+      }
+    } else if (p.key == "stream") {
+      if (v != "true" && v != "1" && v != "false" && v != "0")
+        return invalid_argument("stream must be true or false");
+    } else if (p.key == "limit") {
+      ABX_ASSIGN_OR_RETURN(auto n, parse_count("limit", v, kMaxPage));
+      if (n == 0) return invalid_argument("limit must be at least 1");
+      q.filter.limit = static_cast<std::size_t>(n);
+    } else if (p.key == "offset") {
+      ABX_ASSIGN_OR_RETURN(auto n, parse_count("offset", v, 1'000'000));
+      q.filter.offset = static_cast<std::size_t>(n);
+    } else if (p.key == "orderAsc") {
+      if (v != "true" && v != "false") return invalid_argument("orderAsc must be true or false");
+      order_asc = v == "true";
+    }
+  }
+  // With a cursor the page reads forward from it; E2B's pages are newest first unless orderAsc.
+  q.filter.descending = !q.has_cursor && !order_asc;
+  return q;
+}
 
 bool known_event_type(std::string_view type) {
   for (auto t : {kEventCreated, kEventPaused, kEventResumed, kEventUpdated, kEventSnapshotted,

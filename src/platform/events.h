@@ -16,6 +16,7 @@
 #pragma once
 
 #include <boost/json/object.hpp>
+#include <boost/url/params_view.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -46,6 +47,18 @@ inline constexpr std::string_view kEventTimeoutWarning = "sandbox.lifecycle.time
 inline constexpr std::string_view kEventKilled = "sandbox.lifecycle.killed";
 // Whether `type` is one of the above (a ?types= filter names only these).
 bool known_event_type(std::string_view type);
+
+// The event query of GET /events and /events/sandboxes: cursor (or a Last-Event-ID header
+// value), types (repeated or comma-separated, full or short names, at most 32), limit (1..1000;
+// default 100, or E2B's 10 when !sse_default), offset (at most 1 000 000), orderAsc, stream
+// (true/false/1/0, checked only). Other parameters are ignored (as E2B's are); at most 64.
+// Errors: invalid_argument naming the parameter. The filter's team and sandbox are left unset.
+struct EventParams {
+  store::EventFilter filter;
+  bool has_cursor = false;
+};
+Result<EventParams> parse_event_params(boost::urls::params_view params,
+                                       std::string_view last_event_id, bool sse_default);
 
 // Why a sandbox ended (eventData.reason of a killed event).
 inline constexpr const char* kEndKilled = "killed";      // DELETE /sandboxes/{id} (or MCP kill)
