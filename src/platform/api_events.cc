@@ -1,4 +1,4 @@
-// The lifecycle event routes (events.h; docs/abxd.md "Lifecycle events"):
+// The lifecycle event routes (events.h, webhooks.h; docs/events.md):
 //   GET /events/sandboxes, GET /events/sandboxes/{id}   E2B's: a JSON array, newest first
 //                                                       (orderAsc, offset, limit, types)
 //   GET /events, GET /sandboxes/{id}/events             abx's: a Server-Sent-Events stream
@@ -7,6 +7,7 @@
 // ?cursor=N (or the SSE Last-Event-ID header) gives the events after it, oldest first. A stream
 // without a cursor starts at the newest event (only what happens from now on).
 // Every form is the request's team's only; another team's sandbox id gives an empty answer.
+//   POST, GET /events/webhooks; GET, PATCH, DELETE /events/webhooks/{id}   E2B's webhooks
 #include <boost/beast/core/string.hpp>
 #include <boost/json.hpp>
 

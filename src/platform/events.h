@@ -1,7 +1,7 @@
 // The lifecycle event log: every sandbox transition (created, paused, resumed, updated,
 // snapshotted, timeout warning, killed with the reason it ended) recorded in the store with a
 // monotonically increasing id, and fanned out to Server-Sent-Event streams
-// (GET /events/sandboxes; docs/abxd.md "Lifecycle events").
+// (GET /events/sandboxes) and to webhooks (webhooks.h); docs/events.md.
 //
 // The names are E2B's (type "sandbox.lifecycle.<label>", the v1 event JSON: version, id, type,
 // eventData, sandboxId, sandboxTeamId, sandboxTemplateId, timestamp). abx adds
