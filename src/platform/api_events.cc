@@ -145,21 +145,24 @@ Result<std::string> webhook_id(const Context& ctx) {
 
 Result<http::Response> create_webhook(Context& ctx) {
   ABX_ASSIGN_OR_RETURN(WebhookDispatcher * d, dispatcher(ctx));
-  ABX_ASSIGN_OR_RETURN(WebhookSpec spec, parse_webhook_body(ctx.req.body(), true));
-  ABX_TRY(check_webhook_url(*spec.url, d->options().allow_private));
+  auto parsed = parse_webhook_body(ctx.req.body(), true);
+  if (!parsed.ok()) return parsed.error();
+  const WebhookSpec& spec = *parsed;
+  // (value_or: parse_webhook_body requires both at create; GCC cannot see that.)
+  store::WebhookRecord w;
+  w.url = spec.url.value_or(std::string());
+  w.secret = spec.secret.value_or(std::string());
+  ABX_TRY(check_webhook_url(w.url, d->options().allow_private));
   ABX_ASSIGN_OR_RETURN(auto existing, ctx.store.list_webhooks(ctx.team));
   if (existing.size() >= d->options().max_per_team)
     return Error(ErrorCode::kResourceExhausted, "a team has at most " +
                                                     std::to_string(d->options().max_per_team) +
                                                     " webhooks: delete one first");
-  store::WebhookRecord w;
   ABX_ASSIGN_OR_RETURN(w.id, token::random_hex(16));
   w.team_id = ctx.team;
   w.name = spec.name.value_or("");
-  w.url = *spec.url;
   w.enabled = spec.enabled.value_or(true);
   w.events = spec.events.value_or(std::vector<std::string>{});
-  w.secret = *spec.secret;
   w.created_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                         std::chrono::system_clock::now().time_since_epoch())
                         .count();

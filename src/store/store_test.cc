@@ -663,7 +663,9 @@ TEST(StoreEvents, IdsIncreaseAndCursorFilters) {
   for (int i = 0; i < 10; ++i) {
     auto id = s->append_event(event(i % 2 ? "b" : "a", id_for(i / 2), types[i % 2], 1000 + i));
     ASSERT_TRUE(id.ok()) << id.error().to_string();
-    if (!ids.empty()) EXPECT_GT(*id, ids.back());
+    if (!ids.empty()) {
+      EXPECT_GT(*id, ids.back());
+    }
     ids.push_back(*id);
   }
   EXPECT_EQ(*s->last_event_id(), ids.back());

@@ -628,8 +628,9 @@ TEST_F(EventsE2E, WebhooksDeliverSignedEventsWithRetries) {
   EXPECT_EQ(first[0]->body, first[1]->body);
   for (const auto& h : hits) {
     auto b = json::parse(h.body).as_object();
-    if (b.at("type") == "sandbox.lifecycle.killed")
+    if (b.at("type") == "sandbox.lifecycle.killed") {
       EXPECT_EQ(b.at("eventData").at("reason"), "killed");
+    }
   }
 
   // Another team sees none of it and cannot touch it.
@@ -671,7 +672,9 @@ TEST_F(EventsE2E, WebhooksDeliverSignedEventsWithRetries) {
     auto body = json::parse(h.body).as_object();
     EXPECT_NE(S(body.at("sandboxId")), quiet);
     EXPECT_NE(S(body.at("sandboxId")), theirs);
-    if (S(body.at("sandboxId")) == loud) EXPECT_EQ(body.at("type"), "sandbox.lifecycle.killed");
+    if (S(body.at("sandboxId")) == loud) {
+      EXPECT_EQ(body.at("type"), "sandbox.lifecycle.killed");
+    }
   }
 
   EXPECT_EQ(api(bhttp::verb::delete_, "/events/webhooks/" + hook_id).result_int(), 204);
