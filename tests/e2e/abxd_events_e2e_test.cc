@@ -371,7 +371,9 @@ TEST_F(EventsE2E, StreamShowsCreatedThenKilledWithItsReason) {
 }
 
 TEST_F(EventsE2E, ShortDeadlineWarnsThenEndsWithReasonTimeout) {
-  const std::string id = create(5);  // --timeout-warning 2: a warning ~2 s before the end
+  // --timeout-warning 2: a warning ~2 s before the end. The warning is armed only while more
+  // than 2 s are left, so the deadline leaves a slow create (a loaded CI machine) 6 s for that.
+  const std::string id = create(8);
   ASSERT_FALSE(id.empty());
   auto evs = until_killed(id);
   const Event* warning = find(evs, id, "timeout_warning");
@@ -477,7 +479,7 @@ TEST_F(EventsE2E, PauseResumeAndTimeoutPauseCarryTheirReason) {
 
   // autoPause (lifecycle.onTimeout "pause"): the deadline pauses, with reason timeout, and the
   // warning says so.
-  const std::string sleeper = create(4, R"(,"autoPause":true)");
+  const std::string sleeper = create(8, R"(,"autoPause":true)");  // 6 s to arm the warning
   ASSERT_FALSE(sleeper.empty());
   auto s = until_killed(sleeper, "paused");
   const Event* p = find(s, sleeper, "paused");
