@@ -38,6 +38,7 @@
 #include "bundle.h"
 #include "sandboxes.h"
 #include "watchdog.h"
+#include "webhooks.h"
 
 namespace fs = std::filesystem;
 using namespace abx;
@@ -81,6 +82,15 @@ struct Config {
   runtime::UserNamespace userns;
   bool no_userns = false;
   double server_ready_timeout = 20;  // seconds
+  double timeout_warning = 30;       // seconds; 0: none
+  std::size_t max_event_streams = 64;
+  std::size_t max_event_streams_per_team = 16;
+  std::int64_t max_events = 100'000;
+  bool webhook_allow_private = false;
+  double webhook_timeout = 10;      // seconds, one attempt
+  double webhook_retry_delay = 10;  // seconds before the first retry; doubles after
+  int webhook_retries = 3;
+  std::size_t max_webhooks = 10;  // per team
   bool no_network = false;
   std::string sandbox_net = "10.213.0.0/19";
   std::string dns_upstream = env_or("ABX_DNS_UPSTREAM");
@@ -197,6 +207,41 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, Config& cfg
                  "Seconds a create waits for a template's command server to accept connections "
                  "(a server that exits before that fails the create with its output at once)")
       ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  app.add_option("--timeout-warning", cfg.timeout_warning,
+                 "Seconds before a sandbox's deadline to record a sandbox.lifecycle."
+                 "timeout_warning event (only for deadlines further away than this; 0: none)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+  app.add_option("--max-event-streams", cfg.max_event_streams,
+                 "Concurrent GET /events streams (all teams together)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  app.add_option("--max-event-streams-per-team", cfg.max_event_streams_per_team,
+                 "Concurrent GET /events streams one team's keys may hold")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  app.add_option("--max-events", cfg.max_events,
+                 "Lifecycle events kept in the store (the newest; and none older than 7 days)")
+      ->check(CLI::Range(1000, 100'000'000))
+      ->capture_default_str();
+  app.add_flag("--webhook-allow-private", cfg.webhook_allow_private,
+               "Let webhooks point at loopback and private addresses (refused by default, so a "
+               "webhook cannot make abxd call into its own network)");
+  app.add_option("--webhook-timeout", cfg.webhook_timeout,
+                 "Seconds one webhook delivery attempt may take (connect, send, answer)")
+      ->check(CLI::Range(0.1, 120.0))
+      ->capture_default_str();
+  app.add_option("--webhook-retry-delay", cfg.webhook_retry_delay,
+                 "Seconds before a failed webhook delivery's first retry (doubling after each)")
+      ->check(CLI::Range(0.01, 3600.0))
+      ->capture_default_str();
+  app.add_option("--webhook-retries", cfg.webhook_retries,
+                 "Retries of a failed webhook delivery before it is given up")
+      ->check(CLI::Range(0, 10))
+      ->capture_default_str();
+  app.add_option("--max-webhooks", cfg.max_webhooks, "Webhooks one team may register")
+      ->check(CLI::Range(0, 1000))
       ->capture_default_str();
   app.add_flag("--no-network", cfg.no_network,
                "Give every sandbox loopback only (no link, no outbound access, no nftables rules)");
@@ -557,7 +602,26 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
     return fail(e, code);
   };
 
+  platform::EventLogOptions eo;
+  eo.max_streams = cfg.max_event_streams;
+  eo.max_streams_per_team = cfg.max_event_streams_per_team;
+  eo.max_events = cfg.max_events;
+  platform::EventLog events(**st, eo);
+  platform::WebhookOptions wo;
+  wo.allow_private = cfg.webhook_allow_private;
+  wo.attempt_timeout =
+      std::chrono::milliseconds(static_cast<std::int64_t>(cfg.webhook_timeout * 1000));
+  wo.retry_delay =
+      std::chrono::milliseconds(static_cast<std::int64_t>(cfg.webhook_retry_delay * 1000));
+  wo.retries = cfg.webhook_retries;
+  wo.max_per_team = cfg.max_webhooks;
+  platform::WebhookDispatcher webhooks(**st, wo);
+  events.set_webhooks(&webhooks);
+
   platform::ManagerOptions mo;
+  mo.events = &events;
+  mo.timeout_warning =
+      std::chrono::milliseconds(static_cast<std::int64_t>(cfg.timeout_warning * 1000));
   mo.network = network->get();
   mo.allow_host_network = cfg.allow_host_network;
   mo.pause_mode = cfg.pause_mode == "disk"     ? platform::ManagerOptions::PauseMode::kDisk
@@ -638,6 +702,7 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   log.info(std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") + ": draining");
   builder.shutdown();  // a running build stops (its RUN sandbox is killed) instead of holding the
                        // drain
+  events.stop();       // event streams end cleanly (their last chunk) rather than hold the drain
   (*gw)->shutdown(std::chrono::seconds(10));
   if (cfg.kill_sandboxes) {
     (*mgr)->kill_all();
@@ -647,6 +712,9 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
     // with none left, the table has nothing to police.
     (*network)->remove_rules();
   }
+  // The last events (the `shutdown` ends above) still reach the webhooks, for a few seconds.
+  webhooks.drain(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  webhooks.stop();
   log.info("stopped");
   return kExitOk;
 }

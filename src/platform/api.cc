@@ -61,6 +61,15 @@ constexpr api::RouteEntry kRoutes[] = {
     {verb::post, "/sandboxes/{id}/tokens", api::mint_token},
     {verb::get, "/sandboxes/{id}/metrics", api::sandbox_metrics},
     {verb::get, "/sandboxes/{id}/logs", api::sandbox_logs},
+    {verb::get, "/events/webhooks", api::list_webhooks},
+    {verb::post, "/events/webhooks", api::create_webhook},
+    {verb::get, "/events/webhooks/{id}", api::get_webhook},
+    {verb::patch, "/events/webhooks/{id}", api::update_webhook},
+    {verb::delete_, "/events/webhooks/{id}", api::delete_webhook},
+    {verb::get, "/events", api::list_events_abx},
+    {verb::get, "/events/sandboxes", api::list_events_e2b},
+    {verb::get, "/events/sandboxes/{id}", api::list_events_e2b},
+    {verb::get, "/sandboxes/{id}/events", api::list_events_abx},
     {verb::get, "/v2/sandboxes/{id}/logs", api::sandbox_logs_v2},
     {verb::post, "/sandboxes/{id}/refreshes", api::refresh_sandbox},
     {verb::get, "/teams", api::list_teams},
@@ -324,13 +333,31 @@ Result<http::BodyPlan> ControlApi::control_body_plan(const Request& header,
 }
 
 bool ControlApi::serve_control(Request& req, const http::Responder& respond) {
-  if (!is_build_request(req)) return false;
   auto fail = [&](const Error& e) {
     Response res = e2b_error(e);
     res.set(bhttp::field::content_type, "application/json");
     respond(std::move(res));
     return true;
   };
+  if (req.method() == verb::get) {
+    // An event stream (api_events.cc): answered here, on this worker, which it leaves at once
+    // (the event log's thread writes the stream). The JSON form goes through the route table.
+    auto url = boost::urls::parse_origin_form(req.target());
+    if (!url) return false;
+    const auto parts = api::split_path(url->path());
+    bool sse_default = false;
+    if (!api::is_events_route(parts, sse_default) ||
+        !api::events_stream_requested(req, *url, sse_default))
+      return false;
+    auto team = authenticate(req);
+    if (!team.ok()) return fail(team.error());
+    api::Context ctx{req, *url, {}, sandboxes_, store_, std::move(*team), builder_, images_};
+    if (parts.size() == 3) ctx.params.push_back(parts[0] == "sandboxes" ? parts[1] : parts[2]);
+    Status s = api::stream_events(ctx, sse_default, respond);
+    if (!s.ok()) return fail(s.error());
+    return true;
+  }
+  if (!is_build_request(req)) return false;
   auto team = authenticate(req);
   if (!team.ok()) return fail(team.error());
   if (!builder_) return fail(Error(ErrorCode::kUnimplemented, "template builds are not enabled"));

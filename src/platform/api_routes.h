@@ -142,7 +142,23 @@ Result<http::Response> list_teams(Context& ctx);         // GET /teams
 Result<http::Response> team_metrics(Context& ctx);       // GET /teams/{teamID}/metrics
 Result<http::Response> team_metrics_max(Context& ctx);   // GET /teams/{teamID}/metrics/max
 Result<http::Response> sandbox_logs(Context& ctx);       // api_logs.cc
-Result<http::Response> sandbox_logs_v2(Context& ctx);    // GET /v2/sandboxes/{id}/logs
+// api_events.cc: GET /events/sandboxes[/{id}] (E2B's, JSON unless a stream is asked for) and
+// GET /events, /sandboxes/{id}/events (abx's, a stream unless JSON is asked for).
+Result<http::Response> list_events_e2b(Context& ctx);
+Result<http::Response> list_events_abx(Context& ctx);
+// Whether `parts` is one of the four event routes; `sse_default` says which kind.
+bool is_events_route(std::span<const std::string> parts, bool& sse_default);
+// Whether the request asks for the stream (Accept, ?stream=), decided before authentication.
+bool events_stream_requested(const http::Request& req, boost::urls::url_view url, bool sse_default);
+// Answers with an SSE stream of the team's events (ctx.params: the sandbox id, if any).
+Status stream_events(Context& ctx, bool sse_default, const http::Responder& respond);
+Result<http::Response> sandbox_logs_v2(Context& ctx);  // GET /v2/sandboxes/{id}/logs
+// api_events.cc: E2B's webhook resource, /events/webhooks[/{id}] (webhooks.h).
+Result<http::Response> create_webhook(Context& ctx);  // POST /events/webhooks
+Result<http::Response> list_webhooks(Context& ctx);   // GET /events/webhooks
+Result<http::Response> get_webhook(Context& ctx);     // GET /events/webhooks/{id}
+Result<http::Response> update_webhook(Context& ctx);  // PATCH /events/webhooks/{id}
+Result<http::Response> delete_webhook(Context& ctx);  // DELETE /events/webhooks/{id}
 
 // The typed requests and their decoders (api_sandboxes.cc, api_tokens.cc).
 Result<CreateRequest> parse_create(const boost::json::object& body, std::int64_t max_timeout,

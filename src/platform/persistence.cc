@@ -477,6 +477,9 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::restore_child(const std::st
   }
   committed = true;
   count_start(live->record.team_id);
+  emit(kEventCreated, live->record,
+       req ? boost::json::object{{"fromSnapshot", true}, {"sourceSandboxId", parent.record.id}}
+           : boost::json::object{{"forkedFrom", parent.record.id}});
   live->sample_metrics();
   return live;
 }
@@ -610,6 +613,7 @@ Result<SandboxManager::SnapshotInfo> SandboxManager::create_snapshot(const std::
   ABX_TRY(runtime::seal_checkpoint(tmp.string(), checkpoint_key_));
   fs::rename(tmp, final_dir, ec);  // the commit: a snapshot directory is complete or absent
   if (ec) return internal_error("rename " + tmp.string() + ": " + ec.message());
+  emit(kEventSnapshotted, sb->record, {{"snapshotID", info.id}});
   return info;
 }
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "abx/base/scope_exit.h"
+#include "abx/base/time.h"
 #include "abx/base/try.h"
 #include "abx/http/client.h"
 #include "abx/image/reference.h"
@@ -140,6 +141,11 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions opt
         fs::remove_all(m->checkpoint_dir(rec.id), ec);
         if (!settled.ok())
           m->log_.warn("sandbox " + rec.id + " lost: " + settled.error().message());
+        m->emit(kEventKilled, rec,
+                {{"reason", kEndLost},
+                 {"detail", !settled.ok()     ? settled.error().message()
+                            : tmpl == nullptr ? std::string("its template is gone")
+                                              : std::string("its token file does not match")}});
         ++lost;
         continue;
       }
@@ -175,6 +181,8 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions opt
           (void)rts->destroy();
           (void)store.update_state(rec.id, store::SandboxState::kKilled);
           fs::remove_all(m->opt_.home + "/run/" + rec.id, ec);
+          m->emit(kEventKilled, rec,
+                  {{"reason", kEndLost}, {"detail", "its network rules cannot be enforced"}});
           ++lost;
           continue;
         }
@@ -615,6 +623,7 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
     live_[live->record.id] = live;
   }
   count_start(live->record.team_id);
+  emit(kEventCreated, live->record);
   live->note("info", "created from template '" + tmpl->id + "', deadline in " +
                          std::to_string(timeout) + " s");
   live->sample_metrics();  // the first metrics sample; the reaper takes one every 5 s after it
@@ -859,7 +868,7 @@ Result<std::vector<std::string>> SandboxManager::update_network(const std::strin
   return next.warnings;
 }
 
-Status SandboxManager::kill(const std::string& id) {
+Status SandboxManager::kill(const std::string& id, const char* reason) {
   std::shared_ptr<LiveSandbox> sb;
   {
     std::lock_guard lock(mu_);
@@ -868,8 +877,10 @@ Status SandboxManager::kill(const std::string& id) {
     sb = it->second;
     live_.erase(it);
   }
-  sb->note("info", "killed");
-  return destroy(sb);
+  sb->note("info", std::string("killed (") + reason + ")");
+  Status s = destroy(sb);
+  emit(kEventKilled, sb->record, {{"reason", reason}});
+  return s;
 }
 
 Status SandboxManager::set_timeout(const std::string& id, std::int64_t seconds) {
@@ -901,24 +912,32 @@ Status SandboxManager::move_deadline(const std::string& id, std::int64_t seconds
   ABX_TRY(store_->set_deadline(id, end, durability));
   sb->record.end_at_ms = end;
   reaper_cv_.notify_all();
-  if (!extend_only) sb->note("info", "timeout set: ends in " + std::to_string(seconds) + " s");
+  if (!extend_only) {
+    sb->note("info", "timeout set: ends in " + std::to_string(seconds) + " s");
+    emit(kEventUpdated, sb->record, {{"set_timeout", rfc3339_ms(end)}});
+  }
   return {};
 }
 
-Status SandboxManager::pause(const std::string& id) {
+Status SandboxManager::pause(const std::string& id, const char* reason) {
   auto sb = find(id);
   if (!sb) return not_found("sandbox '" + id + "' not found");
   std::lock_guard lock(sb->mu);
   if (sb->paused)
     return Error(ErrorCode::kFailedPrecondition, "sandbox '" + id + "' is already paused");
-  if (pause_to_disk_ && can_checkpoint(*sb)) return pause_to_disk(*sb);
-  auto rt = sb->runtime();
-  if (!rt) return internal_error("sandbox '" + id + "' has no processes");
-  ABX_TRY(rt->cgroups().freeze(true));
-  sb->paused = true;
-  sb->record.state = store::SandboxState::kPaused;
-  sb->note("info", "paused");
-  return store_->update_state(id, store::SandboxState::kPaused);
+  if (pause_to_disk_ && can_checkpoint(*sb)) {
+    ABX_TRY(pause_to_disk(*sb));
+  } else {
+    auto rt = sb->runtime();
+    if (!rt) return internal_error("sandbox '" + id + "' has no processes");
+    ABX_TRY(rt->cgroups().freeze(true));
+    sb->paused = true;
+    sb->record.state = store::SandboxState::kPaused;
+    sb->note("info", "paused");
+    ABX_TRY(store_->update_state(id, store::SandboxState::kPaused));
+  }
+  emit(kEventPaused, sb->record, {{"reason", reason}});
+  return {};
 }
 
 Result<bool> SandboxManager::resume(const std::string& id) {
@@ -943,6 +962,7 @@ Result<bool> SandboxManager::resume(const std::string& id) {
   sb->record.state = store::SandboxState::kRunning;
   ABX_TRY(store_->update_state(id, store::SandboxState::kRunning));
   sb->note("info", "resumed");
+  emit(kEventResumed, sb->record);
   return true;
 }
 
@@ -974,7 +994,10 @@ void SandboxManager::kill_all() {
     std::lock_guard lock(mu_);
     all.swap(live_);
   }
-  for (auto& [id, sb] : all) (void)destroy(sb);
+  for (auto& [id, sb] : all) {
+    (void)destroy(sb);
+    emit(kEventKilled, sb->record, {{"reason", kEndShutdown}});
+  }
 }
 
 std::size_t SandboxManager::detach_all() {
@@ -1036,6 +1059,19 @@ void SandboxManager::reaper_loop() {
       std::lock_guard l(sb->mu);
       // A paused sandbox waits for connect, resume or kill (E2B keeps paused sandboxes).
       if (sb->record.end_at_ms <= now && !sb->paused) due.push_back(sb->record.id);
+      // The timeout warning: armed while more than its lead is left, sent once on entering it.
+      const std::int64_t lead = opt_.timeout_warning.count();
+      if (lead <= 0 || sb->paused) continue;
+      const std::int64_t left = sb->record.end_at_ms - now;
+      if (left > lead) {
+        sb->warn_armed_for_ms = sb->record.end_at_ms;
+      } else if (left > 0 && sb->warn_armed_for_ms == sb->record.end_at_ms) {
+        sb->warn_armed_for_ms = 0;
+        emit(kEventTimeoutWarning, sb->record,
+             {{"endAt", rfc3339_ms(sb->record.end_at_ms)},
+              {"secondsLeft", (left + 999) / 1000},
+              {"onTimeout", sb->record.pause_on_timeout ? "pause" : "kill"}});
+      }
     }
     for (const auto& sb : to_sample) {
       if (!sb->paused) sb->sample_metrics();  // a frozen sandbox uses nothing new
@@ -1045,25 +1081,32 @@ void SandboxManager::reaper_loop() {
       auto sb = find(id);
       if (sb && sb->record.pause_on_timeout) {
         sb->note("info", "timeout reached: pausing (onTimeout: pause)");
-        if (Status s = pause(id); s.ok() || s.error().code() == ErrorCode::kFailedPrecondition) {
+        if (Status s = pause(id, kEndTimeout);
+            s.ok() || s.error().code() == ErrorCode::kFailedPrecondition) {
           continue;
         }
       }
       if (sb) sb->note("info", "timeout reached: killing");
-      (void)kill(id);
+      (void)kill(id, kEndTimeout);
     }
     for (const auto& id : dead) {
       auto sb = find(id);
       if (!sb) continue;
+      const char* reason = kEndDied;
       {
         // Again under the sandbox's lock: a pause to disk ends its tree on purpose (and then
         // drops it), and a resume replaces it; only an init that died on its own counts.
         std::lock_guard l(sb->mu);
         auto rt = sb->runtime();
         if (!rt || !rt->init_exited()) continue;
+        // memory.oom.group: the OOM killer takes the whole tree, init included. Read before the
+        // kill below removes the cgroup.
+        if (rt->cgroups().oom_kills() > 0) reason = kEndOom;
       }
-      sb->note("warn", "abx-envd exited: removing the sandbox");
-      (void)kill(id);
+      sb->note("warn", reason == kEndOom
+                           ? "out of memory (the OOM killer ended it): removing the sandbox"
+                           : "abx-envd exited: removing the sandbox");
+      (void)kill(id, reason);
     }
     lock.lock();
   }

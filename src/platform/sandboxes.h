@@ -44,6 +44,7 @@
 #include "abx/store/store.h"
 #include "abx/templates/template.h"
 #include "abx/token/token.h"
+#include "events.h"
 #include "network.h"
 
 namespace abx::platform {
@@ -136,6 +137,9 @@ struct LiveSandbox {
   // Bumped after each checkpoint of its processes and each restore (the gateway's
   // GatewayBackend::Admission::epoch: pooled connections from before are dropped).
   std::atomic<std::uint64_t> epoch{0};
+  // The deadline a timeout warning is armed for (guarded by mu): set while more than the
+  // warning's lead is left, cleared once the warning went out. 0: none armed.
+  std::int64_t warn_armed_for_ms = 0;
   // Its network as GET /sandboxes/{id} shows it (guarded by mu); enabled=false: loopback only.
   SandboxNetworkSpec network;
 
@@ -204,6 +208,11 @@ struct ManagerOptions {
   enum class PauseMode { kAuto, kDisk, kMemory };
   PauseMode pause_mode = PauseMode::kAuto;
   std::string criu = runtime::kDefaultCriu;  // abxd --criu
+  // The lifecycle event log (events.h); null: no events are recorded.
+  EventLog* events = nullptr;
+  // abxd --timeout-warning: a sandbox.lifecycle.timeout_warning event this long before a
+  // deadline kill or pause, for a deadline that had more than this left when set. 0: none.
+  std::chrono::milliseconds timeout_warning{30'000};
 };
 
 // One line of envd's output log (GET /logs inside the sandbox, src/envd/output_log.h): what the
@@ -238,14 +247,16 @@ class SandboxManager {
   // is kept, from this abxd's start: the series is not persisted).
   std::vector<TeamSample> team_metrics(const std::string& team_id, std::int64_t start_ms,
                                        std::int64_t end_ms) const;
-  // kNotFound if unknown.
-  Status kill(const std::string& id);
+  // kNotFound if unknown. `reason` is the killed event's eventData.reason (events.h kEnd*).
+  Status kill(const std::string& id, const char* reason = kEndKilled);
   // The deadline becomes now + seconds, earlier or later than it was (POST .../timeout).
   Status set_timeout(const std::string& id, std::int64_t seconds);
   // The deadline becomes max(deadline, now + seconds): connect never shortens a sandbox's life.
   Status extend_timeout(const std::string& id, std::int64_t seconds);
   // Freezes every task (cgroup freezer; memory is kept). kFailedPrecondition if already paused.
-  Status pause(const std::string& id);
+  // `reason`: the paused event's eventData.reason ("requested": the API; "timeout":
+  // lifecycle.onTimeout "pause" at the deadline).
+  Status pause(const std::string& id, const char* reason = "requested");
   // Thaws; false if it was not paused.
   Result<bool> resume(const std::string& id);
   // Replaces a running sandbox's outbound rules (PUT /sandboxes/{id}/network). kNotFound,
@@ -253,7 +264,7 @@ class SandboxManager {
   // The warnings of the new rules (network.rules for hosts the sandbox may not reach).
   Result<std::vector<std::string>> update_network(const std::string& id,
                                                   const boost::json::object& body);
-  void kill_all();
+  void kill_all();  // abxd stopping with --kill-sandboxes (reason "shutdown")
   // Leaves every sandbox running for the next abxd to adopt (what SIGTERM does by default).
   // Returns how many there were.
   std::size_t detach_all();
@@ -310,6 +321,13 @@ class SandboxManager {
   // Successful creates' step timings since start (GET /metrics): create() marks admit, image,
   // run_dir, config, runtime's spawn steps, envd_ready, server_ready and record.
   const TimelineStats& create_timings() const { return create_timings_; }
+  // The event log (null when abxd records none).
+  EventLog* events() const { return opt_.events; }
+  // Records a lifecycle event of `rec` when there is an event log.
+  void emit(std::string_view type, const store::SandboxRecord& rec,
+            const boost::json::object& data = {}) const {
+    if (opt_.events) opt_.events->record(type, rec, data);
+  }
 
  private:
   SandboxManager(ManagerOptions options, store::Store& store, templates::TemplateCatalog catalog,

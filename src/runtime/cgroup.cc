@@ -153,6 +153,23 @@ CgroupUsage SandboxCgroups::usage() const {
   return u;
 }
 
+std::uint64_t SandboxCgroups::oom_kills() const {
+  const std::string mem = dir_for("memory");
+  if (mem.empty()) return 0;
+  // v2 memory.events and v1 memory.oom_control both carry an "oom_kill N" line.
+  for (const char* name : {"/memory.events", "/memory.oom_control"}) {
+    auto text = read_file(mem + name, 4096);
+    if (!text) continue;
+    constexpr std::string_view kKey = "oom_kill ";
+    for (std::size_t at = text->find(kKey); at != std::string::npos;
+         at = text->find(kKey, at + 1)) {
+      if (at == 0 || (*text)[at - 1] == '\n')
+        return std::strtoull(text->c_str() + at + kKey.size(), nullptr, 10);
+    }
+  }
+  return 0;
+}
+
 std::string SandboxCgroups::dir_for(const std::string& controller) const {
   auto it = controller_dir_.find(controller);
   return it == controller_dir_.end() ? "" : it->second;

@@ -199,6 +199,36 @@ CREATE TABLE template_owners (
   team_id     TEXT NOT NULL
 ) WITHOUT ROWID;
 )sql",
+    // 6: the lifecycle event log (GET /events/sandboxes, webhooks). AUTOINCREMENT: an id is
+    // never reused after pruning, so a client's cursor stays meaningful.
+    R"sql(
+CREATE TABLE events (
+  id          INTEGER PRIMARY KEY AUTOINCREMENT,
+  ts          INTEGER NOT NULL,
+  team_id     TEXT NOT NULL,
+  sandbox_id  TEXT NOT NULL,
+  template_id TEXT NOT NULL,
+  type        TEXT NOT NULL,
+  data        TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX events_by_team ON events (team_id, id);
+CREATE INDEX events_by_sandbox ON events (sandbox_id, id);
+CREATE INDEX events_by_ts ON events (ts);
+)sql",
+    // 7: webhooks (POST /events/webhooks): where a team's events are delivered.
+    R"sql(
+CREATE TABLE webhooks (
+  id         TEXT PRIMARY KEY NOT NULL,
+  team_id    TEXT NOT NULL,
+  name       TEXT NOT NULL,
+  url        TEXT NOT NULL,
+  enabled    INTEGER NOT NULL,
+  events     TEXT NOT NULL,
+  secret     TEXT NOT NULL,
+  created_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX webhooks_by_team ON webhooks (team_id, created_at);
+)sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 
@@ -953,6 +983,226 @@ Result<std::int64_t> Store::prune_nonces(std::int64_t now) {
       auto s, impl_->conn.prepare("DELETE FROM nonces WHERE expires_at <= ?1", "prune nonces"));
   ABX_TRY(s.bind(1, now).exec());
   return impl_->conn.changes();
+}
+
+// --- lifecycle events ---
+
+Result<std::int64_t> Store::append_event(const EventRecord& e) {
+  if (!valid_team_id(e.team_id)) return invalid_argument("invalid team id");
+  if (e.type.empty() || e.type.size() > 64)
+    return invalid_argument("event type must be 1..64 bytes");
+  if (e.data.size() > 4096) return invalid_argument("event data over 4096 bytes");
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare("INSERT INTO events (ts, team_id, sandbox_id, template_id, type, "
+                                  "data) VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING id",
+                                  "append event"));
+  s.bind(1, e.ts_ms)
+      .bind(2, e.team_id)
+      .bind(3, e.sandbox_id)
+      .bind(4, e.template_id)
+      .bind(5, e.type)
+      .bind(6, e.data.empty() ? std::string("{}") : e.data);
+  ABX_ASSIGN_OR_RETURN(auto row, s.step());
+  if (!row) return internal_error("append event: no id returned");
+  return s.int64(0);
+}
+
+Result<std::vector<EventRecord>> Store::list_events(const EventFilter& f) {
+  if (f.limit == 0 || f.limit > 1000) return invalid_argument("limit must be 1..1000");
+  if (f.types.size() > 32) return invalid_argument("at most 32 event types");
+  std::string q =
+      "SELECT id, ts, team_id, sandbox_id, template_id, type, data FROM events WHERE id > ?1";
+  int n = 1;
+  std::vector<std::function<void(sql::Stmt&)>> binds;
+  binds.push_back([v = f.after_id](sql::Stmt& s) { s.bind(1, v); });
+  if (f.team_id) {
+    q += " AND team_id = ?" + std::to_string(++n);
+    binds.push_back([n, v = *f.team_id](sql::Stmt& s) { s.bind(n, v); });
+  }
+  if (!f.sandbox_id.empty()) {
+    q += " AND sandbox_id = ?" + std::to_string(++n);
+    binds.push_back([n, v = f.sandbox_id](sql::Stmt& s) { s.bind(n, v); });
+  }
+  if (!f.types.empty()) {
+    q += " AND type IN (";
+    for (std::size_t i = 0; i < f.types.size(); ++i) {
+      q += (i ? ", ?" : "?") + std::to_string(++n);
+      binds.push_back([n, v = f.types[i]](sql::Stmt& s) { s.bind(n, v); });
+    }
+    q += ")";
+  }
+  q += f.descending ? " ORDER BY id DESC" : " ORDER BY id ASC";
+  const int ln = ++n;
+  const int on = ++n;
+  q += " LIMIT ?" + std::to_string(ln) + " OFFSET ?" + std::to_string(on);
+  binds.push_back([ln, v = static_cast<std::int64_t>(f.limit)](sql::Stmt& s) { s.bind(ln, v); });
+  binds.push_back([on, v = static_cast<std::int64_t>(f.offset)](sql::Stmt& s) { s.bind(on, v); });
+
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(auto s, impl_->conn.prepare(q, "list events"));
+  for (auto& b : binds) b(s);
+  std::vector<EventRecord> out;
+  for (;;) {
+    ABX_ASSIGN_OR_RETURN(auto row, s.step());
+    if (!row) break;
+    EventRecord e;
+    e.id = s.int64(0);
+    e.ts_ms = s.int64(1);
+    e.team_id = s.text(2);
+    e.sandbox_id = s.text(3);
+    e.template_id = s.text(4);
+    e.type = s.text(5);
+    e.data = s.text(6);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+Result<std::int64_t> Store::last_event_id() {
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare("SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = "
+                                  "'events'), 0)",
+                                  "last event id"));
+  ABX_ASSIGN_OR_RETURN(auto row, s.step());
+  return row ? s.int64(0) : 0;
+}
+
+Result<std::int64_t> Store::prune_events(std::int64_t before_ms, std::int64_t keep_last) {
+  if (keep_last < 0) return invalid_argument("keep_last must be >= 0");
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(auto s,
+                       impl_->conn.prepare("DELETE FROM events WHERE ts < ?1 OR id <= (SELECT "
+                                           "COALESCE(MAX(id), 0) FROM events) - ?2",
+                                           "prune events"));
+  ABX_TRY(s.bind(1, before_ms).bind(2, keep_last).exec());
+  return impl_->conn.changes();
+}
+
+// --- webhooks ---
+
+namespace {
+Status check_webhook(const WebhookRecord& w) {
+  if (!valid_team_id(w.team_id)) return invalid_argument("invalid team id");
+  if (w.id.size() != 32 || w.id.find_first_not_of("0123456789abcdef") != std::string::npos)
+    return invalid_argument("invalid webhook id");
+  if (w.name.size() > 256) return invalid_argument("webhook name over 256 bytes");
+  if (w.url.empty() || w.url.size() > 2048)
+    return invalid_argument("webhook url must be 1..2048 bytes");
+  if (w.secret.size() > 256) return invalid_argument("webhook secret over 256 bytes");
+  if (w.events.size() > 32) return invalid_argument("at most 32 webhook event types");
+  for (const auto& e : w.events)
+    if (e.empty() || e.size() > 64 || e.find(',') != std::string::npos)
+      return invalid_argument("invalid webhook event type");
+  return {};
+}
+std::string join_events(const std::vector<std::string>& events) {
+  std::string out;
+  for (const auto& e : events) out += (out.empty() ? "" : ",") + e;
+  return out;
+}
+std::vector<std::string> split_events(std::string_view text) {
+  std::vector<std::string> out;
+  while (!text.empty()) {
+    auto comma = text.find(',');
+    if (comma != 0) out.emplace_back(text.substr(0, comma));
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+  }
+  return out;
+}
+constexpr const char* kWebhookColumns =
+    "SELECT id, team_id, name, url, enabled, events, secret, created_at FROM webhooks";
+WebhookRecord webhook_row(sql::Stmt& s) {
+  WebhookRecord w;
+  w.id = s.text(0);
+  w.team_id = s.text(1);
+  w.name = s.text(2);
+  w.url = s.text(3);
+  w.enabled = s.int64(4) != 0;
+  w.events = split_events(s.text(5));
+  w.secret = s.text(6);
+  w.created_at_ms = s.int64(7);
+  return w;
+}
+}  // namespace
+
+Status Store::create_webhook(const WebhookRecord& w) {
+  ABX_TRY(check_webhook(w));
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare("INSERT INTO webhooks (id, team_id, name, url, enabled, events, "
+                                  "secret, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
+                                  "ON CONFLICT (id) DO NOTHING",
+                                  "create webhook"));
+  ABX_TRY(s.bind(1, w.id)
+              .bind(2, w.team_id)
+              .bind(3, w.name)
+              .bind(4, w.url)
+              .bind(5, w.enabled ? 1 : 0)
+              .bind(6, join_events(w.events))
+              .bind(7, w.secret)
+              .bind(8, w.created_at_ms)
+              .exec());
+  if (impl_->conn.changes() == 0) return Error(ErrorCode::kAlreadyExists, "webhook id taken");
+  return {};
+}
+
+Result<std::vector<WebhookRecord>> Store::list_webhooks(const std::optional<std::string>& team_id) {
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(auto s, impl_->conn.prepare(std::string(kWebhookColumns) +
+                                                       (team_id ? " WHERE team_id = ?1" : "") +
+                                                       " ORDER BY created_at, id LIMIT 1000",
+                                                   "list webhooks"));
+  if (team_id) s.bind(1, *team_id);
+  std::vector<WebhookRecord> out;
+  for (;;) {
+    ABX_ASSIGN_OR_RETURN(bool row, s.step());
+    if (!row) break;
+    out.push_back(webhook_row(s));
+  }
+  return out;
+}
+
+Result<WebhookRecord> Store::get_webhook(std::string_view team_id, std::string_view id) {
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare(std::string(kWebhookColumns) + " WHERE team_id = ?1 AND id = ?2",
+                                  "get webhook"));
+  s.bind(1, team_id).bind(2, id);
+  ABX_ASSIGN_OR_RETURN(bool row, s.step());
+  if (!row) return not_found("webhook '" + std::string(id.substr(0, 64)) + "' not found");
+  return webhook_row(s);
+}
+
+Status Store::update_webhook(const WebhookRecord& w) {
+  ABX_TRY(check_webhook(w));
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare("UPDATE webhooks SET name = ?3, url = ?4, enabled = ?5, events = "
+                                  "?6, secret = ?7 WHERE team_id = ?1 AND id = ?2",
+                                  "update webhook"));
+  ABX_TRY(s.bind(1, w.team_id)
+              .bind(2, w.id)
+              .bind(3, w.name)
+              .bind(4, w.url)
+              .bind(5, w.enabled ? 1 : 0)
+              .bind(6, join_events(w.events))
+              .bind(7, w.secret)
+              .exec());
+  if (impl_->conn.changes() == 0) return not_found("webhook '" + w.id + "' not found");
+  return {};
+}
+
+Status Store::delete_webhook(std::string_view team_id, std::string_view id) {
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(
+      auto s,
+      impl_->conn.prepare("DELETE FROM webhooks WHERE team_id = ?1 AND id = ?2", "delete webhook"));
+  ABX_TRY(s.bind(1, team_id).bind(2, id).exec());
+  if (impl_->conn.changes() == 0)
+    return not_found("webhook '" + std::string(id.substr(0, 64)) + "' not found");
+  return {};
 }
 
 // --- template owners ---

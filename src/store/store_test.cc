@@ -131,7 +131,8 @@ TEST(Store, LifecycleRoundTripsAndAVersion1FileMigrates) {
                          "ALTER TABLE sandboxes DROP COLUMN team_id;"
                          "ALTER TABLE api_keys DROP COLUMN team_id;"
                          "ALTER TABLE access_keys DROP COLUMN team_id;"
-                         "DROP TABLE teams; DROP TABLE template_owners;"
+                         "DROP TABLE teams; DROP TABLE template_owners; DROP TABLE events;"
+                         "DROP TABLE webhooks;"
                          "UPDATE schema_version SET version = 1",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -513,7 +514,8 @@ TEST(Store, Version4FileMigratesIntoTheDefaultTeam) {
                          "ALTER TABLE sandboxes DROP COLUMN team_id;"
                          "ALTER TABLE api_keys DROP COLUMN team_id;"
                          "ALTER TABLE access_keys DROP COLUMN team_id;"
-                         "DROP TABLE teams; DROP TABLE template_owners;"
+                         "DROP TABLE teams; DROP TABLE template_owners; DROP TABLE events;"
+                         "DROP TABLE webhooks;"
                          "UPDATE schema_version SET version = 4",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -639,6 +641,167 @@ TEST(Store, NonceReplayAndPruning) {
   EXPECT_EQ(s->remember_nonce("", 1, 0).error().code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(s->remember_nonce(std::string(300, 'n'), 1, 0).error().code(),
             ErrorCode::kInvalidArgument);
+}
+
+EventRecord event(std::string team, std::string sandbox, std::string type, std::int64_t ts) {
+  EventRecord e;
+  e.ts_ms = ts;
+  e.team_id = std::move(team);
+  e.sandbox_id = std::move(sandbox);
+  e.template_id = "base";
+  e.type = std::move(type);
+  return e;
+}
+
+TEST(StoreEvents, IdsIncreaseAndCursorFilters) {
+  TempDir d;
+  auto s = open_or_die(d.path() / "abx.db");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(*s->last_event_id(), 0);
+  std::vector<std::int64_t> ids;
+  const char* types[] = {"sandbox.lifecycle.created", "sandbox.lifecycle.killed"};
+  for (int i = 0; i < 10; ++i) {
+    auto id = s->append_event(event(i % 2 ? "b" : "a", id_for(i / 2), types[i % 2], 1000 + i));
+    ASSERT_TRUE(id.ok()) << id.error().to_string();
+    if (!ids.empty()) {
+      EXPECT_GT(*id, ids.back());
+    }
+    ids.push_back(*id);
+  }
+  EXPECT_EQ(*s->last_event_id(), ids.back());
+  // Team a's events after the third id, oldest first.
+  EventFilter f;
+  f.team_id = "a";
+  f.after_id = ids[2];
+  auto page = s->list_events(f);
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->size(), 3u);  // ids[4], ids[6], ids[8]
+  EXPECT_EQ((*page)[0].id, ids[4]);
+  EXPECT_EQ((*page)[2].id, ids[8]);
+  for (const auto& e : *page) {
+    EXPECT_EQ(e.team_id, "a");
+    EXPECT_EQ(e.data, "{}");
+  }
+  // Types, sandbox, descending, offset and limit.
+  EventFilter g;
+  g.types = {"sandbox.lifecycle.killed"};
+  g.descending = true;
+  g.limit = 2;
+  g.offset = 1;
+  page = s->list_events(g);
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->size(), 2u);
+  EXPECT_EQ((*page)[0].id, ids[7]);
+  EXPECT_EQ((*page)[1].id, ids[5]);
+  EventFilter h;
+  h.sandbox_id = id_for(1);
+  page = s->list_events(h);
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->size(), 2u);
+  EXPECT_EQ((*page)[0].id, ids[2]);
+  EXPECT_EQ((*page)[1].id, ids[3]);
+  // Bad input.
+  EXPECT_FALSE(s->append_event(event("Not A Team", id_for(1), "x", 1)).ok());
+  EXPECT_FALSE(s->append_event(event("a", id_for(1), "", 1)).ok());
+  auto big = event("a", id_for(1), "x", 1);
+  big.data = std::string(5000, 'x');
+  EXPECT_FALSE(s->append_event(big).ok());
+  EventFilter bad;
+  bad.limit = 0;
+  EXPECT_FALSE(s->list_events(bad).ok());
+}
+
+TEST(StoreEvents, PruneKeepsNewestAndIdsAreNeverReused) {
+  TempDir d;
+  std::int64_t last = 0;
+  {
+    auto s = open_or_die(d.path() / "abx.db");
+    ASSERT_TRUE(s);
+    for (int i = 0; i < 20; ++i) {
+      auto id = s->append_event(event("a", id_for(i), "sandbox.lifecycle.created", 1000 + i));
+      ASSERT_TRUE(id.ok());
+      last = *id;
+    }
+    // Older than ts 1005 go, and all but the newest 10.
+    auto n = s->prune_events(1005, 10);
+    ASSERT_TRUE(n.ok()) << n.error().to_string();
+    EXPECT_EQ(*n, 10);
+    auto all = s->list_events(EventFilter{});
+    ASSERT_TRUE(all.ok());
+    ASSERT_EQ(all->size(), 10u);
+    EXPECT_EQ(all->front().ts_ms, 1010);
+    // Retention by time alone.
+    EXPECT_EQ(*s->prune_events(1012, 1000), 2);
+    // Everything pruned: the last id is still known.
+    EXPECT_EQ(*s->prune_events(5000, 0), 8);
+    EXPECT_EQ(*s->last_event_id(), last);
+  }
+  // After a reopen (abxd restarted) the next id is past every id given before.
+  auto s = open_or_die(d.path() / "abx.db");
+  ASSERT_TRUE(s);
+  auto id = s->append_event(event("a", id_for(1), "sandbox.lifecycle.created", 6000));
+  ASSERT_TRUE(id.ok());
+  EXPECT_GT(*id, last);
+}
+
+TEST(StoreWebhooks, CrudIsPerTeam) {
+  TempDir d;
+  auto s = open_or_die(d.path() / "abx.db");
+  ASSERT_TRUE(s);
+  WebhookRecord w;
+  w.id = std::string(32, 'a');
+  w.team_id = "a";
+  w.name = "hook";
+  w.url = "http://127.0.0.1:9/x";
+  w.events = {"sandbox.lifecycle.created", "sandbox.lifecycle.killed"};
+  w.secret = "s3cret";
+  w.created_at_ms = 1000;
+  ASSERT_TRUE(s->create_webhook(w).ok());
+  EXPECT_EQ(s->create_webhook(w).error().code(), ErrorCode::kAlreadyExists);
+  WebhookRecord other = w;
+  other.id = std::string(32, 'b');
+  other.team_id = "b";
+  other.events.clear();
+  ASSERT_TRUE(s->create_webhook(other).ok());
+
+  auto mine = s->list_webhooks(std::string("a"));
+  ASSERT_TRUE(mine.ok());
+  ASSERT_EQ(mine->size(), 1u);
+  EXPECT_EQ((*mine)[0].events, w.events);
+  EXPECT_EQ((*mine)[0].secret, "s3cret");
+  EXPECT_TRUE((*mine)[0].enabled);
+  EXPECT_EQ(s->list_webhooks(std::nullopt)->size(), 2u);
+  // Another team's id is not found, for every verb.
+  EXPECT_EQ(s->get_webhook("b", w.id).error().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(s->delete_webhook("b", w.id).error().code(), ErrorCode::kNotFound);
+  WebhookRecord stolen = w;
+  stolen.team_id = "b";
+  EXPECT_EQ(s->update_webhook(stolen).error().code(), ErrorCode::kNotFound);
+
+  w.enabled = false;
+  w.events = {};
+  w.url = "http://127.0.0.1:9/y";
+  ASSERT_TRUE(s->update_webhook(w).ok());
+  auto got = s->get_webhook("a", w.id);
+  ASSERT_TRUE(got.ok());
+  EXPECT_FALSE(got->enabled);
+  EXPECT_TRUE(got->events.empty());
+  EXPECT_EQ(got->url, "http://127.0.0.1:9/y");
+  EXPECT_EQ(got->created_at_ms, 1000);
+  ASSERT_TRUE(s->delete_webhook("a", w.id).ok());
+  EXPECT_EQ(s->get_webhook("a", w.id).error().code(), ErrorCode::kNotFound);
+
+  // Bad input.
+  WebhookRecord bad = other;
+  bad.id = "short";
+  EXPECT_EQ(s->create_webhook(bad).error().code(), ErrorCode::kInvalidArgument);
+  bad = other;
+  bad.id = std::string(32, 'c');
+  bad.url = std::string(3000, 'x');
+  EXPECT_EQ(s->create_webhook(bad).error().code(), ErrorCode::kInvalidArgument);
+  bad.url = "http://x";
+  bad.events = {"a,b"};
+  EXPECT_EQ(s->create_webhook(bad).error().code(), ErrorCode::kInvalidArgument);
 }
 
 TEST(Store, TemplatesSeenUpsert) {

@@ -81,6 +81,9 @@ class SandboxCgroups {
   std::vector<pid_t> pids() const;
   // Reads the usage counters (for the control API's metrics); never fails, see CgroupUsage.
   CgroupUsage usage() const;
+  // How many times the kernel's OOM killer acted in the groups (v2 memory.events oom_kill, v1
+  // memory.oom_control oom_kill); 0 when unknown or the memory controller is not in use.
+  std::uint64_t oom_kills() const;
 
   // The directory whose freezer freeze() uses (cgroup v2's core freezer, else the v1 freezer
   // group); "" when there is none.

@@ -162,7 +162,41 @@ bool digest_matches(std::string_view stored_hex_digest, std::string_view present
 Result<std::string> generate_sandbox_id();
 bool valid_sandbox_id(std::string_view id);
 
-inline constexpr int kSchemaVersion = 5;
+// One lifecycle event (schema 6): a sandbox was created, paused, resumed, ... or ended.
+struct EventRecord {
+  std::int64_t id = 0;  // monotonically increasing, never reused (the stream's cursor)
+  std::int64_t ts_ms = 0;
+  std::string team_id;
+  std::string sandbox_id;
+  std::string template_id;
+  std::string type;  // e.g. "sandbox.lifecycle.killed"
+  std::string data;  // a JSON object (e.g. {"reason":"timeout"}); "{}" when nothing more
+};
+
+struct EventFilter {
+  std::optional<std::string> team_id;  // nullopt: every team's (abxd's own use)
+  std::string sandbox_id;              // empty: every sandbox's
+  std::vector<std::string> types;      // empty: any type (at most 32)
+  std::int64_t after_id = 0;           // ids > after_id (the cursor)
+  bool descending = false;             // by id
+  std::size_t offset = 0;
+  std::size_t limit = 100;  // 1..1000
+};
+
+// A registered webhook (schema 7): where a team's lifecycle events are POSTed, signed with
+// `secret` (kept as given: abxd needs it to sign; the file is 0600, see above).
+struct WebhookRecord {
+  std::string id;  // 32 lowercase hex
+  std::string team_id;
+  std::string name;
+  std::string url;
+  bool enabled = true;
+  std::vector<std::string> events;  // event types; empty: every type
+  std::string secret;
+  std::int64_t created_at_ms = 0;
+};
+
+inline constexpr int kSchemaVersion = 7;
 
 class Store {
  public:
@@ -246,6 +280,24 @@ class Store {
   Result<std::optional<std::string>> template_owner(std::string_view template_id);
   Status release_template(std::string_view template_id);
 
+  // --- lifecycle events (the abxd event log) ---
+  // Appends and returns its id. kInvalidArgument: bad team id, type, or data over 4 KiB.
+  Result<std::int64_t> append_event(const EventRecord& e);
+  Result<std::vector<EventRecord>> list_events(const EventFilter& f);
+  // The newest id ever given (0 when there has been none).
+  Result<std::int64_t> last_event_id();
+  // Deletes events older than before_ms and all but the newest keep_last; returns how many.
+  Result<std::int64_t> prune_events(std::int64_t before_ms, std::int64_t keep_last);
+  // --- webhooks (GET/POST /events/webhooks) ---
+  // Errors: kInvalidArgument (bad team or id, a field over its size), kAlreadyExists (the id).
+  Status create_webhook(const WebhookRecord& w);
+  // Every webhook of `team_id` (nullopt: of every team), oldest first; at most 1000.
+  Result<std::vector<WebhookRecord>> list_webhooks(const std::optional<std::string>& team_id);
+  // kNotFound when `id` is not one of `team_id`'s.
+  Result<WebhookRecord> get_webhook(std::string_view team_id, std::string_view id);
+  // Replaces name, url, enabled, events and secret of (w.team_id, w.id); kNotFound.
+  Status update_webhook(const WebhookRecord& w);
+  Status delete_webhook(std::string_view team_id, std::string_view id);  // kNotFound
   // --- templates seen ---
   Status record_template(const TemplateSeen& t);
   Result<std::vector<TemplateSeen>> list_templates_seen();
