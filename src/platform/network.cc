@@ -1,8 +1,10 @@
 // Sandbox networking in abxd (see network.h).
 #include "network.h"
 
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio/executor_work_guard.hpp>
@@ -14,6 +16,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "abx/base/fd.h"
+#include "abx/base/os.h"
 #include "abx/base/try.h"
 #include "abx/egress/ruleset.h"
 #include "abx/runtime/nflog.h"
@@ -284,6 +288,23 @@ bool abxd_gone(const std::string& home) {
   return ::kill(pid, 0) != 0 && errno == ESRCH;
 }
 
+// Writes `text` to `path` keeping the file's inode: running sandboxes bind-mount the file, and a
+// replaced file (a rename over it) leaves their mount on a deleted inode, which CRIU then fails
+// to restore ("Can't re-create deleted file"). An unchanged file is not written at all.
+Status keep_inode_write(const std::string& path, const std::string& text) {
+  {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream have;
+    if (in && (have << in.rdbuf()) && have.str() == text) return {};
+  }
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (!fd) return os::errno_error("open " + path, errno);
+  ABX_TRY(os::write_all(fd.get(), text, path));
+  if (::ftruncate(fd.get(), static_cast<off_t>(text.size())) != 0)
+    return os::errno_error("truncate " + path, errno);
+  return {};
+}
+
 // Whether any network interface's name starts with `prefix` (a link of that table's sandboxes).
 bool links_with_prefix(const std::string& prefix) {
   std::error_code ec;
@@ -455,11 +476,7 @@ Result<std::unique_ptr<SandboxNetwork>> SandboxNetwork::start(
     }
     bundle += "# abxd's egress CA (network.rules)\n" + n->ca_->cert_pem();
     n->sandbox_bundle_ = home + "/ca/sandbox-bundle.crt";
-    const std::string tmp = n->sandbox_bundle_ + ".tmp";
-    std::ofstream(tmp, std::ios::trunc) << bundle;
-    std::error_code ec;
-    std::filesystem::rename(tmp, n->sandbox_bundle_, ec);
-    if (ec) return internal_error("write " + n->sandbox_bundle_ + ": " + ec.message());
+    ABX_TRY(keep_inode_write(n->sandbox_bundle_, bundle));
     auto upstream = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_client);
     boost::system::error_code sec;
     upstream->set_default_verify_paths(sec);

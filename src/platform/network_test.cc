@@ -7,11 +7,14 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <utility>
 
 #include "abx/base/fd.h"
 #include "abx/testing/child_process.h"
@@ -161,6 +164,47 @@ TEST(SandboxNetwork, TheResolverAndTheProxyAreNotOnTheHostsLoopback) {
   n.remove_rules();
   testing::ChildProcess({"/bin/sh", "-c", "nft delete table inet " + n.table() + " 2>/dev/null"})
       .wait(std::chrono::seconds(10));
+}
+
+// Running sandboxes bind-mount the CA bundle. A restarted abxd replaced it (rename over it), so
+// their mounts were left on a deleted inode, and CRIU failed to restore such a sandbox once
+// paused ("Can't re-create deleted file", the JS persistence test's kill -9 cases).
+TEST(SandboxNetwork, ARestartKeepsTheSandboxCaBundlesInode) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root: it writes the machine's nftables";
+  testing::TempDir home;
+  const std::string host_bundle = (home.path() / "host-bundle.crt").string();
+  std::ofstream(host_bundle) << "# host bundle 1\n";
+  NetworkOptions no;
+  no.dns_upstream = "127.0.0.1:9";  // nothing answers there; no query is made
+  no.host_ca_bundle = host_bundle;
+  auto inode_and_text = [](const std::string& path) {
+    struct stat st {};
+    EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+    std::ifstream in(path);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return std::pair{st.st_ino, text.str()};
+  };
+  std::string bundle;
+  ino_t first = 0;
+  for (int round = 0; round < 3; ++round) {
+    if (round == 2) std::ofstream(host_bundle) << "# host bundle 2\n";
+    auto net = SandboxNetwork::start(home.path().string(), no, runtime::UserNamespace{});
+    ASSERT_TRUE(net.ok()) << net.error().message();
+    bundle = (*net)->sandbox_ca_bundle();
+    auto [ino, text] = inode_and_text(bundle);
+    if (round == 0) first = ino;
+    EXPECT_EQ(ino, first) << "round " << round << ": " << bundle << " was replaced";
+    EXPECT_NE(text.find(round == 2 ? "# host bundle 2" : "# host bundle 1"), std::string::npos)
+        << text;
+    EXPECT_NE(text.find("-----BEGIN CERTIFICATE-----"), std::string::npos) << text;
+    if (round == 2) EXPECT_EQ(text.find("# host bundle 1"), std::string::npos) << text;
+    const std::string table = (*net)->table();
+    (*net)->remove_rules();
+    net->reset();
+    testing::ChildProcess({"/bin/sh", "-c", "nft delete table inet " + table + " 2>/dev/null"})
+        .wait(std::chrono::seconds(10));
+  }
 }
 
 }  // namespace
