@@ -198,7 +198,9 @@ TEST(SandboxNetwork, ARestartKeepsTheSandboxCaBundlesInode) {
     EXPECT_NE(text.find(round == 2 ? "# host bundle 2" : "# host bundle 1"), std::string::npos)
         << text;
     EXPECT_NE(text.find("-----BEGIN CERTIFICATE-----"), std::string::npos) << text;
-    if (round == 2) EXPECT_EQ(text.find("# host bundle 1"), std::string::npos) << text;
+    if (round == 2) {
+      EXPECT_EQ(text.find("# host bundle 1"), std::string::npos) << text;
+    }
     const std::string table = (*net)->table();
     (*net)->remove_rules();
     net->reset();
