@@ -292,13 +292,13 @@ bool abxd_gone(const std::string& home) {
 // replaced file (a rename over it) leaves their mount on a deleted inode, which CRIU then fails
 // to restore ("Can't re-create deleted file"). An unchanged file is not written at all.
 Status keep_inode_write(const std::string& path, const std::string& text) {
-  {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream have;
-    if (in && (have << in.rdbuf()) && have.str() == text) return {};
-  }
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
   if (!fd) return os::errno_error("open " + path, errno);
+  // Longer than `text` (kPayloadTooLarge) differs too.
+  auto have = os::read_all(fd.get(), text.size(), path);
+  if (have && *have == text) return {};
+  if (!have && have.error().code() != ErrorCode::kPayloadTooLarge) return have.error();
+  if (::lseek(fd.get(), 0, SEEK_SET) != 0) return os::errno_error("lseek " + path, errno);
   ABX_TRY(os::write_all(fd.get(), text, path));
   if (::ftruncate(fd.get(), static_cast<off_t>(text.size())) != 0)
     return os::errno_error("truncate " + path, errno);
