@@ -789,7 +789,11 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
       tcp::socket sock(client.get_executor());
       beast::error_code aec;
       sock.assign(tcp::v4(), (*fd)->release(), aec);
-      if (aec) co_return;
+      if (aec) {
+        log.warn("sandbox " + route.sandbox_id + " port " + std::to_string(route.port) +
+                 ": taking the connection failed: " + aec.message());
+        co_return;
+      }
       // Header and body go out as separate writes: without TCP_NODELAY, Nagle's algorithm
       // holds the second until the first is acked (40 ms of delayed ACK on every request).
       sock.set_option(tcp::no_delay(true), aec);
@@ -839,7 +843,12 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   }
   if (rec) {
     up.reset();
-    if (rec == bhttp::error::end_of_stream || rec == asio::error::eof) co_return;
+    if (rec == bhttp::error::end_of_stream || rec == asio::error::eof) {
+      // The client closed before its request was whole.
+      log.debug("sandbox " + route.sandbox_id + " port " + std::to_string(route.port) +
+                ": the client closed mid-request");
+      co_return;
+    }
     // The upstream went away mid-request: tell the client if nothing was sent yet.
     std::move(conn).respond(
         e2b_error(502, "sandbox connection failed: " + rec.message(), version, false));
@@ -882,6 +891,10 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   if (switching) resp.get().set(bhttp::field::connection, "upgrade");
   auto sec = co_await relay(*up, upbuf, resp, client, cs, nullptr, /*end_on_out_close=*/true);
   if (sec) {
+    // Either side went away mid-answer (a client's abort, a sandbox's kill): the client's
+    // connection closes, which it reads as a truncated answer.
+    log.debug("sandbox " + route.sandbox_id + " port " + std::to_string(route.port) +
+              ": relaying the answer ended early: " + sec.message());
     up.reset();
     co_return;
   }

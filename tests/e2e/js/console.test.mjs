@@ -28,7 +28,7 @@ const unlabelled = (page) => page.evaluate(() => [...document.querySelectorAll('
 
 let daemon;
 const key = () => readFileSync(join(daemon.home, 'api_key'), 'utf8').trim();
-before(async () => { daemon = await startAbxd('console', [], { capture: true }); });
+before(async () => { daemon = await startAbxd('console', ['--log-level', 'debug'], { capture: true }); });
 after(async () => { await daemon?.stop(); });
 
 test('/console carries a strict CSP and no key; --no-console answers 404', async () => {
@@ -86,6 +86,9 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
     args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run'],
   });
   const problems = [];
+  // Requests the browser gave up on (a closed connection, a reset): named with their sandbox
+  // port, for the log of a failed run.
+  const failedRequests = [];
   const urls = [];  // every URL the page asked for: the key must be in none
   const a11y = [];  // form fields without a label, per page
   const labelled = async (where) => {
@@ -95,6 +98,8 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
   try {
     page = await browser.newPage();
     page.on('request', (r) => urls.push(r.url()));
+    page.on('requestfailed', (r) => failedRequests.push(`${new Date().toISOString()} ${r.method()} ${r.url()}`
+      + ` port=${r.headers()['e2b-sandbox-port'] || '-'}: ${r.failure()?.errorText}`));
     await page.setViewport({ width: 1280, height: 860 });
     page.on('console', (m) => {
       if (/Content Security Policy|Refused to/i.test(m.text())) problems.push(m.text());
@@ -385,7 +390,10 @@ test('the console drives sandboxes, commands, files and a terminal in chromium',
       return text.trim();
     }).catch(() => '?');
     e.message += `\n  terminal: ${term}`;
+    const shown = await page?.$eval('#main', (el) => el.textContent.slice(0, 600)).catch(() => '?');
     e.message += `\n  console status line: ${said}\n  page problems: ${JSON.stringify(problems)}`;
+    e.message += `\n  page text: ${shown}\n  failed requests: ${JSON.stringify(failedRequests, null, 1)}`;
+    e.message += `\n  abxd's last output:\n${daemon.output.split('\n').slice(-40).join('\n')}`;
     throw e;
   } finally {
     await browser.close();
