@@ -21,6 +21,7 @@ if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 pkgs=(
   build-essential cmake ninja-build pkg-config git ca-certificates curl
   clang-14 libclang-rt-14-dev llvm-14 clang-format clang-tidy
+  lld  # the linker every preset uses (CMakeLists.txt: 5x faster than ld.bfd on abxd)
   libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev libboost-system1.81-dev
   libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev
   libssl-dev libseccomp-dev libsqlite3-dev sqlite3
