@@ -665,7 +665,7 @@ IdleUpstreams& Gateway::Impl::idle_upstreams(const asio::any_io_executor& ex) {
 // the backend cannot make the socket here or the connect fails (refused, timed out, connected
 // to itself): connect_sandbox then tries, and its error is the one the client gets.
 awaitable<std::unique_ptr<beast::tcp_stream>> Gateway::Impl::connect_here(const Route* route) {
-  Result<runtime::UniqueFd> made = backend->sandbox_socket(*route);
+  Result<UniqueFd> made = backend->sandbox_socket(*route);
   if (!made.ok()) co_return nullptr;
   auto up = std::make_unique<beast::tcp_stream>(tcp::socket(co_await asio::this_coro::executor));
   beast::error_code ec;
@@ -716,7 +716,20 @@ Status Gateway::Impl::on_header(http::Takeover& conn) {
     return {};
   }
   auto ex = conn.stream().get_executor();
-  asio::co_spawn(ex, proxy(std::move(conn), std::move(*route)), asio::detached);
+  // An exception out of the relay closes the client's connection unanswered (the browser's
+  // "Failed to fetch"): never silently.
+  std::string what = "sandbox " + route->sandbox_id + " port " + std::to_string(route->port);
+  asio::co_spawn(ex, proxy(std::move(conn), std::move(*route)),
+                 [this, what = std::move(what)](std::exception_ptr e) {
+                   if (!e) return;
+                   try {
+                     std::rethrow_exception(e);
+                   } catch (const std::exception& x) {
+                     log.error(what + ": the relay failed: " + x.what());
+                   } catch (...) {
+                     log.error(what + ": the relay failed with an unknown exception");
+                   }
+                 });
   return {};
 }
 
