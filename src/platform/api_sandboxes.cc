@@ -238,6 +238,15 @@ Result<CreateRequest> parse_create(const json::object& body, std::int64_t max_ti
       m && !m->is_null() && !(m->is_object() && m->get_object().empty())) {
     return invalid_argument("mcp is not supported by abxd (E2B's MCP gateway is not available)");
   }
+  // E2B's volumes (the SDK's `volumeMounts`, persistent storage shared between sandboxes) are
+  // not part of abxd: refused, not ignored (a sandbox created without them would lose what its
+  // user writes there).
+  if (const json::value* v = body.if_contains("volumeMounts");
+      v && !v->is_null() && !(v->is_array() && v->get_array().empty())) {
+    return invalid_argument(
+        "volumeMounts is not supported by abxd (volumes are not available; pause and snapshots "
+        "keep a sandbox's files, docs/persistence.md)");
+  }
   if (body.contains("network") || body.contains("allowInternetAccess") ||
       body.contains("allow_internet_access")) {
     ABX_ASSIGN_OR_RETURN(SandboxNetworkSpec net, parse_network_request(body, default_internet));

@@ -236,6 +236,8 @@ test('unsupported create fields and filesystem-only pause are refused, not ignor
     /egressProxy is not supported/,
   );
   await refused(Sandbox.create('base', { network: { httpsPorts: [3000] } }), /httpsPorts is not supported/);
+  await refused(Sandbox.create('base', { volumeMounts: { '/data': 'my-volume' } }),
+    /volumeMounts is not supported/);
   await refused(
     Sandbox.create('base', { lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } }),
     /filesystem-only pause/,
