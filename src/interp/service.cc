@@ -45,11 +45,6 @@ constexpr std::size_t kMaxEnvVars = 256;
 
 // ---- E2B events -------------------------------------------------------------------------
 
-std::string_view str_of(const json::object& o, std::string_view key) {
-  const json::value* v = o.if_contains(key);
-  return v && v->is_string() ? std::string_view(v->get_string()) : std::string_view();
-}
-
 // Jupyter mime bundle -> E2B result fields (E2B's Result model); what no field names goes
 // into `extra`.
 json::object result_event(const json::object& data, bool main) {
@@ -105,10 +100,11 @@ std::optional<json::object> e2b_event(const Message& msg, bool& errored) {
   std::string_view type = msg.msg_type();
   const json::object& c = msg.content;
   if (type == "stream") {
-    std::string_view name = str_of(c, "name");
+    std::string_view name = string_field(c, "name");
     if (name != "stdout" && name != "stderr") return std::nullopt;
-    return json::object{
-        {"type", name}, {"text", str_of(c, "text")}, {"timestamp", str_of(msg.header, "date")}};
+    return json::object{{"type", name},
+                        {"text", string_field(c, "text")},
+                        {"timestamp", string_field(msg.header, "date")}};
   }
   if (type == "execute_input") {
     const json::value* n = c.if_contains("execution_count");
@@ -124,8 +120,8 @@ std::optional<json::object> e2b_event(const Message& msg, bool& errored) {
     if (errored) return std::nullopt;
     errored = true;
     return json::object{{"type", "error"},
-                        {"name", str_of(c, "ename")},
-                        {"value", str_of(c, "evalue")},
+                        {"name", string_field(c, "ename")},
+                        {"value", string_field(c, "evalue")},
                         {"traceback", join_traceback(c.if_contains("traceback"))}};
   }
   return std::nullopt;
@@ -559,7 +555,7 @@ void Service::Impl::execute(http::Request&& req, http::Responder respond) {
           [this, id, what](Result<json::object> r) {
             if (!r.ok()) {
               log.warn("context " + id + ": " + what + ": " + r.error().message());
-            } else if (str_of(*r, "status") != "ok") {
+            } else if (string_field(*r, "status") != "ok") {
               log.warn("context " + id + ": " + what + " failed: " + json::serialize(*r));
             }
           }};
@@ -590,15 +586,15 @@ void Service::Impl::execute(http::Request&& req, http::Responder respond) {
                                             {"value", r.error().message()},
                                             {"traceback", ""}});
         }
-      } else if (str_of(*r, "status") == "error" && !ex->errored) {
+      } else if (string_field(*r, "status") == "error" && !ex->errored) {
         // An interrupt that lands between two statements can end the cell with no `error`
         // message (IPython's formatter fails); the reply still names the exception.
         ex->errored = true;
         ex->send(json::object{{"type", "error"},
-                              {"name", str_of(*r, "ename")},
-                              {"value", str_of(*r, "evalue")},
+                              {"name", string_field(*r, "ename")},
+                              {"value", string_field(*r, "evalue")},
                               {"traceback", join_traceback(r->if_contains("traceback"))}});
-      } else if (str_of(*r, "status") == "aborted" && !ex->errored) {
+      } else if (string_field(*r, "status") == "aborted" && !ex->errored) {
         ex->errored = true;
         ex->send(json::object{{"type", "error"},
                               {"name", "ExecutionAborted"},

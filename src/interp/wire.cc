@@ -22,12 +22,6 @@ namespace json = boost::json;
 
 namespace {
 
-std::string_view string_field(const json::object& o, std::string_view key) {
-  const json::value* v = o.if_contains(key);
-  if (v == nullptr || !v->is_string()) return {};
-  return v->get_string();
-}
-
 // "2026-12-01T08:44:11.123456Z": jupyter_client's own date form (isoformat, +00:00 as Z).
 std::string iso_now_us() {
   auto now = std::chrono::system_clock::now();
@@ -58,6 +52,12 @@ Result<json::object> parse_object(std::string_view frame, std::string_view what,
 std::string_view Message::msg_type() const { return string_field(header, "msg_type"); }
 std::string_view Message::msg_id() const { return string_field(header, "msg_id"); }
 std::string_view Message::parent_id() const { return string_field(parent_header, "msg_id"); }
+
+std::string_view string_field(const json::object& o, std::string_view key) {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr || !v->is_string()) return {};
+  return v->get_string();
+}
 
 std::string random_uuid() {
   std::array<unsigned char, 16> b{};
