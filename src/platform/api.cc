@@ -493,11 +493,11 @@ Status ControlApi::authorize(const LiveSandbox* sb, const Route& route,
                "invalid access token for sandbox '" + sb->record.id + "'");
 }
 
-Result<runtime::UniqueFd> ControlApi::sandbox_socket(const Route& route) {
+Result<UniqueFd> ControlApi::sandbox_socket(const Route& route) {
   return sandboxes_.tcp_socket(route.sandbox_id);
 }
 
-Result<runtime::UniqueFd> ControlApi::connect_sandbox(const Route& route) {
+Result<UniqueFd> ControlApi::connect_sandbox(const Route& route) {
   auto fd = sandboxes_.connect(route.sandbox_id, route.port);
   if (!fd.ok() && fd.error().code() == ErrorCode::kFailedPrecondition) {
     return unavailable(fd.error().message());  // paused (again) without autoResume: 502

@@ -56,8 +56,8 @@ class ControlApi : public GatewayBackend {
   void set_console(bool enabled) { console_ = enabled; }
 
   http::Response handle_control(http::Request&& req) override;
-  Result<runtime::UniqueFd> connect_sandbox(const Route& route) override;
-  Result<runtime::UniqueFd> sandbox_socket(const Route& route) override;
+  Result<UniqueFd> connect_sandbox(const Route& route) override;
+  Result<UniqueFd> sandbox_socket(const Route& route) override;
   Admission admit(const Route& route, const boost::beast::http::request_header<>& headers) override;
   std::optional<Route> signed_files_route(
       const boost::beast::http::request_header<>& headers) override;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "abx/testing/socket.h"
+#include "abx/testing/temp_dir.h"
 #include "cert_authority.h"
 #include "egress_proxy.h"
 
@@ -118,9 +119,6 @@ void answer_all(Stream& s, Requests& seen) {
 class InterceptTest : public ::testing::Test {
  protected:
   InterceptTest() : guard_(io_.get_executor()) {
-    dir_ = fs::temp_directory_path() /
-           ("abx-intercept-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
-    fs::remove_all(dir_);
     for (int i = 0; i < 2; ++i) threads_.emplace_back([this] { io_.run(); });
     auto abxd = CertAuthority::load_or_create((dir_ / "abxd").string());
     auto test = CertAuthority::load_or_create((dir_ / "test").string());
@@ -133,7 +131,6 @@ class InterceptTest : public ::testing::Test {
     guard_.reset();
     io_.stop();
     for (auto& t : threads_) t.join();
-    fs::remove_all(dir_);
   }
 
   // The proxy: every flow is "for" 127.0.0.1:`dst_port`, connects to `to`, is allowed, and gets
@@ -204,8 +201,8 @@ class InterceptTest : public ::testing::Test {
     return *test_ca_->server_context(name);
   }
 
-  static inline int counter_ = 0;
-  fs::path dir_;
+  abx::testing::TempDir tmp_{"abx-intercept"};
+  fs::path dir_ = tmp_.path();
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> guard_;
   std::vector<std::thread> threads_;
@@ -417,8 +414,8 @@ TEST_F(InterceptTest, UnmatchedHttpsStaysAByteRelay) {
 }
 
 TEST(CertAuthority, KeyIsPrivateAndReloaded) {
-  const fs::path dir = fs::temp_directory_path() / ("abx-ca-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
+  abx::testing::TempDir tmp("abx-ca");
+  const fs::path dir = tmp / "ca";
   auto a = CertAuthority::load_or_create(dir.string());
   ASSERT_TRUE(a.ok()) << a.error().to_string();
   struct stat st {};
@@ -433,7 +430,6 @@ TEST(CertAuthority, KeyIsPrivateAndReloaded) {
   ::chmod((dir / "ca.key").c_str(), 0400);
   fs::remove(dir / "ca.crt");
   EXPECT_FALSE(CertAuthority::load_or_create(dir.string()).ok());
-  fs::remove_all(dir);
 }
 
 }  // namespace

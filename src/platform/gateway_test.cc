@@ -49,13 +49,13 @@ class LoopbackBackend : public GatewayBackend {
     }
     return {Status{}, epoch.load()};
   }
-  Result<runtime::UniqueFd> connect_sandbox(const Route& route) override {
+  Result<UniqueFd> connect_sandbox(const Route& route) override {
     ++connects;
     return runtime::connect_loopback(-1, ports.at(route.sandbox_id), std::chrono::seconds(2));
   }
   // With `fast`, new connections take the I/O thread's way: a socket made here (the host's
   // netns stands in for the sandbox's), connected by the gateway to route.port.
-  Result<runtime::UniqueFd> sandbox_socket(const Route& route) override {
+  Result<UniqueFd> sandbox_socket(const Route& route) override {
     if (!fast) return GatewayBackend::sandbox_socket(route);
     ++sockets;
     return runtime::tcp_socket_in(-1);

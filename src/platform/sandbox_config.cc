@@ -11,9 +11,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "abx/base/fd.h"
 #include "abx/base/json.h"
 #include "abx/base/try.h"
-#include "abx/runtime/fd.h"
 
 namespace abx::platform {
 
@@ -80,7 +80,7 @@ Status write_run_secret(const std::string& path, const std::string& value) {
     return internal_error("create " + fs::path(path).parent_path().string() + ": " + ec.message());
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0400);
   if (fd < 0) return internal_error("create " + path + ": " + std::strerror(errno));
-  runtime::UniqueFd owned(fd);
+  UniqueFd owned(fd);
   if (::write(fd, value.data(), value.size()) != static_cast<ssize_t>(value.size()))
     return internal_error("write " + path + ": " + std::strerror(errno));
   return {};

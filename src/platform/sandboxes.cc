@@ -966,7 +966,7 @@ Result<bool> SandboxManager::resume(const std::string& id) {
   return true;
 }
 
-Result<runtime::UniqueFd> SandboxManager::connect(const std::string& id, std::uint16_t port) {
+Result<UniqueFd> SandboxManager::connect(const std::string& id, std::uint16_t port) {
   auto sb = find(id);
   if (!sb) return not_found("sandbox '" + id + "' not found");
   if (sb->paused) {
@@ -980,7 +980,7 @@ Result<runtime::UniqueFd> SandboxManager::connect(const std::string& id, std::ui
   return rt->open_tcp(port, std::chrono::seconds(2));
 }
 
-Result<runtime::UniqueFd> SandboxManager::tcp_socket(const std::string& id) const {
+Result<UniqueFd> SandboxManager::tcp_socket(const std::string& id) const {
   auto sb = find(id);
   if (!sb) return not_found("sandbox '" + id + "' not found");
   auto rt = sb->paused ? nullptr : sb->runtime();

@@ -35,11 +35,11 @@
 #include <vector>
 
 #include "abx/base/error.h"
+#include "abx/base/fd.h"
 #include "abx/base/log.h"
 #include "abx/base/timeline.h"
 #include "abx/image/store.h"
 #include "abx/runtime/checkpoint.h"
-#include "abx/runtime/fd.h"
 #include "abx/runtime/sandbox.h"
 #include "abx/store/store.h"
 #include "abx/templates/template.h"
@@ -299,11 +299,11 @@ class SandboxManager {
 
   // A connected socket to `port` inside the sandbox, resuming it if paused and created with
   // auto_resume; kFailedPrecondition if it is paused without.
-  Result<runtime::UniqueFd> connect(const std::string& id, std::uint16_t port);
+  Result<UniqueFd> connect(const std::string& id, std::uint16_t port);
   // A TCP socket made in the running sandbox's netns, not connected (runtime::Sandbox::
   // tcp_socket): no lock is waited for, so an I/O thread may call it. kNotFound, or
   // kFailedPrecondition while it is paused (connect() resumes it).
-  Result<runtime::UniqueFd> tcp_socket(const std::string& id) const;
+  Result<UniqueFd> tcp_socket(const std::string& id) const;
 
   // The current catalog; a snapshot stays valid while held, across reloads.
   std::shared_ptr<const templates::TemplateCatalog> catalog() const;

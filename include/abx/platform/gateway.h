@@ -33,9 +33,9 @@
 #include <string_view>
 
 #include "abx/base/error.h"
+#include "abx/base/fd.h"
 #include "abx/http/server.h"
 #include "abx/platform/host_route.h"
-#include "abx/runtime/fd.h"
 
 namespace abx::platform {
 
@@ -73,14 +73,14 @@ class GatewayBackend {
   // A connected, non-blocking TCP socket to route.port inside the sandbox (resuming it if
   // paused); called on a worker thread after admit(), when no pooled connection is open.
   // Errors: kUnavailable (nothing listens there) and kDeadlineExceeded → 502.
-  virtual Result<runtime::UniqueFd> connect_sandbox(const Route& route) = 0;
+  virtual Result<UniqueFd> connect_sandbox(const Route& route) = 0;
   // Optional, the fast way to a new connection: a non-blocking TCP socket, not connected yet,
   // made in the network namespace of the running sandbox (runtime::Sandbox::tcp_socket). The
   // gateway connects it to 127.0.0.1:route.port on its I/O thread, so this must not block
   // (memory lookups and a few syscalls). On any error (paused, gone, not supported: the
   // default), and when that connect is refused, the gateway calls connect_sandbox instead, whose
   // error is the one the client sees.
-  virtual Result<runtime::UniqueFd> sandbox_socket(const Route& route) {
+  virtual Result<UniqueFd> sandbox_socket(const Route& route) {
     return Error(ErrorCode::kUnimplemented, "no fast path");
   }
   // Optional. A request that names no sandbox (the API's own Host, no routing headers) but is
