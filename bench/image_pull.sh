@@ -61,20 +61,10 @@ export BENCH_LOG="$work/tools.log"
 echo "[bench] generating the seed image (scale $scale)" >&2
 read -r nlayers gzbytes rawbytes < <(/usr/bin/python3 "$here/lib/oci_seed.py" "$work/seed" --scale "$scale")
 
-port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-cat >"$work/registry.yml" <<YML
-version: 0.1
-storage:
-  filesystem:
-    rootdirectory: $work/registry
-http:
-  addr: 127.0.0.1:$port
-log:
-  level: error
-YML
-docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
-reg_pid=$!
-for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$port/v2/" >/dev/null 2>&1 && break; sleep 0.1; done
+# Debian's docker-registry on a free loopback port (scripts/lib/registry.sh).
+. "$root/scripts/lib/registry.sh"
+start_test_registry "$work"
+port=$reg_port
 ref="127.0.0.1:$port/bench/pull:1"
 skopeo copy --quiet --dest-tls-verify=false "oci:$work/seed:bench" "docker://$ref"
 rm -rf "$work/seed"

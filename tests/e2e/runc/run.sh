@@ -25,21 +25,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# A free loopback port for the registry.
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-cat >"$work/registry.yml" <<YML
-version: 0.1
-storage:
-  filesystem:
-    rootdirectory: $work/registry
-http:
-  addr: 127.0.0.1:$port
-log:
-  level: error
-YML
-docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
-reg_pid=$!
-for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$port/v2/" >/dev/null 2>&1 && break; sleep 0.1; done
+# Debian's docker-registry on a free loopback port (scripts/lib/registry.sh).
+. "$here/../../../scripts/lib/registry.sh"
+start_test_registry "$work"
+port=$reg_port
 
 echo "== abxd image push base -> 127.0.0.1:$port/abx/base:e2e"
 if ! "$ABXD_BIN" --image-store "$ABX_IMAGE_STORE" --bundle "$ABX_BUNDLE_DIR" image push base \
