@@ -7,7 +7,9 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { execFile } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
@@ -68,6 +70,93 @@ async function rejectsWith(promise, cls, fields) {
     return true;
   });
 }
+
+// A Python module (issue 37): `server: {python: …}` in a template built through abxd's
+// POST /templates/build; the same client, the same schemas and the same typed errors as C++.
+const PY_MODULE = `from abx import sandbox
+
+counter = 0
+
+
+@sandbox.register
+def demo(x: int, y: str = "hello") -> str:
+    \"\"\"Run a demo command.\"\"\"
+    return f"{x}: {y}"
+
+
+@sandbox.register
+def bump(by: int = 1) -> int:
+    \"\"\"State persists between calls.\"\"\"
+    global counter
+    counter += by
+    return counter
+
+
+@sandbox.register
+def ratio(a: float, b: float) -> float:
+    \"\"\"a / b, refusing b = 0.\"\"\"
+    if b == 0:
+        raise ValueError("b must not be 0")
+    return a / b
+`;
+
+async function buildPythonTemplate(name) {
+  const ctx = mkdtempSync(join(process.env.TMPDIR || tmpdir(), 'abx-commands-py-'));
+  try {
+    writeFileSync(join(ctx, 'tools.py'), PY_MODULE);
+    writeFileSync(join(ctx, 'Dockerfile'), 'FROM base\nCOPY tools.py /opt/tools/tools.py\n');
+    writeFileSync(join(ctx, 'template.yaml'), `id: ${name}\nserver:\n  python: /opt/tools/tools.py\n`);
+    const { stdout: context } = await promisify(execFile)('tar', ['-cf', '-', '-C', ctx, '.'], {
+      encoding: 'buffer', maxBuffer: 16 << 20,
+    });
+    const res = await fetch(`${abxd.url}/templates/build?name=${name}&dockerfile=Dockerfile`, {
+      method: 'POST', body: context,
+      headers: { 'X-API-Key': abxd.apiKey, 'Content-Type': 'application/x-tar' },
+    });
+    const text = await res.text();
+    assert.equal(res.status, 200, text);
+    const last = JSON.parse(text.trim().split('\n').pop());
+    assert.equal(last.type, 'done', text);
+  } finally {
+    rmSync(ctx, { recursive: true, force: true });
+  }
+}
+
+describe('Python module sandbox (abx-server --python)', () => {
+  let py;
+  before(async () => {
+    await buildPythonTemplate('pytools-js');
+    py = commands(await Sandbox.create('pytools-js', { metadata: SUITE }));
+  });
+
+  test('listCommands: the functions with the schema shape C++ commands have', async () => {
+    const byName = Object.fromEntries((await py.listCommands()).map((c) => [c.name, c]));
+    assert.deepEqual(Object.keys(byName).sort(), ['bump', 'demo', 'ratio']);
+    assert.equal(byName.demo.description, 'Run a demo command.');
+    assert.deepEqual(
+      byName.demo.args.map(({ name, type, required, default: d }) => ({ name, type, required, default: d })),
+      [
+        { name: 'x', type: 'integer', required: true, default: null },
+        { name: 'y', type: 'string', required: false, default: 'hello' },
+      ]
+    );
+    assert.deepEqual(byName.ratio.args.map((a) => [a.name, a.type]), [['a', 'float'], ['b', 'float']]);
+  });
+
+  test('callCommand: results, module state, and the typed errors', async () => {
+    assert.equal(await py.callCommand('demo', { x: 42, y: 'world' }), '42: world');
+    assert.equal(await py.callCommand('bump'), 1);
+    assert.equal(await py.callCommand('bump', { by: 2 }), 3);
+    assert.equal(await py.callCommand('ratio', { a: 3, b: 2 }), 1.5);
+    await rejectsWith(py.callCommand('demo', { x: 'forty-two' }), InvalidArgumentsError, {
+      status: 400, field: 'x', command: 'demo', message: /argument 'x' must be an integer, got string/,
+    });
+    await rejectsWith(py.callCommand('ratio', { a: 1, b: 0 }), CommandFailedError, {
+      status: 500, code: 'ValueError', message: 'b must not be 0',
+    });
+    await rejectsWith(py.callCommand('nope'), CommandNotFoundError, { status: 404 });
+  });
+});
 
 describe('demo sandbox (command server on 49982)', () => {
   test('listCommands: the demo module with typed schemas', async () => {
