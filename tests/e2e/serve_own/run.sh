@@ -65,4 +65,18 @@ grep -q "its command server did not start" "$work/create2.err" &&
   { cat "$work/create2.err" >&2; fail "create's error does not carry the server's own"; }
 [ "$("$ABX_CLI_BIN" --json sandbox list | grep -o '"sandboxID"' | wc -l)" = 1 ] ||
   fail "the failed create left a sandbox: $("$ABX_CLI_BIN" sandbox list)"
-echo "serve-own: module built against the installed SDK, template built, sandbox created, command run: ok"
+# The same module FROM scratch (issue 38 item 6): with the static C++ runtime it needs nothing of
+# the image; abx-server comes from the /opt/abx bundle every sandbox has.
+"$ABX_CLI_BIN" sandbox kill "$sandbox" >/dev/null || fail "abx sandbox kill failed"
+sandbox=""
+mkdir -p "$work/scratch"
+cp "$work/ctx/libmytools.so" "$work/scratch/"
+printf 'FROM scratch\nCOPY libmytools.so /opt/tools/libmytools.so\n' >"$work/scratch/Dockerfile"
+sed -e 's/^id: mytools/id: mytools-scratch/' "$work/ctx/template.yaml" >"$work/scratch/template.yaml"
+"$ABX_CLI_BIN" template build -t mytools-scratch "$work/scratch" >"$work/build3.out" 2>&1 ||
+  { cat "$work/build3.out" >&2; fail "abx template build (FROM scratch) failed"; }
+sandbox=$("$ABX_CLI_BIN" sandbox create mytools-scratch 2>"$work/create3.err") ||
+  { cat "$work/create3.err" >&2; fail "abx sandbox create mytools-scratch failed"; }
+got=$("$ABX_CLI_BIN" run "$sandbox" greet -a name=scratch 2>"$work/run3.err")
+[ "$got" = "hello scratch" ] || { cat "$work/run3.err" >&2; fail "FROM scratch: abx run printed '$got'"; }
+echo "serve-own: module built against the installed SDK, template built, sandbox created, command run, FROM scratch too: ok"
