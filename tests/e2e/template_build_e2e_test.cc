@@ -159,6 +159,24 @@ TEST_F(TemplateBuildE2E, BuildServeCacheAndFail) {
   EXPECT_EQ(blob_count(), blobs);
   EXPECT_EQ(again->at("manifestDigest"), built->at("manifestDigest"));
 
+  // Another template from the same steps (issue 38 item 3): the layer cache is the store's, not
+  // one template's, so every step is cached and no blob is added.
+  events.clear();
+  client::BuildOptions other = bo;
+  other.name = "hello-too";
+  auto twin = client::build_template(ctx.string(), other, collect, cfg_);
+  ASSERT_TRUE(twin.ok()) << twin.error().message();
+  steps = 0;
+  for (const auto& e : events) {
+    if (e.type != "step") continue;
+    ++steps;
+    EXPECT_TRUE(e.cached) << "hello-too: " << e.instruction;
+  }
+  EXPECT_EQ(steps, 6);
+  EXPECT_EQ(blob_count(), blobs);
+  EXPECT_EQ(twin->at("manifestDigest"), built->at("manifestDigest"));
+  EXPECT_TRUE(listed("hello-too"));
+
   // A failing RUN: the line, the exit code, and no template.
   fs::path bad = context("bad",
                          "FROM scratch\nCOPY busybox /bin/busybox\n"
