@@ -161,6 +161,10 @@ int build(Context& ctx, const TemplateOpts& o) {
         std::cout << "Step " << e.step << "/" << e.total << " : " << e.instruction
                   << (e.cached ? " CACHED" : "") << std::endl;
       }
+    } else if (e.type == "context") {
+      std::cout << "Sending the build context: " << human_size(e.bytes) << std::endl;
+    } else if (e.type == "layer") {
+      std::cout << "  -> layer of " << human_size(e.bytes) << std::endl;
     } else if (e.type == "log") {
       std::cout << (tty ? "\033[2m  | " : "  ") << e.line << (tty ? "\033[0m" : "") << std::endl;
     }
@@ -256,8 +260,10 @@ void fill_template(CLI::App* tp, Context& ctx) {
   b->add_option("--build-arg", o->build_args, "ARG value NAME=VALUE (repeatable)")
       ->allow_extra_args(false);
   b->footer(
-      "Progress: one line per step (CACHED when reused) and the RUN output; --json prints the "
-      "platform's NDJSON events ({\"type\":\"step\"|\"log\"|\"done\"|\"error\"}). A "
+      "Progress: the context's size, one line per step (CACHED when reused) with the size of the "
+      "layer it adds, and the RUN output; --json prints the "
+      "platform's NDJSON events ({\"type\":\"step\"|\"layer\"|\"log\"|\"done\"|\"error\"}; "
+      "\"context\" is the CLI's own). A "
       "template.yaml in the context supplies the template's server, capabilities, resources and "
       "custom_commands.");
   b->callback([&ctx, o] { ctx.exit_code = build(ctx, *o); });

@@ -200,6 +200,7 @@ BuildEvent event_of(json::object o) {
   e.line = str("line");
   e.message = str("message");
   if (auto* c = o.if_contains("cached"); c && c->is_bool()) e.cached = c->as_bool();
+  if (auto* b = o.if_contains("bytes"); b && b->is_int64()) e.bytes = b->as_int64();
   e.raw = std::move(o);
   return e;
 }
@@ -268,6 +269,10 @@ Result<json::object> build_template(const std::string& context_dir, const BuildO
   }
   ABX_ASSIGN_OR_RETURN(auto body,
                        tar_context(context_dir, options.max_context_bytes, extra_name, extra_data));
+  if (on_event) {
+    const auto size = static_cast<std::int64_t>(body.size());
+    on_event(event_of(json::object{{"type", "context"}, {"bytes", size}}));
+  }
 
   Transport t(config);
   ABX_ASSIGN_OR_RETURN(auto ep, detail::parse_http_url(config.api_url));

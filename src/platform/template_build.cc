@@ -371,6 +371,17 @@ class Build {
                            {"instruction", shown.empty() ? in.text : shown},
                            {"cached", cached}});
   }
+  // A step's new layer: into the cache under `key` and onto the image, announced with its
+  // size (the progress shows the bytes each step adds).
+  Status keep_layer(std::size_t i, const std::string& key, Layer layer) {
+    ABX_TRY(cache_.put(key, layer));
+    if (progress_) {
+      progress_(json::object{
+          {"type", "layer"}, {"step", i + 1}, {"digest", layer.digest}, {"bytes", layer.size}});
+    }
+    st_.layers.push_back(std::move(layer));
+    return {};
+  }
   void log_line(std::string line) {
     if (progress_) progress_(json::object{{"type", "log"}, {"line", std::move(line)}});
   }
@@ -744,9 +755,7 @@ Status Build::run_step(std::size_t i, const image::Instruction& in) {
     return Error(ErrorCode::kFailedPrecondition,
                  "RUN was killed by signal " + std::to_string(WTERMSIG(status)));
   }
-  ABX_TRY(cache_.put(key, layer));
-  st_.layers.push_back(std::move(layer));
-  return {};
+  return keep_layer(i, key, std::move(layer));
 }
 
 Status Build::copy_step(std::size_t i, const image::Instruction& in) {
@@ -817,9 +826,7 @@ Status Build::copy_step(std::size_t i, const image::Instruction& in) {
   }
   ABX_TRY(build::reset_parent_times(stage, dest_is_dir ? dest : build::clean_path(dest + "/..")));
   ABX_ASSIGN_OR_RETURN(auto layer, layer_from(stage, false));
-  ABX_TRY(cache_.put(key, layer));
-  st_.layers.push_back(std::move(layer));
-  return {};
+  return keep_layer(i, key, std::move(layer));
 }
 
 // ARG: a --build-arg, else the default, else (in a stage) the value of the same ARG before the
@@ -872,9 +879,7 @@ Status Build::workdir_step(std::size_t i, const image::Instruction& in) {
   const std::string stage = scratch("workdir");
   ABX_TRY(build::make_dir(stage, dir));
   ABX_ASSIGN_OR_RETURN(auto layer, layer_from(stage, false));
-  ABX_TRY(cache_.put(key, layer));
-  st_.layers.push_back(std::move(layer));
-  return {};
+  return keep_layer(i, key, std::move(layer));
 }
 
 Result<BuildResult> Build::run() {

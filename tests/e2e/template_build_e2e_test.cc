@@ -121,6 +121,14 @@ TEST_F(TemplateBuildE2E, BuildServeCacheAndFail) {
   EXPECT_EQ(steps, 6);
   EXPECT_TRUE(saw_output) << "the RUN step's stdout is streamed as a log event";
   EXPECT_EQ(events.back().type, "done");
+  // Bytes (issue 38 item 3): the context's size before the upload, and each new layer's.
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.front().type, "context");
+  EXPECT_GT(events.front().bytes, 0);
+  std::vector<std::int64_t> layer_bytes;
+  for (const auto& e : events) {
+    if (e.type == "layer") layer_bytes.push_back(e.bytes);
+  }
 
   // Served without a restart, with its image metadata.
   EXPECT_TRUE(listed("hello"));
@@ -128,6 +136,11 @@ TEST_F(TemplateBuildE2E, BuildServeCacheAndFail) {
   ASSERT_TRUE(img.ok()) << img.error().message();
   ASSERT_TRUE(img->at("layers").is_array());
   EXPECT_EQ(img->at("layers").as_array().size(), 3u);  // COPY, RUN, WORKDIR /work
+  std::vector<std::int64_t> image_bytes;
+  for (const auto& l : img->at("layers").as_array()) {
+    image_bytes.push_back(l.as_object().at("size").as_int64());
+  }
+  EXPECT_EQ(layer_bytes, image_bytes) << "one layer event per new layer, with its size";
   const auto& config = img->at("config").as_object();
   EXPECT_EQ(config.at("workingDir"), "/work");
   EXPECT_EQ(config.at("cmd"), (json::array{"/bin/busybox", "sh"}));
@@ -151,6 +164,7 @@ TEST_F(TemplateBuildE2E, BuildServeCacheAndFail) {
   ASSERT_TRUE(again.ok()) << again.error().message();
   steps = 0;
   for (const auto& e : events) {
+    EXPECT_NE(e.type, "layer") << "a cached step adds no layer";
     if (e.type != "step") continue;
     ++steps;
     EXPECT_TRUE(e.cached) << e.instruction;

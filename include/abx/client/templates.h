@@ -37,16 +37,19 @@ struct ABX_EXPORT BuildOptions {
   std::uint64_t max_context_bytes = 2ull << 30;   // refused locally above this
 };
 
-// One progress event: type "step" (step, total, instruction, cached), "log" (line), "done"
-// (template) or "error" (message). `raw` is the event as sent.
+// One progress event: type "context" (bytes: the build context about to be sent; made here,
+// before the upload), "step" (step, total, instruction, cached), "layer" (step, bytes: the layer a
+// step added; none for a cached step), "log" (line), "done" (template) or "error" (message).
+// `raw` is the event as sent.
 struct ABX_EXPORT BuildEvent {
   std::string type;
   int step = 0;
   int total = 0;
   std::string instruction;
   bool cached = false;
-  std::string line;     // log
-  std::string message;  // error
+  std::string line;        // log
+  std::string message;     // error
+  std::int64_t bytes = 0;  // context, layer
   boost::json::object raw;
 };
 using BuildCallback = std::function<void(const BuildEvent&)>;

@@ -21,6 +21,7 @@ async function build(name, dockerfile, extra, log) {
   await readNdjson(res, (ev, line) => {
     last = ev;
     if (ev.type === 'step') log(`Step ${ev.step}/${ev.total}: ${ev.instruction}${ev.cached ? ' (cached)' : ''}`);
+    else if (ev.type === 'layer') log(`  -> layer of ${bytes(ev.bytes)}`);
     else if (ev.type === 'log') log(ev.line);
     else if (ev.type === 'done') log(`done: ${ev.template.templateID}, ${ev.steps} steps, ${bytes(ev.template.size)}`);
     else if (ev.type === 'error') log(`error: ${ev.message}`);
