@@ -8,6 +8,7 @@
 #include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include "abx/http/client.h"
 #include "abx/testing/abxd.h"
@@ -23,13 +24,20 @@ namespace fs = std::filesystem;
 class AbxdMcpE2E : public testing::AbxdFixture {
  protected:
   AbxdMcpE2E() : AbxdFixture("abxd-mcp-e2e") {}
-  // A busybox image (no bash) as a `rootfs:` template, when busybox-static is installed.
+  // Images without bash as `rootfs:` templates, when busybox-static and musl are installed:
+  // busybox, and alpine-like (musl's libc and loader, busybox's sh).
   void prepare_home(const std::filesystem::path& home) override {
-    const auto dir = home / "rootfs" / "busybox";
-    if (!abx::testing::make_busybox_layer(dir, &no_busybox_)) return;
-    std::filesystem::create_directories(home / "templates" / "busybox");
-    std::ofstream(home / "templates" / "busybox" / "template.yaml")
-        << "id: busybox\nrootfs: " << dir.string() << "\n";
+    const auto bb = home / "rootfs" / "busybox", alp = home / "rootfs" / "alpine";
+    if (!abx::testing::make_busybox_layer(bb, &no_busybox_) ||
+        !abx::testing::make_busybox_layer(alp, &no_busybox_) ||
+        !abx::testing::make_musl_layer(alp, &no_busybox_)) {
+      return;
+    }
+    for (const auto& [id, dir] : {std::pair{"busybox", bb}, std::pair{"alpine", alp}}) {
+      std::filesystem::create_directories(home / "templates" / id);
+      std::ofstream(home / "templates" / id / "template.yaml")
+          << "id: " << id << "\nrootfs: " << dir.string() << "\n";
+    }
     no_busybox_.clear();
   }
   std::string no_busybox_ = "not prepared";
@@ -107,16 +115,20 @@ TEST_F(AbxdMcpE2E, ShellOutputIsCutAndMadeValidUtf8) {
   EXPECT_EQ(bad.at("structuredContent").at("truncated"), false);
 }
 
-// run_shell in an image without bash: envd runs the command line with busybox's sh.
+// run_shell in images without bash (busybox; alpine-like, musl): envd runs the command line
+// with the image's sh.
 TEST_F(AbxdMcpE2E, ShellRunsInAnImageWithoutBash) {
   if (!no_busybox_.empty()) GTEST_SKIP() << no_busybox_;
-  std::string id = create("busybox");
-  auto r = call("run_shell", {{"sandboxId", id},
-                              {"command", "test -e /bin/bash || echo no bash; echo $((6*7))"}});
-  ASSERT_EQ(r.at("isError"), false) << json::serialize(r);
-  EXPECT_EQ(r.at("structuredContent").at("stdout"), "no bash\n42\n");
-  EXPECT_EQ(r.at("structuredContent").at("exitCode"), 0);
-  EXPECT_EQ(call("kill_sandbox", {{"sandboxId", id}}).at("isError"), false);
+  for (const char* image : {"busybox", "alpine"}) {
+    SCOPED_TRACE(image);
+    std::string id = create(image);
+    auto r = call("run_shell", {{"sandboxId", id},
+                                {"command", "test -e /bin/bash || echo no bash; echo $((6*7))"}});
+    ASSERT_EQ(r.at("isError"), false) << json::serialize(r);
+    EXPECT_EQ(r.at("structuredContent").at("stdout"), "no bash\n42\n");
+    EXPECT_EQ(r.at("structuredContent").at("exitCode"), 0);
+    EXPECT_EQ(call("kill_sandbox", {{"sandboxId", id}}).at("isError"), false);
+  }
 }
 
 TEST_F(AbxdMcpE2E, ShellTimeoutIsAToolError) {
