@@ -211,6 +211,16 @@ Result<Response> resume_or_connect(Context& ctx, bool must_be_paused) {
   return http::json_response(resumed ? 201 : 200, sandbox_json(*op.sb));
 }
 
+// Whether a create asks for an optional E2B feature: `key` is there with something in it (the
+// SDKs send null, {} or [] for "not used").
+bool asked_for(const json::object& body, std::string_view key) {
+  const json::value* v = body.if_contains(key);
+  if (v == nullptr || v->is_null()) return false;
+  if (v->is_object()) return !v->get_object().empty();
+  if (v->is_array()) return !v->get_array().empty();
+  return true;
+}
+
 }  // namespace
 
 Result<CreateRequest> parse_create(const json::object& body, std::int64_t max_timeout,
@@ -234,15 +244,13 @@ Result<CreateRequest> parse_create(const json::object& body, std::int64_t max_ti
   // E2B's MCP gateway (the SDK's `mcp` option, which also picks its `mcp-gateway` template) is
   // not part of abxd: refused, not ignored. abx's own MCP servers are abxd's /mcp and a
   // template's command server (docs/mcp.md).
-  if (const json::value* m = body.if_contains("mcp");
-      m && !m->is_null() && !(m->is_object() && m->get_object().empty())) {
+  if (asked_for(body, "mcp")) {
     return invalid_argument("mcp is not supported by abxd (E2B's MCP gateway is not available)");
   }
   // E2B's volumes (the SDK's `volumeMounts`, persistent storage shared between sandboxes) are
   // not part of abxd: refused, not ignored (a sandbox created without them would lose what its
   // user writes there).
-  if (const json::value* v = body.if_contains("volumeMounts");
-      v && !v->is_null() && !(v->is_array() && v->get_array().empty())) {
+  if (asked_for(body, "volumeMounts")) {
     return invalid_argument(
         "volumeMounts is not supported by abxd (volumes are not available; pause and snapshots "
         "keep a sandbox's files, docs/persistence.md)");

@@ -174,6 +174,11 @@ struct Upstream {
   std::shared_ptr<IdleWatch> watch;
 };
 
+// "sandbox <id> port <n>", for the log lines of a relay.
+std::string where(const Route& route) {
+  return "sandbox " + route.sandbox_id + " port " + std::to_string(route.port);
+}
+
 // A pooled upstream connection the sandbox closed while idle reads as EOF: don't reuse it.
 bool still_open(beast::tcp_stream& s) {
   char c;
@@ -717,19 +722,18 @@ Status Gateway::Impl::on_header(http::Takeover& conn) {
   }
   auto ex = conn.stream().get_executor();
   // An exception out of the relay closes the client's connection unanswered (the browser's
-  // "Failed to fetch"): never silently.
-  std::string what = "sandbox " + route->sandbox_id + " port " + std::to_string(route->port);
-  asio::co_spawn(ex, proxy(std::move(conn), std::move(*route)),
-                 [this, what = std::move(what)](std::exception_ptr e) {
-                   if (!e) return;
-                   try {
-                     std::rethrow_exception(e);
-                   } catch (const std::exception& x) {
-                     log.error(what + ": the relay failed: " + x.what());
-                   } catch (...) {
-                     log.error(what + ": the relay failed with an unknown exception");
-                   }
-                 });
+  // "Failed to fetch"): never silently. Nothing is copied for it per request (the route has gone
+  // with the coroutine's frame by then).
+  asio::co_spawn(ex, proxy(std::move(conn), std::move(*route)), [this](std::exception_ptr e) {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      log.error(std::string("a sandbox relay failed: ") + x.what());
+    } catch (...) {
+      log.error("a sandbox relay failed with an unknown exception");
+    }
+  });
   return {};
 }
 
@@ -803,8 +807,7 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
       beast::error_code aec;
       sock.assign(tcp::v4(), (*fd)->release(), aec);
       if (aec) {
-        log.warn("sandbox " + route.sandbox_id + " port " + std::to_string(route.port) +
-                 ": taking the connection failed: " + aec.message());
+        log.warn(where(route) + ": taking the connection failed: " + aec.message());
         co_return;
       }
       // Header and body go out as separate writes: without TCP_NODELAY, Nagle's algorithm
@@ -858,8 +861,7 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
     up.reset();
     if (rec == bhttp::error::end_of_stream || rec == asio::error::eof) {
       // The client closed before its request was whole.
-      log.debug("sandbox " + route.sandbox_id + " port " + std::to_string(route.port) +
-                ": the client closed mid-request");
+      log.debug(where(route) + ": the client closed mid-request");
       co_return;
     }
     // The upstream went away mid-request: tell the client if nothing was sent yet.
@@ -906,8 +908,7 @@ awaitable<void> Gateway::Impl::proxy(http::Takeover conn, Route route) {
   if (sec) {
     // Either side went away mid-answer (a client's abort, a sandbox's kill): the client's
     // connection closes, which it reads as a truncated answer.
-    log.debug("sandbox " + route.sandbox_id + " port " + std::to_string(route.port) +
-              ": relaying the answer ended early: " + sec.message());
+    log.debug(where(route) + ": relaying the answer ended early: " + sec.message());
     up.reset();
     co_return;
   }

@@ -28,9 +28,9 @@ class AbxdMcpE2E : public testing::AbxdFixture {
   // busybox, and alpine-like (musl's libc and loader, busybox's sh).
   void prepare_home(const std::filesystem::path& home) override {
     const auto bb = home / "rootfs" / "busybox", alp = home / "rootfs" / "alpine";
-    if (!abx::testing::make_busybox_layer(bb, &no_busybox_) ||
-        !abx::testing::make_busybox_layer(alp, &no_busybox_) ||
-        !abx::testing::make_musl_layer(alp, &no_busybox_)) {
+    if (!abx::testing::make_busybox_layer(bb, &no_images_) ||
+        !abx::testing::make_busybox_layer(alp, &no_images_) ||
+        !abx::testing::make_musl_layer(alp, &no_images_)) {
       return;
     }
     for (const auto& [id, dir] : {std::pair{"busybox", bb}, std::pair{"alpine", alp}}) {
@@ -38,9 +38,9 @@ class AbxdMcpE2E : public testing::AbxdFixture {
       std::ofstream(home / "templates" / id / "template.yaml")
           << "id: " << id << "\nrootfs: " << dir.string() << "\n";
     }
-    no_busybox_.clear();
+    no_images_.clear();
   }
-  std::string no_busybox_ = "not prepared";
+  std::string no_images_ = "not prepared";
   void SetUp() override {
     AbxdFixture::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
@@ -118,7 +118,7 @@ TEST_F(AbxdMcpE2E, ShellOutputIsCutAndMadeValidUtf8) {
 // run_shell in images without bash (busybox; alpine-like, musl): envd runs the command line
 // with the image's sh.
 TEST_F(AbxdMcpE2E, ShellRunsInAnImageWithoutBash) {
-  if (!no_busybox_.empty()) GTEST_SKIP() << no_busybox_;
+  if (!no_images_.empty()) GTEST_SKIP() << no_images_;
   for (const char* image : {"busybox", "alpine"}) {
     SCOPED_TRACE(image);
     std::string id = create(image);

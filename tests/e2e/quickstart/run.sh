@@ -8,8 +8,13 @@
 # ctest passes ABX_README, ABX_BUILD_DIR, ABX_IMAGE_STORE and ABX_NODE_DIR.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+js="$here/../js"
 if [ "${ABX_QUICKSTART_NETNS:-}" != 1 ]; then
-  # A namespace of our own: loopback only, nothing routes out of it.
+  # Node and the e2b package first, while npm's registry is reachable (as tests/e2e/js/run.sh).
+  # shellcheck source=/dev/null
+  . "$here/../../../scripts/node-env.sh"
+  if [ ! -d "$js/node_modules/e2b" ]; then (cd "$js" && npm ci --no-audit --no-fund); fi
+  # Then a namespace of our own: loopback only, nothing routes out of it.
   exec env ABX_QUICKSTART_NETNS=1 unshare --net -- "${BASH_SOURCE[0]}" "$@"
 fi
 ip link set lo up
@@ -71,11 +76,7 @@ done <"$work/block.sh"
 [ "$E2B_API_URL" = "http://127.0.0.1:3000" ] || fail "E2B_API_URL=$E2B_API_URL"
 [ -n "${E2B_SANDBOX_URL:-}" ] && [ -n "${E2B_API_KEY:-}" ] || fail "abx env did not set E2B_SANDBOX_URL and E2B_API_KEY"
 
-# The official e2b SDK, with nothing but that environment.
-# shellcheck source=/dev/null
-. "$here/../../../scripts/node-env.sh"
-js="$here/../js"
-if [ ! -d "$js/node_modules/e2b" ]; then (cd "$js" && npm ci --no-audit --no-fund); fi
+# The official e2b SDK (installed before the namespace), with nothing but that environment.
 cat >"$work/sdk.mjs" <<JS
 import { Sandbox } from '$js/node_modules/e2b/dist/index.mjs';
 const sbx = await Sandbox.create('base');
