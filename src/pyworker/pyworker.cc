@@ -131,6 +131,18 @@ Result<std::string> package_dir() {
 }
 
 Result<std::unique_ptr<Worker>> Worker::start(WorkerOptions options) {
+  ABX_ASSIGN_OR_RETURN(auto w, spawn(std::move(options)));
+  ABX_TRY(w->ready());
+  return w;
+}
+
+Status Worker::ready() {
+  std::lock_guard lock(mu_);
+  ABX_ASSIGN_OR_RETURN(commands_, hello_locked());
+  return {};
+}
+
+Result<std::unique_ptr<Worker>> Worker::spawn(WorkerOptions options) {
   if (options.python.empty()) {
     const char* env = std::getenv("ABX_PYTHON");
     options.python = env != nullptr && *env ? env : "python3";
@@ -144,7 +156,7 @@ Result<std::unique_ptr<Worker>> Worker::start(WorkerOptions options) {
   }
   std::unique_ptr<Worker> w(new Worker(std::move(options)));
   std::lock_guard lock(w->mu_);
-  ABX_ASSIGN_OR_RETURN(w->commands_, w->spawn_locked());
+  ABX_TRY(w->launch_locked());
   return w;
 }
 
@@ -159,6 +171,11 @@ pid_t Worker::pid() const {
 }
 
 Result<json::array> Worker::spawn_locked() {
+  ABX_TRY(launch_locked());
+  return hello_locked();
+}
+
+Status Worker::launch_locked() {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     return internal_error(std::string("socketpair: ") + std::strerror(errno));
@@ -214,7 +231,10 @@ Result<json::array> Worker::spawn_locked() {
   theirs.reset();
   pid_ = pid;
   sock_ = std::move(mine);
+  return {};
+}
 
+Result<json::array> Worker::hello_locked() {
   auto hello = recv_frame(sock_.get(), std::nullopt);
   auto fail = [&](std::string msg) -> Error {
     std::string status = reap_locked(false);

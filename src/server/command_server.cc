@@ -16,6 +16,7 @@
 #include <typeinfo>
 
 #include "abx/base/log.h"
+#include "abx/base/try.h"
 #include "abx/mcp/stdio.h"
 #include "abx/registry/coerce.h"
 #include "abx/registry/failure.h"
@@ -187,21 +188,30 @@ CommandServer::~CommandServer() {
 
 Result<std::unique_ptr<CommandServer>> CommandServer::start(registry::CommandRegistry& reg,
                                                             CommandServerOptions options) {
+  return start(reg, std::move(options), [] { return Status{}; });
+}
+
+Result<std::unique_ptr<CommandServer>> CommandServer::start(
+    registry::CommandRegistry& reg, CommandServerOptions options,
+    const std::function<Status()>& before_serving) {
+  if (!options.no_auth && (!options.access_token || options.access_token->empty())) {
+    return Error(ErrorCode::kFailedPrecondition,
+                 "no access token: set ABX_ACCESS_TOKEN or --token-file (or pass --no-auth to "
+                 "serve without authentication)");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->opt = std::move(options);
+  impl->pool =
+      std::make_unique<asio::thread_pool>(static_cast<std::size_t>(std::max(1, impl->opt.workers)));
+  ABX_TRY(before_serving());
   auto errors = reg.errors();
   if (!errors.empty()) {
     std::string msg = "command registration failed:";
     for (const auto& e : errors) msg += "\n  " + e;
     return Error(ErrorCode::kFailedPrecondition, msg);
   }
-  if (!options.no_auth && (!options.access_token || options.access_token->empty())) {
-    return Error(ErrorCode::kFailedPrecondition,
-                 "no access token: set ABX_ACCESS_TOKEN or --token-file (or pass --no-auth to "
-                 "serve without authentication)");
-  }
   reg.freeze();
-  auto impl = std::make_unique<Impl>();
   impl->registry = &reg;
-  impl->opt = std::move(options);
   impl->router = std::make_unique<Router>(reg, impl->opt);
   Impl* self = impl.get();
   impl->mcp = std::make_unique<McpEndpoint>(
@@ -210,8 +220,6 @@ Result<std::unique_ptr<CommandServer>> CommandServer::start(registry::CommandReg
              std::function<void(Result<json::value>)> done) {
         self->run(cmd, std::move(kwargs), std::move(ex), std::move(done));
       });
-  impl->pool =
-      std::make_unique<asio::thread_pool>(static_cast<std::size_t>(std::max(1, impl->opt.workers)));
   http::ServerOptions hopt = http::listener_options(impl->opt, "abx-server");
   Impl* raw = impl.get();
   auto http = http::Server::start(hopt, [raw](Request&& req, Responder respond) {

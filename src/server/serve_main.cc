@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "abx/base/log.h"
+#include "abx/base/try.h"
 #include "abx/pyworker/pyworker.h"
 #include "abx/server/server.h"
 #include "abx/token/token.h"
@@ -114,25 +115,36 @@ bool load_modules(const std::vector<std::string>& modules) {
   return true;
 }
 
-// Starts the Python worker for --python and registers its commands. The worker lives until the
-// process exits (the registry's commands call it). On failure prints the module's traceback.
-bool load_python(const std::string& module, const CommandServerOptions& opt,
-                 registry::CommandRegistry& reg) {
-  auto w = pyworker::Worker::start({.module = module, .call_timeout = opt.call_timeout});
+// The Python worker of --python, started by start_python() before anything else, and its
+// commands registered by register_python() once it reported them: the interpreter's start
+// (tens of ms) overlaps the server's own. The worker lives until the process exits (the
+// registry's commands call it).
+std::shared_ptr<pyworker::Worker>& python_worker() {
+  static std::shared_ptr<pyworker::Worker> worker;
+  return worker;
+}
+
+bool start_python(const std::string& module, const CommandServerOptions& opt) {
+  auto w = pyworker::Worker::spawn({.module = module, .call_timeout = opt.call_timeout});
   if (!w.ok()) {
     std::cerr << "abx-server: " << w.error().message() << "\n";
     return false;
   }
-  static std::shared_ptr<pyworker::Worker> worker;  // for the life of the process
-  worker = std::move(*w);
-  if (Status st = pyworker::register_commands(worker, reg); !st.ok()) {
-    std::cerr << "abx-server: " << st.error().message() << "\n";
-    return false;
-  }
-  Logger("python").info("serving " + std::to_string(worker->commands().size()) +
-                        " Python command(s) from " + module + " (worker pid " +
-                        std::to_string(worker->pid()) + ")");
+  python_worker() = std::move(*w);
   return true;
+}
+
+// Waits for the worker's first frame and registers its commands. On failure the error carries
+// the module's traceback.
+Status register_python(registry::CommandRegistry& reg) {
+  auto& worker = python_worker();
+  if (!worker) return {};
+  ABX_TRY(worker->ready());
+  ABX_TRY(pyworker::register_commands(worker, reg));
+  Logger("python").info("serving " + std::to_string(worker->commands().size()) +
+                        " Python command(s) from " + worker->module() + " (worker pid " +
+                        std::to_string(worker->pid()) + ")");
+  return {};
 }
 
 int print_schema(const registry::CommandRegistry& reg) {
@@ -170,10 +182,16 @@ Result<std::string> access_token(const std::string& token_file) {
 [[noreturn]] void serve_http(registry::CommandRegistry& reg, const CommandServerOptions& opt,
                              const sigset_t& stop) {
   Logger log("server");
-  auto server = CommandServer::start(reg, opt);
+  bool python_failed = false;
+  auto server = CommandServer::start(reg, opt, [&] {
+    Status st = register_python(reg);
+    python_failed = !st.ok();
+    return st;
+  });
   if (!server.ok()) {
     std::cerr << "abx-server: " << server.error().message() << "\n";
-    std::exit(server.error().code() == ErrorCode::kUnavailable ? kExitListen : kExitConfig);
+    std::exit(server.error().code() == ErrorCode::kUnavailable && !python_failed ? kExitListen
+                                                                                 : kExitConfig);
   }
   std::string addr = (*server)->host() + ":" + std::to_string((*server)->port());
   std::cout << "listening on " << addr << std::endl;
@@ -199,12 +217,17 @@ int serve_main(int argc, char** argv) {
   ::prctl(PR_SET_DUMPABLE, 0);
   Flags f;
   if (auto exit_code = parse_flags(argc, argv, f)) return *exit_code;
+  // The worker gets the server's environment minus ABX_ACCESS_TOKEN (pyworker filters it).
+  if (!f.python.empty() && !start_python(f.python, f.opt)) return kExitConfig;
   if (!load_modules(f.modules)) return kExitConfig;
   auto& reg = registry::default_registry();
-  // The worker gets the server's environment minus ABX_ACCESS_TOKEN (pyworker filters it).
-  if (!f.python.empty() && !load_python(f.python, f.opt, reg)) return kExitConfig;
-  if (f.list_only) return print_schema(reg);
-  if (f.stdio) return serve_stdio(reg, f.opt);
+  if (f.list_only || f.stdio) {
+    if (Status st = register_python(reg); !st.ok()) {
+      std::cerr << "abx-server: " << st.error().message() << "\n";
+      return kExitConfig;
+    }
+    return f.list_only ? print_schema(reg) : serve_stdio(reg, f.opt);
+  }
 
   auto token = access_token(f.token_file);
   if (!token.ok()) {

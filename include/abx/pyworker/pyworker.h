@@ -58,6 +58,13 @@ class Worker {
   // traceback when it fails to import (or registers nothing); kNotFound when the interpreter
   // cannot be started; kInternal for a worker that breaks the protocol.
   static Result<std::unique_ptr<Worker>> start(WorkerOptions options);
+  // start() in two halves, so that a caller does its own start-up while the interpreter starts
+  // and imports (abx-server prepares its HTTP side meanwhile: issue 37, create -> first call):
+  // spawn() starts the process and returns at once (kNotFound, kFailedPrecondition for a module
+  // that is not a file); ready() then reads the first frame, with start()'s errors. Nothing but
+  // ready() may be called before ready() succeeded.
+  static Result<std::unique_ptr<Worker>> spawn(WorkerOptions options);
+  Status ready();
   ~Worker();  // closes the socket (the worker exits at end of input) and reaps it
 
   Worker(const Worker&) = delete;
@@ -82,6 +89,9 @@ class Worker {
   explicit Worker(WorkerOptions options) : opt_(std::move(options)) {}
   // Starts a process and reads its hello; on success pid_/sock_ are set.
   Result<boost::json::array> spawn_locked();
+  // spawn_locked()'s halves: the process (pid_/sock_ set), then its hello.
+  Status launch_locked();
+  Result<boost::json::array> hello_locked();
   // Kills (if still running) and reaps the process; how it ended, as a phrase after "it":
   // "exited with status 1", "was killed by signal 9 (Killed)".
   std::string reap_locked(bool kill_first);

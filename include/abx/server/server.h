@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,6 +60,12 @@ class CommandServer {
   // no_auth is not set; kUnavailable when the address cannot be bound.
   static Result<std::unique_ptr<CommandServer>> start(registry::CommandRegistry& registry,
                                                       CommandServerOptions options);
+  // start(), with `before_serving` run once the worker threads exist and before the registry
+  // is checked and frozen and the port bound; its error is start()'s. abx-server registers a
+  // Python module's commands there, so its worker's start overlaps the server's own (issue 37).
+  static Result<std::unique_ptr<CommandServer>> start(
+      registry::CommandRegistry& registry, CommandServerOptions options,
+      const std::function<Status()>& before_serving);
   ~CommandServer();
 
   std::uint16_t port() const;

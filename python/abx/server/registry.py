@@ -16,16 +16,15 @@ import, naming the function and the parameter.
 
 from __future__ import annotations
 
-import re
 import sys
-import threading
+from _thread import allocate_lock
 
-# Only the standard library's cheapest modules load at import: a Python command server pays for
-# every module its worker imports before it can listen (issue 37: create -> first call). `re`
-# comes with `json` anyway; `inspect` (~10 ms with `ast`, `dis`), `dataclasses` and `typing` do
-# not: plain functions are read from their code objects, anything else falls back to
-# `inspect.signature`, imported then. The annotations below stay strings (PEP 563), never
-# evaluated, so their names need no import.
+# Only built-in modules load at import: a Python command server pays for every module its worker
+# imports before it can listen (issue 37: create -> first call). Not `re` (~12 ms with `enum`
+# and `functools`: names are checked by hand), not `threading` (`_thread`'s lock is the same
+# lock), not `inspect` (~10 ms with `ast`, `dis`), `dataclasses` or `typing`: plain functions are
+# read from their code objects, anything else falls back to `inspect.signature`, imported then.
+# The annotations below stay strings (PEP 563), never evaluated, so their names need no import.
 
 __all__ = [
     "ARG_TYPES",
@@ -48,8 +47,15 @@ _ANNOTATION_NAMES = {"str": str, "int": int, "float": float, "bool": bool,
 
 # The C++ registry's name rules (abx/registry/registry.h), checked here so that a bad name fails
 # at import with the function's name rather than when abx-server registers it.
-_COMMAND_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
-_ARG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_NAME_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
+_ARG_NAME_CHARS = _NAME_START | frozenset("0123456789")
+_COMMAND_NAME_CHARS = _ARG_NAME_CHARS | {"-"}
+
+
+def _is_name(s: object, chars: frozenset) -> bool:
+    """``s`` matches ``[A-Za-z_][chars]{0,63}`` (ASCII only, as the C++ registry's rule)."""
+    return (isinstance(s, str) and 0 < len(s) <= 64 and s[0] in _NAME_START
+            and all(c in chars for c in s))
 
 
 class CommandArg:
@@ -89,7 +95,7 @@ class CommandArg:
                 f"argument '{self.name}': unknown type {self.type!r} "
                 f"(use one of {', '.join(sorted(_WIRE_TYPES))})"
             )
-        if not isinstance(self.name, str) or not _ARG_NAME.fullmatch(self.name):
+        if not _is_name(self.name, _ARG_NAME_CHARS):
             raise ValueError(f"invalid argument name {self.name!r}: use [A-Za-z_][A-Za-z0-9_]{{0,63}}")
         if self.required and self.default is not None:
             raise ValueError(f"argument '{self.name}': a required argument cannot have a default")
@@ -302,7 +308,7 @@ class CommandRegistry:
     def __init__(self) -> None:
         self._commands: Dict[str, RegisteredCommand] = {}
         self._frozen = False
-        self._lock = threading.Lock()
+        self._lock = allocate_lock()
 
     def register(
         self,
@@ -319,7 +325,7 @@ class CommandRegistry:
         """
         if not callable(fn):
             raise TypeError(f"command '{name}': {fn!r} is not callable")
-        if not isinstance(name, str) or not _COMMAND_NAME.fullmatch(name):
+        if not _is_name(name, _COMMAND_NAME_CHARS):
             raise ValueError(f"invalid command name {name!r}: use [A-Za-z_][A-Za-z0-9_-]{{0,63}}")
         if args is None:
             args = args_from_signature(fn)

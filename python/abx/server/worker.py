@@ -20,13 +20,78 @@ server closed its end or exited) ends the worker. What the commands print goes t
 stderr (the server points this process's stdout there), never onto the protocol descriptor.
 """
 
-import json
 import os
-import struct
 import sys
 
-_HEADER = struct.Struct(">I")
+# Start-up is on a sandbox's create path (issue 37), so the worker imports no module it can do
+# without: frames are read with int.from_bytes rather than `struct`, and JSON goes through the
+# `json` package's own C codec (`_json`) rather than the package, whose import pulls in `re`
+# (~15 ms in a sandbox). Where `_json` is missing (not CPython) the package is used.
+try:
+    from _json import encode_basestring as _c_str
+    from _json import encode_basestring_ascii as _c_str_ascii
+    from _json import make_encoder as _c_make_encoder
+    from _json import make_scanner as _c_make_scanner
+except ImportError:  # pragma: no cover — CPython always has it
+    _c_make_scanner = None
+
+_HEADER_SIZE = 4
 MAX_FRAME = 64 << 20  # the largest frame either side accepts
+
+
+class _ScanContext:
+    """What `_json.make_scanner` reads from a `json.JSONDecoder`: json.loads' defaults."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"),
+                      "NaN": float("nan")}.__getitem__
+    memo = None
+
+
+def _not_serializable(o):
+    raise TypeError(f"Object of type {o.__class__.__name__} is not JSON serializable")
+
+
+if _c_make_scanner is not None:
+    _scan = _c_make_scanner(_ScanContext())
+
+
+def _loads(data):
+    """json.loads of a frame's UTF-8 body."""
+    if _c_make_scanner is None:
+        import json  # noqa: PLC0415
+
+        return json.loads(data)
+    text = data.decode("utf-8").strip(" \t\n\r")
+    try:
+        value, end = _scan(text, 0)
+    except StopIteration:
+        end = -1
+    if end != len(text):
+        import json  # noqa: PLC0415 — the package's error, with its position
+
+        return json.loads(text)
+    return value
+
+
+def _dumps(value, ensure_ascii=True):
+    """json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=...)."""
+    if _c_make_scanner is None:
+        import json  # noqa: PLC0415
+
+        return json.dumps(value, allow_nan=False, ensure_ascii=ensure_ascii,
+                          separators=(",", ":"))
+    if isinstance(value, str):
+        return (_c_str_ascii if ensure_ascii else _c_str)(value)
+    # A new encoder (and circular-reference memo) per value, as json.dumps makes: a failed
+    # encode may leave entries in the memo.
+    encoder = _c_make_encoder({}, _not_serializable, _c_str_ascii if ensure_ascii else _c_str,
+                              None, ":", ",", False, False, False)
+    return "".join(encoder(value, 0))
 
 if __name__ == "__main__":
     # Run as a script: sys.path[0] is this file's folder (abx/server), which must not shadow
@@ -43,7 +108,12 @@ from abx.server.registry import default_registry  # noqa: E402
 def _import_module(path):
     """Imports the module at ``path`` under its file name's stem; its folder goes first on
     sys.path, as when the file is run."""
-    import importlib.util  # noqa: PLC0415
+    # importlib.util's own two functions: importing it costs ~10 ms (contextlib, functools).
+    try:
+        from importlib._bootstrap import module_from_spec  # noqa: PLC0415
+        from importlib._bootstrap_external import spec_from_file_location  # noqa: PLC0415
+    except ImportError:  # pragma: no cover — an interpreter without them
+        from importlib.util import module_from_spec, spec_from_file_location  # noqa: PLC0415
 
     path = os.path.abspath(path)
     if not os.path.isfile(path):
@@ -53,10 +123,10 @@ def _import_module(path):
     folder = os.path.dirname(path)
     if folder not in sys.path:
         sys.path.insert(1, folder)
-    spec = importlib.util.spec_from_file_location(name, path)
+    spec = spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path} (not a Python source file?)")
-    module = importlib.util.module_from_spec(spec)
+    module = module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
@@ -99,19 +169,19 @@ class _Channel:
         self._fd = fd
 
     def read(self):
-        head = self._in.read(_HEADER.size)
-        if len(head) < _HEADER.size:
+        head = self._in.read(_HEADER_SIZE)
+        if len(head) < _HEADER_SIZE:
             return None  # the server closed its end
-        (n,) = _HEADER.unpack(head)
+        n = int.from_bytes(head, "big")
         if n > MAX_FRAME:
             raise ValueError(f"frame of {n} bytes is over the limit of {MAX_FRAME}")
         body = self._in.read(n)
         if len(body) < n:
             return None
-        return json.loads(body)
+        return _loads(body)
 
     def write(self, body):
-        data = _HEADER.pack(len(body)) + body
+        data = len(body).to_bytes(_HEADER_SIZE, "big") + body
         view = memoryview(data)
         while view:
             k = os.write(self._fd, view)
@@ -120,8 +190,7 @@ class _Channel:
 
 def _encode_result(name, value):
     try:
-        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
-        data = text.encode("utf-8")
+        data = _dumps(value, ensure_ascii=False).encode("utf-8")
     except (TypeError, ValueError, RecursionError, UnicodeEncodeError) as e:
         return _error(
             f"command '{name}' returned a value that JSON cannot carry "
@@ -135,7 +204,7 @@ def _encode_result(name, value):
 
 
 def _error(message, type_name):
-    return json.dumps({"error": message, "type": type_name}, ensure_ascii=True).encode()
+    return _dumps({"error": message, "type": type_name}).encode()
 
 
 def call(request):
@@ -157,7 +226,7 @@ def call(request):
 def serve(fd, path):
     chan = _Channel(fd)
     hello, err = load(path)
-    chan.write(json.dumps(hello if err is None else err, ensure_ascii=True).encode())
+    chan.write(_dumps(hello if err is None else err).encode())
     if err is not None:
         return 1
     while True:
@@ -172,7 +241,7 @@ def describe(path):
     if err is not None:
         sys.stderr.write(err["error"] + "\n")
         return 1
-    sys.stdout.write(json.dumps(hello, ensure_ascii=False) + "\n")
+    sys.stdout.write(_dumps(hello, ensure_ascii=False) + "\n")
     return 0
 
 
