@@ -57,6 +57,24 @@ Result<UniqueFd> connect_loopback(UniqueFd sock, std::uint16_t port,
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string where = "connect 127.0.0.1:" + std::to_string(port);
+  // The source port is bound first, never `port` itself. Left to connect(), the kernel may pick
+  // `port` as the source while nothing listens on it yet; TCP's simultaneous open then connects
+  // the socket to itself, and until it is closed it holds the port the sandbox's server is about
+  // to bind (whose bind fails with EADDRINUSE: one create in ~40 of bench/python_create.sh
+  // failed so, its server polled for on an even port of the ephemeral range).
+  sockaddr_in local = {};
+  local.sin_family = AF_INET;
+  local.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t local_len = sizeof local;
+  if (::bind(sock.get(), reinterpret_cast<sockaddr*>(&local), sizeof local) != 0)
+    return os::errno_error("bind the source of " + where, errno);
+  if (::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&local), &local_len) != 0)
+    return os::errno_error("getsockname", errno);
+  if (local.sin_port == addr.sin_port) {
+    // One chance in ~28,000: the caller's next attempt gets a new socket and another port.
+    return os::errno_error(where + " (the kernel chose the same source port; try again)",
+                           ECONNREFUSED);
+  }
   if (::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 &&
       errno != EINPROGRESS && errno != EINTR)
     return os::errno_error(where, errno);
@@ -69,14 +87,6 @@ Result<UniqueFd> connect_loopback(UniqueFd sock, std::uint16_t port,
   if (::getsockopt(sock.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0)
     return os::errno_error("getsockopt SO_ERROR", errno);
   if (err != 0) return os::errno_error(where, err);
-  // Nothing listens on a port of the ephemeral range, and the kernel picked that very port as
-  // the source: TCP's simultaneous open connects the socket to itself. That is not a server.
-  sockaddr_in local = {};
-  socklen_t local_len = sizeof local;
-  if (::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&local), &local_len) != 0)
-    return os::errno_error("getsockname", errno);
-  if (local.sin_port == addr.sin_port && local.sin_addr.s_addr == addr.sin_addr.s_addr)
-    return os::errno_error(where + " (connected to itself: nothing listens)", ECONNREFUSED);
   return sock;
 }
 

@@ -313,10 +313,11 @@ TEST(SocketInNetns, TheSocketIsInTheTargetAndTheCallerReturnsHome) {
   ::close(netns);
 }
 
-// A port of the ephemeral range with nothing behind it: the kernel may pick that very port as
-// the source, and TCP's simultaneous open then connects the socket to itself. Forced here with a
-// netns whose ephemeral range is that one port; it must count as refused, never as a server.
-TEST(ConnectLoopback, ASocketConnectedToItselfIsRefused) {
+// A port of the ephemeral range with nothing behind it: left to connect(), the kernel may pick
+// that very port as the source, and TCP's simultaneous open then connects the socket to itself,
+// holding the port a server is about to bind. Forced here with a netns whose ephemeral range is
+// that one port: the probe is refused without ever holding the port, and a server binds it.
+TEST(ConnectLoopback, NeverConnectsToItselfNorHoldsThePort) {
   constexpr std::uint16_t kPort = 45123;
   int netns = -1;
   std::string setup_error;
@@ -340,8 +341,19 @@ TEST(ConnectLoopback, ASocketConnectedToItselfIsRefused) {
   auto r = connect_loopback(netns, kPort, std::chrono::seconds(2));
   ASSERT_FALSE(r.ok()) << "connected to 127.0.0.1:" << kPort << " with nothing listening";
   EXPECT_EQ(r.error().code(), ErrorCode::kUnavailable) << r.error().to_string();
-  EXPECT_NE(r.error().to_string().find("connected to itself"), std::string::npos)
+  EXPECT_NE(r.error().to_string().find("same source port"), std::string::npos)
       << r.error().to_string();
+  // The port is free for the server the probe was waiting for (no SO_REUSEADDR: nothing may be
+  // bound there at all).
+  auto server = tcp_socket_in(netns);
+  ASSERT_TRUE(server.ok()) << server.error().to_string();
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(kPort);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(server->get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0)
+      << std::strerror(errno);
+  ASSERT_EQ(::listen(server->get(), 4), 0) << std::strerror(errno);
   ::close(netns);
 }
 
