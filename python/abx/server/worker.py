@@ -93,6 +93,7 @@ def _dumps(value, ensure_ascii=True):
                               None, ":", ",", False, False, False)
     return "".join(encoder(value, 0))
 
+
 if __name__ == "__main__":
     # Run as a script: sys.path[0] is this file's folder (abx/server), which must not shadow
     # anything. The package root (the folder holding abx/) replaces it.
