@@ -21,11 +21,14 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/json.hpp>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "abx/http/client.h"
@@ -1295,6 +1298,52 @@ TEST_F(EnvdTest, CommandServerGetsTheTokenOutOfTheDefaultUsersReach) {
                   R"({"process":{"cmd":"/bin/sh","args":["-c","id -u; grep -l -s -F )" + token +
                       R"( /proc/[0-9]*/environ; true"]}})");
   EXPECT_EQ(stdout_of(frames_of(r.body())), "1000\n");
+}
+
+// --server-companion-argv (abx-server's Python worker, issue 37): a process started just before
+// each run of the command server, the two connected by a socketpair on descriptor 3 of both. It
+// runs without the server's token; what it writes reaches the server; when the server exits it
+// is killed, and the next run gets a new one.
+TEST_F(EnvdTest, CommandServerCompanionIsConnectedOnFd3WithoutTheToken) {
+  std::string token_file = home_ + "/token";
+  std::ofstream(token_file) << "token-c\n";
+  std::string seen = home_ + "/seen";
+  // The companion names itself and what it sees of the token, then waits (fd 3 stays open).
+  std::string companion = "echo \"$$ tok=${ABX_ACCESS_TOKEN:-none}\" >&3; exec sleep 600";
+  // Each run of the server records its companion's line; the first run then exits (envd
+  // restarts it after 100 ms), the second stays.
+  std::string server = "read -r line <&3; echo \"$line tok=${ABX_ACCESS_TOKEN:-none}\" >> " +
+                       seen + "; [ \"$(wc -l < " + seen + ")\" -ge 2 ] && exec sleep 600; exit 1";
+  start_binary({}, {"--token-file", token_file, "--default-user", ::getpwuid(::geteuid())->pw_name,
+                    "--server-argv", json::serialize(json::array{"/bin/sh", "-c", server}),
+                    "--server-companion-argv",
+                    json::serialize(json::array{"/bin/sh", "-c", companion})});
+  auto lines = [&] {
+    std::vector<std::string> out;
+    std::istringstream in(slurp(seen));
+    for (std::string l; std::getline(in, l);) out.push_back(l);
+    return out;
+  };
+  for (int i = 0; i < 500 && lines().size() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  auto got = lines();
+  ASSERT_EQ(got.size(), 2u) << slurp(seen);
+  pid_t first = 0, second = 0;
+  char tok1[64] = {}, tok2[64] = {}, srv1[64] = {}, srv2[64] = {};
+  ASSERT_EQ(std::sscanf(got[0].c_str(), "%d tok=%63s tok=%63s", &first, tok1, srv1), 3) << got[0];
+  ASSERT_EQ(std::sscanf(got[1].c_str(), "%d tok=%63s tok=%63s", &second, tok2, srv2), 3) << got[1];
+  EXPECT_STREQ(tok1, "none");  // the companion never sees the token...
+  EXPECT_STREQ(tok2, "none");
+  EXPECT_STREQ(srv1, "token-c");  // ...which the server has
+  EXPECT_NE(first, second);
+  // The first run's companion was killed with its server; the second's is alive.
+  bool first_gone = false;
+  for (int i = 0; i < 200 && !first_gone; ++i) {
+    first_gone = ::kill(first, 0) != 0 && errno == ESRCH;
+    if (!first_gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(first_gone) << "companion " << first << " outlived its server";
+  EXPECT_EQ(::kill(second, 0), 0) << std::strerror(errno);
 }
 
 // set_access_token: the new token is the only one accepted; it neither clears the token nor turns

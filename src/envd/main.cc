@@ -26,7 +26,9 @@ constexpr int kExitListen = 4;
 struct Flags {
   abx::envd::EnvdOptions opt;
   std::string token_file, start_cmd, server_cmd, server_argv_json, interp_argv_json, log_level;
-  std::vector<std::string> server_argv;  // parsed from server_argv_json
+  std::string companion_argv_json;
+  std::vector<std::string> server_argv;     // parsed from server_argv_json
+  std::vector<std::string> companion_argv;  // parsed from companion_argv_json
   std::vector<std::string> interp_argv;  // parsed from interp_argv_json
 };
 
@@ -58,8 +60,14 @@ bool parse_argv_json(const std::string& text, const char* flag, std::vector<std:
 bool parse_server_argv(Flags& f) {
   if (!parse_argv_json(f.server_argv_json, "--server-argv", f.server_argv)) return false;
   if (!parse_argv_json(f.interp_argv_json, "--interpreter-argv", f.interp_argv)) return false;
+  if (!parse_argv_json(f.companion_argv_json, "--server-companion-argv", f.companion_argv))
+    return false;
   if (!f.server_argv.empty() && !f.server_cmd.empty()) {
     std::cerr << "abx-envd: give --server-cmd or --server-argv, not both\n";
+    return false;
+  }
+  if (!f.companion_argv.empty() && f.server_argv.empty()) {
+    std::cerr << "abx-envd: --server-companion-argv needs --server-argv\n";
     return false;
   }
   return true;
@@ -85,6 +93,11 @@ std::optional<int> parse_flags(int argc, char** argv, Flags& f) {
   app.add_option("--server-argv", f.server_argv_json,
                  "The command server as a JSON array of strings, executed directly (searched in "
                  "$PATH without a '/'; no shell needed in the image); restarted with backoff");
+  app.add_option("--server-companion-argv", f.companion_argv_json,
+                 "A process started (JSON array of strings, as --server-argv) just before each "
+                 "run of the command server, connected to it by a socketpair on descriptor 3 of "
+                 "both, without the server's token; killed when the server exits (abx-server's "
+                 "Python worker, docs/python.md)");
   app.add_option("--interpreter-argv", f.interp_argv_json,
                  "The code interpreter (abx-interp) as a JSON array of strings, run as the default "
                  "user and restarted with backoff");
@@ -232,7 +245,7 @@ int main(int argc, char** argv) {
     if (opt.access_token) server_env.push_back("ABX_ACCESS_TOKEN=" + *opt.access_token);
     if (!f.server_argv.empty()) {
       server_sup.emplace(envd::Reaper::instance(), "command server", f.server_argv, server_env,
-                         *server_user, true);
+                         *server_user, true, f.companion_argv);
     } else if (!f.server_cmd.empty()) {
       server_sup.emplace(envd::Reaper::instance(), "command server",
                          std::vector<std::string>{"/bin/sh", "-c", f.server_cmd}, server_env,

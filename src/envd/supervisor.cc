@@ -3,10 +3,14 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstring>
+#include <memory>
 #include <optional>
 
 #include "abx/base/log.h"
@@ -27,11 +31,13 @@ Supervisor::Supervisor(Reaper& reaper, std::string name, std::string cmd, User u
     : Supervisor(reaper, std::move(name), {"/bin/sh", "-c", cmd}, {}, std::move(user), restart) {}
 
 Supervisor::Supervisor(Reaper& reaper, std::string name, std::vector<std::string> argv,
-                       std::vector<std::string> env, User user, bool restart)
+                       std::vector<std::string> env, User user, bool restart,
+                       std::vector<std::string> companion)
     : reaper_(reaper),
       name_(std::move(name)),
       argv_(std::move(argv)),
       env_(std::move(env)),
+      companion_(std::move(companion)),
       user_(std::move(user)),
       restart_(restart) {
   for (const auto& a : argv_) cmd_ += (cmd_.empty() ? "" : " ") + a;
@@ -76,7 +82,31 @@ void Supervisor::event(std::string_view level, const std::string& message) {
     log().info(message);
 }
 
-pid_t Supervisor::spawn(std::vector<std::string> env, int out_fd, int err_fd) {
+Supervisor::Companion Supervisor::start_companion(int err_fd, int* child_end) {
+  *child_end = -1;
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
+    event("warn", "cannot connect a companion to " + name_ + ": socketpair: " +
+                      std::strerror(errno) + "; it starts without one");
+    return {};
+  }
+  // Cleared by the reaper, which may run after this Supervisor is gone: shared, not a member.
+  auto alive = std::make_shared<std::atomic<bool>>(true);
+  // What it prints goes to the child's stderr, as a worker abx-server starts itself does.
+  pid_t pid = spawn(companion_, {}, err_fd, err_fd, pair[1], [alive](int) { *alive = false; });
+  ::close(pair[1]);
+  if (pid < 0) {
+    event("warn", "cannot start the companion of " + name_ + " (" + companion_.front() +
+                      "); it starts without one");
+    ::close(pair[0]);
+    return {};
+  }
+  *child_end = pair[0];
+  return {pid, std::move(alive)};
+}
+
+pid_t Supervisor::spawn(std::vector<std::string> argv_in, std::vector<std::string> env, int out_fd,
+                        int err_fd, int fd3, Reaper::OnExit on_exit) {
   std::string home_env = "HOME=" + user_.home;
   std::string user_env = "USER=" + user_.name;
   // One entry per name (getenv() returns the first of duplicates): the user's HOME and USER,
@@ -98,14 +128,14 @@ pid_t Supervisor::spawn(std::vector<std::string> env, int out_fd, int err_fd) {
   struct stat st {};
   if (::stat(cwd.c_str(), &st) != 0) cwd = "/";
   std::vector<char*> argv;
-  for (auto& a : argv_) argv.push_back(a.data());
+  for (auto& a : argv_in) argv.push_back(a.data());
   argv.push_back(nullptr);
   // What the child needs, as plain values: it runs between clone_vfork and exec (process.h).
   struct Child {
     bool switch_user;
     uid_t uid;
     gid_t gid;
-    int out_fd, err_fd;
+    int out_fd, err_fd, fd3;
     const char* cwd;
     char* const* argv;
     char* const* envp;
@@ -114,6 +144,7 @@ pid_t Supervisor::spawn(std::vector<std::string> env, int out_fd, int err_fd) {
           user_.gid,
           out_fd,
           err_fd,
+          fd3,
           cwd.c_str(),
           argv.data(),
           envp.data()};
@@ -124,19 +155,17 @@ pid_t Supervisor::spawn(std::vector<std::string> env, int out_fd, int err_fd) {
     // stdout and stderr: the pipes to the output log (dup2 clears their close-on-exec).
     if (c.out_fd >= 0) ::dup2(c.out_fd, STDOUT_FILENO);
     if (c.err_fd >= 0) ::dup2(c.err_fd, STDERR_FILENO);
-    if (!clean_fd_table(-1)) ::_exit(126);  // the server starts with stdio only
+    if (!clean_fd_table(c.fd3)) ::_exit(126);  // the server starts with stdio only...
+    // ...and its companion's socket (dup2 clears close-on-exec; for fd 3 itself, fcntl does).
+    if (c.fd3 == 3 ? ::fcntl(3, F_SETFD, 0) != 0 : c.fd3 >= 0 && ::dup2(c.fd3, 3) != 3)
+      ::_exit(126);
     if (c.switch_user && set_ids_in_child(c.uid, c.gid) != 0) ::_exit(126);
     if (::chdir(c.cwd) < 0) ::_exit(126);
     ::execvpe(c.argv[0], c.argv, c.envp);  // PATH: envd's, i.e. the sandbox's
     ::_exit(127);
   };
   return reaper_.spawn([&]() -> pid_t { return clone_vfork(child_main, &child); },
-                       [this](int status) {
-                         std::lock_guard lock(mu_);
-                         exited_ = true;
-                         status_ = status;
-                         cv_.notify_all();
-                       });
+                       std::move(on_exit));
 }
 
 void Supervisor::run() {
@@ -155,8 +184,16 @@ void Supervisor::run() {
     if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
       log().warn("cannot make output pipes for " + name_ + ": its output is not kept");
     }
-    pid_t pid = spawn(std::move(env), out[1], err[1]);
-    for (int fd : {out[1], err[1]}) {
+    // The companion first: its start is the longer one.
+    int child_end = -1;
+    Companion companion = companion_.empty() ? Companion{} : start_companion(err[1], &child_end);
+    pid_t pid = spawn(argv_, std::move(env), out[1], err[1], child_end, [this](int status) {
+      std::lock_guard lock(mu_);
+      exited_ = true;
+      status_ = status;
+      cv_.notify_all();
+    });
+    for (int fd : {out[1], err[1], child_end}) {
       if (fd >= 0) ::close(fd);
     }
     std::optional<OutputPump> pump;
@@ -187,6 +224,10 @@ void Supervisor::run() {
     cv_.notify_all();
     int status = status_;
     lock.unlock();
+    // Gone already, usually: the child's end of the socket closed and the companion ended.
+    // (Its pid is not reused between the reaper's wait and the flag: pids are handed out in
+    // sequence, and the namespace would have to wrap around in between.)
+    if (companion.alive && *companion.alive) ::kill(companion.pid, SIGKILL);
     pump.reset();  // its last lines before the exit event
     lock.lock();
     if (pid >= 0) {

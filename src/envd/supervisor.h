@@ -5,8 +5,10 @@
 // that crashes at start shows why in `abx logs`.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -24,8 +26,16 @@ class Supervisor {
   Supervisor(Reaper& reaper, std::string name, std::string cmd, User user, bool restart);
   // Runs `argv` directly (argv[0] searched in $PATH if it has no '/'; no shell needed), with `env`
   // ("K=V") added to envd's environment.
+  //
+  // `companion` (an argv; empty: none) starts just before each run of the child, connected to
+  // it by a socketpair whose ends are descriptor 3 of both: abx-server's Python worker, whose
+  // interpreter then starts while abx-server does (issue 37: create -> first call). It runs as
+  // the same user in the same folder with envd's environment but not `env` (which carries the
+  // command server's token), writes into the child's log (stdout and stderr) and is killed
+  // when the child exits. A child whose companion could not start runs without descriptor 3.
   Supervisor(Reaper& reaper, std::string name, std::vector<std::string> argv,
-             std::vector<std::string> env, User user, bool restart);
+             std::vector<std::string> env, User user, bool restart,
+             std::vector<std::string> companion = {});
   ~Supervisor();  // stops restarting, SIGTERMs the child (SIGKILL after 2 s) and joins
   void signal(int sig);
   // Replaces `env` and restarts the child at once to take it: SIGTERM to its process group,
@@ -35,11 +45,22 @@ class Supervisor {
 
  private:
   void run();
-  pid_t spawn(std::vector<std::string> env, int out_fd, int err_fd);
+  // Starts `argv` with `env`; `fd3` (-1: none) becomes its descriptor 3. `on_exit` as Reaper's.
+  pid_t spawn(std::vector<std::string> argv, std::vector<std::string> env, int out_fd, int err_fd,
+              int fd3, Reaper::OnExit on_exit);
+  // The companion of a run: its pid and whether the reaper has collected it yet.
+  struct Companion {
+    pid_t pid = -1;
+    std::shared_ptr<std::atomic<bool>> alive;  // null: none started
+  };
+  // Starts the companion of the next run; the child's end of their socketpair goes to
+  // `child_end` (-1 when it could not start, and then the companion is empty).
+  Companion start_companion(int err_fd, int* child_end);
   void event(std::string_view level, const std::string& message);
   Reaper& reaper_;
   std::string name_, cmd_;               // cmd_: argv joined, for the log
   std::vector<std::string> argv_, env_;  // env_: guarded by mu_
+  std::vector<std::string> companion_;
   User user_;
   bool restart_;
   std::mutex mu_;

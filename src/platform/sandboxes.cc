@@ -277,12 +277,6 @@ runtime::SandboxConfig envd_sandbox_config(
   if (img && !img->config.user.empty()) {
     cfg.argv.insert(cfg.argv.end(), {"--default-user", img->config.user});
   }
-  if (tmpl.server) {
-    // Executed directly (no shell needed in the image); envd gives it the token it read.
-    boost::json::array argv;
-    for (const auto& a : tmpl.server->argv) argv.emplace_back(a);
-    cfg.argv.insert(cfg.argv.end(), {"--server-argv", boost::json::serialize(argv)});
-  }
   if (tmpl.interpreter) {
     boost::json::array argv;
     for (const auto& a : tmpl.interpreter->argv) argv.emplace_back(a);
@@ -311,6 +305,27 @@ runtime::SandboxConfig envd_sandbox_config(
   env["ABX_SANDBOX_ID"] = id;
   env["E2B_SANDBOX_ID"] = id;
   for (const auto& [k, v] : env) cfg.env.push_back(k + "=" + v);
+  if (tmpl.server) {
+    // Executed directly (no shell needed in the image); envd gives it the token it read.
+    boost::json::array argv;
+    for (const auto& a : tmpl.server->argv) argv.emplace_back(a);
+    // A Python module's worker is started by envd just before abx-server, on descriptor 3 of
+    // both, so the interpreter's start overlaps abx-server's (issue 37): the worker as
+    // pyworker::Worker would start it, the image's python3 ($ABX_PYTHON) on the bundle's
+    // worker.py. Outside a bundle (no worker.py inside) abx-server starts it itself.
+    if (!tmpl.server->python_module.empty() && is_bundle(opt.binaries.bundle)) {
+      argv.emplace_back("--python-fd");
+      argv.emplace_back("3");
+      auto python = env.find("ABX_PYTHON");
+      boost::json::array companion{
+          python != env.end() && !python->second.empty() ? python->second : "python3",
+          std::string(kBundleInside) + "/python/abx/server/worker.py", "--fd", "3",
+          tmpl.server->python_module};
+      cfg.argv.insert(cfg.argv.end(),
+                      {"--server-companion-argv", boost::json::serialize(companion)});
+    }
+    cfg.argv.insert(cfg.argv.end(), {"--server-argv", boost::json::serialize(argv)});
+  }
   if (is_bundle(opt.binaries.bundle)) {
     cfg.binds.push_back({opt.binaries.bundle, kBundleInside, false});
   } else {

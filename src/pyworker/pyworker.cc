@@ -142,7 +142,10 @@ Status Worker::ready() {
   return {};
 }
 
-Result<std::unique_ptr<Worker>> Worker::spawn(WorkerOptions options) {
+namespace {
+
+// The interpreter ($ABX_PYTHON, else python3) and package folder a Worker starts workers with.
+void resolve(WorkerOptions& options) {
   if (options.python.empty()) {
     const char* env = std::getenv("ABX_PYTHON");
     options.python = env != nullptr && *env ? env : "python3";
@@ -150,6 +153,22 @@ Result<std::unique_ptr<Worker>> Worker::spawn(WorkerOptions options) {
   if (options.package_dir.empty()) {
     if (auto dir = package_dir(); dir.ok()) options.package_dir = *dir;
   }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Worker>> Worker::adopt(WorkerOptions options, UniqueFd sock) {
+  if (!sock.valid()) return invalid_argument("no socket to a Python worker");
+  resolve(options);  // for the worker of our own that replaces this one when it dies
+  std::unique_ptr<Worker> w(new Worker(std::move(options)));
+  std::lock_guard lock(w->mu_);
+  w->sock_ = std::move(sock);
+  w->adopted_ = true;
+  return w;
+}
+
+Result<std::unique_ptr<Worker>> Worker::spawn(WorkerOptions options) {
+  resolve(options);
   std::error_code ec;
   if (!fs::is_regular_file(options.module, ec)) {
     return Error(ErrorCode::kFailedPrecondition, "no such Python module: " + options.module);
@@ -248,6 +267,10 @@ Result<json::array> Worker::hello_locked() {
   json::value v = json::parse(*hello, jec);
   if (jec || !v.is_object()) return fail("the Python worker sent a malformed first frame");
   const json::object& o = v.as_object();
+  if (const json::value* pid = o.if_contains("pid"); adopted_ && pid != nullptr &&
+                                                      pid->is_int64() && pid->as_int64() > 0) {
+    pid_ = static_cast<pid_t>(pid->as_int64());
+  }
   if (const json::value* cmds = o.if_contains("commands"); cmds != nullptr && cmds->is_array()) {
     return cmds->as_array();
   }
@@ -261,6 +284,12 @@ Result<json::array> Worker::hello_locked() {
 
 std::string Worker::reap_locked(bool kill_first) {
   sock_.reset();  // end of input: a live worker exits by itself
+  if (std::exchange(adopted_, false)) {
+    // Not our child: no status to collect (envd reaps it).
+    pid_t pid = std::exchange(pid_, 0);
+    if (kill_first && pid > 0) ::kill(pid, SIGKILL);
+    return kill_first && pid > 0 ? "was killed" : "ended";
+  }
   if (pid_ <= 0) return "was not running";
   pid_t pid = std::exchange(pid_, 0);
   if (kill_first) ::kill(pid, SIGKILL);

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "abx/http/client.h"
+#include "abx/pyworker/pyworker.h"
 #include "abx/testing/child_process.h"
 #include "abx/testing/server.h"
 #include "abx/testing/temp_dir.h"
@@ -259,6 +260,62 @@ TEST_F(PythonServer, ADeadWorkerIs503ThenRestarted) {
   EXPECT_EQ(call(port, "bump", "{}").body(), R"({"result":1})");
   // Discovery never depended on the worker.
   EXPECT_EQ(send(port, bhttp::verb::get, "/commands").result_int(), 200);
+}
+
+// envd starts a Python module's worker just before abx-server and hands it over on descriptor 3
+// (--python-fd, issue 37). Here a launcher does what envd does: a socketpair, the worker on one
+// end (not abx-server's child), abx-server on the other. The server serves the worker it was
+// handed; when that worker dies, a worker of its own replaces it, as after any death.
+TEST_F(PythonServer, AWorkerStartedBesideTheServerIsServedThenReplacedWhenItDies) {
+  auto pkg = pyworker::package_dir();
+  ASSERT_TRUE(pkg.ok()) << pkg.error().to_string();
+  const std::string pid_file = (dir_ / "worker.pid").string();
+  const char* launcher = R"PY(
+import os, socket, sys
+server, module, pkg, pid_file = sys.argv[1:5]
+mine, theirs = socket.socketpair()
+if os.fork() == 0:  # the worker, in a grandchild: never the server's child
+    worker = os.fork()
+    if worker == 0:
+        os.dup2(theirs.fileno(), 3)
+        os.execv(sys.executable, [sys.executable, os.path.join(pkg, "abx", "server", "worker.py"),
+                                  "--fd", "3", module])
+    with open(pid_file, "w") as f:
+        f.write(str(worker))
+    os._exit(0)
+os.wait()
+theirs.close()
+os.dup2(mine.fileno(), 3)
+os.execv(server, [server, "--python", module, "--python-fd", "3", "--port", "0",
+                  "--log-level", "warn"])
+)PY";
+  proc_ = std::make_unique<ChildProcess>(
+      std::vector<std::string>{"/usr/bin/python3", "-c", launcher, testing::abx_server_bin(),
+                               module_.string(), *pkg, pid_file},
+      std::vector<std::string>{std::string("ABX_ACCESS_TOKEN=") + kToken});
+  auto port = proc_->wait_listening();
+  ASSERT_TRUE(port.has_value());
+  std::string handed;
+  std::ifstream(pid_file) >> handed;
+  ASSERT_FALSE(handed.empty());
+  EXPECT_EQ(call(*port, "pid", "{}").body(), R"({"result":)" + handed + "}");
+  EXPECT_EQ(call(*port, "bump", "{}").body(), R"({"result":1})");
+
+  auto died = call(*port, "die", "{}");
+  EXPECT_EQ(died.result_int(), 503);
+  std::string msg(json::parse(died.body()).at("error").as_string());
+  EXPECT_NE(msg.find("died during the call to 'die' (it ended)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("restarted"), std::string::npos) << msg;
+  auto own = json::parse(call(*port, "pid", "{}").body()).at("result").as_int64();
+  EXPECT_NE(std::to_string(own), handed);
+  EXPECT_EQ(call(*port, "bump", "{}").body(), R"({"result":1})");  // state starts over
+}
+
+// A --python-fd that is not open: the server starts a worker of its own.
+TEST_F(PythonServer, APythonFdThatIsNotOpenFallsBackToAWorkerOfItsOwn) {
+  std::uint16_t port = launch({"--python-fd", "97"});
+  ASSERT_NE(port, 0);
+  EXPECT_EQ(call(port, "demo", R"({"x":42,"y":"world"})").body(), R"({"result":"42: world"})");
 }
 
 TEST_F(PythonServer, ASlowCallDoesNotBlockDiscoveryOrHealth) {

@@ -1,5 +1,6 @@
 // `abx-server`: load command modules, freeze the registry, serve until SIGTERM/SIGINT.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 
@@ -9,7 +10,9 @@
 #include <cstdlib>
 #include <iostream>
 #include <optional>
+#include <utility>
 
+#include "abx/base/fd.h"
 #include "abx/base/log.h"
 #include "abx/base/try.h"
 #include "abx/pyworker/pyworker.h"
@@ -43,6 +46,7 @@ std::chrono::milliseconds parse_duration(const std::string& s) {
 struct Flags {
   std::vector<std::string> modules;
   std::string python;  // a Python command module (docs/python.md)
+  int python_fd = -1;  // its worker, started already (by envd), on this descriptor
   CommandServerOptions opt;
   std::string token_file;
   bool list_only = false;
@@ -66,6 +70,11 @@ std::optional<int> parse_flags(int argc, char** argv, Flags& f) {
                  "Python command module (.py) to serve, run by the image's python3 in a worker "
                  "process (docs/python.md)")
       ->check(CLI::ExistingFile);
+  app.add_option("--python-fd", f.python_fd,
+                 "The --python module's worker is running already (envd started it beside this "
+                 "server) and speaks on this descriptor; when it dies, a worker of our own "
+                 "replaces it")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--host", opt.host, "Address to listen on")->capture_default_str();
   app.add_option("--port,-p", opt.port, "Port to listen on (0 picks a free one)")
       ->capture_default_str();
@@ -115,35 +124,67 @@ bool load_modules(const std::vector<std::string>& modules) {
   return true;
 }
 
-// The Python worker of --python, started by start_python() before anything else, and its
-// commands registered by register_python() once it reported them: the interpreter's start
-// (tens of ms) overlaps the server's own. The worker lives until the process exits (the
-// registry's commands call it).
-std::shared_ptr<pyworker::Worker>& python_worker() {
-  static std::shared_ptr<pyworker::Worker> worker;
-  return worker;
+// The Python worker of --python, started by start_python() before anything else (or adopted
+// from envd, which started it before this process: --python-fd), and its commands registered by
+// register_python() once it reported them, so the interpreter's start (tens of ms) overlaps
+// the server's own (issue 37). The worker lives until the process exits (the registry's
+// commands call it).
+struct PythonWorker {
+  std::shared_ptr<pyworker::Worker> worker;
+  pyworker::WorkerOptions options;
+  bool adopted = false;
+};
+
+PythonWorker& python() {
+  static PythonWorker state;
+  return state;
 }
 
-bool start_python(const std::string& module, const CommandServerOptions& opt) {
-  auto w = pyworker::Worker::spawn({.module = module, .call_timeout = opt.call_timeout});
+bool start_python(const std::string& module, int python_fd, const CommandServerOptions& opt) {
+  PythonWorker& py = python();
+  py.options = {.module = module, .call_timeout = opt.call_timeout};
+  if (python_fd >= 0) {
+    // Not inherited by what runs later (a worker of our own, the commands' processes).
+    if (::fcntl(python_fd, F_SETFD, FD_CLOEXEC) == 0) {
+      if (auto w = pyworker::Worker::adopt(py.options, UniqueFd(python_fd)); w.ok()) {
+        py.worker = std::move(*w);
+        py.adopted = true;
+        return true;
+      }
+    }
+    Logger("python").warn("--python-fd " + std::to_string(python_fd) +
+                          " is not open: starting a worker of our own");
+  }
+  auto w = pyworker::Worker::spawn(py.options);
   if (!w.ok()) {
     std::cerr << "abx-server: " << w.error().message() << "\n";
     return false;
   }
-  python_worker() = std::move(*w);
+  py.worker = std::move(*w);
   return true;
 }
 
 // Waits for the worker's first frame and registers its commands. On failure the error carries
-// the module's traceback.
+// the module's traceback. A worker envd started that fails is replaced by one of ours first,
+// whose failure says why in our words ("the image needs python3 ...", the traceback).
 Status register_python(registry::CommandRegistry& reg) {
-  auto& worker = python_worker();
-  if (!worker) return {};
-  ABX_TRY(worker->ready());
-  ABX_TRY(pyworker::register_commands(worker, reg));
-  Logger("python").info("serving " + std::to_string(worker->commands().size()) +
-                        " Python command(s) from " + worker->module() + " (worker pid " +
-                        std::to_string(worker->pid()) + ")");
+  PythonWorker& py = python();
+  if (!py.worker) return {};
+  Status ready = py.worker->ready();
+  if (!ready.ok() && std::exchange(py.adopted, false)) {
+    Logger("python").warn("the worker envd started for " + py.options.module +
+                          " did not start (" + ready.error().message() +
+                          "); starting one of our own");
+    py.worker.reset();
+    ABX_ASSIGN_OR_RETURN(py.worker, pyworker::Worker::start(py.options));
+    ready = Status{};
+  }
+  ABX_TRY(ready);
+  ABX_TRY(pyworker::register_commands(py.worker, reg));
+  Logger("python").info("serving " + std::to_string(py.worker->commands().size()) +
+                        " Python command(s) from " + py.options.module + " (worker pid " +
+                        std::to_string(py.worker->pid()) + (py.adopted ? ", started by envd" : "") +
+                        ")");
   return {};
 }
 
@@ -218,7 +259,11 @@ int serve_main(int argc, char** argv) {
   Flags f;
   if (auto exit_code = parse_flags(argc, argv, f)) return *exit_code;
   // The worker gets the server's environment minus ABX_ACCESS_TOKEN (pyworker filters it).
-  if (!f.python.empty() && !start_python(f.python, f.opt)) return kExitConfig;
+  if (f.python_fd >= 0 && f.python.empty()) {
+    std::cerr << "abx-server: --python-fd needs --python\n";
+    return kExitUsage;
+  }
+  if (!f.python.empty() && !start_python(f.python, f.python_fd, f.opt)) return kExitConfig;
   if (!load_modules(f.modules)) return kExitConfig;
   auto& reg = registry::default_registry();
   if (f.list_only || f.stdio) {

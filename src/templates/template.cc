@@ -381,6 +381,7 @@ Result<std::optional<ServerSpec>> SchemaReader::read_server(const Node& n, const
     }
     s.argv = {std::string(kBundledServerPath), "--python", module, "--port",
               std::to_string(s.port)};
+    s.python_module = module;
     return std::optional<ServerSpec>(std::move(s));
   }
   if (cmd == nullptr) {

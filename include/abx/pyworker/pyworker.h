@@ -6,7 +6,8 @@
 // imports the module (its `@sandbox.register` functions fill abx.server.registry) and then
 // answers calls over a socketpair, in frames of a 4-byte big-endian length and UTF-8 JSON:
 //
-//   worker -> server, once   {"commands":[schema...]} | {"error":"<traceback>","type":"<class>"}
+//   worker -> server, once   {"commands":[schema...],"pid":N}
+//                            | {"error":"<traceback>","type":"<class>","pid":N}
 //   server -> worker         {"call":"<name>","kwargs":{...}}   (kwargs already coerced)
 //   worker -> server         {"result":<value>} | {"error":"<message>","type":"<class>"}
 //
@@ -64,6 +65,11 @@ class Worker {
   // that is not a file); ready() then reads the first frame, with start()'s errors. Nothing but
   // ready() may be called before ready() succeeded.
   static Result<std::unique_ptr<Worker>> spawn(WorkerOptions options);
+  // A worker someone else started — envd, just before this server (`abx-server --python-fd`,
+  // issue 37) — whose protocol socket is `sock`; ready() as for spawn(), and the first frame
+  // names the worker's pid. It is not this process's child: how it ended is not known (envd
+  // reaps it), and after it dies the next call starts a worker of our own, as after any death.
+  static Result<std::unique_ptr<Worker>> adopt(WorkerOptions options, UniqueFd sock);
   Status ready();
   ~Worker();  // closes the socket (the worker exits at end of input) and reaps it
 
@@ -101,6 +107,7 @@ class Worker {
   boost::json::array commands_;
   mutable std::mutex mu_;
   pid_t pid_ = 0;
+  bool adopted_ = false;  // pid_ is not our child (adopt())
   UniqueFd sock_;
 };
 

@@ -78,6 +78,8 @@ enum class NetworkMode { kDefault, kNone, kHost };
 struct ServerSpec {
   std::vector<std::string> argv;  // a string command becomes {"/bin/sh", "-c", command}
   std::uint16_t port = kDefaultServerPort;
+  // `python: <module>`: argv is the bundled abx-server with --python <module> (docs/python.md).
+  std::string python_module;
 };
 
 struct Resources {

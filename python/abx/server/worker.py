@@ -9,8 +9,9 @@ would; the folder holding this ``abx`` package before that), freezes
 a socket the server made with socketpair(2). A frame is a 4-byte big-endian length and that many
 bytes of UTF-8 JSON:
 
-    worker -> server, once: {"commands": [schema...]}        the module imported
-                            {"error": "<traceback>", "type": "<class>"}   it did not (then exit 1)
+    worker -> server, once: {"commands": [schema...], "pid": N}   the module imported
+                            {"error": "<traceback>", "type": "<class>", "pid": N}   it did not
+                                                                    (then exit 1)
     server -> worker:       {"call": "<name>", "kwargs": {...}}
     worker -> server:       {"result": <value>}  or  {"error": "<message>", "type": "<class>"}
 
@@ -227,7 +228,9 @@ def call(request):
 def serve(fd, path):
     chan = _Channel(fd)
     hello, err = load(path)
-    chan.write(_dumps(hello if err is None else err).encode())
+    # The pid tells a server that did not start this process (envd did: --python-fd) which
+    # process it talks to.
+    chan.write(_dumps(dict(hello if err is None else err, pid=os.getpid())).encode())
     if err is not None:
         return 1
     while True:

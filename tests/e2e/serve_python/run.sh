@@ -55,6 +55,12 @@ grep -q "demo" "$work/qs.out" && grep -q "bump" "$work/qs.out" ||
 got=$(grep -v '^sandbox-id=' "$work/qs.out" | tail -3 | tr '\n' '|')
 [ "$got" = "42: world|1|2|" ] || { cat "$work/qs.out" >&2; fail "quickstart printed '$got'"; }
 
+# The worker was the one envd started beside abx-server (issue 37: --server-companion-argv),
+# not one abx-server started after its own start-up.
+"$ABX_CLI_BIN" logs "$id" >"$work/logs.out" 2>&1 || { cat "$work/logs.out" >&2; fail "abx logs failed"; }
+grep -q "Python command(s) from .*started by envd" "$work/logs.out" ||
+  { tail -20 "$work/logs.out" >&2; fail "the sandbox's Python worker was not the one envd started"; }
+
 # The host SDK block as written (the SDK from this source tree), with its own sandboxes: each
 # starts with a fresh module, so bump is 1 then 2; both sandboxes are gone after it.
 before=$("$ABX_CLI_BIN" --json sandbox list | grep -o '"sandboxID"' | wc -l)
