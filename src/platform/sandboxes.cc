@@ -312,14 +312,14 @@ runtime::SandboxConfig envd_sandbox_config(
     // A Python module's worker is started by envd just before abx-server, on descriptor 3 of
     // both, so the interpreter's start overlaps abx-server's (issue 37): the worker as
     // pyworker::Worker would start it, the image's python3 ($ABX_PYTHON) on the bundle's
-    // worker.py. Outside a bundle (no worker.py inside) abx-server starts it itself.
+    // abx/server/run.py. Outside a bundle (no package inside) abx-server starts it itself.
     if (!tmpl.server->python_module.empty() && is_bundle(opt.binaries.bundle)) {
       argv.emplace_back("--python-fd");
       argv.emplace_back("3");
       auto python = env.find("ABX_PYTHON");
       boost::json::array companion{
           python != env.end() && !python->second.empty() ? python->second : "python3",
-          std::string(kBundleInside) + "/python/abx/server/worker.py", "--fd", "3",
+          std::string(kBundleInside) + "/python/abx/server/run.py", "--fd", "3",
           tmpl.server->python_module};
       cfg.argv.insert(cfg.argv.end(),
                       {"--server-companion-argv", boost::json::serialize(companion)});

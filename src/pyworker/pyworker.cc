@@ -30,7 +30,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr std::string_view kWorkerScript = "abx/server/worker.py";
+constexpr std::string_view kWorkerScript = "abx/server/run.py";  // abx.server.worker's main
 
 bool has_worker(const fs::path& dir) {
   std::error_code ec;

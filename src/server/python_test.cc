@@ -278,7 +278,7 @@ if os.fork() == 0:  # the worker, in a grandchild: never the server's child
     worker = os.fork()
     if worker == 0:
         os.dup2(theirs.fileno(), 3)
-        os.execv(sys.executable, [sys.executable, os.path.join(pkg, "abx", "server", "worker.py"),
+        os.execv(sys.executable, [sys.executable, os.path.join(pkg, "abx", "server", "run.py"),
                                   "--fd", "3", module])
     with open(pid_file, "w") as f:
         f.write(str(worker))

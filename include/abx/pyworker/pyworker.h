@@ -2,9 +2,10 @@
 //
 // `abx-server --python tools.py` does not load libpython: the /opt/abx bundle's binaries carry
 // their own glibc, and an image's libpython next to it would put two C libraries in one
-// process. Instead a Worker runs the image's own `python3` on python/abx/server/worker.py, which
-// imports the module (its `@sandbox.register` functions fill abx.server.registry) and then
-// answers calls over a socketpair, in frames of a 4-byte big-endian length and UTF-8 JSON:
+// process. Instead a Worker runs the image's own `python3` on python/abx/server/run.py (the
+// abx.server.worker module), which imports the module (its `@sandbox.register` functions fill
+// abx.server.registry) and then answers calls over a socketpair, in frames of a 4-byte
+// big-endian length and UTF-8 JSON:
 //
 //   worker -> server, once   {"commands":[schema...],"pid":N}
 //                            | {"error":"<traceback>","type":"<class>","pid":N}
@@ -41,7 +42,7 @@ inline constexpr std::size_t kMaxFrameBytes = 64u << 20;
 
 // The folder that holds the `abx` package: <dir of this executable>/../python (the /opt/abx
 // bundle's python/), else the source tree's python/ (a build tree). kNotFound when neither has
-// abx/server/worker.py; a Worker then runs `python3 -m abx.server.worker`, for an interpreter
+// abx/server/run.py; a Worker then runs `python3 -m abx.server.worker`, for an interpreter
 // that has abx installed (pip install ./python).
 Result<std::string> package_dir();
 

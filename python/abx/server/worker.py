@@ -3,6 +3,8 @@
     python3 .../abx/server/worker.py --fd N MODULE.py    serve calls on descriptor N
     python3 .../abx/server/worker.py --describe MODULE.py print {"commands": [...]} and exit
 
+(envd and abx-server run it through ``abx/server/run.py``, which imports this module compiled.)
+
 It imports the command module by path (its folder first on sys.path, as ``python3 MODULE.py``
 would; the folder holding this ``abx`` package before that), freezes
 ``abx.server.registry.default_registry()`` and then speaks a framed protocol on descriptor N,
