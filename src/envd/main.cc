@@ -202,13 +202,9 @@ int main(int argc, char** argv) {
   sigset_t waited = become_init();
 
   envd::ensure_hosts_entry();  // before anything resolves this sandbox's hostname (sudo)
-  auto server = envd::Envd::start(opt);
-  if (!server.ok()) {
-    std::cerr << "abx-envd: " << server.error().message() << "\n";
-    return server.error().code() == ErrorCode::kUnavailable ? kExitListen : kExitConfig;
-  }
   envd::Users users(opt.default_user, {});
   std::optional<envd::Supervisor> start_sup, server_sup, interp_sup;
+  std::optional<envd::User> user;  // the default user, when anything is supervised
   if (!f.start_cmd.empty() || !f.server_cmd.empty() || !f.server_argv.empty() ||
       !f.interp_argv.empty()) {
     auto u = users.resolve("");
@@ -216,40 +212,52 @@ int main(int argc, char** argv) {
       std::cerr << "abx-envd: " << u.error().message() << "\n";
       return kExitConfig;
     }
-    if (!f.start_cmd.empty())
-      start_sup.emplace(envd::Reaper::instance(), "start command", f.start_cmd, *u, false);
-    // The code interpreter runs the user's code: as the default user, without the token (abxd's
-    // proxy checks callers; the interpreter listens on the sandbox's loopback only).
-    if (!f.interp_argv.empty()) {
-      interp_sup.emplace(envd::Reaper::instance(), "code interpreter", f.interp_argv,
-                         std::vector<std::string>{}, *u, true);
-    }
-    // The command server checks the same token as envd, and the token opens envd to anyone as
-    // anyone (root included): the default user must never be able to read it. The token file is
-    // root's alone (0400), so envd reads it and hands it over in the server's environment (no
-    // shell or file access needed in the image). A process's environment, memory and
-    // descriptors are open to every process of its uid while it is dumpable, and a process is
-    // dumpable from its exec until it calls prctl itself: a server running as the default user
-    // could be read (or ptrace-attached, or have its pipe opened through /proc/<pid>/fd) in that
-    // window by any of the user's processes, which can also kill it to make it start again. So
-    // the server runs as the sandbox's root, whose /proc files and memory the default user can
-    // never reach: its commands are called with the token, whose holder may act as root through
-    // envd anyway, so root adds nothing they could not do. (abx-server also drops the variable
-    // from its environment and makes itself non-dumpable.) A non-root envd runs it as itself.
-    auto server_user = users.can_switch() ? users.resolve("root") : u;
+    user = *u;
+  }
+  // The command server's supervisor comes before envd's own API, held until the API listens:
+  // only its companion starts now — a Python module's interpreter, the slowest piece of a
+  // create (issue 37) — and the server itself after the API, as before.
+  //
+  // The command server checks the same token as envd, and the token opens envd to anyone as
+  // anyone (root included): the default user must never be able to read it. The token file is
+  // root's alone (0400), so envd reads it and hands it over in the server's environment (no
+  // shell or file access needed in the image). A process's environment, memory and
+  // descriptors are open to every process of its uid while it is dumpable, and a process is
+  // dumpable from its exec until it calls prctl itself: a server running as the default user
+  // could be read (or ptrace-attached, or have its pipe opened through /proc/<pid>/fd) in that
+  // window by any of the user's processes, which can also kill it to make it start again. So
+  // the server runs as the sandbox's root, whose /proc files and memory the default user can
+  // never reach: its commands are called with the token, whose holder may act as root through
+  // envd anyway, so root adds nothing they could not do. (abx-server also drops the variable
+  // from its environment and makes itself non-dumpable.) A non-root envd runs it as itself.
+  if (user && (!f.server_argv.empty() || !f.server_cmd.empty())) {
+    auto server_user = users.can_switch() ? users.resolve("root") : Result<envd::User>(*user);
     if (!server_user.ok()) {
       std::cerr << "abx-envd: " << server_user.error().message() << "\n";
       return kExitConfig;
     }
     std::vector<std::string> server_env;
     if (opt.access_token) server_env.push_back("ABX_ACCESS_TOKEN=" + *opt.access_token);
-    if (!f.server_argv.empty()) {
-      server_sup.emplace(envd::Reaper::instance(), "command server", f.server_argv, server_env,
-                         *server_user, true, f.companion_argv);
-    } else if (!f.server_cmd.empty()) {
-      server_sup.emplace(envd::Reaper::instance(), "command server",
-                         std::vector<std::string>{"/bin/sh", "-c", f.server_cmd}, server_env,
-                         *server_user, true);
+    std::vector<std::string> cmd = f.server_argv.empty()
+                                       ? std::vector<std::string>{"/bin/sh", "-c", f.server_cmd}
+                                       : f.server_argv;
+    server_sup.emplace(envd::Reaper::instance(), "command server", std::move(cmd), server_env,
+                       *server_user, true, f.companion_argv, /*held=*/true);
+  }
+  auto server = envd::Envd::start(opt);
+  if (!server.ok()) {
+    std::cerr << "abx-envd: " << server.error().message() << "\n";
+    return server.error().code() == ErrorCode::kUnavailable ? kExitListen : kExitConfig;
+  }
+  if (server_sup) server_sup->release();
+  if (user) {
+    if (!f.start_cmd.empty())
+      start_sup.emplace(envd::Reaper::instance(), "start command", f.start_cmd, *user, false);
+    // The code interpreter runs the user's code: as the default user, without the token (abxd's
+    // proxy checks callers; the interpreter listens on the sandbox's loopback only).
+    if (!f.interp_argv.empty()) {
+      interp_sup.emplace(envd::Reaper::instance(), "code interpreter", f.interp_argv,
+                         std::vector<std::string>{}, *user, true);
     }
   }
   std::string addr = (*server)->host() + ":" + std::to_string((*server)->port());
@@ -272,6 +280,7 @@ int main(int argc, char** argv) {
   if (::getpid() == 1) ::kill(-1, SIGTERM);  // everything else in the sandbox
   server_sup.reset();
   start_sup.reset();
+  interp_sup.reset();
   (*server)->shutdown(std::chrono::seconds(2));
   return kExitOk;
 }

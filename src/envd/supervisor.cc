@@ -32,14 +32,15 @@ Supervisor::Supervisor(Reaper& reaper, std::string name, std::string cmd, User u
 
 Supervisor::Supervisor(Reaper& reaper, std::string name, std::vector<std::string> argv,
                        std::vector<std::string> env, User user, bool restart,
-                       std::vector<std::string> companion)
+                       std::vector<std::string> companion, bool held)
     : reaper_(reaper),
       name_(std::move(name)),
       argv_(std::move(argv)),
       env_(std::move(env)),
       companion_(std::move(companion)),
       user_(std::move(user)),
-      restart_(restart) {
+      restart_(restart),
+      held_(held) {
   for (const auto& a : argv_) cmd_ += (cmd_.empty() ? "" : " ") + a;
   thread_ = std::thread([this] { run(); });
 }
@@ -58,6 +59,20 @@ Supervisor::~Supervisor() {
     }
   }
   thread_.join();
+}
+
+void Supervisor::release() {
+  {
+    std::lock_guard lock(mu_);
+    held_ = false;
+  }
+  cv_.notify_all();
+}
+
+bool Supervisor::wait_for_release() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [this] { return !held_ || stop_; });
+  return !stop_;
 }
 
 void Supervisor::signal(int sig) {
@@ -187,6 +202,13 @@ void Supervisor::run() {
     // The companion first: its start is the longer one.
     int child_end = -1;
     Companion companion = companion_.empty() ? Companion{} : start_companion(err[1], &child_end);
+    if (!wait_for_release()) {  // destroyed while held: nothing was started but the companion
+      for (int fd : {out[0], out[1], err[0], err[1], child_end}) {
+        if (fd >= 0) ::close(fd);
+      }
+      if (companion.alive && *companion.alive) ::kill(companion.pid, SIGKILL);
+      return;
+    }
     pid_t pid = spawn(argv_, std::move(env), out[1], err[1], child_end, [this](int status) {
       std::lock_guard lock(mu_);
       exited_ = true;

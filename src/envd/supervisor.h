@@ -33,11 +33,16 @@ class Supervisor {
   // the same user in the same folder with envd's environment but not `env` (which carries the
   // command server's token), writes into the child's log (stdout and stderr) and is killed
   // when the child exits. A child whose companion could not start runs without descriptor 3.
+  // `held`: the first run starts its companion at once but the child only at release() (envd
+  // makes the command server's supervisor before its own API, so that the interpreter, the
+  // slowest piece of a create, starts first, and releases it once the API listens).
   Supervisor(Reaper& reaper, std::string name, std::vector<std::string> argv,
              std::vector<std::string> env, User user, bool restart,
-             std::vector<std::string> companion = {});
+             std::vector<std::string> companion = {}, bool held = false);
   ~Supervisor();  // stops restarting, SIGTERMs the child (SIGKILL after 2 s) and joins
   void signal(int sig);
+  // Lets a `held` supervisor start its child.
+  void release();
   // Replaces `env` and restarts the child at once to take it: SIGTERM to its process group,
   // SIGKILL if it is still there after 2 s, then a new run without backoff (a child waiting out
   // its backoff starts now). For a supervisor made with `restart`; returns before the new run.
@@ -45,6 +50,8 @@ class Supervisor {
 
  private:
   void run();
+  // Until release() (true) or destruction (false); at once when not held.
+  bool wait_for_release();
   // Starts `argv` with `env`; `fd3` (-1: none) becomes its descriptor 3. `on_exit` as Reaper's.
   pid_t spawn(std::vector<std::string> argv, std::vector<std::string> env, int out_fd, int err_fd,
               int fd3, Reaper::OnExit on_exit);
@@ -70,6 +77,7 @@ class Supervisor {
   int status_ = 0;  // of the last exit
   bool stop_ = false;
   bool restart_now_ = false;  // restart() asked for a new run with env_
+  bool held_ = false;         // guarded by mu_
   std::thread thread_;
 };
 
