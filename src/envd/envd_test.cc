@@ -1312,12 +1312,12 @@ TEST_F(EnvdTest, CommandServerCompanionIsConnectedOnFd3WithoutTheToken) {
   std::string companion = "echo \"$$ tok=${ABX_ACCESS_TOKEN:-none}\" >&3; exec sleep 600";
   // Each run of the server records its companion's line; the first run then exits (envd
   // restarts it after 100 ms), the second stays.
-  std::string server = "read -r line <&3; echo \"$line tok=${ABX_ACCESS_TOKEN:-none}\" >> " +
-                       seen + "; [ \"$(wc -l < " + seen + ")\" -ge 2 ] && exec sleep 600; exit 1";
-  start_binary({}, {"--token-file", token_file, "--default-user", ::getpwuid(::geteuid())->pw_name,
-                    "--server-argv", json::serialize(json::array{"/bin/sh", "-c", server}),
-                    "--server-companion-argv",
-                    json::serialize(json::array{"/bin/sh", "-c", companion})});
+  std::string server = "read -r line <&3; echo \"$line tok=${ABX_ACCESS_TOKEN:-none}\" >> " + seen +
+                       "; [ \"$(wc -l < " + seen + ")\" -ge 2 ] && exec sleep 600; exit 1";
+  start_binary(
+      {}, {"--token-file", token_file, "--default-user", ::getpwuid(::geteuid())->pw_name,
+           "--server-argv", json::serialize(json::array{"/bin/sh", "-c", server}),
+           "--server-companion-argv", json::serialize(json::array{"/bin/sh", "-c", companion})});
   auto lines = [&] {
     std::vector<std::string> out;
     std::istringstream in(slurp(seen));

@@ -29,7 +29,7 @@ struct Flags {
   std::string companion_argv_json;
   std::vector<std::string> server_argv;     // parsed from server_argv_json
   std::vector<std::string> companion_argv;  // parsed from companion_argv_json
-  std::vector<std::string> interp_argv;  // parsed from interp_argv_json
+  std::vector<std::string> interp_argv;     // parsed from interp_argv_json
 };
 
 // A JSON array of strings (an argv) into `out`; false (with a message) when it is not one.

@@ -101,8 +101,8 @@ Supervisor::Companion Supervisor::start_companion(int err_fd, int* child_end) {
   *child_end = -1;
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
-    event("warn", "cannot connect a companion to " + name_ + ": socketpair: " +
-                      std::strerror(errno) + "; it starts without one");
+    event("warn", "cannot connect a companion to " + name_ +
+                      ": socketpair: " + std::strerror(errno) + "; it starts without one");
     return {};
   }
   // Cleared by the reaper, which may run after this Supervisor is gone: shared, not a member.

@@ -267,8 +267,8 @@ Result<json::array> Worker::hello_locked() {
   json::value v = json::parse(*hello, jec);
   if (jec || !v.is_object()) return fail("the Python worker sent a malformed first frame");
   const json::object& o = v.as_object();
-  if (const json::value* pid = o.if_contains("pid"); adopted_ && pid != nullptr &&
-                                                      pid->is_int64() && pid->as_int64() > 0) {
+  if (const json::value* pid = o.if_contains("pid");
+      adopted_ && pid != nullptr && pid->is_int64() && pid->as_int64() > 0) {
     pid_ = static_cast<pid_t>(pid->as_int64());
   }
   if (const json::value* cmds = o.if_contains("commands"); cmds != nullptr && cmds->is_array()) {

@@ -172,9 +172,8 @@ Status register_python(registry::CommandRegistry& reg) {
   if (!py.worker) return {};
   Status ready = py.worker->ready();
   if (!ready.ok() && std::exchange(py.adopted, false)) {
-    Logger("python").warn("the worker envd started for " + py.options.module +
-                          " did not start (" + ready.error().message() +
-                          "); starting one of our own");
+    Logger("python").warn("the worker envd started for " + py.options.module + " did not start (" +
+                          ready.error().message() + "); starting one of our own");
     py.worker.reset();
     ABX_ASSIGN_OR_RETURN(py.worker, pyworker::Worker::start(py.options));
     ready = Status{};
