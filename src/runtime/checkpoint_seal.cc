@@ -118,12 +118,17 @@ Result<std::string> hash_file(int fd, const std::string& what, off_t size) {
 }
 
 // The manifest lines of the tree under `dirfd` (relative paths prefixed by `prefix`), keyed by
-// path. `skip` (a top-level name) is left out: the seal file itself.
+// path. `skip` (a top-level name) is left out: the seal file itself, and its ".tmp" (a
+// sealing cut short by kill -9 of abxd between the write and the rename leaves it beside the
+// previous seal, which still holds).
 Status walk(int dirfd, const std::string& prefix, const std::string& what,
             std::map<std::string, std::string>* out, std::string_view skip,
             const std::vector<std::string>& pending) {
   ABX_ASSIGN_OR_RETURN(std::vector<std::string> names, entry_names(dirfd, what));
-  if (prefix.empty()) std::erase(names, skip);
+  if (prefix.empty()) {
+    std::erase(names, skip);
+    std::erase(names, std::string(skip) + ".tmp");
+  }
   for (const auto& name : names) {
     const std::string rel = prefix + name, path = what + "/" + name;
     if (rel.find('\n') != std::string::npos)
