@@ -206,7 +206,7 @@ void Supervisor::run() {
       for (int fd : {out[0], out[1], err[0], err[1], child_end}) {
         if (fd >= 0) ::close(fd);
       }
-      if (companion.alive && *companion.alive) ::kill(companion.pid, SIGKILL);
+      companion.kill();
       return;
     }
     pid_t pid = spawn(argv_, std::move(env), out[1], err[1], child_end, [this](int status) {
@@ -246,11 +246,8 @@ void Supervisor::run() {
     cv_.notify_all();
     int status = status_;
     lock.unlock();
-    // Gone already, usually: the child's end of the socket closed and the companion ended.
-    // (Its pid is not reused between the reaper's wait and the flag: pids are handed out in
-    // sequence, and the namespace would have to wrap around in between.)
-    if (companion.alive && *companion.alive) ::kill(companion.pid, SIGKILL);
-    pump.reset();  // its last lines before the exit event
+    companion.kill();  // gone already, usually: the child's end of the socket closed
+    pump.reset();      // its last lines before the exit event
     lock.lock();
     if (pid >= 0) {
       event(WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "info" : "warn",

@@ -5,6 +5,8 @@
 // that crashes at start shows why in `abx logs`.
 #pragma once
 
+#include <signal.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -59,6 +61,12 @@ class Supervisor {
   struct Companion {
     pid_t pid = -1;
     std::shared_ptr<std::atomic<bool>> alive;  // null: none started
+    // SIGKILL unless none started or the reaper collected it. (Its pid is not reused between
+    // the reaper's wait and the flag: pids are handed out in sequence, and the namespace would
+    // have to wrap around in between.)
+    void kill() const {
+      if (alive && *alive) ::kill(pid, SIGKILL);
+    }
   };
   // Starts the companion of the next run; the child's end of their socketpair goes to
   // `child_end` (-1 when it could not start, and then the companion is empty).

@@ -257,11 +257,11 @@ int serve_main(int argc, char** argv) {
   ::prctl(PR_SET_DUMPABLE, 0);
   Flags f;
   if (auto exit_code = parse_flags(argc, argv, f)) return *exit_code;
-  // The worker gets the server's environment minus ABX_ACCESS_TOKEN (pyworker filters it).
   if (f.python_fd >= 0 && f.python.empty()) {
     std::cerr << "abx-server: --python-fd needs --python\n";
     return kExitUsage;
   }
+  // The worker gets the server's environment minus ABX_ACCESS_TOKEN (pyworker filters it).
   if (!f.python.empty() && !start_python(f.python, f.python_fd, f.opt)) return kExitConfig;
   if (!load_modules(f.modules)) return kExitConfig;
   auto& reg = registry::default_registry();
