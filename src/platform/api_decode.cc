@@ -4,6 +4,7 @@
 #include "abx/base/json.h"
 #include "abx/base/try.h"
 #include "abx/platform/host_route.h"
+#include "abx/store/sandbox_id.h"
 #include "api_routes.h"
 
 namespace abx::platform::api {
@@ -68,7 +69,7 @@ Result<std::map<std::string, std::string>> string_map(const json::value* v, cons
 Result<std::string> sandbox_id(const Context& ctx) {
   std::string id = ctx.params.at(0);
   if (auto dash = id.find('-'); dash != std::string::npos) id = id.substr(0, dash);
-  if (!valid_sandbox_id(id)) return invalid_argument("invalid sandbox id");
+  if (!store::SandboxId::routable(id)) return invalid_argument("invalid sandbox id");
   return id;
 }
 

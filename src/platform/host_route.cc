@@ -3,6 +3,8 @@
 #include <boost/asio/ip/address.hpp>
 #include <optional>
 
+#include "abx/store/sandbox_id.h"
+
 namespace abx::platform {
 
 Result<std::uint16_t> parse_port(std::string_view s) {
@@ -20,14 +22,6 @@ Result<std::uint16_t> parse_port(std::string_view s) {
   if (v > 65535)
     return invalid_argument("invalid sandbox port '" + std::string(s) + "': over 65535");
   return static_cast<std::uint16_t>(v);
-}
-
-bool valid_sandbox_id(std::string_view id) {
-  if (id.empty() || id.size() > 64) return false;
-  for (char c : id) {
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) return false;
-  }
-  return true;
 }
 
 namespace {
@@ -96,7 +90,7 @@ Result<Route> route_request(std::string_view host, std::string_view id_header,
     if (id_header.empty() || port_header.empty()) {
       return invalid_argument("E2b-Sandbox-Id and E2b-Sandbox-Port must be sent together");
     }
-    if (!valid_sandbox_id(id_header)) {
+    if (!store::SandboxId::routable(id_header)) {
       return invalid_argument("invalid E2b-Sandbox-Id: use lowercase letters and digits");
     }
     auto port = parse_port(port_header);
@@ -115,7 +109,7 @@ Result<Route> route_request(std::string_view host, std::string_view id_header,
   auto port = parse_port(label.substr(0, dash));
   if (!port.ok()) return port.error();
   std::string_view id = label.substr(dash + 1);
-  if (!valid_sandbox_id(id)) {
+  if (!store::SandboxId::routable(id)) {
     return invalid_argument("invalid sandbox id in Host: use lowercase letters and digits");
   }
   return Route{Route::Kind::kSandbox, std::string(id), *port};

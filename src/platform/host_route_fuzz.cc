@@ -5,6 +5,7 @@
 #include <string>
 
 #include "abx/platform/host_route.h"
+#include "abx/store/sandbox_id.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string in(reinterpret_cast<const char*>(data), size);
@@ -20,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   auto r = abx::platform::route_request(parts[0], parts[1], parts[2], "localhost");
   if (r.ok() && r->kind == abx::platform::Route::Kind::kSandbox) {
-    if (!abx::platform::valid_sandbox_id(r->sandbox_id) || r->port == 0) std::abort();
+    if (!abx::store::SandboxId::routable(r->sandbox_id) || r->port == 0) std::abort();
     auto again = abx::platform::route_request(
         std::to_string(r->port) + "-" + r->sandbox_id + ".localhost", "", "", "localhost");
     if (!again.ok() || again->sandbox_id != r->sandbox_id || again->port != r->port) std::abort();

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include "abx/runtime/sandbox.h"
+#include "abx/store/sandbox_id.h"
+
 namespace abx::platform {
 namespace {
 
@@ -90,6 +93,22 @@ TEST(HostRoute, DomainIsNormalisedOnceAsAHostIs) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->kind, Route::Kind::kSandbox);
   EXPECT_EQ(r->sandbox_id, "xyz");
+}
+
+// The three rules of store/sandbox_id.h nest: every id abxd makes is routed to (not refused as
+// malformed) and is a name the runtime takes for the sandbox's hostname, cgroup and directory.
+TEST(HostRoute, EveryGeneratedIdIsRoutedAndARuntimeName) {
+  for (int i = 0; i < 200; ++i) {
+    auto id = store::SandboxId::generate();
+    ASSERT_TRUE(id.ok());
+    EXPECT_TRUE(runtime::valid_sandbox_name(id->str())) << id->str();
+    auto r = route_request("49983-" + id->str() + ".abx.test", "", "", "abx.test");
+    ASSERT_TRUE(r.ok()) << id->str() << ": " << r.error().message();
+    EXPECT_EQ(r->sandbox_id, id->str());
+  }
+  // ... and the router's looser form is still not a runtime name with a dash in it.
+  EXPECT_FALSE(store::SandboxId::routable("build-abc"));
+  EXPECT_TRUE(runtime::valid_sandbox_name("build-abc"));
 }
 
 }  // namespace

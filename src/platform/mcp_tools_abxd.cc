@@ -16,6 +16,7 @@
 #include "abx/mcp/session.h"
 #include "abx/platform/host_route.h"
 #include "abx/registry/registry.h"
+#include "abx/store/sandbox_id.h"
 #include "abx/templates/template.h"
 
 namespace abx::platform {
@@ -272,7 +273,8 @@ class AbxdBackend : public PlatformBackend {
 
  private:
   Result<std::shared_ptr<LiveSandbox>> find(const std::string& id) {
-    std::shared_ptr<LiveSandbox> sb = valid_sandbox_id(id) ? sandboxes_.find(id) : nullptr;
+    std::shared_ptr<LiveSandbox> sb =
+        store::SandboxId::routable(id) ? sandboxes_.find(id) : nullptr;
     if (!sb || sb->record.team_id != team_)
       return not_found("sandbox '" + id.substr(0, 64) + "' not found");
     return sb;

@@ -399,7 +399,8 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::restore_child(const std::st
   if (!parent.tmpl)
     return Error(ErrorCode::kFailedPrecondition,
                  "template '" + parent.record.template_id + "' is gone");
-  ABX_ASSIGN_OR_RETURN(const std::string id, store::generate_sandbox_id());
+  ABX_ASSIGN_OR_RETURN(const store::SandboxId sid, store::SandboxId::generate());
+  const std::string& id = sid.str();
   const fs::path run_dir = fs::path(opt_.home) / "run" / id;
   bool committed = false;
   std::shared_ptr<runtime::Sandbox> rt;
@@ -575,9 +576,10 @@ Result<SandboxManager::SnapshotInfo> SandboxManager::create_snapshot(const std::
   if (!pause_to_disk_)
     return Error(ErrorCode::kFailedPrecondition,
                  "snapshots need CRIU, which this abxd cannot use (see its log at start)");
-  ABX_ASSIGN_OR_RETURN(const std::string rand, store::generate_sandbox_id());
+  // A snapshot's id is a sandbox id's random part behind its prefix.
+  ABX_ASSIGN_OR_RETURN(const store::SandboxId rand, store::SandboxId::generate());
   SnapshotInfo info;
-  info.id = std::string(kSnapshotPrefix) + rand;
+  info.id = std::string(kSnapshotPrefix) + rand.str();
   if (!name.empty()) info.names.push_back(name);
   info.sandbox_id = id;
   info.created_at_ms = now_ms();

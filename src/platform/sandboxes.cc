@@ -541,7 +541,8 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
     ABX_ASSIGN_OR_RETURN(img, resolve_image(*tmpl));
   }
   tl.mark("image");
-  ABX_ASSIGN_OR_RETURN(const std::string id, store::generate_sandbox_id());
+  ABX_ASSIGN_OR_RETURN(const store::SandboxId sid, store::SandboxId::generate());
+  const std::string& id = sid.str();
   std::string token;
   if (req.secure) {
     ABX_ASSIGN_OR_RETURN(token, token::random_hex(24));

@@ -49,14 +49,6 @@
 namespace abx::runtime {
 namespace {
 
-bool valid_id(const std::string& id) {
-  if (id.empty() || id.size() > 64) return false;
-  if (!std::isalnum(static_cast<unsigned char>(id[0]))) return false;
-  return std::all_of(id.begin(), id.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
-  });
-}
-
 bool valid_cgroup_parent(const std::string& p) {
   return !p.empty() && p.find("..") == std::string::npos && p.front() != '/' &&
          p.find("//") == std::string::npos;
@@ -66,6 +58,14 @@ bool valid_cgroup_parent(const std::string& p) {
 bool overlay_safe(const std::string& p) { return p.find_first_of(",:\\\n") == std::string::npos; }
 
 }  // namespace
+
+bool valid_sandbox_name(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  if (!std::isalnum(static_cast<unsigned char>(name[0]))) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+  });
+}
 
 std::vector<std::string> layers_of(const SandboxConfig& c) {
   switch (c.rootfs) {
@@ -80,7 +80,7 @@ std::vector<std::string> layers_of(const SandboxConfig& c) {
 }
 
 Status validate(const SandboxConfig& c) {
-  if (!valid_id(c.id))
+  if (!valid_sandbox_name(c.id))
     return invalid_argument("sandbox id must be 1-64 of [a-z0-9-]: '" + c.id + "'");
   if (c.state_dir.empty() || c.state_dir[0] != '/' || !overlay_safe(c.state_dir))
     return invalid_argument("state_dir must be an absolute path without , : \\");

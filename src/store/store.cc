@@ -268,21 +268,11 @@ bool digest_matches(std::string_view stored_hex_digest, std::string_view present
   return CRYPTO_memcmp(stored_hex_digest.data(), want.data(), want.size()) == 0;
 }
 
-Result<std::string> generate_sandbox_id() {
-  return random_chars("abcdefghijklmnopqrstuvwxyz0123456789", 20);
-}
-
 bool valid_team_id(std::string_view id) {
   if (id.empty() || id.size() > 63 || id[0] == '-') return false;
   return std::all_of(id.begin(), id.end(), [](char c) {
     return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
   });
-}
-
-bool valid_sandbox_id(std::string_view id) {
-  return id.size() == 20 && std::all_of(id.begin(), id.end(), [](char c) {
-           return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-         });
 }
 
 struct Store::Impl {
@@ -423,7 +413,7 @@ Status Store::check_integrity() {
 // --- sandboxes ---
 
 Status Store::insert_sandbox(const SandboxRecord& r) {
-  if (!valid_sandbox_id(r.id)) return bad_id(r.id);
+  if (!SandboxId::valid(r.id)) return bad_id(r.id);
   // Empty: the sandbox was created with secure=false and has no token at all.
   if (!r.access_token_digest.empty() &&
       (r.access_token_digest.size() != 64 || !is_lower_hex(r.access_token_digest))) {
@@ -467,7 +457,7 @@ Status Store::insert_sandbox(const SandboxRecord& r) {
 }
 
 Result<SandboxRecord> Store::get_sandbox(std::string_view id) {
-  if (!valid_sandbox_id(id)) return bad_id(id);
+  if (!SandboxId::valid(id)) return bad_id(id);
   std::lock_guard lock(impl_->mu);
   ABX_ASSIGN_OR_RETURN(auto s, impl_->conn.prepare(std::string("SELECT ") + kSandboxColumns +
                                                        " FROM sandboxes WHERE id = ?1",
@@ -500,7 +490,7 @@ Result<std::pair<std::int64_t, std::string>> decode_cursor(std::string_view tok)
     created = created * 10 + (c - '0');
   }
   std::string id(s.substr(colon + 1));
-  if (!valid_sandbox_id(id)) return bad;
+  if (!SandboxId::valid(id)) return bad;
   return std::make_pair(created, std::move(id));
 }
 
@@ -579,7 +569,7 @@ Result<SandboxPage> Store::list_sandboxes(const SandboxFilter& f) {
 }
 
 Status Store::update_state(std::string_view id, SandboxState state) {
-  if (!valid_sandbox_id(id)) return bad_id(id);
+  if (!SandboxId::valid(id)) return bad_id(id);
   std::lock_guard lock(impl_->mu);
   ABX_ASSIGN_OR_RETURN(
       auto s, impl_->conn.prepare("UPDATE sandboxes SET state = ?2 WHERE id = ?1", "update state"));
@@ -588,7 +578,7 @@ Status Store::update_state(std::string_view id, SandboxState state) {
 }
 
 Status Store::set_checkpoint(std::string_view id, SandboxState state, std::string_view checkpoint) {
-  if (!valid_sandbox_id(id)) return bad_id(id);
+  if (!SandboxId::valid(id)) return bad_id(id);
   if (state == SandboxState::kKilled) return invalid_argument("set_checkpoint: a live state");
   std::lock_guard lock(impl_->mu);
   ABX_ASSIGN_OR_RETURN(
@@ -600,7 +590,7 @@ Status Store::set_checkpoint(std::string_view id, SandboxState state, std::strin
 }
 
 Status Store::set_deadline(std::string_view id, std::int64_t end_at_ms, Durability durability) {
-  if (!valid_sandbox_id(id)) return bad_id(id);
+  if (!SandboxId::valid(id)) return bad_id(id);
   std::lock_guard lock(impl_->mu);
   // kProcessCrash: this one commit with synchronous = NORMAL, which in WAL mode writes the WAL
   // without fsyncing it (the fdatasync of a growing WAL: 1.28 ms in one traced connect).
@@ -627,7 +617,7 @@ Result<int> Store::synchronous_setting() {
 }
 
 Status Store::set_network(std::string_view id, std::string_view network) {
-  if (!valid_sandbox_id(id)) return bad_id(id);
+  if (!SandboxId::valid(id)) return bad_id(id);
   std::lock_guard lock(impl_->mu);
   ABX_ASSIGN_OR_RETURN(
       auto s,
@@ -637,7 +627,7 @@ Status Store::set_network(std::string_view id, std::string_view network) {
 }
 
 Status Store::set_init(std::string_view id, std::int64_t pid, std::uint64_t start_time) {
-  if (!valid_sandbox_id(id)) return bad_id(id);
+  if (!SandboxId::valid(id)) return bad_id(id);
   std::lock_guard lock(impl_->mu);
   ABX_ASSIGN_OR_RETURN(
       auto s,
@@ -649,7 +639,7 @@ Status Store::set_init(std::string_view id, std::int64_t pid, std::uint64_t star
 }
 
 Status Store::delete_sandbox(std::string_view id) {
-  if (!valid_sandbox_id(id)) return bad_id(id);
+  if (!SandboxId::valid(id)) return bad_id(id);
   std::lock_guard lock(impl_->mu);
   ABX_ASSIGN_OR_RETURN(
       auto s, impl_->conn.prepare("DELETE FROM sandboxes WHERE id = ?1", "delete sandbox"));

@@ -244,17 +244,6 @@ TEST(Store, AcceptsASandboxWithoutAToken) {
   EXPECT_FALSE(digest_matches(got->access_token_digest, ""));
 }
 
-TEST(Store, GeneratesValidSandboxIds) {
-  std::set<std::string> seen;
-  for (int i = 0; i < 200; ++i) {
-    auto id = generate_sandbox_id();
-    ASSERT_TRUE(id.ok());
-    EXPECT_TRUE(valid_sandbox_id(*id)) << *id;
-    seen.insert(*id);
-  }
-  EXPECT_EQ(seen.size(), 200u);
-}
-
 TEST(Store, ListFilters) {
   TempDir d;
   auto s = open_or_die(d.path() / "abx.db");

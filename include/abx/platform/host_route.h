@@ -39,6 +39,5 @@ std::string normalise_domain(std::string_view domain);
 
 // "1".."65535", no sign, no leading zero.
 Result<std::uint16_t> parse_port(std::string_view s);
-bool valid_sandbox_id(std::string_view id);
 
 }  // namespace abx::platform

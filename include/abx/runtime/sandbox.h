@@ -53,6 +53,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "abx/base/error.h"
@@ -97,8 +98,13 @@ inline constexpr std::size_t kMaxGroups = 64;
 // Overlay layers one sandbox may stack (overlayfs's own limit is 500).
 inline constexpr std::size_t kMaxLowerDirs = 128;
 
+// A name the runtime gives a sandbox (SandboxConfig::id: its hostname, cgroup and directory):
+// 1-64 of [a-z0-9-], starting alphanumeric. abxd's sandbox ids (store/sandbox_id.h) are a
+// subset; template builds use the dash.
+bool valid_sandbox_name(std::string_view name);
+
 struct SandboxConfig {
-  std::string id;         // 1-64 of [a-z0-9-], starting alphanumeric: hostname, cgroup, dir name
+  std::string id;         // valid_sandbox_name(): hostname, cgroup, dir name
   std::string state_dir;  // absolute host directory for per-sandbox state; created if missing
   RootfsMode rootfs = RootfsMode::kImage;
   // kImage: absolute host directories of the image's layers, LOWEST first (an image store's

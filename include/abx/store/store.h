@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "abx/base/error.h"
+#include "abx/store/sandbox_id.h"
 
 namespace abx::store {
 
@@ -158,9 +159,6 @@ struct StoreOptions {
 std::string token_digest(std::string_view secret);
 // True if SHA-256(presented) equals the stored hex digest; constant time in the content.
 bool digest_matches(std::string_view stored_hex_digest, std::string_view presented);
-// A fresh random sandbox id: 20 characters of [a-z0-9] (uniform; OpenSSL RAND_bytes).
-Result<std::string> generate_sandbox_id();
-bool valid_sandbox_id(std::string_view id);
 
 // One lifecycle event (schema 6): a sandbox was created, paused, resumed, ... or ended.
 struct EventRecord {
