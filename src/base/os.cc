@@ -1,8 +1,18 @@
 #include "abx/base/os.h"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
+
+#include "abx/base/fd.h"
+#include "abx/base/try.h"
 
 namespace abx::os {
 
@@ -45,13 +55,18 @@ Error errno_error(std::string_view what, int err) {
   return Error(code_for_errno(err), std::string(what) + ": " + errno_name(err));
 }
 
-Status write_all(int fd, std::string_view data, std::string_view what) {
+int write_all_errno(int fd, std::string_view data) {
   while (!data.empty()) {
     ssize_t n = retry_eintr([&] { return ::write(fd, data.data(), data.size()); });
-    if (n < 0) return errno_error(what, errno);
-    if (n == 0) return internal_error(std::string(what) + ": write returned 0");
+    if (n < 0) return errno;
+    if (n == 0) return EIO;
     data.remove_prefix(static_cast<std::size_t>(n));
   }
+  return 0;
+}
+
+Status write_all(int fd, std::string_view data, std::string_view what) {
+  if (int err = write_all_errno(fd, data); err != 0) return errno_error(what, err);
   return {};
 }
 
@@ -68,6 +83,170 @@ Result<std::string> read_all(int fd, std::size_t max, std::string_view what) {
     }
     out.append(buf, static_cast<std::size_t>(n));
   }
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Keeps the first `limit` bytes of a stream.
+void keep(std::string& to, bool& truncated, const char* p, std::size_t n, std::size_t limit) {
+  const std::size_t room = to.size() < limit ? limit - to.size() : 0;
+  if (n > room) truncated = true;
+  to.append(p, std::min(n, room));
+}
+
+// The last few lines of a program's output, for an error message.
+std::string tail(std::string_view text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.remove_suffix(1);
+  constexpr std::size_t kMax = 1000;
+  if (text.size() > kMax) {
+    text.remove_prefix(text.size() - kMax);
+    if (auto nl = text.find('\n'); nl != std::string_view::npos) text.remove_prefix(nl + 1);
+  }
+  return std::string(text);
+}
+
+}  // namespace
+
+bool Finished::exited_ok() const {
+  return !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+std::string Finished::describe() const {
+  if (timed_out) return "did not finish in time, killed";
+  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+Result<Finished> run(const std::vector<std::string>& args, const RunOptions& o) {
+  if (args.empty()) return invalid_argument("run: no program");
+  const std::string& what = o.what.empty() ? args[0] : o.what;
+  // Everything the child needs, before the spawn: after a fork it only calls what is
+  // async-signal-safe.
+  std::vector<std::string> arg_copy = args, env_copy = o.env;
+  std::vector<char*> argv, envp;
+  for (auto& a : arg_copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env_copy) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return errno_error("pipe2", errno);
+  UniqueFd out_rd(p[0]), out_wr(p[1]);
+  UniqueFd err_rd, err_wr;
+  if (!o.merge_output) {
+    if (::pipe2(p, O_CLOEXEC) != 0) return errno_error("pipe2", errno);
+    err_rd = UniqueFd(p[0]);
+    err_wr = UniqueFd(p[1]);
+  }
+  const int child_err = o.merge_output ? out_wr.get() : err_wr.get();
+  UniqueFd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!devnull) return errno_error("open /dev/null", errno);
+
+  pid_t pid = -1;
+  if (!o.started) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, devnull.get(), 0);
+    posix_spawn_file_actions_adddup2(&fa, out_wr.get(), 1);
+    posix_spawn_file_actions_adddup2(&fa, child_err, 2);
+    posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    if (o.new_session) posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+    const int rc = ::posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
+    posix_spawnattr_destroy(&attr);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) return errno_error("spawn " + what, rc);
+  } else {
+    if (::pipe2(p, O_CLOEXEC) != 0) return errno_error("pipe2", errno);
+    UniqueFd go_rd(p[0]), go_wr(p[1]);
+    pid = ::fork();
+    if (pid < 0) return errno_error("fork", errno);
+    if (pid == 0) {
+      if (o.new_session) ::setsid();
+      ::dup2(devnull.get(), 0);
+      ::dup2(out_wr.get(), 1);
+      ::dup2(child_err, 2);
+      // 0-2 and the go pipe only (the program gets no other descriptor of ours).
+      if (::dup2(go_rd.get(), 3) != 3) ::_exit(126);
+      ::syscall(SYS_close_range, 4u, ~0u, 0u);
+      char c;
+      if (::read(3, &c, 1) != 1) ::_exit(126);  // the parent gave up
+      ::close(3);
+      ::execve(argv[0], argv.data(), envp.data());
+      ::_exit(127);
+    }
+    go_rd.reset();
+    if (Status s = o.started(pid); !s) {
+      go_wr.reset();  // the child exits without running the program
+      retry_eintr([&] { return ::waitpid(pid, nullptr, 0); });
+      return s.error();
+    }
+    char c = 1;
+    if (retry_eintr([&] { return ::write(go_wr.get(), &c, 1); }) != 1) {
+      const int err = errno;
+      ::kill(pid, SIGKILL);
+      retry_eintr([&] { return ::waitpid(pid, nullptr, 0); });
+      return errno_error("release " + what, err);
+    }
+  }
+  out_wr.reset();
+  err_wr.reset();
+
+  Finished r;
+  const auto deadline = o.timeout ? Clock::now() + *o.timeout : Clock::time_point::max();
+  char buf[16 * 1024];
+  // Reads until both pipes end (the program and whatever it left holding them) or the limit.
+  while (out_rd || err_rd) {
+    pollfd fds[2] = {{out_rd ? out_rd.get() : -1, POLLIN, 0},
+                     {err_rd ? err_rd.get() : -1, POLLIN, 0}};
+    int wait_ms = -1;
+    if (o.timeout) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+      wait_ms = static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 60'000));
+    }
+    const int ready = retry_eintr([&] { return ::poll(fds, 2, wait_ms); });
+    if (ready < 0) break;  // cannot happen with valid fds: wait for the program as before
+    if (ready == 0) {
+      if (Clock::now() < deadline) continue;
+      // Its group with a session of its own: its helpers are in it too. What it leaves behind
+      // is for the caller's error path.
+      if (o.new_session) ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+      r.timed_out = true;
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      UniqueFd& fd = i == 0 ? out_rd : err_rd;
+      const ssize_t n = retry_eintr([&] { return ::read(fd.get(), buf, sizeof buf); });
+      if (n <= 0) {
+        fd.reset();
+        continue;
+      }
+      if (i == 0)
+        keep(r.out, r.out_truncated, buf, static_cast<std::size_t>(n), o.capture_limit);
+      else
+        keep(r.err, r.err_truncated, buf, static_cast<std::size_t>(n), o.capture_limit);
+    }
+  }
+  if (retry_eintr([&] { return ::waitpid(pid, &r.status, 0); }) < 0)
+    return errno_error("waitpid " + what, errno);
+  // One that ended on its own just as the limit ran out is not reported as killed.
+  r.timed_out = r.timed_out && WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGKILL;
+  return r;
+}
+
+Result<Finished> run_program(const std::vector<std::string>& args, const RunOptions& o) {
+  ABX_ASSIGN_OR_RETURN(Finished r, run(args, o));
+  if (r.exited_ok()) return r;
+  const std::string& what = o.what.empty() ? args[0] : o.what;
+  std::string msg = what + " failed (" + r.describe() + ")";
+  if (std::string t = tail(o.merge_output ? r.out : r.err); !t.empty()) msg += ": " + t;
+  return Error(r.timed_out ? ErrorCode::kDeadlineExceeded : ErrorCode::kInternal, std::move(msg));
 }
 
 }  // namespace abx::os
