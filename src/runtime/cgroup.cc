@@ -44,12 +44,9 @@ std::vector<pid_t> read_pids(const std::string& dir) {
 // Polls `done` every millisecond for up to `limit`.
 template <class F>
 bool wait_until(F done, std::chrono::milliseconds limit) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
+  return os::poll_until(std::chrono::steady_clock::now() + limit,
+                        os::Backoff{std::chrono::milliseconds(1), std::chrono::milliseconds(1)},
+                        done);
 }
 
 }  // namespace
@@ -357,9 +354,15 @@ std::string SandboxCgroups::freezer_dir() const {
 Status SandboxCgroups::remove() const {
   for (const auto& dir : dirs_) {
     // A killed task leaves the group shortly after it is reaped; rmdir says EBUSY meanwhile.
-    bool ok = wait_until([&] { return ::rmdir(dir.c_str()) == 0 || errno == ENOENT; },
-                         std::chrono::seconds(5));
-    if (!ok) return os::errno_error("rmdir " + dir, errno);
+    int err = 0;
+    bool ok = wait_until(
+        [&] {
+          if (::rmdir(dir.c_str()) == 0 || errno == ENOENT) return true;
+          err = errno;
+          return false;
+        },
+        std::chrono::seconds(5));
+    if (!ok) return os::errno_error("rmdir " + dir, err);
   }
   return {};
 }

@@ -21,7 +21,6 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -79,20 +78,17 @@ void child_keep_only(int keep) {
   ::syscall(SYS_close_range, static_cast<unsigned>(keep + 1), ~0u, 0u);
 }
 
-struct Ran {
-  int status = -1;
-  std::string out;         // stdout + stderr, the first 64 KiB
-  bool timed_out = false;  // killed (with its process group) after its time limit
-};
+// What a CRIU run left: its status, its stdout + stderr (the first 64 KiB), whether it timed out.
+using Ran = os::Finished;
 
 // How long `criu check` and `criu --version` may take.
 constexpr std::chrono::seconds kQuickCriuLimit{60};
 
-// Runs `args` (argv[0] absolute; no shell) with /dev/null as stdin and a pipe as stdout and
-// stderr. With `join` or `started`, a forked child waits until the parent has attached it to
-// those cgroups (so the program runs in them from its first instruction) and has called
-// started(pid), then execs (between fork and exec it only reads and execs: nothing that
-// allocates); should the parent die before, the child exits and the program never runs.
+// Runs `args` (argv[0] absolute; no shell) with os::run: /dev/null as stdin, one pipe as stdout
+// and stderr (the first 64 KiB kept). With `join` or `started`, the forked child waits until the
+// parent has attached it to those cgroups (so the program runs in them from its first
+// instruction) and has called started(pid), then execs; should the parent die before, the child
+// exits and the program never runs.
 // started() records the pid where a later abxd finds it: the program must not act before the
 // record exists (a dump started by an abxd killed in between ran unrecorded; recover() thawed
 // the tree, and CRIU, ending, froze it again for good). The program leads a session (and so a
@@ -105,111 +101,32 @@ constexpr std::chrono::seconds kQuickCriuLimit{60};
 // for that stop: a SIGCONT first and the helper runs on while CRIU waits for ever (seen: a
 // "kill -9 of abxd" test's CRIU hung in waitpid with SIGHUP pending). The kernel sends those
 // signals only within one session.
-Result<Ran> run_program(std::vector<std::string> args, std::chrono::milliseconds limit,
+Result<Ran> run_program(const std::vector<std::string>& args, std::chrono::milliseconds limit,
                         const SandboxCgroups* join = nullptr,
                         const std::function<Status(pid_t)>& started = {}) {
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  // CRIU runs iptables-save, ip, tar: they need a PATH, and nothing else of ours.
-  char path_env[] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-  // CRIU_FAULT=130 is CRIU's FI_NO_BREAKPOINTS: after its parasite code (dump) or restorer
-  // (restore) it stops each task on the rt_sigreturn syscall (PTRACE_SYSCALL) instead of on a
-  // hardware breakpoint. Some guests never deliver that breakpoint (a PVM guest, where int $0x80
-  // faults too): the task ran on, and criu waited for its trap for ever, every dump and restore.
-  // The syscall stop works everywhere; it costs a few ptrace stops per task.
-  char no_breakpoints_env[] = "CRIU_FAULT=130";
-  char* envp[] = {path_env, no_breakpoints_env, nullptr};
-  int out[2], go[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) return os::errno_error("pipe2", errno);
-  UniqueFd out_rd(out[0]), out_wr(out[1]);
-  ABX_ASSIGN_OR_RETURN(UniqueFd devnull, open_fd("/dev/null", O_RDONLY));
-  pid_t pid = -1;
-  if (!join && !started) {
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, devnull.get(), 0);
-    posix_spawn_file_actions_adddup2(&fa, out_wr.get(), 1);
-    posix_spawn_file_actions_adddup2(&fa, out_wr.get(), 2);
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
-    int rc = ::posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp);
-    posix_spawnattr_destroy(&attr);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) return os::errno_error("spawn " + args[0], rc);
-  } else {
-    if (::pipe2(go, O_CLOEXEC) != 0) return os::errno_error("pipe2", errno);
-    UniqueFd go_rd(go[0]), go_wr(go[1]);
-    pid = ::fork();
-    if (pid < 0) return os::errno_error("fork", errno);
-    if (pid == 0) {
-      ::setsid();
-      ::dup2(devnull.get(), 0);
-      ::dup2(out_wr.get(), 1);
-      ::dup2(out_wr.get(), 2);
-      // 0-2 and the go pipe only (criu gets no other descriptor of ours).
-      int go_fd = ::dup2(go_rd.get(), 3);
-      if (go_fd != 3) ::_exit(126);
-      ::syscall(SYS_close_range, 4u, ~0u, 0u);
-      char c;
-      if (::read(3, &c, 1) != 1) ::_exit(126);  // the parent gave up
-      ::close(3);
-      ::execve(argv[0], argv.data(), envp);
-      ::_exit(127);
-    }
-    go_rd.reset();
-    if (join) {
-      if (Status s = join->attach(pid); !s) {
-        go_wr.reset();
-        ::waitpid(pid, nullptr, 0);
-        return s.error();
-      }
-    }
-    if (started) {
-      if (Status s = started(pid); !s) {
-        go_wr.reset();
-        ::waitpid(pid, nullptr, 0);
-        return s.error();
-      }
-    }
-    char c = 1;
-    if (os::retry_eintr([&] { return ::write(go_wr.get(), &c, 1); }) != 1) {
-      int err = errno;
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-      return os::errno_error("release " + args[0], err);
-    }
+  os::RunOptions o;
+  o.env = {
+      // CRIU runs iptables-save, ip, tar: they need a PATH, and nothing else of ours.
+      "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+      // CRIU_FAULT=130 is CRIU's FI_NO_BREAKPOINTS: after its parasite code (dump) or restorer
+      // (restore) it stops each task on the rt_sigreturn syscall (PTRACE_SYSCALL) instead of on
+      // a hardware breakpoint. Some guests never deliver that breakpoint (a PVM guest, where
+      // int $0x80 faults too): the task ran on, and criu waited for its trap for ever, every
+      // dump and restore. The syscall stop works everywhere; it costs a few ptrace stops per
+      // task.
+      "CRIU_FAULT=130"};
+  o.merge_output = true;
+  o.capture_limit = 64 << 10;
+  o.timeout = limit;
+  o.new_session = true;
+  if (join || started) {
+    o.started = [&](pid_t pid) -> Status {
+      if (join) ABX_TRY(join->attach(pid));
+      if (started) ABX_TRY(started(pid));
+      return {};
+    };
   }
-  out_wr.reset();
-  Ran r;
-  char buf[4096];
-  const auto deadline = Clock::now() + limit;
-  for (;;) {
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-    pollfd p{out_rd.get(), POLLIN, 0};
-    const int ready = left.count() <= 0 ? 0 : os::retry_eintr([&] {
-      return ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 60'000)));
-    });
-    if (ready < 0) break;  // cannot happen with a valid fd: wait for the program as before
-    if (ready == 0) {
-      if (Clock::now() < deadline) continue;
-      // Its group: a criu restore's helpers and the tree it was making are in it too. What it
-      // leaves behind (a frozen or half-made tree) is for the caller's error path.
-      ::kill(-pid, SIGKILL);
-      ::kill(pid, SIGKILL);
-      r.timed_out = true;
-      break;
-    }
-    const ssize_t n = os::retry_eintr([&] { return ::read(out_rd.get(), buf, sizeof buf); });
-    if (n <= 0) break;
-    if (r.out.size() < (64u << 10)) r.out.append(buf, static_cast<std::size_t>(n));
-  }
-  if (os::retry_eintr([&] { return ::waitpid(pid, &r.status, 0); }) < 0)
-    return os::errno_error("waitpid " + args[0], errno);
-  // One that ended on its own just as the limit ran out is not reported as killed.
-  r.timed_out = r.timed_out && WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGKILL;
-  return r;
+  return os::run(args, o);
 }
 
 // The file's text, or `fallback` when it cannot be read.
@@ -245,13 +162,6 @@ std::string log_tail(const std::string& text) {
   for (std::size_t i = pick.size() > 6 ? pick.size() - 6 : 0; i < pick.size(); ++i)
     out += (out.empty() ? "" : " | ") + pick[i].substr(0, 300);
   return out;
-}
-
-std::string describe(const Ran& r) {
-  if (r.timed_out) return "did not finish in time, killed";
-  if (WIFEXITED(r.status)) return "exit " + std::to_string(WEXITSTATUS(r.status));
-  if (WIFSIGNALED(r.status)) return "killed by signal " + std::to_string(WTERMSIG(r.status));
-  return "status " + std::to_string(r.status);
 }
 
 // Whether `dir` exists and has no entries.
@@ -372,12 +282,9 @@ json::object describe_checkpoint(const Sandbox::State& st, const CheckpointOptio
 // asynchronously once the last mount of its filesystem is gone. False if one still is.
 bool wait_loop_detached(const std::string& image) {
   auto attached = [&] { return loop_backed_by(image) || loop_backed_by_inode(image); };
-  auto deadline = Clock::now() + std::chrono::seconds(5);
-  while (attached()) {
-    if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
+  return os::poll_until(Clock::now() + std::chrono::seconds(5),
+                        os::Backoff{std::chrono::milliseconds(5), std::chrono::milliseconds(5)},
+                        [&] { return !attached(); });
 }
 
 // `to` as a hard link of `from` (the same inode), or a copy where the filesystem does not allow
@@ -407,7 +314,7 @@ Status criu_available(const std::string& criu) {
   if (!ran) return Error(ErrorCode::kFailedPrecondition, "criu check: " + ran.error().message());
   if (ran->status != 0)
     return Error(ErrorCode::kFailedPrecondition,
-                 "criu check failed (" + describe(*ran) + "): " + log_tail(ran->out));
+                 "criu check failed (" + ran->describe() + "): " + log_tail(ran->out));
   std::lock_guard lock(mu);
   checked.insert(criu);
   return {};
@@ -524,7 +431,7 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
     // mounts.cc) is the sandbox's doing, not abx's: say what it is.
     const bool watch = (log.empty() ? ran->out : log).find("fsnotify: ") != std::string::npos;
     return with_resume(Error(
-        code, "criu dump of sandbox " + c.id + " failed (" + describe(*ran) +
+        code, "criu dump of sandbox " + c.id + " failed (" + ran->describe() +
                   (full ? ", no space left in " + dir : "") +
                   (watch ? ", a process in the sandbox holds an inotify or fanotify watch that "
                            "cannot be saved; end that watch and retry"
@@ -1182,7 +1089,7 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
     std::string log = read_or(st->dir + "/" + kRestoreLog, ran->out);
     return Error(ran->timed_out ? ErrorCode::kDeadlineExceeded : ErrorCode::kInternal,
                  "criu restore of sandbox " + config.id + " from " + dir + " failed (" +
-                     describe(*ran) + "): " + log_tail(log));
+                     ran->describe() + "): " + log_tail(log));
   }
 
   // 6. The restored init: pidfd, start time, records, netns, veth — as spawn() has them.

@@ -9,6 +9,8 @@
 
 #include <cstring>
 
+#include "abx/base/os.h"
+
 namespace abx::runtime {
 namespace {
 
@@ -34,10 +36,7 @@ bool receive_go(const ChildPlan& p, ChildReport* r) {
   msg.msg_iovlen = 1;
   msg.msg_control = control;
   msg.msg_controllen = sizeof control;
-  ssize_t n;
-  do {
-    n = ::recvmsg(p.sock, &msg, MSG_CMSG_CLOEXEC);
-  } while (n < 0 && errno == EINTR);
+  ssize_t n = os::retry_eintr([&] { return ::recvmsg(p.sock, &msg, MSG_CMSG_CLOEXEC); });
   if (n != 1) _exit(126);
   std::size_t got = 0;
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {

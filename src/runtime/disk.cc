@@ -10,7 +10,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/loop.h>
-#include <spawn.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -38,38 +37,13 @@ constexpr const char* kCacheDir = ".rw-cache";
 Status format_ext4(const std::string& path) {
   const char* mkfs =
       ::access("/usr/sbin/mkfs.ext4", X_OK) == 0 ? "/usr/sbin/mkfs.ext4" : "/sbin/mkfs.ext4";
-  std::vector<std::string> args = {
-      mkfs, "-q", "-F",     "-O", "^has_journal", "-E", "lazy_itable_init=1,nodiscard", "-m",
-      "0",  "-L", "abx-rw", path};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  char* envp[] = {nullptr};
-  int pipefd[2];
-  if (::pipe2(pipefd, O_CLOEXEC) != 0) return os::errno_error("pipe2", errno);
-  UniqueFd rd(pipefd[0]), wr(pipefd[1]);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, wr.get(), 1);
-  posix_spawn_file_actions_adddup2(&fa, wr.get(), 2);
-  pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, mkfs, &fa, nullptr, argv.data(), envp);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) return os::errno_error(std::string("spawn ") + mkfs, rc);
-  wr.reset();
-  std::string out;
-  char buf[512];
-  for (ssize_t n; (n = os::retry_eintr([&] { return ::read(rd.get(), buf, sizeof buf); })) > 0;)
-    if (out.size() < 2048) out.append(buf, static_cast<std::size_t>(n));
-  int status = 0;
-  if (os::retry_eintr([&] { return ::waitpid(pid, &status, 0); }) < 0)
-    return os::errno_error("waitpid mkfs.ext4", errno);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    while (!out.empty() && out.back() == '\n') out.pop_back();
-    return internal_error("mkfs.ext4 " + path + " failed (status " + std::to_string(status) +
-                          "): " + out);
-  }
+  os::RunOptions o;
+  o.what = "mkfs.ext4 " + path;
+  o.merge_output = true;
+  o.capture_limit = 2048;
+  ABX_TRY(os::run_program({mkfs, "-q", "-F", "-O", "^has_journal", "-E",
+                           "lazy_itable_init=1,nodiscard", "-m", "0", "-L", "abx-rw", path},
+                          o));
   return {};
 }
 
@@ -116,12 +90,11 @@ Status copy_sparse(const std::string& from, const std::string& to, std::uint64_t
     off_t hole = ::lseek(in.get(), data, SEEK_HOLE);
     if (hole < 0) return os::errno_error("lseek SEEK_HOLE " + from, errno);
     for (off_t off_in = data, off_out = data; off_in < hole;) {
-      ssize_t n = ::copy_file_range(in.get(), &off_in, out.get(), &off_out,
-                                    static_cast<std::size_t>(hole - off_in), 0);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return os::errno_error("copy_file_range " + from + " -> " + to, errno);
-      }
+      ssize_t n = os::retry_eintr([&] {
+        return ::copy_file_range(in.get(), &off_in, out.get(), &off_out,
+                                 static_cast<std::size_t>(hole - off_in), 0);
+      });
+      if (n < 0) return os::errno_error("copy_file_range " + from + " -> " + to, errno);
       if (n == 0) return internal_error("copy_file_range " + from + ": unexpected end");
     }
     pos = hole;
