@@ -15,6 +15,7 @@
 
 #include "abx/auth/signing.h"
 #include "abx/base/base64.h"
+#include "abx/base/os.h"
 #include "abx/base/try.h"
 #include "abx/token/token.h"
 #include "api_routes.h"
@@ -373,8 +374,7 @@ bool ControlApi::serve_control(Request& req, const http::Responder& respond) {
     std::string tmpl = upload_dir_ + "/ctx-XXXXXX";
     int fd = ::mkstemp(tmpl.data());
     if (fd < 0) return fail(internal_error("cannot spool the build context"));
-    bool ok = ::write(fd, req.body().data(), req.body().size()) ==
-              static_cast<ssize_t>(req.body().size());
+    bool ok = os::write_all_errno(fd, req.body()) == 0;
     ::close(fd);
     own_tmp = tmpl;
     if (!ok) {

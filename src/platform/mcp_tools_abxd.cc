@@ -10,6 +10,7 @@
 #include <thread>
 #include <tuple>
 
+#include "abx/base/os.h"
 #include "abx/base/time.h"
 #include "abx/base/try.h"
 #include "abx/client/sandbox.h"
@@ -71,16 +72,19 @@ client::ConnectionConfig::SandboxDialer dialer(SandboxManager& sandboxes, std::u
     if (port == client::kCodeInterpreterPort) port = interp_port;
     const auto until = std::chrono::steady_clock::now() +
                        (server ? kCommandServerStartWait : std::chrono::seconds(0));
-    for (;;) {
+    Result<UniqueFd> got =
+        unavailable("nothing listens on port " + std::to_string(port) + " in sandbox '" + id + "'");
+    os::poll_until(until, os::Backoff{kDialRetry, kDialRetry}, [&] {
       auto fd = sandboxes.connect(id, port);
-      if (fd.ok()) return UniqueFd(fd->release());
-      if (fd.error().code() != ErrorCode::kUnavailable) return fd.error();
-      if (std::chrono::steady_clock::now() > until) {
-        return unavailable("nothing listens on port " + std::to_string(port) + " in sandbox '" +
-                           id + "'");
-      }
-      std::this_thread::sleep_for(kDialRetry);
-    }
+      if (fd.ok())
+        got = UniqueFd(fd->release());
+      else if (fd.error().code() != ErrorCode::kUnavailable)
+        got = fd.error();
+      else
+        return false;
+      return true;
+    });
+    return got;
   };
 }
 

@@ -31,6 +31,7 @@
 #include <sstream>
 
 #include "abx/base/json.h"
+#include "abx/base/os.h"
 #include "abx/base/scope_exit.h"
 #include "abx/base/try.h"
 #include "abx/http/client.h"
@@ -75,23 +76,24 @@ std::string read_text(const fs::path& path) {
 // ready once an authenticated request with the new token answers 200 (5 s).
 Status wait_for_token(const runtime::Sandbox& sb, const std::string& token) {
   namespace bhttp = boost::beast::http;
-  auto deadline = Clock::now() + std::chrono::seconds(5);
   std::string last = "no answer";
-  for (auto delay = std::chrono::milliseconds(1); Clock::now() < deadline;
-       delay = std::min(delay * 2, std::chrono::milliseconds(50))) {
-    if (auto fd = sb.open_tcp(kEnvdPort, std::chrono::milliseconds(500)); fd.ok()) {
-      if (auto conn = http::Connection::adopt(std::move(*fd), "localhost"); conn.ok()) {
-        auto req = http::make_request(bhttp::verb::get, "/envs");
-        req.erase(bhttp::field::content_type);
-        req.set("X-Access-Token", token);
-        auto res = (*conn)->send(std::move(req), std::chrono::seconds(2));
-        if (res.ok() && res->result_int() == 200) return {};
-        last =
-            res.ok() ? "envd answered " + std::to_string(res->result_int()) : res.error().message();
-      }
-    }
-    std::this_thread::sleep_for(delay);
-  }
+  const bool took =
+      os::poll_until(Clock::now() + std::chrono::seconds(5),
+                     os::Backoff{std::chrono::milliseconds(1), std::chrono::milliseconds(50)}, [&] {
+                       auto fd = sb.open_tcp(kEnvdPort, std::chrono::milliseconds(500));
+                       if (!fd.ok()) return false;
+                       auto conn = http::Connection::adopt(std::move(*fd), "localhost");
+                       if (!conn.ok()) return false;
+                       auto req = http::make_request(bhttp::verb::get, "/envs");
+                       req.erase(bhttp::field::content_type);
+                       req.set("X-Access-Token", token);
+                       auto res = (*conn)->send(std::move(req), std::chrono::seconds(2));
+                       if (res.ok() && res->result_int() == 200) return true;
+                       last = res.ok() ? "envd answered " + std::to_string(res->result_int())
+                                       : res.error().message();
+                       return false;
+                     });
+  if (took) return {};
   return unavailable("the restored sandbox's envd did not take its new token: " + last);
 }
 

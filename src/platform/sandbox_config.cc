@@ -13,6 +13,7 @@
 
 #include "abx/base/fd.h"
 #include "abx/base/json.h"
+#include "abx/base/os.h"
 #include "abx/base/try.h"
 
 namespace abx::platform {
@@ -81,8 +82,8 @@ Status write_run_secret(const std::string& path, const std::string& value) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0400);
   if (fd < 0) return internal_error("create " + path + ": " + std::strerror(errno));
   UniqueFd owned(fd);
-  if (::write(fd, value.data(), value.size()) != static_cast<ssize_t>(value.size()))
-    return internal_error("write " + path + ": " + std::strerror(errno));
+  if (int err = os::write_all_errno(fd, value); err != 0)
+    return internal_error("write " + path + ": " + std::strerror(err));
   return {};
 }
 

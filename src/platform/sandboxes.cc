@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "abx/base/os.h"
 #include "abx/base/scope_exit.h"
 #include "abx/base/time.h"
 #include "abx/base/try.h"
@@ -344,18 +345,22 @@ runtime::SandboxConfig envd_sandbox_config(
 
 // Ready means envd answers on its port inside the sandbox's netns (10 s, backing off to 1 ms).
 Status wait_for_envd(const runtime::Sandbox& sb) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  Status st = unavailable("envd did not start");
   // A refused connect into the sandbox costs microseconds: poll often (doubling up to 1 ms), so
   // the create answers within a millisecond of envd listening rather than up to a backoff later.
-  for (auto delay = std::chrono::microseconds(100); std::chrono::steady_clock::now() < deadline;
-       delay = std::min(delay * 2, std::chrono::microseconds(1'000))) {
-    if (sb.open_tcp(kEnvdPort, std::chrono::milliseconds(500)).ok()) return {};
-    if (sb.init_exited()) {
-      return unavailable("abx-envd exited during start (see the abxd log for its output)");
-    }
-    std::this_thread::sleep_for(delay);
-  }
-  return unavailable("envd did not start");
+  os::poll_until(
+      std::chrono::steady_clock::now() + std::chrono::seconds(10),
+      os::Backoff{std::chrono::microseconds(100), std::chrono::microseconds(1'000)}, [&] {
+        if (sb.open_tcp(kEnvdPort, std::chrono::milliseconds(500)).ok()) {
+          st = {};
+        } else if (sb.init_exited()) {
+          st = unavailable("abx-envd exited during start (see the abxd log for its output)");
+        } else {
+          return false;
+        }
+        return true;
+      });
+  return st;
 }
 
 // The last `n` lines `source` printed (stdout and stderr), each indented, for an error message.
@@ -389,27 +394,30 @@ Status wait_for_server(const runtime::Sandbox& sb, const templates::Template& tm
   auto start = std::chrono::steady_clock::now();
   auto deadline = start + timeout;
   auto next_log_check = start + std::chrono::milliseconds(20);
+  std::optional<Status> st;  // set once it is known
   // As wait_for_envd: up to 2 ms between connects (a Python server takes ~80 ms to import its
   // module; a 50 ms backoff cap answered up to 40 ms after it listened).
-  for (auto delay = std::chrono::microseconds(250); std::chrono::steady_clock::now() < deadline;
-       delay = std::min(delay * 2, std::chrono::microseconds(2'000))) {
-    if (sb.open_tcp(port, std::chrono::milliseconds(500)).ok()) return {};
-    if (sb.init_exited()) {
-      return unavailable("abx-envd exited while its " + source + " was starting");
-    }
-    if (std::chrono::steady_clock::now() >= next_log_check) {
-      next_log_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
-      if (auto lines = read_envd_log(sb, token, 0, 10'000); lines.ok()) {
-        for (const auto& l : *lines) {
-          if (l.source == source && l.stream == "event" &&
-              l.line.find(" exited ") != std::string::npos) {
-            return failed("did not start (" + l.line + ")", *lines);
+  os::poll_until(
+      deadline, os::Backoff{std::chrono::microseconds(250), std::chrono::microseconds(2'000)}, [&] {
+        if (sb.open_tcp(port, std::chrono::milliseconds(500)).ok()) {
+          st = Status{};
+        } else if (sb.init_exited()) {
+          st = unavailable("abx-envd exited while its " + source + " was starting");
+        } else if (std::chrono::steady_clock::now() >= next_log_check) {
+          next_log_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+          if (auto lines = read_envd_log(sb, token, 0, 10'000); lines.ok()) {
+            for (const auto& l : *lines) {
+              if (l.source == source && l.stream == "event" &&
+                  l.line.find(" exited ") != std::string::npos) {
+                st = failed("did not start (" + l.line + ")", *lines);
+                break;
+              }
+            }
           }
         }
-      }
-    }
-    std::this_thread::sleep_for(delay);
-  }
+        return st.has_value();
+      });
+  if (st) return *st;
   auto lines = read_envd_log(sb, token, 0, 10'000);
   return failed("did not accept connections on port " + std::to_string(port) + " within " +
                     std::to_string(timeout.count() / 1000.0).substr(0, 4) +

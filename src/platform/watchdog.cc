@@ -17,6 +17,7 @@
 
 #include "abx/base/fd.h"
 #include "abx/base/log.h"
+#include "abx/base/os.h"
 #include "abx/runtime/sandbox.h"
 #include "abx/store/store.h"
 
@@ -131,8 +132,7 @@ Status spawn_watchdog(const std::string& exe, const std::string& home) {
     _exit(127);
   }
   int status = 0;
-  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
+  os::retry_eintr([&] { return ::waitpid(child, &status, 0); });
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     return internal_error("starting the watchdog failed");
   return {};
