@@ -158,15 +158,10 @@ Status serve_download(const std::string& path, const User& user, unsigned versio
 }
 
 namespace {
-// envd's own errno map (errno_error here: a request's own path decides the code), so not
-// os::write_all.
+// With envd's errno map (errno_error: a request's own path decides the code).
 Status write_all(int to, const char* p, std::size_t left) {
-  while (left > 0) {
-    ssize_t w = os::retry_eintr([&] { return ::write(to, p, left); });
-    if (w < 0) return errno_error(errno, "write");
-    p += w;
-    left -= static_cast<std::size_t>(w);
-  }
+  if (int err = os::write_all_errno(to, std::string_view(p, left)); err != 0)
+    return errno_error(err, "write");
   return {};
 }
 

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "abx/base/os.h"
 #include "abx/base/scope_exit.h"
 #include "abx/base/try.h"
 #include "creds.h"
@@ -439,8 +440,10 @@ void Watcher::run() {
     }
     auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_tick - now).count();
     pollfd fds[2] = {{inotify_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
-    int r = ::poll(fds, 2, static_cast<int>(std::max<long>(1, std::min<long>(wait, 1000))));
-    if (r < 0 && errno != EINTR) break;
+    int r = os::retry_eintr([&] {
+      return ::poll(fds, 2, static_cast<int>(std::max<long>(1, std::min<long>(wait, 1000))));
+    });
+    if (r < 0) break;
     if (fds[1].revents) break;
     if (!(fds[0].revents & POLLIN)) continue;
     ssize_t n = ::read(inotify_.get(), buf, sizeof buf);

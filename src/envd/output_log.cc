@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <thread>
 
+#include "abx/base/os.h"
+
 namespace abx::envd {
 
 namespace {
@@ -111,16 +113,16 @@ struct OutputPump::State {
     for (;;) {
       pollfd p[2] = {{fds[0], POLLIN, 0}, {fds[1], POLLIN, 0}};
       if (fds[0] < 0 && fds[1] < 0) break;
-      int n = ::poll(p, 2, 100);
-      if (n < 0 && errno != EINTR) break;
-      if (n <= 0) {
+      int n = os::retry_eintr([&] { return ::poll(p, 2, 100); });
+      if (n < 0) break;
+      if (n == 0) {
         if (finishing.load() && clock::now() - last_data > kLinger) break;
         continue;
       }
       for (int i = 0; i < 2; ++i) {
         if (fds[i] < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        ssize_t r = ::read(fds[i], buf, sizeof buf);
-        if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        ssize_t r = os::retry_eintr([&] { return ::read(fds[i], buf, sizeof buf); });
+        if (r < 0 && errno == EAGAIN) continue;
         if (r <= 0) {
           ::close(fds[i]);
           fds[i] = -1;

@@ -24,6 +24,7 @@
 #endif
 
 #include "abx/base/log.h"
+#include "abx/base/os.h"
 #include "abx/base/try.h"
 #include "connect.h"
 #include "host_info.h"
@@ -61,7 +62,7 @@ pid_t Reaper::spawn(const std::function<pid_t()>& spawn, OnExit on_exit) {
 void Reaper::run() {
   for (;;) {
     int status = 0;
-    pid_t pid = ::waitpid(-1, &status, 0);
+    pid_t pid = os::retry_eintr([&] { return ::waitpid(-1, &status, 0); });
     if (pid > 0) {
       OnExit cb;
       {
@@ -78,7 +79,6 @@ void Reaper::run() {
       }
       continue;
     }
-    if (errno == EINTR) continue;
     // ECHILD: nothing to wait for. Sleep until a spawn, or briefly (orphans may be reparented
     // to us when we are PID 1 or a subreaper).
     std::unique_lock lock(mu_);
@@ -423,10 +423,7 @@ int child_main(void* args) { run_child(*static_cast<const ChildArgs*>(args)); }
 // ChildError means a step failed (the reaper then collects the child).
 Status await_exec(int report_r, const std::string& exe) {
   ChildError ce{};
-  ssize_t n;
-  do {
-    n = ::read(report_r, &ce, sizeof ce);
-  } while (n < 0 && errno == EINTR);
+  ssize_t n = os::retry_eintr([&] { return ::read(report_r, &ce, sizeof ce); });
   if (n != static_cast<ssize_t>(sizeof ce)) return {};
   Error e = errno_error(ce.err, std::string("error starting process: ") + step_name(ce.step) +
                                     (ce.step == kStepExec ? " " + exe : ""));
@@ -626,14 +623,13 @@ bool Process::read_output(int fd, const char* kind, bool& eof) {
   char buf[32 * 1024];
   bool any = false;
   for (int i = 0; i < 4; ++i) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
+    ssize_t n = os::retry_eintr([&] { return ::read(fd, buf, sizeof buf); });
     if (n > 0) {
       emit(data_frame(kind, std::string_view(buf, static_cast<std::size_t>(n))));
       wait_for_subscribers();
       any = true;
       continue;
     }
-    if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) return any;
     eof = true;  // 0, or EIO on a pty master once the last slave fd is closed
     return any;
@@ -714,9 +710,10 @@ void Process::pump() {
       err_i = n;
       fds[n++] = {err_.get(), POLLIN, 0};
     }
-    int r = ::poll(fds, static_cast<nfds_t>(n), static_cast<int>(timeout_ms));
-    if (r < 0 && errno != EINTR) break;
-    if (r <= 0) continue;
+    int r = os::retry_eintr(
+        [&] { return ::poll(fds, static_cast<nfds_t>(n), static_cast<int>(timeout_ms)); });
+    if (r < 0) break;
+    if (r == 0) continue;
     if (out_i >= 0 && fds[out_i].revents)
       read_output(out_.get(), is_pty_ ? "pty" : "stdout", out_eof);
     if (err_i >= 0 && fds[err_i].revents) read_output(err_.get(), "stderr", err_eof);
@@ -742,15 +739,14 @@ namespace {
 // A process's stdin is non-blocking: waits for room (5 s) rather than fail, unlike os::write_all.
 Status write_all(int fd, std::string_view data) {
   while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
+    ssize_t n = os::retry_eintr([&] { return ::write(fd, data.data(), data.size()); });
     if (n > 0) {
       data.remove_prefix(static_cast<std::size_t>(n));
       continue;
     }
-    if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) {
       pollfd p{fd, POLLOUT, 0};
-      if (::poll(&p, 1, 5000) == 0) {
+      if (os::retry_eintr([&] { return ::poll(&p, 1, 5000); }) == 0) {
         return Error(ErrorCode::kUnavailable, "the process is not reading its input");
       }
       continue;

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <vector>
 
+#include "abx/base/os.h"
+
 namespace abx::envd {
 
 Users::Users(std::string default_user, std::map<std::string, User> overrides)
@@ -85,50 +87,57 @@ Result<std::string> resolve_path(std::string_view path, const User& user) {
   return out;
 }
 
-// Every errno a request can provoke with its own path or data is the client's mistake (4xx);
-// only what nobody asked for stays internal (a 5xx then means an abx bug worth a report).
-Error errno_error(int err, std::string_view what) {
-  std::string msg = std::string(what) + ": " + std::strerror(err);
+// os::code_for_errno, with the errnos a request provokes with its own path or data: those are
+// the client's mistake (4xx). (The one map says "not found" for ENOTDIR, a host-side lookup; a
+// request's path through a file is an invalid argument here.) The rest, what nobody asked for,
+// is as the one map has it (internal: a 5xx then means an abx bug worth a report).
+ErrorCode request_code_for_errno(int err) {
   switch (err) {
-    case ENOENT:
-      return Error(ErrorCode::kNotFound, msg);
-    case EEXIST:
     case ENOTEMPTY:
-      return Error(ErrorCode::kAlreadyExists, msg);
+      return ErrorCode::kAlreadyExists;
     case ELOOP:
-      return Error(ErrorCode::kInvalidArgument,
-                   std::string(what) + ": symbolic link loop (too many levels of symbolic links)");
     case ENOTDIR:
     case EISDIR:
     case ENAMETOOLONG:
-    case EINVAL:
     case EXDEV:
     case ENXIO:  // opening a socket, or a FIFO without a reader
     case ENODEV:
     case EOVERFLOW:
-      return Error(ErrorCode::kInvalidArgument, msg);
+      return ErrorCode::kInvalidArgument;
+    case EBUSY:
+    case ETXTBSY:
+      return ErrorCode::kFailedPrecondition;
+    case EFBIG:
+      return ErrorCode::kPayloadTooLarge;
+    case EMLINK:
+      return ErrorCode::kResourceExhausted;
+    default:
+      return os::code_for_errno(err);
+  }
+}
+
+Error errno_error(int err, std::string_view what) {
+  std::string msg = std::string(what) + ": " + std::strerror(err);
+  switch (err) {
+    case ELOOP:
+      msg = std::string(what) + ": symbolic link loop (too many levels of symbolic links)";
+      break;
     case EACCES:
     case EPERM:
-      return Error(ErrorCode::kPermissionDenied, msg + " (permission denied for this user)");
+      msg += " (permission denied for this user)";
+      break;
     case EROFS:
-      return Error(ErrorCode::kPermissionDenied, msg + " (the path is on a read-only mount)");
+      msg += " (the path is on a read-only mount)";
+      break;
     case EBUSY:
     case ETXTBSY:
       // A mount point (e.g. a file abx binds into the sandbox) or a running executable.
-      return Error(ErrorCode::kFailedPrecondition, msg + " (the path is in use)");
-    case EFBIG:
-      return Error(ErrorCode::kPayloadTooLarge, msg);
-    case ENOSPC:
-    case EDQUOT:
-      return Error(ErrorCode::kInsufficientStorage, msg);
-    case EMFILE:
-    case ENFILE:
-    case ENOMEM:
-    case EMLINK:
-      return Error(ErrorCode::kResourceExhausted, msg);
+      msg += " (the path is in use)";
+      break;
     default:
-      return Error(ErrorCode::kInternal, msg);
+      break;
   }
+  return Error(request_code_for_errno(err), std::move(msg));
 }
 
 }  // namespace abx::envd

@@ -48,11 +48,16 @@ class Users {
 // expands `~`; relative paths are taken from the user's home. Errors: kInvalidArgument.
 Result<std::string> resolve_path(std::string_view path, const User& user);
 
-// The one mapping from a failed syscall to an Error (ENOENT → not_found, EEXIST →
-// already_exists, ELOOP → invalid_argument "symbolic link loop", EACCES/EPERM/EROFS →
-// permission_denied, EBUSY/ETXTBSY → failed_precondition, EFBIG → payload_too_large,
-// ENOSPC/EDQUOT → insufficient storage, …): whatever a request's own path or data can provoke is
-// a 4xx; internal is left for the unexpected. `what` says what was attempted, e.g. "stat /tmp/x".
+// envd's code for a failed syscall of a request: abx::os::code_for_errno (ENOENT → not_found,
+// EEXIST → already_exists, EACCES/EPERM/EROFS → permission_denied, ENOSPC/EDQUOT → insufficient
+// storage, …) with a few errnos a request's own path or data provokes made 4xx on top (ENOTDIR,
+// ELOOP, EISDIR, ENAMETOOLONG, … → invalid_argument, ENOTEMPTY → already_exists, EBUSY/ETXTBSY →
+// failed_precondition, EFBIG → payload_too_large, EMLINK → resource_exhausted).
+ErrorCode request_code_for_errno(int err);
+
+// An Error for a failed syscall of a request, with request_code_for_errno's code and strerror's
+// text (plus a hint for ELOOP, EACCES/EPERM, EROFS, EBUSY/ETXTBSY). `what` says what was
+// attempted, e.g. "stat /tmp/x".
 Error errno_error(int err, std::string_view what);
 
 }  // namespace abx::envd

@@ -34,14 +34,22 @@ namespace {
 constexpr std::size_t kLingerBytes = 1024 * 1024;
 constexpr std::chrono::seconds kLingerTime{2};
 
+// The spool is the server's own business: a failure there is internal whatever its errno (a
+// request cannot provoke EACCES or ENOENT in it), except a full disk, which the client can wait
+// out. On top of os::code_for_errno, which is where "full" is decided.
+ErrorCode spool_code_for_errno(int err) {
+  return os::code_for_errno(err) == ErrorCode::kInsufficientStorage
+             ? ErrorCode::kInsufficientStorage
+             : ErrorCode::kInternal;
+}
+
 Result<std::shared_ptr<BodyFile>> open_spool_file(const std::string& dir) {
   std::string tmpl = dir + "/.abx-body-XXXXXX";
   UniqueFd fd(::mkostemp(tmpl.data(), O_CLOEXEC));
   if (!fd) {
     int e = errno;
-    return Error(
-        e == ENOSPC || e == EDQUOT ? ErrorCode::kInsufficientStorage : ErrorCode::kInternal,
-        "cannot create a spool file in " + dir + ": " + std::strerror(e));
+    return Error(spool_code_for_errno(e),
+                 "cannot create a spool file in " + dir + ": " + std::strerror(e));
   }
   return std::make_shared<BodyFile>(std::move(fd), std::move(tmpl));
 }
@@ -263,18 +271,10 @@ void Session::on_body_piece(beast::error_code ec, std::size_t) {
   if (ec == bhttp::error::need_buffer) ec = {};
   if (ec) return on_read_error(ec);
   std::size_t got = spool_buf_.size() - file_parser_->get().body().size;
-  const char* p = spool_buf_.data();
-  std::size_t left = got;
-  while (left > 0) {
-    ssize_t w = os::retry_eintr([&] { return ::write(body_file_->fd(), p, left); });
-    if (w < 0) {
-      int e = errno;
-      bool full = e == ENOSPC || e == EDQUOT;
-      return fail(Error(full ? ErrorCode::kInsufficientStorage : ErrorCode::kInternal,
-                        std::string("cannot store the request body: ") + std::strerror(e)));
-    }
-    p += w;
-    left -= static_cast<std::size_t>(w);
+  if (int e = os::write_all_errno(body_file_->fd(), std::string_view(spool_buf_.data(), got));
+      e != 0) {
+    return fail(Error(spool_code_for_errno(e),
+                      std::string("cannot store the request body: ") + std::strerror(e)));
   }
   body_file_->size_ += got;
   if (file_parser_->is_done()) return dispatch_request();

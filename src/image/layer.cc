@@ -48,14 +48,10 @@ struct Sink {
   bool write_all(const unsigned char* p, std::size_t n) {
     gz.update(std::string_view(reinterpret_cast<const char*>(p), n));
     size += static_cast<std::int64_t>(n);
-    while (n > 0) {
-      ssize_t w = os::retry_eintr([&] { return ::write(fd, p, n); });
-      if (w <= 0) {
-        error = errno_text("write layer", errno);
-        return false;
-      }
-      p += w;
-      n -= static_cast<std::size_t>(w);
+    if (int err = os::write_all_errno(fd, std::string_view(reinterpret_cast<const char*>(p), n));
+        err != 0) {
+      error = errno_text("write layer", err);
+      return false;
     }
     return true;
   }

@@ -528,10 +528,7 @@ Result<std::string> read_regular_file(const fs::path& file, std::size_t cap) {
   int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     int e = errno;
-    ErrorCode code = e == ENOENT                   ? ErrorCode::kNotFound
-                     : (e == EACCES || e == EPERM) ? ErrorCode::kPermissionDenied
-                                                   : ErrorCode::kInternal;
-    return Error(code, file.string() + ":1:1: cannot open: " + std::strerror(e));
+    return Error(os::code_for_errno(e), file.string() + ":1:1: cannot open: " + std::strerror(e));
   }
   struct stat sb {};
   std::string out;
