@@ -77,12 +77,12 @@ Result<std::chrono::seconds> parse_duration(std::string_view s);
 Result<std::map<std::string, std::string>> parse_pairs(const std::vector<std::string>& items,
                                                        std::string_view what);
 
-// Writes all of `d` to `fd` (streamed command output), retrying EINTR; stops quietly once the
-// descriptor is gone (e.g. a closed pipe).
 // JSON text as JSON.stringify writes it: numbers as 0.25, 2.5, 1e+21 (Boost.JSON's serialize
 // gives 2.5E-1), NaN and infinities as null.
 std::string json_text(const boost::json::value& v);
 
+// Writes all of `d` to `fd` (streamed command output) with os::write_all; stops quietly once
+// the descriptor is gone (e.g. a closed pipe).
 void write_all(int fd, std::string_view d);
 
 // A table with a header row, columns padded to the widest cell.

@@ -29,6 +29,7 @@
 #include <optional>
 #include <thread>
 
+#include "abx/base/os.h"
 #include "cli.h"
 
 namespace abx::cli {
@@ -101,17 +102,17 @@ void pump_input(client::CommandHandle& h, const ExecOpts& o, const std::atomic<b
   char buf[16 * 1024];
   while (!stop.load()) {
     pollfd fds[2] = {{stdin_open ? STDIN_FILENO : -1, POLLIN, 0}, {g_winch_pipe[0], POLLIN, 0}};
-    int n = ::poll(fds, 2, 100);
-    if (n < 0 && errno != EINTR) return;
-    if (n <= 0) continue;
+    int n = os::retry_eintr([&] { return ::poll(fds, 2, 100); });
+    if (n < 0) return;
+    if (n == 0) continue;
     if (fds[1].revents & POLLIN) {
       char drain[64];
       [[maybe_unused]] auto r = ::read(g_winch_pipe[0], drain, sizeof drain);
       (void)h.resize(terminal_size());
     }
     if (stdin_open && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) {
-      ssize_t r = ::read(STDIN_FILENO, buf, sizeof buf);
-      if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      ssize_t r = os::retry_eintr([&] { return ::read(STDIN_FILENO, buf, sizeof buf); });
+      if (r < 0 && errno == EAGAIN) continue;
       if (r <= 0) {
         stdin_open = false;
         (void)h.close_stdin();  // EOF: the process sees its stdin end

@@ -81,13 +81,11 @@ void append_tail(std::string& tail, std::string_view more) {
 void drain_pipe(Process& p) {
   char buf[4096];
   while (p.stderr_pipe) {
-    ssize_t n = ::read(p.stderr_pipe.get(), buf, sizeof buf);
+    ssize_t n = os::retry_eintr([&] { return ::read(p.stderr_pipe.get(), buf, sizeof buf); });
     if (n > 0) {
       append_tail(p.tail, std::string_view(buf, static_cast<std::size_t>(n)));
     } else if (n == 0) {
       p.stderr_pipe.reset();
-    } else if (errno == EINTR) {
-      continue;
     } else {
       if (errno != EAGAIN) p.stderr_pipe.reset();
       break;
@@ -110,8 +108,7 @@ std::string describe_status(int status) {
 void kill_and_reap(pid_t pid) {
   ::kill(-pid, SIGKILL);
   ::kill(pid, SIGKILL);  // in case it left its group
-  while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-  }
+  os::retry_eintr([&] { return ::waitpid(pid, nullptr, 0); });
 }
 
 Result<std::string> make_private_dir(const std::string& parent) {
@@ -549,8 +546,7 @@ struct Kernel::Impl {
     // Whatever the kernel left in its group goes too; before the reap, while the zombie still
     // holds the group id.
     ::kill(-pid, SIGKILL);
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
+    os::retry_eintr([&] { return ::waitpid(pid, &status, 0); });
     drain_pipe(proc);
     std::string tail = proc.tail;
     close_process();

@@ -71,9 +71,10 @@ Status recv_exact(int fd, char* buf, std::size_t n, std::optional<Clock::time_po
       auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now()).count();
       if (left <= 0) return Error(ErrorCode::kDeadlineExceeded, "deadline");
       pollfd p{fd, POLLIN, 0};
-      int r = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 60'000)));
-      if (r < 0 && errno != EINTR) return unavailable(std::strerror(errno));
-      if (r <= 0) continue;
+      int r = os::retry_eintr(
+          [&] { return ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 60'000))); });
+      if (r < 0) return unavailable(std::strerror(errno));
+      if (r == 0) continue;
     }
     ssize_t k = os::retry_eintr([&] { return ::read(fd, buf, n); });
     if (k == 0) return unavailable("end of input");
@@ -295,18 +296,17 @@ std::string Worker::reap_locked(bool kill_first) {
   if (kill_first) ::kill(pid, SIGKILL);
   int status = 0;
   // A worker that closed its end may still be on its way out: give it a moment, then kill it.
-  auto until = Clock::now() + std::chrono::milliseconds(kill_first ? 5000 : 500);
-  for (;;) {
-    pid_t r = ::waitpid(pid, &status, WNOHANG);
-    if (r == pid) return describe_status(status);
-    if (r < 0 && errno != EINTR) return "ended (its status was not available)";
-    if (Clock::now() >= until) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  pid_t r = 0;
+  os::poll_until(Clock::now() + std::chrono::milliseconds(kill_first ? 5000 : 500),
+                 os::Backoff{std::chrono::milliseconds(2), std::chrono::milliseconds(2)}, [&] {
+                   r = os::retry_eintr([&] { return ::waitpid(pid, &status, WNOHANG); });
+                   return r != 0;
+                 });
+  if (r == pid) return describe_status(status);
+  if (r < 0) return "ended (its status was not available)";
   ::kill(pid, SIGKILL);
-  while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return "ended (its status was not available)";
-  }
+  if (os::retry_eintr([&] { return ::waitpid(pid, &status, 0); }) < 0)
+    return "ended (its status was not available)";
   return describe_status(status);
 }
 
