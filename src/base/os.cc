@@ -4,7 +4,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -172,7 +171,7 @@ Result<Finished> run(const std::vector<std::string>& args, const RunOptions& o) 
       ::dup2(child_err, 2);
       // 0-2 and the go pipe only (the program gets no other descriptor of ours).
       if (::dup2(go_rd.get(), 3) != 3) ::_exit(126);
-      ::syscall(SYS_close_range, 4u, ~0u, 0u);
+      ::close_range(4, ~0u, 0);
       char c;
       if (::read(3, &c, 1) != 1) ::_exit(126);  // the parent gave up
       ::close(3);
