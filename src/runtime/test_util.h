@@ -3,7 +3,6 @@
 #pragma once
 
 #include <fcntl.h>
-#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "abx/runtime/sandbox.h"
+#include "abx/testing/temp_dir.h"
 #include "gtest/gtest.h"
 
 namespace abx::runtime::testing {
@@ -31,21 +31,14 @@ inline constexpr bool kAsan = false;
 inline const char* probe_path() { return ABX_RUNTIME_PROBE; }
 inline constexpr const char* kProbeInside = "/abx/probe";
 
-// A temporary directory removed (recursively) on destruction.
+// abx::testing::TempDir with its path as a string, as SandboxConfig's fields are.
 class TempDir {
  public:
-  TempDir() {
-    char tmpl[] = "/tmp/abx-rt-test-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::string cmd = "rm -rf '" + path_ + "'";
-    (void)!::system(cmd.c_str());
-  }
   const std::string& path() const { return path_; }
 
  private:
-  std::string path_;
+  abx::testing::TempDir dir_{"abx-rt-test"};
+  std::string path_ = dir_.string();
 };
 
 // Unique per process and call: tests may run in parallel processes under ctest.
