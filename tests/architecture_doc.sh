@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every module directory in src/ has its row in docs/architecture.md's module table (a line
 # starting with "| `<name>` |"), and every row names a directory that exists (`testing` lives in
-# tests/support). Usage: architecture_doc.sh [SOURCE_DIR]
+# tests/support). ctest (architecture_doc, label unit) and scripts/lint.sh run it.
+# Usage: architecture_doc.sh [SOURCE_DIR]
 set -euo pipefail
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 doc=$root/docs/architecture.md
