@@ -12,11 +12,13 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <thread>
 #include <tuple>
 #include <utility>
 
 #include "abx/testing/socket.h"
+#include "abx/testing/temp_dir.h"
 
 namespace abx::egress {
 namespace {
@@ -119,19 +121,15 @@ TEST(Ruleset, TheKernelAcceptsIt) {
 
 // Runs `nft -f -` on `script` (or `nft <args>` without one); its exit status and output.
 std::pair<int, std::string> nft(const std::string& args, const std::string& script = {}) {
-  char path[] = "/tmp/abx-nft-XXXXXX";
-  int fd = ::mkstemp(path);
-  if (fd < 0) return {-1, "mkstemp"};
-  if (!script.empty() && ::write(fd, script.data(), script.size()) < 0) return {-1, "write"};
-  ::close(fd);
-  std::string cmd =
-      "/usr/sbin/nft " + (script.empty() ? args : "-f " + std::string(path)) + " 2>&1";
+  testing::TempDir dir("abx-nft");
+  const std::string path = (dir / "ruleset.nft").string();
+  if (!script.empty() && !(std::ofstream(path) << script)) return {-1, "write " + path};
+  std::string cmd = "/usr/sbin/nft " + (script.empty() ? args : "-f " + path) + " 2>&1";
   FILE* f = ::popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
   for (std::size_t n; f && (n = ::fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, n);
   int status = f ? ::pclose(f) : -1;
-  ::unlink(path);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 

@@ -1,17 +1,12 @@
 #include "abx/image/compose.h"
 
-#include <archive.h>
-#include <archive_entry.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <algorithm>
 #include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
 #include <vector>
 
 #include "abx/base/try.h"
+#include "abx/image/layer.h"
 
 namespace abx::image {
 
@@ -89,89 +84,6 @@ Result<Image> compose_image(Store& store, const std::vector<LayerRef>& layers,
   return store.add_image(manifest_digest, progress);
 }
 
-namespace {
-
-// libarchive's output callback: the tar goes straight into a blob writer (no temporary file).
-la_ssize_t to_blob(struct archive* a, void* client, const void* buf, size_t n) {
-  auto* w = static_cast<BlobWriter*>(client);
-  Status s = w->write(std::string_view(static_cast<const char*>(buf), n));
-  if (!s.ok()) {
-    archive_set_error(a, EIO, "%s", s.error().message().c_str());
-    return -1;
-  }
-  return static_cast<la_ssize_t>(n);
-}
-
-// Writes `dir` as an uncompressed tar into `out` under `prefix`: entries sorted, owners 0:0,
-// mtimes 0, so the same files always give the same bytes (and the same layer digest).
-Status write_dir_tar(const std::string& dir, const std::string& prefix, BlobWriter& out) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  std::vector<fs::path> paths;
-  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    paths.push_back(it->path());
-  }
-  if (ec) return internal_error("read bundle " + dir + ": " + ec.message());
-  std::sort(paths.begin(), paths.end());
-  std::unique_ptr<archive, decltype(&archive_write_free)> a(archive_write_new(),
-                                                            &archive_write_free);
-  archive_write_set_format_pax_restricted(a.get());
-  archive_write_set_bytes_in_last_block(a.get(), 1);
-  if (archive_write_open2(a.get(), &out, nullptr, &to_blob, nullptr, nullptr) != ARCHIVE_OK) {
-    return internal_error(std::string("tar: ") + archive_error_string(a.get()));
-  }
-  auto add = [&](const std::string& name, const struct stat& st, const std::string& file,
-                 const std::string& link) -> Status {
-    std::unique_ptr<archive_entry, decltype(&archive_entry_free)> e(archive_entry_new(),
-                                                                    &archive_entry_free);
-    archive_entry_set_pathname(e.get(), name.c_str());
-    archive_entry_set_mode(e.get(), st.st_mode);
-    archive_entry_set_uid(e.get(), 0);
-    archive_entry_set_gid(e.get(), 0);
-    archive_entry_set_mtime(e.get(), 0, 0);
-    if (S_ISREG(st.st_mode)) archive_entry_set_size(e.get(), st.st_size);
-    if (S_ISLNK(st.st_mode)) archive_entry_set_symlink(e.get(), link.c_str());
-    if (archive_write_header(a.get(), e.get()) != ARCHIVE_OK) {
-      return internal_error("tar " + name + ": " + archive_error_string(a.get()));
-    }
-    if (!S_ISREG(st.st_mode)) return {};
-    std::ifstream in(file, std::ios::binary);
-    std::vector<char> buf(1 << 16);
-    while (in) {
-      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-      if (in.gcount() > 0 &&
-          archive_write_data(a.get(), buf.data(), static_cast<size_t>(in.gcount())) < 0) {
-        return internal_error("tar " + name + ": " + archive_error_string(a.get()));
-      }
-    }
-    if (in.bad()) return internal_error("read " + file + " failed");
-    return {};
-  };
-  struct stat dst {};
-  dst.st_mode = S_IFDIR | 0755;
-  std::string acc;
-  for (const auto& part : fs::path(prefix)) {  // opt/, opt/abx/
-    acc += part.string() + "/";
-    ABX_TRY(add(acc, dst, "", ""));
-  }
-  for (const auto& p : paths) {
-    struct stat st {};
-    if (::lstat(p.c_str(), &st) != 0) return internal_error("stat " + p.string() + " failed");
-    std::string name = prefix + "/" + fs::relative(p, dir).string();
-    std::string link;
-    if (S_ISLNK(st.st_mode)) link = fs::read_symlink(p, ec).string();
-    if (S_ISDIR(st.st_mode)) name += "/";
-    if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode) && !S_ISLNK(st.st_mode)) continue;
-    ABX_TRY(add(name, st, p.string(), link));
-  }
-  if (archive_write_close(a.get()) != ARCHIVE_OK) {
-    return internal_error(std::string("tar: ") + archive_error_string(a.get()));
-  }
-  return {};
-}
-
-}  // namespace
-
 Result<Image> with_runtime(Store& store, const Image& image, const std::string& bundle_dir) {
   namespace fs = std::filesystem;
   if (!image.config.entrypoint.empty() &&
@@ -184,7 +96,9 @@ Result<Image> with_runtime(Store& store, const Image& image, const std::string& 
                  "no abx bundle at '" + bundle_dir + "' (bin/abx-envd missing; see abxd --bundle)");
   }
   ABX_ASSIGN_OR_RETURN(BlobWriter w, store.blob_writer("", -1));
-  ABX_TRY(write_dir_tar(bundle_dir, std::string(kRuntimeDir).substr(1), w));
+  // Sorted, owners 0:0, mtimes 0: the same bundle always gives the same layer digest.
+  ABX_TRY(write_tar(bundle_dir, [&w](std::string_view bytes) { return w.write(bytes); },
+                    {.prefix = std::string(kRuntimeDir).substr(1), .reproducible = true}));
   LayerRef layer;
   layer.size = w.written();
   ABX_TRY(w.commit());

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -91,6 +92,26 @@ class Walker {
  public:
   Walker(struct archive* a, const LayerWriteOptions& opt) : a_(a), opt_(opt) {}
 
+  // The whole tree: the prefix's directories, then what is in `host`.
+  Status tree(const std::string& host) {
+    std::string acc;
+    for (std::size_t start = 0; start < opt_.prefix.size();) {  // "opt", then "opt/abx"
+      std::size_t slash = opt_.prefix.find('/', start);
+      if (slash == std::string::npos) slash = opt_.prefix.size();
+      acc = opt_.prefix.substr(0, slash);
+      start = slash + 1;
+      std::unique_ptr<archive_entry, EntryDeleter> e(archive_entry_new());
+      archive_entry_set_pathname(e.get(), acc.c_str());
+      archive_entry_set_mode(e.get(), S_IFDIR | 0755);
+      archive_entry_set_uid(e.get(), 0);
+      archive_entry_set_gid(e.get(), 0);
+      archive_entry_set_mtime(e.get(), 0, 0);
+      ABX_TRY(header(e.get(), acc + "/"));
+    }
+    return dir(host, "");
+  }
+
+ private:
   Status dir(const std::string& host, const std::string& rel) {
     std::vector<std::string> names;
     {
@@ -107,7 +128,10 @@ class Walker {
     return {};
   }
 
- private:
+  // The entry's name in the archive: `rel` (relative to the directory) under the prefix.
+  std::string archive_name(const std::string& rel) const {
+    return opt_.prefix.empty() ? rel : opt_.prefix + "/" + rel;
+  }
   // True if `host` (at `rel`) is a skip_if_empty path holding nothing but other such paths.
   bool skippable(const std::string& host, const std::string& rel, const struct stat& st) const {
     if (!opt_.skip_if_empty.count(rel)) return false;
@@ -139,12 +163,12 @@ class Walker {
 
   Status whiteout(const std::string& rel_dir, const std::string& name, const struct stat& st) {
     std::unique_ptr<archive_entry, EntryDeleter> e(archive_entry_new());
-    std::string path = rel_dir.empty() ? name : rel_dir + "/" + name;
+    std::string path = archive_name(rel_dir.empty() ? name : rel_dir + "/" + name);
     archive_entry_set_pathname(e.get(), path.c_str());
     archive_entry_set_filetype(e.get(), AE_IFREG);
     archive_entry_set_perm(e.get(), 0644);
     archive_entry_set_size(e.get(), 0);
-    archive_entry_set_mtime(e.get(), st.st_mtim.tv_sec, 0);
+    archive_entry_set_mtime(e.get(), opt_.reproducible ? 0 : st.st_mtim.tv_sec, 0);
     return header(e.get(), path);
   }
 
@@ -164,7 +188,13 @@ class Walker {
     }
     std::unique_ptr<archive_entry, EntryDeleter> e(archive_entry_new());
     archive_entry_copy_stat(e.get(), &st);
-    archive_entry_set_pathname(e.get(), rel.c_str());
+    const std::string path = archive_name(rel);
+    archive_entry_set_pathname(e.get(), path.c_str());
+    if (opt_.reproducible) {
+      archive_entry_set_uid(e.get(), 0);
+      archive_entry_set_gid(e.get(), 0);
+      archive_entry_set_mtime(e.get(), 0, 0);
+    }
     archive_entry_set_uname(e.get(), "");
     archive_entry_set_gname(e.get(), "");
     archive_entry_set_ino(e.get(), 0);
@@ -178,10 +208,10 @@ class Walker {
       if (n < 0) return internal_error(errno_text("readlink " + host, errno));
       target.resize(static_cast<std::size_t>(n));
       archive_entry_set_symlink(e.get(), target.c_str());
-      return header(e.get(), rel);
+      return header(e.get(), path);
     }
     if (S_ISDIR(st.st_mode)) {
-      ABX_TRY(header(e.get(), rel + "/"));
+      ABX_TRY(header(e.get(), path + "/"));
       if (opt_.overlay_upper) {
         char v[4] = {};
         ssize_t n = ::lgetxattr(host.c_str(), "trusted.overlay.opaque", v, sizeof(v));
@@ -196,13 +226,13 @@ class Walker {
       if (it != links_.end()) {
         archive_entry_set_size(e.get(), 0);
         archive_entry_set_hardlink(e.get(), it->second.c_str());
-        return header(e.get(), rel);
+        return header(e.get(), path);
       }
-      links_.emplace(key, rel);
+      links_.emplace(key, path);
     }
     UniqueFd fd(::open(host.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     if (!fd) return internal_error(errno_text("open " + host, errno));
-    ABX_TRY(header(e.get(), rel));
+    ABX_TRY(header(e.get(), path));
     std::vector<char> buf(64 * 1024);
     std::int64_t left = st.st_size;
     while (left > 0) {
@@ -211,7 +241,7 @@ class Walker {
       if (n == 0) return internal_error(host + " shrank while it was being archived");
       n = std::min<ssize_t>(n, static_cast<ssize_t>(left));
       if (archive_write_data(a_, buf.data(), static_cast<std::size_t>(n)) != n) {
-        return internal_error("tar " + rel + ": " + archive_error_string(a_));
+        return internal_error("tar " + path + ": " + archive_error_string(a_));
       }
       left -= n;
     }
@@ -237,7 +267,7 @@ Result<LayerBlob> write_layer_to(const std::string& dir, int out,
     return internal_error(std::string("tar: ") + archive_error_string(a.get()));
   }
   Walker w(a.get(), options);
-  Status walked = w.dir(dir, "");
+  Status walked = w.tree(dir);
   if (!walked.ok()) return sink.error.empty() ? walked.error() : internal_error(sink.error);
   if (archive_write_close(a.get()) != ARCHIVE_OK) {
     return internal_error(sink.error.empty() ? archive_error_string(a.get()) : sink.error);
@@ -248,6 +278,37 @@ Result<LayerBlob> write_layer_to(const std::string& dir, int out,
   b.digest = sink.gz.finish();
   b.size = sink.size;
   return b;
+}
+
+Status write_tar(const std::string& dir, const std::function<Status(std::string_view)>& out,
+                 const LayerWriteOptions& options) {
+  struct Out {
+    const std::function<Status(std::string_view)>* write;
+    std::string error;
+  } o{&out, {}};
+  auto to_out = [](struct archive* a, void* client, const void* data, size_t n) -> la_ssize_t {
+    auto* sink = static_cast<Out*>(client);
+    Status s = (*sink->write)(std::string_view(static_cast<const char*>(data), n));
+    if (!s.ok()) {
+      sink->error = s.error().message();
+      archive_set_error(a, EIO, "%s", sink->error.c_str());
+      return -1;
+    }
+    return static_cast<la_ssize_t>(n);
+  };
+  std::unique_ptr<struct archive, ArchiveDeleter> a(archive_write_new());
+  archive_write_set_format_pax_restricted(a.get());
+  archive_write_set_bytes_in_last_block(a.get(), 1);
+  if (archive_write_open2(a.get(), &o, nullptr, to_out, nullptr, nullptr) != ARCHIVE_OK) {
+    return internal_error(std::string("tar: ") + archive_error_string(a.get()));
+  }
+  Walker w(a.get(), options);
+  ABX_TRY(w.tree(dir));
+  if (archive_write_close(a.get()) != ARCHIVE_OK) {
+    return internal_error(o.error.empty() ? std::string("tar: ") + archive_error_string(a.get())
+                                          : o.error);
+  }
+  return {};
 }
 
 }  // namespace abx::image

@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "abx/testing/temp_dir.h"
 
@@ -111,6 +113,51 @@ TEST(ImageLayer, OverlayWhiteoutsBecomeOciOnes) {
   EXPECT_EQ(entries["etc/.wh.gone"], "file:");
   EXPECT_EQ(entries.count("etc/null"), 0u);  // other devices never go into a layer
   EXPECT_EQ(entries["var/cache/.wh..wh..opq"], "file:");
+}
+
+// write_tar (with_runtime's layer): the same walk, uncompressed, under a prefix whose
+// directories come first; `reproducible` zeroes owners and mtimes and keeps modes.
+TEST(ImageLayer, WriteTarUnderAPrefixReproducibly) {
+  Tmp t;
+  write(t.path / "bin/tool", "#!/bin/sh\n");
+  fs::permissions(t.path / "bin/tool", fs::perms(0750));
+  fs::create_symlink("tool", t.path / "bin/alias");
+  ::utimensat(AT_FDCWD, (t.path / "bin/tool").c_str(), nullptr, 0);
+  std::string tar;
+  ASSERT_TRUE(write_tar(t.path.string(),
+                        [&](std::string_view b) {
+                          tar.append(b);
+                          return Status{};
+                        },
+                        {.prefix = "opt/abx", .reproducible = true})
+                  .ok());
+  struct archive* a = archive_read_new();
+  archive_read_support_format_tar(a);
+  ASSERT_EQ(archive_read_open_memory(a, tar.data(), tar.size()), ARCHIVE_OK);
+  std::vector<std::string> names;
+  archive_entry* e;
+  while (archive_read_next_header(a, &e) == ARCHIVE_OK) {
+    std::string name = archive_entry_pathname(e);
+    names.push_back(name);
+    EXPECT_EQ(archive_entry_uid(e), 0) << name;
+    EXPECT_EQ(archive_entry_gid(e), 0) << name;
+    EXPECT_EQ(archive_entry_mtime(e), 0) << name;
+    if (name == "opt/abx/bin/tool") {
+      EXPECT_EQ(archive_entry_perm(e), 0750);
+    }
+    if (name == "opt/") {
+      EXPECT_EQ(archive_entry_perm(e), 0755);
+    }
+  }
+  archive_read_free(a);
+  EXPECT_EQ(names, (std::vector<std::string>{"opt/", "opt/abx/", "opt/abx/bin/",
+                                             "opt/abx/bin/alias", "opt/abx/bin/tool"}));
+  // An error of the output's own is the writer's error.
+  auto failed =
+      write_tar(t.path.string(), [](std::string_view) { return Status(unavailable("disk gone")); });
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.error().message().find("disk gone"), std::string::npos)
+      << failed.error().message();
 }
 
 }  // namespace

@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "abx/testing/temp_dir.h"
+
 namespace abx::interp {
 namespace {
 namespace json = boost::json;
@@ -99,19 +101,10 @@ class KernelTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!have_ipykernel()) GTEST_SKIP() << "/usr/bin/python3 has no ipykernel";
-    // Not testing::TempDir: the kernels' ipc socket paths below it must fit in sun_path (108
-    // bytes), and a TempDir's name carries the run id under the run's $TMPDIR.
-    char tmpl[] = "/tmp/abx-interp-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    // The kernels' ipc socket paths below it must fit in sun_path (108 bytes): a short prefix.
+    dir_ = tmp_.string();
     run_dir_ = dir_ + "/run";
     ASSERT_TRUE(fs::create_directory(run_dir_));
-  }
-  void TearDown() override {
-    if (!dir_.empty()) {
-      std::error_code ec;
-      fs::remove_all(dir_, ec);
-    }
   }
 
   KernelOptions options() {
@@ -132,6 +125,7 @@ class KernelTest : public ::testing::Test {
 
   static bool process_gone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
 
+  abx::testing::TempDir tmp_{"ai"};
   std::string dir_;
   std::string run_dir_;  // KernelOptions::runtime_dir: empty again once a kernel is gone
 };

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "abx/http/client.h"
+#include "abx/testing/temp_dir.h"
 
 namespace abx::interp {
 namespace {
@@ -89,11 +90,8 @@ class ServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!have_ipykernel()) GTEST_SKIP() << "no /usr/bin/python3 with ipykernel";
-    // A short name, not testing::TempDir (whose name carries the run id): the kernels' ipc
-    // socket paths below it must fit in sun_path (108 bytes), even under a long $TMPDIR.
-    std::string tmpl = (std::filesystem::temp_directory_path() / "ai-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
+    // The kernels' ipc socket paths below it must fit in sun_path (108 bytes): a short prefix.
+    dir_ = tmp_.path();
     std::filesystem::create_directories(dir_ / "work");
     ServiceOptions& o = opts_;
     o.port = 0;
@@ -109,8 +107,6 @@ class ServiceTest : public ::testing::Test {
   void TearDown() override {
     if (service_) service_->shutdown(std::chrono::milliseconds(500));
     service_.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
   }
 
   http::Response call(bhttp::verb method, const std::string& target, const std::string& body = {}) {
@@ -156,6 +152,7 @@ class ServiceTest : public ::testing::Test {
     return 0;
   }
 
+  abx::testing::TempDir tmp_{"ai"};
   std::filesystem::path dir_;
   ServiceOptions opts_;
   std::unique_ptr<Service> service_;

@@ -5,9 +5,10 @@
 //   FROM     `scratch` (no layers), `abx:NAME`, a template name (its image, through the
 //            template_image hook), a store tag, else a reference pulled through the pull hook.
 //   RUN      runs in a runtime sandbox of the image so far (its layers as overlay lower dirs,
-//            the image's env and workdir, the template default network `none` unless the
-//            options say otherwise, the abx bundle bound at /opt/abx); stdout and stderr are
-//            streamed as log events; the sandbox's overlay upper dir becomes the layer.
+//            the image's env and workdir, outbound networking under abxd's default rules when
+//            the options name a SandboxNetwork (else loopback only), the abx bundle bound at
+//            /opt/abx); stdout and stderr are streamed as log events; the sandbox's overlay
+//            upper dir becomes the layer.
 //   COPY/ADD a layer made from context files (build_context.h; sources may be globs); ADD
 //            extracts local archives. COPY --from takes an earlier stage's files (its layers
 //            flattened once into the workspace) with their owners.

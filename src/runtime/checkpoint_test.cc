@@ -116,14 +116,8 @@ class CheckpointTest : public ::testing::Test {
   }
 
   SandboxConfig counter_config() {
-    SandboxConfig c;
-    c.id = testing::unique_id("ck");
-    c.state_dir = state_;
-    c.rootfs = RootfsMode::kImage;
-    c.lower_dirs = {base_};
-    c.argv = {testing::kProbeInside, "count", "/count"};
-    c.env = {"PATH=/bin"};
-    c.disk_bytes = 64ull << 20;
+    SandboxConfig c =
+        testing::image_config(state_, {base_}, {testing::kProbeInside, "count", "/count"}, "ck");
     c.binds.push_back({testing::probe_path(), testing::kProbeInside, false});
     c.veth.enabled = true;
     c.veth.subnet_base = (10u << 24) | (251u << 16);

@@ -67,45 +67,9 @@ class ImageTest : public ::testing::Test {
   }
 
   SandboxConfig shell(std::vector<std::string> lowers, const std::string& script) {
-    SandboxConfig c;
-    c.id = testing::unique_id("img");
-    c.state_dir = state_;
-    c.rootfs = RootfsMode::kImage;
-    c.lower_dirs = std::move(lowers);
-    c.argv = {"/bin/sh", "-c", script};
-    c.env = {"PATH=/bin"};
-    c.disk_bytes = 64ull << 20;
-    return c;
+    return testing::image_config(state_, std::move(lowers), {"/bin/sh", "-c", script});
   }
-
-  // Spawns `c` with stdout+stderr captured and waits for the init; the sandbox is returned
-  // alive (its processes exited) so the test can look at its upper dir, then destroys it.
-  struct Ran {
-    std::string out;
-    int status = -1;
-    std::optional<Sandbox> sb;
-  };
-  Ran run(SandboxConfig c) {
-    Ran r;
-    int p[2];
-    EXPECT_EQ(::pipe2(p, O_CLOEXEC), 0);
-    c.fds.push_back({p[1], 1});
-    c.fds.push_back({p[1], 2});
-    auto sb = Sandbox::spawn(std::move(c));
-    ::close(p[1]);
-    if (!sb) {
-      ::close(p[0]);
-      ADD_FAILURE() << "spawn: " << sb.error().to_string();
-      return r;
-    }
-    r.out = testing::read_all(p[0]);
-    ::close(p[0]);
-    auto st = sb->wait();
-    EXPECT_TRUE(st.ok());
-    if (st) r.status = *st;
-    r.sb.emplace(std::move(*sb));
-    return r;
-  }
+  static testing::Ran run(SandboxConfig c) { return testing::spawn_and_wait(std::move(c)); }
 
   abx::testing::TempDir tmp_{"abx-rt-image"};
   std::string base_, state_;

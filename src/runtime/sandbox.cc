@@ -410,10 +410,7 @@ const std::string& Sandbox::id() const { return s_->config.id; }
 pid_t Sandbox::pid() const { return s_->pid; }
 int Sandbox::pidfd() const { return s_->pidfd.get(); }
 
-bool Sandbox::init_exited() const {
-  pollfd p{s_->pidfd.get(), POLLIN, 0};
-  return ::poll(&p, 1, 0) > 0;
-}
+bool Sandbox::init_exited() const { return !exited_inits({this}).empty(); }
 
 std::vector<std::size_t> exited_inits(const std::vector<const Sandbox*>& sandboxes) {
   std::vector<pollfd> fds;

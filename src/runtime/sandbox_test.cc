@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -465,9 +466,11 @@ void owner_killed_then_cleanup(const std::string& state, bool mid_spawn) {
   ASSERT_NO_FATAL_FAILURE(fork_owner(state, mid_spawn, &id, &owner, &init));
   auto dirs = cgroup_dirs(id);
   if (!mid_spawn) {
-    for (int i = 0; i < 2000; ++i) {  // wait for sh and both sleeps
-      auto l = CgroupLayout::detect();
-      if (SandboxCgroups::existing(*l, "abx", id).pids().size() >= 3) break;
+    // Wait for sh and both sleeps: by the clock (30 s), not by a count of 1 ms sleeps, which a
+    // loaded machine stretches but a slow start there may outlast.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (SandboxCgroups::existing(*CgroupLayout::detect(), "abx", id).pids().size() < 3 &&
+           std::chrono::steady_clock::now() < deadline) {
       ::usleep(1000);
     }
   }

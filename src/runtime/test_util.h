@@ -3,15 +3,16 @@
 #pragma once
 
 #include <fcntl.h>
-#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "abx/runtime/sandbox.h"
+#include "abx/testing/temp_dir.h"
 #include "gtest/gtest.h"
 
 namespace abx::runtime::testing {
@@ -31,21 +32,14 @@ inline constexpr bool kAsan = false;
 inline const char* probe_path() { return ABX_RUNTIME_PROBE; }
 inline constexpr const char* kProbeInside = "/abx/probe";
 
-// A temporary directory removed (recursively) on destruction.
+// abx::testing::TempDir with its path as a string, as SandboxConfig's fields are.
 class TempDir {
  public:
-  TempDir() {
-    char tmpl[] = "/tmp/abx-rt-test-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::string cmd = "rm -rf '" + path_ + "'";
-    (void)!::system(cmd.c_str());
-  }
   const std::string& path() const { return path_; }
 
  private:
-  std::string path_;
+  abx::testing::TempDir dir_{"abx-rt-test"};
+  std::string path_ = dir_.string();
 };
 
 // Unique per process and call: tests may run in parallel processes under ctest.
@@ -105,9 +99,32 @@ inline SandboxConfig probe_config(const std::string& state_dir, std::vector<std:
   return c;
 }
 
-// Spawns `c` with stdout+stderr captured, waits for the init and destroys the sandbox.
-inline RunResult run_sandbox(SandboxConfig c) {
-  RunResult r;
+// A config that runs `argv` in an image-rootfs sandbox over `lowers` (abx::testing's busybox
+// layer first), with PATH=/bin and a 64 MiB writable layer: what the image and checkpoint tests
+// start from.
+inline SandboxConfig image_config(const std::string& state_dir, std::vector<std::string> lowers,
+                                  std::vector<std::string> argv,
+                                  const std::string& id_prefix = "img") {
+  SandboxConfig c;
+  c.id = unique_id(id_prefix);
+  c.state_dir = state_dir;
+  c.rootfs = RootfsMode::kImage;
+  c.lower_dirs = std::move(lowers);
+  c.argv = std::move(argv);
+  c.env = {"PATH=/bin"};
+  c.disk_bytes = 64ull << 20;
+  return c;
+}
+
+// What spawn_and_wait() ran: the sandbox too (null if it did not start), alive though its
+// processes exited, so a test can look at its upper dir before destroying it.
+struct Ran : RunResult {
+  std::optional<Sandbox> sb;
+};
+
+// Spawns `c` with stdout+stderr captured and waits for the init.
+inline Ran spawn_and_wait(SandboxConfig c) {
+  Ran r;
   int p[2];
   EXPECT_EQ(::pipe2(p, O_CLOEXEC), 0);
   c.fds.push_back({p[1], 1});
@@ -124,8 +141,17 @@ inline RunResult run_sandbox(SandboxConfig c) {
   auto st = sb->wait();
   EXPECT_TRUE(st.ok());
   if (st) r.status = *st;
-  Status d = sb->destroy();
-  EXPECT_TRUE(d.ok()) << d.error().to_string();
+  r.sb.emplace(std::move(*sb));
+  return r;
+}
+
+// spawn_and_wait(), then destroys the sandbox.
+inline RunResult run_sandbox(SandboxConfig c) {
+  Ran r = spawn_and_wait(std::move(c));
+  if (r.sb) {
+    Status d = r.sb->destroy();
+    EXPECT_TRUE(d.ok()) << d.error().to_string();
+  }
   return r;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "abx/templates/template.h"
+#include "abx/testing/temp_dir.h"
 
 namespace abx::templates {
 namespace {
@@ -42,8 +43,8 @@ TEST(ShellQuote, Basics) {
 // The heart of it: hostile values go through a real /bin/sh and come out as the literal value,
 // and nothing they try to run runs.
 TEST(RenderCustomCommand, HostileValuesReachTheShellLiterally) {
-  std::string sentinel = "/tmp/abx-render-pwned-" + std::to_string(::getpid());
-  ::unlink(sentinel.c_str());
+  abx::testing::TempDir dir("abx-render");
+  const std::string sentinel = (dir / "pwned").string();
   const std::vector<std::string> hostile = {
       "; rm -rf /nonexistent-abx; touch " + sentinel,
       "$(touch " + sentinel + ")",

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <fstream>
 
+#include "abx/testing/temp_dir.h"
+
 namespace abx::token {
 namespace {
 
@@ -86,7 +88,8 @@ TEST(RandomHex, LengthAndAlphabet) {
 }
 
 TEST(ReadTokenFile, TrimsTheEndAndRefusesEmptyOrMissingFiles) {
-  std::string path = ::testing::TempDir() + "/abx-token-" + std::to_string(::getpid());
+  abx::testing::TempDir dir("abx-token");
+  const std::string path = (dir / "token").string();
   std::ofstream(path) << "tok en\r\n \n";
   auto t = read_token_file(path);
   ASSERT_TRUE(t.ok()) << t.error().message();

@@ -58,6 +58,7 @@
 #include "abx/http/client.h"
 #include "abx/testing/abxd.h"
 #include "abx/testing/socket.h"
+#include "abx/testing/temp_dir.h"
 
 namespace abx::boundary {
 namespace {
@@ -527,7 +528,8 @@ std::string services_py(const std::string& abstract_name, int echo_port) {
 // Host-side resources the probes look for, removed when the test ends.
 struct HostFixtures {
   std::string tag = random_tag();
-  fs::path dir;  // 0755 directory under /tmp for host controls that run as other uids
+  testing::TempDir tmp{"abx-boundary"};
+  fs::path dir = tmp.path();  // 0755: host controls run as other uids (reachable() below)
   std::string marker_content = "abx-boundary-host-marker-" + tag + "\n";
   std::vector<fs::path> markers;
   int tcp = -1, tcp_any = -1, abstract_sock = -1, path_sock = -1;
@@ -537,10 +539,6 @@ struct HostFixtures {
   std::vector<fs::path> cgroups;
 
   HostFixtures() {
-    // In /tmp itself, not testing::TempDir under the run's $TMPDIR: the probes that run as
-    // another host user must be able to reach it (0755 below a world-searchable parent).
-    char tmpl[] = "/tmp/abx-boundary-XXXXXX";
-    dir = mkdtemp(tmpl);
     fs::permissions(dir, fs::perms(0755));
     for (fs::path p :
          {fs::path("/etc"), fs::path("/tmp"), fs::path("/root"), fs::path("/var/tmp")}) {
@@ -559,8 +557,15 @@ struct HostFixtures {
       if (fd >= 0) close(fd);
     for (const auto& m : markers) fs::remove(m);
     for (const auto& c : cgroups) ::rmdir(c.c_str());
-    std::error_code ec;
-    fs::remove_all(dir, ec);
+  }
+  // The probes that run as another host user reach `dir` only below world-searchable
+  // directories (scripts/test.sh's $TMPDIR is 1777, as /tmp is). The first that is not, or "".
+  std::string unreachable_parent() const {
+    for (fs::path p = dir.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path()) {
+      struct stat st {};
+      if (::stat(p.c_str(), &st) != 0 || (st.st_mode & S_IXOTH) == 0) return p.string();
+    }
+    return "";
   }
   static int listen_tcp(in_addr_t addr, std::uint16_t* port) {
     int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -711,6 +716,8 @@ Tally run_and_report(std::vector<Probe>& probes) {
 
 TEST_F(BoundaryTest, EveryProbeHolds) {
   HostFixtures hf;
+  ASSERT_EQ(hf.unreachable_parent(), "")
+      << "is not searchable by other users: point TMPDIR at a directory that is (chmod 1777)";
   ASSERT_GE(hf.tcp, 0);
   const std::string probe_bytes = slurp(ABX_BOUNDARY_PROBE);
   ASSERT_FALSE(probe_bytes.empty());

@@ -23,6 +23,7 @@
 #include "abx/http/client.h"
 #include "abx/testing/abxd.h"
 #include "abx/testing/rootfs.h"
+#include "abx/testing/temp_dir.h"
 
 namespace abx {
 namespace {
@@ -784,10 +785,8 @@ TEST_F(CliE2E, LogsFollowPrintsNewLinesOnceUntilTheSandboxIsGone) {
 class AbxdLogE2E : public CliE2E {
  protected:
   void SetUp() override {
-    char path[] = "/tmp/abxd-log-XXXXXX";
-    int fd = mkstemp(path);
+    int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     ASSERT_GE(fd, 0);
-    log_path_ = path;
     int saved = dup(2);
     dup2(fd, 2);
     close(fd);
@@ -795,15 +794,12 @@ class AbxdLogE2E : public CliE2E {
     dup2(saved, 2);
     close(saved);
   }
-  void TearDown() override {
-    CliE2E::TearDown();
-    if (!log_path_.empty()) unlink(log_path_.c_str());
-  }
   std::string abxd_log() const {
     std::ifstream in(log_path_);
     return std::string(std::istreambuf_iterator<char>(in), {});
   }
-  std::string log_path_;
+  testing::TempDir log_dir_{"abxd-log"};
+  std::string log_path_ = (log_dir_ / "abxd.log").string();
 };
 
 TEST_F(AbxdLogE2E, AbxdLogsEveryLifecycleEventWithTheSandboxId) {

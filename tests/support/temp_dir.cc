@@ -13,9 +13,13 @@ std::string run_id() {
 }
 
 TempDir::TempDir(const std::string& prefix) {
+  const std::filesystem::path parent = std::filesystem::temp_directory_path();
   std::string name = prefix;
-  if (std::string run = run_id(); !run.empty()) name += "-" + run;
-  std::string tmpl = (std::filesystem::temp_directory_path() / (name + "-XXXXXX")).string();
+  // Once in the path is enough (scripts/test.sh's TMPDIR is named after the run): socket paths
+  // below a TempDir must fit in sun_path's 108 bytes.
+  if (std::string run = run_id(); !run.empty() && parent.string().find(run) == std::string::npos)
+    name += "-" + run;
+  std::string tmpl = (parent / (name + "-XXXXXX")).string();
   if (::mkdtemp(tmpl.data()) == nullptr) {
     std::perror(("mkdtemp " + tmpl).c_str());
     std::abort();

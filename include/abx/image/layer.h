@@ -8,12 +8,15 @@
 // nodes, sockets and fifos are left out. Hard links inside the directory stay hard links.
 //
 // The output is deterministic for the same tree (entries sorted by name, gzip header without
-// a timestamp), so rebuilding an unchanged step reproduces the same digest.
+// a timestamp), so rebuilding an unchanged step reproduces the same digest. The same walk writes
+// plain tars too (write_tar: the runtime layer of compose.h's with_runtime).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "abx/base/error.h"
 #include "abx/base/fd.h"
@@ -35,12 +38,23 @@ struct LayerWriteOptions {
   // Paths relative to the directory ("proc", "opt/abx") left out when they hold nothing but
   // other such paths: mount points a sandbox's runtime created in its upper dir.
   std::set<std::string> skip_if_empty;
+  // The directory's entries go under this relative path ("opt/abx"), after an entry for each
+  // of its directories (0755, owned by 0:0, mtime 0). Empty: at the archive's root.
+  std::string prefix;
+  // Owners 0:0 and mtimes 0 on every entry, so the same files give the same bytes wherever and
+  // whenever they were written (modes, links and contents are kept).
+  bool reproducible = false;
 };
 
 // Writes the layer for `dir` to `out` (a file open for writing). Errors: internal, naming the
 // path that could not be read.
 Result<LayerBlob> write_layer_to(const std::string& dir, int out,
                                  const LayerWriteOptions& options = {});
+
+// The same tar, uncompressed, handed to `out` piece by piece (no file): what compose's
+// with_runtime() makes the runtime layer of. Errors: internal, or `out`'s own.
+Status write_tar(const std::string& dir, const std::function<Status(std::string_view)>& out,
+                 const LayerWriteOptions& options = {});
 
 // Writes the layer into `store` as a blob (through a file under the store's tmp/, removed
 // afterwards whatever happens).

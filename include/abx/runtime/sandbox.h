@@ -173,7 +173,7 @@ class Sandbox {
   const std::string& id() const;
   pid_t pid() const;         // host pid of the sandbox init
   int pidfd() const;         // pidfd of the init (poll it: readable once the init exited)
-  bool init_exited() const;  // whether the init has exited (its pidfd is readable), at once
+  bool init_exited() const;  // exited_inits() of this one sandbox
   const SandboxCgroups& cgroups() const;
   std::string state_path() const;  // <state_dir>/<id>
   // Host uid (= gid) of the sandbox's root: the first id of its user namespace's range, or 0
@@ -222,8 +222,9 @@ class Sandbox {
   std::unique_ptr<State> s_;
 };
 
-// The indexes of `sandboxes` whose init has exited (Sandbox::init_exited), from one poll(2)
-// over all their pidfds.
+// The indexes of `sandboxes` whose init has exited: its pidfd is readable (or reports an error),
+// from one poll(2) over all their pidfds that never waits. The one definition of "exited" that
+// Sandbox::init_exited() uses too.
 std::vector<std::size_t> exited_inits(const std::vector<const Sandbox*>& sandboxes);
 
 // Removes what sandboxes in `state_dir` left behind when their owner died without destroy():

@@ -1,5 +1,12 @@
 // Test helper: runs one of our binaries as a child process, reads its "listening on" line, and
 // signals/waits for it. Test code only; production code keeps process control in its modules.
+//
+// A child never outlives its test: it leads a process group of its own, which the destructor
+// kills (the daemon and whatever it left in its group), and it gets SIGTERM when the test process
+// dies without running destructors (abort, a crash, kill -9, ctest's timeout kill), through
+// PR_SET_PDEATHSIG. That signal follows the *thread* that forked: construct a ChildProcess on a
+// thread that lives as long as the test (the main thread), not on a short-lived helper thread.
+// tests/support/child_process_test.cc proves both.
 #pragma once
 
 #include <errno.h>
@@ -23,9 +30,8 @@ namespace abx::testing {
 class ChildProcess {
  public:
   // Starts argv with extra environment entries ("K=V"); stdout is captured, stderr inherited.
-  // The child is tied to the test's life: it gets SIGTERM when the test process dies, even by a
-  // crash or ctest's timeout kill (PR_SET_PDEATHSIG), so no daemon outlives its test. SIGTERM,
-  // not SIGKILL, so an abxd still shuts down in order.
+  // The child is tied to the test's life (above): SIGTERM when the test process dies, not
+  // SIGKILL, so an abxd still shuts down in order and stops its sandboxes.
   ChildProcess(std::vector<std::string> argv, std::vector<std::string> env_extra = {}) {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) return;
@@ -51,7 +57,9 @@ class ChildProcess {
     const pid_t parent = getpid();
     pid_ = fork();
     if (pid_ == 0) {
-      if (prctl(PR_SET_PDEATHSIG, SIGTERM) == 0 && getppid() == parent && dup2(fds[1], 1) >= 0)
+      // The parent may have died before prctl: then getppid() is no longer it.
+      if (setpgid(0, 0) == 0 && prctl(PR_SET_PDEATHSIG, SIGTERM) == 0 && getppid() == parent &&
+          dup2(fds[1], 1) >= 0)
         execve(args[0], args.data(), envp.data());
       int e = errno;
       (void)!write(err[1], &e, sizeof e);
@@ -70,10 +78,15 @@ class ChildProcess {
       pid_ = -1;
     }
   }
+  // Kills the child's process group (what it left there too, even after it exited) and reaps
+  // the child. wait() leaves the child unreaped, so its pid still names our group here and
+  // cannot have been reused.
   ~ChildProcess() {
-    if (pid_ > 0 && !exit_status_) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
+    if (pid_ > 0) {
+      kill(-pid_, SIGKILL);
+      if (!exit_status_) kill(pid_, SIGKILL);  // in case it moved to a group of its own
+      while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+      }
     }
     if (out_ >= 0) close(out_);
   }
@@ -81,6 +94,7 @@ class ChildProcess {
   ChildProcess& operator=(const ChildProcess&) = delete;
 
   bool started() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }  // also its process group's id
 
   // Reads stdout until a line starting with `prefix` arrives (or EOF / timeout).
   std::optional<std::string> read_line_starting(
@@ -123,15 +137,16 @@ class ChildProcess {
 
   void signal(int sig) { kill(pid_, sig); }
 
-  // Waits for exit; returns the exit code, or 128+signal, or -1 on timeout.
+  // Waits for exit; returns the exit code, or 128+signal, or -1 on timeout. The child stays
+  // unreaped (a zombie) until the destructor, which kills its group first.
   int wait(std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
     if (exit_status_) return *exit_status_;
     auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
-      int st = 0;
-      pid_t r = waitpid(pid_, &st, WNOHANG);
-      if (r == pid_) {
-        exit_status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      siginfo_t si{};
+      if (waitid(P_PID, static_cast<id_t>(pid_), &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+          si.si_pid == pid_) {
+        exit_status_ = si.si_code == CLD_EXITED ? si.si_status : 128 + si.si_status;
         return *exit_status_;
       }
       if (std::chrono::steady_clock::now() > deadline) return -1;

@@ -12,8 +12,9 @@ std::string run_id();
 
 class TempDir {
  public:
-  // mkdtemp(<temp dir>/<prefix>[-<run id>]-XXXXXX); aborts the test binary if that fails (the
-  // disk is full or /tmp is unwritable: no test could do anything useful).
+  // mkdtemp(<temp dir>/<prefix>[-<run id>]-XXXXXX), the run id left out when <temp dir>'s path
+  // already holds it; aborts the test binary if that fails (the disk is full or /tmp is
+  // unwritable: no test could do anything useful). Mode 0700.
   explicit TempDir(const std::string& prefix = "abx-test");
   ~TempDir();
   TempDir(const TempDir&) = delete;
