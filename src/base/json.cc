@@ -5,6 +5,7 @@
 #include <boost/json/serialize.hpp>
 #include <boost/json/value_stack.hpp>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -280,7 +281,12 @@ Result<std::int64_t> json_as_int(const json::value& v, std::string_view path, st
   };
   // The parser keeps a number that has no fraction or exponent as int64, or as uint64 when it is
   // above INT64_MAX; anything else is a double.
-  if (v.is_uint64()) return out_of_range();
+  if (v.is_uint64()) {
+    if (hi == std::numeric_limits<std::int64_t>::max()) {
+      return invalid_argument(std::string(path) + ": integer too large");
+    }
+    return out_of_range();
+  }
   if (!v.is_int64()) return expected(path, "an integer", v);
   const std::int64_t i = v.get_int64();
   if (i < lo || i > hi) return out_of_range();
