@@ -280,15 +280,22 @@ Result<std::int64_t> json_as_int(const json::value& v, std::string_view path, st
                             " and " + std::to_string(hi));
   };
   // The parser keeps a number that has no fraction or exponent as int64, or as uint64 when it is
-  // above INT64_MAX; anything else is a double.
+  // above INT64_MAX; anything else is a double. (A value built in memory from an unsigned type
+  // is a uint64 whatever its size.)
+  std::int64_t i = 0;
   if (v.is_uint64()) {
-    if (hi == std::numeric_limits<std::int64_t>::max()) {
-      return invalid_argument(std::string(path) + ": integer too large");
+    if (v.get_uint64() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      if (hi == std::numeric_limits<std::int64_t>::max()) {
+        return invalid_argument(std::string(path) + ": integer too large");
+      }
+      return out_of_range();
     }
-    return out_of_range();
+    i = static_cast<std::int64_t>(v.get_uint64());
+  } else if (v.is_int64()) {
+    i = v.get_int64();
+  } else {
+    return expected(path, "an integer", v);
   }
-  if (!v.is_int64()) return expected(path, "an integer", v);
-  const std::int64_t i = v.get_int64();
   if (i < lo || i > hi) return out_of_range();
   return i;
 }

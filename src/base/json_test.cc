@@ -208,6 +208,12 @@ TEST(JsonReaders, IntRangeAndOverflow) {
   auto in = json_optional_int(o, "z", "", 0, 0);
   ASSERT_TRUE(in.ok());
   EXPECT_EQ(in->value(), 0);
+  // A value built from an unsigned type is a uint64 of any size.
+  auto small = json_as_int(boost::json::value(std::uint64_t{5}), "u", 0, 5);
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(*small, 5);
+  EXPECT_EQ(error_of(json_as_int(boost::json::value(std::uint64_t{6}), "u", 0, 5)),
+            "u: must be between 0 and 5");
   EXPECT_EQ(error_of(json_as_int(boost::json::value(-1), "a[0]", 0, 5)),
             "a[0]: must be between 0 and 5");
 }
