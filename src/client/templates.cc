@@ -195,7 +195,11 @@ Result<BuildEvent> event_of(json::object o) {
   ABX_ASSIGN_OR_RETURN(auto instruction, json_optional_string(o, "instruction", "build event"));
   ABX_ASSIGN_OR_RETURN(auto line, json_optional_string(o, "line", "build event"));
   ABX_ASSIGN_OR_RETURN(auto message, json_optional_string(o, "message", "build event"));
-  ABX_ASSIGN_OR_RETURN(auto cached, json_optional_bool(o, "cached", "build event"));
+  // "cached" is a step's boolean; the "done" event's is the count of cached steps (left in raw).
+  std::optional<bool> cached;
+  if (type == "step") {
+    ABX_ASSIGN_OR_RETURN(cached, json_optional_bool(o, "cached", "build event"));
+  }
   ABX_ASSIGN_OR_RETURN(auto bytes, json_optional_int(o, "bytes", "build event"));
   e.type = std::move(type).value_or("");
   e.step = static_cast<int>(step.value_or(0));
