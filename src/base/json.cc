@@ -5,10 +5,13 @@
 #include <boost/json/serialize.hpp>
 #include <boost/json/value_stack.hpp>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "abx/base/try.h"
 
 namespace abx {
 namespace {
@@ -190,5 +193,241 @@ Result<json::value> parse_json_strict(std::string_view text, const JsonLimits& l
 }
 
 std::string to_json_string(const json::value& v) { return json::serialize(v); }
+
+// --- Readers ---
+
+namespace {
+
+bool identifier(std::string_view key) {
+  if (key.empty()) return false;
+  for (std::size_t i = 0; i < key.size(); ++i) {
+    const char c = key[i];
+    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+    if (!alpha && !(i > 0 && c >= '0' && c <= '9')) return false;
+  }
+  return true;
+}
+
+Error expected(std::string_view path, std::string_view what, const json::value& got) {
+  return invalid_argument(std::string(path) + ": expected " + std::string(what) + ", got " +
+                          std::string(json_kind_name(got)));
+}
+
+Error missing(std::string_view path) {
+  return invalid_argument(std::string(path) + ": required field is missing");
+}
+
+}  // namespace
+
+std::string json_path_key(std::string_view path, std::string_view key) {
+  std::string out(path);
+  if (identifier(key)) {
+    if (!out.empty()) out += '.';
+    out += key;
+  } else {
+    out += '[';
+    out += json::serialize(json::string(key));
+    out += ']';
+  }
+  return out;
+}
+
+std::string json_path_index(std::string_view path, std::size_t i) {
+  return std::string(path) + "[" + std::to_string(i) + "]";
+}
+
+std::string_view json_kind_name(const json::value& v) {
+  switch (v.kind()) {
+    case json::kind::null:
+      return "null";
+    case json::kind::bool_:
+      return "boolean";
+    case json::kind::string:
+      return "string";
+    case json::kind::array:
+      return "array";
+    case json::kind::object:
+      return "object";
+    default:
+      return "number";
+  }
+}
+
+Result<const json::object*> json_as_object(const json::value& v, std::string_view path) {
+  if (!v.is_object()) return expected(path, "an object", v);
+  return &v.get_object();
+}
+
+Result<const json::array*> json_as_array(const json::value& v, std::string_view path) {
+  if (!v.is_array()) return expected(path, "an array", v);
+  return &v.get_array();
+}
+
+Result<std::string> json_as_string(const json::value& v, std::string_view path) {
+  if (!v.is_string()) return expected(path, "a string", v);
+  return std::string(v.get_string());
+}
+
+Result<bool> json_as_bool(const json::value& v, std::string_view path) {
+  if (!v.is_bool()) return expected(path, "a boolean", v);
+  return v.get_bool();
+}
+
+Result<std::int64_t> json_as_int(const json::value& v, std::string_view path, std::int64_t lo,
+                                 std::int64_t hi) {
+  const auto out_of_range = [&] {
+    return invalid_argument(std::string(path) + ": must be between " + std::to_string(lo) +
+                            " and " + std::to_string(hi));
+  };
+  // The parser keeps a number that has no fraction or exponent as int64, or as uint64 when it is
+  // above INT64_MAX; anything else is a double. (A value built in memory from an unsigned type
+  // is a uint64 whatever its size.)
+  std::int64_t i = 0;
+  if (v.is_uint64()) {
+    if (v.get_uint64() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      if (hi == std::numeric_limits<std::int64_t>::max()) {
+        return invalid_argument(std::string(path) + ": integer too large");
+      }
+      return out_of_range();
+    }
+    i = static_cast<std::int64_t>(v.get_uint64());
+  } else if (v.is_int64()) {
+    i = v.get_int64();
+  } else {
+    return expected(path, "an integer", v);
+  }
+  if (i < lo || i > hi) return out_of_range();
+  return i;
+}
+
+Result<std::vector<std::string>> json_as_string_list(const json::value& v, std::string_view path) {
+  ABX_ASSIGN_OR_RETURN(const json::array* a, json_as_array(v, path));
+  std::vector<std::string> out;
+  out.reserve(a->size());
+  for (std::size_t i = 0; i < a->size(); ++i) {
+    ABX_ASSIGN_OR_RETURN(std::string s, json_as_string((*a)[i], json_path_index(path, i)));
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+Result<std::map<std::string, std::string>> json_as_string_map(const json::value& v,
+                                                              std::string_view path) {
+  ABX_ASSIGN_OR_RETURN(const json::object* o, json_as_object(v, path));
+  std::map<std::string, std::string> out;
+  for (const auto& kv : *o) {
+    ABX_ASSIGN_OR_RETURN(std::string s, json_as_string(kv.value(), json_path_key(path, kv.key())));
+    out.emplace(std::string(kv.key()), std::move(s));
+  }
+  return out;
+}
+
+const json::value* json_find(const json::object& o, std::string_view key) {
+  const json::value* v = o.if_contains(key);
+  return v == nullptr || v->is_null() ? nullptr : v;
+}
+
+namespace {
+
+// o[key] for a required reader: absent or null is an error naming the field.
+Result<const json::value*> required(const json::object& o, std::string_view key,
+                                    std::string_view path) {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr) return missing(json_path_key(path, key));
+  return v;
+}
+
+}  // namespace
+
+Result<const json::object*> json_required_object(const json::object& o, std::string_view key,
+                                                 std::string_view path) {
+  ABX_ASSIGN_OR_RETURN(const json::value* v, required(o, key, path));
+  return json_as_object(*v, json_path_key(path, key));
+}
+
+Result<const json::array*> json_required_array(const json::object& o, std::string_view key,
+                                               std::string_view path) {
+  ABX_ASSIGN_OR_RETURN(const json::value* v, required(o, key, path));
+  return json_as_array(*v, json_path_key(path, key));
+}
+
+Result<std::string> json_required_string(const json::object& o, std::string_view key,
+                                         std::string_view path) {
+  ABX_ASSIGN_OR_RETURN(const json::value* v, required(o, key, path));
+  return json_as_string(*v, json_path_key(path, key));
+}
+
+Result<bool> json_required_bool(const json::object& o, std::string_view key,
+                                std::string_view path) {
+  ABX_ASSIGN_OR_RETURN(const json::value* v, required(o, key, path));
+  return json_as_bool(*v, json_path_key(path, key));
+}
+
+Result<std::int64_t> json_required_int(const json::object& o, std::string_view key,
+                                       std::string_view path, std::int64_t lo, std::int64_t hi) {
+  ABX_ASSIGN_OR_RETURN(const json::value* v, required(o, key, path));
+  return json_as_int(*v, json_path_key(path, key), lo, hi);
+}
+
+Result<const json::object*> json_optional_object(const json::object& o, std::string_view key,
+                                                 std::string_view path) {
+  const json::value* v = json_find(o, key);
+  if (v == nullptr) return static_cast<const json::object*>(nullptr);
+  return json_as_object(*v, json_path_key(path, key));
+}
+
+Result<const json::array*> json_optional_array(const json::object& o, std::string_view key,
+                                               std::string_view path) {
+  const json::value* v = json_find(o, key);
+  if (v == nullptr) return static_cast<const json::array*>(nullptr);
+  return json_as_array(*v, json_path_key(path, key));
+}
+
+Result<std::optional<std::string>> json_optional_string(const json::object& o, std::string_view key,
+                                                        std::string_view path) {
+  const json::value* v = json_find(o, key);
+  if (v == nullptr) return std::optional<std::string>();
+  ABX_ASSIGN_OR_RETURN(std::string s, json_as_string(*v, json_path_key(path, key)));
+  return std::optional<std::string>(std::move(s));
+}
+
+Result<std::optional<bool>> json_optional_bool(const json::object& o, std::string_view key,
+                                               std::string_view path) {
+  const json::value* v = json_find(o, key);
+  if (v == nullptr) return std::optional<bool>();
+  ABX_ASSIGN_OR_RETURN(bool b, json_as_bool(*v, json_path_key(path, key)));
+  return std::optional<bool>(b);
+}
+
+Result<std::optional<std::int64_t>> json_optional_int(const json::object& o, std::string_view key,
+                                                      std::string_view path, std::int64_t lo,
+                                                      std::int64_t hi) {
+  const json::value* v = json_find(o, key);
+  if (v == nullptr) return std::optional<std::int64_t>();
+  ABX_ASSIGN_OR_RETURN(std::int64_t i, json_as_int(*v, json_path_key(path, key), lo, hi));
+  return std::optional<std::int64_t>(i);
+}
+
+Result<std::vector<std::string>> json_optional_string_list(const json::object& o,
+                                                           std::string_view key,
+                                                           std::string_view path) {
+  const json::value* v = json_find(o, key);
+  if (v == nullptr) return std::vector<std::string>();
+  return json_as_string_list(*v, json_path_key(path, key));
+}
+
+Result<std::map<std::string, std::string>> json_optional_string_map(const json::object& o,
+                                                                    std::string_view key,
+                                                                    std::string_view path) {
+  const json::value* v = json_find(o, key);
+  if (v == nullptr) return std::map<std::string, std::string>();
+  return json_as_string_map(*v, json_path_key(path, key));
+}
+
+std::string_view json_string_or_empty(const json::object& o, std::string_view key) {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr || !v->is_string()) return {};
+  return v->get_string();
+}
 
 }  // namespace abx

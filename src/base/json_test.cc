@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <limits>
 #include <string>
 
 namespace abx {
@@ -112,6 +114,138 @@ TEST(Json, ParsesAgainAfterARefusedDocument) {
   auto r = parse_json_strict(R"({"c":1,"b":{"c":2}})");
   ASSERT_TRUE(r.ok()) << r.error().message();
   EXPECT_EQ(r->at("b").at("c").as_int64(), 2);
+}
+
+// --- Readers ---
+
+boost::json::object object_of_text(std::string_view text) {
+  auto v = parse_json_strict(text);
+  EXPECT_TRUE(v.ok()) << v.error().message();
+  return v->as_object();
+}
+
+template <class T>
+std::string error_of(const Result<T>& r) {
+  EXPECT_FALSE(r.ok());
+  if (r.ok()) return "";
+  EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument);
+  return r.error().message();
+}
+
+TEST(JsonReaders, PathText) {
+  EXPECT_EQ(json_path_key("", "network"), "network");
+  EXPECT_EQ(json_path_key("network", "rules"), "network.rules");
+  EXPECT_EQ(json_path_key("network.rules", "a.com"), R"(network.rules["a.com"])");
+  EXPECT_EQ(json_path_key("", "a b"), R"(["a b"])");
+  EXPECT_EQ(json_path_key("m", "x\"y"), R"(m["x\"y"])");
+  EXPECT_EQ(json_path_key("m", "_x9"), "m._x9");
+  EXPECT_EQ(json_path_key("m", "9x"), R"(m["9x"])");
+  EXPECT_EQ(json_path_key("m", ""), R"(m[""])");
+  EXPECT_EQ(json_path_index(R"(network.rules["a.com"])", 0), R"(network.rules["a.com"][0])");
+}
+
+TEST(JsonReaders, NestedPathInErrors) {
+  auto o = object_of_text(R"({"network":{"rules":{"a.com":[{"transform":"x"}]}}})");
+  auto net = json_required_object(o, "network", "");
+  ASSERT_TRUE(net.ok());
+  auto rules = json_required_object(**net, "rules", "network");
+  ASSERT_TRUE(rules.ok());
+  auto list = json_required_array(**rules, "a.com", "network.rules");
+  ASSERT_TRUE(list.ok());
+  auto rule = json_as_object((**list)[0], json_path_index(R"(network.rules["a.com"])", 0));
+  ASSERT_TRUE(rule.ok());
+  EXPECT_EQ(error_of(json_required_object(**rule, "transform", R"(network.rules["a.com"][0])")),
+            R"(network.rules["a.com"][0].transform: expected an object, got string)");
+}
+
+TEST(JsonReaders, MissingField) {
+  auto o = object_of_text(R"({"a":1})");
+  EXPECT_EQ(error_of(json_required_string(o, "name", "")), "name: required field is missing");
+  EXPECT_EQ(error_of(json_required_int(o, "n", "spec")), "spec.n: required field is missing");
+  EXPECT_EQ(error_of(json_required_bool(o, "b", "")), "b: required field is missing");
+  EXPECT_EQ(error_of(json_required_object(o, "o", "")), "o: required field is missing");
+  EXPECT_EQ(error_of(json_required_array(o, "l", "")), "l: required field is missing");
+  // A required field given as null is there, with the wrong type.
+  auto n = object_of_text(R"({"name":null})");
+  EXPECT_EQ(error_of(json_required_string(n, "name", "")), "name: expected a string, got null");
+}
+
+TEST(JsonReaders, WrongType) {
+  auto o = object_of_text(
+      R"({"s":1,"b":"true","i":"3","o":[],"l":{},"f":2.5,"e":1e3,"t":3.0,"m":{"x":1},"sl":["a",2]})");
+  EXPECT_EQ(error_of(json_required_string(o, "s", "")), "s: expected a string, got number");
+  EXPECT_EQ(error_of(json_required_bool(o, "b", "")), "b: expected a boolean, got string");
+  EXPECT_EQ(error_of(json_required_int(o, "i", "")), "i: expected an integer, got string");
+  EXPECT_EQ(error_of(json_required_object(o, "o", "")), "o: expected an object, got array");
+  EXPECT_EQ(error_of(json_required_array(o, "l", "")), "l: expected an array, got object");
+  EXPECT_EQ(error_of(json_required_int(o, "f", "")), "f: expected an integer, got number");
+  EXPECT_EQ(error_of(json_required_int(o, "e", "")), "e: expected an integer, got number");
+  EXPECT_EQ(error_of(json_required_int(o, "t", "")), "t: expected an integer, got number");
+  EXPECT_EQ(error_of(json_optional_string_map(o, "m", "")), "m.x: expected a string, got number");
+  EXPECT_EQ(error_of(json_optional_string_list(o, "sl", "")),
+            "sl[1]: expected a string, got number");
+  // An optional field's wrong type is still an error.
+  EXPECT_EQ(error_of(json_optional_string(o, "s", "x")), "x.s: expected a string, got number");
+  EXPECT_EQ(error_of(json_optional_bool(o, "b", "")), "b: expected a boolean, got string");
+  EXPECT_EQ(error_of(json_optional_int(o, "i", "")), "i: expected an integer, got string");
+  EXPECT_EQ(error_of(json_optional_object(o, "o", "")), "o: expected an object, got array");
+  EXPECT_EQ(error_of(json_optional_array(o, "l", "")), "l: expected an array, got object");
+}
+
+TEST(JsonReaders, IntRangeAndOverflow) {
+  auto o = object_of_text(
+      R"({"big":9223372036854775807,"over":9223372036854775808,"neg":-9223372036854775808,"t":3601,"z":0})");
+  auto big = json_required_int(o, "big", "");
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(*big, std::numeric_limits<std::int64_t>::max());
+  auto neg = json_required_int(o, "neg", "");
+  ASSERT_TRUE(neg.ok());
+  EXPECT_EQ(*neg, std::numeric_limits<std::int64_t>::min());
+  EXPECT_EQ(error_of(json_required_int(o, "over", "")), "over: integer too large");
+  EXPECT_EQ(error_of(json_required_int(o, "over", "", 0, 10)), "over: must be between 0 and 10");
+  EXPECT_EQ(error_of(json_required_int(o, "t", "", 0, 3600)), "t: must be between 0 and 3600");
+  EXPECT_EQ(error_of(json_optional_int(o, "z", "", 1, 10)), "z: must be between 1 and 10");
+  auto in = json_optional_int(o, "z", "", 0, 0);
+  ASSERT_TRUE(in.ok());
+  EXPECT_EQ(in->value(), 0);
+  // A value built from an unsigned type is a uint64 of any size.
+  auto small = json_as_int(boost::json::value(std::uint64_t{5}), "u", 0, 5);
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(*small, 5);
+  EXPECT_EQ(error_of(json_as_int(boost::json::value(std::uint64_t{6}), "u", 0, 5)),
+            "u: must be between 0 and 5");
+  EXPECT_EQ(error_of(json_as_int(boost::json::value(-1), "a[0]", 0, 5)),
+            "a[0]: must be between 0 and 5");
+}
+
+TEST(JsonReaders, AbsentAndNullAreNotGiven) {
+  auto o = object_of_text(R"({"n":null,"s":"v","b":false,"i":7,"m":{"k":"v"},"l":["x"]})");
+  for (const char* key : {"n", "absent"}) {
+    EXPECT_FALSE(json_optional_string(o, key, "").value().has_value()) << key;
+    EXPECT_FALSE(json_optional_bool(o, key, "").value().has_value()) << key;
+    EXPECT_FALSE(json_optional_int(o, key, "").value().has_value()) << key;
+    EXPECT_EQ(json_optional_object(o, key, "").value(), nullptr) << key;
+    EXPECT_EQ(json_optional_array(o, key, "").value(), nullptr) << key;
+    EXPECT_TRUE(json_optional_string_list(o, key, "").value().empty()) << key;
+    EXPECT_TRUE(json_optional_string_map(o, key, "").value().empty()) << key;
+    EXPECT_EQ(json_find(o, key), nullptr) << key;
+  }
+  EXPECT_EQ(json_optional_string(o, "s", "").value(), "v");
+  EXPECT_EQ(json_optional_bool(o, "b", "").value(), false);
+  EXPECT_EQ(json_optional_int(o, "i", "").value(), 7);
+  EXPECT_EQ(json_optional_string_map(o, "m", "").value().at("k"), "v");
+  EXPECT_EQ(json_optional_string_list(o, "l", "").value().at(0), "x");
+  EXPECT_EQ(json_required_string(o, "s", "").value(), "v");
+  EXPECT_EQ(json_required_bool(o, "b", "").value(), false);
+  EXPECT_EQ(json_required_int(o, "i", "").value(), 7);
+}
+
+TEST(JsonReaders, StringOrEmptyNeverFails) {
+  auto o = object_of_text(R"({"s":"v","n":null,"i":1})");
+  EXPECT_EQ(json_string_or_empty(o, "s"), "v");
+  EXPECT_EQ(json_string_or_empty(o, "n"), "");
+  EXPECT_EQ(json_string_or_empty(o, "i"), "");
+  EXPECT_EQ(json_string_or_empty(o, "absent"), "");
 }
 
 }  // namespace

@@ -16,9 +16,13 @@ namespace abx::client {
 
 namespace {
 
-std::string str_of(const json::object& o, std::string_view key) {
-  if (auto* v = o.if_contains(key); v && v->is_string()) return std::string(v->as_string());
-  return {};
+// A string field of the interpreter's output: "" when absent or null; another type is the
+// server's fault (internal).
+Result<std::string> output_string(const json::object& o, std::string_view key,
+                                  std::string_view path) {
+  auto s = json_optional_string(o, key, path);
+  if (!s.ok()) return internal_error("code interpreter: " + s.error().message());
+  return std::move(*s).value_or("");
 }
 
 std::string trim(std::string_view s) {
@@ -206,9 +210,9 @@ Status ExecutionReader::line(std::string_view l) {
     return internal_error("code interpreter sent a malformed line: " + shown);
   }
   const auto& o = v->as_object();
-  std::string type = str_of(o, "type");
+  ABX_ASSIGN_OR_RETURN(std::string type, output_string(o, "type", ""));
   if (type == "stdout" || type == "stderr") {
-    std::string text = str_of(o, "text");
+    ABX_ASSIGN_OR_RETURN(std::string text, output_string(o, "text", type));
     bool out = type == "stdout";
     (out ? ex_.stdout_chunks : ex_.stderr_chunks).push_back(text);
     const auto& cb = out ? opts_.on_stdout : opts_.on_stderr;
@@ -217,7 +221,9 @@ Status ExecutionReader::line(std::string_view l) {
     ex_.results.push_back(code_result_from_json(o));
     if (opts_.on_result) opts_.on_result(ex_.results.back());
   } else if (type == "error") {
-    CodeError e{str_of(o, "name"), str_of(o, "value"), {}};
+    CodeError e;
+    ABX_ASSIGN_OR_RETURN(e.name, output_string(o, "name", "error"));
+    ABX_ASSIGN_OR_RETURN(e.value, output_string(o, "value", "error"));
     if (auto* tb = o.if_contains("traceback")) {
       if (tb->is_string()) {
         e.traceback = tb->as_string();
@@ -248,7 +254,8 @@ Error code_http_error(unsigned status, std::string_view body, std::string_view s
   std::string text;
   auto v = parse_json_strict(body);
   if (v.ok() && v->is_object()) {  // abxd's own errors: {"code", "message"}
-    text = str_of(v->as_object(), "message");
+    // Only shown: any other body is shown as it came (json_string_or_empty's "" falls back).
+    text = json_string_or_empty(v->as_object(), "message");
   }
   if (text.empty()) text = trim(body.substr(0, 4096));
   // abxd keeps the port private (403) on a template without an interpreter or the `ports`
@@ -294,7 +301,10 @@ Result<http::Response> interp_send(detail::SandboxState& st, bhttp::verb method,
 Result<CodeContext> context_from_json(const json::value& v) {
   if (!v.is_object()) return internal_error("code interpreter: a context is not a JSON object");
   const auto& o = v.as_object();
-  CodeContext c{str_of(o, "id"), str_of(o, "language"), str_of(o, "cwd")};
+  CodeContext c;
+  ABX_ASSIGN_OR_RETURN(c.id, output_string(o, "id", "context"));
+  ABX_ASSIGN_OR_RETURN(c.language, output_string(o, "language", "context"));
+  ABX_ASSIGN_OR_RETURN(c.cwd, output_string(o, "cwd", "context"));
   if (c.id.empty()) return internal_error("code interpreter: a context without an id");
   return c;
 }

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <limits>
 
 #include "abx/auth/signing.h"
 #include "abx/base/json.h"
@@ -24,19 +25,6 @@ std::string env(const char* abx, const char* e2b = nullptr) {
     if (const char* v = std::getenv(e2b); v && *v) return v;
   }
   return {};
-}
-
-std::string str_field(const json::object& o, std::string_view key) {
-  if (auto* v = o.if_contains(key); v && v->is_string()) return std::string(v->as_string());
-  return {};
-}
-
-int int_field(const json::object& o, std::string_view key) {
-  if (auto* v = o.if_contains(key)) {
-    if (v->is_int64()) return static_cast<int>(v->as_int64());
-    if (v->is_uint64()) return static_cast<int>(v->as_uint64());
-  }
-  return 0;
 }
 
 }  // namespace
@@ -106,43 +94,46 @@ json::object SandboxInfo::to_json() const {
 }
 
 namespace {
-// The strings of array `key` of `o` (other elements skipped); empty when it is absent.
-std::vector<std::string> string_list(const json::object& o, std::string_view key) {
-  std::vector<std::string> out;
-  if (auto* a = o.if_contains(key); a && a->is_array())
-    for (const auto& e : a->as_array())
-      if (e.is_string()) out.emplace_back(e.as_string());
-  return out;
+// A string field of a response: "" when absent or null; another type is an error.
+Status read_string(const json::object& o, std::string_view key, std::string_view path,
+                   std::string& out) {
+  ABX_ASSIGN_OR_RETURN(auto s, json_optional_string(o, key, path));
+  out = std::move(s).value_or("");
+  return {};
+}
+
+Status read_int(const json::object& o, std::string_view key, std::string_view path, int& out) {
+  ABX_ASSIGN_OR_RETURN(auto n, json_optional_int(o, key, path, std::numeric_limits<int>::min(),
+                                                 std::numeric_limits<int>::max()));
+  out = static_cast<int>(n.value_or(0));
+  return {};
 }
 }  // namespace
 
 Result<SandboxInfo> sandbox_info_from_json(const json::value& v) {
-  if (!v.is_object()) return invalid_argument("sandbox: expected a JSON object");
-  const auto& o = v.as_object();
+  ABX_ASSIGN_OR_RETURN(const json::object* op, json_as_object(v, "sandbox"));
+  const json::object& o = *op;
   SandboxInfo i;
-  i.sandbox_id = str_field(o, "sandboxID");
+  ABX_ASSIGN_OR_RETURN(i.sandbox_id, json_required_string(o, "sandboxID", "sandbox"));
   if (i.sandbox_id.empty()) return invalid_argument("sandbox: missing sandboxID");
-  i.template_id = str_field(o, "templateID");
-  i.alias = str_field(o, "alias");
-  i.client_id = str_field(o, "clientID");
-  i.envd_version = str_field(o, "envdVersion");
-  i.envd_access_token = str_field(o, "envdAccessToken");
-  i.domain = str_field(o, "domain");
-  i.state = str_field(o, "state");
-  i.started_at = str_field(o, "startedAt");
-  i.end_at = str_field(o, "endAt");
-  i.cpu_count = int_field(o, "cpuCount");
-  i.memory_mb = int_field(o, "memoryMB");
-  if (auto* md = o.if_contains("metadata"); md && md->is_object()) {
-    for (const auto& [k, val] : md->as_object()) {
-      if (val.is_string()) i.metadata[std::string(k)] = std::string(val.as_string());
-    }
-  }
-  if (auto* ai = o.if_contains("allowInternetAccess"); ai && ai->is_bool())
-    i.allow_internet_access = ai->as_bool();
-  if (auto* n = o.if_contains("network"); n && n->is_object()) {
-    i.allow_out = string_list(n->as_object(), "allowOut");
-    i.deny_out = string_list(n->as_object(), "denyOut");
+  ABX_TRY(read_string(o, "templateID", "sandbox", i.template_id));
+  ABX_TRY(read_string(o, "alias", "sandbox", i.alias));
+  ABX_TRY(read_string(o, "clientID", "sandbox", i.client_id));
+  ABX_TRY(read_string(o, "envdVersion", "sandbox", i.envd_version));
+  ABX_TRY(read_string(o, "envdAccessToken", "sandbox", i.envd_access_token));
+  ABX_TRY(read_string(o, "domain", "sandbox", i.domain));
+  ABX_TRY(read_string(o, "state", "sandbox", i.state));
+  ABX_TRY(read_string(o, "startedAt", "sandbox", i.started_at));
+  ABX_TRY(read_string(o, "endAt", "sandbox", i.end_at));
+  ABX_TRY(read_int(o, "cpuCount", "sandbox", i.cpu_count));
+  ABX_TRY(read_int(o, "memoryMB", "sandbox", i.memory_mb));
+  ABX_ASSIGN_OR_RETURN(i.metadata, json_optional_string_map(o, "metadata", "sandbox"));
+  ABX_ASSIGN_OR_RETURN(auto internet, json_optional_bool(o, "allowInternetAccess", "sandbox"));
+  if (internet) i.allow_internet_access = *internet;
+  ABX_ASSIGN_OR_RETURN(const json::object* n, json_optional_object(o, "network", "sandbox"));
+  if (n != nullptr) {
+    ABX_ASSIGN_OR_RETURN(i.allow_out, json_optional_string_list(*n, "allowOut", "sandbox.network"));
+    ABX_ASSIGN_OR_RETURN(i.deny_out, json_optional_string_list(*n, "denyOut", "sandbox.network"));
   }
   return i;
 }
@@ -448,28 +439,21 @@ Result<std::vector<NetworkEvent>> Sandbox::network_audit(std::string_view sandbo
                                "/network/audit?start=" + std::to_string(start_ms),
                            nullptr, true, "network audit of sandbox " + std::string(sandbox_id)));
   std::vector<NetworkEvent> out;
-  const json::value* events = v.is_object() ? v.as_object().if_contains("events") : nullptr;
-  if (events == nullptr || !events->is_array()) return out;
-  for (const auto& e : events->as_array()) {
-    if (!e.is_object()) continue;
-    const auto& o = e.as_object();
-    auto str = [&](const char* k) {
-      const json::value* x = o.if_contains(k);
-      return x && x->is_string() ? std::string(x->as_string()) : std::string();
-    };
-    auto num = [&](const char* k) -> std::int64_t {
-      const json::value* x = o.if_contains(k);
-      return x && x->is_int64()
-                 ? x->as_int64()
-                 : (x && x->is_uint64() ? static_cast<std::int64_t>(x->as_uint64()) : 0);
-    };
+  ABX_ASSIGN_OR_RETURN(const json::object* body, json_as_object(v, "network audit"));
+  ABX_ASSIGN_OR_RETURN(const json::array* events,
+                       json_optional_array(*body, "events", "network audit"));
+  if (events == nullptr) return out;
+  for (std::size_t i = 0; i < events->size(); ++i) {
+    const std::string at = json_path_index("network audit.events", i);
+    ABX_ASSIGN_OR_RETURN(const json::object* o, json_as_object((*events)[i], at));
     NetworkEvent ne;
-    ne.timestamp_ms = num("timestamp");
-    ne.protocol = str("protocol");
-    ne.destination = str("destination");
-    ne.port = static_cast<int>(num("port"));
-    ne.domain = str("domain");
-    ne.verdict = str("verdict");
+    ABX_ASSIGN_OR_RETURN(auto timestamp, json_optional_int(*o, "timestamp", at));
+    ne.timestamp_ms = timestamp.value_or(0);
+    ABX_TRY(read_string(*o, "protocol", at, ne.protocol));
+    ABX_TRY(read_string(*o, "destination", at, ne.destination));
+    ABX_TRY(read_int(*o, "port", at, ne.port));
+    ABX_TRY(read_string(*o, "domain", at, ne.domain));
+    ABX_TRY(read_string(*o, "verdict", at, ne.verdict));
     out.push_back(std::move(ne));
   }
   return out;
@@ -485,23 +469,23 @@ Result<std::vector<LogEntry>> Sandbox::logs(std::string_view sandbox_id,
                                        std::to_string(start_ms) + "&limit=" + std::to_string(limit),
                                    nullptr, true, "logs of sandbox " + std::string(sandbox_id)));
   std::vector<LogEntry> out;
-  const json::value* entries = v.is_object() ? v.as_object().if_contains("logEntries") : nullptr;
-  if (entries == nullptr || !entries->is_array()) return out;
-  for (const auto& e : entries->as_array()) {
-    if (!e.is_object()) continue;
-    const auto& o = e.as_object();
-    auto str = [](const json::object& obj, const char* k) {
-      const json::value* x = obj.if_contains(k);
-      return x && x->is_string() ? std::string(x->as_string()) : std::string();
-    };
+  ABX_ASSIGN_OR_RETURN(const json::object* body, json_as_object(v, "logs"));
+  ABX_ASSIGN_OR_RETURN(const json::array* entries,
+                       json_optional_array(*body, "logEntries", "logs"));
+  if (entries == nullptr) return out;
+  for (std::size_t i = 0; i < entries->size(); ++i) {
+    const std::string at = json_path_index("logs.logEntries", i);
+    ABX_ASSIGN_OR_RETURN(const json::object* o, json_as_object((*entries)[i], at));
     LogEntry le;
-    le.timestamp = str(o, "timestamp");
+    ABX_TRY(read_string(*o, "timestamp", at, le.timestamp));
     le.timestamp_ms = parse_rfc3339_ms(le.timestamp);
-    le.level = str(o, "level");
-    le.message = str(o, "message");
-    if (const json::value* f = o.if_contains("fields"); f && f->is_object()) {
-      le.source = str(f->as_object(), "source");
-      le.stream = str(f->as_object(), "stream");
+    ABX_TRY(read_string(*o, "level", at, le.level));
+    ABX_TRY(read_string(*o, "message", at, le.message));
+    ABX_ASSIGN_OR_RETURN(const json::object* f, json_optional_object(*o, "fields", at));
+    if (f != nullptr) {
+      const std::string fat = json_path_key(at, "fields");
+      ABX_TRY(read_string(*f, "source", fat, le.source));
+      ABX_TRY(read_string(*f, "stream", fat, le.stream));
     }
     out.push_back(std::move(le));
   }
@@ -560,7 +544,8 @@ Result<std::vector<Result<Sandbox>>> Sandbox::fork(int count,
       if (auto n = c->to_number<std::int64_t>(); n >= 100 && n <= 599)
         status = static_cast<unsigned>(n);
     }
-    std::string message = str_field(err->as_object(), "message");
+    // Only shown: a child's error without a message is still its status.
+    std::string message(json_string_or_empty(err->as_object(), "message"));
     out.emplace_back(Error(http::error_code_for_status(status),
                            what + ": " + std::to_string(status) + " " + message));
   }
@@ -570,15 +555,15 @@ Result<std::vector<Result<Sandbox>>> Sandbox::fork(int count,
 namespace {
 
 Result<SnapshotInfo> snapshot_info_from_json(const json::value& v) {
-  if (!v.is_object()) return invalid_argument("snapshot: expected a JSON object");
-  const auto& o = v.as_object();
+  ABX_ASSIGN_OR_RETURN(const json::object* op, json_as_object(v, "snapshot"));
+  const json::object& o = *op;
   SnapshotInfo s;
-  s.id = str_field(o, "snapshotID");
+  ABX_ASSIGN_OR_RETURN(s.id, json_required_string(o, "snapshotID", "snapshot"));
   if (s.id.empty()) return invalid_argument("snapshot: missing snapshotID");
-  s.names = string_list(o, "names");
-  s.sandbox_id = str_field(o, "sandboxID");
-  s.template_id = str_field(o, "templateID");
-  s.created_at = str_field(o, "createdAt");
+  ABX_ASSIGN_OR_RETURN(s.names, json_optional_string_list(o, "names", "snapshot"));
+  ABX_TRY(read_string(o, "sandboxID", "snapshot", s.sandbox_id));
+  ABX_TRY(read_string(o, "templateID", "snapshot", s.template_id));
+  ABX_TRY(read_string(o, "createdAt", "snapshot", s.created_at));
   return s;
 }
 }  // namespace
@@ -807,9 +792,11 @@ Result<std::string> Sandbox::scoped_token(const std::vector<std::string>& comman
                            "/sandboxes/" + detail::url_encode(id()) + "/tokens", &body, false,
                            "mint a scoped token for sandbox " + id()));
   if (!v.is_object()) return internal_error("mint token: expected an object");
-  auto tok = str_field(v.as_object(), "token");
-  if (tok.empty()) return internal_error("mint token: the platform sent no token");
-  return tok;
+  auto tok = json_optional_string(v.as_object(), "token", "mint token");
+  if (!tok.ok()) return internal_error(tok.error().message());
+  if (!tok->has_value() || (*tok)->empty())
+    return internal_error("mint token: the platform sent no token");
+  return **tok;
 }
 
 Sandbox Sandbox::with_access_token(std::string tok) const {

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -183,24 +184,31 @@ class ContextTar {
   TarSink& sink_;
 };
 
-BuildEvent event_of(json::object o) {
+// One event of the build stream; a field absent or null is empty, one of another type an error.
+Result<BuildEvent> event_of(json::object o) {
   BuildEvent e;
-  auto str = [&o](const char* k) {
-    auto* v = o.if_contains(k);
-    return v && v->is_string() ? std::string(v->as_string()) : std::string();
-  };
-  auto num = [&o](const char* k) {
-    auto* v = o.if_contains(k);
-    return v && v->is_int64() ? static_cast<int>(v->as_int64()) : 0;
-  };
-  e.type = str("type");
-  e.step = num("step");
-  e.total = num("total");
-  e.instruction = str("instruction");
-  e.line = str("line");
-  e.message = str("message");
-  if (auto* c = o.if_contains("cached"); c && c->is_bool()) e.cached = c->as_bool();
-  if (auto* b = o.if_contains("bytes"); b && b->is_int64()) e.bytes = b->as_int64();
+  ABX_ASSIGN_OR_RETURN(auto type, json_optional_string(o, "type", "build event"));
+  constexpr std::int64_t kIntMin = std::numeric_limits<int>::min();
+  constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
+  ABX_ASSIGN_OR_RETURN(auto step, json_optional_int(o, "step", "build event", kIntMin, kIntMax));
+  ABX_ASSIGN_OR_RETURN(auto total, json_optional_int(o, "total", "build event", kIntMin, kIntMax));
+  ABX_ASSIGN_OR_RETURN(auto instruction, json_optional_string(o, "instruction", "build event"));
+  ABX_ASSIGN_OR_RETURN(auto line, json_optional_string(o, "line", "build event"));
+  ABX_ASSIGN_OR_RETURN(auto message, json_optional_string(o, "message", "build event"));
+  // "cached" is a step's boolean; the "done" event's is the count of cached steps (left in raw).
+  std::optional<bool> cached;
+  if (type == "step") {
+    ABX_ASSIGN_OR_RETURN(cached, json_optional_bool(o, "cached", "build event"));
+  }
+  ABX_ASSIGN_OR_RETURN(auto bytes, json_optional_int(o, "bytes", "build event"));
+  e.type = std::move(type).value_or("");
+  e.step = static_cast<int>(step.value_or(0));
+  e.total = static_cast<int>(total.value_or(0));
+  e.instruction = std::move(instruction).value_or("");
+  e.line = std::move(line).value_or("");
+  e.message = std::move(message).value_or("");
+  if (cached) e.cached = *cached;
+  if (bytes) e.bytes = *bytes;
   e.raw = std::move(o);
   return e;
 }
@@ -271,7 +279,7 @@ Result<json::object> build_template(const std::string& context_dir, const BuildO
                        tar_context(context_dir, options.max_context_bytes, extra_name, extra_data));
   if (on_event) {
     const auto size = static_cast<std::int64_t>(body.size());
-    on_event(event_of(json::object{{"type", "context"}, {"bytes", size}}));
+    on_event(*event_of(json::object{{"type", "context"}, {"bytes", size}}));
   }
 
   Transport t(config);
@@ -295,7 +303,12 @@ Result<json::object> build_template(const std::string& context_dir, const BuildO
   auto handle_line = [&](std::string_view line) {
     auto v = parse_json_strict(line);
     if (!v.ok() || !v->is_object() || !v->as_object().if_contains("type")) return;
-    BuildEvent e = event_of(std::move(v->as_object()));
+    auto read = event_of(std::move(v->as_object()));
+    if (!read.ok()) {
+      if (!failed) failed = internal_error(read.error().message());
+      return;
+    }
+    BuildEvent& e = *read;
     if (e.type == "done") {
       auto* tv = e.raw.if_contains("template");
       done = tv && tv->is_object() ? tv->as_object() : json::object{};

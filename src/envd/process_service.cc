@@ -30,8 +30,8 @@ struct Selector {
 Result<Selector> parse_selector(const json::object& msg) {
   ABX_ASSIGN_OR_RETURN(auto sel, get_object(msg, "process"));
   if (!sel) return invalid_argument("missing field 'process' (a pid or tag selector)");
-  ABX_ASSIGN_OR_RETURN(auto pid, get_u32(**sel, "pid"));
-  ABX_ASSIGN_OR_RETURN(auto tag, get_string(**sel, "tag"));
+  ABX_ASSIGN_OR_RETURN(auto pid, get_u32(**sel, "pid", {}, "process"));
+  ABX_ASSIGN_OR_RETURN(auto tag, get_string(**sel, "tag", {}, "process"));
   if (!pid && !tag) return invalid_argument("process selector needs 'pid' or 'tag'");
   return Selector{pid, tag};
 }
@@ -45,11 +45,11 @@ Result<std::optional<std::pair<std::uint16_t, std::uint16_t>>> parse_pty(const j
   using R = std::optional<std::pair<std::uint16_t, std::uint16_t>>;
   ABX_ASSIGN_OR_RETURN(auto pty, get_object(msg, "pty"));
   if (!pty) return R();
-  ABX_ASSIGN_OR_RETURN(auto size, get_object(**pty, "size"));
+  ABX_ASSIGN_OR_RETURN(auto size, get_object(**pty, "size", {}, "pty"));
   std::uint32_t cols = 80, rows = 24;
   if (size) {
-    ABX_ASSIGN_OR_RETURN(auto c, get_u32(**size, "cols"));
-    ABX_ASSIGN_OR_RETURN(auto r, get_u32(**size, "rows"));
+    ABX_ASSIGN_OR_RETURN(auto c, get_u32(**size, "cols", {}, "pty.size"));
+    ABX_ASSIGN_OR_RETURN(auto r, get_u32(**size, "rows", {}, "pty.size"));
     if (c) cols = *c;
     if (r) rows = *r;
   }
@@ -72,12 +72,12 @@ Result<StartSpec> parse_start(const Call& c) {
   ABX_ASSIGN_OR_RETURN(auto proc, get_object(c.msg, "process"));
   if (!proc) return invalid_argument("missing field 'process'");
   StartSpec spec;
-  ABX_ASSIGN_OR_RETURN(auto cmd, get_string(**proc, "cmd"));
+  ABX_ASSIGN_OR_RETURN(auto cmd, get_string(**proc, "cmd", {}, "process"));
   if (!cmd || cmd->empty()) return invalid_argument("missing field 'process.cmd'");
   spec.config.cmd = *cmd;
-  ABX_ASSIGN_OR_RETURN(spec.config.args, get_string_list(**proc, "args"));
-  ABX_ASSIGN_OR_RETURN(spec.config.envs, get_string_map(**proc, "envs"));
-  ABX_ASSIGN_OR_RETURN(spec.config.cwd, get_string(**proc, "cwd"));
+  ABX_ASSIGN_OR_RETURN(spec.config.args, get_string_list(**proc, "args", {}, "process"));
+  ABX_ASSIGN_OR_RETURN(spec.config.envs, get_string_map(**proc, "envs", {}, "process"));
+  ABX_ASSIGN_OR_RETURN(spec.config.cwd, get_string(**proc, "cwd", {}, "process"));
   ABX_ASSIGN_OR_RETURN(spec.pty, parse_pty(c.msg));
   ABX_ASSIGN_OR_RETURN(spec.tag, get_string(c.msg, "tag"));
   ABX_ASSIGN_OR_RETURN(auto stdin_open, get_bool(c.msg, "stdin"));
@@ -134,8 +134,8 @@ Result<json::object> send_input(Impl& envd, Call& c) {
   ABX_ASSIGN_OR_RETURN(auto sel, parse_selector(c.msg));
   ABX_ASSIGN_OR_RETURN(auto input, get_object(c.msg, "input"));
   if (!input) return invalid_argument("missing field 'input'");
-  ABX_ASSIGN_OR_RETURN(auto in, get_bytes(**input, "stdin"));
-  ABX_ASSIGN_OR_RETURN(auto pty, get_bytes(**input, "pty"));
+  ABX_ASSIGN_OR_RETURN(auto in, get_bytes(**input, "stdin", {}, "input"));
+  ABX_ASSIGN_OR_RETURN(auto pty, get_bytes(**input, "pty", {}, "input"));
   ABX_ASSIGN_OR_RETURN(auto p, envd.procs->find(sel.pid, sel.tag));
   if (pty) {
     ABX_TRY(p->send_pty(*pty));

@@ -26,57 +26,15 @@ Result<json::object> parse_object(std::string_view body, std::string_view what,
   return std::move(v->as_object());
 }
 
-// Optional string field; invalid_argument when present with another type.
+// Optional fields: absent or null is empty; another type is an error naming the field.
 Result<std::string> opt_string(const json::object& o, std::string_view key, std::string_view ctx) {
-  auto it = o.find(key);
-  if (it == o.end() || it->value().is_null()) return std::string();
-  if (!it->value().is_string()) {
-    return invalid_argument(std::string(ctx) + ": \"" + std::string(key) + "\" is not a string");
-  }
-  return std::string(it->value().as_string());
-}
-
-Result<std::vector<std::string>> opt_strings(const json::object& o, std::string_view key,
-                                             std::string_view ctx) {
-  std::vector<std::string> out;
-  auto it = o.find(key);
-  if (it == o.end() || it->value().is_null()) return out;
-  if (!it->value().is_array()) {
-    return invalid_argument(std::string(ctx) + ": \"" + std::string(key) +
-                            "\" is not an array of strings");
-  }
-  for (const auto& e : it->value().as_array()) {
-    if (!e.is_string()) {
-      return invalid_argument(std::string(ctx) + ": \"" + std::string(key) +
-                              "\" is not an array of strings");
-    }
-    out.emplace_back(e.as_string());
-  }
-  return out;
-}
-
-Result<std::map<std::string, std::string>> opt_string_map(const json::object& o,
-                                                          std::string_view key,
-                                                          std::string_view ctx) {
-  std::map<std::string, std::string> out;
-  auto it = o.find(key);
-  if (it == o.end() || it->value().is_null()) return out;
-  if (!it->value().is_object()) {
-    return invalid_argument(std::string(ctx) + ": \"" + std::string(key) + "\" is not an object");
-  }
-  for (const auto& kv : it->value().as_object()) {
-    if (!kv.value().is_string()) {
-      return invalid_argument(std::string(ctx) + ": \"" + std::string(key) + "\" entry \"" +
-                              std::string(kv.key()) + "\" is not a string");
-    }
-    out.emplace(std::string(kv.key()), std::string(kv.value().as_string()));
-  }
-  return out;
+  ABX_ASSIGN_OR_RETURN(auto s, json_optional_string(o, key, ctx));
+  return std::move(s).value_or("");
 }
 
 Result<Descriptor> parse_descriptor(const json::value& v, const std::string& ctx) {
-  if (!v.is_object()) return invalid_argument(ctx + " is not an object");
-  const json::object& o = v.as_object();
+  ABX_ASSIGN_OR_RETURN(const json::object* op, json_as_object(v, ctx));
+  const json::object& o = *op;
   Descriptor d;
   ABX_ASSIGN_OR_RETURN(d.media_type, opt_string(o, "mediaType", ctx));
   ABX_ASSIGN_OR_RETURN(d.digest, opt_string(o, "digest", ctx));
@@ -87,22 +45,15 @@ Result<Descriptor> parse_descriptor(const json::value& v, const std::string& ctx
     }
     return invalid_argument(ctx + ": invalid digest \"" + d.digest.substr(0, 80) + "\"");
   }
-  auto size = o.find("size");
-  if (size == o.end() || !size->value().is_number()) {
-    return invalid_argument(ctx + ": missing or non-numeric \"size\"");
-  }
-  std::error_code ec;
-  d.size = size->value().to_number<std::int64_t>(ec);
-  if (ec || d.size < 0) return invalid_argument(ctx + ": \"size\" is not a non-negative integer");
-  ABX_ASSIGN_OR_RETURN(d.urls, opt_strings(o, "urls", ctx));
-  ABX_ASSIGN_OR_RETURN(d.annotations, opt_string_map(o, "annotations", ctx));
-  if (auto p = o.find("platform"); p != o.end() && !p->value().is_null()) {
-    if (!p->value().is_object()) return invalid_argument(ctx + ": \"platform\" is not an object");
-    const json::object& po = p->value().as_object();
-    ABX_ASSIGN_OR_RETURN(d.platform.os, opt_string(po, "os", ctx + " platform"));
-    ABX_ASSIGN_OR_RETURN(d.platform.architecture,
-                         opt_string(po, "architecture", ctx + " platform"));
-    ABX_ASSIGN_OR_RETURN(d.platform.variant, opt_string(po, "variant", ctx + " platform"));
+  ABX_ASSIGN_OR_RETURN(d.size, json_required_int(o, "size", ctx, 0));
+  ABX_ASSIGN_OR_RETURN(d.urls, json_optional_string_list(o, "urls", ctx));
+  ABX_ASSIGN_OR_RETURN(d.annotations, json_optional_string_map(o, "annotations", ctx));
+  ABX_ASSIGN_OR_RETURN(const json::object* po, json_optional_object(o, "platform", ctx));
+  if (po != nullptr) {
+    const std::string at = json_path_key(ctx, "platform");
+    ABX_ASSIGN_OR_RETURN(d.platform.os, opt_string(*po, "os", at));
+    ABX_ASSIGN_OR_RETURN(d.platform.architecture, opt_string(*po, "architecture", at));
+    ABX_ASSIGN_OR_RETURN(d.platform.variant, opt_string(*po, "variant", at));
   }
   return d;
 }
@@ -175,7 +126,7 @@ Result<Manifest> parse_manifest(std::string_view body, std::string_view content_
   if (m.media_type.empty()) m.media_type = std::string(kOciManifest);
   auto cfg = o.find("config");
   if (cfg == o.end()) return invalid_argument("manifest has no \"config\"");
-  ABX_ASSIGN_OR_RETURN(m.config, parse_descriptor(cfg->value(), "manifest config"));
+  ABX_ASSIGN_OR_RETURN(m.config, parse_descriptor(cfg->value(), "manifest.config"));
   if (!m.config.media_type.empty() && m.config.media_type != kOciConfig &&
       m.config.media_type != kDockerConfig) {
     // Helm charts, WASM modules, signatures and other artifacts use the manifest format.
@@ -192,7 +143,7 @@ Result<Manifest> parse_manifest(std::string_view body, std::string_view content_
                             " layers, over the limit of " + std::to_string(kMaxLayers));
   }
   for (std::size_t i = 0; i < arr.size(); ++i) {
-    ABX_ASSIGN_OR_RETURN(auto d, parse_descriptor(arr[i], "manifest layer " + std::to_string(i)));
+    ABX_ASSIGN_OR_RETURN(auto d, parse_descriptor(arr[i], json_path_index("manifest.layers", i)));
     m.layers.push_back(std::move(d));
   }
   return m;
@@ -219,7 +170,7 @@ Result<Index> parse_index(std::string_view body, std::string_view content_type) 
   }
   for (std::size_t i = 0; i < arr.size(); ++i) {
     ABX_ASSIGN_OR_RETURN(auto d,
-                         parse_descriptor(arr[i], "image index entry " + std::to_string(i)));
+                         parse_descriptor(arr[i], json_path_index("image index.manifests", i)));
     idx.manifests.push_back(std::move(d));
   }
   return idx;
@@ -279,18 +230,16 @@ Result<LayerCompression> layer_compression(std::string_view mt) {
 Result<ImageConfig> parse_image_config(std::string_view body) {
   ABX_ASSIGN_OR_RETURN(auto o, parse_object(body, "image config", kMaxConfigBytes));
   ImageConfig c;
-  auto it = o.find("config");
-  if (it == o.end() || it->value().is_null()) return c;  // OCI: config is optional
-  if (!it->value().is_object())
-    return invalid_argument("image config: \"config\" is not an object");
-  const json::object& cfg = it->value().as_object();
-  constexpr std::string_view kCtx = "image config";
-  ABX_ASSIGN_OR_RETURN(c.env, opt_strings(cfg, "Env", kCtx));
-  ABX_ASSIGN_OR_RETURN(c.entrypoint, opt_strings(cfg, "Entrypoint", kCtx));
-  ABX_ASSIGN_OR_RETURN(c.cmd, opt_strings(cfg, "Cmd", kCtx));
-  ABX_ASSIGN_OR_RETURN(c.working_dir, opt_string(cfg, "WorkingDir", kCtx));
-  ABX_ASSIGN_OR_RETURN(c.user, opt_string(cfg, "User", kCtx));
-  ABX_ASSIGN_OR_RETURN(c.labels, opt_string_map(cfg, "Labels", kCtx));
+  // OCI: config is optional.
+  ABX_ASSIGN_OR_RETURN(const json::object* cfg, json_optional_object(o, "config", "image config"));
+  if (cfg == nullptr) return c;
+  constexpr std::string_view kCtx = "image config.config";
+  ABX_ASSIGN_OR_RETURN(c.env, json_optional_string_list(*cfg, "Env", kCtx));
+  ABX_ASSIGN_OR_RETURN(c.entrypoint, json_optional_string_list(*cfg, "Entrypoint", kCtx));
+  ABX_ASSIGN_OR_RETURN(c.cmd, json_optional_string_list(*cfg, "Cmd", kCtx));
+  ABX_ASSIGN_OR_RETURN(c.working_dir, opt_string(*cfg, "WorkingDir", kCtx));
+  ABX_ASSIGN_OR_RETURN(c.user, opt_string(*cfg, "User", kCtx));
+  ABX_ASSIGN_OR_RETURN(c.labels, json_optional_string_map(*cfg, "Labels", kCtx));
   return c;
 }
 

@@ -96,15 +96,16 @@ std::string join_traceback(const json::value* tb) {
 
 }  // namespace
 
+// A kernel's message fields are read leniently, as the Jupyter protocol requires (interp/wire.h).
 std::optional<json::object> e2b_event(const Message& msg, bool& errored) {
   std::string_view type = msg.msg_type();
   const json::object& c = msg.content;
   if (type == "stream") {
-    std::string_view name = string_field(c, "name");
+    std::string_view name = json_string_or_empty(c, "name");
     if (name != "stdout" && name != "stderr") return std::nullopt;
     return json::object{{"type", name},
-                        {"text", string_field(c, "text")},
-                        {"timestamp", string_field(msg.header, "date")}};
+                        {"text", json_string_or_empty(c, "text")},
+                        {"timestamp", json_string_or_empty(msg.header, "date")}};
   }
   if (type == "execute_input") {
     const json::value* n = c.if_contains("execution_count");
@@ -120,8 +121,8 @@ std::optional<json::object> e2b_event(const Message& msg, bool& errored) {
     if (errored) return std::nullopt;
     errored = true;
     return json::object{{"type", "error"},
-                        {"name", string_field(c, "ename")},
-                        {"value", string_field(c, "evalue")},
+                        {"name", json_string_or_empty(c, "ename")},
+                        {"value", json_string_or_empty(c, "evalue")},
                         {"traceback", join_traceback(c.if_contains("traceback"))}};
   }
   return std::nullopt;
@@ -331,14 +332,6 @@ Result<json::object> parse_object(const http::Request& req) {
   return std::move(v->as_object());
 }
 
-// A member that may be absent or null; otherwise a string.
-Result<std::optional<std::string>> opt_string(const json::object& o, std::string_view key) {
-  const json::value* v = o.if_contains(key);
-  if (v == nullptr || v->is_null()) return std::optional<std::string>();
-  if (!v->is_string()) return invalid_argument("'" + std::string(key) + "' must be a string");
-  return std::optional<std::string>(std::string(v->get_string()));
-}
-
 Status only_keys(const json::object& o, std::initializer_list<std::string_view> keys) {
   for (const auto& kv : o) {
     bool known = false;
@@ -415,9 +408,9 @@ void Service::Impl::create_context(http::Request&& req, http::Responder respond)
     body = std::move(*o);
   }
   if (Status s = only_keys(body, {"language", "cwd"}); !s.ok()) return fail(s.error());
-  auto lang = opt_string(body, "language");
+  auto lang = json_optional_string(body, "language", "");
   if (!lang.ok()) return fail(lang.error());
-  auto cwd = opt_string(body, "cwd");
+  auto cwd = json_optional_string(body, "cwd", "");
   if (!cwd.ok()) return fail(cwd.error());
   std::string language = normalize_language(lang->value_or(""));
   if (Status s = check_language(language); !s.ok()) return fail(s.error());
@@ -483,34 +476,35 @@ void Service::Impl::execute(http::Request&& req, http::Responder respond) {
   if (!o.ok()) return fail(o.error());
   if (Status s = only_keys(*o, {"code", "context_id", "language", "env_vars"}); !s.ok())
     return fail(s.error());
-  const json::value* code = o->if_contains("code");
-  if (code == nullptr || !code->is_string()) {
-    return fail(invalid_argument("'code' (a string) is required"));
-  }
-  auto context_id = opt_string(*o, "context_id");
+  auto code = json_required_string(*o, "code", "");
+  if (!code.ok()) return fail(code.error());
+  auto context_id = json_optional_string(*o, "context_id", "");
   if (!context_id.ok()) return fail(context_id.error());
-  auto lang = opt_string(*o, "language");
+  auto lang = json_optional_string(*o, "language", "");
   if (!lang.ok()) return fail(lang.error());
   if (*context_id && *lang) {
     return fail(invalid_argument("Only one of context_id or language can be provided"));
   }
   json::object env;
-  if (const json::value* ev = o->if_contains("env_vars"); ev && !ev->is_null()) {
-    if (!ev->is_object()) return fail(invalid_argument("'env_vars' must be an object of strings"));
-    if (ev->get_object().size() > kMaxEnvVars) {
+  auto env_vars = json_optional_object(*o, "env_vars", "");
+  if (!env_vars.ok()) return fail(env_vars.error());
+  if (const json::object* ev = *env_vars) {
+    if (ev->size() > kMaxEnvVars) {
       return fail(invalid_argument("at most " + std::to_string(kMaxEnvVars) + " env_vars"));
     }
-    for (const auto& kv : ev->get_object()) {
+    for (const auto& kv : *ev) {
       if (!valid_env_name(kv.key())) {
         return fail(invalid_argument("env var name '" + std::string(kv.key()) +
                                      "' is empty, too long or contains '=' or NUL"));
       }
-      if (!kv.value().is_string() || kv.value().get_string().find('\0') != json::string::npos) {
+      auto value = json_as_string(kv.value(), json_path_key("env_vars", kv.key()));
+      if (!value.ok()) return fail(value.error());
+      if (value->find('\0') != std::string::npos) {
         return fail(invalid_argument("env var '" + std::string(kv.key()) +
                                      "' must be a string without NUL"));
       }
     }
-    env = ev->get_object();
+    env = *ev;
   }
   std::shared_ptr<Context> ctx;
   if (*context_id) {
@@ -536,7 +530,7 @@ void Service::Impl::execute(http::Request&& req, http::Responder respond) {
     }
   }
   asio::post(ctx->strand, [this, ctx, version, env = std::move(env), restore = std::move(restore),
-                           unset = std::move(unset), code = std::string(code->get_string()),
+                           unset = std::move(unset), code = std::move(*code),
                            respond = std::move(respond)]() mutable {
     auto kernel = ensure_kernel(*ctx);
     if (!kernel.ok()) {
@@ -555,7 +549,7 @@ void Service::Impl::execute(http::Request&& req, http::Responder respond) {
           [this, id, what](Result<json::object> r) {
             if (!r.ok()) {
               log.warn("context " + id + ": " + what + ": " + r.error().message());
-            } else if (string_field(*r, "status") != "ok") {
+            } else if (json_string_or_empty(*r, "status") != "ok") {
               log.warn("context " + id + ": " + what + " failed: " + json::serialize(*r));
             }
           }};
@@ -586,15 +580,15 @@ void Service::Impl::execute(http::Request&& req, http::Responder respond) {
                                             {"value", r.error().message()},
                                             {"traceback", ""}});
         }
-      } else if (string_field(*r, "status") == "error" && !ex->errored) {
+      } else if (json_string_or_empty(*r, "status") == "error" && !ex->errored) {
         // An interrupt that lands between two statements can end the cell with no `error`
         // message (IPython's formatter fails); the reply still names the exception.
         ex->errored = true;
         ex->send(json::object{{"type", "error"},
-                              {"name", string_field(*r, "ename")},
-                              {"value", string_field(*r, "evalue")},
+                              {"name", json_string_or_empty(*r, "ename")},
+                              {"value", json_string_or_empty(*r, "evalue")},
                               {"traceback", join_traceback(r->if_contains("traceback"))}});
-      } else if (string_field(*r, "status") == "aborted" && !ex->errored) {
+      } else if (json_string_or_empty(*r, "status") == "aborted" && !ex->errored) {
         ex->errored = true;
         ex->send(json::object{{"type", "error"},
                               {"name", "ExecutionAborted"},

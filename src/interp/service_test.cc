@@ -253,13 +253,13 @@ TEST_F(ServiceTest, BadInputIsA4xxWithAMessage) {
   std::vector<Case> cases = {
       {"{", 400, "JSON"},
       {"[]", 400, "object"},
-      {R"({"code": 1})", 400, "'code'"},
-      {R"({"language": "python"})", 400, "'code'"},
+      {R"({"code": 1})", 400, "code: expected a string, got number"},
+      {R"({"language": "python"})", 400, "code: required field is missing"},
       {R"({"code": "1", "language": "cobol"})", 400, "cobol"},
       {R"({"code": "1", "language": "python", "context_id": "x"})", 400, "Only one"},
       {R"({"code": "1", "context_id": "nope"})", 404, "nope"},
       {R"({"code": "1", "env_vars": {"A=B": "x"}})", 400, "A=B"},
-      {R"({"code": "1", "env_vars": {"A": 1}})", 400, "'A'"},
+      {R"({"code": "1", "env_vars": {"A": 1}})", 400, "env_vars.A: expected a string"},
       {R"({"code": "1", "env_vars": []})", 400, "env_vars"},
       {R"({"code": "1", "extra": true})", 400, "extra"},
       {R"({"code": "1", "code": "2"})", 400, "JSON"},  // duplicate key

@@ -49,14 +49,11 @@ Result<json::object> parse_object(std::string_view frame, std::string_view what,
 
 }  // namespace
 
-std::string_view Message::msg_type() const { return string_field(header, "msg_type"); }
-std::string_view Message::msg_id() const { return string_field(header, "msg_id"); }
-std::string_view Message::parent_id() const { return string_field(parent_header, "msg_id"); }
-
-std::string_view string_field(const json::object& o, std::string_view key) {
-  const json::value* v = o.if_contains(key);
-  if (v == nullptr || !v->is_string()) return {};
-  return v->get_string();
+// Lenient, as the protocol requires (wire.h).
+std::string_view Message::msg_type() const { return json_string_or_empty(header, "msg_type"); }
+std::string_view Message::msg_id() const { return json_string_or_empty(header, "msg_id"); }
+std::string_view Message::parent_id() const {
+  return json_string_or_empty(parent_header, "msg_id");
 }
 
 std::string random_uuid() {

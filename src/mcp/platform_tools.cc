@@ -4,8 +4,10 @@
 #include <boost/json.hpp>
 #include <cmath>
 #include <map>
+#include <stdexcept>
 
 #include "abx/base/base64.h"
+#include "abx/base/json.h"
 
 namespace abx::mcp {
 
@@ -366,23 +368,28 @@ Status check_arguments(const Tool& tool, const json::object& args) {
   return {};
 }
 
+// The tools' argument readers. The arguments were checked against the tool's schema first
+// (check_arguments), so a reader's error is a bug here: it throws, and tools/call answers it as
+// an internal error, as a failing tool body does.
+template <class T>
+T or_throw(Result<T> r) {
+  if (!r.ok()) throw std::invalid_argument(r.error().message());
+  return std::move(*r);
+}
+
 std::string str_arg(const json::object& a, std::string_view k, std::string dflt = {}) {
-  if (auto* v = a.if_contains(k)) return std::string(v->as_string());
-  return dflt;
+  return or_throw(json_optional_string(a, k, "arguments")).value_or(std::move(dflt));
 }
 
 std::optional<std::int64_t> int_arg(const json::object& a, std::string_view k) {
-  if (auto* v = a.if_contains(k)) return v->to_number<std::int64_t>();
-  return std::nullopt;
+  const json::value* v = json_find(a, k);
+  // JSON Schema's "integer" includes 3.0, which check_value accepts (in the schema's range).
+  if (v != nullptr && v->is_double()) return static_cast<std::int64_t>(v->get_double());
+  return or_throw(json_optional_int(a, k, "arguments"));
 }
 
 std::map<std::string, std::string> map_arg(const json::object& a, std::string_view k) {
-  std::map<std::string, std::string> out;
-  if (auto* v = a.if_contains(k)) {
-    for (const auto& kv : v->as_object())
-      out.emplace(std::string(kv.key()), std::string(kv.value().as_string()));
-  }
-  return out;
+  return or_throw(json_optional_string_map(a, k, "arguments"));
 }
 
 json::object summary_json(const SandboxSummary& s) {

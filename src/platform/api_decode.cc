@@ -25,43 +25,26 @@ Result<json::object> body_object(const http::Request& req) {
   return std::move(v.get_object());
 }
 
-Result<std::int64_t> int_field(const json::object& o, const char* name, std::int64_t lo,
-                               std::int64_t hi) {
-  const json::value* v = o.if_contains(name);
-  if (v == nullptr || !v->is_int64())
-    return invalid_argument(std::string(name) + " must be an integer");
-  std::int64_t i = v->as_int64();
-  if (i < lo || i > hi) {
-    return invalid_argument(std::string(name) + " must be between " + std::to_string(lo) + " and " +
-                            std::to_string(hi));
-  }
-  return i;
-}
-
 Result<std::optional<std::int64_t>> optional_timeout(const json::object& o,
                                                      std::int64_t max_seconds) {
-  if (!o.contains("timeout")) return std::optional<std::int64_t>();
-  ABX_ASSIGN_OR_RETURN(std::int64_t t, int_field(o, "timeout", 0, max_seconds));
+  // A null timeout is refused, not read as "not given", as it always was.
+  const json::value* v = o.if_contains("timeout");
+  if (v == nullptr) return std::optional<std::int64_t>();
+  ABX_ASSIGN_OR_RETURN(std::int64_t t, json_as_int(*v, "timeout", 0, max_seconds));
   return std::optional<std::int64_t>(t);
 }
 
-Result<std::map<std::string, std::string>> string_map(const json::value* v, const char* what) {
-  std::map<std::string, std::string> out;
-  if (v == nullptr || v->is_null()) return out;
-  if (!v->is_object()) return invalid_argument(std::string(what) + " must be an object of strings");
-  if (v->get_object().size() > kMaxMetadataEntries) {
-    return invalid_argument(std::string(what) + " has more than " +
+Result<std::map<std::string, std::string>> string_map(const json::object& o, std::string_view key) {
+  ABX_ASSIGN_OR_RETURN(const json::object* m, json_optional_object(o, key, ""));
+  if (m != nullptr && m->size() > kMaxMetadataEntries) {
+    return invalid_argument(std::string(key) + " has more than " +
                             std::to_string(kMaxMetadataEntries) + " entries");
   }
-  for (const auto& kv : v->get_object()) {
-    if (!kv.value().is_string()) {
-      return invalid_argument(std::string(what) + "." + std::string(kv.key()) +
-                              " must be a string");
+  ABX_ASSIGN_OR_RETURN(auto out, json_optional_string_map(o, key, ""));
+  for (const auto& [k, v] : out) {
+    if (k.size() + v.size() > kMaxMetadataBytes) {
+      return invalid_argument(json_path_key(key, k) + ": entry too large");
     }
-    if (kv.key().size() + kv.value().get_string().size() > kMaxMetadataBytes) {
-      return invalid_argument(std::string(what) + " entry too large");
-    }
-    out.emplace(std::string(kv.key()), std::string(kv.value().get_string()));
   }
   return out;
 }

@@ -68,15 +68,14 @@ bool match_pattern(std::string_view pattern, std::span<const std::string> parts,
 
 // The request body as an object; an empty or all-whitespace body is {}.
 Result<boost::json::object> body_object(const http::Request& req);
-// o[name] as an integer in [lo, hi]; absent or not an integer is an error.
-Result<std::int64_t> int_field(const boost::json::object& o, const char* name, std::int64_t lo,
-                               std::int64_t hi);
-// o["timeout"] in [0, max] if present.
+// (Fields are read with abx/base/json.h's readers; these are the API's own rules on top.)
+// o["timeout"] in [0, max] if present (null is an error).
 Result<std::optional<std::int64_t>> optional_timeout(const boost::json::object& o,
                                                      std::int64_t max_seconds);
-// An object of strings (metadata, envVars), bounded in entries and bytes; null or absent is {}.
-Result<std::map<std::string, std::string>> string_map(const boost::json::value* v,
-                                                      const char* what);
+// o[key] as an object of strings (metadata, envVars), bounded in entries and bytes; null or
+// absent is {}.
+Result<std::map<std::string, std::string>> string_map(const boost::json::object& o,
+                                                      std::string_view key);
 
 // --- Sandbox lookups shared by the {id} routes ---
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "abx/base/json.h"
 #include "abx/base/time.h"
 #include "abx/base/try.h"
 #include "abx/platform/gateway.h"
@@ -144,44 +145,37 @@ Result<std::int64_t> parse_rfc3339_ms(const std::string& v) {
   return (days * 86400 + h * 3600 + mi * 60 + sec - offset_s) * 1000 + ms;
 }
 
-Result<bool> bool_field(const json::value* v, const char* name) {
-  if (v == nullptr || v->is_null()) return false;
-  if (!v->is_bool()) return invalid_argument(std::string(name) + " must be a boolean");
-  return v->as_bool();
-}
-
 // E2B's create fields: `autoPause` (true: the deadline pauses instead of killing; the SDK sends
 // it for lifecycle.onTimeout), `autoResume: {enabled}` (traffic wakes a paused sandbox),
 // `autoPauseMemory` (true only: a paused sandbox always keeps its memory here). The shape
 // GET /sandboxes/{id} reports, `lifecycle: {onTimeout, autoResume}`, is accepted too.
 Status parse_lifecycle(const json::object& body, CreateRequest& cr) {
-  ABX_ASSIGN_OR_RETURN(cr.pause_on_timeout, bool_field(body.if_contains("autoPause"), "autoPause"));
-  if (const json::value* m = body.if_contains("autoPauseMemory"); m && !m->is_null()) {
-    ABX_ASSIGN_OR_RETURN(bool memory, bool_field(m, "autoPauseMemory"));
-    if (!memory) return invalid_argument(kNoFilesystemOnlyPause);
-  }
-  if (const json::value* ar = body.if_contains("autoResume"); ar && !ar->is_null()) {
+  ABX_ASSIGN_OR_RETURN(auto pause, json_optional_bool(body, "autoPause", ""));
+  cr.pause_on_timeout = pause.value_or(false);
+  ABX_ASSIGN_OR_RETURN(auto memory, json_optional_bool(body, "autoPauseMemory", ""));
+  if (memory == false) return invalid_argument(kNoFilesystemOnlyPause);
+  if (const json::value* ar = json_find(body, "autoResume")) {
     if (ar->is_bool()) {
       cr.auto_resume = ar->as_bool();
     } else if (ar->is_object()) {
-      ABX_ASSIGN_OR_RETURN(
-          cr.auto_resume, bool_field(ar->as_object().if_contains("enabled"), "autoResume.enabled"));
+      ABX_ASSIGN_OR_RETURN(auto enabled,
+                           json_optional_bool(ar->as_object(), "enabled", "autoResume"));
+      cr.auto_resume = enabled.value_or(false);
     } else {
       return invalid_argument("autoResume must be an object {\"enabled\": <boolean>}");
     }
   }
-  const json::value* lc = body.if_contains("lifecycle");
-  if (lc == nullptr || lc->is_null()) return {};
-  if (!lc->is_object()) return invalid_argument("lifecycle must be an object");
-  if (const json::value* ot = lc->as_object().if_contains("onTimeout"); ot && !ot->is_null()) {
-    if (!ot->is_string() || (ot->as_string() != "kill" && ot->as_string() != "pause")) {
+  ABX_ASSIGN_OR_RETURN(const json::object* lc, json_optional_object(body, "lifecycle", ""));
+  if (lc == nullptr) return {};
+  ABX_ASSIGN_OR_RETURN(auto on_timeout, json_optional_string(*lc, "onTimeout", "lifecycle"));
+  if (on_timeout) {
+    if (*on_timeout != "kill" && *on_timeout != "pause") {
       return invalid_argument("lifecycle.onTimeout must be \"kill\" or \"pause\"");
     }
-    cr.pause_on_timeout = ot->as_string() == "pause";
+    cr.pause_on_timeout = *on_timeout == "pause";
   }
-  if (const json::value* ar = lc->as_object().if_contains("autoResume"); ar && !ar->is_null()) {
-    ABX_ASSIGN_OR_RETURN(cr.auto_resume, bool_field(ar, "lifecycle.autoResume"));
-  }
+  ABX_ASSIGN_OR_RETURN(auto auto_resume, json_optional_bool(*lc, "autoResume", "lifecycle"));
+  if (auto_resume) cr.auto_resume = *auto_resume;
   return {};
 }
 
@@ -226,19 +220,18 @@ bool asked_for(const json::object& body, std::string_view key) {
 Result<CreateRequest> parse_create(const json::object& body, std::int64_t max_timeout,
                                    bool default_internet) {
   CreateRequest cr;
+  // templateID and secure: a null is refused, not read as "not given", as it always was.
   if (const json::value* t = body.if_contains("templateID")) {
-    if (!t->is_string()) return invalid_argument("templateID must be a string");
-    cr.template_id = std::string(t->get_string());
+    ABX_ASSIGN_OR_RETURN(cr.template_id, json_as_string(*t, "templateID"));
   }
   ABX_ASSIGN_OR_RETURN(cr.timeout_seconds, optional_timeout(body, max_timeout));
   if (cr.timeout_seconds == 0) {
     return invalid_argument("timeout must be at least 1 second (0 would end the sandbox at once)");
   }
-  ABX_ASSIGN_OR_RETURN(cr.metadata, string_map(body.if_contains("metadata"), "metadata"));
-  ABX_ASSIGN_OR_RETURN(cr.env_vars, string_map(body.if_contains("envVars"), "envVars"));
+  ABX_ASSIGN_OR_RETURN(cr.metadata, string_map(body, "metadata"));
+  ABX_ASSIGN_OR_RETURN(cr.env_vars, string_map(body, "envVars"));
   if (const json::value* s = body.if_contains("secure")) {
-    if (!s->is_bool()) return invalid_argument("secure must be a boolean");
-    cr.secure = s->as_bool();
+    ABX_ASSIGN_OR_RETURN(cr.secure, json_as_bool(*s, "secure"));
   }
   ABX_TRY(parse_lifecycle(body, cr));
   // E2B's MCP gateway (the SDK's `mcp` option, which also picks its `mcp-gateway` template) is
@@ -344,8 +337,9 @@ Result<Response> kill_sandbox(Context& ctx) {
 
 Result<Response> set_sandbox_timeout(Context& ctx) {
   ABX_ASSIGN_OR_RETURN(SandboxPost op, sandbox_post(ctx));
-  ABX_ASSIGN_OR_RETURN(std::int64_t t, int_field(op.body, "timeout", 0,
-                                                 ctx.sandboxes.options().max_timeout_seconds));
+  ABX_ASSIGN_OR_RETURN(
+      std::int64_t t,
+      json_required_int(op.body, "timeout", "", 0, ctx.sandboxes.options().max_timeout_seconds));
   ABX_TRY(ctx.sandboxes.set_timeout(op.id, t));
   return no_content();
 }
@@ -355,12 +349,10 @@ Result<Response> set_sandbox_timeout(Context& ctx) {
 // shortens it.
 Result<Response> refresh_sandbox(Context& ctx) {
   ABX_ASSIGN_OR_RETURN(SandboxPost op, sandbox_post(ctx));
-  std::int64_t duration = 15;
-  if (const json::value* d = op.body.if_contains("duration"); d && !d->is_null()) {
-    ABX_ASSIGN_OR_RETURN(
-        duration, int_field(op.body, "duration", 0, ctx.sandboxes.options().max_timeout_seconds));
-  }
-  ABX_TRY(ctx.sandboxes.extend_timeout(op.id, std::max<std::int64_t>(duration, 15)));
+  ABX_ASSIGN_OR_RETURN(
+      auto duration,
+      json_optional_int(op.body, "duration", "", 0, ctx.sandboxes.options().max_timeout_seconds));
+  ABX_TRY(ctx.sandboxes.extend_timeout(op.id, std::max<std::int64_t>(duration.value_or(15), 15)));
   return no_content();
 }
 
@@ -372,10 +364,8 @@ Result<Response> resume_sandbox(Context& ctx) { return resume_or_connect(ctx, tr
 // (E2B's filesystem-only pause) is refused rather than ignored.
 Result<Response> pause_sandbox(Context& ctx) {
   ABX_ASSIGN_OR_RETURN(SandboxPost op, sandbox_post(ctx));
-  if (const json::value* m = op.body.if_contains("memory"); m && !m->is_null()) {
-    ABX_ASSIGN_OR_RETURN(bool memory, bool_field(m, "memory"));
-    if (!memory) return invalid_argument(kNoFilesystemOnlyPause);
-  }
+  ABX_ASSIGN_OR_RETURN(auto memory, json_optional_bool(op.body, "memory", ""));
+  if (memory == false) return invalid_argument(kNoFilesystemOnlyPause);
   ABX_TRY(ctx.sandboxes.pause(op.id));  // kFailedPrecondition (409) if already paused
   return no_content();
 }
@@ -386,11 +376,9 @@ Result<Response> fork_sandbox(Context& ctx) {
   ABX_ASSIGN_OR_RETURN(SandboxPost op, sandbox_post(ctx));
   ABX_ASSIGN_OR_RETURN(auto timeout,
                        optional_timeout(op.body, ctx.sandboxes.options().max_timeout_seconds));
-  std::int64_t count = 1;  // its range is the manager's to check
-  if (const json::value* c = op.body.if_contains("count"); c && !c->is_null()) {
-    if (!c->is_int64() && !c->is_uint64()) return invalid_argument("count must be an integer");
-    count = c->to_number<std::int64_t>();
-  }
+  // Its range is the manager's to check.
+  ABX_ASSIGN_OR_RETURN(auto count_field, json_optional_int(op.body, "count", ""));
+  const std::int64_t count = count_field.value_or(1);
   ABX_ASSIGN_OR_RETURN(
       auto children,
       ctx.sandboxes.fork(op.id, static_cast<int>(std::clamp<std::int64_t>(count, 0, 1 << 20)),

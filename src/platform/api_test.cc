@@ -131,6 +131,51 @@ TEST(ApiDecoders, NetworkRulesAreParsedStoredWithValuesAndShownMasked) {
             std::string::npos);
 }
 
+// A mistyped field is a 400 whose message names the field's path; a null is "not given" where
+// the field is optional (E2B's nullable fields), but refused for templateID, secure and timeout,
+// as it always was.
+TEST(ApiDecoders, FieldErrorsNameTheirPath) {
+  struct Case {
+    const char* body;
+    const char* says;
+  };
+  for (const Case& c : std::initializer_list<Case>{
+           {R"({"metadata":{"x":1}})", "metadata.x: expected a string, got number"},
+           {R"({"envVars":[]})", "envVars: expected an object, got array"},
+           {R"({"templateID":7})", "templateID: expected a string, got number"},
+           {R"({"templateID":null})", "templateID: expected a string, got null"},
+           {R"({"timeout":"60"})", "timeout: expected an integer, got string"},
+           {R"({"timeout":1.5})", "timeout: expected an integer, got number"},
+           {R"({"timeout":99999})", "timeout: must be between 0 and 3600"},
+           {R"({"timeout":null})", "timeout: expected an integer, got null"},
+           {R"({"secure":null})", "secure: expected a boolean, got null"},
+           {R"({"autoPause":"yes"})", "autoPause: expected a boolean, got string"},
+           {R"({"autoResume":{"enabled":"yes"}})",
+            "autoResume.enabled: expected a boolean, got string"},
+           {R"({"lifecycle":[]})", "lifecycle: expected an object, got array"},
+           {R"({"lifecycle":{"autoResume":1}})",
+            "lifecycle.autoResume: expected a boolean, got number"},
+           {R"({"network":"none"})", "network: expected an object, got string"},
+           {R"({"network":{"allowOut":["10.0.0.1",5]}})",
+            "network.allowOut[1]: expected a string, got number"},
+           {R"({"network":{"deny_out":{}}})", "network.deny_out: expected an array, got object"},
+           {R"({"network":{"allowPublicTraffic":"no"}})",
+            "network.allowPublicTraffic: expected a boolean, got string"},
+           {R"({"allow_internet_access":1})",
+            "allow_internet_access: expected a boolean, got number"},
+       }) {
+    auto r = parse_create(obj(c.body), 3600);
+    ASSERT_FALSE(r.ok()) << c.body;
+    EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument) << c.body;
+    EXPECT_EQ(r.error().message(), c.says) << c.body;
+  }
+  auto nulls =
+      parse_create(obj(R"({"metadata":null,"envVars":null,"autoPause":null,"autoPauseMemory":null,)"
+                       R"("autoResume":null,"lifecycle":null,"network":null})"),
+                   3600);
+  EXPECT_TRUE(nulls.ok()) << nulls.error().to_string();
+}
+
 TEST(ApiDecoders, ListQueryKeepsV1RunningAndChecksEachParameter) {
   auto q = [](std::string_view target, bool v1) {
     return parse_list_query(boost::urls::parse_origin_form(target)->params(), v1);

@@ -2,6 +2,7 @@
 // sandbox's command server (abx's addition to the E2B API; see abx/token/token.h).
 #include <boost/json.hpp>
 
+#include "abx/base/json.h"
 #include "abx/base/time.h"
 #include "abx/base/try.h"
 #include "abx/token/token.h"
@@ -28,8 +29,8 @@ Result<TokenRequest> parse_token_request(const json::object& body) {
     if (!c.is_string()) return invalid_argument("commands must be strings");
     tr.commands.emplace_back(c.get_string());
   }
-  if (body.contains("ttlSeconds")) {
-    ABX_ASSIGN_OR_RETURN(tr.ttl_seconds, int_field(body, "ttlSeconds", 1, kMaxTokenTtlSeconds));
+  if (const json::value* ttl = body.if_contains("ttlSeconds")) {  // null is refused
+    ABX_ASSIGN_OR_RETURN(tr.ttl_seconds, json_as_int(*ttl, "ttlSeconds", 1, kMaxTokenTtlSeconds));
   }
   return tr;
 }

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "abx/base/fd.h"
+#include "abx/base/json.h"
 #include "abx/base/os.h"
 #include "abx/base/try.h"
 #include "abx/egress/ruleset.h"
@@ -56,60 +57,54 @@ bool is_sandbox_link(std::string_view name) {
   return true;
 }
 
-Result<std::vector<std::string>> string_list(const json::value* v, std::string_view field) {
-  std::vector<std::string> out;
-  if (!v || v->is_null()) return out;
-  if (!v->is_array()) return invalid_argument(std::string(field) + " must be an array of strings");
-  if (v->get_array().size() > egress::kMaxRules)
-    return invalid_argument(std::string(field) + ": at most " + std::to_string(egress::kMaxRules) +
-                            " rules");
-  for (const auto& e : v->get_array()) {
-    if (!e.is_string()) return invalid_argument(std::string(field) + " must hold strings only");
-    out.emplace_back(e.get_string());
-  }
+// E2B's fields go by their camelCase name, and the JS SDK sends some in snake_case
+// (allow_internet_access): the name the body uses, camelCase if it has both.
+std::string_view name_in(const json::object& o, std::string_view camel, std::string_view snake) {
+  return o.contains(camel) || !o.contains(snake) ? camel : snake;
+}
+
+// A list of rules (allowOut, denyOut); null or absent is empty.
+Result<std::vector<std::string>> string_list(const json::object& o, std::string_view camel,
+                                             std::string_view snake, std::string_view at) {
+  const std::string_view key = name_in(o, camel, snake);
+  ABX_ASSIGN_OR_RETURN(std::vector<std::string> out, json_optional_string_list(o, key, at));
+  if (out.size() > egress::kMaxRules)
+    return invalid_argument(json_path_key(at, key) + ": at most " +
+                            std::to_string(egress::kMaxRules) + " rules");
   return out;
 }
 
-const json::value* field(const json::object& o, std::string_view camel, std::string_view snake) {
-  if (const json::value* v = o.if_contains(camel)) return v;
-  return o.if_contains(snake);
-}
-
 Result<std::optional<bool>> opt_bool(const json::object& o, std::string_view camel,
-                                     std::string_view snake) {
-  const json::value* v = field(o, camel, snake);
-  if (!v || v->is_null()) return std::optional<bool>();
-  if (!v->is_bool()) return invalid_argument(std::string(camel) + " must be a boolean");
-  return std::optional<bool>(v->get_bool());
+                                     std::string_view snake, std::string_view at = "") {
+  return json_optional_bool(o, name_in(o, camel, snake), at);
 }
 
-// Fills the rule fields of `spec` from an E2B network object and checks them.
+// Fills the rule fields of `spec` from an E2B network object and checks them; `at` is the
+// object's path ("network", or "" for an update's body).
 Status read_network_object(const json::object& n, SandboxNetworkSpec& spec, std::string_view at) {
   for (const char* unsupported : {"egressProxy", "egress_proxy", "httpsPorts"}) {
     const json::value* v = n.if_contains(unsupported);
     if (v && !v->is_null() && !(v->is_array() && v->get_array().empty()) &&
         !(v->is_object() && v->get_object().empty()))
-      return invalid_argument(std::string(at) + unsupported + " is not supported by abxd");
+      return invalid_argument(json_path_key(at, unsupported) + " is not supported by abxd");
   }
-  ABX_ASSIGN_OR_RETURN(
-      spec.allow_out, string_list(field(n, "allowOut", "allow_out"), std::string(at) + "allowOut"));
-  ABX_ASSIGN_OR_RETURN(spec.deny_out,
-                       string_list(field(n, "denyOut", "deny_out"), std::string(at) + "denyOut"));
-  ABX_ASSIGN_OR_RETURN(auto pub, opt_bool(n, "allowPublicTraffic", "allow_public_traffic"));
+  ABX_ASSIGN_OR_RETURN(spec.allow_out, string_list(n, "allowOut", "allow_out", at));
+  ABX_ASSIGN_OR_RETURN(spec.deny_out, string_list(n, "denyOut", "deny_out", at));
+  ABX_ASSIGN_OR_RETURN(auto pub, opt_bool(n, "allowPublicTraffic", "allow_public_traffic", at));
   if (pub) spec.allow_public_traffic = *pub;
-  if (const json::value* m = field(n, "maskRequestHost", "mask_request_host"); m && !m->is_null()) {
+  if (const json::value* m = json_find(n, name_in(n, "maskRequestHost", "mask_request_host"))) {
     // It becomes a Host header: host name characters, a port and E2B's ${PORT} only.
     if (!m->is_string() || m->get_string().empty() || m->get_string().size() > 253 ||
         std::string_view(m->get_string())
                 .find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                    "0123456789.-_:${}") != std::string_view::npos)
-      return invalid_argument(std::string(at) +
-                              "maskRequestHost must be a host name (with an optional :port; "
+      return invalid_argument(json_path_key(at, "maskRequestHost") +
+                              " must be a host name (with an optional :port; "
                               "${PORT} stands for the request's port)");
     spec.mask_request_host = std::string(m->get_string());
   }
   if (const json::value* r = n.if_contains("rules")) {
-    ABX_ASSIGN_OR_RETURN(spec.transforms, egress::parse_transforms(*r, std::string(at) + "rules"));
+    ABX_ASSIGN_OR_RETURN(spec.transforms, egress::parse_transforms(*r, json_path_key(at, "rules")));
   }
   return {};
 }
@@ -152,7 +147,7 @@ Result<SandboxNetworkSpec> SandboxNetworkSpec::from_json(const json::value& v) {
   if (auto a = o.if_contains("allowInternetAccess"); a && a->is_bool())
     s.allow_internet_access = a->get_bool();
   if (auto n = o.if_contains("network"); n && n->is_object())
-    ABX_TRY(read_network_object(n->get_object(), s, "network."));
+    ABX_TRY(read_network_object(n->get_object(), s, "network"));
   return s;
 }
 
@@ -162,10 +157,8 @@ Result<SandboxNetworkSpec> parse_network_request(const json::object& body, bool 
   ABX_ASSIGN_OR_RETURN(auto internet,
                        opt_bool(body, "allowInternetAccess", "allow_internet_access"));
   if (internet) spec.allow_internet_access = *internet;
-  if (const json::value* n = body.if_contains("network"); n && !n->is_null()) {
-    if (!n->is_object()) return invalid_argument("network must be an object");
-    ABX_TRY(read_network_object(n->get_object(), spec, "network."));
-  }
+  ABX_ASSIGN_OR_RETURN(const json::object* n, json_optional_object(body, "network", ""));
+  if (n != nullptr) ABX_TRY(read_network_object(*n, spec, "network"));
   ABX_TRY(check_rules(spec));
   return spec;
 }

@@ -50,16 +50,15 @@ std::string hex(const unsigned char* p, std::size_t n) {
   return out;
 }
 
-Result<std::string> string_field(const json::object& o, const char* name, std::size_t max,
-                                 bool allow_empty) {
-  const json::value& v = o.at(name);
-  if (!v.is_string()) return invalid_argument(std::string(name) + " must be a string");
-  const auto& s = v.as_string();
+// A string field of the body, at most `max` bytes.
+Result<std::string> bounded_string(const json::value& v, const char* name, std::size_t max,
+                                   bool allow_empty) {
+  ABX_ASSIGN_OR_RETURN(std::string s, json_as_string(v, name));
   if (s.size() > max)
     return invalid_argument(std::string(name) + " must be at most " + std::to_string(max) +
                             " bytes");
   if (!allow_empty && s.empty()) return invalid_argument(std::string(name) + " must not be empty");
-  return std::string(s);
+  return s;
 }
 
 struct Target {
@@ -147,14 +146,13 @@ Result<WebhookSpec> parse_webhook_body(std::string_view body, bool create) {
   WebhookSpec w;
   for (const auto& [key, value] : o) {
     if (key == "name") {
-      ABX_ASSIGN_OR_RETURN(w.name, string_field(o, "name", kMaxName, true));
+      ABX_ASSIGN_OR_RETURN(w.name, bounded_string(value, "name", kMaxName, true));
     } else if (key == "url") {
-      ABX_ASSIGN_OR_RETURN(w.url, string_field(o, "url", kMaxUrl, false));
+      ABX_ASSIGN_OR_RETURN(w.url, bounded_string(value, "url", kMaxUrl, false));
     } else if (key == "signatureSecret") {
-      ABX_ASSIGN_OR_RETURN(w.secret, string_field(o, "signatureSecret", kMaxSecret, false));
+      ABX_ASSIGN_OR_RETURN(w.secret, bounded_string(value, "signatureSecret", kMaxSecret, false));
     } else if (key == "enabled") {
-      if (!value.is_bool()) return invalid_argument("enabled must be true or false");
-      w.enabled = value.as_bool();
+      ABX_ASSIGN_OR_RETURN(w.enabled, json_as_bool(value, "enabled"));
     } else if (key == "events") {
       if (!value.is_array()) return invalid_argument("events must be an array of event types");
       const auto& a = value.as_array();

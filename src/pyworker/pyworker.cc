@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "abx/base/json.h"
 #include "abx/base/log.h"
 #include "abx/base/os.h"
 #include "abx/base/try.h"
@@ -108,11 +109,6 @@ std::string describe_status(int status) {
            (name ? std::string(" (") + name + ")" : "");
   }
   return "ended with wait status " + std::to_string(status);
-}
-
-std::string string_field(const json::object& o, std::string_view key) {
-  const json::value* v = o.if_contains(key);
-  return v != nullptr && v->is_string() ? std::string(v->as_string()) : std::string();
 }
 
 }  // namespace
@@ -275,12 +271,13 @@ Result<json::array> Worker::hello_locked() {
   if (const json::value* cmds = o.if_contains("commands"); cmds != nullptr && cmds->is_array()) {
     return cmds->as_array();
   }
-  std::string why = string_field(o, "error");
+  // The worker's report of a failure is shown as it came: a part it left out is shown empty.
+  std::string why(json_string_or_empty(o, "error"));
   std::string status = reap_locked(false);
   (void)status;
   return Error(ErrorCode::kFailedPrecondition,
                "the Python module " + opt_.module + " failed to import:\n" + why,
-               string_field(o, "type"));
+               std::string(json_string_or_empty(o, "type")));
 }
 
 std::string Worker::reap_locked(bool kill_first) {
@@ -368,33 +365,56 @@ Result<json::value> Worker::call(std::string_view name, const json::object& kwar
   if (jec || !v.is_object()) return died_locked(name, "sent a malformed answer", true);
   json::object& o = v.as_object();
   if (json::value* r = o.if_contains("result")) return std::move(*r);
-  std::string type = string_field(o, "type");
-  std::string message = string_field(o, "error");
+  // A failed call's report, shown as it came (see above).
+  std::string type(json_string_or_empty(o, "type"));
+  std::string message(json_string_or_empty(o, "error"));
   if (type == "NotFound") return not_found(message);
   return Error(ErrorCode::kInternal, message, type.empty() ? "Exception" : type);
 }
 
+namespace {
+
+// One command of the worker's list, read strictly: the worker is ours, so a field of the wrong
+// type is a bug to report, not to paper over.
+Result<registry::RegisteredCommand> read_command(const json::value& c, const std::string& at) {
+  ABX_ASSIGN_OR_RETURN(const json::object* o, json_as_object(c, at));
+  registry::RegisteredCommand cmd;
+  ABX_ASSIGN_OR_RETURN(cmd.name, json_required_string(*o, "name", at));
+  ABX_ASSIGN_OR_RETURN(auto description, json_optional_string(*o, "description", at));
+  cmd.description = std::move(description).value_or("");
+  ABX_ASSIGN_OR_RETURN(const json::array* args, json_optional_array(*o, "args", at));
+  if (args == nullptr) return cmd;
+  for (std::size_t i = 0; i < args->size(); ++i) {
+    const std::string aat = json_path_index(json_path_key(at, "args"), i);
+    ABX_ASSIGN_OR_RETURN(const json::object* ao, json_as_object((*args)[i], aat));
+    ABX_ASSIGN_OR_RETURN(std::string name, json_required_string(*ao, "name", aat));
+    ABX_ASSIGN_OR_RETURN(auto type, json_optional_string(*ao, "type", aat));
+    ABX_ASSIGN_OR_RETURN(auto required, json_optional_bool(*ao, "required", aat));
+    ABX_ASSIGN_OR_RETURN(auto arg_description, json_optional_string(*ao, "description", aat));
+    const json::value* def = ao->if_contains("default");
+    // Throws registry::RegistryError for an argument the registry refuses.
+    cmd.args.emplace_back(std::move(name), std::move(type).value_or(""), required.value_or(false),
+                          def != nullptr ? *def : json::value(nullptr),
+                          std::move(arg_description).value_or(""));
+  }
+  return cmd;
+}
+
+}  // namespace
+
 Status register_commands(const std::shared_ptr<Worker>& worker, registry::CommandRegistry& reg) {
-  for (const json::value& c : worker->commands()) {
-    if (!c.is_object()) return invalid_argument("the Python worker reported a malformed command");
-    const json::object& o = c.as_object();
-    registry::RegisteredCommand cmd;
-    cmd.name = string_field(o, "name");
-    cmd.description = string_field(o, "description");
+  const json::array& commands = worker->commands();
+  for (std::size_t i = 0; i < commands.size(); ++i) {
+    // The command's name for an error message only (read_command reads it strictly).
+    std::string name(commands[i].is_object() ? json_string_or_empty(commands[i].as_object(), "name")
+                                             : "");
     try {
-      if (const json::value* args = o.if_contains("args"); args != nullptr && args->is_array()) {
-        for (const json::value& a : args->as_array()) {
-          if (!a.is_object()) throw registry::RegistryError("malformed argument");
-          const json::object& ao = a.as_object();
-          const json::value* req = ao.if_contains("required");
-          const json::value* def = ao.if_contains("default");
-          cmd.args.emplace_back(string_field(ao, "name"), string_field(ao, "type"),
-                                req != nullptr && req->is_bool() && req->as_bool(),
-                                def != nullptr ? *def : json::value(nullptr),
-                                string_field(ao, "description"));
-        }
+      auto read = read_command(commands[i], json_path_index("commands", i));
+      if (!read.ok()) {
+        return invalid_argument("the Python worker reported a malformed command (" +
+                                worker->module() + "): " + read.error().message());
       }
-      std::string name = cmd.name;
+      registry::RegisteredCommand cmd = std::move(*read);
       std::weak_ptr<Worker> weak = worker;
       // The worker outlives the registry's use of it in practice (both live until exit); a
       // weak reference keeps a test's registry from holding a worker after the test ends.
@@ -409,8 +429,8 @@ Status register_commands(const std::shared_ptr<Worker>& worker, registry::Comman
       };
       reg.register_command(std::move(cmd));
     } catch (const registry::RegistryError& e) {
-      return invalid_argument("Python command '" + string_field(o, "name") + "' from " +
-                              worker->module() + ": " + e.what());
+      return invalid_argument("Python command '" + name + "' from " + worker->module() + ": " +
+                              e.what());
     }
   }
   return {};

@@ -61,10 +61,10 @@ std::vector<std::string> encode(const Message& msg, std::string_view key);
 Result<Message> decode(std::vector<std::string> frames, std::string_view key,
                        const WireLimits& limits = {});
 
-// A Jupyter message's string field: the value, or "" when it is absent or not a string. The
-// protocol makes most fields optional and kernels differ in which they send, so a missing one is
-// read as empty rather than refused (decode() has already checked the framing and the JSON).
-std::string_view string_field(const boost::json::object& o, std::string_view key);
+// A Jupyter message's string fields are read with abx::json_string_or_empty (abx/base/json.h):
+// "" when absent, null or not a string. The protocol makes most fields optional and kernels
+// differ in which they send (and some send null), so a missing one is read as empty rather than
+// refused (decode() has already checked the framing and the JSON).
 
 // Lowercase hex HMAC-SHA256 of the concatenated parts.
 std::string sign(std::string_view key, const std::vector<std::string_view>& parts);
