@@ -9,6 +9,7 @@
 #include <boost/json/array.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
+#include <cassert>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -522,12 +523,8 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
     return invalid_argument("secure=false needs a template without a command server ('" + tmpl->id +
                             "' serves commands, which always need a token)");
   }
-  std::int64_t timeout = req.timeout_seconds.value_or(tmpl->timeout_seconds);
-  // A zero timeout would hand back a sandbox the reaper kills at once.
-  if (timeout < 1 || timeout > opt_.max_timeout_seconds) {
-    return invalid_argument("timeout must be between 1 and " +
-                            std::to_string(opt_.max_timeout_seconds) + " seconds");
-  }
+  ABX_ASSIGN_OR_RETURN(const std::int64_t timeout,
+                       create_timeout(req, tmpl->timeout_seconds, "template '" + tmpl->id + "'"));
   {
     std::lock_guard lock(mu_);
     if (live_.size() >= opt_.max_sandboxes) {
@@ -550,7 +547,7 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   Logger slog("sandboxes", id);
   const fs::path run_dir = fs::path(opt_.home) / "run" / id;
   SandboxNetwork* network = opt_.network;
-  SandboxNetworkSpec net = req.network.value_or(SandboxNetworkSpec{});
+  SandboxNetworkSpec net = req.network ? *req.network : default_network();
   std::optional<runtime::Sandbox> sb;
   // From here on, a failure undoes what was made, in reverse: the sandbox, its link's rules (they
   // may have gone in before a spawn failed), its run directory. One guard, as runtime's spawn.
@@ -581,7 +578,6 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   }
   // The network: a link under the request's rules (or abxd's default), unless the template or
   // abxd has none.
-  if (!req.network && network) net.allow_internet_access = network->default_internet();
   if (tmpl->network == templates::NetworkMode::kHost && !opt_.allow_host_network) {
     return Error(ErrorCode::kPermissionDenied,
                  "template '" + tmpl->id +
@@ -647,6 +643,31 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   create_timings_.add(tl);
   slog.debug("created in " + tl.summary());
   return live;
+}
+
+bool SandboxManager::default_internet() const {
+  return opt_.network == nullptr || opt_.network->default_internet();
+}
+
+SandboxNetworkSpec SandboxManager::default_network() const {
+  SandboxNetworkSpec net;
+  net.allow_internet_access = default_internet();
+  return net;
+}
+
+Result<std::int64_t> SandboxManager::create_timeout(const CreateRequest& req, std::int64_t fallback,
+                                                    const std::string& from) const {
+  // The request's own was checked where it came in (parse_create; the MCP tool's schema and
+  // AbxdBackend): a zero timeout would hand back a sandbox the reaper kills at once.
+  assert(!req.timeout_seconds ||
+         (*req.timeout_seconds >= 1 && *req.timeout_seconds <= opt_.max_timeout_seconds));
+  if (req.timeout_seconds) return *req.timeout_seconds;
+  if (fallback < 1 || fallback > opt_.max_timeout_seconds) {
+    return invalid_argument(from + "'s timeout (" + std::to_string(fallback) +
+                            " s) is not between 1 and " + std::to_string(opt_.max_timeout_seconds) +
+                            " seconds: give a timeout in the request");
+  }
+  return fallback;
 }
 
 std::set<std::string> SandboxManager::images_in_use() const {
