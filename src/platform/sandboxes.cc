@@ -19,9 +19,12 @@
 #include <utility>
 #include <vector>
 
+#include "abx/base/json.h"
+#include "abx/base/os.h"
 #include "abx/base/scope_exit.h"
 #include "abx/base/time.h"
 #include "abx/base/try.h"
+#include "abx/envd/config.h"
 #include "abx/http/client.h"
 #include "abx/image/reference.h"
 #include "abx/image/registry.h"
@@ -52,6 +55,10 @@ constexpr const char* kEnvdInside = "/opt/abx/bin/abx-envd";
 constexpr const char* kServerInside = "/opt/abx/bin/abx-server";
 constexpr const char* kDemoInside = "/opt/abx/lib/libabx_demo_commands.so";
 constexpr const char* kTokenInside = "/run/abx/token";
+// abx-envd reads its configuration (<home>/run/<id>/envd.json) from this descriptor, then closes
+// it: nothing is left open for a checkpoint to find.
+constexpr int kEnvdConfigFd = 3;
+constexpr const char* kEnvdConfigFile = "envd.json";
 
 std::string join_quoted(const std::vector<std::string>& argv) {
   std::string out;
@@ -223,12 +230,62 @@ SandboxManager::~SandboxManager() {
 
 namespace {
 
+// What abx-envd runs in a sandbox of `tmpl` (its --config-fd): the template's start command,
+// command server and interpreter, and the image's defaults. `env` is the sandbox's environment
+// (the Python worker's interpreter comes from it).
+envd::EnvdConfig envd_config(const ManagerOptions& opt, const templates::Template& tmpl,
+                             const std::optional<image::Image>& img, const std::string& token_file,
+                             const std::map<std::string, std::string>& env) {
+  envd::EnvdConfig ec;
+  ec.host = "127.0.0.1";
+  ec.port = kEnvdPort;
+  if (!token_file.empty()) ec.token_file = kTokenInside;
+  // The image's config gives the defaults: its Entrypoint + Cmd start unless the template has a
+  // start command, its User is the default user, its Env comes before the template's.
+  // A portable image (image::with_runtime) already names envd as its entrypoint: its own start
+  // command is the --start-cmd in Cmd.
+  ec.start_cmd = join_quoted(tmpl.start);
+  if (tmpl.start.empty() && img) {
+    const auto& ep = img->config.entrypoint;
+    const auto& cmd = img->config.cmd;
+    if (!ep.empty() && ep.front() == kEnvdInside) {
+      if (cmd.size() == 2 && cmd[0] == "--start-cmd") ec.start_cmd = cmd[1];
+    } else {
+      std::vector<std::string> start = ep;
+      start.insert(start.end(), cmd.begin(), cmd.end());
+      ec.start_cmd = join_quoted(start);
+    }
+  }
+  // envd's own default user unless the image names one.
+  if (img && !img->config.user.empty()) ec.default_user = img->config.user;
+  if (tmpl.interpreter) ec.interpreter_argv = tmpl.interpreter->argv;
+  if (tmpl.server) {
+    // Executed directly (no shell needed in the image); envd gives it the token it read.
+    ec.server_argv = tmpl.server->argv;
+    // A Python module's worker is started by envd just before abx-server, on descriptor 3 of
+    // both, so the interpreter's start overlaps abx-server's (issue 37): the worker as
+    // pyworker::Worker would start it, the image's python3 ($ABX_PYTHON) on the bundle's
+    // abx/server/run.py. Outside a bundle (no package inside) abx-server starts it itself.
+    if (!tmpl.server->python_module.empty() && is_bundle(opt.binaries.bundle)) {
+      ec.server_argv.insert(ec.server_argv.end(), {"--python-fd", "3"});
+      auto python = env.find("ABX_PYTHON");
+      ec.server_companion_argv = {
+          python != env.end() && !python->second.empty() ? python->second : "python3",
+          std::string(kBundleInside) + "/python/abx/server/run.py", "--fd", "3",
+          tmpl.server->python_module};
+    }
+  }
+  return ec;
+}
+
 // The runtime config of a sandbox whose init is abx-envd: the template's rootfs, network,
-// start and server commands, environment and limits, and the binaries bind-mounted read-only.
+// environment and limits, the binaries bind-mounted read-only, and envd's configuration
+// (envd_config) on descriptor 3 from `envd_config_fd`, which must stay open until the spawn.
 runtime::SandboxConfig envd_sandbox_config(
     const ManagerOptions& opt, const templates::Template& tmpl,
-    const std::optional<image::Image>& img, const CreateRequest& req, const std::string& id,
-    const std::string& token_file, const SandboxNetworkSpec& net, const std::string& run_dir) {
+    const std::optional<image::Image>& img, const std::string& id, const std::string& token_file,
+    const SandboxNetworkSpec& net, const std::string& run_dir,
+    const std::map<std::string, std::string>& env, int envd_config_fd) {
   runtime::SandboxConfig cfg;
   cfg.id = id;
   cfg.state_dir = opt.home + "/sandboxes";
@@ -253,37 +310,33 @@ runtime::SandboxConfig envd_sandbox_config(
       return network->attach(id, link, net);
     };
   }
-  cfg.argv = {kEnvdInside, "--host", "127.0.0.1", "--port", std::to_string(kEnvdPort)};
-  if (!token_file.empty()) {
-    cfg.binds.push_back({token_file, kTokenInside, false});
-    cfg.argv.insert(cfg.argv.end(), {"--token-file", kTokenInside});
-  }
-  // The image's config gives the defaults: its Entrypoint + Cmd start unless the template has a
-  // start command, its User is the default user, its Env comes before the template's.
-  // A portable image (image::with_runtime) already names envd as its entrypoint: its own start
-  // command is the --start-cmd in Cmd.
-  std::string start_cmd = join_quoted(tmpl.start);
-  if (tmpl.start.empty() && img) {
-    const auto& ep = img->config.entrypoint;
-    const auto& cmd = img->config.cmd;
-    if (!ep.empty() && ep.front() == kEnvdInside) {
-      if (cmd.size() == 2 && cmd[0] == "--start-cmd") start_cmd = cmd[1];
-    } else {
-      std::vector<std::string> start = ep;
-      start.insert(start.end(), cmd.begin(), cmd.end());
-      start_cmd = join_quoted(start);
+  cfg.argv = {kEnvdInside, "--config-fd", std::to_string(kEnvdConfigFd)};
+  cfg.fds.push_back({envd_config_fd, kEnvdConfigFd});
+  if (!token_file.empty()) cfg.binds.push_back({token_file, kTokenInside, false});
+  for (const auto& [k, v] : env) cfg.env.push_back(k + "=" + v);
+  if (is_bundle(opt.binaries.bundle)) {
+    cfg.binds.push_back({opt.binaries.bundle, kBundleInside, false});
+  } else {
+    cfg.binds.push_back({opt.binaries.envd, kEnvdInside, false});
+    cfg.binds.push_back({opt.binaries.server, kServerInside, false});
+    if (!opt.binaries.demo_module.empty() && fs::exists(opt.binaries.demo_module)) {
+      cfg.binds.push_back({opt.binaries.demo_module, kDemoInside, false});
     }
   }
-  if (!start_cmd.empty()) cfg.argv.insert(cfg.argv.end(), {"--start-cmd", start_cmd});
-  if (img && !img->config.user.empty()) {
-    cfg.argv.insert(cfg.argv.end(), {"--default-user", img->config.user});
-  }
-  if (tmpl.interpreter) {
-    boost::json::array argv;
-    for (const auto& a : tmpl.interpreter->argv) argv.emplace_back(a);
-    cfg.argv.insert(cfg.argv.end(), {"--interpreter-argv", boost::json::serialize(argv)});
-  }
-  // Later sources override earlier ones: abx's defaults, the image, the template, the request.
+  cfg.limits.memory_bytes = static_cast<std::uint64_t>(tmpl.resources.memory_bytes);
+  cfg.limits.pids_max = static_cast<std::uint32_t>(tmpl.resources.pids);
+  cfg.limits.cpu_millicores = static_cast<std::uint32_t>(tmpl.resources.cpu * 1000);
+  cfg.disk_bytes = static_cast<std::uint64_t>(tmpl.resources.disk_bytes);
+  return cfg;
+}
+
+// A sandbox's environment, later sources overriding earlier ones: abx's defaults, the image,
+// abxd's egress CA, the template, the request, the sandbox's id.
+std::map<std::string, std::string> sandbox_env(const ManagerOptions& opt,
+                                               const templates::Template& tmpl,
+                                               const std::optional<image::Image>& img,
+                                               const CreateRequest& req, const std::string& id,
+                                               const SandboxNetworkSpec& net) {
   std::map<std::string, std::string> env = {
       {"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
       {"HOME", "/root"},
@@ -305,42 +358,7 @@ runtime::SandboxConfig envd_sandbox_config(
   for (const auto& [k, v] : req.env_vars) env[k] = v;
   env["ABX_SANDBOX_ID"] = id;
   env["E2B_SANDBOX_ID"] = id;
-  for (const auto& [k, v] : env) cfg.env.push_back(k + "=" + v);
-  if (tmpl.server) {
-    // Executed directly (no shell needed in the image); envd gives it the token it read.
-    boost::json::array argv;
-    for (const auto& a : tmpl.server->argv) argv.emplace_back(a);
-    // A Python module's worker is started by envd just before abx-server, on descriptor 3 of
-    // both, so the interpreter's start overlaps abx-server's (issue 37): the worker as
-    // pyworker::Worker would start it, the image's python3 ($ABX_PYTHON) on the bundle's
-    // abx/server/run.py. Outside a bundle (no package inside) abx-server starts it itself.
-    if (!tmpl.server->python_module.empty() && is_bundle(opt.binaries.bundle)) {
-      argv.emplace_back("--python-fd");
-      argv.emplace_back("3");
-      auto python = env.find("ABX_PYTHON");
-      boost::json::array companion{
-          python != env.end() && !python->second.empty() ? python->second : "python3",
-          std::string(kBundleInside) + "/python/abx/server/run.py", "--fd", "3",
-          tmpl.server->python_module};
-      cfg.argv.insert(cfg.argv.end(),
-                      {"--server-companion-argv", boost::json::serialize(companion)});
-    }
-    cfg.argv.insert(cfg.argv.end(), {"--server-argv", boost::json::serialize(argv)});
-  }
-  if (is_bundle(opt.binaries.bundle)) {
-    cfg.binds.push_back({opt.binaries.bundle, kBundleInside, false});
-  } else {
-    cfg.binds.push_back({opt.binaries.envd, kEnvdInside, false});
-    cfg.binds.push_back({opt.binaries.server, kServerInside, false});
-    if (!opt.binaries.demo_module.empty() && fs::exists(opt.binaries.demo_module)) {
-      cfg.binds.push_back({opt.binaries.demo_module, kDemoInside, false});
-    }
-  }
-  cfg.limits.memory_bytes = static_cast<std::uint64_t>(tmpl.resources.memory_bytes);
-  cfg.limits.pids_max = static_cast<std::uint32_t>(tmpl.resources.pids);
-  cfg.limits.cpu_millicores = static_cast<std::uint32_t>(tmpl.resources.cpu * 1000);
-  cfg.disk_bytes = static_cast<std::uint64_t>(tmpl.resources.disk_bytes);
-  return cfg;
+  return env;
 }
 
 // Ready means envd answers on its port inside the sandbox's netns (10 s, backing off to 1 ms).
@@ -416,6 +434,51 @@ Status wait_for_server(const runtime::Sandbox& sb, const templates::Template& tm
                     std::to_string(timeout.count() / 1000.0).substr(0, 4) +
                     " s (abxd --server-ready-timeout)",
                 lines.ok() ? *lines : std::vector<EnvdLogLine>{});
+}
+
+// Ready: envd, then the template's command server and code interpreter, accept connections.
+Status wait_ready(const runtime::Sandbox& sb, const templates::Template& tmpl,
+                  const std::string& token, std::chrono::milliseconds server_timeout,
+                  Timeline& tl) {
+  ABX_TRY(wait_for_envd(sb));
+  tl.mark("envd_ready");
+  for (const auto& [spec, source] : {std::pair{&tmpl.server, "command server"},
+                                     std::pair{&tmpl.interpreter, "code interpreter"}}) {
+    if (*spec) ABX_TRY(wait_for_server(sb, tmpl, **spec, source, token, server_timeout));
+  }
+  if (tmpl.server || tmpl.interpreter) tl.mark("server_ready");
+  return {};
+}
+
+// envd's configuration, typed, written to <run_dir>/envd.json and opened for the sandbox's init
+// to read on a descriptor (no path into the sandbox's view of the host needed).
+Result<UniqueFd> write_envd_config(const fs::path& run_dir, const envd::EnvdConfig& config) {
+  const std::string path = (run_dir / kEnvdConfigFile).string();
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  ABX_TRY(write_run_file(path, to_json_string(envd::to_json(config)) + "\n"));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return os::errno_error("open " + path, errno);
+  return fd;
+}
+
+// The template a create names, as the request's team may see it; nullptr (no error) for a
+// snapshot's id when `snapshot` (create_from_snapshot takes it from there).
+Result<const templates::Template*> find_template(store::Store& store,
+                                                 const templates::TemplateCatalog& catalog,
+                                                 const CreateRequest& req, bool snapshot) {
+  // Another team's template is not there, as far as this request can tell.
+  if (!template_visible_to(store, req.template_id, req.team_id))
+    return not_found("template '" + req.template_id + "' not found");
+  const templates::Template* tmpl = catalog.get(req.template_id);
+  if (tmpl != nullptr || snapshot) return tmpl;
+  for (const auto& e : catalog.errors()) {
+    if (e.id_hint == req.template_id) {
+      return Error(ErrorCode::kFailedPrecondition,
+                   "template '" + req.template_id + "' failed to load: " + e.message);
+    }
+  }
+  return not_found("template '" + req.template_id + "' not found");
 }
 
 // What the store keeps of a sandbox's network (SandboxNetworkSpec::from_json reads it).
@@ -497,27 +560,17 @@ Result<std::vector<EnvdLogLine>> read_envd_log(const runtime::Sandbox& sb,
 // Order: check the request, make the token (file), spawn, wait for envd, then record; a failure
 // after the token file exists undoes everything made so far (one guard: the sandbox, its link,
 // the run directory), so an unacknowledged create leaves nothing behind.
+// One function of ~130 lines on purpose: every step after the token file is covered by the one
+// undo guard and reads its state (sb, net, run_dir), so they stay in its scope, in order.
 Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest& req) {
   // Where this create's time goes, step by step (summed into create_timings() on success).
   Timeline tl;
   auto catalog = this->catalog();
-  // Another team's template is not there, as far as this request can tell.
-  if (!template_visible_to(*store_, req.template_id, req.team_id))
-    return not_found("template '" + req.template_id + "' not found");
-  const templates::Template* tmpl = catalog->get(req.template_id);
-  if (tmpl == nullptr && req.template_id.starts_with("snapshot-") && pause_to_disk_ &&
-      fs::exists(opt_.home + "/snapshots/" + req.template_id)) {
-    return create_from_snapshot(req.template_id, req);
-  }
-  if (tmpl == nullptr) {
-    for (const auto& e : catalog->errors()) {
-      if (e.id_hint == req.template_id) {
-        return Error(ErrorCode::kFailedPrecondition,
-                     "template '" + req.template_id + "' failed to load: " + e.message);
-      }
-    }
-    return not_found("template '" + req.template_id + "' not found");
-  }
+  const bool snapshot = req.template_id.starts_with("snapshot-") && pause_to_disk_ &&
+                        fs::exists(opt_.home + "/snapshots/" + req.template_id);
+  ABX_ASSIGN_OR_RETURN(const templates::Template* tmpl,
+                       find_template(*store_, *catalog, req, snapshot));
+  if (tmpl == nullptr) return create_from_snapshot(req.template_id, req);
   // secure=false opens envd without a token (as in E2B); a command server always needs one.
   if (!req.secure && tmpl->server) {
     return invalid_argument("secure=false needs a template without a command server ('" + tmpl->id +
@@ -593,11 +646,15 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   }
 
   tl.mark("run_dir");
-  runtime::SandboxConfig config =
-      envd_sandbox_config(opt_, *tmpl, img, req, id, token_file, net, run_dir.string());
+  const std::map<std::string, std::string> env = sandbox_env(opt_, *tmpl, img, req, id, net);
+  ABX_ASSIGN_OR_RETURN(UniqueFd envd_json_fd,
+                       write_envd_config(run_dir, envd_config(opt_, *tmpl, img, token_file, env)));
+  runtime::SandboxConfig config = envd_sandbox_config(opt_, *tmpl, img, id, token_file, net,
+                                                      run_dir.string(), env, envd_json_fd.get());
   ABX_TRY(save_sandbox_config(run_dir.string(), config));
   tl.mark("config");
   auto spawned = runtime::Sandbox::spawn(std::move(config), &tl);
+  envd_json_fd.reset();
   if (!spawned.ok()) {
     slog.error("spawn failed: " + spawned.error().message());
     return spawned.error();
@@ -608,17 +665,8 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
     ABX_ASSIGN_OR_RETURN(traffic_token, token::random_hex(16));
     ABX_TRY(write_run_secret((run_dir / "traffic_token").string(), traffic_token));
   }
-  if (Status ready = wait_for_envd(*sb); !ready) return failed(ready.error());
-  tl.mark("envd_ready");
-  for (const auto& [spec, source] : {std::pair{&tmpl->server, "command server"},
-                                     std::pair{&tmpl->interpreter, "code interpreter"}}) {
-    if (!*spec) continue;
-    if (Status ready =
-            wait_for_server(*sb, *tmpl, **spec, source, token, opt_.server_ready_timeout);
-        !ready)
-      return failed(ready.error());
-  }
-  if (tmpl->server || tmpl->interpreter) tl.mark("server_ready");
+  if (Status ready = wait_ready(*sb, *tmpl, token, opt_.server_ready_timeout, tl); !ready)
+    return failed(ready.error());
   store::SandboxRecord rec = new_record(opt_, *tmpl, req, id, *sb, token, timeout, net);
   ABX_TRY(store_->insert_sandbox(rec));
   committed = true;
