@@ -43,7 +43,10 @@ abx::Result<std::string> read_config_text(const std::string& file, int fd) {
   std::string what = "--config-fd " + std::to_string(fd);
   if (!file.empty()) {
     owned.reset(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!owned) return abx::os::errno_error("open --config " + file, errno);
+    if (!owned) {
+      const int err = errno;
+      return abx::os::errno_error("open --config " + file, err);
+    }
     what = "--config " + file;
   } else {
     owned.reset(fd);

@@ -277,7 +277,10 @@ Result<UniqueFd> write_envd_config(const fs::path& run_dir, const envd::EnvdConf
   fs::create_directories(run_dir, ec);
   ABX_TRY(write_run_file(path, to_json_string(envd::to_json(config)) + "\n"));
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return os::errno_error("open " + path, errno);
+  if (!fd) {
+    const int err = errno;
+    return os::errno_error("open " + path, err);
+  }
   return fd;
 }
 
