@@ -237,6 +237,9 @@ sigset_t become_init() {
 
 }  // namespace
 
+// The init's order on one screen (~95 lines on purpose, as nsjail's orchestrator): configuration,
+// token, the supervised user, the command server held, the API, the start command and the
+// interpreter, then the signal loop and shutdown; each step's detail is a function above.
 int main(int argc, char** argv) {
   using namespace abx;
   Flags f;
