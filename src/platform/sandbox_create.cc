@@ -533,7 +533,7 @@ Result<std::int64_t> SandboxManager::create_timeout(const CreateRequest& req, st
          (*req.timeout_seconds >= 1 && *req.timeout_seconds <= opt_.max_timeout_seconds));
   if (req.timeout_seconds) return *req.timeout_seconds;
   if (fallback < 1 || fallback > opt_.max_timeout_seconds) {
-    return invalid_argument(from + "'s timeout (" + std::to_string(fallback) +
+    return invalid_argument("the timeout of " + from + " (" + std::to_string(fallback) +
                             " s) is not between 1 and " + std::to_string(opt_.max_timeout_seconds) +
                             " seconds: give a timeout in the request");
   }
