@@ -31,6 +31,7 @@
 #include <sstream>
 #include <thread>
 
+#include "abx/envd/config.h"
 #include "abx/http/client.h"
 #include "abx/testing/child_process.h"
 #include "abx/testing/temp_dir.h"
@@ -1298,6 +1299,52 @@ TEST_F(EnvdTest, CommandServerGetsTheTokenOutOfTheDefaultUsersReach) {
                   R"({"process":{"cmd":"/bin/sh","args":["-c","id -u; grep -l -s -F )" + token +
                       R"( /proc/[0-9]*/environ; true"]}})");
   EXPECT_EQ(stdout_of(frames_of(r.body())), "1000\n");
+}
+
+// The typed configuration (abx/envd/config.h) from --config, with flags on top (style rule 14):
+// start_binary's --port 0 and --host replace the file's port 1, and the file's token and start
+// command take effect.
+TEST_F(EnvdTest, ConfigFileWithFlagsOnTop) {
+  const std::string token_file = home_ + "/token";
+  std::ofstream(token_file) << "token-cfg\n";
+  EnvdConfig c;
+  c.host = "192.0.2.1";
+  c.port = 1;
+  c.token_file = token_file;
+  c.start_cmd = "echo started > " + home_ + "/started";
+  c.default_user = ::getpwuid(::geteuid())->pw_name;
+  const std::string file = home_ + "/envd.json";
+  std::ofstream(file) << json::serialize(to_json(c));
+  start_binary({}, {"--config", file});
+  EXPECT_EQ(rpc("process.Process/List", "{}").result_int(), 401);
+  token_ = "token-cfg";
+  EXPECT_EQ(rpc("process.Process/List", "{}").result_int(), 200);
+  for (int i = 0; i < 500 && slurp(home_ + "/started").empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(slurp(home_ + "/started"), "started\n");
+}
+
+// A bad file stops abx-envd with exit code 3 and the field at fault; a bad flag is usage (2).
+TEST_F(EnvdTest, ConfigFileErrorsNameTheField) {
+  const std::string file = home_ + "/envd.json";
+  json::object o = to_json(EnvdConfig{});
+  o["serverArgv"] = json::array{"abx-server", 8080};
+  std::ofstream(file) << json::serialize(o);
+  const std::string err = home_ + "/err";
+  auto run = [&](const std::string& args) {
+    int st = std::system((std::string(ABX_ENVD_BINARY) + " " + args + " 2>" + err).c_str());
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  };
+  EXPECT_EQ(run("--config " + file), 3);
+  EXPECT_EQ(slurp(err), "abx-envd: envd config: serverArgv[1] must be a string\n");
+  EXPECT_EQ(run("--config " + home_ + "/missing.json"), 3);
+  EXPECT_NE(slurp(err).find("missing.json"), std::string::npos) << slurp(err);
+  EXPECT_EQ(run("--server-argv '[1]'"), 2);
+  EXPECT_NE(slurp(err).find("--server-argv must be a non-empty JSON array"), std::string::npos)
+      << slurp(err);
+  EXPECT_EQ(run("--server-cmd x --server-argv '[\"y\"]'"), 2);
+  EXPECT_NE(slurp(err).find("not both"), std::string::npos) << slurp(err);
+  EXPECT_EQ(run("--config " + file + " --config-fd 0"), 2);
 }
 
 // --server-companion-argv (abx-server's Python worker, issue 37): a process started just before

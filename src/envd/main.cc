@@ -1,15 +1,23 @@
-// abx-envd: flags, init duties (PID 1) and the envd server.
+// abx-envd: its configuration (a file or descriptor, flags on top), init duties (PID 1) and the
+// envd server.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <boost/json/parse.hpp>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <optional>
+#include <utility>
+#include <vector>
 
+#include "abx/base/fd.h"
 #include "abx/base/log.h"
+#include "abx/base/os.h"
+#include "abx/base/try.h"
+#include "abx/envd/config.h"
 #include "abx/envd/envd.h"
 #include "abx/token/token.h"
 #include "host_info.h"
@@ -24,111 +32,149 @@ constexpr int kExitConfig = 3;
 constexpr int kExitListen = 4;
 
 struct Flags {
-  abx::envd::EnvdOptions opt;
-  std::string token_file, start_cmd, server_cmd, server_argv_json, interp_argv_json, log_level;
-  std::string companion_argv_json;
-  std::vector<std::string> server_argv;     // parsed from server_argv_json
-  std::vector<std::string> companion_argv;  // parsed from companion_argv_json
-  std::vector<std::string> interp_argv;     // parsed from interp_argv_json
+  // The configuration file's (--config, --config-fd), with each flag given on top of it.
+  abx::envd::EnvdConfig config;
 };
 
-// A JSON array of strings (an argv) into `out`; false (with a message) when it is not one.
-bool parse_argv_json(const std::string& text, const char* flag, std::vector<std::string>& out) {
-  if (text.empty()) return true;
-  boost::system::error_code ec;
-  boost::json::value v = boost::json::parse(text, ec);
-  bool ok = !ec && v.is_array() && !v.as_array().empty();
-  if (ok) {
-    for (const auto& a : v.as_array()) {
-      if (!a.is_string()) {
-        ok = false;
-        break;
-      }
-      out.emplace_back(a.as_string());
+// The whole of a configuration file or descriptor (closed once read: a descriptor left open
+// in PID 1 would reach abx-envd's children and its checkpoints).
+abx::Result<std::string> read_config_text(const std::string& file, int fd) {
+  abx::UniqueFd owned;
+  std::string what = "--config-fd " + std::to_string(fd);
+  if (!file.empty()) {
+    owned.reset(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!owned) {
+      const int err = errno;
+      return abx::os::errno_error("open --config " + file, err);
     }
+    what = "--config " + file;
+  } else {
+    owned.reset(fd);
   }
-  if (!ok || out[0].empty()) {
-    std::cerr << "abx-envd: " << flag
-              << " must be a non-empty JSON array of strings, e.g. "
-                 "[\"/opt/abx/bin/abx-server\",\"--port\",\"8080\"]\n";
-    return false;
-  }
-  return true;
+  return abx::os::read_all(owned.get(), 1 << 20, "read " + what);
 }
 
-// --server-argv and --interpreter-argv; false (with a message) when either is malformed.
-bool parse_server_argv(Flags& f) {
-  if (!parse_argv_json(f.server_argv_json, "--server-argv", f.server_argv)) return false;
-  if (!parse_argv_json(f.interp_argv_json, "--interpreter-argv", f.interp_argv)) return false;
-  if (!parse_argv_json(f.companion_argv_json, "--server-companion-argv", f.companion_argv))
-    return false;
-  if (!f.server_argv.empty() && !f.server_cmd.empty()) {
-    std::cerr << "abx-envd: give --server-cmd or --server-argv, not both\n";
-    return false;
-  }
-  if (!f.companion_argv.empty() && f.server_argv.empty()) {
-    std::cerr << "abx-envd: --server-companion-argv needs --server-argv\n";
-    return false;
-  }
-  return true;
-}
-
-// Parses the command line; an exit code when abx-envd should stop there (--help, bad usage).
+// Parses the command line over the configuration file's config (style rule 14: a flag given
+// replaces that field); an exit code when abx-envd should stop there (--help, bad usage, an
+// unreadable or malformed file). One function: each option's binding sits by its help text.
 std::optional<int> parse_flags(int argc, char** argv, Flags& f) {
+  using abx::envd::EnvdConfig;
   CLI::App app{
       "abx-envd: the sandbox daemon (PID 1). Serves the envd-compatible API (health, /files, "
       "Connect process.Process and filesystem.Filesystem), reaps zombies, forwards SIGTERM and "
       "supervises the template's start command and command server.\n"
       "Exit codes: 0 ok, 2 usage, 3 configuration, 4 cannot listen."};
   app.set_version_flag("--version", std::string("abx-envd ") + ABX_VERSION);
-  app.add_option("--port,-p", f.opt.port, "Port to listen on (0 picks a free one)")
-      ->capture_default_str();
-  app.add_option("--host", f.opt.host, "Address to listen on")->capture_default_str();
-  app.add_option("--token-file", f.token_file,
-                 "Read the access token (X-Access-Token) from this file, again on SIGHUP; else "
-                 "ABX_ACCESS_TOKEN; else no auth");
-  app.add_option("--start-cmd", f.start_cmd, "Run once at start (/bin/sh -c), as the default user");
-  app.add_option("--server-cmd", f.server_cmd,
-                 "Command server to keep running (/bin/sh -c); restarted with backoff on exit");
-  app.add_option("--server-argv", f.server_argv_json,
-                 "The command server as a JSON array of strings, executed directly (searched in "
-                 "$PATH without a '/'; no shell needed in the image); restarted with backoff");
-  app.add_option("--server-companion-argv", f.companion_argv_json,
-                 "A process started (JSON array of strings, as --server-argv) just before each "
-                 "run of the command server, connected to it by a socketpair on descriptor 3 of "
-                 "both, without the server's token; killed when the server exits (abx-server's "
-                 "Python worker, docs/python.md)");
-  app.add_option("--interpreter-argv", f.interp_argv_json,
-                 "The code interpreter (abx-interp) as a JSON array of strings, run as the default "
-                 "user and restarted with backoff");
-  app.add_option("--default-user", f.opt.default_user, "User for requests that name none")
-      ->capture_default_str();
-  app.add_option("--max-upload", f.opt.max_upload_bytes, "Largest POST /files body in bytes")
-      ->capture_default_str();
-  app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error or off");
+  std::string config_file;
+  int config_fd = -1;
+  auto* file_opt = app.add_option("--config", config_file,
+                                  "Read the configuration from this JSON file (docs/envd.md, "
+                                  "include/abx/envd/config.h); the flags below override it");
+  app.add_option("--config-fd", config_fd,
+                 "Read the configuration from this inherited descriptor, then close it (abxd "
+                 "passes 3)")
+      ->excludes(file_opt);
+  // Each flag writes into `given`; the ones on the command line are copied over the file's.
+  EnvdConfig given;
+  std::string server_argv, companion_argv, interp_argv;  // JSON text
+  std::vector<std::pair<CLI::Option*, std::function<abx::Status()>>> overlay;
+  auto copy = [&](CLI::Option* o, auto EnvdConfig::*field) {
+    overlay.emplace_back(o, [&f, &given, field]() -> abx::Status {
+      f.config.*field = given.*field;
+      return {};
+    });
+  };
+  auto argv_json = [&](CLI::Option* o, std::string& text,
+                       std::vector<std::string> EnvdConfig::*field, const char* flag) {
+    overlay.emplace_back(o, [&f, &text, field, flag]() -> abx::Status {
+      ABX_ASSIGN_OR_RETURN(f.config.*field, abx::envd::parse_argv_json(text, flag));
+      return {};
+    });
+  };
+  copy(app.add_option("--port,-p", given.port, "Port to listen on (0 picks a free one)")
+           ->capture_default_str(),
+       &EnvdConfig::port);
+  copy(app.add_option("--host", given.host, "Address to listen on")->capture_default_str(),
+       &EnvdConfig::host);
+  copy(app.add_option("--token-file", given.token_file,
+                      "Read the access token (X-Access-Token) from this file, again on SIGHUP; "
+                      "else ABX_ACCESS_TOKEN; else no auth"),
+       &EnvdConfig::token_file);
+  copy(app.add_option("--start-cmd", given.start_cmd,
+                      "Run once at start (/bin/sh -c), as the default user"),
+       &EnvdConfig::start_cmd);
+  copy(
+      app.add_option("--server-cmd", given.server_cmd,
+                     "Command server to keep running (/bin/sh -c); restarted with backoff on exit"),
+      &EnvdConfig::server_cmd);
+  argv_json(app.add_option("--server-argv", server_argv,
+                           "The command server as a JSON array of strings, executed directly "
+                           "(searched in $PATH without a '/'; no shell needed in the image); "
+                           "restarted with backoff"),
+            server_argv, &EnvdConfig::server_argv, "--server-argv");
+  argv_json(app.add_option("--server-companion-argv", companion_argv,
+                           "A process started (JSON array of strings, as --server-argv) just "
+                           "before each run of the command server, connected to it by a "
+                           "socketpair on descriptor 3 of both, without the server's token; "
+                           "killed when the server exits (abx-server's Python worker, "
+                           "docs/python.md)"),
+            companion_argv, &EnvdConfig::server_companion_argv, "--server-companion-argv");
+  argv_json(app.add_option("--interpreter-argv", interp_argv,
+                           "The code interpreter (abx-interp) as a JSON array of strings, run as "
+                           "the default user and restarted with backoff"),
+            interp_argv, &EnvdConfig::interpreter_argv, "--interpreter-argv");
+  copy(app.add_option("--default-user", given.default_user, "User for requests that name none")
+           ->capture_default_str(),
+       &EnvdConfig::default_user);
+  copy(app.add_option("--max-upload", given.max_upload_bytes, "Largest POST /files body in bytes")
+           ->capture_default_str(),
+       &EnvdConfig::max_upload_bytes);
+  copy(app.add_option("--log-level", given.log_level, "trace, debug, info, warn, error or off"),
+       &EnvdConfig::log_level);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
-  if (!f.log_level.empty() && !abx::set_log_level(f.log_level)) {
-    std::cerr << "abx-envd: unknown --log-level '" << f.log_level << "'\n";
+  if (!config_file.empty() || config_fd >= 0) {
+    auto text = read_config_text(config_file, config_fd);
+    auto config = text.ok() ? abx::envd::parse_envd_config(*text)
+                            : abx::Result<abx::envd::EnvdConfig>(text.error());
+    if (!config.ok()) {
+      std::cerr << "abx-envd: " << config.error().message() << "\n";
+      return kExitConfig;
+    }
+    f.config = std::move(*config);
+  }
+  for (const auto& [option, apply] : overlay) {
+    if (option->count() == 0) continue;
+    if (abx::Status s = apply(); !s.ok()) {
+      std::cerr << "abx-envd: " << s.error().message() << "\n";
+      return kExitUsage;
+    }
+  }
+  if (abx::Status s = abx::envd::check_envd_config(f.config); !s.ok()) {
+    std::cerr << "abx-envd: " << s.error().message() << "\n";
+    return kExitUsage;
+  }
+  if (!f.config.log_level.empty() && !abx::set_log_level(f.config.log_level)) {
+    std::cerr << "abx-envd: unknown --log-level '" << f.config.log_level << "'\n";
     return kExitUsage;
   }
   return std::nullopt;
 }
 
 // The access token from --token-file, else ABX_ACCESS_TOKEN, else none; false: unreadable file.
-bool load_token(Flags& f) {
-  if (!f.token_file.empty()) {
-    auto t = abx::token::read_token_file(f.token_file);
+bool load_token(const Flags& f, abx::envd::EnvdOptions& opt) {
+  if (!f.config.token_file.empty()) {
+    auto t = abx::token::read_token_file(f.config.token_file);
     if (!t.ok()) {
       std::cerr << "abx-envd: " << t.error().message() << "\n";
       return false;
     }
-    f.opt.access_token = std::move(*t);
+    opt.access_token = std::move(*t);
   } else if (const char* env = std::getenv("ABX_ACCESS_TOKEN"); env && *env) {
-    f.opt.access_token = env;
+    opt.access_token = env;
   }
   ::unsetenv("ABX_ACCESS_TOKEN");  // never inherited by the processes we start
   return true;
@@ -144,11 +190,11 @@ std::optional<std::string> reload_token(const Flags& f, std::optional<std::strin
                                         const abx::Logger& log) {
   std::string reseed;
   if (auto s = abx::token::reseed_random(); !s.ok()) reseed = " (" + s.error().message() + ")";
-  if (f.token_file.empty() || !current) {
+  if (f.config.token_file.empty() || !current) {
     log.error("SIGHUP: token not reloaded: envd was started without --token-file" + reseed);
     return current;
   }
-  auto t = abx::token::read_token_file(f.token_file);
+  auto t = abx::token::read_token_file(f.config.token_file);
   if (!t.ok()) {
     log.error("SIGHUP: token not reloaded, the old one stays: " + t.error().message() + reseed);
     return current;
@@ -191,22 +237,29 @@ sigset_t become_init() {
 
 }  // namespace
 
+// The init's order on one screen (~95 lines on purpose, as nsjail's orchestrator): configuration,
+// token, the supervised user, the command server held, the API, the start command and the
+// interpreter, then the signal loop and shutdown; each step's detail is a function above.
 int main(int argc, char** argv) {
   using namespace abx;
   Flags f;
   if (auto code = parse_flags(argc, argv, f)) return *code;
   Logger log("envd");
-  if (!parse_server_argv(f)) return kExitUsage;
-  if (!load_token(f)) return kExitConfig;
-  const envd::EnvdOptions& opt = f.opt;
+  const envd::EnvdConfig& cfg = f.config;
+  envd::EnvdOptions opt;
+  opt.host = cfg.host;
+  opt.port = cfg.port;
+  opt.default_user = cfg.default_user;
+  opt.max_upload_bytes = cfg.max_upload_bytes;
+  if (!load_token(f, opt)) return kExitConfig;
   sigset_t waited = become_init();
 
   envd::ensure_hosts_entry();  // before anything resolves this sandbox's hostname (sudo)
   envd::Users users(opt.default_user, {});
   std::optional<envd::Supervisor> start_sup, server_sup, interp_sup;
   std::optional<envd::User> user;  // the default user, when anything is supervised
-  if (!f.start_cmd.empty() || !f.server_cmd.empty() || !f.server_argv.empty() ||
-      !f.interp_argv.empty()) {
+  if (!cfg.start_cmd.empty() || !cfg.server_cmd.empty() || !cfg.server_argv.empty() ||
+      !cfg.interpreter_argv.empty()) {
     auto u = users.resolve("");
     if (!u.ok()) {
       std::cerr << "abx-envd: " << u.error().message() << "\n";
@@ -230,7 +283,7 @@ int main(int argc, char** argv) {
   // never reach: its commands are called with the token, whose holder may act as root through
   // envd anyway, so root adds nothing they could not do. (abx-server also drops the variable
   // from its environment and makes itself non-dumpable.) A non-root envd runs it as itself.
-  if (user && (!f.server_argv.empty() || !f.server_cmd.empty())) {
+  if (user && (!cfg.server_argv.empty() || !cfg.server_cmd.empty())) {
     auto server_user = users.can_switch() ? users.resolve("root") : Result<envd::User>(*user);
     if (!server_user.ok()) {
       std::cerr << "abx-envd: " << server_user.error().message() << "\n";
@@ -238,11 +291,11 @@ int main(int argc, char** argv) {
     }
     std::vector<std::string> server_env;
     if (opt.access_token) server_env.push_back("ABX_ACCESS_TOKEN=" + *opt.access_token);
-    std::vector<std::string> cmd = f.server_argv.empty()
-                                       ? std::vector<std::string>{"/bin/sh", "-c", f.server_cmd}
-                                       : f.server_argv;
+    std::vector<std::string> cmd = cfg.server_argv.empty()
+                                       ? std::vector<std::string>{"/bin/sh", "-c", cfg.server_cmd}
+                                       : cfg.server_argv;
     server_sup.emplace(envd::Reaper::instance(), "command server", std::move(cmd), server_env,
-                       *server_user, true, f.companion_argv, /*held=*/true);
+                       *server_user, true, cfg.server_companion_argv, /*held=*/true);
   }
   auto server = envd::Envd::start(opt);
   if (!server.ok()) {
@@ -251,12 +304,12 @@ int main(int argc, char** argv) {
   }
   if (server_sup) server_sup->release();
   if (user) {
-    if (!f.start_cmd.empty())
-      start_sup.emplace(envd::Reaper::instance(), "start command", f.start_cmd, *user, false);
+    if (!cfg.start_cmd.empty())
+      start_sup.emplace(envd::Reaper::instance(), "start command", cfg.start_cmd, *user, false);
     // The code interpreter runs the user's code: as the default user, without the token (abxd's
     // proxy checks callers; the interpreter listens on the sandbox's loopback only).
-    if (!f.interp_argv.empty()) {
-      interp_sup.emplace(envd::Reaper::instance(), "code interpreter", f.interp_argv,
+    if (!cfg.interpreter_argv.empty()) {
+      interp_sup.emplace(envd::Reaper::instance(), "code interpreter", cfg.interpreter_argv,
                          std::vector<std::string>{}, *user, true);
     }
   }

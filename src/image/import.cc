@@ -218,6 +218,249 @@ std::string sniff_layer_type(std::string_view head) {
   return std::string(kOciLayerTar);
 }
 
+// oci:DIR[:tag] — an OCI image layout directory; its blobs are copied in as they are needed.
+Result<Image> import_oci_layout(Store& store, const Reference& ref, const std::string& ctx,
+                                const std::function<void(std::string_view)>& progress) {
+  const std::string& dir = ref.path;
+  auto marker = read_file(dir + "/oci-layout", 64 << 10);
+  if (!marker.ok()) {
+    return with_context(marker.error(), ctx + ": not an OCI image layout");
+  }
+  ABX_TRY(check_layout_marker(*marker, ctx));
+  ABX_ASSIGN_OR_RETURN(auto body, read_file(dir + "/index.json", kMaxManifestBytes));
+  ABX_ASSIGN_OR_RETURN(auto idx, read_layout_index(body, ctx));
+  ABX_ASSIGN_OR_RETURN(auto desc, pick_from_layout(idx, ref.tag, ctx));
+  return import_from(store, BlobSource{ctx, dir}, desc, progress);
+}
+
+// oci-archive:TAR[:tag] — the same layout as a tar, read once: every blob is stored as it passes
+// (checked against its name), then the index picks the image.
+Result<Image> import_oci_archive(Store& store, const Reference& ref, const std::string& ctx,
+                                 const std::function<void(std::string_view)>& progress) {
+  ABX_ASSIGN_OR_RETURN(auto tar, TarReader::open(ref.path, ctx));
+  std::string index_body;
+  bool marker = false;
+  for (;;) {
+    ABX_ASSIGN_OR_RETURN(archive_entry * e, tar.next());
+    if (e == nullptr) break;
+    if (archive_entry_filetype(e) != AE_IFREG) continue;
+    std::string name = clean_member(archive_entry_pathname(e) ? archive_entry_pathname(e) : "");
+    if (name == "index.json" || name == "oci-layout") {
+      std::string body;
+      ABX_TRY(tar.read_data([&](std::string_view c) -> Status {
+        if (body.size() + c.size() > kMaxManifestBytes) {
+          return invalid_argument(ctx + ": " + name + " is too large");
+        }
+        body.append(c);
+        return {};
+      }));
+      if (name == "oci-layout") {
+        ABX_TRY(check_layout_marker(body, ctx));
+        marker = true;
+      } else {
+        index_body = std::move(body);
+      }
+      continue;
+    }
+    if (name.rfind("blobs/sha256/", 0) != 0) continue;
+    std::string digest = "sha256:" + name.substr(13);
+    if (!valid_digest(digest)) continue;
+    if (store.has_blob(digest)) continue;
+    ABX_ASSIGN_OR_RETURN(auto w, store.blob_writer(digest, archive_entry_size(e)));
+    ABX_TRY(tar.read_data([&](std::string_view c) { return w.write(c); }));
+    if (Status st = w.commit(); !st.ok()) return with_context(st.error(), ctx + ": " + name);
+  }
+  if (!marker || index_body.empty()) {
+    return invalid_argument(ctx +
+                            ": not an OCI image layout archive (no oci-layout or "
+                            "index.json)");
+  }
+  ABX_ASSIGN_OR_RETURN(auto idx, read_layout_index(index_body, ctx));
+  ABX_ASSIGN_OR_RETURN(auto desc, pick_from_layout(idx, ref.tag, ctx));
+  return import_from(store, BlobSource{ctx, ""}, desc, progress);
+}
+
+// A docker-archive's files, read once: small ones kept in memory until we know they are needed,
+// large ones (layers) stored as blobs as they pass; symlinks and hard links (docker save dedups
+// layers so) followed by find().
+class DockerArchive {
+ public:
+  struct Member {
+    std::string digest;  // large files: stored already
+    std::string data;    // small files: kept until we know they are needed
+    std::int64_t size = 0;
+    std::string head;  // first bytes, for the layer's compression
+  };
+
+  static Result<DockerArchive> read(Store& store, const std::string& path, const std::string& ctx) {
+    DockerArchive a;
+    std::size_t small_total = 0;
+    ABX_ASSIGN_OR_RETURN(auto tar, TarReader::open(path, ctx));
+    for (;;) {
+      ABX_ASSIGN_OR_RETURN(archive_entry * e, tar.next());
+      if (e == nullptr) break;
+      std::string name = clean_member(archive_entry_pathname(e) ? archive_entry_pathname(e) : "");
+      if (name.empty()) continue;
+      if (archive_entry_filetype(e) == AE_IFLNK && archive_entry_symlink(e) != nullptr) {
+        std::string dir =
+            name.substr(0, name.rfind('/') == std::string::npos ? 0 : name.rfind('/'));
+        std::string target = archive_entry_symlink(e);
+        if (target.empty()) continue;
+        a.links_[name] = clean_member(
+            target.front() == '/' ? target : (dir.empty() ? target : dir + "/" + target));
+        continue;
+      }
+      if (const char* hl = archive_entry_hardlink(e); hl != nullptr) {
+        a.links_[name] = clean_member(hl);
+        continue;
+      }
+      if (archive_entry_filetype(e) != AE_IFREG) continue;
+      Member m;
+      m.size = archive_entry_size(e);
+      if (name == "manifest.json" && m.size > static_cast<std::int64_t>(kMaxManifestBytes)) {
+        return invalid_argument(ctx + ": manifest.json is over " +
+                                std::to_string(kMaxManifestBytes) + " bytes");
+      }
+      if (name == "manifest.json" ||
+          (m.size >= 0 && static_cast<std::size_t>(m.size) <= kSmallFile)) {
+        small_total += static_cast<std::size_t>(m.size);
+        if (small_total > kMaxSmallTotal) {
+          return Error(ErrorCode::kResourceExhausted, ctx + ": too many small files");
+        }
+        ABX_TRY(tar.read_data([&](std::string_view c) -> Status {
+          m.data.append(c);
+          return {};
+        }));
+        m.head = m.data.substr(0, 4);
+      } else {
+        ABX_ASSIGN_OR_RETURN(auto w, store.blob_writer("", m.size));
+        ABX_TRY(tar.read_data([&](std::string_view c) {
+          if (m.head.size() < 4) m.head.append(c.substr(0, 4 - m.head.size()));
+          return w.write(c);
+        }));
+        if (Status st = w.commit(); !st.ok()) return with_context(st.error(), ctx + ": " + name);
+        m.digest = w.digest();
+      }
+      a.files_[name] = std::move(m);
+    }
+    return a;
+  }
+
+  // The member at `path` (through at most 8 links), or nullptr.
+  Member* find(std::string path) {
+    for (int hops = 0; hops < 8; ++hops) {
+      if (auto it = files_.find(path); it != files_.end()) return &it->second;
+      auto l = links_.find(path);
+      if (l == links_.end()) return nullptr;
+      path = l->second;
+    }
+    return nullptr;
+  }
+
+  // Stores a member as a blob (small ones were kept in memory) and describes it.
+  Result<Descriptor> describe(Store& store, const std::string& path, std::string_view what,
+                              const std::string& ctx) {
+    Member* m = find(clean_member(path));
+    if (m == nullptr) {
+      return not_found(ctx + ": " + std::string(what) + " \"" + path + "\" is not in the archive");
+    }
+    if (m->digest.empty()) {
+      ABX_ASSIGN_OR_RETURN(m->digest, store.put_blob(m->data));
+      m->size = static_cast<std::int64_t>(m->data.size());
+    }
+    Descriptor d;
+    d.digest = m->digest;
+    d.size = m->size;
+    d.media_type = sniff_layer_type(m->head);
+    return d;
+  }
+
+ private:
+  std::map<std::string, Member> files_;
+  std::map<std::string, std::string> links_;
+};
+
+// The entry of a docker-archive's manifest.json that `want` names (a tag as written, or one
+// that normalizes to the same reference), or the only one when `want` is empty.
+Result<const boost::json::object*> pick_docker_image(const boost::json::array& entries,
+                                                     const std::string& want,
+                                                     const std::string& ctx) {
+  const boost::json::object* chosen = nullptr;
+  std::string all_tags;
+  std::string want_norm;
+  if (!want.empty()) {
+    if (auto r = parse_reference(want); r.ok()) want_norm = r->str();
+  }
+  for (const auto& item : entries) {
+    if (!item.is_object()) return invalid_argument(ctx + ": manifest.json entry is not an object");
+    const auto& o = item.as_object();
+    if (want.empty()) {
+      if (entries.size() > 1) {
+        return invalid_argument(ctx + ": the archive holds " + std::to_string(entries.size()) +
+                                " images; name one with docker-archive:PATH:name:tag");
+      }
+      chosen = &o;
+      break;
+    }
+    if (auto rt = o.find("RepoTags"); rt != o.end() && rt->value().is_array()) {
+      for (const auto& t : rt->value().as_array()) {
+        if (!t.is_string()) continue;
+        std::string s(t.as_string());
+        all_tags += (all_tags.empty() ? "" : ", ") + s;
+        auto r = parse_reference(s);
+        if (s == want || (r.ok() && !want_norm.empty() && r->str() == want_norm)) chosen = &o;
+      }
+    }
+    if (chosen != nullptr) break;
+  }
+  if (chosen == nullptr) {
+    return not_found(ctx + ": no image tagged \"" + want +
+                     "\" (it has: " + (all_tags.empty() ? "none" : all_tags) + ")");
+  }
+  return chosen;
+}
+
+// docker-archive:TAR[:name:tag] — `docker save`'s format. The archive has no manifest of its
+// own: this stores one, synthesized from its manifest.json entry, and returns its digest.
+Result<std::string> import_docker_archive(Store& store, const Reference& ref,
+                                          const std::string& ctx) {
+  ABX_ASSIGN_OR_RETURN(DockerArchive archive, DockerArchive::read(store, ref.path, ctx));
+  DockerArchive::Member* manifest_file = archive.find("manifest.json");
+  if (manifest_file == nullptr || !manifest_file->digest.empty()) {
+    return invalid_argument(ctx + ": not a docker-archive (no manifest.json)");
+  }
+  auto v = parse_json_strict(manifest_file->data);
+  if (!v.ok() || !v->is_array() || v->as_array().empty()) {
+    return invalid_argument(ctx + ": manifest.json is not a non-empty JSON array");
+  }
+  ABX_ASSIGN_OR_RETURN(const boost::json::object* chosen,
+                       pick_docker_image(v->as_array(), ref.tag, ctx));
+  auto cfg = chosen->find("Config");
+  auto layers = chosen->find("Layers");
+  if (cfg == chosen->end() || !cfg->value().is_string() || layers == chosen->end() ||
+      !layers->value().is_array()) {
+    return invalid_argument(ctx + ": manifest.json entry lacks Config or Layers");
+  }
+  ABX_ASSIGN_OR_RETURN(
+      Descriptor config,
+      archive.describe(store, std::string(cfg->value().as_string()), "config", ctx));
+  config.media_type = std::string(kOciConfig);
+  ABX_ASSIGN_OR_RETURN(auto config_body, store.read_blob(config.digest, kMaxConfigBytes));
+  if (auto c = parse_image_config(config_body); !c.ok()) {
+    return with_context(c.error(), ctx + ": config");
+  }
+  std::vector<Descriptor> descs;
+  for (const auto& l : layers->value().as_array()) {
+    if (!l.is_string())
+      return invalid_argument(ctx + ": manifest.json Layers entry is not a string");
+    ABX_ASSIGN_OR_RETURN(Descriptor d,
+                         archive.describe(store, std::string(l.as_string()), "layer", ctx));
+    descs.push_back(std::move(d));
+  }
+  // The synthesized OCI manifest names config and layers by the digests just computed.
+  return store.put_blob(oci_manifest_json(config, descs));
+}
+
 }  // namespace
 
 Result<Image> Store::import(const Reference& ref,
@@ -225,219 +468,15 @@ Result<Image> Store::import(const Reference& ref,
   const std::string ctx = ref.str();
   // Shared for the whole import: gc cannot take blobs copied in before add_image names them.
   ABX_ASSIGN_OR_RETURN(auto lock, s_->shared_lock());
-
   switch (ref.transport) {
     case Transport::kRegistry:
       return invalid_argument(ctx + " is a registry reference: pull it (image/registry.h)");
-
-    case Transport::kOciLayout: {
-      std::string dir = ref.path;
-      auto marker = read_file(dir + "/oci-layout", 64 << 10);
-      if (!marker.ok()) {
-        return with_context(marker.error(), ctx + ": not an OCI image layout");
-      }
-      ABX_TRY(check_layout_marker(*marker, ctx));
-      ABX_ASSIGN_OR_RETURN(auto body, read_file(dir + "/index.json", kMaxManifestBytes));
-      ABX_ASSIGN_OR_RETURN(auto idx, read_layout_index(body, ctx));
-      ABX_ASSIGN_OR_RETURN(auto desc, pick_from_layout(idx, ref.tag, ctx));
-      return import_from(*this, BlobSource{ctx, dir}, desc, progress);
-    }
-
-    case Transport::kOciArchive: {
-      ABX_ASSIGN_OR_RETURN(auto tar, TarReader::open(ref.path, ctx));
-      std::string index_body;
-      bool marker = false;
-      for (;;) {
-        ABX_ASSIGN_OR_RETURN(archive_entry * e, tar.next());
-        if (e == nullptr) break;
-        if (archive_entry_filetype(e) != AE_IFREG) continue;
-        std::string name = clean_member(archive_entry_pathname(e) ? archive_entry_pathname(e) : "");
-        if (name == "index.json" || name == "oci-layout") {
-          std::string body;
-          ABX_TRY(tar.read_data([&](std::string_view c) -> Status {
-            if (body.size() + c.size() > kMaxManifestBytes) {
-              return invalid_argument(ctx + ": " + name + " is too large");
-            }
-            body.append(c);
-            return {};
-          }));
-          if (name == "oci-layout") {
-            ABX_TRY(check_layout_marker(body, ctx));
-            marker = true;
-          } else {
-            index_body = std::move(body);
-          }
-          continue;
-        }
-        if (name.rfind("blobs/sha256/", 0) != 0) continue;
-        std::string digest = "sha256:" + name.substr(13);
-        if (!valid_digest(digest)) continue;
-        if (has_blob(digest)) continue;
-        ABX_ASSIGN_OR_RETURN(auto w, blob_writer(digest, archive_entry_size(e)));
-        ABX_TRY(tar.read_data([&](std::string_view c) { return w.write(c); }));
-        if (Status st = w.commit(); !st.ok()) return with_context(st.error(), ctx + ": " + name);
-      }
-      if (!marker || index_body.empty()) {
-        return invalid_argument(ctx +
-                                ": not an OCI image layout archive (no oci-layout or "
-                                "index.json)");
-      }
-      ABX_ASSIGN_OR_RETURN(auto idx, read_layout_index(index_body, ctx));
-      ABX_ASSIGN_OR_RETURN(auto desc, pick_from_layout(idx, ref.tag, ctx));
-      return import_from(*this, BlobSource{ctx, ""}, desc, progress);
-    }
-
+    case Transport::kOciLayout:
+      return import_oci_layout(*this, ref, ctx, progress);
+    case Transport::kOciArchive:
+      return import_oci_archive(*this, ref, ctx, progress);
     case Transport::kDockerArchive: {
-      struct Member {
-        std::string digest;  // large files: stored already
-        std::string data;    // small files: kept until we know they are needed
-        std::int64_t size = 0;
-        std::string head;  // first bytes, for the layer's compression
-      };
-      std::map<std::string, Member> files;
-      std::map<std::string, std::string> links;  // symlinked layers (docker save dedups so)
-      std::size_t small_total = 0;
-      ABX_ASSIGN_OR_RETURN(auto tar, TarReader::open(ref.path, ctx));
-      for (;;) {
-        ABX_ASSIGN_OR_RETURN(archive_entry * e, tar.next());
-        if (e == nullptr) break;
-        std::string name = clean_member(archive_entry_pathname(e) ? archive_entry_pathname(e) : "");
-        if (name.empty()) continue;
-        if (archive_entry_filetype(e) == AE_IFLNK && archive_entry_symlink(e) != nullptr) {
-          std::string dir =
-              name.substr(0, name.rfind('/') == std::string::npos ? 0 : name.rfind('/'));
-          std::string target = archive_entry_symlink(e);
-          if (target.empty()) continue;
-          links[name] = clean_member(
-              target.front() == '/' ? target : (dir.empty() ? target : dir + "/" + target));
-          continue;
-        }
-        if (const char* hl = archive_entry_hardlink(e); hl != nullptr) {
-          links[name] = clean_member(hl);
-          continue;
-        }
-        if (archive_entry_filetype(e) != AE_IFREG) continue;
-        Member m;
-        m.size = archive_entry_size(e);
-        if (name == "manifest.json" && m.size > static_cast<std::int64_t>(kMaxManifestBytes)) {
-          return invalid_argument(ctx + ": manifest.json is over " +
-                                  std::to_string(kMaxManifestBytes) + " bytes");
-        }
-        if (name == "manifest.json" ||
-            (m.size >= 0 && static_cast<std::size_t>(m.size) <= kSmallFile)) {
-          small_total += static_cast<std::size_t>(m.size);
-          if (small_total > kMaxSmallTotal) {
-            return Error(ErrorCode::kResourceExhausted, ctx + ": too many small files");
-          }
-          ABX_TRY(tar.read_data([&](std::string_view c) -> Status {
-            m.data.append(c);
-            return {};
-          }));
-          m.head = m.data.substr(0, 4);
-        } else {
-          ABX_ASSIGN_OR_RETURN(auto w, blob_writer("", m.size));
-          ABX_TRY(tar.read_data([&](std::string_view c) {
-            if (m.head.size() < 4) m.head.append(c.substr(0, 4 - m.head.size()));
-            return w.write(c);
-          }));
-          if (Status st = w.commit(); !st.ok()) return with_context(st.error(), ctx + ": " + name);
-          m.digest = w.digest();
-        }
-        files[name] = std::move(m);
-      }
-      auto find = [&](std::string path) -> Member* {
-        for (int hops = 0; hops < 8; ++hops) {
-          if (auto it = files.find(path); it != files.end()) return &it->second;
-          auto l = links.find(path);
-          if (l == links.end()) return nullptr;
-          path = l->second;
-        }
-        return nullptr;
-      };
-      // Stores a member as a blob (small ones were kept in memory) and describes it.
-      auto describe = [&](const std::string& path, std::string_view what) -> Result<Descriptor> {
-        Member* m = find(clean_member(path));
-        if (m == nullptr) {
-          return not_found(ctx + ": " + std::string(what) + " \"" + path +
-                           "\" is not in the archive");
-        }
-        if (m->digest.empty()) {
-          ABX_ASSIGN_OR_RETURN(m->digest, put_blob(m->data));
-          m->size = static_cast<std::int64_t>(m->data.size());
-        }
-        Descriptor d;
-        d.digest = m->digest;
-        d.size = m->size;
-        d.media_type = sniff_layer_type(m->head);
-        return d;
-      };
-
-      Member* manifest_file = find("manifest.json");
-      if (manifest_file == nullptr || !manifest_file->digest.empty()) {
-        return invalid_argument(ctx + ": not a docker-archive (no manifest.json)");
-      }
-      auto v = parse_json_strict(manifest_file->data);
-      if (!v.ok() || !v->is_array() || v->as_array().empty()) {
-        return invalid_argument(ctx + ": manifest.json is not a non-empty JSON array");
-      }
-      const boost::json::object* chosen = nullptr;
-      std::string all_tags;
-      std::string want = ref.tag;
-      std::string want_norm;
-      if (!want.empty()) {
-        if (auto r = parse_reference(want); r.ok()) want_norm = r->str();
-      }
-      for (const auto& item : v->as_array()) {
-        if (!item.is_object())
-          return invalid_argument(ctx + ": manifest.json entry is not an object");
-        const auto& o = item.as_object();
-        if (want.empty()) {
-          if (v->as_array().size() > 1) {
-            return invalid_argument(ctx + ": the archive holds " +
-                                    std::to_string(v->as_array().size()) +
-                                    " images; name one with docker-archive:PATH:name:tag");
-          }
-          chosen = &o;
-          break;
-        }
-        if (auto rt = o.find("RepoTags"); rt != o.end() && rt->value().is_array()) {
-          for (const auto& t : rt->value().as_array()) {
-            if (!t.is_string()) continue;
-            std::string s(t.as_string());
-            all_tags += (all_tags.empty() ? "" : ", ") + s;
-            auto r = parse_reference(s);
-            if (s == want || (r.ok() && !want_norm.empty() && r->str() == want_norm)) chosen = &o;
-          }
-        }
-        if (chosen != nullptr) break;
-      }
-      if (chosen == nullptr) {
-        return not_found(ctx + ": no image tagged \"" + want +
-                         "\" (it has: " + (all_tags.empty() ? "none" : all_tags) + ")");
-      }
-      auto cfg = chosen->find("Config");
-      auto layers = chosen->find("Layers");
-      if (cfg == chosen->end() || !cfg->value().is_string() || layers == chosen->end() ||
-          !layers->value().is_array()) {
-        return invalid_argument(ctx + ": manifest.json entry lacks Config or Layers");
-      }
-      ABX_ASSIGN_OR_RETURN(Descriptor config,
-                           describe(std::string(cfg->value().as_string()), "config"));
-      config.media_type = std::string(kOciConfig);
-      ABX_ASSIGN_OR_RETURN(auto config_body, read_blob(config.digest, kMaxConfigBytes));
-      if (auto c = parse_image_config(config_body); !c.ok()) {
-        return with_context(c.error(), ctx + ": config");
-      }
-      std::vector<Descriptor> descs;
-      for (const auto& l : layers->value().as_array()) {
-        if (!l.is_string())
-          return invalid_argument(ctx + ": manifest.json Layers entry is not a string");
-        ABX_ASSIGN_OR_RETURN(Descriptor d, describe(std::string(l.as_string()), "layer"));
-        descs.push_back(std::move(d));
-      }
-      // The archive has no manifest of its own; the synthesized OCI one names config and
-      // layers by the digests just computed.
-      ABX_ASSIGN_OR_RETURN(std::string manifest_digest, put_blob(oci_manifest_json(config, descs)));
+      ABX_ASSIGN_OR_RETURN(std::string manifest_digest, import_docker_archive(*this, ref, ctx));
       return s_->load_image(manifest_digest, progress, /*extract=*/true);
     }
   }

@@ -160,6 +160,8 @@ Result<http::Response> update_webhook(Context& ctx);  // PATCH /events/webhooks/
 Result<http::Response> delete_webhook(Context& ctx);  // DELETE /events/webhooks/{id}
 
 // The typed requests and their decoders (api_sandboxes.cc, api_tokens.cc).
+// parse_create is where a create's fields are checked (its timeout within 1..max_timeout: the
+// manager only asserts it); `default_internet` is SandboxManager::default_internet().
 Result<CreateRequest> parse_create(const boost::json::object& body, std::int64_t max_timeout,
                                    bool default_internet = true);
 Result<store::SandboxFilter> parse_list_query(boost::urls::params_view params, bool v1);

@@ -291,8 +291,7 @@ Result<Response> create_sandbox(Context& ctx) {
   ABX_ASSIGN_OR_RETURN(json::object body, body_object(ctx.req));
   ABX_ASSIGN_OR_RETURN(CreateRequest cr,
                        parse_create(body, ctx.sandboxes.options().max_timeout_seconds,
-                                    !ctx.sandboxes.options().network ||
-                                        ctx.sandboxes.options().network->default_internet()));
+                                    ctx.sandboxes.default_internet()));
   cr.team_id = ctx.team;  // the manager refuses another team's template or snapshot (404)
   ABX_ASSIGN_OR_RETURN(auto sb, ctx.sandboxes.create(cr));
   json::object o = sandbox_json(*sb);

@@ -130,6 +130,8 @@ class AbxdBackend : public PlatformBackend {
   AbxdBackend(SandboxManager& sandboxes, store::Store& store, std::string team)
       : sandboxes_(sandboxes), store_(store), team_(std::move(team)) {}
 
+  // The MCP edge of a create: the tool's schema bounds timeoutSeconds below (1); abxd's own
+  // maximum is checked here (SandboxManager::create asserts the request's timeout is in range).
   Result<SandboxSummary> create_sandbox(const SandboxSpec& spec) override {
     if (spec.timeout_seconds && *spec.timeout_seconds > sandboxes_.options().max_timeout_seconds) {
       return invalid_argument("timeoutSeconds must be at most " +

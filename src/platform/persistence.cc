@@ -706,10 +706,9 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create_from_snapshot(
       if (auto spec = SandboxNetworkSpec::from_json(v); spec.ok()) parent.network = *spec;
     }
   }
-  const std::int64_t timeout = req.timeout_seconds.value_or(parent.record.timeout_s);
-  if (timeout < 1 || timeout > opt_.max_timeout_seconds)
-    return invalid_argument("timeout must be between 1 and " +
-                            std::to_string(opt_.max_timeout_seconds) + " seconds");
+  ABX_ASSIGN_OR_RETURN(
+      const std::int64_t timeout,
+      create_timeout(req, parent.record.timeout_s, "snapshot '" + snapshot_id + "'"));
   auto live = restore_child((dir / kSnapshotImages).string(), parent, timeout, &req);
   if (live.ok())
     (*live)->note("info", "created from snapshot " + snapshot_id + " (of sandbox " +

@@ -69,6 +69,8 @@ struct CreateRequest {
   // The team the sandbox belongs to (the creating key's). A template built by another team, or
   // another team's snapshot, is refused as an unknown one (kNotFound).
   std::string team_id = std::string(store::kDefaultTeam);
+  // Checked where the request came in (parse_create, the MCP tool): 1..max_timeout_seconds.
+  // Absent: the template's (or snapshot's) own, which create() checks against that maximum.
   std::optional<std::int64_t> timeout_seconds;
   std::map<std::string, std::string> metadata;
   std::map<std::string, std::string> env_vars;
@@ -77,7 +79,8 @@ struct CreateRequest {
   // let proxied traffic resume a paused sandbox (autoResume). Both off by default, as in E2B.
   bool pause_on_timeout = false;
   bool auto_resume = false;
-  // allowInternetAccess and network (parse_network_request); absent: abxd's default.
+  // allowInternetAccess and network (parse_network_request, given
+  // SandboxManager::default_internet()); absent: SandboxManager::default_network().
   std::optional<SandboxNetworkSpec> network;
 };
 
@@ -236,9 +239,17 @@ class SandboxManager {
                                                        templates::TemplateCatalog catalog);
   ~SandboxManager();  // stops the reaper; sandboxes keep running unless kill_all() was called
 
-  // Errors: kNotFound (unknown template), kInvalidArgument (bad timeout/metadata),
-  // kResourceExhausted (too many sandboxes), kInternal/kUnavailable (spawn or envd start failed).
+  // `req` was validated where it came in (its timeout within 1..max_timeout_seconds: asserted).
+  // Errors: kNotFound (unknown template), kInvalidArgument (the template's own timeout over
+  // max_timeout_seconds; secure=false with a command server), kPermissionDenied (host network
+  // not allowed), kResourceExhausted (too many sandboxes), kInternal/kUnavailable (spawn or envd
+  // start failed).
   Result<std::shared_ptr<LiveSandbox>> create(const CreateRequest& req);
+  // Whether a create that does not say gets internet access (abxd --no-internet-by-default
+  // flips E2B's true; no networking at all: true, moot). The one place that default is decided.
+  bool default_internet() const;
+  // A create's network when its request names none: default_internet(), nothing else set.
+  SandboxNetworkSpec default_network() const;
   // nullptr if there is no live sandbox with that id.
   std::shared_ptr<LiveSandbox> find(const std::string& id) const;
   // Every live sandbox (running or paused), in id order; memory only (an I/O thread may call it).
@@ -365,6 +376,11 @@ class SandboxManager {
                                                      const std::function<Status()>& under_lock);
   Result<std::shared_ptr<LiveSandbox>> create_from_snapshot(const std::string& snapshot_id,
                                                             const CreateRequest& req);
+  // A create's lifetime in seconds: the request's (checked at the edge), else `fallback`, the
+  // template's or snapshot's own, which must fit max_timeout_seconds. `from` names it in the
+  // error ("template 'x'").
+  Result<std::int64_t> create_timeout(const CreateRequest& req, std::int64_t fallback,
+                                      const std::string& from) const;
   // Manifest digests the snapshots' layers need.
   std::set<std::string> snapshot_images() const;
   // <home>/checkpoints/<id>: where sandbox `id` is paused to disk.

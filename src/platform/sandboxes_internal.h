@@ -1,0 +1,18 @@
+// What the sandbox manager's files (sandboxes.cc, sandbox_create.cc, sandbox_lifecycle.cc)
+// share besides sandboxes.h.
+#pragma once
+
+#include <boost/json/object.hpp>
+
+#include "network.h"
+
+namespace abx::platform {
+
+// <home>/run/<id>/image: the manifest digest a sandbox runs on, so that an abxd that adopts it
+// (and `abxd image gc`) know which image it still needs.
+inline constexpr const char* kImageFile = "image";
+
+// What the store keeps of a sandbox's network (SandboxNetworkSpec::from_json reads it).
+boost::json::object network_record(const SandboxNetworkSpec& net);
+
+}  // namespace abx::platform
