@@ -1,5 +1,5 @@
-// What spawn(), adopt() and restore() (checkpoint.cc) share: a sandbox's in-memory state, its
-// state directory's records, and the parent-side steps both spawn() and restore() take.
+// What spawn(), adopt() and restore() (checkpoint_restore.cc) share: a sandbox's in-memory state,
+// its state directory's records, and the parent-side steps both spawn() and restore() take.
 #pragma once
 
 #include <sys/types.h>

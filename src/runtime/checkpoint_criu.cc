@@ -1,0 +1,117 @@
+// Running CRIU (run_program, log_tail, criu_available) and the checkpoint-directory helpers
+// both checkpoint() and restore() use (checkpoint_internal.h).
+#include <errno.h>
+#include <unistd.h>
+
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "abx/base/try.h"
+#include "abx/runtime/checkpoint.h"
+#include "checkpoint_internal.h"
+#include "disk.h"
+#include "sys.h"
+
+namespace abx::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+std::string bind_key(std::size_t i) { return "bind" + std::to_string(i); }
+
+Result<Ran> run_program(const std::vector<std::string>& args, std::chrono::milliseconds limit,
+                        const SandboxCgroups* join, const std::function<Status(pid_t)>& started) {
+  os::RunOptions o;
+  o.env = {
+      // CRIU runs iptables-save, ip, tar: they need a PATH, and nothing else of ours.
+      "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+      // CRIU_FAULT=130 is CRIU's FI_NO_BREAKPOINTS: after its parasite code (dump) or restorer
+      // (restore) it stops each task on the rt_sigreturn syscall (PTRACE_SYSCALL) instead of on
+      // a hardware breakpoint. Some guests never deliver that breakpoint (a PVM guest, where
+      // int $0x80 faults too): the task ran on, and criu waited for its trap for ever, every
+      // dump and restore. The syscall stop works everywhere; it costs a few ptrace stops per
+      // task.
+      "CRIU_FAULT=130"};
+  o.merge_output = true;
+  o.capture_limit = 64 << 10;
+  o.timeout = limit;
+  o.new_session = true;
+  if (join || started) {
+    o.started = [&](pid_t pid) -> Status {
+      if (join) ABX_TRY(join->attach(pid));
+      if (started) ABX_TRY(started(pid));
+      return {};
+    };
+  }
+  return os::run(args, o);
+}
+
+std::string read_or(const std::string& path, std::string fallback, std::size_t max) {
+  auto r = read_file(path, max);
+  return r ? std::move(r).value() : std::move(fallback);
+}
+
+std::string log_tail(const std::string& text) {
+  std::vector<std::string> lines, errors;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    if (!line.empty()) {
+      // Not errors of this run's outcome: seen on every run here (criu-spike.md 2.1, 2.2).
+      bool harmless = line.find("Can't setup RLIMIT_NOFILE for self") != std::string::npos ||
+                      line.find("Address already assigned") != std::string::npos;
+      if (line.find("Error") != std::string::npos && !harmless) errors.push_back(line);
+      lines.push_back(line);
+    }
+    start = end + 1;
+  }
+  const auto& pick = errors.empty() ? lines : errors;
+  std::string out;
+  for (std::size_t i = pick.size() > 6 ? pick.size() - 6 : 0; i < pick.size(); ++i)
+    out += (out.empty() ? "" : " | ") + pick[i].substr(0, 300);
+  return out;
+}
+
+bool wait_loop_detached(const std::string& image) {
+  auto attached = [&] { return loop_backed_by(image) || loop_backed_by_inode(image); };
+  return os::poll_until(Clock::now() + std::chrono::seconds(5),
+                        os::Backoff{std::chrono::milliseconds(5), std::chrono::milliseconds(5)},
+                        [&] { return !attached(); });
+}
+
+Status link_or_copy(const std::string& from, const std::string& to) {
+  if (::link(from.c_str(), to.c_str()) == 0) return {};
+  if (errno != EXDEV && errno != EPERM) return os::errno_error("link " + from + " -> " + to, errno);
+  return copy_sparse_file(from, to);
+}
+
+Status criu_available(const std::string& criu) {
+  static std::mutex mu;
+  static std::set<std::string> checked;
+  {
+    std::lock_guard lock(mu);
+    if (checked.count(criu)) return {};
+  }
+  if (criu.empty() || criu[0] != '/')
+    return Error(ErrorCode::kFailedPrecondition, "criu path must be absolute: '" + criu + "'");
+  if (::access(criu.c_str(), X_OK) != 0)
+    return Error(ErrorCode::kFailedPrecondition, "criu is not installed at " + criu + " (" +
+                                                     os::errno_name(errno) +
+                                                     "; scripts/install-criu.sh installs it)");
+  auto ran = run_program({criu, "check"}, kQuickCriuLimit);
+  if (!ran) return Error(ErrorCode::kFailedPrecondition, "criu check: " + ran.error().message());
+  if (ran->status != 0)
+    return Error(ErrorCode::kFailedPrecondition,
+                 "criu check failed (" + ran->describe() + "): " + log_tail(ran->out));
+  std::lock_guard lock(mu);
+  checked.insert(criu);
+  return {};
+}
+
+}  // namespace abx::runtime
