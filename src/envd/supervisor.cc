@@ -183,6 +183,8 @@ pid_t Supervisor::spawn(std::vector<std::string> argv_in, std::vector<std::strin
                        std::move(on_exit));
 }
 
+// One function of ~90 lines on purpose: one loop iteration is one run of the program (pipes,
+// spawn, output, wait) and the restart decision, which share the backoff and start time.
 void Supervisor::run() {
   auto backoff = std::chrono::milliseconds(100);
   for (;;) {

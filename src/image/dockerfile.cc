@@ -231,6 +231,8 @@ class Parser {
     return {};
   }
 
+  // One function of ~85 lines on purpose: the instruction word, then one case per instruction
+  // (the longer ones call a parser above).
   Result<Instruction> instruction(const Logical& l) const {
     std::string_view t = trim(l.text);
     std::size_t end = 0;

@@ -181,6 +181,9 @@ class Extractor {
     }
   }
 
+  // One function of ~90 lines on purpose: every check on an entry (name, whiteout, type,
+  // hardlink target, size and ratio) runs before anything of it is written, in this order, and
+  // the writing shares the checks' cleaned name; splitting it would hide that order.
   Status entry(archive* in, archive* out, archive_entry* e) {
     if (++stats_.entries > limits_.max_entries)
       return exhausted("entry count", limits_.max_entries);

@@ -142,6 +142,8 @@ bool valid_digest(std::string_view digest) {
                      [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
+// One function of ~90 lines on purpose: one pass over the text in Docker's order (transport,
+// digest, tag, registry, repository), each step narrowing what the next one reads.
 Result<Reference> parse_reference(std::string_view text) {
   if (text.empty()) return bad(text, "empty");
   if (text.size() > kMaxReference) return bad(text, "longer than 4096 bytes");

@@ -232,6 +232,8 @@ void Dispatcher::handle(std::string_view text, SessionState& session, ToolProvid
   dispatch(*d.message, session, tools, std::move(reply));
 }
 
+// One function of ~85 lines on purpose: one branch per JSON-RPC method, in the order the
+// protocol allows them (initialize and ping before the session is initialized, then the tools).
 void Dispatcher::dispatch(const Message& m, SessionState& session, ToolProvider& tools,
                           ReplyFn reply) const {
   if (m.kind == Message::Kind::kResponse) return reply(std::nullopt);  // we send no requests

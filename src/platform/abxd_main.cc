@@ -161,6 +161,8 @@ CredentialGroup add_credential_group(CLI::App& app, std::string& arg, std::strin
 // Fills `cfg` from the command line; an exit code if abxd should stop here (help, usage).
 // `app` is main()'s: the subcommands cfg points to (watchdog_cmd, image_cmd) are read after the
 // parse.
+// One function of ~170 lines on purpose (as abx-envd's): a flat list of flags, each binding
+// next to its help text; splitting it would only cut the list in arbitrary places.
 std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, Config& cfg) {
   app.description(
       "abxd: the abx platform daemon — E2B-compatible control API and the routing proxy to "
@@ -544,6 +546,9 @@ void raise_open_file_limit(Logger& log) {
            std::to_string(r.rlim_cur));
 }
 
+// abxd's start-up and shutdown order on one screen (~170 lines on purpose): each step needs the
+// ones before it, and every failure after the network is up goes through one undo
+// (fail_networked); each step's detail is a function above or in its module.
 int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   const sigset_t stop = block_stop_signals();
   Logger log("abxd");

@@ -170,6 +170,9 @@ json::object describe_checkpoint(const Sandbox::State& st, const CheckpointOptio
 
 }  // namespace
 
+// One function of ~170 lines on purpose: steps 2-5 (the file's opening comment) share one undo,
+// resume()/with_resume() (veth back, thaw), and the state it reads (veth_removed, frozen_at),
+// and their order is the contract; each step's detail is a helper above.
 Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
                                   const CheckpointOptions& options) {
   const auto t0 = Clock::now();

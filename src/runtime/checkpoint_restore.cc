@@ -183,6 +183,10 @@ Status set_hostname(pid_t pid, const std::string& name) {
 
 }  // namespace
 
+// One function of ~200 lines on purpose, as spawn(): every step from the state directory on is
+// covered by the one undo guard and reads its state (st, slot_claimed, made_cgroups, stage), so
+// the numbered steps stay in its scope, in order; each step's detail is a helper above or in
+// checkpoint_images.cc.
 Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
                         const RestoreOptions& options) {
   // 0. The checkpoint and the config must agree before anything is made.

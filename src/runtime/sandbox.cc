@@ -574,6 +574,9 @@ Result<Sandbox> Sandbox::adopt(const std::string& state_dir, const std::string& 
   return Sandbox(std::move(st));
 }
 
+// One function of ~115 lines on purpose: every step after the state directory is covered by the
+// one undo guard and reads its state (st, made_cgroups), and the order is the isolation
+// contract (cgroups before clone, the child waits for "go" until it is recorded and attached).
 Result<Sandbox> Sandbox::spawn(SandboxConfig config, Timeline* timeline) {
   auto mark = [timeline](std::string_view step) {
     if (timeline != nullptr) timeline->mark(step);

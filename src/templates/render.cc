@@ -51,6 +51,8 @@ bool word_break(char c) {
 
 // Splits a command template into literal text and placeholders while tracking the shell's
 // lexical state, and rejects placeholders in any context where quoting would not hold.
+// One function on purpose: a state machine over the characters, whose states share the
+// position, the quoting state and the literal being built.
 Result<std::vector<Piece>> scan(std::string_view t) {
   enum class State { kPlain, kSingle, kDouble, kComment };
   State state = State::kPlain;
