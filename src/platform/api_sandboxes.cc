@@ -348,10 +348,15 @@ Result<Response> set_sandbox_timeout(Context& ctx) {
 // shortens it.
 Result<Response> refresh_sandbox(Context& ctx) {
   ABX_ASSIGN_OR_RETURN(SandboxPost op, sandbox_post(ctx));
-  ABX_ASSIGN_OR_RETURN(
-      auto duration,
-      json_optional_int(op.body, "duration", "", 0, ctx.sandboxes.options().max_timeout_seconds));
-  ABX_TRY(ctx.sandboxes.extend_timeout(op.id, std::max<std::int64_t>(duration.value_or(15), 15)));
+  const std::int64_t max_timeout = ctx.sandboxes.options().max_timeout_seconds;
+  ABX_ASSIGN_OR_RETURN(auto duration, json_optional_int(op.body, "duration", "", 0, max_timeout));
+  const std::int64_t seconds = std::max<std::int64_t>(duration.value_or(15), 15);
+  // Only an abxd whose maximum is under the 15 s minimum gets here.
+  if (seconds > max_timeout) {
+    return invalid_argument("timeout must be between 0 and " + std::to_string(max_timeout) +
+                            " seconds");
+  }
+  ABX_TRY(ctx.sandboxes.extend_timeout(op.id, seconds));
   return no_content();
 }
 
@@ -373,15 +378,20 @@ Result<Response> pause_sandbox(Context& ctx) {
 // {"sandbox": <as create answers>} or {"error": {"code", "message"}} (E2B's shape).
 Result<Response> fork_sandbox(Context& ctx) {
   ABX_ASSIGN_OR_RETURN(SandboxPost op, sandbox_post(ctx));
-  ABX_ASSIGN_OR_RETURN(auto timeout,
-                       optional_timeout(op.body, ctx.sandboxes.options().max_timeout_seconds));
-  // Its range is the manager's to check.
+  const std::int64_t max_timeout = ctx.sandboxes.options().max_timeout_seconds;
+  ABX_ASSIGN_OR_RETURN(auto timeout, optional_timeout(op.body, max_timeout));
   ABX_ASSIGN_OR_RETURN(auto count_field, json_optional_int(op.body, "count", ""));
+  // The ranges SandboxManager::fork asserts, count first (the order they were checked in).
   const std::int64_t count = count_field.value_or(1);
-  ABX_ASSIGN_OR_RETURN(
-      auto children,
-      ctx.sandboxes.fork(op.id, static_cast<int>(std::clamp<std::int64_t>(count, 0, 1 << 20)),
-                         timeout));
+  if (count < 1 || count > SandboxManager::kMaxForkCount) {
+    return invalid_argument("count must be between 1 and " +
+                            std::to_string(SandboxManager::kMaxForkCount));
+  }
+  if (timeout == 0) {
+    return invalid_argument("timeout must be between 1 and " + std::to_string(max_timeout) +
+                            " seconds");
+  }
+  ABX_ASSIGN_OR_RETURN(auto children, ctx.sandboxes.fork(op.id, static_cast<int>(count), timeout));
   json::array out;
   for (const auto& child : children) {
     if (child.ok()) {

@@ -22,6 +22,7 @@
 #include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
+#include <cassert>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -52,7 +53,6 @@ namespace {
 constexpr const char* kSnapshotFile = "snapshot.json";
 constexpr const char* kSnapshotImages = "checkpoint";
 constexpr std::string_view kSnapshotPrefix = "snapshot-";
-constexpr int kMaxForkCount = 64;
 
 std::int64_t ms_since(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
@@ -516,11 +516,10 @@ Result<runtime::CheckpointInfo> SandboxManager::checkpoint_running(
 
 Result<std::vector<Result<std::shared_ptr<LiveSandbox>>>> SandboxManager::fork(
     const std::string& id, int count, std::optional<std::int64_t> timeout_seconds) {
-  if (count < 1 || count > kMaxForkCount)
-    return invalid_argument("count must be between 1 and " + std::to_string(kMaxForkCount));
-  if (timeout_seconds && (*timeout_seconds < 1 || *timeout_seconds > opt_.max_timeout_seconds))
-    return invalid_argument("timeout must be between 1 and " +
-                            std::to_string(opt_.max_timeout_seconds) + " seconds");
+  // Checked at the edge (api::fork_sandbox), the one caller.
+  assert(count >= 1 && count <= kMaxForkCount);
+  assert(!timeout_seconds ||
+         (*timeout_seconds >= 1 && *timeout_seconds <= opt_.max_timeout_seconds));
   auto sb = find(id);
   if (!sb) return not_found("sandbox '" + id + "' not found");
   if (!pause_to_disk_)

@@ -2,6 +2,7 @@
 // network updates, connections into it, and abxd's stop. (Pause to disk, fork and snapshots
 // are persistence.cc's.)
 #include <boost/json/serialize.hpp>
+#include <cassert>
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -85,10 +86,8 @@ Status SandboxManager::move_deadline(const std::string& id, std::int64_t seconds
                                      bool extend_only) {
   auto sb = find(id);
   if (!sb) return not_found("sandbox '" + id + "' not found");
-  if (seconds < 0 || seconds > opt_.max_timeout_seconds) {
-    return invalid_argument("timeout must be between 0 and " +
-                            std::to_string(opt_.max_timeout_seconds) + " seconds");
-  }
+  // Checked at the edge (api::set_sandbox_timeout, refresh_sandbox, resume_or_connect).
+  assert(seconds >= 0 && seconds <= opt_.max_timeout_seconds);
   // The sandbox's lock covers read, store write and update, so two concurrent extensions
   // cannot leave the earlier deadline in place.
   std::lock_guard lock(sb->mu);

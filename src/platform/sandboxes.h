@@ -261,8 +261,10 @@ class SandboxManager {
   // kNotFound if unknown. `reason` is the killed event's eventData.reason (events.h kEnd*).
   Status kill(const std::string& id, const char* reason = kEndKilled);
   // The deadline becomes now + seconds, earlier or later than it was (POST .../timeout).
+  // `seconds` (0..max_timeout_seconds) was checked where the request came in: asserted.
   Status set_timeout(const std::string& id, std::int64_t seconds);
   // The deadline becomes max(deadline, now + seconds): connect never shortens a sandbox's life.
+  // `seconds` as for set_timeout.
   Status extend_timeout(const std::string& id, std::int64_t seconds);
   // Freezes every task (cgroup freezer; memory is kept). kFailedPrecondition if already paused.
   // `reason`: the paused event's eventData.reason ("requested": the API; "timeout":
@@ -284,7 +286,10 @@ class SandboxManager {
   // its id and deadline untouched), restored `count` times as new sandboxes, each with its own
   // id, token, hostname, network link and copy of the writable layer. One entry per child: the
   // sandbox or why that child failed. The call fails as a whole (kNotFound, kFailedPrecondition
-  // for a paused sandbox or one pause-to-disk cannot take, kInvalidArgument) before any child.
+  // for a paused sandbox or one pause-to-disk cannot take) before any child. `count` (1..
+  // kMaxForkCount) and `timeout_seconds` (1..max_timeout_seconds) were checked where the request
+  // came in (fork_sandbox): asserted.
+  static constexpr int kMaxForkCount = 64;
   Result<std::vector<Result<std::shared_ptr<LiveSandbox>>>> fork(
       const std::string& id, int count, std::optional<std::int64_t> timeout_seconds);
 
