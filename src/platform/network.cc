@@ -307,6 +307,68 @@ bool links_with_prefix(const std::string& prefix) {
   return false;
 }
 
+// The range and the host's own IPv4 addresses (sandbox links aside), which are never a
+// sandbox's destination; kFailedPrecondition if the range is already on the host (ambiguous).
+Result<std::vector<egress::Cidr>> range_and_host_addresses(const egress::Cidr& range) {
+  std::vector<egress::Cidr> extra{range};
+  ifaddrs* ifs = nullptr;
+  if (::getifaddrs(&ifs) == 0) {
+    for (ifaddrs* i = ifs; i; i = i->ifa_next) {
+      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+      std::uint32_t ip = ntohl(reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr);
+      bool ours = is_sandbox_link(i->ifa_name);
+      if (range.contains(ip) && !ours) {
+        ::freeifaddrs(ifs);
+        return Error(ErrorCode::kFailedPrecondition, "--sandbox-net " + range.str() + " overlaps " +
+                                                         egress::ipv4_str(ip) + " on " +
+                                                         i->ifa_name + ": choose another range");
+      }
+      if (!ours) extra.push_back(egress::Cidr{ip, 32});
+    }
+    ::freeifaddrs(ifs);
+  }
+  return extra;
+}
+
+// The first IPv4 nameserver of /etc/resolv.conf; "" if there is none.
+std::string resolv_conf_nameserver() {
+  std::ifstream rc("/etc/resolv.conf");
+  std::string line;
+  while (std::getline(rc, line)) {
+    std::istringstream ls(line);
+    std::string key, value;
+    if (ls >> key >> value && key == "nameserver" && egress::parse_ipv4(value)) return value;
+  }
+  return "";
+}
+
+// What sandboxes trust: the host's bundle (if it can be read) and abxd's CA (docs/networking.md).
+std::string sandbox_trust_bundle(const std::string& host_ca_bundle, const std::string& ca_pem) {
+  std::string bundle;
+  if (std::ifstream host_bundle(host_ca_bundle); host_bundle) {
+    std::ostringstream b;
+    b << host_bundle.rdbuf();
+    bundle = b.str();
+    if (!bundle.empty() && bundle.back() != '\n') bundle += '\n';
+  }
+  bundle += "# abxd's egress CA (network.rules)\n" + ca_pem;
+  return bundle;
+}
+
+// The proxy's TLS client context towards upstreams: the host's trust store and --egress-extra-ca.
+Result<std::shared_ptr<asio::ssl::context>> upstream_tls_context(const std::string& extra_ca) {
+  auto upstream = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_client);
+  boost::system::error_code sec;
+  upstream->set_default_verify_paths(sec);
+  if (sec) return internal_error("the host's trust store: " + sec.message());
+  if (!extra_ca.empty()) {
+    upstream->load_verify_file(extra_ca, sec);
+    if (sec) return invalid_argument("--egress-extra-ca " + extra_ca + ": " + sec.message());
+  }
+  upstream->set_verify_mode(asio::ssl::verify_peer);
+  return upstream;
+}
+
 }  // namespace
 
 void SandboxNetwork::remove_orphan_tables() {
@@ -355,42 +417,13 @@ Result<std::unique_ptr<SandboxNetwork>> SandboxNetwork::start(
   n->if_prefix_ = std::string("ab") + hex;
   n->home_ = home;
 
-  // The host's own addresses are never a sandbox's destination; a range already on the host
-  // would be ambiguous.
-  std::vector<egress::Cidr> extra{range};
-  ifaddrs* ifs = nullptr;
-  if (::getifaddrs(&ifs) == 0) {
-    for (ifaddrs* i = ifs; i; i = i->ifa_next) {
-      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
-      std::uint32_t ip = ntohl(reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr);
-      bool ours = is_sandbox_link(i->ifa_name);
-      if (range.contains(ip) && !ours) {
-        ::freeifaddrs(ifs);
-        return Error(ErrorCode::kFailedPrecondition, "--sandbox-net " + range.str() + " overlaps " +
-                                                         egress::ipv4_str(ip) + " on " +
-                                                         i->ifa_name + ": choose another range");
-      }
-      if (!ours) extra.push_back(egress::Cidr{ip, 32});
-    }
-    ::freeifaddrs(ifs);
-  }
+  ABX_ASSIGN_OR_RETURN(std::vector<egress::Cidr> extra, range_and_host_addresses(range));
   extra.insert(extra.end(), n->opt_.extra_blocked.begin(), n->opt_.extra_blocked.end());
   n->blocked_ = egress::default_blocked(std::move(extra));
 
   // The upstream resolver.
   std::string up = n->opt_.dns_upstream;
-  if (up.empty()) {
-    std::ifstream rc("/etc/resolv.conf");
-    std::string line;
-    while (std::getline(rc, line)) {
-      std::istringstream ls(line);
-      std::string key, value;
-      if (ls >> key >> value && key == "nameserver" && egress::parse_ipv4(value)) {
-        up = value;
-        break;
-      }
-    }
-  }
+  if (up.empty()) up = resolv_conf_nameserver();
   std::uint16_t up_port = 53;
   if (auto colon = up.find(':'); colon != std::string::npos) {
     up_port = static_cast<std::uint16_t>(std::atoi(up.c_str() + colon + 1));
@@ -459,29 +492,10 @@ Result<std::unique_ptr<SandboxNetwork>> SandboxNetwork::start(
   {
     ABX_ASSIGN_OR_RETURN(auto ca, CertAuthority::load_or_create(home + "/ca"));
     n->ca_ = std::move(ca);
-    // What sandboxes trust: the host's bundle and abxd's CA (docs/networking.md).
-    std::string bundle;
-    if (std::ifstream host_bundle(n->opt_.host_ca_bundle); host_bundle) {
-      std::ostringstream b;
-      b << host_bundle.rdbuf();
-      bundle = b.str();
-      if (!bundle.empty() && bundle.back() != '\n') bundle += '\n';
-    }
-    bundle += "# abxd's egress CA (network.rules)\n" + n->ca_->cert_pem();
     n->sandbox_bundle_ = home + "/ca/sandbox-bundle.crt";
-    ABX_TRY(keep_inode_write(n->sandbox_bundle_, bundle));
-    auto upstream = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_client);
-    boost::system::error_code sec;
-    upstream->set_default_verify_paths(sec);
-    if (sec) return internal_error("the host's trust store: " + sec.message());
-    if (!n->opt_.upstream_extra_ca.empty()) {
-      upstream->load_verify_file(n->opt_.upstream_extra_ca, sec);
-      if (sec)
-        return invalid_argument("--egress-extra-ca " + n->opt_.upstream_extra_ca + ": " +
-                                sec.message());
-    }
-    upstream->set_verify_mode(asio::ssl::verify_peer);
-    ph.upstream_tls = std::move(upstream);
+    ABX_TRY(keep_inode_write(n->sandbox_bundle_,
+                             sandbox_trust_bundle(n->opt_.host_ca_bundle, n->ca_->cert_pem())));
+    ABX_ASSIGN_OR_RETURN(ph.upstream_tls, upstream_tls_context(n->opt_.upstream_extra_ca));
     ph.server_tls = [ca = n->ca_](const std::string& name) { return ca->server_context(name); };
   }
   ABX_ASSIGN_OR_RETURN(
