@@ -104,80 +104,11 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions opt
   for (;;) {
     ABX_ASSIGN_OR_RETURN(store::SandboxPage page, store.list_sandboxes(f));
     for (const auto& rec : page.items) {
-      const fs::path run_dir = fs::path(m->opt_.home) / "run" / rec.id;
-      // Its saved config (sandbox.json), so that it can be checkpointed again.
-      auto saved_config = load_sandbox_config(run_dir.string());
-      auto sb = runtime::Sandbox::adopt(state_dir, rec.id,
-                                        saved_config.ok() ? &saved_config.value() : nullptr);
-      const templates::Template* tmpl = cat->get(rec.template_id);
-      std::ifstream tin(fs::path(m->opt_.home) / "run" / rec.id / "token");
-      std::string token((std::istreambuf_iterator<char>(tin)), std::istreambuf_iterator<char>());
-      bool token_ok = rec.access_token_digest.empty()
-                          ? token.empty()
-                          : store::digest_matches(rec.access_token_digest, token);
-      // Paused to disk, or a pause or resume that a crash cut short: which state holds
-      // (persistence.cc). kNotFound: neither a live sandbox nor a complete checkpoint.
-      auto settled = m->settle_checkpoint(rec, sb);
-      if (!settled.ok() || tmpl == nullptr || !token_ok) {
-        if (sb.ok()) (void)sb->destroy();
-        (void)store.update_state(rec.id, store::SandboxState::kKilled);
-        fs::remove_all(m->opt_.home + "/run/" + rec.id, ec);
-        fs::remove_all(m->checkpoint_dir(rec.id), ec);
-        if (!settled.ok())
-          m->log_.warn("sandbox " + rec.id + " lost: " + settled.error().message());
-        m->emit(kEventKilled, rec,
-                {{"reason", kEndLost},
-                 {"detail", !settled.ok()     ? settled.error().message()
-                            : tmpl == nullptr ? std::string("its template is gone")
-                                              : std::string("its token file does not match")}});
+      if (m->adopt(rec, state_dir, *cat)) {
+        ++adopted;
+      } else {
         ++lost;
-        continue;
       }
-      std::shared_ptr<runtime::Sandbox> rt;
-      if (sb.ok()) rt = std::make_shared<runtime::Sandbox>(std::move(*sb));
-      auto live = std::make_shared<LiveSandbox>(*settled, std::move(rt));
-      live->set_access_token(std::move(token));
-      live->tmpl = std::make_shared<const templates::Template>(*tmpl);
-      live->image_digest = read_image_file(fs::path(m->opt_.home) / "run" / rec.id);
-      live->paused = settled->state == store::SandboxState::kPaused;
-      {
-        std::ifstream tt(fs::path(m->opt_.home) / "run" / rec.id / "traffic_token");
-        std::getline(tt, live->traffic_token);
-      }
-      live->network.enabled = false;
-      if (!rec.network.empty()) {
-        boost::system::error_code jec;
-        auto v = boost::json::parse(rec.network, jec);
-        auto spec = jec ? Result<SandboxNetworkSpec>(internal_error("corrupt network record"))
-                        : SandboxNetworkSpec::from_json(v);
-        if (spec) live->network = *spec;
-      }
-      live->mask_host = live->network.mask_request_host;
-      if (live->network.enabled && live->runtime()) {
-        // Its rules again (the table is rebuilt as sandboxes are adopted); a sandbox whose rules
-        // cannot be enforced does not keep running. (One paused to disk gets them at resume.)
-        auto rts = live->runtime();
-        Status s = !rts->veth() || !m->opt_.network || !m->opt_.network->enabled()
-                       ? Error(ErrorCode::kFailedPrecondition, "no network link or networking off")
-                       : m->opt_.network->attach(rec.id, *rts->veth(), live->network);
-        if (!s) {
-          m->log_.warn("sandbox " + rec.id + " not adopted: its network: " + s.error().message());
-          (void)rts->destroy();
-          (void)store.update_state(rec.id, store::SandboxState::kKilled);
-          fs::remove_all(m->opt_.home + "/run/" + rec.id, ec);
-          m->emit(kEventKilled, rec,
-                  {{"reason", kEndLost}, {"detail", "its network rules cannot be enforced"}});
-          ++lost;
-          continue;
-        }
-      }
-      live->note("info", std::string("adopted by a restarted abxd (") +
-                             (!live->record.checkpoint.empty() ? "paused to disk"
-                              : live->paused                   ? "paused"
-                                                               : "running") +
-                             ")");
-      m->live_[rec.id] = std::move(live);
-      ++adopted;
     }
     if (page.next_token.empty()) break;
     f.page_token = page.next_token;
@@ -193,6 +124,82 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions opt
   }
   m->reaper_ = std::thread([raw = m.get()] { raw->reaper_loop(); });
   return m;
+}
+
+bool SandboxManager::adopt(const store::SandboxRecord& rec, const std::string& state_dir,
+                           const templates::TemplateCatalog& cat) {
+  std::error_code ec;
+  const fs::path run_dir = fs::path(opt_.home) / "run" / rec.id;
+  // Its saved config (sandbox.json), so that it can be checkpointed again.
+  auto saved_config = load_sandbox_config(run_dir.string());
+  auto sb = runtime::Sandbox::adopt(state_dir, rec.id,
+                                    saved_config.ok() ? &saved_config.value() : nullptr);
+  const templates::Template* tmpl = cat.get(rec.template_id);
+  std::ifstream tin(fs::path(opt_.home) / "run" / rec.id / "token");
+  std::string token((std::istreambuf_iterator<char>(tin)), std::istreambuf_iterator<char>());
+  bool token_ok = rec.access_token_digest.empty()
+                      ? token.empty()
+                      : store::digest_matches(rec.access_token_digest, token);
+  // Paused to disk, or a pause or resume that a crash cut short: which state holds
+  // (persistence.cc). kNotFound: neither a live sandbox nor a complete checkpoint.
+  auto settled = settle_checkpoint(rec, sb);
+  if (!settled.ok() || tmpl == nullptr || !token_ok) {
+    if (sb.ok()) (void)sb->destroy();
+    (void)store_->update_state(rec.id, store::SandboxState::kKilled);
+    fs::remove_all(opt_.home + "/run/" + rec.id, ec);
+    fs::remove_all(checkpoint_dir(rec.id), ec);
+    if (!settled.ok()) log_.warn("sandbox " + rec.id + " lost: " + settled.error().message());
+    emit(kEventKilled, rec,
+         {{"reason", kEndLost},
+          {"detail", !settled.ok()     ? settled.error().message()
+                     : tmpl == nullptr ? std::string("its template is gone")
+                                       : std::string("its token file does not match")}});
+    return false;
+  }
+  std::shared_ptr<runtime::Sandbox> rt;
+  if (sb.ok()) rt = std::make_shared<runtime::Sandbox>(std::move(*sb));
+  auto live = std::make_shared<LiveSandbox>(*settled, std::move(rt));
+  live->set_access_token(std::move(token));
+  live->tmpl = std::make_shared<const templates::Template>(*tmpl);
+  live->image_digest = read_image_file(fs::path(opt_.home) / "run" / rec.id);
+  live->paused = settled->state == store::SandboxState::kPaused;
+  {
+    std::ifstream tt(fs::path(opt_.home) / "run" / rec.id / "traffic_token");
+    std::getline(tt, live->traffic_token);
+  }
+  live->network.enabled = false;
+  if (!rec.network.empty()) {
+    boost::system::error_code jec;
+    auto v = boost::json::parse(rec.network, jec);
+    auto spec = jec ? Result<SandboxNetworkSpec>(internal_error("corrupt network record"))
+                    : SandboxNetworkSpec::from_json(v);
+    if (spec) live->network = *spec;
+  }
+  live->mask_host = live->network.mask_request_host;
+  if (live->network.enabled && live->runtime()) {
+    // Its rules again (the table is rebuilt as sandboxes are adopted); a sandbox whose rules
+    // cannot be enforced does not keep running. (One paused to disk gets them at resume.)
+    auto rts = live->runtime();
+    Status s = !rts->veth() || !opt_.network || !opt_.network->enabled()
+                   ? Error(ErrorCode::kFailedPrecondition, "no network link or networking off")
+                   : opt_.network->attach(rec.id, *rts->veth(), live->network);
+    if (!s) {
+      log_.warn("sandbox " + rec.id + " not adopted: its network: " + s.error().message());
+      (void)rts->destroy();
+      (void)store_->update_state(rec.id, store::SandboxState::kKilled);
+      fs::remove_all(opt_.home + "/run/" + rec.id, ec);
+      emit(kEventKilled, rec,
+           {{"reason", kEndLost}, {"detail", "its network rules cannot be enforced"}});
+      return false;
+    }
+  }
+  live->note("info", std::string("adopted by a restarted abxd (") +
+                         (!live->record.checkpoint.empty() ? "paused to disk"
+                          : live->paused                   ? "paused"
+                                                           : "running") +
+                         ")");
+  live_[rec.id] = std::move(live);
+  return true;
 }
 
 SandboxManager::~SandboxManager() {

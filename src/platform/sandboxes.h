@@ -398,6 +398,10 @@ class SandboxManager {
                                                  Result<runtime::Sandbox>& sb);
   // kDisk without a working CRIU: kFailedPrecondition (abxd does not start).
   Status resolve_pause_mode();
+  // At start: one record of a previous abxd's running or paused sandbox, adopted into live_
+  // (true) or marked killed with a lost event (false).
+  bool adopt(const store::SandboxRecord& rec, const std::string& state_dir,
+             const templates::TemplateCatalog& cat);
   void remove_cut_checkpoints();
   void seal_earlier_checkpoints();
   // The pinned bundles (bundle.h) that abxd's own option and saved configs name.
