@@ -424,7 +424,6 @@ void SandboxManager::reaper_loop() {
       ::malloc_trim(0);
       next_trim = t + kHeapTrimInterval;
     }
-    std::vector<std::string> due;
     std::vector<std::shared_ptr<LiveSandbox>> to_sample, all;
     std::vector<std::pair<std::string, std::shared_ptr<runtime::Sandbox>>> watched;
     const std::int64_t now = now_ms();
@@ -438,7 +437,7 @@ void SandboxManager::reaper_loop() {
       }
     }
     // All inits in one poll, outside mu_: one poll per sandbox under the lock held creates up
-    // (500 syscalls every 250 ms at 500 sandboxes). Each is checked again below.
+    // (500 syscalls every 250 ms at 500 sandboxes). Each is checked again (remove_exited).
     std::vector<std::string> dead;
     {
       std::vector<const runtime::Sandbox*> inits;
@@ -446,62 +445,77 @@ void SandboxManager::reaper_loop() {
       for (std::size_t i : runtime::exited_inits(inits)) dead.push_back(watched[i].first);
     }
     watched.clear();
-    // The deadline under the sandbox's own lock, which its writers hold (move_deadline,
-    // resume); never nested in mu_.
-    for (const auto& sb : all) {
-      std::lock_guard l(sb->mu);
-      // A paused sandbox waits for connect, resume or kill (E2B keeps paused sandboxes).
-      if (sb->record.end_at_ms <= now && !sb->paused) due.push_back(sb->record.id);
-      // The timeout warning: armed while more than its lead is left, sent once on entering it.
-      const std::int64_t lead = opt_.timeout_warning.count();
-      if (lead <= 0 || sb->paused) continue;
-      const std::int64_t left = sb->record.end_at_ms - now;
-      if (left > lead) {
-        sb->warn_armed_for_ms = sb->record.end_at_ms;
-      } else if (left > 0 && sb->warn_armed_for_ms == sb->record.end_at_ms) {
-        sb->warn_armed_for_ms = 0;
-        emit(kEventTimeoutWarning, sb->record,
-             {{"endAt", rfc3339_ms(sb->record.end_at_ms)},
-              {"secondsLeft", (left + 999) / 1000},
-              {"onTimeout", sb->record.pause_on_timeout ? "pause" : "kill"}});
-      }
-    }
+    const std::vector<std::string> due = past_deadline(all, now);
     for (const auto& sb : to_sample) {
       if (!sb->paused) sb->sample_metrics();  // a frozen sandbox uses nothing new
     }
     sample_teams(all, now);
-    for (const auto& id : due) {
-      auto sb = find(id);
-      if (sb && sb->record.pause_on_timeout) {
-        sb->note("info", "timeout reached: pausing (onTimeout: pause)");
-        if (Status s = pause(id, kEndTimeout);
-            s.ok() || s.error().code() == ErrorCode::kFailedPrecondition) {
-          continue;
-        }
-      }
-      if (sb) sb->note("info", "timeout reached: killing");
-      (void)kill(id, kEndTimeout);
-    }
-    for (const auto& id : dead) {
-      auto sb = find(id);
-      if (!sb) continue;
-      const char* reason = kEndDied;
-      {
-        // Again under the sandbox's lock: a pause to disk ends its tree on purpose (and then
-        // drops it), and a resume replaces it; only an init that died on its own counts.
-        std::lock_guard l(sb->mu);
-        auto rt = sb->runtime();
-        if (!rt || !rt->init_exited()) continue;
-        // memory.oom.group: the OOM killer takes the whole tree, init included. Read before the
-        // kill below removes the cgroup.
-        if (rt->cgroups().oom_kills() > 0) reason = kEndOom;
-      }
-      sb->note("warn", reason == kEndOom
-                           ? "out of memory (the OOM killer ended it): removing the sandbox"
-                           : "abx-envd exited: removing the sandbox");
-      (void)kill(id, reason);
-    }
+    end_at_deadline(due);
+    remove_exited(dead);
     lock.lock();
+  }
+}
+
+std::vector<std::string> SandboxManager::past_deadline(
+    const std::vector<std::shared_ptr<LiveSandbox>>& all, std::int64_t now) {
+  std::vector<std::string> due;
+  // The deadline under the sandbox's own lock, which its writers hold (move_deadline,
+  // resume); never nested in mu_.
+  for (const auto& sb : all) {
+    std::lock_guard l(sb->mu);
+    // A paused sandbox waits for connect, resume or kill (E2B keeps paused sandboxes).
+    if (sb->record.end_at_ms <= now && !sb->paused) due.push_back(sb->record.id);
+    // The timeout warning: armed while more than its lead is left, sent once on entering it.
+    const std::int64_t lead = opt_.timeout_warning.count();
+    if (lead <= 0 || sb->paused) continue;
+    const std::int64_t left = sb->record.end_at_ms - now;
+    if (left > lead) {
+      sb->warn_armed_for_ms = sb->record.end_at_ms;
+    } else if (left > 0 && sb->warn_armed_for_ms == sb->record.end_at_ms) {
+      sb->warn_armed_for_ms = 0;
+      emit(kEventTimeoutWarning, sb->record,
+           {{"endAt", rfc3339_ms(sb->record.end_at_ms)},
+            {"secondsLeft", (left + 999) / 1000},
+            {"onTimeout", sb->record.pause_on_timeout ? "pause" : "kill"}});
+    }
+  }
+  return due;
+}
+
+void SandboxManager::end_at_deadline(const std::vector<std::string>& due) {
+  for (const auto& id : due) {
+    auto sb = find(id);
+    if (sb && sb->record.pause_on_timeout) {
+      sb->note("info", "timeout reached: pausing (onTimeout: pause)");
+      if (Status s = pause(id, kEndTimeout);
+          s.ok() || s.error().code() == ErrorCode::kFailedPrecondition) {
+        continue;
+      }
+    }
+    if (sb) sb->note("info", "timeout reached: killing");
+    (void)kill(id, kEndTimeout);
+  }
+}
+
+void SandboxManager::remove_exited(const std::vector<std::string>& dead) {
+  for (const auto& id : dead) {
+    auto sb = find(id);
+    if (!sb) continue;
+    const char* reason = kEndDied;
+    {
+      // Again under the sandbox's lock: a pause to disk ends its tree on purpose (and then
+      // drops it), and a resume replaces it; only an init that died on its own counts.
+      std::lock_guard l(sb->mu);
+      auto rt = sb->runtime();
+      if (!rt || !rt->init_exited()) continue;
+      // memory.oom.group: the OOM killer takes the whole tree, init included. Read before the
+      // kill below removes the cgroup.
+      if (rt->cgroups().oom_kills() > 0) reason = kEndOom;
+    }
+    sb->note("warn", reason == kEndOom
+                         ? "out of memory (the OOM killer ended it): removing the sandbox"
+                         : "abx-envd exited: removing the sandbox");
+    (void)kill(id, reason);
   }
 }
 

@@ -403,6 +403,14 @@ class SandboxManager {
   bool adopt(const store::SandboxRecord& rec, const std::string& state_dir,
              const templates::TemplateCatalog& cat);
   void remove_cut_checkpoints();
+  // The reaper's steps. The ids of `all` whose deadline passed (paused ones wait), sending each
+  // sandbox's timeout warning as it enters its lead; under each sandbox's lock, never mu_.
+  std::vector<std::string> past_deadline(const std::vector<std::shared_ptr<LiveSandbox>>& all,
+                                         std::int64_t now);
+  // Pauses (lifecycle.onTimeout "pause") or kills each of `due`.
+  void end_at_deadline(const std::vector<std::string>& due);
+  // Removes each of `dead` whose init exited on its own (checked again under its lock).
+  void remove_exited(const std::vector<std::string>& dead);
   void seal_earlier_checkpoints();
   // The pinned bundles (bundle.h) that abxd's own option and saved configs name.
   std::set<std::string> bundles_in_use() const;
