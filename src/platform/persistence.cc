@@ -129,6 +129,45 @@ store::SandboxRecord record_from_json(const json::object& o) {
   return r;
 }
 
+// The parent's config with the child's id, its binds of the parent's run files (under
+// <home>/run/<parent id>/) moved to the child's `run_dir`.
+runtime::SandboxConfig child_config(const runtime::SandboxConfig& parent, const std::string& home,
+                                    const std::string& run_dir, const std::string& id) {
+  runtime::SandboxConfig config = parent;
+  const std::string parent_run = home + "/run/" + parent.id + "/";
+  for (auto& b : config.binds) {
+    if (b.source.starts_with(parent_run))
+      b.source = run_dir + "/" + b.source.substr(parent_run.size());
+  }
+  config.id = id;
+  return config;
+}
+
+// A fork's or snapshot's child record: the parent's, with its own id, deadline, init and token;
+// a create from a snapshot (`req`) adds its metadata and lifecycle.
+store::SandboxRecord child_record(const store::SandboxRecord& parent, const std::string& id,
+                                  std::int64_t timeout, pid_t init_pid, const std::string& token,
+                                  const std::string& domain, const CreateRequest* req) {
+  store::SandboxRecord rec = parent;
+  rec.id = id;
+  rec.client_id = kClientId;
+  rec.created_at_ms = now_ms();
+  rec.end_at_ms = rec.created_at_ms + timeout * 1000;
+  rec.timeout_s = timeout;
+  rec.state = store::SandboxState::kRunning;
+  rec.checkpoint.clear();
+  rec.init_pid = init_pid;
+  rec.init_start_time = runtime::process_start_time(init_pid);
+  rec.access_token_digest = token.empty() ? std::string() : store::token_digest(token);
+  rec.domain = domain;
+  if (req) {
+    if (!req->metadata.empty()) rec.metadata = req->metadata;
+    if (req->pause_on_timeout) rec.pause_on_timeout = true;
+    if (req->auto_resume) rec.auto_resume = true;
+  }
+  return rec;
+}
+
 }  // namespace
 
 std::string SandboxManager::checkpoint_dir(const std::string& id) const {
@@ -429,14 +468,7 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::restore_child(const std::st
     ABX_TRY(write_run_file((run_dir / "image").string(), parent.image_digest + "\n"));
   if (parent.network.enabled && opt_.network)
     ABX_TRY(write_run_file((run_dir / "resolv.conf").string(), opt_.network->resolv_conf()));
-  // The parent's config with this child's id and files.
-  runtime::SandboxConfig config = parent.config;
-  const std::string parent_run = opt_.home + "/run/" + parent.config.id + "/";
-  for (auto& b : config.binds) {
-    if (b.source.starts_with(parent_run))
-      b.source = run_dir.string() + "/" + b.source.substr(parent_run.size());
-  }
-  config.id = id;
+  runtime::SandboxConfig config = child_config(parent.config, opt_.home, run_dir.string(), id);
   ABX_TRY(save_sandbox_config(run_dir.string(), config));
   ABX_ASSIGN_OR_RETURN(config, restore_config(id, parent.network));
   runtime::RestoreOptions o;
@@ -449,23 +481,8 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::restore_child(const std::st
     ABX_TRY(rt->signal(SIGHUP));  // envd re-reads its token file
     ABX_TRY(wait_for_token(*rt, token));
   }
-  store::SandboxRecord rec = parent.record;
-  rec.id = id;
-  rec.client_id = kClientId;
-  rec.created_at_ms = now_ms();
-  rec.end_at_ms = rec.created_at_ms + timeout * 1000;
-  rec.timeout_s = timeout;
-  rec.state = store::SandboxState::kRunning;
-  rec.checkpoint.clear();
-  rec.init_pid = rt->pid();
-  rec.init_start_time = runtime::process_start_time(rt->pid());
-  rec.access_token_digest = token.empty() ? std::string() : store::token_digest(token);
-  rec.domain = opt_.domain;
-  if (req) {
-    if (!req->metadata.empty()) rec.metadata = req->metadata;
-    if (req->pause_on_timeout) rec.pause_on_timeout = true;
-    if (req->auto_resume) rec.auto_resume = true;
-  }
+  store::SandboxRecord rec =
+      child_record(parent.record, id, timeout, rt->pid(), token, opt_.domain, req);
   ABX_TRY(store_->insert_sandbox(rec));
   auto live = std::make_shared<LiveSandbox>(std::move(rec), rt);
   live->set_access_token(std::move(token));
