@@ -116,6 +116,61 @@ bool is_private(const asio::ip::address& a) {
          (b[0] & 0xfe) == 0xfc;
 }
 
+// `t`'s addresses that may be dialled (not loopback or private unless `allow_private`),
+// resolved within `budget`; the error's message says why there are none.
+Result<std::vector<tcp::endpoint>> resolve_allowed(asio::io_context& ioc, const Target& t,
+                                                   std::chrono::milliseconds budget,
+                                                   bool allow_private) {
+  tcp::resolver resolver(ioc);
+  tcp::resolver::results_type endpoints;
+  beast::error_code ec = asio::error::would_block;
+  resolver.async_resolve(t.host, std::to_string(t.port),
+                         [&](beast::error_code e, tcp::resolver::results_type r) {
+                           ec = e;
+                           endpoints = std::move(r);
+                         });
+  ioc.run_for(budget);
+  if (ec == asio::error::would_block) {
+    resolver.cancel();
+    ioc.restart();
+    ioc.run();
+    return unavailable("resolving " + t.host + ": timed out");
+  }
+  if (ec) return unavailable("resolving " + t.host + ": " + ec.message());
+  // Every address it resolves to is checked, and only checked ones are dialled.
+  std::vector<tcp::endpoint> allowed;
+  for (const auto& e : endpoints) {
+    if (allow_private || !is_private(e.endpoint().address())) allowed.push_back(e.endpoint());
+  }
+  if (allowed.empty())
+    return unavailable(t.host + " resolves only to loopback or private addresses (refused)");
+  return allowed;
+}
+
+// The delivery's POST to `t`, signed both ways (E2B's e2b-signature, abx's timestamped one).
+bhttp::request<bhttp::string_body> signed_request(const Target& t, const std::string& webhook_id,
+                                                  const std::string& secret,
+                                                  const std::string& delivery_id, int attempt,
+                                                  const std::string& body) {
+  const std::int64_t ts = std::chrono::duration_cast<std::chrono::seconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+  bhttp::request<bhttp::string_body> req{bhttp::verb::post, t.path, 11};
+  req.set(bhttp::field::host, t.authority);
+  req.set(bhttp::field::user_agent, "abxd-webhooks");
+  req.set(bhttp::field::content_type, "application/json");
+  req.set("e2b-webhook-id", webhook_id);
+  req.set("e2b-delivery-id", delivery_id);
+  req.set("e2b-signature-version", "v1");
+  req.set("e2b-signature", e2b_signature(secret, body));
+  req.set("abx-timestamp", std::to_string(ts));
+  req.set("abx-signature", abx_signature(secret, ts, body));
+  req.set("abx-delivery-attempt", std::to_string(attempt));
+  req.body() = body;
+  req.prepare_payload();
+  return req;
+}
+
 }  // namespace
 
 bool is_private_address(std::string_view address) {
@@ -331,47 +386,13 @@ bool WebhookDispatcher::attempt(const Delivery& d) {
                     std::chrono::duration_cast<std::chrono::milliseconds>(
                         deadline - std::chrono::steady_clock::now()));
   };
-  // Resolution, bounded by the attempt's deadline.
-  tcp::resolver resolver(ioc);
-  tcp::resolver::results_type endpoints;
-  beast::error_code ec = asio::error::would_block;
-  resolver.async_resolve(t.host, std::to_string(t.port),
-                         [&](beast::error_code e, tcp::resolver::results_type r) {
-                           ec = e;
-                           endpoints = std::move(r);
-                         });
-  ioc.run_for(left());
-  if (ec == asio::error::would_block) {
-    resolver.cancel();
-    ioc.restart();
-    ioc.run();
-    return fail("resolving " + t.host + ": timed out");
-  }
-  if (ec) return fail("resolving " + t.host + ": " + ec.message());
-  // Every address it resolves to is checked, and only checked ones are dialled.
-  std::vector<tcp::endpoint> allowed;
-  for (const auto& e : endpoints) {
-    if (opt_.allow_private || !is_private(e.endpoint().address())) allowed.push_back(e.endpoint());
-  }
-  if (allowed.empty())
-    return fail(t.host + " resolves only to loopback or private addresses (refused)");
+  auto resolved = resolve_allowed(ioc, t, left(), opt_.allow_private);
+  if (!resolved.ok()) return fail(resolved.error().message());
+  const std::vector<tcp::endpoint>& allowed = *resolved;
+  beast::error_code ec;
 
-  const std::int64_t ts = std::chrono::duration_cast<std::chrono::seconds>(
-                              std::chrono::system_clock::now().time_since_epoch())
-                              .count();
-  bhttp::request<bhttp::string_body> req{bhttp::verb::post, t.path, 11};
-  req.set(bhttp::field::host, t.authority);
-  req.set(bhttp::field::user_agent, "abxd-webhooks");
-  req.set(bhttp::field::content_type, "application/json");
-  req.set("e2b-webhook-id", w->id);
-  req.set("e2b-delivery-id", d.delivery_id);
-  req.set("e2b-signature-version", "v1");
-  req.set("e2b-signature", e2b_signature(w->secret, d.body));
-  req.set("abx-timestamp", std::to_string(ts));
-  req.set("abx-signature", abx_signature(w->secret, ts, d.body));
-  req.set("abx-delivery-attempt", std::to_string(d.attempt));
-  req.body() = d.body;
-  req.prepare_payload();
+  bhttp::request<bhttp::string_body> req =
+      signed_request(t, w->id, w->secret, d.delivery_id, d.attempt, d.body);
 
   // Runs one async step to completion or the deadline (the stream's timer closes the socket).
   auto run = [&](beast::tcp_stream& lowest, auto&& op) -> beast::error_code {
