@@ -387,9 +387,19 @@ class Build {
   }
 
   Result<std::string> derive_template_yaml() const;
+  // Makes the workspace under <home>/build-work and extracts the build context into ctx_.
+  Status make_workspace();
+  // .dockerignore: what it excludes leaves the context before any step.
+  Status apply_dockerignore();
+  // ENV, LABEL, USER, CMD and ENTRYPOINT: the stage's image configuration, no layer.
+  Status config_step(std::size_t i, const image::Instruction& in);
+  // Tags the built image `manifest_digest` and writes its template.yaml (`yaml`).
+  Status publish(const std::string& manifest_digest, const std::string& yaml);
   // `announce(cached)` emits the step line: before a pull or import (so their progress follows
   // it), after a store lookup otherwise.
   Status from(const image::Instruction& in, const std::function<void(bool)>& announce);
+  // The stage starts from `img` (FROM `name`): its layers and configuration.
+  Status take_image(const std::string& name, const image::Image& img);
   Status run_step(std::size_t i, const image::Instruction& in);
   Status copy_step(std::size_t i, const image::Instruction& in);
   Status arg_step(std::size_t i, const image::Instruction& in);
@@ -403,6 +413,9 @@ class Build {
   Result<std::vector<std::string>> lower_dirs();
   Result<int> run_sandbox(const image::Instruction& in, const std::vector<std::string>& lowers,
                           const std::vector<std::string>& env, const RunAs& as, Layer& layer);
+  // A RUN's output from `fd` into the build log, line by line, until EOF, a cancel or
+  // run_timeout (true).
+  bool stream_output(int fd);
   std::set<std::string> mount_points() const;
   std::string scratch(const std::string& what) {
     std::string p = work_.path + "/" + what + "-" + std::to_string(++scratch_n_);
@@ -560,8 +573,12 @@ Status Build::from(const image::Instruction& in, const std::function<void(bool)>
       }
     }
   }
-  ABX_ASSIGN_OR_RETURN(auto manifest_text, store_.read_blob(img->manifest_digest));
-  ABX_ASSIGN_OR_RETURN(auto config_text, store_.read_blob(img->config_digest));
+  return take_image(name, *img);
+}
+
+Status Build::take_image(const std::string& name, const image::Image& img) {
+  ABX_ASSIGN_OR_RETURN(auto manifest_text, store_.read_blob(img.manifest_digest));
+  ABX_ASSIGN_OR_RETURN(auto config_text, store_.read_blob(img.config_digest));
   ABX_ASSIGN_OR_RETURN(auto manifest, parse_json_strict(manifest_text));
   ABX_ASSIGN_OR_RETURN(auto config, parse_json_strict(config_text));
   std::vector<std::string> diff_ids;
@@ -591,7 +608,7 @@ Status Build::from(const image::Instruction& in, const std::function<void(bool)>
     }
     st_.layers.push_back(std::move(l));
   }
-  st_.config = img->config;
+  st_.config = img.config;
   st_.cmd_inherited = !st_.config.cmd.empty();
   return {};
 }
@@ -609,6 +626,39 @@ std::set<std::string> Build::mount_points() const {
     }
   }
   return s;
+}
+
+// Output, line by line, until every process of the sandbox is gone (EOF) or the deadline.
+bool Build::stream_output(int fd) {
+  const auto deadline = std::chrono::steady_clock::now() + opt_.run_timeout;
+  std::string pending;
+  char buf[8192];
+  bool timed_out = false;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    if (cancelled()) break;
+    pollfd pfd{fd, POLLIN, 0};
+    int pr = os::retry_eintr([&] {
+      return ::poll(&pfd, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 1000)));
+    });
+    if (pr <= 0) continue;
+    ssize_t n = os::retry_eintr([&] { return ::read(fd, buf, sizeof(buf)); });
+    if (n <= 0) break;
+    pending.append(buf, static_cast<std::size_t>(n));
+    std::size_t nl;
+    while ((nl = pending.find('\n')) != std::string::npos || pending.size() > kMaxLogLine) {
+      std::size_t cut = nl == std::string::npos ? kMaxLogLine : nl;
+      log_line(pending.substr(0, cut));
+      pending.erase(0, nl == std::string::npos ? cut : cut + 1);
+    }
+  }
+  if (!pending.empty()) log_line(pending);
+  return timed_out;
 }
 
 // Spawns the RUN sandbox, streams its output, waits; the layer comes from its upper dir.
@@ -662,35 +712,7 @@ Result<int> Build::run_sandbox(const image::Instruction& in, const std::vector<s
   auto sb = runtime::Sandbox::spawn(std::move(sc));
   wr.reset();
   if (!sb.ok()) return Error(sb.error().code(), "RUN could not start: " + sb.error().message());
-  // Output, line by line, until every process of the sandbox is gone (EOF) or the deadline.
-  const auto deadline = std::chrono::steady_clock::now() + opt_.run_timeout;
-  std::string pending;
-  char buf[8192];
-  bool timed_out = false;
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      timed_out = true;
-      break;
-    }
-    if (cancelled()) break;
-    pollfd pfd{rd.get(), POLLIN, 0};
-    int pr = os::retry_eintr([&] {
-      return ::poll(&pfd, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 1000)));
-    });
-    if (pr <= 0) continue;
-    ssize_t n = os::retry_eintr([&] { return ::read(rd.get(), buf, sizeof(buf)); });
-    if (n <= 0) break;
-    pending.append(buf, static_cast<std::size_t>(n));
-    std::size_t nl;
-    while ((nl = pending.find('\n')) != std::string::npos || pending.size() > kMaxLogLine) {
-      std::size_t cut = nl == std::string::npos ? kMaxLogLine : nl;
-      log_line(pending.substr(0, cut));
-      pending.erase(0, nl == std::string::npos ? cut : cut + 1);
-    }
-  }
-  if (!pending.empty()) log_line(pending);
+  const bool timed_out = stream_output(rd.get());
   if (cancelled()) {
     (void)sb->signal(SIGKILL);
     (void)sb->wait();
@@ -882,7 +904,7 @@ Status Build::workdir_step(std::size_t i, const image::Instruction& in) {
   return keep_layer(i, key, std::move(layer));
 }
 
-Result<BuildResult> Build::run() {
+Status Build::make_workspace() {
   // The workspace (context, staging trees) lives under <home>/build-work, not in the store's
   // tmp/: a gc or a store opened elsewhere empties that. The builder clears leftovers of a
   // crash when abxd starts.
@@ -899,19 +921,80 @@ Result<BuildResult> Build::run() {
   if (auto s = build::extract_archive(req_.context_tar, ctx_, al); !s.ok()) {
     return Error(s.error().code(), "build context: " + s.error().message());
   }
-  auto df_path = build::resolve_in_root(ctx_, req_.dockerfile);
-  if (!df_path.ok()) return invalid_argument(req_.dockerfile + " not found in the build context");
-  ABX_ASSIGN_OR_RETURN(auto df_text, read_small_file(*df_path, kMaxDockerfileBytes));
-  ABX_ASSIGN_OR_RETURN(auto df, image::parse_dockerfile(df_text, {}, req_.dockerfile));
-  ABX_ASSIGN_OR_RETURN(auto yaml, derive_template_yaml());
-  // .dockerignore: what it excludes leaves the context before any step. The Dockerfile and
-  // template.yaml were read above, so (as with Docker) excluding them only keeps them out of
-  // COPY and ADD.
+  return {};
+}
+
+Status Build::apply_dockerignore() {
   if (struct stat ist; ::lstat((ctx_ + "/.dockerignore").c_str(), &ist) == 0) {
     ABX_ASSIGN_OR_RETURN(auto text, read_small_file(ctx_ + "/.dockerignore", 1 << 20));
     ABX_ASSIGN_OR_RETURN(auto ignore, image::DockerIgnore::parse(text));
     ABX_TRY(build::remove_ignored(ctx_, ignore));
   }
+  return {};
+}
+
+Status Build::config_step(std::size_t i, const image::Instruction& in) {
+  switch (in.op) {
+    case image::Op::kEnv:
+    case image::Op::kLabel:
+      for (const auto& [k, v] : in.pairs) {
+        ABX_ASSIGN_OR_RETURN(auto val, expand(v));
+        if (in.op == image::Op::kEnv) {
+          set_env(st_.config, k, val);
+        } else {
+          st_.config.labels[k] = val;
+        }
+      }
+      break;
+    case image::Op::kUser: {
+      ABX_ASSIGN_OR_RETURN(auto val, expand(in.args.at(0)));
+      st_.config.user = val;
+      st_.user_line = in.line;
+      break;
+    }
+    case image::Op::kCmd:
+      st_.config.cmd = in.args;
+      st_.cmd_inherited = false;
+      break;
+    case image::Op::kEntrypoint:
+      st_.config.entrypoint = in.args;
+      if (st_.cmd_inherited) st_.config.cmd.clear();  // Docker: a new ENTRYPOINT resets CMD
+      break;
+    default:  // run() sends only the five above here
+      break;
+  }
+  step(i, in, all_cached_);
+  return {};
+}
+
+Status Build::publish(const std::string& manifest_digest, const std::string& yaml) {
+  // Tag, then the template file; a failure after tagging puts the old tag back.
+  auto tags = store_.tags();
+  auto old = tags.find(req_.name);
+  const std::string previous = old == tags.end() ? "" : old->second;
+  ABX_TRY(store_.tag(req_.name, manifest_digest));
+  const fs::path file = fs::path(opt_.home) / "templates" / req_.name / "template.yaml";
+  if (auto s = write_file_atomic(file, yaml); !s.ok()) {
+    if (previous.empty()) {
+      (void)store_.untag(req_.name);
+    } else {
+      (void)store_.tag(req_.name, previous);
+    }
+    return s.error();
+  }
+  return {};
+}
+
+Result<BuildResult> Build::run() {
+  ABX_TRY(make_workspace());
+  auto df_path = build::resolve_in_root(ctx_, req_.dockerfile);
+  if (!df_path.ok()) return invalid_argument(req_.dockerfile + " not found in the build context");
+  ABX_ASSIGN_OR_RETURN(auto df_text, read_small_file(*df_path, kMaxDockerfileBytes));
+  ABX_ASSIGN_OR_RETURN(auto df, image::parse_dockerfile(df_text, {}, req_.dockerfile));
+  ABX_ASSIGN_OR_RETURN(auto yaml, derive_template_yaml());
+  // The Dockerfile and template.yaml were read above, so (as with Docker) excluding them in
+  // .dockerignore only keeps them out of COPY and ADD.
+  ABX_TRY(apply_dockerignore());
   total_ = df.instructions.size();
   df_ = &df;
 
@@ -949,34 +1032,10 @@ Result<BuildResult> Build::run() {
         break;
       case image::Op::kEnv:
       case image::Op::kLabel:
-        for (const auto& [k, v] : in.pairs) {
-          auto val = expand(v);
-          if (!val.ok()) return at(in, val.error());
-          if (in.op == image::Op::kEnv) {
-            set_env(st_.config, k, *val);
-          } else {
-            st_.config.labels[k] = *val;
-          }
-        }
-        step(i, in, all_cached_);
-        break;
-      case image::Op::kUser: {
-        auto val = expand(in.args.at(0));
-        if (!val.ok()) return at(in, val.error());
-        st_.config.user = *val;
-        st_.user_line = in.line;
-        step(i, in, all_cached_);
-        break;
-      }
+      case image::Op::kUser:
       case image::Op::kCmd:
-        st_.config.cmd = in.args;
-        st_.cmd_inherited = false;
-        step(i, in, all_cached_);
-        break;
       case image::Op::kEntrypoint:
-        st_.config.entrypoint = in.args;
-        if (st_.cmd_inherited) st_.config.cmd.clear();  // Docker: a new ENTRYPOINT resets CMD
-        step(i, in, all_cached_);
+        s = config_step(i, in);
         break;
     }
     if (!s.ok()) return at(in, s.error());
@@ -995,20 +1054,7 @@ Result<BuildResult> Build::run() {
   ABX_ASSIGN_OR_RETURN(auto img, store_.add_image(manifest_digest, [this](std::string_view l) {
     log_line(std::string(l));
   }));
-  // Tag, then the template file; a failure after tagging puts the old tag back.
-  auto tags = store_.tags();
-  auto old = tags.find(req_.name);
-  const std::string previous = old == tags.end() ? "" : old->second;
-  ABX_TRY(store_.tag(req_.name, manifest_digest));
-  const fs::path file = fs::path(opt_.home) / "templates" / req_.name / "template.yaml";
-  if (auto s = write_file_atomic(file, yaml); !s.ok()) {
-    if (previous.empty()) {
-      (void)store_.untag(req_.name);
-    } else {
-      (void)store_.tag(req_.name, previous);
-    }
-    return s.error();
-  }
+  ABX_TRY(publish(manifest_digest, yaml));
   if (opt_.reload_templates) ABX_TRY(opt_.reload_templates());
   BuildResult r;
   r.name = req_.name;
