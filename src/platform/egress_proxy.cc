@@ -221,6 +221,11 @@ class Flow : public std::enable_shared_from_this<Flow> {
   static awaitable<void> intercept(std::shared_ptr<Flow> self);
   template <class Client, class Upstream>
   awaitable<void> serve_http(Client& client, Upstream& upstream, beast::flat_buffer& cbuf);
+  // After a 101: bytes both ways (what was read ahead into `cbuf` and `ubuf` first) until
+  // either side ends, which finishes the flow.
+  template <class Client, class Upstream>
+  awaitable<void> splice_upgraded(Client& client, Upstream& upstream, beast::flat_buffer& cbuf,
+                                  beast::flat_buffer& ubuf);
   template <class Client, class Upstream>
   awaitable<void> respond_and_close(Client& client, Upstream& upstream, http::status status,
                                     std::string why);
@@ -614,7 +619,7 @@ awaitable<void> Flow::respond_and_close(Client& client, Upstream& upstream, http
 
 template <class Client, class Upstream>
 awaitable<void> Flow::serve_http(Client& client, Upstream& upstream, beast::flat_buffer& cbuf) {
-  auto self = shared_from_this();
+  const auto self = shared_from_this();  // the flow outlives every await below
   const auto& hooks = proxy_->hooks;
   const std::string name = *flow_.domain;
   beast::flat_buffer ubuf;
@@ -692,37 +697,47 @@ awaitable<void> Flow::serve_http(Client& client, Upstream& upstream, beast::flat
     }
     transform_event(ev);
     if (ev.upstream_status == 101) {
-      // An upgrade (WebSocket): bytes both ways from here, what was read ahead first.
-      if (cbuf.size()) {
-        co_await asio::async_write(upstream, cbuf.data(), tok);
-        cbuf.consume(cbuf.size());
-      }
-      if (ubuf.size()) {
-        co_await asio::async_write(client, ubuf.data(), tok);
-        ubuf.consume(ubuf.size());
-      }
-      if (ec) co_return;
-      // One direction on its own coroutine: whichever ends first closes the flow (finish()),
-      // which ends the other.
-      // The streams live in this frame: it waits for the other direction before returning.
-      asio::steady_timer other_done(executor(), std::chrono::steady_clock::time_point::max());
-      bool other_finished = false;
-      asio::co_spawn(
-          executor(),
-          [self, &client, &upstream, touched, &other_done, &other_finished]() -> awaitable<void> {
-            co_await pump_bytes(upstream, client, self->bytes_in_, touched);
-            self->finish();
-            other_finished = true;
-            other_done.cancel();
-          },
-          asio::detached);
-      co_await pump_bytes(client, upstream, bytes_out_, touched);
-      finish();
-      if (!other_finished) co_await other_done.async_wait(tok);
+      co_await splice_upgraded(client, upstream, cbuf, ubuf);
       co_return;
     }
     if (!request_keep_alive || !response_keep_alive) co_return;
   }
+}
+
+template <class Client, class Upstream>
+awaitable<void> Flow::splice_upgraded(Client& client, Upstream& upstream, beast::flat_buffer& cbuf,
+                                      beast::flat_buffer& ubuf) {
+  auto self = shared_from_this();
+  error_code ec;
+  auto tok = asio::redirect_error(asio::use_awaitable, ec);
+  auto touched = [this] { touch(); };
+  // An upgrade (WebSocket): bytes both ways from here, what was read ahead first.
+  if (cbuf.size()) {
+    co_await asio::async_write(upstream, cbuf.data(), tok);
+    cbuf.consume(cbuf.size());
+  }
+  if (ubuf.size()) {
+    co_await asio::async_write(client, ubuf.data(), tok);
+    ubuf.consume(ubuf.size());
+  }
+  if (ec) co_return;
+  // One direction on its own coroutine: whichever ends first closes the flow (finish()),
+  // which ends the other.
+  // The streams live in this frame: it waits for the other direction before returning.
+  asio::steady_timer other_done(executor(), std::chrono::steady_clock::time_point::max());
+  bool other_finished = false;
+  asio::co_spawn(
+      executor(),
+      [self, &client, &upstream, touched, &other_done, &other_finished]() -> awaitable<void> {
+        co_await pump_bytes(upstream, client, self->bytes_in_, touched);
+        self->finish();
+        other_finished = true;
+        other_done.cancel();
+      },
+      asio::detached);
+  co_await pump_bytes(client, upstream, bytes_out_, touched);
+  finish();
+  if (!other_finished) co_await other_done.async_wait(tok);
 }
 
 void Flow::report() {
