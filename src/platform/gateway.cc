@@ -463,6 +463,8 @@ void watch_out_close(tcp::socket& out, tcp::socket& in, const std::shared_ptr<bo
 // from `in`).
 // With `end_on_out_close`, `out` closing while a streamed body waits for `in` (a silent stream:
 // a cell computing, a watch with no events) ends the relay at once (see watch_out_close).
+// One function, not a coroutine per path: it is every call's hot path, and each awaited
+// sub-coroutine would allocate a frame per message.
 template <bool isRequest, class In, class Out>
 awaitable<beast::error_code> relay(In& in, beast::flat_buffer& inbuf,
                                    bhttp::parser<isRequest, bhttp::buffer_body>& p, Out& out,
