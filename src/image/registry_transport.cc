@@ -23,6 +23,8 @@
 #include <boost/beast/ssl/ssl_stream.hpp>
 #include <optional>
 
+#include "abx/base/try.h"
+
 namespace abx::image::detail {
 
 namespace asio = boost::asio;
@@ -222,25 +224,26 @@ void add_headers(Message& m, const HttpRequest& req) {
   for (const auto& [k, v] : req.headers) m.set(k, v);
 }
 
-}  // namespace
+// `what` `where` failed with `ec`: kDeadlineExceeded for a timeout, else kUnavailable.
+Error io_failure(const std::string& what, const std::string& where, beast::error_code ec) {
+  if (ec == beast::error::timeout) {
+    return Error(ErrorCode::kDeadlineExceeded, what + " " + where + ": timed out");
+  }
+  return unavailable(what + " " + where + ": " + ec.message());
+}
 
-Result<HttpResponse> Transport::send(const HttpRequest& req, std::uint64_t body_limit,
-                                     const BodySink* sink) {
-  last_failure_ = FailureKind::kOther;
-  const auto& opt = impl_->options;
+// Resolves, connects and (for https) shakes hands with the request's host; `failure` says
+// which step failed.
+Status open_conn(Conn& conn, const HttpRequest& req, const TransportOptions& opt,
+                 FailureKind& failure) {
   const std::string where = req.url.authority();
   auto io_error = [&](const std::string& what, beast::error_code ec) -> Error {
-    if (ec == beast::error::timeout) {
-      return Error(ErrorCode::kDeadlineExceeded, what + " " + where + ": timed out");
-    }
-    return unavailable(what + " " + where + ": " + ec.message());
+    return io_failure(what, where, ec);
   };
-
-  Conn conn(impl_->ssl, req.url.tls);
   tcp::resolver::results_type endpoints;
   auto ec = conn.resolve(req.url.host, req.url.effective_port(), opt.connect_timeout, endpoints);
   if (ec) {
-    last_failure_ = FailureKind::kConnect;
+    failure = FailureKind::kConnect;
     return io_error("cannot resolve", ec);
   }
   ec = conn.run(opt.connect_timeout, [&](auto done) {
@@ -248,7 +251,7 @@ Result<HttpResponse> Transport::send(const HttpRequest& req, std::uint64_t body_
                                 [done](beast::error_code e, const tcp::endpoint&) { done(e); });
   });
   if (ec) {
-    last_failure_ = FailureKind::kConnect;
+    failure = FailureKind::kConnect;
     return io_error("cannot connect to", ec);
   }
   if (auto& tls = conn.tls()) {
@@ -263,22 +266,28 @@ Result<HttpResponse> Transport::send(const HttpRequest& req, std::uint64_t body_
                   [&](auto done) { tls->async_handshake(asio::ssl::stream_base::client, done); });
     if (ec) {
       if (is_verify_failure(ec)) {
-        last_failure_ = FailureKind::kTlsVerify;
+        failure = FailureKind::kTlsVerify;
         return unavailable("TLS with " + where +
                            ": the server's certificate is not trusted or does not name the host (" +
                            ec.message() + ")");
       }
-      last_failure_ = FailureKind::kTlsHandshake;
+      failure = FailureKind::kTlsHandshake;
       return io_error("TLS handshake with", ec);
     }
   }
+  return {};
+}
 
+// Writes the request (its body from req.body_file or req.body).
+Status write_request(Conn& conn, const HttpRequest& req, std::chrono::milliseconds read_timeout) {
+  const std::string where = req.url.authority();
+  beast::error_code ec;
   // The request: written piece by piece so that the deadline bounds each write, not the whole
   // upload of a large blob.
   auto write_all = [&](auto& msg) -> beast::error_code {
     bhttp::serializer<true, typename std::decay_t<decltype(msg)>::body_type> sr(msg);
     while (!sr.is_done()) {
-      auto e = conn.run(opt.read_timeout, [&](auto done) {
+      auto e = conn.run(read_timeout, [&](auto done) {
         conn.with_stream([&](auto& s) { bhttp::async_write_some(s, sr, done); });
       });
       if (e) return e;
@@ -299,7 +308,24 @@ Result<HttpResponse> Transport::send(const HttpRequest& req, std::uint64_t body_
     msg.prepare_payload();
     ec = write_all(msg);
   }
-  if (ec) return io_error("cannot send to", ec);
+  if (ec) return io_failure("cannot send to", where, ec);
+  return {};
+}
+
+}  // namespace
+
+Result<HttpResponse> Transport::send(const HttpRequest& req, std::uint64_t body_limit,
+                                     const BodySink* sink) {
+  last_failure_ = FailureKind::kOther;
+  const auto& opt = impl_->options;
+  const std::string where = req.url.authority();
+  auto io_error = [&](const std::string& what, beast::error_code ec) -> Error {
+    return io_failure(what, where, ec);
+  };
+
+  Conn conn(impl_->ssl, req.url.tls);
+  ABX_TRY(open_conn(conn, req, opt, last_failure_));
+  ABX_TRY(write_request(conn, req, opt.read_timeout));
 
   // The response. The parser's own limit only guards framing; our limit is counted below so
   // that a non-2xx body can be cut off at kErrorBodyCap instead of failing the parse.
@@ -308,7 +334,7 @@ Result<HttpResponse> Transport::send(const HttpRequest& req, std::uint64_t body_
   parser.header_limit(64 * 1024);
   parser.body_limit(std::max<std::uint64_t>(body_limit, kErrorBodyCap));
   parser.skip(req.method == bhttp::verb::head);
-  ec = conn.run(opt.read_timeout, [&](auto done) {
+  beast::error_code ec = conn.run(opt.read_timeout, [&](auto done) {
     conn.with_stream([&](auto& s) { bhttp::async_read_header(s, buffer, parser, done); });
   });
   if (ec == bhttp::error::body_limit) {
