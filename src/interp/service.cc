@@ -341,6 +341,57 @@ Status only_keys(const json::object& o, std::initializer_list<std::string_view> 
   return {};
 }
 
+// POST /execute's body: {"code", "context_id"?, "language"?, "env_vars"?}, checked.
+struct ExecuteRequest {
+  std::string code;
+  std::optional<std::string> context_id, language;
+  json::object env;
+};
+
+Result<ExecuteRequest> parse_execute(const http::Request& req) {
+  if (req.body().size() > kMaxCodeBytes) {
+    return Error(ErrorCode::kPayloadTooLarge, "the body is over 8 MiB");
+  }
+  auto o = parse_object(req);
+  if (!o.ok()) return o.error();
+  if (Status s = only_keys(*o, {"code", "context_id", "language", "env_vars"}); !s.ok())
+    return s.error();
+  auto code = json_required_string(*o, "code", "");
+  if (!code.ok()) return code.error();
+  auto context_id = json_optional_string(*o, "context_id", "");
+  if (!context_id.ok()) return context_id.error();
+  auto lang = json_optional_string(*o, "language", "");
+  if (!lang.ok()) return lang.error();
+  if (*context_id && *lang) {
+    return invalid_argument("Only one of context_id or language can be provided");
+  }
+  ExecuteRequest out;
+  auto env_vars = json_optional_object(*o, "env_vars", "");
+  if (!env_vars.ok()) return env_vars.error();
+  if (const json::object* ev = *env_vars) {
+    if (ev->size() > kMaxEnvVars) {
+      return invalid_argument("at most " + std::to_string(kMaxEnvVars) + " env_vars");
+    }
+    for (const auto& kv : *ev) {
+      if (!valid_env_name(kv.key())) {
+        return invalid_argument("env var name '" + std::string(kv.key()) +
+                                "' is empty, too long or contains '=' or NUL");
+      }
+      auto value = json_as_string(kv.value(), json_path_key("env_vars", kv.key()));
+      if (!value.ok()) return value.error();
+      if (value->find('\0') != std::string::npos) {
+        return invalid_argument("env var '" + std::string(kv.key()) +
+                                "' must be a string without NUL");
+      }
+    }
+    out.env = *ev;
+  }
+  out.code = std::move(*code);
+  out.context_id = std::move(*context_id);
+  out.language = std::move(*lang);
+  return out;
+}
+
 }  // namespace
 
 void Service::Impl::handle(http::Request&& req, http::Responder respond) {
@@ -469,49 +520,18 @@ void Service::Impl::remove_context(std::shared_ptr<Context> ctx, unsigned versio
 void Service::Impl::execute(http::Request&& req, http::Responder respond) {
   const unsigned version = req.version();
   auto fail = [&](const Error& e) { respond(error_text(e, version)); };
-  if (req.body().size() > kMaxCodeBytes) {
-    return fail(Error(ErrorCode::kPayloadTooLarge, "the body is over 8 MiB"));
-  }
-  auto o = parse_object(req);
-  if (!o.ok()) return fail(o.error());
-  if (Status s = only_keys(*o, {"code", "context_id", "language", "env_vars"}); !s.ok())
-    return fail(s.error());
-  auto code = json_required_string(*o, "code", "");
-  if (!code.ok()) return fail(code.error());
-  auto context_id = json_optional_string(*o, "context_id", "");
-  if (!context_id.ok()) return fail(context_id.error());
-  auto lang = json_optional_string(*o, "language", "");
-  if (!lang.ok()) return fail(lang.error());
-  if (*context_id && *lang) {
-    return fail(invalid_argument("Only one of context_id or language can be provided"));
-  }
-  json::object env;
-  auto env_vars = json_optional_object(*o, "env_vars", "");
-  if (!env_vars.ok()) return fail(env_vars.error());
-  if (const json::object* ev = *env_vars) {
-    if (ev->size() > kMaxEnvVars) {
-      return fail(invalid_argument("at most " + std::to_string(kMaxEnvVars) + " env_vars"));
-    }
-    for (const auto& kv : *ev) {
-      if (!valid_env_name(kv.key())) {
-        return fail(invalid_argument("env var name '" + std::string(kv.key()) +
-                                     "' is empty, too long or contains '=' or NUL"));
-      }
-      auto value = json_as_string(kv.value(), json_path_key("env_vars", kv.key()));
-      if (!value.ok()) return fail(value.error());
-      if (value->find('\0') != std::string::npos) {
-        return fail(invalid_argument("env var '" + std::string(kv.key()) +
-                                     "' must be a string without NUL"));
-      }
-    }
-    env = *ev;
-  }
+  auto parsed = parse_execute(req);
+  if (!parsed.ok()) return fail(parsed.error());
+  std::string& code = parsed->code;
+  const std::optional<std::string>& context_id = parsed->context_id;
+  const std::optional<std::string>& lang = parsed->language;
+  json::object& env = parsed->env;
   std::shared_ptr<Context> ctx;
-  if (*context_id) {
-    ctx = find(**context_id);
-    if (!ctx) return respond(text_response(404, "Context " + **context_id + " not found", version));
+  if (context_id) {
+    ctx = find(*context_id);
+    if (!ctx) return respond(text_response(404, "Context " + *context_id + " not found", version));
   } else {
-    std::string language = normalize_language(lang->value_or(""));
+    std::string language = normalize_language(lang.value_or(""));
     if (Status s = check_language(language); !s.ok()) return fail(s.error());
     auto d = default_context(language);
     if (!d.ok()) return fail(d.error());
@@ -530,7 +550,7 @@ void Service::Impl::execute(http::Request&& req, http::Responder respond) {
     }
   }
   asio::post(ctx->strand, [this, ctx, version, env = std::move(env), restore = std::move(restore),
-                           unset = std::move(unset), code = std::move(*code),
+                           unset = std::move(unset), code = std::move(code),
                            respond = std::move(respond)]() mutable {
     auto kernel = ensure_kernel(*ctx);
     if (!kernel.ok()) {
