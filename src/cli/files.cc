@@ -31,11 +31,10 @@ int with_files(Context& ctx, const FilesOpts& o, F&& f) {
   return f(sbx->files());
 }
 
-void fill_files(CLI::App* fs, Context& ctx) {
-  fs->require_subcommand(1);
+// abx files read
+void add_files_read(CLI::App& files, Context& ctx) {
   auto o = std::make_shared<FilesOpts>();
-
-  auto* r = add_sandbox_subcommand(*fs, "read", "Print a file's bytes on stdout", o->id);
+  auto* r = add_sandbox_subcommand(files, "read", "Print a file's bytes on stdout", o->id);
   r->alias("cat");
   r->add_option("path", o->path, "Path in the sandbox")->required();
   r->callback([&ctx, o] {
@@ -49,8 +48,13 @@ void fill_files(CLI::App* fs, Context& ctx) {
       return kExitOk;
     });
   });
+}
 
-  auto* w = add_sandbox_subcommand(*fs, "write", "Write a file from a local file or stdin", o->id);
+// abx files write
+void add_files_write(CLI::App& files, Context& ctx) {
+  auto o = std::make_shared<FilesOpts>();
+  auto* w =
+      add_sandbox_subcommand(files, "write", "Write a file from a local file or stdin", o->id);
   w->add_option("path", o->path, "Path in the sandbox")->required();
   w->add_option("source", o->local, "Local file, or - for stdin")->capture_default_str();
   w->callback([&ctx, o] {
@@ -77,8 +81,12 @@ void fill_files(CLI::App* fs, Context& ctx) {
       return kExitOk;
     });
   });
+}
 
-  auto* ls = add_sandbox_subcommand(*fs, "ls", "List a directory", o->id);
+// abx files ls
+void add_files_ls(CLI::App& files, Context& ctx) {
+  auto o = std::make_shared<FilesOpts>();
+  auto* ls = add_sandbox_subcommand(files, "ls", "List a directory", o->id);
   ls->add_option("path", o->path, "Directory")->required();
   ls->add_option("--depth", o->depth, "Levels to descend")->capture_default_str();
   ls->callback([&ctx, o] {
@@ -111,8 +119,12 @@ void fill_files(CLI::App* fs, Context& ctx) {
       return kExitOk;
     });
   });
+}
 
-  auto* rm = add_sandbox_subcommand(*fs, "rm", "Remove a file or directory (recursively)", o->id);
+// abx files rm
+void add_files_rm(CLI::App& files, Context& ctx) {
+  auto o = std::make_shared<FilesOpts>();
+  auto* rm = add_sandbox_subcommand(files, "rm", "Remove a file or directory (recursively)", o->id);
   rm->add_option("path", o->path, "Path")->required();
   rm->callback([&ctx, o] {
     ctx.exit_code = with_files(ctx, *o, [&](client::Files f) {
@@ -122,8 +134,12 @@ void fill_files(CLI::App* fs, Context& ctx) {
       return kExitOk;
     });
   });
+}
 
-  auto* mk = add_sandbox_subcommand(*fs, "mkdir", "Create a directory (and its parents)", o->id);
+// abx files mkdir
+void add_files_mkdir(CLI::App& files, Context& ctx) {
+  auto o = std::make_shared<FilesOpts>();
+  auto* mk = add_sandbox_subcommand(files, "mkdir", "Create a directory (and its parents)", o->id);
   mk->add_option("path", o->path, "Path")->required();
   mk->callback([&ctx, o] {
     ctx.exit_code = with_files(ctx, *o, [&](client::Files f) {
@@ -136,7 +152,15 @@ void fill_files(CLI::App* fs, Context& ctx) {
       return kExitOk;
     });
   });
+}
 
+void fill_files(CLI::App* fs, Context& ctx) {
+  fs->require_subcommand(1);
+  add_files_read(*fs, ctx);
+  add_files_write(*fs, ctx);
+  add_files_ls(*fs, ctx);
+  add_files_rm(*fs, ctx);
+  add_files_mkdir(*fs, ctx);
   add_files_cp(*fs, ctx);
 }
 
