@@ -237,11 +237,10 @@ int network(Context& ctx, const SandboxOpts& o) {
   return kExitOk;
 }
 
-void fill_sandbox(CLI::App* sb, Context& ctx) {
-  sb->require_subcommand(1);
+// abx sandbox create
+void add_sandbox_create(CLI::App& sandbox, Context& ctx) {
   auto o = std::make_shared<SandboxOpts>();
-
-  auto* c = sb->add_subcommand("create", "Create a sandbox from a template; prints its id");
+  auto* c = sandbox.add_subcommand("create", "Create a sandbox from a template; prints its id");
   c->add_option("template", o->template_id, "Template id")->capture_default_str();
   c->add_option("--timeout", o->timeout, "Lifetime: 300, 5m, 1h")->capture_default_str();
   c->add_option("--env", o->envs, "Environment variable KEY=VALUE (repeatable)")
@@ -258,33 +257,57 @@ void fill_sandbox(CLI::App* sb, Context& ctx) {
   c->add_flag("--no-internet", o->no_internet,
               "No outbound access except --allow-out (E2B's allowInternetAccess: false)");
   c->callback([&ctx, o] { ctx.exit_code = create(ctx, *o); });
+}
 
-  auto* l = sb->add_subcommand("list", "List sandboxes");
+// abx sandbox list
+void add_sandbox_list(CLI::App& sandbox, Context& ctx) {
+  auto o = std::make_shared<SandboxOpts>();
+  auto* l = sandbox.add_subcommand("list", "List sandboxes");
   l->alias("ls");
   l->add_option("--state", o->state, "running, paused or running,paused");
   l->add_option("--metadata", o->metadata, "Only sandboxes with this KEY=VALUE (repeatable)")
       ->allow_extra_args(false);
   l->add_option("--limit", o->limit, "At most this many");
   l->callback([&ctx, o] { ctx.exit_code = list(ctx, *o); });
+}
 
-  auto* i = add_sandbox_subcommand(*sb, "info", "Show a sandbox", o->id);
+// abx sandbox info
+void add_sandbox_info(CLI::App& sandbox, Context& ctx) {
+  auto o = std::make_shared<SandboxOpts>();
+  auto* i = add_sandbox_subcommand(sandbox, "info", "Show a sandbox", o->id);
   i->callback([&ctx, o] { ctx.exit_code = info(ctx, *o); });
+}
 
-  auto* k = sb->add_subcommand("kill", "Stop and remove sandboxes");
+// abx sandbox kill
+void add_sandbox_kill(CLI::App& sandbox, Context& ctx) {
+  auto o = std::make_shared<SandboxOpts>();
+  auto* k = sandbox.add_subcommand("kill", "Stop and remove sandboxes");
   k->add_option("sandbox", o->ids, "Sandbox ids")->required();
   k->callback([&ctx, o] { ctx.exit_code = kill(ctx, *o); });
+}
 
-  auto* t = add_sandbox_subcommand(*sb, "timeout", "Set a sandbox's remaining lifetime", o->id);
+// abx sandbox timeout
+void add_sandbox_timeout(CLI::App& sandbox, Context& ctx) {
+  auto o = std::make_shared<SandboxOpts>();
+  auto* t = add_sandbox_subcommand(sandbox, "timeout", "Set a sandbox's remaining lifetime", o->id);
   t->add_option("duration", o->timeout, "From now: 300, 5m, 1h")->required();
   t->callback([&ctx, o] { ctx.exit_code = timeout(ctx, *o); });
+}
 
-  auto* cn =
-      add_sandbox_subcommand(*sb, "connect", "Resume or keep alive a sandbox and show it", o->id);
+// abx sandbox connect
+void add_sandbox_connect(CLI::App& sandbox, Context& ctx) {
+  auto o = std::make_shared<SandboxOpts>();
+  auto* cn = add_sandbox_subcommand(sandbox, "connect",
+                                    "Resume or keep alive a sandbox and show it", o->id);
   cn->add_option("--timeout", o->timeout, "Keep it for at least this long")->capture_default_str();
   cn->callback([&ctx, o] { ctx.exit_code = connect(ctx, *o); });
+}
 
+// abx sandbox network
+void add_sandbox_network(CLI::App& sandbox, Context& ctx) {
+  auto o = std::make_shared<SandboxOpts>();
   auto* nw = add_sandbox_subcommand(
-      *sb, "network",
+      sandbox, "network",
       "Replace a running sandbox's outbound rules (no flags: allow everything again)", o->id);
   nw->add_option("--allow-out", o->allow_out, "Address, CIDR or domain to allow (repeatable)")
       ->allow_extra_args(false);
@@ -292,31 +315,62 @@ void fill_sandbox(CLI::App* sb, Context& ctx) {
       ->allow_extra_args(false);
   nw->add_flag("--no-internet", o->no_internet, "Deny everything not in --allow-out");
   nw->callback([&ctx, o] { ctx.exit_code = network(ctx, *o); });
+}
 
-  auto* p = add_sandbox_subcommand(*sb, "pause", "Pause a sandbox", o->id);
+// abx sandbox pause
+void add_sandbox_pause(CLI::App& sandbox, Context& ctx) {
+  auto o = std::make_shared<SandboxOpts>();
+  auto* p = add_sandbox_subcommand(sandbox, "pause", "Pause a sandbox", o->id);
   p->callback([&ctx, o] { ctx.exit_code = pause(ctx, *o); });
+}
 
-  auto* r = add_sandbox_subcommand(*sb, "resume",
+// abx sandbox resume
+void add_sandbox_resume(CLI::App& sandbox, Context& ctx) {
+  auto o = std::make_shared<SandboxOpts>();
+  auto* r = add_sandbox_subcommand(sandbox, "resume",
                                    "Resume a paused sandbox (POST /sandboxes/{id}/connect)", o->id);
   r->add_option("--timeout", o->timeout, "Keep it for at least this long")->capture_default_str();
   r->callback([&ctx, o] { ctx.exit_code = resume(ctx, *o); });
+}
 
+// abx sandbox fork
+void add_sandbox_fork(CLI::App& sandbox, Context& ctx) {
+  auto o = std::make_shared<SandboxOpts>();
   auto* f = add_sandbox_subcommand(
-      *sb, "fork",
+      sandbox, "fork",
       "Clone a running sandbox into new ones (needs CRIU); prints the children's ids, one a line",
       o->id);
   f->add_option("-n,--count", o->count, "How many children, 1..64")->capture_default_str();
   f->add_option("--timeout", o->fork_timeout,
                 "The children's lifetime: 300, 5m, 1h (default: the platform's)");
   f->callback([&ctx, o] { ctx.exit_code = fork(ctx, *o); });
+}
 
+// abx sandbox snapshot
+void add_sandbox_snapshot(CLI::App& sandbox, Context& ctx) {
+  auto o = std::make_shared<SandboxOpts>();
   auto* sn = add_sandbox_subcommand(
-      *sb, "snapshot",
+      sandbox, "snapshot",
       "Keep a sandbox's state as a snapshot (needs CRIU); prints its id, a template id for "
       "`abx sandbox create`",
       o->id);
   sn->add_option("--name", o->name, "A name for the snapshot");
   sn->callback([&ctx, o] { ctx.exit_code = snapshot(ctx, *o); });
+}
+
+void fill_sandbox(CLI::App* sb, Context& ctx) {
+  sb->require_subcommand(1);
+  add_sandbox_create(*sb, ctx);
+  add_sandbox_list(*sb, ctx);
+  add_sandbox_info(*sb, ctx);
+  add_sandbox_kill(*sb, ctx);
+  add_sandbox_timeout(*sb, ctx);
+  add_sandbox_connect(*sb, ctx);
+  add_sandbox_network(*sb, ctx);
+  add_sandbox_pause(*sb, ctx);
+  add_sandbox_resume(*sb, ctx);
+  add_sandbox_fork(*sb, ctx);
+  add_sandbox_snapshot(*sb, ctx);
 }
 
 }  // namespace
