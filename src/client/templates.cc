@@ -223,6 +223,44 @@ ErrorCode code_named(std::string_view name) {
   return ErrorCode::kInternal;
 }
 
+// The Dockerfile of a build: its path inside the context, or one sent along (extra_name,
+// extra_data) under a name the context cannot have.
+struct BuildDockerfile {
+  std::string path = "Dockerfile";
+  std::string extra_name, extra_data;
+};
+
+Result<BuildDockerfile> place_dockerfile(const std::string& context_dir,
+                                         const std::string& dockerfile) {
+  BuildDockerfile out;
+  if (!dockerfile.empty()) {
+    std::error_code ec;
+    const fs::path ctx = fs::weakly_canonical(context_dir, ec);
+    const fs::path df = fs::weakly_canonical(dockerfile, ec);
+    auto rel = df.lexically_relative(ctx);
+    if (!rel.empty() && *rel.begin() != ".." && fs::exists(df)) {
+      out.path = rel.string();
+    } else {
+      std::ifstream in(dockerfile, std::ios::binary);
+      if (!in) return not_found("Dockerfile " + dockerfile + " not found");
+      out.extra_data.assign(std::istreambuf_iterator<char>(in), {});
+      out.extra_name = ".abx-build/Dockerfile";
+      out.path = out.extra_name;
+    }
+  }
+  return out;
+}
+
+// POST /templates/build's target: the name, the Dockerfile's path and the build args.
+std::string build_target(const BuildOptions& options, const std::string& dockerfile) {
+  std::string target = "/templates/build?name=" + detail::url_encode(options.name) +
+                       "&dockerfile=" + detail::url_encode(dockerfile);
+  for (const auto& [k, v] : options.build_args) {
+    target += "&buildarg=" + detail::url_encode(k + "=" + v);
+  }
+  return target;
+}
+
 }  // namespace
 
 Result<std::string> tar_context(const std::string& context_dir, std::uint64_t max_bytes,
@@ -257,26 +295,10 @@ Result<std::string> tar_context(const std::string& context_dir, std::uint64_t ma
 Result<json::object> build_template(const std::string& context_dir, const BuildOptions& options,
                                     const BuildCallback& on_event, const ConnectionConfig& config) {
   if (options.name.empty()) return invalid_argument("build: a template name is required");
-  // The Dockerfile: inside the context, or sent along under a name the context cannot have.
-  std::string dockerfile = "Dockerfile";
-  std::string extra_name, extra_data;
-  if (!options.dockerfile.empty()) {
-    std::error_code ec;
-    const fs::path ctx = fs::weakly_canonical(context_dir, ec);
-    const fs::path df = fs::weakly_canonical(options.dockerfile, ec);
-    auto rel = df.lexically_relative(ctx);
-    if (!rel.empty() && *rel.begin() != ".." && fs::exists(df)) {
-      dockerfile = rel.string();
-    } else {
-      std::ifstream in(options.dockerfile, std::ios::binary);
-      if (!in) return not_found("Dockerfile " + options.dockerfile + " not found");
-      extra_data.assign(std::istreambuf_iterator<char>(in), {});
-      extra_name = ".abx-build/Dockerfile";
-      dockerfile = extra_name;
-    }
-  }
-  ABX_ASSIGN_OR_RETURN(auto body,
-                       tar_context(context_dir, options.max_context_bytes, extra_name, extra_data));
+  ABX_ASSIGN_OR_RETURN(const BuildDockerfile df, place_dockerfile(context_dir, options.dockerfile));
+  const std::string& dockerfile = df.path;
+  ABX_ASSIGN_OR_RETURN(
+      auto body, tar_context(context_dir, options.max_context_bytes, df.extra_name, df.extra_data));
   if (on_event) {
     const auto size = static_cast<std::int64_t>(body.size());
     on_event(*event_of(json::object{{"type", "context"}, {"bytes", size}}));
@@ -284,12 +306,8 @@ Result<json::object> build_template(const std::string& context_dir, const BuildO
 
   Transport t(config);
   ABX_ASSIGN_OR_RETURN(auto ep, detail::parse_http_url(config.api_url));
-  std::string target = "/templates/build?name=" + detail::url_encode(options.name) +
-                       "&dockerfile=" + detail::url_encode(dockerfile);
-  for (const auto& [k, v] : options.build_args) {
-    target += "&buildarg=" + detail::url_encode(k + "=" + v);
-  }
-  auto req = http::make_request(bhttp::verb::post, target, std::move(body));
+  auto req =
+      http::make_request(bhttp::verb::post, build_target(options, dockerfile), std::move(body));
   req.set(bhttp::field::content_type, "application/x-tar");
   if (!config.api_key.empty()) req.set("X-API-KEY", config.api_key);
   t.prepare(ep, req);
