@@ -309,12 +309,8 @@ Result<CodeContext> context_from_json(const json::value& v) {
   return c;
 }
 
-}  // namespace
-
-Result<Execution> CodeInterpreter::run(std::string_view code, const RunCodeOptions& opts) {
-  if (!opts.context_id.empty() && !opts.language.empty()) {
-    return invalid_argument("run code: give a context id or a language, not both");
-  }
+// POST /execute's body.
+json::object execute_body(std::string_view code, const RunCodeOptions& opts) {
   json::object body{{"code", code}};
   if (!opts.context_id.empty()) body["context_id"] = opts.context_id;
   if (!opts.language.empty()) body["language"] = opts.language;
@@ -323,6 +319,53 @@ Result<Execution> CodeInterpreter::run(std::string_view code, const RunCodeOptio
     for (const auto& [k, v] : opts.envs) envs[k] = v;
     body["env_vars"] = std::move(envs);
   }
+  return body;
+}
+
+// Cancels a connection unless stopped within its timeout (a thread that waits for stop()).
+class Watchdog {
+ public:
+  Watchdog() = default;
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+  ~Watchdog() { stop(); }
+
+  void start(std::chrono::milliseconds timeout, std::shared_ptr<http::Connection> c) {
+    thread_ = std::thread([this, timeout, c = std::move(c)] {
+      std::unique_lock lk(mu_);
+      if (!cv_.wait_for(lk, timeout, [&] { return done_; })) {
+        fired_ = true;
+        c->cancel();
+      }
+    });
+  }
+  // Whether it fired (false if it was never started).
+  bool stop() {
+    if (!thread_.joinable()) return false;
+    {
+      std::lock_guard lk(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    return fired_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  bool fired_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+Result<Execution> CodeInterpreter::run(std::string_view code, const RunCodeOptions& opts) {
+  if (!opts.context_id.empty() && !opts.language.empty()) {
+    return invalid_argument("run code: give a context id or a language, not both");
+  }
+  const json::object body = execute_body(code, opts);
   detail::SandboxState& st = *state_;
   ABX_ASSIGN_OR_RETURN(auto ep, st.plane_endpoint(kCodeInterpreterPort));
   auto conn = st.transport->open_stream(ep);
@@ -333,32 +376,8 @@ Result<Execution> CodeInterpreter::run(std::string_view code, const RunCodeOptio
 
   // The deadline: a watchdog closes the connection, which makes the interpreter interrupt the
   // code (it notices at its next keepalive, within a second).
-  struct Watchdog {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    bool fired = false;
-  } wd;
-  std::thread watchdog;
-  if (opts.timeout.count() > 0) {
-    watchdog = std::thread([&wd, &opts, c = *conn] {
-      std::unique_lock lk(wd.mu);
-      if (!wd.cv.wait_for(lk, opts.timeout, [&] { return wd.done; })) {
-        wd.fired = true;
-        c->cancel();
-      }
-    });
-  }
-  auto stop_watchdog = [&] {
-    if (!watchdog.joinable()) return false;
-    {
-      std::lock_guard lk(wd.mu);
-      wd.done = true;
-    }
-    wd.cv.notify_all();
-    watchdog.join();
-    return wd.fired;
-  };
+  Watchdog wd;
+  if (opts.timeout.count() > 0) wd.start(opts.timeout, *conn);
 
   Execution ex;
   detail::ExecutionReader reader(opts, ex);
@@ -378,7 +397,7 @@ Result<Execution> CodeInterpreter::run(std::string_view code, const RunCodeOptio
         return !reader.ended();
       },
       idle);
-  bool timed_out = stop_watchdog();
+  bool timed_out = wd.stop();
   // A deadline that passed just as end_of_execution arrived does not undo the execution.
   if (timed_out && !(reader.ended() && !failure)) {
     return Error(ErrorCode::kDeadlineExceeded, "code execution timed out after " +
