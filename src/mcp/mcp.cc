@@ -118,6 +118,8 @@ json::object result_response(json::value result, const json::value& id) {
                       std::move(sp));
 }
 
+// One function: the checks run in the order the errors are reported in (size, parse, id, version,
+// then one branch per kind), and the params move out of the document within its one arena.
 Decoded decode(std::string_view text, const DecodeLimits& limits, json::memory_resource* arena) {
   if (text.size() > limits.max_message_bytes) {
     return fail(invalid_request("message of " + std::to_string(text.size()) +
