@@ -208,6 +208,30 @@ Error bind_error(std::uint16_t group, int err) {
   return os::errno_error(what, err);
 }
 
+// BIND and the mode in one request: the instance never exists with the kernel's defaults
+// (whole packets, 1 s batches) as far as our socket can observe. Written into `req`.
+constexpr std::size_t kConfigRequestBytes = 256;  // the request is about 64 bytes
+nlmsghdr* put_config_request(char* req, std::uint16_t group) {
+  nlmsghdr* nlh = mnl_nlmsg_put_header(req);
+  nlh->nlmsg_type = kConfigType;
+  nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
+  nlh->nlmsg_seq = static_cast<std::uint32_t>(::time(nullptr));
+  auto* nfg = static_cast<nfgenmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(nfgenmsg)));
+  nfg->nfgen_family = AF_UNSPEC;
+  nfg->version = NFNETLINK_V0;
+  nfg->res_id = htons(group);
+  nfulnl_msg_config_cmd cmd = {};
+  cmd.command = NFULNL_CFG_CMD_BIND;
+  mnl_attr_put(nlh, NFULA_CFG_CMD, sizeof cmd, &cmd);
+  nfulnl_msg_config_mode mode = {};
+  mode.copy_range = htonl(kNflogCopyRange);
+  mode.copy_mode = NFULNL_COPY_PACKET;
+  mnl_attr_put(nlh, NFULA_CFG_MODE, sizeof mode, &mode);
+  mnl_attr_put_u32(nlh, NFULA_CFG_TIMEOUT, htonl(kFlushTimeout));
+  mnl_attr_put_u32(nlh, NFULA_CFG_QTHRESH, htonl(kQueueThreshold));
+  return nlh;
+}
+
 }  // namespace
 
 std::vector<FlowLogEvent> parse_nflog_messages(const void* buf, std::size_t len,
@@ -258,26 +282,8 @@ Result<NflogReader> NflogReader::open(std::uint16_t group) {
   if (::setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof rcvbuf) < 0)
     (void)::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
 
-  // BIND and the mode in one request: the instance never exists with the kernel's defaults
-  // (whole packets, 1 s batches) as far as our socket can observe.
-  alignas(nlmsghdr) char req[256];  // the request is about 64 bytes
-  nlmsghdr* nlh = mnl_nlmsg_put_header(req);
-  nlh->nlmsg_type = kConfigType;
-  nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
-  nlh->nlmsg_seq = static_cast<std::uint32_t>(::time(nullptr));
-  auto* nfg = static_cast<nfgenmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(nfgenmsg)));
-  nfg->nfgen_family = AF_UNSPEC;
-  nfg->version = NFNETLINK_V0;
-  nfg->res_id = htons(group);
-  nfulnl_msg_config_cmd cmd = {};
-  cmd.command = NFULNL_CFG_CMD_BIND;
-  mnl_attr_put(nlh, NFULA_CFG_CMD, sizeof cmd, &cmd);
-  nfulnl_msg_config_mode mode = {};
-  mode.copy_range = htonl(kNflogCopyRange);
-  mode.copy_mode = NFULNL_COPY_PACKET;
-  mnl_attr_put(nlh, NFULA_CFG_MODE, sizeof mode, &mode);
-  mnl_attr_put_u32(nlh, NFULA_CFG_TIMEOUT, htonl(kFlushTimeout));
-  mnl_attr_put_u32(nlh, NFULA_CFG_QTHRESH, htonl(kQueueThreshold));
+  alignas(nlmsghdr) char req[kConfigRequestBytes];
+  nlmsghdr* nlh = put_config_request(req, group);
 
   sockaddr_nl kernel = {};
   kernel.nl_family = AF_NETLINK;
