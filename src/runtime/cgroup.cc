@@ -49,6 +49,43 @@ bool wait_until(F done, std::chrono::milliseconds limit) {
                         done);
 }
 
+// Writes `limits` into the groups of `g` (`v2_dir`: its cgroup2 directory, "" if none).
+Status write_limits(const SandboxCgroups& g, const std::string& v2_dir,
+                    const CgroupLimits& limits) {
+  auto write = [&](const std::string& dir, const std::string& file,
+                   const std::string& value) -> Status {
+    return write_file(dir + "/" + file, value);
+  };
+  Status s;
+  if (limits.memory_bytes) {
+    std::string dir = g.dir_for("memory"), v = std::to_string(limits.memory_bytes);
+    if (dir == v2_dir) {
+      s = write(dir, "memory.max", v);
+      // No swap, and an OOM kills the whole sandbox rather than one random process.
+      if (s && exists(dir + "/memory.swap.max")) s = write(dir, "memory.swap.max", "0");
+      if (s) s = write(dir, "memory.oom.group", "1");
+    } else {
+      s = write(dir, "memory.limit_in_bytes", v);
+      // memsw (memory+swap) must be >= the memory limit; equal means no swap.
+      if (s && exists(dir + "/memory.memsw.limit_in_bytes"))
+        s = write(dir, "memory.memsw.limit_in_bytes", v);
+    }
+  }
+  if (s && limits.pids_max)
+    s = write(g.dir_for("pids"), "pids.max", std::to_string(limits.pids_max));
+  if (s && limits.cpu_millicores) {
+    std::string dir = g.dir_for("cpu");
+    unsigned long long quota = limits.cpu_millicores * 100ull;  // of a 100000 us period
+    if (dir == v2_dir) {
+      s = write(dir, "cpu.max", std::to_string(quota) + " 100000");
+    } else {
+      s = write(dir, "cpu.cfs_period_us", "100000");
+      if (s) s = write(dir, "cpu.cfs_quota_us", std::to_string(quota));
+    }
+  }
+  return s;
+}
+
 }  // namespace
 
 Result<CgroupLayout> CgroupLayout::detect(const std::string& mountinfo_path) {
@@ -216,38 +253,7 @@ Result<SandboxCgroups> SandboxCgroups::create(const CgroupLayout& layout, const 
     created.push_back(dir);
   }
 
-  auto write = [&](const std::string& dir, const std::string& file,
-                   const std::string& value) -> Status {
-    return write_file(dir + "/" + file, value);
-  };
-  Status s;
-  if (limits.memory_bytes) {
-    std::string dir = g.dir_for("memory"), v = std::to_string(limits.memory_bytes);
-    if (dir == g.v2_dir_) {
-      s = write(dir, "memory.max", v);
-      // No swap, and an OOM kills the whole sandbox rather than one random process.
-      if (s && exists(dir + "/memory.swap.max")) s = write(dir, "memory.swap.max", "0");
-      if (s) s = write(dir, "memory.oom.group", "1");
-    } else {
-      s = write(dir, "memory.limit_in_bytes", v);
-      // memsw (memory+swap) must be >= the memory limit; equal means no swap.
-      if (s && exists(dir + "/memory.memsw.limit_in_bytes"))
-        s = write(dir, "memory.memsw.limit_in_bytes", v);
-    }
-  }
-  if (s && limits.pids_max)
-    s = write(g.dir_for("pids"), "pids.max", std::to_string(limits.pids_max));
-  if (s && limits.cpu_millicores) {
-    std::string dir = g.dir_for("cpu");
-    unsigned long long quota = limits.cpu_millicores * 100ull;  // of a 100000 us period
-    if (dir == g.v2_dir_) {
-      s = write(dir, "cpu.max", std::to_string(quota) + " 100000");
-    } else {
-      s = write(dir, "cpu.cfs_period_us", "100000");
-      if (s) s = write(dir, "cpu.cfs_quota_us", std::to_string(quota));
-    }
-  }
-  if (!s) {
+  if (Status s = write_limits(g, g.v2_dir_, limits); !s) {
     undo();
     return s.error();
   }
