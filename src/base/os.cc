@@ -106,6 +106,106 @@ std::string tail(std::string_view text) {
   return std::string(text);
 }
 
+// posix_spawn with 0 from /dev/null (`devnull`), 1 to `out_fd` and 2 to `err_fd`, no other
+// descriptor.
+Result<pid_t> spawn_now(std::vector<char*>& argv, std::vector<char*>& envp, int devnull, int out_fd,
+                        int err_fd, bool new_session, const std::string& what) {
+  pid_t pid = -1;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, devnull, 0);
+  posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
+  posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  if (new_session) posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+  const int rc = ::posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
+  posix_spawnattr_destroy(&attr);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return errno_error("spawn " + what, rc);
+  return pid;
+}
+
+// fork, then o.started(pid) before the child execs (it waits on a pipe for the go); the same
+// descriptors as spawn_now.
+Result<pid_t> spawn_gated(std::vector<char*>& argv, std::vector<char*>& envp, int devnull,
+                          int out_fd, int err_fd, const RunOptions& o, const std::string& what) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return errno_error("pipe2", errno);
+  UniqueFd go_rd(p[0]), go_wr(p[1]);
+  const pid_t pid = ::fork();
+  if (pid < 0) return errno_error("fork", errno);
+  if (pid == 0) {
+    if (o.new_session) ::setsid();
+    ::dup2(devnull, 0);
+    ::dup2(out_fd, 1);
+    ::dup2(err_fd, 2);
+    // 0-2 and the go pipe only (the program gets no other descriptor of ours).
+    if (::dup2(go_rd.get(), 3) != 3) ::_exit(126);
+    ::close_range(4, ~0u, 0);
+    char c;
+    if (::read(3, &c, 1) != 1) ::_exit(126);  // the parent gave up
+    ::close(3);
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(127);
+  }
+  go_rd.reset();
+  if (Status s = o.started(pid); !s) {
+    go_wr.reset();  // the child exits without running the program
+    retry_eintr([&] { return ::waitpid(pid, nullptr, 0); });
+    return s.error();
+  }
+  char c = 1;
+  if (retry_eintr([&] { return ::write(go_wr.get(), &c, 1); }) != 1) {
+    const int err = errno;
+    ::kill(pid, SIGKILL);
+    retry_eintr([&] { return ::waitpid(pid, nullptr, 0); });
+    return errno_error("release " + what, err);
+  }
+  return pid;
+}
+
+// Reads the program's output into `r` until both pipes end (the program and whatever it left
+// holding them) or `deadline`, when it is killed (r.timed_out).
+void collect_output(UniqueFd& out_rd, UniqueFd& err_rd, pid_t pid, const RunOptions& o,
+                    Clock::time_point deadline, Finished& r) {
+  char buf[16 * 1024];
+  while (out_rd || err_rd) {
+    pollfd fds[2] = {{out_rd ? out_rd.get() : -1, POLLIN, 0},
+                     {err_rd ? err_rd.get() : -1, POLLIN, 0}};
+    int wait_ms = -1;
+    if (o.timeout) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+      wait_ms = static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 60'000));
+    }
+    const int ready = retry_eintr([&] { return ::poll(fds, 2, wait_ms); });
+    if (ready < 0) break;  // cannot happen with valid fds: wait for the program as before
+    if (ready == 0) {
+      if (Clock::now() < deadline) continue;
+      // Its group with a session of its own: its helpers are in it too. What it leaves behind
+      // is for the caller's error path.
+      if (o.new_session) ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+      r.timed_out = true;
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      UniqueFd& fd = i == 0 ? out_rd : err_rd;
+      const ssize_t n = retry_eintr([&] { return ::read(fd.get(), buf, sizeof buf); });
+      if (n <= 0) {
+        fd.reset();
+        continue;
+      }
+      if (i == 0)
+        keep(r.out, r.out_truncated, buf, static_cast<std::size_t>(n), o.capture_limit);
+      else
+        keep(r.err, r.err_truncated, buf, static_cast<std::size_t>(n), o.capture_limit);
+    }
+  }
+}
+
 }  // namespace
 
 bool Finished::exited_ok() const {
@@ -146,92 +246,18 @@ Result<Finished> run(const std::vector<std::string>& args, const RunOptions& o) 
 
   pid_t pid = -1;
   if (!o.started) {
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, devnull.get(), 0);
-    posix_spawn_file_actions_adddup2(&fa, out_wr.get(), 1);
-    posix_spawn_file_actions_adddup2(&fa, child_err, 2);
-    posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    if (o.new_session) posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
-    const int rc = ::posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
-    posix_spawnattr_destroy(&attr);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) return errno_error("spawn " + what, rc);
+    ABX_ASSIGN_OR_RETURN(
+        pid, spawn_now(argv, envp, devnull.get(), out_wr.get(), child_err, o.new_session, what));
   } else {
-    if (::pipe2(p, O_CLOEXEC) != 0) return errno_error("pipe2", errno);
-    UniqueFd go_rd(p[0]), go_wr(p[1]);
-    pid = ::fork();
-    if (pid < 0) return errno_error("fork", errno);
-    if (pid == 0) {
-      if (o.new_session) ::setsid();
-      ::dup2(devnull.get(), 0);
-      ::dup2(out_wr.get(), 1);
-      ::dup2(child_err, 2);
-      // 0-2 and the go pipe only (the program gets no other descriptor of ours).
-      if (::dup2(go_rd.get(), 3) != 3) ::_exit(126);
-      ::close_range(4, ~0u, 0);
-      char c;
-      if (::read(3, &c, 1) != 1) ::_exit(126);  // the parent gave up
-      ::close(3);
-      ::execve(argv[0], argv.data(), envp.data());
-      ::_exit(127);
-    }
-    go_rd.reset();
-    if (Status s = o.started(pid); !s) {
-      go_wr.reset();  // the child exits without running the program
-      retry_eintr([&] { return ::waitpid(pid, nullptr, 0); });
-      return s.error();
-    }
-    char c = 1;
-    if (retry_eintr([&] { return ::write(go_wr.get(), &c, 1); }) != 1) {
-      const int err = errno;
-      ::kill(pid, SIGKILL);
-      retry_eintr([&] { return ::waitpid(pid, nullptr, 0); });
-      return errno_error("release " + what, err);
-    }
+    ABX_ASSIGN_OR_RETURN(pid,
+                         spawn_gated(argv, envp, devnull.get(), out_wr.get(), child_err, o, what));
   }
   out_wr.reset();
   err_wr.reset();
 
   Finished r;
   const auto deadline = o.timeout ? Clock::now() + *o.timeout : Clock::time_point::max();
-  char buf[16 * 1024];
-  // Reads until both pipes end (the program and whatever it left holding them) or the limit.
-  while (out_rd || err_rd) {
-    pollfd fds[2] = {{out_rd ? out_rd.get() : -1, POLLIN, 0},
-                     {err_rd ? err_rd.get() : -1, POLLIN, 0}};
-    int wait_ms = -1;
-    if (o.timeout) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-      wait_ms = static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 60'000));
-    }
-    const int ready = retry_eintr([&] { return ::poll(fds, 2, wait_ms); });
-    if (ready < 0) break;  // cannot happen with valid fds: wait for the program as before
-    if (ready == 0) {
-      if (Clock::now() < deadline) continue;
-      // Its group with a session of its own: its helpers are in it too. What it leaves behind
-      // is for the caller's error path.
-      if (o.new_session) ::kill(-pid, SIGKILL);
-      ::kill(pid, SIGKILL);
-      r.timed_out = true;
-      break;
-    }
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
-      UniqueFd& fd = i == 0 ? out_rd : err_rd;
-      const ssize_t n = retry_eintr([&] { return ::read(fd.get(), buf, sizeof buf); });
-      if (n <= 0) {
-        fd.reset();
-        continue;
-      }
-      if (i == 0)
-        keep(r.out, r.out_truncated, buf, static_cast<std::size_t>(n), o.capture_limit);
-      else
-        keep(r.err, r.err_truncated, buf, static_cast<std::size_t>(n), o.capture_limit);
-    }
-  }
+  collect_output(out_rd, err_rd, pid, o, deadline, r);
   if (retry_eintr([&] { return ::waitpid(pid, &r.status, 0); }) < 0)
     return errno_error("waitpid " + what, errno);
   // One that ended on its own just as the limit ran out is not reported as killed.
