@@ -342,6 +342,36 @@ std::string resolv_conf_nameserver() {
   return "";
 }
 
+// The resolver the sandboxes' DNS questions go to: --dns-upstream (IPv4[:PORT]), else the first
+// IPv4 nameserver of /etc/resolv.conf; `none` (shown as "(none)", 127.0.0.1:53) if neither.
+struct UpstreamResolver {
+  std::string shown;
+  std::uint32_t ip = 0;
+  std::uint16_t port = 53;
+  bool none = false;
+};
+
+Result<UpstreamResolver> upstream_resolver(const std::string& dns_upstream) {
+  UpstreamResolver r;
+  std::string up = dns_upstream;
+  if (up.empty()) up = resolv_conf_nameserver();
+  if (auto colon = up.find(':'); colon != std::string::npos) {
+    r.port = static_cast<std::uint16_t>(std::atoi(up.c_str() + colon + 1));
+    up.resize(colon);
+  }
+  auto ip = egress::parse_ipv4(up);
+  if (!ip) {
+    if (!dns_upstream.empty())
+      return invalid_argument("--dns-upstream " + dns_upstream + ": not IPv4[:PORT]");
+    r.none = true;
+    ip = 0x7f000001;
+    up = "(none)";
+  }
+  r.ip = *ip;
+  r.shown = up;
+  return r;
+}
+
 // What sandboxes trust: the host's bundle (if it can be read) and abxd's CA (docs/networking.md).
 std::string sandbox_trust_bundle(const std::string& host_ca_bundle, const std::string& ca_pem) {
   std::string bundle;
@@ -421,31 +451,81 @@ Result<std::unique_ptr<SandboxNetwork>> SandboxNetwork::start(
   extra.insert(extra.end(), n->opt_.extra_blocked.begin(), n->opt_.extra_blocked.end());
   n->blocked_ = egress::default_blocked(std::move(extra));
 
-  // The upstream resolver.
-  std::string up = n->opt_.dns_upstream;
-  if (up.empty()) up = resolv_conf_nameserver();
-  std::uint16_t up_port = 53;
-  if (auto colon = up.find(':'); colon != std::string::npos) {
-    up_port = static_cast<std::uint16_t>(std::atoi(up.c_str() + colon + 1));
-    up.resize(colon);
-  }
-  auto up_ip = egress::parse_ipv4(up);
-  if (!up_ip) {
-    if (!n->opt_.dns_upstream.empty())
-      return invalid_argument("--dns-upstream " + n->opt_.dns_upstream + ": not IPv4[:PORT]");
+  ABX_ASSIGN_OR_RETURN(const UpstreamResolver upstream, upstream_resolver(n->opt_.dns_upstream));
+  const std::string& up = upstream.shown;
+  const std::uint16_t up_port = upstream.port;
+  const std::uint32_t up_ip = upstream.ip;
+  if (upstream.none) {
     // Sandboxes still reach addresses; every name they ask gets REFUSED.
     n->log_.warn(
         "no IPv4 nameserver in /etc/resolv.conf and no --dns-upstream: sandboxes' DNS "
         "questions will be refused");
     n->no_upstream_ = true;
-    up_ip = 0x7f000001;
-    up = "(none)";
   }
 
   ABX_TRY(runtime::write_sysctl("net/ipv4/ip_forward", "1"));
 
-  DnsForwarderHooks dh;
   SandboxNetwork* self = n.get();
+  // The resolver and the proxy listen on the sandbox links' gateway addresses only (never on
+  // the host's other addresses or its loopback): slot 0's from the start (IP_FREEBIND: before
+  // the host has it), which fixes their ports, and each other link's while it is attached.
+  const asio::ip::address_v4 first_gateway(n->opt_.range.addr + 1);
+  ABX_ASSIGN_OR_RETURN(
+      n->dns_, DnsForwarder::start(n->io_, asio::ip::tcp::endpoint(first_gateway, 0),
+                                   asio::ip::udp::endpoint(asio::ip::address_v4(up_ip), up_port),
+                                   n->dns_hooks()));
+  EgressProxyHooks ph = n->proxy_hooks();
+  {
+    ABX_ASSIGN_OR_RETURN(auto ca, CertAuthority::load_or_create(home + "/ca"));
+    n->ca_ = std::move(ca);
+    n->sandbox_bundle_ = home + "/ca/sandbox-bundle.crt";
+    ABX_TRY(keep_inode_write(n->sandbox_bundle_,
+                             sandbox_trust_bundle(n->opt_.host_ca_bundle, n->ca_->cert_pem())));
+    ABX_ASSIGN_OR_RETURN(ph.upstream_tls, upstream_tls_context(n->opt_.upstream_extra_ca));
+    ph.server_tls = [ca = n->ca_](const std::string& name) { return ca->server_context(name); };
+  }
+  ABX_ASSIGN_OR_RETURN(
+      n->proxy_,
+      EgressProxy::start(n->io_, asio::ip::tcp::endpoint(first_gateway, 0), std::move(ph)));
+
+  ABX_TRY(n->open_nflog());
+
+  n->remove_orphan_tables();
+  {
+    std::lock_guard lock(n->mu_);
+    ABX_TRY(n->apply_locked());
+  }
+  n->read_flow_log();
+  for (int i = 0; i < 2; ++i)
+    n->threads_.emplace_back([self] {
+      auto guard = asio::make_work_guard(self->io_);
+      self->io_.run();
+    });
+  n->log_.info("sandbox networking on: " + range.str() + ", table inet " + n->table_ +
+               ", resolver :" + std::to_string(n->dns_->port()) + " -> " + up + ":" +
+               std::to_string(up_port) + ", egress proxy :" + std::to_string(n->proxy_->port()));
+  return n;
+}
+
+Status SandboxNetwork::open_nflog() {
+  // NFLOG groups are machine-wide: start from the home's hash, step past ones in use.
+  std::uint16_t group = static_cast<std::uint16_t>(0x4000 + (fnv1a(home_) % 0x3000));
+  for (int i = 0; i < 32; ++i, ++group) {
+    auto r = runtime::NflogReader::open(group);
+    if (r) {
+      nflog_ = std::make_unique<Nflog>(std::move(r).value(), io_);
+      log_group_ = group;
+      break;
+    }
+    if (r.error().code() != ErrorCode::kAlreadyExists) return r.error();
+  }
+  if (!nflog_) return Error(ErrorCode::kResourceExhausted, "no free NFLOG group for the audit");
+  return {};
+}
+
+DnsForwarderHooks SandboxNetwork::dns_hooks() {
+  DnsForwarderHooks dh;
+  SandboxNetwork* self = this;
   dh.may_resolve = [self](std::uint32_t src, const std::string& q) {
     return self->may_resolve(src, q);
   };
@@ -455,14 +535,11 @@ Result<std::unique_ptr<SandboxNetwork>> SandboxNetwork::start(
   dh.on_query = [self](std::uint32_t src, const std::string& q, std::uint16_t type, bool fwd) {
     self->on_query(src, q, type, fwd);
   };
-  // The resolver and the proxy listen on the sandbox links' gateway addresses only (never on
-  // the host's other addresses or its loopback): slot 0's from the start (IP_FREEBIND: before
-  // the host has it), which fixes their ports, and each other link's while it is attached.
-  const asio::ip::address_v4 first_gateway(n->opt_.range.addr + 1);
-  ABX_ASSIGN_OR_RETURN(
-      n->dns_, DnsForwarder::start(n->io_, asio::ip::tcp::endpoint(first_gateway, 0),
-                                   asio::ip::udp::endpoint(asio::ip::address_v4(*up_ip), up_port),
-                                   std::move(dh)));
+  return dh;
+}
+
+EgressProxyHooks SandboxNetwork::proxy_hooks() {
+  SandboxNetwork* self = this;
   EgressProxyHooks ph;
   ph.allow = [self](const EgressFlow& f) {
     return self->allow_proxied(f.src_ip, f.dst_ip, f.dst_port, f.domain);
@@ -489,47 +566,7 @@ Result<std::unique_ptr<SandboxNetwork>> SandboxNetwork::start(
     std::lock_guard lock(self->mu_);
     if (Entry* e = self->by_ip_locked(f.src_ip)) self->record_locked(*e, std::move(ev));
   };
-  {
-    ABX_ASSIGN_OR_RETURN(auto ca, CertAuthority::load_or_create(home + "/ca"));
-    n->ca_ = std::move(ca);
-    n->sandbox_bundle_ = home + "/ca/sandbox-bundle.crt";
-    ABX_TRY(keep_inode_write(n->sandbox_bundle_,
-                             sandbox_trust_bundle(n->opt_.host_ca_bundle, n->ca_->cert_pem())));
-    ABX_ASSIGN_OR_RETURN(ph.upstream_tls, upstream_tls_context(n->opt_.upstream_extra_ca));
-    ph.server_tls = [ca = n->ca_](const std::string& name) { return ca->server_context(name); };
-  }
-  ABX_ASSIGN_OR_RETURN(
-      n->proxy_,
-      EgressProxy::start(n->io_, asio::ip::tcp::endpoint(first_gateway, 0), std::move(ph)));
-
-  // NFLOG groups are machine-wide: start from the home's hash, step past ones in use.
-  std::uint16_t group = static_cast<std::uint16_t>(0x4000 + (fnv1a(home) % 0x3000));
-  for (int i = 0; i < 32; ++i, ++group) {
-    auto r = runtime::NflogReader::open(group);
-    if (r) {
-      n->nflog_ = std::make_unique<Nflog>(std::move(r).value(), n->io_);
-      n->log_group_ = group;
-      break;
-    }
-    if (r.error().code() != ErrorCode::kAlreadyExists) return r.error();
-  }
-  if (!n->nflog_) return Error(ErrorCode::kResourceExhausted, "no free NFLOG group for the audit");
-
-  n->remove_orphan_tables();
-  {
-    std::lock_guard lock(n->mu_);
-    ABX_TRY(n->apply_locked());
-  }
-  n->read_flow_log();
-  for (int i = 0; i < 2; ++i)
-    n->threads_.emplace_back([self] {
-      auto guard = asio::make_work_guard(self->io_);
-      self->io_.run();
-    });
-  n->log_.info("sandbox networking on: " + range.str() + ", table inet " + n->table_ +
-               ", resolver :" + std::to_string(n->dns_->port()) + " -> " + up + ":" +
-               std::to_string(up_port) + ", egress proxy :" + std::to_string(n->proxy_->port()));
-  return n;
+  return ph;
 }
 
 runtime::VethConfig SandboxNetwork::veth_config() const {

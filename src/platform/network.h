@@ -39,6 +39,8 @@ namespace abx::platform {
 class CertAuthority;
 class DnsForwarder;
 class EgressProxy;
+struct DnsForwarderHooks;
+struct EgressProxyHooks;
 
 struct NetworkOptions {
   bool enabled = true;  // abxd --no-network: every sandbox gets loopback only
@@ -190,6 +192,12 @@ class SandboxNetwork {
   // -> 30-50 ms on a loaded 2-core VM). A table with a live link stays: a killed abxd's sandboxes
   // keep their rules for the next abxd to adopt.
   void remove_orphan_tables();
+  // The audit's NFLOG reader on a free group (kResourceExhausted if none of 32 is).
+  Status open_nflog();
+  // What the resolver and the proxy ask of this network (its rules, the audit); the proxy's TLS
+  // contexts are start()'s to add.
+  DnsForwarderHooks dns_hooks();
+  EgressProxyHooks proxy_hooks();
   bool may_resolve(std::uint32_t src, const std::string& qname);
   void on_answer(std::uint32_t src, const std::string& qname, const std::vector<std::uint32_t>& a,
                  std::uint32_t ttl);
