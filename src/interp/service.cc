@@ -392,6 +392,43 @@ Result<ExecuteRequest> parse_execute(const http::Request& req) {
   return out;
 }
 
+// The execution's end (its reply, or why there is none): the error event the stream has not
+// sent yet, then end_of_execution, and the keepalive stops.
+void end_execution(const std::shared_ptr<Execution>& ex, Result<json::object> r) {
+  ex->done = true;  // from here a closed stream interrupts nothing (the code has ended)
+  if (!r.ok()) {
+    bool cancelled = r.error().code() == ErrorCode::kFailedPrecondition;
+    if (!ex->errored) {
+      ex->errored = true;
+      ex->send(cancelled ? json::object{{"type", "error"},
+                                        {"name", "ContextRestarting"},
+                                        {"value", "Context was restarted"},
+                                        {"traceback", ""}}
+                         : json::object{{"type", "error"},
+                                        {"name", "KernelDied"},
+                                        {"value", r.error().message()},
+                                        {"traceback", ""}});
+    }
+  } else if (json_string_or_empty(*r, "status") == "error" && !ex->errored) {
+    // An interrupt that lands between two statements can end the cell with no `error`
+    // message (IPython's formatter fails); the reply still names the exception.
+    ex->errored = true;
+    ex->send(json::object{{"type", "error"},
+                          {"name", json_string_or_empty(*r, "ename")},
+                          {"value", json_string_or_empty(*r, "evalue")},
+                          {"traceback", join_traceback(r->if_contains("traceback"))}});
+  } else if (json_string_or_empty(*r, "status") == "aborted" && !ex->errored) {
+    ex->errored = true;
+    ex->send(json::object{{"type", "error"},
+                          {"name", "ExecutionAborted"},
+                          {"value", "Execution was aborted"},
+                          {"traceback", ""}});
+  }
+  ex->out->write("{\"type\":\"end_of_execution\"}\n");
+  ex->out->finish();
+  asio::post(ex->keepalive->get_executor(), [ex] { ex->keepalive->cancel(); });
+}
+
 }  // namespace
 
 void Service::Impl::handle(http::Request&& req, http::Responder respond) {
@@ -585,40 +622,7 @@ void Service::Impl::execute(http::Request&& req, http::Responder respond) {
       }
       if (auto ev = e2b_event(m, ex->errored)) ex->send(*ev);
     };
-    cb.on_done = [ex](Result<json::object> r) {
-      ex->done = true;  // from here a closed stream interrupts nothing (the code has ended)
-      if (!r.ok()) {
-        bool cancelled = r.error().code() == ErrorCode::kFailedPrecondition;
-        if (!ex->errored) {
-          ex->errored = true;
-          ex->send(cancelled ? json::object{{"type", "error"},
-                                            {"name", "ContextRestarting"},
-                                            {"value", "Context was restarted"},
-                                            {"traceback", ""}}
-                             : json::object{{"type", "error"},
-                                            {"name", "KernelDied"},
-                                            {"value", r.error().message()},
-                                            {"traceback", ""}});
-        }
-      } else if (json_string_or_empty(*r, "status") == "error" && !ex->errored) {
-        // An interrupt that lands between two statements can end the cell with no `error`
-        // message (IPython's formatter fails); the reply still names the exception.
-        ex->errored = true;
-        ex->send(json::object{{"type", "error"},
-                              {"name", json_string_or_empty(*r, "ename")},
-                              {"value", json_string_or_empty(*r, "evalue")},
-                              {"traceback", join_traceback(r->if_contains("traceback"))}});
-      } else if (json_string_or_empty(*r, "status") == "aborted" && !ex->errored) {
-        ex->errored = true;
-        ex->send(json::object{{"type", "error"},
-                              {"name", "ExecutionAborted"},
-                              {"value", "Execution was aborted"},
-                              {"traceback", ""}});
-      }
-      ex->out->write("{\"type\":\"end_of_execution\"}\n");
-      ex->out->finish();
-      asio::post(ex->keepalive->get_executor(), [ex] { ex->keepalive->cancel(); });
-    };
+    cb.on_done = [ex](Result<json::object> r) { end_execution(ex, std::move(r)); };
     ex->tick(opt.keepalive_interval);
     ex->kernel->execute(std::move(code), false, std::move(cb));
     if (has_env) ex->kernel->execute(env_code(restore, unset), true, quiet("restoring env_vars"));
