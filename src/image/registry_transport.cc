@@ -314,6 +314,7 @@ Status write_request(Conn& conn, const HttpRequest& req, std::chrono::millisecon
 
 }  // namespace
 
+// The response stays here: reading its header and body sets last_failure_ at each exit.
 Result<HttpResponse> Transport::send(const HttpRequest& req, std::uint64_t body_limit,
                                      const BodySink* sink) {
   last_failure_ = FailureKind::kOther;

@@ -617,6 +617,8 @@ awaitable<void> Flow::respond_and_close(Client& client, Upstream& upstream, http
   (void)upstream;
 }
 
+// One function: a request's checks, its transform, the request and the responses up to the final
+// one are awaits on one parser pair and two buffers, in the loop of a keep-alive connection.
 template <class Client, class Upstream>
 awaitable<void> Flow::serve_http(Client& client, Upstream& upstream, beast::flat_buffer& cbuf) {
   const auto self = shared_from_this();  // the flow outlives every await below

@@ -427,6 +427,8 @@ void SandboxNetwork::remove_orphan_tables() {
   }
 }
 
+// One function: the start steps in their order, each on what the ones before set up (the blocked
+// set, the resolver, the CA and the proxy, the NFLOG group, the ruleset, then the I/O threads).
 Result<std::unique_ptr<SandboxNetwork>> SandboxNetwork::start(
     const std::string& home, NetworkOptions options, const runtime::UserNamespace& userns) {
   std::unique_ptr<SandboxNetwork> n(new SandboxNetwork(std::move(options)));
