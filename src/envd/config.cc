@@ -25,46 +25,27 @@ json::array strings(const std::vector<std::string>& v) {
   return a;
 }
 
-// The object's fields, each read once: a missing one is an error, so is any left unread.
+// The object's fields, each read once with base's readers: a missing one is an error, so is any
+// left unread. Errors carry "envd config: " before the reader's own (`port: must be between 0
+// and 65535`).
 class Fields {
  public:
   explicit Fields(const json::object& o) : o_(o) {}
 
-  Result<const json::value*> get(std::string_view name) {
-    const json::value* v = o_.if_contains(name);
-    if (v == nullptr)
-      return invalid_argument(std::string(kWhat) + "missing field " + std::string(name));
-    read_.insert(std::string(name));
-    return v;
-  }
   Status string(std::string_view name, std::string& out) {
     ABX_ASSIGN_OR_RETURN(const json::value* v, get(name));
-    if (!v->is_string()) return bad(name, "a string");
-    out = std::string(v->get_string());
-    return {};
+    return prefixed(json_as_string(*v, name), out);
   }
   Status strings(std::string_view name, std::vector<std::string>& out) {
     ABX_ASSIGN_OR_RETURN(const json::value* v, get(name));
-    if (!v->is_array()) return bad(name, "an array of strings");
-    out.clear();
-    for (std::size_t i = 0; i < v->get_array().size(); ++i) {
-      const json::value& s = v->get_array()[i];
-      if (!s.is_string()) return bad(std::string(name) + "[" + std::to_string(i) + "]", "a string");
-      out.emplace_back(s.get_string());
-    }
-    return {};
+    return prefixed(json_as_string_list(*v, name), out);
   }
   template <class Int>
-  Status integer(std::string_view name, Int& out, std::uint64_t max) {
+  Status integer(std::string_view name, Int& out, std::int64_t max) {
     ABX_ASSIGN_OR_RETURN(const json::value* v, get(name));
-    const std::string range = "an integer from 0 to " + std::to_string(max);
-    if (v->is_int64() && v->get_int64() >= 0 && static_cast<std::uint64_t>(v->get_int64()) <= max) {
-      out = static_cast<Int>(v->get_int64());
-    } else if (v->is_uint64() && v->get_uint64() <= max) {
-      out = static_cast<Int>(v->get_uint64());
-    } else {
-      return bad(name, range);
-    }
+    std::int64_t n = 0;
+    ABX_TRY(prefixed(json_as_int(*v, name, 0, max), n));
+    out = static_cast<Int>(n);
     return {};
   }
   // The first field nobody asked for, as an error.
@@ -77,6 +58,20 @@ class Fields {
   }
 
  private:
+  Result<const json::value*> get(std::string_view name) {
+    const json::value* v = o_.if_contains(name);
+    if (v == nullptr)
+      return invalid_argument(std::string(kWhat) + "missing field " + std::string(name));
+    read_.insert(std::string(name));
+    return v;
+  }
+  template <class T, class Out>
+  static Status prefixed(Result<T> r, Out& out) {
+    if (!r.ok()) return invalid_argument(std::string(kWhat) + r.error().message());
+    out = std::move(r).value();
+    return {};
+  }
+
   const json::object& o_;
   std::set<std::string> read_;
 };
@@ -119,7 +114,7 @@ Result<EnvdConfig> envd_config_from_json(const json::value& v) {
   ABX_TRY(f.strings("interpreterArgv", c.interpreter_argv));
   ABX_TRY(f.string("defaultUser", c.default_user));
   ABX_TRY(
-      f.integer("maxUploadBytes", c.max_upload_bytes, std::numeric_limits<std::uint64_t>::max()));
+      f.integer("maxUploadBytes", c.max_upload_bytes, std::numeric_limits<std::int64_t>::max()));
   ABX_TRY(f.string("logLevel", c.log_level));
   ABX_TRY(f.no_others());
   ABX_TRY(check_envd_config(c));

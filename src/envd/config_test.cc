@@ -76,20 +76,20 @@ TEST(EnvdConfigTest, AMissingFieldIsNamed) {
 }
 
 TEST(EnvdConfigTest, AMistypedFieldIsNamed) {
-  EXPECT_EQ(error_of(with("host", "1")), "envd config: host must be a string");
+  EXPECT_EQ(error_of(with("host", "1")), "envd config: host: expected a string, got number");
   EXPECT_EQ(error_of(with("port", "\"49983\"")),
-            "envd config: port must be an integer from 0 to 65535");
-  EXPECT_EQ(error_of(with("port", "65536")),
-            "envd config: port must be an integer from 0 to 65535");
-  EXPECT_EQ(error_of(with("port", "-1")), "envd config: port must be an integer from 0 to 65535");
-  EXPECT_EQ(error_of(with("port", "1.5")), "envd config: port must be an integer from 0 to 65535");
+            "envd config: port: expected an integer, got string");
+  EXPECT_EQ(error_of(with("port", "65536")), "envd config: port: must be between 0 and 65535");
+  EXPECT_EQ(error_of(with("port", "-1")), "envd config: port: must be between 0 and 65535");
+  EXPECT_EQ(error_of(with("port", "1.5")), "envd config: port: expected an integer, got number");
   EXPECT_EQ(error_of(with("serverArgv", "\"abx-server\"")),
-            "envd config: serverArgv must be an array of strings");
+            "envd config: serverArgv: expected an array, got string");
   EXPECT_EQ(error_of(with("serverArgv", "[\"abx-server\", 3]")),
-            "envd config: serverArgv[1] must be a string");
+            "envd config: serverArgv[1]: expected a string, got number");
   EXPECT_EQ(error_of(with("maxUploadBytes", "true")),
-            "envd config: maxUploadBytes must be an integer from 0 to 18446744073709551615");
-  EXPECT_EQ(error_of(with("tokenFile", "null")), "envd config: tokenFile must be a string");
+            "envd config: maxUploadBytes: expected an integer, got boolean");
+  EXPECT_EQ(error_of(with("tokenFile", "null")),
+            "envd config: tokenFile: expected a string, got null");
 }
 
 TEST(EnvdConfigTest, RefusesUnknownFieldsOtherVersionsAndNonObjects) {

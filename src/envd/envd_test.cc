@@ -1336,7 +1336,7 @@ TEST_F(EnvdTest, ConfigFileErrorsNameTheField) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   };
   EXPECT_EQ(run("--config " + file), 3);
-  EXPECT_EQ(slurp(err), "abx-envd: envd config: serverArgv[1] must be a string\n");
+  EXPECT_EQ(slurp(err), "abx-envd: envd config: serverArgv[1]: expected a string, got number\n");
   EXPECT_EQ(run("--config " + home_ + "/missing.json"), 3);
   EXPECT_NE(slurp(err).find("missing.json"), std::string::npos) << slurp(err);
   EXPECT_EQ(run("--server-argv '[1]'"), 2);
