@@ -289,21 +289,11 @@ bool valid_utf8(std::string_view s) {
 
 // --- argument checking against the tool's own input schema (the subset build_tools uses) ---
 
+// "null", or the kind with its article: "a string", "an object".
 std::string describe(const json::value& v) {
-  switch (v.kind()) {
-    case json::kind::null:
-      return "null";
-    case json::kind::bool_:
-      return "a boolean";
-    case json::kind::string:
-      return "a string";
-    case json::kind::array:
-      return "an array";
-    case json::kind::object:
-      return "an object";
-    default:
-      return "a number";
-  }
+  const std::string_view kind = json_kind_name(v);
+  if (v.is_null()) return std::string(kind);
+  return (kind[0] == 'a' || kind[0] == 'o' ? "an " : "a ") + std::string(kind);
 }
 
 Status check_value(const std::string& path, const json::object& schema, const json::value& v) {
