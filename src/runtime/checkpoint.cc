@@ -207,7 +207,7 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
   if (freezer.empty())
     return Error(ErrorCode::kFailedPrecondition, "checkpoint needs a cgroup freezer");
   std::string criu_version;
-  if (auto v = run_program({options.criu, "--version"}, kQuickCriuLimit); v && v->status == 0) {
+  if (auto v = run_criu({options.criu, "--version"}, kQuickCriuLimit); v && v->status == 0) {
     criu_version = v->out.substr(0, v->out.find('\n'));
     if (criu_version.starts_with("Version: ")) criu_version.erase(0, 9);
   }
@@ -258,7 +258,7 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
   // While CRIU dumps, its pid is in the state dir: an owner that dies meanwhile leaves CRIU
   // running on the tree, and recover() must wait for it before it thaws anything.
   const std::string criu_pidfile = st.dir + "/" + kCriuPid;
-  auto ran = run_program(args, options.criu_timeout, nullptr, [&](pid_t pid) {
+  auto ran = run_criu(args, options.criu_timeout, nullptr, [&](pid_t pid) {
     return create_file(criu_pidfile,
                        std::to_string(pid) + " " + std::to_string(process_start_time(pid)) + "\n");
   });
@@ -361,7 +361,7 @@ Status recover(Sandbox& sb, std::chrono::milliseconds criu_wait) {
   // A CRIU dump its dead owner started may still hold the tree (seized, frozen by it): it is
   // let finish (bounded by criu_wait), as one killed mid-dump may leave its parasite in a task.
   // One that has not finished by then hangs (as one did, waiting for a trap the guest never
-  // delivered): it is killed with its process group (it leads one: run_program), and the
+  // delivered): it is killed with its process group (it leads one: run_criu), and the
   // sandbox, which was running before the dump, is kept (its tasks are detached when CRIU dies).
   const std::string criu_pidfile = st.dir + "/" + kCriuPid;
   if (auto rec = read_file(criu_pidfile, 64)) {

@@ -1,4 +1,4 @@
-// Running CRIU (run_program, log_tail, criu_available) and the checkpoint-directory helpers
+// Running CRIU (run_criu, log_tail, criu_available) and the checkpoint-directory helpers
 // both checkpoint() and restore() use (checkpoint_internal.h).
 #include <errno.h>
 #include <unistd.h>
@@ -23,8 +23,8 @@ using Clock = std::chrono::steady_clock;
 
 std::string bind_key(std::size_t i) { return "bind" + std::to_string(i); }
 
-Result<Ran> run_program(const std::vector<std::string>& args, std::chrono::milliseconds limit,
-                        const SandboxCgroups* join, const std::function<Status(pid_t)>& started) {
+Result<Ran> run_criu(const std::vector<std::string>& args, std::chrono::milliseconds limit,
+                     const SandboxCgroups* join, const std::function<Status(pid_t)>& started) {
   os::RunOptions o;
   o.env = {
       // CRIU runs iptables-save, ip, tar: they need a PATH, and nothing else of ours.
@@ -104,7 +104,7 @@ Status criu_available(const std::string& criu) {
     return Error(ErrorCode::kFailedPrecondition, "criu is not installed at " + criu + " (" +
                                                      os::errno_name(errno) +
                                                      "; scripts/install-criu.sh installs it)");
-  auto ran = run_program({criu, "check"}, kQuickCriuLimit);
+  auto ran = run_criu({criu, "check"}, kQuickCriuLimit);
   if (!ran) return Error(ErrorCode::kFailedPrecondition, "criu check: " + ran.error().message());
   if (ran->status != 0)
     return Error(ErrorCode::kFailedPrecondition,

@@ -47,9 +47,9 @@ constexpr std::chrono::seconds kQuickCriuLimit{60};
 // for that stop: a SIGCONT first and the helper runs on while CRIU waits for ever (seen: a
 // "kill -9 of abxd" test's CRIU hung in waitpid with SIGHUP pending). The kernel sends those
 // signals only within one session.
-Result<Ran> run_program(const std::vector<std::string>& args, std::chrono::milliseconds limit,
-                        const SandboxCgroups* join = nullptr,
-                        const std::function<Status(pid_t)>& started = {});
+Result<Ran> run_criu(const std::vector<std::string>& args, std::chrono::milliseconds limit,
+                     const SandboxCgroups* join = nullptr,
+                     const std::function<Status(pid_t)>& started = {});
 
 // The file's text, or `fallback` when it cannot be read.
 std::string read_or(const std::string& path, std::string fallback, std::size_t max = 16 << 20);

@@ -353,7 +353,7 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
     args.push_back("mnt[" + bind_key(i) + "]:" + stage + "/" + bind_key(i));
   }
   args.insert(args.end(), {"--tcp-established", "--manage-cgroups=ignore"});
-  auto ran = run_program(args, options.criu_timeout, &st->cgroups);
+  auto ran = run_criu(args, options.criu_timeout, &st->cgroups);
   if (!ran) return ran.error();
   if (ran->status != 0) {
     std::string log = read_or(st->dir + "/" + kRestoreLog, ran->out);

@@ -802,7 +802,7 @@ TEST_F(CheckpointTest, RecoverKillsAHungCriuAndKeepsTheSandbox) {
   Count first;
   auto sb = spawn_counter(c, &first);
   ASSERT_TRUE(sb);
-  // The hung "criu": a session of its own, as run_program makes it, with a child in its group.
+  // The hung "criu": a session of its own, as run_criu makes it, with a child in its group.
   const pid_t criu = ::fork();
   ASSERT_GE(criu, 0);
   if (criu == 0) {
