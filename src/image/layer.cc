@@ -74,13 +74,6 @@ struct Sink {
   ~Sink() { deflateEnd(&z); }
 };
 
-la_ssize_t sink_write(struct archive*, void* client, const void* data, size_t n) {
-  auto* s = static_cast<Sink*>(client);
-  s->raw.update(std::string_view(static_cast<const char*>(data), n));
-  if (!s->deflate_some(data, n, Z_NO_FLUSH)) return -1;
-  return static_cast<la_ssize_t>(n);
-}
-
 struct ArchiveDeleter {
   void operator()(struct archive* a) const { archive_write_free(a); }
 };
@@ -260,18 +253,17 @@ Result<LayerBlob> write_layer_to(const std::string& dir, int out,
   Sink sink;
   sink.fd = out;
   if (!sink.init()) return internal_error("gzip init failed");
-  std::unique_ptr<struct archive, ArchiveDeleter> a(archive_write_new());
-  archive_write_set_format_pax_restricted(a.get());
-  archive_write_set_bytes_in_last_block(a.get(), 1);
-  if (archive_write_open2(a.get(), &sink, nullptr, sink_write, nullptr, nullptr) != ARCHIVE_OK) {
-    return internal_error(std::string("tar: ") + archive_error_string(a.get()));
-  }
-  Walker w(a.get(), options);
-  Status walked = w.tree(dir);
-  if (!walked.ok()) return sink.error.empty() ? walked.error() : internal_error(sink.error);
-  if (archive_write_close(a.get()) != ARCHIVE_OK) {
-    return internal_error(sink.error.empty() ? archive_error_string(a.get()) : sink.error);
-  }
+  // write_tar's stream, hashed as it is (the diff id) and gzipped to `out` (the digest).
+  Status tarred = write_tar(
+      dir,
+      [&sink](std::string_view data) -> Status {
+        sink.raw.update(data);
+        if (!sink.deflate_some(data.data(), data.size(), Z_NO_FLUSH))
+          return internal_error(sink.error);
+        return {};
+      },
+      options);
+  if (!tarred.ok()) return sink.error.empty() ? tarred.error() : internal_error(sink.error);
   if (!sink.deflate_some(nullptr, 0, Z_FINISH)) return internal_error(sink.error);
   LayerBlob b;
   b.diff_id = sink.raw.finish();
