@@ -83,12 +83,6 @@ std::uint64_t dir_bytes(const std::string& dir, const std::string& except) {
   return total;
 }
 
-Status syncfs_path(const std::string& path) {
-  ABX_ASSIGN_OR_RETURN(UniqueFd fd, open_fd(path, O_RDONLY | O_DIRECTORY));
-  if (::syncfs(fd.get()) != 0) return os::errno_error("syncfs " + path, errno);
-  return {};
-}
-
 const char* rootfs_name(RootfsMode m) {
   switch (m) {
     case RootfsMode::kImage:
@@ -298,7 +292,7 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
   if (options.leave_running) {
     // keep_frozen: nothing writes to the layer until the caller commits (destroys the tree) or
     // aborts (recover(), and `dir` goes), so sharing the inode is as good as a copy.
-    Status s = syncfs_path(rw);
+    Status s = sync_filesystem(rw);
     if (s) s = options.keep_frozen ? link_or_copy(image, saved) : copy_sparse_file(image, saved);
     if (!s) return with_resume(s.error());
     if (!options.keep_frozen) {
@@ -315,7 +309,7 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
     auto status = sb.wait();
     if (!status) return status.error();
     info.frozen = since(frozen_at);
-    ABX_TRY(syncfs_path(rw));
+    ABX_TRY(sync_filesystem(rw));
     if (::rename(image.c_str(), saved.c_str()) != 0) {
       if (errno != EXDEV) return os::errno_error("rename " + image + " -> " + saved, errno);
       ABX_TRY(copy_sparse_file(image, saved));
@@ -349,10 +343,7 @@ Result<CheckpointInfo> checkpoint(Sandbox& sb, const std::string& dir,
 }
 
 Status release_checkpointed(Sandbox& sb, const std::string& dir, std::string_view mac_key) {
-  ABX_TRY(sb.destroy());
-  if (!wait_loop_detached(dir + "/" + kRwImage))
-    return Error(ErrorCode::kDeadlineExceeded,
-                 "the writable layer of checkpoint " + dir + " is still loop-attached after 5 s");
+  ABX_TRY(release_layer(sb, dir + "/" + kRwImage));
   return complete_seal(dir, mac_key);
 }
 

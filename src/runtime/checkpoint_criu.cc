@@ -15,12 +15,6 @@
 #include "sys.h"
 
 namespace abx::runtime {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-}  // namespace
-
 std::string bind_key(std::size_t i) { return "bind" + std::to_string(i); }
 
 Result<Ran> run_criu(const std::vector<std::string>& args, std::chrono::milliseconds limit,
@@ -76,19 +70,6 @@ std::string log_tail(const std::string& text) {
   for (std::size_t i = pick.size() > 6 ? pick.size() - 6 : 0; i < pick.size(); ++i)
     out += (out.empty() ? "" : " | ") + pick[i].substr(0, 300);
   return out;
-}
-
-bool wait_loop_detached(const std::string& image) {
-  auto attached = [&] { return loop_backed_by(image) || loop_backed_by_inode(image); };
-  return os::poll_until(Clock::now() + std::chrono::seconds(5),
-                        os::Backoff{std::chrono::milliseconds(5), std::chrono::milliseconds(5)},
-                        [&] { return !attached(); });
-}
-
-Status link_or_copy(const std::string& from, const std::string& to) {
-  if (::link(from.c_str(), to.c_str()) == 0) return {};
-  if (errno != EXDEV && errno != EPERM) return os::errno_error("link " + from + " -> " + to, errno);
-  return copy_sparse_file(from, to);
 }
 
 Status criu_available(const std::string& criu) {

@@ -57,15 +57,6 @@ std::string read_or(const std::string& path, std::string fallback, std::size_t m
 // The lines of a CRIU log worth showing: its errors (the last 6), else its last 6 lines.
 std::string log_tail(const std::string& text);
 
-// Waits (bounded) until no loop device is attached to `image` any more, by its name or (a
-// hard link: the keep_frozen layer) its inode: the kernel detaches an autoclear device
-// asynchronously once the last mount of its filesystem is gone. False if one still is.
-bool wait_loop_detached(const std::string& image);
-
-// `to` as a hard link of `from` (the same inode), or a copy where the filesystem does not allow
-// the link (another filesystem, or no hard links there).
-Status link_or_copy(const std::string& from, const std::string& to);
-
 // A private copy of the images in `dir` (hard links where the filesystem allows, copies
 // otherwise) at `to`, with every userns-*.img rewritten from `from` to `to_first` when they
 // differ. The original files are never written: the rewritten ones are new files (0600, as

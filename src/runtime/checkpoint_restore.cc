@@ -267,14 +267,7 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
     }
   }};
   ABX_ASSIGN_OR_RETURN(st->lock, lock_state_dir(st->dir));
-  if (options.link_layer)
-    ABX_TRY(link_or_copy(layer, st->dir + "/" + kRwImage));
-  else
-    ABX_TRY(copy_sparse_file(layer, st->dir + "/" + kRwImage));
-  ABX_TRY(mount_rw_image(st->dir + "/" + kRwImage, st->dir + "/" + kRwMount));
-  // The old overlay was mounted `volatile`: overlayfs refuses (mounts read-only) a work dir
-  // that still has its incompat/volatile marker.
-  ABX_TRY(remove_tree(st->dir + "/" + kRwMount + "/work/work"));
+  ABX_TRY(take_rw_layer(layer, st->dir, options.link_layer));
 
   // 2. The checkpoint's slot if it is free (its uid range is in CRIU's userns image); else
   // (a fork: the checkpointed sandbox still runs) another, with that image rewritten.

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -163,10 +164,40 @@ Status mount_rw_image(const std::string& image, const std::string& mnt) {
   return {};
 }
 
+Status take_rw_layer(const std::string& image, const std::string& dir, bool link) {
+  const std::string taken = dir + "/" + kRwImage, mnt = dir + "/" + kRwMount;
+  ABX_TRY(link ? link_or_copy(image, taken) : copy_sparse_file(image, taken));
+  ABX_TRY(mount_rw_image(taken, mnt));
+  if (Status s = remove_tree(mnt + "/work/work"); !s) {
+    ::umount2(mnt.c_str(), MNT_DETACH);
+    return s;
+  }
+  return {};
+}
+
+Status sync_filesystem(const std::string& path) {
+  ABX_ASSIGN_OR_RETURN(UniqueFd fd, open_fd(path, O_RDONLY | O_DIRECTORY));
+  if (::syncfs(fd.get()) != 0) return os::errno_error("syncfs " + path, errno);
+  return {};
+}
+
 Status copy_sparse_file(const std::string& from, const std::string& to) {
   struct stat st;
   if (::stat(from.c_str(), &st) != 0) return os::errno_error("stat " + from, errno);
   return copy_sparse(from, to, static_cast<std::uint64_t>(st.st_size));
+}
+
+Status link_or_copy(const std::string& from, const std::string& to) {
+  if (::link(from.c_str(), to.c_str()) == 0) return {};
+  if (errno != EXDEV && errno != EPERM) return os::errno_error("link " + from + " -> " + to, errno);
+  return copy_sparse_file(from, to);
+}
+
+bool wait_loop_detached(const std::string& image) {
+  auto attached = [&] { return loop_backed_by(image) || loop_backed_by_inode(image); };
+  return os::poll_until(std::chrono::steady_clock::now() + std::chrono::seconds(5),
+                        os::Backoff{std::chrono::milliseconds(5), std::chrono::milliseconds(5)},
+                        [&] { return !attached(); });
 }
 
 bool loop_backed_by(const std::string& image) {

@@ -24,8 +24,22 @@ Status make_rw_layer(const std::string& state_dir, const std::string& dir, std::
 // (nosuid, nodev, noatime). Nothing stays attached on failure.
 Status mount_rw_image(const std::string& image, const std::string& mnt);
 
+// Takes the writable layer `image` (an rw.img another sandbox left: a checkpoint's, or one kept
+// by keep_layer()) as `<dir>/rw.img`: a hard link of it when `link` (a copy where the filesystem
+// does not allow one), else a copy; mounts it on `<dir>/rw` as make_rw_layer() mounts a new one,
+// and removes its overlay's stale work dir (the old overlay was mounted `volatile`, and
+// overlayfs refuses, mounting read-only, a work dir that still has its incompat/volatile marker).
+Status take_rw_layer(const std::string& image, const std::string& dir, bool link);
+
+// syncfs(2) of the filesystem `path` is on (the writable layer: `<dir>/rw`).
+Status sync_filesystem(const std::string& path);
+
 // Copies `from` to the new file `to` (same size, data extents only: holes stay holes).
 Status copy_sparse_file(const std::string& from, const std::string& to);
+
+// `to` as a hard link of `from` (the same inode), or a copy where the filesystem does not allow
+// the link (another filesystem, or no hard links there).
+Status link_or_copy(const std::string& from, const std::string& to);
 
 // Whether a loop device is still attached to `image` (an absolute path).
 bool loop_backed_by(const std::string& image);
@@ -34,6 +48,11 @@ bool loop_backed_by(const std::string& image);
 // attached (a hard link of it, or one since unlinked: the checkpoint's rw.img shares the
 // sandbox's). False when `file` does not exist.
 bool loop_backed_by_inode(const std::string& file);
+
+// Waits (bounded: 5 s) until no loop device is attached to `image` any more, by its name or (a
+// hard link: a kept or keep_frozen layer) its inode: the kernel detaches an autoclear device
+// asynchronously once the last mount of its filesystem is gone. False if one still is.
+bool wait_loop_detached(const std::string& image);
 
 // Lazily unmounts `<dir>/rw` if it is mounted (the loop device then detaches itself once the
 // last user of the filesystem is gone) and removes `<dir>/rw.img`. Missing pieces are fine.

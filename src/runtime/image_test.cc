@@ -186,6 +186,49 @@ TEST_F(ImageTest, AdoptedSandboxKeepsItsUpperDirAndDestroyRemovesIt) {
   expect_no_disk_leftovers(state);
 }
 
+// The filesystem-only pause: keep_layer() keeps the writable layer of a running sandbox,
+// release_layer() ends its processes, and a new sandbox spawned on the kept layer (layer_image)
+// has the files and none of the processes; the kept file is the new sandbox's layer.
+TEST_F(ImageTest, KeptLayerOutlivesItsProcessesAndANewSandboxBootsOnIt) {
+  auto c = shell({base_}, "rm /etc/passwd; echo kept > /mark; sleep 100");
+  const std::string id = c.id;
+  auto sb = Sandbox::spawn(c);
+  ASSERT_TRUE(sb.ok()) << sb.error().to_string();
+  const std::string state = sb->state_path(), upper = sb->upper_dir();
+  for (int i = 0; i < 5000 && !fs::exists(upper + "/mark"); ++i) ::usleep(2000);
+  ASSERT_EQ(slurp(upper + "/mark"), "kept\n");
+  const std::string kept = tmp_.string() + "/kept.img";
+  ASSERT_TRUE(keep_layer(*sb, kept).ok());
+  EXPECT_TRUE(sb->cgroups().frozen());
+  ASSERT_TRUE(release_layer(*sb, kept).ok());
+  expect_no_disk_leftovers(state);  // processes, cgroups, mounts, loop device: all gone
+  ASSERT_TRUE(fs::exists(kept));
+
+  // The same id, new processes, the old files (a deletion included).
+  SandboxConfig again = shell({base_},
+                              "cat /mark; ls /etc/passwd 2>&1 | grep -c 'No such'; "
+                              "echo second > /mark2; echo done");
+  again.id = id;
+  again.layer_image = kept;
+  auto r = run(std::move(again));
+  ASSERT_TRUE(r.sb);
+  EXPECT_EQ(r.out, "kept\n1\ndone\n");
+  ASSERT_TRUE(r.sb->destroy().ok());
+  expect_no_disk_leftovers(state);
+  // The new sandbox wrote to the kept file itself (its layer was a hard link of it).
+  SandboxConfig third = shell({base_}, "cat /mark2");
+  third.layer_image = kept;
+  auto r3 = run(std::move(third));
+  ASSERT_TRUE(r3.sb);
+  EXPECT_EQ(r3.out, "second\n");
+  ASSERT_TRUE(r3.sb->destroy().ok());
+
+  // Refused: a relative path, or a host rootfs (no layer to take).
+  SandboxConfig bad = shell({base_}, "true");
+  bad.layer_image = "kept.img";
+  EXPECT_EQ(Sandbox::spawn(bad).error().code(), ErrorCode::kInvalidArgument);
+}
+
 TEST_F(ImageTest, CleanupStaleUnmountsTheWritableLayer) {
   auto c = shell({base_}, "sleep 100");
   std::string id = c.id;

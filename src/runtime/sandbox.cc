@@ -106,6 +106,9 @@ Status validate(const SandboxConfig& c) {
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
       return invalid_argument("rootfs layer is not a directory: " + dir);
   }
+  if (!c.layer_image.empty() && (c.rootfs == RootfsMode::kHost || c.layer_image[0] != '/'))
+    return invalid_argument(
+        "layer_image must be an absolute path, and needs an image or directory rootfs");
   if (c.rootfs != RootfsMode::kHost && c.disk_bytes < (8ull << 20))
     return invalid_argument("disk_bytes must be at least 8 MiB for an ext4 writable layer");
   if (c.shm_bytes == 0) return invalid_argument("shm_bytes must be > 0");
@@ -583,6 +586,11 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config, Timeline* timeline) {
   };
   ABX_TRY(validate(config));
   ABX_ASSIGN_OR_RETURN(const std::vector<sock_filter>* filter, seccomp_program());
+  // A kept layer is mounted once: the sandbox that left it may still be letting go of it (its
+  // loop device detaches asynchronously after the unmount).
+  if (!config.layer_image.empty() && !wait_loop_detached(config.layer_image))
+    return Error(ErrorCode::kFailedPrecondition,
+                 "the writable layer " + config.layer_image + " is still in use by a sandbox");
 
   // 1. state directory, locked.
   auto st = std::make_unique<State>();
@@ -606,9 +614,14 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config, Timeline* timeline) {
   }};
   ABX_ASSIGN_OR_RETURN(st->lock, lock_state_dir(st->dir));
   mark("state_dir");
-  // 1b. the writable layer, mounted on the host (so the owner can read it after exit).
-  if (config.rootfs != RootfsMode::kHost)
-    ABX_TRY(make_rw_layer(config.state_dir, st->dir, config.disk_bytes));
+  // 1b. the writable layer, mounted on the host (so the owner can read it after exit): a new
+  // one, or the kept one it is given.
+  if (config.rootfs != RootfsMode::kHost) {
+    if (config.layer_image.empty())
+      ABX_TRY(make_rw_layer(config.state_dir, st->dir, config.disk_bytes));
+    else
+      ABX_TRY(take_rw_layer(config.layer_image, st->dir, /*link=*/true));
+  }
   mark("rw_layer");
 
   // 1c. a host id range of its own for the user namespace.

@@ -133,6 +133,12 @@ struct SandboxConfig {
   CgroupLimits limits;
   // Size of the writable layer: the ext4 image (kImage, kDirectory) or the root tmpfs (kHost).
   std::uint64_t disk_bytes = 256ull << 20;
+  // kImage, kDirectory: the writable layer to run on, when not a new one — an absolute path of
+  // an rw.img a sandbox before left (keep_layer(): a filesystem-only pause), taken by hard link
+  // (a copy where the filesystem allows none), so the sandbox writes to that file; disk_bytes
+  // does not apply. spawn() waits up to 5 s for a loop device still attached to it (the
+  // previous sandbox's, detaching) and refuses (failed_precondition) one still attached then.
+  std::string layer_image;
   std::uint64_t shm_bytes = 64ull << 20;  // cap of the /dev/shm tmpfs (memory, not disk)
   std::uint64_t rlimit_nofile = 4096;
   std::uint64_t rlimit_fsize = 0;  // bytes; 0 = unlimited
@@ -226,6 +232,22 @@ class Sandbox {
 // from one poll(2) over all their pidfds that never waits. The one definition of "exited" that
 // Sandbox::init_exited() uses too.
 std::vector<std::size_t> exited_inits(const std::vector<const Sandbox*>& sandboxes);
+
+// --- Filesystem-only pause: the writable layer outlives the processes -----------------------
+//
+// keep_layer() freezes `sb` (its cgroup: nothing runs, nothing writes), syncs its writable layer
+// and hard-links its rw.img to `image` (a new file; a copy where the filesystem allows no link):
+// the files as they are. The sandbox stays frozen. Its owner then records the kept layer and
+// commits with release_layer() — the sandbox destroyed and its layer's loop device detached, so
+// a later spawn() with SandboxConfig::layer_image = `image` (new processes on the same files)
+// may mount it — or aborts: thaws it (cgroups().freeze(false); recover() for an adopted one) and
+// removes `image`. Errors: failed_precondition (a rootfs: host sandbox, whose files live in a
+// tmpfs of its own mount namespace; a sandbox not running); on any error the sandbox runs on,
+// thawed, and `image` does not exist.
+Status keep_layer(Sandbox& sb, const std::string& image);
+// Errors: destroy()'s, or deadline_exceeded when a loop device is still attached to `image`
+// after 5 s.
+Status release_layer(Sandbox& sb, const std::string& image);
 
 // Removes what sandboxes in `state_dir` left behind when their owner died without destroy():
 // kills their process trees (matched by pid and start time through a pidfd, so a reused pid
