@@ -84,7 +84,7 @@ Result<std::map<std::string, std::string>> decode_map(const std::string& s, std:
 constexpr const char* kSandboxColumns =
     "id, template_id, client_id, created_at, end_at, state, init_pid, init_start_time, "
     "token_digest, cpu_count, memory_mb, disk_mb, metadata, env_vars, domain, on_timeout, "
-    "auto_resume, timeout_s, network, checkpoint, team_id";
+    "auto_resume, timeout_s, network, checkpoint, team_id, on_timeout_memory, filesystem_only";
 
 Result<SandboxRecord> read_sandbox(const sql::Stmt& s) {
   SandboxRecord r;
@@ -111,6 +111,8 @@ Result<SandboxRecord> read_sandbox(const sql::Stmt& s) {
   r.network = s.text(18);
   r.checkpoint = s.text(19);
   r.team_id = s.text(20);
+  r.pause_keeps_memory = s.int64(21) != 0;
+  r.filesystem_only = s.int64(22) != 0;
   return r;
 }
 
@@ -228,6 +230,13 @@ CREATE TABLE webhooks (
   created_at INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX webhooks_by_team ON webhooks (team_id, created_at);
+)sql",
+    // 8: E2B's filesystem-only pause: whether the deadline's pause keeps memory
+    // (autoPauseMemory), and whether a paused sandbox was paused without it (`checkpoint` then
+    // holds its writable layer only).
+    R"sql(
+ALTER TABLE sandboxes ADD COLUMN on_timeout_memory INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE sandboxes ADD COLUMN filesystem_only INTEGER NOT NULL DEFAULT 0;
 )sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
@@ -428,9 +437,10 @@ Status Store::insert_sandbox(const SandboxRecord& r) {
       impl_->conn.prepare(
           "INSERT INTO sandboxes (id, template_id, client_id, created_at, end_at, state, init_pid, "
           "init_start_time, token_digest, cpu_count, memory_mb, disk_mb, metadata, env_vars, "
-          "domain, on_timeout, auto_resume, timeout_s, network, checkpoint, team_id) "
+          "domain, on_timeout, auto_resume, timeout_s, network, checkpoint, team_id, "
+          "on_timeout_memory, filesystem_only) "
           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
-          "?18, ?19, ?20, ?21)",
+          "?18, ?19, ?20, ?21, ?22, ?23)",
           "insert sandbox"));
   s.bind(1, r.id)
       .bind(2, r.template_id)
@@ -452,7 +462,9 @@ Status Store::insert_sandbox(const SandboxRecord& r) {
       .bind(18, r.timeout_s)
       .bind(19, r.network)
       .bind(20, r.checkpoint)
-      .bind(21, r.team_id);
+      .bind(21, r.team_id)
+      .bind(22, static_cast<std::int64_t>(r.pause_keeps_memory ? 1 : 0))
+      .bind(23, static_cast<std::int64_t>(r.filesystem_only ? 1 : 0));
   return s.exec();
 }
 
@@ -577,15 +589,21 @@ Status Store::update_state(std::string_view id, SandboxState state) {
   return impl_->expect_one_change(id);
 }
 
-Status Store::set_checkpoint(std::string_view id, SandboxState state, std::string_view checkpoint) {
+Status Store::set_checkpoint(std::string_view id, SandboxState state, std::string_view checkpoint,
+                             bool filesystem_only) {
   if (!SandboxId::valid(id)) return bad_id(id);
   if (state == SandboxState::kKilled) return invalid_argument("set_checkpoint: a live state");
   std::lock_guard lock(impl_->mu);
-  ABX_ASSIGN_OR_RETURN(
-      auto s, impl_->conn.prepare("UPDATE sandboxes SET state = ?2, checkpoint = ?3 WHERE id = ?1 "
-                                  "AND state IN ('running', 'paused')",
-                                  "set checkpoint"));
-  ABX_TRY(s.bind(1, id).bind(2, state_name(state)).bind(3, checkpoint).exec());
+  ABX_ASSIGN_OR_RETURN(auto s,
+                       impl_->conn.prepare("UPDATE sandboxes SET state = ?2, checkpoint = ?3, "
+                                           "filesystem_only = ?4 WHERE id = ?1 "
+                                           "AND state IN ('running', 'paused')",
+                                           "set checkpoint"));
+  ABX_TRY(s.bind(1, id)
+              .bind(2, state_name(state))
+              .bind(3, checkpoint)
+              .bind(4, static_cast<std::int64_t>(filesystem_only ? 1 : 0))
+              .exec());
   return impl_->expect_one_change(id);
 }
 

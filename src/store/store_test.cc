@@ -103,6 +103,7 @@ TEST(Store, LifecycleRoundTripsAndAVersion1FileMigrates) {
     r.auto_resume = true;
     r.timeout_s = 42;
     r.network = R"({"enabled":true})";
+    r.pause_keeps_memory = false;
     ASSERT_TRUE(s->insert_sandbox(r).ok());
     ASSERT_TRUE(s->set_network(r.id, R"({"enabled":false})").ok());
     EXPECT_FALSE(s->set_network(id_for(9), "{}").ok());
@@ -113,10 +114,12 @@ TEST(Store, LifecycleRoundTripsAndAVersion1FileMigrates) {
     EXPECT_TRUE(got->auto_resume);
     EXPECT_EQ(got->timeout_s, 42);
     EXPECT_EQ(got->network, R"({"enabled":false})");
+    EXPECT_FALSE(got->pause_keeps_memory);
     got = s->get_sandbox(id_for(2));
     ASSERT_TRUE(got.ok());
     EXPECT_FALSE(got->pause_on_timeout);
     EXPECT_FALSE(got->auto_resume);
+    EXPECT_TRUE(got->pause_keeps_memory);
   }
   // Back to the version 1 layout (no lifecycle columns), as an older abxd left it.
   sqlite3* db = nullptr;
@@ -133,6 +136,8 @@ TEST(Store, LifecycleRoundTripsAndAVersion1FileMigrates) {
                          "ALTER TABLE access_keys DROP COLUMN team_id;"
                          "DROP TABLE teams; DROP TABLE template_owners; DROP TABLE events;"
                          "DROP TABLE webhooks;"
+                         "ALTER TABLE sandboxes DROP COLUMN on_timeout_memory;"
+                         "ALTER TABLE sandboxes DROP COLUMN filesystem_only;"
                          "UPDATE schema_version SET version = 1",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -146,7 +151,9 @@ TEST(Store, LifecycleRoundTripsAndAVersion1FileMigrates) {
   EXPECT_FALSE(got->pause_on_timeout);  // E2B's defaults: kill at the deadline, no auto-resume
   EXPECT_FALSE(got->auto_resume);
   EXPECT_EQ(got->timeout_s, 300);
-  EXPECT_EQ(got->network, "");  // loopback only: what every sandbox before schema 3 had
+  EXPECT_EQ(got->network, "");           // loopback only: what every sandbox before schema 3 had
+  EXPECT_TRUE(got->pause_keeps_memory);  // before schema 8 every pause kept memory
+  EXPECT_FALSE(got->filesystem_only);
 }
 
 TEST(Store, SandboxCrud) {
@@ -190,6 +197,14 @@ TEST(Store, SandboxCrud) {
   ASSERT_TRUE(s->set_checkpoint(r.id, SandboxState::kRunning, "").ok());
   EXPECT_EQ(s->get_sandbox(r.id)->state, SandboxState::kRunning);
   EXPECT_EQ(s->get_sandbox(r.id)->checkpoint, "");
+  EXPECT_FALSE(s->get_sandbox(r.id)->filesystem_only);
+  // A filesystem-only pause: the layer's directory, flagged in the same write; a resume clears it.
+  ASSERT_TRUE(s->set_checkpoint(r.id, SandboxState::kPaused, "/home/checkpoints/x", true).ok());
+  EXPECT_EQ(s->get_sandbox(r.id)->state, SandboxState::kPaused);
+  EXPECT_EQ(s->get_sandbox(r.id)->checkpoint, "/home/checkpoints/x");
+  EXPECT_TRUE(s->get_sandbox(r.id)->filesystem_only);
+  ASSERT_TRUE(s->set_checkpoint(r.id, SandboxState::kRunning, "").ok());
+  EXPECT_FALSE(s->get_sandbox(r.id)->filesystem_only);
   EXPECT_EQ(s->set_checkpoint(r.id, SandboxState::kKilled, "").error().code(),
             ErrorCode::kInvalidArgument);
   ASSERT_TRUE(s->update_state(r.id, SandboxState::kKilled).ok());
@@ -505,6 +520,8 @@ TEST(Store, Version4FileMigratesIntoTheDefaultTeam) {
                          "ALTER TABLE access_keys DROP COLUMN team_id;"
                          "DROP TABLE teams; DROP TABLE template_owners; DROP TABLE events;"
                          "DROP TABLE webhooks;"
+                         "ALTER TABLE sandboxes DROP COLUMN on_timeout_memory;"
+                         "ALTER TABLE sandboxes DROP COLUMN filesystem_only;"
                          "UPDATE schema_version SET version = 4",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)

@@ -84,9 +84,15 @@ struct SandboxRecord {
   // The sandbox's network as JSON (platform's encoding of its outbound rules); empty: the sandbox
   // has loopback only (network: none, or created before schema 3).
   std::string network;
+  // Whether the deadline's pause (pause_on_timeout) keeps the sandbox's memory: false is E2B's
+  // autoPauseMemory false, a filesystem-only pause.
+  bool pause_keeps_memory = true;
   // Paused to disk: the directory of its checkpoint (the sandbox manager's; absolute). Empty
   // while it runs or is paused in memory.
   std::string checkpoint;
+  // Paused without its memory (E2B's filesystem-only pause): its processes are gone and
+  // `checkpoint` holds its writable layer only; a resume boots it again on those files.
+  bool filesystem_only = false;
 };
 
 struct SandboxFilter {
@@ -194,7 +200,7 @@ struct WebhookRecord {
   std::int64_t created_at_ms = 0;
 };
 
-inline constexpr int kSchemaVersion = 7;
+inline constexpr int kSchemaVersion = 8;
 
 class Store {
  public:
@@ -224,9 +230,10 @@ class Store {
   // PRAGMA synchronous of the store's connection (2: FULL, as every write but a kProcessCrash one
   // runs). For tests and diagnostics.
   Result<int> synchronous_setting();
-  // State and checkpoint in one write (the commit point of a pause to disk or a resume from
-  // it): kNotFound unless the sandbox is running or paused.
-  Status set_checkpoint(std::string_view id, SandboxState state, std::string_view checkpoint);
+  // State, checkpoint and filesystem_only in one write (the commit point of a pause to disk or a
+  // resume from it): kNotFound unless the sandbox is running or paused.
+  Status set_checkpoint(std::string_view id, SandboxState state, std::string_view checkpoint,
+                        bool filesystem_only = false);
   // Replaces the network JSON (PUT /sandboxes/{id}/network).
   Status set_network(std::string_view id, std::string_view network);
   Status set_init(std::string_view id, std::int64_t pid, std::uint64_t start_time);
