@@ -22,10 +22,6 @@ namespace {
 
 Response no_content() { return Response{bhttp::status::no_content, 11}; }
 
-constexpr const char* kNoFilesystemOnlyPause =
-    "filesystem-only pause (memory: false) is not supported by abxd: a paused sandbox always "
-    "keeps its processes and memory";
-
 json::object sandbox_json(const LiveSandbox& sb) {
   json::object o{{"templateID", sb.record.template_id},
                  {"sandboxID", sb.record.id},
@@ -147,13 +143,14 @@ Result<std::int64_t> parse_rfc3339_ms(const std::string& v) {
 
 // E2B's create fields: `autoPause` (true: the deadline pauses instead of killing; the SDK sends
 // it for lifecycle.onTimeout), `autoResume: {enabled}` (traffic wakes a paused sandbox),
-// `autoPauseMemory` (true only: a paused sandbox always keeps its memory here). The shape
-// GET /sandboxes/{id} reports, `lifecycle: {onTimeout, autoResume}`, is accepted too.
+// `autoPauseMemory` (false: the deadline's pause is filesystem-only, which traffic cannot wake:
+// refused with autoResume, as E2B's API refuses it). The shape GET /sandboxes/{id} reports,
+// `lifecycle: {onTimeout, autoResume}`, is accepted too.
 Status parse_lifecycle(const json::object& body, CreateRequest& cr) {
   ABX_ASSIGN_OR_RETURN(auto pause, json_optional_bool(body, "autoPause", ""));
   cr.pause_on_timeout = pause.value_or(false);
   ABX_ASSIGN_OR_RETURN(auto memory, json_optional_bool(body, "autoPauseMemory", ""));
-  if (memory == false) return invalid_argument(kNoFilesystemOnlyPause);
+  cr.pause_keeps_memory = memory.value_or(true);
   if (const json::value* ar = json_find(body, "autoResume")) {
     if (ar->is_bool()) {
       cr.auto_resume = ar->as_bool();
@@ -166,16 +163,22 @@ Status parse_lifecycle(const json::object& body, CreateRequest& cr) {
     }
   }
   ABX_ASSIGN_OR_RETURN(const json::object* lc, json_optional_object(body, "lifecycle", ""));
-  if (lc == nullptr) return {};
-  ABX_ASSIGN_OR_RETURN(auto on_timeout, json_optional_string(*lc, "onTimeout", "lifecycle"));
-  if (on_timeout) {
-    if (*on_timeout != "kill" && *on_timeout != "pause") {
-      return invalid_argument("lifecycle.onTimeout must be \"kill\" or \"pause\"");
+  if (lc != nullptr) {
+    ABX_ASSIGN_OR_RETURN(auto on_timeout, json_optional_string(*lc, "onTimeout", "lifecycle"));
+    if (on_timeout) {
+      if (*on_timeout != "kill" && *on_timeout != "pause") {
+        return invalid_argument("lifecycle.onTimeout must be \"kill\" or \"pause\"");
+      }
+      cr.pause_on_timeout = *on_timeout == "pause";
     }
-    cr.pause_on_timeout = *on_timeout == "pause";
+    ABX_ASSIGN_OR_RETURN(auto auto_resume, json_optional_bool(*lc, "autoResume", "lifecycle"));
+    if (auto_resume) cr.auto_resume = *auto_resume;
   }
-  ABX_ASSIGN_OR_RETURN(auto auto_resume, json_optional_bool(*lc, "autoResume", "lifecycle"));
-  if (auto_resume) cr.auto_resume = *auto_resume;
+  if (!cr.pause_keeps_memory && cr.auto_resume) {
+    return invalid_argument(
+        "autoResume cannot be combined with autoPauseMemory false: a sandbox paused without its "
+        "memory (filesystem-only) is not woken by traffic, only by connect or resume");
+  }
   return {};
 }
 
@@ -190,10 +193,15 @@ Result<Response> list_sandboxes(Context& ctx, bool v1) {
   return res;
 }
 
-// connect answers 200 (running) or 201 (resumed); resume insists on a paused sandbox.
+// connect answers 200 (running) or 201 (resumed); resume insists on a paused sandbox. E2B's
+// `memory: false` (the SDK's connect onResume 'reboot'): resume from the files alone (see
+// SandboxManager::ResumeOptions).
 Result<Response> resume_or_connect(Context& ctx, bool must_be_paused) {
   ABX_ASSIGN_OR_RETURN(SandboxPost op, sandbox_post(ctx));
-  ABX_ASSIGN_OR_RETURN(bool resumed, ctx.sandboxes.resume(op.id));
+  ABX_ASSIGN_OR_RETURN(auto memory, json_optional_bool(op.body, "memory", ""));
+  ABX_ASSIGN_OR_RETURN(
+      bool resumed,
+      ctx.sandboxes.resume(op.id, SandboxManager::ResumeOptions{.memory = memory.value_or(true)}));
   if (must_be_paused && !resumed) {
     return Error(ErrorCode::kFailedPrecondition, "sandbox '" + op.id + "' is already running");
   }
@@ -363,14 +371,14 @@ Result<Response> refresh_sandbox(Context& ctx) {
 Result<Response> connect_sandbox(Context& ctx) { return resume_or_connect(ctx, false); }
 Result<Response> resume_sandbox(Context& ctx) { return resume_or_connect(ctx, true); }
 
-// E2B's body `{"memory": <bool>}` (the SDK's keepMemory): a pause always keeps the processes
-// with their memory here (to disk, or in RAM — SandboxManager::pause), so `memory: false`
-// (E2B's filesystem-only pause) is refused rather than ignored.
+// E2B's body `{"memory": <bool>}` (the SDK's keepMemory): true or absent keeps the processes
+// with their memory (to disk, or in RAM — SandboxManager::pause); false is E2B's
+// filesystem-only pause (the files kept, the processes ended; a resume boots it again).
 Result<Response> pause_sandbox(Context& ctx) {
   ABX_ASSIGN_OR_RETURN(SandboxPost op, sandbox_post(ctx));
   ABX_ASSIGN_OR_RETURN(auto memory, json_optional_bool(op.body, "memory", ""));
-  if (memory == false) return invalid_argument(kNoFilesystemOnlyPause);
-  ABX_TRY(ctx.sandboxes.pause(op.id));  // kFailedPrecondition (409) if already paused
+  // kFailedPrecondition (409) if already paused.
+  ABX_TRY(ctx.sandboxes.pause(op.id, "requested", memory.value_or(true)));
   return no_content();
 }
 

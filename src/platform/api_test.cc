@@ -72,15 +72,35 @@ TEST(ApiDecoders, CreateReadsE2BLifecycleFields) {
   auto kill = parse_create(obj(R"({"autoPause":false,"autoPauseMemory":true})"), 3600);
   ASSERT_TRUE(kill.ok());
   EXPECT_FALSE(kill->pause_on_timeout);
-  for (const char* bad : {R"({"autoPause":"yes"})", R"({"autoResume":1})",
-                          R"({"autoResume":{"enabled":"on"}})", R"({"autoPauseMemory":0})",
-                          R"({"lifecycle":true})", R"({"lifecycle":{"onTimeout":"stop"}})",
-                          R"({"lifecycle":{"onTimeout":1}})", R"({"lifecycle":{"autoResume":"x"}})",
-                          // Refused, not ignored (issue 39): no filesystem-only pause, no MCP
-                          // gateway, no egress proxy, no TLS ingress.
-                          R"({"autoPause":true,"autoPauseMemory":false})", R"({"mcp":{"x":{}}})",
-                          R"({"network":{"egressProxy":{"address":"p:1080"}}})",
-                          R"({"network":{"httpsPorts":[3000]}})"}) {
+  EXPECT_TRUE(kill->pause_keeps_memory);
+  EXPECT_TRUE(none->pause_keeps_memory);  // E2B's default: a pause keeps memory
+  // What the e2b SDK sends for lifecycle {onTimeout: {action: 'pause', keepMemory: false}}: the
+  // deadline's pause is filesystem-only.
+  auto fs_only = parse_create(obj(R"({"autoPause":true,"autoPauseMemory":false})"), 3600);
+  ASSERT_TRUE(fs_only.ok()) << fs_only.error().to_string();
+  EXPECT_TRUE(fs_only->pause_on_timeout);
+  EXPECT_FALSE(fs_only->pause_keeps_memory);
+  EXPECT_FALSE(fs_only->auto_resume);
+  // ... which traffic cannot wake: refused with autoResume, in either shape (E2B's API).
+  for (const char* both :
+       {R"({"autoPause":true,"autoPauseMemory":false,"autoResume":{"enabled":true}})",
+        R"({"autoPauseMemory":false,"lifecycle":{"onTimeout":"pause","autoResume":true}})"}) {
+    auto r = parse_create(obj(both), 3600);
+    ASSERT_FALSE(r.ok()) << both;
+    EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument) << both;
+    EXPECT_NE(r.error().message().find("autoResume cannot be combined with autoPauseMemory false"),
+              std::string::npos)
+        << r.error().message();
+  }
+  for (const char* bad :
+       {R"({"autoPause":"yes"})", R"({"autoResume":1})", R"({"autoResume":{"enabled":"on"}})",
+        R"({"autoPauseMemory":0})", R"({"lifecycle":true})",
+        R"({"lifecycle":{"onTimeout":"stop"}})", R"({"lifecycle":{"onTimeout":1}})",
+        R"({"lifecycle":{"autoResume":"x"}})",
+        // Refused, not ignored (issue 39): no MCP gateway, no egress proxy,
+        // no TLS ingress.
+        R"({"mcp":{"x":{}}})", R"({"network":{"egressProxy":{"address":"p:1080"}}})",
+        R"({"network":{"httpsPorts":[3000]}})"}) {
     auto r = parse_create(obj(bad), 3600);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument) << bad;

@@ -1,5 +1,6 @@
-// Pause to disk, resume from it, fork and snapshots: the sandbox manager around
-// runtime::checkpoint() and runtime::restore() (docs/persistence.md says what users see).
+// Pause to disk, resume from it, the filesystem-only pause, fork and snapshots: the sandbox
+// manager around runtime::checkpoint(), runtime::restore() and runtime::keep_layer()
+// (docs/persistence.md says what users see).
 //
 // Nothing is lost when abxd is killed at any point: the store's record is the commit point, and
 // settle_checkpoint() (at start) finishes or undoes what was under way.
@@ -11,6 +12,13 @@
 //   resume: restore (a new tree, running, on the checkpoint's layer) -> store: running
 //           [commit] -> remove the checkpoint. Before the commit a restart finds the record
 //           paused to disk and a running tree: the resume happened, and it is completed.
+//   pause without memory (filesystem-only): the tree is frozen, its layer synced and hard-linked
+//           into <home>/checkpoints/<id>/rw.img -> store: paused + that directory + filesystem_only
+//           [commit] -> destroy the frozen tree. A restart before the commit thaws it, as above;
+//           after it, the frozen tree still there is destroyed.
+//   its resume: new processes on the kept layer (boot_on_layer: create's spawn, by hard link)
+//           -> store: running [commit] -> remove the directory. Before the commit a restart
+//           finds the record paused and a running tree: the resume happened, and it is completed.
 //   fork / snapshot: the checkpoint goes to a private directory (a snapshot's is renamed into
 //           place when complete); children are recorded one by one once they run. A restart
 //           removes fork directories; unrecorded children are removed by cleanup_stale().
@@ -41,6 +49,7 @@
 #include "bundle.h"
 #include "sandbox_config.h"
 #include "sandboxes.h"
+#include "sandboxes_internal.h"
 
 namespace abx::platform {
 
@@ -106,7 +115,7 @@ json::object record_json(const store::SandboxRecord& r) {
           {"metadata", std::move(meta)}, {"envVars", std::move(env)},
           {"timeout", r.timeout_s},      {"onTimeoutPause", r.pause_on_timeout},
           {"autoResume", r.auto_resume}, {"network", r.network},
-          {"teamID", r.team_id}};
+          {"teamID", r.team_id},         {"onTimeoutKeepMemory", r.pause_keeps_memory}};
 }
 
 store::SandboxRecord record_from_json(const json::object& o) {
@@ -126,6 +135,9 @@ store::SandboxRecord record_from_json(const json::object& o) {
   // Snapshots from before teams have none: they were the default team's.
   if (const auto* t = o.if_contains("teamID"); t && t->is_string())
     r.team_id = std::string(t->as_string());
+  // Snapshots from before the filesystem-only pause always paused with memory.
+  if (const auto* m = o.if_contains("onTimeoutKeepMemory"); m && m->is_bool())
+    r.pause_keeps_memory = m->as_bool();
   return r;
 }
 
@@ -156,13 +168,17 @@ store::SandboxRecord child_record(const store::SandboxRecord& parent, const std:
   rec.timeout_s = timeout;
   rec.state = store::SandboxState::kRunning;
   rec.checkpoint.clear();
+  rec.filesystem_only = false;
   rec.init_pid = init_pid;
   rec.init_start_time = runtime::process_start_time(init_pid);
   rec.access_token_digest = token.empty() ? std::string() : store::token_digest(token);
   rec.domain = domain;
   if (req) {
     if (!req->metadata.empty()) rec.metadata = req->metadata;
-    if (req->pause_on_timeout) rec.pause_on_timeout = true;
+    if (req->pause_on_timeout) {
+      rec.pause_on_timeout = true;
+      rec.pause_keeps_memory = req->pause_keeps_memory;
+    }
     if (req->auto_resume) rec.auto_resume = true;
   }
   return rec;
@@ -348,6 +364,85 @@ Status SandboxManager::pause_to_disk(LiveSandbox& sb) {
   return {};
 }
 
+// The filesystem-only pause, with the same commit point as the pause to disk: the layer is kept
+// (frozen tree, its rw.img hard-linked into the directory), then recorded, then the tree goes.
+Status SandboxManager::pause_filesystem_only(LiveSandbox& sb) {
+  const std::string& id = sb.record.id;
+  const auto t0 = Clock::now();
+  auto rt = sb.runtime();
+  if (!rt) return internal_error("sandbox '" + id + "' has no processes");
+  if (!sb.tmpl || sb.tmpl->rootfs == "host")
+    return invalid_argument("sandbox '" + id +
+                            "' cannot pause without its memory (memory: false): its template has "
+                            "rootfs: host, whose files live in the sandbox's memory");
+  const std::string dir = checkpoint_dir(id), layer = dir + "/" + kKeptLayer;
+  std::error_code ec;
+  fs::remove_all(dir, ec);  // a failed or cut-short pause's leftovers
+  fs::create_directories(dir, ec);
+  if (ec) return internal_error("create " + dir + ": " + ec.message());
+  ABX_TRY(runtime::make_private(dir));  // the sandbox's files: root's only, as a checkpoint
+  if (Status kept = runtime::keep_layer(*rt, layer); !kept) {
+    fs::remove_all(dir, ec);
+    return Error(kept.error().code(),
+                 "pausing sandbox '" + id +
+                     "' without its memory failed (it keeps running): " + kept.error().message());
+  }
+  if (Status s = store_->set_checkpoint(id, store::SandboxState::kPaused, dir, true); !s) {
+    Status back = rt->cgroups().freeze(false);
+    fs::remove_all(dir, ec);
+    return Error(s.error().code(),
+                 "pausing sandbox '" + id + "': recording it failed (" + s.error().message() +
+                     "); " +
+                     (back ? "it keeps running" : "resuming it failed: " + back.error().message()));
+  }
+  // Committed. Every process ends (its cgroup empties), its memory is freed; its rules went with
+  // its link.
+  if (sb.network.enabled && opt_.network) opt_.network->detach(id);
+  if (Status d = runtime::release_layer(*rt, layer); !d)
+    sb.note("warn", "after the pause without memory: " + d.error().message());
+  sb.set_runtime(nullptr);
+  ++sb.epoch;
+  sb.record.checkpoint = dir;
+  sb.record.filesystem_only = true;
+  sb.paused = true;
+  sb.record.state = store::SandboxState::kPaused;
+  struct stat st {};
+  const std::uint64_t bytes =
+      ::stat(layer.c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_blocks) * 512 : 0;
+  sb.note("info", "paused without its memory (filesystem-only) in " + std::to_string(ms_since(t0)) +
+                      " ms: processes ended, " + mib(bytes) + " writable layer kept");
+  return {};
+}
+
+// Its resume: new processes on the kept layer (boot_on_layer, by hard link), recorded, then the
+// kept directory goes (the layer lives on as the running sandbox's).
+Status SandboxManager::resume_filesystem_only(LiveSandbox& sb) {
+  const std::string& id = sb.record.id;
+  const auto t0 = Clock::now();
+  auto failed = [&](const Error& e) {
+    sb.note("error", "boot on the kept files failed (they are kept for a retry): " + e.message());
+    return Error(e.code(), "resuming sandbox '" + id + "' (paused without its memory) failed: " +
+                               e.message() + " (its files are kept for a retry)");
+  };
+  auto rt = boot_on_layer(sb, sb.record.checkpoint + "/" + kKeptLayer);
+  if (!rt.ok()) return failed(rt.error());
+  if (Status s = store_->set_checkpoint(id, store::SandboxState::kRunning, ""); !s) {
+    (void)(*rt)->destroy();
+    if (sb.network.enabled && opt_.network) opt_.network->detach(id);
+    return failed(s.error());
+  }
+  (void)store_->set_init(id, (*rt)->pid(), runtime::process_start_time((*rt)->pid()));
+  std::error_code ec;
+  fs::remove_all(sb.record.checkpoint, ec);
+  sb.set_runtime(std::move(*rt));
+  ++sb.epoch;
+  sb.record.checkpoint.clear();
+  sb.record.filesystem_only = false;
+  sb.note("info", "booted again on its files in " + std::to_string(ms_since(t0)) +
+                      " ms (paused without its memory: new processes)");
+  return {};
+}
+
 Status SandboxManager::resume_from_disk(LiveSandbox& sb) {
   const std::string& id = sb.record.id;
   const auto t0 = Clock::now();
@@ -407,22 +502,31 @@ Result<store::SandboxRecord> SandboxManager::settle_checkpoint(const store::Sand
   if (sb.ok()) {
     if (sb->cgroups().frozen()) {
       // The pause committed and its frozen tree was not destroyed yet.
-      (void)runtime::release_checkpointed(*sb, rec.checkpoint, checkpoint_key_);
+      if (rec.filesystem_only)
+        (void)runtime::release_layer(*sb, rec.checkpoint + "/" + kKeptLayer);
+      else
+        (void)runtime::release_checkpointed(*sb, rec.checkpoint, checkpoint_key_);
       sb = not_found("destroyed: paused to disk");
     } else {
-      // A resume restored it and was cut short before recording it: it holds, once it has its
-      // link (the cut may have come before restore() made it).
+      // A resume restored it (or booted it again on its kept layer) and was cut short before
+      // recording it: it holds, once it has its link (the cut may have come before restore()
+      // made it).
       ABX_TRY(runtime::recover(*sb));
       ABX_TRY(store_->set_checkpoint(rec.id, store::SandboxState::kRunning, ""));
       fs::remove_all(rec.checkpoint, ec);
       out.state = store::SandboxState::kRunning;
       out.checkpoint.clear();
+      out.filesystem_only = false;
       log_.warn("sandbox " + rec.id + ": a resume from disk cut short by a restart was completed");
       return out;
     }
   }
-  if (!fs::exists(rec.checkpoint + "/checkpoint.json"))
+  if (rec.filesystem_only) {
+    if (!fs::exists(rec.checkpoint + "/" + kKeptLayer))
+      return not_found("its kept writable layer " + rec.checkpoint + "/" + kKeptLayer + " is gone");
+  } else if (!fs::exists(rec.checkpoint + "/checkpoint.json")) {
     return not_found("its checkpoint " + rec.checkpoint + " is incomplete or gone");
+  }
   out.state = store::SandboxState::kPaused;
   return out;
 }

@@ -276,6 +276,16 @@ Status wait_ready(const runtime::Sandbox& sb, const templates::Template& tmpl,
   return {};
 }
 
+// The sandbox of `config` spawned, then ready (wait_ready): create's start, and a filesystem-only
+// pause's boot on its kept layer. A sandbox that does not get ready is destroyed.
+Result<runtime::Sandbox> spawn_ready(runtime::SandboxConfig config, const templates::Template& tmpl,
+                                     const std::string& token,
+                                     std::chrono::milliseconds server_timeout, Timeline& tl) {
+  ABX_ASSIGN_OR_RETURN(runtime::Sandbox sb, runtime::Sandbox::spawn(std::move(config), &tl));
+  ABX_TRY(wait_ready(sb, tmpl, token, server_timeout, tl));
+  return sb;
+}
+
 // envd's configuration, typed, written to <run_dir>/envd.json and opened for the sandbox's init
 // to read on a descriptor (no path into the sandbox's view of the host needed).
 Result<UniqueFd> write_envd_config(const fs::path& run_dir, const envd::EnvdConfig& config) {
@@ -333,6 +343,7 @@ store::SandboxRecord new_record(const ManagerOptions& opt, const templates::Temp
   rec.domain = opt.domain;
   rec.pause_on_timeout = req.pause_on_timeout;
   rec.auto_resume = req.auto_resume;
+  rec.pause_keeps_memory = req.pause_keeps_memory;
   rec.timeout_s = timeout;
   rec.network = boost::json::serialize(network_record(net));
   return rec;
@@ -405,6 +416,10 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
     return invalid_argument("secure=false needs a template without a command server ('" + tmpl->id +
                             "' serves commands, which always need a token)");
   }
+  if (req.pause_on_timeout && !req.pause_keeps_memory && tmpl->rootfs == "host") {
+    return invalid_argument("autoPauseMemory false needs a writable layer to keep, and template '" +
+                            tmpl->id + "' has rootfs: host (its files live in memory)");
+  }
   ABX_ASSIGN_OR_RETURN(const std::int64_t timeout,
                        create_timeout(req, tmpl->timeout_seconds, "template '" + tmpl->id + "'"));
   {
@@ -436,7 +451,7 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   bool committed = false;
   ScopeExit undo{[&] {
     if (committed) return;
-    if (sb) (void)sb->destroy();
+    if (sb) (void)sb->destroy();  // (spawn_ready destroys one that did not get ready)
     // net.enabled is only settled further down: before that it is the request's, and abxd may
     // have no network at all.
     if (net.enabled && network != nullptr) network->detach(id);
@@ -481,21 +496,15 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   runtime::SandboxConfig config = envd_sandbox_config(opt_, *tmpl, img, id, token_file, net,
                                                       run_dir.string(), env, envd_json_fd.get());
   ABX_TRY(save_sandbox_config(run_dir.string(), config));
-  tl.mark("config");
-  auto spawned = runtime::Sandbox::spawn(std::move(config), &tl);
-  envd_json_fd.reset();
-  if (!spawned.ok()) {
-    slog.error("spawn failed: " + spawned.error().message());
-    return spawned.error();
-  }
-  sb.emplace(std::move(*spawned));
   std::string traffic_token;
   if (!net.allow_public_traffic) {
     ABX_ASSIGN_OR_RETURN(traffic_token, token::random_hex(16));
     ABX_TRY(write_run_secret((run_dir / "traffic_token").string(), traffic_token));
   }
-  if (Status ready = wait_ready(*sb, *tmpl, token, opt_.server_ready_timeout, tl); !ready)
-    return failed(ready.error());
+  tl.mark("config");
+  auto spawned = spawn_ready(std::move(config), *tmpl, token, opt_.server_ready_timeout, tl);
+  if (!spawned.ok()) return failed(spawned.error());
+  sb.emplace(std::move(*spawned));
   store::SandboxRecord rec = new_record(opt_, *tmpl, req, id, *sb, token, timeout, net);
   ABX_TRY(store_->insert_sandbox(rec));
   committed = true;
@@ -520,6 +529,38 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   create_timings_.add(tl);
   slog.debug("created in " + tl.summary());
   return live;
+}
+
+// A filesystem-only pause's resume: create()'s spawn, from what create() saved in the run
+// directory rather than from the template (which may have changed since: the sandbox keeps the
+// layers, binds, environment and envd configuration it was created with).
+Result<std::shared_ptr<runtime::Sandbox>> SandboxManager::boot_on_layer(const LiveSandbox& sb,
+                                                                        const std::string& layer) {
+  const std::string& id = sb.record.id;
+  if (!sb.tmpl)
+    return Error(ErrorCode::kFailedPrecondition,
+                 "template '" + sb.record.template_id + "' is gone");
+  const fs::path run_dir = fs::path(opt_.home) / "run" / id;
+  ABX_ASSIGN_OR_RETURN(runtime::SandboxConfig config, restore_config(id, sb.network));
+  const std::string envd_json = (run_dir / kEnvdConfigFile).string();
+  UniqueFd envd_json_fd(::open(envd_json.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!envd_json_fd) {
+    const int err = errno;
+    return os::errno_error("open " + envd_json, err);
+  }
+  config.fds.push_back({envd_json_fd.get(), kEnvdConfigFd});
+  config.layer_image = layer;
+  // The link's rules go in with the spawn (restore_config's link_ready): out again on failure.
+  const bool linked = config.veth.enabled;
+  Timeline tl;
+  auto booted =
+      spawn_ready(std::move(config), *sb.tmpl, sb.access_token, opt_.server_ready_timeout, tl);
+  if (!booted.ok()) {
+    if (linked) opt_.network->detach(id);
+    return booted.error();
+  }
+  Logger("sandboxes", id).debug("booted again in " + tl.summary());
+  return std::make_shared<runtime::Sandbox>(std::move(*booted));
 }
 
 bool SandboxManager::default_internet() const {

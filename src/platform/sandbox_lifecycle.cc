@@ -1,6 +1,6 @@
 // The lifecycle of a live sandbox after its create: kill, timeouts, pause and resume in memory,
-// network updates, connections into it, and abxd's stop. (Pause to disk, fork and snapshots
-// are persistence.cc's.)
+// network updates, connections into it, and abxd's stop. (Pause to disk, the filesystem-only
+// pause, fork and snapshots are persistence.cc's.)
 #include <boost/json/serialize.hpp>
 #include <cassert>
 #include <chrono>
@@ -108,13 +108,15 @@ Status SandboxManager::move_deadline(const std::string& id, std::int64_t seconds
   return {};
 }
 
-Status SandboxManager::pause(const std::string& id, const char* reason) {
+Status SandboxManager::pause(const std::string& id, const char* reason, bool memory) {
   auto sb = find(id);
   if (!sb) return not_found("sandbox '" + id + "' not found");
   std::lock_guard lock(sb->mu);
   if (sb->paused)
     return Error(ErrorCode::kFailedPrecondition, "sandbox '" + id + "' is already paused");
-  if (pause_to_disk_ && can_checkpoint(*sb)) {
+  if (!memory) {
+    ABX_TRY(pause_filesystem_only(*sb));
+  } else if (pause_to_disk_ && can_checkpoint(*sb)) {
     ABX_TRY(pause_to_disk(*sb));
   } else {
     auto rt = sb->runtime();
@@ -125,16 +127,29 @@ Status SandboxManager::pause(const std::string& id, const char* reason) {
     sb->note("info", "paused");
     ABX_TRY(store_->update_state(id, store::SandboxState::kPaused));
   }
-  emit(kEventPaused, sb->record, {{"reason", reason}});
+  emit(kEventPaused, sb->record, {{"reason", reason}, {"memory", memory}});
   return {};
 }
 
-Result<bool> SandboxManager::resume(const std::string& id) {
+Result<bool> SandboxManager::resume(const std::string& id, ResumeOptions options) {
   auto sb = find(id);
   if (!sb) return not_found("sandbox '" + id + "' not found");
   std::lock_guard lock(sb->mu);
   if (!sb->paused) return false;
-  if (!sb->record.checkpoint.empty()) {
+  if (sb->record.filesystem_only) {
+    if (options.by_traffic)
+      return Error(ErrorCode::kFailedPrecondition,
+                   "sandbox '" + id +
+                       "' is paused without its memory (filesystem-only): traffic does not resume "
+                       "it (autoResume); resume it with connect or resume, which boot it again");
+    ABX_TRY(resume_filesystem_only(*sb));
+  } else if (!options.memory) {
+    return invalid_argument(
+        "memory: false (a reboot on the files alone) resumes only a sandbox paused without its "
+        "memory; sandbox '" +
+        id + "' was paused with its memory: resume it without memory: false (its " +
+        (sb->record.checkpoint.empty() ? "memory" : "checkpoint") + " is left as it was)");
+  } else if (!sb->record.checkpoint.empty()) {
     ABX_TRY(resume_from_disk(*sb));
   } else if (auto rt = sb->runtime()) {
     ABX_TRY(rt->cgroups().freeze(false));
@@ -162,7 +177,8 @@ Result<UniqueFd> SandboxManager::connect(const std::string& id, std::uint16_t po
     if (!sb->record.auto_resume) {
       return Error(ErrorCode::kFailedPrecondition, "sandbox '" + id + "' is paused");
     }
-    ABX_TRY(resume(id));  // traffic resumes a paused sandbox created with autoResume
+    // Traffic resumes a paused sandbox created with autoResume (not one paused filesystem-only).
+    ABX_TRY(resume(id, ResumeOptions{.by_traffic = true}));
   }
   auto rt = sb->runtime();
   if (!rt) return Error(ErrorCode::kFailedPrecondition, "sandbox '" + id + "' is paused");

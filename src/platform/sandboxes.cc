@@ -194,9 +194,10 @@ bool SandboxManager::adopt(const store::SandboxRecord& rec, const std::string& s
     }
   }
   live->note("info", std::string("adopted by a restarted abxd (") +
-                         (!live->record.checkpoint.empty() ? "paused to disk"
-                          : live->paused                   ? "paused"
-                                                           : "running") +
+                         (live->record.filesystem_only       ? "paused without its memory"
+                          : !live->record.checkpoint.empty() ? "paused to disk"
+                          : live->paused                     ? "paused"
+                                                             : "running") +
                          ")");
   live_[rec.id] = std::move(live);
   return true;
@@ -486,8 +487,11 @@ void SandboxManager::end_at_deadline(const std::vector<std::string>& due) {
   for (const auto& id : due) {
     auto sb = find(id);
     if (sb && sb->record.pause_on_timeout) {
-      sb->note("info", "timeout reached: pausing (onTimeout: pause)");
-      if (Status s = pause(id, kEndTimeout);
+      const bool memory = sb->record.pause_keeps_memory;
+      sb->note("info", memory ? "timeout reached: pausing (onTimeout: pause)"
+                              : "timeout reached: pausing without memory (onTimeout: pause, "
+                                "keepMemory: false)");
+      if (Status s = pause(id, kEndTimeout, memory);
           s.ok() || s.error().code() == ErrorCode::kFailedPrecondition) {
         continue;
       }

@@ -79,6 +79,9 @@ struct CreateRequest {
   // let proxied traffic resume a paused sandbox (autoResume). Both off by default, as in E2B.
   bool pause_on_timeout = false;
   bool auto_resume = false;
+  // E2B's autoPauseMemory: false makes the deadline's pause a filesystem-only one (never with
+  // auto_resume: parse_create refuses the pair, as E2B's API does).
+  bool pause_keeps_memory = true;
   // allowInternetAccess and network (parse_network_request, given
   // SandboxManager::default_internet()); absent: SandboxManager::default_network().
   std::optional<SandboxNetworkSpec> network;
@@ -208,6 +211,7 @@ struct ManagerOptions {
   // pause; survives abxd restarts and reboots); kMemory freezes its cgroup (memory stays in
   // RAM). kAuto: kDisk when `criu` works on this host (checked at start), else kMemory.
   // Sandboxes a checkpoint cannot take (rootfs: host, network: host) always pause in memory.
+  // (A pause without memory, E2B's filesystem-only one, needs no CRIU: every mode has it.)
   enum class PauseMode { kAuto, kDisk, kMemory };
   PauseMode pause_mode = PauseMode::kAuto;
   std::string criu = runtime::kDefaultCriu;  // abxd --criu
@@ -266,12 +270,29 @@ class SandboxManager {
   // The deadline becomes max(deadline, now + seconds): connect never shortens a sandbox's life.
   // `seconds` as for set_timeout.
   Status extend_timeout(const std::string& id, std::int64_t seconds);
-  // Freezes every task (cgroup freezer; memory is kept). kFailedPrecondition if already paused.
-  // `reason`: the paused event's eventData.reason ("requested": the API; "timeout":
-  // lifecycle.onTimeout "pause" at the deadline).
-  Status pause(const std::string& id, const char* reason = "requested");
-  // Thaws; false if it was not paused.
-  Result<bool> resume(const std::string& id);
+  // Pauses it with its memory (to disk, or frozen in RAM: ManagerOptions::pause_mode), or, with
+  // `memory` false, filesystem-only (E2B's pause {memory: false}): every process ends and its
+  // memory is freed, its writable layer is kept under <home>/checkpoints/<id>, and its record
+  // (paused, filesystem_only), token, network, metadata and envs stay. kFailedPrecondition if
+  // already paused; kInvalidArgument for a filesystem-only pause of a sandbox without a writable
+  // layer of its own (rootfs: host). `reason`: the paused event's eventData.reason
+  // ("requested": the API; "timeout": lifecycle.onTimeout "pause" at the deadline).
+  Status pause(const std::string& id, const char* reason = "requested", bool memory = true);
+  struct ResumeOptions {
+    // false: E2B's resume {memory: false} (the SDK's connect onResume 'reboot'). A no-op for a
+    // filesystem-only pause, which always boots again; refused (kInvalidArgument) for a sandbox
+    // paused with its memory, whose checkpoint it leaves as it is.
+    bool memory = true;
+    // Traffic through the gateway (autoResume) wakes it: refused (kFailedPrecondition) for a
+    // filesystem-only pause, which only an explicit connect or resume boots again (E2B).
+    bool by_traffic = false;
+  };
+  // Brings a paused sandbox back: thawed, restored from its checkpoint, or — paused
+  // filesystem-only — booted again on its kept files (a new envd, start command and command
+  // server, as create starts them; same id, token and files, new processes). False if it was
+  // not paused. A failed resume leaves it paused, its checkpoint or layer kept for a retry.
+  Result<bool> resume(const std::string& id, ResumeOptions options);
+  Result<bool> resume(const std::string& id) { return resume(id, ResumeOptions{}); }
   // Replaces a running sandbox's outbound rules (PUT /sandboxes/{id}/network). kNotFound,
   // kFailedPrecondition (paused, or no network link), kInvalidArgument (bad rules).
   // The warnings of the new rules (network.rules for hosts the sandbox may not reach).
@@ -354,8 +375,17 @@ class SandboxManager {
   bool can_checkpoint(const LiveSandbox& sb) const;
   Status pause_to_disk(LiveSandbox& sb);
   Status resume_from_disk(LiveSandbox& sb);
-  // The runtime config to restore sandbox `id` (its saved sandbox.json, with abxd's state dir,
-  // user namespaces and veth numbering, and its network's rules attached when the link is up).
+  Status pause_filesystem_only(LiveSandbox& sb);
+  Status resume_filesystem_only(LiveSandbox& sb);
+  // sandbox_create.cc: sandbox `sb`'s processes started afresh, as create() starts them (its
+  // saved sandbox.json and envd.json, spawned and waited for until envd and its servers
+  // answer), on the writable layer `layer` (an rw.img keep_layer() kept). Its network's rules
+  // are attached to the new link; a failure leaves nothing running and no rules.
+  Result<std::shared_ptr<runtime::Sandbox>> boot_on_layer(const LiveSandbox& sb,
+                                                          const std::string& layer);
+  // The runtime config to restore (or boot again) sandbox `id` (its saved sandbox.json, with
+  // abxd's state dir, user namespaces and veth numbering, and its network's rules attached when
+  // the link is up).
   Result<runtime::SandboxConfig> restore_config(const std::string& id,
                                                 const SandboxNetworkSpec& net) const;
   // A new sandbox restored from `checkpoint_dir`, as a copy of `parent` (its record, template,
@@ -388,7 +418,8 @@ class SandboxManager {
                                       const std::string& from) const;
   // Manifest digests the snapshots' layers need.
   std::set<std::string> snapshot_images() const;
-  // <home>/checkpoints/<id>: where sandbox `id` is paused to disk.
+  // <home>/checkpoints/<id>: where sandbox `id` is paused to disk (its checkpoint), or paused
+  // filesystem-only (its writable layer alone, kKeptLayer).
   std::string checkpoint_dir(const std::string& id) const;
   // At start, what a record and the sandbox found for it (adopt()) settle into: the record as
   // it holds (state, checkpoint), after finishing or undoing a pause or resume a crash cut

@@ -12,6 +12,9 @@ namespace abx::platform {
 // (and `abxd image gc`) know which image it still needs.
 inline constexpr const char* kImageFile = "image";
 
+// <home>/checkpoints/<id>/rw.img: the writable layer a filesystem-only pause keeps.
+inline constexpr const char* kKeptLayer = "rw.img";
+
 // What the store keeps of a sandbox's network (SandboxNetworkSpec::from_json reads it).
 boost::json::object network_record(const SandboxNetworkSpec& net);
 

@@ -8,7 +8,9 @@
 //   ABXD_BIN=build/dev/src/platform/abxd node --test parity.test.mjs
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
 import http from 'node:http';
+import { join } from 'node:path';
 
 import { Sandbox, Template } from 'e2b';
 
@@ -216,7 +218,7 @@ test('signed download and upload URLs on every routing form', async () => {
 
 // Create fields and options abxd does not implement (issue 39 item 6) are refused with E2B's
 // error shape (400 {code, message}), never silently ignored; the sandbox is not created.
-test('unsupported create fields and filesystem-only pause are refused, not ignored', async () => {
+test('unsupported create fields are refused, not ignored', async () => {
   const before = (await Sandbox.list().nextItems()).length;
   const refused = async (promise, pattern) => {
     await assert.rejects(promise, (e) => {
@@ -238,19 +240,128 @@ test('unsupported create fields and filesystem-only pause are refused, not ignor
   await refused(Sandbox.create('base', { network: { httpsPorts: [3000] } }), /httpsPorts is not supported/);
   await refused(Sandbox.create('base', { volumeMounts: { '/data': 'my-volume' } }),
     /volumeMounts is not supported/);
-  await refused(
-    Sandbox.create('base', { lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } }),
-    /filesystem-only pause/,
-  );
+  // A filesystem-only pause with autoResume: the SDK refuses it itself; abxd too, as E2B's API.
+  const res = await fetch(`${baseUrl}/sandboxes`, {
+    method: 'POST',
+    headers: { 'X-API-Key': process.env.E2B_API_KEY, 'Content-Type': 'application/json' },
+    body: JSON.stringify({
+      templateID: 'base', autoPause: true, autoPauseMemory: false, autoResume: { enabled: true },
+    }),
+  });
+  assert.equal(res.status, 400);
+  assert.match((await res.json()).message, /autoResume cannot be combined with autoPauseMemory false/);
   assert.equal((await Sandbox.list().nextItems()).length, before);
+});
 
-  // What abxd does implement of the lifecycle: onTimeout pause with autoResume, kept as created.
-  const sbx = await create({ lifecycle: { onTimeout: { action: 'pause', keepMemory: true }, autoResume: true } });
-  const info = await sbx.getInfo();
-  assert.deepEqual(info.lifecycle, { onTimeout: 'pause', autoResume: true });
-  // pause({keepMemory: false}) is E2B's filesystem-only pause: refused, the sandbox runs on.
-  await refused(sbx.pause({ keepMemory: false }), /filesystem-only pause/);
-  assert.equal(await sbx.isRunning(), true);
-  assert.equal((await sbx.commands.run('echo still')).stdout, 'still\n');
+// --- E2B's filesystem-only pause (issue 39 item 2) -------------------------------------------
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// The commands running in the sandbox whose command line has `marker` (envd's process list).
+async function running(sbx, marker) {
+  return (await sbx.commands.list()).filter((p) => [p.cmd, ...(p.args ?? [])].join(' ').includes(marker));
+}
+
+const kept = (id) => join(daemon.home, 'checkpoints', id);
+
+test('pause({keepMemory: false}) keeps the files and ends the processes; connect boots it again', async () => {
+  const sbx = await create();
+  await sbx.files.write('/home/user/kept.txt', 'kept across the pause');
+  await sbx.commands.run('sleep 4242', { background: true });
+  assert.equal((await running(sbx, 'sleep 4242')).length, 1);
+  const bootBefore = (await sbx.commands.run('cat /proc/1/stat')).stdout.split(' ')[21];
+
+  assert.equal(await sbx.pause({ keepMemory: false }), true);
+  assert.equal(await sbx.pause({ keepMemory: false }), false); // already paused: the SDK's 409
+  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused');
+  // Its processes are gone (no state dir: no cgroup, no layer mount); its layer is kept, no
+  // memory checkpoint is made.
+  assert.ok(existsSync(join(kept(sbx.sandboxId), 'rw.img')));
+  assert.ok(!existsSync(join(kept(sbx.sandboxId), 'checkpoint.json')));
+  assert.ok(!existsSync(join(daemon.home, 'sandboxes', sbx.sandboxId)));
+  const listed = await Sandbox.list({ query: { state: ['paused'] } }).nextItems();
+  assert.ok(listed.some((s) => s.sandboxId === sbx.sandboxId));
+  // Forks and snapshots need its processes: refused (409) while it is paused.
+  await assert.rejects(sbx.createSnapshot(), /paused|CRIU/);
+
+  // The record survives abxd being killed.
+  await daemon.restart('SIGKILL');
+  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused');
+
+  const again = await Sandbox.connect(sbx.sandboxId);
+  assert.equal(again.sandboxId, sbx.sandboxId);
+  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'running');
+  assert.ok(!existsSync(kept(sbx.sandboxId)));
+  // The old handle's token still works; the files are there, the old process is not, and the
+  // init is a new one (another start time); commands run.
+  assert.equal(await sbx.files.read('/home/user/kept.txt'), 'kept across the pause');
+  assert.deepEqual(await running(sbx, 'sleep 4242'), []);
+  assert.notEqual((await sbx.commands.run('cat /proc/1/stat')).stdout.split(' ')[21], bootBefore);
+  assert.equal((await sbx.commands.run('hostname')).stdout.trim(), sbx.sandboxId);
+  assert.equal((await sbx.commands.run('echo booted')).stdout, 'booted\n');
+  // ... and it can be paused that way again, and killed while paused: its layer goes.
+  assert.equal(await sbx.pause({ keepMemory: false }), true);
+  assert.ok(existsSync(join(kept(sbx.sandboxId), 'rw.img')));
+  assert.equal(await Sandbox.kill(sbx.sandboxId), true);
+  assert.ok(!existsSync(kept(sbx.sandboxId)));
+});
+
+test('connect({onResume: "reboot"}) of a sandbox paused with its memory is refused, its pause untouched', async () => {
+  const sbx = await create();
+  await sbx.commands.run('sleep 4343', { background: true });
+  assert.equal(await sbx.pause(), true);
+  const checkpoint = join(kept(sbx.sandboxId), 'checkpoint.json');
+  const onDisk = existsSync(checkpoint); // --pause auto: on disk where CRIU works
+  await assert.rejects(Sandbox.connect(sbx.sandboxId, { onResume: 'reboot' }), (e) => {
+    assert.match(e.message, /^400: /);
+    assert.match(e.message, /was paused with its memory/);
+    return true;
+  });
+  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused');
+  assert.equal(existsSync(checkpoint), onDisk);
+  // A plain connect restores it, its process with it.
+  await Sandbox.connect(sbx.sandboxId);
+  assert.equal((await running(sbx, 'sleep 4343')).length, 1);
+  // onResume 'reboot' of a running sandbox is a no-op (E2B).
+  await Sandbox.connect(sbx.sandboxId, { onResume: 'reboot' });
+  assert.equal((await running(sbx, 'sleep 4343')).length, 1);
+  await sbx.kill();
+});
+
+test('lifecycle onTimeout {pause, keepMemory: false}: the deadline pauses filesystem-only', async () => {
+  const sbx = await create({ timeoutMs: 5_000, lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } });
+  assert.deepEqual((await sbx.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: false });
+  await sbx.files.write('/home/user/before-timeout.txt', 'written before the deadline');
+  await sbx.commands.run('sleep 4444', { background: true });
+  let state;
+  for (let i = 0; i < 100 && state !== 'paused'; i++) {
+    await sleep(200);
+    state = (await Sandbox.getInfo(sbx.sandboxId)).state;
+  }
+  assert.equal(state, 'paused');
+  assert.ok(existsSync(join(kept(sbx.sandboxId), 'rw.img')));
+  assert.ok(!existsSync(join(kept(sbx.sandboxId), 'checkpoint.json')));
+  await Sandbox.connect(sbx.sandboxId, { timeoutMs: 600_000 });
+  assert.equal(await sbx.files.read('/home/user/before-timeout.txt'), 'written before the deadline');
+  assert.deepEqual(await running(sbx, 'sleep 4444'), []);
+  await sbx.kill();
+});
+
+test('traffic does not resume a filesystem-only pause (autoResume); connect does', async () => {
+  const sbx = await create({ lifecycle: { onTimeout: 'pause', autoResume: true } });
+  await sbx.files.write('/home/user/f.txt', 'f');
+  assert.equal(await sbx.pause({ keepMemory: false }), true);
+  const res = await fetch(`${baseUrl}/files?path=/home/user/f.txt`, {
+    headers: {
+      'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983', 'X-Access-Token': sbx.envdAccessToken,
+    },
+  });
+  assert.equal(res.status, 502);
+  const err = await res.json();
+  assert.match(err.message, /paused without its memory/);
+  assert.equal(err.sandboxId, sbx.sandboxId);
+  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused');
+  await Sandbox.connect(sbx.sandboxId);
+  assert.equal(await sbx.files.read('/home/user/f.txt'), 'f');
   await sbx.kill();
 });
