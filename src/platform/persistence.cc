@@ -495,8 +495,8 @@ Result<store::SandboxRecord> SandboxManager::settle_checkpoint(const store::Sand
     }
     if (cut)
       log_.warn("sandbox " + rec.id +
-                ": a checkpoint (pause to disk, fork or snapshot) cut short by a restart was "
-                "undone; it runs on");
+                ": a checkpoint (pause to disk or without memory, fork or snapshot) cut short by "
+                "a restart was undone; it runs on");
     return out;
   }
   if (sb.ok()) {
@@ -517,7 +517,9 @@ Result<store::SandboxRecord> SandboxManager::settle_checkpoint(const store::Sand
       out.state = store::SandboxState::kRunning;
       out.checkpoint.clear();
       out.filesystem_only = false;
-      log_.warn("sandbox " + rec.id + ": a resume from disk cut short by a restart was completed");
+      log_.warn("sandbox " + rec.id +
+                ": a resume (from disk, or a boot on kept files) cut short by a restart was "
+                "completed");
       return out;
     }
   }

@@ -326,6 +326,39 @@ test('kill -9 of abxd at any moment of a pause or a resume loses nothing', { ski
   await sbx.kill();
 });
 
+// The same for E2B's filesystem-only pause (no CRIU in it, but it has the same commit point):
+// pause({keepMemory: false}) and the boot of connect, each cut short by a kill -9 of abxd.
+test('kill -9 of abxd at any moment of a pause without memory or its boot loses nothing', { skip }, async () => {
+  const sbx = await create();
+  await sbx.files.write('/home/user/kept.txt', 'crash-safe');
+  for (const delay of [0, 5, 10, 20, 30, 45, 60, 100]) {
+    const pausing = sbx.pause({ keepMemory: false }).catch(() => 'cut');
+    await sleep(delay);
+    await daemon.restart('SIGKILL');
+    await pausing;
+    let state = (await Sandbox.getInfo(sbx.sandboxId)).state;
+    assert.ok(state === 'running' || state === 'paused', `after a cut pause: ${state}`);
+    if (state === 'running') assert.equal(await sbx.pause({ keepMemory: false }), true);
+    const resuming = Sandbox.connect(sbx.sandboxId).catch(() => 'cut');
+    await sleep(delay);
+    await daemon.restart('SIGKILL');
+    await resuming;
+    state = (await Sandbox.getInfo(sbx.sandboxId)).state;
+    assert.ok(state === 'running' || state === 'paused', `after a cut boot: ${state}`);
+    await Sandbox.connect(sbx.sandboxId);
+    // A boot completed by the restart may still be starting envd: up to 10 s for it.
+    let text;
+    for (let tries = 0; tries < 100 && text === undefined; tries++) {
+      text = await sbx.files.read('/home/user/kept.txt').catch(() => undefined);
+      if (text === undefined) await sleep(100);
+    }
+    assert.equal(text, 'crash-safe');
+    assert.equal((await sbx.commands.run('echo up')).stdout, 'up\n');
+    await assertNoOrphans();
+  }
+  await sbx.kill();
+});
+
 test('kill -9 of abxd during a fork leaves the parent and only whole children', { skip }, async () => {
   const parent = await create();
   await parent.files.write('/home/user/origin.txt', 'parent');
