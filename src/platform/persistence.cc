@@ -415,16 +415,30 @@ Status SandboxManager::pause_filesystem_only(LiveSandbox& sb) {
 }
 
 // Its resume: new processes on the kept layer (boot_on_layer, by hard link), recorded, then the
-// kept directory goes (the layer lives on as the running sandbox's).
-Status SandboxManager::resume_filesystem_only(LiveSandbox& sb) {
+// kept directory goes (the layer lives on as the running sandbox's). From a checkpoint (resume
+// {memory: false} of a sandbox paused to disk): its seal verified, a copy of its layer, and the
+// checkpoint left as it was — no resume can use it any more, and the sandbox's next pause, its
+// kill or abxd's next start removes it.
+Status SandboxManager::resume_filesystem_only(LiveSandbox& sb, bool from_checkpoint) {
   const std::string& id = sb.record.id;
+  const std::string dir = sb.record.checkpoint;
   const auto t0 = Clock::now();
   auto failed = [&](const Error& e) {
     sb.note("error", "boot on the kept files failed (they are kept for a retry): " + e.message());
-    return Error(e.code(), "resuming sandbox '" + id + "' (paused without its memory) failed: " +
-                               e.message() + " (its files are kept for a retry)");
+    return Error(e.code(), "resuming sandbox '" + id + "' on its files alone failed: " +
+                               e.message() + " (its " + (from_checkpoint ? "checkpoint" : "files") +
+                               " are kept for a retry)");
   };
-  auto rt = boot_on_layer(sb, sb.record.checkpoint + "/" + kKeptLayer);
+  if (from_checkpoint) {
+    // Its layer is mounted (copied) only once the seal holds, as restore() reads nothing of a
+    // checkpoint before; a seal a failed restore left pending is completed first, as restore()
+    // completes it.
+    Status sealed =
+        runtime::seal_pending(dir) ? runtime::complete_seal(dir, checkpoint_key_) : Status{};
+    if (sealed) sealed = runtime::verify_checkpoint(dir, checkpoint_key_);
+    if (!sealed) return failed(sealed.error());
+  }
+  auto rt = boot_on_layer(sb, dir + "/" + kKeptLayer, from_checkpoint);
   if (!rt.ok()) return failed(rt.error());
   if (Status s = store_->set_checkpoint(id, store::SandboxState::kRunning, ""); !s) {
     (void)(*rt)->destroy();
@@ -433,13 +447,16 @@ Status SandboxManager::resume_filesystem_only(LiveSandbox& sb) {
   }
   (void)store_->set_init(id, (*rt)->pid(), runtime::process_start_time((*rt)->pid()));
   std::error_code ec;
-  fs::remove_all(sb.record.checkpoint, ec);
+  if (!from_checkpoint) fs::remove_all(dir, ec);
   sb.set_runtime(std::move(*rt));
   ++sb.epoch;
   sb.record.checkpoint.clear();
   sb.record.filesystem_only = false;
-  sb.note("info", "booted again on its files in " + std::to_string(ms_since(t0)) +
-                      " ms (paused without its memory: new processes)");
+  sb.note("info", "booted again on its files in " + std::to_string(ms_since(t0)) + " ms (" +
+                      (from_checkpoint ? "memory: false: a copy of its checkpoint's layer, the "
+                                         "checkpoint left as it was"
+                                       : "paused without its memory") +
+                      "; new processes)");
   return {};
 }
 

@@ -535,7 +535,8 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
 // directory rather than from the template (which may have changed since: the sandbox keeps the
 // layers, binds, environment and envd configuration it was created with).
 Result<std::shared_ptr<runtime::Sandbox>> SandboxManager::boot_on_layer(const LiveSandbox& sb,
-                                                                        const std::string& layer) {
+                                                                        const std::string& layer,
+                                                                        bool copy) {
   const std::string& id = sb.record.id;
   if (!sb.tmpl)
     return Error(ErrorCode::kFailedPrecondition,
@@ -550,6 +551,7 @@ Result<std::shared_ptr<runtime::Sandbox>> SandboxManager::boot_on_layer(const Li
   }
   config.fds.push_back({envd_json_fd.get(), kEnvdConfigFd});
   config.layer_image = layer;
+  config.copy_layer = copy;
   // The link's rules go in with the spawn (restore_config's link_ready): out again on failure.
   const bool linked = config.veth.enabled;
   Timeline tl;

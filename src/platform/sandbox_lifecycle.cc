@@ -144,11 +144,15 @@ Result<bool> SandboxManager::resume(const std::string& id, ResumeOptions options
                        "it (autoResume); resume it with connect or resume, which boot it again");
     ABX_TRY(resume_filesystem_only(*sb));
   } else if (!options.memory) {
-    return invalid_argument(
-        "memory: false (a reboot on the files alone) resumes only a sandbox paused without its "
-        "memory; sandbox '" +
-        id + "' was paused with its memory: resume it without memory: false (its " +
-        (sb->record.checkpoint.empty() ? "memory" : "checkpoint") + " is left as it was)");
+    // E2B: the files alone, any memory ignored and never modified or deleted.
+    if (sb->record.checkpoint.empty())
+      return invalid_argument(
+          "memory: false (a boot on the files alone) needs a sandbox paused to disk or without "
+          "its memory; sandbox '" +
+          id +
+          "' is paused in RAM (abxd --pause memory, or a template CRIU cannot take), its memory "
+          "in the processes such a boot would end: resume it without memory: false");
+    ABX_TRY(resume_filesystem_only(*sb, /*from_checkpoint=*/true));
   } else if (!sb->record.checkpoint.empty()) {
     ABX_TRY(resume_from_disk(*sb));
   } else if (auto rt = sb->runtime()) {

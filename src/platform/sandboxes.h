@@ -279,9 +279,11 @@ class SandboxManager {
   // ("requested": the API; "timeout": lifecycle.onTimeout "pause" at the deadline).
   Status pause(const std::string& id, const char* reason = "requested", bool memory = true);
   struct ResumeOptions {
-    // false: E2B's resume {memory: false} (the SDK's connect onResume 'reboot'). A no-op for a
-    // filesystem-only pause, which always boots again; refused (kInvalidArgument) for a sandbox
-    // paused with its memory, whose checkpoint it leaves as it is.
+    // false: E2B's resume {memory: false} (the SDK's connect onResume 'reboot'): booted again
+    // on its files. A no-op for a filesystem-only pause (which always boots again); a sandbox
+    // paused to disk boots on a copy of its checkpoint's layer, the checkpoint left as it was
+    // (E2B: ignored, never modified or deleted); refused (kInvalidArgument) for one frozen in
+    // RAM, whose memory lives in the processes a boot would have to end.
     bool memory = true;
     // Traffic through the gateway (autoResume) wakes it: refused (kFailedPrecondition) for a
     // filesystem-only pause, which only an explicit connect or resume boots again (E2B).
@@ -376,13 +378,16 @@ class SandboxManager {
   Status pause_to_disk(LiveSandbox& sb);
   Status resume_from_disk(LiveSandbox& sb);
   Status pause_filesystem_only(LiveSandbox& sb);
-  Status resume_filesystem_only(LiveSandbox& sb);
+  // The boot of a filesystem-only pause on its kept layer, or (`from_checkpoint`) of a sandbox
+  // paused to disk on a copy of its checkpoint's layer (resume {memory: false}).
+  Status resume_filesystem_only(LiveSandbox& sb, bool from_checkpoint = false);
   // sandbox_create.cc: sandbox `sb`'s processes started afresh, as create() starts them (its
   // saved sandbox.json and envd.json, spawned and waited for until envd and its servers
-  // answer), on the writable layer `layer` (an rw.img keep_layer() kept). Its network's rules
-  // are attached to the new link; a failure leaves nothing running and no rules.
+  // answer), on the writable layer `layer` (an rw.img keep_layer() kept; with `copy`, a copy
+  // of it). Its network's rules are attached to the new link; a failure leaves nothing running
+  // and no rules.
   Result<std::shared_ptr<runtime::Sandbox>> boot_on_layer(const LiveSandbox& sb,
-                                                          const std::string& layer);
+                                                          const std::string& layer, bool copy);
   // The runtime config to restore (or boot again) sandbox `id` (its saved sandbox.json, with
   // abxd's state dir, user namespaces and veth numbering, and its network's rules attached when
   // the link is up).

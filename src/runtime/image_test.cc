@@ -188,7 +188,8 @@ TEST_F(ImageTest, AdoptedSandboxKeepsItsUpperDirAndDestroyRemovesIt) {
 
 // The filesystem-only pause: keep_layer() keeps the writable layer of a running sandbox,
 // release_layer() ends its processes, and a new sandbox spawned on the kept layer (layer_image)
-// has the files and none of the processes; the kept file is the new sandbox's layer.
+// has the files and none of the processes; the kept file is the new sandbox's layer (unless
+// copy_layer).
 TEST_F(ImageTest, KeptLayerOutlivesItsProcessesAndANewSandboxBootsOnIt) {
   auto c = shell({base_}, "rm /etc/passwd; echo kept > /mark; sleep 100");
   const std::string id = c.id;
@@ -222,6 +223,20 @@ TEST_F(ImageTest, KeptLayerOutlivesItsProcessesAndANewSandboxBootsOnIt) {
   ASSERT_TRUE(r3.sb);
   EXPECT_EQ(r3.out, "second\n");
   ASSERT_TRUE(r3.sb->destroy().ok());
+  // copy_layer: a copy of it; the kept file is left as it was.
+  SandboxConfig copied = shell({base_}, "cat /mark2; echo third > /mark3");
+  copied.layer_image = kept;
+  copied.copy_layer = true;
+  auto r4 = run(std::move(copied));
+  ASSERT_TRUE(r4.sb);
+  EXPECT_EQ(r4.out, "second\n");
+  ASSERT_TRUE(r4.sb->destroy().ok());
+  SandboxConfig fourth = shell({base_}, "cat /mark3 2>/dev/null || echo none");
+  fourth.layer_image = kept;
+  auto r5 = run(std::move(fourth));
+  ASSERT_TRUE(r5.sb);
+  EXPECT_EQ(r5.out, "none\n");
+  ASSERT_TRUE(r5.sb->destroy().ok());
 
   // Refused: a relative path, or a host rootfs (no layer to take).
   SandboxConfig bad = shell({base_}, "true");

@@ -620,7 +620,7 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config, Timeline* timeline) {
     if (config.layer_image.empty())
       ABX_TRY(make_rw_layer(config.state_dir, st->dir, config.disk_bytes));
     else
-      ABX_TRY(take_rw_layer(config.layer_image, st->dir, /*link=*/true));
+      ABX_TRY(take_rw_layer(config.layer_image, st->dir, /*link=*/!config.copy_layer));
   }
   mark("rw_layer");
 

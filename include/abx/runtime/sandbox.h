@@ -139,6 +139,8 @@ struct SandboxConfig {
   // does not apply. spawn() waits up to 5 s for a loop device still attached to it (the
   // previous sandbox's, detaching) and refuses (failed_precondition) one still attached then.
   std::string layer_image;
+  // With layer_image: a copy of it instead (a checkpoint's layer, which must stay as it is).
+  bool copy_layer = false;
   std::uint64_t shm_bytes = 64ull << 20;  // cap of the /dev/shm tmpfs (memory, not disk)
   std::uint64_t rlimit_nofile = 4096;
   std::uint64_t rlimit_fsize = 0;  // bytes; 0 = unlimited

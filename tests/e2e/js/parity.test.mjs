@@ -8,7 +8,7 @@
 //   ABXD_BIN=build/dev/src/platform/abxd node --test parity.test.mjs
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
+import { existsSync, lstatSync, readdirSync, readFileSync } from 'node:fs';
 import http from 'node:http';
 import { join } from 'node:path';
 
@@ -306,26 +306,52 @@ test('pause({keepMemory: false}) keeps the files and ends the processes; connect
   assert.ok(!existsSync(kept(sbx.sandboxId)));
 });
 
-test('connect({onResume: "reboot"}) of a sandbox paused with its memory is refused, its pause untouched', async () => {
+// E2B's resume {memory: false}: "cold-boots fresh and any memory in the snapshot is ignored,
+// never modified or deleted". Paused to disk (CRIU here): a boot on a copy of the checkpoint's
+// layer, the checkpoint as it was; paused in RAM (no CRIU): refused (400), nothing changed.
+test('connect({onResume: "reboot"}) of a sandbox paused with its memory boots on its files, the checkpoint untouched', async () => {
   const sbx = await create();
+  await sbx.files.write('/home/user/kept.txt', 'kept for the reboot');
   await sbx.commands.run('sleep 4343', { background: true });
   assert.equal(await sbx.pause(), true);
-  const checkpoint = join(kept(sbx.sandboxId), 'checkpoint.json');
-  const onDisk = existsSync(checkpoint); // --pause auto: on disk where CRIU works
-  await assert.rejects(Sandbox.connect(sbx.sandboxId, { onResume: 'reboot' }), (e) => {
-    assert.match(e.message, /^400: /);
-    assert.match(e.message, /was paused with its memory/);
-    return true;
-  });
-  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused');
-  assert.equal(existsSync(checkpoint), onDisk);
-  // A plain connect restores it, its process with it.
-  await Sandbox.connect(sbx.sandboxId);
-  assert.equal((await running(sbx, 'sleep 4343')).length, 1);
-  // onResume 'reboot' of a running sandbox is a no-op (E2B).
+  const dir = kept(sbx.sandboxId);
+  const onDisk = existsSync(join(dir, 'checkpoint.json')); // --pause auto: disk where CRIU works
+  // Each entry's inode, size and mtime, and the content of every file but the (sparse, large)
+  // layer, whose mtime would move with any write.
+  const snapshot = () => Object.fromEntries(readdirSync(dir).map((f) => {
+    const st = lstatSync(join(dir, f));
+    const small = st.isFile() && st.size < (16 << 20);
+    return [f, [st.ino, st.size, st.mtimeMs, small ? readFileSync(join(dir, f)).toString('base64') : '']];
+  }));
+  const before = onDisk ? snapshot() : null;
+  if (!onDisk) {
+    await assert.rejects(Sandbox.connect(sbx.sandboxId, { onResume: 'reboot' }), (e) => {
+      assert.match(e.message, /^400: /);
+      assert.match(e.message, /is paused in RAM/);
+      return true;
+    });
+    assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused');
+    await Sandbox.connect(sbx.sandboxId); // a plain connect thaws it, its process with it
+    assert.equal((await running(sbx, 'sleep 4343')).length, 1);
+    await sbx.kill();
+    return;
+  }
   await Sandbox.connect(sbx.sandboxId, { onResume: 'reboot' });
-  assert.equal((await running(sbx, 'sleep 4343')).length, 1);
+  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'running');
+  assert.equal(await sbx.files.read('/home/user/kept.txt'), 'kept for the reboot');
+  assert.deepEqual(await running(sbx, 'sleep 4343'), []); // the memory was not restored
+  // The checkpoint is exactly as it was: every file, byte for byte (its layer copied, not used).
+  assert.deepEqual(snapshot(), before);
+  // onResume 'reboot' of a running sandbox is a no-op (E2B).
+  await sbx.commands.run('sleep 4545', { background: true });
+  await Sandbox.connect(sbx.sandboxId, { onResume: 'reboot' });
+  assert.equal((await running(sbx, 'sleep 4545')).length, 1);
+  // The next pause replaces the leftover checkpoint; the kill removes everything.
+  assert.equal(await sbx.pause(), true);
+  await Sandbox.connect(sbx.sandboxId);
+  assert.equal((await running(sbx, 'sleep 4545')).length, 1);
   await sbx.kill();
+  assert.ok(!existsSync(dir));
 });
 
 test('lifecycle onTimeout {pause, keepMemory: false}: the deadline pauses filesystem-only', async () => {
