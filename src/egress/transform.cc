@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <boost/json.hpp>
 
+#include "abx/base/try.h"
+
 namespace abx::egress {
 
 namespace json = boost::json;
@@ -34,6 +36,111 @@ bool overlaps(const DomainPattern& a, const DomainPattern& b) {
 }
 
 }  // namespace
+
+std::string lower_ascii(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = lower(c);
+  return out;
+}
+
+bool valid_secret_name(std::string_view name) {
+  if (name.empty() || name.size() > kMaxSecretNameBytes || name.starts_with("sec_")) return false;
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (!alnum(name[0])) return false;
+  return std::all_of(name.begin(), name.end(),
+                     [&](char c) { return alnum(c) || c == '.' || c == '_' || c == '-'; });
+}
+
+namespace {
+
+// One piece of a header value: literal text, or a placeholder (`text` as written, `name`).
+struct Piece {
+  std::string_view text;
+  std::string name;  // empty: literal
+};
+
+constexpr std::string_view kE2bPlaceholder = "${e2b.";
+
+Result<std::vector<Piece>> split_placeholders(std::string_view value) {
+  std::vector<Piece> out;
+  std::size_t pos = 0;
+  while (pos < value.size()) {
+    const std::size_t at = value.find(kE2bPlaceholder, pos);
+    if (at == std::string_view::npos) {
+      out.push_back({value.substr(pos), {}});
+      break;
+    }
+    if (at > pos) out.push_back({value.substr(pos, at - pos), {}});
+    if (value.substr(at, kSecretPlaceholderOpen.size()) != kSecretPlaceholderOpen)
+      return invalid_argument(
+          "only ${e2b.secrets.<name>} placeholders are supported (abxd mints no workload "
+          "identity tokens)");
+    const std::size_t start = at + kSecretPlaceholderOpen.size();
+    const std::size_t close = value.find('}', start);
+    if (close == std::string_view::npos)
+      return invalid_argument("a ${e2b.secrets.<name>} placeholder has no closing '}'");
+    std::string name = lower_ascii(value.substr(start, close - start));
+    if (!valid_secret_name(name))
+      return invalid_argument("secret name " + quoted(value.substr(start, close - start)) +
+                              " in a placeholder is not a valid secret name ([a-z0-9][a-z0-9._-]*, "
+                              "at most " +
+                              std::to_string(kMaxSecretNameBytes) + " bytes, not sec_…)");
+    out.push_back({value.substr(at, close + 1 - at), std::move(name)});
+    pos = close + 1;
+  }
+  return out;
+}
+
+bool auth_scheme(std::string_view s) {
+  if (s.size() < 2 || s.back() != ' ') return false;
+  return std::all_of(s.begin(), s.end() - 1,
+                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); });
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> secret_names_in(std::string_view value) {
+  ABX_ASSIGN_OR_RETURN(auto pieces, split_placeholders(value));
+  std::vector<std::string> out;
+  for (auto& p : pieces)
+    if (!p.name.empty()) out.push_back(std::move(p.name));
+  return out;
+}
+
+Result<std::string> expand_secrets(
+    std::string_view value, const std::function<Result<std::string>(std::string_view)>& resolve,
+    std::size_t max_bytes) {
+  ABX_ASSIGN_OR_RETURN(auto pieces, split_placeholders(value));
+  std::string out;
+  for (const auto& p : pieces) {
+    if (p.name.empty()) {
+      out += p.text;
+    } else {
+      ABX_ASSIGN_OR_RETURN(std::string v, resolve(p.name));
+      out += v;
+    }
+    if (out.size() > max_bytes)
+      return invalid_argument("the header value with its secrets is over " +
+                              std::to_string(max_bytes) + " bytes");
+  }
+  return out;
+}
+
+std::string masked_value(std::string_view value) {
+  auto pieces = split_placeholders(value);
+  if (!pieces ||
+      std::none_of(pieces->begin(), pieces->end(), [](const Piece& p) { return !p.name.empty(); }))
+    return std::string(kMaskedValue);
+  std::string out;
+  for (std::size_t i = 0; i < pieces->size(); ++i) {
+    const Piece& p = (*pieces)[i];
+    if (!p.name.empty() || (i == 0 && auth_scheme(p.text)))
+      out += p.text;
+    else
+      out += kMaskedValue;
+  }
+  return out;
+}
 
 std::string check_header_name(std::string_view name) {
   if (name.empty()) return "a header name may not be empty";
@@ -75,12 +182,42 @@ json::object TransformRules::to_json(bool reveal) const {
     json::array list;
     for (const auto& rule : h.rules) {
       json::object headers;
-      for (const auto& [k, v] : rule) headers[k] = reveal ? std::string_view(v) : kMaskedValue;
+      for (const auto& [k, v] : rule) {
+        if (reveal)
+          headers[k] = v;
+        else
+          headers[k] = masked_value(v);
+      }
       list.push_back(json::object{{"transform", json::object{{"headers", std::move(headers)}}}});
     }
     out[h.pattern.str()] = std::move(list);
   }
   return out;
+}
+
+std::vector<SecretReference> TransformRules::secret_references(std::string_view field) const {
+  std::vector<SecretReference> out;
+  for (const auto& h : hosts)
+    for (std::size_t i = 0; i < h.rules.size(); ++i)
+      for (const auto& [k, v] : h.rules[i]) {
+        auto names = secret_names_in(v);
+        if (!names) continue;  // parse_transforms refused such a value
+        for (auto& n : *names)
+          out.push_back({std::move(n), std::string(field) + "[" + quoted(h.pattern.str()) + "][" +
+                                           std::to_string(i) + "].transform.headers[" + quoted(k) +
+                                           "]"});
+      }
+  return out;
+}
+
+bool TransformRules::references(std::string_view name) const {
+  for (const auto& h : hosts)
+    for (const auto& rule : h.rules)
+      for (const auto& kv : rule) {
+        auto names = secret_names_in(kv.second);
+        if (names && std::find(names->begin(), names->end(), name) != names->end()) return true;
+      }
+  return false;
 }
 
 Result<TransformRules> parse_transforms(const json::value& v, std::string_view field) {
@@ -141,6 +278,8 @@ Result<TransformRules> parse_transforms(const json::value& v, std::string_view f
               if ((u < 0x20 && c != '\t') || u == 0x7f)
                 return invalid_argument(nat + ": a control character in the value");
             }
+            if (auto refs = secret_names_in(value); !refs)
+              return invalid_argument(nat + ": " + refs.error().message());
             if (++headers_of_host > kMaxTransformHeaders)
               return invalid_argument(at + ": at most " + std::to_string(kMaxTransformHeaders) +
                                       " headers for one host");

@@ -136,6 +136,75 @@ TEST(Transforms, JsonMasksValuesUnlessRevealed) {
   EXPECT_EQ(again->hosts.at(0).headers(), r.hosts.at(0).headers());
 }
 
+TEST(SecretPlaceholders, NamesAreFoundAndLowerCased) {
+  auto n =
+      secret_names_in("Bearer ${e2b.secrets.OpenAI}-${e2b.secrets.b_2.x-y}${e2b.secrets.openai}");
+  ASSERT_TRUE(n) << n.error().message();
+  EXPECT_EQ(*n, (std::vector<std::string>{"openai", "b_2.x-y", "openai"}));
+  EXPECT_TRUE(secret_names_in("plain $ {e2b} ${HOME} e2b.secrets.x")->empty());
+}
+
+TEST(SecretPlaceholders, MalformedOnesAreRefused) {
+  for (std::string_view bad :
+       {"${e2b.secrets.x", "${e2b.secrets.}", "${e2b.secrets.-x}", "${e2b.secrets.sec_abc}",
+        "${e2b.secrets.a b}", "${e2b.identity.tokens.aws}", "${e2b.secrets.a{b}"})
+    EXPECT_FALSE(secret_names_in(bad)) << bad;
+  EXPECT_FALSE(secret_names_in("${e2b.secrets." + std::string(kMaxSecretNameBytes + 1, 'a') + "}"));
+  EXPECT_TRUE(secret_names_in("${e2b.secrets." + std::string(kMaxSecretNameBytes, 'a') + "}"));
+  EXPECT_TRUE(valid_secret_name("openai-api-key"));
+  EXPECT_FALSE(valid_secret_name("OpenAI"));  // names are lower-cased before the check
+  EXPECT_FALSE(valid_secret_name(""));
+  EXPECT_FALSE(valid_secret_name("_x"));
+}
+
+TEST(SecretPlaceholders, ParseNamesTheHeaderOfABadPlaceholder) {
+  const std::string e =
+      error_of(R"({"a.com": [{"transform": {"headers": {"X-Key": "${e2b.secrets.x"}}}]})");
+  EXPECT_NE(e.find(R"(network.rules["a.com"][0].transform.headers["X-Key"])"), std::string::npos)
+      << e;
+  EXPECT_NE(e.find("closing"), std::string::npos) << e;
+  EXPECT_NE(
+      error_of(R"({"a.com": [{"transform": {"headers": {"X": "${e2b.identity.tokens.a}"}}}]})")
+          .find("workload identity"),
+      std::string::npos);
+}
+
+TEST(SecretPlaceholders, ReferencesNameTheirFields) {
+  auto r = *parse(R"({"A.com": [{"transform": {"headers": {"X-A": "1"}}},
+                               {"transform": {"headers": {"Authorization": "Bearer ${e2b.secrets.K}"}}}],
+                     "b.com": [{"transform": {"headers": {"X-B": "${e2b.secrets.j}"}}}]})");
+  auto refs = r.secret_references("network.rules");
+  ASSERT_EQ(refs.size(), 2u);
+  EXPECT_EQ(refs[0].name, "k");
+  EXPECT_EQ(refs[0].field, R"(network.rules["a.com"][1].transform.headers["Authorization"])");
+  EXPECT_EQ(refs[1].name, "j");
+  EXPECT_TRUE(r.references("k"));
+  EXPECT_FALSE(r.references("x"));
+}
+
+TEST(SecretPlaceholders, ExpandResolvesEachAndPassesErrorsOn) {
+  auto resolve = [](std::string_view n) -> Result<std::string> {
+    if (n == "a") return std::string("AAA");
+    return not_found("secret '" + std::string(n) + "' not found");
+  };
+  EXPECT_EQ(*expand_secrets("Bearer ${e2b.secrets.A}/${e2b.secrets.a}", resolve), "Bearer AAA/AAA");
+  EXPECT_EQ(*expand_secrets("no placeholder", resolve), "no placeholder");
+  auto missing = expand_secrets("${e2b.secrets.b}", resolve);
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code(), ErrorCode::kNotFound);
+  EXPECT_FALSE(expand_secrets("${e2b.secrets.a}${e2b.secrets.a}", resolve, 5));
+}
+
+TEST(SecretPlaceholders, GetShowsThePlaceholderNeverLiteralText) {
+  EXPECT_EQ(masked_value("Bearer ${e2b.secrets.openai}"), "Bearer ${e2b.secrets.openai}");
+  EXPECT_EQ(masked_value("${e2b.secrets.a}"), "${e2b.secrets.a}");
+  EXPECT_EQ(masked_value("sk-literal${e2b.secrets.a}:tail"),
+            std::string(kMaskedValue) + "${e2b.secrets.a}" + std::string(kMaskedValue));
+  EXPECT_EQ(masked_value("Bearer sk-literal"), kMaskedValue);
+  auto r = *parse(R"({"a.com": [{"transform": {"headers": {"A": "Token ${e2b.secrets.k}"}}}]})");
+  EXPECT_NE(json::serialize(r.to_json(false)).find("Token ${e2b.secrets.k}"), std::string::npos);
+}
+
 TEST(Transforms, WarnsForHostsTheSandboxCannotReach) {
   auto t = *parse(R"({"api.a.com": [], "*.b.com": [], "x.c.com": [], "*.d.com": []})");
   // Everything allowed: nothing to warn about.

@@ -37,6 +37,7 @@
 #include "api.h"
 #include "bundle.h"
 #include "sandboxes.h"
+#include "secrets.h"
 #include "watchdog.h"
 #include "webhooks.h"
 
@@ -90,7 +91,8 @@ struct Config {
   double webhook_timeout = 10;      // seconds, one attempt
   double webhook_retry_delay = 10;  // seconds before the first retry; doubles after
   int webhook_retries = 3;
-  std::size_t max_webhooks = 10;  // per team
+  std::size_t max_webhooks = 10;                                  // per team
+  std::size_t max_secrets = platform::kDefaultMaxSecretsPerTeam;  // per team
   bool no_network = false;
   std::string sandbox_net = "10.213.0.0/19";
   std::string dns_upstream = env_or("ABX_DNS_UPSTREAM");
@@ -241,6 +243,9 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, Config& cfg
   app.add_option("--webhook-retries", cfg.webhook_retries,
                  "Retries of a failed webhook delivery before it is given up")
       ->check(CLI::Range(0, 10))
+      ->capture_default_str();
+  app.add_option("--max-secrets", cfg.max_secrets, "Secrets one team may hold (POST /secrets)")
+      ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   app.add_option("--max-webhooks", cfg.max_webhooks, "Webhooks one team may register")
       ->check(CLI::Range(0, 1000))
@@ -559,6 +564,9 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   auto st = open_store(cfg.home);
   if (!st.ok()) return fail(st.error(), kExitConfig);
   ensure_first_api_key(**st, cfg.home);
+  // Secrets' values are sealed under <home>/secrets.key (made at the first start).
+  auto vault = platform::SecretVault::open(fs::path(cfg.home) / "secrets.key");
+  if (!vault.ok()) return fail(vault.error(), kExitConfig);
   if (!cfg.no_watchdog) {
     // Before any sandbox exists: from now on a deadline holds even if this abxd dies.
     std::error_code ec;
@@ -597,6 +605,15 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
         Error(network.error().code(), "sandbox networking: " + network.error().message() +
                                           " (abxd --no-network runs sandboxes with loopback only)"),
         kExitConfig);
+
+  // ${e2b.secrets.<name>} in a sandbox's network.rules: its team's secret, read at each request.
+  store::Store* store_ptr = st->get();
+  const platform::SecretVault* vault_ptr = &*vault;
+  (*network)->set_secret_resolver(
+      [store_ptr, vault_ptr](const std::string& id, std::string_view name) -> Result<std::string> {
+        ABX_ASSIGN_OR_RETURN(store::SandboxRecord rec, store_ptr->get_sandbox(id));
+        return vault_ptr->resolve(*store_ptr, rec.team_id, name);
+      });
 
   // A start that fails from here on takes its nftables table away again, unless the store still
   // has sandboxes of an earlier abxd: those may be alive, and the table keeps policing them until
@@ -647,6 +664,7 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   if (!mgr.ok()) return fail_networked(mgr.error(), kExitConfig);
   platform::ControlApi api(**mgr, **st);
   api.set_console(!cfg.no_console);
+  api.enable_secrets(*vault, cfg.max_secrets);
 
   // Template builds, into the manager's image store; a finished build reloads the catalog.
   platform::TemplateBuildOptions tbo;

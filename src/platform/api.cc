@@ -78,6 +78,11 @@ constexpr api::RouteEntry kRoutes[] = {
     {verb::get, "/teams/{id}/metrics/max", api::team_metrics_max},
     {verb::put, "/sandboxes/{id}/network", api::update_sandbox_network},
     {verb::get, "/sandboxes/{id}/network/audit", api::sandbox_network_audit},
+    {verb::get, "/secrets", api::list_secrets},
+    {verb::post, "/secrets", api::create_secret},
+    {verb::get, "/secrets/{id}", api::get_secret},
+    {verb::post, "/secrets/{id}", api::update_secret},
+    {verb::delete_, "/secrets/{id}", api::delete_secret},
 };
 
 // A signed file URL (the SDK's downloadUrl / uploadUrl): GET or POST /files with a `signature`
@@ -291,7 +296,8 @@ Result<Response> ControlApi::route(Request& req) {
   if (path == "/mcp") return serve_platform_mcp(sandboxes_, store_, team, req);
 
   const auto parts = api::split_path(path);
-  api::Context ctx{req, *url, {}, sandboxes_, store_, std::move(team), builder_, images_};
+  api::Context ctx{req,      *url,    {},       sandboxes_,  store_, std::move(team),
+                   builder_, images_, secrets_, max_secrets_};
   for (const auto& r : kRoutes) {
     if (r.method != req.method()) continue;
     ctx.params.clear();
@@ -352,7 +358,8 @@ bool ControlApi::serve_control(Request& req, const http::Responder& respond) {
       return false;
     auto team = authenticate(req);
     if (!team.ok()) return fail(team.error());
-    api::Context ctx{req, *url, {}, sandboxes_, store_, std::move(*team), builder_, images_};
+    api::Context ctx{req,      *url,    {},       sandboxes_,  store_, std::move(*team),
+                     builder_, images_, secrets_, max_secrets_};
     if (parts.size() == 3) ctx.params.push_back(parts[0] == "sandboxes" ? parts[1] : parts[2]);
     Status s = api::stream_events(ctx, sse_default, respond);
     if (!s.ok()) return fail(s.error());
@@ -363,7 +370,8 @@ bool ControlApi::serve_control(Request& req, const http::Responder& respond) {
   if (!team.ok()) return fail(team.error());
   if (!builder_) return fail(Error(ErrorCode::kUnimplemented, "template builds are not enabled"));
   auto url = boost::urls::parse_origin_form(req.target());
-  api::Context ctx{req, *url, {}, sandboxes_, store_, std::move(*team), builder_, images_};
+  api::Context ctx{req,      *url,    {},       sandboxes_,  store_, std::move(*team),
+                   builder_, images_, secrets_, max_secrets_};
   std::string context_tar;
   std::optional<std::filesystem::path> own_tmp;
   if (auto f = respond.body_file()) {

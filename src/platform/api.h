@@ -20,6 +20,11 @@
 //   POST   /templates/{id}/push            200 {"ref","digest"} (abx:
 //   {"ref":"host/repo:tag","bare"}) GET    /templates/{id}/image           200
 //   {"manifestDigest","layers",…} (abx: inspect)
+//   GET    /secrets                        200 [Secret], X-Next-Token paging (never a value)
+//   POST   /secrets                        201 Secret | 409 name taken | 429 too many
+//   GET    /secrets/{id or name}           200 Secret (abx: + usedBy) | 404
+//   POST   /secrets/{id or name}           200 Secret (a new value: version + 1) | 404
+//   DELETE /secrets/{id or name}           204 | 404 | 409 a live sandbox's rules name it
 // Auth: X-API-KEY, Authorization: Bearer <key>, or Authorization: ABX-HMAC-SHA256 (signed).
 // Tenants: the credential's team scopes every route. A sandbox, snapshot or built template of
 // another team answers exactly as an unknown id does (404, same body); lists hold the team's
@@ -37,6 +42,7 @@
 #include "abx/store/store.h"
 #include "auth_limiter.h"
 #include "sandboxes.h"
+#include "secrets.h"
 #include "template_build.h"
 
 namespace abx::platform {
@@ -51,6 +57,13 @@ class ControlApi : public GatewayBackend {
   // `max_upload_bytes` each.
   void enable_builds(TemplateBuilder& builder, image::Store& images, std::string upload_dir,
                      std::uint64_t max_upload_bytes = 2ull << 30);
+
+  // Turns on /secrets and ${e2b.secrets.<name>} in network.rules (secrets.h). The vault must
+  // outlive the API.
+  void enable_secrets(SecretVault& vault, std::size_t max_per_team = kDefaultMaxSecretsPerTeam) {
+    secrets_ = &vault;
+    max_secrets_ = max_per_team;
+  }
 
   // Whether GET /console serves the web console (console.h); on unless abxd --no-console.
   void set_console(bool enabled) { console_ = enabled; }
@@ -78,6 +91,8 @@ class ControlApi : public GatewayBackend {
   store::Store& store_;
   TemplateBuilder* builder_ = nullptr;
   image::Store* images_ = nullptr;
+  SecretVault* secrets_ = nullptr;
+  std::size_t max_secrets_ = kDefaultMaxSecretsPerTeam;
   std::string upload_dir_;
   std::uint64_t max_upload_bytes_ = 0;
   Logger log_{"api"};

@@ -7,8 +7,8 @@
 // kFailedPrecondition 409 and so on (abx/base/error.h).
 //
 // One file per resource: api_sandboxes.cc (lifecycle and listing), api_templates.cc,
-// api_tokens.cc (scoped command tokens), api_metrics.cc (with teams), api_logs.cc; the table itself
-// is in api.cc.
+// api_tokens.cc (scoped command tokens), api_metrics.cc (with teams), api_logs.cc,
+// api_secrets.cc; the table itself is in api.cc.
 #pragma once
 
 #include <boost/beast/http/verb.hpp>
@@ -26,10 +26,12 @@
 #include <vector>
 
 #include "abx/base/error.h"
+#include "abx/egress/transform.h"
 #include "abx/http/server.h"
 #include "abx/image/store.h"
 #include "abx/store/store.h"
 #include "sandboxes.h"
+#include "secrets.h"
 #include "template_build.h"
 
 namespace abx::platform::api {
@@ -47,6 +49,10 @@ struct Context {
   // delete, push and image routes answer kUnimplemented).
   TemplateBuilder* builder = nullptr;
   image::Store* images = nullptr;
+  // Secrets (secrets.h); null when abxd runs without them (then /secrets answers kUnimplemented
+  // and rules naming a secret are refused).
+  SecretVault* secrets = nullptr;
+  std::size_t max_secrets = kDefaultMaxSecretsPerTeam;  // per team
 };
 
 using Handler = Result<http::Response> (*)(Context&);
@@ -158,6 +164,17 @@ Result<http::Response> list_webhooks(Context& ctx);   // GET /events/webhooks
 Result<http::Response> get_webhook(Context& ctx);     // GET /events/webhooks/{id}
 Result<http::Response> update_webhook(Context& ctx);  // PATCH /events/webhooks/{id}
 Result<http::Response> delete_webhook(Context& ctx);  // DELETE /events/webhooks/{id}
+
+// api_secrets.cc: E2B's secrets, /secrets[/{secretID}] (secrets.h).
+Result<http::Response> create_secret(Context& ctx);  // POST /secrets
+Result<http::Response> list_secrets(Context& ctx);   // GET /secrets
+Result<http::Response> get_secret(Context& ctx);     // GET /secrets/{secretID}
+Result<http::Response> update_secret(Context& ctx);  // POST /secrets/{secretID}
+Result<http::Response> delete_secret(Context& ctx);  // DELETE /secrets/{secretID}
+// Every ${e2b.secrets.<name>} of `rules` names one of the team's secrets; else invalid_argument
+// naming the header's field (under `field`: "network.rules" at create, "rules" in a PUT).
+Status check_secret_references(const Context& ctx, const egress::TransformRules& rules,
+                               std::string_view field);
 
 // The typed requests and their decoders (api_sandboxes.cc, api_tokens.cc).
 // parse_create is where a create's fields are checked (its timeout within 1..max_timeout: the

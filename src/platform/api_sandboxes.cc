@@ -300,6 +300,8 @@ Result<Response> create_sandbox(Context& ctx) {
   ABX_ASSIGN_OR_RETURN(CreateRequest cr,
                        parse_create(body, ctx.sandboxes.options().max_timeout_seconds,
                                     ctx.sandboxes.default_internet()));
+  // A ${e2b.secrets.<name>} must name a secret of the team (resolved per request later).
+  if (cr.network) ABX_TRY(check_secret_references(ctx, cr.network->transforms, "network.rules"));
   cr.team_id = ctx.team;  // the manager refuses another team's template or snapshot (404)
   ABX_ASSIGN_OR_RETURN(auto sb, ctx.sandboxes.create(cr));
   json::object o = sandbox_json(*sb);
@@ -467,6 +469,17 @@ Result<Response> list_snapshots(Context& ctx) {
 // 204 as in E2B; 200 with `warnings` when some network.rules cannot take effect yet.
 Result<Response> update_sandbox_network(Context& ctx) {
   ABX_ASSIGN_OR_RETURN(SandboxPost op, sandbox_post(ctx));
+  {
+    // The secrets the new rules name must exist (the manager parses the body again, under the
+    // sandbox's lock, and a bad body fails there the same way).
+    SandboxNetworkSpec current;
+    {
+      std::lock_guard lock(op.sb->mu);
+      current = op.sb->network;
+    }
+    if (auto next = parse_network_update(op.body, current); next.ok())
+      ABX_TRY(check_secret_references(ctx, next->transforms, "rules"));
+  }
   ABX_ASSIGN_OR_RETURN(std::vector<std::string> warnings,
                        ctx.sandboxes.update_network(op.id, op.body));
   if (warnings.empty()) return no_content();

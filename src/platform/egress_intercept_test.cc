@@ -147,7 +147,7 @@ class InterceptTest : public ::testing::Test {
                                    std::string_view host) -> std::optional<EgressTransform> {
       std::lock_guard lock(mu_);
       if (host != name) return std::nullopt;
-      return EgressTransform{name, headers_};
+      return EgressTransform{name, headers_, {}};
     };
     hooks.on_transform = [this](const EgressFlow&, const EgressTransformEvent& ev) {
       std::lock_guard lock(mu_);

@@ -661,6 +661,14 @@ awaitable<void> Flow::serve_http(Client& client, Upstream& upstream, beast::flat
       proxy_->log.error(std::string("egress transform hook threw: ") + e.what());
       co_return;
     }
+    if (t && !t->refused.empty()) {
+      ev.rule = t->rule;
+      ev.refused = t->refused;
+      transform_event(ev);
+      co_await respond_and_close(client, upstream, http::status::bad_gateway,
+                                 "abxd cannot apply this host's network.rules: " + t->refused);
+      co_return;
+    }
     if (t) {
       ev.rule = t->rule;
       for (const auto& [k, v] : t->headers) {

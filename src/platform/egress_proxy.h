@@ -64,6 +64,9 @@ struct EgressFlow {
 struct EgressTransform {
   std::string rule;                                          // the matching key, for the audit
   std::vector<std::pair<std::string, std::string>> headers;  // set in order, replacing same names
+  // Non-empty: the rule applies but cannot be carried out (a secret it names is gone): the
+  // request is answered 502 with this reason and never forwarded. Never holds a value.
+  std::string refused;
 };
 
 // One request a transform rule matched, for the audit: never the values.

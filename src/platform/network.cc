@@ -551,7 +551,9 @@ EgressProxyHooks SandboxNetwork::proxy_hooks() {
                         std::string_view host) -> std::optional<EgressTransform> {
     auto t = self->transform_for(f.src_ip, f.dst_ip, host);
     if (!t) return std::nullopt;
-    return EgressTransform{std::move(t->rule), std::move(t->headers)};
+    auto headers = self->resolve_secrets(*t);
+    if (!headers) return EgressTransform{std::move(t->rule), {}, headers.error().message()};
+    return EgressTransform{std::move(t->rule), std::move(*headers), {}};
   };
   ph.on_transform = [self](const EgressFlow& f, const EgressTransformEvent& t) {
     AuditEvent ev;
@@ -698,9 +700,37 @@ std::optional<SandboxNetwork::Transform> SandboxNetwork::transform_for(
     // connection outlives a short TTL, and the address was the name's).
     auto bound = e.answers.find(std::string(host));
     if (bound == e.answers.end() || !bound->second.count(dst_ip)) return std::nullopt;
-    return Transform{h->pattern.str(), h->headers()};
+    return Transform{h->pattern.str(), h->headers(), id};
   }
   return std::nullopt;
+}
+
+void SandboxNetwork::set_secret_resolver(SecretResolver resolver) {
+  std::lock_guard lock(mu_);
+  secret_resolver_ = std::move(resolver);
+}
+
+Result<std::vector<egress::Header>> SandboxNetwork::resolve_secrets(const Transform& t) const {
+  SecretResolver resolver;
+  std::vector<egress::Header> out;
+  for (const auto& [name, value] : t.headers) {
+    if (value.find(egress::kSecretPlaceholderOpen) == std::string::npos) {
+      out.emplace_back(name, value);
+      continue;
+    }
+    if (!resolver) {
+      std::lock_guard lock(mu_);
+      resolver = secret_resolver_;
+    }
+    if (!resolver)
+      return Error(ErrorCode::kUnavailable, name + ": names a secret, and abxd has no secrets");
+    // The errors name the header and the secret, never a value.
+    auto v = egress::expand_secrets(value,
+                                    [&](std::string_view s) { return resolver(t.sandbox_id, s); });
+    if (!v) return Error(v.error().code(), name + ": " + v.error().message());
+    out.emplace_back(name, std::move(*v));
+  }
+  return out;
 }
 
 void SandboxNetwork::detach(const std::string& id) {

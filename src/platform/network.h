@@ -17,6 +17,7 @@
 #include <boost/json.hpp>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -151,12 +152,20 @@ class SandboxNetwork {
   // not have the credential sent to a server of its choosing over plain HTTP). Thread-safe; the
   // proxy asks per request, so an update applies to the next request of a kept-alive connection.
   struct Transform {
-    std::string rule;  // the matching key, e.g. "*.example.com"
-    std::vector<egress::Header> headers;
+    std::string rule;                     // the matching key, e.g. "*.example.com"
+    std::vector<egress::Header> headers;  // as the rules have them (placeholders unresolved)
+    std::string sandbox_id;
   };
   std::optional<Transform> transform_for(std::uint32_t src_ip, std::uint32_t dst_ip,
                                          std::string_view host) const;
   std::vector<AuditEvent> audit(const std::string& sandbox_id, std::int64_t since_ms) const;
+  // How the proxy gets the value of a ${e2b.secrets.<name>} in a sandbox's rules (the sandbox's
+  // team's secret), at each request. Without one such a request is refused (502).
+  using SecretResolver =
+      std::function<Result<std::string>(const std::string& sandbox_id, std::string_view name)>;
+  void set_secret_resolver(SecretResolver resolver);
+  // The headers of `t` with their secrets put in; EgressTransform::refused when one cannot be.
+  Result<std::vector<egress::Header>> resolve_secrets(const Transform& t) const;
   // Removes the table (abxd stops with no sandbox left running). Final: later attaches and
   // updates are refused, and a late detach leaves the table removed.
   void remove_rules();
@@ -226,6 +235,7 @@ class SandboxNetwork {
   std::unique_ptr<Nflog> nflog_;
   std::vector<std::thread> threads_;
   mutable std::mutex mu_;
+  SecretResolver secret_resolver_;  // guarded by mu_
   std::map<std::string, Entry> sandboxes_;
 };
 

@@ -238,6 +238,20 @@ CREATE INDEX webhooks_by_team ON webhooks (team_id, created_at);
 ALTER TABLE sandboxes ADD COLUMN on_timeout_memory INTEGER NOT NULL DEFAULT 1;
 ALTER TABLE sandboxes ADD COLUMN filesystem_only INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // 9: secrets (POST /secrets): a team's named values, sealed by abxd (never plaintext here).
+    R"sql(
+CREATE TABLE secrets (
+  id         TEXT PRIMARY KEY NOT NULL,
+  team_id    TEXT NOT NULL,
+  name       TEXT NOT NULL,
+  metadata   TEXT NOT NULL DEFAULT '{}',
+  version    INTEGER NOT NULL,
+  sealed     BLOB NOT NULL,
+  created_at INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL,
+  UNIQUE (team_id, name)
+) WITHOUT ROWID;
+)sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 
@@ -1210,6 +1224,152 @@ Status Store::delete_webhook(std::string_view team_id, std::string_view id) {
   ABX_TRY(s.bind(1, team_id).bind(2, id).exec());
   if (impl_->conn.changes() == 0)
     return not_found("webhook '" + std::string(id.substr(0, 64)) + "' not found");
+  return {};
+}
+
+// --- secrets ---
+
+namespace {
+Status check_secret(const SecretRecord& r) {
+  if (!valid_team_id(r.team_id)) return invalid_argument("invalid team id");
+  if (r.id.size() != 28 || !r.id.starts_with("sec_") ||
+      r.id.find_first_not_of("0123456789abcdef", 4) != std::string::npos)
+    return invalid_argument("invalid secret id");
+  if (r.name.empty() || r.name.size() > 128)
+    return invalid_argument("secret name must be 1..128 bytes");
+  if (r.sealed.size() > 200'000) return invalid_argument("sealed secret over 200000 bytes");
+  return {};
+}
+constexpr const char* kSecretColumns =
+    "SELECT id, team_id, name, metadata, version, sealed, created_at, updated_at FROM secrets";
+Result<SecretRecord> secret_row(sql::Stmt& s) {
+  SecretRecord r;
+  r.id = s.text(0);
+  r.team_id = s.text(1);
+  r.name = s.text(2);
+  ABX_ASSIGN_OR_RETURN(r.metadata, decode_map(s.text(3), "secret metadata"));
+  r.version = s.int64(4);
+  r.sealed = s.text(5);
+  r.created_at_ms = s.int64(6);
+  r.updated_at_ms = s.int64(7);
+  return r;
+}
+}  // namespace
+
+Status Store::create_secret(const SecretRecord& r, std::size_t max_per_team) {
+  ABX_TRY(check_secret(r));
+  std::lock_guard lock(impl_->mu);
+  Impl::Tx tx(impl_->conn);
+  ABX_TRY(tx.begin());
+  {
+    ABX_ASSIGN_OR_RETURN(
+        auto c,
+        impl_->conn.prepare("SELECT COUNT(*) FROM secrets WHERE team_id = ?1", "count secrets"));
+    c.bind(1, r.team_id);
+    ABX_ASSIGN_OR_RETURN(bool row, c.step());
+    if (row && static_cast<std::size_t>(c.int64(0)) >= max_per_team)
+      return Error(ErrorCode::kResourceExhausted,
+                   "the team has " + std::to_string(max_per_team) +
+                       " secrets already (the most it may have): delete one first");
+  }
+  {
+    ABX_ASSIGN_OR_RETURN(
+        auto s, impl_->conn.prepare("INSERT INTO secrets (id, team_id, name, metadata, version, "
+                                    "sealed, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, "
+                                    "?6, ?7, ?8)",
+                                    "create secret"));
+    Status st = s.bind(1, r.id)
+                    .bind(2, r.team_id)
+                    .bind(3, r.name)
+                    .bind(4, encode_map(r.metadata))
+                    .bind(5, r.version)
+                    .bind(6, r.sealed)
+                    .bind(7, r.created_at_ms)
+                    .bind(8, r.updated_at_ms)
+                    .exec();
+    if (!st.ok() && st.error().code() == ErrorCode::kAlreadyExists)
+      return Error(ErrorCode::kAlreadyExists, "a secret named '" + r.name + "' exists already");
+    ABX_TRY(st);
+  }
+  return tx.commit();
+}
+
+Result<SecretPage> Store::list_secrets(std::string_view team_id, std::string_view after_name,
+                                       std::size_t limit) {
+  if (limit < 1 || limit > 1000) return invalid_argument("limit must be 1..1000");
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare(std::string(kSecretColumns) + " WHERE team_id = ?1 AND name > ?2 "
+                                                                "ORDER BY name LIMIT ?3",
+                                  "list secrets"));
+  s.bind(1, team_id).bind(2, after_name).bind(3, static_cast<std::int64_t>(limit + 1));
+  SecretPage page;
+  for (;;) {
+    ABX_ASSIGN_OR_RETURN(bool row, s.step());
+    if (!row) break;
+    if (page.items.size() == limit) {
+      page.next_token = page.items.back().name;
+      break;
+    }
+    ABX_ASSIGN_OR_RETURN(auto r, secret_row(s));
+    page.items.push_back(std::move(r));
+  }
+  return page;
+}
+
+Result<SecretRecord> Store::get_secret(std::string_view team_id, std::string_view id_or_name) {
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare(
+                  std::string(kSecretColumns) + " WHERE team_id = ?1 AND (id = ?2 OR name = ?2)",
+                  "get secret"));
+  s.bind(1, team_id).bind(2, id_or_name);
+  ABX_ASSIGN_OR_RETURN(bool row, s.step());
+  if (!row) return not_found("secret '" + std::string(id_or_name.substr(0, 128)) + "' not found");
+  return secret_row(s);
+}
+
+Result<SecretRecord> Store::update_secret(
+    std::string_view team_id, std::string_view id, std::string_view sealed,
+    const std::optional<std::map<std::string, std::string>>& metadata, std::int64_t now_ms) {
+  if (sealed.size() > 200'000) return invalid_argument("sealed secret over 200000 bytes");
+  std::lock_guard lock(impl_->mu);
+  Impl::Tx tx(impl_->conn);
+  ABX_TRY(tx.begin());
+  {
+    ABX_ASSIGN_OR_RETURN(
+        auto s, impl_->conn.prepare("UPDATE secrets SET sealed = ?3, version = version + 1, "
+                                    "updated_at = ?4, metadata = COALESCE(?5, metadata) "
+                                    "WHERE team_id = ?1 AND id = ?2",
+                                    "update secret"));
+    s.bind(1, team_id).bind(2, id).bind(3, sealed).bind(4, now_ms);
+    if (metadata)
+      s.bind(5, encode_map(*metadata));
+    else
+      s.bind_null(5);
+    ABX_TRY(s.exec());
+    if (impl_->conn.changes() == 0)
+      return not_found("secret '" + std::string(id.substr(0, 128)) + "' not found");
+  }
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare(std::string(kSecretColumns) + " WHERE team_id = ?1 AND id = ?2",
+                                  "get secret"));
+  s.bind(1, team_id).bind(2, id);
+  ABX_ASSIGN_OR_RETURN(bool row, s.step());
+  if (!row) return internal_error("secret vanished inside its update");
+  ABX_ASSIGN_OR_RETURN(auto r, secret_row(s));
+  ABX_TRY(tx.commit());
+  return r;
+}
+
+Status Store::delete_secret(std::string_view team_id, std::string_view id) {
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(
+      auto s,
+      impl_->conn.prepare("DELETE FROM secrets WHERE team_id = ?1 AND id = ?2", "delete secret"));
+  ABX_TRY(s.bind(1, team_id).bind(2, id).exec());
+  if (impl_->conn.changes() == 0)
+    return not_found("secret '" + std::string(id.substr(0, 128)) + "' not found");
   return {};
 }
 

@@ -135,7 +135,7 @@ TEST(Store, LifecycleRoundTripsAndAVersion1FileMigrates) {
                          "ALTER TABLE api_keys DROP COLUMN team_id;"
                          "ALTER TABLE access_keys DROP COLUMN team_id;"
                          "DROP TABLE teams; DROP TABLE template_owners; DROP TABLE events;"
-                         "DROP TABLE webhooks;"
+                         "DROP TABLE webhooks; DROP TABLE secrets;"
                          "ALTER TABLE sandboxes DROP COLUMN on_timeout_memory;"
                          "ALTER TABLE sandboxes DROP COLUMN filesystem_only;"
                          "UPDATE schema_version SET version = 1",
@@ -519,7 +519,7 @@ TEST(Store, Version4FileMigratesIntoTheDefaultTeam) {
                          "ALTER TABLE api_keys DROP COLUMN team_id;"
                          "ALTER TABLE access_keys DROP COLUMN team_id;"
                          "DROP TABLE teams; DROP TABLE template_owners; DROP TABLE events;"
-                         "DROP TABLE webhooks;"
+                         "DROP TABLE webhooks; DROP TABLE secrets;"
                          "ALTER TABLE sandboxes DROP COLUMN on_timeout_memory;"
                          "ALTER TABLE sandboxes DROP COLUMN filesystem_only;"
                          "UPDATE schema_version SET version = 4",
@@ -934,6 +934,79 @@ TEST(StoreCrash, ExitInsideTransactionRollsBack) {
   ASSERT_TRUE(s->check_integrity().ok());
   EXPECT_EQ(s->get_sandbox(id_for(1))->state, SandboxState::kRunning);
   EXPECT_EQ(s->get_sandbox("bbbbbbbbbbbbbbbbbbbb").error().code(), ErrorCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace abx::store
+
+namespace abx::store {
+namespace {
+
+TEST(StoreSecrets, CrudIsPerTeamAndVersioned) {
+  TempDir d;
+  auto s = open_or_die(d.path() / "abx.db");
+  ASSERT_TRUE(s);
+  SecretRecord r;
+  r.id = "sec_" + std::string(24, 'a');
+  r.team_id = "a";
+  r.name = "openai";
+  r.metadata = {{"env", "prod"}};
+  r.sealed = "v1.sealed-one";
+  r.created_at_ms = r.updated_at_ms = 1000;
+  ASSERT_TRUE(s->create_secret(r, 2).ok());
+  SecretRecord same_name = r;
+  same_name.id = "sec_" + std::string(24, 'b');
+  EXPECT_EQ(s->create_secret(same_name, 2).error().code(), ErrorCode::kAlreadyExists);
+  SecretRecord other_team = same_name;
+  other_team.team_id = "b";
+  ASSERT_TRUE(s->create_secret(other_team, 2).ok());  // names are per team
+  SecretRecord second = r;
+  second.id = "sec_" + std::string(24, 'c');
+  second.name = "anthropic";
+  ASSERT_TRUE(s->create_secret(second, 2).ok());
+  SecretRecord third = second;
+  third.id = "sec_" + std::string(24, 'd');
+  third.name = "third";
+  EXPECT_EQ(s->create_secret(third, 2).error().code(), ErrorCode::kResourceExhausted);
+
+  // By id or by name; another team's is not found.
+  EXPECT_EQ(s->get_secret("a", "openai")->id, r.id);
+  EXPECT_EQ(s->get_secret("a", r.id)->name, "openai");
+  EXPECT_EQ(s->get_secret("b", r.id).error().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(s->delete_secret("b", r.id).error().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(s->update_secret("b", r.id, "x", std::nullopt, 2000).error().code(),
+            ErrorCode::kNotFound);
+
+  // Paged by name.
+  auto p1 = s->list_secrets("a", "", 1);
+  ASSERT_TRUE(p1.ok());
+  ASSERT_EQ(p1->items.size(), 1u);
+  EXPECT_EQ(p1->items[0].name, "anthropic");
+  EXPECT_EQ(p1->next_token, "anthropic");
+  auto p2 = s->list_secrets("a", p1->next_token, 1);
+  ASSERT_EQ(p2->items.size(), 1u);
+  EXPECT_EQ(p2->items[0].name, "openai");
+  EXPECT_TRUE(p2->next_token.empty());
+
+  // An update is a new version; metadata stays unless given.
+  auto u = s->update_secret("a", r.id, "v1.sealed-two", std::nullopt, 2000);
+  ASSERT_TRUE(u.ok()) << u.error().message();
+  EXPECT_EQ(u->version, 2);
+  EXPECT_EQ(u->sealed, "v1.sealed-two");
+  EXPECT_EQ(u->metadata, r.metadata);
+  EXPECT_EQ(u->created_at_ms, 1000);
+  EXPECT_EQ(u->updated_at_ms, 2000);
+  u = s->update_secret("a", r.id, "v1.sealed-3", std::map<std::string, std::string>{}, 3000);
+  EXPECT_EQ(u->version, 3);
+  EXPECT_TRUE(u->metadata.empty());
+
+  ASSERT_TRUE(s->delete_secret("a", r.id).ok());
+  EXPECT_EQ(s->get_secret("a", "openai").error().code(), ErrorCode::kNotFound);
+  EXPECT_TRUE(s->create_secret(third, 2).ok());  // room again
+
+  SecretRecord bad = r;
+  bad.id = "nope";
+  EXPECT_EQ(s->create_secret(bad, 10).error().code(), ErrorCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -200,7 +200,26 @@ struct WebhookRecord {
   std::int64_t created_at_ms = 0;
 };
 
-inline constexpr int kSchemaVersion = 8;
+// A team's secret (schema 9, POST /secrets): metadata and the current value, sealed by abxd
+// (platform/secrets.h: AES-256-GCM under a key in abxd's home) before it reaches the store. A
+// new value replaces the old one (version + 1): earlier values are not kept.
+struct SecretRecord {
+  std::string id;  // "sec_" + 24 lowercase hex
+  std::string team_id;
+  std::string name;  // unique within the team; canonical (lower-case) form
+  std::map<std::string, std::string> metadata;
+  std::int64_t version = 1;
+  std::string sealed;  // the sealed value (opaque bytes); never leaves abxd
+  std::int64_t created_at_ms = 0;
+  std::int64_t updated_at_ms = 0;
+};
+
+struct SecretPage {
+  std::vector<SecretRecord> items;  // by name
+  std::string next_token;           // the last name of a full page; empty when no more
+};
+
+inline constexpr int kSchemaVersion = 9;
 
 class Store {
  public:
@@ -303,6 +322,22 @@ class Store {
   // Replaces name, url, enabled, events and secret of (w.team_id, w.id); kNotFound.
   Status update_webhook(const WebhookRecord& w);
   Status delete_webhook(std::string_view team_id, std::string_view id);  // kNotFound
+  // --- secrets (GET/POST /secrets) ---
+  // kAlreadyExists (the name is taken in the team, or the id), kResourceExhausted (the team has
+  // `max_per_team` secrets already), kInvalidArgument (bad team, id or a field over its size).
+  Status create_secret(const SecretRecord& s, std::size_t max_per_team);
+  // The team's secrets ordered by name, after `after_name` (a page token), at most `limit`
+  // (1..1000).
+  Result<SecretPage> list_secrets(std::string_view team_id, std::string_view after_name,
+                                  std::size_t limit);
+  // By id ("sec_…") or by name; kNotFound when it is not one of the team's.
+  Result<SecretRecord> get_secret(std::string_view team_id, std::string_view id_or_name);
+  // A new value (version + 1, updated_at = now_ms) and, when given, new metadata; returns the
+  // record as stored. kNotFound.
+  Result<SecretRecord> update_secret(
+      std::string_view team_id, std::string_view id, std::string_view sealed,
+      const std::optional<std::map<std::string, std::string>>& metadata, std::int64_t now_ms);
+  Status delete_secret(std::string_view team_id, std::string_view id);  // kNotFound
   // --- templates seen ---
   Status record_template(const TemplateSeen& t);
   Result<std::vector<TemplateSeen>> list_templates_seen();

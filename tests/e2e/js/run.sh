@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs the E2B JS SDK end-to-end tests (sdk, lifecycle, network and parity .test.mjs; the
+# Runs the E2B JS SDK end-to-end tests (sdk, lifecycle, network, parity and secrets .test.mjs; the
 # code interpreter's, persistence's and the web console's .test.mjs through ABX_JS_TESTS) against abxd
 # ($ABXD_BIN, set by ctest).
 # On a fresh clone it installs the pinned packages first (`npm ci`, from package-lock.json).
@@ -17,4 +17,4 @@ fi
 
 # ABX_JS_TESTS picks other files (tests/e2e/runc/run.sh runs runc.test.mjs this way).
 # shellcheck disable=SC2086
-exec node --test --test-reporter=spec "$@" ${ABX_JS_TESTS:-sdk.test.mjs lifecycle.test.mjs network.test.mjs parity.test.mjs}
+exec node --test --test-reporter=spec "$@" ${ABX_JS_TESTS:-sdk.test.mjs lifecycle.test.mjs network.test.mjs parity.test.mjs secrets.test.mjs}
