@@ -4,25 +4,15 @@
 #include <algorithm>
 #include <boost/json.hpp>
 
+#include "abx/base/ascii.h"
+
 namespace abx::egress {
 
 namespace json = boost::json;
 
 namespace {
 
-char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
-
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(),
-                                            [](char x, char y) { return lower(x) == lower(y); });
-}
-
 std::string quoted(std::string_view s) { return json::serialize(json::value(json::string(s))); }
-
-bool tchar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-}
 
 // Whether some name `a` matches is also matched by `b` (both patterns).
 bool overlaps(const DomainPattern& a, const DomainPattern& b) {
@@ -39,11 +29,11 @@ std::string check_header_name(std::string_view name) {
   if (name.empty()) return "a header name may not be empty";
   if (name.size() > kMaxHeaderNameBytes)
     return "a header name has at most " + std::to_string(kMaxHeaderNameBytes) + " bytes";
-  if (!std::all_of(name.begin(), name.end(), tchar))
+  if (!std::all_of(name.begin(), name.end(), is_token_char))
     return "not a header name (letters, digits and !#$%&'*+-.^_`|~ only)";
   for (std::string_view owned : {"host", "content-length", "transfer-encoding", "connection",
                                  "upgrade", "te", "trailer", "keep-alive", "proxy-connection"})
-    if (iequals(name, owned)) return "the proxy does not set " + std::string(name);
+    if (ascii_iequals(name, owned)) return "the proxy does not set " + std::string(name);
   return {};
 }
 
@@ -52,7 +42,7 @@ std::vector<Header> HostTransforms::headers() const {
   for (const auto& rule : rules)
     for (const auto& h : rule) {
       auto same = std::find_if(out.begin(), out.end(),
-                               [&](const Header& o) { return iequals(o.first, h.first); });
+                               [&](const Header& o) { return ascii_iequals(o.first, h.first); });
       if (same != out.end()) out.erase(same);
       out.push_back(h);
     }
