@@ -8,6 +8,11 @@ set(ABX_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wcast-ali
 if(ABX_WERROR)
   list(APPEND ABX_WARNINGS -Werror)
 endif()
+# A unity build includes each .cc into one generated file, so GCC takes a class defined in a .cc
+# (an Impl with members of the file's anonymous namespace) for one defined in a header.
+if(CMAKE_UNITY_BUILD)
+  list(APPEND ABX_WARNINGS -Wno-subobject-linkage)
+endif()
 
 # abx_module(<name> SOURCES ... DEPS ...): one library target per module, alias abx::<name>.
 # No private include directory: a module's private headers are found only relative to the file

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdio>
 
+#include "abx/base/ascii.h"
 #include "abx/base/hex.h"
 #include "abx/base/try.h"
 #include "abx/token/token.h"
@@ -83,14 +84,6 @@ Result<std::string> decode(std::string_view s, bool plus_is_space) {
   return out;
 }
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
-}
-
 // Trim, and collapse inner runs of spaces and tabs to one space (SigV4's rule).
 std::string normalise_value(std::string_view v) {
   std::string out;
@@ -117,7 +110,7 @@ bool valid_header_name(std::string_view s) {
 std::vector<const Header*> find_all(const HttpRequest& req, std::string_view lower_name) {
   std::vector<const Header*> out;
   for (const auto& h : req.headers) {
-    if (h.name.size() == lower_name.size() && lower(h.name) == lower_name) out.push_back(&h);
+    if (h.name.size() == lower_name.size() && ascii_lower(h.name) == lower_name) out.push_back(&h);
   }
   return out;
 }
@@ -356,10 +349,10 @@ Result<std::vector<Header>> sign(const HttpRequest& req, std::string_view body,
 
   std::vector<std::string> names = {"host"};
   for (const auto& h : full.headers) {
-    std::string n = lower(h.name);
+    std::string n = ascii_lower(h.name);
     if (n.rfind("x-abx-", 0) == 0 || n == "content-type") names.push_back(n);
   }
-  for (const auto& e : opts.extra_signed_headers) names.push_back(lower(e));
+  for (const auto& e : opts.extra_signed_headers) names.push_back(ascii_lower(e));
   std::sort(names.begin(), names.end());
   names.erase(std::unique(names.begin(), names.end()), names.end());
   for (const auto& n : names) {

@@ -58,6 +58,11 @@ TEST(Base64, RejectsBadInput) {
 TEST(Hex, LowerCase) {
   EXPECT_EQ(to_hex(std::string_view("\x00\xff\x10", 3)), "00ff10");
   EXPECT_EQ(to_hex(""), "");
+  EXPECT_EQ(from_hex("00ff10"), std::string("\x00\xff\x10", 3));
+  EXPECT_EQ(from_hex(""), std::string());
+  EXPECT_EQ(from_hex("abc"), std::nullopt);  // odd length
+  EXPECT_EQ(from_hex("0g"), std::nullopt);
+  EXPECT_EQ(from_hex("FF"), std::nullopt);  // lower case only, as to_hex writes
 }
 
 Result<int> half(int x) {

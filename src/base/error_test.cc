@@ -16,6 +16,15 @@ TEST(Error, ExplicitTypeWins) {
   EXPECT_EQ(e.type(), "std::runtime_error");
 }
 
+TEST(Error, WithContextPrefixesTheMessageAndKeepsCodeAndType) {
+  Error e(ErrorCode::kNotFound, "manifest unknown", "RegistryError");
+  Error c = e.with_context("pull alpine:3");
+  EXPECT_EQ(c.code(), ErrorCode::kNotFound);
+  EXPECT_EQ(c.type(), "RegistryError");
+  EXPECT_EQ(c.message(), "pull alpine:3: manifest unknown");
+  EXPECT_EQ(e.message(), "manifest unknown");  // the original is unchanged
+}
+
 TEST(Result, HoldsValueOrError) {
   Result<int> good = 3;
   ASSERT_TRUE(good.ok());

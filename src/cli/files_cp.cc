@@ -106,7 +106,7 @@ class Upload {
     }
     ABX_ASSIGN_OR_RETURN(auto data, read_local(src));
     auto w = files_.write(dst, data);
-    if (!w.ok()) return Error(w.error().code(), dst + ": " + w.error().message());
+    if (!w.ok()) return w.error().with_context(dst);
     ++t_.files;
     t_.bytes += data.size();
     modes_[static_cast<std::uint32_t>(st.permissions()) & 07777].push_back(dst);
@@ -133,7 +133,7 @@ class Upload {
  private:
   Status make_dir(const std::string& dst, fs::perms perms) {
     auto made = files_.make_dir(dst);
-    if (!made.ok()) return Error(made.error().code(), dst + ": " + made.error().message());
+    if (!made.ok()) return made.error().with_context(dst);
     if (!*made) {  // it existed: it must be a directory
       auto st = files_.stat(dst);
       if (st.ok() && st->type != "dir") {
@@ -184,7 +184,7 @@ class Download {
       return {};
     }
     auto data = files_.read(e.path);
-    if (!data.ok()) return Error(data.error().code(), e.path + ": " + data.error().message());
+    if (!data.ok()) return data.error().with_context(e.path);
     {
       std::ofstream out(dst, std::ios::binary | std::ios::trunc);
       if (!out) return Error(ErrorCode::kPermissionDenied, "cannot write " + dst.string());
@@ -235,8 +235,7 @@ int cp(Context& ctx, const CpOpts& o) {
   } else {
     auto st = sbx->files().stat(rs->second);
     if (!st.ok()) {
-      return ctx.fail(
-          Error(st.error().code(), id + ":" + rs->second + ": " + st.error().message()));
+      return ctx.fail(st.error().with_context(id + ":" + rs->second));
     }
     fs::path dst = o.dest;
     std::error_code ec;

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "abx/base/ascii.h"
 #include "abx/client/templates.h"
 #include "cli.h"
 
@@ -138,9 +139,7 @@ int build(Context& ctx, const TemplateOpts& o) {
     // Default name: the context directory's name, lowercased.
     std::error_code ec;
     auto abs = std::filesystem::weakly_canonical(o.context, ec);
-    for (char c : abs.filename().string()) {
-      bo.name.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
-    }
+    bo.name = ascii_lower(abs.filename().string());
   }
   bo.dockerfile = o.dockerfile;
   auto args = parse_pairs(o.build_args, "--build-arg");

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <thread>
 
+#include "abx/base/ascii.h"
 #include "abx/base/json.h"
 #include "abx/base/try.h"
 #include "abx/connect/connect.h"
@@ -38,9 +39,7 @@ std::string file_type(std::string_view t) {
 
 std::string event_type(std::string_view t) {
   if (t.starts_with("EVENT_TYPE_")) t.remove_prefix(11);
-  std::string out(t);
-  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
+  return ascii_lower(t);
 }
 
 std::string str(const json::object& o, std::string_view k) {

@@ -2,8 +2,9 @@
 #include "abx/egress/policy.h"
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
+
+#include "abx/base/ascii.h"
 
 namespace abx::egress {
 namespace {
@@ -20,13 +21,9 @@ bool parse_uint(std::string_view s, unsigned max, unsigned* out) {
   return true;
 }
 
-char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
-
 std::string normal_host(std::string_view h) {
   if (!h.empty() && h.back() == '.') h.remove_suffix(1);
-  std::string s(h);
-  std::transform(s.begin(), s.end(), s.begin(), lower);
-  return s;
+  return ascii_lower(h);
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <optional>
 
+#include "abx/base/ascii.h"
+
 namespace abx::egress {
 namespace {
 
@@ -31,7 +33,7 @@ SniffResult check_name(std::string_view raw, std::string_view what) {
     if (!name_char(c)) {
       return SniffResult::malformed(std::string(what) + " has a byte outside [A-Za-z0-9.-_]");
     }
-    out += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+    out += ascii_lower(ch);
   }
   return SniffResult::found(std::move(out));
 }
@@ -223,29 +225,12 @@ SniffResult tls_prefix(std::string_view in) {
 
 // --- HTTP ---
 
-bool tchar(unsigned char c) {
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
-  return std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    auto x = static_cast<unsigned char>(a[i]);
-    auto y = static_cast<unsigned char>(b[i]);
-    if (x >= 'A' && x <= 'Z') x = x - 'A' + 'a';
-    if (y >= 'A' && y <= 'Z') y = y - 'A' + 'a';
-    if (x != y) return false;
-  }
-  return true;
-}
-
 // The request line `method SP target SP HTTP/d.d`. With `complete` false, `line` is all that
 // has arrived of it and only has to be a valid beginning. Returns the reason it is not.
 std::optional<std::string> check_request_line(std::string_view line, bool complete,
                                               std::string_view* method, std::string_view* target) {
   std::size_t i = 0;
-  while (i < line.size() && tchar(static_cast<unsigned char>(line[i]))) ++i;
+  while (i < line.size() && is_token_char(line[i])) ++i;
   if (i == 0 && !line.empty()) return "request line does not start with a method";
   if (i == line.size()) {
     if (complete) return "request line has no target";
@@ -382,14 +367,14 @@ SniffResult http_host(std::string_view bytes) {
     std::string_view name = line.substr(0, colon);
     for (char c : name) {
       if (c == ' ' || c == '\t') return SniffResult::malformed("whitespace before a header's ':'");
-      if (!tchar(static_cast<unsigned char>(c))) {
+      if (!is_token_char(c)) {
         return SniffResult::malformed("header name has a byte that is not a token character");
       }
     }
     if (name.empty()) return SniffResult::malformed("empty header name");
     std::string_view value = line.substr(colon + 1);
     if (!field_value_ok(value)) return SniffResult::malformed("control byte in a header value");
-    if (!iequals(name, "host")) continue;
+    if (!ascii_iequals(name, "host")) continue;
     if (host_value) return SniffResult::malformed("two Host headers");
     host_value = trim_ows(value);
   }

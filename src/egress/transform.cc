@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <boost/json.hpp>
 
+#include "abx/base/ascii.h"
 #include "abx/base/try.h"
 
 namespace abx::egress {
@@ -12,19 +13,7 @@ namespace json = boost::json;
 
 namespace {
 
-char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
-
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(),
-                                            [](char x, char y) { return lower(x) == lower(y); });
-}
-
 std::string quoted(std::string_view s) { return json::serialize(json::value(json::string(s))); }
-
-bool tchar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-}
 
 // Whether some name `a` matches is also matched by `b` (both patterns).
 bool overlaps(const DomainPattern& a, const DomainPattern& b) {
@@ -36,12 +25,6 @@ bool overlaps(const DomainPattern& a, const DomainPattern& b) {
 }
 
 }  // namespace
-
-std::string lower_ascii(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = lower(c);
-  return out;
-}
 
 bool valid_secret_name(std::string_view name) {
   if (name.empty() || name.size() > kMaxSecretNameBytes || name.starts_with("sec_")) return false;
@@ -79,7 +62,7 @@ Result<std::vector<Piece>> split_placeholders(std::string_view value) {
     const std::size_t close = value.find('}', start);
     if (close == std::string_view::npos)
       return invalid_argument("a ${e2b.secrets.<name>} placeholder has no closing '}'");
-    std::string name = lower_ascii(value.substr(start, close - start));
+    std::string name = ascii_lower(value.substr(start, close - start));
     if (!valid_secret_name(name))
       return invalid_argument("secret name " + quoted(value.substr(start, close - start)) +
                               " in a placeholder is not a valid secret name ([a-z0-9][a-z0-9._-]*, "
@@ -146,11 +129,11 @@ std::string check_header_name(std::string_view name) {
   if (name.empty()) return "a header name may not be empty";
   if (name.size() > kMaxHeaderNameBytes)
     return "a header name has at most " + std::to_string(kMaxHeaderNameBytes) + " bytes";
-  if (!std::all_of(name.begin(), name.end(), tchar))
+  if (!std::all_of(name.begin(), name.end(), is_token_char))
     return "not a header name (letters, digits and !#$%&'*+-.^_`|~ only)";
   for (std::string_view owned : {"host", "content-length", "transfer-encoding", "connection",
                                  "upgrade", "te", "trailer", "keep-alive", "proxy-connection"})
-    if (iequals(name, owned)) return "the proxy does not set " + std::string(name);
+    if (ascii_iequals(name, owned)) return "the proxy does not set " + std::string(name);
   return {};
 }
 
@@ -159,7 +142,7 @@ std::vector<Header> HostTransforms::headers() const {
   for (const auto& rule : rules)
     for (const auto& h : rule) {
       auto same = std::find_if(out.begin(), out.end(),
-                               [&](const Header& o) { return iequals(o.first, h.first); });
+                               [&](const Header& o) { return ascii_iequals(o.first, h.first); });
       if (same != out.end()) out.erase(same);
       out.push_back(h);
     }

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 
+#include "abx/base/ascii.h"
 #include "abx/base/fd.h"
 #include "abx/base/os.h"
 #include "abx/base/try.h"
@@ -421,8 +422,7 @@ std::uint64_t find_in_file(int fd, std::uint64_t size, std::uint64_t from,
 
 std::string param_of(std::string_view header, std::string_view key) {
   // key="value" or key=value, case-insensitive key.
-  std::string lower(header);
-  std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+  std::string lower = ascii_lower(header);
   std::string k = std::string(key) + "=";
   std::size_t at = 0;
   while ((at = lower.find(k, at)) != std::string::npos) {
@@ -483,8 +483,7 @@ Result<std::vector<MultipartPart>> parse_multipart(int fd, std::uint64_t size,
       hv.remove_prefix(eol + 2);
       auto colon = line.find(':');
       if (colon == std::string_view::npos) continue;
-      std::string name(line.substr(0, colon));
-      std::transform(name.begin(), name.end(), name.begin(), ::tolower);
+      std::string name = ascii_lower(line.substr(0, colon));
       if (name == "content-disposition") {
         part.name = param_of(line.substr(colon + 1), "name");
         part.filename = param_of(line.substr(colon + 1), "filename");
@@ -521,11 +520,6 @@ int qvalue(std::string_view v) {
     q += (v[i] - '0') * scale;
   }
   return q > 1000 ? -1 : q;
-}
-
-bool is_token_char(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) ||
-         std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
 }
 
 }  // namespace
@@ -584,7 +578,7 @@ Result<FileMetadata> upload_metadata(
       if (!is_token_char(c)) {
         return invalid_argument("file metadata keys use only HTTP token characters");
       }
-      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      c = ascii_lower(c);
     }
     if (value.size() > kMaxMetadataValueBytes) {
       return invalid_argument("file metadata value of '" + key + "' longer than " +

@@ -23,10 +23,12 @@
 #include <sanitizer/asan_interface.h>
 #endif
 
+#include "abx/base/ascii.h"
 #include "abx/base/log.h"
 #include "abx/base/os.h"
 #include "abx/base/try.h"
 #include "connect.h"
+#include "envd_log.h"
 #include "host_info.h"
 #include "proto_json.h"
 
@@ -34,13 +36,6 @@ namespace abx::envd {
 
 namespace json = boost::json;
 using Clock = std::chrono::steady_clock;
-
-namespace {
-const Logger& log() {
-  static const Logger l("envd");
-  return l;
-}
-}  // namespace
 
 // ---- Reaper ----
 
@@ -649,9 +644,7 @@ std::string Process::end_event() const {
   } else if (WIFSIGNALED(st)) {
     int sig = WTERMSIG(st);
     const char* name = ::sigdescr_np(sig);
-    std::string lower = name ? name : ("signal " + std::to_string(sig));
-    for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    status = "signal: " + lower;
+    status = "signal: " + ascii_lower(name ? name : ("signal " + std::to_string(sig)));
     end["exited"] = false;
   }
   if (code != 0) end["exitCode"] = code;  // proto3 JSON omits the default 0

@@ -14,18 +14,12 @@
 #include <optional>
 
 #include "abx/base/log.h"
+#include "envd_log.h"
 #include "output_log.h"
 
 extern char** environ;
 
 namespace abx::envd {
-
-namespace {
-const Logger& log() {
-  static const Logger l("envd");
-  return l;
-}
-}  // namespace
 
 Supervisor::Supervisor(Reaper& reaper, std::string name, std::string cmd, User user, bool restart)
     : Supervisor(reaper, std::move(name), {"/bin/sh", "-c", cmd}, {}, std::move(user), restart) {}

@@ -6,6 +6,7 @@
 #include <boost/json/value.hpp>
 #include <cctype>
 
+#include "abx/base/ascii.h"
 #include "abx/base/try.h"
 
 namespace abx::image {
@@ -25,12 +26,6 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 // Docker's rule: [a-z][a-z0-9-_.]*
 bool valid_stage_name(std::string_view s) {
   if (s.empty() || !(s[0] >= 'a' && s[0] <= 'z')) return false;
@@ -48,7 +43,7 @@ int stage_index(const std::vector<Stage>& stages, std::string_view ref) {
     int n = std::stoi(std::string(ref));
     return n < static_cast<int>(stages.size()) ? n : -1;
   }
-  const std::string l = lower(ref);
+  const std::string l = ascii_lower(ref);
   for (std::size_t i = 0; i < stages.size(); ++i) {
     if (stages[i].name == l) return static_cast<int>(i);
   }
@@ -266,7 +261,7 @@ class Parser {
           return error(l.line, "FROM flags (" + ws[0] + ") are not supported");
         }
         if (ws.size() == 3 && upper(ws[1]) == "AS") {
-          in.stage_name = lower(ws[2]);
+          in.stage_name = ascii_lower(ws[2]);
           if (!valid_stage_name(in.stage_name)) {
             return error(l.line, "stage name '" + ws[2] +
                                      "' must start with a letter and hold only letters, digits, "
@@ -388,7 +383,7 @@ Result<Dockerfile> parse_dockerfile(std::string_view text, const ParseLimits& li
       // FROM <stage>: an earlier stage only; this one or a later one would be a cycle.
       int ref = stage_index(df.stages, in.args[0]);
       if (ref >= stage && !df.stages[ref].name.empty() &&
-          df.stages[ref].name == lower(in.args[0])) {
+          df.stages[ref].name == ascii_lower(in.args[0])) {
         return p.error(in.line, "FROM " + in.args[0] + ": stage '" + df.stages[ref].name +
                                     "' is defined at line " + std::to_string(df.stages[ref].line) +
                                     (ref == stage ? " (itself)" : "") +

@@ -5,7 +5,7 @@
 namespace abx::image {
 namespace {
 
-Dockerfile parse_ok(std::string_view text) {
+Dockerfile dockerfile_ok(std::string_view text) {
   auto r = parse_dockerfile(text);
   EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message());
   return r.ok() ? std::move(*r) : Dockerfile{};
@@ -20,7 +20,7 @@ std::string parse_err(std::string_view text, const ParseLimits& limits = {}) {
 using V = std::vector<std::string>;
 
 TEST(ImageDockerfile, TheE2eFile) {
-  auto df = parse_ok(
+  auto df = dockerfile_ok(
       "FROM scratch\n"
       "COPY busybox /bin/busybox\n"
       "RUN [\"/bin/busybox\",\"sh\",\"-c\",\"echo hi > /hello\"]\n"
@@ -42,7 +42,7 @@ TEST(ImageDockerfile, TheE2eFile) {
 }
 
 TEST(ImageDockerfile, ShellFormAndContinuations) {
-  auto df = parse_ok(
+  auto df = dockerfile_ok(
       "# syntax comment\n"
       "\n"
       "from debian\n"
@@ -62,7 +62,7 @@ TEST(ImageDockerfile, ShellFormAndContinuations) {
 }
 
 TEST(ImageDockerfile, EnvForms) {
-  auto df = parse_ok("FROM a\nENV PATH /usr/bin:$PATH\nENV X=1 Y='a b' Z=c\\ d\n");
+  auto df = dockerfile_ok("FROM a\nENV PATH /usr/bin:$PATH\nENV X=1 Y='a b' Z=c\\ d\n");
   EXPECT_EQ(df.instructions[1].pairs,
             (std::vector<std::pair<std::string, std::string>>{{"PATH", "/usr/bin:$PATH"}}));
   EXPECT_EQ(df.instructions[2].pairs, (std::vector<std::pair<std::string, std::string>>{
@@ -70,7 +70,7 @@ TEST(ImageDockerfile, EnvForms) {
 }
 
 TEST(ImageDockerfile, ArgLabelUserCopyFlags) {
-  auto df = parse_ok(
+  auto df = dockerfile_ok(
       "ARG BASE=scratch\nARG NODEF\nFROM $BASE\nLABEL a=b \"c d\"=e\nUSER 1000:100\n"
       "COPY --chown=1:2 a b /dst/\nADD [\"x y.tar\", \"/opt\"]\n");
   EXPECT_TRUE(df.instructions[0].has_default);
@@ -108,7 +108,7 @@ TEST(ImageDockerfile, Errors) {
 }
 
 TEST(ImageDockerfile, MultiStage) {
-  auto df = parse_ok(
+  auto df = dockerfile_ok(
       "ARG V=1\n"
       "FROM scratch AS Build\n"
       "COPY a /a\n"

@@ -3,19 +3,13 @@
 
 #include <cstdint>
 
+#include "abx/base/ascii.h"
+
 namespace abx::image {
 
 namespace {
 
 using Token = DockerIgnore::Token;
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r'))
-    s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
-    s.remove_suffix(1);
-  return s;
-}
 
 // The tokens of a cleaned pattern; false for an unterminated class or a trailing backslash.
 bool compile(std::string_view p, std::vector<Token>& out) {
@@ -188,7 +182,7 @@ Result<DockerIgnore> DockerIgnore::parse(std::string_view text, std::string_view
       return invalid_argument(std::string(name) + ":" + std::to_string(n) + ": " + what);
     };
     if (line.starts_with('#')) continue;
-    line = trim(line);
+    line = ascii_trim(line);
     if (line.empty()) continue;
     if (line.size() > limits.max_pattern_bytes) {
       return err("pattern longer than " + std::to_string(limits.max_pattern_bytes) + " bytes");
@@ -200,7 +194,7 @@ Result<DockerIgnore> DockerIgnore::parse(std::string_view text, std::string_view
     p.line = n;
     if (line.starts_with('!')) {
       p.exception = true;
-      line = trim(line.substr(1));
+      line = ascii_trim(line.substr(1));
       if (line.empty()) return err("'!' needs a pattern");
     }
     const std::string cleaned = clean_relative_path(line);

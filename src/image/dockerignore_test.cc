@@ -5,14 +5,14 @@
 namespace abx::image {
 namespace {
 
-DockerIgnore parse_ok(std::string_view text) {
+DockerIgnore ignore_ok(std::string_view text) {
   auto r = DockerIgnore::parse(text);
   EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message());
   return r.ok() ? std::move(*r) : DockerIgnore{};
 }
 
 TEST(ImageDockerIgnore, DockersRules) {
-  auto di = parse_ok(
+  auto di = ignore_ok(
       "# a comment\n"
       "\n"
       "  node_modules  \n"
@@ -55,13 +55,13 @@ TEST(ImageDockerIgnore, DockersRules) {
 }
 
 TEST(ImageDockerIgnore, ExceptionsInsideAnExcludedDirectory) {
-  auto di = parse_ok("vendor\n!vendor/keep\n**/secret*\n");
+  auto di = ignore_ok("vendor\n!vendor/keep\n**/secret*\n");
   EXPECT_TRUE(di.has_exceptions());
   EXPECT_TRUE(di.excluded("vendor/other"));
   EXPECT_FALSE(di.excluded("vendor/keep"));
   EXPECT_FALSE(di.excluded("vendor/keep/inner"));  // its parent matches the exception
   EXPECT_TRUE(di.excluded("vendor/keep/secret.txt"));
-  auto all = parse_ok("**\n!Dockerfile\n");
+  auto all = ignore_ok("**\n!Dockerfile\n");
   EXPECT_TRUE(all.excluded("a/b/c"));
   EXPECT_FALSE(all.excluded("Dockerfile"));
 }
@@ -90,7 +90,7 @@ TEST(ImageDockerIgnore, NoBacktracking) {
   std::string pattern;
   for (int i = 0; i < 200; ++i) pattern += "*a";
   pattern += "b";
-  auto di = parse_ok(pattern);
+  auto di = ignore_ok(pattern);
   EXPECT_FALSE(di.excluded(std::string(3000, 'a')));
 }
 

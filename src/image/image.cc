@@ -31,10 +31,6 @@ std::string human_size(std::int64_t n) {
   return buf;
 }
 
-Error with_context(const Error& e, const std::string& ctx) {
-  return Error(e.code(), ctx + ": " + e.message());
-}
-
 // Names in one directory (no "." and "..").
 std::vector<std::string> list_dir(const std::string& dir) {
   std::vector<std::string> out;
@@ -205,10 +201,10 @@ Result<Image> Store::State::load_image(std::string_view manifest_digest,
     if (body.error().code() == ErrorCode::kNotFound) {
       return not_found(ctx + ": the manifest is not in the image store");
     }
-    return with_context(body.error(), ctx);
+    return body.error().with_context(ctx);
   }
   auto manifest = parse_manifest(*body);
-  if (!manifest.ok()) return with_context(manifest.error(), ctx);
+  if (!manifest.ok()) return manifest.error().with_context(ctx);
 
   Image img;
   img.manifest_digest = std::string(manifest_digest);
@@ -218,15 +214,15 @@ Result<Image> Store::State::load_image(std::string_view manifest_digest,
     if (cfg.error().code() == ErrorCode::kNotFound) {
       return not_found(ctx + ": config " + img.config_digest + " is not in the image store");
     }
-    return with_context(cfg.error(), ctx);
+    return cfg.error().with_context(ctx);
   }
   auto config = parse_image_config(*cfg);
-  if (!config.ok()) return with_context(config.error(), ctx + " config " + img.config_digest);
+  if (!config.ok()) return config.error().with_context(ctx + " config " + img.config_digest);
   img.config = std::move(*config);
 
   for (const Descriptor& l : manifest->layers) {
     auto comp = layer_compression(l.media_type);
-    if (!comp.ok()) return with_context(comp.error(), ctx + " layer " + l.digest);
+    if (!comp.ok()) return comp.error().with_context(ctx + " layer " + l.digest);
     struct stat st {};
     if (::stat(blob_file(l.digest).c_str(), &st) != 0) {
       return not_found(ctx + ": layer " + l.digest + " is not in the image store");
@@ -334,10 +330,10 @@ Status Store::tag(std::string_view name, std::string_view manifest_digest) {
   // Held shared so gc cannot remove the manifest between the check and the write.
   ABX_ASSIGN_OR_RETURN(auto lock, s_->shared_lock());
   auto body = read_blob(manifest_digest, kMaxManifestBytes);
-  if (!body.ok()) return with_context(body.error(), "tag \"" + std::string(name) + "\"");
+  if (!body.ok()) return body.error().with_context("tag \"" + std::string(name) + "\"");
   if (auto m = parse_manifest(*body); !m.ok()) {
-    return with_context(m.error(),
-                        "tag \"" + std::string(name) + "\": " + std::string(manifest_digest));
+    return m.error().with_context("tag \"" + std::string(name) +
+                                  "\": " + std::string(manifest_digest));
   }
   std::lock_guard<std::mutex> g(s_->refs_mu);
   ABX_ASSIGN_OR_RETURN(auto refs_lock,

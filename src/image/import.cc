@@ -27,10 +27,6 @@ constexpr std::size_t kSmallFile = 64 << 10;         // docker-archive: kept in 
 constexpr std::size_t kMaxSmallTotal = 64ull << 20;  // ... up to this much in all
 constexpr int kMaxIndexDepth = 3;
 
-Error with_context(const Error& e, const std::string& ctx) {
-  return Error(e.code(), ctx + ": " + e.message());
-}
-
 // "./a//b" -> "a/b"; "" for names with ".." or absolute ones (ignored by the importers).
 std::string clean_member(std::string_view name) {
   if (!name.empty() && name.front() == '/') return {};
@@ -132,11 +128,11 @@ Status fetch_blob(Store& store, const BlobSource& src, const Descriptor& d) {
     if (n < 0) return errno_error(src.ctx + ": read", path, errno);
     if (n == 0) break;
     if (Status st = w.write(std::string_view(buf, static_cast<std::size_t>(n))); !st.ok()) {
-      return with_context(st.error(), src.ctx);
+      return st.error().with_context(src.ctx);
     }
   }
   if (Status st = w.commit(); !st.ok()) {
-    return with_context(st.error(), src.ctx + ": blob " + d.digest);
+    return st.error().with_context(src.ctx + ": blob " + d.digest);
   }
   return {};
 }
@@ -171,21 +167,21 @@ Result<Image> import_from(Store& store, const BlobSource& src, Descriptor desc,
     ABX_TRY(fetch_blob(store, src, desc));
     ABX_ASSIGN_OR_RETURN(auto body, store.read_blob(desc.digest, kMaxManifestBytes));
     auto kind = manifest_kind(body, desc.media_type);
-    if (!kind.ok()) return with_context(kind.error(), src.ctx + ": " + desc.digest);
+    if (!kind.ok()) return kind.error().with_context(src.ctx + ": " + desc.digest);
     if (*kind == ManifestKind::kManifest) break;
     if (depth >= kMaxIndexDepth) return invalid_argument(src.ctx + ": image indexes nest too deep");
     auto idx = parse_index(body, desc.media_type);
-    if (!idx.ok()) return with_context(idx.error(), src.ctx);
+    if (!idx.ok()) return idx.error().with_context(src.ctx);
     auto sel = select_platform(*idx);
-    if (!sel.ok()) return with_context(sel.error(), src.ctx);
+    if (!sel.ok()) return sel.error().with_context(src.ctx);
     desc = *sel;
   }
   ABX_ASSIGN_OR_RETURN(auto body, store.read_blob(desc.digest, kMaxManifestBytes));
   auto m = parse_manifest(body, desc.media_type);
-  if (!m.ok()) return with_context(m.error(), src.ctx + ": " + desc.digest);
+  if (!m.ok()) return m.error().with_context(src.ctx + ": " + desc.digest);
   for (const Descriptor& l : m->layers) {
     if (auto c = layer_compression(l.media_type); !c.ok()) {
-      return with_context(c.error(), src.ctx + ": layer " + l.digest);
+      return c.error().with_context(src.ctx + ": layer " + l.digest);
     }
   }
   ABX_TRY(fetch_blob(store, src, m->config));
@@ -195,7 +191,7 @@ Result<Image> import_from(Store& store, const BlobSource& src, Descriptor desc,
 
 Result<Index> read_layout_index(std::string_view body, const std::string& ctx) {
   auto idx = parse_index(body, kOciIndex);
-  if (!idx.ok()) return with_context(idx.error(), ctx + ": index.json");
+  if (!idx.ok()) return idx.error().with_context(ctx + ": index.json");
   return idx;
 }
 
@@ -224,7 +220,7 @@ Result<Image> import_oci_layout(Store& store, const Reference& ref, const std::s
   const std::string& dir = ref.path;
   auto marker = read_file(dir + "/oci-layout", 64 << 10);
   if (!marker.ok()) {
-    return with_context(marker.error(), ctx + ": not an OCI image layout");
+    return marker.error().with_context(ctx + ": not an OCI image layout");
   }
   ABX_TRY(check_layout_marker(*marker, ctx));
   ABX_ASSIGN_OR_RETURN(auto body, read_file(dir + "/index.json", kMaxManifestBytes));
@@ -268,7 +264,7 @@ Result<Image> import_oci_archive(Store& store, const Reference& ref, const std::
     if (store.has_blob(digest)) continue;
     ABX_ASSIGN_OR_RETURN(auto w, store.blob_writer(digest, archive_entry_size(e)));
     ABX_TRY(tar.read_data([&](std::string_view c) { return w.write(c); }));
-    if (Status st = w.commit(); !st.ok()) return with_context(st.error(), ctx + ": " + name);
+    if (Status st = w.commit(); !st.ok()) return st.error().with_context(ctx + ": " + name);
   }
   if (!marker || index_body.empty()) {
     return invalid_argument(ctx +
@@ -338,7 +334,7 @@ class DockerArchive {
           if (m.head.size() < 4) m.head.append(c.substr(0, 4 - m.head.size()));
           return w.write(c);
         }));
-        if (Status st = w.commit(); !st.ok()) return with_context(st.error(), ctx + ": " + name);
+        if (Status st = w.commit(); !st.ok()) return st.error().with_context(ctx + ": " + name);
         m.digest = w.digest();
       }
       a.files_[name] = std::move(m);
@@ -447,7 +443,7 @@ Result<std::string> import_docker_archive(Store& store, const Reference& ref,
   config.media_type = std::string(kOciConfig);
   ABX_ASSIGN_OR_RETURN(auto config_body, store.read_blob(config.digest, kMaxConfigBytes));
   if (auto c = parse_image_config(config_body); !c.ok()) {
-    return with_context(c.error(), ctx + ": config");
+    return c.error().with_context(ctx + ": config");
   }
   std::vector<Descriptor> descs;
   for (const auto& l : layers->value().as_array()) {

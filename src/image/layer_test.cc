@@ -23,7 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct Tmp {
-  testing::TempDir dir{"abx-layer-test"};
+  abx::testing::TempDir dir{"abx-layer-test"};
   const fs::path& path = dir.path();
 };
 

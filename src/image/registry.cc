@@ -50,10 +50,6 @@ std::string percent_encode(std::string_view s) {
   return out;
 }
 
-Error with_context(const Error& e, const std::string& context) {
-  return Error(e.code(), context + ": " + e.message());
-}
-
 std::string header(const HttpResponse& r, bhttp::field f) {
   auto it = r.headers.find(f);
   return it == r.headers.end() ? std::string() : std::string(it->value());
@@ -218,13 +214,13 @@ class Session {
                                                   ? "; pass its CA with the CA file option"
                                                   : "; the CA file does not vouch for it"));
       }
-      return with_context(res.error(), "registry " + ref_.registry + " is unreachable");
+      return res.error().with_context("registry " + ref_.registry + " is unreachable");
     }
     base_.tls = false;
     req.url.tls = false;
     auto plain = transport_->send(req, kSmallBody);
     if (!plain.ok()) {
-      return with_context(plain.error(), "registry " + ref_.registry + " is unreachable");
+      return plain.error().with_context("registry " + ref_.registry + " is unreachable");
     }
     return {};
   }
@@ -280,7 +276,7 @@ class Session {
     treq.url = url;
     if (creds_) treq.headers.emplace_back("Authorization", basic());
     auto tres = transport_->send(treq, kSmallBody);
-    if (!tres.ok()) return with_context(tres.error(), "token server " + url.authority());
+    if (!tres.ok()) return tres.error().with_context("token server " + url.authority());
     if (tres->status == 401 || tres->status == 403) return unauthorized(*tres);
     if (tres->status != 200) return status_error(*tres, "token server " + url.authority());
     auto doc = parse_json_strict(tres->body);
@@ -385,10 +381,10 @@ Status fetch_into(Session& s, Writer& writer, const Descriptor& d, const Registr
       return invalid_argument("blob " + d.digest + " is larger than the " + std::to_string(d.size) +
                               " bytes its manifest gives");
     }
-    return with_context(res.error(), "blob " + d.digest);
+    return res.error().with_context("blob " + d.digest);
   }
   if (res->status != 200) return status_error(*res, "GET blob " + d.digest);
-  if (auto st = writer.commit(); !st.ok()) return with_context(st.error(), "blob " + d.digest);
+  if (auto st = writer.commit(); !st.ok()) return st.error().with_context("blob " + d.digest);
   progress("done " + d.digest + " (" + std::to_string(d.size) + " bytes)");
   return {};
 }
@@ -559,7 +555,7 @@ Result<Image> pull(Store& store, const Reference& ref, const RegistryOptions& op
     return invalid_argument("pull " + ref.str() + ": not a registry reference (use Store::import)");
   }
   auto r = pull_impl(store, ref, options);
-  if (!r.ok()) return with_context(r.error(), "pull " + ref.str());
+  if (!r.ok()) return r.error().with_context("pull " + ref.str());
   return r;
 }
 
@@ -569,7 +565,7 @@ Status push(Store& store, std::string_view manifest_digest, const Reference& des
     return invalid_argument("push to " + dest.str() + ": not a registry reference");
   }
   auto st = push_impl(store, manifest_digest, dest, options);
-  if (!st.ok()) return with_context(st.error(), "push to " + dest.str());
+  if (!st.ok()) return st.error().with_context("push to " + dest.str());
   return st;
 }
 

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <system_error>
 
+#include "abx/base/ascii.h"
 #include "abx/base/base64.h"
 #include "abx/base/json.h"
 
@@ -17,17 +18,11 @@ namespace json = boost::json;
 
 namespace {
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 // "https://index.docker.io/v1/" -> "index.docker.io"; "host:5000" stays.
 std::string normalize_key(std::string_view key) {
   if (auto p = key.find("://"); p != std::string_view::npos) key.remove_prefix(p + 3);
   if (auto slash = key.find('/'); slash != std::string_view::npos) key = key.substr(0, slash);
-  return lower(key);
+  return ascii_lower(key);
 }
 
 bool is_docker_hub(std::string_view host) {
@@ -36,7 +31,7 @@ bool is_docker_hub(std::string_view host) {
 
 bool key_matches(std::string_view key, std::string_view registry) {
   std::string k = normalize_key(key);
-  std::string r = lower(registry);
+  std::string r = ascii_lower(registry);
   return k == r || (is_docker_hub(k) && is_docker_hub(r));
 }
 
@@ -129,7 +124,7 @@ Result<Challenge> parse_challenge(std::string_view h) {
   while (i < h.size() && is_token(h[i])) ++i;
   if (i == start) return invalid_argument("WWW-Authenticate without a scheme");
   Challenge c;
-  c.scheme = lower(h.substr(start, i - start));
+  c.scheme = ascii_lower(h.substr(start, i - start));
   // auth-params: name=token or name="quoted", separated by commas; a second challenge starts
   // where a name is not followed by '='.
   for (;;) {
@@ -138,7 +133,7 @@ Result<Challenge> parse_challenge(std::string_view h) {
     std::size_t ns = i;
     while (i < h.size() && is_token(h[i])) ++i;
     if (i == ns) return invalid_argument("WWW-Authenticate: unexpected character");
-    std::string name = lower(h.substr(ns, i - ns));
+    std::string name = ascii_lower(h.substr(ns, i - ns));
     while (i < h.size() && is_space(h[i])) ++i;
     if (i >= h.size() || h[i] != '=') break;  // the next challenge's scheme (or a token68)
     ++i;

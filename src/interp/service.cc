@@ -26,6 +26,7 @@
 #include <string_view>
 #include <utility>
 
+#include "abx/base/ascii.h"
 #include "abx/base/json.h"
 #include "abx/base/log.h"
 #include "abx/interp/kernel.h"
@@ -175,8 +176,7 @@ http::Response error_text(const Error& e, unsigned version) {
 std::string normalize_language(std::string_view lang) {
   std::string out;
   for (char c : lang) {
-    if (!std::isspace(static_cast<unsigned char>(c)))
-      out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (!ascii_space(c)) out += ascii_lower(c);
   }
   if (out.empty() || out == "python3") return "python";
   return out;
@@ -205,7 +205,7 @@ struct Context {
 };
 
 // One /execute: its stream, whether its code is running, and what was sent.
-struct Execution : std::enable_shared_from_this<Execution> {
+struct ExecuteStream : std::enable_shared_from_this<ExecuteStream> {
   std::shared_ptr<http::StreamWriter> out;
   std::shared_ptr<Kernel> kernel;
   std::unique_ptr<asio::steady_timer> keepalive;
@@ -394,7 +394,7 @@ Result<ExecuteRequest> parse_execute(const http::Request& req) {
 
 // The execution's end (its reply, or why there is none): the error event the stream has not
 // sent yet, then end_of_execution, and the keepalive stops.
-void end_execution(const std::shared_ptr<Execution>& ex, Result<json::object> r) {
+void end_execution(const std::shared_ptr<ExecuteStream>& ex, Result<json::object> r) {
   ex->done = true;  // from here a closed stream interrupts nothing (the code has ended)
   if (!r.ok()) {
     bool cancelled = r.error().code() == ErrorCode::kFailedPrecondition;
@@ -596,7 +596,7 @@ void Service::Impl::execute(http::Request&& req, http::Responder respond) {
     http::Response header{bhttp::status::ok, version};
     header.set(bhttp::field::content_type, "application/x-ndjson");
     header.set(bhttp::field::cache_control, "no-store");
-    auto ex = std::make_shared<Execution>();
+    auto ex = std::make_shared<ExecuteStream>();
     ex->kernel = *kernel;
     ex->keepalive = std::make_unique<asio::steady_timer>(respond.executor());
     ex->out = respond.stream(std::move(header));

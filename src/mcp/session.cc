@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "abx/base/ascii.h"
 #include "abx/base/try.h"
 #include "abx/token/token.h"
 
@@ -13,15 +14,8 @@ namespace {
 constexpr std::size_t kSessionIdBytes = 16;  // 128 random bits, hex
 constexpr std::size_t kShownOriginBytes = 100;
 
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
 bool istarts_with(std::string_view s, std::string_view prefix) {
-  return s.size() >= prefix.size() && iequals(s.substr(0, prefix.size()), prefix);
+  return s.size() >= prefix.size() && ascii_iequals(s.substr(0, prefix.size()), prefix);
 }
 
 // The host of an origin "scheme://host[:port]" when the scheme is http(s); empty otherwise.
@@ -116,10 +110,10 @@ Result<std::shared_ptr<Session>> SessionStore::find(std::string_view session_id,
 
 bool origin_allowed(std::string_view origin, std::span<const std::string> also_allowed) {
   for (const auto& a : also_allowed) {
-    if (a == "*" || iequals(a, origin)) return true;
+    if (a == "*" || ascii_iequals(a, origin)) return true;
   }
   std::string_view host = origin_host(origin);
-  return iequals(host, "localhost") || host == "127.0.0.1" || host == "[::1]";
+  return ascii_iequals(host, "localhost") || host == "127.0.0.1" || host == "[::1]";
 }
 
 Status check_origin(std::string_view origin, std::span<const std::string> also_allowed,

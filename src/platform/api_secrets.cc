@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <boost/json.hpp>
 
+#include "abx/base/ascii.h"
 #include "abx/base/time.h"
 #include "abx/base/try.h"
 #include "abx/egress/transform.h"
@@ -25,7 +26,7 @@ Result<SecretVault*> vault(const Context& ctx) {
 
 // The {secretID} of the path: an id (sec_…) or a name (any case, as E2B lower-cases names).
 Result<std::string> secret_key(const Context& ctx) {
-  std::string key = egress::lower_ascii(ctx.params.at(0));
+  std::string key = ascii_lower(ctx.params.at(0));
   const bool id = key.starts_with("sec_") && key.size() == 28 &&
                   key.find_first_not_of("0123456789abcdef", 4) == std::string::npos;
   if (!id && !egress::valid_secret_name(key)) return invalid_argument("invalid secret id or name");

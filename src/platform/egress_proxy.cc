@@ -27,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "abx/base/ascii.h"
 #include "abx/base/log.h"
 #include "abx/base/try.h"
 #include "abx/egress/sniff.h"
@@ -64,8 +65,6 @@ void reset(tcp::socket& s) {
 
 constexpr std::size_t kMaxHeaderBytes = 64 * 1024;  // one request's or response's header
 
-char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
-
 // A Host header's name: lower case, without a :port or a trailing dot.
 std::string host_name_of(std::string_view host) {
   auto colon = host.rfind(':');
@@ -73,9 +72,7 @@ std::string host_name_of(std::string_view host) {
       host.find_first_not_of("0123456789", colon + 1) == std::string_view::npos)
     host = host.substr(0, colon);
   if (!host.empty() && host.back() == '.') host.remove_suffix(1);
-  std::string out(host);
-  for (char& c : out) c = lower(c);
-  return out;
+  return ascii_lower(host);
 }
 
 // One message (request or response) from `in` to `out`: the header as the parser holds it

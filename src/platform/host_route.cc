@@ -3,6 +3,7 @@
 #include <boost/asio/ip/address.hpp>
 #include <optional>
 
+#include "abx/base/ascii.h"
 #include "abx/store/sandbox_id.h"
 
 namespace abx::platform {
@@ -29,9 +30,7 @@ namespace {
 // Lower-cases and drops one trailing dot and a numeric `:port`; nullopt for a malformed Host
 // (a non-numeric port, empty labels).
 std::optional<std::string> normalise_host(std::string_view host) {
-  std::string h;
-  h.reserve(host.size());
-  for (char c : host) h += (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+  std::string h = ascii_lower(host);
   if (!h.empty() && h[0] == '[') {  // [v6] or [v6]:port
     auto close = h.find(']');
     if (close == std::string::npos) return std::nullopt;

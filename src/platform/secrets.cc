@@ -9,6 +9,7 @@
 #include <fstream>
 #include <memory>
 
+#include "abx/base/ascii.h"
 #include "abx/base/base64.h"
 #include "abx/base/hex.h"
 #include "abx/base/json.h"
@@ -38,22 +39,6 @@ std::string aad_of(std::string_view team, std::string_view id) {
 
 const unsigned char* bytes(std::string_view s) {
   return reinterpret_cast<const unsigned char*>(s.data());
-}
-
-std::optional<std::string> from_hex(std::string_view h) {
-  if (h.size() % 2 != 0) return std::nullopt;
-  auto nib = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-  };
-  std::string out;
-  for (std::size_t i = 0; i < h.size(); i += 2) {
-    int a = nib(h[i]), b = nib(h[i + 1]);
-    if (a < 0 || b < 0) return std::nullopt;
-    out.push_back(static_cast<char>(a * 16 + b));
-  }
-  return out;
 }
 
 Result<std::map<std::string, std::string>> read_metadata(const json::object& body) {
@@ -92,7 +77,7 @@ Result<SecretSpec> parse_secret_body(const json::object& body, bool create) {
   SecretSpec spec;
   if (create) {
     ABX_ASSIGN_OR_RETURN(std::string name, json_required_string(body, "name", ""));
-    spec.name = egress::lower_ascii(name);
+    spec.name = ascii_lower(name);
     if (!egress::valid_secret_name(spec.name))
       return invalid_argument(
           "name: a secret name is 1.." + std::to_string(egress::kMaxSecretNameBytes) +

@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "abx/auth/signing.h"
+#include "abx/base/ascii.h"
 #include "abx/base/fd.h"
 #include "abx/base/hex.h"
 #include "abx/base/json.h"
@@ -351,7 +352,7 @@ class Build {
   }
   Result<std::string> expand(std::string_view text) const { return expand(text, st_); }
   Error at(const image::Instruction& in, const Error& e) const {
-    return Error(e.code(), req_.dockerfile + ":" + std::to_string(in.line) + ": " + e.message());
+    return e.with_context(req_.dockerfile + ":" + std::to_string(in.line));
   }
   // A cache hit for `key`: announces step i as CACHED and takes its layer.
   bool from_cache(const std::string& key, std::size_t i, const image::Instruction& in) {
@@ -525,8 +526,7 @@ Status Build::from(const image::Instruction& in, const std::function<void(bool)>
   // An earlier stage (the parser refused this one and later ones by name; $VARs are checked
   // here).
   for (std::size_t k = 0; k < df_->stages.size(); ++k) {
-    std::string lname = name;
-    for (char& c : lname) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const std::string lname = ascii_lower(name);
     if (df_->stages[k].name.empty() || df_->stages[k].name != lname) continue;
     if (k >= stages_.size()) {
       return invalid_argument("FROM " + name + ": stage '" + lname + "' is defined at line " +
@@ -552,7 +552,7 @@ Status Build::from(const image::Instruction& in, const std::function<void(bool)>
     if (valid_template_name(name) && opt_.template_image) {
       img = opt_.template_image(name);  // a template of the catalog: its image
       if (!img.ok() && img.error().code() != ErrorCode::kNotFound) {
-        return Error(img.error().code(), "FROM " + name + ": " + img.error().message());
+        return img.error().with_context("FROM " + name);
       }
     }
     if (!img.ok() && valid_template_name(name)) img = store_.get(name);  // a store tag
@@ -568,8 +568,7 @@ Status Build::from(const image::Instruction& in, const std::function<void(bool)>
         } else {
           return unavailable("FROM " + name + ": pulling from registries is not available");
         }
-        if (!img.ok())
-          return Error(img.error().code(), "FROM " + name + ": " + img.error().message());
+        if (!img.ok()) return img.error().with_context("FROM " + name);
       }
     }
   }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <string>
 
+#include "abx/base/ascii.h"
 #include "abx/base/try.h"
 #include "abx/registry/coerce.h"
 #include "abx/registry/register.h"
@@ -16,12 +17,6 @@ namespace abx::registry::detail {
 namespace json = boost::json;
 
 namespace {
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
 
 bool is_ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
@@ -112,10 +107,10 @@ Result<json::value> parse_string_literal(std::string_view t) {
   // Optional std::string(...) / std::string{...} wrapper; "" literals may be concatenated.
   for (std::string_view prefix : {"std::string", "::std::string"}) {
     if (t.substr(0, prefix.size()) == prefix) {
-      std::string_view rest = trim(t.substr(prefix.size()));
+      std::string_view rest = ascii_trim(t.substr(prefix.size()));
       if (rest.size() >= 2 && ((rest.front() == '(' && rest.back() == ')') ||
                                (rest.front() == '{' && rest.back() == '}'))) {
-        t = trim(rest.substr(1, rest.size() - 2));
+        t = ascii_trim(rest.substr(1, rest.size() - 2));
         if (t.empty()) return json::value(json::string());
       }
       break;
@@ -201,11 +196,11 @@ Result<json::value> parse_float_literal(std::string_view t) {
 }  // namespace
 
 Result<std::vector<ParamText>> parse_param_list(std::string_view text) {
-  text = trim(text);
+  text = ascii_trim(text);
   if (text.size() < 2 || text.front() != '(' || text.back() != ')') {
     return invalid_argument("parameter list must be written in parentheses");
   }
-  text = trim(text.substr(1, text.size() - 2));
+  text = ascii_trim(text.substr(1, text.size() - 2));
   std::vector<ParamText> out;
   if (text.empty() || text == "void") return out;
   // Split at top-level commas; skip over literals and bracketed parts.
@@ -231,7 +226,7 @@ Result<std::vector<ParamText>> parse_param_list(std::string_view text) {
   }
   pieces.push_back(text.substr(start));
   for (std::string_view piece : pieces) {
-    piece = trim(piece);
+    piece = ascii_trim(piece);
     // The first top-level '=' starts the default.
     std::size_t eq = std::string_view::npos;
     int d = 0;
@@ -251,25 +246,26 @@ Result<std::vector<ParamText>> parse_param_list(std::string_view text) {
         break;
       }
     }
-    std::string_view decl = trim(piece.substr(0, eq));
+    std::string_view decl = ascii_trim(piece.substr(0, eq));
     std::size_t n = decl.size();
     while (n > 0 && is_ident_char(decl[n - 1])) --n;
     std::string_view name = decl.substr(n);
-    std::string_view type = trim(decl.substr(0, n));
+    std::string_view type = ascii_trim(decl.substr(0, n));
     if (name.empty() || type.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) {
       return invalid_argument("parameter '" + std::string(piece) +
                               "' needs a name (it becomes the argument's name)");
     }
     ParamText p;
     p.name = std::string(name);
-    if (eq != std::string_view::npos) p.default_text = std::string(trim(piece.substr(eq + 1)));
+    if (eq != std::string_view::npos)
+      p.default_text = std::string(ascii_trim(piece.substr(eq + 1)));
     out.push_back(std::move(p));
   }
   return out;
 }
 
 Result<json::value> parse_default_literal(std::string_view text, ArgType type) {
-  text = trim(text);
+  text = ascii_trim(text);
   switch (type) {
     case ArgType::kString:
       return parse_string_literal(text);

@@ -18,11 +18,6 @@ namespace {
 
 using testing::TempDir;
 
-bool exists(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0;
-}
-
 // Metrics without cgroup v2: CPU time from v1 cpuacct.usage (ns) in the cpu hierarchy, memory
 // from memory.usage_in_bytes. Plain files stand in for the cgroupfs.
 TEST(CgroupUsageTest, ReadsV1CpuacctWhenThereIsNoV2) {
@@ -115,9 +110,9 @@ TEST_F(CgroupHostTest, WritesLimitsAndRemoves) {
   auto again = SandboxCgroups::create(layout_, "abx", id, {});
   ASSERT_FALSE(again.ok());
   EXPECT_EQ(again.error().code(), ErrorCode::kAlreadyExists);
-  for (const auto& d : g->dirs()) EXPECT_TRUE(exists(d)) << d;
+  for (const auto& d : g->dirs()) EXPECT_TRUE(testing::path_exists(d)) << d;
   ASSERT_TRUE(g->remove().ok());
-  for (const auto& d : g->dirs()) EXPECT_FALSE(exists(d)) << d;
+  for (const auto& d : g->dirs()) EXPECT_FALSE(testing::path_exists(d)) << d;
 }
 
 TEST_F(CgroupHostTest, LimitWithoutControllerIsFailedPrecondition) {

@@ -33,22 +33,14 @@
 namespace abx::runtime {
 namespace {
 
+using testing::alive;
+using testing::slurp;
+
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 // The tests' checkpoint key (abxd's is random, in its home).
 const std::string kKey(kCheckpointKeyBytes, 'k');
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
-
-bool alive(pid_t pid) {
-  std::string all = slurp("/proc/" + std::to_string(pid) + "/stat");
-  auto close = all.rfind(')');
-  return close != std::string::npos && close + 2 < all.size() && all[close + 2] != 'Z';
-}
 
 // The hostname in `pid`'s uts namespace (read by a child that joins it).
 std::string hostname_of(pid_t pid) {

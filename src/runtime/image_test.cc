@@ -27,11 +27,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
-
 // Every mount and loop device a sandbox made is gone once it is destroyed.
 void expect_no_disk_leftovers(const std::string& state_path) {
   EXPECT_FALSE(fs::exists(state_path)) << state_path;
@@ -46,7 +41,7 @@ void expect_no_disk_leftovers(const std::string& state_path) {
     left.clear();
     std::error_code ec;
     for (const auto& e : fs::directory_iterator("/sys/block", ec)) {
-      std::string backing = slurp(e.path() / "loop/backing_file");
+      std::string backing = testing::slurp(e.path() / "loop/backing_file");
       if (backing.find(state_path) != std::string::npos) left += e.path().string() + " ";
     }
     if (left.empty()) break;
@@ -99,7 +94,7 @@ TEST_F(ImageTest, LayersStackWithWhiteoutsAndOpaqueDirsAndWritesGoToUpperOnDisk)
   // The writes are on the host, in the upper dir of the ext4 layer, after the init exited.
   std::string upper = r.sb->upper_dir();
   EXPECT_EQ(upper, r.sb->state_path() + "/rw/upper");
-  EXPECT_EQ(slurp(upper + "/newfile"), "written\n");
+  EXPECT_EQ(testing::slurp(upper + "/newfile"), "written\n");
   struct stat st;
   ASSERT_EQ(::lstat((upper + "/etc/kept").c_str(), &st), 0);  // the deletion: a whiteout
   EXPECT_TRUE(S_ISCHR(st.st_mode) && st.st_rdev == makedev(0, 0));
@@ -181,7 +176,7 @@ TEST_F(ImageTest, AdoptedSandboxKeepsItsUpperDirAndDestroyRemovesIt) {
   EXPECT_EQ(again->upper_dir(), upper);
   // Up to 10 s: the shell may be slow to start on a loaded machine (1 s failed once in CI).
   for (int i = 0; i < 5000 && !fs::exists(upper + "/mark"); ++i) ::usleep(2000);
-  EXPECT_EQ(slurp(upper + "/mark"), "kept\n");
+  EXPECT_EQ(testing::slurp(upper + "/mark"), "kept\n");
   ASSERT_TRUE(again->destroy().ok());
   expect_no_disk_leftovers(state);
 }
@@ -326,7 +321,7 @@ TEST_F(ImageTest, ConcurrentSandboxesGetDisjointRangesFreedOnDestroy) {
   EXPECT_NE(a->root_host_id(), b->root_host_id());
   // The host sees each init as its range's root.
   for (Sandbox* sb : {&*a, &*b}) {
-    std::string status = slurp("/proc/" + std::to_string(sb->pid()) + "/status");
+    std::string status = testing::slurp("/proc/" + std::to_string(sb->pid()) + "/status");
     EXPECT_NE(status.find("Uid:\t" + std::to_string(sb->root_host_id()) + "\t"), std::string::npos)
         << status;
   }
@@ -336,11 +331,11 @@ TEST_F(ImageTest, ConcurrentSandboxesGetDisjointRangesFreedOnDestroy) {
            std::to_string((sb.root_host_id() - UserNamespace{}.base) / kIdsPerSandbox);
   };
   std::string claim_a = claim(*a);
-  EXPECT_EQ(slurp(claim_a).substr(0, std::to_string(a->pid()).size() + 1),
+  EXPECT_EQ(testing::slurp(claim_a).substr(0, std::to_string(a->pid()).size() + 1),
             std::to_string(a->pid()) + " ");
   ASSERT_TRUE(a->destroy().ok());
   // Freed, unless another test's sandbox took the slot in between.
-  std::string after = slurp(claim_a);
+  std::string after = testing::slurp(claim_a);
   EXPECT_EQ(after.find(std::to_string(a->pid()) + " "), std::string::npos) << after;
   ASSERT_TRUE(b->destroy().ok());
 }

@@ -137,8 +137,7 @@ Result<std::vector<UniqueFd>> make_bind_mounts(const SandboxConfig& config, cons
   for (const auto& b : config.binds) {
     std::uint64_t attrs = b.writable ? 0 : MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
     auto tree = clone_tree(b.source, attrs, idmap);
-    if (!tree)
-      return Error(tree.error().code(), "bind " + b.target + ": " + tree.error().message());
+    if (!tree) return tree.error().with_context("bind " + b.target);
     out.push_back(std::move(tree).value());
   }
   return out;

@@ -358,7 +358,7 @@ Status wait_inherited_closed(int parent_sock, const std::string& id) {
                 ? child_error(report)
                 : (n < 0 ? os::errno_error("recv from sandbox init", errno)
                          : internal_error("sandbox init exited before it started"));
-  return Error(e.code(), "sandbox " + id + ": " + e.message());
+  return e.with_context("sandbox " + id);
 }
 
 // Step 6: "go", then EOF on the socket means exec happened (the child's end is CLOEXEC); a
@@ -391,7 +391,7 @@ Status release_child(int parent_sock, const std::string& id, const std::vector<U
                 ? child_error(report)
                 : (n < 0 ? os::errno_error("recv from sandbox init", errno)
                          : internal_error("short report from sandbox init"));
-  return Error(e.code(), "sandbox " + id + ": " + e.message());
+  return e.with_context("sandbox " + id);
 }
 
 }  // namespace

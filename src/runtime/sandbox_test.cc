@@ -28,25 +28,13 @@
 namespace abx::runtime {
 namespace {
 
+using testing::alive;
 using testing::TempDir;
-
-bool exists(const std::string& p) {
-  struct stat st;
-  return ::lstat(p.c_str(), &st) == 0;
-}
-
-// Alive and not a zombie.
-bool alive(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string all((std::istreambuf_iterator<char>(in)), {});
-  auto close = all.rfind(')');
-  return close != std::string::npos && close + 2 < all.size() && all[close + 2] != 'Z';
-}
 
 // Everything the sandbox put on the host is gone: state dir, cgroup dirs.
 void expect_no_leftovers(const std::string& state_path, const std::vector<std::string>& cgroups) {
-  EXPECT_FALSE(exists(state_path)) << state_path;
-  for (const auto& d : cgroups) EXPECT_FALSE(exists(d)) << d;
+  EXPECT_FALSE(testing::path_exists(state_path)) << state_path;
+  for (const auto& d : cgroups) EXPECT_FALSE(testing::path_exists(d)) << d;
   // Sandbox mounts live in the sandbox's mount namespace only; the host never sees one.
   std::ifstream mi("/proc/self/mountinfo");
   for (std::string line; std::getline(mi, line);)
@@ -144,7 +132,7 @@ TEST_F(SandboxTest, DestroyKillsWholeTreeAndRemovesEverything) {
   ASSERT_EQ(pids.size(), 4u);  // sh + 3 sleeps
   auto dirs = sb->cgroups().dirs();
   std::string state = sb->state_path();
-  EXPECT_TRUE(exists(state));
+  EXPECT_TRUE(testing::path_exists(state));
   Status d = sb->destroy();
   ASSERT_TRUE(d.ok()) << d.error().to_string();
   for (pid_t p : pids) EXPECT_FALSE(alive(p)) << p;
@@ -175,7 +163,7 @@ TEST_F(SandboxTest, DirectoryRootfsIsCopyOnWrite) {
   std::string line;
   std::getline(in, line);
   EXPECT_EQ(line, "from lower");
-  EXPECT_FALSE(exists(rootfs + "/bin/new"));
+  EXPECT_FALSE(testing::path_exists(rootfs + "/bin/new"));
   r = testing::run_sandbox(make({"ls", "/bin"}));
   EXPECT_EQ(r.out.find("new"), std::string::npos) << r.out;  // not in the next sandbox either
   // No host binaries in a directory rootfs: only what the rootfs and binds provide.
@@ -479,7 +467,7 @@ void owner_killed_then_cleanup(const std::string& state, bool mid_spawn) {
   auto before = SandboxCgroups::existing(*CgroupLayout::detect(), "abx", id).pids();
   if (!mid_spawn) {
     EXPECT_EQ(before.size(), 3u);  // the sandbox outlived its owner...
-    EXPECT_TRUE(exists(state + "/" + id));
+    EXPECT_TRUE(testing::path_exists(state + "/" + id));
   }
 
   auto n = cleanup_stale(state);
@@ -548,7 +536,7 @@ TEST_F(SandboxTest, CleanupSkipsLiveSandboxes) {
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(*n, 0);
   EXPECT_TRUE(alive(sb->pid()));
-  EXPECT_TRUE(exists(sb->state_path()));
+  EXPECT_TRUE(testing::path_exists(sb->state_path()));
 }
 
 }  // namespace

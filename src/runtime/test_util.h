@@ -3,10 +3,13 @@
 #pragma once
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,6 +49,25 @@ class TempDir {
 inline std::string unique_id(const std::string& prefix) {
   static std::atomic<int> n{0};
   return prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
+}
+
+// A file's whole content ("" if it cannot be read): /proc files, logs, a sandbox's output.
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Whether `pid` is alive and not a zombie (the state after its name in /proc/<pid>/stat).
+inline bool alive(pid_t pid) {
+  std::string all = slurp("/proc/" + std::to_string(pid) + "/stat");
+  auto close = all.rfind(')');
+  return close != std::string::npos && close + 2 < all.size() && all[close + 2] != 'Z';
+}
+
+// Whether something (a symlink included) is at `p`.
+inline bool path_exists(const std::string& p) {
+  struct stat st {};
+  return ::lstat(p.c_str(), &st) == 0;
 }
 
 struct RunResult {

@@ -9,17 +9,13 @@
 #include "abx/runtime/process.h"
 #include "abx/testing/temp_dir.h"
 #include "gtest/gtest.h"
+#include "test_util.h"
 #include "userns_internal.h"
 
 namespace abx::runtime {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 class IdRangeTest : public ::testing::Test {
  protected:
@@ -143,11 +139,12 @@ TEST_F(SlotTest, AClaimWhoseHolderIsGoneIsFree) {
   auto c = claim_slot(u_);
   ASSERT_TRUE(c.ok()) << c.error().to_string();
   EXPECT_EQ(*c, 1u);
-  EXPECT_EQ(slurp(u_.registry + "/1"), std::to_string(::getpid()) + " " +
-                                           std::to_string(process_start_time(::getpid())) + "\n");
+  EXPECT_EQ(
+      testing::slurp(u_.registry + "/1"),
+      std::to_string(::getpid()) + " " + std::to_string(process_start_time(::getpid())) + "\n");
   // hold_slot hands the claim to another process (the sandbox's init).
   ASSERT_TRUE(hold_slot(u_, 1, ::getppid()).ok());
-  EXPECT_EQ(slurp(u_.registry + "/1").substr(0, std::to_string(::getppid()).size() + 1),
+  EXPECT_EQ(testing::slurp(u_.registry + "/1").substr(0, std::to_string(::getppid()).size() + 1),
             std::to_string(::getppid()) + " ");
 }
 

@@ -48,6 +48,12 @@ class Error {
   // "InvalidArgument: message" — for logs and CLI output.
   std::string to_string() const;
 
+  // The same error with "<context>: " before its message (code and type kept): what failed, then
+  // why, as `image pull alpine: manifest: not found`.
+  Error with_context(std::string_view context) const {
+    return Error(code_, std::string(context) + ": " + message_, type_);
+  }
+
  private:
   ErrorCode code_;
   std::string message_;

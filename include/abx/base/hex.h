@@ -1,6 +1,7 @@
 // Lower-case hexadecimal, the one implementation (digests, random ids, signatures).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -10,5 +11,8 @@ std::string to_hex(std::string_view bytes);
 inline std::string to_hex(const unsigned char* p, std::size_t n) {
   return to_hex(std::string_view(reinterpret_cast<const char*>(p), n));
 }
+
+// The bytes of lower-case hexadecimal text; nullopt for an odd length or any other character.
+std::optional<std::string> from_hex(std::string_view hex);
 
 }  // namespace abx

@@ -54,8 +54,6 @@ inline constexpr std::size_t kMaxSecretNameBytes = 128;
 // A secret's name as stored (E2B lower-cases names): [a-z0-9][a-z0-9._-]*, at most
 // kMaxSecretNameBytes, not starting with "sec_" (E2B reserves it for secret ids).
 bool valid_secret_name(std::string_view name);
-// Lower-cased ASCII (E2B's canonical form of a name).
-std::string lower_ascii(std::string_view s);
 // The secret names a header value refers to, lower-cased, in order (repeats kept). An error
 // (invalid_argument, without a field: the caller prefixes it) for an unterminated or malformed
 // placeholder, a bad name, or a `${e2b.` placeholder of another kind.
