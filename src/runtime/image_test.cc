@@ -192,7 +192,7 @@ TEST_F(ImageTest, KeptLayerOutlivesItsProcessesAndANewSandboxBootsOnIt) {
   ASSERT_TRUE(sb.ok()) << sb.error().to_string();
   const std::string state = sb->state_path(), upper = sb->upper_dir();
   for (int i = 0; i < 5000 && !fs::exists(upper + "/mark"); ++i) ::usleep(2000);
-  ASSERT_EQ(slurp(upper + "/mark"), "kept\n");
+  ASSERT_EQ(testing::slurp(upper + "/mark"), "kept\n");
   const std::string kept = tmp_.string() + "/kept.img";
   ASSERT_TRUE(keep_layer(*sb, kept).ok());
   EXPECT_TRUE(sb->cgroups().frozen());
