@@ -69,8 +69,8 @@ Result<std::string> write_image_blobs(Store& store, const std::vector<LayerRef>&
   ABX_ASSIGN_OR_RETURN(std::string config_digest, store.put_blob(config_text));
   json::object manifest{
       {"schemaVersion", 2},
-      {"mediaType", kOciManifestType},
-      {"config", json::object{{"mediaType", kOciConfigType},
+      {"mediaType", kOciManifest},
+      {"config", json::object{{"mediaType", kOciConfig},
                               {"digest", config_digest},
                               {"size", static_cast<std::int64_t>(config_text.size())}}},
       {"layers", std::move(manifest_layers)}};

@@ -36,14 +36,12 @@ namespace fs = std::filesystem;
 using tcp = asio::ip::tcp;
 using namespace std::chrono_literals;
 
-constexpr std::uint32_t kLoopback = 0x7f000001;
-
 // A TCP server on 127.0.0.1 that runs `serve(socket)` for each connection on its own thread.
 class Server {
  public:
   explicit Server(std::function<void(tcp::socket&)> serve) : serve_(std::move(serve)) {
     acceptor_.open(tcp::v4());
-    acceptor_.bind({asio::ip::address_v4(kLoopback), 0});
+    acceptor_.bind({asio::ip::address_v4(INADDR_LOOPBACK), 0});
     acceptor_.listen();
     port_ = acceptor_.local_endpoint().port();
     thread_ = std::thread([this] {
@@ -68,7 +66,7 @@ class Server {
     thread_.join();
     for (auto& t : conns_) t.join();
   }
-  tcp::endpoint endpoint() const { return {asio::ip::address_v4(kLoopback), port_}; }
+  tcp::endpoint endpoint() const { return {asio::ip::address_v4(INADDR_LOOPBACK), port_}; }
   int accepted() const { return accepted_; }
 
  private:
@@ -139,7 +137,7 @@ class InterceptTest : public ::testing::Test {
              bool trust_test_ca = true) {
     EgressProxyHooks hooks;
     hooks.original_destination = [dst_port](int) {
-      return Result<std::pair<std::uint32_t, std::uint16_t>>(std::pair(kLoopback, dst_port));
+      return Result<std::pair<std::uint32_t, std::uint16_t>>(std::pair(INADDR_LOOPBACK, dst_port));
     };
     hooks.upstream = [to](const EgressFlow&) { return to; };
     hooks.allow = [](const EgressFlow&) { return true; };
@@ -164,7 +162,7 @@ class InterceptTest : public ::testing::Test {
     if (trust_test_ca) up->load_verify_file(test_ca_->cert_path());
     hooks.upstream_tls = up;
     hooks.server_tls = [ca = abxd_ca_](const std::string& n) { return ca->server_context(n); };
-    auto p = EgressProxy::start(io_, {asio::ip::address_v4(kLoopback), 0}, std::move(hooks));
+    auto p = EgressProxy::start(io_, {asio::ip::address_v4(INADDR_LOOPBACK), 0}, std::move(hooks));
     ASSERT_TRUE(p.ok()) << p.error().to_string();
     proxy_ = std::move(*p);
   }
@@ -186,7 +184,7 @@ class InterceptTest : public ::testing::Test {
   // A client socket connected to the proxy.
   tcp::socket connect(asio::io_context& io) {
     tcp::socket s(io);
-    s.connect({asio::ip::address_v4(kLoopback), proxy_->port()});
+    s.connect({asio::ip::address_v4(INADDR_LOOPBACK), proxy_->port()});
     return s;
   }
   // A TLS client context trusting abxd's CA only.

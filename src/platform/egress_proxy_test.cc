@@ -30,8 +30,6 @@ namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using namespace std::chrono_literals;
 
-constexpr std::uint32_t kLoopback = 0x7f000001;
-
 // A TCP server on 127.0.0.1 that runs `serve(fd)` for each connection on its own thread.
 class Upstream {
  public:
@@ -63,7 +61,7 @@ class Upstream {
     acceptor_.join();
     for (auto& t : conns_) t.join();
   }
-  tcp::endpoint endpoint() const { return {asio::ip::address_v4(kLoopback), port_}; }
+  tcp::endpoint endpoint() const { return {asio::ip::address_v4(INADDR_LOOPBACK), port_}; }
   int accepted() const { return accepted_; }
 
  private:
@@ -159,13 +157,13 @@ class EgressProxyTest : public ::testing::Test {
              EgressProxyOptions options = {}) {
     EgressProxyHooks hooks;
     hooks.original_destination = [dst_port](int) {
-      return Result<std::pair<std::uint32_t, std::uint16_t>>(std::pair(kLoopback, dst_port));
+      return Result<std::pair<std::uint32_t, std::uint16_t>>(std::pair(INADDR_LOOPBACK, dst_port));
     };
     hooks.upstream = [to](const EgressFlow&) { return to; };
     start_with(std::move(hooks), std::move(allow), options);
   }
   void start_with(EgressProxyHooks hooks, std::function<bool(const EgressFlow&)> allow,
-                  EgressProxyOptions options = {}, std::uint32_t listen_ip = kLoopback) {
+                  EgressProxyOptions options = {}, std::uint32_t listen_ip = INADDR_LOOPBACK) {
     hooks.allow = [this, allow = std::move(allow)](const EgressFlow& f) {
       {
         std::lock_guard lock(seen_.mu);
@@ -238,8 +236,8 @@ TEST_F(EgressProxyTest, AllowedHttpHostRoundTrips) {
   std::lock_guard lock(seen_.mu);
   ASSERT_EQ(seen_.asked.size(), 1u);
   EXPECT_EQ(seen_.asked[0].domain, "allowed.test");
-  EXPECT_EQ(seen_.asked[0].src_ip, kLoopback);
-  EXPECT_EQ(seen_.asked[0].dst_ip, kLoopback);
+  EXPECT_EQ(seen_.asked[0].src_ip, INADDR_LOOPBACK);
+  EXPECT_EQ(seen_.asked[0].dst_ip, INADDR_LOOPBACK);
   EXPECT_EQ(seen_.asked[0].dst_port, 80);
   const auto& r = seen_.reports.at(0);
   EXPECT_TRUE(r.allowed);
@@ -412,7 +410,7 @@ UniqueFd connect_from(std::uint32_t src, std::uint16_t port) {
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(src);
   EXPECT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << errno;
-  a.sin_addr.s_addr = htonl(kLoopback);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   a.sin_port = htons(port);
   EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << errno;
   return fd;
@@ -502,7 +500,7 @@ TEST_F(EgressProxyTest, ListensOnlyOnTheAddressesItIsGiven) {
   Upstream up([](int fd) { read_all(fd); });
   EgressProxyHooks hooks;
   hooks.original_destination = [](int) {
-    return Result<std::pair<std::uint32_t, std::uint16_t>>(std::pair(kLoopback, 5432));
+    return Result<std::pair<std::uint32_t, std::uint16_t>>(std::pair(INADDR_LOOPBACK, 5432));
   };
   hooks.upstream = [ep = up.endpoint()](const EgressFlow&) { return ep; };
   start_with(
@@ -554,7 +552,7 @@ TEST(OriginalDestination, OfAnUnredirectedSocket) {
   ASSERT_TRUE(c.valid());
   auto dst = runtime::original_destination(c.get());
   if (dst.ok()) {  // conntrack tracks loopback: the destination as is
-    EXPECT_EQ(dst->first, kLoopback);
+    EXPECT_EQ(dst->first, INADDR_LOOPBACK);
     EXPECT_EQ(dst->second, up.endpoint().port());
   } else {
     EXPECT_EQ(dst.error().code(), ErrorCode::kNotFound) << dst.error().to_string();
@@ -564,7 +562,7 @@ TEST(OriginalDestination, OfAnUnredirectedSocket) {
 
 TEST(EgressProxyStart, RequiresAllow) {
   asio::io_context io;
-  auto p = EgressProxy::start(io, {asio::ip::address_v4(kLoopback), 0}, {});
+  auto p = EgressProxy::start(io, {asio::ip::address_v4(INADDR_LOOPBACK), 0}, {});
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.error().code(), ErrorCode::kInvalidArgument);
 }

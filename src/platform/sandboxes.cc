@@ -32,12 +32,6 @@ namespace abx::platform {
 
 namespace fs = std::filesystem;
 
-std::int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 bool template_visible_to(store::Store& store, const std::string& template_id,
                          const std::string& team_id) {
   auto owner = store.template_owner(template_id);

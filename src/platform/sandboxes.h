@@ -37,6 +37,7 @@
 #include "abx/base/error.h"
 #include "abx/base/fd.h"
 #include "abx/base/log.h"
+#include "abx/base/time.h"
 #include "abx/base/timeline.h"
 #include "abx/image/store.h"
 #include "abx/runtime/checkpoint.h"
@@ -479,8 +480,6 @@ class SandboxManager {
   // The key every checkpoint and snapshot is sealed with (<home>/checkpoint.key, 0600).
   std::string checkpoint_key_;
 };
-
-std::int64_t now_ms();
 
 // Whether team `team_id` may use template `template_id`: one no team owns (built-in, catalog
 // and template.yaml templates) or one it built (store::Store::template_owner). Fails closed: a

@@ -18,18 +18,13 @@
 #include "abx/base/fd.h"
 #include "abx/base/log.h"
 #include "abx/base/os.h"
+#include "abx/base/time.h"
 #include "abx/runtime/sandbox.h"
 #include "abx/store/store.h"
 
 namespace abx::platform {
 namespace fs = std::filesystem;
 namespace {
-
-std::int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Whether the abxd named in <home>/abxd.lock is alive. Read, never locked: taking the lock even
 // for a moment could make a starting abxd think another one serves the home.

@@ -17,6 +17,7 @@
 
 #include "abx/base/base64.h"
 #include "abx/base/hex.h"
+#include "abx/base/time.h"
 #include "abx/base/try.h"
 #include "abx/token/token.h"
 #include "sqlite.h"
@@ -29,12 +30,6 @@ namespace {
 constexpr std::size_t kMaxPresentedKey = 256;
 constexpr std::int64_t kLastUsedGranularityMs = 60'000;
 constexpr int kPruneEvery = 256;
-
-std::int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::array<unsigned char, SHA256_DIGEST_LENGTH> sha256(std::string_view s) {
   std::array<unsigned char, SHA256_DIGEST_LENGTH> out{};

@@ -10,19 +10,15 @@
 #include <vector>
 
 #include "abx/base/error.h"
+#include "abx/image/manifest.h"  // the media types (kOciLayerTar, ...)
 #include "abx/image/store.h"
 
 namespace abx::image {
 
-inline constexpr std::string_view kOciManifestType = "application/vnd.oci.image.manifest.v1+json";
-inline constexpr std::string_view kOciConfigType = "application/vnd.oci.image.config.v1+json";
-inline constexpr std::string_view kOciLayerTar = "application/vnd.oci.image.layer.v1.tar";
-inline constexpr std::string_view kOciLayerTarGzip = "application/vnd.oci.image.layer.v1.tar+gzip";
-
 struct LayerRef {
   std::string digest;      // of the blob as stored
   std::int64_t size = 0;   // of the blob
-  std::string media_type;  // kOciLayerTar or kOciLayerTarGzip
+  std::string media_type;  // kOciLayerTar or kOciLayerGzip
   std::string diff_id;     // sha256 of the uncompressed tar (== digest for kOciLayerTar)
 };
 
