@@ -15,51 +15,13 @@
 # (502), not sent without its credential.
 # ctest passes ABXD_BIN, ABX_CLI_BIN, ABX_IMAGE_STORE and ABX_INET_INDEX. Needs root.
 set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-if [ "$(id -u)" != 0 ]; then echo "secrets e2e: needs root; skipped" >&2; exit 77; fi
+label="secrets e2e"
 idx="${ABX_INET_INDEX:-9}"
 name="abxs$idx"
-work="$(mktemp -d "${TMPDIR:-/tmp}/abx-secrets-e2e.XXXXXX")"
-abxd_pid=""
-cleanup() {
-  if [ -n "$abxd_pid" ]; then kill -TERM "$abxd_pid" 2>/dev/null && wait "$abxd_pid" 2>/dev/null; fi
-  "$here/internet.sh" down "$name" "$idx" "$work/inet" || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-fail() {
-  echo "secrets e2e: FAIL: $*" >&2
-  [ -f "$work/abxd.log" ] && { tail -30 "$work/abxd.log"; } >&2
-  [ -n "${INET_DIR:-}" ] && { echo "--- https log"; tail -20 "$INET_DIR/https-$INET_WEB.log"; } >&2
-  exit 1
-}
-step() { echo "secrets e2e: $*"; }
-
-out=$("$here/internet.sh" up "$name" "$idx" "$work/inet") || fail "internet.sh up"
-eval "$out"
-
-start_abxd() {  # (again after a kill: the same home, a new port)
-  local before
-  before=$(grep -c "listening on" "$work/abxd.log" 2>/dev/null || true)
-  "$ABXD_BIN" --home "$work/home" --listen 127.0.0.1:0 --image-store "$ABX_IMAGE_STORE" \
-    --dns-upstream "$INET_DNS" --egress-extra-ca "$INET_CA" --kill-sandboxes \
-    --log-level debug >>"$work/abxd.log" 2>&1 &
-  abxd_pid=$!
-  port=""
-  for _ in $(seq 200); do
-    if [ "$(grep -c "listening on" "$work/abxd.log" 2>/dev/null || true)" -gt "${before:-0}" ]; then
-      port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$work/abxd.log" | tail -1)
-      break
-    fi
-    kill -0 "$abxd_pid" 2>/dev/null || fail "abxd exited at start"
-    sleep 0.1
-  done
-  [ -n "$port" ] || fail "abxd did not listen"
-  export ABX_API_URL="http://127.0.0.1:$port"
-}
+fail_details() { [ -n "${INET_DIR:-}" ] && { echo "--- https log"; tail -20 "$INET_DIR/https-$INET_WEB.log"; }; }
+source "$(dirname "${BASH_SOURCE[0]}")/fixture.sh"
+abxd_flags=(--egress-extra-ca "$INET_CA")
 start_abxd
-export ABX_API_KEY="$(cat "$work/home/api_key")"
-export ABX_HOME="$work/client"
 # Every answer body is kept (answers/) so that the end can check none holds a value.
 mkdir -p "$work/answers"
 api() {
@@ -77,9 +39,6 @@ for k in sys.argv[2:]:
 print(json.dumps(v, separators=(",", ":")) if isinstance(v, (dict, list)) else v)
 PY
 }
-abx() { "$ABX_CLI_BIN" "$@"; }
-sx() { local id=$1; shift; abx exec "$id" -- sh -c "$*" 2>&1 || true; }
-scurl() { local id=$1; shift; sx "$id" "curl -s --max-time 6 $* || echo FAILED \$?"; }
 log="$INET_DIR/https-$INET_WEB.log"
 v1="s1-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 v2="s2-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
