@@ -211,27 +211,21 @@ TEST_F(ImageTest, KeptLayerOutlivesItsProcessesAndANewSandboxBootsOnIt) {
   EXPECT_EQ(r.out, "kept\n1\ndone\n");
   ASSERT_TRUE(r.sb->destroy().ok());
   expect_no_disk_leftovers(state);
+  // A sandbox on the kept layer (or, copy_layer, on a copy of it) runs `cmd`: its output.
+  auto on_kept = [&](const std::string& cmd, bool copy_layer) -> std::string {
+    SandboxConfig c = shell({base_}, cmd);
+    c.layer_image = kept;
+    c.copy_layer = copy_layer;
+    auto ran = run(std::move(c));
+    if (!ran.sb) return "(no sandbox)";
+    EXPECT_TRUE(ran.sb->destroy().ok());
+    return ran.out;
+  };
   // The new sandbox wrote to the kept file itself (its layer was a hard link of it).
-  SandboxConfig third = shell({base_}, "cat /mark2");
-  third.layer_image = kept;
-  auto r3 = run(std::move(third));
-  ASSERT_TRUE(r3.sb);
-  EXPECT_EQ(r3.out, "second\n");
-  ASSERT_TRUE(r3.sb->destroy().ok());
+  EXPECT_EQ(on_kept("cat /mark2", false), "second\n");
   // copy_layer: a copy of it; the kept file is left as it was.
-  SandboxConfig copied = shell({base_}, "cat /mark2; echo third > /mark3");
-  copied.layer_image = kept;
-  copied.copy_layer = true;
-  auto r4 = run(std::move(copied));
-  ASSERT_TRUE(r4.sb);
-  EXPECT_EQ(r4.out, "second\n");
-  ASSERT_TRUE(r4.sb->destroy().ok());
-  SandboxConfig fourth = shell({base_}, "cat /mark3 2>/dev/null || echo none");
-  fourth.layer_image = kept;
-  auto r5 = run(std::move(fourth));
-  ASSERT_TRUE(r5.sb);
-  EXPECT_EQ(r5.out, "none\n");
-  ASSERT_TRUE(r5.sb->destroy().ok());
+  EXPECT_EQ(on_kept("cat /mark2; echo third > /mark3", true), "second\n");
+  EXPECT_EQ(on_kept("cat /mark3 2>/dev/null || echo none", false), "none\n");
 
   // Refused: a relative path, or a host rootfs (no layer to take).
   SandboxConfig bad = shell({base_}, "true");
