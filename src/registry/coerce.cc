@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "abx/base/json.h"
 #include "abx/base/try.h"
 
 namespace abx::registry {
@@ -11,25 +12,11 @@ namespace json = boost::json;
 
 namespace {
 
+// The registry's names for a JSON value's kind: base's, with numbers told apart as its types are.
 std::string_view kind_name(const json::value& v) {
-  switch (v.kind()) {
-    case json::kind::null:
-      return "null";
-    case json::kind::bool_:
-      return "boolean";
-    case json::kind::int64:
-    case json::kind::uint64:
-      return "integer";
-    case json::kind::double_:
-      return "float";
-    case json::kind::string:
-      return "string";
-    case json::kind::array:
-      return "array";
-    case json::kind::object:
-      return "object";
-  }
-  return "value";
+  if (v.is_int64() || v.is_uint64()) return "integer";
+  if (v.is_double()) return "float";
+  return json_kind_name(v);
 }
 
 Error type_error(const CommandArg& arg, std::string_view want, const json::value& got) {
