@@ -53,12 +53,26 @@ run_ctest() {
   return "$rc"
 }
 
+# cmake --build, and when it fails, what the machine looked like (disk, memory, the kernel's
+# last OOM lines), then the same build once more with one job so that the failing step prints
+# its own error alone. A real compile error fails again and the run stops; a step that died
+# without a word (stop 51's CI: an ASan compile failed with no compiler output) is rebuilt.
+build() {
+  if cmake --build "$@" -j "$jobs"; then return 0; fi
+  echo "test.sh: the build failed; the machine now:" >&2
+  df -h . "${TMPDIR:-/tmp}" >&2 || true
+  free -m >&2 || true
+  dmesg 2>/dev/null | grep -i -E 'out of memory|killed process|oom' | tail -5 >&2 || true
+  echo "test.sh: building again with one job to show the failing step's own output" >&2
+  cmake --build "$@" -j 1
+}
+
 step "installing dependencies"
 scripts/install-deps.sh --no-bench
 
 step "building (dev preset)"
 cmake --preset dev
-cmake --build --preset dev -j "$jobs"
+build --preset dev
 
 if [ "$lint" = 1 ]; then
   step "lint (clang-format, clang-tidy, syscall placement)"
@@ -76,7 +90,7 @@ run_ctest dev --preset dev -j "$jobs" --timeout 300
 if [ "$asan" = 1 ]; then
   step "building (asan preset)"
   cmake --preset asan
-  cmake --build --preset asan -j "$jobs"
+  build --preset asan
   step "running unit tests under AddressSanitizer + UBSan (asan preset)"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     run_ctest asan --preset asan -j "$jobs" --timeout 600
@@ -87,7 +101,7 @@ if [ "$tsan" = 1 ]; then
   # sessions, the SQLite store) under ThreadSanitizer; only their targets are built.
   step "building the tsan-labelled tests (tsan preset)"
   cmake --preset tsan
-  cmake --build --preset tsan -j "$jobs" --target http_test server_test mcp_test store_test
+  build --preset tsan --target http_test server_test mcp_test store_test
   step "running the concurrency-heavy unit tests under ThreadSanitizer (tsan preset)"
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     run_ctest tsan --preset tsan -j "$jobs" --timeout 600
@@ -98,5 +112,5 @@ if [ "$release" = 1 ]; then
   # report what the dev build does not (e.g. an ignored warn_unused_result). Built, not run.
   step "building (release preset, all targets)"
   cmake --preset release
-  cmake --build --preset release -j "$jobs"
+  build --preset release
 fi
