@@ -1,7 +1,9 @@
 // GET /sandboxes/{id}/logs?start=<ms>&limit=N: what a sandbox's programs printed and what
 // happened to it, in E2B's SandboxLogs shape:
-//   {"logs":       [{"timestamp": RFC 3339, "line": "…"}],
+//   {"logs":       [{"timestamp": RFC 3339, "line": "{\"level\":…,\"logger\":…,\"message\":…}"}],
 //    "logEntries": [{"timestamp", "level", "message", "fields": {"source", "stream"}}]}
+// Each `line` is, as E2B's are, one JSON object in a string (level, logger, message; here also
+// stream): the official CLI's `e2b sandbox logs` parses it and fails on plain text.
 // Two sources, merged oldest first: envd's output log (the start command's and command
 // server's stdout/stderr and the supervisor's started/exited/restarting events; envd's GET
 // /logs, src/envd/output_log.h) and abxd's own lifecycle events of the sandbox (created,
@@ -100,7 +102,10 @@ Result<Response> sandbox_logs(Context& ctx) {
   if (all.size() > static_cast<std::size_t>(limit)) all.resize(static_cast<std::size_t>(limit));
   json::array logs, entries;
   for (const auto& e : all) {
-    logs.push_back(json::object{{"timestamp", rfc3339_ms(e.ms)}, {"line", e.message}});
+    json::object line{
+        {"level", e.level}, {"logger", e.source}, {"message", e.message}, {"stream", e.stream}};
+    logs.push_back(
+        json::object{{"timestamp", rfc3339_ms(e.ms)}, {"line", json::serialize(line)}});
     entries.push_back(entry_json(e));
   }
   return http::json_response(
