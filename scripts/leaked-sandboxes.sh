@@ -25,11 +25,12 @@ for status in /proc/[0-9]*/status; do
           | head -n1)
   if [ "$nspid" = 1 ]; then
     grep -qF -- "$run_id" "$dir/mountinfo" 2>/dev/null || continue
-    id=$(tr '\0' '\n' < "$dir/environ" 2>/dev/null | sed -n 's/^ABX_SANDBOX_ID=//p')
+    id=$({ tr '\0' '\n' < "$dir/environ"; } 2>/dev/null | sed -n 's/^ABX_SANDBOX_ID=//p')
     home=$(awk '$5 == "/run/abx/token" {print $4}' "$dir/mountinfo" 2>/dev/null)
     echo "leaked sandbox: pid $pid id ${id:-?} token ${home:-?} (started $(ps -o lstart= -p "$pid"))"
   else
-    tr '\0' '\n' < "$dir/environ" 2>/dev/null | grep -qxF -- "ABX_TEST_RUN_ID=$run_id" || continue
+    # A process may end between the scan and the read: its files vanish (no message for that).
+    { tr '\0' '\n' < "$dir/environ"; } 2>/dev/null | grep -qxF -- "ABX_TEST_RUN_ID=$run_id" || continue
     echo "leaked test abx-envd: pid $pid ($(tr '\0' ' ' < "$dir/cmdline" 2>/dev/null)), started $(ps -o lstart= -p "$pid")"
     pkill -KILL -P "$pid" 2>/dev/null
   fi
