@@ -582,6 +582,32 @@ TEST_F(CheckpointTest, AWatchThatCannotBeSavedFailsTheCheckpointAndTheSandboxRun
   expect_no_leftovers(c.id, cgroups);
 }
 
+// The root overlay's index ties a writable layer to the image layers it was made over: a
+// checkpoint resumed over another copy of them at the same path (extracted again, or the home
+// copied to another disk) made the mount fail with ESTALE ("failed to verify upper root origin"), for good. It
+// resumes now, on an overlay without the index, and pauses again.
+TEST_F(CheckpointTest, RestoreOverImageLayersExtractedAgain) {
+  SandboxConfig c = counter_config();
+  Count first;
+  const std::string dir = checkpointed_counter(c, &first);
+  ASSERT_FALSE(dir.empty());
+  // The layer extracted again where it was: same path and content, other inodes.
+  fs::rename(base_, base_ + ".old");
+  fs::copy(base_ + ".old", base_, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+  auto back = restore(dir, c, {.mac_key = kKey});
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  expect_running(*back, first);
+  const std::string dir2 = tmp_.string() + "/ck2";
+  auto info = checkpoint(*back, dir2, {.mac_key = kKey});
+  ASSERT_TRUE(info.ok()) << info.error().to_string();
+  auto again = restore(dir2, c, {.mac_key = kKey});
+  ASSERT_TRUE(again.ok()) << again.error().to_string();
+  expect_running(*again, first);
+  const auto cgroups = again->cgroups().dirs();
+  ASSERT_TRUE(again->destroy().ok());
+  expect_no_leftovers(c.id, cgroups);
+}
+
 TEST_F(CheckpointTest, KeepFrozenThenReleaseThenRestoreWithALinkedLayer) {
   SandboxConfig c = counter_config();
   Count first;
