@@ -584,8 +584,8 @@ TEST_F(CheckpointTest, AWatchThatCannotBeSavedFailsTheCheckpointAndTheSandboxRun
 
 // The root overlay's index ties a writable layer to the image layers it was made over: a
 // checkpoint resumed over another copy of them at the same path (extracted again, or the home
-// copied to another disk) made the mount fail with ESTALE ("failed to verify upper root origin"), for good. It
-// resumes now, on an overlay without the index, and pauses again.
+// copied to another disk) made the mount fail with ESTALE ("failed to verify upper root origin"),
+// for good. It resumes now, on an overlay without the index, and pauses again.
 TEST_F(CheckpointTest, RestoreOverImageLayersExtractedAgain) {
   SandboxConfig c = counter_config();
   Count first;

@@ -56,8 +56,8 @@ Status set(int fs, const char* key, const std::string& value, const std::string&
 // errors) and the writable layer `rw`, configured, not yet created; with `handles`, with
 // index=on,nfs_export=on.
 Result<UniqueFd> configure_overlay(const std::vector<std::string>& layers,
-                                const std::vector<std::string>& lowers, const std::string& rw,
-                                const std::string& dir, bool handles) {
+                                   const std::vector<std::string>& lowers, const std::string& rw,
+                                   const std::string& dir, bool handles) {
   int raw = static_cast<int>(::syscall(SYS_fsopen, "overlay", FSOPEN_CLOEXEC));
   if (raw < 0) return os::errno_error("fsopen overlay", errno);
   UniqueFd fs(raw);
