@@ -394,18 +394,26 @@ std::vector<std::string> lines_of(const std::string& text) {
   return out;
 }
 
-// Asks the watcher (runtime_probe watch, the init) to create an entry in its watched directory
-// and returns the name its inotify watch reported for it; empty if none came within 5 s.
-std::string poke_watcher(const Sandbox& sb) {
+// Sends the watcher (runtime_probe watch, the init) `sig` and returns the names its inotify
+// watches reported since, once there are `names` of them; empty if they did not come within 5 s.
+std::vector<std::string> poke(const Sandbox& sb, int sig, std::size_t names) {
   const std::string log = sb.upper_dir() + "/watch.log";
   const std::size_t before = lines_of(slurp(log)).size();
-  if (!sb.signal(SIGUSR1).ok()) return "";
+  if (!sb.signal(sig).ok()) return {};
   for (int i = 0; i < 500; ++i) {
     auto now = lines_of(slurp(log));
-    if (now.size() > before) return now.back();
+    if (now.size() >= before + names)
+      return {now.begin() + static_cast<std::ptrdiff_t>(before), now.end()};
     std::this_thread::sleep_for(10ms);
   }
-  return "";
+  return {};
+}
+
+// Asks the watcher to create an entry in its watched directory (SIGUSR1) and returns the name
+// its watch reported for it; empty if none came within 5 s.
+std::string poke_watcher(const Sandbox& sb) {
+  auto names = poke(sb, SIGUSR1, 1);
+  return names.empty() ? "" : names.back();
 }
 
 // The number of inotify watches the sandbox's init holds (its fdinfo's "inotify wd:" lines).
@@ -483,22 +491,8 @@ bool frozen(const Sandbox& sb) {
 // The crash-safe pause to disk: the dump leaves the tree frozen without its link, the
 // checkpoint's layer is the sandbox's (one inode); release_checkpointed() commits, and a restore
 // that links the layer (one inode again) goes on counting from the checkpoint.
-// Asks the watcher to create an entry in each of its other watched directories (SIGUSR2) and
-// returns the names its watch reported for them, once all `dirs` have come within 5 s.
-std::vector<std::string> poke_others(const Sandbox& sb, std::size_t dirs) {
-  const std::string log = sb.upper_dir() + "/watch.log";
-  const std::size_t before = lines_of(slurp(log)).size();
-  if (!sb.signal(SIGUSR2).ok()) return {};
-  for (int i = 0; i < 500; ++i) {
-    auto now = lines_of(slurp(log));
-    if (now.size() >= before + dirs)
-      return {now.begin() + static_cast<std::ptrdiff_t>(before), now.end()};
-    std::this_thread::sleep_for(10ms);
-  }
-  return {};
-}
-
-// True if `names` are `dirs` reports of one entry ("<n>-<pid>", n = `n`).
+// True if `names` are `dirs` reports of one entry ("<n>-<pid>", n = `n`): SIGUSR2 makes the
+// watcher create its next entry in each of its other watched directories.
 bool reported(const std::vector<std::string>& names, std::size_t dirs, int n) {
   if (names.size() != dirs) return false;
   for (const auto& name : names)
@@ -520,12 +514,12 @@ TEST_F(CheckpointTest, InotifyWatchesOnTmpfsAndABindSurviveSnapshotForkAndPause)
     std::this_thread::sleep_for(10ms);
   ASSERT_EQ(slurp(sb->upper_dir() + "/watch.log"), "watching\n");
   EXPECT_EQ(inotify_watches(*sb), 3);
-  EXPECT_TRUE(reported(poke_others(*sb, 2), 2, 1));
+  EXPECT_TRUE(reported(poke(*sb, SIGUSR2, 2), 2, 1));
 
   const std::string snap = tmp_.string() + "/snap";
   auto info = checkpoint(*sb, snap, {.leave_running = true, .mac_key = kKey});
   ASSERT_TRUE(info.ok()) << info.error().to_string();
-  EXPECT_TRUE(reported(poke_others(*sb, 2), 2, 2)) << "after the snapshot";
+  EXPECT_TRUE(reported(poke(*sb, SIGUSR2, 2), 2, 2)) << "after the snapshot";
 
   SandboxConfig fc = c;
   fc.id = testing::unique_id("fork");
@@ -534,7 +528,7 @@ TEST_F(CheckpointTest, InotifyWatchesOnTmpfsAndABindSurviveSnapshotForkAndPause)
   EXPECT_EQ(inotify_watches(*fork), 3);
   // The parent's entries go (the bind is shared): the fork's next ones may have their names.
   for (const auto& e : fs::directory_iterator(shared)) fs::remove(e.path());
-  EXPECT_TRUE(reported(poke_others(*fork, 2), 2, 2)) << "the fork's watches";
+  EXPECT_TRUE(reported(poke(*fork, SIGUSR2, 2), 2, 2)) << "the fork's watches";
   const auto fork_cgroups = fork->cgroups().dirs();
   ASSERT_TRUE(fork->destroy().ok());
   for (const auto& e : fs::directory_iterator(shared)) fs::remove(e.path());
@@ -545,7 +539,7 @@ TEST_F(CheckpointTest, InotifyWatchesOnTmpfsAndABindSurviveSnapshotForkAndPause)
   auto back = restore(dir, c, {.mac_key = kKey});
   ASSERT_TRUE(back.ok()) << back.error().to_string();
   EXPECT_EQ(inotify_watches(*back), 3);
-  EXPECT_TRUE(reported(poke_others(*back, 2), 2, 3)) << "after the pause";
+  EXPECT_TRUE(reported(poke(*back, SIGUSR2, 2), 2, 3)) << "after the pause";
   EXPECT_TRUE(poke_watcher(*back).starts_with("4-")) << "the root's watch after the pause";
   const auto cgroups = back->cgroups().dirs();
   ASSERT_TRUE(back->destroy().ok());
