@@ -394,18 +394,26 @@ std::vector<std::string> lines_of(const std::string& text) {
   return out;
 }
 
-// Asks the watcher (runtime_probe watch, the init) to create an entry in its watched directory
-// and returns the name its inotify watch reported for it; empty if none came within 5 s.
-std::string poke_watcher(const Sandbox& sb) {
+// Sends the watcher (runtime_probe watch, the init) `sig` and returns the names its inotify
+// watches reported since, once there are `names` of them; empty if they did not come within 5 s.
+std::vector<std::string> poke(const Sandbox& sb, int sig, std::size_t names) {
   const std::string log = sb.upper_dir() + "/watch.log";
   const std::size_t before = lines_of(slurp(log)).size();
-  if (!sb.signal(SIGUSR1).ok()) return "";
+  if (!sb.signal(sig).ok()) return {};
   for (int i = 0; i < 500; ++i) {
     auto now = lines_of(slurp(log));
-    if (now.size() > before) return now.back();
+    if (now.size() >= before + names)
+      return {now.begin() + static_cast<std::ptrdiff_t>(before), now.end()};
     std::this_thread::sleep_for(10ms);
   }
-  return "";
+  return {};
+}
+
+// Asks the watcher to create an entry in its watched directory (SIGUSR1) and returns the name
+// its watch reported for it; empty if none came within 5 s.
+std::string poke_watcher(const Sandbox& sb) {
+  auto names = poke(sb, SIGUSR1, 1);
+  return names.empty() ? "" : names.back();
 }
 
 // The number of inotify watches the sandbox's init holds (its fdinfo's "inotify wd:" lines).
@@ -483,6 +491,117 @@ bool frozen(const Sandbox& sb) {
 // The crash-safe pause to disk: the dump leaves the tree frozen without its link, the
 // checkpoint's layer is the sandbox's (one inode); release_checkpointed() commits, and a restore
 // that links the layer (one inode again) goes on counting from the checkpoint.
+// True if `names` are `dirs` reports of one entry ("<n>-<pid>", n = `n`): SIGUSR2 makes the
+// watcher create its next entry in each of its other watched directories.
+bool reported(const std::vector<std::string>& names, std::size_t dirs, int n) {
+  if (names.size() != dirs) return false;
+  for (const auto& name : names)
+    if (!name.starts_with(std::to_string(n) + "-") || name != names.front()) return false;
+  return true;
+}
+
+// Watches on the other filesystems a sandbox's process can watch survive too: /dev/shm (the
+// sandbox's tmpfs, whose content CRIU saves with it) and a writable bind of a host directory.
+TEST_F(CheckpointTest, InotifyWatchesOnTmpfsAndABindSurviveSnapshotForkAndPause) {
+  SandboxConfig c = counter_config();
+  const std::string shared = tmp_.string() + "/shared";
+  fs::create_directories(shared);
+  c.binds.push_back({shared, "/mnt/shared", true});
+  c.argv = {testing::kProbeInside, "watch", "/w", "/watch.log", "/dev/shm", "/mnt/shared"};
+  auto sb = Sandbox::spawn(c);
+  ASSERT_TRUE(sb.ok()) << sb.error().to_string();
+  for (int i = 0; i < 500 && slurp(sb->upper_dir() + "/watch.log").empty(); ++i)
+    std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(slurp(sb->upper_dir() + "/watch.log"), "watching\n");
+  EXPECT_EQ(inotify_watches(*sb), 3);
+  EXPECT_TRUE(reported(poke(*sb, SIGUSR2, 2), 2, 1));
+
+  const std::string snap = tmp_.string() + "/snap";
+  auto info = checkpoint(*sb, snap, {.leave_running = true, .mac_key = kKey});
+  ASSERT_TRUE(info.ok()) << info.error().to_string();
+  EXPECT_TRUE(reported(poke(*sb, SIGUSR2, 2), 2, 2)) << "after the snapshot";
+
+  SandboxConfig fc = c;
+  fc.id = testing::unique_id("fork");
+  auto fork = restore(snap, fc, {.mac_key = kKey});
+  ASSERT_TRUE(fork.ok()) << fork.error().to_string();
+  EXPECT_EQ(inotify_watches(*fork), 3);
+  // The parent's entries go (the bind is shared): the fork's next ones may have their names.
+  for (const auto& e : fs::directory_iterator(shared)) fs::remove(e.path());
+  EXPECT_TRUE(reported(poke(*fork, SIGUSR2, 2), 2, 2)) << "the fork's watches";
+  const auto fork_cgroups = fork->cgroups().dirs();
+  ASSERT_TRUE(fork->destroy().ok());
+  for (const auto& e : fs::directory_iterator(shared)) fs::remove(e.path());
+
+  const std::string dir = tmp_.string() + "/ck";
+  info = checkpoint(*sb, dir, {.mac_key = kKey});
+  ASSERT_TRUE(info.ok()) << info.error().to_string();
+  auto back = restore(dir, c, {.mac_key = kKey});
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(inotify_watches(*back), 3);
+  EXPECT_TRUE(reported(poke(*back, SIGUSR2, 2), 2, 3)) << "after the pause";
+  EXPECT_TRUE(poke_watcher(*back).starts_with("4-")) << "the root's watch after the pause";
+  const auto cgroups = back->cgroups().dirs();
+  ASSERT_TRUE(back->destroy().ok());
+  expect_no_leftovers(c.id, cgroups);
+  expect_no_leftovers(fc.id, fork_cgroups);
+}
+
+// A watch that cannot be saved (on /proc: no file handles there to open again) fails the
+// checkpoint with the real CRIU: the sandbox runs on, its watches still report, and the error
+// says which kind of thing stopped it.
+TEST_F(CheckpointTest, AWatchThatCannotBeSavedFailsTheCheckpointAndTheSandboxRunsOn) {
+  SandboxConfig c = counter_config();
+  c.argv = {testing::kProbeInside, "watch", "/w", "/watch.log", "/proc"};
+  auto sb = Sandbox::spawn(c);
+  ASSERT_TRUE(sb.ok()) << sb.error().to_string();
+  for (int i = 0; i < 500 && slurp(sb->upper_dir() + "/watch.log").empty(); ++i)
+    std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(slurp(sb->upper_dir() + "/watch.log"), "watching\n");
+  for (bool leave_running : {true, false}) {
+    auto r = checkpoint(*sb, tmp_.string() + "/ck-" + std::to_string(leave_running),
+                        {.leave_running = leave_running, .mac_key = kKey});
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().message().find("holds an inotify or fanotify watch that cannot be saved"),
+              std::string::npos)
+        << r.error().message();
+    EXPECT_NE(slurp(sb->cgroups().dirs().front() + "/cgroup.events").find("frozen 0"),
+              std::string::npos);
+    ASSERT_TRUE(sb->veth().has_value());
+    EXPECT_NE(::if_nametoindex(sb->veth()->host_if.c_str()), 0u);
+    EXPECT_FALSE(poke_watcher(*sb).empty()) << "the watcher runs on";
+  }
+  const auto cgroups = sb->cgroups().dirs();
+  ASSERT_TRUE(sb->destroy().ok());
+  expect_no_leftovers(c.id, cgroups);
+}
+
+// The root overlay's index ties a writable layer to the image layers it was made over: a
+// checkpoint resumed over another copy of them at the same path (extracted again, or the home
+// copied to another disk) made the mount fail with ESTALE ("failed to verify upper root origin"),
+// for good. It resumes now, on an overlay without the index, and pauses again.
+TEST_F(CheckpointTest, RestoreOverImageLayersExtractedAgain) {
+  SandboxConfig c = counter_config();
+  Count first;
+  const std::string dir = checkpointed_counter(c, &first);
+  ASSERT_FALSE(dir.empty());
+  // The layer extracted again where it was: same path and content, other inodes.
+  fs::rename(base_, base_ + ".old");
+  fs::copy(base_ + ".old", base_, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+  auto back = restore(dir, c, {.mac_key = kKey});
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  expect_running(*back, first);
+  const std::string dir2 = tmp_.string() + "/ck2";
+  auto info = checkpoint(*back, dir2, {.mac_key = kKey});
+  ASSERT_TRUE(info.ok()) << info.error().to_string();
+  auto again = restore(dir2, c, {.mac_key = kKey});
+  ASSERT_TRUE(again.ok()) << again.error().to_string();
+  expect_running(*again, first);
+  const auto cgroups = again->cgroups().dirs();
+  ASSERT_TRUE(again->destroy().ok());
+  expect_no_leftovers(c.id, cgroups);
+}
+
 TEST_F(CheckpointTest, KeepFrozenThenReleaseThenRestoreWithALinkedLayer) {
   SandboxConfig c = counter_config();
   Count first;

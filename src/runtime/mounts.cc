@@ -52,38 +52,12 @@ Status set(int fs, const char* key, const std::string& value, const std::string&
   return {};
 }
 
-}  // namespace
-
-Result<UniqueFd> make_root_overlay(const SandboxConfig& config, const std::string& dir,
-                                   const Idmap& idmap) {
-  std::vector<std::string> layers = config.rootfs == RootfsMode::kDirectory
-                                        ? std::vector<std::string>{config.rootfs_dir}
-                                        : config.lower_dirs;
-  // With an idmap the overlay sees the layers through idmapped clones, named by descriptor.
-  std::vector<UniqueFd> trees;
-  std::vector<std::string> lowers;  // top first, as overlayfs stacks them
-  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
-    if (idmap.userns_fd < 0) {
-      lowers.push_back(*it);
-      continue;
-    }
-    ABX_ASSIGN_OR_RETURN(UniqueFd t, clone_tree(*it, 0, idmap));
-    lowers.push_back(fd_path(t.get()));
-    trees.push_back(std::move(t));
-  }
-  std::string rw = dir + "/" + kRwMount;
-  UniqueFd rw_tree;
-  if (idmap.userns_fd >= 0) {
-    ABX_ASSIGN_OR_RETURN(rw_tree, clone_tree(rw, 0, idmap));
-    rw = fd_path(rw_tree.get());
-  }
-
-  std::optional<ScopedThreadFsIds> fsids;
-  if (idmap.userns_fd >= 0) {
-    auto became = ScopedThreadFsIds::become(idmap.first);
-    if (!became) return became.error();
-    fsids.emplace(std::move(became).value());
-  }
+// A filesystem context for the root overlay over `lowers` (top first; `layers` name them in
+// errors) and the writable layer `rw`, configured, not yet created; with `handles`, with
+// index=on,nfs_export=on.
+Result<UniqueFd> configure_overlay(const std::vector<std::string>& layers,
+                                   const std::vector<std::string>& lowers, const std::string& rw,
+                                   const std::string& dir, bool handles) {
   int raw = static_cast<int>(::syscall(SYS_fsopen, "overlay", FSOPEN_CLOEXEC));
   if (raw < 0) return os::errno_error("fsopen overlay", errno);
   UniqueFd fs(raw);
@@ -120,10 +94,65 @@ Result<UniqueFd> make_root_overlay(const SandboxConfig& config, const std::strin
   // server's file watcher, envd's WatchDir) failed ("fsnotify: Can't dump that handle"). A
   // layer on a filesystem without file handles makes the kernel fall back to both off (and
   // such a watch cannot be saved then; checkpoint() says so).
-  ABX_TRY(set(fs.get(), "index", "on", dir));
-  ABX_TRY(set(fs.get(), "nfs_export", "on", dir));
-  if (::syscall(SYS_fsconfig, fs.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0)
-    return os::errno_error("create overlay for " + dir, errno);
+  if (handles) {
+    ABX_TRY(set(fs.get(), "index", "on", dir));
+    ABX_TRY(set(fs.get(), "nfs_export", "on", dir));
+  }
+  return fs;
+}
+
+}  // namespace
+
+Result<UniqueFd> make_root_overlay(const SandboxConfig& config, const std::string& dir,
+                                   const Idmap& idmap) {
+  std::vector<std::string> layers = config.rootfs == RootfsMode::kDirectory
+                                        ? std::vector<std::string>{config.rootfs_dir}
+                                        : config.lower_dirs;
+  // With an idmap the overlay sees the layers through idmapped clones, named by descriptor.
+  std::vector<UniqueFd> trees;
+  std::vector<std::string> lowers;  // top first, as overlayfs stacks them
+  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+    if (idmap.userns_fd < 0) {
+      lowers.push_back(*it);
+      continue;
+    }
+    ABX_ASSIGN_OR_RETURN(UniqueFd t, clone_tree(*it, 0, idmap));
+    lowers.push_back(fd_path(t.get()));
+    trees.push_back(std::move(t));
+  }
+  std::string rw = dir + "/" + kRwMount;
+  UniqueFd rw_tree;
+  if (idmap.userns_fd >= 0) {
+    ABX_ASSIGN_OR_RETURN(rw_tree, clone_tree(rw, 0, idmap));
+    rw = fd_path(rw_tree.get());
+  }
+
+  std::optional<ScopedThreadFsIds> fsids;
+  auto become = [&]() -> Status {
+    if (idmap.userns_fd < 0) return {};
+    ABX_ASSIGN_OR_RETURN(auto became, ScopedThreadFsIds::become(idmap.first));
+    fsids.emplace(std::move(became));
+    return {};
+  };
+  auto create = [](int fs) {
+    return ::syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) == 0 ? 0 : errno;
+  };
+  ABX_TRY(become());
+  ABX_ASSIGN_OR_RETURN(UniqueFd fs, configure_overlay(layers, lowers, rw, dir, true));
+  int err = create(fs.get());
+  if (err == ESTALE) {
+    // The writable layer was made over other copies of its image layers (extracted again, or
+    // the home copied to another disk): the index checks the upper root's origin by file handle
+    // and refuses. Without the index the overlay mounts as it did before the index was used; a
+    // watch on it cannot be saved then (checkpoint() says so), everything else works. The
+    // failed mount left its work dir (with volatile's incompat mark), which the next refuses.
+    fsids.reset();
+    ABX_TRY(remove_tree(dir + "/" + kRwMount + "/work/work"));
+    ABX_TRY(become());
+    ABX_ASSIGN_OR_RETURN(fs, configure_overlay(layers, lowers, rw, dir, false));
+    err = create(fs.get());
+  }
+  if (err != 0) return os::errno_error("create overlay for " + dir, err);
   // setuid binaries of the image (sudo) work only with a user namespace, where they elevate
   // to the sandbox's root and no further; without one, sandbox root is host root.
   std::uint64_t attrs = MOUNT_ATTR_NODEV | (idmap.userns_fd >= 0 ? 0 : MOUNT_ATTR_NOSUID);

@@ -282,7 +282,8 @@ int count(const std::string& path, int listen_port) {
 // if missing) for created entries and keeps `log` (outside `dir`) as "watching" and then the
 // names its watch reported, one a line. On SIGUSR1 a child creates the next entry, "<n>-<pid>"
 // (the child's pid tells a restored tree's entries apart from a fork's). The init of a sandbox.
-// Each of `more` is watched too (for the same events).
+// Each of `more` is watched too (for the same events); on SIGUSR2 a child creates the next entry
+// in each of them.
 int watch(const std::string& dir, const std::string& log, const std::vector<std::string>& more) {
   mkdir(dir.c_str(), 0755);
   int in = inotify_init1(IN_CLOEXEC);
@@ -303,10 +304,12 @@ int watch(const std::string& dir, const std::string& log, const std::vector<std:
   struct sigaction sa = {};
   sa.sa_handler = [](int) {};
   sigaction(SIGUSR1, &sa, nullptr);
+  sigaction(SIGUSR2, &sa, nullptr);
   sigaction(SIGCHLD, &sa, nullptr);
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGUSR1);
+  sigaddset(&set, SIGUSR2);
   sigaddset(&set, SIGCHLD);
   sigprocmask(SIG_BLOCK, &set, nullptr);
   unsigned n = 0;
@@ -314,12 +317,16 @@ int watch(const std::string& dir, const std::string& log, const std::vector<std:
   for (;;) {
     timespec tick{0, 10 * 1000 * 1000};
     int sig = sigtimedwait(&set, nullptr, &tick);
-    if (sig == SIGUSR1) {
+    if (sig == SIGUSR1 || sig == SIGUSR2) {
       ++n;
       if (fork() == 0) {
-        std::string name = dir + "/" + std::to_string(n) + "-" + std::to_string(getpid());
-        int fd = open(name.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-        _exit(fd >= 0 ? 0 : 1);
+        bool ok = true;
+        for (const auto& d : sig == SIGUSR1 ? std::vector<std::string>{dir} : more) {
+          std::string name = d + "/" + std::to_string(n) + "-" + std::to_string(getpid());
+          int fd = open(name.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+          ok = ok && fd >= 0;
+        }
+        _exit(ok ? 0 : 1);
       }
     } else if (sig == SIGCHLD) {
       while (waitpid(-1, nullptr, WNOHANG) > 0) {

@@ -262,6 +262,41 @@ test('inotify watches of envd and of a user process survive pause, fork and snap
   await Sandbox.deleteSnapshot(snap.snapshotId);
 });
 
+// A watch CRIU cannot save (on /proc, which has no file handles to open again): pause, fork and
+// snapshot fail with an error naming the watch, the sandbox keeps running, and once the watch
+// ends the pause works.
+test('a watch that cannot be saved fails pause, fork and snapshot, and the sandbox keeps running', { skip }, async () => {
+  const sbx = await create();
+  const before = await startCounter(sbx);
+  await sbx.files.write('/tmp/procwatch.py', `
+import ctypes, time
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0)
+assert libc.inotify_add_watch(fd, b'/proc', 0x100) >= 0  # IN_CREATE
+open('/tmp/watching-proc', 'w').close()
+time.sleep(100000)
+`);
+  const watcher = await sbx.commands.run('python3 /tmp/procwatch.py', { background: true });
+  await eventually(() => sbx.files.exists('/tmp/watching-proc'), 'the /proc watcher started');
+  for (const [what, body] of [['pause', {}], ['fork', { count: 1 }], ['snapshots', {}]]) {
+    const res = await fetch(`${daemon.baseUrl}/sandboxes/${sbx.sandboxId}/${what}`, {
+      method: 'POST',
+      headers: { 'X-API-KEY': process.env.E2B_API_KEY, 'Content-Type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    const answer = await res.text();
+    assert.ok(res.status >= 400, `${what}: ${res.status} ${answer}`);
+    assert.match(answer, /inotify or fanotify watch that cannot be saved/, `${what}: ${answer}`);
+    assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'running', what);
+    await assertCounting(sbx, before);
+  }
+  await watcher.kill();
+  assert.equal(await sbx.pause(), true);
+  await Sandbox.connect(sbx.sandboxId);
+  await assertCounting(sbx, before);
+  await sbx.kill();
+});
+
 test('snapshot: new sandboxes from it; listed and deleted as E2B does', { skip }, async () => {
   const src = await create({ metadata: { t: 'snapshot' } });
   await src.files.write('/home/user/snap.txt', 'in the snapshot');
