@@ -50,6 +50,7 @@
 #include "sandbox_config.h"
 #include "sandboxes.h"
 #include "sandboxes_internal.h"
+#include "volumes.h"
 
 namespace abx::platform {
 
@@ -115,7 +116,8 @@ json::object record_json(const store::SandboxRecord& r) {
           {"metadata", std::move(meta)}, {"envVars", std::move(env)},
           {"timeout", r.timeout_s},      {"onTimeoutPause", r.pause_on_timeout},
           {"autoResume", r.auto_resume}, {"network", r.network},
-          {"teamID", r.team_id},         {"onTimeoutKeepMemory", r.pause_keeps_memory}};
+          {"teamID", r.team_id},         {"onTimeoutKeepMemory", r.pause_keeps_memory},
+          {"volumeMounts", volume_mounts_json(r.volume_mounts, true)}};
 }
 
 store::SandboxRecord record_from_json(const json::object& o) {
@@ -138,6 +140,15 @@ store::SandboxRecord record_from_json(const json::object& o) {
   // Snapshots from before the filesystem-only pause always paused with memory.
   if (const auto* m = o.if_contains("onTimeoutKeepMemory"); m && m->is_bool())
     r.pause_keeps_memory = m->as_bool();
+  // Snapshots from before volumes mount none.
+  if (const auto* v = o.if_contains("volumeMounts"); v && v->is_array()) {
+    for (const auto& m : v->as_array()) {
+      const auto& mo = m.as_object();
+      r.volume_mounts.push_back({std::string(mo.at("volumeID").as_string()),
+                                 std::string(mo.at("name").as_string()),
+                                 std::string(mo.at("path").as_string())});
+    }
+  }
   return r;
 }
 
