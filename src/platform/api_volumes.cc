@@ -21,7 +21,8 @@ namespace {
 // The {volumeID} of the path: an id (E2B's) or, as abx also takes, a name.
 Result<std::string> volume_key(const Context& ctx) {
   const std::string& key = ctx.params.at(0);
-  if (!valid_volume_id(key) && !valid_volume_name(key)) return invalid_argument("Invalid volume ID");
+  if (!valid_volume_id(key) && !valid_volume_name(key))
+    return invalid_argument("Invalid volume ID");
   return key;
 }
 
@@ -110,8 +111,8 @@ Result<Response> delete_volume(Context& ctx) {
   }
   ABX_TRY(ctx.store.delete_volume(ctx.team, v.id));
   if (Status s = remove_volume_dir(ctx.sandboxes.options().home, v.id); !s)
-    Logger("volumes").warn("volume " + v.id + " deleted, its files not all: " +
-                           s.error().message());
+    Logger("volumes").warn("volume " + v.id +
+                           " deleted, its files not all: " + s.error().message());
   return Response{bhttp::status::no_content, 11};
 }
 

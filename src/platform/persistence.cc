@@ -111,12 +111,18 @@ json::object record_json(const store::SandboxRecord& r) {
   json::object meta, env;
   for (const auto& [k, v] : r.metadata) meta[k] = v;
   for (const auto& [k, v] : r.env_vars) env[k] = v;
-  return {{"templateID", r.template_id}, {"cpuCount", r.cpu_count},
-          {"memoryMB", r.memory_mb},     {"diskSizeMB", r.disk_mb},
-          {"metadata", std::move(meta)}, {"envVars", std::move(env)},
-          {"timeout", r.timeout_s},      {"onTimeoutPause", r.pause_on_timeout},
-          {"autoResume", r.auto_resume}, {"network", r.network},
-          {"teamID", r.team_id},         {"onTimeoutKeepMemory", r.pause_keeps_memory},
+  return {{"templateID", r.template_id},
+          {"cpuCount", r.cpu_count},
+          {"memoryMB", r.memory_mb},
+          {"diskSizeMB", r.disk_mb},
+          {"metadata", std::move(meta)},
+          {"envVars", std::move(env)},
+          {"timeout", r.timeout_s},
+          {"onTimeoutPause", r.pause_on_timeout},
+          {"autoResume", r.auto_resume},
+          {"network", r.network},
+          {"teamID", r.team_id},
+          {"onTimeoutKeepMemory", r.pause_keeps_memory},
           {"volumeMounts", volume_mounts_json(r.volume_mounts, true)}};
 }
 

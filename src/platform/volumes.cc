@@ -72,12 +72,11 @@ Result<std::string> check_mount_path(std::string_view path) {
     start = end + 1;
   }
   if (norm.empty()) return invalid_argument("mount path must not be / (the sandbox's root)");
-  for (std::string_view reserved : {std::string_view("/proc"), std::string_view("/sys"),
-                                    std::string_view("/dev"), std::string_view(kBundleInside),
-                                    std::string_view("/run/abx"),
-                                    std::string_view("/etc/resolv.conf"),
-                                    std::string_view(kSandboxCaBundle),
-                                    std::string_view(kSandboxEgressCa)}) {
+  for (std::string_view reserved :
+       {std::string_view("/proc"), std::string_view("/sys"), std::string_view("/dev"),
+        std::string_view(kBundleInside), std::string_view("/run/abx"),
+        std::string_view("/etc/resolv.conf"), std::string_view(kSandboxCaBundle),
+        std::string_view(kSandboxEgressCa)}) {
     if (overlaps(norm, reserved))
       return invalid_argument("mount path '" + shown + "' is on, above or below " +
                               std::string(reserved) + ", which abxd mounts itself");
@@ -87,8 +86,7 @@ Result<std::string> check_mount_path(std::string_view path) {
 
 Result<std::vector<store::VolumeMount>> parse_volume_mounts(const json::object& body) {
   std::vector<store::VolumeMount> out;
-  ABX_ASSIGN_OR_RETURN(const json::array* arr,
-                       json_optional_array(body, "volumeMounts", ""));
+  ABX_ASSIGN_OR_RETURN(const json::array* arr, json_optional_array(body, "volumeMounts", ""));
   if (arr == nullptr) return out;
   if (arr->size() > kMaxVolumeMounts)
     return invalid_argument("volumeMounts: at most " + std::to_string(kMaxVolumeMounts) +
@@ -105,8 +103,8 @@ Result<std::vector<store::VolumeMount>> parse_volume_mounts(const json::object& 
     if (!norm) return invalid_argument(at + ".path: " + norm.error().message());
     for (const auto& prev : out) {
       if (overlaps(prev.path, *norm))
-        return invalid_argument(at + ".path: '" + *norm + "' is on, above or below '" +
-                                prev.path + "', another mount of the sandbox");
+        return invalid_argument(at + ".path: '" + *norm + "' is on, above or below '" + prev.path +
+                                "', another mount of the sandbox");
     }
     out.push_back({"", std::move(name), std::move(*norm)});
   }
@@ -145,8 +143,10 @@ Status make_volume_dir(const std::string& home, std::string_view id) {
   if (!fs::create_directory(dir, ec) || ec)
     return ec ? os::errno_error("create " + dir, ec.value())
               : Error(ErrorCode::kAlreadyExists, "volume directory " + dir + " exists already");
-  fs::permissions(dir, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                           fs::perms::others_read | fs::perms::others_exec, ec);
+  fs::permissions(dir,
+                  fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                      fs::perms::others_read | fs::perms::others_exec,
+                  ec);
   if (ec || ::chown(dir.c_str(), kVolumeOwner, kVolumeOwner) != 0) {
     const int err = ec ? ec.value() : errno;
     fs::remove(dir, ec);

@@ -22,7 +22,8 @@ Result<std::vector<store::VolumeMount>> mounts_of(std::string_view body) {
 
 TEST(Volumes, NamesAreE2Bs) {
   for (const char* ok : {"a", "my-volume", "Data_1", "x-_-y"}) EXPECT_TRUE(valid_volume_name(ok));
-  for (const char* bad : {"", "a b", "a.b", "a/b", "é", "a\n"}) EXPECT_FALSE(valid_volume_name(bad));
+  for (const char* bad : {"", "a b", "a.b", "a/b", "é", "a\n"})
+    EXPECT_FALSE(valid_volume_name(bad));
   EXPECT_TRUE(valid_volume_name(std::string(kMaxVolumeNameBytes, 'a')));
   EXPECT_FALSE(valid_volume_name(std::string(kMaxVolumeNameBytes + 1, 'a')));
   EXPECT_TRUE(valid_volume_id("1b4e28ba-2fa1-41d2-883f-0016d3cca427"));
@@ -37,11 +38,30 @@ TEST(Volumes, MountPathsAreNormalisedOrRefused) {
   EXPECT_EQ(check_mount_path("/home/user/.cache").value(), "/home/user/.cache");
   EXPECT_EQ(check_mount_path("/opt/abxd").value(), "/opt/abxd");  // not under /opt/abx
   EXPECT_EQ(check_mount_path("/procfs").value(), "/procfs");
-  for (const char* bad :
-       {"", "mnt", "./mnt", "/", "//", "/mnt/../etc", "/mnt/./x", "/..", "/a/..", "/proc",
-        "/proc/self", "/sys/fs", "/dev", "/dev/shm", "/opt", "/opt/abx", "/opt/abx/bin", "/run",
-        "/run/abx/token", "/etc", "/etc/resolv.conf", "/etc/ssl", "/usr/local/share",
-        "/mnt/a\nb"}) {
+  for (const char* bad : {"",
+                          "mnt",
+                          "./mnt",
+                          "/",
+                          "//",
+                          "/mnt/../etc",
+                          "/mnt/./x",
+                          "/..",
+                          "/a/..",
+                          "/proc",
+                          "/proc/self",
+                          "/sys/fs",
+                          "/dev",
+                          "/dev/shm",
+                          "/opt",
+                          "/opt/abx",
+                          "/opt/abx/bin",
+                          "/run",
+                          "/run/abx/token",
+                          "/etc",
+                          "/etc/resolv.conf",
+                          "/etc/ssl",
+                          "/usr/local/share",
+                          "/mnt/a\nb"}) {
     auto r = check_mount_path(bad);
     EXPECT_FALSE(r.ok()) << bad;
     if (!r.ok()) EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument) << bad;
@@ -52,7 +72,8 @@ TEST(Volumes, MountPathsAreNormalisedOrRefused) {
 TEST(Volumes, VolumeMountsBody) {
   EXPECT_TRUE(mounts_of("{}").value().empty());
   EXPECT_TRUE(mounts_of(R"({"volumeMounts":null})").value().empty());
-  auto m = mounts_of(R"({"volumeMounts":[{"name":"a","path":"/mnt/a/"},{"name":"a","path":"/b"}]})");
+  auto m =
+      mounts_of(R"({"volumeMounts":[{"name":"a","path":"/mnt/a/"},{"name":"a","path":"/b"}]})");
   ASSERT_TRUE(m.ok()) << m.error().message();
   ASSERT_EQ(m->size(), 2u);
   EXPECT_EQ((*m)[0], (store::VolumeMount{"", "a", "/mnt/a"}));
@@ -100,7 +121,8 @@ TEST(Volumes, DirectoryIsMadeAndRemoved) {
   testing::TempDir home("abx-volumes");
   const std::string id = "1b4e28ba-2fa1-41d2-883f-0016d3cca427";
   ASSERT_TRUE(make_volume_dir(home.path().string(), id).ok());
-  struct stat parent {}, dir {};
+  struct stat parent {
+  }, dir{};
   ASSERT_EQ(::stat((home.path() / "volumes").c_str(), &parent), 0);
   EXPECT_EQ(parent.st_mode & 07777, 0700u);
   ASSERT_EQ(::stat(volume_dir(home.path().string(), id).c_str(), &dir), 0);
