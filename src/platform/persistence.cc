@@ -851,6 +851,11 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create_from_snapshot(
   // Another team's snapshot answers as an unknown template (SandboxManager::create).
   if (parent.record.team_id != req.team_id)
     return not_found("template '" + snapshot_id + "' not found");
+  // Its volumes are the snapshot's (shared with its sandbox): other mounts are refused, not
+  // ignored.
+  if (!req.volume_mounts.empty())
+    return invalid_argument("volumeMounts: a sandbox created from snapshot '" + snapshot_id +
+                            "' mounts the snapshot's volumes and no others");
   ABX_ASSIGN_OR_RETURN(parent.config, load_sandbox_config(dir.string()));
   if (const templates::Template* t = catalog()->get(parent.record.template_id))
     parent.tmpl = std::make_shared<const templates::Template>(*t);

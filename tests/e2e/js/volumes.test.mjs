@@ -1,8 +1,8 @@
 // Volumes (issue 39, item 4), driven by the official E2B JS SDK against a real abxd: Volume's
 // create/list/getInfo/connect/destroy on /volumes, a sandbox created with volumeMounts writing a
 // file that a second sandbox reads after the first was killed, the volume kept across an abxd
-// restart and a pause to disk (CRIU: the mount is an external bind of the checkpoint), a fork
-// sharing it, and bad inputs answered with E2B's errors.
+// restart and a pause to disk (CRIU: the mount is an external bind of the checkpoint), a fork and
+// a snapshot's sandbox sharing it, and bad inputs answered with E2B's errors.
 //
 //   ABXD_BIN=build/dev/src/platform/abxd node --test volumes.test.mjs
 import { after, before, test } from 'node:test';
@@ -106,6 +106,17 @@ test('pause and resume keep the mount, and a fork shares the volume', { skip: no
     [{ name: 'paused-data', path: '/mnt/v' }]);
   await assert.rejects(Volume.destroy(vol.volumeId), /is mounted by sandbox\(es\) /);
   await child.kill();
+  // A sandbox made from a snapshot mounts the snapshot's volumes (shared), and only those.
+  const snap = await back.createSnapshot();
+  await assert.rejects(
+    Sandbox.create(snap.snapshotId, { timeoutMs: 600_000, volumeMounts: { '/other': vol } }),
+    /mounts the snapshot's volumes and no others/);
+  const fromSnap = await Sandbox.create(snap.snapshotId, { timeoutMs: 600_000 });
+  made.push(fromSnap.sandboxId);
+  await fromSnap.files.write('/mnt/v/from-snapshot.txt', 'the snapshot child wrote this');
+  assert.equal(await back.files.read('/mnt/v/from-snapshot.txt'), 'the snapshot child wrote this');
+  await fromSnap.kill();
+  await Sandbox.deleteSnapshot(snap.snapshotId);
   await back.kill();
   const other = await create({ volumeMounts: { '/v': 'paused-data' } });
   assert.equal(await other.files.read('/v/after.txt'), 'after the resume');
