@@ -30,6 +30,7 @@
 #include "abx/base/json.h"
 #include "abx/base/log.h"
 #include "abx/interp/kernel.h"
+#include "abx/token/token.h"
 
 extern char** environ;
 
@@ -261,7 +262,7 @@ struct Service::Impl {
                    "too many contexts (" + std::to_string(opt.max_contexts) +
                        "): remove one first (DELETE /contexts/{id})");
     }
-    auto ctx = std::make_shared<Context>(random_uuid(), language, std::move(cwd), pool);
+    auto ctx = std::make_shared<Context>(token::random_uuid(), language, std::move(cwd), pool);
     contexts[ctx->id] = ctx;
     return ctx;
   }

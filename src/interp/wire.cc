@@ -3,14 +3,12 @@
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
 #include <openssl/params.h>
-#include <openssl/rand.h>
 
 #include <array>
 #include <boost/json.hpp>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
-#include <random>
 #include <utility>
 
 #include "abx/base/hex.h"
@@ -56,23 +54,9 @@ std::string_view Message::parent_id() const {
   return json_string_or_empty(parent_header, "msg_id");
 }
 
-std::string random_uuid() {
-  std::array<unsigned char, 16> b{};
-  if (RAND_bytes(b.data(), static_cast<int>(b.size())) != 1) {
-    // OpenSSL's generator failing is not expected; msg_ids need uniqueness, not secrecy.
-    std::random_device rd;
-    for (auto& c : b) c = static_cast<unsigned char>(rd());
-  }
-  b[6] = static_cast<unsigned char>((b[6] & 0x0f) | 0x40);
-  b[8] = static_cast<unsigned char>((b[8] & 0x3f) | 0x80);
-  std::string h = to_hex(b.data(), b.size());
-  return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) +
-         "-" + h.substr(20);
-}
-
 Message make_message(std::string_view msg_type, json::object content, std::string_view session) {
   Message m;
-  m.header["msg_id"] = random_uuid();
+  m.header["msg_id"] = token::random_uuid();
   m.header["session"] = session;
   m.header["username"] = "abx";
   m.header["date"] = iso_now_us();

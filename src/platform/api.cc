@@ -83,6 +83,10 @@ constexpr api::RouteEntry kRoutes[] = {
     {verb::get, "/secrets/{id}", api::get_secret},
     {verb::post, "/secrets/{id}", api::update_secret},
     {verb::delete_, "/secrets/{id}", api::delete_secret},
+    {verb::get, "/volumes", api::list_volumes},
+    {verb::post, "/volumes", api::create_volume},
+    {verb::get, "/volumes/{id}", api::get_volume},
+    {verb::delete_, "/volumes/{id}", api::delete_volume},
 };
 
 // A signed file URL (the SDK's downloadUrl / uploadUrl): GET or POST /files with a `signature`
@@ -291,6 +295,12 @@ Result<Response> ControlApi::route(Request& req) {
     auth_limiter_.failed(std::string(req[kPeerAddressField]), now_ms());
     return Error(ErrorCode::kUnauthenticated, "invalid signature");
   }
+  // E2B's volume content API (the SDK's Volume file methods, with the volume's token): not served
+  // here; answered before any credential is read, since it holds no data (docs/volumes.md).
+  if (path.starts_with("/volumecontent/"))
+    return Error(ErrorCode::kUnimplemented,
+                 "the volume content API (Volume file methods) is not implemented by abxd: mount "
+                 "the volume in a sandbox (volumeMounts) and use its files API");
   ABX_ASSIGN_OR_RETURN(std::string team, authenticate(req));
   // MCP: mcp_tools.h
   if (path == "/mcp") return serve_platform_mcp(sandboxes_, store_, team, req);

@@ -8,7 +8,7 @@
 //
 // One file per resource: api_sandboxes.cc (lifecycle and listing), api_templates.cc,
 // api_tokens.cc (scoped command tokens), api_metrics.cc (with teams), api_logs.cc,
-// api_secrets.cc; the table itself is in api.cc.
+// api_secrets.cc, api_volumes.cc; the table itself is in api.cc.
 #pragma once
 
 #include <boost/beast/http/verb.hpp>
@@ -175,6 +175,15 @@ Result<http::Response> delete_secret(Context& ctx);  // DELETE /secrets/{secretI
 // naming the header's field (under `field`: "network.rules" at create, "rules" in a PUT).
 Status check_secret_references(const Context& ctx, const egress::TransformRules& rules,
                                std::string_view field);
+
+// api_volumes.cc: E2B's volumes, /volumes[/{volumeID}] (volumes.h).
+Result<http::Response> create_volume(Context& ctx);  // POST /volumes
+Result<http::Response> list_volumes(Context& ctx);   // GET /volumes
+Result<http::Response> get_volume(Context& ctx);     // GET /volumes/{volumeID}
+Result<http::Response> delete_volume(Context& ctx);  // DELETE /volumes/{volumeID}
+// Sets each mount's volume_id from its name (one of the team's volumes); else invalid_argument
+// naming the mount.
+Status resolve_volume_mounts(const Context& ctx, std::vector<store::VolumeMount>& mounts);
 
 // The typed requests and their decoders (api_sandboxes.cc, api_tokens.cc).
 // parse_create is where a create's fields are checked (its timeout within 1..max_timeout: the

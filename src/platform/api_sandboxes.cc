@@ -11,6 +11,7 @@
 #include "abx/base/try.h"
 #include "abx/platform/gateway.h"
 #include "api_routes.h"
+#include "volumes.h"
 
 namespace abx::platform::api {
 
@@ -47,7 +48,8 @@ json::object listed_json(const store::SandboxRecord& r) {
                       {"diskSizeMB", r.disk_mb},
                       {"state", store::state_name(r.state)},
                       {"envdVersion", kEnvdVersion},
-                      {"metadata", std::move(meta)}};
+                      {"metadata", std::move(meta)},
+                      {"volumeMounts", volume_mounts_json(r.volume_mounts)}};
 }
 
 // "running,paused": each must name a live state.
@@ -248,14 +250,7 @@ Result<CreateRequest> parse_create(const json::object& body, std::int64_t max_ti
   if (asked_for(body, "mcp")) {
     return invalid_argument("mcp is not supported by abxd (E2B's MCP gateway is not available)");
   }
-  // E2B's volumes (the SDK's `volumeMounts`, persistent storage shared between sandboxes) are
-  // not part of abxd: refused, not ignored (a sandbox created without them would lose what its
-  // user writes there).
-  if (asked_for(body, "volumeMounts")) {
-    return invalid_argument(
-        "volumeMounts is not supported by abxd (volumes are not available; pause and snapshots "
-        "keep a sandbox's files, docs/persistence.md)");
-  }
+  ABX_ASSIGN_OR_RETURN(cr.volume_mounts, parse_volume_mounts(body));
   if (body.contains("network") || body.contains("allowInternetAccess") ||
       body.contains("allow_internet_access")) {
     ABX_ASSIGN_OR_RETURN(SandboxNetworkSpec net, parse_network_request(body, default_internet));
@@ -303,6 +298,7 @@ Result<Response> create_sandbox(Context& ctx) {
   // A ${e2b.secrets.<name>} must name a secret of the team (resolved per request later).
   if (cr.network) ABX_TRY(check_secret_references(ctx, cr.network->transforms, "network.rules"));
   cr.team_id = ctx.team;  // the manager refuses another team's template or snapshot (404)
+  ABX_TRY(resolve_volume_mounts(ctx, cr.volume_mounts));
   ABX_ASSIGN_OR_RETURN(auto sb, ctx.sandboxes.create(cr));
   json::object o = sandbox_json(*sb);
   // network.rules for hosts the sandbox may not reach are kept (E2B) and reported here.

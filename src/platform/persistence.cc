@@ -50,6 +50,7 @@
 #include "sandbox_config.h"
 #include "sandboxes.h"
 #include "sandboxes_internal.h"
+#include "volumes.h"
 
 namespace abx::platform {
 
@@ -110,12 +111,19 @@ json::object record_json(const store::SandboxRecord& r) {
   json::object meta, env;
   for (const auto& [k, v] : r.metadata) meta[k] = v;
   for (const auto& [k, v] : r.env_vars) env[k] = v;
-  return {{"templateID", r.template_id}, {"cpuCount", r.cpu_count},
-          {"memoryMB", r.memory_mb},     {"diskSizeMB", r.disk_mb},
-          {"metadata", std::move(meta)}, {"envVars", std::move(env)},
-          {"timeout", r.timeout_s},      {"onTimeoutPause", r.pause_on_timeout},
-          {"autoResume", r.auto_resume}, {"network", r.network},
-          {"teamID", r.team_id},         {"onTimeoutKeepMemory", r.pause_keeps_memory}};
+  return {{"templateID", r.template_id},
+          {"cpuCount", r.cpu_count},
+          {"memoryMB", r.memory_mb},
+          {"diskSizeMB", r.disk_mb},
+          {"metadata", std::move(meta)},
+          {"envVars", std::move(env)},
+          {"timeout", r.timeout_s},
+          {"onTimeoutPause", r.pause_on_timeout},
+          {"autoResume", r.auto_resume},
+          {"network", r.network},
+          {"teamID", r.team_id},
+          {"onTimeoutKeepMemory", r.pause_keeps_memory},
+          {"volumeMounts", volume_mounts_json(r.volume_mounts, true)}};
 }
 
 store::SandboxRecord record_from_json(const json::object& o) {
@@ -138,6 +146,15 @@ store::SandboxRecord record_from_json(const json::object& o) {
   // Snapshots from before the filesystem-only pause always paused with memory.
   if (const auto* m = o.if_contains("onTimeoutKeepMemory"); m && m->is_bool())
     r.pause_keeps_memory = m->as_bool();
+  // Snapshots from before volumes mount none.
+  if (const auto* v = o.if_contains("volumeMounts"); v && v->is_array()) {
+    for (const auto& m : v->as_array()) {
+      const auto& mo = m.as_object();
+      r.volume_mounts.push_back({std::string(mo.at("volumeID").as_string()),
+                                 std::string(mo.at("name").as_string()),
+                                 std::string(mo.at("path").as_string())});
+    }
+  }
   return r;
 }
 
@@ -834,6 +851,11 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create_from_snapshot(
   // Another team's snapshot answers as an unknown template (SandboxManager::create).
   if (parent.record.team_id != req.team_id)
     return not_found("template '" + snapshot_id + "' not found");
+  // Its volumes are the snapshot's (shared with its sandbox): other mounts are refused, not
+  // ignored.
+  if (!req.volume_mounts.empty())
+    return invalid_argument("volumeMounts: a sandbox created from snapshot '" + snapshot_id +
+                            "' mounts the snapshot's volumes and no others");
   ABX_ASSIGN_OR_RETURN(parent.config, load_sandbox_config(dir.string()));
   if (const templates::Template* t = catalog()->get(parent.record.template_id))
     parent.tmpl = std::make_shared<const templates::Template>(*t);

@@ -27,6 +27,7 @@
 #include "sandbox_config.h"
 #include "sandboxes.h"
 #include "sandboxes_internal.h"
+#include "volumes.h"
 
 namespace abx::platform {
 
@@ -346,6 +347,7 @@ store::SandboxRecord new_record(const ManagerOptions& opt, const templates::Temp
   rec.pause_keeps_memory = req.pause_keeps_memory;
   rec.timeout_s = timeout;
   rec.network = boost::json::serialize(network_record(net));
+  rec.volume_mounts = req.volume_mounts;
   return rec;
 }
 
@@ -495,6 +497,14 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
                        write_envd_config(run_dir, envd_config(opt_, *tmpl, img, token_file, env)));
   runtime::SandboxConfig config = envd_sandbox_config(opt_, *tmpl, img, id, token_file, net,
                                                       run_dir.string(), env, envd_json_fd.get());
+  // The volumes, after abxd's own binds (check_mount_path keeps them apart), writable.
+  for (const auto& m : req.volume_mounts) {
+    const std::string dir = volume_dir(opt_.home, m.volume_id);
+    if (std::error_code ec; !fs::is_directory(dir, ec))
+      return failed(Error(ErrorCode::kFailedPrecondition,
+                          "volume '" + m.name + "' has no directory (" + dir + ")"));
+    config.binds.push_back({dir, m.path, true});
+  }
   ABX_TRY(save_sandbox_config(run_dir.string(), config));
   std::string traffic_token;
   if (!net.allow_public_traffic) {

@@ -86,6 +86,9 @@ struct CreateRequest {
   // allowInternetAccess and network (parse_network_request, given
   // SandboxManager::default_internet()); absent: SandboxManager::default_network().
   std::optional<SandboxNetworkSpec> network;
+  // volumeMounts (volumes.h): checked by parse_create, their volume ids resolved by the API
+  // (resolve_volume_mounts) before create() mounts them.
+  std::vector<store::VolumeMount> volume_mounts;
 };
 
 // A lifecycle event of one sandbox (created, paused, resumed, timeout set, killed), kept with it

@@ -164,7 +164,9 @@ Result<UniqueFd> make_root_overlay(const SandboxConfig& config, const std::strin
 Result<std::vector<UniqueFd>> make_bind_mounts(const SandboxConfig& config, const Idmap& idmap) {
   std::vector<UniqueFd> out;
   for (const auto& b : config.binds) {
-    std::uint64_t attrs = b.writable ? 0 : MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    // A writable bind (abxd's volumes) is nodev still: a device node found there is never opened.
+    std::uint64_t attrs =
+        b.writable ? MOUNT_ATTR_NODEV : MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
     auto tree = clone_tree(b.source, attrs, idmap);
     if (!tree) return tree.error().with_context("bind " + b.target);
     out.push_back(std::move(tree).value());

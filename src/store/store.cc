@@ -76,10 +76,36 @@ Result<std::map<std::string, std::string>> decode_map(const std::string& s, std:
   return m;
 }
 
+std::string encode_mounts(const std::vector<VolumeMount>& mounts) {
+  json::array a;
+  for (const auto& m : mounts)
+    a.emplace_back(json::object{{"volumeID", m.volume_id}, {"name", m.name}, {"path", m.path}});
+  return json::serialize(a);
+}
+
+Result<std::vector<VolumeMount>> decode_mounts(const std::string& s) {
+  std::error_code ec;
+  json::value v = json::parse(s, ec);
+  if (ec || !v.is_array()) return internal_error("store: corrupt volume_mounts JSON");
+  std::vector<VolumeMount> out;
+  for (const auto& e : v.get_array()) {
+    const json::object* o = e.if_object();
+    const json::value* id = o ? o->if_contains("volumeID") : nullptr;
+    const json::value* name = o ? o->if_contains("name") : nullptr;
+    const json::value* path = o ? o->if_contains("path") : nullptr;
+    if (!id || !name || !path || !id->is_string() || !name->is_string() || !path->is_string())
+      return internal_error("store: corrupt volume_mounts JSON");
+    out.push_back({std::string(id->get_string()), std::string(name->get_string()),
+                   std::string(path->get_string())});
+  }
+  return out;
+}
+
 constexpr const char* kSandboxColumns =
     "id, template_id, client_id, created_at, end_at, state, init_pid, init_start_time, "
     "token_digest, cpu_count, memory_mb, disk_mb, metadata, env_vars, domain, on_timeout, "
-    "auto_resume, timeout_s, network, checkpoint, team_id, on_timeout_memory, filesystem_only";
+    "auto_resume, timeout_s, network, checkpoint, team_id, on_timeout_memory, filesystem_only, "
+    "volume_mounts";
 
 Result<SandboxRecord> read_sandbox(const sql::Stmt& s) {
   SandboxRecord r;
@@ -108,6 +134,7 @@ Result<SandboxRecord> read_sandbox(const sql::Stmt& s) {
   r.team_id = s.text(20);
   r.pause_keeps_memory = s.int64(21) != 0;
   r.filesystem_only = s.int64(22) != 0;
+  ABX_ASSIGN_OR_RETURN(r.volume_mounts, decode_mounts(s.text(23)));
   return r;
 }
 
@@ -246,6 +273,19 @@ CREATE TABLE secrets (
   updated_at INTEGER NOT NULL,
   UNIQUE (team_id, name)
 ) WITHOUT ROWID;
+)sql",
+    // 10: volumes (POST /volumes): a team's named persistent directories, and which of them each
+    // sandbox mounts where (JSON: [{"volumeID","name","path"}]).
+    R"sql(
+CREATE TABLE volumes (
+  id         TEXT PRIMARY KEY NOT NULL,
+  team_id    TEXT NOT NULL,
+  name       TEXT NOT NULL,
+  token      TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  UNIQUE (team_id, name)
+) WITHOUT ROWID;
+ALTER TABLE sandboxes ADD COLUMN volume_mounts TEXT NOT NULL DEFAULT '[]';
 )sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
@@ -447,9 +487,9 @@ Status Store::insert_sandbox(const SandboxRecord& r) {
           "INSERT INTO sandboxes (id, template_id, client_id, created_at, end_at, state, init_pid, "
           "init_start_time, token_digest, cpu_count, memory_mb, disk_mb, metadata, env_vars, "
           "domain, on_timeout, auto_resume, timeout_s, network, checkpoint, team_id, "
-          "on_timeout_memory, filesystem_only) "
+          "on_timeout_memory, filesystem_only, volume_mounts) "
           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
-          "?18, ?19, ?20, ?21, ?22, ?23)",
+          "?18, ?19, ?20, ?21, ?22, ?23, ?24)",
           "insert sandbox"));
   s.bind(1, r.id)
       .bind(2, r.template_id)
@@ -473,7 +513,8 @@ Status Store::insert_sandbox(const SandboxRecord& r) {
       .bind(20, r.checkpoint)
       .bind(21, r.team_id)
       .bind(22, static_cast<std::int64_t>(r.pause_keeps_memory ? 1 : 0))
-      .bind(23, static_cast<std::int64_t>(r.filesystem_only ? 1 : 0));
+      .bind(23, static_cast<std::int64_t>(r.filesystem_only ? 1 : 0))
+      .bind(24, encode_mounts(r.volume_mounts));
   return s.exec();
 }
 
@@ -1365,6 +1406,96 @@ Status Store::delete_secret(std::string_view team_id, std::string_view id) {
   ABX_TRY(s.bind(1, team_id).bind(2, id).exec());
   if (impl_->conn.changes() == 0)
     return not_found("secret '" + std::string(id.substr(0, 128)) + "' not found");
+  return {};
+}
+
+// --- volumes ---
+
+namespace {
+Status check_volume(const VolumeRecord& r) {
+  if (!valid_team_id(r.team_id)) return invalid_argument("invalid team id");
+  if (r.id.empty() || r.id.size() > 64) return invalid_argument("invalid volume id");
+  if (r.name.empty() || r.name.size() > 128)
+    return invalid_argument("volume name must be 1..128 bytes");
+  if (r.token.empty() || r.token.size() > 256) return invalid_argument("invalid volume token");
+  return {};
+}
+constexpr const char* kVolumeColumns = "SELECT id, team_id, name, token, created_at FROM volumes";
+VolumeRecord volume_row(const sql::Stmt& s) {
+  return {s.text(0), s.text(1), s.text(2), s.text(3), s.int64(4)};
+}
+}  // namespace
+
+Status Store::create_volume(const VolumeRecord& r, std::size_t max_per_team) {
+  ABX_TRY(check_volume(r));
+  std::lock_guard lock(impl_->mu);
+  Impl::Tx tx(impl_->conn);
+  ABX_TRY(tx.begin());
+  {
+    ABX_ASSIGN_OR_RETURN(
+        auto c,
+        impl_->conn.prepare("SELECT COUNT(*) FROM volumes WHERE team_id = ?1", "count volumes"));
+    c.bind(1, r.team_id);
+    ABX_ASSIGN_OR_RETURN(bool row, c.step());
+    if (row && static_cast<std::size_t>(c.int64(0)) >= max_per_team)
+      return Error(ErrorCode::kResourceExhausted,
+                   "the team has " + std::to_string(max_per_team) +
+                       " volumes already (the most it may have): delete one first");
+  }
+  {
+    ABX_ASSIGN_OR_RETURN(auto s, impl_->conn.prepare("INSERT INTO volumes (id, team_id, name, "
+                                                     "token, created_at) VALUES (?1, ?2, ?3, "
+                                                     "?4, ?5)",
+                                                     "create volume"));
+    Status st = s.bind(1, r.id)
+                    .bind(2, r.team_id)
+                    .bind(3, r.name)
+                    .bind(4, r.token)
+                    .bind(5, r.created_at_ms)
+                    .exec();
+    if (!st.ok() && st.error().code() == ErrorCode::kAlreadyExists)
+      return Error(ErrorCode::kAlreadyExists, "a volume named '" + r.name + "' exists already");
+    ABX_TRY(st);
+  }
+  return tx.commit();
+}
+
+Result<std::vector<VolumeRecord>> Store::list_volumes(std::string_view team_id) {
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare(std::string(kVolumeColumns) +
+                                      " WHERE team_id = ?1 ORDER BY created_at, id LIMIT 10000",
+                                  "list volumes"));
+  s.bind(1, team_id);
+  std::vector<VolumeRecord> out;
+  for (;;) {
+    ABX_ASSIGN_OR_RETURN(bool row, s.step());
+    if (!row) break;
+    out.push_back(volume_row(s));
+  }
+  return out;
+}
+
+Result<VolumeRecord> Store::get_volume(std::string_view team_id, std::string_view id_or_name) {
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare(
+                  std::string(kVolumeColumns) + " WHERE team_id = ?1 AND (id = ?2 OR name = ?2)",
+                  "get volume"));
+  s.bind(1, team_id).bind(2, id_or_name);
+  ABX_ASSIGN_OR_RETURN(bool row, s.step());
+  if (!row) return not_found("volume '" + std::string(id_or_name.substr(0, 128)) + "' not found");
+  return volume_row(s);
+}
+
+Status Store::delete_volume(std::string_view team_id, std::string_view id) {
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(
+      auto s,
+      impl_->conn.prepare("DELETE FROM volumes WHERE team_id = ?1 AND id = ?2", "delete volume"));
+  ABX_TRY(s.bind(1, team_id).bind(2, id).exec());
+  if (impl_->conn.changes() == 0)
+    return not_found("volume '" + std::string(id.substr(0, 128)) + "' not found");
   return {};
 }
 

@@ -138,6 +138,7 @@ TEST(Store, LifecycleRoundTripsAndAVersion1FileMigrates) {
                          "DROP TABLE webhooks; DROP TABLE secrets;"
                          "ALTER TABLE sandboxes DROP COLUMN on_timeout_memory;"
                          "ALTER TABLE sandboxes DROP COLUMN filesystem_only;"
+                         "DROP TABLE volumes; ALTER TABLE sandboxes DROP COLUMN volume_mounts;"
                          "UPDATE schema_version SET version = 1",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -522,6 +523,7 @@ TEST(Store, Version4FileMigratesIntoTheDefaultTeam) {
                          "DROP TABLE webhooks; DROP TABLE secrets;"
                          "ALTER TABLE sandboxes DROP COLUMN on_timeout_memory;"
                          "ALTER TABLE sandboxes DROP COLUMN filesystem_only;"
+                         "DROP TABLE volumes; ALTER TABLE sandboxes DROP COLUMN volume_mounts;"
                          "UPDATE schema_version SET version = 4",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -1007,6 +1009,53 @@ TEST(StoreSecrets, CrudIsPerTeamAndVersioned) {
   SecretRecord bad = r;
   bad.id = "nope";
   EXPECT_EQ(s->create_secret(bad, 10).error().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST(StoreVolumes, CrudIsPerTeamAndSurvivesReopen) {
+  TempDir d;
+  VolumeRecord v{"1b4e28ba-2fa1-41d2-883f-0016d3cca427", "a", "data", "tok1", 1000};
+  {
+    auto s = open_or_die(d.path() / "abx.db");
+    ASSERT_TRUE(s);
+    ASSERT_TRUE(s->create_volume(v, 2).ok());
+    VolumeRecord same_name = v;
+    same_name.id = "2b4e28ba-2fa1-41d2-883f-0016d3cca427";
+    EXPECT_EQ(s->create_volume(same_name, 2).error().code(), ErrorCode::kAlreadyExists);
+    VolumeRecord other_team = same_name;
+    other_team.team_id = "b";
+    ASSERT_TRUE(s->create_volume(other_team, 2).ok());  // names are per team
+    VolumeRecord second{"3b4e28ba-2fa1-41d2-883f-0016d3cca427", "a", "cache", "tok3", 2000};
+    ASSERT_TRUE(s->create_volume(second, 2).ok());
+    VolumeRecord third{"4b4e28ba-2fa1-41d2-883f-0016d3cca427", "a", "third", "tok4", 3000};
+    EXPECT_EQ(s->create_volume(third, 2).error().code(), ErrorCode::kResourceExhausted);
+    VolumeRecord bad = third;
+    bad.name.clear();
+    EXPECT_EQ(s->create_volume(bad, 10).error().code(), ErrorCode::kInvalidArgument);
+
+    // A sandbox's mounts are kept with it.
+    SandboxRecord r = make(1);
+    r.team_id = "a";
+    r.volume_mounts = {{v.id, "data", "/mnt/data"}, {second.id, "cache", "/home/user/.cache"}};
+    ASSERT_TRUE(s->insert_sandbox(r).ok());
+  }
+  auto s = open_or_die(d.path() / "abx.db");  // abxd restarted
+  ASSERT_TRUE(s);
+  auto list = s->list_volumes("a");
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].name, "data");  // oldest first
+  EXPECT_EQ((*list)[1].name, "cache");
+  EXPECT_EQ(s->get_volume("a", "data")->token, "tok1");
+  EXPECT_EQ(s->get_volume("a", v.id)->name, "data");
+  EXPECT_EQ(s->get_volume("b", v.id).error().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(s->delete_volume("b", v.id).error().code(), ErrorCode::kNotFound);
+  auto sb = s->get_sandbox(id_for(1));
+  ASSERT_TRUE(sb.ok());
+  ASSERT_EQ(sb->volume_mounts.size(), 2u);
+  EXPECT_EQ(sb->volume_mounts[1], (VolumeMount{list->at(1).id, "cache", "/home/user/.cache"}));
+  ASSERT_TRUE(s->delete_volume("a", v.id).ok());
+  EXPECT_EQ(s->get_volume("a", "data").error().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(s->list_volumes("a")->size(), 1u);
 }
 
 }  // namespace

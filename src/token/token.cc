@@ -13,6 +13,7 @@
 #include <boost/json.hpp>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <sstream>
 
 #include "abx/base/base64.h"
@@ -132,6 +133,20 @@ Result<std::string> random_hex(std::size_t bytes) {
     return internal_error("RAND_bytes failed");
   }
   return to_hex(raw);
+}
+
+std::string random_uuid() {
+  std::array<unsigned char, 16> b{};
+  if (RAND_bytes(b.data(), static_cast<int>(b.size())) != 1) {
+    // OpenSSL's generator failing is not expected (see token.h).
+    std::random_device rd;
+    for (auto& c : b) c = static_cast<unsigned char>(rd());
+  }
+  b[6] = static_cast<unsigned char>((b[6] & 0x0f) | 0x40);
+  b[8] = static_cast<unsigned char>((b[8] & 0x3f) | 0x80);
+  std::string h = to_hex(b.data(), b.size());
+  return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) +
+         "-" + h.substr(20);
 }
 
 Status reseed_random() {

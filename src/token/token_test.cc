@@ -87,6 +87,15 @@ TEST(RandomHex, LengthAndAlphabet) {
   ASSERT_TRUE(reseed_random().ok());  // (what a reseed changes is not observable from here)
 }
 
+TEST(RandomUuid, IsVersion4) {
+  const std::string u = random_uuid();
+  ASSERT_EQ(u.size(), 36u);
+  for (std::size_t i : {8u, 13u, 18u, 23u}) EXPECT_EQ(u[i], '-') << u;
+  EXPECT_EQ(u[14], '4') << u;
+  EXPECT_NE(std::string("89ab").find(u[19]), std::string::npos) << u;
+  EXPECT_NE(u, random_uuid());
+}
+
 TEST(ReadTokenFile, TrimsTheEndAndRefusesEmptyOrMissingFiles) {
   abx::testing::TempDir dir("abx-token");
   const std::string path = (dir / "token").string();

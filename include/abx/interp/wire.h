@@ -42,10 +42,6 @@ struct WireLimits {
   std::size_t max_json_depth = 64;
 };
 
-// 16 random bytes as a version-4 UUID ("8-4-4-4-12" hex): Jupyter's msg_id form, and abx-interp's
-// context ids.
-std::string random_uuid();
-
 // A new request: header with a fresh random msg_id, the session, username "abx", the date
 // (ISO 8601 UTC), msg_type and version 5.3; empty parent_header and metadata.
 Message make_message(std::string_view msg_type, boost::json::object content,

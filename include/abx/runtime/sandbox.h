@@ -82,6 +82,7 @@ extern const std::uint64_t kKeptCapabilities;
 struct BindMount {
   std::string source;  // absolute host path (file or directory)
   std::string target;  // absolute path inside the sandbox; parents are created
+  // Read-only binds are also nosuid and nodev; writable ones (abxd's volumes) nodev only.
   bool writable = false;
 };
 

@@ -1,5 +1,6 @@
 // abx::store — abxd's durable state in one SQLite 3 file: teams, sandboxes, API keys, AK/SK
-// credentials, the signing nonce cache, the templates seen and who built which template.
+// credentials, the signing nonce cache, the templates seen and who built which template, lifecycle
+// events, webhooks, secrets and volumes.
 //
 // Tenants: every API key and access key belongs to a team, and every sandbox records the team
 // of the key that created it (E2B scopes its API per team key the same way). Schema 5 brought
@@ -55,6 +56,14 @@ inline constexpr std::string_view kDefaultTeam = "default";
 // A team id: [a-z0-9][a-z0-9-]{0,62}.
 bool valid_team_id(std::string_view id);
 
+// One of a sandbox's volume mounts: which volume, and where inside the sandbox.
+struct VolumeMount {
+  std::string volume_id;
+  std::string name;
+  std::string path;  // absolute, normalised (platform's check_mount_path)
+  friend bool operator==(const VolumeMount&, const VolumeMount&) = default;
+};
+
 struct SandboxRecord {
   std::string id;                                   // 20 lowercase alphanumerics
   std::string team_id = std::string(kDefaultTeam);  // the team of the key that created it
@@ -93,6 +102,10 @@ struct SandboxRecord {
   // Paused without its memory (E2B's filesystem-only pause): its processes are gone and
   // `checkpoint` holds its writable layer only; a resume boots it again on those files.
   bool filesystem_only = false;
+  // E2B's volumeMounts (schema 10): the team's volumes mounted into the sandbox, in the order
+  // given at create. A fork or a sandbox made from a snapshot has its parent's (a volume is
+  // shared, never copied).
+  std::vector<VolumeMount> volume_mounts;
 };
 
 struct SandboxFilter {
@@ -219,7 +232,18 @@ struct SecretPage {
   std::string next_token;           // the last name of a full page; empty when no more
 };
 
-inline constexpr int kSchemaVersion = 9;
+// A team's volume (schema 10, POST /volumes): a named persistent directory of abxd's home that
+// sandboxes mount (platform/volumes.h). `token` authenticates the volume content API (E2B's
+// VolumeAndToken); kept as given, as webhook secrets are (the file is 0600).
+struct VolumeRecord {
+  std::string id;  // a version-4 UUID, as E2B's volume ids
+  std::string team_id;
+  std::string name;  // unique within the team
+  std::string token;
+  std::int64_t created_at_ms = 0;
+};
+
+inline constexpr int kSchemaVersion = 10;
 
 class Store {
  public:
@@ -338,6 +362,15 @@ class Store {
       std::string_view team_id, std::string_view id, std::string_view sealed,
       const std::optional<std::map<std::string, std::string>>& metadata, std::int64_t now_ms);
   Status delete_secret(std::string_view team_id, std::string_view id);  // kNotFound
+  // --- volumes (GET/POST /volumes) ---
+  // kAlreadyExists (the name is taken in the team, or the id), kResourceExhausted (the team has
+  // `max_per_team` volumes already), kInvalidArgument (bad team, id, name or token).
+  Status create_volume(const VolumeRecord& v, std::size_t max_per_team);
+  // The team's volumes, oldest first.
+  Result<std::vector<VolumeRecord>> list_volumes(std::string_view team_id);
+  // By id or by name; kNotFound when it is not one of the team's.
+  Result<VolumeRecord> get_volume(std::string_view team_id, std::string_view id_or_name);
+  Status delete_volume(std::string_view team_id, std::string_view id);  // kNotFound
   // --- templates seen ---
   Status record_template(const TemplateSeen& t);
   Result<std::vector<TemplateSeen>> list_templates_seen();

@@ -57,6 +57,11 @@ bool looks_scoped(std::string_view presented);
 // A random token of `bytes` bytes, hex-encoded (OpenSSL RAND_bytes).
 Result<std::string> random_hex(std::size_t bytes);
 
+// 16 random bytes as a version-4 UUID ("8-4-4-4-12" lowercase hex): Jupyter's msg_id form,
+// abx-interp's context ids and E2B's volume ids. Falls back on std::random_device should
+// OpenSSL's generator fail (these need uniqueness, not secrecy).
+std::string random_uuid();
+
 // Reseeds OpenSSL's generators (random_hex's source) from the kernel. A process restored more
 // than once from one checkpoint (a CRIU fork) resumes with the same generator state in every
 // copy, and OpenSSL's fork detection does not see it (the pid is the checkpoint's); such a

@@ -238,8 +238,7 @@ test('unsupported create fields are refused, not ignored', async () => {
     /egressProxy is not supported/,
   );
   await refused(Sandbox.create('base', { network: { httpsPorts: [3000] } }), /httpsPorts is not supported/);
-  await refused(Sandbox.create('base', { volumeMounts: { '/data': 'my-volume' } }),
-    /volumeMounts is not supported/);
+  // (volumeMounts is supported: volumes.test.mjs.)
   // A filesystem-only pause with autoResume: the SDK refuses it itself; abxd too, as E2B's API.
   const res = await fetch(`${baseUrl}/sandboxes`, {
     method: 'POST',

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Runs the E2B JS SDK end-to-end tests (sdk, lifecycle, network, parity and secrets .test.mjs; the
-# code interpreter's, persistence's, the web console's and the E2B CLI's .test.mjs through
-# ABX_JS_TESTS) against abxd ($ABXD_BIN, set by ctest).
+# code interpreter's, persistence's, volumes', the web console's and the E2B CLI's .test.mjs
+# through ABX_JS_TESTS) against abxd ($ABXD_BIN, set by ctest).
 # On a fresh clone it installs the pinned packages first (`npm ci`, from package-lock.json).
 # The SDK needs Node >= 20.18 (scripts/node-env.sh puts one on PATH).
 set -eu

@@ -1,0 +1,66 @@
+// Volumes (E2B's /volumes and the create field volumeMounts): a team's named persistent
+// directories that sandboxes mount.
+//
+// A volume is a directory of abxd's home, <home>/volumes/<volumeID> (<home>/volumes is 0700:
+// only root reaches what sandboxes wrote there). Its root belongs to on-disk uid:gid 1000:1000,
+// mode 0755, which the sandbox sees as its default user `user` (every sandbox's mounts are
+// idmapped with its own user namespace, runtime/sandbox.h, so on-disk ids are sandbox ids). A
+// sandbox created with volumeMounts gets each one bind-mounted, writable and nodev, at its path;
+// the mount is resolved inside the sandbox's root (a symlinked mount point is refused).
+//
+// Lifetime: a volume outlives every sandbox that mounts it, abxd restarts (records in the store,
+// schema 10) and pauses (the mount is an external bind of the checkpoint, made again at resume).
+// A fork or a sandbox made from a snapshot mounts the same volumes (shared, not copied: E2B's
+// volumes are network volumes shared by every sandbox that mounts them). DELETE refuses (409)
+// while a running or paused sandbox mounts the volume. No size quota is enforced (E2B's API has
+// no size field): a volume takes what the disk of abxd's home has (docs/volumes.md).
+#pragma once
+
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "abx/base/error.h"
+#include "abx/store/store.h"
+
+namespace abx::platform {
+
+inline constexpr std::size_t kDefaultMaxVolumesPerTeam = 100;
+inline constexpr std::size_t kMaxVolumeMounts = 16;  // per sandbox
+inline constexpr std::size_t kMaxVolumeNameBytes = 128;
+inline constexpr std::size_t kMaxMountPathBytes = 512;
+
+// E2B's rule for a volume name: one or more of [A-Za-z0-9_-] (at most kMaxVolumeNameBytes here).
+bool valid_volume_name(std::string_view name);
+// A version-4 UUID in lowercase hex (what POST /volumes gives a volume).
+bool valid_volume_id(std::string_view id);
+
+// A mount path of volumeMounts, normalised (repeated and trailing '/' dropped), or
+// invalid_argument saying why not: it must be absolute, at most kMaxMountPathBytes, without
+// "." or ".." components or control characters, and neither /, nor on, above or below a path
+// abxd mounts itself (/proc, /sys, /dev, /opt/abx, /run/abx, /etc/resolv.conf and the CA files).
+Result<std::string> check_mount_path(std::string_view path);
+
+// The create body's volumeMounts ([{name, path}], E2B's SandboxVolumeMount), decoded and checked
+// (names, paths, at most kMaxVolumeMounts, no path twice or inside another); volume_id is left
+// empty for the caller to resolve. null or absent: none.
+Result<std::vector<store::VolumeMount>> parse_volume_mounts(const boost::json::object& body);
+
+// E2B's Volume {volumeID, name}; with the token, its VolumeAndToken.
+boost::json::object volume_json(const store::VolumeRecord& v, bool with_token);
+// [{name, path}] as E2B's SandboxVolumeMount list; with_ids adds each one's volumeID (what a
+// snapshot keeps).
+boost::json::array volume_mounts_json(const std::vector<store::VolumeMount>& mounts,
+                                      bool with_ids = false);
+
+// <home>/volumes/<id>.
+std::string volume_dir(const std::string& home, std::string_view id);
+// Makes volume_dir (and <home>/volumes, 0700), owned by 1000:1000, mode 0755.
+Status make_volume_dir(const std::string& home, std::string_view id);
+// Removes volume_dir and everything in it (a missing one is fine).
+Status remove_volume_dir(const std::string& home, std::string_view id);
+
+}  // namespace abx::platform

@@ -1,0 +1,141 @@
+// Volumes (volumes.h): names, ids, mount paths, the create body's volumeMounts and the directory.
+#include "volumes.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/json.hpp>
+#include <filesystem>
+
+#include "abx/base/json.h"
+#include "abx/testing/temp_dir.h"
+
+namespace abx::platform {
+namespace {
+
+namespace json = boost::json;
+
+Result<std::vector<store::VolumeMount>> mounts_of(std::string_view body) {
+  return parse_volume_mounts(parse_json_strict(body).value().as_object());
+}
+
+TEST(Volumes, NamesAreE2Bs) {
+  for (const char* ok : {"a", "my-volume", "Data_1", "x-_-y"}) EXPECT_TRUE(valid_volume_name(ok));
+  for (const char* bad : {"", "a b", "a.b", "a/b", "é", "a\n"})
+    EXPECT_FALSE(valid_volume_name(bad));
+  EXPECT_TRUE(valid_volume_name(std::string(kMaxVolumeNameBytes, 'a')));
+  EXPECT_FALSE(valid_volume_name(std::string(kMaxVolumeNameBytes + 1, 'a')));
+  EXPECT_TRUE(valid_volume_id("1b4e28ba-2fa1-41d2-883f-0016d3cca427"));
+  EXPECT_FALSE(valid_volume_id("1B4E28BA-2FA1-41D2-883F-0016D3CCA427"));
+  EXPECT_FALSE(valid_volume_id("1b4e28ba2fa141d2883f0016d3cca427"));
+  EXPECT_FALSE(valid_volume_id("../../../../etc/passwd-0000-0000-00"));
+}
+
+TEST(Volumes, MountPathsAreNormalisedOrRefused) {
+  EXPECT_EQ(check_mount_path("/mnt/data").value(), "/mnt/data");
+  EXPECT_EQ(check_mount_path("//mnt///data/").value(), "/mnt/data");
+  EXPECT_EQ(check_mount_path("/home/user/.cache").value(), "/home/user/.cache");
+  EXPECT_EQ(check_mount_path("/opt/abxd").value(), "/opt/abxd");  // not under /opt/abx
+  EXPECT_EQ(check_mount_path("/procfs").value(), "/procfs");
+  for (const char* bad : {"",
+                          "mnt",
+                          "./mnt",
+                          "/",
+                          "//",
+                          "/mnt/../etc",
+                          "/mnt/./x",
+                          "/..",
+                          "/a/..",
+                          "/proc",
+                          "/proc/self",
+                          "/sys/fs",
+                          "/dev",
+                          "/dev/shm",
+                          "/opt",
+                          "/opt/abx",
+                          "/opt/abx/bin",
+                          "/run",
+                          "/run/abx/token",
+                          "/etc",
+                          "/etc/resolv.conf",
+                          "/etc/ssl",
+                          "/usr/local/share",
+                          "/mnt/a\nb"}) {
+    auto r = check_mount_path(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument) << bad;
+  }
+  EXPECT_FALSE(check_mount_path("/" + std::string(kMaxMountPathBytes, 'a')).ok());
+}
+
+TEST(Volumes, VolumeMountsBody) {
+  EXPECT_TRUE(mounts_of("{}").value().empty());
+  EXPECT_TRUE(mounts_of(R"({"volumeMounts":null})").value().empty());
+  auto m =
+      mounts_of(R"({"volumeMounts":[{"name":"a","path":"/mnt/a/"},{"name":"a","path":"/b"}]})");
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  ASSERT_EQ(m->size(), 2u);
+  EXPECT_EQ((*m)[0], (store::VolumeMount{"", "a", "/mnt/a"}));
+  EXPECT_EQ((*m)[1].path, "/b");
+
+  auto err = [](std::string_view body) {
+    auto r = mounts_of(body);
+    return r.ok() ? std::string("ok") : r.error().message();
+  };
+  EXPECT_NE(err(R"({"volumeMounts":{}})").find("volumeMounts"), std::string::npos);
+  EXPECT_NE(err(R"({"volumeMounts":[1]})").find("volumeMounts[0]"), std::string::npos);
+  EXPECT_NE(err(R"({"volumeMounts":[{"path":"/a"}]})").find("volumeMounts[0].name"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"volumeMounts":[{"name":"a"}]})").find("volumeMounts[0].path"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"volumeMounts":[{"name":"a b","path":"/a"}]})").find("invalid volume name"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"volumeMounts":[{"name":"a","path":"/a"},{"name":"b","path":"/a/b"}]})")
+                .find("volumeMounts[1].path: '/a/b' is on, above or below '/a'"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"volumeMounts":[{"name":"a","path":"/x"},{"name":"b","path":"//x/"}]})")
+                .find("another mount"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"volumeMounts":[{"name":"a","path":"/proc"}]})").find("volumeMounts[0].path"),
+            std::string::npos);
+  std::string many = R"({"volumeMounts":[)";
+  for (std::size_t i = 0; i <= kMaxVolumeMounts; ++i)
+    many += (i ? "," : "") + std::string(R"({"name":"a","path":"/m)") + std::to_string(i) + "\"}";
+  EXPECT_NE(err(many + "]}").find("at most"), std::string::npos);
+}
+
+TEST(Volumes, JsonIsE2Bs) {
+  store::VolumeRecord v{"1b4e28ba-2fa1-41d2-883f-0016d3cca427", "t", "data", "tok", 1};
+  EXPECT_EQ(json::serialize(volume_json(v, false)),
+            R"({"volumeID":"1b4e28ba-2fa1-41d2-883f-0016d3cca427","name":"data"})");
+  EXPECT_EQ(volume_json(v, true).at("token").as_string(), "tok");
+  EXPECT_EQ(json::serialize(volume_mounts_json({{"id", "data", "/mnt"}})),
+            R"([{"name":"data","path":"/mnt"}])");
+  EXPECT_EQ(json::serialize(volume_mounts_json({{"id", "data", "/mnt"}}, true)),
+            R"([{"name":"data","path":"/mnt","volumeID":"id"}])");
+}
+
+TEST(Volumes, DirectoryIsMadeAndRemoved) {
+  if (::geteuid() != 0) GTEST_SKIP() << "chown to 1000 needs root";
+  testing::TempDir home("abx-volumes");
+  const std::string id = "1b4e28ba-2fa1-41d2-883f-0016d3cca427";
+  ASSERT_TRUE(make_volume_dir(home.path().string(), id).ok());
+  struct stat parent {
+  }, dir{};
+  ASSERT_EQ(::stat((home.path() / "volumes").c_str(), &parent), 0);
+  EXPECT_EQ(parent.st_mode & 07777, 0700u);
+  ASSERT_EQ(::stat(volume_dir(home.path().string(), id).c_str(), &dir), 0);
+  EXPECT_EQ(dir.st_mode & 07777, 0755u);
+  EXPECT_EQ(dir.st_uid, 1000u);
+  EXPECT_EQ(dir.st_gid, 1000u);
+  EXPECT_EQ(make_volume_dir(home.path().string(), id).error().code(), ErrorCode::kAlreadyExists);
+  EXPECT_EQ(make_volume_dir(home.path().string(), "../x").error().code(),
+            ErrorCode::kInvalidArgument);
+  ASSERT_TRUE(remove_volume_dir(home.path().string(), id).ok());
+  EXPECT_FALSE(std::filesystem::exists(volume_dir(home.path().string(), id)));
+  EXPECT_TRUE(remove_volume_dir(home.path().string(), id).ok());  // gone already: fine
+}
+
+}  // namespace
+}  // namespace abx::platform

@@ -1,0 +1,190 @@
+// Volumes (issue 39, item 4), driven by the official E2B JS SDK against a real abxd: Volume's
+// create/list/getInfo/connect/destroy on /volumes, a sandbox created with volumeMounts writing a
+// file that a second sandbox reads after the first was killed, the volume kept across an abxd
+// restart and a pause to disk (CRIU: the mount is an external bind of the checkpoint), a fork and
+// a snapshot's sandbox sharing it, and bad inputs answered with E2B's errors.
+//
+//   ABXD_BIN=build/dev/src/platform/abxd node --test volumes.test.mjs
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+
+import { Sandbox, Volume, VolumeError, VolumeNotFoundError } from 'e2b';
+
+import { startAbxd } from './abxd.mjs';
+
+let daemon;
+let made;
+
+const criu = process.env.ABX_CRIU ?? '/usr/local/lib/abx/criu/criu';
+const noCriu = existsSync(criu) ? false : `CRIU is not installed at ${criu} (scripts/install-criu.sh)`;
+
+before(async () => {
+  daemon = await startAbxd('volumes', noCriu ? [] : ['--pause', 'disk']);
+  ({ made } = daemon);
+});
+
+after(async () => {
+  if (daemon) await daemon.stop();
+});
+
+async function create(opts = {}) {
+  const sbx = await Sandbox.create('base', { timeoutMs: 600_000, ...opts });
+  made.push(sbx.sandboxId);
+  return sbx;
+}
+
+test('a volume outlives the sandbox that wrote it, and abxd restarts', async () => {
+  const vol = await Volume.create('shared-data');
+  assert.match(vol.volumeId, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+  assert.equal(vol.name, 'shared-data');
+  assert.ok(vol.token.length > 0);
+
+  const first = await create({ volumeMounts: { '/mnt/data': vol } });
+  // The default user writes there (the volume's root is the sandbox's `user`'s).
+  await first.files.write('/mnt/data/hello.txt', 'written by the first sandbox');
+  const who = await first.commands.run('stat -c %u:%g /mnt/data && id -u');
+  assert.equal(who.stdout.trim(), '1000:1000\n1000');
+  // Root of the sandbox writes there too; the mount is not the writable layer.
+  await first.commands.run('echo root > /mnt/data/root.txt', { user: 'root' });
+  const info = await Sandbox.getInfo(first.sandboxId);
+  assert.deepEqual(info.volumeMounts, [{ name: 'shared-data', path: '/mnt/data' }]);
+  await first.kill();
+
+  // By name, at another path.
+  const second = await create({ volumeMounts: { '/home/user/work': 'shared-data' } });
+  assert.equal(await second.files.read('/home/user/work/hello.txt'), 'written by the first sandbox');
+  assert.equal((await second.files.read('/home/user/work/root.txt')).trim(), 'root');
+  await second.kill();
+
+  await daemon.restart();
+  const listed = await Volume.list();
+  assert.deepEqual(listed, [{ volumeId: vol.volumeId, name: 'shared-data' }]);
+  const again = await Volume.connect(vol.volumeId);
+  assert.equal(again.name, 'shared-data');
+  assert.equal(again.token, vol.token);
+  const third = await create({ volumeMounts: { '/data': 'shared-data' } });
+  assert.equal(await third.files.read('/data/hello.txt'), 'written by the first sandbox');
+
+  // In use: refused (409), the data kept; once the sandbox is gone, deleted with its files.
+  await assert.rejects(Volume.destroy(vol.volumeId), (e) => {
+    assert.ok(e instanceof VolumeError, String(e));
+    assert.match(e.message, /is mounted by sandbox\(es\) /);
+    return true;
+  });
+  await third.kill();
+  assert.equal(await Volume.destroy(vol.volumeId), true);
+  assert.equal(await Volume.destroy(vol.volumeId), false);  // 404 now
+  await assert.rejects(Volume.getInfo(vol.volumeId), VolumeNotFoundError);
+  assert.deepEqual(await Volume.list(), []);
+  // A new volume of the same name starts empty.
+  const fresh = await Volume.create('shared-data');
+  const fourth = await create({ volumeMounts: { '/data': fresh } });
+  assert.equal((await fourth.commands.run('ls -A /data')).stdout, '');
+  await fourth.kill();
+  await Volume.destroy(fresh.volumeId);
+});
+
+test('pause and resume keep the mount, and a fork shares the volume', { skip: noCriu }, async () => {
+  const vol = await Volume.create('paused-data');
+  const sbx = await create({ volumeMounts: { '/mnt/v': vol } });
+  await sbx.files.write('/mnt/v/before.txt', 'before the pause');
+  await sbx.pause();
+  await daemon.restart();
+  const back = await Sandbox.connect(sbx.sandboxId);
+  assert.equal(await back.files.read('/mnt/v/before.txt'), 'before the pause');
+  await back.files.write('/mnt/v/after.txt', 'after the resume');
+
+  // E2B's volumes are shared network volumes: a fork mounts the same one, not a copy.
+  const [child] = await back.fork({ count: 1 });
+  assert.ok(child instanceof Sandbox, `the fork failed: ${child}`);
+  made.push(child.sandboxId);
+  assert.equal(await child.files.read('/mnt/v/after.txt'), 'after the resume');
+  await child.files.write('/mnt/v/from-fork.txt', 'the fork wrote this');
+  assert.equal(await back.files.read('/mnt/v/from-fork.txt'), 'the fork wrote this');
+  assert.deepEqual((await Sandbox.getInfo(child.sandboxId)).volumeMounts,
+    [{ name: 'paused-data', path: '/mnt/v' }]);
+  await assert.rejects(Volume.destroy(vol.volumeId), /is mounted by sandbox\(es\) /);
+  await child.kill();
+  // A sandbox made from a snapshot mounts the snapshot's volumes (shared), and only those.
+  const snap = await back.createSnapshot();
+  await assert.rejects(
+    Sandbox.create(snap.snapshotId, { timeoutMs: 600_000, volumeMounts: { '/other': vol } }),
+    /mounts the snapshot's volumes and no others/);
+  const fromSnap = await Sandbox.create(snap.snapshotId, { timeoutMs: 600_000 });
+  made.push(fromSnap.sandboxId);
+  await fromSnap.files.write('/mnt/v/from-snapshot.txt', 'the snapshot child wrote this');
+  assert.equal(await back.files.read('/mnt/v/from-snapshot.txt'), 'the snapshot child wrote this');
+  await fromSnap.kill();
+  await Sandbox.deleteSnapshot(snap.snapshotId);
+  await back.kill();
+  const other = await create({ volumeMounts: { '/v': 'paused-data' } });
+  assert.equal(await other.files.read('/v/after.txt'), 'after the resume');
+  await other.kill();
+  await Volume.destroy(vol.volumeId);
+});
+
+test('bad volume names, ids and mounts are refused with E2B errors', async () => {
+  const api = (path, init = {}) => fetch(`${daemon.baseUrl}${path}`, {
+    ...init,
+    headers: { 'X-API-Key': process.env.E2B_API_KEY, 'Content-Type': 'application/json' },
+  });
+  for (const name of ['', 'has space', 'dot.name', 'slash/name', 'x'.repeat(129)]) {
+    const res = await api('/volumes', { method: 'POST', body: JSON.stringify({ name }) });
+    assert.equal(res.status, 400, name);
+    assert.deepEqual(await res.json(), { code: 400, message: 'Invalid volume name' });
+  }
+  const missing = await api('/volumes', { method: 'POST', body: '{}' });
+  assert.equal(missing.status, 400);
+  const vol = await Volume.create('Ok_name-1');
+  await assert.rejects(Volume.create('Ok_name-1'), (e) => {
+    assert.ok(e instanceof VolumeError);
+    assert.match(e.message, /Volume with name 'Ok_name-1' already exists/);
+    return true;
+  });
+  const bad = await api('/volumes/not%20an%20id');
+  assert.equal(bad.status, 400);
+  assert.deepEqual(await bad.json(), { code: 400, message: 'Invalid volume ID' });
+  const unknown = await api('/volumes/00000000-0000-4000-8000-000000000000');
+  assert.equal(unknown.status, 404);
+  assert.deepEqual(await unknown.json(), { code: 404, message: 'Volume not found' });
+  // Without a key: 401, as every control route.
+  const anon = await fetch(`${daemon.baseUrl}/volumes`);
+  assert.equal(anon.status, 401);
+
+  const refused = async (mounts, pattern) => {
+    await assert.rejects(Sandbox.create('base', { volumeMounts: mounts }), (e) => {
+      assert.match(e.message, /^400: /);
+      assert.match(e.message, pattern);
+      return true;
+    });
+  };
+  await refused({ '/data': 'no-such-volume' }, /volume 'no-such-volume' not found/);
+  await refused({ 'relative/path': vol }, /must be absolute/);
+  await refused({ '/mnt/../etc': vol }, /must not have \. or \.\. components/);
+  await refused({ '/': vol }, /must not be \//);
+  await refused({ '/proc/x': vol }, /\/proc, which abxd mounts itself/);
+  await refused({ '/opt': vol }, /\/opt\/abx, which abxd mounts itself/);
+  await refused({ '/dev': vol }, /\/dev, which abxd mounts itself/);
+  await refused({ '/a': vol, '/a/b': vol }, /another mount of the sandbox/);
+  // A mount without its path (the SDK always sends one).
+  const res = await api('/sandboxes', {
+    method: 'POST',
+    body: JSON.stringify({ templateID: 'base', volumeMounts: [{ name: 'Ok_name-1' }] }),
+  });
+  assert.equal(res.status, 400);
+  assert.match((await res.json()).message, /volumeMounts\[0\]\.path/);
+  // The volume content API (Volume's file methods) is not served: said so, never a silent 404.
+  process.env.E2B_VOLUME_API_URL = daemon.baseUrl;
+  try {
+    await assert.rejects(vol.writeFile('/x.txt', 'x'), (e) => {
+      assert.ok(e instanceof VolumeError, String(e));
+      assert.match(e.message, /not implemented by abxd/);
+      return true;
+    });
+    await assert.rejects(vol.list('/'), /not implemented by abxd/);
+  } finally {
+    delete process.env.E2B_VOLUME_API_URL;
+  }
+  await Volume.destroy(vol.volumeId);
+});
