@@ -250,6 +250,7 @@ int main(int argc, char** argv) {
   opt.host = cfg.host;
   opt.port = cfg.port;
   opt.default_user = cfg.default_user;
+  opt.default_workdir = cfg.default_workdir;
   opt.max_upload_bytes = cfg.max_upload_bytes;
   if (!load_token(f, opt)) return kExitConfig;
   sigset_t waited = become_init();
