@@ -304,7 +304,7 @@ Result<Response> ControlApi::route(Request& req) {
   if (path == "/mcp") return serve_platform_mcp(sandboxes_, store_, team, req);
 
   const auto parts = api::split_path(path);
-  api::Context ctx{req,      *url,    {},       sandboxes_,  store_, std::move(team),
+  api::Context ctx{req,      *url,    {},       sandboxes_,   store_, std::move(team),
                    builder_, images_, secrets_, max_secrets_, jobs_};
   for (const auto& r : kRoutes) {
     if (r.method != req.method()) continue;

@@ -51,7 +51,6 @@ struct Entry {
   std::string level, message, source, stream;
 };
 
-
 }  // namespace
 
 namespace {
@@ -90,7 +89,6 @@ json::object entry_json(const Entry& e) {
                       {"message", e.message},
                       {"fields", json::object{{"source", e.source}, {"stream", e.stream}}}};
 }
-
 
 }  // namespace
 

@@ -151,12 +151,12 @@ Status build_template(Context& ctx, const std::string& context_tar,
 // api_template_builds.cc: the e2b SDK's Template builder (template_jobs.h).
 Result<http::Response> request_template_build(Context& ctx);  // POST /v3/templates
 Result<http::Response> template_file_link(Context& ctx);      // GET /templates/{id}/files/{hash}
-Result<http::Response> start_template_build(Context& ctx);  // POST /v2/templates/{id}/builds/{b}
-Result<http::Response> template_build_status(Context& ctx);  // GET …/builds/{b}/status
-Result<http::Response> template_build_logs(Context& ctx);    // GET …/builds/{b}/logs
-Result<http::Response> assign_template_tags(Context& ctx);   // POST /templates/tags
-Result<http::Response> remove_template_tags(Context& ctx);   // DELETE /templates/tags
-Result<http::Response> list_template_tags(Context& ctx);     // GET /templates/{id}/tags
+Result<http::Response> start_template_build(Context& ctx);    // POST /v2/templates/{id}/builds/{b}
+Result<http::Response> template_build_status(Context& ctx);   // GET …/builds/{b}/status
+Result<http::Response> template_build_logs(Context& ctx);     // GET …/builds/{b}/logs
+Result<http::Response> assign_template_tags(Context& ctx);    // POST /templates/tags
+Result<http::Response> remove_template_tags(Context& ctx);    // DELETE /templates/tags
+Result<http::Response> list_template_tags(Context& ctx);      // GET /templates/{id}/tags
 // PUT /templates/{id}/files/{hash}?token=…: the upload URL file_link handed out. `path` is the
 // spooled body. The token is the credential (the SDK sends no API key there).
 Result<http::Response> accept_template_files(TemplateJobs& jobs, const http::Request& req,

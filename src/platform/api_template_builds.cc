@@ -109,15 +109,15 @@ Result<Response> template_file_link(Context& ctx) {
   const std::string& id = ctx.params.at(0);
   const std::string& hash = ctx.params.at(1);
   ABX_TRY(check_own_template(ctx, id));
-  if (ctx.jobs->has_file(id, hash)) return http::json_response(201, json::object{{"present", true}});
+  if (ctx.jobs->has_file(id, hash))
+    return http::json_response(201, json::object{{"present", true}});
   ABX_ASSIGN_OR_RETURN(auto tok, ctx.jobs->upload_token(id, hash));
   std::string host(ctx.req[boost::beast::http::field::host]);
   if (host.empty() || host.find_first_of("/?#@ ") != std::string::npos)
     return invalid_argument("the request has no usable Host header for the upload URL");
-  return http::json_response(
-      201, json::object{{"present", false},
-                        {"url", "http://" + host + "/templates/" + id + "/files/" + hash +
-                                    "?token=" + tok}});
+  return http::json_response(201, json::object{{"present", false},
+                                               {"url", "http://" + host + "/templates/" + id +
+                                                           "/files/" + hash + "?token=" + tok}});
 }
 
 Result<Response> accept_template_files(TemplateJobs& jobs, const http::Request& req,
@@ -143,8 +143,8 @@ Result<Response> start_template_build(Context& ctx) {
   ABX_ASSIGN_OR_RETURN(auto body, body_object(ctx.req));
   ABX_ASSIGN_OR_RETURN(auto tt, translate_template(body));
   // A template of the catalog the team may use: never a registry lookup of the name.
-  if (!tt.from_template.empty() && (!template_visible(ctx, tt.from_template) ||
-                                    !ctx.sandboxes.catalog()->get(tt.from_template)))
+  if (!tt.from_template.empty() &&
+      (!template_visible(ctx, tt.from_template) || !ctx.sandboxes.catalog()->get(tt.from_template)))
     return invalid_argument("fromTemplate: template '" + tt.from_template + "' not found");
   store::Store* store = &ctx.store;
   ABX_TRY(ctx.jobs->start(id, build_id, std::move(tt), [store, team = ctx.team](const auto& name) {
@@ -174,8 +174,10 @@ Result<Response> template_build_status(Context& ctx) {
     entries.push_back(entry_json(l));
     lines.emplace_back(rfc3339_ms(l.ms) + " " + l.message);
   }
-  json::object out{{"templateID", r.template_id}, {"buildID", r.build_id},
-                   {"status", r.status},          {"logEntries", std::move(entries)},
+  json::object out{{"templateID", r.template_id},
+                   {"buildID", r.build_id},
+                   {"status", r.status},
+                   {"logEntries", std::move(entries)},
                    {"logs", std::move(lines)}};
   if (r.status == "error") {
     json::object reason{{"message", r.reason}};
@@ -239,8 +241,7 @@ Result<Response> assign_template_tags(Context& ctx) {
     ctx.jobs->set_tags(name, r.build_id, tags);
     json::array tj;
     for (const auto& x : tags) tj.emplace_back(x);
-    return http::json_response(201,
-                               json::object{{"buildID", r.build_id}, {"tags", std::move(tj)}});
+    return http::json_response(201, json::object{{"buildID", r.build_id}, {"tags", std::move(tj)}});
   }
   return not_found("template '" + name + "' has no build tagged '" + tag + "'");
 }
@@ -269,8 +270,8 @@ Result<Response> list_template_tags(Context& ctx) {
   for (const auto& r : ctx.jobs->builds_of(id, ctx.team)) {
     if (r.status != "ready") continue;
     for (const auto& t : r.tags) {
-      out.push_back(
-          json::object{{"tag", t}, {"buildID", r.build_id}, {"createdAt", rfc3339_ms(r.created_ms)}});
+      out.push_back(json::object{
+          {"tag", t}, {"buildID", r.build_id}, {"createdAt", rfc3339_ms(r.created_ms)}});
     }
   }
   return http::json_response(200, out);

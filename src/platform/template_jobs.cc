@@ -322,8 +322,8 @@ bool TemplateJobs::upload_allowed(const std::string& template_id, const std::str
                                   const std::string& token) const {
   std::lock_guard lock(mu_);
   auto it = uploads_.find(token);
-  return it != uploads_.end() && it->second.template_id == template_id &&
-         it->second.hash == hash && it->second.expires_ms >= now_ms();
+  return it != uploads_.end() && it->second.template_id == template_id && it->second.hash == hash &&
+         it->second.expires_ms >= now_ms();
 }
 
 Status TemplateJobs::accept_upload(const std::string& template_id, const std::string& hash,
@@ -331,8 +331,8 @@ Status TemplateJobs::accept_upload(const std::string& template_id, const std::st
   {
     std::lock_guard lock(mu_);
     auto it = uploads_.find(token);
-    if (it == uploads_.end() || it->second.template_id != template_id ||
-        it->second.hash != hash || it->second.expires_ms < now_ms())
+    if (it == uploads_.end() || it->second.template_id != template_id || it->second.hash != hash ||
+        it->second.expires_ms < now_ms())
       return Error(ErrorCode::kUnauthenticated, "invalid or expired upload URL");
     uploads_.erase(it);
   }
@@ -362,16 +362,14 @@ void TemplateJobs::log(const std::string& build_id, std::string level, std::stri
 }
 
 Status TemplateJobs::start(const std::string& template_id, const std::string& build_id,
-                           TranslatedTemplate tt,
-                           std::function<bool(const std::string&)> may_use) {
+                           TranslatedTemplate tt, std::function<bool(const std::string&)> may_use) {
   BuildRequest req;
   req.name = template_id;
   req.context_files["Dockerfile"] = tt.dockerfile;
   for (const auto& h : tt.file_hashes) {
     if (!has_file(template_id, h))
-      return invalid_argument("the files of hash " + h +
-                              " were not uploaded (GET /templates/" + template_id + "/files/" +
-                              h + " first)");
+      return invalid_argument("the files of hash " + h + " were not uploaded (GET /templates/" +
+                              template_id + "/files/" + h + " first)");
     req.context_archives.emplace_back((fs::path(files_dir_) / template_id / h).string(), h);
   }
   req.may_use = std::move(may_use);
@@ -392,15 +390,13 @@ Status TemplateJobs::start(const std::string& template_id, const std::string& bu
       ++t;
     }
   }
-  threads_[build_id] = std::thread(&TemplateJobs::run, this, template_id, build_id,
-                                   std::move(req), std::move(tt.line_step),
-                                   std::move(tt.package_steps));
+  threads_[build_id] = std::thread(&TemplateJobs::run, this, template_id, build_id, std::move(req),
+                                   std::move(tt.line_step), std::move(tt.package_steps));
   return {};
 }
 
 void TemplateJobs::run(std::string template_id, std::string build_id, BuildRequest req,
-                       std::map<int, std::string> line_step,
-                       std::set<std::string> package_steps) {
+                       std::map<int, std::string> line_step, std::set<std::string> package_steps) {
   std::string step;  // the SDK's step being built
   auto progress = [&](const json::object& ev) {
     const auto* type = ev.if_contains("type");
@@ -431,8 +427,7 @@ void TemplateJobs::run(std::string template_id, std::string build_id, BuildReque
   if (result.ok()) {
     log(build_id, "info",
         "Template " + template_id + " is ready: " + result->image.manifest_digest + " (" +
-            std::to_string(result->cached) + "/" + std::to_string(result->steps) +
-            " steps cached)",
+            std::to_string(result->cached) + "/" + std::to_string(result->steps) + " steps cached)",
         "finalize");
   } else if (package_steps.count(step)) {
     // pipInstall, aptInstall, npmInstall: a registry or mirror the build could not reach.

@@ -104,8 +104,8 @@ class TemplateJobs {
 
   // Starts the build on a thread: `tt` from translate_template, `may_use` the team's view of
   // templates for FROM. failed_precondition if the build is not waiting or a file is missing.
-  Status start(const std::string& template_id, const std::string& build_id,
-               TranslatedTemplate tt, std::function<bool(const std::string&)> may_use);
+  Status start(const std::string& template_id, const std::string& build_id, TranslatedTemplate tt,
+               std::function<bool(const std::string&)> may_use);
 
  private:
   void run(std::string template_id, std::string build_id, BuildRequest req,
@@ -121,7 +121,7 @@ class TemplateJobs {
     std::string template_id, hash;
     std::int64_t expires_ms = 0;
   };
-  std::map<std::string, Upload> uploads_;  // by token
+  std::map<std::string, Upload> uploads_;       // by token
   std::map<std::string, std::thread> threads_;  // by build id; joined once it ended
 };
 

@@ -20,7 +20,8 @@ TEST(TranslateTemplate, EveryStepTypeBecomesAParsableDockerfile) {
   const std::string hash(64, 'a');
   auto t = translate(R"({"fromImage": "e2bdev/base", "startCmd": "python -m http.server",
     "readyCmd": "ss -ltn | grep 8000", "force": false, "steps": [
-    {"type": "COPY", "args": ["app", "/srv/", "user", "0640"], "filesHash": ")" + hash + R"("},
+    {"type": "COPY", "args": ["app", "/srv/", "user", "0640"], "filesHash": ")" +
+                     hash + R"("},
     {"type": "RUN", "args": ["echo \"hi\"\nexit 0"]},
     {"type": "RUN", "args": ["id", "root"]},
     {"type": "ENV", "args": ["A", "x \"y\" \\z", "B", ""]},
