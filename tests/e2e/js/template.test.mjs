@@ -1,6 +1,7 @@
 // Templates as code (issue 39 item 3): the official SDK's Template builder against a real abxd.
 // Template.build with onBuildLogs, then Sandbox.create of the built template (files, env,
-// workdir, symlink, user, start command); buildInBackground + getBuildStatus with a logs offset,
+// workdir, symlink, user, start command); fromDockerfile, fromImage of a loopback registry
+// (docker-registry); buildInBackground + getBuildStatus with a logs offset,
 // the /logs cursor, Template.exists, tags; failures: a failing runCmd (its output in the logs, the
 // build in error), an unknown fromTemplate, a bad step, unknown templates and builds, pipInstall
 // and aptInstall without a package mirror. fromBaseImage() needs the `base` image
@@ -11,6 +12,8 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { spawn } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -23,6 +26,9 @@ const busybox = '/bin/busybox';
 let daemon;
 let work;
 let haveBusybox = false;
+// The image store (and its build cache) may be shared with earlier runs: the RUNs whose output a
+// test reads are new each run.
+const nonce = Math.random().toString(16).slice(2);
 
 // The busybox image every test builds on: a root and a `user` (uid 1000), as E2B's base has.
 const bbDockerfile = `FROM scratch
@@ -93,7 +99,7 @@ test('Template.build: copy, runCmd, setEnvs, setWorkdir, makeSymlink, setUser, s
     .fromTemplate('bb')
     .copy('app', '/srv/app/')
     .copy('config.json', '/etc/myconf.json', { mode: 0o600 })
-    .runCmd('echo built > /built.txt && echo step-output-line')
+    .runCmd(`echo built > /built.txt && echo step-output-line ${nonce}`)
     .setEnvs({ GREETING: 'hello world', QUOTED: 'a "b" \\c' })
     .setWorkdir('/srv/app')
     .runCmd('pwd > /workdir.txt')
@@ -137,7 +143,7 @@ test('Template.build: copy, runCmd, setEnvs, setWorkdir, makeSymlink, setUser, s
 test('buildInBackground, getBuildStatus with logsOffset, /logs cursor, Template.exists, tags', async (t) => {
   if (!haveBusybox) return t.skip(`needs busybox-static (${busybox})`);
   assert.equal(await Template.exists('app2'), false);
-  const template = Template().fromTemplate('bb').runCmd('echo background-line').setEnvs({ X: '1' });
+  const template = Template().fromTemplate('bb').runCmd(`echo background-line ${nonce}`).setEnvs({ X: '1' });
   const info = await Template.buildInBackground(template, 'app2:v1', { tags: ['stable'] });
   assert.equal(info.templateId, 'app2');
   assert.deepEqual(info.tags.sort(), ['stable', 'v1']);
@@ -158,7 +164,7 @@ test('buildInBackground, getBuildStatus with logsOffset, /logs cursor, Template.
     seen.push(...s.logEntries.map((e) => e.message));
   }
   assert.ok(seen.some((m) => m.includes('background-line')), seen.join('\n'));
-  assert.equal(seen.filter((m) => m === 'background-line').length, 1, seen.join('\n')); // once, offsets never repeat
+  assert.equal(seen.filter((m) => m === `background-line ${nonce}`).length, 1, seen.join('\n')); // once, offsets never repeat
 
   // E2B's logs route: forward from a cursor, backward newest first, level filter.
   const url = `${daemon.baseUrl}/templates/app2/builds/${info.buildId}/logs`;
@@ -185,7 +191,7 @@ test('buildInBackground, getBuildStatus with logsOffset, /logs cursor, Template.
 test('failures: a failing runCmd, an unknown fromTemplate, a bad step, unknown builds', async (t) => {
   if (!haveBusybox) return t.skip(`needs busybox-static (${busybox})`);
   const logs = [];
-  const failing = Template().fromTemplate('bb').runCmd('echo boom-output; exit 7');
+  const failing = Template().fromTemplate('bb').runCmd(`echo boom-output ${nonce}; exit 7`);
   await assert.rejects(
     Template.build(failing, 'broken', { onBuildLogs: (e) => logs.push(e) }),
     (e) => e instanceof BuildError && /exited with 7/.test(e.message),
@@ -245,6 +251,44 @@ test('fromDockerfile: the SDK parses it into steps; FROM a template of abxd', as
   assert.equal(await sb.files.read('/df.txt'), 'df\n');
   assert.equal(await sb.files.read('/w/config.json'), '{"a": 1}\n');
   assert.equal((await sb.commands.run('echo $A; id -u')).stdout, 'from-dockerfile\n1000\n');
+});
+
+// A port nothing listens on (for the loopback registry).
+async function freePort() {
+  const srv = createServer();
+  await new Promise((r) => srv.listen(0, '127.0.0.1', r));
+  const { port } = srv.address();
+  await new Promise((r) => srv.close(r));
+  return port;
+}
+
+test('fromImage: an image of a loopback registry (docker-registry)', async (t) => {
+  if (!haveBusybox) return t.skip(`needs busybox-static (${busybox})`);
+  if (!existsSync('/usr/bin/docker-registry')) return t.skip('needs docker-registry');
+  const port = await freePort();
+  const dir = join(work, 'registry');
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, 'config.yml'),
+    `version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: ${dir}/data\nhttp:\n  addr: 127.0.0.1:${port}\n`);
+  const registry = spawn('/usr/bin/docker-registry', ['serve', join(dir, 'config.yml')], { stdio: 'ignore' });
+  try {
+    await poll(async () => (await fetch(`http://127.0.0.1:${port}/v2/`).catch(() => null))?.status === 200, 'docker-registry');
+    // The busybox template, pushed as a plain image (abx's own push).
+    const ref = `127.0.0.1:${port}/abx/bb:1`;
+    const pushed = await fetch(`${daemon.baseUrl}/templates/bb/push`, {
+      method: 'POST',
+      headers: { ...headers(), 'content-type': 'application/json' },
+      body: JSON.stringify({ ref, bare: true }),
+    });
+    assert.equal(pushed.status, 200, await pushed.clone().text());
+    const template = Template().fromImage(ref).runCmd('echo on-registry-image > /reg.txt');
+    await Template.build(template, 'fromreg');
+    const sb = await Sandbox.create('fromreg');
+    daemon.made.push(sb.sandboxId);
+    assert.equal(await sb.files.read('/reg.txt'), 'on-registry-image\n');
+  } finally {
+    registry.kill('SIGTERM');
+  }
 });
 
 test('pipInstall and aptInstall fail clearly without a package mirror', async (t) => {
