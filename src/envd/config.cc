@@ -89,6 +89,7 @@ json::object to_json(const EnvdConfig& c) {
           {"serverCompanionArgv", strings(c.server_companion_argv)},
           {"interpreterArgv", strings(c.interpreter_argv)},
           {"defaultUser", c.default_user},
+          {"defaultWorkdir", c.default_workdir},
           {"maxUploadBytes", c.max_upload_bytes},
           {"logLevel", c.log_level}};
 }
@@ -113,6 +114,7 @@ Result<EnvdConfig> envd_config_from_json(const json::value& v) {
   ABX_TRY(f.strings("serverCompanionArgv", c.server_companion_argv));
   ABX_TRY(f.strings("interpreterArgv", c.interpreter_argv));
   ABX_TRY(f.string("defaultUser", c.default_user));
+  ABX_TRY(f.string("defaultWorkdir", c.default_workdir));
   ABX_TRY(
       f.integer("maxUploadBytes", c.max_upload_bytes, std::numeric_limits<std::int64_t>::max()));
   ABX_TRY(f.string("logLevel", c.log_level));

@@ -23,6 +23,7 @@ EnvdConfig full() {
   c.server_companion_argv = {"python3", "/opt/abx/python/abx/server/run.py", "--fd", "3", "m"};
   c.interpreter_argv = {"/opt/abx/bin/abx-interp"};
   c.default_user = "app";
+  c.default_workdir = "/srv/app";
   c.max_upload_bytes = 1ULL << 40;
   c.log_level = "debug";
   return c;

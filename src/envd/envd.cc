@@ -403,7 +403,7 @@ void Envd::Impl::handle_rpc(Request&& req, Responder respond, std::string_view p
   if (!msg.ok()) return fail(msg.error());
   auto user = request_user(req, {});
   if (!user.ok()) return fail(user.error());
-  Call call{std::move(req), respond, std::move(*user), std::move(*msg)};
+  Call call{std::move(req), respond, std::move(*user), std::move(*msg), opt.default_workdir};
   if (is_stream) {
     auto s = st->second(call);
     if (!s.ok()) fail(s.error());

@@ -57,6 +57,7 @@ struct Envd::Impl {
     http::Responder respond;
     User user;
     boost::json::object msg;
+    std::string default_workdir;  // EnvdOptions::default_workdir
   };
   // A unary method returns its response message; a server-streaming one answers through
   // call.respond.stream() itself and returns an error only before it has started the stream.

@@ -126,6 +126,10 @@ std::optional<int> parse_flags(int argc, char** argv, Flags& f) {
   copy(app.add_option("--default-user", given.default_user, "User for requests that name none")
            ->capture_default_str(),
        &EnvdConfig::default_user);
+  copy(app.add_option("--default-workdir", given.default_workdir,
+                      "Where processes start when their request names no cwd (if a directory; "
+                      "else the user's home)"),
+       &EnvdConfig::default_workdir);
   copy(app.add_option("--max-upload", given.max_upload_bytes, "Largest POST /files body in bytes")
            ->capture_default_str(),
        &EnvdConfig::max_upload_bytes);
@@ -250,6 +254,7 @@ int main(int argc, char** argv) {
   opt.host = cfg.host;
   opt.port = cfg.port;
   opt.default_user = cfg.default_user;
+  opt.default_workdir = cfg.default_workdir;
   opt.max_upload_bytes = cfg.max_upload_bytes;
   if (!load_token(f, opt)) return kExitConfig;
   sigset_t waited = become_init();

@@ -201,7 +201,8 @@ Result<std::map<std::string, std::string>> process_environment(const StartSpec& 
   return env;
 }
 
-// The requested cwd (which must be a directory), else the user's home, else "/".
+// The requested cwd (which must be a directory), else the default one (the image's WorkingDir)
+// if it is a directory, else the user's home, else "/".
 Result<std::string> process_cwd(const StartSpec& spec) {
   if (spec.config.cwd && !spec.config.cwd->empty()) {
     ABX_ASSIGN_OR_RETURN(auto cwd, resolve_path(*spec.config.cwd, spec.user));
@@ -211,6 +212,9 @@ Result<std::string> process_cwd(const StartSpec& spec) {
     return cwd;
   }
   struct stat st {};
+  if (!spec.default_cwd.empty() && ::stat(spec.default_cwd.c_str(), &st) == 0 &&
+      S_ISDIR(st.st_mode))
+    return spec.default_cwd;
   if (::stat(spec.user.home.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return std::string("/");
   return spec.user.home;
 }

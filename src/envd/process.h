@@ -65,6 +65,7 @@ struct StartSpec {
   bool stdin_open = true;
   User user;
   std::chrono::milliseconds timeout{0};  // process lifetime; 0 = none
+  std::string default_cwd;  // without config.cwd: this directory if it is one, else the home
 };
 
 // A stream subscribed to a process's events.

@@ -84,6 +84,7 @@ Result<StartSpec> parse_start(const Call& c) {
   spec.stdin_open = stdin_open.value_or(true);
   ABX_ASSIGN_OR_RETURN(spec.timeout, timeout_of(c.req));
   spec.user = c.user;
+  spec.default_cwd = c.default_workdir;
   return spec;
 }
 

@@ -706,7 +706,10 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
         !s.ok() && s.error().code() != ErrorCode::kAlreadyExists)
       log.warn("template " + t->id + ": cannot record its team: " + s.error().message());
   }
-  api.enable_builds(builder, (*mgr)->images(), (fs::path(cfg.home) / "uploads").string());
+  // The e2b SDK's Template builder: its uploads under <home>/template-files; destroyed before
+  // the builder, after the gateway (its build threads use the builder).
+  platform::TemplateJobs jobs(builder, (fs::path(cfg.home) / "template-files").string());
+  api.enable_builds(builder, (*mgr)->images(), (fs::path(cfg.home) / "uploads").string(), &jobs);
 
   auto gw = platform::Gateway::start(gopt, api);
   if (!gw.ok()) return fail_networked(gw.error(), kExitListen);

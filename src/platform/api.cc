@@ -38,6 +38,14 @@ using bhttp::verb;
 // the v1 shapes. A path that matches no row is a 404 (never a 405: E2B answers 404 there).
 constexpr api::RouteEntry kRoutes[] = {
     {verb::get, "/templates", api::list_templates},
+    {verb::post, "/templates/tags", api::assign_template_tags},
+    {verb::delete_, "/templates/tags", api::remove_template_tags},
+    {verb::post, "/v3/templates", api::request_template_build},
+    {verb::get, "/templates/{id}/files/{hash}", api::template_file_link},
+    {verb::post, "/v2/templates/{id}/builds/{build}", api::start_template_build},
+    {verb::get, "/templates/{id}/builds/{build}/status", api::template_build_status},
+    {verb::get, "/templates/{id}/builds/{build}/logs", api::template_build_logs},
+    {verb::get, "/templates/{id}/tags", api::list_template_tags},
     {verb::get, "/templates/aliases/{alias}", api::get_template_alias},
     {verb::get, "/templates/{id}", api::get_template},
     {verb::delete_, "/templates/{id}", api::delete_template},
@@ -306,8 +314,8 @@ Result<Response> ControlApi::route(Request& req) {
   if (path == "/mcp") return serve_platform_mcp(sandboxes_, store_, team, req);
 
   const auto parts = api::split_path(path);
-  api::Context ctx{req,      *url,    {},       sandboxes_,  store_, std::move(team),
-                   builder_, images_, secrets_, max_secrets_};
+  api::Context ctx{req,      *url,    {},       sandboxes_,   store_, std::move(team),
+                   builder_, images_, secrets_, max_secrets_, jobs_};
   for (const auto& r : kRoutes) {
     if (r.method != req.method()) continue;
     ctx.params.clear();
@@ -318,8 +326,10 @@ Result<Response> ControlApi::route(Request& req) {
 }
 
 void ControlApi::enable_builds(TemplateBuilder& builder, image::Store& images,
-                               std::string upload_dir, std::uint64_t max_upload_bytes) {
+                               std::string upload_dir, TemplateJobs* jobs,
+                               std::uint64_t max_upload_bytes) {
   builder_ = &builder;
+  jobs_ = jobs;
   images_ = &images;
   upload_dir_ = std::move(upload_dir);
   max_upload_bytes_ = max_upload_bytes;
@@ -333,6 +343,23 @@ bool is_build_request(const Request& req) {
   auto url = boost::urls::parse_origin_form(req.target());
   return url && url->path() == "/templates/build";
 }
+
+// PUT /templates/{id}/files/{hash}?token=…: an upload URL of the e2b SDK's Template builder
+// (template_jobs.h). Its token is its credential; the path's id and hash come back in `parts`.
+bool is_files_upload(const Request& req, std::string* token = nullptr,
+                     std::vector<std::string>* parts = nullptr) {
+  if (req.method() != verb::put) return false;
+  auto url = boost::urls::parse_origin_form(req.target());
+  if (!url) return false;
+  auto p = api::split_path(url->path());
+  if (p.size() != 4 || p[0] != "templates" || p[2] != "files") return false;
+  if (token) {
+    for (auto q : url->params())
+      if (q.key == "token") *token = q.value;
+  }
+  if (parts) *parts = std::move(p);
+  return true;
+}
 }  // namespace
 
 // A build context may be large: spooled to disk under its own limit. A build request without a
@@ -340,6 +367,14 @@ bool is_build_request(const Request& req) {
 // (authenticate) before the body is used.
 Result<http::BodyPlan> ControlApi::control_body_plan(const Request& header,
                                                      std::size_t default_max) {
+  std::string token;
+  std::vector<std::string> parts;
+  if (jobs_ && is_files_upload(header, &token, &parts)) {
+    // Refused before the upload is read unless the URL's token is live.
+    if (!jobs_->upload_allowed(parts[1], parts[3], token))
+      return Error(ErrorCode::kUnauthenticated, "invalid or expired upload URL");
+    return http::BodyPlan{static_cast<std::size_t>(max_upload_bytes_), upload_dir_};
+  }
   if (!builder_ || !is_build_request(header)) return http::BodyPlan{default_max, {}};
   if (header["X-API-KEY"].empty() && header[bhttp::field::authorization].empty()) {
     // Refused before the upload is read.
@@ -373,6 +408,31 @@ bool ControlApi::serve_control(Request& req, const http::Responder& respond) {
     if (parts.size() == 3) ctx.params.push_back(parts[0] == "sandboxes" ? parts[1] : parts[2]);
     Status s = api::stream_events(ctx, sse_default, respond);
     if (!s.ok()) return fail(s.error());
+    return true;
+  }
+  if (jobs_ && is_files_upload(req)) {
+    std::string path;
+    std::optional<std::filesystem::path> own_tmp;
+    if (auto f = respond.body_file()) {
+      path = f->path();
+      f->release();  // accept_upload moves it, or it is removed below
+    } else {
+      std::string tmpl = upload_dir_ + "/files-XXXXXX";
+      int fd = ::mkstemp(tmpl.data());
+      if (fd < 0) return fail(internal_error("cannot spool the upload"));
+      bool ok = os::write_all_errno(fd, req.body()) == 0;
+      ::close(fd);
+      path = tmpl;
+      if (!ok) {
+        std::filesystem::remove(tmpl);
+        return fail(internal_error("cannot spool the upload"));
+      }
+    }
+    auto res = api::accept_template_files(*jobs_, req, path);
+    std::error_code ec;
+    std::filesystem::remove(path, ec);  // still there when the upload was refused
+    if (!res.ok()) return fail(res.error());
+    respond(std::move(*res));
     return true;
   }
   if (!is_build_request(req)) return false;

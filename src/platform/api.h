@@ -44,6 +44,7 @@
 #include "sandboxes.h"
 #include "secrets.h"
 #include "template_build.h"
+#include "template_jobs.h"
 
 namespace abx::platform {
 
@@ -55,8 +56,10 @@ class ControlApi : public GatewayBackend {
   // Turns on template builds (POST /templates/build, DELETE and push of templates, their image
   // metadata). Both must outlive the API. Uploads are spooled under `upload_dir`, at most
   // `max_upload_bytes` each.
+  // `jobs` (may be null) serves the e2b SDK's Template builder (template_jobs.h) and must
+  // outlive the API's requests.
   void enable_builds(TemplateBuilder& builder, image::Store& images, std::string upload_dir,
-                     std::uint64_t max_upload_bytes = 2ull << 30);
+                     TemplateJobs* jobs = nullptr, std::uint64_t max_upload_bytes = 2ull << 30);
 
   // Turns on /secrets and ${e2b.secrets.<name>} in network.rules (secrets.h). The vault must
   // outlive the API.
@@ -90,6 +93,7 @@ class ControlApi : public GatewayBackend {
   SandboxManager& sandboxes_;
   store::Store& store_;
   TemplateBuilder* builder_ = nullptr;
+  TemplateJobs* jobs_ = nullptr;
   image::Store* images_ = nullptr;
   SecretVault* secrets_ = nullptr;
   std::size_t max_secrets_ = kDefaultMaxSecretsPerTeam;

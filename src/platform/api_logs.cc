@@ -25,13 +25,6 @@ namespace json = boost::json;
 namespace bhttp = boost::beast::http;
 using http::Response;
 
-namespace {
-
-struct Entry {
-  std::int64_t ms;
-  std::string level, message, source, stream;
-};
-
 Result<std::int64_t> query_number(const Context& ctx, const char* key, std::int64_t dflt,
                                   std::int64_t max) {
   for (auto p : ctx.url.params()) {
@@ -44,6 +37,21 @@ Result<std::int64_t> query_number(const Context& ctx, const char* key, std::int6
   }
   return dflt;
 }
+
+// E2B's LogLevel order; a level outside it (none is made today) ranks as info.
+int level_rank(std::string_view level) {
+  if (level == "debug") return 0;
+  if (level == "warn") return 2;
+  if (level == "error") return 3;
+  return 1;
+}
+
+namespace {
+
+struct Entry {
+  std::int64_t ms;
+  std::string level, message, source, stream;
+};
 
 }  // namespace
 
@@ -82,14 +90,6 @@ json::object entry_json(const Entry& e) {
                       {"level", e.level},
                       {"message", e.message},
                       {"fields", json::object{{"source", e.source}, {"stream", e.stream}}}};
-}
-
-// E2B's LogLevel order; a level outside it (none is made today) ranks as info.
-int level_rank(std::string_view level) {
-  if (level == "debug") return 0;
-  if (level == "warn") return 2;
-  if (level == "error") return 3;
-  return 1;
 }
 
 }  // namespace

@@ -33,6 +33,7 @@
 #include "sandboxes.h"
 #include "secrets.h"
 #include "template_build.h"
+#include "template_jobs.h"
 
 namespace abx::platform::api {
 
@@ -53,6 +54,8 @@ struct Context {
   // and rules naming a secret are refused).
   SecretVault* secrets = nullptr;
   std::size_t max_secrets = kDefaultMaxSecretsPerTeam;  // per team
+  // The e2b SDK's Template builds (template_jobs.h); null when builds are off.
+  TemplateJobs* jobs = nullptr;
 };
 
 using Handler = Result<http::Response> (*)(Context&);
@@ -82,6 +85,12 @@ Result<std::optional<std::int64_t>> optional_timeout(const boost::json::object& 
 // absent is {}.
 Result<std::map<std::string, std::string>> string_map(const boost::json::object& o,
                                                       std::string_view key);
+
+// ?key=N as a non-negative integer capped at `max`; `dflt` when absent or empty.
+Result<std::int64_t> query_number(const Context& ctx, const char* key, std::int64_t dflt,
+                                  std::int64_t max);
+// E2B's LogLevel order: debug 0, info 1, warn 2, error 3 (anything else ranks as info).
+int level_rank(std::string_view level);
 
 // --- Sandbox lookups shared by the {id} routes ---
 
@@ -139,6 +148,19 @@ Result<http::Response> template_image(Context& ctx);
 // out: a client that has read the answer finds no upload left behind.
 Status build_template(Context& ctx, const std::string& context_tar,
                       const std::function<void()>& drop_context, const http::Responder& respond);
+// api_template_builds.cc: the e2b SDK's Template builder (template_jobs.h).
+Result<http::Response> request_template_build(Context& ctx);  // POST /v3/templates
+Result<http::Response> template_file_link(Context& ctx);      // GET /templates/{id}/files/{hash}
+Result<http::Response> start_template_build(Context& ctx);    // POST /v2/templates/{id}/builds/{b}
+Result<http::Response> template_build_status(Context& ctx);   // GET …/builds/{b}/status
+Result<http::Response> template_build_logs(Context& ctx);     // GET …/builds/{b}/logs
+Result<http::Response> assign_template_tags(Context& ctx);    // POST /templates/tags
+Result<http::Response> remove_template_tags(Context& ctx);    // DELETE /templates/tags
+Result<http::Response> list_template_tags(Context& ctx);      // GET /templates/{id}/tags
+// PUT /templates/{id}/files/{hash}?token=…: the upload URL file_link handed out. `path` is the
+// spooled body. The token is the credential (the SDK sends no API key there).
+Result<http::Response> accept_template_files(TemplateJobs& jobs, const http::Request& req,
+                                             const std::string& path);
 Result<http::Response> mint_token(Context& ctx);
 Result<http::Response> sandbox_metrics(Context& ctx);
 Result<http::Response> sandboxes_metrics(Context& ctx);  // GET /sandboxes/metrics

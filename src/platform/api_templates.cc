@@ -173,12 +173,14 @@ Result<Response> delete_template(Context& ctx) {
     // A name the team took with a build that never finished: the name is given back.
     if (auto owner = ctx.store.template_owner(id); owner.ok() && *owner == ctx.team) {
       ABX_TRY(ctx.store.release_template(id));
+      if (ctx.jobs) ctx.jobs->forget(id);
       return Response{boost::beast::http::status::no_content, ctx.req.version()};
     }
     return not_found("template '" + id + "' not found");
   }
   ABX_TRY(ctx.builder->remove(id));
   ABX_TRY(ctx.store.release_template(id));
+  if (ctx.jobs) ctx.jobs->forget(id);
   Response res{boost::beast::http::status::no_content, ctx.req.version()};
   return res;
 }

@@ -78,6 +78,9 @@ envd::EnvdConfig envd_config(const ManagerOptions& opt, const templates::Templat
   }
   // envd's own default user unless the image names one.
   if (img && !img->config.user.empty()) ec.default_user = img->config.user;
+  // Commands start in the image's WorkingDir (E2B's setWorkdir) unless they name a cwd.
+  if (img && img->config.working_dir.starts_with('/') && img->config.working_dir != "/")
+    ec.default_workdir = img->config.working_dir;
   if (tmpl.interpreter) ec.interpreter_argv = tmpl.interpreter->argv;
   if (tmpl.server) {
     // Executed directly (no shell needed in the image); envd gives it the token it read.

@@ -917,8 +917,20 @@ Status Build::make_workspace() {
   fs::create_directories(ctx_);
   build::ArchiveLimits al;
   al.max_bytes = opt_.max_context_bytes;
-  if (auto s = build::extract_archive(req_.context_tar, ctx_, al); !s.ok()) {
-    return Error(s.error().code(), "build context: " + s.error().message());
+  if (!req_.context_tar.empty()) {
+    if (auto s = build::extract_archive(req_.context_tar, ctx_, al); !s.ok()) {
+      return Error(s.error().code(), "build context: " + s.error().message());
+    }
+  }
+  for (const auto& [archive, sub] : req_.context_archives) {
+    const std::string into = build::clean_path(sub, "/");
+    if (into != "/") fs::create_directories(ctx_ + into, mk);
+    if (auto s = build::extract_archive(archive, ctx_ + (into == "/" ? "" : into), al); !s.ok()) {
+      return Error(s.error().code(), "build context: " + s.error().message());
+    }
+  }
+  for (const auto& [rel, text] : req_.context_files) {
+    ABX_TRY(write_file_atomic(fs::path(ctx_ + build::clean_path(rel, "/")), text));
   }
   return {};
 }

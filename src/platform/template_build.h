@@ -83,6 +83,12 @@ struct TemplateBuildOptions {
 struct BuildRequest {
   std::string name;         // the template id and the store tag
   std::string context_tar;  // host path of the uploaded context (tar, optionally compressed)
+  // More context: each archive (host path, tar, optionally compressed) extracted into the
+  // context's subdirectory `second` ("" is its root), after context_tar (which may be empty).
+  std::vector<std::pair<std::string, std::string>> context_archives;
+  // Files written into the context last (relative path -> contents), e.g. a generated
+  // Dockerfile (the e2b SDK's Template builder, template_jobs.h).
+  std::map<std::string, std::string> context_files;
   std::string dockerfile = "Dockerfile";  // path inside the context
   std::map<std::string, std::string> build_args;
   // Whether FROM may name this template or store tag (unset: any). The API passes the

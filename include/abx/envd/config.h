@@ -49,7 +49,10 @@ struct EnvdConfig {
   std::vector<std::string> server_companion_argv;
   // The code interpreter (abx-interp), run as the default user and restarted with backoff.
   std::vector<std::string> interpreter_argv;
-  std::string default_user = "user";             // for requests that name none
+  std::string default_user = "user";  // for requests that name none
+  // A process's cwd when its request names none (the image's WorkingDir, E2B's setWorkdir);
+  // empty, or not a directory: the user's home.
+  std::string default_workdir;
   std::uint64_t max_upload_bytes = 16ULL << 30;  // a larger POST /files body gets 413
   std::string log_level;  // trace, debug, info, warn, error or off; empty: the default
 

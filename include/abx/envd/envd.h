@@ -43,6 +43,7 @@ struct EnvdOptions {
   int io_threads = 2;
   std::optional<std::string> access_token;  // unset: no auth (as E2B without `secure`)
   std::string default_user = "user";
+  std::string default_workdir;  // EnvdConfig::default_workdir
   // Replaces the password database for these names (tests map both users to themselves).
   std::map<std::string, UserSpec> users;
   std::uint64_t max_upload_bytes = 16ULL << 30;  // a larger POST /files body gets 413
