@@ -3,12 +3,15 @@
 // at abxd (abxd.mjs sets them). Each command runs as a user would run it (`e2b ...` from
 // node_modules/.bin, no TTY): sandbox create --detach, list (state and metadata filters, json),
 // info, exec (exit code and output), logs, metrics, pause, resume, kill (by id and --all),
-// template list; and the CLI's own errors for an unknown sandbox and a missing key.
+// template list and template create (a Dockerfile built through the SDK's Template builder, then
+// a sandbox of it); and the CLI's own errors for an unknown sandbox and a missing key.
 //
 //   ABXD_BIN=build/dev/src/platform/abxd node --test cli.test.mjs
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -130,6 +133,34 @@ test('e2b template list shows the built-in templates', async () => {
   const templates = JSON.parse(out.trim());
   const names = templates.flatMap((t) => t.aliases ?? []);
   assert.ok(names.includes('base'), out);
+});
+
+test('e2b template create builds a Dockerfile; a sandbox of it has its files and env', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'abx-cli-tpl-'));
+  try {
+    const stamp = `cli-${Date.now()}`; // new each run: a shared build cache cannot answer for it
+    writeFileSync(join(dir, 'hello.txt'), 'copied by the CLI\n');
+    writeFileSync(join(dir, 'e2b.Dockerfile'),
+      `FROM e2bdev/base\nCOPY hello.txt /opt/hello.txt\nRUN echo ${stamp} > /opt/stamp\nENV CLI_VAR=from-cli\n`);
+    const built = await e2b(['template', 'create', 'cli-tpl', '--path', dir]);
+    ok(built, 'template create');
+    assert.match(built.out, /Found .*e2b\.Dockerfile/);
+
+    const names = JSON.parse(ok(await e2b(['template', 'list', '--format', 'json']), 'list').trim())
+      .flatMap((t) => t.aliases ?? []);
+    assert.ok(names.includes('cli-tpl'), names.join(','));
+
+    const sbx = await Sandbox.create('cli-tpl', { timeoutMs: 120000 });
+    made.push(sbx.sandboxId);
+    const r = await sbx.commands.run('cat /opt/hello.txt /opt/stamp; echo $CLI_VAR; pwd; whoami');
+    assert.equal(r.stdout, `copied by the CLI\n${stamp}\nfrom-cli\n/home/user\nuser\n`);
+
+    const bad = await e2b(['template', 'create', 'Bad Name!', '--path', dir]);
+    assert.equal(bad.code, 1);
+    assert.match(bad.err, /not valid/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test('the CLI reports an unknown sandbox and a missing API key as errors', async () => {
