@@ -213,10 +213,10 @@ TEST_F(ImageTest, KeptLayerOutlivesItsProcessesAndANewSandboxBootsOnIt) {
   expect_no_disk_leftovers(state);
   // A sandbox on the kept layer (or, copy_layer, on a copy of it) runs `cmd`: its output.
   auto on_kept = [&](const std::string& cmd, bool copy_layer) -> std::string {
-    SandboxConfig c = shell({base_}, cmd);
-    c.layer_image = kept;
-    c.copy_layer = copy_layer;
-    auto ran = run(std::move(c));
+    SandboxConfig cfg = shell({base_}, cmd);
+    cfg.layer_image = kept;
+    cfg.copy_layer = copy_layer;
+    auto ran = run(std::move(cfg));
     if (!ran.sb) return "(no sandbox)";
     EXPECT_TRUE(ran.sb->destroy().ok());
     return ran.out;
