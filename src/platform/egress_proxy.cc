@@ -37,7 +37,7 @@ namespace abx::platform {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
-namespace http = beast::http;
+namespace bhttp = beast::http;
 using tcp = asio::ip::tcp;
 using asio::awaitable;
 using boost::system::error_code;
@@ -79,18 +79,18 @@ std::string host_name_of(std::string_view host) {
 // (changed by the caller), then the body as it arrives, re-framed by the serializer.
 template <bool isRequest, class In, class Out, class Touch>
 awaitable<error_code> relay_message(In& in, beast::flat_buffer& buf,
-                                    http::parser<isRequest, http::buffer_body>& p, Out& out,
+                                    bhttp::parser<isRequest, bhttp::buffer_body>& p, Out& out,
                                     std::uint64_t& bytes, Touch touch) {
   error_code ec;
   auto tok = asio::redirect_error(asio::use_awaitable, ec);
   std::vector<char> chunk(kRelayBuffer);
-  http::serializer<isRequest, http::buffer_body> sr{p.get()};
+  bhttp::serializer<isRequest, bhttp::buffer_body> sr{p.get()};
   do {
     if (!p.is_done()) {
       p.get().body().data = chunk.data();
       p.get().body().size = chunk.size();
-      co_await http::async_read(in, buf, p, tok);
-      if (ec == http::error::need_buffer) ec = {};
+      co_await bhttp::async_read(in, buf, p, tok);
+      if (ec == bhttp::error::need_buffer) ec = {};
       if (ec) co_return ec;
       p.get().body().size = chunk.size() - p.get().body().size;
       p.get().body().data = chunk.data();
@@ -100,8 +100,8 @@ awaitable<error_code> relay_message(In& in, beast::flat_buffer& buf,
       p.get().body().size = 0;
       p.get().body().more = false;  // else the serializer waits for a body that never comes
     }
-    std::size_t n = co_await http::async_write(out, sr, tok);
-    if (ec == http::error::need_buffer) ec = {};
+    std::size_t n = co_await bhttp::async_write(out, sr, tok);
+    if (ec == bhttp::error::need_buffer) ec = {};
     if (ec) co_return ec;
     bytes += n;
     touch();
@@ -224,7 +224,7 @@ class Flow : public std::enable_shared_from_this<Flow> {
   awaitable<void> splice_upgraded(Client& client, Upstream& upstream, beast::flat_buffer& cbuf,
                                   beast::flat_buffer& ubuf);
   template <class Client, class Upstream>
-  awaitable<void> respond_and_close(Client& client, Upstream& upstream, http::status status,
+  awaitable<void> respond_and_close(Client& client, Upstream& upstream, bhttp::status status,
                                     std::string why);
   void touch() { last_activity_ = std::chrono::steady_clock::now(); }
   void transform_event(EgressTransformEvent ev);
@@ -602,15 +602,15 @@ awaitable<void> Flow::intercept(std::shared_ptr<Flow> self) {
 }
 
 template <class Client, class Upstream>
-awaitable<void> Flow::respond_and_close(Client& client, Upstream& upstream, http::status status,
+awaitable<void> Flow::respond_and_close(Client& client, Upstream& upstream, bhttp::status status,
                                         std::string why) {
   error_code ec;
-  http::response<http::string_body> res{status, 11};
-  res.set(http::field::content_type, "text/plain");
-  res.set(http::field::connection, "close");
+  bhttp::response<bhttp::string_body> res{status, 11};
+  res.set(bhttp::field::content_type, "text/plain");
+  res.set(bhttp::field::connection, "close");
   res.body() = "abx egress proxy: " + why + "\n";
   res.prepare_payload();
-  co_await http::async_write(client, res, asio::redirect_error(asio::use_awaitable, ec));
+  co_await bhttp::async_write(client, res, asio::redirect_error(asio::use_awaitable, ec));
   (void)upstream;
 }
 
@@ -626,20 +626,20 @@ awaitable<void> Flow::serve_http(Client& client, Upstream& upstream, beast::flat
   auto tok = asio::redirect_error(asio::use_awaitable, ec);
   auto touched = [this] { touch(); };
   for (;;) {
-    http::request_parser<http::buffer_body> req;
+    bhttp::request_parser<bhttp::buffer_body> req;
     req.header_limit(kMaxHeaderBytes);
     req.body_limit(boost::none);
-    co_await http::async_read_header(client, cbuf, req, tok);
+    co_await bhttp::async_read_header(client, cbuf, req, tok);
     if (ec) co_return;  // the sandbox closed (or sent what is not HTTP): done
     touch();
     auto& r = req.get();
     EgressTransformEvent ev;
-    ev.host = host_name_of(r[http::field::host]);
+    ev.host = host_name_of(r[bhttp::field::host]);
     const std::string_view target = r.target();
     if (target.empty() || (target.front() != '/' && target != "*")) {
       ev.refused = "request target is not a path";
       transform_event(ev);
-      co_await respond_and_close(client, upstream, http::status::bad_request,
+      co_await respond_and_close(client, upstream, bhttp::status::bad_request,
                                  "a request through this connection names a path, not a URL");
       co_return;
     }
@@ -647,7 +647,7 @@ awaitable<void> Flow::serve_http(Client& client, Upstream& upstream, beast::flat
       ev.refused = "Host differs from the connection's name " + name;
       transform_event(ev);
       co_await respond_and_close(
-          client, upstream, http::status::misdirected_request,
+          client, upstream, bhttp::status::misdirected_request,
           "the Host header must be " + name + ", the name this connection was opened to");
       co_return;
     }
@@ -662,7 +662,7 @@ awaitable<void> Flow::serve_http(Client& client, Upstream& upstream, beast::flat
       ev.rule = t->rule;
       ev.refused = t->refused;
       transform_event(ev);
-      co_await respond_and_close(client, upstream, http::status::bad_gateway,
+      co_await respond_and_close(client, upstream, bhttp::status::bad_gateway,
                                  "abxd cannot apply this host's network.rules: " + t->refused);
       co_return;
     }
@@ -673,7 +673,7 @@ awaitable<void> Flow::serve_http(Client& client, Upstream& upstream, beast::flat
         ev.header_names.push_back(k);
       }
     }
-    const bool head = r.method() == http::verb::head;
+    const bool head = r.method() == bhttp::verb::head;
     const bool request_keep_alive = req.keep_alive();
     ec = co_await relay_message(client, cbuf, req, upstream, bytes_out_, touched);
     if (ec) {
@@ -683,11 +683,11 @@ awaitable<void> Flow::serve_http(Client& client, Upstream& upstream, beast::flat
     }
     bool response_keep_alive = false;
     for (;;) {  // 1xx responses, then the final one
-      http::response_parser<http::buffer_body> res;
+      bhttp::response_parser<bhttp::buffer_body> res;
       res.header_limit(kMaxHeaderBytes);
       res.body_limit(boost::none);
       if (head) res.skip(true);
-      co_await http::async_read_header(upstream, ubuf, res, tok);
+      co_await bhttp::async_read_header(upstream, ubuf, res, tok);
       if (ec) {
         ev.refused = "response: " + ec.message();
         transform_event(ev);

@@ -64,7 +64,9 @@ TEST(Volumes, MountPathsAreNormalisedOrRefused) {
                           "/mnt/a\nb"}) {
     auto r = check_mount_path(bad);
     EXPECT_FALSE(r.ok()) << bad;
-    if (!r.ok()) EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument) << bad;
+    if (!r.ok()) {
+      EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument) << bad;
+    }
   }
   EXPECT_FALSE(check_mount_path("/" + std::string(kMaxMountPathBytes, 'a')).ok());
 }
