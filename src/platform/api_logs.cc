@@ -104,8 +104,7 @@ Result<Response> sandbox_logs(Context& ctx) {
   for (const auto& e : all) {
     json::object line{
         {"level", e.level}, {"logger", e.source}, {"message", e.message}, {"stream", e.stream}};
-    logs.push_back(
-        json::object{{"timestamp", rfc3339_ms(e.ms)}, {"line", json::serialize(line)}});
+    logs.push_back(json::object{{"timestamp", rfc3339_ms(e.ms)}, {"line", json::serialize(line)}});
     entries.push_back(entry_json(e));
   }
   return http::json_response(
