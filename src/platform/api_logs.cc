@@ -46,6 +46,32 @@ int level_rank(std::string_view level) {
   return 1;
 }
 
+Result<LogPage> log_page(const Context& ctx, std::int64_t default_limit, std::int64_t max_limit) {
+  LogPage page;
+  std::string direction = "forward", level;
+  for (auto p : ctx.url.params()) {
+    if (p.key == "direction") direction = p.value;
+    if (p.key == "level") level = p.value;
+    if (p.key == "search") page.search = p.value;
+  }
+  if (direction != "forward" && direction != "backward")
+    return invalid_argument("direction must be forward or backward");
+  if (!level.empty() && level != "debug" && level != "info" && level != "warn" && level != "error")
+    return invalid_argument("level must be one of debug, info, warn, error");
+  page.backward = direction == "backward";
+  page.min_rank = level.empty() ? 0 : level_rank(level);
+  ABX_ASSIGN_OR_RETURN(page.cursor,
+                       query_number(ctx, "cursor", page.backward ? now_ms() : 0, INT64_MAX));
+  ABX_ASSIGN_OR_RETURN(page.limit, query_number(ctx, "limit", default_limit, max_limit));
+  return page;
+}
+
+bool LogPage::wants(std::int64_t ms, std::string_view level, std::string_view message) const {
+  if (backward ? ms > cursor : ms < cursor) return false;
+  if (level_rank(level) < min_rank) return false;
+  return search.empty() || message.find(search) != std::string_view::npos;
+}
+
 namespace {
 
 struct Entry {
@@ -119,32 +145,15 @@ Result<Response> sandbox_logs(Context& ctx) {
 // (case-sensitive); `limit` defaults to 1000, at most 10 000.
 Result<Response> sandbox_logs_v2(Context& ctx) {
   ABX_ASSIGN_OR_RETURN(auto sb, live_sandbox(ctx));
-  std::string direction = "forward", level, search;
-  for (auto p : ctx.url.params()) {
-    if (p.key == "direction") direction = p.value;
-    if (p.key == "level") level = p.value;
-    if (p.key == "search") search = p.value;
-  }
-  if (direction != "forward" && direction != "backward")
-    return invalid_argument("direction must be forward or backward");
-  if (!level.empty() && level != "debug" && level != "info" && level != "warn" && level != "error")
-    return invalid_argument("level must be one of debug, info, warn, error");
-  const bool backward = direction == "backward";
-  ABX_ASSIGN_OR_RETURN(std::int64_t cursor,
-                       query_number(ctx, "cursor", backward ? now_ms() : 0, INT64_MAX));
-  ABX_ASSIGN_OR_RETURN(std::int64_t limit, query_number(ctx, "limit", 1000, 10'000));
+  ABX_ASSIGN_OR_RETURN(LogPage page, log_page(ctx, 1000, 10'000));
   // Filters apply before the limit: everything envd keeps is read (its ring holds at most 10 000
   // lines), from the cursor on when reading forward.
-  std::vector<Entry> all = collect(*sb, backward ? 0 : cursor, 10'000);
-  if (backward) std::reverse(all.begin(), all.end());
-  const int min_rank = level.empty() ? 0 : level_rank(level);
+  std::vector<Entry> all = collect(*sb, page.backward ? 0 : page.cursor, 10'000);
+  if (page.backward) std::reverse(all.begin(), all.end());
   json::array logs;
   for (const auto& e : all) {
-    if (logs.size() >= static_cast<std::size_t>(limit)) break;
-    if (backward ? e.ms > cursor : e.ms < cursor) continue;
-    if (level_rank(e.level) < min_rank) continue;
-    if (!search.empty() && e.message.find(search) == std::string::npos) continue;
-    logs.push_back(entry_json(e));
+    if (logs.size() >= static_cast<std::size_t>(page.limit)) break;
+    if (page.wants(e.ms, e.level, e.message)) logs.push_back(entry_json(e));
   }
   return http::json_response(200, json::object{{"logs", std::move(logs)}});
 }

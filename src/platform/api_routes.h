@@ -92,6 +92,20 @@ Result<std::int64_t> query_number(const Context& ctx, const char* key, std::int6
 // E2B's LogLevel order: debug 0, info 1, warn 2, error 3 (anything else ranks as info).
 int level_rank(std::string_view level);
 
+// A page of E2B's cursor-paged logs (v2 sandbox logs, template build logs):
+// ?direction=forward|backward (forward: entries at or after `cursor`, default 0, oldest first;
+// backward: at or before it, default now, newest first), ?level= (that level and above),
+// ?search= (a substring of the message), ?limit= (`default_limit`, at most `max_limit`).
+struct LogPage {
+  bool backward = false;
+  std::int64_t cursor = 0, limit = 0;
+  int min_rank = 0;
+  std::string search;
+  // Whether an entry at `ms`, of `level`, with `message`, is on the page (before the limit).
+  bool wants(std::int64_t ms, std::string_view level, std::string_view message) const;
+};
+Result<LogPage> log_page(const Context& ctx, std::int64_t default_limit, std::int64_t max_limit);
+
 // --- Sandbox lookups shared by the {id} routes ---
 
 // The id in params[0]: the real API accepts <id> or <id>-<clientID>.

@@ -191,33 +191,18 @@ Result<Response> template_build_status(Context& ctx) {
   return http::json_response(200, out);
 }
 
-// GET /templates/{id}/builds/{buildID}/logs?cursor=&limit=&direction=&level=: {logs}, as the
-// sandbox logs page: forward from cursor (ms, default 0) oldest first, backward from cursor
+// GET /templates/{id}/builds/{buildID}/logs?cursor=&limit=&direction=&level=&search=: {logs}, as
+// the sandbox logs page: forward from cursor (ms, default 0) oldest first, backward from cursor
 // (default now) newest first; limit default 100, at most 1000.
 Result<Response> template_build_logs(Context& ctx) {
   ABX_TRY(need_jobs(ctx));
   ABX_ASSIGN_OR_RETURN(auto r, ctx.jobs->get(ctx.params.at(0), ctx.params.at(1), ctx.team));
-  std::string direction = "forward", level;
-  for (auto p : ctx.url.params()) {
-    if (p.key == "direction") direction = p.value;
-    if (p.key == "level") level = p.value;
-  }
-  if (direction != "forward" && direction != "backward")
-    return invalid_argument("direction must be forward or backward");
-  if (!level.empty() && level != "debug" && level != "info" && level != "warn" && level != "error")
-    return invalid_argument("level must be one of debug, info, warn, error");
-  const bool backward = direction == "backward";
-  ABX_ASSIGN_OR_RETURN(std::int64_t cursor,
-                       query_number(ctx, "cursor", backward ? now_ms() : 0, INT64_MAX));
-  ABX_ASSIGN_OR_RETURN(std::int64_t limit, query_number(ctx, "limit", 100, 1000));
-  if (backward) std::reverse(r.logs.begin(), r.logs.end());
-  const int min_rank = level.empty() ? 0 : level_rank(level);
+  ABX_ASSIGN_OR_RETURN(LogPage page, log_page(ctx, 100, 1000));
+  if (page.backward) std::reverse(r.logs.begin(), r.logs.end());
   json::array logs;
   for (const auto& l : r.logs) {
-    if (static_cast<std::int64_t>(logs.size()) >= limit) break;
-    if (backward ? l.ms > cursor : l.ms < cursor) continue;
-    if (level_rank(l.level) < min_rank) continue;
-    logs.push_back(entry_json(l));
+    if (static_cast<std::int64_t>(logs.size()) >= page.limit) break;
+    if (page.wants(l.ms, l.level, l.message)) logs.push_back(entry_json(l));
   }
   return http::json_response(200, json::object{{"logs", std::move(logs)}});
 }
