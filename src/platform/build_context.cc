@@ -35,7 +35,8 @@ struct WriteDeleter {
 
 std::string errno_msg(const std::string& what) { return what + ": " + std::strerror(errno); }
 
-// "./a//b/" -> "a/b"; empty for "." ; nullopt-like "" with `bad` set for absolute or `..`.
+}  // namespace
+
 bool safe_relative(std::string_view p, std::string& out) {
   out.clear();
   if (p.starts_with('/')) return false;
@@ -52,6 +53,8 @@ bool safe_relative(std::string_view p, std::string& out) {
   }
   return true;
 }
+
+namespace {
 
 std::unique_ptr<struct archive, ReadDeleter> open_reader(const std::string& path) {
   std::unique_ptr<struct archive, ReadDeleter> a(archive_read_new());

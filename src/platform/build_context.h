@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "abx/base/error.h"
@@ -81,6 +82,9 @@ Status chown_tree(const std::string& path, std::uint32_t uid, std::uint32_t gid)
 // "1000", "1000:100" -> uid, gid (numeric only). invalid_argument otherwise.
 Result<std::pair<std::uint32_t, std::uint32_t>> parse_chown(const std::string& spec);
 
+// A context-relative path, lexically: "./a//b/" -> "a/b" in `out` ("" for "."); false for an
+// absolute path or one with a `..` component.
+bool safe_relative(std::string_view p, std::string& out);
 // Lexically normalised absolute path: "a/../b/" -> "/b", relative to `base` when not absolute.
 std::string clean_path(const std::string& path, const std::string& base = "/");
 

@@ -8,6 +8,7 @@
 #include "abx/base/try.h"
 #include "abx/templates/template.h"
 #include "abx/token/token.h"
+#include "build_context.h"
 
 namespace abx::platform {
 
@@ -148,11 +149,11 @@ Result<TranslatedTemplate> translate_template(const json::object& body) {
           return invalid_argument(where + ": COPY needs the filesHash of its uploaded files");
         const std::string& src = args[0];
         const std::string& dest = args[1];
-        if (src.starts_with('/') || src == ".." || src.starts_with("../") ||
-            src.find("/../") != std::string::npos)
+        std::string rel;
+        if (!build::safe_relative(src, rel))
           return invalid_argument(where + ": COPY source " + src +
                                   " must be relative to the context");
-        emit("COPY " + exec_form({hash + "/" + src, dest}), step);
+        emit("COPY " + exec_form({rel.empty() ? hash : hash + "/" + rel, dest}), step);
         out.file_hashes.push_back(hash);
         // What the copy made: dest itself, or (a directory destination) src's name in it.
         const bool glob = src.find_first_of("*?[") != std::string::npos;
