@@ -42,6 +42,7 @@ pkgs=(
   libzmq3-dev cppzmq-dev  # abx-interp: Jupyter kernels over ZeroMQ (src/interp)
   python3-ipykernel  # tests of src/interp: a real IPython kernel on the host
   chromium  # tests/e2e/js/console.test.mjs: abxd's web console in a real browser (puppeteer-core)
+  etcd-server etcd-client  # tests/e2e/cluster and src/cluster tests: abxd --cluster's etcd (3.4)
   ccache  # compiler cache: the dev, asan and release builds of one run share unchanged objects
 )
 # tests/e2e/mcp: the official MCP TypeScript SDK runs on Node (npm ci fetches it). Debian's
