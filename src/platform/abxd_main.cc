@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +24,8 @@
 #include <optional>
 
 #include "abx/base/fd.h"
+#include "abx/cluster/etcd.h"
+#include "abx/cluster/membership.h"
 #include "abx/base/log.h"
 #include "abx/base/try.h"
 #include "abx/egress/policy.h"
@@ -36,6 +39,7 @@
 #include "abxd_images.h"
 #include "api.h"
 #include "bundle.h"
+#include "cluster_router.h"
 #include "sandboxes.h"
 #include "secrets.h"
 #include "watchdog.h"
@@ -112,6 +116,13 @@ struct Config {
   std::string key_action;
   std::string key_arg;
   std::string team = std::string(store::kDefaultTeam);  // keys create --team, teams create NAME
+  // abxd --cluster (docs/cluster.md)
+  std::string cluster;  // etcd endpoints; empty: a single node, as ever
+  std::string node_name;
+  std::string advertise_url;
+  std::string cluster_secret_file;
+  int cluster_ttl = 10;           // seconds
+  std::int64_t cluster_capacity = 0;  // 0: --userns-slots
 };
 
 int fail(const Error& e, int code) {
@@ -286,6 +297,25 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, Config& cfg
   app.add_flag("--kill-sandboxes", cfg.kill_sandboxes,
                "On SIGTERM kill every sandbox (default: leave them running; the next abxd "
                "adopts them)");
+  app.add_option("--cluster", cfg.cluster,
+                 "Join an abx cluster whose state is in etcd: comma-separated etcd client "
+                 "endpoints (http://HOST:PORT,...); see docs/cluster.md");
+  app.add_option("--node-name", cfg.node_name,
+                 "This node's name in the cluster ([a-z0-9][a-z0-9-]{0,62}; with --cluster)");
+  app.add_option("--advertise-url", cfg.advertise_url,
+                 "http://HOST:PORT where the other nodes reach this node's listener (default "
+                 "http://<--listen>)");
+  app.add_option("--cluster-secret-file", cfg.cluster_secret_file,
+                 "A file holding the secret every node of the cluster shares (>= 16 bytes): "
+                 "nodes authenticate their relayed calls with it")
+      ->check(CLI::ExistingFile);
+  app.add_option("--cluster-ttl", cfg.cluster_ttl,
+                 "Seconds after which a node that stopped renewing its lease counts as lost")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  app.add_option("--cluster-capacity", cfg.cluster_capacity,
+                 "Sandboxes this node takes in the cluster's placement (default --userns-slots)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
   CredentialGroup keys =
       add_credential_group(app, cfg.key_arg, cfg.team,
                            {.name = "keys",
@@ -551,6 +581,39 @@ void raise_open_file_limit(Logger& log) {
            std::to_string(r.rlim_cur));
 }
 
+// --cluster: the etcd client, this node's registration (under a lease its thread renews) and
+// the cluster secret. Errors: a bad flag (kInvalidArgument), etcd unreachable (kUnavailable), a
+// live node of the same name (kAlreadyExists).
+Result<std::string> join_cluster(const Config& cfg, platform::SandboxManager& mgr,
+                                 std::unique_ptr<cluster::EtcdClient>& etcd,
+                                 std::unique_ptr<cluster::Membership>& membership) {
+  ABX_ASSIGN_OR_RETURN(auto endpoints, cluster::parse_endpoints(cfg.cluster));
+  if (cfg.node_name.empty()) return invalid_argument("--cluster needs --node-name");
+  if (cfg.cluster_secret_file.empty())
+    return invalid_argument("--cluster needs --cluster-secret-file");
+  std::ifstream in(cfg.cluster_secret_file);
+  std::string secret((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.back())))
+    secret.pop_back();
+  if (!in.good() && !in.eof()) return invalid_argument("cannot read --cluster-secret-file");
+  if (secret.size() < 16)
+    return invalid_argument("the cluster secret (--cluster-secret-file) must be >= 16 bytes");
+  cluster::MembershipOptions mo;
+  mo.self.name = cfg.node_name;
+  mo.self.api_url = cfg.advertise_url.empty() ? "http://" + cfg.listen : cfg.advertise_url;
+  if (mo.self.api_url.ends_with(":0"))
+    return invalid_argument("--cluster with --listen on port 0 needs --advertise-url");
+  mo.self.capacity = cfg.cluster_capacity > 0 ? cfg.cluster_capacity : cfg.userns.slots;
+  mo.ttl = std::chrono::seconds(cfg.cluster_ttl);
+  platform::SandboxManager* m = &mgr;
+  mo.count_sandboxes = [m] { return static_cast<std::int64_t>(m->all().size()); };
+  etcd = std::make_unique<cluster::EtcdClient>(std::move(endpoints));
+  auto joined = cluster::Membership::start(*etcd, std::move(mo));
+  if (!joined.ok()) return joined.error().with_context("--cluster");
+  membership = std::move(*joined);
+  return secret;
+}
+
 // abxd's start-up and shutdown order on one screen (~170 lines on purpose): each step needs the
 // ones before it, and every failure after the network is up goes through one undo
 // (fail_networked); each step's detail is a function above or in its module.
@@ -664,6 +727,18 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   if (!mgr.ok()) return fail_networked(mgr.error(), kExitConfig);
   platform::ControlApi api(**mgr, **st);
   api.set_console(!cfg.no_console);
+  // --cluster: registered in etcd before the listener opens, so the router is in place for the
+  // first request; gone (lease revoked) after the listener has drained.
+  std::unique_ptr<cluster::EtcdClient> etcd;
+  std::unique_ptr<cluster::Membership> membership;
+  std::unique_ptr<platform::ClusterRouter> router;
+  if (!cfg.cluster.empty()) {
+    auto joined = join_cluster(cfg, **mgr, etcd, membership);
+    if (!joined.ok()) return fail_networked(joined.error(), kExitConfig);
+    router = std::make_unique<platform::ClusterRouter>(*membership, **mgr, **st, *joined);
+    api.enable_cluster(*router);
+    log.info("joined the cluster as node " + cfg.node_name + " (etcd " + cfg.cluster + ")");
+  }
   api.enable_secrets(*vault, cfg.max_secrets);
 
   // Template builds, into the manager's image store; a finished build reloads the catalog.
@@ -732,6 +807,7 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   (*gw)->shutdown(std::chrono::seconds(10));
   if (cfg.kill_sandboxes) {
     (*mgr)->kill_all();
+    if (router) router->forget_gone();  // their placement records leave the cluster's map
     (*network)->remove_rules();  // no sandbox left to police
   } else if ((*mgr)->detach_all() == 0) {
     // They keep running and the next abxd adopts them, with their rules in force meanwhile;

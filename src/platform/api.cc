@@ -309,20 +309,28 @@ Result<Response> ControlApi::route(Request& req) {
     return Error(ErrorCode::kUnimplemented,
                  "the volume content API (Volume file methods) is not implemented by abxd: mount "
                  "the volume in a sandbox (volumeMounts) and use its files API");
-  ABX_ASSIGN_OR_RETURN(std::string team, authenticate(req));
+  // A call another node of the cluster relayed carries the cluster secret and the team that
+  // node authenticated (cluster_router.h); any other request authenticates here.
+  std::optional<Result<std::string>> internal =
+      cluster_ ? cluster_->internal_team(req) : std::nullopt;
+  ABX_ASSIGN_OR_RETURN(std::string team, internal ? std::move(*internal) : authenticate(req));
   // MCP: mcp_tools.h
   if (path == "/mcp") return serve_platform_mcp(sandboxes_, store_, team, req);
 
   const auto parts = api::split_path(path);
-  api::Context ctx{req,      *url,    {},       sandboxes_,   store_, std::move(team),
-                   builder_, images_, secrets_, max_secrets_, jobs_};
-  for (const auto& r : kRoutes) {
-    if (r.method != req.method()) continue;
-    ctx.params.clear();
-    if (api::match_pattern(r.pattern, parts, ctx.params)) return r.handler(ctx);
-  }
-  ABX_TRY(api::check_unrouted_sandbox_path(ctx, parts));
-  return not_found("no route for " + std::string(req.method_string()) + " " + path);
+  auto local = [&]() -> Result<Response> {
+    api::Context ctx{req,      *url,    {},       sandboxes_,   store_, team,
+                     builder_, images_, secrets_, max_secrets_, jobs_};
+    for (const auto& r : kRoutes) {
+      if (r.method != req.method()) continue;
+      ctx.params.clear();
+      if (api::match_pattern(r.pattern, parts, ctx.params)) return r.handler(ctx);
+    }
+    ABX_TRY(api::check_unrouted_sandbox_path(ctx, parts));
+    return not_found("no route for " + std::string(req.method_string()) + " " + path);
+  };
+  if (cluster_) return cluster_->handle(req, path, parts, team, internal.has_value(), local);
+  return local();
 }
 
 void ControlApi::enable_builds(TemplateBuilder& builder, image::Store& images,
@@ -509,6 +517,13 @@ std::optional<Route> ControlApi::signed_files_route(const bhttp::request_header<
 GatewayBackend::Admission ControlApi::admit(const Route& route,
                                             const bhttp::request_header<>& headers) {
   const std::shared_ptr<LiveSandbox> sb = sandboxes_.find(route.sandbox_id);
+  if (!sb && cluster_) {
+    // Another node's (the owner checks the credentials): a known one over a pooled or new
+    // connection to that node; an unknown one through connect_sandbox on a worker thread,
+    // which asks the cluster (the I/O thread must not wait for etcd).
+    if (cluster_->known_remote(route.sandbox_id)) return Admission{};
+    return Admission{Error(ErrorCode::kFailedPrecondition, "ask the cluster")};
+  }
   Admission a{authorize(sb.get(), route, headers)};
   if (!sb) return a;
   a.epoch = sb->epoch.load();
@@ -576,6 +591,7 @@ Result<UniqueFd> ControlApi::sandbox_socket(const Route& route) {
 }
 
 Result<UniqueFd> ControlApi::connect_sandbox(const Route& route) {
+  if (cluster_ && !sandboxes_.find(route.sandbox_id)) return cluster_->connect_owner(route.sandbox_id);
   auto fd = sandboxes_.connect(route.sandbox_id, route.port);
   if (!fd.ok() && fd.error().code() == ErrorCode::kFailedPrecondition) {
     return unavailable(fd.error().message());  // paused (again) without autoResume: 502

@@ -41,6 +41,7 @@
 #include "abx/platform/gateway.h"
 #include "abx/store/store.h"
 #include "auth_limiter.h"
+#include "cluster_router.h"
 #include "sandboxes.h"
 #include "secrets.h"
 #include "template_build.h"
@@ -67,6 +68,10 @@ class ControlApi : public GatewayBackend {
     secrets_ = &vault;
     max_secrets_ = max_per_team;
   }
+
+  // abxd --cluster: requests for sandboxes of other nodes go there (cluster_router.h). The
+  // router must outlive the API's requests.
+  void enable_cluster(ClusterRouter& router) { cluster_ = &router; }
 
   // Whether GET /console serves the web console (console.h); on unless abxd --no-console.
   void set_console(bool enabled) { console_ = enabled; }
@@ -102,6 +107,7 @@ class ControlApi : public GatewayBackend {
   Logger log_{"api"};
   AuthLimiter auth_limiter_;  // failed authentication, per source (kPeerAddressField)
   bool console_ = true;       // GET /console serves the web console (set_console)
+  ClusterRouter* cluster_ = nullptr;  // abxd --cluster (enable_cluster)
 };
 
 }  // namespace abx::platform

@@ -1,0 +1,100 @@
+// A small etcd v3 client over etcd's gRPC-JSON gateway (HTTP/1.1, JSON bodies, keys and values
+// in base64), on abx's own HTTP client: no gRPC library. It speaks what abxd --cluster needs —
+// put, range (one key or a prefix), delete, one compare-and-put transaction, and leases (grant,
+// keepalive, revoke) — against etcd 3.4 (Debian 12's etcd-server) and later.
+//
+// Endpoints: a list of members; a call goes to the member that answered last, and when it cannot
+// be reached (connect, read or write fails, or its deadline passes) to the next one, each member
+// at most once per call. An answer from etcd (even an error) ends the call: the cluster has
+// spoken. The client is safe to use from several threads (one connection per call).
+//
+// Errors: kUnavailable (no member reachable, or etcd answered 5xx/unavailable), kNotFound (a
+// lease that does not exist or expired), kInvalidArgument (bad endpoint list, key, TTL),
+// kInternal (an answer that is not what etcd's gateway sends).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "abx/base/error.h"
+
+namespace abx::cluster {
+
+struct Endpoint {
+  std::string host;
+  std::uint16_t port = 0;
+  std::string str() const { return host + ":" + std::to_string(port); }
+};
+
+// "http://127.0.0.1:2379,127.0.0.1:22379": comma-separated HOST:PORT, each with an optional
+// http:// prefix (https:// is refused: TLS to etcd is not implemented yet). At most 16.
+Result<std::vector<Endpoint>> parse_endpoints(std::string_view list);
+
+struct KeyValue {
+  std::string key;
+  std::string value;
+  std::int64_t lease = 0;  // 0: none
+  std::int64_t create_revision = 0;
+  std::int64_t mod_revision = 0;
+};
+
+// --- The gateway's answers, parsed (no I/O; fuzzed by etcd_response_fuzz) ---
+// Every parser refuses a body that is not strict JSON or whose fields have the wrong type, and
+// a gateway error body ({"error"|"message", "code"}) becomes that error (code 5 NotFound, e.g.
+// "requested lease not found", is kNotFound; 14 Unavailable is kUnavailable; others kInternal).
+
+// POST /v3/kv/range → its kvs (keys and values decoded).
+Result<std::vector<KeyValue>> parse_range_response(std::string_view body);
+// POST /v3/kv/txn → whether the compares held ("succeeded").
+Result<bool> parse_txn_response(std::string_view body);
+// POST /v3/kv/deleterange → how many keys went.
+Result<std::int64_t> parse_delete_response(std::string_view body);
+// POST /v3/lease/grant → the lease's id.
+Result<std::int64_t> parse_lease_grant(std::string_view body);
+// POST /v3/lease/keepalive (one {"result": …} message) → the lease's TTL in seconds;
+// kNotFound when it is gone (etcd answers TTL 0 or leaves it out).
+Result<std::int64_t> parse_keepalive(std::string_view body);
+// Any other answer (put, revoke): only checked for a gateway error.
+Status parse_ok(std::string_view body);
+
+class EtcdClient {
+ public:
+  // `timeout` bounds each attempt on one member (connect + request + answer).
+  explicit EtcdClient(std::vector<Endpoint> endpoints,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(2));
+
+  Status put(std::string_view key, std::string_view value, std::int64_t lease = 0);
+  Result<std::optional<KeyValue>> get(std::string_view key);
+  // Every key starting with `prefix`, in key order; at most `limit` (0: no limit).
+  Result<std::vector<KeyValue>> get_prefix(std::string_view prefix, std::int64_t limit = 0);
+  Result<std::int64_t> erase(std::string_view key);
+  // A transaction: puts `value` at `key` only if the key does not exist (create_revision = 0).
+  // Returns false (nothing written) when it does.
+  Result<bool> put_if_absent(std::string_view key, std::string_view value,
+                             std::int64_t lease = 0);
+
+  // A lease of `ttl_seconds` (1..3600): its id.
+  Result<std::int64_t> grant_lease(std::int64_t ttl_seconds);
+  // Renews a lease: its TTL again; kNotFound when it expired or was revoked.
+  Result<std::int64_t> keep_alive(std::int64_t lease);
+  Status revoke_lease(std::int64_t lease);
+
+  // The member that answered last (for logs and tests).
+  Endpoint current() const;
+
+ private:
+  // POSTs `body` (JSON) to `path` on a member (failing over), returning the answer's body.
+  Result<std::string> call(std::string_view path, std::string body);
+
+  std::vector<Endpoint> endpoints_;
+  std::chrono::milliseconds timeout_;
+  mutable std::mutex mu_;
+  std::size_t current_ = 0;
+};
+
+}  // namespace abx::cluster

@@ -1,0 +1,26 @@
+// Fuzz target: every parser of etcd's gateway answers and of the cluster's records, on arbitrary
+// bytes: never a crash, and an answer is either parsed or an error (no silent default).
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "abx/cluster/etcd.h"
+#include "abx/cluster/membership.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string_view in(reinterpret_cast<const char*>(data), size);
+  if (auto r = abx::cluster::parse_range_response(in); r.ok()) {
+    for (const auto& kv : *r)
+      if (kv.key.size() > size) std::abort();  // decoded base64 is never longer than its text
+  }
+  (void)abx::cluster::parse_txn_response(in);
+  (void)abx::cluster::parse_delete_response(in);
+  if (auto id = abx::cluster::parse_lease_grant(in); id.ok() && *id == 0) std::abort();
+  if (auto ttl = abx::cluster::parse_keepalive(in); ttl.ok() && *ttl <= 0) std::abort();
+  (void)abx::cluster::parse_ok(in);
+  (void)abx::cluster::parse_endpoints(in);
+  (void)abx::cluster::decode_node(in);
+  (void)abx::cluster::decode_placement(in);
+  (void)abx::cluster::parse_api_url(in);
+  return 0;
+}

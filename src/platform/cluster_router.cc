@@ -1,0 +1,387 @@
+#include "cluster_router.h"
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <algorithm>
+#include <boost/json.hpp>
+#include <chrono>
+
+#include "abx/base/json.h"
+#include "abx/base/time.h"
+#include "abx/base/try.h"
+#include "abx/http/client.h"
+#include "abx/platform/gateway.h"
+#include "abx/token/token.h"
+
+namespace abx::platform {
+
+namespace bhttp = boost::beast::http;
+namespace json = boost::json;
+using http::Request;
+using http::Response;
+
+namespace {
+
+// A create may pull a template's image on the owner: it gets longer than other calls.
+constexpr auto kRelayTimeout = std::chrono::seconds(120);
+constexpr auto kConnectTimeout = std::chrono::seconds(3);
+constexpr auto kSweepPeriod = std::chrono::seconds(10);
+constexpr std::size_t kMaxRemembered = 100'000;
+
+bool is_create(const Request& req, const std::string& path) {
+  return req.method() == bhttp::verb::post && (path == "/sandboxes" || path == "/v2/sandboxes");
+}
+
+bool is_list(const Request& req, const std::string& path) {
+  return req.method() == bhttp::verb::get && (path == "/sandboxes" || path == "/v2/sandboxes");
+}
+
+// The sandbox id a per-sandbox route names (/sandboxes/{id}/…, /v2/sandboxes/{id}/…), or null.
+// GET /sandboxes/metrics is the team's list of metrics, not a sandbox.
+const std::string* sandbox_of(const std::vector<std::string>& parts) {
+  if (parts.size() >= 2 && parts[0] == "sandboxes" && parts[1] != "metrics") return &parts[1];
+  if (parts.size() >= 3 && parts[0] == "v2" && parts[1] == "sandboxes") return &parts[2];
+  return nullptr;
+}
+
+// The states a v2 list asks for (?state=running&state=paused or ?state=running,paused); empty:
+// any.
+std::vector<std::string> requested_states(const Request& req) {
+  std::vector<std::string> out;
+  std::string_view target = req.target();
+  auto q = target.find('?');
+  if (q == std::string_view::npos) return out;
+  std::string_view rest = target.substr(q + 1);
+  while (!rest.empty()) {
+    auto amp = rest.find('&');
+    std::string_view kv = rest.substr(0, amp);
+    rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+    if (!kv.starts_with("state=")) continue;
+    std::string_view v = kv.substr(6);
+    while (!v.empty()) {
+      auto c = v.find_first_of(",");
+      auto pct = v.find("%2C");
+      std::size_t cut = std::min(c, pct);
+      out.emplace_back(v.substr(0, cut));
+      if (cut == std::string_view::npos) break;
+      v = v.substr(cut + (cut == pct ? 3 : 1));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+ClusterRouter::ClusterRouter(cluster::Membership& membership, SandboxManager& sandboxes,
+                             store::Store& store, std::string secret)
+    : membership_(membership), sandboxes_(sandboxes), store_(store), secret_(std::move(secret)) {
+  sweeper_ = std::thread([this] { sweep_loop(); });
+}
+
+ClusterRouter::~ClusterRouter() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (sweeper_.joinable()) sweeper_.join();
+}
+
+std::optional<Result<std::string>> ClusterRouter::internal_team(const Request& req) const {
+  auto auth = req.find(kClusterAuthField);
+  if (auth == req.end()) return std::nullopt;
+  if (!token::constant_time_equal(auth->value(), secret_))
+    return Result<std::string>(
+        Error(ErrorCode::kUnauthenticated, "invalid cluster credential"));
+  std::string_view team = req[kClusterTeamField];
+  if (team.empty())
+    return Result<std::string>(Error(ErrorCode::kUnauthenticated, "a node's call without a team"));
+  return Result<std::string>(std::string(team));
+}
+
+Result<Response> ClusterRouter::handle(Request& req, const std::string& path,
+                                       const std::vector<std::string>& parts,
+                                       const std::string& team, bool internal,
+                                       const LocalHandler& local) {
+  if (is_create(req, path)) return create(req, team, internal, local);
+  if (is_list(req, path) && !internal) return list(req, path, team, local);
+  const std::string* id = sandbox_of(parts);
+  if (!id) return local();
+  // Served here: what another node relayed, and what this node holds. A sandbox that goes
+  // (DELETE answered 204) leaves the cluster's map.
+  auto serve_here = [&]() -> Result<Response> {
+    auto r = local();
+    const bool killed = r.ok() && r->result_int() == 204 &&
+                        req.method() == bhttp::verb::delete_ &&
+                        (parts.size() == 2 || (parts.size() == 3 && parts[0] == "v2"));
+    if (killed) {
+      if (Status s = membership_.forget(*id); !s.ok())
+        log_.warn("sandbox " + *id + " killed but still in the cluster map: " +
+                  s.error().message());
+    }
+    return r;
+  };
+  if (internal || sandboxes_.find(*id)) return serve_here();
+  auto owner = owner_of(*id);
+  if (!owner.ok()) {
+    log_.warn("cluster map unavailable, answering " + *id + " locally: " +
+              owner.error().message());
+    return serve_here();
+  }
+  // Unknown to the cluster, this node's own (paused to disk, say), or another team's (which
+  // answers exactly as an unknown id does): the local route table answers.
+  if (!*owner || (*owner)->placement.node == membership_.self().name ||
+      (*owner)->placement.team != team)
+    return serve_here();
+  if (!(*owner)->node) {
+    const bool detail = req.method() == bhttp::verb::get &&
+                        (parts.size() == 2 || (parts.size() == 3 && parts[0] == "v2"));
+    return lost(**owner, req, detail);
+  }
+  remember(*id, (*owner)->node->api_url);
+  return relay(*(*owner)->node, req, team);
+}
+
+Result<std::optional<ClusterRouter::Owner>> ClusterRouter::owner_of(const std::string& id) {
+  ABX_ASSIGN_OR_RETURN(auto placement, membership_.placement(id));
+  if (!placement) return std::optional<Owner>();
+  Owner o{std::move(*placement), std::nullopt};
+  ABX_ASSIGN_OR_RETURN(auto nodes, membership_.nodes());
+  for (auto& n : nodes)
+    if (n.name == o.placement.node) o.node = std::move(n);
+  return std::optional<Owner>(std::move(o));
+}
+
+Result<Response> ClusterRouter::relay(const cluster::NodeInfo& node, const Request& req,
+                                      const std::string& team) {
+  ABX_ASSIGN_OR_RETURN(cluster::Endpoint ep, cluster::parse_api_url(node.api_url));
+  Request out = req;
+  // The client's credentials end here: the owner trusts the cluster secret and the team.
+  out.erase("X-API-KEY");
+  out.erase(bhttp::field::authorization);
+  out.erase(kPeerAddressField);
+  out.erase(kClusterAuthField);
+  out.erase(kClusterTeamField);
+  out.erase(bhttp::field::connection);
+  out.set(kClusterAuthField, secret_);
+  out.set(kClusterTeamField, team);
+  out.set(bhttp::field::host, ep.str());
+  out.prepare_payload();
+  auto res = http::fetch(ep.host, ep.port, std::move(out), kRelayTimeout);
+  if (!res.ok())
+    return unavailable("node '" + node.name + "' (" + node.api_url +
+                       ") did not answer: " + res.error().message());
+  res->erase(bhttp::field::transfer_encoding);
+  res->erase(bhttp::field::connection);
+  res->erase(bhttp::field::keep_alive);
+  res->prepare_payload();
+  return std::move(*res);
+}
+
+Result<Response> ClusterRouter::create(Request& req, const std::string& team, bool internal,
+                                       const LocalHandler& local) {
+  auto here = [&]() -> Result<Response> {
+    auto r = local();
+    if (r.ok()) record_created(*r, team);
+    return r;
+  };
+  if (internal) return here();
+  auto nodes = membership_.nodes();
+  auto placements = nodes.ok() ? membership_.placements()
+                               : Result<std::vector<cluster::Placement>>(nodes.error());
+  if (!placements.ok())
+    return unavailable("cluster state unavailable: " + placements.error().message());
+  ABX_ASSIGN_OR_RETURN(std::string chosen,
+                       cluster::choose_node(*nodes, *placements, membership_.self().name));
+  if (chosen == membership_.self().name) return here();
+  const cluster::NodeInfo* node = nullptr;
+  for (const auto& n : *nodes)
+    if (n.name == chosen) node = &n;
+  auto r = relay(*node, req, team);
+  if (!r.ok() && r.error().code() == ErrorCode::kUnavailable) {
+    // Placed on a node that died a moment ago (its key not yet expired): here instead.
+    log_.warn("create placed on " + chosen + " failed (" + r.error().message() +
+              "); creating here");
+    return here();
+  }
+  if (r.ok() && r->result_int() / 100 == 2) {
+    auto v = parse_json_strict(r->body());
+    if (v.ok() && v->is_object()) {
+      if (auto id = json_optional_string(v->get_object(), "sandboxID", ""); id.ok() && *id)
+        remember(**id, node->api_url);
+    }
+  }
+  return r;
+}
+
+void ClusterRouter::record_created(const Response& res, const std::string& team) {
+  if (res.result_int() / 100 != 2) return;
+  auto v = parse_json_strict(res.body());
+  if (!v.ok() || !v->is_object()) return;
+  const json::object& o = v->get_object();
+  auto str = [&](std::string_view key) {
+    auto s = json_optional_string(o, key, "");
+    return s.ok() && *s ? **s : std::string();
+  };
+  cluster::Placement p;
+  p.sandbox_id = str("sandboxID");
+  if (p.sandbox_id.empty()) return;
+  p.node = membership_.self().name;
+  p.team = team;
+  p.template_id = str("templateID");
+  p.alias = str("alias");
+  p.client_id = str("clientID");
+  p.started_at = rfc3339_ms(now_ms());
+  if (Status s = membership_.record(p); !s.ok())
+    log_.error("sandbox " + p.sandbox_id + " created but not in the cluster map (other nodes " +
+               "will not find it): " + s.error().message());
+}
+
+Result<Response> ClusterRouter::list(Request& req, const std::string& path,
+                                     const std::string& team, const LocalHandler& local) {
+  ABX_ASSIGN_OR_RETURN(Response res, local());
+  if (res.result_int() != 200) return res;
+  auto mine = parse_json_strict(res.body());
+  if (!mine.ok() || !mine->is_array()) return res;
+  json::array merged = std::move(mine->get_array());
+  auto nodes = membership_.nodes();
+  if (!nodes.ok()) {
+    log_.warn("listing this node's sandboxes only: " + nodes.error().message());
+    return res;
+  }
+  for (const auto& n : *nodes) {
+    if (n.name == membership_.self().name) continue;
+    auto theirs = relay(n, req, team);
+    if (!theirs.ok() || theirs->result_int() != 200) {
+      log_.warn("list: node " + n.name + " left out: " +
+                (theirs.ok() ? std::to_string(theirs->result_int()) : theirs.error().message()));
+      continue;
+    }
+    auto v = parse_json_strict(theirs->body());
+    if (!v.ok() || !v->is_array()) continue;
+    for (auto& item : v->get_array()) merged.push_back(std::move(item));
+  }
+  // v2 lists every state: the sandboxes of nodes that left the cluster are there as "lost"
+  // (unless the query asks for other states only). v1 lists running sandboxes only.
+  const auto states = requested_states(req);
+  const bool want_lost = path == "/v2/sandboxes" &&
+                         (states.empty() || std::find(states.begin(), states.end(), "lost") !=
+                                                states.end());
+  if (want_lost) {
+    if (auto placements = membership_.placements(); placements.ok()) {
+      for (const auto& p : *placements) {
+        if (p.team != team) continue;
+        bool live = false;
+        for (const auto& n : *nodes) live = live || n.name == p.node;
+        if (live) continue;
+        auto item = lost(Owner{p, std::nullopt}, req, true);
+        if (item.ok()) merged.push_back(json::parse(item->body()));
+      }
+    }
+  }
+  res.erase("X-Next-Token");  // paging across nodes is not implemented: one merged page
+  res.body() = json::serialize(merged);
+  res.prepare_payload();
+  return res;
+}
+
+Result<Response> ClusterRouter::lost(const Owner& owner, const Request& req, bool detail) {
+  const cluster::Placement& p = owner.placement;
+  const std::string reason = "node '" + p.node + "' left the cluster (its lease expired)";
+  if (!detail)
+    return unavailable("sandbox '" + p.sandbox_id + "' is lost: " + reason);
+  json::object o{{"sandboxID", p.sandbox_id},
+                 {"templateID", p.template_id},
+                 {"clientID", p.client_id},
+                 {"startedAt", p.started_at},
+                 {"endAt", p.end_at.empty() ? p.started_at : p.end_at},
+                 {"state", "lost"},
+                 {"cpuCount", 0},
+                 {"memoryMB", 0},
+                 {"diskSizeMB", 0},
+                 {"envdVersion", ""},
+                 {"metadata", json::object{}},
+                 {"abxNode", p.node},
+                 {"abxLostReason", reason}};
+  if (!p.alias.empty()) o["alias"] = p.alias;
+  return http::json_response(200, o, req.version());
+}
+
+void ClusterRouter::remember(const std::string& sandbox_id, const std::string& api_url) {
+  std::lock_guard lock(mu_);
+  if (owners_.size() >= kMaxRemembered) owners_.clear();
+  owners_[sandbox_id] = api_url;
+}
+
+bool ClusterRouter::known_remote(const std::string& sandbox_id) const {
+  std::lock_guard lock(mu_);
+  return owners_.find(sandbox_id) != owners_.end();
+}
+
+Result<UniqueFd> ClusterRouter::connect_owner(const std::string& sandbox_id) {
+  std::string url;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = owners_.find(sandbox_id); it != owners_.end()) url = it->second;
+  }
+  if (url.empty()) {
+    ABX_ASSIGN_OR_RETURN(auto owner, owner_of(sandbox_id));
+    if (!owner || (*owner)->placement.node == membership_.self().name)
+      return not_found("sandbox '" + sandbox_id + "' not found");
+    if (!(*owner)->node)
+      return unavailable("sandbox '" + sandbox_id + "' is lost: node '" +
+                         (*owner)->placement.node + "' left the cluster");
+    url = (*owner)->node->api_url;
+    remember(sandbox_id, url);
+  }
+  ABX_ASSIGN_OR_RETURN(cluster::Endpoint ep, cluster::parse_api_url(url));
+  namespace asio = boost::asio;
+  asio::io_context io;
+  asio::ip::tcp::resolver resolver(io);
+  asio::ip::tcp::socket sock(io);
+  boost::system::error_code ec = asio::error::would_block;
+  resolver.async_resolve(ep.host, std::to_string(ep.port),
+                         [&](const boost::system::error_code& e, auto results) {
+                           if (e) {
+                             ec = e;
+                             return;
+                           }
+                           asio::async_connect(sock, results,
+                                               [&](const boost::system::error_code& e2,
+                                                   const auto&) { ec = e2; });
+                         });
+  io.run_for(kConnectTimeout);
+  if (ec) {
+    std::lock_guard lock(mu_);
+    owners_.erase(sandbox_id);
+    return unavailable("the node of sandbox '" + sandbox_id + "' (" + url +
+                       ") cannot be reached: " +
+                       (ec == asio::error::would_block ? std::string("timed out") : ec.message()));
+  }
+  sock.set_option(asio::ip::tcp::no_delay(true), ec);
+  return UniqueFd(sock.release());
+}
+
+void ClusterRouter::sweep_loop() {
+  std::unique_lock lock(mu_);
+  while (!cv_.wait_for(lock, kSweepPeriod, [this] { return stopping_; })) {
+    lock.unlock();
+    forget_gone();
+    lock.lock();
+  }
+}
+
+void ClusterRouter::forget_gone() {
+  auto placements = membership_.placements();
+  if (!placements.ok()) return;
+  for (const auto& p : *placements) {
+    if (p.node != membership_.self().name || sandboxes_.find(p.sandbox_id)) continue;
+    // Paused to disk: not live, but still this node's (its record stays in the store).
+    auto rec = store_.get_sandbox(p.sandbox_id);
+    if (!rec.ok() && rec.error().code() == ErrorCode::kNotFound)
+      (void)membership_.forget(p.sandbox_id);
+  }
+}
+
+}  // namespace abx::platform

@@ -1,0 +1,100 @@
+// abxd --cluster: any node is a front door (docs/cluster.md).
+//
+// The one place where a request for something this node does not hold goes to the node that
+// does, in one hop:
+//   - control plane (ControlApi::route, after authentication): POST /sandboxes places the
+//     sandbox (cluster::choose_node) and, when another node is best, forwards the create there;
+//     a per-sandbox call for a sandbox another node owns is relayed to it; GET /sandboxes and
+//     GET /v2/sandboxes merge every live node's list (the v2 list adds the sandboxes of lost
+//     nodes with state "lost"); a sandbox whose node left the cluster answers GET with state
+//     "lost" and every other call with 503.
+//   - sandbox plane (ControlApi::admit/connect_sandbox): traffic for a remote sandbox gets a TCP
+//     connection to the owner's listener instead of one into a local sandbox; the gateway relays
+//     the request unchanged (Host, E2b-Sandbox-Id/-Port), and the owner checks its token.
+// A relayed control request carries the cluster secret (kClusterAuthField, compared in constant
+// time) and the team the front door authenticated (kClusterTeamField); the owner then serves it
+// locally and relays nothing further. A request with kClusterAuthField and a wrong secret is
+// refused (401), so a sandbox or client cannot pose as a node.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "abx/base/error.h"
+#include "abx/base/fd.h"
+#include "abx/base/log.h"
+#include "abx/cluster/membership.h"
+#include "abx/http/server.h"
+#include "abx/store/store.h"
+#include "sandboxes.h"
+
+namespace abx::platform {
+
+inline constexpr std::string_view kClusterAuthField = "Abx-Cluster-Auth";
+inline constexpr std::string_view kClusterTeamField = "Abx-Cluster-Team";
+
+class ClusterRouter {
+ public:
+  // All three must outlive the router. `secret`: the shared cluster secret (>= 16 bytes).
+  ClusterRouter(cluster::Membership& membership, SandboxManager& sandboxes, store::Store& store,
+                std::string secret);
+  ~ClusterRouter();
+
+  // nullopt: the request does not claim to come from a node. Otherwise the team the front door
+  // authenticated, or kUnauthenticated (wrong or missing secret, no team).
+  std::optional<Result<std::string>> internal_team(const http::Request& req) const;
+
+  // Serves an authenticated control request: through `local` (the route table) when this node
+  // holds what it names, else by relaying (see above). `internal`: it came from another node.
+  using LocalHandler = std::function<Result<http::Response>()>;
+  Result<http::Response> handle(http::Request& req, const std::string& path,
+                                const std::vector<std::string>& parts, const std::string& team,
+                                bool internal, const LocalHandler& local);
+
+  // Sandbox plane. Whether `sandbox_id` (not local) is known to live on another node (memory
+  // only: for admit() on an I/O thread).
+  bool known_remote(const std::string& sandbox_id) const;
+  // A connected TCP socket to the listener of the node that owns `sandbox_id`; kNotFound when
+  // no other live node owns it.
+  Result<UniqueFd> connect_owner(const std::string& sandbox_id);
+
+  // Removes this node's records of sandboxes it no longer has (ended at their deadline, killed
+  // while etcd was unreachable, killed at shutdown). The sweeper runs it every 10 s.
+  void forget_gone();
+
+ private:
+  struct Owner {
+    cluster::Placement placement;
+    std::optional<cluster::NodeInfo> node;  // nullopt: the node is not live (lost)
+  };
+  Result<std::optional<Owner>> owner_of(const std::string& sandbox_id);
+  Result<http::Response> relay(const cluster::NodeInfo& node, const http::Request& req,
+                               const std::string& team);
+  Result<http::Response> create(http::Request& req, const std::string& team, bool internal,
+                                const LocalHandler& local);
+  Result<http::Response> list(http::Request& req, const std::string& path,
+                              const std::string& team, const LocalHandler& local);
+  Result<http::Response> lost(const Owner& owner, const http::Request& req, bool detail);
+  void record_created(const http::Response& res, const std::string& team);
+  void remember(const std::string& sandbox_id, const std::string& api_url);
+  void sweep_loop();
+
+  cluster::Membership& membership_;
+  SandboxManager& sandboxes_;
+  store::Store& store_;
+  std::string secret_;
+  Logger log_{"cluster"};
+  mutable std::mutex mu_;
+  std::map<std::string, std::string, std::less<>> owners_;  // sandbox id → owner's api_url
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread sweeper_;
+};
+
+}  // namespace abx::platform
