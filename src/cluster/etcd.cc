@@ -3,6 +3,7 @@
 #include <boost/beast/http/verb.hpp>
 #include <boost/json.hpp>
 #include <charconv>
+#include <thread>
 
 #include "abx/base/base64.h"
 #include "abx/base/json.h"
@@ -84,20 +85,20 @@ Result<json::object> answer_object(std::string_view body) {
   return std::move(o);
 }
 
-Result<json::object> checked(std::string_view body) {
-  auto o = answer_object(body);
-  if (!o.ok() && o.error().code() == ErrorCode::kInvalidArgument)
-    return internal_error(o.error().message());
-  return o;
-}
+Result<json::object> checked(std::string_view body) { return answer_object(body); }
 
-Status internal_if_bad(Status s) {
-  if (!s.ok() && s.error().code() == ErrorCode::kInvalidArgument)
-    return internal_error("etcd answer: " + s.error().message());
-  return s;
-}
+Error bad_answer(const Error& e) { return internal_error("etcd answer: " + e.message()); }
 
 }  // namespace
+
+// One request to one member.
+static Result<http::Response> attempt(const Endpoint& ep, std::string_view path,
+                                      const std::string& body, std::chrono::milliseconds timeout) {
+  ABX_ASSIGN_OR_RETURN(auto conn, http::Connection::open(ep.host, ep.port, timeout));
+  conn->set_body_limit(kMaxAnswerBytes);
+  return conn->send(http::make_request(boost::beast::http::verb::post, std::string(path), body),
+                    timeout);
+}
 
 Result<std::vector<Endpoint>> parse_endpoints(std::string_view list) {
   std::vector<Endpoint> out;
@@ -119,8 +120,7 @@ Result<std::vector<Endpoint>> parse_endpoints(std::string_view list) {
     if (ec != std::errc() || end != p.data() + p.size() || port == 0 || port > 65535)
       return invalid_argument("etcd endpoint '" + std::string(one) + "': bad port");
     out.push_back({std::string(one.substr(0, colon)), static_cast<std::uint16_t>(port)});
-    if (out.size() > kMaxEndpoints)
-      return invalid_argument("more than 16 etcd endpoints");
+    if (out.size() > kMaxEndpoints) return invalid_argument("more than 16 etcd endpoints");
   }
   if (out.empty()) return invalid_argument("no etcd endpoint given");
   return out;
@@ -138,16 +138,15 @@ Result<std::vector<KeyValue>> parse_range_response(std::string_view body) {
     if (!kv) return internal_error("etcd answer: " + kv.error().message());
     KeyValue item;
     auto key = bytes_field(**kv, "key", path);
+    if (!key) return bad_answer(key.error());
     auto value = bytes_field(**kv, "value", path);
+    if (!value) return bad_answer(value.error());
     auto lease = int64_field(**kv, "lease", path);
+    if (!lease) return bad_answer(lease.error());
     auto created = int64_field(**kv, "create_revision", path);
+    if (!created) return bad_answer(created.error());
     auto modified = int64_field(**kv, "mod_revision", path);
-    for (const Status& s : {Status(key.ok() ? Status() : Status(key.error())),
-                            Status(value.ok() ? Status() : Status(value.error())),
-                            Status(lease.ok() ? Status() : Status(lease.error())),
-                            Status(created.ok() ? Status() : Status(created.error())),
-                            Status(modified.ok() ? Status() : Status(modified.error()))})
-      ABX_TRY(internal_if_bad(s));
+    if (!modified) return bad_answer(modified.error());
     item.key = std::move(*key);
     item.value = std::move(*value);
     item.lease = *lease;
@@ -212,32 +211,30 @@ Result<std::string> EtcdClient::call(std::string_view path, std::string body) {
     std::lock_guard lock(mu_);
     start = current_;
   }
+  // Up to three rounds over the members, a short pause between rounds: a member that is down
+  // is skipped at once, and one without a leader (an election after a member died takes a
+  // second or two) answers 503/504, worth asking again. Anything else etcd answers ends the call.
+  constexpr int kRounds = 3;
   std::string failures;
-  for (std::size_t n = 0; n < endpoints_.size(); ++n) {
-    const std::size_t i = (start + n) % endpoints_.size();
-    const Endpoint& ep = endpoints_[i];
-    auto conn = http::Connection::open(ep.host, ep.port, timeout_);
-    Result<http::Response> res = conn.ok() ? Result<http::Response>(Error(ErrorCode::kInternal, ""))
-                                           : Result<http::Response>(conn.error());
-    if (conn.ok()) {
-      (*conn)->set_body_limit(kMaxAnswerBytes);
-      res = (*conn)->send(
-          http::make_request(boost::beast::http::verb::post, std::string(path), body), timeout_);
-    }
-    if (res.ok()) {
-      // etcd answers over its gateway: 200, or an error status with an error body. A 503 from a
-      // member that lost its quorum or leader is worth asking the next member.
-      if (res->result_int() == 503 && n + 1 < endpoints_.size()) {
-        failures += (failures.empty() ? "" : "; ") + ep.str() + ": 503";
-        continue;
+  for (int round = 0; round < kRounds; ++round) {
+    if (round > 0) std::this_thread::sleep_for(std::chrono::milliseconds(300 * round));
+    failures.clear();
+    for (std::size_t n = 0; n < endpoints_.size(); ++n) {
+      const std::size_t i = (start + n) % endpoints_.size();
+      const Endpoint& ep = endpoints_[i];
+      Result<http::Response> res = attempt(ep, path, body, timeout_);
+      if (res.ok() && res->result_int() != 503 && res->result_int() != 504) {
+        std::lock_guard lock(mu_);
+        current_ = i;
+        return std::move(res->body());
       }
-      std::lock_guard lock(mu_);
-      current_ = i;
-      return std::move(res->body());
+      if (!res.ok() && res.error().code() != ErrorCode::kUnavailable &&
+          res.error().code() != ErrorCode::kDeadlineExceeded)
+        return res.error();
+      failures += (failures.empty() ? "" : "; ") + ep.str() + ": " +
+                  (res.ok() ? std::to_string(res->result_int()) + " " + res->body()
+                            : res.error().message());
     }
-    const ErrorCode c = res.error().code();
-    if (c != ErrorCode::kUnavailable && c != ErrorCode::kDeadlineExceeded) return res.error();
-    failures += (failures.empty() ? "" : "; ") + ep.str() + ": " + res.error().message();
   }
   return unavailable("no etcd member answered (" + failures + ")");
 }

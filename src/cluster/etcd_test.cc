@@ -37,10 +37,9 @@ struct Etcd {
     const std::string c = "http://127.0.0.1:" + std::to_string(client_port);
     const std::string p = "http://127.0.0.1:" + std::to_string(peer_port);
     proc = std::make_unique<testing::ChildProcess>(std::vector<std::string>{
-        ABX_ETCD_BIN, "--name", "m", "--data-dir", (dir / "data").string(),
-        "--listen-client-urls", c, "--advertise-client-urls", c, "--listen-peer-urls", p,
-        "--initial-advertise-peer-urls", p, "--initial-cluster", "m=" + p, "--log-level",
-        "error", "--logger", "zap"});
+        ABX_ETCD_BIN, "--name", "m", "--data-dir", (dir / "data").string(), "--listen-client-urls",
+        c, "--advertise-client-urls", c, "--listen-peer-urls", p, "--initial-advertise-peer-urls",
+        p, "--initial-cluster", "m=" + p, "--log-level", "error", "--logger", "zap"});
     EtcdClient probe({{"127.0.0.1", client_port}}, 500ms);
     for (int i = 0; i < 100; ++i) {
       if (probe.get("probe").ok()) return true;
@@ -174,7 +173,8 @@ TEST(Placement, MostFreeSlotsThenTheFrontDoorThenByName) {
     order.push_back(*n);
     placed.push_back({"s" + std::to_string(i), *n, "t"});
   }
-  EXPECT_EQ(order, (std::vector<std::string>{"n2", "n1", "n3", "n2", "n1", "n3", "n2", "n1", "n3"}));
+  EXPECT_EQ(order,
+            (std::vector<std::string>{"n2", "n1", "n3", "n2", "n1", "n3", "n2", "n1", "n3"}));
   auto full = choose_node(nodes, placed, "n1");
   ASSERT_FALSE(full.ok());
   EXPECT_EQ(full.error().code(), ErrorCode::kResourceExhausted);
@@ -188,9 +188,8 @@ TEST(Membership, RegistersRenewsRecordsAndLeaves) {
   Etcd etcd;
   ASSERT_TRUE(etcd.start());
   EtcdClient c({{"127.0.0.1", etcd.client_port}});
-  MembershipOptions o1{{"n1", "http://127.0.0.1:3001", 4}, std::chrono::seconds(2), [] {
-                         return std::int64_t{1};
-                       }};
+  MembershipOptions o1{
+      {"n1", "http://127.0.0.1:3001", 4}, std::chrono::seconds(2), [] { return std::int64_t{1}; }};
   auto m1 = Membership::start(c, o1);
   ASSERT_TRUE(m1.ok()) << m1.error().message();
   auto dup = Membership::start(c, o1);

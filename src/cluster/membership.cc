@@ -32,7 +32,9 @@ double load_average() {
 }  // namespace
 
 Status check_node_name(std::string_view name) {
-  auto ok_char = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; };
+  auto ok_char = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+  };
   if (name.empty() || name.size() > 63 || name.front() == '-' ||
       !std::all_of(name.begin(), name.end(), ok_char))
     return invalid_argument("node name '" + std::string(name) +
@@ -160,8 +162,8 @@ Result<std::unique_ptr<Membership>> Membership::start(EtcdClient& etcd, Membersh
   ABX_ASSIGN_OR_RETURN(bool made, etcd.put_if_absent(key, encode_node(m->opt_.self), m->lease_));
   if (!made) {
     (void)etcd.revoke_lease(m->lease_);
-    return Error(ErrorCode::kAlreadyExists, "a live node named '" + m->opt_.self.name +
-                                                "' is in the cluster already");
+    return Error(ErrorCode::kAlreadyExists,
+                 "a live node named '" + m->opt_.self.name + "' is in the cluster already");
   }
   m->thread_ = std::thread([raw = m.get()] { raw->renew_loop(); });
   return m;
@@ -188,7 +190,8 @@ Status Membership::register_node() {
 }
 
 void Membership::renew_loop() {
-  const auto period = std::max<std::chrono::milliseconds>(opt_.ttl / 3, std::chrono::milliseconds(200));
+  const auto period =
+      std::max<std::chrono::milliseconds>(opt_.ttl / 3, std::chrono::milliseconds(200));
   std::unique_lock lock(mu_);
   while (!cv_.wait_for(lock, period, [this] { return stopping_; })) {
     lock.unlock();
@@ -251,7 +254,8 @@ Status Membership::record(const Placement& p) {
 }
 
 Status Membership::forget(std::string_view sandbox_id) {
-  ABX_ASSIGN_OR_RETURN(auto n, etcd_.erase(std::string(kSandboxesPrefix) + std::string(sandbox_id)));
+  ABX_ASSIGN_OR_RETURN(auto n,
+                       etcd_.erase(std::string(kSandboxesPrefix) + std::string(sandbox_id)));
   (void)n;
   return {};
 }

@@ -24,10 +24,10 @@
 #include <optional>
 
 #include "abx/base/fd.h"
-#include "abx/cluster/etcd.h"
-#include "abx/cluster/membership.h"
 #include "abx/base/log.h"
 #include "abx/base/try.h"
+#include "abx/cluster/etcd.h"
+#include "abx/cluster/membership.h"
 #include "abx/egress/policy.h"
 #include "abx/image/registry.h"
 #include "abx/image/store.h"
@@ -121,7 +121,7 @@ struct Config {
   std::string node_name;
   std::string advertise_url;
   std::string cluster_secret_file;
-  int cluster_ttl = 10;           // seconds
+  int cluster_ttl = 10;               // seconds
   std::int64_t cluster_capacity = 0;  // 0: --userns-slots
 };
 
@@ -808,7 +808,7 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   if (cfg.kill_sandboxes) {
     (*mgr)->kill_all();
     if (router) router->forget_gone();  // their placement records leave the cluster's map
-    (*network)->remove_rules();  // no sandbox left to police
+    (*network)->remove_rules();         // no sandbox left to police
   } else if ((*mgr)->detach_all() == 0) {
     // They keep running and the next abxd adopts them, with their rules in force meanwhile;
     // with none left, the table has nothing to police.

@@ -591,7 +591,8 @@ Result<UniqueFd> ControlApi::sandbox_socket(const Route& route) {
 }
 
 Result<UniqueFd> ControlApi::connect_sandbox(const Route& route) {
-  if (cluster_ && !sandboxes_.find(route.sandbox_id)) return cluster_->connect_owner(route.sandbox_id);
+  if (cluster_ && !sandboxes_.find(route.sandbox_id))
+    return cluster_->connect_owner(route.sandbox_id);
   auto fd = sandboxes_.connect(route.sandbox_id, route.port);
   if (!fd.ok() && fd.error().code() == ErrorCode::kFailedPrecondition) {
     return unavailable(fd.error().message());  // paused (again) without autoResume: 502

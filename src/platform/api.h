@@ -105,8 +105,8 @@ class ControlApi : public GatewayBackend {
   std::string upload_dir_;
   std::uint64_t max_upload_bytes_ = 0;
   Logger log_{"api"};
-  AuthLimiter auth_limiter_;  // failed authentication, per source (kPeerAddressField)
-  bool console_ = true;       // GET /console serves the web console (set_console)
+  AuthLimiter auth_limiter_;          // failed authentication, per source (kPeerAddressField)
+  bool console_ = true;               // GET /console serves the web console (set_console)
   ClusterRouter* cluster_ = nullptr;  // abxd --cluster (enable_cluster)
 };
 

@@ -1,9 +1,9 @@
 #include "cluster_router.h"
 
+#include <algorithm>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <algorithm>
 #include <boost/json.hpp>
 #include <chrono>
 
@@ -92,8 +92,7 @@ std::optional<Result<std::string>> ClusterRouter::internal_team(const Request& r
   auto auth = req.find(kClusterAuthField);
   if (auth == req.end()) return std::nullopt;
   if (!token::constant_time_equal(auth->value(), secret_))
-    return Result<std::string>(
-        Error(ErrorCode::kUnauthenticated, "invalid cluster credential"));
+    return Result<std::string>(Error(ErrorCode::kUnauthenticated, "invalid cluster credential"));
   std::string_view team = req[kClusterTeamField];
   if (team.empty())
     return Result<std::string>(Error(ErrorCode::kUnauthenticated, "a node's call without a team"));
@@ -112,21 +111,19 @@ Result<Response> ClusterRouter::handle(Request& req, const std::string& path,
   // (DELETE answered 204) leaves the cluster's map.
   auto serve_here = [&]() -> Result<Response> {
     auto r = local();
-    const bool killed = r.ok() && r->result_int() == 204 &&
-                        req.method() == bhttp::verb::delete_ &&
+    const bool killed = r.ok() && r->result_int() == 204 && req.method() == bhttp::verb::delete_ &&
                         (parts.size() == 2 || (parts.size() == 3 && parts[0] == "v2"));
     if (killed) {
       if (Status s = membership_.forget(*id); !s.ok())
-        log_.warn("sandbox " + *id + " killed but still in the cluster map: " +
-                  s.error().message());
+        log_.warn("sandbox " + *id +
+                  " killed but still in the cluster map: " + s.error().message());
     }
     return r;
   };
   if (internal || sandboxes_.find(*id)) return serve_here();
   auto owner = owner_of(*id);
   if (!owner.ok()) {
-    log_.warn("cluster map unavailable, answering " + *id + " locally: " +
-              owner.error().message());
+    log_.warn("cluster map unavailable, answering " + *id + " locally: " + owner.error().message());
     return serve_here();
   }
   // Unknown to the cluster, this node's own (paused to disk, say), or another team's (which
@@ -238,8 +235,8 @@ void ClusterRouter::record_created(const Response& res, const std::string& team)
                "will not find it): " + s.error().message());
 }
 
-Result<Response> ClusterRouter::list(Request& req, const std::string& path,
-                                     const std::string& team, const LocalHandler& local) {
+Result<Response> ClusterRouter::list(Request& req, const std::string& path, const std::string& team,
+                                     const LocalHandler& local) {
   ABX_ASSIGN_OR_RETURN(Response res, local());
   if (res.result_int() != 200) return res;
   auto mine = parse_json_strict(res.body());
@@ -265,9 +262,9 @@ Result<Response> ClusterRouter::list(Request& req, const std::string& path,
   // v2 lists every state: the sandboxes of nodes that left the cluster are there as "lost"
   // (unless the query asks for other states only). v1 lists running sandboxes only.
   const auto states = requested_states(req);
-  const bool want_lost = path == "/v2/sandboxes" &&
-                         (states.empty() || std::find(states.begin(), states.end(), "lost") !=
-                                                states.end());
+  const bool want_lost =
+      path == "/v2/sandboxes" &&
+      (states.empty() || std::find(states.begin(), states.end(), "lost") != states.end());
   if (want_lost) {
     if (auto placements = membership_.placements(); placements.ok()) {
       for (const auto& p : *placements) {
@@ -280,6 +277,15 @@ Result<Response> ClusterRouter::list(Request& req, const std::string& path,
       }
     }
   }
+  // Newest first across nodes, as one node lists (RFC 3339 in UTC sorts as text).
+  auto started = [](const json::value& v) -> std::string_view {
+    if (!v.is_object()) return {};
+    const json::value* s = v.get_object().if_contains("startedAt");
+    return s && s->is_string() ? std::string_view(s->get_string()) : std::string_view();
+  };
+  std::stable_sort(merged.begin(), merged.end(), [&](const json::value& a, const json::value& b) {
+    return started(a) > started(b);
+  });
   res.erase("X-Next-Token");  // paging across nodes is not implemented: one merged page
   res.body() = json::serialize(merged);
   res.prepare_payload();
@@ -289,8 +295,7 @@ Result<Response> ClusterRouter::list(Request& req, const std::string& path,
 Result<Response> ClusterRouter::lost(const Owner& owner, const Request& req, bool detail) {
   const cluster::Placement& p = owner.placement;
   const std::string reason = "node '" + p.node + "' left the cluster (its lease expired)";
-  if (!detail)
-    return unavailable("sandbox '" + p.sandbox_id + "' is lost: " + reason);
+  if (!detail) return unavailable("sandbox '" + p.sandbox_id + "' is lost: " + reason);
   json::object o{{"sandboxID", p.sandbox_id},
                  {"templateID", p.template_id},
                  {"clientID", p.client_id},
@@ -327,12 +332,12 @@ Result<UniqueFd> ClusterRouter::connect_owner(const std::string& sandbox_id) {
   }
   if (url.empty()) {
     ABX_ASSIGN_OR_RETURN(auto owner, owner_of(sandbox_id));
-    if (!owner || (*owner)->placement.node == membership_.self().name)
+    if (!owner || owner->placement.node == membership_.self().name)
       return not_found("sandbox '" + sandbox_id + "' not found");
-    if (!(*owner)->node)
-      return unavailable("sandbox '" + sandbox_id + "' is lost: node '" +
-                         (*owner)->placement.node + "' left the cluster");
-    url = (*owner)->node->api_url;
+    if (!owner->node)
+      return unavailable("sandbox '" + sandbox_id + "' is lost: node '" + owner->placement.node +
+                         "' left the cluster");
+    url = owner->node->api_url;
     remember(sandbox_id, url);
   }
   ABX_ASSIGN_OR_RETURN(cluster::Endpoint ep, cluster::parse_api_url(url));
@@ -341,16 +346,15 @@ Result<UniqueFd> ClusterRouter::connect_owner(const std::string& sandbox_id) {
   asio::ip::tcp::resolver resolver(io);
   asio::ip::tcp::socket sock(io);
   boost::system::error_code ec = asio::error::would_block;
-  resolver.async_resolve(ep.host, std::to_string(ep.port),
-                         [&](const boost::system::error_code& e, auto results) {
-                           if (e) {
-                             ec = e;
-                             return;
-                           }
-                           asio::async_connect(sock, results,
-                                               [&](const boost::system::error_code& e2,
-                                                   const auto&) { ec = e2; });
-                         });
+  resolver.async_resolve(
+      ep.host, std::to_string(ep.port), [&](const boost::system::error_code& e, auto results) {
+        if (e) {
+          ec = e;
+          return;
+        }
+        asio::async_connect(sock, results,
+                            [&](const boost::system::error_code& e2, const auto&) { ec = e2; });
+      });
   io.run_for(kConnectTimeout);
   if (ec) {
     std::lock_guard lock(mu_);

@@ -78,8 +78,8 @@ class ClusterRouter {
                                const std::string& team);
   Result<http::Response> create(http::Request& req, const std::string& team, bool internal,
                                 const LocalHandler& local);
-  Result<http::Response> list(http::Request& req, const std::string& path,
-                              const std::string& team, const LocalHandler& local);
+  Result<http::Response> list(http::Request& req, const std::string& path, const std::string& team,
+                              const LocalHandler& local);
   Result<http::Response> lost(const Owner& owner, const http::Request& req, bool detail);
   void record_created(const http::Response& res, const std::string& team);
   void remember(const std::string& sandbox_id, const std::string& api_url);

@@ -75,8 +75,7 @@ class EtcdClient {
   Result<std::int64_t> erase(std::string_view key);
   // A transaction: puts `value` at `key` only if the key does not exist (create_revision = 0).
   // Returns false (nothing written) when it does.
-  Result<bool> put_if_absent(std::string_view key, std::string_view value,
-                             std::int64_t lease = 0);
+  Result<bool> put_if_absent(std::string_view key, std::string_view value, std::int64_t lease = 0);
 
   // A lease of `ttl_seconds` (1..3600): its id.
   Result<std::int64_t> grant_lease(std::int64_t ttl_seconds);

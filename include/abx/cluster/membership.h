@@ -42,7 +42,7 @@ Status check_node_name(std::string_view name);
 
 struct NodeInfo {
   std::string name;
-  std::string api_url;     // http://HOST:PORT: this node's API and proxy, as other nodes reach it
+  std::string api_url;  // http://HOST:PORT: this node's API and proxy, as other nodes reach it
   std::int64_t capacity = 0;   // sandboxes it may run
   std::int64_t sandboxes = 0;  // sandboxes it runs now
   double load = 0;             // 1-minute load average
@@ -76,9 +76,9 @@ Result<std::string> choose_node(const std::vector<NodeInfo>& nodes,
                                 std::string_view preferred);
 
 struct MembershipOptions {
-  NodeInfo self;                                   // name, api_url, capacity
-  std::chrono::seconds ttl{10};                    // the node key's lease
-  std::function<std::int64_t()> count_sandboxes;   // sampled at each renewal
+  NodeInfo self;                                  // name, api_url, capacity
+  std::chrono::seconds ttl{10};                   // the node key's lease
+  std::function<std::int64_t()> count_sandboxes;  // sampled at each renewal
 };
 
 class Membership {

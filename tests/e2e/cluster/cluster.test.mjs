@@ -163,6 +163,22 @@ after(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
+test("a node's internal header without the cluster secret is refused", async () => {
+  const n2 = `http://127.0.0.1:${nodes[1].port}`;
+  for (const headers of [
+    { 'Abx-Cluster-Auth': 'not-the-secret', 'Abx-Cluster-Team': 'default' },
+    { 'Abx-Cluster-Auth': '', 'Abx-Cluster-Team': 'default' },
+    { 'Abx-Cluster-Team': 'default' },
+  ]) {
+    const r = await fetch(`${n2}/v2/sandboxes`, { headers });
+    assert.equal(r.status, 401, JSON.stringify(headers));
+  }
+  const secret = readFileSync(secretFile, 'utf8');
+  const ok = await fetch(`${n2}/v2/sandboxes`,
+    { headers: { 'Abx-Cluster-Auth': secret, 'Abx-Cluster-Team': 'default' } });
+  assert.equal(ok.status, 200);
+});
+
 test('three nodes on etcd: spread, relay, list, an etcd member down, a node lost', async () => {
   // Nine creates through node 1 spread over all three nodes.
   const sbxs = [];
