@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -584,7 +585,8 @@ void raise_open_file_limit(Logger& log) {
 // --cluster: the etcd client, this node's registration (under a lease its thread renews) and
 // the cluster secret. Errors: a bad flag (kInvalidArgument), etcd unreachable (kUnavailable), a
 // live node of the same name (kAlreadyExists).
-Result<std::string> join_cluster(const Config& cfg, platform::SandboxManager& mgr,
+Result<std::string> join_cluster(const Config& cfg,
+                                 const std::atomic<platform::SandboxManager*>& mgr,
                                  std::unique_ptr<cluster::EtcdClient>& etcd,
                                  std::unique_ptr<cluster::Membership>& membership) {
   ABX_ASSIGN_OR_RETURN(auto endpoints, cluster::parse_endpoints(cfg.cluster));
@@ -605,8 +607,11 @@ Result<std::string> join_cluster(const Config& cfg, platform::SandboxManager& mg
     return invalid_argument("--cluster with --listen on port 0 needs --advertise-url");
   mo.self.capacity = cfg.cluster_capacity > 0 ? cfg.cluster_capacity : cfg.userns.slots;
   mo.ttl = std::chrono::seconds(cfg.cluster_ttl);
-  platform::SandboxManager* m = &mgr;
-  mo.count_sandboxes = [m] { return static_cast<std::int64_t>(m->all().size()); };
+  // 0 until the manager is up (it starts after the node has joined).
+  mo.count_sandboxes = [&mgr] {
+    platform::SandboxManager* m = mgr.load();
+    return m ? static_cast<std::int64_t>(m->all().size()) : std::int64_t{0};
+  };
   etcd = std::make_unique<cluster::EtcdClient>(std::move(endpoints));
   auto joined = cluster::Membership::start(*etcd, std::move(mo));
   if (!joined.ok()) return joined.error().with_context("--cluster");
@@ -723,21 +728,28 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   mo.userns = cfg.userns;
   mo.server_ready_timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(cfg.server_ready_timeout * 1000));
+  // --cluster: registered in etcd before the manager adopts sandboxes of an earlier abxd (a
+  // refused join leaves them alone) and before the listener opens (the router is in place for
+  // the first request); gone (lease revoked) after the listener has drained.
+  std::atomic<platform::SandboxManager*> cluster_mgr{nullptr};
+  std::unique_ptr<cluster::EtcdClient> etcd;
+  std::unique_ptr<cluster::Membership> membership;
+  std::string cluster_secret;
+  if (!cfg.cluster.empty()) {
+    auto joined = join_cluster(cfg, cluster_mgr, etcd, membership);
+    if (!joined.ok()) return fail_networked(joined.error(), kExitConfig);
+    cluster_secret = std::move(*joined);
+    log.info("joined the cluster as node " + cfg.node_name + " (etcd " + cfg.cluster + ")");
+  }
   auto mgr = platform::SandboxManager::start(mo, **st, std::move(catalog));
   if (!mgr.ok()) return fail_networked(mgr.error(), kExitConfig);
   platform::ControlApi api(**mgr, **st);
   api.set_console(!cfg.no_console);
-  // --cluster: registered in etcd before the listener opens, so the router is in place for the
-  // first request; gone (lease revoked) after the listener has drained.
-  std::unique_ptr<cluster::EtcdClient> etcd;
-  std::unique_ptr<cluster::Membership> membership;
   std::unique_ptr<platform::ClusterRouter> router;
-  if (!cfg.cluster.empty()) {
-    auto joined = join_cluster(cfg, **mgr, etcd, membership);
-    if (!joined.ok()) return fail_networked(joined.error(), kExitConfig);
-    router = std::make_unique<platform::ClusterRouter>(*membership, **mgr, **st, *joined);
+  if (membership) {
+    cluster_mgr = mgr->get();
+    router = std::make_unique<platform::ClusterRouter>(*membership, **mgr, **st, cluster_secret);
     api.enable_cluster(*router);
-    log.info("joined the cluster as node " + cfg.node_name + " (etcd " + cfg.cluster + ")");
   }
   api.enable_secrets(*vault, cfg.max_secrets);
 
