@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { request } from 'node:http';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -78,6 +79,20 @@ async function placements() {
     out[v.sandboxID] = v.node;
   }
   return out;
+}
+
+// A GET through node 1 routed by Host ({port}-{id}.{domain}), as a browser or curl sends it.
+function getByHost(port, hostname, path, headers = {}) {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port, path, headers: { Host: hostname, ...headers } },
+      (res) => {
+        let body = '';
+        res.on('data', (d) => { body += d; });
+        res.on('end', () => resolve({ status: res.statusCode, body }));
+      });
+    req.on('error', reject);
+    req.end();
+  });
 }
 
 function startNode(n) {
@@ -202,6 +217,16 @@ test('three nodes on etcd: spread, relay, list, an etcd member down, a node lost
     assert.equal(info.sandboxId, s.sandboxId);
     assert.equal(info.state, 'running');
   }));
+  // Host routing through node 1 to a sandbox of node 3 (envd's /files): the owner checks the
+  // token; without it the owner's own 401 comes back.
+  const far = per.n3[1];
+  const byHost = await getByHost(nodes[0].port, `49983-${far.sandboxId}.localhost`,
+    '/files?path=%2Ftmp%2Fcluster.txt', { 'X-Access-Token': far.envdAccessToken });
+  assert.equal(byHost.status, 200, byHost.body);
+  assert.equal(byHost.body, `file of ${far.sandboxId}`);
+  const noToken = await getByHost(nodes[0].port, `49983-${far.sandboxId}.localhost`,
+    '/files?path=%2Ftmp%2Fcluster.txt');
+  assert.equal(noToken.status, 401, noToken.body);
   // One list through node 1 holds every node's sandboxes.
   const listed = new Set();
   const pager = Sandbox.list();
