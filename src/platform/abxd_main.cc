@@ -737,7 +737,10 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   std::string cluster_secret;
   if (!cfg.cluster.empty()) {
     auto joined = join_cluster(cfg, cluster_mgr, etcd, membership);
-    if (!joined.ok()) return fail_networked(joined.error(), kExitConfig);
+    if (!joined.ok())
+      return fail_networked(joined.error(), joined.error().code() == ErrorCode::kInvalidArgument
+                                                ? kExitUsage
+                                                : kExitConfig);
     cluster_secret = std::move(*joined);
     log.info("joined the cluster as node " + cfg.node_name + " (etcd " + cfg.cluster + ")");
   }
