@@ -47,6 +47,7 @@ std::string encode_node(const NodeInfo& n) {
                                       {"apiUrl", n.api_url},
                                       {"capacity", n.capacity},
                                       {"sandboxes", n.sandboxes},
+                                      {"free", std::max<std::int64_t>(0, n.capacity - n.sandboxes)},
                                       {"load", n.load},
                                       {"updatedAt", n.updated_ms}});
 }

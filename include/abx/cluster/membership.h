@@ -48,6 +48,8 @@ struct NodeInfo {
   double load = 0;             // 1-minute load average
   std::int64_t updated_ms = 0;
 };
+// {name, apiUrl, capacity, sandboxes, free, load, updatedAt}; `free` is derived (capacity -
+// sandboxes) for people reading etcd, and ignored by decode_node.
 std::string encode_node(const NodeInfo& n);
 Result<NodeInfo> decode_node(std::string_view json);
 
@@ -67,7 +69,8 @@ Result<Placement> decode_placement(std::string_view json);
 // HOST and PORT of an api_url "http://HOST:PORT" (kInvalidArgument otherwise).
 Result<Endpoint> parse_api_url(std::string_view url);
 
-// Where a new sandbox goes: the live node with the most free slots (capacity minus the
+// Where a new sandbox goes (not a reservation: creates through two front doors at the same
+// moment may pick the same node): the live node with the most free slots (capacity minus the
 // placement records naming it); on a tie `preferred` (the front door) if it is among them, else
 // the first by name. kResourceExhausted when no node has a free slot, kUnavailable when there is
 // no node.

@@ -227,6 +227,13 @@ test('three nodes on etcd: spread, relay, list, an etcd member down, a node lost
   const noToken = await getByHost(nodes[0].port, `49983-${far.sandboxId}.localhost`,
     '/files?path=%2Ftmp%2Fcluster.txt');
   assert.equal(noToken.status, 401, noToken.body);
+  // Per-sandbox control calls relayed to the owner: timeout, connect.
+  const other = per.n2[1];
+  await Sandbox.setTimeout(other.sandboxId, 600_000);
+  const endAt = (await Sandbox.getInfo(other.sandboxId)).endAt.getTime();
+  assert.ok(endAt > Date.now() + 500_000, `timeout not moved: ${endAt}`);
+  const again = await Sandbox.connect(other.sandboxId);
+  assert.equal((await again.commands.run('echo connected')).stdout.trim(), 'connected');
   // One list through node 1 holds every node's sandboxes.
   const listed = new Set();
   const pager = Sandbox.list();
