@@ -202,6 +202,12 @@ Result<Response> ClusterRouter::create(Request& req, const std::string& team, bo
               "); creating here");
     return here();
   }
+  if (r.ok() && r->result_int() == 404) {
+    // Templates are each node's own (a built one is on the node that built it): one the chosen
+    // node lacks may be here.
+    log_.info("create placed on " + chosen + " answered 404 (template not there); trying here");
+    return here();
+  }
   if (r.ok() && r->result_int() / 100 == 2) {
     auto v = parse_json_strict(r->body());
     if (v.ok() && v->is_object()) {
