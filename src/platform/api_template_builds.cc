@@ -65,8 +65,7 @@ constexpr std::int64_t kMaxBuildMemoryMb = 1 << 20;  // 1 TiB
 constexpr std::int64_t kMinBuildMemoryMb = 16;
 
 // An optional positive integer field (absent or null: 0), at most `max`.
-Result<std::int64_t> optional_count(const json::object& o, std::string_view key,
-                                    std::int64_t max) {
+Result<std::int64_t> optional_count(const json::object& o, std::string_view key, std::int64_t max) {
   const auto* v = o.if_contains(key);
   if (!v || v->is_null()) return 0;
   std::int64_t n = 0;
@@ -74,8 +73,7 @@ Result<std::int64_t> optional_count(const json::object& o, std::string_view key,
     n = v->as_int64();
   } else if (v->is_uint64() && v->as_uint64() <= static_cast<std::uint64_t>(max)) {
     n = static_cast<std::int64_t>(v->as_uint64());
-  } else if (v->is_double() && v->as_double() >= 1 &&
-             v->as_double() <= static_cast<double>(max) &&
+  } else if (v->is_double() && v->as_double() >= 1 && v->as_double() <= static_cast<double>(max) &&
              v->as_double() == std::floor(v->as_double())) {
     n = static_cast<std::int64_t>(v->as_double());
   } else {

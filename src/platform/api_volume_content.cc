@@ -232,9 +232,9 @@ Result<Response> volume_content(store::Store& store, const std::string& home,
                          tree.write_file(path, src.get(), kMaxVolumeWriteBytes, parents, meta));
     return http::json_response(201, entry_json(e), version);
   }
-  return Error(ErrorCode::kMethodNotAllowed, std::string(req.method_string()) +
-                                                 " is not a method of /volumecontent/{id}/" +
-                                                 t.kind);
+  return Error(
+      ErrorCode::kMethodNotAllowed,
+      std::string(req.method_string()) + " is not a method of /volumecontent/{id}/" + t.kind);
 }
 
 }  // namespace abx::platform::api

@@ -326,8 +326,9 @@ Status wait_for_ready_cmd(const runtime::Sandbox& sb, const templates::Template&
       last += " (abx-envd exited)";
       break;
     }
-    std::this_thread::sleep_for(std::min(pause, std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                    deadline - std::chrono::steady_clock::now())));
+    std::this_thread::sleep_for(
+        std::min(pause, std::chrono::duration_cast<std::chrono::milliseconds>(
+                            deadline - std::chrono::steady_clock::now())));
     pause = std::min(pause * 2, std::chrono::milliseconds(500));
   }
   return Error(ErrorCode::kFailedPrecondition,
@@ -578,8 +579,8 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   if (img) {
     if (auto rc = img->config.labels.find(std::string(kReadyCmdLabel));
         rc != img->config.labels.end() && !rc->second.empty()) {
-      if (Status ready = wait_for_ready_cmd(*sb, *tmpl, id, rc->second, token,
-                                            opt_.server_ready_timeout);
+      if (Status ready =
+              wait_for_ready_cmd(*sb, *tmpl, id, rc->second, token, opt_.server_ready_timeout);
           !ready.ok())
         return failed(ready.error());
       tl.mark("ready_cmd");

@@ -252,8 +252,8 @@ void TemplateJobs::load() {
     r.memory_mb = b.memory_mb;
     if (auto logs = store_->template_build_logs(b.build_id, kMaxStoredLogLines + 1); logs.ok()) {
       for (auto& l : *logs)
-        r.logs.push_back(BuildLogLine{l.ts_ms, std::move(l.level), std::move(l.message),
-                                      std::move(l.step)});
+        r.logs.push_back(
+            BuildLogLine{l.ts_ms, std::move(l.level), std::move(l.message), std::move(l.step)});
     } else {
       lg.warn("build " + b.build_id + ": cannot read its log: " + logs.error().message());
     }
@@ -288,7 +288,8 @@ void TemplateJobs::persist(TemplateBuildRecord& r, bool logs) {
   b.cpu_count = r.cpu_count;
   b.memory_mb = r.memory_mb;
   if (Status st = store_->put_template_build(b); !st.ok()) {
-    Logger("template-jobs").warn("build " + r.build_id + ": cannot store it: " + st.error().message());
+    Logger("template-jobs")
+        .warn("build " + r.build_id + ": cannot store it: " + st.error().message());
     return;
   }
   if (!logs) return;
@@ -301,13 +302,13 @@ void TemplateJobs::persist(TemplateBuildRecord& r, bool logs) {
   // Past the stored lines, a finished build's last line (its outcome) is kept all the same.
   if ((r.status == "ready" || r.status == "error") && r.logs.size() > kMaxStoredLogLines) {
     const auto& l = r.logs.back();
-    lines.push_back({static_cast<std::int64_t>(kMaxStoredLogLines), l.ms, l.level, l.message,
-                     l.step});
+    lines.push_back(
+        {static_cast<std::int64_t>(kMaxStoredLogLines), l.ms, l.level, l.message, l.step});
   }
   if (lines.empty()) return;
   if (Status st = store_->append_template_build_logs(r.build_id, lines); !st.ok()) {
-    Logger("template-jobs").warn("build " + r.build_id + ": cannot store its log: " +
-                                 st.error().message());
+    Logger("template-jobs")
+        .warn("build " + r.build_id + ": cannot store its log: " + st.error().message());
     return;
   }
   r.stored_logs = end;
@@ -414,9 +415,9 @@ void TemplateJobs::forget(const std::string& template_id) {
   });
   if (store_) {
     if (auto n = store_->delete_template_builds(template_id, {"ready", "error"}); !n.ok())
-      Logger("template-jobs").warn("template " + template_id +
-                                   ": cannot remove its builds from the store: " +
-                                   n.error().message());
+      Logger("template-jobs")
+          .warn("template " + template_id +
+                ": cannot remove its builds from the store: " + n.error().message());
   }
   std::error_code ec;
   fs::remove_all(fs::path(files_dir_) / template_id, ec);
@@ -481,9 +482,8 @@ void TemplateJobs::log(const std::string& build_id, std::string level, std::stri
   if (r.logs.size() >= kMaxLogLines) return;
   r.logs.push_back(BuildLogLine{now_ms(), std::move(level), std::move(message), std::move(step)});
   // In batches: each write to the store is an fsync.
-  if (r.stored_logs < kMaxStoredLogLines &&
-      (r.logs.size() - r.stored_logs >= kStoreBatchLines ||
-       r.logs.back().ms - r.stored_at_ms >= kStoreBatchMs))
+  if (r.stored_logs < kMaxStoredLogLines && (r.logs.size() - r.stored_logs >= kStoreBatchLines ||
+                                             r.logs.back().ms - r.stored_at_ms >= kStoreBatchMs))
     persist(r, true);
 }
 
@@ -563,9 +563,9 @@ void TemplateJobs::run(std::string template_id, std::string build_id, BuildReque
   auto result = builder_.build(req, progress);
   if (!result.ok() && builder_.stopping()) {
     // abxd stops (SIGTERM): the build is cut short, never left `building`.
-    result = Error(ErrorCode::kUnavailable,
-                   "abxd was stopped during the build (" + result.error().message() +
-                       "); the build did not finish (start a new build)");
+    result = Error(ErrorCode::kUnavailable, "abxd was stopped during the build (" +
+                                                result.error().message() +
+                                                "); the build did not finish (start a new build)");
   }
   if (result.ok()) {
     log(build_id, "info",

@@ -52,9 +52,9 @@ struct TemplateBuildRecord {
   std::string reason_step;  // status error: the SDK's step it failed at
   std::vector<std::string> tags;
   std::int64_t created_ms = 0;
-  double cpu_count = 0;        // POST /v3/templates cpuCount (0: not given)
-  std::int64_t memory_mb = 0;  // POST /v3/templates memoryMB (0: not given)
-  std::size_t stored_logs = 0;  // how many of `logs` are in the store
+  double cpu_count = 0;           // POST /v3/templates cpuCount (0: not given)
+  std::int64_t memory_mb = 0;     // POST /v3/templates memoryMB (0: not given)
+  std::size_t stored_logs = 0;    // how many of `logs` are in the store
   std::int64_t stored_at_ms = 0;  // when logs were last written to the store
 };
 

@@ -134,7 +134,8 @@ TEST(TemplateJobsStore, RecordsTagsAndLogsSurviveAndUnfinishedBuildsEndAsError) 
   b.status = "building";
   b.created_at_ms = 5;
   ASSERT_TRUE((*st)->put_template_build(b).ok());
-  ASSERT_TRUE((*st)->append_template_build_logs("b-building", {{0, 6, "info", "step 1", "1"}}).ok());
+  ASSERT_TRUE(
+      (*st)->append_template_build_logs("b-building", {{0, 6, "info", "step 1", "1"}}).ok());
 
   TemplateJobs again(builder, (d.path() / "files").string(), st->get());
   auto t = again.get("app", tagged, "default");

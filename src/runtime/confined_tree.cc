@@ -113,8 +113,8 @@ Result<UniqueFd> ConfinedTree::resolve(const std::string& norm, int flags) const
   open_how how{};
   how.flags = static_cast<std::uint64_t>(flags | O_CLOEXEC);
   how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
-  const long fd =
-      os::retry_eintr([&] { return ::syscall(SYS_openat2, root_.get(), rel.c_str(), &how, sizeof how); });
+  const long fd = os::retry_eintr(
+      [&] { return ::syscall(SYS_openat2, root_.get(), rel.c_str(), &how, sizeof how); });
   if (fd < 0) return tree_error("open", norm, errno);
   return UniqueFd(static_cast<int>(fd));
 }
@@ -130,8 +130,8 @@ Result<std::pair<UniqueFd, std::string>> ConfinedTree::parent_of(const std::stri
 Result<TreeEntry> ConfinedTree::stat_at(int dir, const std::string& name,
                                         const std::string& norm) const {
   struct stat st {};
-  const int rc = name.empty() ? ::fstat(dir, &st)
-                              : ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW);
+  const int rc =
+      name.empty() ? ::fstat(dir, &st) : ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW);
   if (rc != 0) return tree_error("stat", norm, errno);
   TreeEntry e;
   e.name = name;
@@ -170,7 +170,7 @@ Result<std::vector<TreeEntry>> ConfinedTree::list(std::string_view path, int dep
   ABX_ASSIGN_OR_RETURN(UniqueFd dir, resolve(norm, O_RDONLY | O_DIRECTORY));
   std::vector<TreeEntry> out;
   std::function<Status(int, const std::string&, int)> walk = [&](int fd, const std::string& at,
-                                                                  int level) -> Status {
+                                                                 int level) -> Status {
     ABX_ASSIGN_OR_RETURN(DirPtr d, open_dir_stream(fd, at));
     std::vector<std::string> names;
     while (dirent* de = ::readdir(d.get())) {
@@ -288,8 +288,8 @@ Result<TreeEntry> ConfinedTree::write_file(std::string_view path, int source, st
   if (dfd < 0) return tree_error("open directory of", norm, errno);
   UniqueFd d(dfd);
   const std::uint32_t mode = meta.mode.value_or(0644) & 07777;
-  int out = ::openat(d.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                     0600);
+  int out =
+      ::openat(d.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (out < 0) return tree_error("create", norm, errno);
   UniqueFd o(out);
   bool done = false;

@@ -61,8 +61,7 @@ TEST(ConfinedTree, WriteReadListMkdirRemove) {
   EXPECT_EQ(t->read_file("dir", 100).error().code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(t->read_file("nope", 100).error().code(), ErrorCode::kNotFound);
   int big = source_of(std::string(200, 'x'), d);
-  EXPECT_EQ(t->write_file("/big", big, 100, false, {}).error().code(),
-            ErrorCode::kPayloadTooLarge);
+  EXPECT_EQ(t->write_file("/big", big, 100, false, {}).error().code(), ErrorCode::kPayloadTooLarge);
   ::close(big);
   EXPECT_FALSE(fs::exists(root / "big"));
   // Nothing half-written is left behind either.
@@ -106,8 +105,8 @@ TEST(ConfinedTree, SymlinksNeverLeaveTheTree) {
   fs::create_directory(root);
   fs::create_directory(outside);
   std::ofstream(outside / "secret") << "host secret";
-  fs::create_directory_symlink(outside, root / "abs");          // absolute
-  fs::create_directory_symlink("../outside", root / "rel");     // relative, climbing out
+  fs::create_directory_symlink(outside, root / "abs");            // absolute
+  fs::create_directory_symlink("../outside", root / "rel");       // relative, climbing out
   fs::create_symlink((outside / "secret").string(), root / "s");  // a file
   ASSERT_EQ(::mkfifo((root / "fifo").c_str(), 0600), 0);
   auto t = ConfinedTree::open(root.string(), {::getuid(), ::getgid()});

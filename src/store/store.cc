@@ -1700,10 +1700,10 @@ Status Store::append_template_build_logs(std::string_view build_id,
   Impl::Tx tx(impl_->conn);
   ABX_TRY(tx.begin());
   for (const auto& l : lines) {
-    ABX_ASSIGN_OR_RETURN(auto s, impl_->conn.prepare(
-                                     "INSERT OR REPLACE INTO template_build_logs (build_id, seq, "
-                                     "ts, level, message, step) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                                     "append template build log"));
+    ABX_ASSIGN_OR_RETURN(
+        auto s, impl_->conn.prepare("INSERT OR REPLACE INTO template_build_logs (build_id, seq, "
+                                    "ts, level, message, step) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                                    "append template build log"));
     std::string_view msg(l.message);
     if (msg.size() > kMaxBuildLogMessage) msg = msg.substr(0, kMaxBuildLogMessage);
     ABX_TRY(s.bind(1, build_id)
@@ -1720,10 +1720,10 @@ Status Store::append_template_build_logs(std::string_view build_id,
 Result<std::vector<TemplateBuildLogLine>> Store::template_build_logs(std::string_view build_id,
                                                                      std::size_t limit) {
   std::lock_guard lock(impl_->mu);
-  ABX_ASSIGN_OR_RETURN(auto s, impl_->conn.prepare(
-                                   "SELECT seq, ts, level, message, step FROM template_build_logs "
-                                   "WHERE build_id = ?1 ORDER BY seq LIMIT ?2",
-                                   "read template build logs"));
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare("SELECT seq, ts, level, message, step FROM template_build_logs "
+                                  "WHERE build_id = ?1 ORDER BY seq LIMIT ?2",
+                                  "read template build logs"));
   s.bind(1, build_id).bind(2, static_cast<std::int64_t>(limit));
   std::vector<TemplateBuildLogLine> out;
   for (;;) {
@@ -1757,9 +1757,9 @@ Result<std::int64_t> Store::delete_template_builds(std::string_view template_id,
     ABX_ASSIGN_OR_RETURN(auto d, impl_->conn.prepare("DELETE FROM template_builds WHERE id = ?1",
                                                      "delete template build"));
     ABX_TRY(d.bind(1, id).exec());
-    ABX_ASSIGN_OR_RETURN(auto l, impl_->conn.prepare(
-                                     "DELETE FROM template_build_logs WHERE build_id = ?1",
-                                     "delete template build logs"));
+    ABX_ASSIGN_OR_RETURN(auto l,
+                         impl_->conn.prepare("DELETE FROM template_build_logs WHERE build_id = ?1",
+                                             "delete template build logs"));
     ABX_TRY(l.bind(1, id).exec());
   }
   ABX_TRY(tx.commit());

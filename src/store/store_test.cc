@@ -1108,7 +1108,7 @@ TEST(StoreTemplateBuilds, PutListLogsDeleteAndMigrationFrom10) {
     b.tags = {};
     ASSERT_TRUE(s->put_template_build(b).ok());
     ASSERT_TRUE(s->append_template_build_logs(
-                       "b1", {{0, 5, "info", "one", "base"}, {1, 6, "error", "two", "1"}})
+                     "b1", {{0, 5, "info", "one", "base"}, {1, 6, "error", "two", "1"}})
                     .ok());
     b.build_id = "bad";
     b.team_id = "Not A Team";

@@ -553,8 +553,8 @@ TEST_F(CliE2E, EnvPrintsExportLinesForTheE2bSdks) {
                          "\"${E2B_DOMAIN-unset}\""},
                         {"ABX_ENV_OUT=" + env.out}, "");
   ASSERT_EQ(sh.code, 0) << sh.err;
-  EXPECT_EQ(sh.out, abxd().url() + "|" + abxd().url() + "|" + abxd().url() + "|" + key() +
-                        "|unset\n")
+  EXPECT_EQ(sh.out,
+            abxd().url() + "|" + abxd().url() + "|" + abxd().url() + "|" + key() + "|unset\n")
       << env.out;
   // No abxd has written a key into this home: the error says how to get one.
   auto none =

@@ -78,8 +78,8 @@ class ConfinedTree {
   Result<std::string> read_file(std::string_view path, std::size_t max) const;
   // Replaces (or creates) regular file `path` with the contents of `source` (read to its end;
   // at most `max` bytes). The parent must exist unless `parents`. Default mode 0644.
-  Result<TreeEntry> write_file(std::string_view path, int source, std::uint64_t max,
-                               bool parents, const TreeMetadata& meta) const;
+  Result<TreeEntry> write_file(std::string_view path, int source, std::uint64_t max, bool parents,
+                               const TreeMetadata& meta) const;
   // Removes `path`, a directory with everything in it (at most `max_entries`, 64 levels deep).
   // The root cannot be removed.
   Status remove(std::string_view path, std::size_t max_entries) const;

@@ -249,7 +249,7 @@ struct TemplateBuildRecord {
   std::string build_id;  // a UUID
   std::string template_id;
   std::string team_id;
-  std::string status;  // waiting | building | ready | error
+  std::string status;       // waiting | building | ready | error
   std::string reason;       // status error: why
   std::string reason_step;  // status error: the SDK's step it failed at
   std::vector<std::string> tags;
