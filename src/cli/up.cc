@@ -70,10 +70,12 @@ void fill_env(CLI::App* env, Context& ctx) {
       return;
     }
     // The SDKs send sandbox traffic to E2B_SANDBOX_URL (abxd routes it by the E2b-Sandbox-Id
-    // header); without it they would go to https://49983-<id>.<domain>.
+    // header); without it they would go to https://49983-<id>.<domain>. The Volume file methods
+    // go to E2B_VOLUME_API_URL (abxd serves /volumecontent), else to E2B's cloud.
     std::vector<std::pair<std::string, std::string>> vars = {
         {"E2B_API_URL", c.api_url},
         {"E2B_SANDBOX_URL", c.sandbox_url.empty() ? c.api_url : c.sandbox_url},
+        {"E2B_VOLUME_API_URL", c.api_url},
         {"E2B_API_KEY", c.api_key}};
     if (c.domain != client::ConnectionConfig{}.domain) vars.emplace_back("E2B_DOMAIN", c.domain);
     if (ctx.flags.json) {

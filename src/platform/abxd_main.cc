@@ -221,7 +221,8 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, Config& cfg
                "kernels or image stores without idmapped mounts, and for benchmarks");
   app.add_option("--server-ready-timeout", cfg.server_ready_timeout,
                  "Seconds a create waits for a template's command server to accept connections "
-                 "(a server that exits before that fails the create with its output at once)")
+                 "and for a built template's readyCmd to exit 0 (a server that exits before that "
+                 "fails the create with its output at once)")
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
   app.add_option("--timeout-warning", cfg.timeout_warning,
@@ -798,7 +799,7 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   }
   // The e2b SDK's Template builder: its uploads under <home>/template-files; destroyed before
   // the builder, after the gateway (its build threads use the builder).
-  platform::TemplateJobs jobs(builder, (fs::path(cfg.home) / "template-files").string());
+  platform::TemplateJobs jobs(builder, (fs::path(cfg.home) / "template-files").string(), st->get());
   api.enable_builds(builder, (*mgr)->images(), (fs::path(cfg.home) / "uploads").string(), &jobs);
 
   auto gw = platform::Gateway::start(gopt, api);

@@ -21,6 +21,7 @@
 #include "api_routes.h"
 #include "console.h"
 #include "mcp_tools_abxd.h"
+#include "volumes.h"
 
 namespace abx::platform {
 
@@ -195,6 +196,18 @@ bool match_pattern(std::string_view pattern, std::span<const std::string> parts,
 
 }  // namespace api
 
+// A volume content request's token (api_volume_content.cc), under the same lockout of a source
+// that failed too often as API keys: a wrong token counts as a failed attempt.
+Status ControlApi::volume_credential(const Request& req) {
+  const std::string source(req[kPeerAddressField]);
+  if (auth_limiter_.locked_out(source, now_ms()))
+    return Error(ErrorCode::kResourceExhausted, "too many failed authentication attempts");
+  Status s = api::check_volume_content_credential(store_, req);
+  if (!s.ok() && s.error().code() == ErrorCode::kUnauthenticated)
+    auth_limiter_.failed(source, now_ms());
+  return s;
+}
+
 Result<std::string> ControlApi::authenticate(const Request& req) {
   // A source that failed too often lately is refused before its credentials are looked at: a
   // key it guessed right does not work from there either (other sources are unaffected).
@@ -303,12 +316,12 @@ Result<Response> ControlApi::route(Request& req) {
     auth_limiter_.failed(std::string(req[kPeerAddressField]), now_ms());
     return Error(ErrorCode::kUnauthenticated, "invalid signature");
   }
-  // E2B's volume content API (the SDK's Volume file methods, with the volume's token): not served
-  // here; answered before any credential is read, since it holds no data (docs/volumes.md).
-  if (path.starts_with("/volumecontent/"))
-    return Error(ErrorCode::kUnimplemented,
-                 "the volume content API (Volume file methods) is not implemented by abxd: mount "
-                 "the volume in a sandbox (volumeMounts) and use its files API");
+  // E2B's volume content API (the SDK's Volume file methods): its credential is the volume's
+  // token, not an API key (api_volume_content.cc; serve_control answers it first).
+  if (path.starts_with("/volumecontent/")) {
+    ABX_TRY(volume_credential(req));
+    return api::volume_content(store_, sandboxes_.options().home, req, "");
+  }
   // A call another node of the cluster relayed carries the cluster secret and the team that
   // node authenticated (cluster_router.h); any other request authenticates here.
   std::optional<Result<std::string>> internal =
@@ -377,6 +390,15 @@ Result<http::BodyPlan> ControlApi::control_body_plan(const Request& header,
                                                      std::size_t default_max) {
   std::string token;
   std::vector<std::string> parts;
+  if (api::is_volume_content(header)) {
+    // The volume's token, before a byte of the body: a write is spooled to disk up to its limit.
+    ABX_TRY(volume_credential(header));
+    if (header.method() != verb::put) return http::BodyPlan{default_max, {}};
+    const std::string dir = sandboxes_.options().home + "/uploads";
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    return http::BodyPlan{static_cast<std::size_t>(kMaxVolumeWriteBytes), dir};
+  }
   if (jobs_ && is_files_upload(header, &token, &parts)) {
     // Refused before the upload is read unless the URL's token is live.
     if (!jobs_->upload_allowed(parts[1], parts[3], token))
@@ -416,6 +438,14 @@ bool ControlApi::serve_control(Request& req, const http::Responder& respond) {
     if (parts.size() == 3) ctx.params.push_back(parts[0] == "sandboxes" ? parts[1] : parts[2]);
     Status s = api::stream_events(ctx, sse_default, respond);
     if (!s.ok()) return fail(s.error());
+    return true;
+  }
+  if (api::is_volume_content(req) && req.method() == verb::put) {
+    std::shared_ptr<http::BodyFile> body = respond.body_file();
+    auto res = api::volume_content(store_, sandboxes_.options().home, req,
+                                   body ? body->path() : std::string());
+    if (!res.ok()) return fail(res.error());
+    respond(std::move(*res));
     return true;
   }
   if (jobs_ && is_files_upload(req)) {

@@ -89,6 +89,7 @@ class ControlApi : public GatewayBackend {
  private:
   // The team of the request's credential (API key or access key).
   Result<std::string> authenticate(const http::Request& req);
+  Status volume_credential(const http::Request& req);
   // admit()'s status for a sandbox already looked up (`sb` null: none).
   Status authorize(const LiveSandbox* sb, const Route& route,
                    const boost::beast::http::request_header<>& headers);

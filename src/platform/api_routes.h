@@ -221,6 +221,15 @@ Result<http::Response> delete_volume(Context& ctx);  // DELETE /volumes/{volumeI
 // naming the mount.
 Status resolve_volume_mounts(const Context& ctx, std::vector<store::VolumeMount>& mounts);
 
+// api_volume_content.cc: E2B's volume content API, /volumecontent/{volumeID}/{dir|path|file}
+// (the SDK's Volume file methods), on <home>/volumes/<id>; its credential is the volume's token.
+bool is_volume_content(const http::Request& req);
+// The token check alone, for a request's header (before its body is read).
+Status check_volume_content_credential(store::Store& store, const http::Request& header);
+// Answers the request; `body_path` is a PUT's spooled body ("": the body is in `req`).
+Result<http::Response> volume_content(store::Store& store, const std::string& home,
+                                      const http::Request& req, const std::string& body_path);
+
 // The typed requests and their decoders (api_sandboxes.cc, api_tokens.cc).
 // parse_create is where a create's fields are checked (its timeout within 1..max_timeout: the
 // manager only asserts it); `default_internet` is SandboxManager::default_internet().

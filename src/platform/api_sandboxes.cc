@@ -225,6 +225,46 @@ bool asked_for(const json::object& body, std::string_view key) {
   return true;
 }
 
+// E2B's "name:tag": the template's build that carries the tag. abx keeps one image per template
+// (its latest ready build), so the tag must name that build; an older build's tag is refused
+// with the build it names. "name:default" is the template itself.
+Status resolve_template_tag(const Context& ctx, std::string& template_id) {
+  const auto colon = template_id.find(':');
+  if (colon == std::string::npos) return {};
+  const std::string name = template_id.substr(0, colon);
+  const std::string tag = template_id.substr(colon + 1);
+  if (!valid_template_name(name) || !valid_template_name(tag))
+    return invalid_argument("templateID '" + template_id.substr(0, 140) +
+                            "' must be name or name:tag");
+  if (tag == "default" || !ctx.jobs) {
+    if (tag != "default")
+      return not_found("template '" + template_id + "' not found (no template builds here)");
+    template_id = name;
+    return {};
+  }
+  const auto builds = ctx.jobs->builds_of(name, ctx.team);
+  const TemplateBuildRecord* latest = nullptr;  // the ready build the template's image is
+  for (const auto& b : builds) {
+    if (b.status == "ready") {
+      latest = &b;
+      break;
+    }
+  }
+  for (const auto& b : builds) {
+    if (b.status != "ready" || std::find(b.tags.begin(), b.tags.end(), tag) == b.tags.end())
+      continue;
+    if (&b != latest)
+      return Error(ErrorCode::kFailedPrecondition,
+                   "template '" + name + "': tag '" + tag + "' names build " + b.build_id +
+                       ", which a later build replaced (abxd keeps the latest build's image "
+                       "only): build it again or assign the tag to the latest build");
+    template_id = name;
+    return {};
+  }
+  return not_found("template '" + template_id + "' not found (no build of '" + name +
+                   "' is tagged '" + tag + "')");
+}
+
 }  // namespace
 
 Result<CreateRequest> parse_create(const json::object& body, std::int64_t max_timeout,
@@ -298,6 +338,7 @@ Result<Response> create_sandbox(Context& ctx) {
   // A ${e2b.secrets.<name>} must name a secret of the team (resolved per request later).
   if (cr.network) ABX_TRY(check_secret_references(ctx, cr.network->transforms, "network.rules"));
   cr.team_id = ctx.team;  // the manager refuses another team's template or snapshot (404)
+  ABX_TRY(resolve_template_tag(ctx, cr.template_id));
   ABX_TRY(resolve_volume_mounts(ctx, cr.volume_mounts));
   ABX_ASSIGN_OR_RETURN(auto sb, ctx.sandboxes.create(cr));
   json::object o = sandbox_json(*sb);

@@ -3,6 +3,7 @@
 // the build's status and logs, and tags.
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
+#include <cmath>
 
 #include "abx/base/json.h"
 #include "abx/base/time.h"
@@ -59,6 +60,30 @@ std::pair<std::string, std::string> split_name(const std::string& s) {
   return {s.substr(0, colon), s.substr(colon + 1)};
 }
 
+constexpr std::int64_t kMaxBuildCpus = 64;
+constexpr std::int64_t kMaxBuildMemoryMb = 1 << 20;  // 1 TiB
+constexpr std::int64_t kMinBuildMemoryMb = 16;
+
+// An optional positive integer field (absent or null: 0), at most `max`.
+Result<std::int64_t> optional_count(const json::object& o, std::string_view key, std::int64_t max) {
+  const auto* v = o.if_contains(key);
+  if (!v || v->is_null()) return 0;
+  std::int64_t n = 0;
+  if (v->is_int64()) {
+    n = v->as_int64();
+  } else if (v->is_uint64() && v->as_uint64() <= static_cast<std::uint64_t>(max)) {
+    n = static_cast<std::int64_t>(v->as_uint64());
+  } else if (v->is_double() && v->as_double() >= 1 && v->as_double() <= static_cast<double>(max) &&
+             v->as_double() == std::floor(v->as_double())) {
+    n = static_cast<std::int64_t>(v->as_double());
+  } else {
+    return invalid_argument(std::string(key) + " must be an integer");
+  }
+  if (n < 1 || n > max)
+    return invalid_argument(std::string(key) + " must be between 1 and " + std::to_string(max));
+  return n;
+}
+
 json::object entry_json(const BuildLogLine& l) {
   json::object o{{"timestamp", rfc3339_ms(l.ms)}, {"level", l.level}, {"message", l.message}};
   if (!l.step.empty()) o["step"] = l.step;
@@ -69,8 +94,9 @@ json::object entry_json(const BuildLogLine& l) {
 
 // POST /v3/templates {name: "name[:tag]", tags?, cpuCount?, memoryMB?, minFreeDiskMb?}: 202
 // TemplateRequestResponseV3. The name becomes the team's as POST /templates/build makes it.
-// Resources are the template.yaml's business in abx: cpuCount and memoryMB are accepted and
-// not applied (each build step runs under the builder's own limits).
+// cpuCount and memoryMB become the built template's resources (the defaults of its sandboxes,
+// as E2B's); the build steps themselves run under the builder's own limits. minFreeDiskMb is
+// accepted and not used.
 Result<Response> request_template_build(Context& ctx) {
   ABX_TRY(need_jobs(ctx));
   ABX_ASSIGN_OR_RETURN(auto body, body_object(ctx.req));
@@ -87,11 +113,15 @@ Result<Response> request_template_build(Context& ctx) {
   for (auto& t : extra)
     if (std::find(tags.begin(), tags.end(), t) == tags.end()) tags.push_back(std::move(t));
   ABX_TRY(check_tags(tags));
+  ABX_ASSIGN_OR_RETURN(std::int64_t cpu, optional_count(body, "cpuCount", kMaxBuildCpus));
+  ABX_ASSIGN_OR_RETURN(std::int64_t memory_mb, optional_count(body, "memoryMB", kMaxBuildMemoryMb));
+  if (memory_mb != 0 && memory_mb < kMinBuildMemoryMb)
+    return invalid_argument("memoryMB must be at least " + std::to_string(kMinBuildMemoryMb));
   if (!ctx.builder->is_built(name) && ctx.sandboxes.catalog()->get(name))
     return Error(ErrorCode::kAlreadyExists,
                  "template '" + name + "' exists and was not built by abx template build");
   ABX_TRY(ctx.store.claim_template(name, ctx.team));
-  auto r = ctx.jobs->request(name, ctx.team, tags);
+  auto r = ctx.jobs->request(name, ctx.team, tags, static_cast<double>(cpu), memory_mb);
   json::array tj;
   for (const auto& t : r.tags) tj.emplace_back(t);
   return http::json_response(202, json::object{{"templateID", name},

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,8 @@
 #include "abx/base/os.h"
 #include "abx/base/scope_exit.h"
 #include "abx/base/try.h"
+#include "abx/client/commands.h"
+#include "abx/client/sandbox.h"
 #include "abx/envd/config.h"
 #include "abx/http/client.h"
 #include "abx/runtime/process.h"
@@ -280,6 +283,61 @@ Status wait_ready(const runtime::Sandbox& sb, const templates::Template& tmpl,
   return {};
 }
 
+// E2B's readyCmd (the SDK's setReadyCmd / setStartCmd(cmd, readyCmd), kept by a build as the
+// image label kReadyCmdLabel): run through envd as the default user, again and again, until it
+// exits 0. Each try gets what is left of `timeout`; between tries 20 ms, doubling to 500 ms.
+// failed_precondition with its last exit status and output when it never does within `timeout`.
+Status wait_for_ready_cmd(const runtime::Sandbox& sb, const templates::Template& tmpl,
+                          const std::string& id, const std::string& cmd, const std::string& token,
+                          std::chrono::milliseconds timeout) {
+  client::ConnectionConfig config;
+  config.max_retries = 0;
+  config.request_timeout = timeout;
+  config.max_response_bytes = 1 << 20;
+  config.sandbox_dialer = [&sb](const std::string&, std::uint16_t port) -> Result<UniqueFd> {
+    return sb.open_tcp(port, std::chrono::seconds(2));
+  };
+  client::SandboxInfo info;
+  info.sandbox_id = id;
+  info.template_id = tmpl.id;
+  info.envd_access_token = token;
+  auto handle = client::Sandbox::attach(std::move(info), config, {client::Capability::kShell});
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string last = "it never ran";
+  auto pause = std::chrono::milliseconds(20);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left <= std::chrono::milliseconds(0)) break;
+    client::CommandOptions o;
+    o.timeout = std::max(left, std::chrono::milliseconds(1));
+    auto r = handle.commands().run(cmd, o);
+    if (r.ok() && r->exit_code == 0) return {};
+    if (r.ok()) {
+      std::string out = r->stdout_data + r->stderr_data;
+      if (out.size() > 2000) out = "…" + out.substr(out.size() - 2000);
+      while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+      last = "its last try exited with " + std::to_string(r->exit_code) +
+             (out.empty() ? std::string(", printing nothing") : ": " + out);
+    } else {
+      last = "its last try failed: " + r.error().message();
+    }
+    if (sb.init_exited()) {
+      last += " (abx-envd exited)";
+      break;
+    }
+    std::this_thread::sleep_for(
+        std::min(pause, std::chrono::duration_cast<std::chrono::milliseconds>(
+                            deadline - std::chrono::steady_clock::now())));
+    pause = std::min(pause * 2, std::chrono::milliseconds(500));
+  }
+  return Error(ErrorCode::kFailedPrecondition,
+               "template '" + tmpl.id + "': its ready command (" + cmd +
+                   ") did not succeed within " +
+                   std::to_string(timeout.count() / 1000.0).substr(0, 4) +
+                   " s (abxd --server-ready-timeout): " + last);
+}
+
 // The sandbox of `config` spawned, then ready (wait_ready): create's start, and a filesystem-only
 // pause's boot on its kept layer. A sandbox that does not get ready is destroyed.
 Result<runtime::Sandbox> spawn_ready(runtime::SandboxConfig config, const templates::Template& tmpl,
@@ -518,6 +576,16 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   auto spawned = spawn_ready(std::move(config), *tmpl, token, opt_.server_ready_timeout, tl);
   if (!spawned.ok()) return failed(spawned.error());
   sb.emplace(std::move(*spawned));
+  if (img) {
+    if (auto rc = img->config.labels.find(std::string(kReadyCmdLabel));
+        rc != img->config.labels.end() && !rc->second.empty()) {
+      if (Status ready =
+              wait_for_ready_cmd(*sb, *tmpl, id, rc->second, token, opt_.server_ready_timeout);
+          !ready.ok())
+        return failed(ready.error());
+      tl.mark("ready_cmd");
+    }
+  }
   store::SandboxRecord rec = new_record(opt_, *tmpl, req, id, *sb, token, timeout, net);
   ABX_TRY(store_->insert_sandbox(rec));
   committed = true;

@@ -64,6 +64,9 @@ struct SandboxBinaries {
 inline constexpr std::uint16_t kEnvdPort = 49983;
 inline constexpr const char* kEnvdVersion = "0.6.4";  // the envd API level abx-envd implements
 inline constexpr const char* kClientId = "6532622b";
+// The image label where a template build keeps E2B's readyCmd (template_jobs.h): a create waits
+// until it exits 0 in the new sandbox.
+inline constexpr std::string_view kReadyCmdLabel = "abx.ready-cmd";
 
 struct CreateRequest {
   std::string template_id = "base";

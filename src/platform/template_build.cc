@@ -356,6 +356,7 @@ class Build {
   }
   // A cache hit for `key`: announces step i as CACHED and takes its layer.
   bool from_cache(const std::string& key, std::size_t i, const image::Instruction& in) {
+    if (req_.no_cache_from_line > 0 && in.line >= req_.no_cache_from_line) return false;
     const Layer* hit = cache_.find(key, store_);
     if (hit == nullptr) return false;
     step(i, in, true);

@@ -97,6 +97,9 @@ struct BuildRequest {
   // Polled between steps and while a RUN runs (about once a second): true stops the build
   // (kUnavailable) and kills the RUN sandbox. E.g. the client went away.
   std::function<bool()> cancelled;
+  // Steps from this Dockerfile line on are built again, not taken from the cache (their new
+  // layers replace the cached ones); 0: the cache applies to every step (E2B's skipCache).
+  int no_cache_from_line = 0;
 };
 
 struct BuildResult {
@@ -126,6 +129,7 @@ class TemplateBuilder {
 
   // Stops the running build and refuses new ones (abxd shutting down).
   void shutdown() { stopping_ = true; }
+  bool stopping() const { return stopping_; }
 
  private:
   TemplateBuildOptions opt_;

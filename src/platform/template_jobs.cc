@@ -4,11 +4,13 @@
 #include <boost/json.hpp>
 #include <filesystem>
 
+#include "abx/base/log.h"
 #include "abx/base/time.h"
 #include "abx/base/try.h"
 #include "abx/templates/template.h"
 #include "abx/token/token.h"
 #include "build_context.h"
+#include "sandboxes.h"
 
 namespace abx::platform {
 
@@ -19,7 +21,10 @@ namespace {
 
 constexpr std::int64_t kUploadTokenMs = 3600 * 1000;  // an upload URL lives an hour
 constexpr std::size_t kMaxSteps = 1000;
-constexpr std::size_t kMaxLogLines = 100'000;  // per build; older lines are dropped
+constexpr std::size_t kMaxLogLines = 100'000;  // per build; later lines are dropped
+// Log lines reach the store in batches: at most this many lines or this long after the last.
+constexpr std::size_t kStoreBatchLines = 500;
+constexpr std::int64_t kStoreBatchMs = 1000;
 
 // E2B's default base image: our own `base` image, no registry involved.
 bool is_e2b_base(std::string_view image) {
@@ -63,6 +68,13 @@ Result<std::vector<std::string>> string_args(const json::object& step, const std
     out.emplace_back(v.as_string());
   }
   return out;
+}
+
+Result<bool> optional_bool(const json::object& o, std::string_view key) {
+  const auto* v = o.if_contains(key);
+  if (!v || v->is_null()) return false;
+  if (!v->is_bool()) return invalid_argument(std::string(key) + " must be a boolean");
+  return v->as_bool();
 }
 
 Result<std::string> optional_string(const json::object& o, std::string_view key) {
@@ -111,6 +123,8 @@ Result<TranslatedTemplate> translate_template(const json::object& body) {
     from = from_image;
   }
   emit("FROM " + from, "base");
+  ABX_ASSIGN_OR_RETURN(bool force_all, optional_bool(body, "force"));
+  if (force_all) out.no_cache_from_line = 1;
 
   const auto* steps = body.if_contains("steps");
   if (steps && !steps->is_null() && !steps->is_array())
@@ -127,6 +141,8 @@ Result<TranslatedTemplate> translate_template(const json::object& body) {
       const auto& s = sv.as_object();
       ABX_ASSIGN_OR_RETURN(auto type, optional_string(s, "type"));
       ABX_ASSIGN_OR_RETURN(auto args, string_args(s, where));
+      ABX_ASSIGN_OR_RETURN(bool force, optional_bool(s, "force"));
+      if (force && out.no_cache_from_line == 0) out.no_cache_from_line = line + 1;
       if (type == "RUN") {
         if (args.empty() || args.size() > 2 || args[0].empty())
           return invalid_argument(where + ": RUN takes [command] or [command, user]");
@@ -202,15 +218,101 @@ Result<TranslatedTemplate> translate_template(const json::object& body) {
   if (!start_cmd.empty()) emit("ENTRYPOINT " + exec_form({"/bin/sh", "-c", start_cmd}), "finalize");
   if (!ready_cmd.empty()) {
     ABX_ASSIGN_OR_RETURN(auto v, quoted(ready_cmd, "readyCmd"));
-    emit("LABEL abx.ready-cmd=" + v, "finalize");
+    emit("LABEL " + std::string(kReadyCmdLabel) + "=" + v, "finalize");
   }
   return out;
 }
 
-TemplateJobs::TemplateJobs(TemplateBuilder& builder, std::string files_dir)
-    : builder_(builder), files_dir_(std::move(files_dir)) {
+TemplateJobs::TemplateJobs(TemplateBuilder& builder, std::string files_dir, store::Store* store)
+    : builder_(builder), files_dir_(std::move(files_dir)), store_(store) {
   std::error_code ec;
   fs::create_directories(files_dir_, ec);
+  if (store_) load();
+}
+
+void TemplateJobs::load() {
+  Logger lg("template-jobs");
+  auto all = store_->list_template_builds();
+  if (!all.ok()) {
+    lg.warn("cannot read the template builds of the store: " + all.error().message());
+    return;
+  }
+  std::lock_guard lock(mu_);
+  for (auto& b : *all) {
+    TemplateBuildRecord r;
+    r.template_id = b.template_id;
+    r.build_id = b.build_id;
+    r.team = b.team_id;
+    r.status = b.status;
+    r.reason = b.reason;
+    r.reason_step = b.reason_step;
+    r.tags = std::move(b.tags);
+    r.created_ms = b.created_at_ms;
+    r.cpu_count = b.cpu_count;
+    r.memory_mb = b.memory_mb;
+    if (auto logs = store_->template_build_logs(b.build_id, kMaxStoredLogLines + 1); logs.ok()) {
+      for (auto& l : *logs)
+        r.logs.push_back(
+            BuildLogLine{l.ts_ms, std::move(l.level), std::move(l.message), std::move(l.step)});
+    } else {
+      lg.warn("build " + b.build_id + ": cannot read its log: " + logs.error().message());
+    }
+    r.stored_logs = std::min(r.logs.size(), kMaxStoredLogLines);
+    if (r.status == "waiting" || r.status == "building") {
+      // Its thread died with the abxd that ran it: it will never finish.
+      const std::string was = r.status;
+      r.status = "error";
+      r.reason = "abxd restarted while the build was " + was +
+                 "; the build did not finish (start a new build)";
+      if (r.reason_step.empty()) r.reason_step = r.logs.empty() ? "base" : r.logs.back().step;
+      r.logs.push_back(BuildLogLine{now_ms(), "error", "Build failed: " + r.reason, r.reason_step});
+      persist(r, true);
+      lg.info("template " + r.template_id + ": build " + r.build_id + " was " + was +
+              " when abxd stopped: now error");
+    }
+    builds_[r.build_id] = std::move(r);
+  }
+}
+
+void TemplateJobs::persist(TemplateBuildRecord& r, bool logs) {
+  if (!store_) return;
+  store::TemplateBuildRecord b;
+  b.build_id = r.build_id;
+  b.template_id = r.template_id;
+  b.team_id = r.team;
+  b.status = r.status;
+  b.reason = r.reason;
+  b.reason_step = r.reason_step;
+  b.tags = r.tags;
+  b.created_at_ms = r.created_ms;
+  b.cpu_count = r.cpu_count;
+  b.memory_mb = r.memory_mb;
+  if (Status st = store_->put_template_build(b); !st.ok()) {
+    Logger("template-jobs")
+        .warn("build " + r.build_id + ": cannot store it: " + st.error().message());
+    return;
+  }
+  if (!logs) return;
+  const std::size_t end = std::min(r.logs.size(), kMaxStoredLogLines);
+  std::vector<store::TemplateBuildLogLine> lines;
+  for (std::size_t i = r.stored_logs; i < end; ++i) {
+    const auto& l = r.logs[i];
+    lines.push_back({static_cast<std::int64_t>(i), l.ms, l.level, l.message, l.step});
+  }
+  // Past the stored lines, a finished build's last line (its outcome) is kept all the same.
+  if ((r.status == "ready" || r.status == "error") && r.logs.size() > kMaxStoredLogLines) {
+    const auto& l = r.logs.back();
+    lines.push_back(
+        {static_cast<std::int64_t>(kMaxStoredLogLines), l.ms, l.level, l.message, l.step});
+  }
+  if (lines.empty()) return;
+  if (Status st = store_->append_template_build_logs(r.build_id, lines); !st.ok()) {
+    Logger("template-jobs")
+        .warn("build " + r.build_id + ": cannot store its log: " + st.error().message());
+    return;
+  }
+  r.stored_logs = end;
+  r.stored_at_ms = now_ms();
 }
 
 TemplateJobs::~TemplateJobs() {
@@ -223,7 +325,8 @@ TemplateJobs::~TemplateJobs() {
 }
 
 TemplateBuildRecord TemplateJobs::request(const std::string& name, const std::string& team,
-                                          std::vector<std::string> tags) {
+                                          std::vector<std::string> tags, double cpu_count,
+                                          std::int64_t memory_mb) {
   TemplateBuildRecord r;
   r.template_id = name;
   auto id = token::random_hex(16);
@@ -235,7 +338,10 @@ TemplateBuildRecord TemplateJobs::request(const std::string& name, const std::st
   r.team = team;
   r.tags = std::move(tags);
   r.created_ms = now_ms();
+  r.cpu_count = cpu_count;
+  r.memory_mb = memory_mb;
   std::lock_guard lock(mu_);
+  persist(r, false);
   builds_[r.build_id] = r;
   return r;
 }
@@ -266,11 +372,19 @@ void TemplateJobs::set_tags(const std::string& template_id, const std::string& b
   std::lock_guard lock(mu_);
   for (auto& [id, r] : builds_) {
     if (r.template_id != template_id) continue;
+    bool changed = false;
     for (const auto& t : tags) {
       auto at = std::find(r.tags.begin(), r.tags.end(), t);
-      if (id == build_id && at == r.tags.end()) r.tags.push_back(t);
-      if (id != build_id && at != r.tags.end()) r.tags.erase(at);
+      if (id == build_id && at == r.tags.end()) {
+        r.tags.push_back(t);
+        changed = true;
+      }
+      if (id != build_id && at != r.tags.end()) {
+        r.tags.erase(at);
+        changed = true;
+      }
     }
+    if (changed) persist(r, false);
   }
 }
 
@@ -284,6 +398,7 @@ Status TemplateJobs::remove_tags(const std::string& template_id,
       auto at = std::find(r.tags.begin(), r.tags.end(), t);
       if (at != r.tags.end()) {
         r.tags.erase(at);
+        persist(r, false);
         found = true;
       }
     }
@@ -298,6 +413,12 @@ void TemplateJobs::forget(const std::string& template_id) {
     return kv.second.template_id == template_id && kv.second.status != "building" &&
            kv.second.status != "waiting";
   });
+  if (store_) {
+    if (auto n = store_->delete_template_builds(template_id, {"ready", "error"}); !n.ok())
+      Logger("template-jobs")
+          .warn("template " + template_id +
+                ": cannot remove its builds from the store: " + n.error().message());
+  }
   std::error_code ec;
   fs::remove_all(fs::path(files_dir_) / template_id, ec);
 }
@@ -357,9 +478,13 @@ void TemplateJobs::log(const std::string& build_id, std::string level, std::stri
   std::lock_guard lock(mu_);
   auto it = builds_.find(build_id);
   if (it == builds_.end()) return;
-  auto& logs = it->second.logs;
-  if (logs.size() >= kMaxLogLines) return;
-  logs.push_back(BuildLogLine{now_ms(), std::move(level), std::move(message), std::move(step)});
+  auto& r = it->second;
+  if (r.logs.size() >= kMaxLogLines) return;
+  r.logs.push_back(BuildLogLine{now_ms(), std::move(level), std::move(message), std::move(step)});
+  // In batches: each write to the store is an fsync.
+  if (r.stored_logs < kMaxStoredLogLines && (r.logs.size() - r.stored_logs >= kStoreBatchLines ||
+                                             r.logs.back().ms - r.stored_at_ms >= kStoreBatchMs))
+    persist(r, true);
 }
 
 Status TemplateJobs::start(const std::string& template_id, const std::string& build_id,
@@ -367,6 +492,7 @@ Status TemplateJobs::start(const std::string& template_id, const std::string& bu
   BuildRequest req;
   req.name = template_id;
   req.context_files["Dockerfile"] = tt.dockerfile;
+  req.no_cache_from_line = tt.no_cache_from_line;
   for (const auto& h : tt.file_hashes) {
     if (!has_file(template_id, h))
       return invalid_argument("the files of hash " + h + " were not uploaded (GET /templates/" +
@@ -377,10 +503,20 @@ Status TemplateJobs::start(const std::string& template_id, const std::string& bu
   std::lock_guard lock(mu_);
   auto it = builds_.find(build_id);
   if (it == builds_.end()) return not_found("build '" + build_id + "' not found");
+  // The request's cpuCount and memoryMB: the template's resources (its sandboxes' defaults).
+  if (it->second.cpu_count > 0 || it->second.memory_mb > 0) {
+    std::string yaml = "id: " + template_id + "\nresources:\n";
+    if (it->second.cpu_count > 0)
+      yaml += "  cpu: " + std::to_string(static_cast<std::int64_t>(it->second.cpu_count)) + "\n";
+    if (it->second.memory_mb > 0)
+      yaml += "  memory: " + std::to_string(it->second.memory_mb) + "Mi\n";
+    req.context_files["template.yaml"] = yaml;
+  }
   if (it->second.status != "waiting")
     return Error(ErrorCode::kFailedPrecondition,
                  "build '" + build_id + "' was already started (" + it->second.status + ")");
   it->second.status = "building";
+  persist(it->second, true);
   // Threads of builds that ended: their status was set under mu_, their last act.
   for (auto t = threads_.begin(); t != threads_.end();) {
     auto b = builds_.find(t->first);
@@ -425,6 +561,12 @@ void TemplateJobs::run(std::string template_id, std::string build_id, BuildReque
   };
   log(build_id, "info", "Building template " + template_id + " (build " + build_id + ")", "base");
   auto result = builder_.build(req, progress);
+  if (!result.ok() && builder_.stopping()) {
+    // abxd stops (SIGTERM): the build is cut short, never left `building`.
+    result = Error(ErrorCode::kUnavailable, "abxd was stopped during the build (" +
+                                                result.error().message() +
+                                                "); the build did not finish (start a new build)");
+  }
   if (result.ok()) {
     log(build_id, "info",
         "Template " + template_id + " is ready: " + result->image.manifest_digest + " (" +
@@ -448,16 +590,18 @@ void TemplateJobs::run(std::string template_id, std::string build_id, BuildReque
     // A ready build takes its tags from older builds of the template.
     for (auto& [id, r] : builds_) {
       if (id == build_id || r.template_id != template_id) continue;
-      std::erase_if(r.tags, [&](const std::string& t) {
-        return std::find(it->second.tags.begin(), it->second.tags.end(), t) !=
-               it->second.tags.end();
-      });
+      if (std::erase_if(r.tags, [&](const std::string& t) {
+            return std::find(it->second.tags.begin(), it->second.tags.end(), t) !=
+                   it->second.tags.end();
+          }) > 0)
+        persist(r, false);
     }
   } else {
     it->second.status = "error";
     it->second.reason = result.error().message();
     it->second.reason_step = step;
   }
+  persist(it->second, true);
 }
 
 }  // namespace abx::platform

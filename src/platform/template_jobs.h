@@ -12,8 +12,11 @@
 //                                            (translate()), built on a thread of this object
 //   GET  .../builds/{buildID}/status|logs    the record: status, log entries, the failure
 //
-// Build records live in memory (an abxd restart forgets them; the built templates stay). A
-// template's tags are names of builds in memory too: "default" is the latest build.
+// Build records are kept in memory and written through to the store (schema 11): status, tags,
+// requested resources and the log (its first kMaxStoredLogLines lines, written in batches), so
+// they survive an abxd restart. A build that was waiting or building when abxd stopped is loaded
+// as `error` ("abxd restarted during the build"), never left `building`. A template's tags name
+// its builds: "default" is the latest build.
 #pragma once
 
 #include <boost/json/object.hpp>
@@ -27,6 +30,7 @@
 #include <vector>
 
 #include "abx/base/error.h"
+#include "abx/store/store.h"
 #include "template_build.h"
 
 namespace abx::platform {
@@ -48,7 +52,14 @@ struct TemplateBuildRecord {
   std::string reason_step;  // status error: the SDK's step it failed at
   std::vector<std::string> tags;
   std::int64_t created_ms = 0;
+  double cpu_count = 0;           // POST /v3/templates cpuCount (0: not given)
+  std::int64_t memory_mb = 0;     // POST /v3/templates memoryMB (0: not given)
+  std::size_t stored_logs = 0;    // how many of `logs` are in the store
+  std::int64_t stored_at_ms = 0;  // when logs were last written to the store
 };
+
+// Log lines of a build kept in the store (the rest stay in memory until a restart).
+inline constexpr std::size_t kMaxStoredLogLines = 10'000;
 
 // What translate() makes of a TemplateBuildStartV2 body.
 struct TranslatedTemplate {
@@ -61,6 +72,10 @@ struct TranslatedTemplate {
   // Steps that install packages (pipInstall, aptInstall, npmInstall): a failure there says they
   // need a reachable package index.
   std::set<std::string> package_steps;
+  // E2B's skipCache/force: the Dockerfile line from which every step is built again instead of
+  // taken from the cache (1: the whole build, the template's skipCache(); a step's `force`, the
+  // builder's skipCache() before a step, from that step's first line). 0: the cache applies.
+  int no_cache_from_line = 0;
 };
 
 // The body of POST /v2/templates/{id}/builds/{buildID} as a Dockerfile. invalid_argument names
@@ -69,15 +84,18 @@ Result<TranslatedTemplate> translate_template(const boost::json::object& body);
 
 class TemplateJobs {
  public:
-  // `files_dir` holds the uploaded COPY tars (<files_dir>/<template>/<hash>).
-  TemplateJobs(TemplateBuilder& builder, std::string files_dir);
+  // `files_dir` holds the uploaded COPY tars (<files_dir>/<template>/<hash>). With a `store`,
+  // the records of earlier runs are loaded (unfinished ones become `error`) and every change is
+  // written through; without one (tests) they live in memory only.
+  TemplateJobs(TemplateBuilder& builder, std::string files_dir, store::Store* store = nullptr);
   ~TemplateJobs();  // waits for running builds (TemplateBuilder::shutdown stops them first)
   TemplateJobs(const TemplateJobs&) = delete;
   TemplateJobs& operator=(const TemplateJobs&) = delete;
 
   // A new build of `name` for `team`: its record, status "waiting".
   TemplateBuildRecord request(const std::string& name, const std::string& team,
-                              std::vector<std::string> tags);
+                              std::vector<std::string> tags, double cpu_count = 0,
+                              std::int64_t memory_mb = 0);
   // A copy of the record; not_found unless it is `team`'s build of `template_id`.
   Result<TemplateBuildRecord> get(const std::string& template_id, const std::string& build_id,
                                   const std::string& team) const;
@@ -112,9 +130,15 @@ class TemplateJobs {
            std::map<int, std::string> line_step, std::set<std::string> package_steps);
   void log(const std::string& build_id, std::string level, std::string message,
            std::string step = {});
+  // Loads the store's records (constructor); unfinished builds end as error.
+  void load();
+  // Writes `r` (and, with logs, its log lines not yet stored) to the store; mu_ held. A store
+  // failure is logged, never fails the build.
+  void persist(TemplateBuildRecord& r, bool logs);
 
   TemplateBuilder& builder_;
   std::string files_dir_;
+  store::Store* store_ = nullptr;
   mutable std::mutex mu_;
   std::map<std::string, TemplateBuildRecord> builds_;  // by build id
   struct Upload {

@@ -19,6 +19,7 @@
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +33,14 @@ inline constexpr std::size_t kDefaultMaxVolumesPerTeam = 100;
 inline constexpr std::size_t kMaxVolumeMounts = 16;  // per sandbox
 inline constexpr std::size_t kMaxVolumeNameBytes = 128;
 inline constexpr std::size_t kMaxMountPathBytes = 512;
+// The volume content API (api_volume_content.cc): a listing's entries, a removal's entries, a
+// read (answered from memory), a write (spooled to disk first), and the largest uid/gid (the
+// sandboxes' id range).
+inline constexpr std::size_t kMaxVolumeListEntries = 10'000;
+inline constexpr std::size_t kMaxVolumeRemoveEntries = 100'000;
+inline constexpr std::size_t kMaxVolumeReadBytes = 64u << 20;
+inline constexpr std::uint64_t kMaxVolumeWriteBytes = 1ull << 30;
+inline constexpr std::uint32_t kMaxVolumeUid = 65535;
 
 // E2B's rule for a volume name: one or more of [A-Za-z0-9_-] (at most kMaxVolumeNameBytes here).
 bool valid_volume_name(std::string_view name);

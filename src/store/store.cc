@@ -287,6 +287,33 @@ CREATE TABLE volumes (
 ) WITHOUT ROWID;
 ALTER TABLE sandboxes ADD COLUMN volume_mounts TEXT NOT NULL DEFAULT '[]';
 )sql",
+    // 11: the e2b SDK's template builds (POST /v3/templates): their status, tags (JSON array of
+    // strings) and requested resources, and their log lines (bounded by abxd), so a build's
+    // status, logs and tags outlive an abxd restart.
+    R"sql(
+CREATE TABLE template_builds (
+  id          TEXT PRIMARY KEY NOT NULL,
+  template_id TEXT NOT NULL,
+  team_id     TEXT NOT NULL,
+  status      TEXT NOT NULL CHECK (status IN ('waiting', 'building', 'ready', 'error')),
+  reason      TEXT NOT NULL DEFAULT '',
+  reason_step TEXT NOT NULL DEFAULT '',
+  tags        TEXT NOT NULL DEFAULT '[]',
+  created_at  INTEGER NOT NULL,
+  cpu_count   REAL NOT NULL DEFAULT 0,
+  memory_mb   INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+CREATE INDEX template_builds_by_template ON template_builds (template_id, created_at);
+CREATE TABLE template_build_logs (
+  build_id TEXT NOT NULL,
+  seq      INTEGER NOT NULL,
+  ts       INTEGER NOT NULL,
+  level    TEXT NOT NULL,
+  message  TEXT NOT NULL,
+  step     TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (build_id, seq)
+) WITHOUT ROWID;
+)sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 
@@ -1488,6 +1515,16 @@ Result<VolumeRecord> Store::get_volume(std::string_view team_id, std::string_vie
   return volume_row(s);
 }
 
+Result<VolumeRecord> Store::volume_by_id(std::string_view id) {
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(auto s, impl_->conn.prepare(std::string(kVolumeColumns) + " WHERE id = ?1",
+                                                   "get volume by id"));
+  s.bind(1, id);
+  ABX_ASSIGN_OR_RETURN(bool row, s.step());
+  if (!row) return not_found("volume '" + std::string(id.substr(0, 128)) + "' not found");
+  return volume_row(s);
+}
+
 Status Store::delete_volume(std::string_view team_id, std::string_view id) {
   std::lock_guard lock(impl_->mu);
   ABX_ASSIGN_OR_RETURN(
@@ -1571,6 +1608,162 @@ Result<std::vector<TemplateSeen>> Store::list_templates_seen() {
     out.push_back({s.text(0), s.int64(1), s.text(2), s.text(3)});
   }
   return out;
+}
+
+// --- template builds ---
+
+namespace {
+
+constexpr std::size_t kMaxBuildField = 64 * 1024;  // reason, tags JSON
+constexpr std::size_t kMaxBuildLogMessage = 64 * 1024;
+
+std::string encode_strings(const std::vector<std::string>& v) {
+  json::array a;
+  for (const auto& s : v) a.emplace_back(s);
+  return json::serialize(a);
+}
+
+Result<std::vector<std::string>> decode_strings(const std::string& s, std::string_view what) {
+  std::error_code ec;
+  json::value v = json::parse(s, ec);
+  if (ec || !v.is_array()) return internal_error("store: corrupt " + std::string(what) + " JSON");
+  std::vector<std::string> out;
+  for (const auto& e : v.get_array()) {
+    if (!e.is_string()) return internal_error("store: corrupt " + std::string(what) + " JSON");
+    out.emplace_back(e.get_string());
+  }
+  return out;
+}
+
+}  // namespace
+
+Status Store::put_template_build(const TemplateBuildRecord& b) {
+  const std::string tags = encode_strings(b.tags);
+  if (b.build_id.empty() || b.build_id.size() > 128 || b.template_id.empty() ||
+      b.template_id.size() > 128 || !valid_team_id(b.team_id))
+    return invalid_argument("template build: bad id, template or team");
+  if (b.reason.size() > kMaxBuildField || tags.size() > kMaxBuildField ||
+      b.reason_step.size() > 128)
+    return invalid_argument("template build " + b.build_id + ": a field is over its size");
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare(
+                  "INSERT OR REPLACE INTO template_builds (id, template_id, team_id, status, "
+                  "reason, reason_step, tags, created_at, cpu_count, memory_mb) VALUES (?1, ?2, "
+                  "?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                  "put template build"));
+  return s.bind(1, b.build_id)
+      .bind(2, b.template_id)
+      .bind(3, b.team_id)
+      .bind(4, b.status)
+      .bind(5, b.reason)
+      .bind(6, b.reason_step)
+      .bind(7, tags)
+      .bind(8, b.created_at_ms)
+      .bind(9, b.cpu_count)
+      .bind(10, b.memory_mb)
+      .exec();
+}
+
+Result<std::vector<TemplateBuildRecord>> Store::list_template_builds() {
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare(
+                  "SELECT id, template_id, team_id, status, reason, reason_step, tags, "
+                  "created_at, cpu_count, memory_mb FROM template_builds ORDER BY created_at, id "
+                  "LIMIT 100000",
+                  "list template builds"));
+  std::vector<TemplateBuildRecord> out;
+  for (;;) {
+    ABX_ASSIGN_OR_RETURN(bool row, s.step());
+    if (!row) break;
+    TemplateBuildRecord b;
+    b.build_id = s.text(0);
+    b.template_id = s.text(1);
+    b.team_id = s.text(2);
+    b.status = s.text(3);
+    b.reason = s.text(4);
+    b.reason_step = s.text(5);
+    ABX_ASSIGN_OR_RETURN(b.tags, decode_strings(s.text(6), "template build tags"));
+    b.created_at_ms = s.int64(7);
+    b.cpu_count = s.real(8);
+    b.memory_mb = s.int64(9);
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+Status Store::append_template_build_logs(std::string_view build_id,
+                                         const std::vector<TemplateBuildLogLine>& lines) {
+  if (lines.empty()) return {};
+  std::lock_guard lock(impl_->mu);
+  Impl::Tx tx(impl_->conn);
+  ABX_TRY(tx.begin());
+  for (const auto& l : lines) {
+    ABX_ASSIGN_OR_RETURN(
+        auto s, impl_->conn.prepare("INSERT OR REPLACE INTO template_build_logs (build_id, seq, "
+                                    "ts, level, message, step) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                                    "append template build log"));
+    std::string_view msg(l.message);
+    if (msg.size() > kMaxBuildLogMessage) msg = msg.substr(0, kMaxBuildLogMessage);
+    ABX_TRY(s.bind(1, build_id)
+                .bind(2, l.seq)
+                .bind(3, l.ts_ms)
+                .bind(4, l.level)
+                .bind(5, msg)
+                .bind(6, l.step)
+                .exec());
+  }
+  return tx.commit();
+}
+
+Result<std::vector<TemplateBuildLogLine>> Store::template_build_logs(std::string_view build_id,
+                                                                     std::size_t limit) {
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare("SELECT seq, ts, level, message, step FROM template_build_logs "
+                                  "WHERE build_id = ?1 ORDER BY seq LIMIT ?2",
+                                  "read template build logs"));
+  s.bind(1, build_id).bind(2, static_cast<std::int64_t>(limit));
+  std::vector<TemplateBuildLogLine> out;
+  for (;;) {
+    ABX_ASSIGN_OR_RETURN(bool row, s.step());
+    if (!row) break;
+    out.push_back({s.int64(0), s.int64(1), s.text(2), s.text(3), s.text(4)});
+  }
+  return out;
+}
+
+Result<std::int64_t> Store::delete_template_builds(std::string_view template_id,
+                                                   const std::vector<std::string>& statuses) {
+  std::lock_guard lock(impl_->mu);
+  Impl::Tx tx(impl_->conn);
+  ABX_TRY(tx.begin());
+  std::vector<std::string> ids;
+  {
+    ABX_ASSIGN_OR_RETURN(
+        auto s, impl_->conn.prepare("SELECT id, status FROM template_builds WHERE template_id = ?1",
+                                    "find template builds"));
+    s.bind(1, template_id);
+    for (;;) {
+      ABX_ASSIGN_OR_RETURN(bool row, s.step());
+      if (!row) break;
+      if (statuses.empty() ||
+          std::find(statuses.begin(), statuses.end(), s.text(1)) != statuses.end())
+        ids.push_back(s.text(0));
+    }
+  }
+  for (const auto& id : ids) {
+    ABX_ASSIGN_OR_RETURN(auto d, impl_->conn.prepare("DELETE FROM template_builds WHERE id = ?1",
+                                                     "delete template build"));
+    ABX_TRY(d.bind(1, id).exec());
+    ABX_ASSIGN_OR_RETURN(auto l,
+                         impl_->conn.prepare("DELETE FROM template_build_logs WHERE build_id = ?1",
+                                             "delete template build logs"));
+    ABX_TRY(l.bind(1, id).exec());
+  }
+  ABX_TRY(tx.commit());
+  return static_cast<std::int64_t>(ids.size());
 }
 
 }  // namespace abx::store

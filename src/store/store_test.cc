@@ -139,6 +139,7 @@ TEST(Store, LifecycleRoundTripsAndAVersion1FileMigrates) {
                          "ALTER TABLE sandboxes DROP COLUMN on_timeout_memory;"
                          "ALTER TABLE sandboxes DROP COLUMN filesystem_only;"
                          "DROP TABLE volumes; ALTER TABLE sandboxes DROP COLUMN volume_mounts;"
+                         "DROP TABLE template_builds; DROP TABLE template_build_logs;"
                          "UPDATE schema_version SET version = 1",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -524,6 +525,7 @@ TEST(Store, Version4FileMigratesIntoTheDefaultTeam) {
                          "ALTER TABLE sandboxes DROP COLUMN on_timeout_memory;"
                          "ALTER TABLE sandboxes DROP COLUMN filesystem_only;"
                          "DROP TABLE volumes; ALTER TABLE sandboxes DROP COLUMN volume_mounts;"
+                         "DROP TABLE template_builds; DROP TABLE template_build_logs;"
                          "UPDATE schema_version SET version = 4",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -1048,6 +1050,8 @@ TEST(StoreVolumes, CrudIsPerTeamAndSurvivesReopen) {
   EXPECT_EQ(s->get_volume("a", "data")->token, "tok1");
   EXPECT_EQ(s->get_volume("a", v.id)->name, "data");
   EXPECT_EQ(s->get_volume("b", v.id).error().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(s->volume_by_id(v.id)->team_id, "a");  // any team's, by id only
+  EXPECT_EQ(s->volume_by_id("data").error().code(), ErrorCode::kNotFound);
   EXPECT_EQ(s->delete_volume("b", v.id).error().code(), ErrorCode::kNotFound);
   auto sb = s->get_sandbox(id_for(1));
   ASSERT_TRUE(sb.ok());
@@ -1056,6 +1060,84 @@ TEST(StoreVolumes, CrudIsPerTeamAndSurvivesReopen) {
   ASSERT_TRUE(s->delete_volume("a", v.id).ok());
   EXPECT_EQ(s->get_volume("a", "data").error().code(), ErrorCode::kNotFound);
   EXPECT_EQ(s->list_volumes("a")->size(), 1u);
+}
+
+}  // namespace
+}  // namespace abx::store
+
+namespace abx::store {
+namespace {
+
+// Schema 11: the e2b SDK's template builds and their logs outlive a reopen; a file of schema 10
+// migrates (its other rows untouched).
+TEST(StoreTemplateBuilds, PutListLogsDeleteAndMigrationFrom10) {
+  TempDir d;
+  fs::path p = d.path() / "abx.db";
+  {
+    auto s = open_or_die(p);
+    ASSERT_TRUE(s->insert_sandbox(make(1)).ok());
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(p.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "DROP TABLE template_builds; DROP TABLE template_build_logs;"
+                         "UPDATE schema_version SET version = 10",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_close(db);
+  {
+    auto s = open_or_die(p);
+    EXPECT_EQ(s->schema_version(), 11);
+    EXPECT_TRUE(s->get_sandbox(id_for(1)).ok());
+    TemplateBuildRecord b;
+    b.build_id = "b1";
+    b.template_id = "app";
+    b.team_id = "default";
+    b.status = "building";
+    b.tags = {"default", "v1"};
+    b.created_at_ms = 1000;
+    b.cpu_count = 2;
+    b.memory_mb = 1024;
+    ASSERT_TRUE(s->put_template_build(b).ok());
+    b.build_id = "b2";
+    b.created_at_ms = 2000;
+    b.status = "error";
+    b.reason = "boom";
+    b.reason_step = "3";
+    b.tags = {};
+    ASSERT_TRUE(s->put_template_build(b).ok());
+    ASSERT_TRUE(s->append_template_build_logs(
+                     "b1", {{0, 5, "info", "one", "base"}, {1, 6, "error", "two", "1"}})
+                    .ok());
+    b.build_id = "bad";
+    b.team_id = "Not A Team";
+    EXPECT_EQ(s->put_template_build(b).error().code(), ErrorCode::kInvalidArgument);
+  }
+  auto s = open_or_die(p);
+  auto all = s->list_template_builds();
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].build_id, "b1");
+  EXPECT_EQ((*all)[0].status, "building");
+  EXPECT_EQ((*all)[0].tags, (std::vector<std::string>{"default", "v1"}));
+  EXPECT_EQ((*all)[0].cpu_count, 2);
+  EXPECT_EQ((*all)[0].memory_mb, 1024);
+  EXPECT_EQ((*all)[1].reason, "boom");
+  EXPECT_EQ((*all)[1].reason_step, "3");
+  auto logs = s->template_build_logs("b1", 100);
+  ASSERT_TRUE(logs.ok());
+  ASSERT_EQ(logs->size(), 2u);
+  EXPECT_EQ((*logs)[1].message, "two");
+  EXPECT_EQ((*logs)[1].level, "error");
+  EXPECT_EQ((*logs)[1].step, "1");
+  EXPECT_EQ(s->template_build_logs("b1", 1)->size(), 1u);
+  // Only the finished builds of a template go when asked so.
+  EXPECT_EQ(*s->delete_template_builds("app", {"ready", "error"}), 1);
+  EXPECT_EQ(s->list_template_builds()->size(), 1u);
+  EXPECT_EQ(*s->delete_template_builds("app"), 1);
+  EXPECT_TRUE(s->list_template_builds()->empty());
+  EXPECT_TRUE(s->template_build_logs("b1", 100)->empty());
 }
 
 }  // namespace

@@ -548,11 +548,14 @@ TEST_F(CliE2E, EnvPrintsExportLinesForTheE2bSdks) {
   auto env = abx_with({"ABX_API_URL=" + abxd().url(), "ABX_HOME=" + home().string()}, {"env"});
   ASSERT_EQ(env.code, 0) << env.err;
   auto sh = run_process({"/bin/sh", "-c",
-                         "eval \"$ABX_ENV_OUT\"; printf '%s|%s|%s|%s\\n' \"$E2B_API_URL\" "
-                         "\"$E2B_SANDBOX_URL\" \"$E2B_API_KEY\" \"${E2B_DOMAIN-unset}\""},
+                         "eval \"$ABX_ENV_OUT\"; printf '%s|%s|%s|%s|%s\\n' \"$E2B_API_URL\" "
+                         "\"$E2B_SANDBOX_URL\" \"$E2B_VOLUME_API_URL\" \"$E2B_API_KEY\" "
+                         "\"${E2B_DOMAIN-unset}\""},
                         {"ABX_ENV_OUT=" + env.out}, "");
   ASSERT_EQ(sh.code, 0) << sh.err;
-  EXPECT_EQ(sh.out, abxd().url() + "|" + abxd().url() + "|" + key() + "|unset\n") << env.out;
+  EXPECT_EQ(sh.out,
+            abxd().url() + "|" + abxd().url() + "|" + abxd().url() + "|" + key() + "|unset\n")
+      << env.out;
   // No abxd has written a key into this home: the error says how to get one.
   auto none =
       abx_with({"ABX_API_URL=" + abxd().url(), "ABX_HOME=" + (tmp() / "empty").string()}, {"env"});

@@ -1,6 +1,6 @@
 // abx::store — abxd's durable state in one SQLite 3 file: teams, sandboxes, API keys, AK/SK
 // credentials, the signing nonce cache, the templates seen and who built which template, lifecycle
-// events, webhooks, secrets and volumes.
+// events, webhooks, secrets, volumes and the e2b SDK's template builds with their logs.
 //
 // Tenants: every API key and access key belongs to a team, and every sandbox records the team
 // of the key that created it (E2B scopes its API per team key the same way). Schema 5 brought
@@ -243,7 +243,31 @@ struct VolumeRecord {
   std::int64_t created_at_ms = 0;
 };
 
-inline constexpr int kSchemaVersion = 10;
+// A build of the e2b SDK's Template builder (schema 11, POST /v3/templates; platform's
+// template_jobs.h): its state, failure, tags and the resources the request gave the template.
+struct TemplateBuildRecord {
+  std::string build_id;  // a UUID
+  std::string template_id;
+  std::string team_id;
+  std::string status;       // waiting | building | ready | error
+  std::string reason;       // status error: why
+  std::string reason_step;  // status error: the SDK's step it failed at
+  std::vector<std::string> tags;
+  std::int64_t created_at_ms = 0;
+  double cpu_count = 0;        // the request's cpuCount; 0: not given
+  std::int64_t memory_mb = 0;  // the request's memoryMB; 0: not given
+};
+
+// One line of a build's log (schema 11); `seq` orders a build's lines from 0.
+struct TemplateBuildLogLine {
+  std::int64_t seq = 0;
+  std::int64_t ts_ms = 0;
+  std::string level;  // debug | info | warn | error
+  std::string message;
+  std::string step;
+};
+
+inline constexpr int kSchemaVersion = 11;
 
 class Store {
  public:
@@ -370,7 +394,25 @@ class Store {
   Result<std::vector<VolumeRecord>> list_volumes(std::string_view team_id);
   // By id or by name; kNotFound when it is not one of the team's.
   Result<VolumeRecord> get_volume(std::string_view team_id, std::string_view id_or_name);
+  // By id, whatever its team (the volume content API, whose credential is the volume's token).
+  Result<VolumeRecord> volume_by_id(std::string_view id);
   Status delete_volume(std::string_view team_id, std::string_view id);  // kNotFound
+  // --- template builds (the e2b SDK's Template builder) ---
+  // Inserts or replaces the build `b.build_id`. kInvalidArgument: a field over its size.
+  Status put_template_build(const TemplateBuildRecord& b);
+  // Every build, oldest first (abxd reads them once at start); at most 100000.
+  Result<std::vector<TemplateBuildRecord>> list_template_builds();
+  // Appends log lines of a build (each line's seq given by the caller; a seq already stored is
+  // replaced). One transaction for all of them.
+  Status append_template_build_logs(std::string_view build_id,
+                                    const std::vector<TemplateBuildLogLine>& lines);
+  // The build's log lines by seq, at most `limit`.
+  Result<std::vector<TemplateBuildLogLine>> template_build_logs(std::string_view build_id,
+                                                                std::size_t limit);
+  // Removes the build records and logs of `template_id` whose status is in `statuses` (every
+  // status when empty); returns how many builds went.
+  Result<std::int64_t> delete_template_builds(std::string_view template_id,
+                                              const std::vector<std::string>& statuses = {});
   // --- templates seen ---
   Status record_template(const TemplateSeen& t);
   Result<std::vector<TemplateSeen>> list_templates_seen();

@@ -4,8 +4,8 @@
 //   const daemon = await startAbxd('lifecycle');   // in before()
 //   daemon.baseUrl, daemon.home, daemon.made.push(id)
 //   await daemon.stop();                           // in after()
-import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -82,4 +82,35 @@ export async function startAbxd(name, extraArgs = [], { capture = false } = {}) 
       rmSync(home, { recursive: true, force: true });
     },
   };
+}
+
+// An image store of the test's own under `dir`, standing on the shared one ($ABX_IMAGE_STORE,
+// never written): its blobs and extracted layers hard-linked (no data copied; overlayfs only
+// reads them, and the store never rewrites a file in place), and the names `names` that the
+// shared store has. A test that builds templates passes it to abxd (--image-store), so its builds,
+// build cache and tags stay out of the shared store. Returns the directory and the names it has.
+export function privateImageStore(dir, names = ['base']) {
+  const store = join(dir, 'images');
+  mkdirSync(store, { recursive: true, mode: 0o700 });
+  const shared = process.env.ABX_IMAGE_STORE;
+  const have = [];
+  if (shared && existsSync(join(shared, 'refs.json'))) {
+    try {
+      const refs = JSON.parse(readFileSync(join(shared, 'refs.json'), 'utf8')).refs ?? {};
+      for (const sub of ['blobs', 'layers']) {
+        if (existsSync(join(shared, sub))) execFileSync('cp', ['-al', join(shared, sub), store]);
+      }
+      const mine = {};
+      for (const n of names) {
+        if (refs[n]) {
+          mine[n] = refs[n];
+          have.push(n);
+        }
+      }
+      writeFileSync(join(store, 'refs.json'), `${JSON.stringify({ refs: mine })}\n`, { mode: 0o600 });
+    } catch (e) {
+      process.stderr.write(`privateImageStore: ${e.message}: without the shared images\n`);
+    }
+  }
+  return { store, names: have };
 }

@@ -17,21 +17,26 @@ import { fileURLToPath } from 'node:url';
 
 import { NotFoundError, Sandbox } from 'e2b';
 
-import { startAbxd } from './abxd.mjs';
+import { privateImageStore, startAbxd } from './abxd.mjs';
 
 const e2bBin = join(dirname(fileURLToPath(import.meta.url)), 'node_modules', '.bin', 'e2b');
 
 let daemon;
 let made;
 let home;
+let images;
 
 before(async () => {
-  daemon = await startAbxd('cli');
+  // `template create` builds: into an image store of this test's own (the shared one's `base`,
+  // hard-linked), never into the shared store.
+  images = mkdtempSync(join(tmpdir(), 'abx-js-cli-images-'));
+  daemon = await startAbxd('cli', ['--image-store', privateImageStore(images).store]);
   ({ made, home } = daemon);
 });
 
 after(async () => {
   if (daemon) await daemon.stop();
+  if (images) rmSync(images, { recursive: true, force: true });
 });
 
 // Runs `e2b args...` with the test's environment (plus `env`); resolves with {code, out, err}.

@@ -6,7 +6,11 @@
 // build in error), an unknown fromTemplate, a bad step, unknown templates and builds, pipInstall
 // and aptInstall without a package mirror. fromBaseImage() needs the `base` image
 // (ABX_IMAGE_STORE, scripts/build-images.sh); the other tests stand on a busybox template built
-// here through POST /templates/build (busybox-static).
+// here through POST /templates/build (busybox-static). abxd builds into an image store of this
+// test's own (abxd.mjs privateImageStore: the shared store's `base`, hard-linked, never written).
+// Then what outlives an abxd restart (build status, logs, tags, exists; a build cut short ends as
+// error), readyCmd (create waits for it; one that never succeeds fails the create, leaving
+// nothing), `name:tag` in create, skipCache, and cpuCount/memoryMB as the sandboxes' defaults.
 //
 //   ABXD_BIN=build/dev/src/platform/abxd node --test template.test.mjs
 import { after, before, test } from 'node:test';
@@ -17,17 +21,16 @@ import { spawn } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import { BuildError, Sandbox, Template, waitForPort } from 'e2b';
+import { BuildError, Sandbox, Template, waitForFile } from 'e2b';
 import { create as tarCreate } from 'tar';
 
-import { startAbxd } from './abxd.mjs';
+import { privateImageStore, startAbxd } from './abxd.mjs';
 
 const busybox = '/bin/busybox';
 let daemon;
 let work;
 let haveBusybox = false;
-// The image store (and its build cache) may be shared with earlier runs: the RUNs whose output a
-// test reads are new each run.
+// The RUNs whose output a test reads are new each run (a unique line), whatever a cache holds.
 const nonce = Math.random().toString(16).slice(2);
 
 // The busybox image every test builds on: a root and a `user` (uid 1000), as E2B's base has.
@@ -62,8 +65,10 @@ async function buildBusybox(name) {
 }
 
 before(async () => {
-  daemon = await startAbxd('template');
   work = mkdtempSync(join(tmpdir(), 'abx-js-template-'));
+  const { store } = privateImageStore(work);
+  // A ready command that never succeeds fails the create after 5 s.
+  daemon = await startAbxd('template', ['--image-store', store, '--server-ready-timeout', '5']);
   haveBusybox = existsSync(busybox);
   if (haveBusybox) await buildBusybox('bb');
 });
@@ -107,7 +112,8 @@ test('Template.build: copy, runCmd, setEnvs, setWorkdir, makeSymlink, setUser, s
     .runCmd('id -u > /root/as-root.txt', { user: 'root' })
     .setUser('user')
     .runCmd('id -u > /tmp/uid.txt')
-    .setStartCmd('echo started > /tmp/started; exec httpd -f -p 8080', waitForPort(8080));
+    // (waitForPort's `ss` is not in busybox: the ready command is the start command's file.)
+    .setStartCmd('echo started > /tmp/started; exec httpd -f -p 8080', waitForFile('/tmp/started'));
   const logs = [];
   const info = await Template.build(template, 'app1', { onBuildLogs: (e) => logs.push(e) });
   assert.equal(info.templateId, 'app1');
@@ -131,8 +137,9 @@ test('Template.build: copy, runCmd, setEnvs, setWorkdir, makeSymlink, setUser, s
   assert.equal(await sb.files.read('/tmp/uid.txt'), '1000\n');
   const r = await sb.commands.run('echo "$GREETING|$QUOTED"; pwd; readlink /link.txt; stat -c %a /etc/myconf.json');
   assert.equal(r.stdout, 'hello world|a "b" \\c\n/srv/app\n/srv/app/hello.txt\n600\n');
-  // The start command runs in every sandbox of the template.
-  await poll(async () => (await sb.commands.run('cat /tmp/started || true')).stdout === 'started\n', 'the start command');
+  // The start command runs in every sandbox of the template, and the create answered once its
+  // ready command (the file it writes) succeeded.
+  assert.equal(await sb.files.read('/tmp/started'), 'started\n');
   // A second build of the same template: every COPY's files are already here.
   const logs2 = [];
   await Template.build(template, 'app1', { onBuildLogs: (e) => logs2.push(e) });
@@ -315,4 +322,106 @@ test('fromBaseImage() is abx:base, no registry', async (t) => {
   daemon.made.push(sb.sandboxId);
   assert.equal(await sb.files.read('/from-base.txt'), 'from-base\n');
   assert.equal((await sb.commands.run('python3 -c "print(6*7)"')).stdout, '42\n');
+});
+
+test('an abxd restart keeps build status, logs, tags and exists; a build it cut short ends as error', async (t) => {
+  if (!haveBusybox) return t.skip(`needs busybox-static (${busybox})`);
+  const done = await Template.build(Template().fromTemplate('bb').runCmd(`echo kept-line ${nonce}`), 'kept:v1', { tags: ['stable'] });
+  // A build still running when abxd stops.
+  const running = await Template.buildInBackground(Template().fromTemplate('bb').runCmd(`echo cut-${nonce}; sleep 120`), 'cut');
+  await poll(async () => {
+    const s = await Template.getBuildStatus(running);
+    return s.status === 'building' && s.logEntries.some((e) => e.message.includes(`cut-${nonce}`));
+  }, 'the long build to run its step');
+  await daemon.restart();
+
+  const s = await Template.getBuildStatus(done);
+  assert.equal(s.status, 'ready');
+  const messages = s.logEntries.map((e) => e.message);
+  assert.ok(messages.some((m) => m === `kept-line ${nonce}`), messages.join('\n'));
+  assert.ok(messages.some((m) => m.includes('is ready')), messages.join('\n'));
+  assert.equal(await Template.exists('kept'), true);
+  assert.deepEqual((await Template.getTags('kept')).map((x) => x.tag).sort(), ['stable', 'v1']);
+  const logs = await (await fetch(`${daemon.baseUrl}/templates/kept/builds/${done.buildId}/logs?direction=backward&limit=1`, { headers: headers() })).json();
+  assert.match(logs.logs[0].message, /is ready/);
+  // Tags still move after the restart, and are kept.
+  await Template.assignTags('kept:v1', 'after-restart');
+  assert.ok((await Template.getTags('kept')).some((x) => x.tag === 'after-restart'));
+
+  const cut = await Template.getBuildStatus(running);
+  assert.equal(cut.status, 'error');
+  assert.match(cut.reason.message, /abxd was stopped during the build|abxd restarted/);
+  assert.ok(cut.logEntries.some((e) => e.message.includes(`cut-${nonce}`)), JSON.stringify(cut.logEntries));
+  const sb = await Sandbox.create('kept');
+  daemon.made.push(sb.sandboxId);
+  assert.equal((await sb.commands.run('echo ok')).stdout, 'ok\n');
+});
+
+test('readyCmd: create returns once it succeeds; one that never does fails the create and leaves nothing', async (t) => {
+  if (!haveBusybox) return t.skip(`needs busybox-static (${busybox})`);
+  await Template.build(
+    Template().fromTemplate('bb').setStartCmd('sleep 1; echo up > /tmp/ready-flag; exec sleep 1000', 'test -f /tmp/ready-flag'),
+    'ready-ok',
+  );
+  const t0 = Date.now();
+  const sb = await Sandbox.create('ready-ok');
+  daemon.made.push(sb.sandboxId);
+  // The file exists as soon as create returns: it waited for the ready command.
+  assert.equal(await sb.files.read('/tmp/ready-flag'), 'up\n');
+  assert.ok(Date.now() - t0 >= 900, `create returned after ${Date.now() - t0} ms`);
+
+  await Template.build(
+    Template().fromTemplate('bb').setStartCmd('exec sleep 1000', `echo not-ready-${nonce}; exit 3`),
+    'ready-never',
+  );
+  const { readdirSync } = await import('node:fs');
+  const runDirs = () => readdirSync(join(daemon.home, 'run')).sort();
+  const before = runDirs();
+  const t1 = Date.now();
+  await assert.rejects(Sandbox.create('ready-never'), (e) => {
+    assert.match(e.message, /ready command/);
+    assert.match(e.message, /exited with 3/);
+    assert.match(e.message, new RegExp(`not-ready-${nonce}`));
+    return true;
+  });
+  assert.ok(Date.now() - t1 >= 4500, `the failed create took ${Date.now() - t1} ms (timeout 5 s)`);
+  assert.deepEqual(runDirs(), before);
+  const listed = await Sandbox.list().nextItems();
+  assert.ok(!listed.some((x) => x.templateId === 'ready-never'), JSON.stringify(listed));
+});
+
+test('name:tag in create, skipCache, and cpuCount/memoryMB as the sandboxes\' defaults', async (t) => {
+  if (!haveBusybox) return t.skip(`needs busybox-static (${busybox})`);
+  const stamp = Template().fromTemplate('bb').runCmd('cat /proc/sys/kernel/random/uuid > /stamp');
+  const first = await Template.build(stamp, 'tagged:v1', { cpuCount: 2, memoryMB: 768 });
+  const a = await Sandbox.create('tagged:v1');
+  daemon.made.push(a.sandboxId);
+  const stampA = await a.files.read('/stamp');
+  const info = await a.getInfo();
+  assert.equal(info.templateId, 'tagged');
+  assert.equal(info.cpuCount, 2);
+  assert.equal(info.memoryMB, 768);
+  await assert.rejects(Sandbox.create('tagged:nope'), /nope/);
+
+  // The same steps again: cached; with skipCache every step runs again.
+  const cached = [];
+  await Template.build(stamp, 'tagged:v1', { onBuildLogs: (e) => cached.push(e.message) });
+  assert.ok(cached.some((m) => m.startsWith('CACHED') && m.includes('/stamp')), cached.join('\n'));
+  const forced = [];
+  const second = await Template.build(stamp, 'tagged:v2', { skipCache: true, onBuildLogs: (e) => forced.push(e.message) });
+  // (FROM is always taken from the store: its line says CACHED; no step after it does.)
+  assert.ok(!forced.some((m) => m.startsWith('CACHED') && !m.includes(' FROM ')), forced.join('\n'));
+  assert.ok(forced.some((m) => m.startsWith('[builder') && m.includes('/stamp')), forced.join('\n'));
+  const b = await Sandbox.create('tagged:v2');
+  daemon.made.push(b.sandboxId);
+  assert.notEqual(await b.files.read('/stamp'), stampA);
+  // No cpuCount/memoryMB this time: the template's defaults are abx's again.
+  const binfo = await b.getInfo();
+  assert.equal(binfo.memoryMB, 512);
+  // v1 names an older build, whose image the template no longer serves: a clear refusal.
+  await assert.rejects(Sandbox.create('tagged:v1'), /tag 'v1' names build/);
+  assert.notEqual(first.buildId, second.buildId);
+  const plain = await Sandbox.create('tagged');
+  daemon.made.push(plain.sandboxId);
+  assert.equal(await plain.files.read('/stamp'), await b.files.read('/stamp'));
 });

@@ -2,14 +2,15 @@
 // create/list/getInfo/connect/destroy on /volumes, a sandbox created with volumeMounts writing a
 // file that a second sandbox reads after the first was killed, the volume kept across an abxd
 // restart and a pause to disk (CRIU: the mount is an external bind of the checkpoint), a fork and
-// a snapshot's sandbox sharing it, and bad inputs answered with E2B's errors.
+// a snapshot's sandbox sharing it, bad inputs answered with E2B's errors, and the volume content
+// API (Volume's file methods with E2B_VOLUME_API_URL at abxd), confined to the volume's directory.
 //
 //   ABXD_BIN=build/dev/src/platform/abxd node --test volumes.test.mjs
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 
-import { Sandbox, Volume, VolumeError, VolumeNotFoundError } from 'e2b';
+import { Sandbox, Volume, VolumeError, VolumeNotFoundError, VolumePathNotFoundError } from 'e2b';
 
 import { startAbxd } from './abxd.mjs';
 
@@ -174,17 +175,73 @@ test('bad volume names, ids and mounts are refused with E2B errors', async () =>
   });
   assert.equal(res.status, 400);
   assert.match((await res.json()).message, /volumeMounts\[0\]\.path/);
-  // The volume content API (Volume's file methods) is not served: said so, never a silent 404.
+  await Volume.destroy(vol.volumeId);
+});
+
+test('the Volume file API: write, read, list, makeDir, getInfo, exists, updateMetadata, remove, confined to the volume', async () => {
   process.env.E2B_VOLUME_API_URL = daemon.baseUrl;
   try {
-    await assert.rejects(vol.writeFile('/x.txt', 'x'), (e) => {
-      assert.ok(e instanceof VolumeError, String(e));
-      assert.match(e.message, /not implemented by abxd/);
-      return true;
-    });
-    await assert.rejects(vol.list('/'), /not implemented by abxd/);
+    const vol = await Volume.create('content-api');
+    const w = await vol.writeFile('/docs/a.txt', 'hello volume');  // its parent is made too
+    assert.equal(w.type, 'file');
+    assert.equal(w.path, '/docs/a.txt');
+    assert.equal(w.size, 12);
+    assert.equal(w.uid, 1000); // the sandboxes' `user`, as the volume's root
+    assert.equal(w.mode, 0o644);
+    assert.ok(w.mtime instanceof Date && !Number.isNaN(w.mtime.getTime()));
+    assert.equal(await vol.readFile('/docs/a.txt'), 'hello volume');
+    await vol.writeFile('/docs/a.txt', 'replaced');
+    assert.equal(await vol.readFile('docs/a.txt'), 'replaced');
+    const bytes = await vol.readFile('/docs/a.txt', { format: 'bytes' });
+    assert.equal(Buffer.from(bytes).toString(), 'replaced');
+
+    const d = await vol.makeDir('/x/y', { force: true });
+    assert.equal(d.type, 'directory');
+    assert.equal(d.path, '/x/y');
+    await assert.rejects(vol.makeDir('/x'), (e) => e instanceof VolumeError && /exists/.test(e.message));
+    await assert.rejects(vol.makeDir('/no/parent'), VolumePathNotFoundError);
+    assert.deepEqual((await vol.list('/')).map((e) => `${e.type}:${e.path}`), ['directory:/docs', 'directory:/x']);
+    assert.deepEqual((await vol.list('/', { depth: 2 })).map((e) => e.path), ['/docs', '/docs/a.txt', '/x', '/x/y']);
+    await assert.rejects(vol.list('/nope'), VolumePathNotFoundError);
+
+    const info = await vol.getInfo('/docs/a.txt');
+    assert.equal(info.name, 'a.txt');
+    assert.equal(info.size, 8);
+    assert.equal(await vol.exists('/docs/a.txt'), true);
+    assert.equal(await vol.exists('/nope'), false);
+    const changed = await vol.updateMetadata('/docs/a.txt', { mode: 0o600 });
+    assert.equal(changed.mode, 0o600);
+
+    // A sandbox that mounts the volume sees the API's files, and what it writes the API reads,
+    // but its symlinks out of the volume lead nowhere from the API's side.
+    const sbx = await create({ volumeMounts: { '/mnt/v': vol } });
+    assert.equal(await sbx.files.read('/mnt/v/docs/a.txt'), 'replaced');
+    assert.equal((await sbx.commands.run('stat -c %a:%u /mnt/v/docs/a.txt')).stdout, '600:1000\n');
+    await sbx.commands.run('echo from-sandbox > /mnt/v/s.txt && ln -s /etc /mnt/v/etc-link && ln -s ../../../../../../etc/passwd /mnt/v/pw');
+    assert.equal(await vol.readFile('/s.txt'), 'from-sandbox\n');
+    await assert.rejects(vol.readFile('/etc-link/passwd'), VolumePathNotFoundError);
+    await assert.rejects(vol.readFile('/pw'), VolumePathNotFoundError);
+    await assert.rejects(vol.writeFile('/etc-link/planted', 'x'), VolumeError);
+    assert.equal((await vol.getInfo('/etc-link')).type, 'symlink');
+    await assert.rejects(vol.readFile('/../etc/passwd'), (e) => e instanceof VolumeError && /\.\. components/.test(e.message));
+    await vol.remove('/etc-link');
+    assert.equal((await sbx.commands.run('test -e /etc/passwd && echo kept')).stdout, 'kept\n');
+
+    await vol.remove('/x');
+    assert.equal(await vol.exists('/x'), false);
+    await assert.rejects(vol.remove('/x'), VolumePathNotFoundError);
+    await sbx.kill();
+
+    // The volume's token is the credential: another one, or none, is a 401.
+    for (const auth of [{}, { Authorization: 'Bearer wrong' }, { 'X-API-Key': process.env.E2B_API_KEY }]) {
+      const res = await fetch(`${daemon.baseUrl}/volumecontent/${vol.volumeId}/path?path=/`, { headers: auth });
+      assert.equal(res.status, 401, JSON.stringify(auth));
+    }
+    const put = await fetch(`${daemon.baseUrl}/volumecontent/${vol.volumeId}/file?path=/z`, { method: 'PUT', headers: { Authorization: 'Bearer wrong' }, body: 'z' });
+    assert.equal(put.status, 401);
+    assert.equal(await vol.exists('/z'), false);
+    await Volume.destroy(vol.volumeId);
   } finally {
     delete process.env.E2B_VOLUME_API_URL;
   }
-  await Volume.destroy(vol.volumeId);
 });
