@@ -37,6 +37,10 @@ bool is_list(const Request& req, const std::string& path) {
   return req.method() == bhttp::verb::get && (path == "/sandboxes" || path == "/v2/sandboxes");
 }
 
+bool is_metrics_list(const Request& req, const std::string& path) {
+  return req.method() == bhttp::verb::get && path == "/sandboxes/metrics";
+}
+
 // The sandbox id a per-sandbox route names (/sandboxes/{id}/…, /v2/sandboxes/{id}/…), or null.
 // GET /sandboxes/metrics is the team's list of metrics, not a sandbox.
 const std::string* sandbox_of(const std::vector<std::string>& parts) {
@@ -105,6 +109,7 @@ Result<Response> ClusterRouter::handle(Request& req, const std::string& path,
                                        const LocalHandler& local) {
   if (is_create(req, path)) return create(req, team, internal, local);
   if (is_list(req, path) && !internal) return list(req, path, team, local);
+  if (is_metrics_list(req, path) && !internal) return metrics(req, team, local);
   const std::string* id = sandbox_of(parts);
   if (!id) return local();
   // Served here: what another node relayed, and what this node holds. A sandbox that goes
@@ -294,6 +299,42 @@ Result<Response> ClusterRouter::list(Request& req, const std::string& path, cons
   });
   res.erase("X-Next-Token");  // paging across nodes is not implemented: one merged page
   res.body() = json::serialize(merged);
+  res.prepare_payload();
+  return res;
+}
+
+Result<Response> ClusterRouter::metrics(Request& req, const std::string& team,
+                                        const LocalHandler& local) {
+  ABX_ASSIGN_OR_RETURN(Response res, local());
+  if (res.result_int() != 200) return res;  // a bad query (no ids, too many) answers here
+  auto mine = parse_json_strict(res.body());
+  if (!mine.ok() || !mine->is_object()) return res;
+  json::value* own = mine->get_object().if_contains("sandboxes");
+  if (!own || !own->is_object()) return res;
+  json::object merged = std::move(own->get_object());
+  auto nodes = membership_.nodes();
+  if (!nodes.ok()) {
+    log_.warn("metrics of this node's sandboxes only: " + nodes.error().message());
+    return res;
+  }
+  for (const auto& n : *nodes) {
+    if (n.name == membership_.self().name) continue;
+    auto theirs = relay(n, req, team);
+    if (!theirs.ok() || theirs->result_int() != 200) {
+      log_.warn("metrics: node " + n.name + " left out: " +
+                (theirs.ok() ? std::to_string(theirs->result_int()) : theirs.error().message()));
+      continue;
+    }
+    auto v = parse_json_strict(theirs->body());
+    if (!v.ok() || !v->is_object()) continue;
+    json::value* sbs = v->get_object().if_contains("sandboxes");
+    if (!sbs || !sbs->is_object()) continue;
+    // A sandbox lives on one node; should two answer for one id (a node that adopted a sandbox
+    // another still reports), the first answer stays.
+    for (auto& [id, m] : sbs->get_object())
+      if (!merged.contains(id)) merged[id] = std::move(m);
+  }
+  res.body() = json::serialize(json::object{{"sandboxes", std::move(merged)}});
   res.prepare_payload();
   return res;
 }

@@ -6,8 +6,8 @@
 //     sandbox (cluster::choose_node) and, when another node is best, forwards the create there;
 //     a per-sandbox call for a sandbox another node owns is relayed to it; GET /sandboxes and
 //     GET /v2/sandboxes merge every live node's list (the v2 list adds the sandboxes of lost
-//     nodes with state "lost"); a sandbox whose node left the cluster answers GET with state
-//     "lost" and every other call with 503.
+//     nodes with state "lost"), GET /sandboxes/metrics every live node's answer; a sandbox whose
+//     node left the cluster answers GET with state "lost" and every other call with 503.
 //   - sandbox plane (ControlApi::admit/connect_sandbox): traffic for a remote sandbox gets a TCP
 //     connection to the owner's listener instead of one into a local sandbox; the gateway relays
 //     the request unchanged (Host, E2b-Sandbox-Id/-Port), and the owner checks its token.
@@ -80,6 +80,8 @@ class ClusterRouter {
                                 const LocalHandler& local);
   Result<http::Response> list(http::Request& req, const std::string& path, const std::string& team,
                               const LocalHandler& local);
+  Result<http::Response> metrics(http::Request& req, const std::string& team,
+                                 const LocalHandler& local);
   Result<http::Response> lost(const Owner& owner, const http::Request& req, bool detail);
   void record_created(const http::Response& res, const std::string& team);
   void remember(const std::string& sandbox_id, const std::string& api_url);

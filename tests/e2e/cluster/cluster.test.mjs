@@ -239,6 +239,24 @@ test('three nodes on etcd: spread, relay, list, an etcd member down, a node lost
   const pager = Sandbox.list();
   while (pager.hasNext) for (const item of await pager.nextItems()) listed.add(item.sandboxId);
   for (const s of sbxs) assert.ok(listed.has(s.sandboxId), `${s.sandboxId} not listed`);
+  // One GET /sandboxes/metrics through node 1 answers for the sandboxes of every node (each
+  // has its first sample from its create); an id no node has is left out.
+  const key = { 'X-API-KEY': process.env.E2B_API_KEY };
+  const ids = [...sbxs.map((s) => s.sandboxId), 'nosuchsandbox'];
+  const mr = await fetch(`${process.env.E2B_API_URL}/sandboxes/metrics?sandbox_ids=${ids.join(',')}`,
+    { headers: key });
+  assert.equal(mr.status, 200);
+  const metrics = (await mr.json()).sandboxes;
+  assert.deepEqual(Object.keys(metrics).sort(), sbxs.map((s) => s.sandboxId).sort(),
+    JSON.stringify(metrics));
+  for (const m of Object.values(metrics)) assert.ok(m.memTotal > 0 && m.cpuCount > 0);
+  // Node 2 asked with its own sandboxes and node 3's: it too merges (any node is a front door).
+  const n2key = { 'X-API-KEY': readFileSync(join(nodes[1].home, 'api_key'), 'utf8').trim() };
+  const pair = [per.n2[0].sandboxId, per.n3[0].sandboxId];
+  const m2 = await fetch(`http://127.0.0.1:${nodes[1].port}/sandboxes/metrics?sandbox_ids=${pair}`,
+    { headers: n2key });
+  assert.equal(m2.status, 200);
+  assert.deepEqual(Object.keys((await m2.json()).sandboxes).sort(), [...pair].sort());
 
   // One etcd member of three killed: creates, relays and lookups go on.
   await stop(etcds[0].proc, 'SIGKILL');
