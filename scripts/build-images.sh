@@ -51,7 +51,7 @@ command -v mmdebstrap >/dev/null || { echo "build-images: mmdebstrap missing (sc
 
 # The recipes: what goes into each image. Changing one changes its cache key.
 suite=bookworm
-packages=bash,coreutils,python3,python-is-python3,python3-venv,sudo,ca-certificates,procps,less,curl,git
+packages=bash,coreutils,python3,python-is-python3,python3-venv,sudo,ca-certificates,procps,less,curl,git,iproute2
 # code-interpreter: base plus a Jupyter kernel and the data stack (abx-interp, docs/code-interpreter.md).
 # fonts-dejavu-core: matplotlib's default font, so figures render without a font search.
 interp_packages=$packages,python3-ipykernel,python3-numpy,python3-pandas,python3-matplotlib,fonts-dejavu-core
