@@ -11,7 +11,7 @@
 #   1 connection, a new one per request (Connection: close): p50/p95, what each handshake costs;
 #   16 connections kept alive: requests/s; aim: rule/plain >= 0.7x;
 # and the first request to a new name (a leaf minted) vs the second to it (the leaf cached),
-# curl inside the sandbox, the time after its DNS lookup; aim: <= 5 ms extra.
+# python3 inside the sandbox, a new connection each, after the DNS lookup; aim: <= 5 ms extra.
 #
 # The world is the test internet of tests/e2e/network/internet.sh (its own netns, 198.18.<i>.0/24)
 # plus nginx on 198.18.<i>.30:443 in it (keep-alive, a 3-byte body, a certificate of this run's
@@ -19,7 +19,7 @@
 # the test internet's DNS. No traffic leaves the machine. wrk (the host's binary: the base image
 # has none) runs in the sandbox's network namespace (nsenter --net, with the sandbox's own
 # resolv.conf bound in a private mount namespace), so its flows take the sandbox's path: its veth,
-# abxd's ruleset, the resolver's bindings and the egress proxy. The curl of the first-request
+# abxd's ruleset, the resolver's bindings and the egress proxy. The python3 of the first-request
 # measure runs inside the sandbox itself (abx exec), trusting abxd's CA as any program there does.
 #
 # Needs root, wrk and nginx (scripts/install-deps.sh's bench section) and the base image.
@@ -216,23 +216,43 @@ for r in $(seq "$rounds"); do
   done
 done
 
-# First request to a new name vs the second to it, curl inside the sandbox (its own trust of
-# abxd's CA), each request a new connection; the time after the DNS lookup, in microseconds.
+# First request to a new name vs the second to it, inside the sandbox (python3 of the base image,
+# trusting abxd's CA as any program there does), each request on a new connection; timed from the
+# connect to the end of the response, after the name was resolved (the binding the rule needs),
+# so neither a process start nor the CA bundle's loading is in it; in microseconds.
 set_rules rule
-firsts=$("$abx" exec "$sb" -- sh -c "
-  for i in \$(seq $names); do
-    n=n\$i-\$\$.mint.abx.test
-    for k in first again; do
-      curl -s -o /dev/null --max-time 5 -w \"\$k %{http_code} %{time_namelookup} %{time_total}\n\" https://\$n/
-    done
-  done")
+cat >"$work/first.py" <<'EOF'
+import socket, ssl, sys, time
+ctx = ssl.create_default_context()
+n, tag = int(sys.argv[1]), sys.argv[2]
+for i in range(n):
+    name = f"n{i}-{tag}.mint.abx.test"
+    addr = socket.getaddrinfo(name, 443, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+    for k in ("first", "again"):
+        t0 = time.perf_counter()
+        s = ctx.wrap_socket(socket.create_connection((addr, 443), timeout=5), server_hostname=name)
+        s.sendall(f"GET / HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            data += b
+        dt = time.perf_counter() - t0
+        s.close()
+        print(k, data.split(b" ", 2)[1].decode(), 0, f"{dt:.6f}")
+EOF
+"$abx" files write "$sb" /tmp/first.py <"$work/first.py" >/dev/null
+firsts=$("$abx" exec "$sb" -- python3 /tmp/first.py "$names" "r$$")
+set_rules plain  # the same on other new names without a rule: the floor of a new connection
+firsts_plain=$("$abx" exec "$sb" -- python3 /tmp/first.py "$names" "p$$")
 load_after=$(bench_load)
 
-python3 - "$rounds" "$secs" "$names" "$firsts" \
+python3 - "$rounds" "$secs" "$firsts_plain" "$firsts" \
   "${res[ka1.rule]}" "${res[ka1.plain]}" "${res[close1.rule]}" "${res[close1.plain]}" \
   "${res[ka16.rule]}" "${res[ka16.plain]}" >"$work/summary" <<'PY'
 import statistics, sys
-rounds, secs, names, firsts = sys.argv[1:5]
+rounds, secs, firsts_plain, firsts = sys.argv[1:5]
 runs = [[tuple(map(float, x.split())) for x in a.strip(",").split(",")] for a in sys.argv[5:]]
 med = lambda rs, i: statistics.median(r[i] for r in rs)
 ka1r, ka1p, c1r, c1p, ka16r, ka16p = runs
@@ -245,16 +265,21 @@ line("1 connection, new per request", c1r, c1p)
 print(f"16 connections, kept alive: rule {med(ka16r,0):.0f} req/s, plain {med(ka16p,0):.0f} req/s,"
       f" ratio {med(ka16r,0)/med(ka16p,0):.2f}x (per round: "
       + ", ".join(f"{a[0]/b[0]:.2f}" for a, b in zip(ka16r, ka16p)) + ")")
-first, again = [], []
-for l in firsts.splitlines():
-    k, code, dns, total = l.split()
-    if code != "200":
-        sys.exit("first-request curl: " + l)
-    (first if k == "first" else again).append((float(total) - float(dns)) * 1e6)
+def times(text):
+    first, again = [], []
+    for l in text.splitlines():
+        k, code, dns, total = l.split()
+        if code != "200":
+            sys.exit("first-request client: " + l)
+        (first if k == "first" else again).append((float(total) - float(dns)) * 1e6)
+    return first, again
+first, again = times(firsts)
+pfirst, pagain = times(firsts_plain)
 ex = sorted(a - b for a, b in zip(first, again))
-print(f"new name ({len(first)} names, curl in the sandbox, after DNS): first p50 "
-      f"{statistics.median(first):.0f} us, second p50 {statistics.median(again):.0f} us,"
-      f" extra p50 {statistics.median(ex):.0f} us, p95 {ex[int(0.95*(len(ex)-1)+0.5)]:.0f} us")
+print(f"new name ({len(first)} names, python3 in the sandbox, a new connection each, after DNS):"
+      f" rule: first p50 {statistics.median(first):.0f} us, second p50 {statistics.median(again):.0f} us,"
+      f" first - second p50 {statistics.median(ex):.0f} us, p95 {ex[int(0.95*(len(ex)-1)+0.5)]:.0f} us;"
+      f" without a rule: first p50 {statistics.median(pfirst):.0f} us, second p50 {statistics.median(pagain):.0f} us")
 print(f"ROWS {med(ka1r,1):.0f} {med(ka1p,1):.0f} {med(c1r,1):.0f} {med(c1p,1):.0f} "
       f"{med(ka16r,0):.0f} {med(ka16p,0):.0f} {statistics.median(first):.0f} {statistics.median(again):.0f}")
 PY
