@@ -25,7 +25,9 @@
 # Needs root, wrk and nginx (scripts/install-deps.sh's bench section) and the base image.
 # Not a test: never run from .ci/run or ctest.
 # Usage: bench/egress_rules.sh [--seconds S] [--rounds R] [--names N] [--abxd PATH] [--abx PATH]
-#                              [--index I] [--wait-idle S]
+#                              [--index I] [--wait-idle S] [--perf FILE]
+# --perf FILE: `perf record -g` of abxd during each 16-connection run through the rule
+# (FILE.1, FILE.2, ... per round): where the proxy's time goes.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
@@ -36,7 +38,7 @@ rounds=${BENCH_ROUNDS:-3}
 names=${BENCH_NAMES:-30}
 idx=${BENCH_INET_INDEX:-151}
 wait_idle=${BENCH_WAIT_IDLE:-0}
-abxd=""; abx=""
+abxd=""; abx=""; perf_out=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) secs=$2; shift ;;
@@ -46,6 +48,7 @@ while [ $# -gt 0 ]; do
     --abx) abx=$2; shift ;;
     --index) idx=$2; shift ;;
     --wait-idle) wait_idle=$2; shift ;;
+    --perf) perf_out=$2; shift ;;
     *) ;;
   esac
   shift
@@ -125,6 +128,7 @@ curl -sf --max-time 2 --cacert "$work/ca.pem" --resolve "fast.abx.test:443:$fast
 home="$work/home"
 "$abxd" --home "$home" --listen 127.0.0.1:0 --image-store "$store" --dns-upstream "$INET_DNS" \
   --egress-extra-ca "$work/ca.pem" --kill-sandboxes --log-level warn >"$work/abxd.log" 2>&1 &
+abxd_pid=$!
 pids+=($!)
 url=""
 for _ in $(seq 200); do
@@ -210,7 +214,16 @@ for r in $(seq "$rounds"); do
       case $load in
         ka1) res[$load.$mode]+="$(run_wrk "$mode" 1 0)," ;;
         close1) res[$load.$mode]+="$(run_wrk "$mode" 1 1)," ;;
-        ka16) res[$load.$mode]+="$(run_wrk "$mode" 16 0)," ;;
+        ka16)
+          perf_pid=""
+          if [ -n "$perf_out" ] && [ "$mode" = rule ]; then
+            perf record -q -g -F 999 -p "$abxd_pid" -o "$perf_out.$r" -- sleep "$secs" \
+              >/dev/null 2>&1 &
+            perf_pid=$!
+          fi
+          res[$load.$mode]+="$(run_wrk "$mode" 16 0),"
+          [ -z "$perf_pid" ] || wait "$perf_pid" || true
+          ;;
       esac
     done
   done
@@ -225,6 +238,8 @@ cat >"$work/first.py" <<'EOF'
 import socket, ssl, sys, time
 ctx = ssl.create_default_context()
 n, tag = int(sys.argv[1]), sys.argv[2]
+if len(sys.argv) > 3:  # without a rule the client meets nginx's own certificate: trust its CA
+    ctx.load_verify_locations(sys.argv[3])
 for i in range(n):
     name = f"n{i}-{tag}.mint.abx.test"
     addr = socket.getaddrinfo(name, 443, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
@@ -243,9 +258,10 @@ for i in range(n):
         print(k, data.split(b" ", 2)[1].decode(), 0, f"{dt:.6f}")
 EOF
 "$abx" files write "$sb" /tmp/first.py <"$work/first.py" >/dev/null
+"$abx" files write "$sb" /tmp/bench-ca.pem <"$work/ca.pem" >/dev/null
 firsts=$("$abx" exec "$sb" -- python3 /tmp/first.py "$names" "r$$")
 set_rules plain  # the same on other new names without a rule: the floor of a new connection
-firsts_plain=$("$abx" exec "$sb" -- python3 /tmp/first.py "$names" "p$$")
+firsts_plain=$("$abx" exec "$sb" -- python3 /tmp/first.py "$names" "p$$" /tmp/bench-ca.pem)
 load_after=$(bench_load)
 
 python3 - "$rounds" "$secs" "$firsts_plain" "$firsts" \
