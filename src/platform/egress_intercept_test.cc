@@ -326,6 +326,49 @@ TEST_F(InterceptTest, HttpsIsTerminatedWithALeafForTheNameAndTheUpstreamVerified
   EXPECT_EQ(abxd_ca_->minted(), 1u);  // the leaf was cached for the second connection
 }
 
+// A sandbox that opens a connection per request: the proxy's upstream handshakes after the first
+// resume its TLS session (no full handshake, no chain verification again), and still carry the
+// rule's header.
+TEST_F(InterceptTest, TheNextFlowToTheSameUpstreamResumesItsTlsSession) {
+  Requests seen;
+  std::mutex rmu;
+  std::vector<bool> resumed;
+  auto up_ctx = upstream_ctx("api.test");
+  Server up([&](tcp::socket& s) {
+    ssl::stream<tcp::socket&> tls(s, *up_ctx);
+    tls.handshake(ssl::stream_base::server);
+    {
+      std::lock_guard lock(rmu);
+      resumed.push_back(SSL_session_reused(tls.native_handle()) == 1);
+    }
+    answer_all(tls, seen);
+  });
+  start(443, up.endpoint(), "api.test");
+
+  asio::io_context io;
+  ssl::context cctx = client_ctx();
+  for (int round = 0; round < 3; ++round) {
+    tcp::socket c = connect(io);
+    ssl::stream<tcp::socket&> tls(c, cctx);
+    SSL_set_tlsext_host_name(tls.native_handle(), "api.test");
+    tls.handshake(ssl::stream_base::client);
+    beast::flat_buffer buf;
+    auto r = get("api.test");
+    r.keep_alive(false);
+    EXPECT_EQ(roundtrip(tls, buf, r).body(), "got 0");
+  }
+  {
+    std::lock_guard lock(rmu);
+    ASSERT_EQ(resumed.size(), 3u);
+    EXPECT_FALSE(resumed[0]);
+    EXPECT_TRUE(resumed[1]);
+    EXPECT_TRUE(resumed[2]);  // the resumed connection's own new ticket was kept
+  }
+  auto got = seen.all();
+  ASSERT_EQ(got.size(), 3u);
+  for (const auto& r : got) EXPECT_EQ(r[http::field::authorization], "Bearer first");
+}
+
 TEST_F(InterceptTest, AResponseFramedByTheConnectionsEndEndsWithCloseNotify) {
   auto up_ctx = upstream_ctx("api.test");
   Server up([&](tcp::socket& s) {

@@ -77,23 +77,23 @@ std::string host_name_of(std::string_view host) {
 
 // One message (request or response) from `in` to `out`: the header as the parser holds it
 // (changed by the caller), then the body as it arrives, re-framed by the serializer.
+// `chunk` (kRelayBuffer bytes) is the flow's, reused by every message: no allocation per request.
 template <bool isRequest, class In, class Out, class Touch>
 awaitable<error_code> relay_message(In& in, beast::flat_buffer& buf,
                                     bhttp::parser<isRequest, bhttp::buffer_body>& p, Out& out,
-                                    std::uint64_t& bytes, Touch touch) {
+                                    char* chunk, std::uint64_t& bytes, Touch touch) {
   error_code ec;
   auto tok = asio::redirect_error(asio::use_awaitable, ec);
-  std::vector<char> chunk(kRelayBuffer);
   bhttp::serializer<isRequest, bhttp::buffer_body> sr{p.get()};
   do {
     if (!p.is_done()) {
-      p.get().body().data = chunk.data();
-      p.get().body().size = chunk.size();
+      p.get().body().data = chunk;
+      p.get().body().size = kRelayBuffer;
       co_await bhttp::async_read(in, buf, p, tok);
       if (ec == bhttp::error::need_buffer) ec = {};
       if (ec) co_return ec;
-      p.get().body().size = chunk.size() - p.get().body().size;
-      p.get().body().data = chunk.data();
+      p.get().body().size = kRelayBuffer - p.get().body().size;
+      p.get().body().data = chunk;
       p.get().body().more = !p.is_done();
     } else {
       p.get().body().data = nullptr;
@@ -126,6 +126,58 @@ awaitable<void> pump_bytes(In& in, Out& out, std::uint64_t& bytes, Touch touch) 
   }
 }
 
+// Upstream TLS sessions, so that the next flow to the same name and address resumes instead of
+// repeating a full handshake (the upstream's signature, the proxy's chain verification): what a
+// sandbox that opens a connection per request pays twice over otherwise. A session is taken out
+// when offered (RFC 8446 C.4: a ticket is used once) and the server's new tickets are put back.
+// Keyed by name and address, so a session verified for one name is never offered for another.
+class UpstreamSessions {
+ public:
+  static constexpr std::size_t kMax = 1024;
+  struct Free {
+    void operator()(SSL_SESSION* s) const { SSL_SESSION_free(s); }
+  };
+  using Ptr = std::unique_ptr<SSL_SESSION, Free>;
+
+  Ptr take(const std::string& key) {
+    std::lock_guard lock(mu_);
+    auto it = by_key_.find(key);
+    if (it == by_key_.end()) return nullptr;
+    Ptr s = std::move(it->second);
+    by_key_.erase(it);
+    return s;
+  }
+  void put(const std::string& key, Ptr s) {
+    if (!s || SSL_SESSION_is_resumable(s.get()) != 1) return;
+    std::lock_guard lock(mu_);
+    if (by_key_.size() >= kMax && !by_key_.count(key)) by_key_.clear();
+    by_key_[key] = std::move(s);
+  }
+
+  // The upstream connection a new session belongs to: set on its SSL (ex_data) for the
+  // connection's life (it lives in the flow's coroutine frame, before the stream).
+  struct Slot {
+    UpstreamSessions* sessions;
+    std::string key;
+  };
+  static int slot_index() {
+    static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+    return index;
+  }
+  // SSL_CTX_sess_set_new_cb. A copy is kept: OpenSSL marks the connection's own session not
+  // resumable when the connection ends without a close_notify, which the proxy's do (it closes
+  // both sides at once when a flow ends). 0: OpenSSL keeps and frees its reference.
+  static int on_new_session(SSL* ssl, SSL_SESSION* session) {
+    auto* slot = static_cast<Slot*>(SSL_get_ex_data(ssl, slot_index()));
+    if (slot) slot->sessions->put(slot->key, Ptr(SSL_SESSION_dup(session)));
+    return 0;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, Ptr> by_key_;  // guarded by mu_
+};
+
 }  // namespace
 
 class Flow;
@@ -153,6 +205,7 @@ struct EgressProxy::Impl : std::enable_shared_from_this<EgressProxy::Impl> {
   const EgressProxyOptions opt;
   const Logger log{"egress-proxy"};
   std::uint16_t port = 0;
+  UpstreamSessions upstream_sessions;
 
   std::mutex mu;
   // guarded by mu: the listening sockets, by address (host byte order)
@@ -549,6 +602,9 @@ awaitable<void> Flow::intercept(std::shared_ptr<Flow> self) {
   }
   // The real server first, verified for the name: if it fails, the sandbox's handshake fails
   // too (its connection is reset), so a bad upstream is a TLS error inside, never a bypass.
+  UpstreamSessions::Slot slot{
+      &self->proxy_->upstream_sessions,
+      name + "|" + ip_str(self->flow_.dst_ip) + ":" + std::to_string(self->flow_.dst_port)};
   ssl::stream<tcp::socket&> up(self->upstream_, *hooks.upstream_tls);
   static const unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
   SSL_set_alpn_protos(up.native_handle(), kHttp11, sizeof kHttp11);
@@ -556,6 +612,9 @@ awaitable<void> Flow::intercept(std::shared_ptr<Flow> self) {
     self->abort("upstream SNI");
     co_return;
   }
+  SSL_set_ex_data(up.native_handle(), UpstreamSessions::slot_index(), &slot);
+  if (auto resumed = slot.sessions->take(slot.key))
+    SSL_set_session(up.native_handle(), resumed.get());  // takes its own reference
   up.set_verify_mode(ssl::verify_peer);
   up.set_verify_callback(ssl::host_name_verification(name));
   co_await up.async_handshake(ssl::stream_base::client, tok);
@@ -625,6 +684,8 @@ awaitable<void> Flow::serve_http(Client& client, Upstream& upstream, beast::flat
   error_code ec;
   auto tok = asio::redirect_error(asio::use_awaitable, ec);
   auto touched = [this] { touch(); };
+  // One body buffer for the flow's messages, both ways (they take turns), not zero-filled.
+  std::unique_ptr<char[]> chunk(new char[kRelayBuffer]);
   for (;;) {
     bhttp::request_parser<bhttp::buffer_body> req;
     req.header_limit(kMaxHeaderBytes);
@@ -675,7 +736,7 @@ awaitable<void> Flow::serve_http(Client& client, Upstream& upstream, beast::flat
     }
     const bool head = r.method() == bhttp::verb::head;
     const bool request_keep_alive = req.keep_alive();
-    ec = co_await relay_message(client, cbuf, req, upstream, bytes_out_, touched);
+    ec = co_await relay_message(client, cbuf, req, upstream, chunk.get(), bytes_out_, touched);
     if (ec) {
       ev.refused = "request: " + ec.message();
       transform_event(ev);
@@ -695,7 +756,7 @@ awaitable<void> Flow::serve_http(Client& client, Upstream& upstream, beast::flat
       }
       ev.upstream_status = res.get().result_int();
       response_keep_alive = res.keep_alive();
-      ec = co_await relay_message(upstream, ubuf, res, client, bytes_in_, touched);
+      ec = co_await relay_message(upstream, ubuf, res, client, chunk.get(), bytes_in_, touched);
       if (ec) {
         transform_event(ev);
         co_return;
@@ -836,6 +897,13 @@ Result<std::unique_ptr<EgressProxy>> EgressProxy::start(asio::io_context& io, tc
                                                         EgressProxyOptions options) {
   if (!hooks.allow) return invalid_argument("egress proxy: the allow hook is required");
   if (!listen.address().is_v4()) return invalid_argument("egress proxy: IPv4 addresses only");
+  if (hooks.upstream_tls) {
+    // Upstream sessions are kept by the proxy (UpstreamSessions), not OpenSSL's internal cache,
+    // which a client never looks up by itself.
+    SSL_CTX* raw = hooks.upstream_tls->native_handle();
+    SSL_CTX_set_session_cache_mode(raw, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+    SSL_CTX_sess_set_new_cb(raw, &UpstreamSessions::on_new_session);
+  }
   auto impl = std::make_shared<Impl>(io, std::move(hooks), options);
   ABX_ASSIGN_OR_RETURN(std::shared_ptr<Listener> l, impl->open_listener(listen));
   error_code ec;

@@ -104,7 +104,9 @@ struct EgressProxyHooks {
   std::function<void(const EgressFlow&, const EgressTransformEvent&)> on_transform;
   // HTTPS interception: a server context presenting a certificate for `name`, and the client
   // context the proxy verifies upstream servers with (peer verification and the name are set
-  // per connection). Both needed, else port 443 is never intercepted.
+  // per connection). Both needed, else port 443 is never intercepted. The proxy keeps the
+  // upstream sessions itself (start() sets `upstream_tls`'s client session callback), keyed by
+  // name and address, and resumes them: a flow per request does not pay a full handshake each.
   std::function<Result<std::shared_ptr<boost::asio::ssl::context>>(const std::string& name)>
       server_tls;
   std::shared_ptr<boost::asio::ssl::context> upstream_tls;
