@@ -299,6 +299,22 @@ Result<bool> EtcdClient::put_if_absent(std::string_view key, std::string_view va
   return parse_txn_response(ans);
 }
 
+Result<bool> EtcdClient::put_if_revision(std::string_view key, std::string_view value,
+                                         std::int64_t mod_revision) {
+  if (mod_revision <= 0) return invalid_argument("mod_revision must be positive");
+  json::object b{
+      {"compare", json::array{json::object{{"key", base64_encode(key)},
+                                           {"target", "MOD"},
+                                           {"result", "EQUAL"},
+                                           {"mod_revision", std::to_string(mod_revision)}}}},
+      {"success",
+       json::array{json::object{{"request_put", json::object{{"key", base64_encode(key)},
+                                                             {"value", base64_encode(value)}}}}}},
+  };
+  ABX_ASSIGN_OR_RETURN(std::string ans, call("/v3/kv/txn", json::serialize(b)));
+  return parse_txn_response(ans);
+}
+
 Result<std::int64_t> EtcdClient::grant_lease(std::int64_t ttl_seconds) {
   if (ttl_seconds < 1 || ttl_seconds > 3600)
     return invalid_argument("lease TTL must be 1..3600 seconds");

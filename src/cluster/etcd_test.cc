@@ -120,6 +120,15 @@ TEST(EtcdClient, KeysTransactionsAndLeasesAgainstARealEtcd) {
   EXPECT_EQ(c.put_if_absent("/t/c", "3").value(), true);
   EXPECT_EQ(c.erase("/t/c").value(), 1);
   EXPECT_EQ(c.erase("/t/c").value(), 0);
+  // Compare-and-swap on the revision a read saw: a second writer with the same revision loses.
+  const std::int64_t rev = c.get("/t/a").value()->mod_revision;
+  ASSERT_GT(rev, 0);
+  EXPECT_EQ(c.put_if_revision("/t/a", "4", rev).value(), true);
+  EXPECT_EQ(c.put_if_revision("/t/a", "5", rev).value(), false);
+  EXPECT_EQ(c.get("/t/a").value()->value, "4");
+  EXPECT_EQ(c.put_if_revision("/t/none", "6", rev).value(), false);
+  EXPECT_FALSE(c.get("/t/none").value());
+  EXPECT_EQ(c.put_if_revision("/t/a", "7", 0).error().code(), ErrorCode::kInvalidArgument);
 
   auto lease = c.grant_lease(30);
   ASSERT_TRUE(lease.ok()) << lease.error().message();
@@ -182,6 +191,12 @@ TEST(Placement, MostFreeSlotsThenTheFrontDoorThenByName) {
   // A node's own count wins over fewer records (sandboxes the records do not know).
   nodes[0].sandboxes = 3;
   EXPECT_NE(choose_node(nodes, {}, "n1").value(), "n1");
+  // A draining node takes nothing, however free; with only draining nodes nothing has a slot.
+  nodes[0].sandboxes = 0;
+  nodes[0].draining = true;
+  EXPECT_EQ(choose_node(nodes, {}, "n1").value(), "n2");
+  nodes[1].draining = nodes[2].draining = true;
+  EXPECT_EQ(choose_node(nodes, {}, "n1").error().code(), ErrorCode::kResourceExhausted);
 }
 
 TEST(Membership, RegistersRenewsRecordsAndLeaves) {
@@ -214,8 +229,35 @@ TEST(Membership, RegistersRenewsRecordsAndLeaves) {
   ASSERT_TRUE(got.ok() && *got);
   EXPECT_EQ((*got)->node, "n2");
   EXPECT_EQ((*m2)->placements().value().size(), 1u);
+  // A move is a compare-and-swap from the node the record names.
+  ASSERT_TRUE((*m2)->move("sb1", "n2", "n1").ok());
+  EXPECT_EQ((*m2)->placement("sb1").value()->node, "n1");
+  EXPECT_EQ((*m2)->placement("sb1").value()->team, "team");
+  EXPECT_EQ((*m2)->move("sb1", "n2", "n1").error().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_EQ((*m2)->move("nope", "n2", "n1").error().code(), ErrorCode::kNotFound);
+  EXPECT_EQ((*m2)->move("sb1", "n1", "Bad").error().code(), ErrorCode::kInvalidArgument);
   ASSERT_TRUE((*m2)->forget("sb1").ok());
   EXPECT_FALSE((*m2)->placement("sb1").value());
+
+  // Draining shows in the node's record at once, and placement skips it.
+  ASSERT_TRUE((*m1)->set_draining(true).ok());
+  EXPECT_TRUE((*m1)->draining());
+  nodes = (*m2)->nodes();
+  ASSERT_TRUE(nodes.ok());
+  EXPECT_TRUE((*nodes)[0].draining);
+  EXPECT_FALSE((*nodes)[1].draining);
+  EXPECT_EQ(choose_node(*nodes, {}, "n1").value(), "n2");
+  std::this_thread::sleep_for(1s);  // a renewal keeps it
+  EXPECT_TRUE((*m2)->nodes().value()[0].draining);
+  ASSERT_TRUE((*m1)->set_draining(false).ok());
+  EXPECT_FALSE((*m2)->nodes().value()[0].draining);
+  // A record without the field (an older node's) is not draining.
+  auto old_node = decode_node(R"({"name":"n","apiUrl":"http://h:1","capacity":1,"sandboxes":0})");
+  ASSERT_TRUE(old_node.ok());
+  EXPECT_FALSE(old_node->draining);
+  EXPECT_FALSE(
+      decode_node(R"({"name":"n","apiUrl":"http://h:1","capacity":1,"sandboxes":0,"draining":1})")
+          .ok());
 
   // A stopped node's key goes at once (revoked); a stalled one's when its lease runs out.
   (*m2)->stop();

@@ -49,7 +49,8 @@ std::string encode_node(const NodeInfo& n) {
                                       {"sandboxes", n.sandboxes},
                                       {"free", std::max<std::int64_t>(0, n.capacity - n.sandboxes)},
                                       {"load", n.load},
-                                      {"updatedAt", n.updated_ms}});
+                                      {"updatedAt", n.updated_ms},
+                                      {"draining", n.draining}});
 }
 
 Result<NodeInfo> decode_node(std::string_view text) {
@@ -67,6 +68,8 @@ Result<NodeInfo> decode_node(std::string_view text) {
     if (!l->is_number()) return invalid_argument("load: expected a number");
     n.load = l->to_number<double>();
   }
+  ABX_ASSIGN_OR_RETURN(auto draining, json_optional_bool(*o, "draining", ""));
+  n.draining = draining.value_or(false);
   ABX_TRY(check_node_name(n.name));
   ABX_TRY(parse_api_url(n.api_url));
   return n;
@@ -132,6 +135,7 @@ Result<std::string> choose_node(const std::vector<NodeInfo>& nodes,
   const NodeInfo* best = nullptr;
   std::int64_t best_free = 0;
   for (const auto& n : nodes) {
+    if (n.draining) continue;
     // The records count sandboxes placed a moment ago that the node's value (refreshed each
     // renewal) does not show yet; the node's own count those the records miss.
     const std::int64_t used = std::max(placed[n.name], n.sandboxes);
@@ -184,6 +188,8 @@ void Membership::stop() {
 }
 
 Status Membership::register_node() {
+  std::lock_guard lock(register_mu_);
+  opt_.self.draining = draining_;
   opt_.self.sandboxes = opt_.count_sandboxes ? opt_.count_sandboxes() : 0;
   opt_.self.load = load_average();
   opt_.self.updated_ms = now_ms();
@@ -259,6 +265,30 @@ Status Membership::forget(std::string_view sandbox_id) {
                        etcd_.erase(std::string(kSandboxesPrefix) + std::string(sandbox_id)));
   (void)n;
   return {};
+}
+
+Status Membership::move(std::string_view sandbox_id, std::string_view from, std::string_view to) {
+  ABX_TRY(check_node_name(to));
+  const std::string key = std::string(kSandboxesPrefix) + std::string(sandbox_id);
+  ABX_ASSIGN_OR_RETURN(auto kv, etcd_.get(key));
+  if (!kv) return not_found("sandbox '" + std::string(sandbox_id) + "' has no placement");
+  ABX_ASSIGN_OR_RETURN(Placement p, decode_placement(kv->value));
+  if (p.node != from)
+    return Error(ErrorCode::kFailedPrecondition, "sandbox '" + std::string(sandbox_id) +
+                                                     "' is placed on '" + p.node + "', not '" +
+                                                     std::string(from) + "'");
+  p.node = std::string(to);
+  ABX_ASSIGN_OR_RETURN(bool moved,
+                       etcd_.put_if_revision(key, encode_placement(p), kv->mod_revision));
+  if (!moved)
+    return Error(ErrorCode::kFailedPrecondition,
+                 "sandbox '" + std::string(sandbox_id) + "''s placement changed while moving it");
+  return {};
+}
+
+Status Membership::set_draining(bool draining) {
+  draining_ = draining;
+  return register_node();
 }
 
 }  // namespace abx::cluster

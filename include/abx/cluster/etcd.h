@@ -76,6 +76,11 @@ class EtcdClient {
   // A transaction: puts `value` at `key` only if the key does not exist (create_revision = 0).
   // Returns false (nothing written) when it does.
   Result<bool> put_if_absent(std::string_view key, std::string_view value, std::int64_t lease = 0);
+  // A transaction: puts `value` at `key` only if the key exists and was last modified at
+  // `mod_revision` (KeyValue::mod_revision of a get), i.e. nobody changed it since it was read.
+  // Returns false (nothing written) otherwise.
+  Result<bool> put_if_revision(std::string_view key, std::string_view value,
+                               std::int64_t mod_revision);
 
   // A lease of `ttl_seconds` (1..3600): its id.
   Result<std::int64_t> grant_lease(std::int64_t ttl_seconds);

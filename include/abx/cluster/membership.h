@@ -47,9 +47,11 @@ struct NodeInfo {
   std::int64_t sandboxes = 0;  // sandboxes it runs now
   double load = 0;             // 1-minute load average
   std::int64_t updated_ms = 0;
+  bool draining = false;  // placement puts no new sandbox on it (Membership::set_draining)
 };
-// {name, apiUrl, capacity, sandboxes, free, load, updatedAt}; `free` is derived (capacity -
-// sandboxes) for people reading etcd, and ignored by decode_node.
+// {name, apiUrl, capacity, sandboxes, free, load, updatedAt, draining}; `free` is derived
+// (capacity - sandboxes) for people reading etcd, and ignored by decode_node; `draining` may be
+// absent (false).
 std::string encode_node(const NodeInfo& n);
 Result<NodeInfo> decode_node(std::string_view json);
 
@@ -71,9 +73,9 @@ Result<Endpoint> parse_api_url(std::string_view url);
 
 // Where a new sandbox goes (not a reservation: creates through two front doors at the same
 // moment may pick the same node): the live node with the most free slots (capacity minus the
-// placement records naming it); on a tie `preferred` (the front door) if it is among them, else
-// the first by name. kResourceExhausted when no node has a free slot, kUnavailable when there is
-// no node.
+// placement records naming it) that is not draining; on a tie `preferred` (the front door) if it
+// is among them, else the first by name. kResourceExhausted when no node has a free slot,
+// kUnavailable when there is no node.
 Result<std::string> choose_node(const std::vector<NodeInfo>& nodes,
                                 const std::vector<Placement>& placements,
                                 std::string_view preferred);
@@ -101,6 +103,13 @@ class Membership {
   // Writes a placement (only if there is none for that id): kAlreadyExists otherwise.
   Status record(const Placement& p);
   Status forget(std::string_view sandbox_id);
+  // Moves a placement from node `from` to node `to` in one compare-and-swap: only if the record
+  // still names `from` and nobody changed it between the read and the write. kNotFound: no
+  // record; kFailedPrecondition: it names another node, or it changed meanwhile.
+  Status move(std::string_view sandbox_id, std::string_view from, std::string_view to);
+  // Marks this node draining (or not) in its node record, at once and at every renewal.
+  Status set_draining(bool draining);
+  bool draining() const { return draining_; }
 
  private:
   Membership(EtcdClient& etcd, MembershipOptions opt) : etcd_(etcd), opt_(std::move(opt)) {}
@@ -110,6 +119,8 @@ class Membership {
   EtcdClient& etcd_;
   MembershipOptions opt_;
   std::int64_t lease_ = 0;
+  std::atomic<bool> draining_{false};
+  std::mutex register_mu_;  // register_node: the renewal thread and set_draining
   Logger log_{"cluster"};
   std::mutex mu_;
   std::condition_variable cv_;
