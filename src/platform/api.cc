@@ -390,6 +390,16 @@ Result<http::BodyPlan> ControlApi::control_body_plan(const Request& header,
                                                      std::size_t default_max) {
   std::string token;
   std::vector<std::string> parts;
+  if (cluster_ && header.method() == verb::post && header.target() == kMoveInPath) {
+    // Another node moves a sandbox here (its checkpoint): the secret before a byte of the body.
+    auto team = cluster_->internal_team(header);
+    if (!team) return Error(ErrorCode::kUnauthenticated, "a move needs the cluster credential");
+    if (!team->ok()) return team->error();
+    const std::string dir = sandboxes_.options().home + "/uploads";
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    return http::BodyPlan{static_cast<std::size_t>(kMaxMoveBytes), dir};
+  }
   if (api::is_volume_content(header)) {
     // The volume's token, before a byte of the body: a write is spooled to disk up to its limit.
     ABX_TRY(volume_credential(header));
@@ -438,6 +448,36 @@ bool ControlApi::serve_control(Request& req, const http::Responder& respond) {
     if (parts.size() == 3) ctx.params.push_back(parts[0] == "sandboxes" ? parts[1] : parts[2]);
     Status s = api::stream_events(ctx, sse_default, respond);
     if (!s.ok()) return fail(s.error());
+    return true;
+  }
+  if (cluster_ && req.method() == verb::post && req.target() == kMoveInPath) {
+    auto team = cluster_->internal_team(req);
+    if (!team)
+      return fail(Error(ErrorCode::kUnauthenticated, "a move needs the cluster credential"));
+    if (!team->ok()) return fail(team->error());
+    std::shared_ptr<http::BodyFile> body = respond.body_file();
+    std::string path;
+    std::optional<std::filesystem::path> own_tmp;
+    if (body) {
+      path = body->path();
+    } else {
+      std::string tmpl = sandboxes_.options().home + "/uploads/move-XXXXXX";
+      int fd = ::mkstemp(tmpl.data());
+      if (fd < 0) return fail(internal_error("cannot spool the move"));
+      bool ok = os::write_all_errno(fd, req.body()) == 0;
+      ::close(fd);
+      own_tmp = tmpl;
+      path = tmpl;
+      if (!ok) {
+        std::filesystem::remove(tmpl);
+        return fail(internal_error("cannot spool the move"));
+      }
+    }
+    auto res = cluster_->move_in(path, req.version());
+    std::error_code ec;
+    if (own_tmp) std::filesystem::remove(*own_tmp, ec);
+    if (!res.ok()) return fail(res.error());
+    respond(std::move(*res));
     return true;
   }
   if (api::is_volume_content(req) && req.method() == verb::put) {

@@ -6,6 +6,8 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/json.hpp>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 
 #include "abx/base/json.h"
 #include "abx/base/time.h"
@@ -26,6 +28,8 @@ namespace {
 // A create may pull a template's image on the owner: it gets longer than other calls.
 constexpr auto kRelayTimeout = std::chrono::seconds(120);
 constexpr auto kConnectTimeout = std::chrono::seconds(3);
+// Shipping one sandbox and its resume on the other node.
+constexpr auto kMoveTimeout = std::chrono::seconds(600);
 constexpr auto kSweepPeriod = std::chrono::seconds(10);
 constexpr std::size_t kMaxRemembered = 100'000;
 
@@ -107,11 +111,18 @@ Result<Response> ClusterRouter::handle(Request& req, const std::string& path,
                                        const std::vector<std::string>& parts,
                                        const std::string& team, bool internal,
                                        const LocalHandler& local) {
+  if (path == kDrainPath) {
+    if (req.method() != bhttp::verb::post) return local();
+    if (internal)
+      return Error(ErrorCode::kPermissionDenied, "a node cannot drain another through a relay");
+    return drain(req);
+  }
   if (is_create(req, path)) return create(req, team, internal, local);
   if (is_list(req, path) && !internal) return list(req, path, team, local);
   if (is_metrics_list(req, path) && !internal) return metrics(req, team, local);
   const std::string* id = sandbox_of(parts);
   if (!id) return local();
+  wait_not_moving(*id);
   // Served here: what another node relayed, and what this node holds. A sandbox that goes
   // (DELETE answered 204) leaves the cluster's map.
   auto serve_here = [&]() -> Result<Response> {
@@ -358,6 +369,127 @@ Result<Response> ClusterRouter::lost(const Owner& owner, const Request& req, boo
                  {"abxLostReason", reason}};
   if (!p.alias.empty()) o["alias"] = p.alias;
   return http::json_response(200, o, req.version());
+}
+
+void ClusterRouter::wait_not_moving(const std::string& sandbox_id) {
+  std::unique_lock lock(mu_);
+  moved_cv_.wait_for(lock, kRelayTimeout,
+                     [&] { return moving_.find(sandbox_id) == moving_.end(); });
+}
+
+Result<Response> ClusterRouter::move_in(const std::string& tar_path, unsigned version) {
+  ABX_ASSIGN_OR_RETURN(std::string id, sandboxes_.move_in(tar_path));
+  log_.info("sandbox " + id + " moved in");
+  return http::json_response(200, json::object{{"sandboxID", id}}, version);
+}
+
+Status ClusterRouter::ship(const std::string& sandbox_id, const std::string& team,
+                           const cluster::NodeInfo& node, const std::string& tar_path) {
+  ABX_ASSIGN_OR_RETURN(cluster::Endpoint ep, cluster::parse_api_url(node.api_url));
+  std::ifstream in(tar_path, std::ios::binary);
+  std::string body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in && !in.eof()) return internal_error("read " + tar_path);
+  Request out(bhttp::verb::post, std::string(kMoveInPath), 11);
+  out.set(bhttp::field::host, ep.str());
+  out.set(bhttp::field::content_type, "application/x-tar");
+  out.set(kClusterAuthField, secret_);
+  out.set(kClusterTeamField, team);
+  out.body() = std::move(body);
+  out.prepare_payload();
+  auto res = http::fetch(ep.host, ep.port, std::move(out), kMoveTimeout);
+  if (!res.ok())
+    return unavailable("node '" + node.name +
+                       "' did not answer the move: " + res.error().message());
+  if (res->result_int() != 200)
+    return Error(res->result_int() == 409 ? ErrorCode::kAlreadyExists : ErrorCode::kUnavailable,
+                 "node '" + node.name + "' refused the move (" + std::to_string(res->result_int()) +
+                     "): " + res->body());
+  // It runs there: the cluster's map names that node (a compare-and-swap from this one).
+  Status m = membership_.move(sandbox_id, membership_.self().name, node.name);
+  if (!m.ok() && m.error().code() == ErrorCode::kNotFound) {
+    cluster::Placement p;
+    p.sandbox_id = sandbox_id;
+    p.node = node.name;
+    p.team = team;
+    p.started_at = rfc3339_ms(now_ms());
+    m = membership_.record(p);
+  }
+  if (!m.ok()) {
+    // The map still names this node: the copy there goes, and the sandbox runs on here.
+    Request del(bhttp::verb::delete_, "/sandboxes/" + sandbox_id, 11);
+    del.set(bhttp::field::host, ep.str());
+    del.set(kClusterAuthField, secret_);
+    del.set(kClusterTeamField, team);
+    del.prepare_payload();
+    (void)http::fetch(ep.host, ep.port, std::move(del), kRelayTimeout);
+    return Error(m.error().code(), "the cluster's map could not name node '" + node.name +
+                                       "': " + m.error().message());
+  }
+  remember(sandbox_id, node.api_url);
+  return {};
+}
+
+Result<Response> ClusterRouter::drain(const Request& req) {
+  ABX_TRY(membership_.set_draining(true));
+  const std::string self = membership_.self().name;
+  log_.info("draining: moving this node's running sandboxes to other nodes");
+  json::array out;
+  int moved = 0, failed = 0;
+  for (const auto& sb : sandboxes_.all()) {
+    const std::string id = sb->record.id;
+    const std::string team = sb->record.team_id;
+    json::object item{{"sandboxID", id}};
+    if (sb->paused) {
+      item["error"] = "paused: stays on this node";
+      out.push_back(std::move(item));
+      ++failed;
+      continue;
+    }
+    auto nodes = membership_.nodes();
+    auto placements = nodes.ok() ? membership_.placements()
+                                 : Result<std::vector<cluster::Placement>>(nodes.error());
+    Result<std::string> chosen = placements.ok() ? cluster::choose_node(*nodes, *placements, "")
+                                                 : Result<std::string>(placements.error());
+    if (chosen.ok() && *chosen == self)
+      chosen = Error(ErrorCode::kResourceExhausted, "no other node has a free slot");
+    if (!chosen.ok()) {
+      item["error"] = chosen.error().message();
+      out.push_back(std::move(item));
+      ++failed;
+      continue;
+    }
+    cluster::NodeInfo target;
+    for (const auto& n : *nodes)
+      if (n.name == *chosen) target = n;
+    {
+      std::lock_guard lock(mu_);
+      moving_.insert(id);
+    }
+    const std::string tar = sandboxes_.options().home + "/uploads/.move-" + id + ".tar";
+    std::error_code ec;
+    std::filesystem::create_directories(sandboxes_.options().home + "/uploads", ec);
+    Status s = sandboxes_.move_out(
+        id, tar, [&](const std::string& path) { return ship(id, team, target, path); });
+    {
+      std::lock_guard lock(mu_);
+      moving_.erase(id);
+    }
+    moved_cv_.notify_all();
+    if (s.ok()) {
+      item["node"] = target.name;
+      ++moved;
+    } else {
+      item["error"] = s.error().message();
+      ++failed;
+      log_.warn("drain: sandbox " + id + " stays here: " + s.error().message());
+    }
+    out.push_back(std::move(item));
+  }
+  log_.info("drained: " + std::to_string(moved) + " moved, " + std::to_string(failed) +
+            " not moved");
+  return http::json_response(
+      200, json::object{{"node", self}, {"draining", true}, {"sandboxes", std::move(out)}},
+      req.version());
 }
 
 void ClusterRouter::remember(const std::string& sandbox_id, const std::string& api_url) {

@@ -18,10 +18,12 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +39,12 @@
 namespace abx::platform {
 
 inline constexpr std::string_view kClusterAuthField = "Abx-Cluster-Auth";
+// POST: drains this node (API key): its running sandboxes move to other nodes.
+inline constexpr std::string_view kDrainPath = "/abx/cluster/drain";
+// POST: a node's internal call (cluster secret) with a sandbox it moves here (a tar body).
+inline constexpr std::string_view kMoveInPath = "/abx/cluster/move-in";
+// The largest move a node accepts (its checkpoint's data: memory and written files).
+inline constexpr std::uint64_t kMaxMoveBytes = std::uint64_t{16} << 30;
 inline constexpr std::string_view kClusterTeamField = "Abx-Cluster-Team";
 
 class ClusterRouter {
@@ -64,6 +72,10 @@ class ClusterRouter {
   // no other live node owns it.
   Result<UniqueFd> connect_owner(const std::string& sandbox_id);
 
+  // POST /abx/cluster/move-in, after internal_team() accepted the caller: `tar_path` (the
+  // spooled body) becomes a running sandbox of this node (SandboxManager::move_in).
+  Result<http::Response> move_in(const std::string& tar_path, unsigned version);
+
   // Removes this node's records of sandboxes it no longer has (ended at their deadline, killed
   // while etcd was unreachable, killed at shutdown). The sweeper runs it every 10 s.
   void forget_gone();
@@ -83,6 +95,14 @@ class ClusterRouter {
   Result<http::Response> metrics(http::Request& req, const std::string& team,
                                  const LocalHandler& local);
   Result<http::Response> lost(const Owner& owner, const http::Request& req, bool detail);
+  // POST /abx/cluster/drain: marks this node draining and moves each running sandbox to the
+  // node placement picks, one at a time; answers per sandbox where it went or why not.
+  Result<http::Response> drain(const http::Request& req);
+  // Ships one sandbox's tar to `node` and switches the cluster's map to it.
+  Status ship(const std::string& sandbox_id, const std::string& team, const cluster::NodeInfo& node,
+              const std::string& tar_path);
+  // A call for a sandbox being moved waits until the move ends (clients see a pause).
+  void wait_not_moving(const std::string& sandbox_id);
   void record_created(const http::Response& res, const std::string& team);
   void remember(const std::string& sandbox_id, const std::string& api_url);
   void sweep_loop();
@@ -95,6 +115,8 @@ class ClusterRouter {
   mutable std::mutex mu_;
   std::map<std::string, std::string, std::less<>> owners_;  // sandbox id → owner's api_url
   std::condition_variable cv_;
+  std::set<std::string, std::less<>> moving_;  // sandboxes drain() is moving (under mu_)
+  std::condition_variable moved_cv_;
   bool stopping_ = false;
   std::thread sweeper_;
 };

@@ -107,6 +107,8 @@ Status wait_for_token(const runtime::Sandbox& sb, const std::string& token) {
   return unavailable("the restored sandbox's envd did not take its new token: " + last);
 }
 
+}  // namespace
+
 json::object record_json(const store::SandboxRecord& r) {
   json::object meta, env;
   for (const auto& [k, v] : r.metadata) meta[k] = v;
@@ -157,6 +159,8 @@ store::SandboxRecord record_from_json(const json::object& o) {
   }
   return r;
 }
+
+namespace {
 
 // The parent's config with the child's id, its binds of the parent's run files (under
 // <home>/run/<parent id>/) moved to the child's `run_dir`.

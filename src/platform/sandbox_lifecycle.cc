@@ -112,6 +112,7 @@ Status SandboxManager::pause(const std::string& id, const char* reason, bool mem
   auto sb = find(id);
   if (!sb) return not_found("sandbox '" + id + "' not found");
   std::lock_guard lock(sb->mu);
+  if (sb->moved) return not_found("sandbox '" + id + "' not found");
   if (sb->paused)
     return Error(ErrorCode::kFailedPrecondition, "sandbox '" + id + "' is already paused");
   if (!memory) {
@@ -135,6 +136,7 @@ Result<bool> SandboxManager::resume(const std::string& id, ResumeOptions options
   auto sb = find(id);
   if (!sb) return not_found("sandbox '" + id + "' not found");
   std::lock_guard lock(sb->mu);
+  if (sb->moved) return not_found("sandbox '" + id + "' not found");
   if (!sb->paused) return false;
   if (sb->record.filesystem_only) {
     if (options.by_traffic)

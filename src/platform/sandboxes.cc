@@ -193,6 +193,7 @@ bool SandboxManager::adopt(const store::SandboxRecord& rec, const std::string& s
                           : live->paused                     ? "paused"
                                                              : "running") +
                          ")");
+  std::lock_guard lock(mu_);  // move_in adopts while abxd serves
   live_[rec.id] = std::move(live);
   return true;
 }

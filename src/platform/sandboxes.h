@@ -150,6 +150,8 @@ struct LiveSandbox {
   // Bumped after each checkpoint of its processes and each restore (the gateway's
   // GatewayBackend::Admission::epoch: pooled connections from before are dropped).
   std::atomic<std::uint64_t> epoch{0};
+  // Moved to another node (move_out): a caller that waited for the lock finds it gone.
+  bool moved = false;
   // The deadline a timeout warning is armed for (guarded by mu): set while more than the
   // warning's lead is left, cleared once the warning went out. 0: none armed.
   std::int64_t warn_armed_for_ms = 0;
@@ -263,6 +265,22 @@ class SandboxManager {
   SandboxNetworkSpec default_network() const;
   // nullptr if there is no live sandbox with that id.
   std::shared_ptr<LiveSandbox> find(const std::string& id) const;
+
+  // --- Moving a running sandbox to another node (abxd --cluster drain; migration.cc) ---
+  // Holds the sandbox's lock throughout: pauses it to disk, writes its checkpoint, run
+  // directory and record as a tar file at `tar_path`, and calls `ship(tar_path)`. When ship
+  // succeeds (the other node runs it now) this node forgets it: its record, files and memory go,
+  // with no event of its end. When anything fails the sandbox is resumed here and the error is
+  // returned. kFailedPrecondition: not running, or not checkpointable (pause to disk off, a
+  // host rootfs or network).
+  Status move_out(const std::string& id, const std::string& tar_path,
+                  const std::function<Status(const std::string&)>& ship);
+  // The receiving side: a tar file move_out wrote (another node's) becomes a sandbox of this
+  // node with the same id, token, metadata and deadline, resumed from its checkpoint, its run
+  // files' paths and its resolver this node's, its checkpoint sealed with this node's key.
+  // Nothing stays behind on error. kAlreadyExists: the id is here already; kInvalidArgument: the
+  // archive is not what move_out writes.
+  Result<std::string> move_in(const std::string& tar_path);
   // Every live sandbox (running or paused), in id order; memory only (an I/O thread may call it).
   std::vector<std::shared_ptr<LiveSandbox>> all() const;
   // Team `team_id`'s samples with start_ms <= timestamp <= end_ms, oldest first (the last hour

@@ -4,6 +4,7 @@
 
 #include <boost/json/object.hpp>
 
+#include "abx/store/store.h"
 #include "network.h"
 
 namespace abx::platform {
@@ -17,5 +18,10 @@ inline constexpr const char* kKeptLayer = "rw.img";
 
 // What the store keeps of a sandbox's network (SandboxNetworkSpec::from_json reads it).
 boost::json::object network_record(const SandboxNetworkSpec& net);
+
+// A sandbox record's settings as JSON (a snapshot's sandbox.json part, a moved sandbox's
+// record) and back; record_from_json throws (std::exception) on a missing or mistyped field.
+boost::json::object record_json(const store::SandboxRecord& r);
+store::SandboxRecord record_from_json(const boost::json::object& o);
 
 }  // namespace abx::platform

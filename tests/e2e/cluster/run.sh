@@ -6,4 +6,4 @@ cd "$(dirname "$0")"
 # shellcheck source=/dev/null
 . ../../../scripts/node-env.sh
 if [ ! -d ../js/node_modules/e2b ]; then (cd ../js && npm ci --no-audit --no-fund); fi
-exec node --test --test-reporter=spec cluster.test.mjs
+exec node --test --test-reporter=spec "${1:-cluster.test.mjs}"

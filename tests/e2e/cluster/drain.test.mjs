@@ -1,0 +1,221 @@
+// abxd --cluster drain (issue 43) with the official e2b JS SDK: one etcd member and two abxd
+// nodes on loopback, each with its own home and --sandbox-net range. Sandboxes made on node 2
+// move to node 1 when node 2 is drained, and go on there with the same id, token, files,
+// metadata, deadline and running processes.
+//
+//   ABXD_BIN=build/dev/src/platform/abxd ABX_ETCD_BIN=/usr/bin/etcd node --test drain.test.mjs
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { pathToFileURL } from 'node:url';
+
+const jsRequire = createRequire(new URL('../js/package.json', import.meta.url));
+const { Sandbox } = await import(pathToFileURL(jsRequire.resolve('e2b')).href);
+
+const ABXD_BIN = process.env.ABXD_BIN;
+const ETCD_BIN = process.env.ABX_ETCD_BIN || '/usr/bin/etcd';
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+const dir = mkdtempSync(join(tmpdir(), 'abx-drain-'));
+let etcd; // {client, peer, proc}
+const nodes = []; // {name, port, home, args, proc, key, url}
+const made = []; // [id, node index]
+
+function exited(p) {
+  return p.exitCode !== null || p.signalCode !== null;
+}
+function stop(p, signal) {
+  if (!p || exited(p)) return Promise.resolve();
+  return new Promise((resolve) => {
+    p.once('exit', resolve);
+    p.kill(signal);
+  });
+}
+
+async function etcdRange(prefix) {
+  const b64 = (s) => Buffer.from(s).toString('base64');
+  const end = prefix.slice(0, -1) + String.fromCharCode(prefix.charCodeAt(prefix.length - 1) + 1);
+  const r = await fetch(`http://127.0.0.1:${etcd.client}/v3/kv/range`, {
+    method: 'POST',
+    body: JSON.stringify({ key: b64(prefix), range_end: b64(end) }),
+  });
+  assert.equal(r.status, 200);
+  const out = {};
+  for (const kv of (await r.json()).kvs || []) {
+    out[Buffer.from(kv.key, 'base64').toString()] =
+      JSON.parse(Buffer.from(kv.value, 'base64').toString());
+  }
+  return out;
+}
+
+// The cluster's sandbox → node map.
+async function placements() {
+  const out = {};
+  for (const v of Object.values(await etcdRange('/abx/sandboxes/'))) out[v.sandboxID] = v.node;
+  return out;
+}
+
+function startNode(n) {
+  return new Promise((resolve, reject) => {
+    n.proc = spawn(ABXD_BIN, n.args, { stdio: ['ignore', 'pipe', 'inherit'] });
+    const timer = setTimeout(() => reject(new Error(`${n.name} did not start`)), 30000);
+    n.proc.once('exit', (code) => reject(new Error(`${n.name} exited early: ${code}`)));
+    n.proc.stdout.on('data', (d) => {
+      if (/listening on /.test(d.toString())) {
+        clearTimeout(timer);
+        n.proc.removeAllListeners('exit');
+        resolve();
+      }
+    });
+  });
+}
+
+// The SDK talks to node `i` with that node's API key.
+function useNode(i) {
+  process.env.E2B_API_URL = nodes[i].url;
+  process.env.E2B_SANDBOX_URL = nodes[i].url;
+  process.env.E2B_API_KEY = nodes[i].key;
+}
+
+before(async () => {
+  if (!ABXD_BIN) throw new Error('set ABXD_BIN to the abxd binary');
+  etcd = { client: await freePort(), peer: await freePort() };
+  const c = `http://127.0.0.1:${etcd.client}`;
+  const p = `http://127.0.0.1:${etcd.peer}`;
+  etcd.proc = spawn(ETCD_BIN, ['--name', 'e1', '--data-dir', join(dir, 'e1'),
+    '--listen-client-urls', c, '--advertise-client-urls', c, '--listen-peer-urls', p,
+    '--initial-advertise-peer-urls', p, '--initial-cluster', `e1=${p}`,
+    '--initial-cluster-state', 'new', '--logger', 'zap', '--log-level', 'error'],
+  { stdio: 'ignore' });
+  for (let i = 0; ; i++) {
+    try {
+      const r = await fetch(`${c}/v3/kv/put`,
+        { method: 'POST', body: JSON.stringify({ key: 'cHJvYmU=', value: 'MQ==' }) });
+      if (r.ok) break;
+    } catch {}
+    if (i > 100) throw new Error('etcd did not come up');
+    await sleep(100);
+  }
+  const secretFile = join(dir, 'cluster-secret');
+  writeFileSync(secretFile, randomBytes(24).toString('hex'), { mode: 0o600 });
+  for (const [i, name] of ['n1', 'n2'].entries()) {
+    const port = await freePort();
+    const home = join(dir, name);
+    mkdirSync(home);
+    nodes.push({
+      name, port, home, url: `http://127.0.0.1:${port}`,
+      args: ['--home', home, '--listen', `127.0.0.1:${port}`, '--dns-upstream', '127.0.0.1:9',
+        '--kill-sandboxes', '--pause', 'disk', '--sandbox-net', `10.216.${i * 32}.0/19`,
+        '--cluster', c, '--node-name', name, '--advertise-url', `http://127.0.0.1:${port}`,
+        '--cluster-secret-file', secretFile, '--cluster-ttl', '5',
+        '--cluster-capacity', String(10 * (i + 1))],
+    });
+  }
+  await Promise.all(nodes.map(startNode));
+  for (const n of nodes) n.key = readFileSync(join(n.home, 'api_key'), 'utf8').trim();
+  delete process.env.E2B_DEBUG;
+  delete process.env.E2B_DOMAIN;
+});
+
+after(async () => {
+  for (const [id, i] of made) {
+    useNode(i);
+    await Sandbox.kill(id).catch(() => {});
+  }
+  for (const n of nodes) await stop(n.proc, 'SIGTERM');
+  await stop(etcd?.proc, 'SIGKILL');
+  rmSync(dir, { recursive: true, force: true });
+});
+
+test("drain: node 2's running sandboxes go on on node 1 with their ids, files and processes",
+  async () => {
+    // Two sandboxes placed on node 2, which has the most free slots (20 to node 1's 10).
+    useNode(1);
+    const a = await Sandbox.create('base', { metadata: { who: 'a' }, timeoutMs: 600_000 });
+    made.push([a.sandboxId, 0]);
+    const b = await Sandbox.create('base', { metadata: { who: 'b' }, timeoutMs: 600_000 });
+    made.push([b.sandboxId, 0]);
+    let map = await placements();
+    assert.equal(map[a.sandboxId], 'n2');
+    assert.equal(map[b.sandboxId], 'n2');
+    await a.files.write('/home/user/note.txt', 'written on node 2');
+    // A counter in its own session: it outlives the command that started it.
+    await a.commands.run("setsid sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; " +
+      "sleep 0.2; done' >/dev/null 2>&1 </dev/null &");
+    await sleep(500);
+    const pid = (await a.commands.run('pgrep -f "while true"')).stdout.trim();
+    assert.match(pid, /^\d+$/);
+    const before = await (await fetch(`${nodes[1].url}/sandboxes/${a.sandboxId}`,
+      { headers: { 'X-API-KEY': nodes[1].key } })).json();
+
+    // Drain node 2.
+    const t0 = Date.now();
+    const r = await fetch(`${nodes[1].url}/abx/cluster/drain`,
+      { method: 'POST', headers: { 'X-API-KEY': nodes[1].key } });
+    const body = await r.json();
+    console.log(`drain of 2 sandboxes took ${Date.now() - t0} ms: ${JSON.stringify(body)}`);
+    assert.equal(r.status, 200, JSON.stringify(body));
+    assert.equal(body.node, 'n2');
+    const moved = Object.fromEntries(body.sandboxes.map((s) => [s.sandboxID, s]));
+    assert.equal(moved[a.sandboxId].node, 'n1', JSON.stringify(moved[a.sandboxId]));
+    assert.equal(moved[b.sandboxId].node, 'n1', JSON.stringify(moved[b.sandboxId]));
+    map = await placements();
+    assert.equal(map[a.sandboxId], 'n1');
+    assert.equal(map[b.sandboxId], 'n1');
+    for (const m of made) m[1] = 0;
+
+    // Through node 1, with node 1's key: the same sandbox, its file, its process, its token.
+    useNode(0);
+    const a1 = await Sandbox.connect(a.sandboxId);
+    assert.equal(await a1.files.read('/home/user/note.txt'), 'written on node 2');
+    assert.equal((await a1.commands.run('pgrep -f "while true"')).stdout.trim(), pid);
+    const c1 = Number((await a1.commands.run('cat /tmp/count')).stdout.trim());
+    await sleep(1000);
+    const c2 = Number((await a1.commands.run('cat /tmp/count')).stdout.trim());
+    assert.ok(c2 > c1, `the counter goes on (${c1} then ${c2})`);
+    assert.equal((await a1.commands.run('echo moved')).stdout, 'moved\n');
+    const b1 = await Sandbox.connect(b.sandboxId);
+    assert.equal((await b1.commands.run('echo b')).stdout, 'b\n');
+    const info = await (await fetch(`${nodes[0].url}/sandboxes/${a.sandboxId}`,
+      { headers: { 'X-API-KEY': nodes[0].key } })).json();
+    assert.equal(info.state, 'running');
+    assert.deepEqual(info.metadata, { who: 'a' });
+    assert.equal(info.envdAccessToken, before.envdAccessToken);
+    assert.equal(info.endAt, before.endAt);
+    // Node 2 has nothing of them left (asked directly, as a node).
+    const secret = readFileSync(join(dir, 'cluster-secret'), 'utf8');
+    const left = await (await fetch(`${nodes[1].url}/v2/sandboxes`, {
+      headers: { 'Abx-Cluster-Auth': secret, 'Abx-Cluster-Team': 'default' } })).json();
+    assert.deepEqual(left, []);
+    for (const id of [a.sandboxId, b.sandboxId]) {
+      assert.equal(existsSync(join(nodes[1].home, 'run', id)), false);
+      assert.equal(existsSync(join(nodes[1].home, 'checkpoints', id)), false);
+    }
+
+    // Node 2 is draining: a create through it is placed on node 1.
+    const n2 = (await etcdRange('/abx/nodes/'))['/abx/nodes/n2'];
+    assert.equal(n2.draining, true);
+    useNode(1);
+    const c = await Sandbox.create('base', { timeoutMs: 60_000 });
+    made.push([c.sandboxId, 1]);
+    assert.equal((await placements())[c.sandboxId], 'n1');
+    await c.kill();
+    made.pop();
+  });
