@@ -221,6 +221,31 @@ Result<std::string> extract_move_tar(const std::string& tar_path, const fs::path
 
 }  // namespace
 
+Result<MoveRecord> read_move_archive(const std::string& tar_path, const std::string& dest) {
+  ABX_ASSIGN_OR_RETURN(const std::string text, extract_move_tar(tar_path, dest));
+  ABX_ASSIGN_OR_RETURN(json::value v, parse_json_strict(text));
+  if (!v.is_object()) return invalid_argument("move archive: record.json is not an object");
+  MoveRecord m;
+  store::SandboxRecord& rec = m.record;
+  try {
+    const json::object& o = v.get_object();
+    rec = record_from_json(o);
+    rec.id = std::string(o.at("sandboxID").as_string());
+    rec.client_id = std::string(o.at("clientID").as_string());
+    rec.created_at_ms = o.at("createdAt").to_number<std::int64_t>();
+    rec.end_at_ms = o.at("endAt").to_number<std::int64_t>();
+    rec.access_token_digest = std::string(o.at("tokenDigest").as_string());
+    rec.domain = std::string(o.at("domain").as_string());
+    m.home = std::string(o.at("home").as_string());
+  } catch (const std::exception& e) {
+    return invalid_argument(std::string("move archive: record.json: ") + e.what());
+  }
+  if (auto parsed = store::SandboxId::parse(rec.id); !parsed.ok()) return parsed.error();
+  if (m.home.empty() || m.home.front() != '/')
+    return invalid_argument("move archive: record.json: home must be an absolute path");
+  return m;
+}
+
 Status SandboxManager::move_out(const std::string& id, const std::string& tar_path,
                                 const std::function<Status(const std::string&)>& ship) {
   auto sb = find(id);
@@ -294,27 +319,9 @@ Result<std::string> SandboxManager::move_in(const std::string& tar_path) {
   fs::create_directories(in / "run", ec);
   if (ec) return internal_error("create " + in.string() + ": " + ec.message());
   ABX_TRY(runtime::make_private(in.string()));
-  ABX_ASSIGN_OR_RETURN(const std::string text, extract_move_tar(tar_path, in));
-  ABX_ASSIGN_OR_RETURN(json::value v, parse_json_strict(text));
-  if (!v.is_object()) return invalid_argument("move archive: record.json is not an object");
-  store::SandboxRecord rec;
-  std::string src_home;
-  try {
-    const json::object& o = v.get_object();
-    rec = record_from_json(o);
-    rec.id = std::string(o.at("sandboxID").as_string());
-    rec.client_id = std::string(o.at("clientID").as_string());
-    rec.created_at_ms = o.at("createdAt").to_number<std::int64_t>();
-    rec.end_at_ms = o.at("endAt").to_number<std::int64_t>();
-    rec.access_token_digest = std::string(o.at("tokenDigest").as_string());
-    rec.domain = std::string(o.at("domain").as_string());
-    src_home = std::string(o.at("home").as_string());
-  } catch (const std::exception& e) {
-    return invalid_argument(std::string("move archive: record.json: ") + e.what());
-  }
-  if (auto parsed = store::SandboxId::parse(rec.id); !parsed.ok()) return parsed.error();
-  if (src_home.empty() || src_home.front() != '/')
-    return invalid_argument("move archive: record.json: home must be an absolute path");
+  ABX_ASSIGN_OR_RETURN(MoveRecord moved, read_move_archive(tar_path, in.string()));
+  store::SandboxRecord rec = std::move(moved.record);
+  const std::string src_home = std::move(moved.home);
   const std::string& id = rec.id;
   if (find(id) || store_->get_sandbox(id).ok())
     return Error(ErrorCode::kAlreadyExists, "sandbox '" + id + "' is on this node already");

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <boost/json/object.hpp>
+#include <string>
 
 #include "abx/store/store.h"
 #include "network.h"
@@ -23,5 +24,15 @@ boost::json::object network_record(const SandboxNetworkSpec& net);
 // record) and back; record_from_json throws (std::exception) on a missing or mistyped field.
 boost::json::object record_json(const store::SandboxRecord& r);
 store::SandboxRecord record_from_json(const boost::json::object& o);
+
+// A moved sandbox's archive (migration.cc), read: its record and the home it came from.
+struct MoveRecord {
+  store::SandboxRecord record;
+  std::string home;
+};
+// Extracts the tar at `tar_path` (what SandboxManager::move_out writes) under `dest`, which has
+// checkpoint/ and run/ (regular files only, sparse regions kept sparse), and parses its
+// record.json. kInvalidArgument for anything else (fuzzed: move_archive_fuzz).
+Result<MoveRecord> read_move_archive(const std::string& tar_path, const std::string& dest);
 
 }  // namespace abx::platform
