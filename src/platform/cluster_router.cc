@@ -115,7 +115,7 @@ Result<Response> ClusterRouter::handle(Request& req, const std::string& path,
     if (req.method() != bhttp::verb::post) return local();
     if (internal)
       return Error(ErrorCode::kPermissionDenied, "a node cannot drain another through a relay");
-    return drain(req);
+    return drain(req, team);
   }
   if (is_create(req, path)) return create(req, team, internal, local);
   if (is_list(req, path) && !internal) return list(req, path, team, local);
@@ -429,20 +429,28 @@ Status ClusterRouter::ship(const std::string& sandbox_id, const std::string& tea
   return {};
 }
 
-Result<Response> ClusterRouter::drain(const Request& req) {
+Result<Response> ClusterRouter::drain(const Request& req, const std::string& caller) {
   ABX_TRY(membership_.set_draining(true));
   const std::string self = membership_.self().name;
   log_.info("draining: moving this node's running sandboxes to other nodes");
   json::array out;
-  int moved = 0, failed = 0;
+  int moved = 0, failed = 0, others_moved = 0, others_failed = 0;
   for (const auto& sb : sandboxes_.all()) {
     const std::string id = sb->record.id;
     const std::string team = sb->record.team_id;
     json::object item{{"sandboxID", id}};
+    // The answer names the caller's team's sandboxes; other teams' are only counted.
+    auto report = [&](bool ok) {
+      if (team == caller) {
+        out.push_back(std::move(item));
+      } else {
+        ++(ok ? others_moved : others_failed);
+      }
+      ++(ok ? moved : failed);
+    };
     if (sb->paused) {
       item["error"] = "paused: stays on this node";
-      out.push_back(std::move(item));
-      ++failed;
+      report(false);
       continue;
     }
     auto nodes = membership_.nodes();
@@ -454,8 +462,7 @@ Result<Response> ClusterRouter::drain(const Request& req) {
       chosen = Error(ErrorCode::kResourceExhausted, "no other node has a free slot");
     if (!chosen.ok()) {
       item["error"] = chosen.error().message();
-      out.push_back(std::move(item));
-      ++failed;
+      report(false);
       continue;
     }
     cluster::NodeInfo target;
@@ -477,18 +484,21 @@ Result<Response> ClusterRouter::drain(const Request& req) {
     moved_cv_.notify_all();
     if (s.ok()) {
       item["node"] = target.name;
-      ++moved;
     } else {
       item["error"] = s.error().message();
-      ++failed;
       log_.warn("drain: sandbox " + id + " stays here: " + s.error().message());
     }
-    out.push_back(std::move(item));
+    report(s.ok());
   }
   log_.info("drained: " + std::to_string(moved) + " moved, " + std::to_string(failed) +
             " not moved");
   return http::json_response(
-      200, json::object{{"node", self}, {"draining", true}, {"sandboxes", std::move(out)}},
+      200,
+      json::object{
+          {"node", self},
+          {"draining", true},
+          {"sandboxes", std::move(out)},
+          {"otherTeams", json::object{{"moved", others_moved}, {"notMoved", others_failed}}}},
       req.version());
 }
 

@@ -96,8 +96,9 @@ class ClusterRouter {
                                  const LocalHandler& local);
   Result<http::Response> lost(const Owner& owner, const http::Request& req, bool detail);
   // POST /abx/cluster/drain: marks this node draining and moves each running sandbox to the
-  // node placement picks, one at a time; answers per sandbox where it went or why not.
-  Result<http::Response> drain(const http::Request& req);
+  // node placement picks, one at a time; answers per sandbox of the caller's team where it went
+  // or why not, and counts the other teams' sandboxes.
+  Result<http::Response> drain(const http::Request& req, const std::string& caller);
   // Ships one sandbox's tar to `node` and switches the cluster's map to it.
   Status ship(const std::string& sandbox_id, const std::string& team, const cluster::NodeInfo& node,
               const std::string& tar_path);

@@ -173,6 +173,7 @@ test("drain: node 2's running sandboxes go on on node 1 with their ids, files an
     console.log(`drain of 2 sandboxes took ${Date.now() - t0} ms: ${JSON.stringify(body)}`);
     assert.equal(r.status, 200, JSON.stringify(body));
     assert.equal(body.node, 'n2');
+    assert.deepEqual(body.otherTeams, { moved: 0, notMoved: 0 });
     const moved = Object.fromEntries(body.sandboxes.map((s) => [s.sandboxID, s]));
     assert.equal(moved[a.sandboxId].node, 'n1', JSON.stringify(moved[a.sandboxId]));
     assert.equal(moved[b.sandboxId].node, 'n1', JSON.stringify(moved[b.sandboxId]));
