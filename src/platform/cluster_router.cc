@@ -401,9 +401,10 @@ Status ClusterRouter::ship(const std::string& sandbox_id, const std::string& tea
     return unavailable("node '" + node.name +
                        "' did not answer the move: " + res.error().message());
   if (res->result_int() != 200)
-    return Error(res->result_int() == 409 ? ErrorCode::kAlreadyExists : ErrorCode::kUnavailable,
-                 "node '" + node.name + "' refused the move (" + std::to_string(res->result_int()) +
-                     "): " + res->body());
+    return Error(
+        res->result_int() == 409 ? ErrorCode::kFailedPrecondition : ErrorCode::kUnavailable,
+        "node '" + node.name + "' refused the move (" + std::to_string(res->result_int()) +
+            "): " + res->body());
   // It runs there: the cluster's map names that node (a compare-and-swap from this one).
   Status m = membership_.move(sandbox_id, membership_.self().name, node.name);
   if (!m.ok() && m.error().code() == ErrorCode::kNotFound) {

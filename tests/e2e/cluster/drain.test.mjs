@@ -119,6 +119,11 @@ before(async () => {
     const port = await freePort();
     const home = join(dir, name);
     mkdirSync(home);
+    if (name === 'n2') {
+      // A template node 1 lacks: a sandbox of it cannot move there.
+      mkdirSync(join(home, 'templates', 'only2'), { recursive: true });
+      writeFileSync(join(home, 'templates', 'only2', 'template.yaml'), 'id: only2\n');
+    }
     nodes.push({
       name, port, home, url: `http://127.0.0.1:${port}`,
       args: ['--home', home, '--listen', `127.0.0.1:${port}`, '--dns-upstream', '127.0.0.1:9',
@@ -155,6 +160,12 @@ test("drain: node 2's running sandboxes go on on node 1 with their ids, files an
     let map = await placements();
     assert.equal(map[a.sandboxId], 'n2');
     assert.equal(map[b.sandboxId], 'n2');
+    const stay = await Sandbox.create('only2', { timeoutMs: 600_000 });
+    made.push([stay.sandboxId, 1]);
+    assert.equal((await placements())[stay.sandboxId], 'n2');
+    await stay.commands.run("setsid sh -c 'sleep 1000' >/dev/null 2>&1 </dev/null &");
+    const stayPid = (await stay.commands.run('pgrep -x sleep')).stdout.trim();
+    assert.match(stayPid, /^\d+$/);
     await a.files.write('/home/user/note.txt', 'written on node 2');
     // A counter in its own session: it outlives the command that started it.
     await a.commands.run("setsid sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; " +
@@ -170,17 +181,23 @@ test("drain: node 2's running sandboxes go on on node 1 with their ids, files an
     const r = await fetch(`${nodes[1].url}/abx/cluster/drain`,
       { method: 'POST', headers: { 'X-API-KEY': nodes[1].key } });
     const body = await r.json();
-    console.log(`drain of 2 sandboxes took ${Date.now() - t0} ms: ${JSON.stringify(body)}`);
+    console.log(`drain of 3 sandboxes took ${Date.now() - t0} ms: ${JSON.stringify(body)}`);
     assert.equal(r.status, 200, JSON.stringify(body));
     assert.equal(body.node, 'n2');
     assert.deepEqual(body.otherTeams, { moved: 0, notMoved: 0 });
+    assert.equal(body.sandboxes.length, 3);
     const moved = Object.fromEntries(body.sandboxes.map((s) => [s.sandboxID, s]));
     assert.equal(moved[a.sandboxId].node, 'n1', JSON.stringify(moved[a.sandboxId]));
     assert.equal(moved[b.sandboxId].node, 'n1', JSON.stringify(moved[b.sandboxId]));
+    // The one node 1 cannot take stays on node 2, running as it was: nothing is lost.
+    assert.match(moved[stay.sandboxId].error, /template 'only2' is not on this node/);
+    assert.equal(moved[stay.sandboxId].node, undefined);
     map = await placements();
     assert.equal(map[a.sandboxId], 'n1');
     assert.equal(map[b.sandboxId], 'n1');
-    for (const m of made) m[1] = 0;
+    assert.equal(map[stay.sandboxId], 'n2');
+    made[0][1] = 0;
+    made[1][1] = 0;
 
     // Through node 1, with node 1's key: the same sandbox, its file, its process, its token.
     useNode(0);
@@ -194,6 +211,9 @@ test("drain: node 2's running sandboxes go on on node 1 with their ids, files an
     assert.equal((await a1.commands.run('echo moved')).stdout, 'moved\n');
     const b1 = await Sandbox.connect(b.sandboxId);
     assert.equal((await b1.commands.run('echo b')).stdout, 'b\n');
+    // The one that stayed, through node 1 (relayed to node 2): its process is still there.
+    const stay1 = await Sandbox.connect(stay.sandboxId);
+    assert.equal((await stay1.commands.run('pgrep -x sleep')).stdout.trim(), stayPid);
     const info = await (await fetch(`${nodes[0].url}/sandboxes/${a.sandboxId}`,
       { headers: { 'X-API-KEY': nodes[0].key } })).json();
     assert.equal(info.state, 'running');
@@ -204,7 +224,8 @@ test("drain: node 2's running sandboxes go on on node 1 with their ids, files an
     const secret = readFileSync(join(dir, 'cluster-secret'), 'utf8');
     const left = await (await fetch(`${nodes[1].url}/v2/sandboxes`, {
       headers: { 'Abx-Cluster-Auth': secret, 'Abx-Cluster-Team': 'default' } })).json();
-    assert.deepEqual(left, []);
+    assert.deepEqual(left.map((s) => s.sandboxID), [stay.sandboxId]);
+    assert.equal(left[0].state, 'running');
     for (const id of [a.sandboxId, b.sandboxId]) {
       assert.equal(existsSync(join(nodes[1].home, 'run', id)), false);
       assert.equal(existsSync(join(nodes[1].home, 'checkpoints', id)), false);
