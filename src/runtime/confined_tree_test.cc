@@ -22,7 +22,7 @@ std::string slurp(const fs::path& p) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-int source_of(const std::string& data, testing::TempDir& d) {
+int source_of(const std::string& data, abx::testing::TempDir& d) {
   const auto p = d.path() / "src";
   std::ofstream(p) << data;
   return ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
@@ -39,7 +39,7 @@ TEST(ConfinedTree, NormalizesAndRefusesDotDot) {
 }
 
 TEST(ConfinedTree, WriteReadListMkdirRemove) {
-  testing::TempDir d;
+  abx::testing::TempDir d;
   const fs::path root = d.path() / "vol";
   fs::create_directory(root);
   auto t = ConfinedTree::open(root.string(), {::getuid(), ::getgid()});
@@ -99,7 +99,7 @@ TEST(ConfinedTree, WriteReadListMkdirRemove) {
 
 // What a sandbox may plant in its volume: symlinks out of it (absolute and through ..), a FIFO.
 TEST(ConfinedTree, SymlinksNeverLeaveTheTree) {
-  testing::TempDir d;
+  abx::testing::TempDir d;
   const fs::path root = d.path() / "vol";
   const fs::path outside = d.path() / "outside";
   fs::create_directory(root);
