@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
@@ -43,6 +44,7 @@
 #include "cluster_router.h"
 #include "sandboxes.h"
 #include "secrets.h"
+#include "volumes.h"
 #include "watchdog.h"
 #include "webhooks.h"
 
@@ -85,6 +87,7 @@ struct Config {
       locate("ABX_ENVD_BIN", ABX_ENVD_BIN), locate("ABX_SERVER_BIN", ABX_SERVER_BIN),
       locate("ABX_DEMO_MODULE", ABX_DEMO_MODULE), locate("ABX_BUNDLE_DIR", ABX_BUNDLE_DIR)};
   bool kill_sandboxes = false;
+  std::uint64_t volume_size_mib = platform::kDefaultVolumeBytes >> 20;
   runtime::UserNamespace userns;
   bool no_userns = false;
   double server_ready_timeout = 20;  // seconds
@@ -299,6 +302,24 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, Config& cfg
   app.add_flag("--kill-sandboxes", cfg.kill_sandboxes,
                "On SIGTERM kill every sandbox (default: leave them running; the next abxd "
                "adopts them)");
+  app.add_option("--volume-size-mib", cfg.volume_size_mib,
+                 "The quota of a new volume in MiB: its files live on a sparse ext4 image of "
+                 "this size (0: plain directories without a quota; see docs/volumes.md)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            const std::string range = "0 or " + std::to_string(platform::kMinVolumeBytes >> 20) +
+                                      ".." + std::to_string(platform::kMaxVolumeBytes >> 20);
+            if (v.empty() || v.size() > 12 ||
+                !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }))
+              return "not a number of MiB (" + range + ")";
+            const std::uint64_t mib = std::stoull(v);
+            if (mib != 0 && (mib < (platform::kMinVolumeBytes >> 20) ||
+                             mib > (platform::kMaxVolumeBytes >> 20)))
+              return "out of range (" + range + ")";
+            return {};
+          },
+          "MIB"))
+      ->capture_default_str();
   app.add_option("--cluster", cfg.cluster,
                  "Join an abx cluster whose state is in etcd: comma-separated etcd client "
                  "endpoints (http://HOST:PORT,...); see docs/cluster.md");
@@ -726,6 +747,7 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   mo.registry_auth_file = cfg.registry_auth;
   mo.insecure_registries = cfg.insecure_registries;
   mo.image_store = cfg.image_store;
+  mo.volume_bytes = cfg.volume_size_mib << 20;
   mo.userns = cfg.userns;
   mo.server_ready_timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(cfg.server_ready_timeout * 1000));
@@ -745,6 +767,9 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
     cluster_secret = std::move(*joined);
     log.info("joined the cluster as node " + cfg.node_name + " (etcd " + cfg.cluster + ")");
   }
+  // Volumes with a quota are mounted before anything (an adopted or resumed sandbox) binds them.
+  if (std::size_t n = platform::mount_volumes(cfg.home); n > 0)
+    log.info("mounted " + std::to_string(n) + " volume image(s)");
   auto mgr = platform::SandboxManager::start(mo, **st, std::move(catalog));
   if (!mgr.ok()) return fail_networked(mgr.error(), kExitConfig);
   platform::ControlApi api(**mgr, **st);
@@ -830,6 +855,9 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
     // with none left, the table has nothing to police.
     (*network)->remove_rules();
   }
+  // Sandboxes left running keep their binds of a volume (and its loop device); the next abxd
+  // mounts that device again.
+  platform::unmount_volumes(cfg.home);
   // The last events (the `shutdown` ends above) still reach the webhooks, for a few seconds.
   webhooks.drain(std::chrono::steady_clock::now() + std::chrono::seconds(5));
   webhooks.stop();

@@ -75,7 +75,7 @@ Result<Response> create_volume(Context& ctx) {
   ABX_ASSIGN_OR_RETURN(v.token, token::random_hex(24));
   v.created_at_ms = now_ms();
   const std::string& home = ctx.sandboxes.options().home;
-  ABX_TRY(make_volume_dir(home, v.id));
+  ABX_TRY(make_volume_dir(home, v.id, ctx.sandboxes.options().volume_bytes));
   if (Status s = ctx.store.create_volume(v, kDefaultMaxVolumesPerTeam); !s) {
     (void)remove_volume_dir(home, v.id);
     if (s.error().code() == ErrorCode::kAlreadyExists)

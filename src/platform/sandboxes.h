@@ -205,6 +205,9 @@ struct ManagerOptions {
   // registries reached over plain HTTP besides loopback ones.
   std::string registry_auth_file;
   std::string image_store;  // default <home>/images
+  // The quota of a new volume (abxd --volume-size-mib; volumes.h): its ext4 image's size. 0: new
+  // volumes are plain directories without one.
+  std::uint64_t volume_bytes = 10ull << 30;
   std::vector<std::string> insecure_registries;
   std::int64_t max_timeout_seconds = 24 * 3600;
   std::size_t max_sandboxes = 1000;

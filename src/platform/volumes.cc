@@ -7,8 +7,10 @@
 #include <filesystem>
 
 #include "abx/base/json.h"
+#include "abx/base/log.h"
 #include "abx/base/os.h"
 #include "abx/base/try.h"
+#include "abx/runtime/volume_image.h"
 #include "bundle.h"
 #include "network.h"
 
@@ -131,8 +133,43 @@ std::string volume_dir(const std::string& home, std::string_view id) {
   return home + "/volumes/" + std::string(id);
 }
 
-Status make_volume_dir(const std::string& home, std::string_view id) {
+std::string volume_image(const std::string& home, std::string_view id) {
+  return volume_dir(home, id) + ".img";
+}
+
+namespace {
+
+// The volume's root: 1000:1000, 0755.
+Status own_volume_root(const std::string& dir) {
+  std::error_code ec;
+  fs::permissions(dir,
+                  fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                      fs::perms::others_read | fs::perms::others_exec,
+                  ec);
+  if (ec) return os::errno_error("chmod " + dir, ec.value());
+  if (::chown(dir.c_str(), kVolumeOwner, kVolumeOwner) != 0)
+    return os::errno_error("chown " + dir, errno);
+  return {};
+}
+
+// The ids of <home>/volumes/<id>.img.
+std::vector<std::string> imaged_volumes(const std::string& home) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::path(home) / "volumes", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() == 40 && name.ends_with(".img") && valid_volume_id(name.substr(0, 36)))
+      out.push_back(name.substr(0, 36));
+  }
+  return out;
+}
+
+}  // namespace
+
+Status make_volume_dir(const std::string& home, std::string_view id, std::uint64_t quota_bytes) {
   if (!valid_volume_id(id)) return invalid_argument("invalid volume id");
+  if (quota_bytes != 0 && (quota_bytes < kMinVolumeBytes || quota_bytes > kMaxVolumeBytes))
+    return invalid_argument("volume size out of range");
   const fs::path parent = fs::path(home) / "volumes";
   std::error_code ec;
   fs::create_directory(parent, ec);
@@ -143,24 +180,52 @@ Status make_volume_dir(const std::string& home, std::string_view id) {
   if (!fs::create_directory(dir, ec) || ec)
     return ec ? os::errno_error("create " + dir, ec.value())
               : Error(ErrorCode::kAlreadyExists, "volume directory " + dir + " exists already");
-  fs::permissions(dir,
-                  fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                      fs::perms::others_read | fs::perms::others_exec,
-                  ec);
-  if (ec || ::chown(dir.c_str(), kVolumeOwner, kVolumeOwner) != 0) {
-    const int err = ec ? ec.value() : errno;
-    fs::remove(dir, ec);
-    return os::errno_error("own " + dir, err);
+  // With a quota the directory itself is only the mount point: mode 0 (a sandbox that got it
+  // unmounted, after a failed mount at abxd's start, has no `user` access to the home's disk).
+  Status s = quota_bytes == 0 ? own_volume_root(dir) : Status{};
+  if (quota_bytes != 0) fs::permissions(dir, fs::perms::none, ec);
+  if (s && quota_bytes != 0) {
+    const std::string image = volume_image(home, id);
+    s = runtime::make_volume_image(parent.string(), image, dir, quota_bytes);
+    if (s) s = own_volume_root(dir);  // now the image's root
+    if (!s) {
+      (void)runtime::remove_volume_image(image, dir);
+      fs::remove(image, ec);
+    }
   }
-  return {};
+  if (!s) fs::remove(dir, ec);
+  return s;
 }
 
 Status remove_volume_dir(const std::string& home, std::string_view id) {
   if (!valid_volume_id(id)) return invalid_argument("invalid volume id");
+  const std::string dir = volume_dir(home, id), image = volume_image(home, id);
   std::error_code ec;
-  fs::remove_all(volume_dir(home, id), ec);
-  if (ec) return os::errno_error("remove " + volume_dir(home, id), ec.value());
+  if (fs::exists(image, ec)) {
+    // The files go with the image: unmounted first, so nothing is deleted file by file.
+    ABX_TRY(runtime::remove_volume_image(image, dir));
+  }
+  fs::remove_all(dir, ec);
+  if (ec) return os::errno_error("remove " + dir, ec.value());
   return {};
+}
+
+std::size_t mount_volumes(const std::string& home) {
+  std::size_t mounted = 0;
+  for (const auto& id : imaged_volumes(home)) {
+    if (Status s = runtime::mount_volume_image(volume_image(home, id), volume_dir(home, id)); !s)
+      Logger("volumes").error("volume " + id + " not mounted: " + s.error().message());
+    else
+      ++mounted;
+  }
+  return mounted;
+}
+
+void unmount_volumes(const std::string& home) {
+  for (const auto& id : imaged_volumes(home)) {
+    if (Status s = runtime::unmount_volume(volume_dir(home, id)); !s)
+      Logger("volumes").warn("volume " + id + " not unmounted: " + s.error().message());
+  }
 }
 
 }  // namespace abx::platform

@@ -12,8 +12,15 @@
 // schema 10) and pauses (the mount is an external bind of the checkpoint, made again at resume).
 // A fork or a sandbox made from a snapshot mounts the same volumes (shared, not copied: E2B's
 // volumes are network volumes shared by every sandbox that mounts them). DELETE refuses (409)
-// while a running or paused sandbox mounts the volume. No size quota is enforced (E2B's API has
-// no size field): a volume takes what the disk of abxd's home has (docs/volumes.md).
+// while a running or paused sandbox mounts the volume.
+//
+// Quota (E2B's API has no size field: abxd --volume-size-mib, default 10 GiB): a volume made
+// with one has its files on <home>/volumes/<volumeID>.img, a sparse ext4 image of that size
+// (runtime/volume_image.h) mounted on its directory when it is made and at abxd's start, and
+// lazily unmounted at abxd's stop (a sandbox that outlives abxd keeps its bind; the next abxd
+// mounts the same loop device again) and at delete. Writes past its size are ENOSPC. A volume
+// without an image (made before quotas, or with --volume-size-mib 0) is a plain directory
+// that takes what the disk of abxd's home has (docs/volumes.md).
 #pragma once
 
 #include <boost/json/array.hpp>
@@ -67,9 +74,21 @@ boost::json::array volume_mounts_json(const std::vector<store::VolumeMount>& mou
 
 // <home>/volumes/<id>.
 std::string volume_dir(const std::string& home, std::string_view id);
-// Makes volume_dir (and <home>/volumes, 0700), owned by 1000:1000, mode 0755.
-Status make_volume_dir(const std::string& home, std::string_view id);
-// Removes volume_dir and everything in it (a missing one is fine).
+// <home>/volumes/<id>.img: the volume's ext4 image when it has a quota.
+std::string volume_image(const std::string& home, std::string_view id);
+inline constexpr std::uint64_t kDefaultVolumeBytes = 10ull << 30;
+inline constexpr std::uint64_t kMinVolumeBytes = 8ull << 20;
+inline constexpr std::uint64_t kMaxVolumeBytes = 16ull << 40;
+// Makes volume_dir (and <home>/volumes, 0700), its root owned by 1000:1000, mode 0755: with
+// `quota_bytes` (kMinVolumeBytes..kMaxVolumeBytes) the mount of a new volume_image of that size,
+// with 0 a plain directory.
+Status make_volume_dir(const std::string& home, std::string_view id, std::uint64_t quota_bytes);
+// Removes volume_dir and everything in it, and its image (unmounted first; a missing one is fine).
 Status remove_volume_dir(const std::string& home, std::string_view id);
+// At abxd's start: mounts each volume image of <home>/volumes on its directory (one still
+// mounted stays so). Returns how many are mounted; failures are logged, the others go on.
+std::size_t mount_volumes(const std::string& home);
+// At abxd's stop: unmounts (lazily) each volume image's directory.
+void unmount_volumes(const std::string& home);
 
 }  // namespace abx::platform

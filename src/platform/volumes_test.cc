@@ -1,12 +1,15 @@
 // Volumes (volumes.h): names, ids, mount paths, the create body's volumeMounts and the directory.
 #include "volumes.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/json.hpp>
 #include <filesystem>
+#include <fstream>
+#include <vector>
 
 #include "abx/base/json.h"
 #include "abx/testing/temp_dir.h"
@@ -122,7 +125,7 @@ TEST(Volumes, DirectoryIsMadeAndRemoved) {
   if (::geteuid() != 0) GTEST_SKIP() << "chown to 1000 needs root";
   testing::TempDir home("abx-volumes");
   const std::string id = "1b4e28ba-2fa1-41d2-883f-0016d3cca427";
-  ASSERT_TRUE(make_volume_dir(home.path().string(), id).ok());
+  ASSERT_TRUE(make_volume_dir(home.path().string(), id, 0).ok());
   struct stat parent {
   }, dir{};
   ASSERT_EQ(::stat((home.path() / "volumes").c_str(), &parent), 0);
@@ -131,12 +134,85 @@ TEST(Volumes, DirectoryIsMadeAndRemoved) {
   EXPECT_EQ(dir.st_mode & 07777, 0755u);
   EXPECT_EQ(dir.st_uid, 1000u);
   EXPECT_EQ(dir.st_gid, 1000u);
-  EXPECT_EQ(make_volume_dir(home.path().string(), id).error().code(), ErrorCode::kAlreadyExists);
-  EXPECT_EQ(make_volume_dir(home.path().string(), "../x").error().code(),
+  EXPECT_EQ(make_volume_dir(home.path().string(), id, 0).error().code(), ErrorCode::kAlreadyExists);
+  EXPECT_EQ(make_volume_dir(home.path().string(), "../x", 0).error().code(),
             ErrorCode::kInvalidArgument);
   ASSERT_TRUE(remove_volume_dir(home.path().string(), id).ok());
   EXPECT_FALSE(std::filesystem::exists(volume_dir(home.path().string(), id)));
   EXPECT_TRUE(remove_volume_dir(home.path().string(), id).ok());  // gone already: fine
+}
+
+// The /sys/block loop devices whose backing file's name starts with `image`.
+std::size_t loops_of(const std::string& image) {
+  std::size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/sys/block")) {
+    if (!e.path().filename().string().starts_with("loop")) continue;
+    std::ifstream f(e.path() / "loop" / "backing_file");
+    std::string backing;
+    if (std::getline(f, backing) && backing.starts_with(image)) ++n;
+  }
+  return n;
+}
+
+bool is_mount_root(const std::string& dir) {
+  struct stat self {
+  }, parent{};
+  return ::stat(dir.c_str(), &self) == 0 && ::stat((dir + "/..").c_str(), &parent) == 0 &&
+         self.st_dev != parent.st_dev;
+}
+
+// Writes up to `bytes` of zeros to `path`; the errno that stopped it, or 0.
+int fill(const std::string& path, std::size_t bytes) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return errno;
+  std::vector<char> buf(1 << 20, 0);
+  int err = 0;
+  for (std::size_t done = 0; done < bytes && err == 0;) {
+    ssize_t n = ::write(fd, buf.data(), std::min(buf.size(), bytes - done));
+    if (n < 0)
+      err = errno;
+    else
+      done += static_cast<std::size_t>(n);
+  }
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  ::close(fd);
+  return err;
+}
+
+TEST(Volumes, QuotaIsAnExt4ImageMountedOnTheDirectory) {
+  if (::geteuid() != 0 || ::access("/dev/loop-control", R_OK | W_OK) != 0)
+    GTEST_SKIP() << "loop devices and mounts need root";
+  testing::TempDir home("abx-volumes");
+  const std::string h = home.path().string(), id = "2c4e28ba-2fa1-41d2-883f-0016d3cca428";
+  const std::string dir = volume_dir(h, id), image = volume_image(h, id);
+  EXPECT_EQ(make_volume_dir(h, id, 1u << 20).error().code(), ErrorCode::kInvalidArgument);
+  ASSERT_TRUE(make_volume_dir(h, id, 16u << 20).ok());
+  EXPECT_TRUE(std::filesystem::exists(image));
+  EXPECT_TRUE(is_mount_root(dir));
+  EXPECT_EQ(loops_of(image), 1u);
+  struct stat root {};
+  ASSERT_EQ(::stat(dir.c_str(), &root), 0);
+  EXPECT_EQ(root.st_mode & 07777, 0755u);
+  EXPECT_EQ(root.st_uid, 1000u);
+  EXPECT_TRUE(std::filesystem::is_empty(dir));  // no lost+found
+
+  EXPECT_EQ(fill(dir + "/big", 24u << 20), ENOSPC);  // over the quota
+  std::filesystem::remove(dir + "/big");
+  EXPECT_EQ(fill(dir + "/small", 4u << 20), 0);  // usable again
+
+  // abxd's stop and start: unmounted, then mounted again with the files.
+  unmount_volumes(h);
+  EXPECT_FALSE(is_mount_root(dir));
+  EXPECT_EQ(mount_volumes(h), 1u);
+  EXPECT_TRUE(is_mount_root(dir));
+  EXPECT_EQ(mount_volumes(h), 1u);  // still mounted: left so, not mounted twice
+  EXPECT_EQ(std::filesystem::file_size(dir + "/small"), 4u << 20);
+  EXPECT_EQ(loops_of(image), 1u);
+
+  ASSERT_TRUE(remove_volume_dir(h, id).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir));
+  EXPECT_FALSE(std::filesystem::exists(image));
+  EXPECT_EQ(loops_of(image), 0u);
 }
 
 }  // namespace

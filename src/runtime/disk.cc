@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "abx/base/try.h"
+#include "abx/runtime/volume_image.h"
 #include "sandbox_internal.h"
 #include "sys.h"
 
@@ -35,16 +36,24 @@ constexpr const char* kCacheDir = ".rw-cache";
 // (the whole quota is the sandbox's), inode tables left uninitialised (lazy_itable_init here,
 // noinit_itable at mount: the kernel does not zero them in the background either, which would
 // fill the sparse image).
-Status format_ext4(const std::string& path) {
+// A volume's image (`journal`) keeps the journal: its data outlives sandboxes, abxd and the host's
+// crashes. A fresh sparse file reads as zeros, so the journal need not be zeroed either.
+Status format_ext4(const std::string& path, bool journal) {
   const char* mkfs =
       ::access("/usr/sbin/mkfs.ext4", X_OK) == 0 ? "/usr/sbin/mkfs.ext4" : "/sbin/mkfs.ext4";
   os::RunOptions o;
   o.what = "mkfs.ext4 " + path;
   o.merge_output = true;
   o.capture_limit = 2048;
-  ABX_TRY(os::run_program({mkfs, "-q", "-F", "-O", "^has_journal", "-E",
-                           "lazy_itable_init=1,nodiscard", "-m", "0", "-L", "abx-rw", path},
-                          o));
+  if (journal)
+    ABX_TRY(
+        os::run_program({mkfs, "-q", "-F", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard",
+                         "-m", "0", "-L", "abx-volume", path},
+                        o));
+  else
+    ABX_TRY(os::run_program({mkfs, "-q", "-F", "-O", "^has_journal", "-E",
+                             "lazy_itable_init=1,nodiscard", "-m", "0", "-L", "abx-rw", path},
+                            o));
   return {};
 }
 
@@ -57,16 +66,17 @@ Status create_sparse(const std::string& path, std::uint64_t bytes) {
 
 // The formatted image of `bytes` in the cache, made on first use. Concurrent first uses each
 // format a private file and rename it into place; the last rename wins, both are equivalent.
-Result<std::string> cached_image(const std::string& state_dir, std::uint64_t bytes) {
+Result<std::string> cached_image(const std::string& state_dir, std::uint64_t bytes,
+                                 bool journal = false) {
   std::string cache = state_dir + "/" + kCacheDir;
-  std::string path = cache + "/" + std::to_string(bytes) + ".img";
+  std::string path = cache + "/" + std::to_string(bytes) + (journal ? "-journal.img" : ".img");
   if (::access(path.c_str(), R_OK) == 0) return path;
   if (::mkdir(cache.c_str(), 0700) != 0 && errno != EEXIST)
     return os::errno_error("mkdir " + cache, errno);
   static std::atomic<unsigned> seq{0};
   std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(seq++);
   ABX_TRY(create_sparse(tmp, bytes));
-  Status s = format_ext4(tmp);
+  Status s = format_ext4(tmp, journal);
   if (s && ::rename(tmp.c_str(), path.c_str()) != 0) s = os::errno_error("rename " + tmp, errno);
   if (!s) {
     ::unlink(tmp.c_str());
@@ -135,7 +145,77 @@ Result<LoopDevice> loop_attach(const std::string& image) {
   return Error(ErrorCode::kResourceExhausted, "no free loop device for " + image);
 }
 
+// The loop device ("/dev/loopN") attached to `image` by its name, or "".
+std::string loop_device_of(const std::string& image) {
+  DIR* d = ::opendir("/sys/block");
+  if (!d) return {};
+  std::string found;
+  while (dirent* e = ::readdir(d)) {
+    if (std::strncmp(e->d_name, "loop", 4) != 0) continue;
+    auto backing = read_file(std::string("/sys/block/") + e->d_name + "/loop/backing_file", 4096);
+    if (backing && backing->rfind(image, 0) == 0 &&
+        (backing->size() == image.size() || (*backing)[image.size()] == '\n')) {
+      found = std::string("/dev/") + e->d_name;
+      break;
+    }
+  }
+  ::closedir(d);
+  return found;
+}
+
+// Whether `path` is the root of a mount (another device than its parent directory's).
+bool mount_root(const std::string& path) {
+  struct stat self, parent;
+  return ::lstat(path.c_str(), &self) == 0 && S_ISDIR(self.st_mode) &&
+         ::stat((path + "/..").c_str(), &parent) == 0 && self.st_dev != parent.st_dev;
+}
+
 }  // namespace
+
+Status make_volume_image(const std::string& cache_dir, const std::string& image,
+                         const std::string& mnt, std::uint64_t bytes) {
+  ABX_ASSIGN_OR_RETURN(const std::string cached, cached_image(cache_dir, bytes, true));
+  ABX_TRY(copy_sparse(cached, image, bytes));
+  ABX_TRY(mount_rw_image(image, mnt));
+  // mkfs's lost+found is no file of the volume's (a new volume is empty); fsck makes it again.
+  const std::string lost = mnt + "/lost+found";
+  if (::rmdir(lost.c_str()) != 0 && errno != ENOENT) {
+    Error e = os::errno_error("rmdir " + lost, errno);
+    ::umount2(mnt.c_str(), MNT_DETACH);
+    return e;
+  }
+  return {};
+}
+
+Status mount_volume_image(const std::string& image, const std::string& mnt) {
+  if (mount_root(mnt)) return {};  // still mounted (the last abxd was killed)
+  // Still attached: sandboxes that outlived the last abxd hold binds of its filesystem. Mounting
+  // the same device gives the same superblock; a second device would mount it twice.
+  if (const std::string dev = loop_device_of(image); !dev.empty()) {
+    if (::mount(dev.c_str(), mnt.c_str(), "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME,
+                "noinit_itable") == 0)
+      return {};
+    if (errno != ENXIO && errno != ENOENT)  // else detached meanwhile: attach it anew
+      return os::errno_error("mount " + dev + " (" + image + ") on " + mnt, errno);
+  }
+  return mount_rw_image(image, mnt);
+}
+
+Status unmount_volume(const std::string& mnt) {
+  if (::umount2(mnt.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW) != 0 && errno != EINVAL &&
+      errno != ENOENT)
+    return os::errno_error("umount " + mnt, errno);
+  return {};
+}
+
+Status remove_volume_image(const std::string& image, const std::string& mnt) {
+  ABX_TRY(unmount_volume(mnt));
+  if (!wait_loop_detached(image))
+    return internal_error("a loop device is still attached to " + image);
+  if (::unlink(image.c_str()) != 0 && errno != ENOENT)
+    return os::errno_error("unlink " + image, errno);
+  return {};
+}
 
 Status make_rw_layer(const std::string& state_dir, const std::string& dir, std::uint64_t bytes) {
   ABX_ASSIGN_OR_RETURN(const std::string cached, cached_image(state_dir, bytes));

@@ -3,12 +3,16 @@
 // file that a second sandbox reads after the first was killed, the volume kept across an abxd
 // restart and a pause to disk (CRIU: the mount is an external bind of the checkpoint), a fork and
 // a snapshot's sandbox sharing it, bad inputs answered with E2B's errors, and the volume content
-// API (Volume's file methods with E2B_VOLUME_API_URL at abxd), confined to the volume's directory.
+// API (Volume's file methods with E2B_VOLUME_API_URL at abxd), confined to the volume's directory,
+// and the quota (--volume-size-mib: each volume an ext4 image, ENOSPC past it, its loop device
+// kept across abxd restarts and released at delete).
 //
 //   ABXD_BIN=build/dev/src/platform/abxd node --test volumes.test.mjs
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 
 import { Sandbox, Volume, VolumeError, VolumeNotFoundError, VolumePathNotFoundError } from 'e2b';
 
@@ -21,7 +25,8 @@ const criu = process.env.ABX_CRIU ?? '/usr/local/lib/abx/criu/criu';
 const noCriu = existsSync(criu) ? false : `CRIU is not installed at ${criu} (scripts/install-criu.sh)`;
 
 before(async () => {
-  daemon = await startAbxd('volumes', noCriu ? [] : ['--pause', 'disk']);
+  // A small quota, so that filling a volume is quick.
+  daemon = await startAbxd('volumes', ['--volume-size-mib', '32', ...(noCriu ? [] : ['--pause', 'disk'])]);
   ({ made } = daemon);
 });
 
@@ -84,6 +89,76 @@ test('a volume outlives the sandbox that wrote it, and abxd restarts', async () 
   assert.equal((await fourth.commands.run('ls -A /data')).stdout, '');
   await fourth.kill();
   await Volume.destroy(fresh.volumeId);
+});
+
+// The loop devices attached to `image`, by what /sys says they are backed by (a deleted image's
+// name gets " (deleted)" appended there).
+function loopsOf(image) {
+  return readdirSync('/sys/block').filter((d) => d.startsWith('loop')).filter((d) => {
+    try {
+      return readFileSync(`/sys/block/${d}/loop/backing_file`, 'utf8').trim().startsWith(image);
+    } catch {
+      return false;  // not bound
+    }
+  });
+}
+
+test('a volume has a quota: ENOSPC past it, usable after, kept across restarts, its loop device released at delete', async () => {
+  const vol = await Volume.create('quota-data');
+  const image = join(daemon.home, 'volumes', `${vol.volumeId}.img`);
+  assert.ok(existsSync(image), image);
+  assert.equal(execFileSync('losetup', ['-j', image], { encoding: 'utf8' }).trim().split('\n').length, 1);
+
+  const a = await create({ volumeMounts: { '/mnt/q': vol } });
+  // A new volume is empty (mkfs's lost+found is gone) and its root is the sandbox's `user`'s.
+  assert.equal((await a.commands.run('ls -A /mnt/q; stat -c %u:%g:%a /mnt/q')).stdout, '1000:1000:755\n');
+  const df = await a.commands.run('df -k --output=size /mnt/q | tail -1');
+  assert.ok(Number(df.stdout.trim()) <= 32 * 1024, df.stdout);
+  // 40 MiB into a 32 MiB volume: No space left on device, as `user`.
+  await assert.rejects(a.commands.run('dd if=/dev/zero of=/mnt/q/big bs=1M count=40'), (e) => {
+    assert.match(e.stderr ?? e.message, /No space left on device/);
+    return true;
+  });
+  // Still usable: once the big file is gone, a smaller write works.
+  await a.commands.run('rm /mnt/q/big && dd if=/dev/zero of=/mnt/q/small bs=1M count=8 && echo kept > /mnt/q/note');
+  assert.equal((await a.commands.run('stat -c %s /mnt/q/small')).stdout, `${8 << 20}\n`);
+
+  // The content API's writes count too: 40 MiB is a 507, and the volume stays as it was.
+  const put = await fetch(`${daemon.baseUrl}/volumecontent/${vol.volumeId}/file?path=/api-big`, {
+    method: 'PUT', headers: { Authorization: `Bearer ${vol.token}` }, body: Buffer.alloc(40 << 20, 1),
+  });
+  assert.equal(put.status, 507, await put.text());
+  assert.equal((await a.commands.run('ls -A /mnt/q')).stdout, 'note\nsmall\n');
+
+  // abxd stopped while `a` runs: `a` keeps its bind; the next abxd mounts the same loop device
+  // again (one device, one filesystem), so what `a` writes now a new sandbox reads.
+  await daemon.restart();
+  assert.equal(loopsOf(image).length, 1);
+  const back = await Sandbox.connect(a.sandboxId);
+  await back.commands.run('echo after-restart > /mnt/q/after');
+  const b = await create({ volumeMounts: { '/v': 'quota-data' } });
+  assert.equal((await b.files.read('/v/after')).trim(), 'after-restart');
+  await assert.rejects(b.commands.run('dd if=/dev/zero of=/v/big bs=1M count=40'), (e) => {
+    assert.match(e.stderr ?? e.message, /No space left on device/);
+    return true;
+  });
+  await b.commands.run('rm -f /v/big');
+  await b.kill();
+  await back.kill();
+
+  // Killed (SIGKILL) with the volume mounted, and started again: mounted once, the data there.
+  await daemon.restart('SIGKILL');
+  assert.equal(loopsOf(image).length, 1);
+  const c = await create({ volumeMounts: { '/v': vol } });
+  assert.equal((await c.files.read('/v/note')).trim(), 'kept');
+  assert.equal((await c.commands.run('stat -c %s /v/small')).stdout, `${8 << 20}\n`);
+  await c.kill();
+
+  // Deleted: the image is gone, and no loop device is left attached to it.
+  assert.equal(await Volume.destroy(vol.volumeId), true);
+  assert.equal(existsSync(image), false);
+  assert.deepEqual(loopsOf(image), []);
+  assert.equal(existsSync(join(daemon.home, 'volumes', vol.volumeId)), false);
 });
 
 test('pause and resume keep the mount, and a fork shares the volume', { skip: noCriu }, async () => {
