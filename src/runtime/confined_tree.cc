@@ -206,7 +206,9 @@ Result<std::vector<TreeEntry>> ConfinedTree::list(std::string_view path, int dep
 Result<TreeEntry> ConfinedTree::make_dir(std::string_view path, bool parents,
                                          const TreeMetadata& meta) const {
   ABX_ASSIGN_OR_RETURN(std::string norm, normalize_tree_path(path));
-  if (norm == "/") {
+  // A normalized path starts with '/': one character is the root. (Not `norm == "/"`: GCC 12's
+  // -O2 reads that comparison here as of an uninitialized string, -Wmaybe-uninitialized.)
+  if (norm.size() == 1) {
     if (!parents) return Error(ErrorCode::kAlreadyExists, "/ exists");
     return stat(norm);
   }
