@@ -9,11 +9,11 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { request } from 'node:http';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
+import { exited, freePort, sleep, stop } from './procs.mjs';
 
 // The SDK pinned by tests/e2e/js (run.sh installs it there).
 const jsRequire = createRequire(new URL('../js/package.json', import.meta.url));
@@ -22,18 +22,6 @@ const { Sandbox } = await import(pathToFileURL(jsRequire.resolve('e2b')).href);
 const ABXD_BIN = process.env.ABXD_BIN;
 const ETCD_BIN = process.env.ABX_ETCD_BIN || '/usr/bin/etcd';
 const TTL = 3; // seconds: a node that stops renewing counts as lost after this
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 const dir = mkdtempSync(join(tmpdir(), 'abx-cluster-'));
 const etcds = []; // {name, client, peer, proc}
@@ -41,16 +29,6 @@ const nodes = []; // {name, port, home, args, proc}
 const made = []; // sandbox ids
 let secretFile;
 
-function exited(p) {
-  return p.exitCode !== null || p.signalCode !== null;
-}
-function stop(p, signal) {
-  if (!p || exited(p)) return Promise.resolve();
-  return new Promise((resolve) => {
-    p.once('exit', resolve);
-    p.kill(signal);
-  });
-}
 
 async function etcdCall(path, body) {
   for (const e of etcds) {

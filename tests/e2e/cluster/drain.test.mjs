@@ -9,45 +9,23 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
+import { exited, freePort, sleep, stop } from './procs.mjs';
 
 const jsRequire = createRequire(new URL('../js/package.json', import.meta.url));
 const { Sandbox } = await import(pathToFileURL(jsRequire.resolve('e2b')).href);
 
 const ABXD_BIN = process.env.ABXD_BIN;
 const ETCD_BIN = process.env.ABX_ETCD_BIN || '/usr/bin/etcd';
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 const dir = mkdtempSync(join(tmpdir(), 'abx-drain-'));
 let etcd; // {client, peer, proc}
 const nodes = []; // {name, port, home, args, proc, key, url}
 const made = []; // [id, node index]
 
-function exited(p) {
-  return p.exitCode !== null || p.signalCode !== null;
-}
-function stop(p, signal) {
-  if (!p || exited(p)) return Promise.resolve();
-  return new Promise((resolve) => {
-    p.once('exit', resolve);
-    p.kill(signal);
-  });
-}
 
 async function etcdRange(prefix) {
   const b64 = (s) => Buffer.from(s).toString('base64');
