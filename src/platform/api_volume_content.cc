@@ -153,6 +153,8 @@ Result<Response> volume_content(store::Store& store, const std::string& home,
                                 const http::Request& req, const std::string& body_path) {
   ABX_ASSIGN_OR_RETURN(ContentTarget t, parse_target(req));
   ABX_ASSIGN_OR_RETURN(store::VolumeRecord v, authorize(store, req, t));
+  // Its files are on its image: never written under the bare mount point.
+  ABX_TRY(ensure_volume_mounted(home, v.id));
   // New entries belong to the sandboxes' `user` (1000:1000), as the volume's root does.
   ABX_ASSIGN_OR_RETURN(runtime::ConfinedTree tree,
                        runtime::ConfinedTree::open(volume_dir(home, v.id)));

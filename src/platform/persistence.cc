@@ -325,6 +325,12 @@ Result<runtime::SandboxConfig> SandboxManager::restore_config(const std::string&
   c.id = id;
   c.state_dir = opt_.home + "/sandboxes";
   c.userns = opt_.userns;
+  // Its volumes' binds (their sources are <home>/volumes/<id>) need their images mounted.
+  const std::string volumes = opt_.home + "/volumes/";
+  for (const auto& b : c.binds) {
+    if (b.source.starts_with(volumes))
+      ABX_TRY(ensure_volume_mounted(opt_.home, b.source.substr(volumes.size())));
+  }
   const bool link = c.veth.enabled;
   c.veth = {};
   if (link) {

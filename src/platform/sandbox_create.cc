@@ -564,6 +564,8 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
     if (std::error_code ec; !fs::is_directory(dir, ec))
       return failed(Error(ErrorCode::kFailedPrecondition,
                           "volume '" + m.name + "' has no directory (" + dir + ")"));
+    if (Status s = ensure_volume_mounted(opt_.home, m.volume_id); !s)
+      return failed(Error(s.error().code(), "volume '" + m.name + "': " + s.error().message()));
     config.binds.push_back({dir, m.path, true});
   }
   ABX_TRY(save_sandbox_config(run_dir.string(), config));

@@ -221,6 +221,17 @@ std::size_t mount_volumes(const std::string& home) {
   return mounted;
 }
 
+Status ensure_volume_mounted(const std::string& home, std::string_view id) {
+  if (!valid_volume_id(id)) return invalid_argument("invalid volume id");
+  const std::string image = volume_image(home, id);
+  std::error_code ec;
+  if (!fs::exists(image, ec)) return {};  // no quota: a plain directory
+  if (Status s = runtime::mount_volume_image(image, volume_dir(home, id)); !s)
+    return Error(ErrorCode::kUnavailable, "volume " + std::string(id) +
+                                              " cannot be mounted: " + s.error().message());
+  return {};
+}
+
 void unmount_volumes(const std::string& home) {
   for (const auto& id : imaged_volumes(home)) {
     if (Status s = runtime::unmount_volume(volume_dir(home, id)); !s)

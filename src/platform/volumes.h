@@ -88,6 +88,10 @@ Status remove_volume_dir(const std::string& home, std::string_view id);
 // At abxd's start: mounts each volume image of <home>/volumes on its directory (one still
 // mounted stays so). Returns how many are mounted; failures are logged, the others go on.
 std::size_t mount_volumes(const std::string& home);
+// Before a sandbox binds volume `id` (create, resume, fork): a volume with an image is mounted
+// on its directory, again if abxd's start failed to (a no-op when it is mounted). An error
+// (kUnavailable) names the volume: a sandbox never gets the bare mount point instead.
+Status ensure_volume_mounted(const std::string& home, std::string_view id);
 // At abxd's stop: unmounts (lazily) each volume image's directory.
 void unmount_volumes(const std::string& home);
 

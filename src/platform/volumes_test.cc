@@ -209,6 +209,28 @@ TEST(Volumes, QuotaIsAnExt4ImageMountedOnTheDirectory) {
   EXPECT_EQ(std::filesystem::file_size(dir + "/small"), 4u << 20);
   EXPECT_EQ(loops_of(image), 1u);
 
+  // A mount abxd's start did not make: a sandbox binding the volume mounts it first.
+  unmount_volumes(h);
+  ASSERT_FALSE(is_mount_root(dir));
+  ASSERT_TRUE(ensure_volume_mounted(h, id).ok());
+  EXPECT_TRUE(is_mount_root(dir));
+  EXPECT_EQ(std::filesystem::file_size(dir + "/small"), 4u << 20);
+  ASSERT_TRUE(ensure_volume_mounted(h, id).ok());  // mounted: left so
+  EXPECT_EQ(loops_of(image), 1u);
+  EXPECT_EQ(ensure_volume_mounted(h, "../x").error().code(), ErrorCode::kInvalidArgument);
+  // One that cannot be mounted (its image is not a filesystem) is an error naming it.
+  unmount_volumes(h);
+  const std::string moved = image + ".moved";
+  std::filesystem::rename(image, moved);
+  { std::ofstream(image) << "not ext4"; }
+  auto bad = ensure_volume_mounted(h, id);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code(), ErrorCode::kUnavailable);
+  EXPECT_NE(bad.error().message().find(id), std::string::npos) << bad.error().message();
+  EXPECT_FALSE(is_mount_root(dir));
+  std::filesystem::rename(moved, image);
+  ASSERT_TRUE(ensure_volume_mounted(h, id).ok());
+
   ASSERT_TRUE(remove_volume_dir(h, id).ok());
   EXPECT_FALSE(std::filesystem::exists(dir));
   EXPECT_FALSE(std::filesystem::exists(image));
