@@ -278,7 +278,7 @@ Result<Response> ClusterRouter::create(Request& req, const std::string& team, bo
   };
   if (internal) return here();
   auto nodes = membership_.nodes();
-  auto placements = nodes.ok() ? membership_.placements()
+  auto placements = nodes.ok() ? membership_.placements_cached()
                                : Result<std::vector<cluster::Placement>>(nodes.error());
   if (!placements.ok())
     return unavailable("cluster state unavailable: " + placements.error().message());
@@ -413,7 +413,7 @@ Result<Response> ClusterRouter::list(Request& req, const std::string& path, cons
       path == "/v2/sandboxes" &&
       (states.empty() || std::find(states.begin(), states.end(), "lost") != states.end());
   if (want_lost) {
-    if (auto placements = membership_.placements(); placements.ok()) {
+    if (auto placements = membership_.placements_cached(); placements.ok()) {
       for (const auto& p : *placements) {
         if (p.team != team) continue;
         bool live = false;
@@ -576,7 +576,7 @@ Result<Response> ClusterRouter::drain(const Request& req, const std::string& cal
       continue;
     }
     auto nodes = membership_.nodes();
-    auto placements = nodes.ok() ? membership_.placements()
+    auto placements = nodes.ok() ? membership_.placements_cached()
                                  : Result<std::vector<cluster::Placement>>(nodes.error());
     Result<std::string> chosen = placements.ok() ? cluster::choose_node(*nodes, *placements, "")
                                                  : Result<std::string>(placements.error());
