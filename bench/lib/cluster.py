@@ -39,7 +39,7 @@ ROOT = os.path.dirname(BENCH)
 sys.path.insert(0, HERE)
 sys.path.insert(0, BENCH)
 from rows import row  # noqa: E402
-from abxd import KeepAlive, connect_envelope, interleaved  # noqa: E402
+from abxd import connect_envelope, interleaved  # noqa: E402
 
 
 def free_port():
