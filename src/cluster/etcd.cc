@@ -127,11 +127,28 @@ Result<std::vector<Endpoint>> parse_endpoints(std::string_view list) {
 }
 
 Result<std::vector<KeyValue>> parse_range_response(std::string_view body) {
+  ABX_ASSIGN_OR_RETURN(RangeResult r, parse_range(body));
+  return std::move(r.kvs);
+}
+
+Result<RangeResult> parse_range(std::string_view body) {
   ABX_ASSIGN_OR_RETURN(json::object o, checked(body));
-  std::vector<KeyValue> out;
+  RangeResult r;
+  auto count = int64_field(o, "count", "");
+  if (!count) return bad_answer(count.error());
+  if (*count < 0) return internal_error("etcd answer: count: negative");
+  r.count = *count;
+  auto header = json_optional_object(o, "header", "");
+  if (!header) return bad_answer(header.error());
+  if (*header) {
+    auto rev = int64_field(**header, "revision", "header");
+    if (!rev) return bad_answer(rev.error());
+    r.revision = *rev;
+  }
+  std::vector<KeyValue>& out = r.kvs;
   auto kvs = json_optional_array(o, "kvs", "");
   if (!kvs) return internal_error("etcd answer: " + kvs.error().message());
-  if (!*kvs) return out;
+  if (!*kvs) return r;
   for (std::size_t i = 0; i < (*kvs)->size(); ++i) {
     const std::string path = json_path_index("kvs", i);
     auto kv = json_as_object((**kvs)[i], path);
@@ -154,7 +171,7 @@ Result<std::vector<KeyValue>> parse_range_response(std::string_view body) {
     item.mod_revision = *modified;
     out.push_back(std::move(item));
   }
-  return out;
+  return r;
 }
 
 Result<bool> parse_txn_response(std::string_view body) {
@@ -276,6 +293,15 @@ Result<std::vector<KeyValue>> EtcdClient::get_prefix(std::string_view prefix, st
   if (limit > 0) b["limit"] = std::to_string(limit);
   ABX_ASSIGN_OR_RETURN(std::string ans, call("/v3/kv/range", json::serialize(b)));
   return parse_range_response(ans);
+}
+
+Result<RangeResult> EtcdClient::range_prefix(std::string_view prefix, std::int64_t min_mod_revision,
+                                             bool keys_only) {
+  json::object b{{"key", base64_encode(prefix)}, {"range_end", base64_encode(prefix_end(prefix))}};
+  if (min_mod_revision > 0) b["min_mod_revision"] = std::to_string(min_mod_revision);
+  if (keys_only) b["keys_only"] = true;
+  ABX_ASSIGN_OR_RETURN(std::string ans, call("/v3/kv/range", json::serialize(b)));
+  return parse_range(ans);
 }
 
 Result<std::int64_t> EtcdClient::erase(std::string_view key) {

@@ -13,6 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto& kv : *r)
       if (kv.key.size() > size) std::abort();  // decoded base64 is never longer than its text
   }
+  if (auto r = abx::cluster::parse_range(in); r.ok() && r->count < 0) std::abort();
   (void)abx::cluster::parse_txn_response(in);
   (void)abx::cluster::parse_delete_response(in);
   if (auto id = abx::cluster::parse_lease_grant(in); id.ok() && *id == 0) std::abort();

@@ -267,5 +267,50 @@ TEST(Membership, RegistersRenewsRecordsAndLeaves) {
   EXPECT_FALSE(decode_node(R"({"name":"n","apiUrl":"ftp://x","capacity":1,"sandboxes":0})").ok());
 }
 
+// placements_cached: the copy answers while nothing changed, and any put, change or removal by
+// anyone (here another node's client) is seen at the next call.
+TEST(Membership, CachedPlacementsSeeEveryChange) {
+  Etcd etcd;
+  ASSERT_TRUE(etcd.start());
+  EtcdClient c({{"127.0.0.1", etcd.client_port}});
+  EtcdClient other({{"127.0.0.1", etcd.client_port}});
+  MembershipOptions o{{"n1", "http://127.0.0.1:3001", 4}, std::chrono::seconds(5), {}};
+  auto m = Membership::start(c, o);
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  EXPECT_TRUE((*m)->placements_cached().value().empty());
+  auto rec = [](std::string id, std::string node) {
+    return encode_placement({id, node, "team", "base", "", "c", "2026-01-01T00:00:00Z", ""});
+  };
+  ASSERT_TRUE(other.put("/abx/sandboxes/a", rec("a", "n1")).ok());
+  ASSERT_TRUE(other.put("/abx/sandboxes/b", rec("b", "n1")).ok());
+  auto names = [&] {
+    std::string out;
+    auto all = (*m)->placements_cached();
+    EXPECT_TRUE(all.ok());
+    if (all.ok())
+      for (const auto& p : *all) out += p.sandbox_id + "@" + p.node + " ";
+    return out;
+  };
+  EXPECT_EQ(names(), "a@n1 b@n1 ");
+  EXPECT_EQ(names(), "a@n1 b@n1 ");  // unchanged: from the copy
+  ASSERT_TRUE(other.put("/abx/sandboxes/b", rec("b", "n2")).ok());
+  EXPECT_EQ(names(), "a@n1 b@n2 ");
+  ASSERT_TRUE(other.erase("/abx/sandboxes/a").ok());
+  EXPECT_EQ(names(), "b@n2 ");
+  // A removal and a new record at once (the count stays the same).
+  ASSERT_TRUE(other.erase("/abx/sandboxes/b").ok());
+  ASSERT_TRUE(other.put("/abx/sandboxes/c", rec("c", "n1")).ok());
+  EXPECT_EQ(names(), "c@n1 ");
+  // The check itself: nothing modified since the read's revision, and the count.
+  auto all = c.range_prefix("/abx/sandboxes/", 0, false);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->count, 1);
+  EXPECT_GT(all->revision, 0);
+  auto since = c.range_prefix("/abx/sandboxes/", all->revision + 1, true);
+  ASSERT_TRUE(since.ok());
+  EXPECT_TRUE(since->kvs.empty());
+  EXPECT_EQ(since->count, 1);
+}
+
 }  // namespace
 }  // namespace abx::cluster

@@ -245,6 +245,30 @@ Result<std::vector<Placement>> Membership::placements() {
   return out;
 }
 
+Result<std::vector<Placement>> Membership::placements_cached() {
+  std::lock_guard lock(snapshot_mu_);
+  if (snapshot_revision_ > 0) {
+    ABX_ASSIGN_OR_RETURN(auto changed,
+                         etcd_.range_prefix(kSandboxesPrefix, snapshot_revision_ + 1, true));
+    if (changed.kvs.empty() && changed.count == snapshot_count_) return snapshot_;
+  }
+  ABX_ASSIGN_OR_RETURN(auto all, etcd_.range_prefix(kSandboxesPrefix, 0, false));
+  std::vector<Placement> out;
+  out.reserve(all.kvs.size());
+  for (const auto& kv : all.kvs) {
+    auto p = decode_placement(kv.value);
+    if (!p.ok()) {
+      log_.warn("ignoring placement record " + kv.key + ": " + p.error().message());
+      continue;
+    }
+    out.push_back(std::move(*p));
+  }
+  snapshot_ = out;
+  snapshot_revision_ = all.revision;
+  snapshot_count_ = all.count;
+  return out;
+}
+
 Result<std::optional<Placement>> Membership::placement(std::string_view sandbox_id) {
   ABX_ASSIGN_OR_RETURN(auto kv, etcd_.get(std::string(kSandboxesPrefix) + std::string(sandbox_id)));
   if (!kv) return std::optional<Placement>();

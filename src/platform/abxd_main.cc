@@ -127,6 +127,7 @@ struct Config {
   std::string cluster_secret_file;
   int cluster_ttl = 10;               // seconds
   std::int64_t cluster_capacity = 0;  // 0: --userns-slots
+  int cluster_fanout_timeout_ms = 2000;
 };
 
 int fail(const Error& e, int code) {
@@ -339,6 +340,12 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, Config& cfg
   app.add_option("--cluster-capacity", cfg.cluster_capacity,
                  "Sandboxes this node takes in the cluster's placement (default --userns-slots)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
+  app.add_option("--cluster-fanout-timeout-ms", cfg.cluster_fanout_timeout_ms,
+                 "Milliseconds each other node gets to answer a call that asks every node (merged "
+                 "lists and metrics); one that has not answered by then is left out and named "
+                 "in the Abx-Cluster-Missing header")
+      ->check(CLI::Range(50, 120'000))
+      ->capture_default_str();
   CredentialGroup keys =
       add_credential_group(app, cfg.key_arg, cfg.team,
                            {.name = "keys",
@@ -777,7 +784,11 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   std::unique_ptr<platform::ClusterRouter> router;
   if (membership) {
     cluster_mgr = mgr->get();
-    router = std::make_unique<platform::ClusterRouter>(*membership, **mgr, **st, cluster_secret);
+    router = std::make_unique<platform::ClusterRouter>(
+        *membership, **mgr, **st,
+        platform::ClusterRouterOptions{
+            .secret = cluster_secret,
+            .fanout_timeout = std::chrono::milliseconds(cfg.cluster_fanout_timeout_ms)});
     api.enable_cluster(*router);
   }
   api.enable_secrets(*vault, cfg.max_secrets);

@@ -32,6 +32,11 @@ constexpr auto kConnectTimeout = std::chrono::seconds(3);
 constexpr auto kMoveTimeout = std::chrono::seconds(600);
 constexpr auto kSweepPeriod = std::chrono::seconds(10);
 constexpr std::size_t kMaxRemembered = 100'000;
+// A sandbox's placement changes only when it moves (drain) or goes, and its old node then
+// answers 421 (kClusterNotOwnerField): the cache can keep it a while.
+constexpr auto kPlacementTtl = std::chrono::seconds(30);
+// The live node list: a node that left is reported lost at most this much later.
+constexpr auto kNodesTtl = std::chrono::seconds(1);
 
 bool is_create(const Request& req, const std::string& path) {
   return req.method() == bhttp::verb::post && (path == "/sandboxes" || path == "/v2/sandboxes");
@@ -82,8 +87,12 @@ std::vector<std::string> requested_states(const Request& req) {
 }  // namespace
 
 ClusterRouter::ClusterRouter(cluster::Membership& membership, SandboxManager& sandboxes,
-                             store::Store& store, std::string secret)
-    : membership_(membership), sandboxes_(sandboxes), store_(store), secret_(std::move(secret)) {
+                             store::Store& store, ClusterRouterOptions options)
+    : membership_(membership),
+      sandboxes_(sandboxes),
+      store_(store),
+      secret_(std::move(options.secret)),
+      fanout_timeout_(options.fanout_timeout) {
   sweeper_ = std::thread([this] { sweep_loop(); });
 }
 
@@ -136,38 +145,106 @@ Result<Response> ClusterRouter::handle(Request& req, const std::string& path,
     }
     return r;
   };
-  if (internal || sandboxes_.find(*id)) return serve_here();
-  auto owner = owner_of(*id);
-  if (!owner.ok()) {
-    log_.warn("cluster map unavailable, answering " + *id + " locally: " + owner.error().message());
+  if (sandboxes_.find(*id)) return serve_here();
+  if (internal) {
+    // Relayed here by a node whose map (cached) names this one: a sandbox that moved away or
+    // went is not answered as unknown but as misdirected, and the front door asks etcd again.
+    // One paused to disk is still this node's (its record is in the store).
+    auto rec = store_.get_sandbox(*id);
+    if (!rec.ok() && rec.error().code() == ErrorCode::kNotFound) {
+      auto res =
+          http::json_response(421,
+                              json::object{{"code", 421},
+                                           {"message", "sandbox '" + *id + "' is not on node '" +
+                                                           membership_.self().name + "'"}},
+                              req.version());
+      res.set(kClusterNotOwnerField, "1");
+      return res;
+    }
     return serve_here();
   }
-  // Unknown to the cluster, this node's own (paused to disk, say), or another team's (which
-  // answers exactly as an unknown id does): the local route table answers.
-  if (!*owner || (*owner)->placement.node == membership_.self().name ||
-      (*owner)->placement.team != team)
-    return serve_here();
-  if (!(*owner)->node) {
-    const bool detail = req.method() == bhttp::verb::get &&
-                        (parts.size() == 2 || (parts.size() == 3 && parts[0] == "v2"));
-    return lost(**owner, req, detail);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto owner = owner_of(*id, attempt > 0);
+    if (!owner.ok()) {
+      log_.warn("cluster map unavailable, answering " + *id +
+                " locally: " + owner.error().message());
+      return serve_here();
+    }
+    // Unknown to the cluster, this node's own (paused to disk, say), or another team's (which
+    // answers exactly as an unknown id does): the local route table answers.
+    if (!*owner || (*owner)->placement.node == membership_.self().name ||
+        (*owner)->placement.team != team)
+      return serve_here();
+    if (!(*owner)->node) {
+      const bool detail = req.method() == bhttp::verb::get &&
+                          (parts.size() == 2 || (parts.size() == 3 && parts[0] == "v2"));
+      return lost(**owner, req, detail);
+    }
+    remember(*id, (*owner)->node->api_url);
+    auto r = relay(*(*owner)->node, req, team);
+    if (!r.ok()) {
+      drop_placement(*id);
+      return r;
+    }
+    if (r->result_int() == 421 && r->find(kClusterNotOwnerField) != r->end()) {
+      drop_placement(*id);  // it moved (or went): the map again
+      continue;
+    }
+    if (req.method() == bhttp::verb::delete_ && r->result_int() == 204) drop_placement(*id);
+    return r;
   }
-  remember(*id, (*owner)->node->api_url);
-  return relay(*(*owner)->node, req, team);
+  // Named a node twice that does not have it (a record not yet swept): unknown here.
+  return serve_here();
 }
 
-Result<std::optional<ClusterRouter::Owner>> ClusterRouter::owner_of(const std::string& id) {
-  ABX_ASSIGN_OR_RETURN(auto placement, membership_.placement(id));
-  if (!placement) return std::optional<Owner>();
-  Owner o{std::move(*placement), std::nullopt};
+Result<std::vector<cluster::NodeInfo>> ClusterRouter::live_nodes() {
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(mu_);
+    if (nodes_at_ != std::chrono::steady_clock::time_point{} && now - nodes_at_ < kNodesTtl)
+      return nodes_;
+  }
   ABX_ASSIGN_OR_RETURN(auto nodes, membership_.nodes());
+  std::lock_guard lock(mu_);
+  nodes_ = nodes;
+  nodes_at_ = now;
+  return nodes;
+}
+
+void ClusterRouter::drop_placement(const std::string& sandbox_id) {
+  std::lock_guard lock(mu_);
+  placements_.erase(sandbox_id);
+}
+
+Result<std::optional<ClusterRouter::Owner>> ClusterRouter::owner_of(const std::string& id,
+                                                                    bool fresh) {
+  const auto now = std::chrono::steady_clock::now();
+  std::optional<cluster::Placement> placement;
+  if (!fresh) {
+    std::lock_guard lock(mu_);
+    if (auto it = placements_.find(id);
+        it != placements_.end() && now - it->second.at < kPlacementTtl)
+      placement = it->second.placement;
+  }
+  if (!placement) {
+    ABX_ASSIGN_OR_RETURN(placement, membership_.placement(id));
+    if (!placement) {
+      drop_placement(id);
+      return std::optional<Owner>();
+    }
+    std::lock_guard lock(mu_);
+    if (placements_.size() >= kMaxRemembered) placements_.clear();
+    placements_[id] = CachedPlacement{*placement, now};
+  }
+  Owner o{std::move(*placement), std::nullopt};
+  ABX_ASSIGN_OR_RETURN(auto nodes, live_nodes());
   for (auto& n : nodes)
     if (n.name == o.placement.node) o.node = std::move(n);
   return std::optional<Owner>(std::move(o));
 }
 
 Result<Response> ClusterRouter::relay(const cluster::NodeInfo& node, const Request& req,
-                                      const std::string& team) {
+                                      const std::string& team, std::chrono::milliseconds timeout) {
   ABX_ASSIGN_OR_RETURN(cluster::Endpoint ep, cluster::parse_api_url(node.api_url));
   Request out = req;
   // The client's credentials end here: the owner trusts the cluster secret and the team.
@@ -181,7 +258,7 @@ Result<Response> ClusterRouter::relay(const cluster::NodeInfo& node, const Reque
   out.set(kClusterTeamField, team);
   out.set(bhttp::field::host, ep.str());
   out.prepare_payload();
-  auto res = http::fetch(ep.host, ep.port, std::move(out), kRelayTimeout);
+  auto res = http::fetch(ep.host, ep.port, std::move(out), timeout);
   if (!res.ok())
     return unavailable("node '" + node.name + "' (" + node.api_url +
                        ") did not answer: " + res.error().message());
@@ -201,7 +278,7 @@ Result<Response> ClusterRouter::create(Request& req, const std::string& team, bo
   };
   if (internal) return here();
   auto nodes = membership_.nodes();
-  auto placements = nodes.ok() ? membership_.placements()
+  auto placements = nodes.ok() ? membership_.placements_cached()
                                : Result<std::vector<cluster::Placement>>(nodes.error());
   if (!placements.ok())
     return unavailable("cluster state unavailable: " + placements.error().message());
@@ -257,29 +334,77 @@ void ClusterRouter::record_created(const Response& res, const std::string& team)
                "will not find it): " + s.error().message());
 }
 
+std::vector<json::value> ClusterRouter::fan_out(const Request& req, const std::string& team,
+                                                const std::vector<cluster::NodeInfo>& nodes,
+                                                std::vector<std::string>& missing,
+                                                const char* what) {
+  std::vector<const cluster::NodeInfo*> others;
+  for (const auto& n : nodes)
+    if (n.name != membership_.self().name) others.push_back(&n);
+  // One thread per node: a hung node (stopped, partitioned with its lease still valid) costs
+  // the call the deadline, not the sum of the nodes' answers.
+  std::vector<Result<Response>> answers(others.size(), Result<Response>(internal_error("")));
+  std::vector<std::thread> threads;
+  threads.reserve(others.size());
+  for (std::size_t i = 0; i < others.size(); ++i)
+    threads.emplace_back([&, i] { answers[i] = relay(*others[i], req, team, fanout_timeout_); });
+  for (auto& t : threads) t.join();
+  std::vector<json::value> out;
+  for (std::size_t i = 0; i < others.size(); ++i) {
+    Result<Response>& theirs = answers[i];
+    std::optional<json::value> v;
+    if (theirs.ok() && theirs->result_int() == 200) {
+      if (auto parsed = parse_json_strict(theirs->body()); parsed.ok()) v = std::move(*parsed);
+    }
+    if (!v) {
+      log_.warn(std::string(what) + ": node " + others[i]->name + " left out: " +
+                (!theirs.ok()                  ? theirs.error().message()
+                 : theirs->result_int() == 200 ? std::string("an answer that is not JSON")
+                                               : "HTTP " + std::to_string(theirs->result_int())));
+      missing.push_back(others[i]->name);
+      continue;
+    }
+    out.push_back(std::move(*v));
+  }
+  return out;
+}
+
+namespace {
+
+void set_missing(Response& res, const std::vector<std::string>& missing) {
+  if (missing.empty()) return;
+  std::string names;
+  for (const auto& m : missing) names += (names.empty() ? "" : ",") + m;
+  res.set(kClusterMissingField, names);
+}
+
+}  // namespace
+
 Result<Response> ClusterRouter::list(Request& req, const std::string& path, const std::string& team,
                                      const LocalHandler& local) {
-  ABX_ASSIGN_OR_RETURN(Response res, local());
+  // The other nodes are asked while this one answers.
+  auto nodes = membership_.nodes();
+  std::vector<std::string> missing;
+  std::vector<json::value> theirs;
+  std::thread asker;
+  const Request copy = req;  // local() may change req
+  if (nodes.ok())
+    asker = std::thread([&] { theirs = fan_out(copy, team, *nodes, missing, "list"); });
+  auto local_res = local();
+  if (asker.joinable()) asker.join();
+  ABX_ASSIGN_OR_RETURN(Response res, std::move(local_res));
   if (res.result_int() != 200) return res;
   auto mine = parse_json_strict(res.body());
   if (!mine.ok() || !mine->is_array()) return res;
   json::array merged = std::move(mine->get_array());
-  auto nodes = membership_.nodes();
   if (!nodes.ok()) {
     log_.warn("listing this node's sandboxes only: " + nodes.error().message());
+    res.set(kClusterMissingField, "*");
     return res;
   }
-  for (const auto& n : *nodes) {
-    if (n.name == membership_.self().name) continue;
-    auto theirs = relay(n, req, team);
-    if (!theirs.ok() || theirs->result_int() != 200) {
-      log_.warn("list: node " + n.name + " left out: " +
-                (theirs.ok() ? std::to_string(theirs->result_int()) : theirs.error().message()));
-      continue;
-    }
-    auto v = parse_json_strict(theirs->body());
-    if (!v.ok() || !v->is_array()) continue;
-    for (auto& item : v->get_array()) merged.push_back(std::move(item));
+  for (auto& v : theirs) {
+    if (!v.is_array()) continue;
+    for (auto& item : v.get_array()) merged.push_back(std::move(item));
   }
   // v2 lists every state: the sandboxes of nodes that left the cluster are there as "lost"
   // (unless the query asks for other states only). v1 lists running sandboxes only.
@@ -288,7 +413,7 @@ Result<Response> ClusterRouter::list(Request& req, const std::string& path, cons
       path == "/v2/sandboxes" &&
       (states.empty() || std::find(states.begin(), states.end(), "lost") != states.end());
   if (want_lost) {
-    if (auto placements = membership_.placements(); placements.ok()) {
+    if (auto placements = membership_.placements_cached(); placements.ok()) {
       for (const auto& p : *placements) {
         if (p.team != team) continue;
         bool live = false;
@@ -309,6 +434,7 @@ Result<Response> ClusterRouter::list(Request& req, const std::string& path, cons
     return started(a) > started(b);
   });
   res.erase("X-Next-Token");  // paging across nodes is not implemented: one merged page
+  set_missing(res, missing);
   res.body() = json::serialize(merged);
   res.prepare_payload();
   return res;
@@ -326,25 +452,20 @@ Result<Response> ClusterRouter::metrics(Request& req, const std::string& team,
   auto nodes = membership_.nodes();
   if (!nodes.ok()) {
     log_.warn("metrics of this node's sandboxes only: " + nodes.error().message());
+    res.set(kClusterMissingField, "*");
     return res;
   }
-  for (const auto& n : *nodes) {
-    if (n.name == membership_.self().name) continue;
-    auto theirs = relay(n, req, team);
-    if (!theirs.ok() || theirs->result_int() != 200) {
-      log_.warn("metrics: node " + n.name + " left out: " +
-                (theirs.ok() ? std::to_string(theirs->result_int()) : theirs.error().message()));
-      continue;
-    }
-    auto v = parse_json_strict(theirs->body());
-    if (!v.ok() || !v->is_object()) continue;
-    json::value* sbs = v->get_object().if_contains("sandboxes");
+  std::vector<std::string> missing;
+  for (auto& v : fan_out(req, team, *nodes, missing, "metrics")) {
+    if (!v.is_object()) continue;
+    json::value* sbs = v.get_object().if_contains("sandboxes");
     if (!sbs || !sbs->is_object()) continue;
     // A sandbox lives on one node; should two answer for one id (a node that adopted a sandbox
     // another still reports), the first answer stays.
     for (auto& [id, m] : sbs->get_object())
       if (!merged.contains(id)) merged[id] = std::move(m);
   }
+  set_missing(res, missing);
   res.body() = json::serialize(json::object{{"sandboxes", std::move(merged)}});
   res.prepare_payload();
   return res;
@@ -455,7 +576,7 @@ Result<Response> ClusterRouter::drain(const Request& req, const std::string& cal
       continue;
     }
     auto nodes = membership_.nodes();
-    auto placements = nodes.ok() ? membership_.placements()
+    auto placements = nodes.ok() ? membership_.placements_cached()
                                  : Result<std::vector<cluster::Placement>>(nodes.error());
     Result<std::string> chosen = placements.ok() ? cluster::choose_node(*nodes, *placements, "")
                                                  : Result<std::string>(placements.error());

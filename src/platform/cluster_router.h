@@ -17,6 +17,8 @@
 // refused (401), so a sandbox or client cannot pose as a node.
 #pragma once
 
+#include <boost/json/value.hpp>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -46,12 +48,26 @@ inline constexpr std::string_view kMoveInPath = "/abx/cluster/move-in";
 // The largest move a node accepts (its checkpoint's data: memory and written files).
 inline constexpr std::uint64_t kMaxMoveBytes = std::uint64_t{16} << 30;
 inline constexpr std::string_view kClusterTeamField = "Abx-Cluster-Team";
+// On a merged answer (GET /sandboxes, /v2/sandboxes, /sandboxes/metrics): the live nodes that did
+// not answer within the fan-out deadline or answered an error, comma-separated names. Absent
+// when every node answered.
+inline constexpr std::string_view kClusterMissingField = "Abx-Cluster-Missing";
+// On a node's 421 answer to a relayed per-sandbox call: the sandbox is not on this node (it moved
+// or went); the front door reads the cluster's map again.
+inline constexpr std::string_view kClusterNotOwnerField = "Abx-Cluster-Not-Owner";
+
+struct ClusterRouterOptions {
+  std::string secret;  // the shared cluster secret (>= 16 bytes)
+  // Each node's share of a call that asks every node (merged lists and metrics): nodes are asked
+  // at once, and one that has not answered by then is left out (kClusterMissingField).
+  std::chrono::milliseconds fanout_timeout{2000};
+};
 
 class ClusterRouter {
  public:
-  // All three must outlive the router. `secret`: the shared cluster secret (>= 16 bytes).
+  // All three must outlive the router.
   ClusterRouter(cluster::Membership& membership, SandboxManager& sandboxes, store::Store& store,
-                std::string secret);
+                ClusterRouterOptions options);
   ~ClusterRouter();
 
   // nullopt: the request does not claim to come from a node. Otherwise the team the front door
@@ -85,9 +101,21 @@ class ClusterRouter {
     cluster::Placement placement;
     std::optional<cluster::NodeInfo> node;  // nullopt: the node is not live (lost)
   };
-  Result<std::optional<Owner>> owner_of(const std::string& sandbox_id);
+  // The sandbox's placement and its node (if live). Both are cached: the placement for
+  // kPlacementTtl (dropped at once when its node answers 421, a relay fails, or it is killed),
+  // the node list for kNodesTtl. `fresh`: read the placement from etcd.
+  Result<std::optional<Owner>> owner_of(const std::string& sandbox_id, bool fresh = false);
+  Result<std::vector<cluster::NodeInfo>> live_nodes();
+  void drop_placement(const std::string& sandbox_id);
   Result<http::Response> relay(const cluster::NodeInfo& node, const http::Request& req,
-                               const std::string& team);
+                               const std::string& team,
+                               std::chrono::milliseconds timeout = std::chrono::seconds(120));
+  // Relays `req` to every other live node at once, each bounded by the fan-out deadline:
+  // their 200 answers' parsed bodies, in node order; the names of those that did not answer
+  // (or answered otherwise) go to `missing`.
+  std::vector<boost::json::value> fan_out(const http::Request& req, const std::string& team,
+                                          const std::vector<cluster::NodeInfo>& nodes,
+                                          std::vector<std::string>& missing, const char* what);
   Result<http::Response> create(http::Request& req, const std::string& team, bool internal,
                                 const LocalHandler& local);
   Result<http::Response> list(http::Request& req, const std::string& path, const std::string& team,
@@ -112,9 +140,17 @@ class ClusterRouter {
   SandboxManager& sandboxes_;
   store::Store& store_;
   std::string secret_;
+  std::chrono::milliseconds fanout_timeout_;
   Logger log_{"cluster"};
   mutable std::mutex mu_;
   std::map<std::string, std::string, std::less<>> owners_;  // sandbox id → owner's api_url
+  struct CachedPlacement {
+    cluster::Placement placement;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::map<std::string, CachedPlacement, std::less<>> placements_;  // under mu_
+  std::vector<cluster::NodeInfo> nodes_;                            // under mu_
+  std::chrono::steady_clock::time_point nodes_at_{};
   std::condition_variable cv_;
   std::set<std::string, std::less<>> moving_;  // sandboxes drain() is moving (under mu_)
   std::condition_variable moved_cv_;

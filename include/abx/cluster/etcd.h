@@ -50,6 +50,14 @@ struct KeyValue {
 
 // POST /v3/kv/range → its kvs (keys and values decoded).
 Result<std::vector<KeyValue>> parse_range_response(std::string_view body);
+// POST /v3/kv/range → its kvs, `count` (every key in the range, before a min_mod_revision filter
+// prunes kvs) and the store's revision when it was read (header.revision).
+struct RangeResult {
+  std::vector<KeyValue> kvs;
+  std::int64_t count = 0;
+  std::int64_t revision = 0;
+};
+Result<RangeResult> parse_range(std::string_view body);
 // POST /v3/kv/txn → whether the compares held ("succeeded").
 Result<bool> parse_txn_response(std::string_view body);
 // POST /v3/kv/deleterange → how many keys went.
@@ -72,6 +80,11 @@ class EtcdClient {
   Result<std::optional<KeyValue>> get(std::string_view key);
   // Every key starting with `prefix`, in key order; at most `limit` (0: no limit).
   Result<std::vector<KeyValue>> get_prefix(std::string_view prefix, std::int64_t limit = 0);
+  // The keys starting with `prefix` last modified at `min_mod_revision` or later (all: 0), with
+  // or without their values, and how many keys the prefix holds in all (RangeResult::count) at
+  // the revision read. Cheap with `keys_only` and a recent `min_mod_revision`: a cache's check.
+  Result<RangeResult> range_prefix(std::string_view prefix, std::int64_t min_mod_revision,
+                                   bool keys_only);
   Result<std::int64_t> erase(std::string_view key);
   // A transaction: puts `value` at `key` only if the key does not exist (create_revision = 0).
   // Returns false (nothing written) when it does.
