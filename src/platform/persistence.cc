@@ -350,6 +350,8 @@ Status SandboxManager::pause_to_disk(LiveSandbox& sb) {
   o.mac_key = checkpoint_key_;
   o.leave_running = true;
   o.keep_frozen = true;
+  Timeline tl;
+  o.timeline = &tl;
   auto info = runtime::checkpoint(*rt, dir, o);
   if (!info.ok()) {
     // The runtime left the sandbox running as before; CRIU's log is kept beside its run files.
@@ -369,10 +371,12 @@ Status SandboxManager::pause_to_disk(LiveSandbox& sb) {
                      "); " +
                      (back ? "it keeps running" : "resuming it failed: " + back.error().message()));
   }
+  tl.mark("record");
   // Committed. The frozen tree goes; its rules went with its link.
   if (sb.network.enabled && opt_.network) opt_.network->detach(id);
   if (Status d = runtime::release_checkpointed(*rt, dir, checkpoint_key_); !d)
     sb.note("warn", "after the pause to disk: " + d.error().message());
+  tl.mark("release");
   sb.set_runtime(nullptr);
   ++sb.epoch;
   sb.record.checkpoint = dir;
@@ -381,7 +385,7 @@ Status SandboxManager::pause_to_disk(LiveSandbox& sb) {
   sb.note("info", "paused to disk: " + mib(info->image_bytes) + " of process images, " +
                       mib(info->layer_bytes) + " writable layer; frozen " +
                       std::to_string(info->frozen.count()) + " ms, dump " +
-                      std::to_string(info->dump.count()) + " ms");
+                      std::to_string(info->dump.count()) + " ms (" + tl.summary() + ")");
   return {};
 }
 
@@ -496,6 +500,8 @@ Status SandboxManager::resume_from_disk(LiveSandbox& sb) {
   o.criu = opt_.criu;
   o.mac_key = checkpoint_key_;
   o.link_layer = true;  // the checkpoint is removed once the resume is recorded
+  Timeline tl;
+  o.timeline = &tl;
   auto restored = runtime::restore(sb.record.checkpoint, std::move(*config), o);
   if (!restored.ok()) return failed(restored.error());
   auto rt = std::make_shared<runtime::Sandbox>(std::move(*restored));
@@ -510,7 +516,9 @@ Status SandboxManager::resume_from_disk(LiveSandbox& sb) {
   sb.set_runtime(std::move(rt));
   ++sb.epoch;
   sb.record.checkpoint.clear();
-  sb.note("info", "resumed from disk in " + std::to_string(ms_since(t0)) + " ms");
+  tl.mark("record");
+  sb.note("info",
+          "resumed from disk in " + std::to_string(ms_since(t0)) + " ms (" + tl.summary() + ")");
   return {};
 }
 
