@@ -14,6 +14,7 @@
 # node_modules (cd tests/e2e/js && npm ci). Not a test: never run from .ci/run or ctest.
 # Usage: bench/persistence.sh [--runs N] [--sizes L] [--forks N] [--fork-runs N] [--abxd PATH]
 #                             [--criu PATH] [--no-peer] [--node-modules DIR] [--wait-idle S] [--keep]
+#                             [--log-level L]
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
@@ -25,6 +26,7 @@ sizes=${BENCH_SIZES:-50,500}
 forks=${BENCH_FORKS:-10}
 fork_runs=${BENCH_FORK_RUNS:-1}
 wait_idle=${BENCH_WAIT_IDLE:-0}
+log_level=${BENCH_LOG_LEVEL:-warn}
 abxd=$root/build/dev/src/platform/abxd
 criu=${ABX_CRIU:-/usr/local/lib/abx/criu/criu}
 node_modules=${ABX_NODE_MODULES:-$root/tests/e2e/js/node_modules}
@@ -42,6 +44,7 @@ while [ $# -gt 0 ]; do
     --no-peer) peer=0 ;;
     --wait-idle) wait_idle=$2; shift ;;
     --keep) keep=1 ;;
+    --log-level) log_level=$2; shift ;;
     *) ;;
   esac
   shift
@@ -150,7 +153,7 @@ PY
 
 home="$work/home"
 mkdir -p "$home"
-bench_start_abxd "$abxd" "$home" --image-store "$store" --pause disk --criu "$criu" --log-level warn
+bench_start_abxd "$abxd" "$home" --image-store "$store" --pause disk --criu "$criu" --log-level "$log_level"
 url=$BENCH_ABXD_URL
 
 # shellcheck source=/dev/null

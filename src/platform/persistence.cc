@@ -356,6 +356,8 @@ Status SandboxManager::pause_to_disk(LiveSandbox& sb) {
   o.mac_key = checkpoint_key_;
   o.leave_running = true;
   o.keep_frozen = true;
+  Timeline tl;
+  o.timeline = &tl;
   auto info = runtime::checkpoint(*rt, dir, o);
   if (!info.ok()) {
     // The runtime left the sandbox running as before; CRIU's log is kept beside its run files.
@@ -375,10 +377,12 @@ Status SandboxManager::pause_to_disk(LiveSandbox& sb) {
                      "); " +
                      (back ? "it keeps running" : "resuming it failed: " + back.error().message()));
   }
+  tl.mark("record");
   // Committed. The frozen tree goes; its rules went with its link.
   if (sb.network.enabled && opt_.network) opt_.network->detach(id);
   if (Status d = runtime::release_checkpointed(*rt, dir, checkpoint_key_); !d)
     sb.note("warn", "after the pause to disk: " + d.error().message());
+  tl.mark("release");
   sb.set_runtime(nullptr);
   ++sb.epoch;
   sb.record.checkpoint = dir;
@@ -387,7 +391,7 @@ Status SandboxManager::pause_to_disk(LiveSandbox& sb) {
   sb.note("info", "paused to disk: " + mib(info->image_bytes) + " of process images, " +
                       mib(info->layer_bytes) + " writable layer; frozen " +
                       std::to_string(info->frozen.count()) + " ms, dump " +
-                      std::to_string(info->dump.count()) + " ms");
+                      std::to_string(info->dump.count()) + " ms (" + tl.summary() + ")");
   return {};
 }
 
@@ -502,6 +506,8 @@ Status SandboxManager::resume_from_disk(LiveSandbox& sb) {
   o.criu = opt_.criu;
   o.mac_key = checkpoint_key_;
   o.link_layer = true;  // the checkpoint is removed once the resume is recorded
+  Timeline tl;
+  o.timeline = &tl;
   auto restored = runtime::restore(sb.record.checkpoint, std::move(*config), o);
   if (!restored.ok()) return failed(restored.error());
   auto rt = std::make_shared<runtime::Sandbox>(std::move(*restored));
@@ -516,7 +522,9 @@ Status SandboxManager::resume_from_disk(LiveSandbox& sb) {
   sb.set_runtime(std::move(rt));
   ++sb.epoch;
   sb.record.checkpoint.clear();
-  sb.note("info", "resumed from disk in " + std::to_string(ms_since(t0)) + " ms");
+  tl.mark("record");
+  sb.note("info",
+          "resumed from disk in " + std::to_string(ms_since(t0)) + " ms (" + tl.summary() + ")");
   return {};
 }
 
@@ -581,6 +589,7 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::restore_child(const std::st
                                                                    const ChildOf& parent,
                                                                    std::int64_t timeout,
                                                                    const CreateRequest* req) {
+  Timeline tl;
   {
     std::lock_guard lock(mu_);
     if (live_.size() >= opt_.max_sandboxes)
@@ -624,13 +633,20 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::restore_child(const std::st
   runtime::RestoreOptions o;
   o.criu = opt_.criu;
   o.mac_key = checkpoint_key_;
+  o.verified = parent.verified;
+  Timeline restore_tl;
+  o.timeline = &restore_tl;
+  tl.mark("run_files");
   auto restored = runtime::restore(images, std::move(config), o);
   if (!restored.ok()) return restored.error();
+  tl.append(restore_tl, "restore.");
+  tl.skip();
   rt = std::make_shared<runtime::Sandbox>(std::move(*restored));
   if (!token.empty()) {
     ABX_TRY(rt->signal(SIGHUP));  // envd re-reads its token file
     ABX_TRY(wait_for_token(*rt, token));
   }
+  tl.mark("token");
   store::SandboxRecord rec =
       child_record(parent.record, id, timeout, rt->pid(), token, opt_.domain, req);
   ABX_TRY(store_->insert_sandbox(rec));
@@ -651,12 +667,15 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::restore_child(const std::st
        req ? boost::json::object{{"fromSnapshot", true}, {"sourceSandboxId", parent.record.id}}
            : boost::json::object{{"forkedFrom", parent.record.id}});
   live->sample_metrics();
+  tl.mark("record");
+  live->note("info",
+             std::string(req ? "created from a snapshot" : "forked") + " in " + tl.summary());
   return live;
 }
 
 Result<runtime::CheckpointInfo> SandboxManager::checkpoint_running(
     LiveSandbox& sb, const std::string& dir, const std::string& what,
-    const std::function<Status()>& under_lock) {
+    const std::function<Status()>& under_lock, bool seal) {
   const std::string& id = sb.record.id;
   std::lock_guard lock(sb.mu);
   if (sb.paused)
@@ -670,6 +689,9 @@ Result<runtime::CheckpointInfo> SandboxManager::checkpoint_running(
   o.criu = opt_.criu;
   o.mac_key = checkpoint_key_;
   o.leave_running = true;
+  o.seal = seal;
+  Timeline tl;
+  o.timeline = &tl;
   auto rt = sb.runtime();
   auto info = runtime::checkpoint(*rt, dir, o);
   ++sb.epoch;  // the sandbox ends of pooled connections went through the dump
@@ -677,7 +699,8 @@ Result<runtime::CheckpointInfo> SandboxManager::checkpoint_running(
     return Error(info.error().code(),
                  what + " of sandbox '" + id + "' failed: " + info.error().message());
   sb.note("info", what + ": checkpoint taken, frozen " + std::to_string(info->frozen.count()) +
-                      " ms, dump " + std::to_string(info->dump.count()) + " ms");
+                      " ms, dump " + std::to_string(info->dump.count()) + " ms (" + tl.summary() +
+                      ")");
   return info;
 }
 
@@ -696,20 +719,27 @@ Result<std::vector<Result<std::shared_ptr<LiveSandbox>>>> SandboxManager::fork(
   ABX_ASSIGN_OR_RETURN(const std::string tag, token::random_hex(6));
   const std::string dir = checkpoint_dir(id) + ".fork-" + tag;
   const auto t0 = Clock::now();
-  auto taken = checkpoint_running(*sb, dir, "fork", [&]() -> Status {
-    ABX_ASSIGN_OR_RETURN(parent.config, load_sandbox_config(opt_.home + "/run/" + id));
-    parent.record = sb->record;
-    parent.tmpl = sb->tmpl;
-    parent.image_digest = sb->image_digest;
-    parent.network = sb->network;
-    parent.secure = !sb->access_token.empty();
-    return {};
-  });
+  auto taken = checkpoint_running(
+      *sb, dir, "fork",
+      [&]() -> Status {
+        ABX_ASSIGN_OR_RETURN(parent.config, load_sandbox_config(opt_.home + "/run/" + id));
+        parent.record = sb->record;
+        parent.tmpl = sb->tmpl;
+        parent.image_digest = sb->image_digest;
+        parent.network = sb->network;
+        parent.secure = !sb->access_token.empty();
+        return {};
+      },
+      /*seal=*/false);
+  // The checkpoint is this call's alone (removed below, and by abxd's start if it dies first):
+  // it is not sealed, and its children are restored without a seal check.
+  parent.verified = true;
   if (!taken.ok()) {
     std::error_code ec;
     fs::remove_all(dir, ec);
     return taken.error();
   }
+  const std::int64_t checkpoint_ms = ms_since(t0);
   const std::int64_t timeout = timeout_seconds.value_or(parent.record.timeout_s);
   // Two restores at a time: CRIU's restore is mostly one busy core each.
   std::vector<Result<std::shared_ptr<LiveSandbox>>> out(count, internal_error("not started"));
@@ -729,7 +759,8 @@ Result<std::vector<Result<std::shared_ptr<LiveSandbox>>>> SandboxManager::fork(
   for (const auto& r : out) ok += r.ok() ? 1 : 0;
   sb->note(ok == count ? "info" : "warn", "forked " + std::to_string(ok) + " of " +
                                               std::to_string(count) + " in " +
-                                              std::to_string(ms_since(t0)) + " ms");
+                                              std::to_string(ms_since(t0)) + " ms (checkpoint " +
+                                              std::to_string(checkpoint_ms) + " ms)");
   return out;
 }
 
@@ -880,6 +911,9 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create_from_snapshot(
   ABX_ASSIGN_OR_RETURN(
       const std::int64_t timeout,
       create_timeout(req, parent.record.timeout_s, "snapshot '" + snapshot_id + "'"));
+  // The snapshot's seal, verified above, covers its images and their own seal: restore() need
+  // not hash them again.
+  parent.verified = true;
   auto live = restore_child((dir / kSnapshotImages).string(), parent, timeout, &req);
   if (live.ok())
     (*live)->note("info", "created from snapshot " + snapshot_id + " (of sandbox " +

@@ -431,6 +431,9 @@ class SandboxManager {
     bool secure = true;
     bool public_traffic = true;
     runtime::SandboxConfig config;  // the parent's saved config
+    // The images need no seal check in restore(): a fork's own unsealed checkpoint, or a
+    // snapshot whose seal (covering the images) was just verified.
+    bool verified = false;
   };
   Result<std::shared_ptr<LiveSandbox>> restore_child(const std::string& checkpoint_dir,
                                                      const ChildOf& parent,
@@ -438,10 +441,12 @@ class SandboxManager {
                                                      const CreateRequest* req);
   // Takes sb.mu: refuses a paused sandbox or one CRIU cannot take, runs `under_lock` (to copy
   // what the caller needs of it), then checkpoints it into `dir`; it runs on. `what` ("fork",
-  // "snapshot") names the operation in errors and in the sandbox's log.
+  // "snapshot") names the operation in errors and in the sandbox's log. `seal`: as
+  // runtime::CheckpointOptions::seal (false only for a fork's checkpoint).
   Result<runtime::CheckpointInfo> checkpoint_running(LiveSandbox& sb, const std::string& dir,
                                                      const std::string& what,
-                                                     const std::function<Status()>& under_lock);
+                                                     const std::function<Status()>& under_lock,
+                                                     bool seal = true);
   Result<std::shared_ptr<LiveSandbox>> create_from_snapshot(const std::string& snapshot_id,
                                                             const CreateRequest& req);
   // A create's lifetime in seconds: the request's (checked at the edge), else `fallback`, the

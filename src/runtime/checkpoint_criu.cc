@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <unistd.h>
 
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -42,6 +43,23 @@ Result<Ran> run_criu(const std::vector<std::string>& args, std::chrono::millisec
     };
   }
   return os::run(args, o);
+}
+
+std::string criu_version(const std::string& criu) {
+  static std::mutex mu;
+  static std::map<std::string, std::string> known;
+  {
+    std::lock_guard lock(mu);
+    if (auto it = known.find(criu); it != known.end()) return it->second;
+  }
+  std::string version;
+  auto v = run_criu({criu, "--version"}, kQuickCriuLimit);
+  if (!v || v->status != 0) return version;  // not remembered: asked again next time
+  version = v->out.substr(0, v->out.find('\n'));
+  if (version.starts_with("Version: ")) version.erase(0, 9);
+  std::lock_guard lock(mu);
+  known[criu] = version;
+  return version;
 }
 
 std::string read_or(const std::string& path, std::string fallback, std::size_t max) {

@@ -1,6 +1,7 @@
 // What checkpoint.cc (checkpoint(), recover()), checkpoint_restore.cc (restore()),
 // checkpoint_images.cc (the CRIU images a restore reads and rewrites) and checkpoint_criu.cc
-// (running CRIU; what both sides of a checkpoint use) share. checkpoint_seal.cc stands alone.
+// (running CRIU; what both sides of a checkpoint use) share, and mark_pending() of
+// checkpoint_seal.cc.
 #pragma once
 
 #include <sys/types.h>
@@ -50,6 +51,16 @@ constexpr std::chrono::seconds kQuickCriuLimit{60};
 Result<Ran> run_criu(const std::vector<std::string>& args, std::chrono::milliseconds limit,
                      const SandboxCgroups* join = nullptr,
                      const std::function<Status(pid_t)>& started = {});
+
+// Marks the entries `names` of `dir`'s seal pending (as seal_checkpoint() with them pending
+// would), keeping every other line as sealed rather than hashing the tree again: for a restore
+// with link_layer, right after verify_checkpoint() held. Errors: a seal whose MAC fails.
+Status mark_pending(const std::string& dir, std::string_view key,
+                    const std::vector<std::string>& names);
+
+// `criu --version`'s version ("4.1.1"), or "" when it does not say; asked once per path and
+// process (each checkpoint records it, and an exec of CRIU costs milliseconds).
+std::string criu_version(const std::string& criu);
 
 // The file's text, or `fallback` when it cannot be read.
 std::string read_or(const std::string& path, std::string fallback, std::size_t max = 16 << 20);

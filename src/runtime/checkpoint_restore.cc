@@ -189,6 +189,9 @@ Status set_hostname(pid_t pid, const std::string& name) {
 // checkpoint_images.cc.
 Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
                         const RestoreOptions& options) {
+  auto mark = [&options](std::string_view step) {
+    if (options.timeline != nullptr) options.timeline->mark(step);
+  };
   // 0. The checkpoint and the config must agree before anything is made.
   if (dir.empty() || dir[0] != '/') return invalid_argument("checkpoint dir must be absolute");
   if (options.mac_key.size() < kCheckpointKeyBytes)
@@ -196,7 +199,9 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
   // The seal first: nothing of a checkpoint is read before it is known to be abxd's own.
   if (struct stat js; ::lstat((dir + "/" + kJsonFile).c_str(), &js) != 0 && errno == ENOENT)
     return Error(ErrorCode::kNotFound, "no checkpoint in " + dir + " (no " + kJsonFile + ")");
-  if (seal_pending(dir)) {
+  if (options.verified && options.link_layer)
+    return invalid_argument("restore: a verified checkpoint is restored without link_layer");
+  if (!options.verified && seal_pending(dir)) {
     // A keep_frozen checkpoint committed but not released (its owner died, or destroyed the
     // sandbox itself): its layer is final once no loop device holds it.
     if (!wait_loop_detached(dir + "/" + kRwImage))
@@ -205,12 +210,13 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
                        " is still in use by a sandbox (release_checkpointed() it first)");
     ABX_TRY(complete_seal(dir, options.mac_key));
   }
-  ABX_TRY(verify_checkpoint(dir, options.mac_key));
+  if (!options.verified) ABX_TRY(verify_checkpoint(dir, options.mac_key));
+  mark("verify");
   // link_layer: the checkpoint's layer becomes this restore's, and mounting it writes to it. Its
   // seal goes back to pending first, so a restore that fails or is cut short (the checkpoint is
   // kept for a retry) leaves a checkpoint the next restore seals again once the layer is free,
   // rather than one that no longer matches its seal.
-  if (options.link_layer) ABX_TRY(seal_checkpoint(dir, options.mac_key, {kRwImage}));
+  if (options.link_layer) ABX_TRY(mark_pending(dir, options.mac_key, {kRwImage}));
   ABX_ASSIGN_OR_RETURN(const Saved saved, read_checkpoint(dir));
   ABX_TRY(validate(config));
   if (config.rootfs == RootfsMode::kHost || !config.userns.enabled ||
@@ -242,6 +248,7 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
                  "restore: the writable layer of " + dir +
                      " is still in use by a sandbox (release_checkpointed() it first)");
 
+  mark("checks");
   // 1. State directory, locked; the writable layer, a copy of the checkpoint's (so `dir` is
   // never written and may be restored again; with link_layer, the checkpoint's own), its
   // overlay's stale volatile work dir removed.
@@ -268,6 +275,7 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
   }};
   ABX_ASSIGN_OR_RETURN(st->lock, lock_state_dir(st->dir));
   ABX_TRY(take_rw_layer(layer, st->dir, options.link_layer));
+  mark("layer");
 
   // 2. The checkpoint's slot if it is free (its uid range is in CRIU's userns image); else
   // (a fork: the checkpointed sandbox still runs) another, with that image rewritten.
@@ -283,10 +291,12 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
   st->registry = config.userns.registry;
   st->root_id = slot_first_id(config.userns, *st->slot);
   ABX_TRY(write_userns_record(*st));
+  mark("slot");
   // Always a private copy: CRIU needs a directory it can search from inside the sandbox's user
   // namespace (the checkpoint's is root's only), and it writes its stats there.
   images = st->dir + "/images";
   ABX_TRY(images_for_restore(dir, images, saved.root_host_id, st->root_id));
+  mark("images");
 
   // 3. Root and binds, idmapped as spawn() makes them, attached under the stage for CRIU. The
   // state dir names the stage first: if this owner dies from here on, cleanup_stale() finds the
@@ -330,10 +340,12 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
     }
   }
 
+  mark("mounts");
   // 4. Cgroups with their limits; CRIU runs inside them, so the restored tree is born there.
   ABX_ASSIGN_OR_RETURN(st->cgroups, SandboxCgroups::create(cgroup_layout(), config.cgroup_parent,
                                                            config.id, config.limits));
   made_cgroups = st->cgroups;
+  mark("cgroups");
 
   // 5. CRIU. Its log and pidfile go to the state dir: `dir` stays as it was.
   const std::string pidfile = st->dir + "/" + kRestorePid;
@@ -355,6 +367,7 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
                      ran->describe() + "): " + log_tail(log));
   }
 
+  mark("criu");
   // 6. The restored init: pidfd, start time, records, netns, veth — as spawn() has them.
   ABX_ASSIGN_OR_RETURN(const std::string pid_text, read_file(pidfile, 64));
   const long pid = std::strtol(pid_text.c_str(), nullptr, 10);
@@ -370,6 +383,7 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
   ABX_ASSIGN_OR_RETURN(st->netns, open_fd("/proc/" + std::to_string(pid) + "/ns/net", O_RDONLY));
   if (config.id != saved.id) ABX_TRY(set_hostname(st->pid, config.id));
   if (config.veth.enabled) ABX_TRY(connect_veth(config, *st));
+  mark("init");
   // The restored mount namespace has its own copies of the staged mounts. The images' links
   // go too (they would keep a deleted checkpoint's pages on disk).
   remove_stage(stage);
@@ -377,6 +391,7 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
   ::unlink((st->dir + "/" + kStageFile).c_str());
   ::unlink(pidfile.c_str());
 
+  mark("cleanup");
   st->config = std::move(config);
   committed = true;
   return SandboxAccess::make(std::move(st));

@@ -28,6 +28,7 @@
 
 #include "abx/base/try.h"
 #include "abx/runtime/checkpoint.h"
+#include "checkpoint_internal.h"
 #include "sys.h"
 
 namespace abx::runtime {
@@ -226,10 +227,10 @@ std::string difference(const std::string& was, const std::string& now) {
 
 }  // namespace
 
-Status seal_checkpoint(const std::string& dir, std::string_view key,
-                       const std::vector<std::string>& pending) {
-  ABX_ASSIGN_OR_RETURN(const auto m, manifest_of(dir, pending));
-  const std::string manifest = joined(m);
+namespace {
+
+// Writes `manifest` and its MAC as `dir`'s seal (a temporary file, synced, renamed over it).
+Status write_seal(const std::string& dir, std::string_view key, const std::string& manifest) {
   ABX_ASSIGN_OR_RETURN(const std::string mac, mac_of(key, manifest));
   const std::string path = dir + "/" + kSealFile, tmp = path + ".tmp";
   ::unlink(tmp.c_str());
@@ -248,6 +249,14 @@ Status seal_checkpoint(const std::string& dir, std::string_view key,
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) return os::errno_error("rename " + tmp, errno);
   return {};
+}
+
+}  // namespace
+
+Status seal_checkpoint(const std::string& dir, std::string_view key,
+                       const std::vector<std::string>& pending) {
+  ABX_ASSIGN_OR_RETURN(const auto m, manifest_of(dir, pending));
+  return write_seal(dir, key, joined(m));
 }
 
 namespace {
@@ -271,7 +280,9 @@ Result<std::string> read_seal(const std::string& dir) {
   return text;
 }
 
-Status verify(const std::string& dir, std::string_view key, bool allow_pending) {
+// `dir`'s sealed manifest, once its MAC holds: its lines keyed by relative path.
+Result<std::map<std::string, std::string>> sealed_manifest(const std::string& dir,
+                                                           std::string_view key) {
   if (key.size() < kCheckpointKeyBytes)
     return invalid_argument("a checkpoint key of at least " + std::to_string(kCheckpointKeyBytes) +
                             " bytes is needed");
@@ -300,6 +311,11 @@ Status verify(const std::string& dir, std::string_view key, bool allow_pending) 
     if (sp == std::string::npos) return seal_error(dir, "a malformed line in " + path);
     sealed[line.substr(sp + 1)] = line;
   }
+  return sealed;
+}
+
+Status verify(const std::string& dir, std::string_view key) {
+  ABX_ASSIGN_OR_RETURN(const auto sealed, sealed_manifest(dir, key));
   ABX_ASSIGN_OR_RETURN(const auto now, manifest_of(dir, {}));
   std::vector<std::string> problems;
   for (const auto& [rel, line] : sealed) {
@@ -307,10 +323,7 @@ Status verify(const std::string& dir, std::string_view key, bool allow_pending) 
     if (it == now.end()) {
       problems.push_back(rel + " was removed");
     } else if (line.starts_with(kPendingLine)) {
-      if (!allow_pending)
-        problems.push_back(rel + " was never sealed (its pause did not complete)");
-      else if (!it->second.starts_with("f "))
-        problems.push_back(rel + " is no longer a regular file");
+      problems.push_back(rel + " was never sealed (its pause did not complete)");
     } else if (it->second != line) {
       problems.push_back(rel + " changed (" + difference(line, it->second) + ")");
     }
@@ -326,8 +339,17 @@ Status verify(const std::string& dir, std::string_view key, bool allow_pending) 
 
 }  // namespace
 
-Status verify_checkpoint(const std::string& dir, std::string_view key) {
-  return verify(dir, key, false);
+Status verify_checkpoint(const std::string& dir, std::string_view key) { return verify(dir, key); }
+
+Status mark_pending(const std::string& dir, std::string_view key,
+                    const std::vector<std::string>& names) {
+  ABX_ASSIGN_OR_RETURN(auto sealed, sealed_manifest(dir, key));
+  for (const auto& rel : names) {
+    auto it = sealed.find(rel);
+    if (it == sealed.end()) return seal_error(dir, rel + " is not in its seal");
+    it->second = std::string(kPendingLine) + " " + rel;
+  }
+  return write_seal(dir, key, joined(sealed));
 }
 
 bool seal_pending(const std::string& dir) {
@@ -336,10 +358,34 @@ bool seal_pending(const std::string& dir) {
                        text->find(std::string("\n") + kPendingLine) != std::string::npos);
 }
 
+// Only the pending entries are read: every other line is kept as sealed, not hashed again (a
+// checkpoint's memory images cost ~1 ms per MiB). That proves nothing about them now, and needs
+// not: the new seal still lists what was sealed, so the full check every restore makes
+// (verify_checkpoint) still finds any entry that changed, was added or removed meanwhile.
 Status complete_seal(const std::string& dir, std::string_view key) {
   if (!seal_pending(dir)) return {};
-  ABX_TRY(verify(dir, key, true));
-  return seal_checkpoint(dir, key);
+  ABX_ASSIGN_OR_RETURN(auto sealed, sealed_manifest(dir, key));
+  ABX_ASSIGN_OR_RETURN(UniqueFd root, open_fd(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW));
+  for (auto& [rel, line] : sealed) {
+    if (!line.starts_with(kPendingLine)) continue;
+    // Pending entries are top-level files (seal_checkpoint's callers name rw.img).
+    if (rel.find('/') != std::string::npos)
+      return seal_error(dir, "a pending entry below the top: " + rel);
+    const std::string path = dir + "/" + rel;
+    int fd = ::openat(root.get(), rel.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT || errno == ELOOP)
+        return seal_error(dir, rel + " is no longer a regular file");
+      return os::errno_error("open " + path, errno);
+    }
+    UniqueFd file(fd);
+    struct stat st;
+    if (::fstat(fd, &st) != 0) return os::errno_error("fstat " + path, errno);
+    if (!S_ISREG(st.st_mode)) return seal_error(dir, rel + " is no longer a regular file");
+    ABX_ASSIGN_OR_RETURN(std::string sum, hash_file(fd, path, st.st_size));
+    line = "f " + octal(st.st_mode) + " " + std::to_string(st.st_size) + " " + sum + " " + rel;
+  }
+  return write_seal(dir, key, joined(sealed));
 }
 
 namespace {

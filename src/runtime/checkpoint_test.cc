@@ -386,6 +386,100 @@ TEST_F(CheckpointTest, SnapshotKeepsRunningAndTwoForksOfItDiverge) {
   EXPECT_TRUE(fs::exists(dir + "/checkpoint.json"));
 }
 
+// A fork's checkpoint (abxd's): left unsealed, and restored only by a caller that vouches for it
+// (`verified`); a restore without that refuses it as any checkpoint without its seal. Only a
+// checkpoint that leaves the sandbox running may be unsealed.
+TEST_F(CheckpointTest, AnUnsealedSnapshotRestoresOnlyWhenTheCallerVouchesForIt) {
+  SandboxConfig c = counter_config();
+  Count first;
+  auto sb = spawn_counter(c, &first);
+  ASSERT_TRUE(sb);
+  auto pause = checkpoint(*sb, tmp_.string() + "/pause", {.mac_key = kKey, .seal = false});
+  ASSERT_FALSE(pause.ok());
+  EXPECT_EQ(pause.error().code(), ErrorCode::kInvalidArgument) << pause.error().to_string();
+  EXPECT_FALSE(fs::exists(tmp_.string() + "/pause"));
+  expect_running(*sb, first);
+
+  const std::string dir = tmp_.string() + "/snap";
+  Timeline tl;
+  auto info = checkpoint(*sb, dir,
+                         {.leave_running = true, .mac_key = kKey, .seal = false, .timeline = &tl});
+  ASSERT_TRUE(info.ok()) << info.error().to_string();
+  std::cout << "unsealed snapshot: " << tl.summary() << "\n";
+  EXPECT_FALSE(fs::exists(dir + "/" + kSealFile));
+  EXPECT_TRUE(fs::exists(dir + "/checkpoint.json"));
+  expect_running(*sb, first);
+
+  SandboxConfig fc = c;
+  fc.id = testing::unique_id("fork");
+  auto refused = restore(dir, fc, {.mac_key = kKey});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_NE(refused.error().message().find(std::string(kSealFile) + " is missing"),
+            std::string::npos)
+      << refused.error().message();
+  auto linked = restore(dir, fc, {.link_layer = true, .mac_key = kKey, .verified = true});
+  ASSERT_FALSE(linked.ok());
+  EXPECT_EQ(linked.error().code(), ErrorCode::kInvalidArgument) << linked.error().to_string();
+
+  Timeline rtl;
+  auto f = restore(dir, fc, {.mac_key = kKey, .verified = true, .timeline = &rtl});
+  ASSERT_TRUE(f.ok()) << f.error().to_string();
+  std::cout << "restore, verified: " << rtl.summary() << "\n";
+  std::vector<std::string> steps;
+  for (const auto& st : rtl.steps()) steps.push_back(st.name);
+  EXPECT_EQ(steps, (std::vector<std::string>{"verify", "checks", "layer", "slot", "images",
+                                             "mounts", "cgroups", "criu", "init", "cleanup"}));
+  EXPECT_NE(f->root_host_id(), sb->root_host_id());
+  expect_running(*f, first);
+
+  const auto fork_cgroups = f->cgroups().dirs(), cgroups = sb->cgroups().dirs();
+  ASSERT_TRUE(f->destroy().ok());
+  ASSERT_TRUE(sb->destroy().ok());
+  expect_no_leftovers(fc.id, fork_cgroups);
+  expect_no_leftovers(c.id, cgroups);
+}
+
+// Completing a keep_frozen checkpoint's seal hashes the layer alone and keeps the other entries'
+// lines as they were sealed: an image changed in between is not blessed, the next restore's check
+// still names it.
+TEST_F(CheckpointTest, CompletingTheSealKeepsWhatWasSealedBefore) {
+  SandboxConfig c = counter_config();
+  Count first;
+  auto sb = spawn_counter(c, &first);
+  ASSERT_TRUE(sb);
+  const std::string dir = tmp_.string() + "/ck";
+  auto info = checkpoint(*sb, dir, {.leave_running = true, .keep_frozen = true, .mac_key = kKey});
+  ASSERT_TRUE(info.ok()) << info.error().to_string();
+  ASSERT_TRUE(seal_pending(dir));
+  const std::string core = dir + "/core-1.img", saved = slurp(core);
+  ASSERT_FALSE(saved.empty());
+  {
+    std::string flipped = saved;
+    flipped[flipped.size() / 2] ^= 0x01;
+    std::ofstream(core, std::ios::binary | std::ios::trunc) << flipped;
+  }
+  const auto cgroups = sb->cgroups().dirs();
+  ASSERT_TRUE(release_checkpointed(*sb, dir, kKey).ok());
+  expect_no_leftovers(c.id, cgroups);
+  EXPECT_FALSE(seal_pending(dir));
+  auto changed = verify_checkpoint(dir, kKey);
+  ASSERT_FALSE(changed.ok());
+  EXPECT_NE(changed.error().message().find("core-1.img changed (content)"), std::string::npos)
+      << changed.error().message();
+  EXPECT_EQ(changed.error().message().find("rw.img"), std::string::npos)
+      << changed.error().message();
+  // As it was, it holds, the layer's content sealed too.
+  std::ofstream(core, std::ios::binary | std::ios::trunc) << saved;
+  EXPECT_TRUE(verify_checkpoint(dir, kKey).ok());
+  auto back = restore(dir, c, {.mac_key = kKey});
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  expect_running(*back, first);
+  const auto restored_cgroups = back->cgroups().dirs();
+  ASSERT_TRUE(back->destroy().ok());
+  expect_no_leftovers(c.id, restored_cgroups);
+}
+
 // The lines of `text`.
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> out;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "abx/base/error.h"
+#include "abx/base/timeline.h"
 #include "abx/runtime/sandbox.h"
 
 namespace abx::runtime {
@@ -105,6 +106,14 @@ struct CheckpointOptions {
   // The key the checkpoint is sealed with (kCheckpointKeyBytes or more; load_checkpoint_key()).
   // Required: invalid_argument without it.
   std::string mac_key;
+  // false: the checkpoint is left unsealed (no manifest, no MAC; restore() then refuses it
+  // unless told it is `verified`). Only for a checkpoint that never outlives the call that took
+  // it and is restored by that same call: a fork's, which it removes once its children run (and
+  // abxd removes at start: remove_cut_checkpoints). Saves hashing its memory images.
+  bool seal = true;
+  // When set, each step of the checkpoint is marked on it (checks, freeze, dump, layer, thaw,
+  // seal).
+  Timeline* timeline = nullptr;
 };
 
 struct CheckpointInfo {
@@ -139,6 +148,14 @@ struct RestoreOptions {
   // The key the checkpoint was sealed with: verified before anything else of it is used.
   // Required: invalid_argument without it.
   std::string mac_key;
+  // The caller vouches for `dir`: restore() skips verify_checkpoint() (every other check stays).
+  // For a fork restoring the unsealed checkpoint it has just taken (CheckpointOptions::seal), and
+  // a create from a snapshot whose own seal, just verified, covers these images: hashing the
+  // memory images again for each child costs ~1 ms per MiB of them. Not with link_layer.
+  bool verified = false;
+  // When set, each step of the restore is marked on it (verify, layer, slot, images, mounts,
+  // cgroups, criu, finish): where a fork's or resume's time goes.
+  Timeline* timeline = nullptr;
 };
 
 // ok when `criu` exists and `criu check` passes (checked once per path and process);
