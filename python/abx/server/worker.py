@@ -233,6 +233,11 @@ def call(request):
 
 
 def serve(fd, path):
+    # No .pyc writes: each sandbox starts on a fresh writable layer, so a module's bytecode
+    # written there would serve only this sandbox's worker restarts, and writing it (the
+    # __pycache__ folder copied up into the layer, the file) is on the create's path (issue 37).
+    # A `server.python` template has its module's .pyc from the build (docs/python.md).
+    sys.dont_write_bytecode = True
     chan = _Channel(fd)
     hello, err = load(path)
     # The pid tells a server that did not start this process (envd did: --python-fd) which
