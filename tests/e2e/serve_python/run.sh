@@ -71,6 +71,12 @@ assert data[:4] == importlib.util.MAGIC_NUMBER, data[:4]
 assert int.from_bytes(data[4:8], "little") == 3, "not a checked-hash pyc"
 assert data[8:16] == importlib.util.source_hash(open("/opt/tools/tools.py", "rb").read())
 print("pyc ok")' >"$work/pyc.out" 2>&1 || { cat "$work/pyc.out" >&2; fail "no valid .pyc of the module"; }
+# ...and an import of the module reads it (python3 -v names where each code object came from).
+"$ABX_CLI_BIN" exec "$id" -- env PYTHONPATH=/opt/abx/python python3 -v -c \
+  'import sys; sys.path.insert(0, "/opt/tools"); import tools' >"$work/pyv.out" 2>&1 ||
+  { tail -20 "$work/pyv.out" >&2; fail "importing the module in the sandbox failed"; }
+grep -q "code object from '/opt/tools/__pycache__/tools\." "$work/pyv.out" ||
+  { grep tools "$work/pyv.out" >&2; fail "the module's import compiled it instead of reading its .pyc"; }
 
 # The host SDK block as written (the SDK from this source tree), with its own sandboxes: each
 # starts with a fresh module, so bump is 1 then 2; both sandboxes are gone after it.
