@@ -211,6 +211,29 @@ Result<std::string> image_file(const std::vector<std::string>& lowers, const std
   return std::string();
 }
 
+// `name` on the image's `path` (a PATH value), as execvp would find it: the first
+// "<dir>/<name>" some layer has (topmost first, a whiteout of it or of its folder hiding the lower
+// ones), or `name` itself when it holds a '/'. Empty when none has it.
+std::string image_which(const std::vector<std::string>& lowers, const std::string& path,
+                        const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  auto whiteout = [](const struct stat& st) { return S_ISCHR(st.st_mode) && st.st_rdev == 0; };
+  for (const auto& dir : split(path, ':')) {
+    if (!dir.starts_with('/') || dir.find("..") != std::string::npos) continue;
+    const std::string full = (dir.ends_with('/') ? dir : dir + "/") + name;
+    for (auto it = lowers.rbegin(); it != lowers.rend(); ++it) {
+      struct stat st;
+      if (::lstat((*it + full).c_str(), &st) == 0) {
+        if (!whiteout(st) && !S_ISDIR(st.st_mode)) return full;
+        break;
+      }
+      const std::string folder = *it + dir;
+      if (::lstat(folder.c_str(), &st) == 0 && whiteout(st)) break;
+    }
+  }
+  return {};
+}
+
 // USER name|uid[:group|gid] as runc resolves it: a name must be in /etc/passwd, which gives the
 // uid, the primary gid and HOME; a numeric uid need not be (gid 0 then); without an explicit
 // group, the groups of /etc/group that list the user are the supplementary ones.
@@ -403,6 +426,10 @@ class Build {
   // The stage starts from `img` (FROM `name`): its layers and configuration.
   Status take_image(const std::string& name, const image::Image& img);
   Status run_step(std::size_t i, const image::Instruction& in);
+  // A `server.python` template: the module byte-compiled into its __pycache__ by the image's
+  // own python3, as a last layer (docs/python.md). Never fails the build: without it the
+  // worker compiles the module at each start, as before.
+  Status python_bytecode_step(const std::string& yaml);
   Status copy_step(std::size_t i, const image::Instruction& in);
   Status arg_step(std::size_t i, const image::Instruction& in);
   // An earlier stage's filesystem, flattened once into the workspace (COPY --from).
@@ -780,6 +807,70 @@ Status Build::run_step(std::size_t i, const image::Instruction& in) {
   return keep_layer(i, key, std::move(layer));
 }
 
+// Byte-compiles a `server.python` module (issue 37: create -> first call). Each sandbox gets a
+// fresh writable layer, so a module without a usable .pyc is compiled by the worker at every
+// start (~1.5 ms of CPU in a sandbox, the .pyc's write into the new layer included). Here the
+// image's own interpreter (the one the worker runs: $ABX_PYTHON of the image's ENV, else
+// python3 on its PATH) writes <folder>/__pycache__/<name>.<tag>.pyc as a checked-hash pyc
+// (PEP 552): valid whatever mtimes the layers' extraction gives, still checked against the
+// source at each import, so an edited module is recompiled rather than served stale. It runs as
+// root (the worker's user in a sandbox) in a RUN sandbox; its upper dir is the last layer. A
+// module that does not compile, or an image without the interpreter, only gets a note in the
+// build log: the create then fails with the traceback, as before.
+Status Build::python_bytecode_step(const std::string& yaml) {
+  auto tmpl = templates::parse_template(yaml, "template.yaml (generated)");
+  if (!tmpl.ok() || !tmpl->server || tmpl->server->python_module.empty()) return {};
+  const std::string module = tmpl->server->python_module;
+  auto env_vars = env_map(st_.config);
+  if (!env_vars.count("PATH")) env_vars["PATH"] = std::string(kDefaultPath).substr(5);
+  auto py = env_vars.find("ABX_PYTHON");
+  const std::string python = py != env_vars.end() && !py->second.empty() ? py->second : "python3";
+  if (st_.layers.size() >= runtime::kMaxLowerDirs) {
+    log_line("note: " + module + " was not byte-compiled (the image has the most layers already)");
+    return {};
+  }
+  ABX_ASSIGN_OR_RETURN(auto lowers, lower_dirs());
+  const std::string exe = image_which(lowers, env_vars["PATH"], python);
+  if (exe.empty()) {
+    log_line("note: no " + python + " on the image's PATH to byte-compile " + module);
+    return {};
+  }
+  // What runs: py_compile of the one file, into the standard __pycache__ path.
+  static constexpr std::string_view kCompile =
+      "import py_compile, sys\n"
+      "py_compile.compile(sys.argv[1], doraise=True,\n"
+      "                   invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)\n";
+  image::Instruction in;
+  in.op = image::Op::kRun;
+  in.args = {exe, "-I", "-c", std::string(kCompile), module};
+  in.text = "(server.python) byte-compile " + module;
+  std::vector<std::string> env;
+  for (const auto& [k, v] : env_vars) env.push_back(k + "=" + v);
+  const std::string key = key_of({"pycompile", chain_id(st_), json::serialize(str_array(in.args)),
+                                  json::serialize(str_array(env))});
+  if (req_.no_cache_from_line <= 0) {
+    if (const Layer* hit = cache_.find(key, store_)) {
+      log_line(in.text + ": CACHED");
+      st_.layers.push_back(*hit);
+      return {};
+    }
+  }
+  log_line(in.text);
+  RunAs root;
+  root.home = "/root";
+  env.push_back("HOME=/root");
+  Layer layer;
+  ABX_ASSIGN_OR_RETURN(int status, run_sandbox(in, lowers, env, root, layer));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    log_line("note: " + module + " was not byte-compiled (" + python +
+             " failed, above): the worker compiles it at each start");
+    return {};
+  }
+  ABX_TRY(cache_.put(key, layer));
+  st_.layers.push_back(std::move(layer));
+  return {};
+}
+
 Status Build::copy_step(std::size_t i, const image::Instruction& in) {
   const bool add = in.op == image::Op::kAdd;
   const bool from_stage = in.from_stage >= 0;
@@ -1057,6 +1148,7 @@ Result<BuildResult> Build::run() {
     }
   }
 
+  ABX_TRY(python_bytecode_step(yaml));
   // As Docker: a --build-arg no ARG took is reported, not an error.
   for (const auto& [k, v] : req_.build_args) {
     if (!used_build_args_.count(k))

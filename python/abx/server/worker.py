@@ -112,11 +112,16 @@ from abx.server.registry import default_registry  # noqa: E402
 def _import_module(path):
     """Imports the module at ``path`` under its file name's stem; its folder goes first on
     sys.path, as when the file is run."""
-    # importlib.util's own two functions: importing it costs ~10 ms (contextlib, functools).
-    try:
-        from importlib._bootstrap import module_from_spec  # noqa: PLC0415
-        from importlib._bootstrap_external import spec_from_file_location  # noqa: PLC0415
-    except ImportError:  # pragma: no cover — an interpreter without them
+    # importlib.util's own two functions, taken from the import system's frozen modules that
+    # every CPython has loaded already: importing importlib.util costs ~10 ms (contextlib,
+    # functools), and even `from importlib._bootstrap import ...` imports the `importlib`
+    # package and `warnings` (~1 ms of CPU in a sandbox).
+    bootstrap = sys.modules.get("_frozen_importlib")
+    external = sys.modules.get("_frozen_importlib_external")
+    if bootstrap is not None and external is not None:
+        module_from_spec = bootstrap.module_from_spec
+        spec_from_file_location = external.spec_from_file_location
+    else:  # pragma: no cover — an interpreter without them
         from importlib.util import module_from_spec, spec_from_file_location  # noqa: PLC0415
 
     path = os.path.abspath(path)
@@ -228,6 +233,11 @@ def call(request):
 
 
 def serve(fd, path):
+    # No .pyc writes: each sandbox starts on a fresh writable layer, so a module's bytecode
+    # written there would serve only this sandbox's worker restarts, and writing it (the
+    # __pycache__ folder copied up into the layer, the file) is on the create's path (issue 37).
+    # A `server.python` template has its module's .pyc from the build (docs/python.md).
+    sys.dont_write_bytecode = True
     chan = _Channel(fd)
     hello, err = load(path)
     # The pid tells a server that did not start this process (envd did: --python-fd) which

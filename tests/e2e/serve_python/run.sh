@@ -61,6 +61,23 @@ got=$(grep -v '^sandbox-id=' "$work/qs.out" | tail -3 | tr '\n' '|')
 grep -q "Python command(s) from .*started by envd" "$work/logs.out" ||
   { tail -20 "$work/logs.out" >&2; fail "the sandbox's Python worker was not the one envd started"; }
 
+# The build byte-compiled the module (issue 37: create -> first call): a checked-hash .pyc of
+# this very source in its __pycache__, the one the worker's import reads instead of compiling.
+"$ABX_CLI_BIN" exec "$id" -- python3 -c '
+import importlib.util, sys
+pyc = importlib.util.cache_from_source("/opt/tools/tools.py")
+data = open(pyc, "rb").read()
+assert data[:4] == importlib.util.MAGIC_NUMBER, data[:4]
+assert int.from_bytes(data[4:8], "little") == 3, "not a checked-hash pyc"
+assert data[8:16] == importlib.util.source_hash(open("/opt/tools/tools.py", "rb").read())
+print("pyc ok")' >"$work/pyc.out" 2>&1 || { cat "$work/pyc.out" >&2; fail "no valid .pyc of the module"; }
+# ...and an import of the module reads it (python3 -v names where each code object came from).
+"$ABX_CLI_BIN" exec "$id" -- env PYTHONPATH=/opt/abx/python python3 -v -c \
+  'import sys; sys.path.insert(0, "/opt/tools"); import tools' >"$work/pyv.out" 2>&1 ||
+  { tail -20 "$work/pyv.out" >&2; fail "importing the module in the sandbox failed"; }
+grep -q "code object from '/opt/tools/__pycache__/tools\." "$work/pyv.out" ||
+  { grep tools "$work/pyv.out" >&2; fail "the module's import compiled it instead of reading its .pyc"; }
+
 # The host SDK block as written (the SDK from this source tree), with its own sandboxes: each
 # starts with a fresh module, so bump is 1 then 2; both sandboxes are gone after it.
 before=$("$ABX_CLI_BIN" --json sandbox list | grep -o '"sandboxID"' | wc -l)
@@ -106,6 +123,9 @@ printf 'from abx import sandbox\n\n@sandbox.register\ndef broken(x: int:\n    re
 sed 's/^id: pytools/id: brokenpy/' "$work/ctx/template.yaml" >"$work/broken/template.yaml"
 "$ABX_CLI_BIN" template build -t brokenpy "$work/broken" >"$work/build2.out" 2>&1 ||
   { cat "$work/build2.out" >&2; fail "abx template build (broken) failed"; }
+# Its byte-compile step failed without failing the build; the create below says why.
+grep -q "was not byte-compiled" "$work/build2.out" ||
+  { cat "$work/build2.out" >&2; fail "the build did not note the module's failed byte-compile"; }
 before=$("$ABX_CLI_BIN" --json sandbox list | grep -o '"sandboxID"' | wc -l)
 if "$ABX_CLI_BIN" sandbox create brokenpy >"$work/create2.out" 2>"$work/create2.err"; then
   fail "create of a template whose module does not import succeeded: $(cat "$work/create2.out")"
