@@ -617,9 +617,16 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config, Timeline* timeline) {
   // 1b. the writable layer, mounted on the host (so the owner can read it after exit): a new
   // one, or the kept one it is given.
   if (config.rootfs != RootfsMode::kHost) {
-    if (config.layer_image.empty())
-      ABX_TRY(make_rw_layer(config.state_dir, st->dir, config.disk_bytes));
-    else
+    if (config.layer_image.empty()) {
+      std::optional<ReadyLayer> ready;
+      if (config.layer_pool != nullptr) ready = config.layer_pool->take(config.disk_bytes);
+      // A ready layer that cannot be installed (its image left behind is removed first) is no
+      // reason to fail: the create makes its own, as without a pool.
+      if (!ready || !install_ready_layer(std::move(*ready), st->dir)) {
+        if (ready) ABX_TRY(remove_rw_layer(st->dir));
+        ABX_TRY(make_rw_layer(config.state_dir, st->dir, config.disk_bytes));
+      }
+    } else
       ABX_TRY(take_rw_layer(config.layer_image, st->dir, /*link=*/!config.copy_layer));
   }
   mark("rw_layer");
