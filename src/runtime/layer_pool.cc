@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -83,8 +85,12 @@ struct LayerPool::Impl {
   }
 
   void run() {
-    // Below the creates it serves: a refill must not slow the create that follows a take.
-    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);
+    // Below the creates it serves (10 nice levels below abxd's, at most 19; never above it):
+    // a refill runs beside the create that took the layer and must not slow it.
+    errno = 0;
+    const int nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
+    if (errno == 0)
+      (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), std::min(nice + 10, 19));
     std::unique_lock lock(mu);
     while (!stop) {
       std::vector<ReadyLayer> drop;

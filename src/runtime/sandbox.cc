@@ -312,9 +312,12 @@ Status build_plan(SandboxConfig& config, const std::vector<sock_filter>& filter,
 // cleanup_stale()), the cgroups (before the child runs anything), and the netns. Returns the
 // netns fd (empty when the host netns is shared).
 Result<UniqueFd> prepare_child(const SandboxConfig& config, const std::string& dir,
-                               const SandboxCgroups& cgroups, pid_t pid, bool own_netns) {
+                               const SandboxCgroups& cgroups, pid_t pid, bool own_netns,
+                               Timeline* timeline) {
   ABX_TRY(write_init_record(dir, pid, process_start_time(pid), config.cgroup_parent));
+  if (timeline != nullptr) timeline->mark("init_record");
   ABX_TRY(cgroups.attach(pid));
+  if (timeline != nullptr) timeline->mark("cgroup_attach");
   UniqueFd netns;
   if (own_netns) {
     // Now, while the child waits: a short-lived init may be a zombie by the time exec is
@@ -699,7 +702,8 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config, Timeline* timeline) {
   if (st->slot) {
     if (Status s = hold_slot(config.userns, *st->slot, pid); !s) return abort_child(s.error());
   }
-  auto netns = prepare_child(config, st->dir, st->cgroups, pid, storage.plan.own_netns);
+  mark("hold_slot");
+  auto netns = prepare_child(config, st->dir, st->cgroups, pid, storage.plan.own_netns, timeline);
   if (!netns) return abort_child(netns.error());
   st->netns = std::move(netns).value();
   mark("netns");
