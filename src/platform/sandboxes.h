@@ -39,9 +39,9 @@
 #include "abx/base/log.h"
 #include "abx/base/time.h"
 #include "abx/base/timeline.h"
-#include "abx/runtime/layer_pool.h"
 #include "abx/image/store.h"
 #include "abx/runtime/checkpoint.h"
+#include "abx/runtime/layer_pool.h"
 #include "abx/runtime/sandbox.h"
 #include "abx/store/store.h"
 #include "abx/templates/template.h"
@@ -509,7 +509,7 @@ class SandboxManager {
   bool pause_to_disk_ = false;
   TimelineStats create_timings_;
   std::unique_ptr<runtime::LayerPool> layer_pool_;  // null: --layer-pool 0, or it failed to start
-  mutable std::mutex team_mu_;  // guards the three below
+  mutable std::mutex team_mu_;                      // guards the three below
   std::map<std::string, std::deque<TeamSample>> team_samples_;
   std::map<std::string, std::int64_t> team_starts_;  // since the last team sample
   std::int64_t last_team_sample_ms_ = 0;

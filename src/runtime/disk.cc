@@ -235,7 +235,7 @@ Status make_rw_layer(const std::string& state_dir, const std::string& dir, std::
 }
 
 Result<ReadyLayer> make_ready_layer(const std::string& state_dir, const std::string& image,
-                                   std::uint64_t bytes) {
+                                    std::uint64_t bytes) {
   ABX_ASSIGN_OR_RETURN(const std::string cached, cached_image(state_dir, bytes));
   ABX_TRY(copy_sparse(cached, image, bytes));
   auto made = [&]() -> Result<ReadyLayer> {

@@ -28,7 +28,7 @@ Status make_rw_layer(const std::string& state_dir, const std::string& dir, std::
 // and lets the loop device go (autoclear); the image file is the caller's to unlink. On failure
 // nothing stays mounted or attached and `image` is removed.
 Result<ReadyLayer> make_ready_layer(const std::string& state_dir, const std::string& image,
-                                   std::uint64_t bytes);
+                                    std::uint64_t bytes);
 
 // Gives the ready layer to the sandbox whose state dir is `dir`: renames its image to
 // `<dir>/rw.img` and moves its mount onto `<dir>/rw`, as make_rw_layer() leaves them. On

@@ -101,8 +101,8 @@ struct LayerPool::Impl {
         const std::string image = dir + "/" + std::to_string(seq++) + ".img";
         lock.unlock();
         for (auto& layer : drop) discard(layer);
-        Result<ReadyLayer> made =
-            bytes ? make_ready_layer(opt.state_dir, image, *bytes) : Result<ReadyLayer>(ReadyLayer{});
+        Result<ReadyLayer> made = bytes ? make_ready_layer(opt.state_dir, image, *bytes)
+                                        : Result<ReadyLayer>(ReadyLayer{});
         lock.lock();
         if (!bytes) continue;
         if (!made) {
@@ -116,7 +116,7 @@ struct LayerPool::Impl {
         if (it != sizes.end() && it->second.ready.size() < opt.per_size) {
           it->second.ready.push_back(std::move(made).value());
           cv.notify_all();  // wait_full()
-        } else {  // the size went idle (or was evicted) meanwhile
+        } else {            // the size went idle (or was evicted) meanwhile
           ReadyLayer extra = std::move(made).value();
           ++counts.dropped;
           lock.unlock();
@@ -142,8 +142,7 @@ Result<std::unique_ptr<LayerPool>> LayerPool::start(LayerPoolOptions options) {
   // A dead predecessor's files: nothing holds them any more (its mounts were fds of its own).
   ABX_TRY(remove_tree(impl->dir));
   if (impl->opt.per_size > 0) {
-    if (::mkdir(impl->dir.c_str(), 0700) != 0)
-      return os::errno_error("mkdir " + impl->dir, errno);
+    if (::mkdir(impl->dir.c_str(), 0700) != 0) return os::errno_error("mkdir " + impl->dir, errno);
     impl->thread = std::thread([p = impl.get()] { p->run(); });
   }
   return std::unique_ptr<LayerPool>(new LayerPool(std::move(impl)));

@@ -13,8 +13,8 @@
 //
 // Bounds: at most `per_size` ready layers for each of at most `max_sizes` sizes (the sizes taken
 // most recently), each ~0.6 MiB of disk (the ext4 metadata of the sparse image), a loop device,
-// a mounted ext4 superblock (~17 KiB of kernel slab measured) and one fd. A size not taken for `idle`
-// is emptied and not made again until it is taken; sizes are kept warm only once taken (the
+// a mounted ext4 superblock (~17 KiB of kernel slab measured) and one fd. A size not taken for
+// `idle` is emptied and not made again until it is taken; sizes are kept warm only once taken (the
 // first create of each size makes its own layer).
 #pragma once
 
