@@ -91,6 +91,12 @@ struct LayerPool::Impl {
     const int nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
     if (errno == 0)
       (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), std::min(nice + 10, 19));
+    // After a failure the next try waits, twice as long each time up to a minute (a full disk,
+    // no free loop device: creates make their own layers meanwhile); the log names the first
+    // failure of a run of them and the recovery.
+    const Logger logger("layer_pool");
+    std::chrono::milliseconds backoff = opt.tick;
+    std::uint64_t failures = 0;
     std::unique_lock lock(mu);
     while (!stop) {
       std::vector<ReadyLayer> drop;
@@ -107,9 +113,16 @@ struct LayerPool::Impl {
         if (!bytes) continue;
         if (!made) {
           ++counts.failed;
-          Logger("layer_pool").warn("making a writable layer: " + made.error().message());
-          cv.wait_for(lock, opt.tick, [&] { return stop; });  // no busy loop on a failure
+          if (failures++ == 0)
+            logger.warn("no writable layer made (creates make theirs): " + made.error().message());
+          cv.wait_for(lock, backoff, [&] { return stop; });
+          backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::minutes(1));
           continue;
+        }
+        if (failures > 0) {
+          logger.info("writable layers made again, after " + std::to_string(failures) + " failed");
+          failures = 0;
+          backoff = opt.tick;
         }
         ++counts.made;
         auto it = sizes.find(*bytes);
