@@ -98,6 +98,15 @@ def create_steps(api):
     return steps
 
 
+def layer_pool_takes(api):
+    """abxd's GET /metrics: {"hit": n, "miss": n} of its writable-layer pool so far."""
+    st, body = api.call("GET", "/metrics")
+    if st != 200:
+        sys.exit(f"GET /metrics: {st} {body[:200]}")
+    return {m.group(1): int(m.group(2)) for m in re.finditer(
+        r'^abx_layer_pool_takes_total\{result="(hit|miss)"\} (\d+)$', body.decode(), re.M)}
+
+
 class Api:
     def __init__(self, port, key):
         self.port, self.key = port, key
@@ -146,13 +155,13 @@ def wait_links_gone(names, timeout=5.0):
     return True
 
 
-def start_abxd(bin_dir, home):
+def start_abxd(bin_dir, home, extra=()):
     out = open(os.path.join(home, "abxd.out"), "w+")
     err = open(os.path.join(home, "abxd.log"), "w")
     p = subprocess.Popen([os.path.join(bin_dir, "src/platform/abxd"), "--home", home, "--listen",
                           "127.0.0.1:0", "--kill-sandboxes",
                           # never the machine's resolver: a port where nothing answers
-                          "--dns-upstream", "127.0.0.1:9"], stdout=out, stderr=err)
+                          "--dns-upstream", "127.0.0.1:9", *extra], stdout=out, stderr=err)
     for _ in range(400):
         out.seek(0)
         m = re.search(r"^listening on .*:(\d+)$", out.read(), re.M)
@@ -493,6 +502,8 @@ def main():
                     help="turns of Process/Start calls at 1 connection, every path called once "
                     "per turn (the command call gets 5 times as many)")
     ap.add_argument("--connections", type=int, default=64, help="the proxy section's busy count")
+    ap.add_argument("--abxd-arg", action="append", default=[],
+                    help="an extra flag for abxd (repeatable; e.g. --abxd-arg=--layer-pool=0)")
     ap.add_argument("--sections", default="create,proxy,live",
                     help="comma-separated subset of create,proxy,live")
     args, _ = ap.parse_known_args()
@@ -500,7 +511,7 @@ def main():
     if os.geteuid() != 0:
         sys.exit("abxd bench needs root")
     home = tempfile.mkdtemp(prefix="abx-bench-")
-    proc, port, key = start_abxd(args.build_dir, home)
+    proc, port, key = start_abxd(args.build_dir, home, args.abxd_arg)
     api = Api(port, key)
     report = {"cpus": os.cpu_count(), "load_before": os.getloadavg()[0]}
     try:
@@ -532,6 +543,7 @@ def main():
         if "create" in sections:
             # Where the creates' time went inside abxd (issue 44): the mean of each step.
             after = create_steps(api)
+            report["layer_pool_takes"] = layer_pool_takes(api)
             report["create_steps_ms"] = {
                 k: (total - steps_before.get(k, (0, 0.0))[1]) / (n - steps_before.get(k, (0, 0))[0])
                 for k, (n, total) in after.items() if n > steps_before.get(k, (0, 0))[0]}
@@ -639,6 +651,9 @@ def main():
         for name, ms in steps.items():
             print(f"{'    ' + name:52} {ms:12.3f}")
         print(f"{'    sum of the steps':52} {sum(steps.values()):12.3f}")
+        takes = report.get("layer_pool_takes", {})
+        print(f"{'  layers from the pool (hit / made at create)':52} "
+              f"{takes.get('hit', 0)}/{takes.get('miss', 0)}")
     if "link_teardown_ms" in report:
         t = report["link_teardown_ms"]
         print(f"{'  the kernel removing the link after DELETE, p50':52} {t['p50']:12.1f}")

@@ -97,6 +97,14 @@ Result<Response> abxd_metrics(Context& ctx) {
   out += "abx_create_seconds_bucket{le=\"+Inf\"} " + std::to_string(s.count) + "\n";
   out += "abx_create_seconds_sum " + seconds_text(s.total) + "\n";
   out += "abx_create_seconds_count " + std::to_string(s.count) + "\n";
+  const runtime::LayerPool::Stats pool = ctx.sandboxes.layer_pool_stats();
+  out += "# HELP abx_layer_pool_ready Writable layers made ahead of creates, not yet taken.\n";
+  out += "# TYPE abx_layer_pool_ready gauge\n";
+  out += "abx_layer_pool_ready " + std::to_string(pool.ready) + "\n";
+  out += "# HELP abx_layer_pool_takes_total Creates that took a ready layer (hit) or made one.\n";
+  out += "# TYPE abx_layer_pool_takes_total counter\n";
+  out += "abx_layer_pool_takes_total{result=\"hit\"} " + std::to_string(pool.hits) + "\n";
+  out += "abx_layer_pool_takes_total{result=\"miss\"} " + std::to_string(pool.misses) + "\n";
   out += "# HELP abx_sandboxes_live Live sandboxes (running or paused).\n";
   out += "# TYPE abx_sandboxes_live gauge\n";
   out += "abx_sandboxes_live " + std::to_string(ctx.sandboxes.all().size()) + "\n";

@@ -569,6 +569,7 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
     config.binds.push_back({dir, m.path, true});
   }
   ABX_TRY(save_sandbox_config(run_dir.string(), config));
+  config.layer_pool = layer_pool_.get();  // (not saved: a resume boots on the layer it keeps)
   std::string traffic_token;
   if (!net.allow_public_traffic) {
     ABX_ASSIGN_OR_RETURN(traffic_token, token::random_hex(16));

@@ -108,6 +108,21 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions opt
     f.page_token = page.next_token;
   }
   auto cleaned = runtime::cleanup_stale(state_dir);
+  // After cleanup_stale(): the pool's directory is a dot entry it leaves alone, and the pool
+  // removes what a dead predecessor left there itself.
+  if (m->opt_.layer_pool > 0) {
+    runtime::LayerPoolOptions po;
+    po.state_dir = state_dir;
+    po.per_size = m->opt_.layer_pool;
+    po.idle = m->opt_.layer_pool_idle;
+    auto pool = runtime::LayerPool::start(std::move(po));
+    if (pool.ok()) {
+      m->layer_pool_ = std::move(*pool);
+    } else {
+      m->log_.warn("no writable-layer pool (every create makes its own layer): " +
+                   pool.error().message());
+    }
+  }
   m->remove_cut_checkpoints();
   if (int n = prune_bundles(m->opt_.home, m->bundles_in_use()); n > 0)
     m->log_.info("removed " + std::to_string(n) + " bundle version(s) no sandbox or snapshot uses");
@@ -205,6 +220,10 @@ SandboxManager::~SandboxManager() {
   }
   reaper_cv_.notify_all();
   if (reaper_.joinable()) reaper_.join();
+}
+
+runtime::LayerPool::Stats SandboxManager::layer_pool_stats() const {
+  return layer_pool_ ? layer_pool_->stats() : runtime::LayerPool::Stats{};
 }
 
 std::set<std::string> SandboxManager::images_in_use() const {

@@ -41,6 +41,7 @@
 #include "abx/base/timeline.h"
 #include "abx/image/store.h"
 #include "abx/runtime/checkpoint.h"
+#include "abx/runtime/layer_pool.h"
 #include "abx/runtime/sandbox.h"
 #include "abx/store/store.h"
 #include "abx/templates/template.h"
@@ -211,6 +212,11 @@ struct ManagerOptions {
   std::vector<std::string> insecure_registries;
   std::int64_t max_timeout_seconds = 24 * 3600;
   std::size_t max_sandboxes = 1000;
+  // Writable layers made ahead of creates (runtime/layer_pool.h; abxd --layer-pool,
+  // --layer-pool-idle): this many ready per layer size that creates have taken, up to 4 sizes;
+  // a size untaken for layer_pool_idle is emptied. 0: every create makes its own layer.
+  std::size_t layer_pool = 2;
+  std::chrono::milliseconds layer_pool_idle{std::chrono::minutes(10)};
   runtime::UserNamespace userns;  // each sandbox's id range (abxd --userns-base/-slots)
   // How long create waits for a template's command server to accept connections on its port
   // (abxd --server-ready-timeout). A server that exits first fails the create at once.
@@ -388,6 +394,8 @@ class SandboxManager {
   // Successful creates' step timings since start (GET /metrics): create() marks admit, image,
   // run_dir, config, runtime's spawn steps, envd_ready, server_ready and record.
   const TimelineStats& create_timings() const { return create_timings_; }
+  // The writable-layer pool's counters (all zero without a pool).
+  runtime::LayerPool::Stats layer_pool_stats() const;
   // The event log (null when abxd records none).
   EventLog* events() const { return opt_.events; }
   // Records a lifecycle event of `rec` when there is an event log.
@@ -505,7 +513,8 @@ class SandboxManager {
   std::thread reaper_;
   bool pause_to_disk_ = false;
   TimelineStats create_timings_;
-  mutable std::mutex team_mu_;  // guards the three below
+  std::unique_ptr<runtime::LayerPool> layer_pool_;  // null: --layer-pool 0, or it failed to start
+  mutable std::mutex team_mu_;                      // guards the three below
   std::map<std::string, std::deque<TeamSample>> team_samples_;
   std::map<std::string, std::int64_t> team_starts_;  // since the last team sample
   std::int64_t last_team_sample_ms_ = 0;

@@ -234,6 +234,43 @@ Status make_rw_layer(const std::string& state_dir, const std::string& dir, std::
   return {};
 }
 
+Result<ReadyLayer> make_ready_layer(const std::string& state_dir, const std::string& image,
+                                    std::uint64_t bytes) {
+  ABX_ASSIGN_OR_RETURN(const std::string cached, cached_image(state_dir, bytes));
+  ABX_TRY(copy_sparse(cached, image, bytes));
+  auto made = [&]() -> Result<ReadyLayer> {
+    ABX_ASSIGN_OR_RETURN(const LoopDevice dev, loop_attach(image));
+    // A new mount API's filesystem: mounted nowhere (no path, no mount namespace sees it) until
+    // install_ready_layer() moves it onto the sandbox's mount point. The mount holds the loop
+    // device from here on; `dev.fd` closes when this returns.
+    UniqueFd fs(::fsopen("ext4", FSOPEN_CLOEXEC));
+    if (!fs) return os::errno_error("fsopen ext4", errno);
+    if (::fsconfig(fs.get(), FSCONFIG_SET_STRING, "source", dev.path.c_str(), 0) != 0 ||
+        ::fsconfig(fs.get(), FSCONFIG_SET_FLAG, "noinit_itable", nullptr, 0) != 0 ||
+        ::fsconfig(fs.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0)
+      return os::errno_error("fsconfig ext4 " + dev.path + " (" + image + ")", errno);
+    UniqueFd mnt(::fsmount(fs.get(), FSMOUNT_CLOEXEC,
+                           MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOATIME));
+    if (!mnt) return os::errno_error("fsmount " + dev.path + " (" + image + ")", errno);
+    for (const char* sub : {"upper", "work"})
+      if (::mkdirat(mnt.get(), sub, 0755) != 0)
+        return os::errno_error(std::string("mkdir ") + sub + " in " + image, errno);
+    return ReadyLayer{image, std::move(mnt), bytes};
+  }();
+  if (!made) ::unlink(image.c_str());  // nothing mounted: the closed fds let the device go
+  return made;
+}
+
+Status install_ready_layer(ReadyLayer layer, const std::string& dir) {
+  const std::string image = dir + "/" + kRwImage, mnt = dir + "/" + kRwMount;
+  // The same filesystem (both under the state dir): the loop device follows the file's new name.
+  if (::rename(layer.image.c_str(), image.c_str()) != 0)
+    return os::errno_error("rename " + layer.image + " -> " + image, errno);
+  if (::move_mount(layer.mount.get(), "", AT_FDCWD, mnt.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0)
+    return os::errno_error("move_mount " + image + " onto " + mnt, errno);
+  return {};
+}
+
 Status mount_rw_image(const std::string& image, const std::string& mnt) {
   // The mount holds the loop device open and the device holds the image: a failure (or a
   // crash) between attach and mount leaves nothing attached once the fd is closed.

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "abx/base/error.h"
+#include "abx/runtime/layer_pool.h"
 
 namespace abx::runtime {
 
@@ -19,6 +20,20 @@ inline constexpr const char* kRwMount = "rw";      // <state>/<id>/rw, the mount
 // it on `<dir>/rw` (nosuid, nodev, noatime) and creates `rw/upper` and `rw/work`. On failure
 // nothing stays mounted (the image file is left for the caller's removal of `dir`).
 Status make_rw_layer(const std::string& state_dir, const std::string& dir, std::uint64_t bytes);
+
+// Makes the writable layer make_rw_layer() makes, ahead of a sandbox (layer_pool.h): `image`
+// (a sparse copy of the cached one) loop-attached and its filesystem mounted *detached*
+// (fsopen/fsmount: attached to no path and no mount namespace) with `upper` and `work` made.
+// Nothing but the returned fd holds the mount: closing it (or the process dying) unmounts it
+// and lets the loop device go (autoclear); the image file is the caller's to unlink. On failure
+// nothing stays mounted or attached and `image` is removed.
+Result<ReadyLayer> make_ready_layer(const std::string& state_dir, const std::string& image,
+                                    std::uint64_t bytes);
+
+// Gives the ready layer to the sandbox whose state dir is `dir`: renames its image to
+// `<dir>/rw.img` and moves its mount onto `<dir>/rw`, as make_rw_layer() leaves them. On
+// failure nothing is attached at `<dir>/rw` (the caller's remove_rw_layer() removes the image).
+Status install_ready_layer(ReadyLayer layer, const std::string& dir);
 
 // Attaches the ext4 image `image` to a free loop device (autoclear) and mounts it on `mnt`
 // (nosuid, nodev, noatime). Nothing stays attached on failure.

@@ -312,9 +312,12 @@ Status build_plan(SandboxConfig& config, const std::vector<sock_filter>& filter,
 // cleanup_stale()), the cgroups (before the child runs anything), and the netns. Returns the
 // netns fd (empty when the host netns is shared).
 Result<UniqueFd> prepare_child(const SandboxConfig& config, const std::string& dir,
-                               const SandboxCgroups& cgroups, pid_t pid, bool own_netns) {
+                               const SandboxCgroups& cgroups, pid_t pid, bool own_netns,
+                               Timeline* timeline) {
   ABX_TRY(write_init_record(dir, pid, process_start_time(pid), config.cgroup_parent));
+  if (timeline != nullptr) timeline->mark("init_record");
   ABX_TRY(cgroups.attach(pid));
+  if (timeline != nullptr) timeline->mark("cgroup_attach");
   UniqueFd netns;
   if (own_netns) {
     // Now, while the child waits: a short-lived init may be a zombie by the time exec is
@@ -617,9 +620,16 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config, Timeline* timeline) {
   // 1b. the writable layer, mounted on the host (so the owner can read it after exit): a new
   // one, or the kept one it is given.
   if (config.rootfs != RootfsMode::kHost) {
-    if (config.layer_image.empty())
-      ABX_TRY(make_rw_layer(config.state_dir, st->dir, config.disk_bytes));
-    else
+    if (config.layer_image.empty()) {
+      std::optional<ReadyLayer> ready;
+      if (config.layer_pool != nullptr) ready = config.layer_pool->take(config.disk_bytes);
+      // A ready layer that cannot be installed (its image left behind is removed first) is no
+      // reason to fail: the create makes its own, as without a pool.
+      if (!ready || !install_ready_layer(std::move(*ready), st->dir)) {
+        if (ready) ABX_TRY(remove_rw_layer(st->dir));
+        ABX_TRY(make_rw_layer(config.state_dir, st->dir, config.disk_bytes));
+      }
+    } else
       ABX_TRY(take_rw_layer(config.layer_image, st->dir, /*link=*/!config.copy_layer));
   }
   mark("rw_layer");
@@ -692,7 +702,8 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config, Timeline* timeline) {
   if (st->slot) {
     if (Status s = hold_slot(config.userns, *st->slot, pid); !s) return abort_child(s.error());
   }
-  auto netns = prepare_child(config, st->dir, st->cgroups, pid, storage.plan.own_netns);
+  mark("hold_slot");
+  auto netns = prepare_child(config, st->dir, st->cgroups, pid, storage.plan.own_netns, timeline);
   if (!netns) return abort_child(netns.error());
   st->netns = std::move(netns).value();
   mark("netns");

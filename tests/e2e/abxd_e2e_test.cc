@@ -169,7 +169,8 @@ TEST_F(AbxdE2E, MetricsShowEachCreateStep) {
   // Every step of the path, abxd's and the runtime's, was timed once per create.
   for (const char* step :
        {"admit", "image", "run_dir", "config", "state_dir", "rw_layer", "userns_slot", "cgroups",
-        "plan", "clone", "child_ready", "mounts", "netns", "release", "envd_ready", "record"}) {
+        "plan", "clone", "child_ready", "mounts", "hold_slot", "init_record", "cgroup_attach",
+        "netns", "release", "envd_ready", "record"}) {
     std::string sel = std::string("{step=\"") + step + "\"}";
     EXPECT_EQ(value(m, "abx_create_step_seconds_count" + sel), 2) << step << "\n" << m;
     double sum = value(m, "abx_create_step_seconds_sum" + sel);
@@ -188,6 +189,91 @@ TEST_F(AbxdE2E, MetricsShowEachCreateStep) {
   EXPECT_NEAR(steps, value(m, "abx_create_seconds_sum"), 1e-6) << m;
   for (const auto& id : ids)
     EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);
+}
+
+// The writable-layer pool (issue 44; docs/abxd.md, "The layer pool"): the first create of a
+// size makes its layer and from then on the pool keeps --layer-pool (2) ready, which the next
+// creates take; abxd's SIGTERM and its kill -9 each leave no mount and no loop device of the
+// home, and the next start removes the files a killed abxd left.
+TEST_F(AbxdE2E, LayerPoolKeepsLayersReadyAndLeavesNothingOnStopOrCrash) {
+  auto value = [](const std::string& text, const std::string& series) -> double {
+    auto at = text.find("\n" + series + " ");
+    if (at == std::string::npos) return -1;
+    return std::stod(text.substr(at + series.size() + 2));
+  };
+  auto metric = [&](const std::string& series) {
+    return value(api(bhttp::verb::get, "/metrics").body(), series);
+  };
+  auto wait_ready = [&](double n) {
+    for (int i = 0; i < 400 && metric("abx_layer_pool_ready") != n; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return metric("abx_layer_pool_ready") == n;
+  };
+  const std::string home_path = home().string();
+  // Loop devices backed by files of this home, and mounts under it (bounded waits: a loop
+  // device clears itself asynchronously after its last mount is gone).
+  auto loops = [&] {
+    int n = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/sys/block", ec)) {
+      std::ifstream f(e.path() / "loop/backing_file");
+      std::string backing;
+      std::getline(f, backing);
+      if (backing.starts_with(home_path + "/")) ++n;
+    }
+    return n;
+  };
+  auto mounts = [&] {
+    int n = 0;
+    std::ifstream mi("/proc/self/mountinfo");
+    for (std::string line; std::getline(mi, line);)
+      if (line.find(home_path + "/sandboxes/") != std::string::npos) ++n;
+    return n;
+  };
+  auto settles_at = [&](int want) {
+    for (int i = 0; i < 200 && (loops() != want || mounts() != 0); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return loops() == want && mounts() == 0;
+  };
+  const fs::path pool = home() / "sandboxes" / ".rw-pool";
+  auto files = [&] {
+    std::error_code ec;
+    int n = 0;
+    for (auto it = fs::directory_iterator(pool, ec); !ec && it != fs::directory_iterator(); ++it)
+      ++n;
+    return n;
+  };
+
+  EXPECT_EQ(metric("abx_layer_pool_ready"), 0);
+  std::string first(create(R"({"templateID":"base","timeout":60})").at("sandboxID").as_string());
+  EXPECT_EQ(metric("abx_layer_pool_takes_total{result=\"miss\"}"), 1);
+  ASSERT_TRUE(wait_ready(2));
+  std::string second(create(R"({"templateID":"base","timeout":60})").at("sandboxID").as_string());
+  EXPECT_EQ(metric("abx_layer_pool_takes_total{result=\"hit\"}"), 1);
+  // The taken layer is the sandbox's: its file in the sandbox's state dir, its mount there.
+  EXPECT_TRUE(fs::exists(home() / "sandboxes" / second / "rw.img"));
+  for (const auto& id : {first, second})
+    EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);
+  ASSERT_TRUE(wait_ready(2));
+  // Ready layers are mounted nowhere; each has its loop device and its file.
+  EXPECT_TRUE(settles_at(2)) << loops() << " loop devices, " << mounts() << " mounts";
+  EXPECT_EQ(files(), 2);
+
+  EXPECT_EQ(abxd().stop(), 0);
+  EXPECT_TRUE(settles_at(0)) << loops() << " loop devices, " << mounts() << " mounts";
+  EXPECT_EQ(files(), 0);
+
+  start();
+  std::string third(create(R"({"templateID":"base","timeout":60})").at("sandboxID").as_string());
+  EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + third).result_int(), 204);
+  ASSERT_TRUE(wait_ready(2));
+  abxd().kill9();
+  // The kernel closed the dead abxd's fds: its ready layers' mounts and loop devices are gone.
+  EXPECT_TRUE(settles_at(0)) << loops() << " loop devices, " << mounts() << " mounts";
+  EXPECT_EQ(files(), 2);  // only the files remain, until the next start
+  start();
+  EXPECT_EQ(files(), 0);
+  EXPECT_EQ(metric("abx_layer_pool_ready"), 0);  // kept warm again only once a create takes one
 }
 
 TEST_F(AbxdE2E, AuthIsRequiredAndTokensDoNotCrossSandboxes) {

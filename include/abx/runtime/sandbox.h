@@ -60,6 +60,7 @@
 #include "abx/base/fd.h"
 #include "abx/base/timeline.h"
 #include "abx/runtime/cgroup.h"
+#include "abx/runtime/layer_pool.h"
 #include "abx/runtime/userns.h"
 #include "abx/runtime/veth.h"
 
@@ -142,6 +143,10 @@ struct SandboxConfig {
   std::string layer_image;
   // With layer_image: a copy of it instead (a checkpoint's layer, which must stay as it is).
   bool copy_layer = false;
+  // Without layer_image: where a writable layer made ahead comes from (layer_pool.h), taken
+  // instead of making one at spawn; null, or none ready: spawn() makes it. Not owned; must
+  // outlive the spawn() call.
+  LayerPool* layer_pool = nullptr;
   std::uint64_t shm_bytes = 64ull << 20;  // cap of the /dev/shm tmpfs (memory, not disk)
   std::uint64_t rlimit_nofile = 4096;
   std::uint64_t rlimit_fsize = 0;  // bytes; 0 = unlimited
@@ -160,7 +165,8 @@ class Sandbox {
   // child step that failed with its errno (permission_denied for EPERM/EACCES, not_found for
   // ENOENT, resource_exhausted for EAGAIN/ENOMEM/ENOSPC, internal otherwise). A failed spawn
   // leaves nothing behind. `timeline`, when given, gets one mark per step (state_dir, rw_layer,
-  // userns_slot, cgroups, plan, clone, child_ready, mounts, netns, veth, link_ready, release).
+  // userns_slot, cgroups, plan, clone, child_ready, mounts, hold_slot, init_record, cgroup_attach,
+  // netns, veth, link_ready, release).
   static Result<Sandbox> spawn(SandboxConfig config, Timeline* timeline = nullptr);
 
   // Takes ownership of a sandbox that a previous owner (a killed abxd) left running in
