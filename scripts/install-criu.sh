@@ -7,8 +7,9 @@
 #
 # What it does, in order:
 #  1. If $ABX_CRIU (default /usr/local/lib/abx/criu/criu) exists, `--version` says 4.1.1 and
-#     $ABX_CRIU.patches lists exactly the patches of scripts/criu-patches/ (sha256), skips straight
-#     to step 6.
+#     $ABX_CRIU.patches lists exactly the patches of scripts/criu-patches/ (sha256) and the make
+#     variables of step 4, skips straight to step 6. (A binary built before RUNDIR was set has no
+#     such line, so it is rebuilt.)
 #  2. Installs the build dependencies with apt, from Debian 12's own registry only (the system's
 #     configured sources; nothing else is added for binary packages).
 #  3. Fetches the upstream tarball of the source package criu=4.1.1-1 from Debian trixie with
@@ -22,8 +23,18 @@
 #     is removed by an EXIT trap, on success and on failure alike. apt still verifies the
 #     download: Release signature (debian-archive-keyring has the trixie keys) -> Sources -> file
 #     hashes.
-#  4. Applies scripts/criu-patches/*.patch, then builds only the `criu` binary (`make criu`) from
-#     criu_4.1.1.orig.tar.xz (upstream's tarball). About half a minute to two minutes on 2 cores.
+#  4. Applies scripts/criu-patches/*.patch, then builds only the `criu` binary (`make criu
+#     RUNDIR=/run/abx/criu`) from criu_4.1.1.orig.tar.xz (upstream's tarball). About half a minute
+#     to two minutes on 2 cores.
+#     RUNDIR is where criu keeps its cache of probed kernel features (criu.kdat; upstream's
+#     default /run). CRIU writes that cache only on a tmpfs, because it is valid until the next
+#     reboot: the file carries a magic and the build's time (so another build ignores it), no
+#     boot id. Where /run is not a tmpfs (Debian 12 VMs here and on CI) every criu dump and
+#     restore re-probed the kernel, 40-60 ms each. /run/abx/criu is abx's own: abxd mounts a
+#     root-only (0700, 1 MiB) tmpfs there at start (runtime::prepare_criu_rundir), never a
+#     world-writable place like /dev/shm, where a user could plant a forged cache for root's criu.
+#     Without that tmpfs criu works as before, only slower. SOURCE_DATE_EPOCH is unset for the
+#     build so that the cache's magic is the build's own time.
 #     The patches (see docs/design/criu-spike.md for the failures they fix):
 #     0001 upstream commit 4b7398595 (in CRIU 4.2): since Linux 6.16 getsockopt(SO_PASSCRED /
 #          SO_PASSSEC) fails with EOPNOTSUPP on inet sockets, and 4.1.1 then fails to dump ANY
@@ -34,7 +45,8 @@
 #          restored abx-envd (non-dumpable) can be checkpointed again.
 #     0004 abx-local: with --manage-cgroups=ignore, restored threads stay in their task's
 #          cgroups (4.1.1 still sent them to its cgroupd, failing every multi-threaded restore).
-#  5. Installs that one binary to $ABX_CRIU, and the patch list to $ABX_CRIU.patches. The prefix
+#  5. Installs that one binary to $ABX_CRIU, and the patch list (with the make variables) to
+#     $ABX_CRIU.patches. The prefix
 #     /usr/local/lib/abx/criu/ is chosen because
 #     /usr/local is never written by dpkg (so Debian's /usr/sbin/criu, if ever installed, is
 #     neither replaced nor shadowed), lib/abx/ is not on PATH (abxd calls it by absolute path, so
@@ -54,7 +66,10 @@ mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 patches=("$here"/criu-patches/*.patch)
-patchlist="$(cd "$here/criu-patches" && sha256sum -- *.patch)"
+rundir=/run/abx/criu  # = runtime::kCriuRunDir (include/abx/runtime/checkpoint.h)
+makevars=("RUNDIR=$rundir")
+patchlist="$(cd "$here/criu-patches" && sha256sum -- *.patch)
+make ${makevars[*]}"
 
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
@@ -122,8 +137,8 @@ for p in "${patches[@]}"; do
   echo "install-criu: applying $(basename "$p")"
   patch -d "$srcdir" -p1 --quiet --forward <"$p"
 done
-echo "install-criu: building criu $version (make -j$jobs criu)"
-make -C "$srcdir" -j"$jobs" criu >"$work/build.log" 2>&1 || {
+echo "install-criu: building criu $version (make -j$jobs criu ${makevars[*]})"
+env -u SOURCE_DATE_EPOCH make -C "$srcdir" -j"$jobs" criu "${makevars[@]}" >"$work/build.log" 2>&1 || {
   tail -40 "$work/build.log" >&2
   echo "install-criu: build failed" >&2
   exit 1

@@ -217,6 +217,12 @@ Status SandboxManager::resolve_pause_mode() {
     pause_to_disk_ = false;
     return {};
   }
+  // CRIU's kernel-feature cache lives on a root-only tmpfs (runtime::kCriuRunDir): made before
+  // the first criu run, so that `criu check` below already fills it. Without it CRIU still works
+  // and probes the kernel on every dump and restore (40-60 ms each).
+  if (Status rundir = runtime::prepare_criu_rundir(); !rundir.ok())
+    log_.warn("criu will probe the kernel on every run (no kernel-feature cache): " +
+              rundir.error().message());
   Status criu = runtime::criu_available(opt_.criu);
   if (!criu.ok() && opt_.pause_mode == Mode::kDisk)
     return Error(ErrorCode::kFailedPrecondition, "--pause disk: " + criu.error().message() +

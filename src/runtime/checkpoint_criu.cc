@@ -1,6 +1,10 @@
 // Running CRIU (run_criu, log_tail, criu_available) and the checkpoint-directory helpers
 // both checkpoint() and restore() use (checkpoint_internal.h).
 #include <errno.h>
+#include <linux/magic.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <map>
@@ -110,6 +114,54 @@ Status criu_available(const std::string& criu) {
                  "criu check failed (" + ran->describe() + "): " + log_tail(ran->out));
   std::lock_guard lock(mu);
   checked.insert(criu);
+  return {};
+}
+
+namespace {
+// `dir` is the root of a tmpfs that only root can reach: its own mount (another device than its
+// parent's), tmpfs, owned by 0:0, mode 0700.
+bool is_private_tmpfs(const std::string& dir) {
+  struct stat st, up;
+  struct statfs fs;
+  if (::lstat(dir.c_str(), &st) != 0 || ::lstat((dir + "/..").c_str(), &up) != 0 ||
+      ::statfs(dir.c_str(), &fs) != 0)
+    return false;
+  return S_ISDIR(st.st_mode) && st.st_dev != up.st_dev &&
+         static_cast<unsigned long>(fs.f_type) == TMPFS_MAGIC && st.st_uid == 0 && st.st_gid == 0 &&
+         (st.st_mode & 07777) == 0700;
+}
+}  // namespace
+
+Status prepare_criu_rundir(const std::string& dir) {
+  if (dir.size() < 2 || dir[0] != '/' || dir.back() == '/')
+    return invalid_argument("criu run dir must be an absolute path: '" + dir + "'");
+  // mkdir -p (parents 0755, the last 0700). Every parent must be a root-owned directory that
+  // only root may change; `dir` itself a directory (not a symlink, which mount would follow):
+  // its owner and mode do not matter, a tmpfs goes over it unless it is one of root's already.
+  for (std::size_t pos = 0; pos != std::string::npos;) {
+    pos = dir.find('/', pos + 1);
+    const std::string part = dir.substr(0, pos);
+    const bool last = pos == std::string::npos;
+    if (::mkdir(part.c_str(), last ? 0700 : 0755) != 0 && errno != EEXIST)
+      return os::errno_error("mkdir " + part, errno);
+    struct stat st;
+    if (::lstat(part.c_str(), &st) != 0) return os::errno_error("stat " + part, errno);
+    if (last && !S_ISDIR(st.st_mode))
+      return Error(ErrorCode::kFailedPrecondition,
+                   "criu run dir " + dir + " must be a directory (not a symlink)");
+    if (!last &&
+        (!S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0))
+      return Error(ErrorCode::kFailedPrecondition,
+                   "criu run dir " + dir + ": " + part +
+                       " must be a root-owned directory writable by root only");
+  }
+  if (is_private_tmpfs(dir)) return {};
+  if (::mount("abx-criu", dir.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              "mode=0700,uid=0,gid=0,size=1m,nr_inodes=64") != 0)
+    return os::errno_error("mount tmpfs on " + dir, errno);
+  if (!is_private_tmpfs(dir))
+    return Error(ErrorCode::kInternal,
+                 "criu run dir " + dir + ": the tmpfs mounted there is not root-only");
   return {};
 }
 

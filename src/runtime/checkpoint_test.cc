@@ -6,16 +6,19 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/magic.h>
 #include <net/if.h>
 #include <sched.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -1231,6 +1234,93 @@ TEST(CheckpointKey, MadeOnceRootOnlyAndRefusedWhenOthersCanReadIt) {
   ASSERT_FALSE(open.ok());
   EXPECT_EQ(open.error().code(), ErrorCode::kFailedPrecondition);
   EXPECT_NE(open.error().message().find("0644"), std::string::npos) << open.error().message();
+}
+
+// How many mounts sit exactly at `dir` (stacked ones counted), from /proc/self/mountinfo.
+int mounts_at(const std::string& dir) {
+  std::istringstream in(slurp("/proc/self/mountinfo"));
+  int n = 0;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream f(line);
+    std::string id, parent, devno, root, point;
+    f >> id >> parent >> devno >> root >> point;
+    n += point == dir;
+  }
+  return n;
+}
+
+// CRIU's kernel-feature cache (criu.kdat) must sit on a tmpfs only root can write: one is mounted
+// once, found again on the next call, and mounted over when what is there is not root-only (a
+// file planted there is then never seen). A parent others may write is refused.
+TEST(CriuRunDir, IsARootOnlyTmpfsMountedOnceAndReplacedWhenOpen) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting needs root";
+  const std::string dir = "/run/abx/criu-test-" + std::to_string(::getpid());
+  ScopeExit cleanup{[&] {
+    while (mounts_at(dir) > 0 && ::umount2(dir.c_str(), MNT_DETACH) == 0) {
+    }
+    ::rmdir(dir.c_str());
+  }};
+  auto private_tmpfs = [&] {
+    struct stat st;
+    struct statfs sfs;
+    return ::stat(dir.c_str(), &st) == 0 && ::statfs(dir.c_str(), &sfs) == 0 &&
+           static_cast<unsigned long>(sfs.f_type) == TMPFS_MAGIC && st.st_uid == 0 &&
+           (st.st_mode & 07777) == 0700;
+  };
+  Status s = prepare_criu_rundir(dir);
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  EXPECT_TRUE(private_tmpfs());
+  EXPECT_EQ(mounts_at(dir), 1);
+  std::ofstream(dir + "/criu.kdat") << "abxd's";
+  s = prepare_criu_rundir(dir);
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  EXPECT_EQ(mounts_at(dir), 1) << "a second call mounted again";
+  EXPECT_EQ(slurp(dir + "/criu.kdat"), "abxd's");
+
+  ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
+  std::ofstream(dir + "/criu.kdat", std::ios::trunc) << "planted";
+  s = prepare_criu_rundir(dir);
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  EXPECT_EQ(mounts_at(dir), 2);
+  EXPECT_TRUE(private_tmpfs());
+  EXPECT_FALSE(fs::exists(dir + "/criu.kdat")) << "the planted cache is still visible";
+
+  abx::testing::TempDir tmp("abx-criu-rundir");
+  const std::string open = tmp.string() + "/open";
+  fs::create_directories(open);
+  ASSERT_EQ(::chmod(open.c_str(), 0777), 0);
+  s = prepare_criu_rundir(open + "/criu");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code(), ErrorCode::kFailedPrecondition) << s.error().to_string();
+  EXPECT_NE(s.error().message().find(open), std::string::npos) << s.error().message();
+  EXPECT_EQ(mounts_at(open + "/criu"), 0);
+  EXPECT_EQ(prepare_criu_rundir("run/abx/criu").error().code(), ErrorCode::kInvalidArgument);
+}
+
+// abx's criu (scripts/install-criu.sh: make RUNDIR=/run/abx/criu) keeps its kernel-feature cache
+// on that tmpfs: after one `criu check` the cache is there, and the next run loads it.
+TEST(CriuRunDir, AbxsCriuKeepsItsKernelFeatureCacheThere) {
+  if (::geteuid() != 0) GTEST_SKIP() << "criu needs root";
+  const char* env = std::getenv("ABX_CRIU");
+  const std::string criu = env && *env ? env : kDefaultCriu;
+  if (Status s = criu_available(criu); !s)
+    GTEST_SKIP() << "CRIU unavailable (scripts/install-criu.sh): " << s.error().message();
+  if (slurp(criu).find(kCriuRunDir) == std::string::npos)
+    GTEST_SKIP() << criu << " was built without RUNDIR=" << kCriuRunDir
+                 << ": run scripts/install-criu.sh again";
+  Status s = prepare_criu_rundir();
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  const std::string cache = std::string(kCriuRunDir) + "/criu.kdat";
+  ::unlink(cache.c_str());
+  const std::string log = ::testing::TempDir() + "criu-kdat-" + std::to_string(::getpid());
+  const std::string cmd = criu + " check -v4 -o " + log + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  struct stat st;
+  ASSERT_EQ(::stat(cache.c_str(), &st), 0) << "criu wrote no " << cache << ": " << slurp(log);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  EXPECT_NE(slurp(log).find("Loaded kdat cache from " + cache), std::string::npos) << slurp(log);
+  ::unlink(log.c_str());
 }
 
 // The bytes of `path` with the first `from` replaced by `to` (same length); false if absent.

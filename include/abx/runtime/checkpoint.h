@@ -36,6 +36,12 @@
 namespace abx::runtime {
 
 inline constexpr const char* kDefaultCriu = "/usr/local/lib/abx/criu/criu";
+// CRIU's run directory, compiled into abx's build (scripts/install-criu.sh: make RUNDIR=...):
+// where each criu run keeps its cache of probed kernel features (criu.kdat). CRIU keeps that
+// cache only on a tmpfs (so that a reboot, and with it any kernel change, clears it: the cache
+// itself carries no boot id, only a magic and the build's time); without one every criu dump and
+// restore probes the kernel again, 40-60 ms each. See prepare_criu_rundir().
+inline constexpr const char* kCriuRunDir = "/run/abx/criu";
 
 // --- Checkpoints are private and sealed ------------------------------------------------------
 //
@@ -161,6 +167,16 @@ struct RestoreOptions {
 // ok when `criu` exists and `criu check` passes (checked once per path and process);
 // failed_precondition with criu's output otherwise.
 Status criu_available(const std::string& criu);
+
+// Makes `dir` (absolute) a root-only tmpfs for CRIU's kernel-feature cache: a small tmpfs
+// (mode 0700, uid/gid 0, 1 MiB, nosuid/nodev/noexec) mounted there unless `dir` already is the
+// root of a tmpfs owned by root with mode 0700. One found otherwise (another mode or owner, or a
+// plain directory) gets a fresh tmpfs mounted over it, so a cache anybody else could have
+// written is never read. Every component above `dir` must be a root-owned directory writable
+// by root only (failed_precondition otherwise: whoever can rename it could swap the cache).
+// `dir` itself must be a directory, not a symlink. Errors leave CRIU working, only slower (it
+// probes the kernel on every run).
+Status prepare_criu_rundir(const std::string& dir = kCriuRunDir);
 
 // Checkpoints `sb` into `dir` (absolute; created if missing, must be empty). The sandbox is
 // frozen through its cgroup for the dump. Errors: failed_precondition (criu missing or `criu
