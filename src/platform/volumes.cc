@@ -227,8 +227,8 @@ Status ensure_volume_mounted(const std::string& home, std::string_view id) {
   std::error_code ec;
   if (!fs::exists(image, ec)) return {};  // no quota: a plain directory
   if (Status s = runtime::mount_volume_image(image, volume_dir(home, id)); !s)
-    return Error(ErrorCode::kUnavailable, "volume " + std::string(id) +
-                                              " cannot be mounted: " + s.error().message());
+    return Error(ErrorCode::kUnavailable,
+                 "volume " + std::string(id) + " cannot be mounted: " + s.error().message());
   return {};
 }
 
