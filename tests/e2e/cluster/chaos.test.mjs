@@ -10,7 +10,6 @@
 //   ABX_CHAOS_SEED=7 ABX_CHAOS_SECONDS=60 (defaults 43 and 45)
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync, mkdirSync }
   from 'node:fs';
 import { createRequire } from 'node:module';
@@ -18,13 +17,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
-import { exited, freePort, sleep, stop } from './procs.mjs';
+import { exited, freePort, placements, sleep, startEtcd, startNode, stop } from './procs.mjs';
 
 const jsRequire = createRequire(new URL('../js/package.json', import.meta.url));
 const { Sandbox } = await import(pathToFileURL(jsRequire.resolve('e2b')).href);
 
 const ABXD_BIN = process.env.ABXD_BIN;
-const ETCD_BIN = process.env.ABX_ETCD_BIN || '/usr/bin/etcd';
 const SEED = Number(process.env.ABX_CHAOS_SEED || 43);
 const SECONDS = Number(process.env.ABX_CHAOS_SECONDS || 45);
 const TTL = 3;
@@ -50,35 +48,7 @@ function prng(seed) {
 const rand = prng(SEED);
 const pick = (xs) => xs[Math.floor(rand() * xs.length)];
 
-async function placements() {
-  const b64 = (s) => Buffer.from(s).toString('base64');
-  const r = await fetch(`http://127.0.0.1:${etcd.client}/v3/kv/range`, {
-    method: 'POST',
-    body: JSON.stringify({ key: b64('/abx/sandboxes/'), range_end: b64('/abx/sandboxes0') }),
-  });
-  const out = {};
-  for (const kv of (await r.json()).kvs || []) {
-    const v = JSON.parse(Buffer.from(kv.value, 'base64').toString());
-    out[v.sandboxID] = v.node;
-  }
-  return out;
-}
 
-function startNode(n) {
-  return new Promise((resolve, reject) => {
-    n.proc = spawn(ABXD_BIN, n.args, { stdio: ['ignore', 'pipe', 'inherit'] });
-    const timer = setTimeout(() => reject(new Error(`${n.name} did not start`)), 30000);
-    n.proc.once('exit', (code) => reject(new Error(`${n.name} exited early: ${code}`)));
-    n.proc.stdout.on('data', (d) => {
-      if (/listening on /.test(d.toString())) {
-        clearTimeout(timer);
-        n.proc.removeAllListeners('exit');
-        n.dead = false;
-        resolve();
-      }
-    });
-  });
-}
 
 const api = (n, path, init = {}) => fetch(`${n.url}${path}`,
   { ...init, headers: { 'X-API-KEY': n.key, ...(init.headers || {}) } });
@@ -88,23 +58,7 @@ const own = async (n) => (await (await fetch(`${n.url}/v2/sandboxes`, {
 
 before(async () => {
   if (!ABXD_BIN) throw new Error('set ABXD_BIN to the abxd binary');
-  etcd = { client: await freePort(), peer: await freePort() };
-  const c = `http://127.0.0.1:${etcd.client}`;
-  const p = `http://127.0.0.1:${etcd.peer}`;
-  etcd.proc = spawn(ETCD_BIN, ['--name', 'e1', '--data-dir', join(dir, 'e1'),
-    '--listen-client-urls', c, '--advertise-client-urls', c, '--listen-peer-urls', p,
-    '--initial-advertise-peer-urls', p, '--initial-cluster', `e1=${p}`,
-    '--initial-cluster-state', 'new', '--logger', 'zap', '--log-level', 'error'],
-  { stdio: 'ignore' });
-  for (let i = 0; ; i++) {
-    try {
-      const r = await fetch(`${c}/v3/kv/put`,
-        { method: 'POST', body: JSON.stringify({ key: 'cHJvYmU=', value: 'MQ==' }) });
-      if (r.ok) break;
-    } catch {}
-    if (i > 100) throw new Error('etcd did not come up');
-    await sleep(100);
-  }
+  etcd = await startEtcd(dir);
   const secretFile = join(dir, 'cluster-secret');
   secret = randomBytes(24).toString('hex');
   writeFileSync(secretFile, secret, { mode: 0o600 });
@@ -116,7 +70,7 @@ before(async () => {
       name, port, home, url: `http://127.0.0.1:${port}`, dead: false, draining: false,
       args: ['--home', home, '--listen', `127.0.0.1:${port}`, '--dns-upstream', '127.0.0.1:9',
         '--kill-sandboxes', '--pause', 'disk', '--sandbox-net', `10.218.${i * 32}.0/19`,
-        '--cluster', c, '--node-name', name, '--advertise-url', `http://127.0.0.1:${port}`,
+        '--cluster', `http://127.0.0.1:${etcd.client}`, '--node-name', name, '--advertise-url', `http://127.0.0.1:${port}`,
         '--cluster-secret-file', secretFile, '--cluster-ttl', String(TTL),
         '--cluster-capacity', '50'],
     });
@@ -206,7 +160,7 @@ test(`chaos: create, kill, pause, drain and kill -9 nodes (seed ${SEED})`, async
   process.env.E2B_API_URL = front.url;
   process.env.E2B_SANDBOX_URL = front.url;
   process.env.E2B_API_KEY = front.key;
-  const map = await placements();
+  const map = await placements([etcd.client]);
   const deadNames = new Set(nodes.filter((n) => n.dead).map((n) => n.name));
   const counts = { running: 0, paused: 0, lost: 0, killed: 0 };
   for (const [id, want] of acked) {
@@ -238,7 +192,7 @@ test(`chaos: create, kill, pause, drain and kill -9 nodes (seed ${SEED})`, async
   // the cluster maps to it, and has no sandbox directory of one it does not hold.
   for (const n of nodes) if (n.dead) await startNode(n);
   await sleep(1000);
-  const map2 = await placements();
+  const map2 = await placements([etcd.client]);
   for (const n of nodes) {
     const held = await own(n);
     for (const s of held) {

@@ -5,7 +5,6 @@
 //   ABXD_BIN=build/dev/src/platform/abxd ABX_ETCD_BIN=/usr/bin/etcd node --test cluster.test.mjs
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { request } from 'node:http';
@@ -13,14 +12,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
-import { exited, freePort, sleep, stop } from './procs.mjs';
+import { exited, freePort, placements, sleep, spawnEtcd, startNode, stop, waitForEtcd } from './procs.mjs';
 
 // The SDK pinned by tests/e2e/js (run.sh installs it there).
 const jsRequire = createRequire(new URL('../js/package.json', import.meta.url));
 const { Sandbox } = await import(pathToFileURL(jsRequire.resolve('e2b')).href);
 
 const ABXD_BIN = process.env.ABXD_BIN;
-const ETCD_BIN = process.env.ABX_ETCD_BIN || '/usr/bin/etcd';
 const TTL = 3; // seconds: a node that stops renewing counts as lost after this
 
 const dir = mkdtempSync(join(tmpdir(), 'abx-cluster-'));
@@ -30,34 +28,8 @@ const made = []; // sandbox ids
 let secretFile;
 
 
-async function etcdCall(path, body) {
-  for (const e of etcds) {
-    if (exited(e.proc)) continue;
-    try {
-      const r = await fetch(`http://127.0.0.1:${e.client}${path}`, {
-        method: 'POST',
-        body: JSON.stringify(body),
-      });
-      if (r.ok) return r.json();
-    } catch {}
-  }
-  throw new Error('no etcd member answered');
-}
 
 // The cluster's sandbox → node map, as etcd holds it.
-async function placements() {
-  const b64 = (s) => Buffer.from(s).toString('base64');
-  const r = await etcdCall('/v3/kv/range', {
-    key: b64('/abx/sandboxes/'),
-    range_end: b64('/abx/sandboxes0'),
-  });
-  const out = {};
-  for (const kv of r.kvs || []) {
-    const v = JSON.parse(Buffer.from(kv.value, 'base64').toString());
-    out[v.sandboxID] = v.node;
-  }
-  return out;
-}
 
 // A GET through node 1 routed by Host ({port}-{id}.{domain}), as a browser or curl sends it.
 function getByHost(port, hostname, path, headers = {}) {
@@ -73,20 +45,6 @@ function getByHost(port, hostname, path, headers = {}) {
   });
 }
 
-function startNode(n) {
-  return new Promise((resolve, reject) => {
-    n.proc = spawn(ABXD_BIN, n.args, { stdio: ['ignore', 'pipe', 'inherit'] });
-    const timer = setTimeout(() => reject(new Error(`${n.name} did not start`)), 30000);
-    n.proc.once('exit', (code) => reject(new Error(`${n.name} exited early: ${code}`)));
-    n.proc.stdout.on('data', (d) => {
-      if (/listening on /.test(d.toString())) {
-        clearTimeout(timer);
-        n.proc.removeAllListeners('exit');
-        resolve();
-      }
-    });
-  });
-}
 
 before(async () => {
   if (!ABXD_BIN) throw new Error('set ABXD_BIN to the abxd binary');
@@ -94,26 +52,9 @@ before(async () => {
   for (const name of ['e1', 'e2', 'e3'])
     etcds.push({ name, client: await freePort(), peer: await freePort() });
   const initial = etcds.map((e) => `${e.name}=http://127.0.0.1:${e.peer}`).join(',');
-  const token = `abx-test-${randomBytes(4).toString('hex')}`;
-  for (const e of etcds) {
-    const c = `http://127.0.0.1:${e.client}`;
-    const p = `http://127.0.0.1:${e.peer}`;
-    e.proc = spawn(ETCD_BIN, ['--name', e.name, '--data-dir', join(dir, e.name),
-      '--listen-client-urls', c, '--advertise-client-urls', c, '--listen-peer-urls', p,
-      '--initial-advertise-peer-urls', p, '--initial-cluster', initial,
-      '--initial-cluster-state', 'new', '--initial-cluster-token', token,
-      '--logger', 'zap', '--log-level', 'error'], { stdio: 'ignore' });
-  }
+  for (const e of etcds) spawnEtcd(e, dir, initial);
   const endpoints = etcds.map((e) => `http://127.0.0.1:${e.client}`).join(',');
-  for (let i = 0; ; i++) {
-    try {
-      await etcdCall('/v3/kv/put', { key: 'cHJvYmU=', value: 'MQ==' });
-      break;
-    } catch (e) {
-      if (i > 100) throw e;
-      await sleep(100);
-    }
-  }
+  await waitForEtcd(etcds.map((e) => e.client));
   secretFile = join(dir, 'cluster-secret');
   writeFileSync(secretFile, randomBytes(24).toString('hex'), { mode: 0o600 });
   for (const [i, name] of ['n1', 'n2', 'n3'].entries()) {
@@ -180,7 +121,7 @@ test('three nodes on etcd: spread, relay, list, an etcd member down, a node lost
     made.push(s.sandboxId);
     sbxs.push(s);
   }
-  const where = await placements();
+  const where = await placements(etcds.filter((e) => !exited(e.proc)).map((e) => e.client));
   const per = { n1: [], n2: [], n3: [] };
   for (const s of sbxs) per[where[s.sandboxId]].push(s);
   assert.deepEqual(Object.values(per).map((l) => l.length), [3, 3, 3], JSON.stringify(where));
@@ -276,6 +217,6 @@ test('three nodes on etcd: spread, relay, list, an etcd member down, a node lost
 
   // Killing through node 1 works for the nodes that are up.
   for (const s of [...per.n1, ...per.n2]) assert.equal(await Sandbox.kill(s.sandboxId), true);
-  const left = await placements();
+  const left = await placements(etcds.filter((e) => !exited(e.proc)).map((e) => e.client));
   for (const s of [...per.n1, ...per.n2]) assert.equal(left[s.sandboxId], undefined);
 });

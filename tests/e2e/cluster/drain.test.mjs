@@ -6,20 +6,18 @@
 //   ABXD_BIN=build/dev/src/platform/abxd ABX_ETCD_BIN=/usr/bin/etcd node --test drain.test.mjs
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
-import { exited, freePort, sleep, stop } from './procs.mjs';
+import { etcdRange, freePort, placements, sleep, startEtcd, startNode, stop, useNode } from './procs.mjs';
 
 const jsRequire = createRequire(new URL('../js/package.json', import.meta.url));
 const { Sandbox } = await import(pathToFileURL(jsRequire.resolve('e2b')).href);
 
 const ABXD_BIN = process.env.ABXD_BIN;
-const ETCD_BIN = process.env.ABX_ETCD_BIN || '/usr/bin/etcd';
 
 const dir = mkdtempSync(join(tmpdir(), 'abx-drain-'));
 let etcd; // {client, peer, proc}
@@ -27,70 +25,15 @@ const nodes = []; // {name, port, home, args, proc, key, url}
 const made = []; // [id, node index]
 
 
-async function etcdRange(prefix) {
-  const b64 = (s) => Buffer.from(s).toString('base64');
-  const end = prefix.slice(0, -1) + String.fromCharCode(prefix.charCodeAt(prefix.length - 1) + 1);
-  const r = await fetch(`http://127.0.0.1:${etcd.client}/v3/kv/range`, {
-    method: 'POST',
-    body: JSON.stringify({ key: b64(prefix), range_end: b64(end) }),
-  });
-  assert.equal(r.status, 200);
-  const out = {};
-  for (const kv of (await r.json()).kvs || []) {
-    out[Buffer.from(kv.key, 'base64').toString()] =
-      JSON.parse(Buffer.from(kv.value, 'base64').toString());
-  }
-  return out;
-}
 
 // The cluster's sandbox → node map.
-async function placements() {
-  const out = {};
-  for (const v of Object.values(await etcdRange('/abx/sandboxes/'))) out[v.sandboxID] = v.node;
-  return out;
-}
 
-function startNode(n) {
-  return new Promise((resolve, reject) => {
-    n.proc = spawn(ABXD_BIN, n.args, { stdio: ['ignore', 'pipe', 'inherit'] });
-    const timer = setTimeout(() => reject(new Error(`${n.name} did not start`)), 30000);
-    n.proc.once('exit', (code) => reject(new Error(`${n.name} exited early: ${code}`)));
-    n.proc.stdout.on('data', (d) => {
-      if (/listening on /.test(d.toString())) {
-        clearTimeout(timer);
-        n.proc.removeAllListeners('exit');
-        resolve();
-      }
-    });
-  });
-}
 
 // The SDK talks to node `i` with that node's API key.
-function useNode(i) {
-  process.env.E2B_API_URL = nodes[i].url;
-  process.env.E2B_SANDBOX_URL = nodes[i].url;
-  process.env.E2B_API_KEY = nodes[i].key;
-}
 
 before(async () => {
   if (!ABXD_BIN) throw new Error('set ABXD_BIN to the abxd binary');
-  etcd = { client: await freePort(), peer: await freePort() };
-  const c = `http://127.0.0.1:${etcd.client}`;
-  const p = `http://127.0.0.1:${etcd.peer}`;
-  etcd.proc = spawn(ETCD_BIN, ['--name', 'e1', '--data-dir', join(dir, 'e1'),
-    '--listen-client-urls', c, '--advertise-client-urls', c, '--listen-peer-urls', p,
-    '--initial-advertise-peer-urls', p, '--initial-cluster', `e1=${p}`,
-    '--initial-cluster-state', 'new', '--logger', 'zap', '--log-level', 'error'],
-  { stdio: 'ignore' });
-  for (let i = 0; ; i++) {
-    try {
-      const r = await fetch(`${c}/v3/kv/put`,
-        { method: 'POST', body: JSON.stringify({ key: 'cHJvYmU=', value: 'MQ==' }) });
-      if (r.ok) break;
-    } catch {}
-    if (i > 100) throw new Error('etcd did not come up');
-    await sleep(100);
-  }
+  etcd = await startEtcd(dir);
   const secretFile = join(dir, 'cluster-secret');
   writeFileSync(secretFile, randomBytes(24).toString('hex'), { mode: 0o600 });
   for (const [i, name] of ['n1', 'n2'].entries()) {
@@ -106,7 +49,7 @@ before(async () => {
       name, port, home, url: `http://127.0.0.1:${port}`,
       args: ['--home', home, '--listen', `127.0.0.1:${port}`, '--dns-upstream', '127.0.0.1:9',
         '--kill-sandboxes', '--pause', 'disk', '--sandbox-net', `10.216.${i * 32}.0/19`,
-        '--cluster', c, '--node-name', name, '--advertise-url', `http://127.0.0.1:${port}`,
+        '--cluster', `http://127.0.0.1:${etcd.client}`, '--node-name', name, '--advertise-url', `http://127.0.0.1:${port}`,
         '--cluster-secret-file', secretFile, '--cluster-ttl', '5',
         '--cluster-capacity', String(10 * (i + 1))],
     });
@@ -119,7 +62,7 @@ before(async () => {
 
 after(async () => {
   for (const [id, i] of made) {
-    useNode(i);
+    useNode(nodes[i]);
     await Sandbox.kill(id).catch(() => {});
   }
   for (const n of nodes) await stop(n.proc, 'SIGTERM');
@@ -130,17 +73,17 @@ after(async () => {
 test("drain: node 2's running sandboxes go on on node 1 with their ids, files and processes",
   async () => {
     // Two sandboxes placed on node 2, which has the most free slots (20 to node 1's 10).
-    useNode(1);
+    useNode(nodes[1]);
     const a = await Sandbox.create('base', { metadata: { who: 'a' }, timeoutMs: 600_000 });
     made.push([a.sandboxId, 0]);
     const b = await Sandbox.create('base', { metadata: { who: 'b' }, timeoutMs: 600_000 });
     made.push([b.sandboxId, 0]);
-    let map = await placements();
+    let map = await placements([etcd.client]);
     assert.equal(map[a.sandboxId], 'n2');
     assert.equal(map[b.sandboxId], 'n2');
     const stay = await Sandbox.create('only2', { timeoutMs: 600_000 });
     made.push([stay.sandboxId, 1]);
-    assert.equal((await placements())[stay.sandboxId], 'n2');
+    assert.equal((await placements([etcd.client]))[stay.sandboxId], 'n2');
     await stay.commands.run("setsid sh -c 'sleep 1000' >/dev/null 2>&1 </dev/null &");
     const stayPid = (await stay.commands.run('pgrep -x sleep')).stdout.trim();
     assert.match(stayPid, /^\d+$/);
@@ -170,7 +113,7 @@ test("drain: node 2's running sandboxes go on on node 1 with their ids, files an
     // The one node 1 cannot take stays on node 2, running as it was: nothing is lost.
     assert.match(moved[stay.sandboxId].error, /template 'only2' is not on this node/);
     assert.equal(moved[stay.sandboxId].node, undefined);
-    map = await placements();
+    map = await placements([etcd.client]);
     assert.equal(map[a.sandboxId], 'n1');
     assert.equal(map[b.sandboxId], 'n1');
     assert.equal(map[stay.sandboxId], 'n2');
@@ -178,7 +121,7 @@ test("drain: node 2's running sandboxes go on on node 1 with their ids, files an
     made[1][1] = 0;
 
     // Through node 1, with node 1's key: the same sandbox, its file, its process, its token.
-    useNode(0);
+    useNode(nodes[0]);
     const a1 = await Sandbox.connect(a.sandboxId);
     assert.equal(await a1.files.read('/home/user/note.txt'), 'written on node 2');
     assert.equal((await a1.commands.run('pgrep -f "while true"')).stdout.trim(), pid);
@@ -210,12 +153,12 @@ test("drain: node 2's running sandboxes go on on node 1 with their ids, files an
     }
 
     // Node 2 is draining: a create through it is placed on node 1.
-    const n2 = (await etcdRange('/abx/nodes/'))['/abx/nodes/n2'];
+    const n2 = (await etcdRange([etcd.client], '/abx/nodes/'))['/abx/nodes/n2'];
     assert.equal(n2.draining, true);
-    useNode(1);
+    useNode(nodes[1]);
     const c = await Sandbox.create('base', { timeoutMs: 60_000 });
     made.push([c.sandboxId, 1]);
-    assert.equal((await placements())[c.sandboxId], 'n1');
+    assert.equal((await placements([etcd.client]))[c.sandboxId], 'n1');
     await c.kill();
     made.pop();
   });

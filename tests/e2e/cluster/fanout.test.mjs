@@ -7,20 +7,18 @@
 //   ABXD_BIN=build/dev/src/platform/abxd ABX_ETCD_BIN=/usr/bin/etcd node --test fanout.test.mjs
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
-import { exited, freePort, sleep, stop } from './procs.mjs';
+import { exited, freePort, placements, startEtcd, startNode, stop, useNode } from './procs.mjs';
 
 const jsRequire = createRequire(new URL('../js/package.json', import.meta.url));
 const { Sandbox } = await import(pathToFileURL(jsRequire.resolve('e2b')).href);
 
 const ABXD_BIN = process.env.ABXD_BIN;
-const ETCD_BIN = process.env.ABX_ETCD_BIN || '/usr/bin/etcd';
 const FANOUT_MS = 1500;
 
 const dir = mkdtempSync(join(tmpdir(), 'abx-fanout-'));
@@ -28,64 +26,15 @@ let etcd; // {client, peer, proc}
 const nodes = []; // {name, port, home, args, proc, key, url}
 const made = []; // [id, node index]
 
-async function placements() {
-  const b64 = (s) => Buffer.from(s).toString('base64');
-  const r = await fetch(`http://127.0.0.1:${etcd.client}/v3/kv/range`, {
-    method: 'POST',
-    body: JSON.stringify({ key: b64('/abx/sandboxes/'), range_end: b64('/abx/sandboxes0') }),
-  });
-  assert.equal(r.status, 200);
-  const out = {};
-  for (const kv of (await r.json()).kvs || []) {
-    const v = JSON.parse(Buffer.from(kv.value, 'base64').toString());
-    out[v.sandboxID] = v.node;
-  }
-  return out;
-}
 
-function startNode(n) {
-  return new Promise((resolve, reject) => {
-    n.proc = spawn(ABXD_BIN, n.args, { stdio: ['ignore', 'pipe', 'inherit'] });
-    const timer = setTimeout(() => reject(new Error(`${n.name} did not start`)), 30000);
-    n.proc.once('exit', (code) => reject(new Error(`${n.name} exited early: ${code}`)));
-    n.proc.stdout.on('data', (d) => {
-      if (/listening on /.test(d.toString())) {
-        clearTimeout(timer);
-        n.proc.removeAllListeners('exit');
-        resolve();
-      }
-    });
-  });
-}
 
-function useNode(i) {
-  process.env.E2B_API_URL = nodes[i].url;
-  process.env.E2B_SANDBOX_URL = nodes[i].url;
-  process.env.E2B_API_KEY = nodes[i].key;
-}
 
 const api = (i, path, init = {}) => fetch(`${nodes[i].url}${path}`,
   { ...init, headers: { 'X-API-KEY': nodes[i].key, ...(init.headers || {}) } });
 
 before(async () => {
   if (!ABXD_BIN) throw new Error('set ABXD_BIN to the abxd binary');
-  etcd = { client: await freePort(), peer: await freePort() };
-  const c = `http://127.0.0.1:${etcd.client}`;
-  const p = `http://127.0.0.1:${etcd.peer}`;
-  etcd.proc = spawn(ETCD_BIN, ['--name', 'e1', '--data-dir', join(dir, 'e1'),
-    '--listen-client-urls', c, '--advertise-client-urls', c, '--listen-peer-urls', p,
-    '--initial-advertise-peer-urls', p, '--initial-cluster', `e1=${p}`,
-    '--initial-cluster-state', 'new', '--logger', 'zap', '--log-level', 'error'],
-  { stdio: 'ignore' });
-  for (let i = 0; ; i++) {
-    try {
-      const r = await fetch(`${c}/v3/kv/put`,
-        { method: 'POST', body: JSON.stringify({ key: 'cHJvYmU=', value: 'MQ==' }) });
-      if (r.ok) break;
-    } catch {}
-    if (i > 100) throw new Error('etcd did not come up');
-    await sleep(100);
-  }
+  etcd = await startEtcd(dir);
   const secretFile = join(dir, 'cluster-secret');
   writeFileSync(secretFile, randomBytes(24).toString('hex'), { mode: 0o600 });
   // Capacities make placement predictable: a create goes to n2 (30 free), a drain of n2 to n3
@@ -99,7 +48,7 @@ before(async () => {
       name, port, home, url: `http://127.0.0.1:${port}`,
       args: ['--home', home, '--listen', `127.0.0.1:${port}`, '--dns-upstream', '127.0.0.1:9',
         '--kill-sandboxes', '--pause', 'disk', '--sandbox-net', `10.217.${i * 32}.0/19`,
-        '--cluster', c, '--node-name', name, '--advertise-url', `http://127.0.0.1:${port}`,
+        '--cluster', `http://127.0.0.1:${etcd.client}`, '--node-name', name, '--advertise-url', `http://127.0.0.1:${port}`,
         '--cluster-secret-file', secretFile, '--cluster-ttl', '60',
         '--cluster-capacity', String(capacity[name]),
         '--cluster-fanout-timeout-ms', String(FANOUT_MS)],
@@ -114,7 +63,7 @@ before(async () => {
 after(async () => {
   for (const n of nodes) if (n.proc && !exited(n.proc)) n.proc.kill('SIGCONT');
   for (const [id, i] of made) {
-    useNode(i);
+    useNode(nodes[i]);
     await Sandbox.kill(id).catch(() => {});
   }
   for (const n of nodes) await stop(n.proc, 'SIGTERM');
@@ -125,10 +74,10 @@ after(async () => {
 test('a relay after a drain reaches the new owner; a hung node holds a list only briefly',
   async () => {
     // Placed on n2 through n1; n1 reads (and caches) its placement on the first relayed call.
-    useNode(0);
+    useNode(nodes[0]);
     const s = await Sandbox.create('base', { metadata: { who: 'fanout' }, timeoutMs: 600_000 });
     made.push([s.sandboxId, 0]);
-    assert.equal((await placements())[s.sandboxId], 'n2');
+    assert.equal((await placements([etcd.client]))[s.sandboxId], 'n2');
     assert.equal((await s.commands.run('echo on-n2')).stdout, 'on-n2\n');
     let r = await api(0, `/sandboxes/${s.sandboxId}`);
     assert.equal(r.status, 200);
@@ -139,7 +88,7 @@ test('a relay after a drain reaches the new owner; a hung node holds a list only
     const drained = await r.json();
     assert.equal(r.status, 200, JSON.stringify(drained));
     assert.equal(drained.sandboxes[0].node, 'n3', JSON.stringify(drained));
-    assert.equal((await placements())[s.sandboxId], 'n3');
+    assert.equal((await placements([etcd.client]))[s.sandboxId], 'n3');
 
     // n1 still has n2 cached: n2 answers 421, n1 reads the map again and relays to n3.
     r = await api(0, `/sandboxes/${s.sandboxId}`);
@@ -203,7 +152,7 @@ test('a relay after a drain reaches the new owner; a hung node holds a list only
     await s1.kill();
     made.pop();
     // Killed through n1 (relayed to n3): gone from the map, and n1 does not find it.
-    assert.equal((await placements())[s.sandboxId], undefined);
+    assert.equal((await placements([etcd.client]))[s.sandboxId], undefined);
     r = await api(0, `/sandboxes/${s.sandboxId}`);
     assert.equal(r.status, 404);
   });

@@ -1,7 +1,13 @@
-// Process and port helpers shared by the cluster e2e tests (cluster.test.mjs, drain.test.mjs).
+// Process, port, etcd and node helpers shared by the cluster e2e tests (cluster, drain, fanout
+// and chaos .test.mjs).
+import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { createServer } from 'node:net';
+import { join } from 'node:path';
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+export const ETCD_BIN = process.env.ABX_ETCD_BIN || '/usr/bin/etcd';
 
 // A loopback port free at the time of asking.
 export function freePort() {
@@ -26,4 +32,97 @@ export function stop(p, signal) {
     p.once('exit', resolve);
     p.kill(signal);
   });
+}
+
+const b64 = (s) => Buffer.from(s).toString('base64');
+
+// POSTs `body` to etcd's JSON gateway at `path` on the first of the client `ports` that answers.
+export async function etcdCall(ports, path, body) {
+  for (const port of ports) {
+    try {
+      const r = await fetch(`http://127.0.0.1:${port}${path}`, {
+        method: 'POST',
+        body: JSON.stringify(body),
+      });
+      if (r.ok) return r.json();
+    } catch {}
+  }
+  throw new Error('no etcd member answered');
+}
+
+// The keys under `prefix` as {key: its JSON value}.
+export async function etcdRange(ports, prefix) {
+  const end = prefix.slice(0, -1) + String.fromCharCode(prefix.charCodeAt(prefix.length - 1) + 1);
+  const r = await etcdCall(ports, '/v3/kv/range', { key: b64(prefix), range_end: b64(end) });
+  const out = {};
+  for (const kv of r.kvs || []) {
+    out[Buffer.from(kv.key, 'base64').toString()] =
+      JSON.parse(Buffer.from(kv.value, 'base64').toString());
+  }
+  return out;
+}
+
+// The cluster's sandbox map: {sandboxID: node name}.
+export async function placements(ports) {
+  const out = {};
+  for (const v of Object.values(await etcdRange(ports, '/abx/sandboxes/'))) out[v.sandboxID] = v.node;
+  return out;
+}
+
+// Spawns etcd member `e` ({name, client, peer}) of `initialCluster` with its data in `dir`. The
+// members of one cluster share a token made from `initialCluster` (its ports are this test's).
+export function spawnEtcd(e, dir, initialCluster) {
+  const token = `abx-test-${createHash('sha256').update(initialCluster).digest('hex').slice(0, 8)}`;
+  const c = `http://127.0.0.1:${e.client}`;
+  const p = `http://127.0.0.1:${e.peer}`;
+  e.proc = spawn(ETCD_BIN, ['--name', e.name, '--data-dir', join(dir, e.name),
+    '--listen-client-urls', c, '--advertise-client-urls', c, '--listen-peer-urls', p,
+    '--initial-advertise-peer-urls', p, '--initial-cluster', initialCluster,
+    '--initial-cluster-state', 'new', '--initial-cluster-token', token,
+    '--logger', 'zap', '--log-level', 'error'], { stdio: 'ignore' });
+  return e;
+}
+
+// Resolves once a put through one of `ports` succeeds (10 s at most).
+export async function waitForEtcd(ports) {
+  for (let i = 0; ; i++) {
+    try {
+      await etcdCall(ports, '/v3/kv/put', { key: b64('probe'), value: b64('1') });
+      return;
+    } catch {}
+    if (i > 100) throw new Error('etcd did not come up');
+    await sleep(100);
+  }
+}
+
+// A one-member etcd on free loopback ports, answering: {name, client, peer, proc}.
+export async function startEtcd(dir) {
+  const e = { name: 'e1', client: await freePort(), peer: await freePort() };
+  spawnEtcd(e, dir, `e1=http://127.0.0.1:${e.peer}`);
+  await waitForEtcd([e.client]);
+  return e;
+}
+
+// Starts abxd node `n` ({name, args}) and resolves once it listens; n.proc is the process.
+export function startNode(n) {
+  return new Promise((resolve, reject) => {
+    n.proc = spawn(process.env.ABXD_BIN, n.args, { stdio: ['ignore', 'pipe', 'inherit'] });
+    const timer = setTimeout(() => reject(new Error(`${n.name} did not start`)), 30000);
+    n.proc.once('exit', (code) => reject(new Error(`${n.name} exited early: ${code}`)));
+    n.proc.stdout.on('data', (d) => {
+      if (/listening on /.test(d.toString())) {
+        clearTimeout(timer);
+        n.proc.removeAllListeners('exit');
+        n.dead = false;
+        resolve();
+      }
+    });
+  });
+}
+
+// Points the e2b SDK (its environment) at node `n` ({url, key}).
+export function useNode(n) {
+  process.env.E2B_API_URL = n.url;
+  process.env.E2B_SANDBOX_URL = n.url;
+  process.env.E2B_API_KEY = n.key;
 }
