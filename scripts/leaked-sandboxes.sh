@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Lists the sandboxes (and the abx-envd daemons its tests ran on the host) of one test run that
-# are still alive, kills them, and exits 1 if there were any. Usage: leaked-sandboxes.sh RUN_ID
+# are still alive, kills them, and exits 1 if there were any (2 for a run id under 8
+# characters). Usage: leaked-sandboxes.sh RUN_ID
 #
 # A sandbox is an abx-envd running as PID 1 of its own pid namespace (the last NSpid field is
 # 1). It belongs to the run when the run id appears in its mount table: abxd bind-mounts the
@@ -12,6 +13,12 @@
 set -uo pipefail
 
 run_id=${1:?usage: leaked-sandboxes.sh RUN_ID}
+# The id is looked for as a substring of mount tables and paths: a short or common one ("vol")
+# matches other runs' sandboxes (a volume's path) and would kill them.
+if [ ${#run_id} -lt 8 ] || [[ ! $run_id =~ ^[A-Za-z0-9_./-]+$ ]]; then
+  echo "leaked-sandboxes: run id '$run_id' must be at least 8 characters of [A-Za-z0-9_./-]" >&2
+  exit 2
+fi
 found=0
 # Each abx-envd: a sandbox's PID 1 (see above), or one a test ran on the host. That one outlives
 # its test when the test is killed (ctest's timeout): it and what it started (a `yes` flood of
