@@ -49,6 +49,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 from rows import row  # noqa: E402
+from api_client import Api  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -107,31 +108,6 @@ def layer_pool_takes(api):
         r'^abx_layer_pool_takes_total\{result="(hit|miss)"\} (\d+)$', body.decode(), re.M)}
 
 
-class Api:
-    def __init__(self, port, key):
-        self.port, self.key = port, key
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-
-    def call(self, method, path, body=None, headers=None):
-        h = {"X-API-KEY": self.key}
-        if body is not None:
-            h["Content-Type"] = "application/json"
-            body = json.dumps(body)
-        h.update(headers or {})
-        for attempt in (1, 2):
-            try:
-                self.conn.request(method, path, body=body, headers=h)
-                r = self.conn.getresponse()
-                break
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                # abxd closed the keep-alive connection while it sat idle (the proxy section
-                # runs for minutes): a new connection, once.
-                self.conn.close()
-                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-                if attempt == 2:
-                    raise
-        data = r.read()
-        return r.status, data
 
 
 # abxd's host ends of sandbox links: "ab", 8 hex digits (the daemon's home), the slot number.

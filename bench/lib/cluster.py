@@ -38,6 +38,7 @@ BENCH = os.path.dirname(HERE)
 ROOT = os.path.dirname(BENCH)
 sys.path.insert(0, HERE)
 sys.path.insert(0, BENCH)
+from api_client import Api  # noqa: E402
 from rows import row  # noqa: E402
 from abxd import connect_envelope, interleaved  # noqa: E402
 
@@ -54,28 +55,6 @@ def b64(s):
     return base64.b64encode(s.encode()).decode()
 
 
-class Api:
-    def __init__(self, port, key):
-        self.port, self.key = port, key
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-
-    def call(self, method, path, body=None, headers=None):
-        h = {"X-API-KEY": self.key}
-        if body is not None:
-            h["Content-Type"] = "application/json"
-            body = json.dumps(body)
-        h.update(headers or {})
-        for attempt in (1, 2):
-            try:
-                self.conn.request(method, path, body=body, headers=h)
-                r = self.conn.getresponse()
-                break
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                self.conn.close()
-                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-                if attempt == 2:
-                    raise
-        return r.status, r.read()
 
 
 def etcd_call(port, path, body):
@@ -157,7 +136,7 @@ def main():
                 time.sleep(0.05)
             with open(os.path.join(n["home"], "api_key")) as f:
                 n["key"] = f.read().strip()
-            n["api"] = Api(n["port"], n["key"])
+            n["api"] = Api(n["port"], n["key"], timeout=120)
         n1, n2 = nodes["n1"], nodes["n2"]
 
         # 1. create: remote (through n1, placed on n2) and local (n2), alternating.
