@@ -623,17 +623,34 @@ Status SandboxNetwork::apply_change_locked(const std::string& id, const std::str
 
 Status SandboxNetwork::attach(const std::string& id, const runtime::VethInfo& link,
                               const SandboxNetworkSpec& spec) {
-  ABX_ASSIGN_OR_RETURN(egress::Rules rules, rules_of(spec));
+  ABX_TRY(attach_rules(id, link, spec));
+  if (Status s = listen(id, link); !s) {
+    detach(id);
+    return s;
+  }
+  return {};
+}
+
+Status SandboxNetwork::listen(const std::string& id, const runtime::VethInfo& link) {
   std::lock_guard lock(mu_);
   if (removed_) return stopped_error();
+  if (!dns_ || !proxy_) return Error(ErrorCode::kFailedPrecondition, "sandbox networking is off");
   // The link's gateway address gets the resolver and the proxy (idempotent: a slot's address
   // may be listened on already, by a sandbox of that slot not detached yet).
-  if (!dns_ || !proxy_) return Error(ErrorCode::kFailedPrecondition, "sandbox networking is off");
   ABX_TRY(dns_->listen_on(link.host_ip));
   if (Status s = proxy_->listen_on(link.host_ip); !s) {
     unlisten_locked(link.host_ip, id);
     return s;
   }
+  return {};
+}
+
+Status SandboxNetwork::attach_rules(const std::string& id, const runtime::VethInfo& link,
+                                    const SandboxNetworkSpec& spec) {
+  ABX_ASSIGN_OR_RETURN(egress::Rules rules, rules_of(spec));
+  std::lock_guard lock(mu_);
+  if (removed_) return stopped_error();
+  if (!dns_ || !proxy_) return Error(ErrorCode::kFailedPrecondition, "sandbox networking is off");
   Entry e;
   e.id = id;
   e.link = link;

@@ -139,9 +139,17 @@ class SandboxNetwork {
   std::string sandbox_ca_bundle() const { return sandbox_bundle_; }
 
   // Starts enforcing `spec` for the sandbox on `link` (create and adopt). Until this returns the
-  // link is dropped by the ruleset (fail closed).
+  // link is dropped by the ruleset (fail closed). attach_rules then listen; on an error neither
+  // is left in place.
   Status attach(const std::string& sandbox_id, const runtime::VethInfo& link,
                 const SandboxNetworkSpec& spec);
+  // attach in two steps, for a spawn (runtime's link_rules and link_ready): the link's entries
+  // in the ruleset, which need only its name and addresses (the link may not exist yet), then
+  // the resolver and the proxy on its gateway address, which must be on the link. The caller
+  // detaches the sandbox when the second fails or the spawn does.
+  Status attach_rules(const std::string& sandbox_id, const runtime::VethInfo& link,
+                      const SandboxNetworkSpec& spec);
+  Status listen(const std::string& sandbox_id, const runtime::VethInfo& link);
   // Replaces the rules; on failure the old rules stay in force.
   Status update(const std::string& sandbox_id, const SandboxNetworkSpec& spec);
   void detach(const std::string& sandbox_id);

@@ -344,8 +344,11 @@ Result<runtime::SandboxConfig> SandboxManager::restore_config(const std::string&
       return Error(ErrorCode::kFailedPrecondition,
                    "sandbox '" + id + "' had a network link and abxd's networking is off now");
     c.veth = opt_.network->veth_config();
-    c.link_ready = [network = opt_.network, id, net](const runtime::VethInfo& l) {
-      return network->attach(id, l, net);
+    c.link_rules = [network = opt_.network, id, net](const runtime::VethInfo& l) {
+      return network->attach_rules(id, l, net);
+    };
+    c.link_ready = [network = opt_.network, id](const runtime::VethInfo& l) {
+      return network->listen(id, l);
     };
   }
   return c;

@@ -132,8 +132,11 @@ runtime::SandboxConfig envd_sandbox_config(
       cfg.binds.push_back({opt.network->ca_cert_path(), kSandboxEgressCa, false});
     }
     // The rules are in force before the sandbox's first instruction.
-    cfg.link_ready = [network = opt.network, id, net](const runtime::VethInfo& link) {
-      return network->attach(id, link, net);
+    cfg.link_rules = [network = opt.network, id, net](const runtime::VethInfo& link) {
+      return network->attach_rules(id, link, net);
+    };
+    cfg.link_ready = [network = opt.network, id](const runtime::VethInfo& link) {
+      return network->listen(id, link);
     };
   }
   cfg.argv = {kEnvdInside, "--config-fd", std::to_string(kEnvdConfigFd)};

@@ -732,8 +732,11 @@ Result<int> Build::run_sandbox(const image::Instruction& in, const std::vector<s
     sc.binds.push_back({rc, "/etc/resolv.conf", false});
     SandboxNetworkSpec spec;
     spec.allow_internet_access = net->default_internet();
-    sc.link_ready = [net, run_id, spec](const runtime::VethInfo& link) {
-      return net->attach(run_id, link, spec);
+    sc.link_rules = [net, run_id, spec](const runtime::VethInfo& link) {
+      return net->attach_rules(run_id, link, spec);
+    };
+    sc.link_ready = [net, run_id](const runtime::VethInfo& link) {
+      return net->listen(run_id, link);
     };
   }
   auto sb = runtime::Sandbox::spawn(std::move(sc));

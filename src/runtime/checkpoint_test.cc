@@ -1675,5 +1675,67 @@ TEST_F(CheckpointTest, AdoptAndRecoverCompleteARestoreWhoseOwnerDiedAfterCriu) {
   expect_no_leftovers(c.id, SandboxCgroups::existing(*l, "abx", c.id).dirs());
 }
 
+// A spawn runs link_rules before its clone (the link is not there yet, the sandbox's cgroup holds
+// no process), then link_ready once the link is up, with the same link; a restore, which clones
+// nothing of its caller, runs both once its link is up, in that order. An error from link_rules
+// fails the spawn and leaves nothing behind (no state directory, no link, no cgroup).
+TEST_F(CheckpointTest, LinkRulesRunBeforeTheCloneThenLinkReadyOnTheSameLink) {
+  SandboxConfig c = counter_config();
+  std::vector<std::string> calls;
+  std::optional<VethInfo> ruled;
+  std::vector<std::string> cgroup_dirs;
+  c.link_rules = [&](const VethInfo& l) -> Status {
+    calls.push_back("rules");
+    ruled = l;
+    EXPECT_EQ(::if_nametoindex(l.host_if.c_str()), 0u) << "the link is up before link_rules";
+    auto layout = CgroupLayout::detect();
+    if (layout) cgroup_dirs = SandboxCgroups::existing(*layout, c.cgroup_parent, c.id).dirs();
+    for (const auto& d : cgroup_dirs)
+      EXPECT_EQ(slurp(d + "/cgroup.procs"), "") << "a process in " << d << " before link_rules";
+    return {};
+  };
+  c.link_ready = [&](const VethInfo& l) -> Status {
+    calls.push_back("ready");
+    EXPECT_NE(::if_nametoindex(l.host_if.c_str()), 0u) << l.host_if;
+    EXPECT_TRUE(ruled && ruled->host_if == l.host_if && ruled->host_ip == l.host_ip &&
+                ruled->sandbox_ip == l.sandbox_ip)
+        << "link_rules was given another link than link_ready";
+    return {};
+  };
+  Count first;
+  const std::string dir = checkpointed_counter(c, &first);
+  ASSERT_FALSE(dir.empty());
+  EXPECT_EQ(calls, (std::vector<std::string>{"rules", "ready"}));
+  EXPECT_FALSE(cgroup_dirs.empty()) << "no cgroup of the sandbox when link_rules ran";
+
+  calls.clear();
+  ruled.reset();
+  auto back = restore(dir, c, {.mac_key = kKey});
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(calls, (std::vector<std::string>{"rules", "ready"}));
+  ASSERT_TRUE(back->destroy().ok());
+
+  SandboxConfig refused = counter_config();
+  refused.id = "ck-refused";
+  refused.link_rules = [](const VethInfo&) -> Status {
+    return Error(ErrorCode::kUnavailable, "no rules today");
+  };
+  bool readied = false;
+  refused.link_ready = [&](const VethInfo&) -> Status {
+    readied = true;
+    return {};
+  };
+  auto r = Sandbox::spawn(refused);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ErrorCode::kUnavailable);
+  EXPECT_NE(r.error().message().find("no rules today"), std::string::npos) << r.error().to_string();
+  EXPECT_FALSE(readied);
+  std::vector<std::string> refused_cgroups;
+  if (auto layout = CgroupLayout::detect())
+    refused_cgroups = SandboxCgroups::existing(*layout, refused.cgroup_parent, refused.id).dirs();
+  expect_no_leftovers(refused.id, refused_cgroups);
+  if (ruled) EXPECT_EQ(::if_nametoindex(ruled->host_if.c_str()), 0u);
+}
+
 }  // namespace
 }  // namespace abx::runtime

@@ -218,6 +218,10 @@ Status connect_veth(const SandboxConfig& config, Sandbox::State& st, Timeline* t
   ABX_TRY(create_file(st.dir + "/" + kVethFile, info.host_if + " " + std::to_string(info.host_ip) +
                                                     " " + std::to_string(info.sandbox_ip) + "\n"));
   if (timeline != nullptr) timeline->mark("veth");
+  if (config.link_rules) {  // a restore's (a spawn ran it before its clone)
+    ABX_TRY(config.link_rules(info));
+    if (timeline != nullptr) timeline->mark("link_rules");
+  }
   if (config.link_ready) {
     ABX_TRY(config.link_ready(info));
     if (timeline != nullptr) timeline->mark("link_ready");
@@ -649,6 +653,13 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config, Timeline* timeline) {
                                                            config.id, config.limits));
   made_cgroups = st->cgroups;
   mark("cgroups");
+
+  // 2b. the link's rules, while this process's memory is still its own (see link_rules).
+  if (config.veth.enabled && config.link_rules && st->slot) {
+    ABX_TRY(config.link_rules(veth_for_slot(config.veth, *st->slot)));
+    config.link_rules = nullptr;  // done: connect_veth runs link_ready only
+    mark("link_rules");
+  }
 
   // 3. the plan: all allocation for the child happens here.
   int pair[2];
