@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -121,6 +122,9 @@ void child_main(const ChildPlan& plan) {
     if (::syscall(SYS_setresuid, p.uid, p.uid, p.uid) != 0)
       report_and_exit(p.sock, (fail(&r, "setresuid"), r));
   }
+  if (p.exec_sigmask != nullptr &&
+      ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, p.exec_sigmask, nullptr, _NSIG / 8) != 0)
+    report_and_exit(p.sock, (fail(&r, "restore the signal mask"), r));
   ::execve(p.exe, p.argv, p.envp);
   report_and_exit(p.sock, (fail(&r, "execve", p.exe), r));
 }

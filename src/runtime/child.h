@@ -1,9 +1,11 @@
 // The child side of spawn: what the sandbox init runs between clone and exec.
 //
 // Everything the child needs is prepared by the parent in a ChildPlan (plain pointers into
-// strings the parent owns; the child has a copy-on-write image of them). Child code only makes
-// raw syscalls and writes into fixed buffers: the parent may be multi-threaded, and a lock held
-// by another thread at clone time (malloc's, ASan's) would never be released in the child.
+// strings the parent owns; the child shares the parent's memory until its exec, or has a
+// copy-on-write image of it in the sanitizer builds: sandbox.cc, clone_init). Child code only makes
+// raw syscalls and writes into fixed buffers, on its own stack: the parent is multi-threaded, a
+// lock held by another thread at clone time (malloc's, ASan's) would never be released in the
+// child, and with shared memory any other write would land in the parent's.
 //
 // One file per step, each exposing `bool <step>_child(const ChildPlan&, ChildReport*)`; a step
 // that fails fills the report and returns false, and child_main() sends the report over the
@@ -11,6 +13,7 @@
 #pragma once
 
 #include <linux/filter.h>
+#include <signal.h>
 #include <sys/types.h>
 
 #include <cstddef>
@@ -84,6 +87,11 @@ struct ChildPlan {
   unsigned uid = 0, gid = 0;
   const unsigned* groups = nullptr;
   std::size_t ngroups = 0;
+  // Set when the child was cloned sharing the parent's memory (sandbox.cc, clone_shared): the
+  // cloning thread blocks every signal first, so that no handler of the parent's ever runs on
+  // the child's side of that memory; the child puts this mask (the spawning thread's) back just
+  // before its exec, as a forked child would have had it.
+  const sigset_t* exec_sigmask = nullptr;
 };
 
 // Fills `r` with what failed and errno (the errno is read here, so call right after the call).

@@ -6,7 +6,8 @@
 //      then make and mount the writable layer there (disk.h: the child only stacks the overlay);
 //   2. create the cgroups and write limits (before clone: the child must never run unlimited);
 //   3. build the ChildPlan (strings, argv/envp arrays, seccomp program) — all allocation is here;
-//   4. clone3 into new pid/mnt/uts/ipc(/net) namespaces with CLONE_PIDFD, then wait until the
+//   4. clone into new pid/mnt/uts/ipc(/net) namespaces with CLONE_PIDFD (and CLONE_VM: the
+//      child shares our memory until its exec, see clone_shared), then wait until the
 //      child closed its copies of our descriptors (the state dir's lock among them);
 //   5. record pid + start time, attach the pid to the cgroups, then send "go";
 //   6. read the report socket: EOF = exec happened, a ChildReport = a step failed.
@@ -14,6 +15,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <linux/sched.h>
 #include <net/if.h>
 #include <poll.h>
@@ -21,6 +23,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -30,10 +33,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <future>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
+#include <system_error>
+#include <thread>
 
 #include "abx/base/scope_exit.h"
 #include "abx/base/try.h"
@@ -173,6 +181,125 @@ pid_t clone3_sandbox(std::uint64_t flags, int* pidfd) {
   args.pidfd = reinterpret_cast<std::uint64_t>(pidfd);
   args.exit_signal = SIGCHLD;
   return static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
+}
+
+struct Cloned {
+  pid_t pid = -1;
+  int pidfd = -1;
+};
+
+// The init as a fork: a copy-on-write image of this process (the sanitizer builds, whose
+// runtimes cannot follow a child that shares their memory, and ABX_SPAWN_FORK=1).
+Result<Cloned> clone_forked(std::uint64_t flags, const ChildPlan& plan,
+                            std::optional<std::uint32_t> owner) {
+  std::optional<ScopedThreadOwner> as_owner;
+  if (owner) {
+    auto became = ScopedThreadOwner::become(*owner);
+    if (!became) return became.error();
+    as_owner.emplace(std::move(became).value());
+  }
+  Cloned c;
+  c.pid = clone3_sandbox(flags, &c.pidfd);
+  if (c.pid == 0) child_main(plan);  // never returns
+  if (c.pid < 0) return os::errno_error("clone3", errno);
+  return c;
+}
+
+#if defined(__x86_64__)
+// FUTEX_WAIT without glibc's wrapper, which would write errno: see clone_shared.
+long futex_wait_raw(pid_t* addr, pid_t val, const timespec* timeout) {
+  long ret;
+  register long r10 asm("r10") = reinterpret_cast<long>(timeout);
+  asm volatile("syscall"
+               : "=a"(ret)
+               : "0"(static_cast<long>(SYS_futex)), "D"(addr), "S"(static_cast<long>(FUTEX_WAIT)),
+                 "d"(static_cast<long>(val)), "r"(r10)
+               : "rcx", "r11", "memory");
+  return ret;
+}
+
+int shared_child_entry(void* plan) { child_main(*static_cast<const ChildPlan*>(plan)); }
+
+constexpr std::size_t kSharedChildStack = std::size_t{1} << 20;  // child_main needs a few KiB
+
+// The init cloned with CLONE_VM, as posix_spawn clones: it shares this process's memory until
+// its exec instead of getting a copy-on-write image of it. A fork costs a copy of the page
+// tables at the clone, a teardown at the exec, and afterwards a write-protect fault on the first
+// write to every page this process had (bench/README.md: 5-10 us each on the development VM,
+// hundreds per create). The clone is made by a thread of its own, which never runs while the
+// child may: the child runs on that thread's TLS (its errno), so the thread blocks every signal,
+// clones, hands over the pid and pidfd, then waits, without touching errno, until the kernel
+// clears `ctid` (CLONE_CHILD_CLEARTID: the child's exec or death released the memory), and frees
+// the child's stack. Child code makes raw syscalls and writes only its own stack (child.h).
+Result<Cloned> clone_shared(std::uint64_t flags, const ChildPlan& plan,
+                            std::optional<std::uint32_t> owner) {
+  auto result = std::make_shared<std::promise<Result<Cloned>>>();
+  auto cloned = result->get_future();
+  try {
+    std::thread([result, flags, &plan, owner] {
+      sigset_t all, mask;
+      ::sigfillset(&all);
+      ::pthread_sigmask(SIG_SETMASK, &all, &mask);
+      ChildPlan p = plan;  // read by the child until its exec: this frame outlives that
+      p.exec_sigmask = &mask;
+      std::optional<ScopedThreadOwner> as_owner;
+      if (owner) {
+        auto became = ScopedThreadOwner::become(*owner);
+        if (!became) return result->set_value(became.error());
+        as_owner.emplace(std::move(became).value());
+      }
+      void* stack = ::mmap(nullptr, kSharedChildStack, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+      if (stack == MAP_FAILED) return result->set_value(os::errno_error("mmap child stack", errno));
+      ::mprotect(stack, 4096, PROT_NONE);  // a guard page below it
+      pid_t ctid = -1;                     // the child's tid (1) once it runs, 0 when it is gone
+      int pidfd = -1;
+      const int clone_flags = static_cast<int>(flags | CLONE_VM | CLONE_PIDFD | CLONE_CHILD_SETTID |
+                                               CLONE_CHILD_CLEARTID) |
+                              SIGCHLD;
+      const pid_t pid = ::clone(shared_child_entry, static_cast<char*>(stack) + kSharedChildStack,
+                                clone_flags, &p, &pidfd, nullptr, &ctid);
+      if (pid < 0) {
+        const int err = errno;
+        ::munmap(stack, kSharedChildStack);
+        return result->set_value(os::errno_error("clone", err));
+      }
+      // From here the child may run on this thread's TLS: no errno until it is gone.
+      as_owner.reset();  // (raw syscalls that do not fail: the ids were ours before)
+      result->set_value(Cloned{pid, pidfd});
+      const timespec second{1, 0};
+      for (pid_t v; (v = __atomic_load_n(&ctid, __ATOMIC_ACQUIRE)) != 0;)
+        futex_wait_raw(&ctid, v, &second);
+      ::munmap(stack, kSharedChildStack);
+    }).detach();
+  } catch (const std::system_error& e) {
+    return Error(ErrorCode::kResourceExhausted,
+                 std::string("cannot start the thread that clones the sandbox: ") + e.what());
+  }
+  return cloned.get();
+}
+#endif
+
+bool clone_shares_memory() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || !defined(__x86_64__)
+  return false;
+#else
+  static const bool fork = [] {
+    const char* v = std::getenv("ABX_SPAWN_FORK");
+    return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+  }();
+  return !fork;
+#endif
+}
+
+// The sandbox's init, running child_main(plan), with `owner` (a user namespace's first id) as
+// the cloning thread's effective id when set, so that the namespaces belong to it.
+Result<Cloned> clone_init(std::uint64_t flags, const ChildPlan& plan,
+                          std::optional<std::uint32_t> owner) {
+#if defined(__x86_64__)
+  if (clone_shares_memory()) return clone_shared(flags, plan, owner);
+#endif
+  return clone_forked(flags, plan, owner);
 }
 
 }  // namespace
@@ -671,27 +798,20 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config, Timeline* timeline) {
   ABX_TRY(build_plan(config, *filter, child_sock.get(), storage));
   mark("plan");
 
-  // 4. clone3 into the new namespaces; the child waits for "go". With a user namespace, this
-  // thread clones with the range's first id as its effective id, so the namespace (and every
+  // 4. clone into the new namespaces; the child waits for "go". With a user namespace, the
+  // cloning thread has the range's first id as its effective id, so the namespace (and every
   // namespace created with it) is owned by that uid rather than host root: the kernel charges
   // the namespace's per-user counters to its owner in the parent namespace.
   std::uint64_t flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC;
   if (storage.plan.own_netns) flags |= CLONE_NEWNET;
-  int pidfd = -1;
-  pid_t pid;
-  {
-    std::optional<ScopedThreadOwner> owner;
-    if (config.userns.enabled) {
-      flags |= CLONE_NEWUSER;
-      auto became = ScopedThreadOwner::become(st->root_id);
-      if (!became) return became.error();
-      owner.emplace(std::move(became).value());
-    }
-    pid = clone3_sandbox(flags, &pidfd);
-    if (pid == 0) child_main(storage.plan);  // never returns
+  std::optional<std::uint32_t> owner;
+  if (config.userns.enabled) {
+    flags |= CLONE_NEWUSER;
+    owner = st->root_id;
   }
-  if (pid < 0) return os::errno_error("clone3", errno);
-  st->pidfd.reset(pidfd);
+  ABX_ASSIGN_OR_RETURN(Cloned cloned, clone_init(flags, storage.plan, owner));
+  const pid_t pid = cloned.pid;
+  st->pidfd.reset(cloned.pidfd);
   st->pid = pid;
   st->start = process_start_time(pid);
   child_sock.reset();
