@@ -1734,7 +1734,9 @@ TEST_F(CheckpointTest, LinkRulesRunBeforeTheCloneThenLinkReadyOnTheSameLink) {
   if (auto layout = CgroupLayout::detect())
     refused_cgroups = SandboxCgroups::existing(*layout, refused.cgroup_parent, refused.id).dirs();
   expect_no_leftovers(refused.id, refused_cgroups);
-  if (ruled) EXPECT_EQ(::if_nametoindex(ruled->host_if.c_str()), 0u);
+  if (ruled) {
+    EXPECT_EQ(::if_nametoindex(ruled->host_if.c_str()), 0u);
+  }
 }
 
 }  // namespace
