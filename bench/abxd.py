@@ -3,7 +3,7 @@
 many live sandboxes. Not a test. Usage: bench/abxd.sh [--no-build] [--creates N] [--live N]
 [--duration S] [--rounds N] [--latency-rounds N] [--latency-seconds S]
 [--interleaved-calls N] [--connections N]
-[--sections create,proxy,live]
+[--sections create,proxy,live,parallel] [--clients N] [--parallel-creates N]
 
 Measured in one run on this machine:
   1. create->ready: POST /sandboxes (template base) as the client sees it — abxd answers 201 only
@@ -30,6 +30,11 @@ Measured in one run on this machine:
      path kept.
   3. live sandboxes: N base sandboxes alive at once; abxd RSS, system memory used per sandbox,
      and GET /sandboxes/{id} p50/p99 at that size.
+  4. parallel (not run by default): --clients clients (8), each with its own keep-alive
+     connection, create a base sandbox and delete it, again and again, until --parallel-creates
+     (200) are done: creates/s over the run and the creates' and DELETEs' p50/p99, against
+     issue 44's aims (>= 200 creates/s on 2 cores, p99 <= 60 ms). The create section also
+     reports its DELETEs' p50/p99 (aim p50 <= 5 ms).
 """
 import argparse
 import ctypes
@@ -45,6 +50,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
@@ -79,6 +85,50 @@ def rss_mib(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024.0
     return float("nan")
+
+
+def parallel_creates(port, key, clients, total):
+    """`clients` threads, each with its own connection, create and delete `base` sandboxes until
+    `total` creates are done: creates/s over the whole run, and the creates' and deletes' p50/p99."""
+    lock = threading.Lock()
+    left = [total]
+    creates, deletes, failures = [], [], []
+
+    def client():
+        api = Api(port, key)
+        while True:
+            with lock:
+                if left[0] == 0:
+                    return
+                left[0] -= 1
+            t0 = time.perf_counter()
+            st, body = api.call("POST", "/sandboxes", {"templateID": "base", "timeout": 60})
+            t1 = time.perf_counter()
+            if st != 201:
+                with lock:
+                    failures.append(f"{st} {body[:120]!r}")
+                continue
+            sid = json.loads(body)["sandboxID"]
+            api.call("DELETE", f"/sandboxes/{sid}")
+            t2 = time.perf_counter()
+            with lock:
+                creates.append((t1 - t0) * 1000)
+                deletes.append((t2 - t1) * 1000)
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    out = {"clients": clients, "creates": len(creates), "failures": failures[:5],
+           "failed": len(failures), "wall_s": wall,
+           "creates_per_s": len(creates) / wall if wall > 0 else 0.0}
+    if creates:
+        out["create_ms"] = {"p50": pct(creates, 50), "p99": pct(creates, 99)}
+        out["delete_ms"] = {"p50": pct(deletes, 50), "p99": pct(deletes, 99)}
+    return out
 
 
 def create_steps(api):
@@ -481,7 +531,11 @@ def main():
     ap.add_argument("--abxd-arg", action="append", default=[],
                     help="an extra flag for abxd (repeatable; e.g. --abxd-arg=--layer-pool=0)")
     ap.add_argument("--sections", default="create,proxy,live",
-                    help="comma-separated subset of create,proxy,live")
+                    help="comma-separated subset of create,proxy,live,parallel")
+    ap.add_argument("--clients", type=int, default=8,
+                    help="the parallel section's concurrent clients (each creates, then deletes)")
+    ap.add_argument("--parallel-creates", type=int, default=200,
+                    help="the parallel section's creates in all")
     args, _ = ap.parse_known_args()
     sections = set(args.sections.split(","))
     if os.geteuid() != 0:
@@ -494,6 +548,7 @@ def main():
         # 1. create -> ready
         lat = {"quiet": [], "after_delete": []}
         teardown = []
+        deletes = []
         pending = set()  # the host ends of the last deleted sandbox's link, if not gone yet
         steps_before = create_steps(api) if "create" in sections else {}
         for i in range(args.creates if "create" in sections else 0):
@@ -511,7 +566,9 @@ def main():
             sid = json.loads(body)["sandboxID"]
             # Its link: the only sandbox, so every abx link there is.
             pending = abx_links()
+            t0 = time.perf_counter()
             api.call("DELETE", f"/sandboxes/{sid}")
+            deletes.append((time.perf_counter() - t0) * 1000)
         for kind, v in lat.items():
             if v:
                 report["create_ms" if kind == "after_delete" else "create_quiet_ms"] = {
@@ -525,6 +582,14 @@ def main():
                 for k, (n, total) in after.items() if n > steps_before.get(k, (0, 0))[0]}
         if teardown:
             report["link_teardown_ms"] = {"n": len(teardown), "p50": pct(teardown, 50)}
+        if deletes:
+            report["delete_ms"] = {"n": len(deletes), "p50": pct(deletes, 50),
+                                   "p99": pct(deletes, 99)}
+
+        # 1b. creates from parallel clients (issue 44: 8 clients, >= 200 creates/s, p99 <= 60 ms):
+        # each client creates a sandbox, deletes it, and again, until --parallel-creates are done.
+        if "parallel" in sections:
+            report["parallel"] = parallel_creates(port, key, args.clients, args.parallel_creates)
 
         # 2. proxy overhead, side by side in front of the same servers in one demo sandbox:
         # its abx-server (POST /commands/demo) and its envd (Process/Start of `echo hi`, a
@@ -635,6 +700,25 @@ def main():
         print(f"{'  the kernel removing the link after DELETE, p50':52} {t['p50']:12.1f}")
         row("abxd", "kernel's link teardown after a DELETE p50", t["p50"], "-", "-", "ms", "lower",
             "-")
+    if "delete_ms" in report:
+        d = report["delete_ms"]
+        print(f"{'DELETE p50/99 (ms, n=' + str(d['n']) + '; aim p50 <= 5)':52} "
+              f"{d['p50']:5.1f}/{d['p99']:.1f}")
+        row("abxd", "DELETE p50", d["p50"], "-", "-", "ms", "lower", "<=5")
+    if "parallel" in report:
+        pr = report["parallel"]
+        print(f"{str(pr['clients']) + ' parallel clients, create+delete each (n=' + str(pr['creates']) + ')':52}")
+        print(f"{'  creates/s (aim >= 200 on 2 cores)':52} {pr['creates_per_s']:12.1f}")
+        row("abxd", f"creates/s, {pr['clients']} clients", pr["creates_per_s"], "-", "-", "1/s",
+            "higher", ">=200")
+        if "create_ms" in pr:
+            c, d = pr["create_ms"], pr["delete_ms"]
+            print(f"{'  create->ready p50/99 (ms; aim p99 <= 60)':52} {c['p50']:5.1f}/{c['p99']:.1f}")
+            print(f"{'  DELETE p50/99 (ms)':52} {d['p50']:5.1f}/{d['p99']:.1f}")
+            row("abxd", f"create->ready p99, {pr['clients']} clients", c["p99"], "-", "-", "ms",
+                "lower", "<=60")
+        if pr["failed"]:
+            print(f"{'  failed creates':52} {pr['failed']:12d}  e.g. {pr['failures'][0]}")
     aims = []
     busy = args.connections
     for name, what in (("command", "command call"), ("envd", "Process/Start echo hi")):
