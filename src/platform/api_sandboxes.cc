@@ -362,6 +362,8 @@ Result<Response> get_sandbox(Context& ctx) {
   o["domain"] = sb->record.domain;
   {
     std::lock_guard lock(sb->mu);
+    // Moved to another node (a drain) while this waited: not here (the cluster asks that node).
+    if (sb->moved) return not_found("sandbox '" + sb->record.id + "' not found");
     // E2B: allowInternetAccess is null when the sandbox has no say (here: no network at all).
     if (sb->network.enabled) {
       o["allowInternetAccess"] = sb->network.allow_internet_access;

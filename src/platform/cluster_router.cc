@@ -32,6 +32,8 @@ constexpr auto kConnectTimeout = std::chrono::seconds(3);
 constexpr auto kMoveTimeout = std::chrono::seconds(600);
 constexpr auto kSweepPeriod = std::chrono::seconds(10);
 constexpr std::size_t kMaxRemembered = 100'000;
+// A drain's rounds: the sandboxes held when it began, then those that came while it ran.
+constexpr int kDrainRounds = 4;
 // A sandbox's placement changes only when it moves (drain) or goes, and its old node then
 // answers 421 (kClusterNotOwnerField): the cache can keep it a while.
 constexpr auto kPlacementTtl = std::chrono::seconds(30);
@@ -121,10 +123,12 @@ Result<Response> ClusterRouter::handle(Request& req, const std::string& path,
                                        const std::string& team, bool internal,
                                        const LocalHandler& local) {
   if (path == kDrainPath) {
-    if (req.method() != bhttp::verb::post) return local();
+    const bool post = req.method() == bhttp::verb::post;
+    if (!post && req.method() != bhttp::verb::delete_) return local();
     if (internal)
-      return Error(ErrorCode::kPermissionDenied, "a node cannot drain another through a relay");
-    return drain(req, team);
+      return Error(ErrorCode::kPermissionDenied,
+                   "a node cannot drain or undrain another through a relay");
+    return post ? drain(req, team) : undrain(req);
   }
   if (is_create(req, path)) return create(req, team, internal, local);
   if (is_list(req, path) && !internal) return list(req, path, team, local);
@@ -145,22 +149,25 @@ Result<Response> ClusterRouter::handle(Request& req, const std::string& path,
     }
     return r;
   };
-  if (sandboxes_.find(*id)) return serve_here();
-  if (internal) {
+  if (sandboxes_.find(*id)) {
+    // A drain may move it away while this call waits for its lock (a pause, a resume, a kill
+    // that came just before its move): the call then finds it gone, and is served where it went,
+    // as if it had come after the move. Nothing was done here, so it is sent as it came.
+    Request copy = req;  // local() may change req
+    auto r = serve_here();
+    const bool unknown =
+        (!r.ok() && r.error().code() == ErrorCode::kNotFound) || (r.ok() && r->result_int() == 404);
+    if (!unknown || sandboxes_.find(*id) || !known_remote(*id)) return r;
+    log_.info("sandbox " + *id + " moved away while a call waited for it: sent where it went");
+    req = std::move(copy);
+    drop_placement(*id);
+    if (internal) return not_owner(req, *id);
+  } else if (internal) {
     // Relayed here by a node whose map (cached) names this one: a sandbox that moved away or
     // went is not answered as unknown but as misdirected, and the front door asks etcd again.
     // One paused to disk is still this node's (its record is in the store).
     auto rec = store_.get_sandbox(*id);
-    if (!rec.ok() && rec.error().code() == ErrorCode::kNotFound) {
-      auto res =
-          http::json_response(421,
-                              json::object{{"code", 421},
-                                           {"message", "sandbox '" + *id + "' is not on node '" +
-                                                           membership_.self().name + "'"}},
-                              req.version());
-      res.set(kClusterNotOwnerField, "1");
-      return res;
-    }
+    if (!rec.ok() && rec.error().code() == ErrorCode::kNotFound) return not_owner(req, *id);
     return serve_here();
   }
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -195,6 +202,17 @@ Result<Response> ClusterRouter::handle(Request& req, const std::string& path,
   }
   // Named a node twice that does not have it (a record not yet swept): unknown here.
   return serve_here();
+}
+
+Response ClusterRouter::not_owner(const Request& req, const std::string& sandbox_id) const {
+  auto res =
+      http::json_response(421,
+                          json::object{{"code", 421},
+                                       {"message", "sandbox '" + sandbox_id + "' is not on node '" +
+                                                       membership_.self().name + "'"}},
+                          req.version());
+  res.set(kClusterNotOwnerField, "1");
+  return res;
 }
 
 Result<std::vector<cluster::NodeInfo>> ClusterRouter::live_nodes() {
@@ -500,8 +518,17 @@ void ClusterRouter::wait_not_moving(const std::string& sandbox_id) {
 
 Result<Response> ClusterRouter::move_in(const std::string& tar_path, unsigned version) {
   ABX_ASSIGN_OR_RETURN(std::string id, sandboxes_.move_in(tar_path));
-  log_.info("sandbox " + id + " moved in");
-  return http::json_response(200, json::object{{"sandboxID", id}}, version);
+  {
+    // It is this node's now (it may have been another's before: moved back).
+    std::lock_guard lock(mu_);
+    owners_.erase(id);
+    placements_.erase(id);
+  }
+  auto sb = sandboxes_.find(id);
+  const bool paused = sb && sb->paused;
+  log_.info("sandbox " + id + " moved in" + (paused ? " (paused)" : ""));
+  return http::json_response(
+      200, json::object{{"sandboxID", id}, {"state", paused ? "paused" : "running"}}, version);
 }
 
 Status ClusterRouter::ship(const std::string& sandbox_id, const std::string& team,
@@ -537,91 +564,143 @@ Status ClusterRouter::ship(const std::string& sandbox_id, const std::string& tea
     m = membership_.record(p);
   }
   if (!m.ok()) {
-    // The map still names this node: the copy there goes, and the sandbox runs on here.
+    // The map still names this node: the copy there goes, and the sandbox stays here. That
+    // node's kill removes the map's record too: it is written back if it went.
+    auto kept = membership_.placement(sandbox_id);
     Request del(bhttp::verb::delete_, "/sandboxes/" + sandbox_id, 11);
     del.set(bhttp::field::host, ep.str());
     del.set(kClusterAuthField, secret_);
     del.set(kClusterTeamField, team);
     del.prepare_payload();
     (void)http::fetch(ep.host, ep.port, std::move(del), kRelayTimeout);
+    if (kept.ok() && *kept && (*kept)->node == membership_.self().name) {
+      if (auto now = membership_.placement(sandbox_id); now.ok() && !*now)
+        (void)membership_.record(**kept);
+    }
     return Error(m.error().code(), "the cluster's map could not name node '" + node.name +
                                        "': " + m.error().message());
   }
   remember(sandbox_id, node.api_url);
+  drop_placement(sandbox_id);
   return {};
 }
 
 Result<Response> ClusterRouter::drain(const Request& req, const std::string& caller) {
-  ABX_TRY(membership_.set_draining(true));
+  std::lock_guard one(drain_mu_);
+  std::uint64_t epoch = 0;
+  {
+    std::lock_guard flag(drain_flag_mu_);
+    {
+      std::lock_guard lock(mu_);
+      epoch = drain_epoch_;
+    }
+    ABX_TRY(membership_.set_draining(true));
+  }
+  // An undrain (DELETE) since this drain began: the moves stop.
+  auto undrained = [&] {
+    std::lock_guard lock(mu_);
+    return drain_epoch_ != epoch;
+  };
   const std::string self = membership_.self().name;
-  log_.info("draining: moving this node's running sandboxes to other nodes");
+  log_.info("draining: moving this node's sandboxes to other nodes");
   json::array out;
   int moved = 0, failed = 0, others_moved = 0, others_failed = 0;
-  for (const auto& sb : sandboxes_.all()) {
-    const std::string id = sb->record.id;
-    const std::string team = sb->record.team_id;
-    json::object item{{"sandboxID", id}};
-    // The answer names the caller's team's sandboxes; other teams' are only counted.
-    auto report = [&](bool ok) {
-      if (team == caller) {
-        out.push_back(std::move(item));
-      } else {
-        ++(ok ? others_moved : others_failed);
+  std::set<std::string> seen;
+  bool stopped = false;
+  // Each sandbox once: those held when the drain began, then those that came while it ran (an
+  // adoption, a create from a front door that had not seen the flag yet), a few rounds at most.
+  for (int round = 0; round < kDrainRounds && !stopped; ++round) {
+    std::vector<std::shared_ptr<LiveSandbox>> todo;
+    for (auto& sb : sandboxes_.all())
+      if (seen.insert(sb->record.id).second) todo.push_back(sb);
+    if (todo.empty()) break;
+    for (const auto& sb : todo) {
+      const std::string id = sb->record.id;
+      const std::string team = sb->record.team_id;
+      bool paused = sb->paused;
+      json::object item{{"sandboxID", id}};
+      // The answer names the caller's team's sandboxes; other teams' are only counted.
+      auto report = [&](bool ok) {
+        if (team == caller) {
+          item["state"] = paused ? "paused" : "running";
+          out.push_back(std::move(item));
+        } else {
+          ++(ok ? others_moved : others_failed);
+        }
+        ++(ok ? moved : failed);
+      };
+      if (!stopped) stopped = undrained();
+      if (stopped) {
+        item["error"] = "not moved: the node was undrained (DELETE /abx/cluster/drain)";
+        report(false);
+        continue;
       }
-      ++(ok ? moved : failed);
-    };
-    if (sb->paused) {
-      item["error"] = "paused: stays on this node";
-      report(false);
-      continue;
+      auto nodes = membership_.nodes();
+      auto placements = nodes.ok() ? membership_.placements_cached()
+                                   : Result<std::vector<cluster::Placement>>(nodes.error());
+      Result<std::string> chosen = placements.ok() ? cluster::choose_node(*nodes, *placements, "")
+                                                   : Result<std::string>(placements.error());
+      if (chosen.ok() && *chosen == self)
+        chosen = Error(ErrorCode::kResourceExhausted, "no other node has a free slot");
+      if (!chosen.ok()) {
+        item["error"] = chosen.error().message();
+        report(false);
+        continue;
+      }
+      cluster::NodeInfo target;
+      for (const auto& n : *nodes)
+        if (n.name == *chosen) target = n;
+      {
+        std::lock_guard lock(mu_);
+        moving_.insert(id);
+      }
+      const std::string tar = sandboxes_.options().home + "/uploads/.move-" + id + ".tar";
+      std::error_code ec;
+      std::filesystem::create_directories(sandboxes_.options().home + "/uploads", ec);
+      Status s = sandboxes_.move_out(
+          id, tar, [&](const std::string& path) { return ship(id, team, target, path); }, &paused);
+      {
+        std::lock_guard lock(mu_);
+        moving_.erase(id);
+      }
+      moved_cv_.notify_all();
+      // Killed while the drain ran: neither moved nor left here.
+      if (!s.ok() && s.error().code() == ErrorCode::kNotFound && !sandboxes_.find(id)) continue;
+      if (s.ok()) {
+        item["node"] = target.name;
+      } else {
+        item["error"] = s.error().message();
+        log_.warn("drain: sandbox " + id + " stays here: " + s.error().message());
+      }
+      report(s.ok());
     }
-    auto nodes = membership_.nodes();
-    auto placements = nodes.ok() ? membership_.placements_cached()
-                                 : Result<std::vector<cluster::Placement>>(nodes.error());
-    Result<std::string> chosen = placements.ok() ? cluster::choose_node(*nodes, *placements, "")
-                                                 : Result<std::string>(placements.error());
-    if (chosen.ok() && *chosen == self)
-      chosen = Error(ErrorCode::kResourceExhausted, "no other node has a free slot");
-    if (!chosen.ok()) {
-      item["error"] = chosen.error().message();
-      report(false);
-      continue;
-    }
-    cluster::NodeInfo target;
-    for (const auto& n : *nodes)
-      if (n.name == *chosen) target = n;
-    {
-      std::lock_guard lock(mu_);
-      moving_.insert(id);
-    }
-    const std::string tar = sandboxes_.options().home + "/uploads/.move-" + id + ".tar";
-    std::error_code ec;
-    std::filesystem::create_directories(sandboxes_.options().home + "/uploads", ec);
-    Status s = sandboxes_.move_out(
-        id, tar, [&](const std::string& path) { return ship(id, team, target, path); });
-    {
-      std::lock_guard lock(mu_);
-      moving_.erase(id);
-    }
-    moved_cv_.notify_all();
-    if (s.ok()) {
-      item["node"] = target.name;
-    } else {
-      item["error"] = s.error().message();
-      log_.warn("drain: sandbox " + id + " stays here: " + s.error().message());
-    }
-    report(s.ok());
   }
-  log_.info("drained: " + std::to_string(moved) + " moved, " + std::to_string(failed) +
-            " not moved");
+  log_.info(std::string(stopped ? "drain stopped by an undrain: " : "drained: ") +
+            std::to_string(moved) + " moved, " + std::to_string(failed) + " not moved");
   return http::json_response(
       200,
       json::object{
           {"node", self},
-          {"draining", true},
+          {"draining", membership_.draining()},
+          {"moved", moved},
+          {"notMoved", failed},
           {"sandboxes", std::move(out)},
           {"otherTeams", json::object{{"moved", others_moved}, {"notMoved", others_failed}}}},
       req.version());
+}
+
+Result<Response> ClusterRouter::undrain(const Request& req) {
+  {
+    std::lock_guard flag(drain_flag_mu_);
+    {
+      std::lock_guard lock(mu_);
+      ++drain_epoch_;
+    }
+    ABX_TRY(membership_.set_draining(false));
+  }
+  log_.info("undrained: placement puts sandboxes on this node again");
+  return http::json_response(
+      200, json::object{{"node", membership_.self().name}, {"draining", false}}, req.version());
 }
 
 void ClusterRouter::remember(const std::string& sandbox_id, const std::string& api_url) {

@@ -41,7 +41,10 @@
 namespace abx::platform {
 
 inline constexpr std::string_view kClusterAuthField = "Abx-Cluster-Auth";
-// POST: drains this node (API key): its running sandboxes move to other nodes.
+// POST: drains this node (API key): it takes no new sandboxes, and its running and paused ones
+// move to other nodes. DELETE: undrains it (placement picks it again; a drain under way stops
+// after the sandbox it is moving). The drain is one resource of the node: POST starts it, DELETE
+// ends it, both with the same credentials.
 inline constexpr std::string_view kDrainPath = "/abx/cluster/drain";
 // POST: a node's internal call (cluster secret) with a sandbox it moves here (a tar body).
 inline constexpr std::string_view kMoveInPath = "/abx/cluster/move-in";
@@ -89,7 +92,8 @@ class ClusterRouter {
   Result<UniqueFd> connect_owner(const std::string& sandbox_id);
 
   // POST /abx/cluster/move-in, after internal_team() accepted the caller: `tar_path` (the
-  // spooled body) becomes a running sandbox of this node (SandboxManager::move_in).
+  // spooled body) becomes a sandbox of this node, running or paused as it was on the sender
+  // (SandboxManager::move_in).
   Result<http::Response> move_in(const std::string& tar_path, unsigned version);
 
   // Removes this node's records of sandboxes it no longer has (ended at their deadline, killed
@@ -123,10 +127,16 @@ class ClusterRouter {
   Result<http::Response> metrics(http::Request& req, const std::string& team,
                                  const LocalHandler& local);
   Result<http::Response> lost(const Owner& owner, const http::Request& req, bool detail);
-  // POST /abx/cluster/drain: marks this node draining and moves each running sandbox to the
-  // node placement picks, one at a time; answers per sandbox of the caller's team where it went
-  // or why not, and counts the other teams' sandboxes.
+  // POST /abx/cluster/drain: marks this node draining and moves each sandbox (running, or paused
+  // to disk or filesystem-only) to the node placement picks, one at a time, then those that
+  // came meanwhile; answers per sandbox of the caller's team its state, where it went or why
+  // not, and counts the others. One drain at a time: a second waits for the one under way.
   Result<http::Response> drain(const http::Request& req, const std::string& caller);
+  // DELETE /abx/cluster/drain: this node is placeable again; a drain under way stops after the
+  // sandbox it is moving. Idempotent.
+  Result<http::Response> undrain(const http::Request& req);
+  // The 421 a node answers a relayed call for a sandbox it does not hold.
+  http::Response not_owner(const http::Request& req, const std::string& sandbox_id) const;
   // Ships one sandbox's tar to `node` and switches the cluster's map to it.
   Status ship(const std::string& sandbox_id, const std::string& team, const cluster::NodeInfo& node,
               const std::string& tar_path);
@@ -154,6 +164,11 @@ class ClusterRouter {
   std::condition_variable cv_;
   std::set<std::string, std::less<>> moving_;  // sandboxes drain() is moving (under mu_)
   std::condition_variable moved_cv_;
+  std::mutex drain_mu_;  // held by drain(): one at a time
+  // The draining flag's changes (drain() setting it, undrain() clearing it) and drain_epoch_, one
+  // at a time: an undrain is never overtaken by the flag of a drain that started before it.
+  std::mutex drain_flag_mu_;
+  std::uint64_t drain_epoch_ = 0;  // bumped by undrain() (under drain_flag_mu_ and mu_)
   bool stopping_ = false;
   std::thread sweeper_;
 };

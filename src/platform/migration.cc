@@ -1,9 +1,12 @@
-// Moving a running sandbox to another node of a cluster (sandboxes.h: move_out, move_in;
-// docs/cluster.md "Drain"). What moves is a tar file: the sandbox's checkpoint (CRIU images and
-// its writable layer, sparse: holes are not shipped), its run directory (sandbox.json, token,
-// envd.json …) and its store record as JSON. The sending node verifies its checkpoint's seal
-// before it ships it; the receiving node, which cannot check a seal made with another node's
-// key, trusts the authenticated channel (the cluster secret) and seals it again with its own.
+// Moving a sandbox to another node of a cluster (sandboxes.h: move_out, move_in; docs/cluster.md
+// "Drain"). What moves is a tar file: the sandbox's checkpoint (CRIU images and its writable
+// layer, sparse: holes are not shipped; for a filesystem-only pause its kept writable layer
+// alone), its run directory (sandbox.json, token, envd.json …) and its store record as JSON. A
+// running sandbox is paused to disk for it and resumed on the other node; one paused to disk or
+// filesystem-only goes as it is and stays paused there. The sending node verifies its
+// checkpoint's seal before it ships it; the receiving node, which cannot check a seal made with
+// another node's key, trusts the authenticated channel (the cluster secret) and seals it again
+// with its own. (A filesystem-only pause's kept layer has no seal, on either node.)
 #include <archive.h>
 #include <archive_entry.h>
 
@@ -237,9 +240,14 @@ Result<MoveRecord> read_move_archive(const std::string& tar_path, const std::str
     rec.access_token_digest = std::string(o.at("tokenDigest").as_string());
     rec.domain = std::string(o.at("domain").as_string());
     m.home = std::string(o.at("home").as_string());
+    // Absent (a node from before paused sandboxes moved): a running sandbox.
+    if (const auto* p = o.if_contains("paused")) m.paused = p->as_bool();
+    if (const auto* f = o.if_contains("filesystemOnly")) m.filesystem_only = f->as_bool();
   } catch (const std::exception& e) {
     return invalid_argument(std::string("move archive: record.json: ") + e.what());
   }
+  if (m.filesystem_only && !m.paused)
+    return invalid_argument("move archive: record.json: filesystemOnly without paused");
   if (auto parsed = store::SandboxId::parse(rec.id); !parsed.ok()) return parsed.error();
   if (m.home.empty() || m.home.front() != '/')
     return invalid_argument("move archive: record.json: home must be an absolute path");
@@ -247,25 +255,49 @@ Result<MoveRecord> read_move_archive(const std::string& tar_path, const std::str
 }
 
 Status SandboxManager::move_out(const std::string& id, const std::string& tar_path,
-                                const std::function<Status(const std::string&)>& ship) {
+                                const std::function<Status(const std::string&)>& ship,
+                                bool* was_paused) {
   auto sb = find(id);
   if (!sb) return not_found("sandbox '" + id + "' not found");
   std::lock_guard lock(sb->mu);
-  if (sb->moved) return not_found("sandbox '" + id + "' not found");
-  if (sb->paused)
-    return Error(ErrorCode::kFailedPrecondition,
-                 "sandbox '" + id + "' is paused: only running sandboxes are moved");
-  if (!pause_to_disk_ || !can_checkpoint(*sb))
+  // Moved already, or killed while this waited for its lock (kill takes it out of live_ first).
+  if (sb->moved || find(id) != sb) return not_found("sandbox '" + id + "' not found");
+  // Decided under its lock: a pause or resume that came first is what moves.
+  const bool paused = sb->paused;
+  if (was_paused) *was_paused = paused;
+  const std::string dir = sb->record.checkpoint;
+  std::error_code ec;
+  if (paused) {
+    if (dir.empty())
+      return Error(ErrorCode::kFailedPrecondition,
+                   "sandbox '" + id +
+                       "' is paused in RAM (abxd --pause memory, or a template CRIU cannot take): "
+                       "only sandboxes paused to disk or without their memory move; it stays "
+                       "paused here");
+    if (!sb->record.filesystem_only) {
+      // As a resume would: a seal a failed restore left pending is completed, then checked.
+      Status sealed =
+          runtime::seal_pending(dir) ? runtime::complete_seal(dir, checkpoint_key_) : Status{};
+      if (sealed) sealed = runtime::verify_checkpoint(dir, checkpoint_key_);
+      if (!sealed)
+        return Error(sealed.error().code(),
+                     sealed.error().message() + " (it stays paused here, its checkpoint kept)");
+    }
+  } else if (!pause_to_disk_ || !can_checkpoint(*sb)) {
     return Error(ErrorCode::kFailedPrecondition,
                  "sandbox '" + id +
                      "' cannot be checkpointed (pause to disk is off, or its template's rootfs or "
                      "network is the host's)");
+  }
   const auto t0 = std::chrono::steady_clock::now();
-  ABX_TRY(pause_to_disk(*sb));
-  std::error_code ec;
-  // From here on a failure resumes it here: nothing is lost.
+  if (!paused) ABX_TRY(pause_to_disk(*sb));
+  // From here on a failure leaves it as it was here (a running one is resumed): nothing is lost.
   auto back = [&](const Error& e) -> Status {
     fs::remove(tar_path, ec);
+    if (paused) {
+      sb->note("warn", "moving it to another node failed, it stays paused here: " + e.message());
+      return Error(e.code(), e.message() + " (it stays paused here)");
+    }
     Status r = resume_from_disk(*sb);
     if (r) {
       sb->paused = false;
@@ -276,8 +308,10 @@ Status SandboxManager::move_out(const std::string& id, const std::string& tar_pa
                  e.message() + (r ? std::string(" (it runs on here)")
                                   : "; resuming it here failed too: " + r.error().message()));
   };
-  if (Status v = runtime::verify_checkpoint(sb->record.checkpoint, checkpoint_key_); !v)
-    return back(v.error());
+  if (!paused) {
+    if (Status v = runtime::verify_checkpoint(sb->record.checkpoint, checkpoint_key_); !v)
+      return back(v.error());
+  }
   json::object rec = record_json(sb->record);
   rec["sandboxID"] = id;
   rec["clientID"] = sb->record.client_id;
@@ -286,12 +320,14 @@ Status SandboxManager::move_out(const std::string& id, const std::string& tar_pa
   rec["tokenDigest"] = sb->record.access_token_digest;
   rec["domain"] = sb->record.domain;
   rec["home"] = opt_.home;
+  rec["paused"] = paused;
+  rec["filesystemOnly"] = paused && sb->record.filesystem_only;
   if (Status w = write_move_tar(tar_path, json::serialize(rec), sb->record.checkpoint,
                                 fs::path(opt_.home) / "run" / id);
       !w)
     return back(w.error());
   if (Status s = ship(tar_path); !s) return back(s.error());
-  // The other node runs it now: this node forgets it, with no event of its end.
+  // The other node has it now: this node forgets it, with no event of its end.
   sb->moved = true;
   {
     std::lock_guard l(mu_);
@@ -302,7 +338,7 @@ Status SandboxManager::move_out(const std::string& id, const std::string& tar_pa
   fs::remove_all(fs::path(opt_.home) / "run" / id, ec);
   if (Status d = store_->delete_sandbox(id); !d)
     log_.warn("sandbox " + id + " moved, but its record here stays: " + d.error().message());
-  log_.info("sandbox " + id + " moved to another node in " +
+  log_.info("sandbox " + id + (paused ? " (paused)" : "") + " moved to another node in " +
             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
                                std::chrono::steady_clock::now() - t0)
                                .count()) +
@@ -320,6 +356,7 @@ Result<std::string> SandboxManager::move_in(const std::string& tar_path) {
   if (ec) return internal_error("create " + in.string() + ": " + ec.message());
   ABX_TRY(runtime::make_private(in.string()));
   ABX_ASSIGN_OR_RETURN(MoveRecord moved, read_move_archive(tar_path, in.string()));
+  const bool paused = moved.paused, filesystem_only = moved.filesystem_only;
   store::SandboxRecord rec = std::move(moved.record);
   const std::string src_home = std::move(moved.home);
   const std::string& id = rec.id;
@@ -328,6 +365,12 @@ Result<std::string> SandboxManager::move_in(const std::string& tar_path) {
   if (!catalog()->get(rec.template_id))
     return Error(ErrorCode::kFailedPrecondition,
                  "template '" + rec.template_id + "' is not on this node");
+  // A checkpoint with memory is restored with CRIU (now, or at its resume); a filesystem-only
+  // pause boots again on its layer and needs none.
+  if (!filesystem_only && !pause_to_disk_)
+    return Error(ErrorCode::kFailedPrecondition,
+                 "this node cannot restore a checkpoint (pause to disk is off: --pause memory, or "
+                 "CRIU does not work here)");
   const fs::path cdir = checkpoint_dir(id), rdir = fs::path(opt_.home) / "run" / id;
   if (fs::exists(cdir, ec) || fs::exists(rdir, ec))
     return Error(ErrorCode::kAlreadyExists, "sandbox '" + id + "' has files on this node");
@@ -358,22 +401,35 @@ Result<std::string> SandboxManager::move_in(const std::string& tar_path) {
   ABX_TRY(save_sandbox_config(rdir.string(), config));
   if (opt_.network && opt_.network->enabled() && fs::exists(rdir / "resolv.conf", ec))
     ABX_TRY(write_run_file((rdir / "resolv.conf").string(), opt_.network->resolv_conf()));
-  // Sealed with this node's key (the sender verified its own seal before shipping).
-  fs::remove(cdir / "checkpoint.mac", ec);
   ABX_TRY(runtime::make_private(cdir.string()));
-  ABX_TRY(runtime::seal_checkpoint(cdir.string(), checkpoint_key_));
+  if (filesystem_only) {
+    // Its kept writable layer alone, unsealed as on the node it came from.
+    if (!fs::exists(cdir / kKeptLayer, ec))
+      return invalid_argument("move archive: a filesystem-only pause without its " +
+                              std::string(kKeptLayer));
+  } else {
+    // Sealed with this node's key (the sender verified its own seal before shipping).
+    fs::remove(cdir / runtime::kSealFile, ec);
+    ABX_TRY(runtime::seal_checkpoint(cdir.string(), checkpoint_key_));
+  }
   rec.state = store::SandboxState::kPaused;
   rec.checkpoint = cdir.string();
-  rec.filesystem_only = false;
+  rec.filesystem_only = filesystem_only;
   rec.init_pid = 0;
   rec.init_start_time = 0;
   ABX_TRY(store_->insert_sandbox(rec));
   inserted = true;
   if (!adopt(rec, opt_.home + "/sandboxes", *catalog()))
     return internal_error("sandbox '" + id + "' could not be taken over (see abxd's log)");
-  auto resumed = resume(id, {});
-  if (!resumed.ok()) return resumed.error();
-  if (auto sb = find(id)) sb->note("info", "moved here from another node");
+  // A running one runs on here; a paused one stays paused until a resume (through any node).
+  if (!paused) {
+    auto resumed = resume(id, {});
+    if (!resumed.ok()) return resumed.error();
+  }
+  if (auto sb = find(id))
+    sb->note("info", paused ? std::string("moved here from another node, paused") +
+                                  (filesystem_only ? " (filesystem-only)" : "")
+                            : std::string("moved here from another node"));
   committed = true;
   return id;
 }

@@ -42,6 +42,7 @@ Result<std::vector<std::string>> SandboxManager::update_network(const std::strin
   auto sb = find(id);
   if (!sb) return not_found("sandbox '" + id + "' not found");
   std::lock_guard lock(sb->mu);
+  if (sb->moved) return not_found("sandbox '" + id + "' not found");
   if (sb->paused)
     return Error(ErrorCode::kFailedPrecondition,
                  "sandbox '" + id + "' is paused: resume it before changing its network");
@@ -68,6 +69,12 @@ Status SandboxManager::kill(const std::string& id, const char* reason) {
     sb = it->second;
     live_.erase(it);
   }
+  {
+    // A move to another node (move_out) holds its lock: once it is done the sandbox is that
+    // node's, and not here to kill. (move_out takes no sandbox that left live_.)
+    std::lock_guard lock(sb->mu);
+    if (sb->moved) return not_found("sandbox '" + id + "' not found");
+  }
   sb->note("info", std::string("killed (") + reason + ")");
   Status s = destroy(sb);
   emit(kEventKilled, sb->record, {{"reason", reason}});
@@ -91,6 +98,7 @@ Status SandboxManager::move_deadline(const std::string& id, std::int64_t seconds
   // The sandbox's lock covers read, store write and update, so two concurrent extensions
   // cannot leave the earlier deadline in place.
   std::lock_guard lock(sb->mu);
+  if (sb->moved) return not_found("sandbox '" + id + "' not found");
   std::int64_t end = now_ms() + seconds * 1000;
   if (extend_only && sb->record.end_at_ms >= end) return {};
   // A connect's extension (extend_only) of a running sandbox needs to outlive abxd, not the

@@ -275,20 +275,26 @@ class SandboxManager {
   // nullptr if there is no live sandbox with that id.
   std::shared_ptr<LiveSandbox> find(const std::string& id) const;
 
-  // --- Moving a running sandbox to another node (abxd --cluster drain; migration.cc) ---
-  // Holds the sandbox's lock throughout: pauses it to disk, writes its checkpoint, run
-  // directory and record as a tar file at `tar_path`, and calls `ship(tar_path)`. When ship
-  // succeeds (the other node runs it now) this node forgets it: its record, files and memory go,
-  // with no event of its end. When anything fails the sandbox is resumed here and the error is
-  // returned. kFailedPrecondition: not running, or not checkpointable (pause to disk off, a
-  // host rootfs or network).
+  // --- Moving a sandbox to another node (abxd --cluster drain; migration.cc) ---
+  // Holds the sandbox's lock throughout, and moves it as it is under that lock (`*was_paused`
+  // says which): a running one is paused to disk; one paused to disk keeps its checkpoint (its
+  // seal verified), one paused filesystem-only its kept layer. Writes that, its run directory and
+  // its record as a tar file at `tar_path`, and calls `ship(tar_path)`. When ship succeeds (the
+  // other node has it now) this node forgets it: its record, files and memory go, with no event
+  // of its end. When anything fails it is left as it was (a running one is resumed here, a
+  // paused one stays paused, its checkpoint kept) and the error is returned.
+  // kFailedPrecondition: paused in RAM, or a running one not checkpointable (pause to disk off,
+  // a host rootfs or network). kNotFound: gone (killed, or moved meanwhile).
   Status move_out(const std::string& id, const std::string& tar_path,
-                  const std::function<Status(const std::string&)>& ship);
+                  const std::function<Status(const std::string&)>& ship,
+                  bool* was_paused = nullptr);
   // The receiving side: a tar file move_out wrote (another node's) becomes a sandbox of this
-  // node with the same id, token, metadata and deadline, resumed from its checkpoint, its run
-  // files' paths and its resolver this node's, its checkpoint sealed with this node's key.
-  // Nothing stays behind on error. kAlreadyExists: the id is here already; kInvalidArgument: the
-  // archive is not what move_out writes.
+  // node with the same id, token, metadata and deadline, its run files' paths and its resolver
+  // this node's, its checkpoint sealed with this node's key: resumed from its checkpoint when it
+  // was running, left paused (to disk, or filesystem-only) when it was paused. Nothing stays
+  // behind on error. kAlreadyExists: the id is here already; kInvalidArgument: the archive is
+  // not what move_out writes; kFailedPrecondition: its template is not here, or a checkpoint
+  // with memory and this node cannot restore one (no CRIU).
   Result<std::string> move_in(const std::string& tar_path);
   // Every live sandbox (running or paused), in id order; memory only (an I/O thread may call it).
   std::vector<std::shared_ptr<LiveSandbox>> all() const;

@@ -25,10 +25,14 @@ boost::json::object network_record(const SandboxNetworkSpec& net);
 boost::json::object record_json(const store::SandboxRecord& r);
 store::SandboxRecord record_from_json(const boost::json::object& o);
 
-// A moved sandbox's archive (migration.cc), read: its record and the home it came from.
+// A moved sandbox's archive (migration.cc), read: its record, the home it came from, and how it
+// was when it left: running (paused to disk for the move: resumed on arrival), or paused to disk
+// with its memory or filesystem-only (it stays paused).
 struct MoveRecord {
   store::SandboxRecord record;
   std::string home;
+  bool paused = false;
+  bool filesystem_only = false;  // implies paused
 };
 // Extracts the tar at `tar_path` (what SandboxManager::move_out writes) under `dest`, which has
 // checkpoint/ and run/ (regular files only, sparse regions kept sparse), and parses its
