@@ -639,7 +639,8 @@ Result<std::shared_ptr<runtime::Sandbox>> SandboxManager::boot_on_layer(const Li
   config.fds.push_back({envd_json_fd.get(), kEnvdConfigFd});
   config.layer_image = layer;
   config.copy_layer = copy;
-  // The link's rules go in with the spawn (restore_config's link_ready): out again on failure.
+  // The link's rules go in with the spawn (restore_config's link_rules and link_ready): out again
+  // on failure.
   const bool linked = config.veth.enabled;
   Timeline tl;
   auto booted =
