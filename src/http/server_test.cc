@@ -13,10 +13,12 @@
 #include <boost/json.hpp>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "abx/http/client.h"
 #include "abx/testing/socket.h"
@@ -37,10 +39,11 @@ class HttpServerTest : public ::testing::Test {
     auto s = Server::start(opt, [this](Request&& req, Responder respond) {
       ++handled_;
       if (req.target() == "/slow") {
-        std::thread([respond, version = req.version()] {
+        std::lock_guard lock(slow_mu_);
+        slow_.emplace_back([respond, version = req.version()] {
           std::this_thread::sleep_for(std::chrono::milliseconds(300));
           respond(json_response(200, boost::json::object{{"slow", true}}, version));
-        }).detach();
+        });
         return;
       }
       if (req.target() == "/drop") return;  // never answers: the Responder must send a 500
@@ -105,7 +108,22 @@ class HttpServerTest : public ::testing::Test {
   // the second), then a request in flight drained by shutdown.
   void serves_every_connection_and_drains();
 
+  // The /slow answers come from threads of the test's own, each holding its Responder (and with
+  // it the session and its timers) until the thread ends, which may be after the client has its
+  // answer: they end before the server is destroyed (a detached one outlived it: ASan saw the
+  // session's timer destroyed after its io_context).
+  void TearDown() override {
+    std::vector<std::thread> slow;
+    {
+      std::lock_guard lock(slow_mu_);
+      slow.swap(slow_);
+    }
+    for (auto& t : slow) t.join();
+  }
+
   std::atomic<int> handled_{0};
+  std::mutex slow_mu_;
+  std::vector<std::thread> slow_;
   std::unique_ptr<Server> server_;
 };
 
