@@ -673,14 +673,12 @@ Status SandboxNetwork::attach_rules(const std::string& id, const runtime::VethIn
   if (evicted) {
     if (Status s = apply_locked(); !s) {
       sandboxes_.erase(id);
-      unlisten_locked(link.host_ip, id);
       return s;
     }
     return {};
   }
   if (Status s = apply_change_locked(id, script); !s) {
     sandboxes_.erase(id);
-    unlisten_locked(link.host_ip, id);
     (void)apply_locked();  // without it (the change may have gone in before the re-render failed)
     return s;
   }

@@ -190,14 +190,20 @@ struct Cloned {
 
 // The init as a fork: a copy-on-write image of this process (the sanitizer builds, whose
 // runtimes cannot follow a child that shares their memory, and ABX_SPAWN_FORK=1).
-Result<Cloned> clone_forked(std::uint64_t flags, const ChildPlan& plan,
-                            std::optional<std::uint32_t> owner) {
+// The calling thread as `owner` (when set) until the result is dropped.
+Result<std::optional<ScopedThreadOwner>> become_owner(std::optional<std::uint32_t> owner) {
   std::optional<ScopedThreadOwner> as_owner;
   if (owner) {
     auto became = ScopedThreadOwner::become(*owner);
     if (!became) return became.error();
     as_owner.emplace(std::move(became).value());
   }
+  return as_owner;
+}
+
+Result<Cloned> clone_forked(std::uint64_t flags, const ChildPlan& plan,
+                            std::optional<std::uint32_t> owner) {
+  ABX_ASSIGN_OR_RETURN(auto as_owner, become_owner(owner));
   Cloned c;
   c.pid = clone3_sandbox(flags, &c.pidfd);
   if (c.pid == 0) child_main(plan);  // never returns
@@ -225,7 +231,7 @@ constexpr std::size_t kSharedChildStack = std::size_t{1} << 20;  // child_main n
 // The init cloned with CLONE_VM, as posix_spawn clones: it shares this process's memory until
 // its exec instead of getting a copy-on-write image of it. A fork costs a copy of the page
 // tables at the clone, a teardown at the exec, and afterwards a write-protect fault on the first
-// write to every page this process had (bench/README.md: 5-10 us each on the development VM,
+// write to every page this process had (bench/README.md: several us each on the development VM,
 // hundreds per create). The clone is made by a thread of its own, which never runs while the
 // child may: the child runs on that thread's TLS (its errno), so the thread blocks every signal,
 // clones, hands over the pid and pidfd, then waits, without touching errno, until the kernel
@@ -242,12 +248,8 @@ Result<Cloned> clone_shared(std::uint64_t flags, const ChildPlan& plan,
       ::pthread_sigmask(SIG_SETMASK, &all, &mask);
       ChildPlan p = plan;  // read by the child until its exec: this frame outlives that
       p.exec_sigmask = &mask;
-      std::optional<ScopedThreadOwner> as_owner;
-      if (owner) {
-        auto became = ScopedThreadOwner::become(*owner);
-        if (!became) return result->set_value(became.error());
-        as_owner.emplace(std::move(became).value());
-      }
+      auto as_owner = become_owner(owner);
+      if (!as_owner) return result->set_value(as_owner.error());
       void* stack = ::mmap(nullptr, kSharedChildStack, PROT_READ | PROT_WRITE,
                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
       if (stack == MAP_FAILED) return result->set_value(os::errno_error("mmap child stack", errno));
@@ -265,7 +267,7 @@ Result<Cloned> clone_shared(std::uint64_t flags, const ChildPlan& plan,
         return result->set_value(os::errno_error("clone", err));
       }
       // From here the child may run on this thread's TLS: no errno until it is gone.
-      as_owner.reset();  // (raw syscalls that do not fail: the ids were ours before)
+      as_owner->reset();  // (raw syscalls that do not fail: the ids were ours before)
       result->set_value(Cloned{pid, pidfd});
       const timespec second{1, 0};
       for (pid_t v; (v = __atomic_load_n(&ctid, __ATOMIC_ACQUIRE)) != 0;)

@@ -121,7 +121,7 @@ struct SandboxConfig {
   // addresses; the link does not exist yet), for work that writes much memory, such as the
   // link's ruleset change. After the clone every page the parent writes until the child's exec is
   // a copy-on-write fault and a TLB shootdown across the parent's threads: an nftables change that
-  // takes ~0.3 ms took 5-9 ms there. Restores, which clone no abxd memory, run it just before
+  // takes ~0.3 ms took 4.5-9 ms there. Restores, which clone no abxd memory, run it just before
   // link_ready. An error aborts the spawn.
   std::function<Status(const VethInfo&)> link_rules;
   // With a veth: runs in the parent once the link is up and before the sandbox runs anything
