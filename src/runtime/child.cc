@@ -122,6 +122,8 @@ void child_main(const ChildPlan& plan) {
     if (::syscall(SYS_setresuid, p.uid, p.uid, p.uid) != 0)
       report_and_exit(p.sock, (fail(&r, "setresuid"), r));
   }
+  // The companion last: it gets the state argv gets (ids included).
+  if (!companion_child(p, &r)) report_and_exit(p.sock, r);
   if (p.exec_sigmask != nullptr &&
       ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, p.exec_sigmask, nullptr, _NSIG / 8) != 0)
     report_and_exit(p.sock, (fail(&r, "restore the signal mask"), r));

@@ -41,6 +41,22 @@ struct ChildFd {
   int child_fd;
 };
 
+// SandboxConfig::Companion as the child reads it (plain values; the parent owns the storage).
+struct ChildCompanion {
+  char* const* argv = nullptr;
+  char* const* envp = nullptr;
+  const char* path = nullptr;  // PATH of envp (nullptr: none) for an argv[0] without a '/'
+  const char* cwd = "/";
+  const ChildFd* fds = nullptr;  // parent_fd: the init's descriptor; child_fd: the companion's
+  std::size_t nfds = 0;
+  const int* private_fds = nullptr;
+  std::size_t nprivate = 0;
+  char* pid_out = nullptr;  // kCompanionPidDigits + 1 bytes inside one of argv's strings
+};
+
+// Room for the companion's pid in the init's argv ("<flag>=" then this many characters).
+inline constexpr std::size_t kCompanionPidDigits = 10;
+
 struct ChildPlan {
   // SEQPACKET: the child sends one byte once close_inherited_child() is done; the parent sends
   // one byte "go" after cgroup attach; the child reports a failed step.
@@ -92,6 +108,8 @@ struct ChildPlan {
   // the child's side of that memory; the child puts this mask (the spawning thread's) back just
   // before its exec, as a forked child would have had it.
   const sigset_t* exec_sigmask = nullptr;
+  // SandboxConfig::companion, started by companion_child just before the exec.
+  const ChildCompanion* companion = nullptr;
 };
 
 // Fills `r` with what failed and errno (the errno is read here, so call right after the call).
@@ -102,7 +120,11 @@ bool mnt_child(const ChildPlan& p, ChildReport* r);     // mnt.cc: new root, /pr
 bool uts_child(const ChildPlan& p, ChildReport* r);     // uts.cc: hostname
 bool net_child(const ChildPlan& p, ChildReport* r);     // net.cc: lo up
 bool rlimit_child(const ChildPlan& p, ChildReport* r);  // rlimit.cc
-bool caps_child(const ChildPlan& p, ChildReport* r);    // caps.cc: bounding, ambient, capset
+// companion.cc: starts p.companion (CLONE_VFORK: back once it has exec'd or failed) and writes
+// its pid, or 0 when its exec failed, into pid_out; then closes the private descriptors. False
+// only when the clone itself failed.
+bool companion_child(const ChildPlan& p, ChildReport* r);
+bool caps_child(const ChildPlan& p, ChildReport* r);  // caps.cc: bounding, ambient, capset
 bool fds_child(ChildPlan& p, ChildReport* r);  // fds.cc: map, /dev/null, close rest; moves sock
 bool seccomp_child(const ChildPlan& p, ChildReport* r);  // seccomp.cc: install the filter
 

@@ -372,12 +372,65 @@ struct PlanStorage {
   std::vector<char*> argv, envp;
   std::vector<unsigned> groups;
   sock_fprog fprog{};
+  // SandboxConfig::companion: its argv, envp and descriptors, and argv's pid argument.
+  std::vector<char*> companion_argv, companion_envp;
+  std::vector<ChildFd> companion_fds;
+  std::vector<int> companion_private;
+  std::string companion_pid_arg;
+  ChildCompanion companion;
   ChildPlan plan;
 
   PlanStorage() = default;
   PlanStorage(const PlanStorage&) = delete;
   PlanStorage& operator=(const PlanStorage&) = delete;
 };
+
+// SandboxConfig::companion into `s` (its argv gets the pid argument). Its descriptors must be
+// the init's: 0..2 or a child_fd of config.fds.
+Status build_companion(SandboxConfig& config, PlanStorage& s) {
+  auto& c = *config.companion;
+  if (c.argv.empty() || c.argv[0].empty()) return invalid_argument("companion: empty argv");
+  if (c.pid_flag.empty()) return invalid_argument("companion: no pid_flag");
+  auto is_init_fd = [&](int fd) {
+    if (fd >= 0 && fd <= 2) return true;
+    return std::any_of(config.fds.begin(), config.fds.end(),
+                       [fd](const FdMapping& m) { return m.child_fd == fd; });
+  };
+  for (const auto& f : c.fds) {
+    if (!is_init_fd(f.parent_fd) || f.child_fd < 0 || f.child_fd > 18)
+      return invalid_argument("companion: descriptor " + std::to_string(f.parent_fd) + " -> " +
+                              std::to_string(f.child_fd) + " is not the init's, or too high");
+    s.companion_fds.push_back({f.parent_fd, f.child_fd});
+  }
+  for (int fd : c.private_fds) {
+    if (fd <= 2 || !is_init_fd(fd))
+      return invalid_argument("companion: private descriptor " + std::to_string(fd) +
+                              " is not one the init maps");
+    s.companion_private.push_back(fd);
+  }
+  for (auto& a : c.argv) s.companion_argv.push_back(a.data());
+  s.companion_argv.push_back(nullptr);
+  const char* path = nullptr;
+  for (auto& e : c.env) {
+    s.companion_envp.push_back(e.data());
+    if (path == nullptr && e.starts_with("PATH=")) path = e.c_str() + 5;
+  }
+  s.companion_envp.push_back(nullptr);
+  s.companion_pid_arg = c.pid_flag + "=" + std::string(kCompanionPidDigits, '0');
+  s.argv.push_back(s.companion_pid_arg.data());
+  ChildCompanion& cc = s.companion;
+  cc.argv = s.companion_argv.data();
+  cc.envp = s.companion_envp.data();
+  cc.path = path;
+  cc.cwd = c.cwd.empty() ? "/" : c.cwd.c_str();
+  cc.fds = s.companion_fds.data();
+  cc.nfds = s.companion_fds.size();
+  cc.private_fds = s.companion_private.data();
+  cc.nprivate = s.companion_private.size();
+  cc.pid_out = s.companion_pid_arg.data() + c.pid_flag.size() + 1;
+  s.plan.companion = &cc;
+  return {};
+}
 
 // `config` must outlive the child's exec: argv and envp point into its strings.
 Status build_plan(SandboxConfig& config, const std::vector<sock_filter>& filter, int child_sock,
@@ -403,6 +456,7 @@ Status build_plan(SandboxConfig& config, const std::vector<sock_filter>& filter,
   std::sort(s.fds.begin(), s.fds.end(),
             [](const ChildFd& a, const ChildFd& b) { return a.child_fd < b.child_fd; });
   for (auto& a : config.argv) s.argv.push_back(a.data());
+  if (config.companion) ABX_TRY(build_companion(config, s));
   s.argv.push_back(nullptr);
   for (auto& e : config.env) s.envp.push_back(e.data());
   s.envp.push_back(nullptr);

@@ -201,6 +201,77 @@ TEST_F(SandboxTest, MappedDescriptorIsPassed) {
   EXPECT_EQ(r.out.find("fd 3"), std::string::npos) << r.out;
 }
 
+// SandboxConfig::companion: started by the init just before its exec, with the descriptors it
+// maps and no other, in a session of its own, in "/" when its cwd is missing, argv's name looked
+// up in its PATH; its pid is in the init's argv, and its private descriptor is not the init's.
+TEST_F(SandboxTest, CompanionStartsBesideTheInit) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  auto c = testing::probe_config(tmp_.path(), {});
+  // $0 is the argument the runtime appends. The companion's line comes over fd 4.
+  // The descriptors are looked for one by one ([ is a builtin: it opens none of its own).
+  const std::string fds =
+      "f=; for n in 0 1 2 3 4 5 6 7 8 9; do [ -e /proc/$$/fd/$n ] && f=\"$f$n \"; done; ";
+  c.argv = {"/bin/sh", "-c",
+            fds +
+                "echo \"init $0 $$ sid $(cut -d' ' -f6 /proc/$$/stat) fds $f\"; read -r line "
+                "<&4; echo \"$line\""};
+  c.fds = {{sv[0], 4}, {sv[1], 6}};
+  SandboxConfig::Companion k;
+  k.argv = {"sh", "-c",
+            fds + "echo \"companion $$ sid $(cut -d' ' -f6 /proc/$$/stat) fds ${f}" +
+                "cwd $(pwd) home $HOME\" >&3"};
+  k.env = {"PATH=/nonexistent:/usr/bin:/bin", "HOME=/x"};
+  k.cwd = "/nonexistent";
+  k.fds = {{6, 3}};
+  k.private_fds = {6};
+  k.pid_flag = "--companion-pid";
+  c.companion = k;
+  auto r = testing::run_sandbox(c);
+  ::close(sv[0]);
+  ::close(sv[1]);
+  ASSERT_TRUE(r.exited_ok()) << r.out;
+  // "init --companion-pid=N 1 sid 1 fds 0 1 2 4 " then "companion N sid N fds 0 1 2 3 cwd / ..."
+  const auto at = r.out.find("init --companion-pid=");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const int pid = std::atoi(r.out.c_str() + at + std::strlen("init --companion-pid="));
+  EXPECT_GT(pid, 1) << r.out;
+  EXPECT_NE(r.out.find(" 1 sid 1 fds 0 1 2 4 \n"), std::string::npos) << r.out;
+  const std::string n = std::to_string(pid);
+  EXPECT_NE(r.out.find("companion " + n + " sid " + n + " fds 0 1 2 3 cwd / home /x\n"),
+            std::string::npos)
+      << r.out;
+}
+
+// A companion whose exec fails leaves the init running, with 0 as its pid.
+TEST_F(SandboxTest, ACompanionThatCannotStartIsPidZero) {
+  auto c = testing::probe_config(tmp_.path(), {});
+  c.argv = {"/bin/sh", "-c", "echo \"init $0\""};
+  SandboxConfig::Companion k;
+  k.argv = {"abx-no-such-program"};
+  k.env = {"PATH=/usr/bin:/bin"};
+  k.pid_flag = "--companion-pid";
+  c.companion = k;
+  auto r = testing::run_sandbox(c);
+  EXPECT_TRUE(r.exited_ok()) << r.out;
+  EXPECT_EQ(r.out, "init --companion-pid=0\n");
+}
+
+// A companion's descriptors must be the init's.
+TEST_F(SandboxTest, ACompanionDescriptorTheInitLacksIsRefused) {
+  auto c = testing::probe_config(tmp_.path(), {"hostname"});
+  SandboxConfig::Companion k;
+  k.argv = {"/bin/true"};
+  k.fds = {{9, 3}};
+  k.pid_flag = "--companion-pid";
+  c.companion = k;
+  auto r = Sandbox::spawn(c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(r.error().message().find("descriptor 9 -> 3"), std::string::npos)
+      << r.error().message();
+}
+
 // uid, gid and groups: argv runs as them, with no capabilities left; the default stays root.
 // The init starts with the signal mask of the thread that spawned it, whichever way it was
 // cloned (the CLONE_VM clone blocks every signal in its own thread and the child puts the

@@ -139,6 +139,27 @@ struct SandboxConfig {
   std::vector<std::uint32_t> groups;
   std::vector<BindMount> binds;
   std::vector<FdMapping> fds;
+  // A second process the init starts just before it executes argv: in the same namespaces,
+  // with the same ids, capabilities and seccomp filter as argv gets, in a session of its own,
+  // every signal at its default and none blocked. For work that would otherwise wait for
+  // argv's own start (issue 37: a command server's Python worker, whose interpreter takes
+  // longer to start than envd does, starts beside envd instead of after it).
+  struct Companion {
+    // argv[0]: absolute, or a name looked up in env's PATH (execvp's rules, without the shell
+    // fallback).
+    std::vector<std::string> argv;
+    std::vector<std::string> env;  // "K=V": its whole environment
+    std::string cwd = "/";         // "/" when this one cannot be entered
+    // Descriptors of the init (child_fd of `fds`) -> the companion's; everything else is closed
+    // in it but 0..2, which it shares with the init unless mapped here.
+    std::vector<FdMapping> fds;
+    // Descriptors of the init that argv must not get: closed once the companion has started.
+    std::vector<int> private_fds;
+    // argv gets one more argument, "<pid_flag>=<N>": the companion's pid inside the sandbox
+    // (argv's child), or 0 when it did not start (its exec failed: argv may start it again).
+    std::string pid_flag;
+  };
+  std::optional<Companion> companion;
   CgroupLimits limits;
   // Size of the writable layer: the ext4 image (kImage, kDirectory) or the root tmpfs (kHost).
   std::uint64_t disk_bytes = 256ull << 20;
