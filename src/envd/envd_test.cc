@@ -39,6 +39,7 @@
 #include "creds.h"
 #include "files.h"
 #include "host_info.h"
+#include "process.h"
 #include "proto_json.h"
 
 namespace abx::envd {
@@ -1391,6 +1392,59 @@ TEST_F(EnvdTest, CommandServerCompanionIsConnectedOnFd3WithoutTheToken) {
   }
   EXPECT_TRUE(first_gone) << "companion " << first << " outlived its server";
   EXPECT_EQ(::kill(second, 0), 0) << std::strerror(errno);
+}
+
+// Reaper::adopt (the companion abxd's init started beside envd): a child envd did not start is
+// reported to its callback whether it exits after the adoption or was reaped before it.
+TEST(Reaper, AdoptReportsAChildWhetherItExitsBeforeOrAfter) {
+  Reaper& reaper = Reaper::instance();  // its thread reaps every child of this process
+  const pid_t early = ::fork();
+  if (early == 0) ::_exit(7);
+  ASSERT_GT(early, 0);
+  // Reaped as an orphan (nobody registered it): /proc has no entry once it is collected.
+  for (int i = 0; i < 500 && ::kill(early, 0) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_NE(::kill(early, 0), 0) << "child " << early << " was not reaped";
+  std::promise<int> early_status;
+  reaper.adopt(early, [&](int st) { early_status.set_value(st); });
+  auto f1 = early_status.get_future();
+  ASSERT_EQ(f1.wait_for(std::chrono::seconds(0)), std::future_status::ready);  // at once
+  const int st1 = f1.get();
+  EXPECT_TRUE(WIFEXITED(st1) && WEXITSTATUS(st1) == 7) << st1;
+
+  int go[2];
+  ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
+  const pid_t late = ::fork();
+  if (late == 0) {
+    ::close(go[1]);
+    char b;
+    (void)!::read(go[0], &b, 1);  // EOF once the test closes its end
+    ::_exit(9);
+  }
+  ASSERT_GT(late, 0);
+  std::promise<int> late_status;
+  reaper.adopt(late, [&](int st) { late_status.set_value(st); });
+  ::close(go[1]);  // now it exits
+  ::close(go[0]);
+  auto f2 = late_status.get_future();
+  ASSERT_EQ(f2.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  const int st2 = f2.get();
+  EXPECT_TRUE(WIFEXITED(st2) && WEXITSTATUS(st2) == 9) << st2;
+}
+
+// --server-companion-fds and --server-companion-pid (written by abxd and its init): checked as
+// flags, the pid only with the descriptors.
+TEST_F(EnvdTest, ServerCompanionFlagsAreChecked) {
+  std::string err = home_ + "/err";
+  auto run = [&](const std::string& flags) {
+    std::string cmd = std::string(ABX_ENVD_BINARY) + " --port 0 " + flags + " 2>" + err;
+    int st = std::system(cmd.c_str());
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  };
+  EXPECT_EQ(run("--server-companion-pid 5"), 2);
+  EXPECT_NE(slurp(err).find("--server-companion-fds"), std::string::npos) << slurp(err);
+  EXPECT_EQ(run("--server-companion-fds 1,4,5"), 2);
+  EXPECT_EQ(run("--server-companion-fds 4,5"), 2);
 }
 
 // set_access_token: the new token is the only one accepted; it neither clears the token nor turns

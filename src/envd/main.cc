@@ -34,6 +34,10 @@ constexpr int kExitListen = 4;
 struct Flags {
   // The configuration file's (--config, --config-fd), with each flag given on top of it.
   abx::envd::EnvdConfig config;
+  // The command server's first companion, started beside envd by abxd's init (issue 37): its
+  // pid (0: its exec failed) and the descriptors envd inherits for it.
+  int companion_pid = 0;
+  std::vector<int> companion_fds;  // the socket, the output pipe's read end, its write end
 };
 
 // The whole of a configuration file or descriptor (closed once read: a descriptor left open
@@ -135,6 +139,20 @@ std::optional<int> parse_flags(int argc, char** argv, Flags& f) {
        &EnvdConfig::max_upload_bytes);
   copy(app.add_option("--log-level", given.log_level, "trace, debug, info, warn, error or off"),
        &EnvdConfig::log_level);
+  auto* companion_fds =
+      app.add_option("--server-companion-fds", f.companion_fds,
+                     "SOCKET,READ,WRITE: the command server's first companion was started "
+                     "beside envd by the sandbox's init (abxd passes this): the server's end of "
+                     "their socketpair, and both ends of the pipe the companion writes its "
+                     "output into (the first run's stderr); inherited descriptors above 2")
+          ->expected(3)
+          ->delimiter(',')
+          ->check(CLI::Range(3, 1 << 20));
+  app.add_option("--server-companion-pid", f.companion_pid,
+                 "With --server-companion-fds: the first companion's pid (the init writes it); "
+                 "0: its exec failed, and envd starts the companion itself")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(companion_fds);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -239,6 +257,25 @@ sigset_t become_init() {
   return waited;
 }
 
+// The first companion abxd's init started beside envd (issue 37), for the command server's
+// supervisor; none (its descriptors closed) when the flag gives no pid or there is no server.
+std::optional<abx::envd::Supervisor::Started> started_companion(const Flags& f) {
+  if (f.companion_fds.size() != 3) return std::nullopt;
+  const auto& c = f.config;
+  const bool usable = f.companion_pid > 0 && !c.server_companion_argv.empty() &&
+                      (!c.server_argv.empty() || !c.server_cmd.empty());
+  for (int fd : f.companion_fds) {
+    if (!usable) {
+      ::close(fd);
+    } else {
+      ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // the supervisor's alone, never a request's process's
+    }
+  }
+  if (!usable) return std::nullopt;
+  return abx::envd::Supervisor::Started{f.companion_pid, f.companion_fds[0], f.companion_fds[1],
+                                        f.companion_fds[2]};
+}
+
 }  // namespace
 
 // The init's order on one screen (~95 lines on purpose, as nsjail's orchestrator): configuration,
@@ -300,7 +337,10 @@ int main(int argc, char** argv) {
                                        ? std::vector<std::string>{"/bin/sh", "-c", cfg.server_cmd}
                                        : cfg.server_argv;
     server_sup.emplace(envd::Reaper::instance(), "command server", std::move(cmd), server_env,
-                       *server_user, true, cfg.server_companion_argv, /*held=*/true);
+                       *server_user, true, cfg.server_companion_argv, /*held=*/true,
+                       started_companion(f));
+  } else {
+    started_companion(f);  // closes what abxd passed for it
   }
   auto server = envd::Envd::start(opt);
   if (!server.ok()) {

@@ -54,6 +54,19 @@ pid_t Reaper::spawn(const std::function<pid_t()>& spawn, OnExit on_exit) {
   return pid;
 }
 
+void Reaper::adopt(pid_t pid, OnExit on_exit) {
+  std::unique_lock lock(mu_);
+  for (auto it = orphans_.begin(); it != orphans_.end(); ++it) {
+    if (it->first != pid) continue;
+    const int status = it->second;
+    orphans_.erase(it);
+    lock.unlock();
+    on_exit(status);
+    return;
+  }
+  watched_[pid] = std::move(on_exit);
+}
+
 void Reaper::run() {
   for (;;) {
     int status = 0;
@@ -65,6 +78,10 @@ void Reaper::run() {
         if (auto it = watched_.find(pid); it != watched_.end()) {
           cb = std::move(it->second);
           watched_.erase(it);
+        } else {
+          constexpr std::size_t kKeptOrphans = 64;
+          orphans_.emplace_back(pid, status);
+          if (orphans_.size() > kKeptOrphans) orphans_.pop_front();
         }
       }
       if (cb) {

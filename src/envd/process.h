@@ -14,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -41,12 +42,17 @@ class Reaper {
   // Runs `spawn` (which starts a child and returns its pid, or -1) with registration atomic with
   // respect to reaping: the child's status cannot be collected before `on_exit` is in place.
   pid_t spawn(const std::function<pid_t()>& spawn, OnExit on_exit);
+  // Registers `on_exit` for `pid`, a child envd did not start (abxd's init started it just
+  // before envd's exec). If the reaper collected it already, as an orphan, `on_exit` runs now.
+  void adopt(pid_t pid, OnExit on_exit);
 
  private:
   void run();
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<pid_t, OnExit> watched_;
+  // The last orphans collected, with their status, for adopt() (bounded: the oldest go).
+  std::deque<std::pair<pid_t, int>> orphans_;
   std::thread thread_;
   Reaper();
 };

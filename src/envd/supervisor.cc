@@ -26,12 +26,14 @@ Supervisor::Supervisor(Reaper& reaper, std::string name, std::string cmd, User u
 
 Supervisor::Supervisor(Reaper& reaper, std::string name, std::vector<std::string> argv,
                        std::vector<std::string> env, User user, bool restart,
-                       std::vector<std::string> companion, bool held)
+                       std::vector<std::string> companion, bool held,
+                       std::optional<Started> started)
     : reaper_(reaper),
       name_(std::move(name)),
       argv_(std::move(argv)),
       env_(std::move(env)),
       companion_(std::move(companion)),
+      started_(started),
       user_(std::move(user)),
       restart_(restart),
       held_(held) {
@@ -89,6 +91,14 @@ void Supervisor::event(std::string_view level, const std::string& message) {
     log().warn(message);
   else
     log().info(message);
+}
+
+Supervisor::Companion Supervisor::adopt_companion(pid_t pid) {
+  auto alive = std::make_shared<std::atomic<bool>>(true);
+  reaper_.adopt(pid, [alive](int) { *alive = false; });
+  event("info",
+        "the companion of " + name_ + " started beside envd (pid " + std::to_string(pid) + ")");
+  return {pid, std::move(alive)};
 }
 
 Supervisor::Companion Supervisor::start_companion(int err_fd, int* child_end) {
@@ -192,12 +202,21 @@ void Supervisor::run() {
     }
     auto started = std::chrono::steady_clock::now();
     int out[2] = {-1, -1}, err[2] = {-1, -1};
-    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+    int child_end = -1;
+    Companion companion;
+    if (started_) {
+      // The first run's companion is running already: its output pipe is this run's stderr.
+      err[0] = started_->output_read_fd;
+      err[1] = started_->output_write_fd;
+      child_end = started_->socket_fd;
+      companion = adopt_companion(started_->pid);
+      started_.reset();
+    }
+    if (::pipe2(out, O_CLOEXEC) != 0 || (err[0] < 0 && ::pipe2(err, O_CLOEXEC) != 0)) {
       log().warn("cannot make output pipes for " + name_ + ": its output is not kept");
     }
     // The companion first: its start is the longer one.
-    int child_end = -1;
-    Companion companion = companion_.empty() ? Companion{} : start_companion(err[1], &child_end);
+    if (!companion.alive && !companion_.empty()) companion = start_companion(err[1], &child_end);
     if (!wait_for_release()) {  // destroyed while held: nothing was started but the companion
       for (int fd : {out[0], out[1], err[0], err[1], child_end}) {
         if (fd >= 0) ::close(fd);

@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -38,9 +39,20 @@ class Supervisor {
   // `held`: the first run starts its companion at once but the child only at release() (envd
   // makes the command server's supervisor before its own API, so that the interpreter, the
   // slowest piece of a create, starts first, and releases it once the API listens).
+  //
+  // `started`: the first run's companion is running already (abxd's init started it beside
+  // envd): its pid, the child's end of their socketpair and both ends of the pipe it writes its
+  // output into, all taken over (the pipe becomes the first run's stderr pipe).
+  struct Started {
+    pid_t pid = -1;
+    int socket_fd = -1;
+    int output_read_fd = -1;
+    int output_write_fd = -1;
+  };
   Supervisor(Reaper& reaper, std::string name, std::vector<std::string> argv,
              std::vector<std::string> env, User user, bool restart,
-             std::vector<std::string> companion = {}, bool held = false);
+             std::vector<std::string> companion = {}, bool held = false,
+             std::optional<Started> started = std::nullopt);
   ~Supervisor();  // stops restarting, SIGTERMs the child (SIGKILL after 2 s) and joins
   void signal(int sig);
   // Lets a `held` supervisor start its child.
@@ -71,11 +83,14 @@ class Supervisor {
   // Starts the companion of the next run; the child's end of their socketpair goes to
   // `child_end` (-1 when it could not start, and then the companion is empty).
   Companion start_companion(int err_fd, int* child_end);
+  // The companion `started_` names, collected by the reaper like one of ours.
+  Companion adopt_companion(pid_t pid);
   void event(std::string_view level, const std::string& message);
   Reaper& reaper_;
   std::string name_, cmd_;               // cmd_: argv joined, for the log
   std::vector<std::string> argv_, env_;  // env_: guarded by mu_
   std::vector<std::string> companion_;
+  std::optional<Started> started_;  // until the first run takes it
   User user_;
   bool restart_;
   std::mutex mu_;
