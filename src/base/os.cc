@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -272,6 +273,19 @@ Result<Finished> run_program(const std::vector<std::string>& args, const RunOpti
   std::string msg = what + " failed (" + r.describe() + ")";
   if (std::string t = tail(o.merge_output ? r.out : r.err); !t.empty()) msg += ": " + t;
   return Error(r.timed_out ? ErrorCode::kDeadlineExceeded : ErrorCode::kInternal, std::move(msg));
+}
+
+Result<std::pair<UniqueFd, UniqueFd>> make_pipe() {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return errno_error("pipe2", errno);
+  return std::pair{UniqueFd(p[0]), UniqueFd(p[1])};
+}
+
+Result<std::pair<UniqueFd, UniqueFd>> make_socketpair() {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    return errno_error("socketpair", errno);
+  return std::pair{UniqueFd(sv[0]), UniqueFd(sv[1])};
 }
 
 }  // namespace abx::os

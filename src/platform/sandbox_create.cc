@@ -8,6 +8,7 @@
 #include <boost/json/serialize.hpp>
 #include <cassert>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -102,6 +103,60 @@ envd::EnvdConfig envd_config(const ManagerOptions& opt, const templates::Templat
     }
   }
   return ec;
+}
+
+// What abxd opens for a command server's companion that the init starts beside envd: the
+// socketpair between it and the server, and the pipe its output goes into.
+struct CompanionPipes {
+  UniqueFd server_end, companion_end, output_read, output_write;
+};
+// Where the init has them: envd gets the first three (--server-companion-fds), the companion
+// its end alone (as its descriptor 3, with the pipe's write end as 1 and 2).
+constexpr int kCompanionSocketFd = 4;
+constexpr int kCompanionOutputReadFd = 5;
+constexpr int kCompanionOutputWriteFd = 6;
+constexpr int kCompanionEndFd = 7;
+
+// A Python module's worker (envd's server_companion_argv) starts beside envd: the init starts it
+// just before its exec of envd (runtime's SandboxConfig::companion), where envd would start it
+// ~10 ms later, once its own start is done (issue 37: the interpreter's start is the longest
+// step of such a create). It gets what envd's supervisor would give it: root (the command
+// server's user), HOME=/root and USER=root (envd takes root's home from the image's
+// /etc/passwd; /root in every image we know), the sandbox's environment without
+// ABX_ACCESS_TOKEN, a session of its own. Only for an envd that runs as root; else nothing.
+Status start_companion_beside_envd(const envd::EnvdConfig& ec,
+                                   const std::map<std::string, std::string>& env,
+                                   runtime::SandboxConfig& config, CompanionPipes& pipes) {
+  if (ec.server_companion_argv.empty() || config.uid != 0 || config.gid != 0) return {};
+  // ABX_COMPANION_FROM_ENVD=1: envd starts it, as before (for A/B runs, bench/README.md).
+  if (const char* v = std::getenv("ABX_COMPANION_FROM_ENVD"); v != nullptr && *v == '1') return {};
+  ABX_ASSIGN_OR_RETURN(auto sockets, os::make_socketpair());
+  ABX_ASSIGN_OR_RETURN(auto output, os::make_pipe());
+  pipes.server_end = std::move(sockets.first);
+  pipes.companion_end = std::move(sockets.second);
+  pipes.output_read = std::move(output.first);
+  pipes.output_write = std::move(output.second);
+  config.fds.push_back({pipes.server_end.get(), kCompanionSocketFd});
+  config.fds.push_back({pipes.output_read.get(), kCompanionOutputReadFd});
+  config.fds.push_back({pipes.output_write.get(), kCompanionOutputWriteFd});
+  config.fds.push_back({pipes.companion_end.get(), kCompanionEndFd});
+  config.argv.push_back("--server-companion-fds=" + std::to_string(kCompanionSocketFd) + "," +
+                        std::to_string(kCompanionOutputReadFd) + "," +
+                        std::to_string(kCompanionOutputWriteFd));
+  runtime::SandboxConfig::Companion c;
+  c.argv = ec.server_companion_argv;
+  c.env = {"HOME=/root", "USER=root"};
+  for (const auto& [k, v] : env) {
+    if (k != "HOME" && k != "USER" && k != "ABX_ACCESS_TOKEN") c.env.push_back(k + "=" + v);
+  }
+  c.cwd = "/root";
+  c.fds = {{kCompanionOutputWriteFd, STDOUT_FILENO},
+           {kCompanionOutputWriteFd, STDERR_FILENO},
+           {kCompanionEndFd, 3}};
+  c.private_fds = {kCompanionEndFd};
+  c.pid_flag = "--server-companion-pid";
+  config.companion = std::move(c);
+  return {};
 }
 
 // The runtime config of a sandbox whose init is abx-envd: the template's rootfs, network,
@@ -557,8 +612,8 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
 
   tl.mark("run_dir");
   const std::map<std::string, std::string> env = sandbox_env(opt_, *tmpl, img, req, id, net);
-  ABX_ASSIGN_OR_RETURN(UniqueFd envd_json_fd,
-                       write_envd_config(run_dir, envd_config(opt_, *tmpl, img, token_file, env)));
+  const envd::EnvdConfig envd_cfg = envd_config(opt_, *tmpl, img, token_file, env);
+  ABX_ASSIGN_OR_RETURN(UniqueFd envd_json_fd, write_envd_config(run_dir, envd_cfg));
   runtime::SandboxConfig config = envd_sandbox_config(opt_, *tmpl, img, id, token_file, net,
                                                       run_dir.string(), env, envd_json_fd.get());
   // The volumes, after abxd's own binds (check_mount_path keeps them apart), writable.
@@ -573,6 +628,9 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   }
   ABX_TRY(save_sandbox_config(run_dir.string(), config));
   config.layer_pool = layer_pool_.get();  // (not saved: a resume boots on the layer it keeps)
+  // Not saved either: a resume's envd starts the worker itself.
+  CompanionPipes companion_pipes;  // open until the spawn
+  ABX_TRY(start_companion_beside_envd(envd_cfg, env, config, companion_pipes));
   std::string traffic_token;
   if (!net.allow_public_traffic) {
     ABX_ASSIGN_OR_RETURN(traffic_token, token::random_hex(16));

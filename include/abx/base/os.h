@@ -21,9 +21,11 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "abx/base/error.h"
+#include "abx/base/fd.h"
 
 namespace abx::os {
 
@@ -137,5 +139,10 @@ Result<Finished> run(const std::vector<std::string>& argv, const RunOptions& opt
 // run(), and an error unless the program exited 0: "<what> failed (exit 1): <its stderr's last
 // lines>" (kDeadlineExceeded when it timed out, else kInternal).
 Result<Finished> run_program(const std::vector<std::string>& argv, const RunOptions& options = {});
+
+// A pipe (first: the read end, second: the write end), both close-on-exec.
+Result<std::pair<UniqueFd, UniqueFd>> make_pipe();
+// A connected pair of AF_UNIX stream sockets, both close-on-exec.
+Result<std::pair<UniqueFd, UniqueFd>> make_socketpair();
 
 }  // namespace abx::os
