@@ -102,6 +102,15 @@ met=$(awk -v r="$ratio" 'BEGIN {print (r <= 1.5) ? "met" : "NOT met"}')
 echo "C++ module:    p50 $c50 ms, p95 $c95 ms"
 echo "Python module: p50 $p50 ms, p95 $p95 ms"
 echo "ratio Python / C++ (p50): ${ratio}x (aim <= 1.5x: $met)"
+python3 -c '
+import json, sys
+d = json.loads(sys.argv[1])
+c, p = d["cxx"].get("steps_ms", {}), d["py"].get("steps_ms", {})
+if c or p:
+    print("inside abxd, median ms per create step (GET /metrics):   C++     Python")
+    for k in list(dict.fromkeys(list(c) + list(p))):
+        print(f"  {k:54} {c.get(k, 0):7.2f} {p.get(k, 0):9.2f}")
+' "$summary"
 echo "load before $load_before, after $load_after; machine busy ${busy}% during the rounds"
 [ "${busy%.*}" -lt 50 ] || echo "WARNING: the machine was busy (${busy}% of all CPUs); trust the ratio more than the values"
 # run.sh's ratio is how many times better abx's row is, so "<= 1.5x worse" is ">=0.666x".

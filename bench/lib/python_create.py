@@ -6,6 +6,7 @@ alternating order: POST /sandboxes, then POST /commands/demo through abxd's prox
 summary line "PYCREATE {...}". Usage: python_create.py URL KEY CXX_TEMPLATE PY_TEMPLATE N WARMUP"""
 import http.client
 import json
+import re
 import statistics
 import sys
 import time
@@ -39,7 +40,25 @@ def main():
         r = conn.getresponse()
         return r.status, r.read()
 
-    def one(template):
+    def steps():
+        """abxd's GET /metrics: {step: (count, sum ms)} of its successful creates so far."""
+        st, data = req(api, "GET", "/metrics", headers={"X-API-KEY": key})
+        out = {}
+        for line in data.decode().splitlines() if st == 200 else []:
+            m = re.match(r'abx_create_step_seconds_(sum|count)\{step="([a-z_]+)"\} (\S+)$', line)
+            if m:
+                count, total = out.get(m.group(2), (0, 0.0))
+                if m.group(1) == "sum":
+                    total = float(m.group(3)) * 1e3
+                else:
+                    count = int(float(m.group(3)))
+                out[m.group(2)] = (count, total)
+        return out
+
+    step_ms = {"cxx": {}, "py": {}}
+
+    def one(template, name=None):
+        before = steps() if name else {}
         t0 = time.perf_counter()
         st, data = req(api, "POST", "/sandboxes", {"templateID": template, "timeout": 120},
                        {"X-API-KEY": key})
@@ -69,6 +88,12 @@ def main():
                 time.sleep(0.002)
             t1 = time.perf_counter()
             call.close()
+            # Read after the clock stopped (the metrics request costs neither side time).
+            if name:
+                for k, (c, total) in steps().items():
+                    c0, t0_ = before.get(k, (0, 0.0))
+                    if c > c0:
+                        step_ms[name].setdefault(k, []).append(total - t0_)
             if json.loads(data) != {"result": "42: world"}:
                 sys.exit(f"{template}: demo answered {data!r}")
         finally:
@@ -83,7 +108,7 @@ def main():
     for i in range(n):
         order = (("cxx", cxx), ("py", py)) if i % 2 == 0 else (("py", py), ("cxx", cxx))
         for name, t in order:
-            first, created, tries = one(t)
+            first, created, tries = one(t, name)
             res[name].append((first, created, tries))
             print(f"{i + 1:3} {name:4} create->first 200 {first:8.1f} ms   create answered "
                   f"{created:8.1f} ms   calls {tries}", flush=True)
@@ -93,7 +118,10 @@ def main():
         firsts = [r[0] for r in res[name]]
         out[name] = {"p50": statistics.median(firsts), "p95": pct(firsts, 95),
                      "create_p50": statistics.median(r[1] for r in res[name]),
-                     "max_calls": max(r[2] for r in res[name])}
+                     "max_calls": max(r[2] for r in res[name]),
+                     # Where abxd's part of each create went (GET /metrics around it): median ms.
+                     "steps_ms": {k: round(statistics.median(v), 2)
+                                  for k, v in step_ms[name].items()}}
     print("PYCREATE " + json.dumps(out))
 
 
