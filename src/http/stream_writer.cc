@@ -86,6 +86,12 @@ void Session::watch_peer_close(const std::shared_ptr<StreamState>& st) {
         // Gone: the producer sees closed() and write() false.
         if (peer_closed(self->stream_.socket())) self->end_stream(false);
       });
+  // A close that came before the wait was armed never wakes it: asio's epoll is edge-triggered
+  // and it does not try a wait at once, so an edge with no operation queued is gone. Looked for
+  // now, after arming: a close is seen either here or by the wait. (peer_closed must not block.)
+  beast::error_code ec;
+  if (!stream_.socket().non_blocking()) stream_.socket().non_blocking(true, ec);
+  if (!ec && peer_closed(stream_.socket())) end_stream(false);
 }
 
 // Sends what the producers queued, as long as the socket takes it at once (http::send_now);
