@@ -114,8 +114,10 @@ Result<std::vector<Endpoint>> parse_endpoints(std::string_view list) {
     std::string_view one = list.substr(0, comma);
     list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
     const bool tls = one.starts_with("https://");
-    if (tls) one.remove_prefix(8);
-    else if (one.starts_with("http://")) one.remove_prefix(7);
+    if (tls)
+      one.remove_prefix(8);
+    else if (one.starts_with("http://"))
+      one.remove_prefix(7);
     if (one.find("://") != std::string_view::npos)
       return invalid_argument("etcd endpoint '" + std::string(one) +
                               "': the scheme must be http:// or https://");

@@ -117,7 +117,8 @@ Result<Endpoint> parse_api_url(std::string_view url) {
   auto colon = rest.rfind(':');
   unsigned port = 0;
   if (colon == std::string_view::npos || colon == 0)
-    return invalid_argument("node API URL '" + std::string(url) + "': expected http(s)://HOST:PORT");
+    return invalid_argument("node API URL '" + std::string(url) +
+                            "': expected http(s)://HOST:PORT");
   std::string_view p = rest.substr(colon + 1);
   auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), port);
   if (ec != std::errc() || end != p.data() + p.size() || port == 0 || port > 65535)

@@ -18,7 +18,8 @@ Status check_key_file(const std::string& path, std::string_view flag) {
     const std::string what = std::string(flag) + " " + path + ": " + std::strerror(e);
     return e == ENOENT ? not_found(what) : invalid_argument(what);
   }
-  if (!S_ISREG(st.st_mode)) return invalid_argument(std::string(flag) + " " + path + ": not a file");
+  if (!S_ISREG(st.st_mode))
+    return invalid_argument(std::string(flag) + " " + path + ": not a file");
   if (st.st_uid != ::geteuid())
     return invalid_argument(std::string(flag) + " " + path +
                             ": must be owned by abxd's user (uid " + std::to_string(::geteuid()) +
@@ -65,7 +66,8 @@ Result<TlsPlan> check_tls_settings(const TlsSettings& s, const std::vector<Endpo
   TlsPlan plan;
   plan.etcd_tls = !endpoints.empty() && endpoints.front().tls;
   if (plan.etcd_tls && s.etcd.ca.empty())
-    return invalid_argument("https:// etcd endpoints need --etcd-ca (the CA of etcd's certificate)");
+    return invalid_argument(
+        "https:// etcd endpoints need --etcd-ca (the CA of etcd's certificate)");
   if (!plan.etcd_tls && !s.etcd.empty())
     return invalid_argument("--etcd-ca, --etcd-cert and --etcd-key need https:// etcd endpoints");
   ABX_TRY(check_pair(s.etcd, "--etcd-cert", "--etcd-key"));
@@ -80,14 +82,15 @@ Result<TlsPlan> check_tls_settings(const TlsSettings& s, const std::vector<Endpo
     ABX_ASSIGN_OR_RETURN(Endpoint l, parse_host_port(s.listen, "--cluster-listen"));
     plan.listen_host = l.host;
     plan.listen_port = l.port;
-    plan.advertise_url = advertise_url.empty() ? "https://" + std::string(s.listen)
-                                               : std::string(advertise_url);
-    if (!plan.advertise_url.starts_with("https://"))
-      return invalid_argument("--advertise-url '" + plan.advertise_url +
-                              "': with --cluster-listen it names that endpoint (https://HOST:PORT)");
-  } else {
     plan.advertise_url =
-        advertise_url.empty() ? "http://" + std::string(listen_default) : std::string(advertise_url);
+        advertise_url.empty() ? "https://" + std::string(s.listen) : std::string(advertise_url);
+    if (!plan.advertise_url.starts_with("https://"))
+      return invalid_argument(
+          "--advertise-url '" + plan.advertise_url +
+          "': with --cluster-listen it names that endpoint (https://HOST:PORT)");
+  } else {
+    plan.advertise_url = advertise_url.empty() ? "http://" + std::string(listen_default)
+                                               : std::string(advertise_url);
     if (!plan.advertise_url.starts_with("http://"))
       return invalid_argument("--advertise-url '" + plan.advertise_url +
                               "': https:// needs --cluster-listen and the --cluster-* files");

@@ -32,8 +32,9 @@ class TlsSettingsTest : public ::testing::Test {
   std::string key() { return file("node.key", fs::perms::owner_read); }
   TlsSettings node_tls() {
     TlsSettings s;
-    s.node = {file("ca.pem", fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read),
-              file("node.pem", fs::perms::owner_read), key()};
+    s.node = {
+        file("ca.pem", fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read),
+        file("node.pem", fs::perms::owner_read), key()};
     s.listen = "127.0.0.1:3443";
     return s;
   }

@@ -1,6 +1,8 @@
 #include "abx/http/client.h"
 
-#include "abx/base/try.h"
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include <atomic>
 #include <boost/asio/connect.hpp>
@@ -18,9 +20,8 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 #include <limits>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <openssl/x509.h>
+
+#include "abx/base/try.h"
 
 namespace abx::http {
 
@@ -157,10 +158,10 @@ Result<std::unique_ptr<Connection>> Connection::open_tls(const std::string& host
   if (ec) {
     const long verify = SSL_get_verify_result(ssl_handle);
     if (verify != X509_V_OK)
-      return Error(ErrorCode::kUnauthenticated,
-                   "TLS to " + where + ": the server's certificate did not verify (" +
-                       X509_verify_cert_error_string(verify) + "; expected name " + server_name +
-                       ")");
+      return Error(ErrorCode::kUnauthenticated, "TLS to " + where +
+                                                    ": the server's certificate did not verify (" +
+                                                    X509_verify_cert_error_string(verify) +
+                                                    "; expected name " + server_name + ")");
     if (ec.category() == asio::error::get_ssl_category())
       return Error(ErrorCode::kUnauthenticated,
                    "TLS to " + where + ": the handshake failed: " + ec.message());
@@ -187,9 +188,8 @@ Result<Response> Connection::send(Request req, std::chrono::milliseconds timeout
             impl_->port == 0 ? impl_->host : impl_->host + ":" + std::to_string(impl_->port));
   }
   req.prepare_payload();
-  auto ec = impl_->run(timeout, [&](auto done) {
-    impl_->io([&](auto& s) { bhttp::async_write(s, req, done); });
-  });
+  auto ec = impl_->run(
+      timeout, [&](auto done) { impl_->io([&](auto& s) { bhttp::async_write(s, req, done); }); });
   if (ec) return io_error("send request", ec);
   bhttp::response_parser<bhttp::string_body> parser;
   parser.body_limit(impl_->body_limit);
@@ -254,7 +254,8 @@ void Connection::cancel() {
 Result<std::string> Connection::raw_exchange(std::string_view bytes,
                                              std::chrono::milliseconds timeout) {
   auto ec = impl_->run(timeout, [&](auto done) {
-    impl_->io([&](auto& s) { asio::async_write(s, asio::buffer(bytes.data(), bytes.size()), done); });
+    impl_->io(
+        [&](auto& s) { asio::async_write(s, asio::buffer(bytes.data(), bytes.size()), done); });
   });
   if (ec) return io_error("write", ec);
   std::string out;
@@ -279,7 +280,8 @@ Result<std::string> Connection::raw_exchange(std::string_view bytes,
 
 Result<Response> fetch(const std::string& host, std::uint16_t port, Request req,
                        std::chrono::milliseconds timeout, const TlsClient* tls) {
-  auto c = tls ? Connection::open_tls(host, port, *tls, timeout) : Connection::open(host, port, timeout);
+  auto c =
+      tls ? Connection::open_tls(host, port, *tls, timeout) : Connection::open(host, port, timeout);
   if (!c.ok()) return c.error();
   return (*c)->send(std::move(req), timeout);
 }

@@ -31,9 +31,8 @@
 #include "abx/cluster/etcd.h"
 #include "abx/cluster/membership.h"
 #include "abx/cluster/tls.h"
-#include "abx/http/client.h"
-#include "abx/token/token.h"
 #include "abx/egress/policy.h"
+#include "abx/http/client.h"
 #include "abx/image/registry.h"
 #include "abx/image/store.h"
 #include "abx/platform/gateway.h"
@@ -41,6 +40,7 @@
 #include "abx/runtime/userns.h"
 #include "abx/store/store.h"
 #include "abx/templates/template.h"
+#include "abx/token/token.h"
 #include "abxd_images.h"
 #include "api.h"
 #include "bundle.h"
@@ -667,14 +667,14 @@ Result<std::string> join_cluster(const Config& cfg,
                                  cluster::TlsPlan& plan,
                                  std::unique_ptr<platform::ClusterTls>& tls) {
   ABX_ASSIGN_OR_RETURN(auto endpoints, cluster::parse_endpoints(cfg.cluster));
-  ABX_ASSIGN_OR_RETURN(plan, cluster::check_tls_settings(cfg.cluster_tls, endpoints,
-                                                         cfg.advertise_url, cfg.listen));
+  ABX_ASSIGN_OR_RETURN(
+      plan, cluster::check_tls_settings(cfg.cluster_tls, endpoints, cfg.advertise_url, cfg.listen));
   std::shared_ptr<const http::TlsClient> etcd_tls;
   if (plan.etcd_tls) {
     const auto& f = cfg.cluster_tls.etcd;
     auto loaded = http::TlsClient::load({f.ca, f.cert, f.key});
-    if (!loaded.ok()) return invalid_argument("--etcd-ca/--etcd-cert/--etcd-key: " +
-                                              loaded.error().message());
+    if (!loaded.ok())
+      return invalid_argument("--etcd-ca/--etcd-cert/--etcd-key: " + loaded.error().message());
     etcd_tls = std::move(*loaded);
   }
   if (plan.node_tls) {

@@ -273,9 +273,10 @@ Result<std::optional<ClusterRouter::Owner>> ClusterRouter::owner_of(const std::s
 Result<cluster::Endpoint> ClusterRouter::node_endpoint(const std::string& api_url) const {
   ABX_ASSIGN_OR_RETURN(cluster::Endpoint ep, cluster::parse_api_url(api_url));
   if (ep.tls && !tls_)
-    return Error(ErrorCode::kFailedPrecondition,
-                 "node " + api_url +
-                     " speaks mutual TLS and this node has none (--cluster-cert, --cluster-listen)");
+    return Error(
+        ErrorCode::kFailedPrecondition,
+        "node " + api_url +
+            " speaks mutual TLS and this node has none (--cluster-cert, --cluster-listen)");
   if (!ep.tls && tls_)
     return Error(ErrorCode::kFailedPrecondition,
                  "node " + api_url +

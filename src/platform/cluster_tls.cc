@@ -104,8 +104,8 @@ Status load_context(ssl::context& ctx, const cluster::TlsFiles& f, bool server) 
     return invalid_argument("--cluster-key " + f.key + ": " + openssl_reason());
   if (SSL_CTX_check_private_key(raw) != 1)
     return invalid_argument("--cluster-key " + f.key + " does not match --cluster-cert " + f.cert);
-  SSL_CTX_set_verify(raw, server ? SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT : SSL_VERIFY_PEER,
-                     nullptr);
+  SSL_CTX_set_verify(
+      raw, server ? SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT : SSL_VERIFY_PEER, nullptr);
   if (server) {
     // No session tickets or cache: every connection proves its certificate afresh.
     SSL_CTX_set_session_cache_mode(raw, SSL_SESS_CACHE_OFF);
@@ -148,8 +148,14 @@ struct Pipe : std::enable_shared_from_this<Pipe<Plain>> {
   void run() {
     auto self = this->shared_from_this();
     auto ex = tls.get_executor();
-    asio::co_spawn(ex, copy(tls, plain, [self] { self->close(); }, self), asio::detached);
-    asio::co_spawn(ex, copy(plain, tls, [self] { self->close(); }, self), asio::detached);
+    asio::co_spawn(ex,
+                   copy(
+                       tls, plain, [self] { self->close(); }, self),
+                   asio::detached);
+    asio::co_spawn(ex,
+                   copy(
+                       plain, tls, [self] { self->close(); }, self),
+                   asio::detached);
   }
 };
 
@@ -157,7 +163,8 @@ struct Pipe : std::enable_shared_from_this<Pipe<Plain>> {
 
 struct ClusterTls::Impl {
   asio::io_context ioc;
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work{ioc.get_executor()};
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work{
+      ioc.get_executor()};
   ssl::context server_ctx{ssl::context::tls_server};
   ssl::context client_ctx{ssl::context::tls_client};
   std::unique_ptr<tcp::acceptor> acceptor;
@@ -172,19 +179,19 @@ struct ClusterTls::Impl {
 };
 
 void ClusterTls::Impl::accept() {
-  acceptor->async_accept(asio::make_strand(ioc), [this](boost::system::error_code ec,
-                                                        tcp::socket sock) {
-    if (ec) {
-      if (ec == asio::error::operation_aborted || !acceptor->is_open()) return;
-      auto t = std::make_shared<asio::steady_timer>(ioc, std::chrono::milliseconds(50));
-      t->async_wait([this, t](boost::system::error_code) { accept(); });
-      return;
-    }
-    set_cloexec(sock.native_handle());
-    auto ex = sock.get_executor();
-    asio::co_spawn(ex, serve(std::move(sock)), asio::detached);
-    accept();
-  });
+  acceptor->async_accept(
+      asio::make_strand(ioc), [this](boost::system::error_code ec, tcp::socket sock) {
+        if (ec) {
+          if (ec == asio::error::operation_aborted || !acceptor->is_open()) return;
+          auto t = std::make_shared<asio::steady_timer>(ioc, std::chrono::milliseconds(50));
+          t->async_wait([this, t](boost::system::error_code) { accept(); });
+          return;
+        }
+        set_cloexec(sock.native_handle());
+        auto ex = sock.get_executor();
+        asio::co_spawn(ex, serve(std::move(sock)), asio::detached);
+        accept();
+      });
 }
 
 // A connection to the internal endpoint: the handshake (with its deadline), which refuses a
@@ -204,9 +211,9 @@ awaitable<void> ClusterTls::Impl::serve(tcp::socket sock) {
   deadline.cancel();
   if (hec) {
     const long verify = SSL_get_verify_result(pipe->tls.native_handle());
-    log.warn("internal endpoint: refused " + who + " in the TLS handshake: " +
-             (verify != X509_V_OK ? std::string(X509_verify_cert_error_string(verify))
-                                  : hec.message()));
+    log.warn(
+        "internal endpoint: refused " + who + " in the TLS handshake: " +
+        (verify != X509_V_OK ? std::string(X509_verify_cert_error_string(verify)) : hec.message()));
     pipe->close();
     co_return;
   }

@@ -41,8 +41,7 @@ class StampingBackend : public GatewayBackend {
   StampingBackend(GatewayBackend& inner, std::string token)
       : inner_(inner), token_(std::move(token)) {}
   http::Response handle_control(http::Request&& req) override;
-  Admission admit(const Route& route,
-                  const boost::beast::http::request_header<>& header) override;
+  Admission admit(const Route& route, const boost::beast::http::request_header<>& header) override;
   Result<UniqueFd> connect_sandbox(const Route& route) override;
   Result<UniqueFd> sandbox_socket(const Route& route) override;
   std::optional<Route> signed_files_route(const boost::beast::http::request_header<>& h) override;

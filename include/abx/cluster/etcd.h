@@ -14,8 +14,8 @@
 #pragma once
 
 #include <chrono>
-#include <memory>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
