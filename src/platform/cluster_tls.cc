@@ -188,6 +188,9 @@ void ClusterTls::Impl::accept() {
           return;
         }
         set_cloexec(sock.native_handle());
+        // TLS records of a request or an answer go out as they are made: without TCP_NODELAY
+        // the second small write waits for the ACK of the first (40 ms of delayed ACK a call).
+        sock.set_option(tcp::no_delay(true), ec);
         auto ex = sock.get_executor();
         asio::co_spawn(ex, serve(std::move(sock)), asio::detached);
         accept();
