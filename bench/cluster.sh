@@ -4,9 +4,12 @@
 #      that node (aim: <= 1.3x);
 #   2. envd's Process/Start of `echo hi` relayed one hop by another node vs through the owner's
 #      proxy vs direct in the sandbox's netns (aim: the hop adds <= 1.2x what the proxy adds);
+#      beside them, in the same turns, the same on a second cluster whose nodes use mutual TLS
+#      (what TLS adds to the hop; no aim);
 #   3. GET /v2/sandboxes and /sandboxes through a front node with 1000 placement records written
 #      into etcd vs none (aim: <= 5 ms added).
-# One etcd member (Debian's etcd-server) and two abxd nodes, all on 127.0.0.1, started here; every
+# One etcd member (Debian's etcd-server) and two abxd nodes, all on 127.0.0.1, started here (and a
+# second member with two mutual-TLS nodes, certificates by scripts/cluster-certs.sh); every
 # abxd with --dns-upstream 127.0.0.1:9. Needs root, abxd built (not built here; the dev build by
 # default) and the base image in the store. Not a test: never run from .ci/run or ctest.
 # Usage: bench/cluster.sh [--creates N] [--calls N] [--lists N] [--records N] [--abxd PATH]
@@ -39,7 +42,7 @@ out_dir="$here/out"
 mkdir -p "$out_dir"
 stamp=$(date +%Y%m%d-%H%M%S)
 {
-  echo "cluster (issue 43): abxd --cluster, one etcd member and two nodes on loopback"
+  echo "cluster (issue 43): abxd --cluster, one etcd member and two nodes on loopback (plus a TLS pair)"
   echo "machine: $(nproc) CPUs, not pinned, load $load_before -> $load_after, machine busy (incl. this bench)" \
     "$(awk -v b=$((b1 - b0)) -v i=$((i1 - i0)) 'BEGIN {printf "%.0f", (b + i > 0) ? 100 * b / (b + i) : 0}')%"
   echo "$table" | grep -v '^json: '

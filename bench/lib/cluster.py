@@ -12,6 +12,10 @@ n2. Measured in one run:
      (inside the sandbox's network namespace, to envd's port), through n2's proxy (the owner), and
      through n1 (relayed to n2's listener, one hop). The proxy's own overhead is owner - direct;
      the hop's is relayed - owner (aim: hop <= 1.2x the proxy's overhead).
+     Beside them, in the same turns, a second cluster of two nodes with mutual TLS between them
+     (its own etcd member; t1 front door, t2 owner; certificates from scripts/cluster-certs.sh):
+     t2's proxy and t1's relay to t2 over a TLS tunnel. What mutual TLS adds to the hop is the
+     TLS hop (relayed_tls - owner_tls) against the plain one, and relayed_tls against relayed.
   3. list: GET /v2/sandboxes and GET /sandboxes through n1, with no other placement records in
      etcd, with N (1000) records written straight into etcd's /abx/sandboxes/ (records naming n2,
      of the caller's team, of sandboxes that do not run: creating 1000 real sandboxes would
@@ -57,6 +61,60 @@ def b64(s):
 
 
 
+def wait_etcd(port):
+    for _ in range(200):
+        try:
+            etcd_call(port, "/v3/kv/put", {"key": b64("probe"), "value": b64("1")})
+            return
+        except (OSError, SystemExit):
+            time.sleep(0.05)
+    sys.exit("etcd did not come up")
+
+
+def start_etcd(etcd, work, name, procs):
+    """A one-member etcd on free loopback ports: its client port."""
+    ec, ep = free_port(), free_port()
+    c, p = f"http://127.0.0.1:{ec}", f"http://127.0.0.1:{ep}"
+    procs.append(subprocess.Popen(
+        [etcd, "--name", name, "--data-dir", os.path.join(work, name),
+         "--listen-client-urls", c, "--advertise-client-urls", c, "--listen-peer-urls", p,
+         "--initial-advertise-peer-urls", p, "--initial-cluster", f"{name}={p}",
+         "--initial-cluster-state", "new", "--logger", "zap", "--log-level", "error"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    wait_etcd(ec)
+    return ec
+
+
+def start_nodes(abxd, work, specs, procs):
+    """abxd nodes from specs [(name, extra args)]; each {port, home, proc, key, api} once up."""
+    nodes = {}
+    for name, extra in specs:
+        port = free_port()
+        home = os.path.join(work, name)
+        os.mkdir(home)
+        out = open(os.path.join(home, "out"), "w")
+        log = open(os.path.join(home, "log"), "w")
+        proc = subprocess.Popen(
+            [abxd, "--home", home, "--listen", f"127.0.0.1:{port}", "--kill-sandboxes",
+             "--dns-upstream", "127.0.0.1:9", "--log-level", "warn", "--node-name", name]
+            + [a.replace("{port}", str(port)) for a in extra],
+            stdout=out, stderr=log)
+        procs.append(proc)
+        nodes[name] = {"port": port, "home": home, "proc": proc}
+    for name, n in nodes.items():
+        for _ in range(400):
+            with open(os.path.join(n["home"], "out")) as f:
+                if "listening on " in f.read():
+                    break
+            if n["proc"].poll() is not None:
+                sys.exit(f"{name} exited: {open(os.path.join(n['home'], 'log')).read()[-500:]}")
+            time.sleep(0.05)
+        with open(os.path.join(n["home"], "api_key")) as f:
+            n["key"] = f.read().strip()
+        n["api"] = Api(n["port"], n["key"], timeout=120)
+    return nodes
+
+
 def etcd_call(port, path, body):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     c.request("POST", path, body=json.dumps(body))
@@ -90,53 +148,35 @@ def main():
     procs = []
     report = {}
     try:
-        ec, ep = free_port(), free_port()
-        c, p = f"http://127.0.0.1:{ec}", f"http://127.0.0.1:{ep}"
-        procs.append(subprocess.Popen(
-            [args.etcd, "--name", "e1", "--data-dir", os.path.join(work, "e1"),
-             "--listen-client-urls", c, "--advertise-client-urls", c, "--listen-peer-urls", p,
-             "--initial-advertise-peer-urls", p, "--initial-cluster", f"e1={p}",
-             "--initial-cluster-state", "new", "--logger", "zap", "--log-level", "error"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        for _ in range(200):
-            try:
-                etcd_call(ec, "/v3/kv/put", {"key": b64("probe"), "value": b64("1")})
-                break
-            except (OSError, SystemExit):
-                time.sleep(0.05)
-        else:
-            sys.exit("etcd did not come up")
+        ec = start_etcd(args.etcd, work, "e1", procs)
+        c = f"http://127.0.0.1:{ec}"
         secret = os.path.join(work, "secret")
         with open(secret, "w") as f:
             f.write(os.urandom(24).hex())
         os.chmod(secret, 0o600)
-        nodes = {}
-        for i, (name, cap) in enumerate((("n1", 10), ("n2", 1000))):
-            port = free_port()
-            home = os.path.join(work, name)
-            os.mkdir(home)
-            out = open(os.path.join(home, "out"), "w")
-            log = open(os.path.join(home, "log"), "w")
-            proc = subprocess.Popen(
-                [args.abxd, "--home", home, "--listen", f"127.0.0.1:{port}", "--kill-sandboxes",
-                 "--dns-upstream", "127.0.0.1:9", "--log-level", "warn",
-                 "--sandbox-net", f"10.219.{i * 32}.0/19", "--cluster", c, "--node-name", name,
-                 "--advertise-url", f"http://127.0.0.1:{port}", "--cluster-secret-file", secret,
-                 "--cluster-capacity", str(cap)],
-                stdout=out, stderr=log)
-            procs.append(proc)
-            nodes[name] = {"port": port, "home": home, "proc": proc}
-        for name, n in nodes.items():
-            for _ in range(400):
-                with open(os.path.join(n["home"], "out")) as f:
-                    if "listening on " in f.read():
-                        break
-                if n["proc"].poll() is not None:
-                    sys.exit(f"{name} exited: {open(os.path.join(n['home'], 'log')).read()[-500:]}")
-                time.sleep(0.05)
-            with open(os.path.join(n["home"], "api_key")) as f:
-                n["key"] = f.read().strip()
-            n["api"] = Api(n["port"], n["key"], timeout=120)
+        nodes = start_nodes(args.abxd, work, [
+            (name, ["--sandbox-net", f"10.219.{i * 32}.0/19", "--cluster", c,
+                    "--advertise-url", "http://127.0.0.1:{port}", "--cluster-secret-file", secret,
+                    "--cluster-capacity", str(cap)])
+            for i, (name, cap) in enumerate((("n1", 10), ("n2", 1000)))], procs)
+        # The mutual-TLS cluster: its own etcd member, t1 (front) and t2 (owner).
+        pki = os.path.join(work, "pki")
+        certs = os.path.join(ROOT, "scripts", "cluster-certs.sh")
+        subprocess.run([certs, "ca", pki], check=True, stdout=subprocess.DEVNULL)
+        for name in ("t1", "t2"):
+            subprocess.run([certs, "node", pki, name, "IP:127.0.0.1"], check=True,
+                           stdout=subprocess.DEVNULL)
+        ect = start_etcd(args.etcd, work, "e2", procs)
+        tnodes = {}
+        for i, (name, cap) in enumerate((("t1", 10), ("t2", 1000))):
+            internal = free_port()
+            tnodes.update(start_nodes(args.abxd, work, [
+                (name, ["--sandbox-net", f"10.219.{64 + i * 32}.0/19",
+                        "--cluster", f"http://127.0.0.1:{ect}", "--cluster-secret-file", secret,
+                        "--cluster-capacity", str(cap), "--cluster-ca", os.path.join(pki, "ca.pem"),
+                        "--cluster-cert", os.path.join(pki, f"{name}.pem"),
+                        "--cluster-key", os.path.join(pki, f"{name}.key"),
+                        "--cluster-listen", f"127.0.0.1:{internal}"])], procs))
         n1, n2 = nodes["n1"], nodes["n2"]
 
         # 1. create: remote (through n1, placed on n2) and local (n2), alternating.
@@ -171,17 +211,30 @@ def main():
                "Content-Type": "application/connect+json", "Connect-Protocol-Version": "1"}
         body = connect_envelope({"process": {"cmd": "/bin/echo", "args": ["hi"]}})
         path = "/process.Process/Start"
+        t1, t2 = tnodes["t1"], tnodes["t2"]
+        st, tbody = t1["api"].call("POST", "/sandboxes", {"templateID": "base", "timeout": 900})
+        if st != 201:
+            sys.exit(f"create through t1: {st} {tbody[:300]}")
+        tsb = json.loads(tbody)
+        if not os.path.isdir(os.path.join(t2["home"], "sandboxes", tsb["sandboxID"])):
+            sys.exit("the TLS cluster's sandbox is not on t2")
+        thdr = dict(hdr, **{"E2b-Sandbox-Id": tsb["sandboxID"],
+                            "X-Access-Token": tsb["envdAccessToken"]})
         paths = {"direct": (f"http://127.0.0.1:49983{path}", hdr, body, netns),
                  "owner": (f"http://127.0.0.1:{n2['port']}{path}", hdr, body, None),
-                 "relayed": (f"http://127.0.0.1:{n1['port']}{path}", hdr, body, None)}
+                 "relayed": (f"http://127.0.0.1:{n1['port']}{path}", hdr, body, None),
+                 "owner_tls": (f"http://127.0.0.1:{t2['port']}{path}", thdr, body, None),
+                 "relayed_tls": (f"http://127.0.0.1:{t1['port']}{path}", thdr, body, None)}
         lat = interleaved(paths, args.calls, b'"end"')
         r = {k: p50(v) for k, v in lat.items()}
         # Paired per turn: the hop's and the proxy's added time in each turn, then their medians.
         r["proxy_adds"] = p50([o - d for o, d in zip(lat["owner"], lat["direct"])])
         r["hop_adds"] = p50([x - o for x, o in zip(lat["relayed"], lat["owner"])])
+        r["tls_hop_adds"] = p50([x - o for x, o in zip(lat["relayed_tls"], lat["owner_tls"])])
         r["n"] = args.calls
         report["relay"] = r
         n2["api"].call("DELETE", f"/sandboxes/{sid}")
+        t2["api"].call("DELETE", f"/sandboxes/{tsb['sandboxID']}")
 
         # 3. list through n1 with 0, N and 0 placement records in etcd.
         team = None
@@ -226,17 +279,19 @@ def main():
         lists["none_again"] = phase()
         report["list"] = lists
     finally:
-        for proc in reversed(procs[1:]):
+        etcds = [p for p in procs if os.path.basename(p.args[0]) == "etcd"]
+        abxds = [p for p in procs if p not in etcds]
+        for proc in reversed(abxds):
             proc.send_signal(signal.SIGTERM)
-        for proc in reversed(procs[1:]):
+        for proc in reversed(abxds):
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        if procs:
-            procs[0].kill()
-            procs[0].wait()
+        for proc in etcds:
+            proc.kill()
+            proc.wait()
         if args.keep:
             print(f"kept {work}", file=sys.stderr)
         else:
@@ -260,6 +315,14 @@ def main():
         ">=0.83x")
     row("cluster", "command call p50, relayed by another node", round(r["relayed"]),
         "through the owner's proxy", round(r["owner"]), "us", "lower")
+    tls_ratio = r["tls_hop_adds"] / r["hop_adds"] if r["hop_adds"] > 0 else float("inf")
+    print(f"  mutual TLS between nodes (same turns; us): owner's proxy {r['owner_tls']:.0f} / "
+          f"relayed over TLS {r['relayed_tls']:.0f}; the TLS hop adds {r['tls_hop_adds']:.0f} "
+          f"per turn, p50 = {tls_ratio:.2f}x the plain hop; relayed over TLS / relayed plain = "
+          f"{r['relayed_tls'] / r['relayed']:.2f}x")
+    row("cluster", "command call: one relay hop over mutual TLS adds p50, 1 conn",
+        round(r["tls_hop_adds"], 1), "the plain relay hop adds", round(r["hop_adds"], 1), "us",
+        "lower")
     li = report["list"]
     for lp in ("/v2/sandboxes", "/sandboxes"):
         base_ms = (li["none"][lp] + li["none_again"][lp]) / 2

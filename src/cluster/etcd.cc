@@ -93,8 +93,15 @@ Error bad_answer(const Error& e) { return internal_error("etcd answer: " + e.mes
 
 // One request to one member.
 static Result<http::Response> attempt(const Endpoint& ep, std::string_view path,
-                                      const std::string& body, std::chrono::milliseconds timeout) {
-  ABX_ASSIGN_OR_RETURN(auto conn, http::Connection::open(ep.host, ep.port, timeout));
+                                      const std::string& body, std::chrono::milliseconds timeout,
+                                      const http::TlsClient* tls) {
+  if (ep.tls && !tls) return invalid_argument("etcd endpoint " + ep.url() + ": no TLS settings");
+  auto opened = ep.tls ? http::Connection::open_tls(ep.host, ep.port, *tls, timeout)
+                       : http::Connection::open(ep.host, ep.port, timeout);
+  if (!opened.ok() && opened.error().code() == ErrorCode::kUnauthenticated)
+    return Error(ErrorCode::kUnauthenticated,
+                 "etcd endpoint " + ep.url() + ": " + opened.error().message());
+  ABX_ASSIGN_OR_RETURN(auto conn, std::move(opened));
   conn->set_body_limit(kMaxAnswerBytes);
   return conn->send(http::make_request(boost::beast::http::verb::post, std::string(path), body),
                     timeout);
@@ -106,10 +113,17 @@ Result<std::vector<Endpoint>> parse_endpoints(std::string_view list) {
     auto comma = list.find(',');
     std::string_view one = list.substr(0, comma);
     list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
-    if (one.starts_with("https://"))
+    const bool tls = one.starts_with("https://");
+    if (tls)
+      one.remove_prefix(8);
+    else if (one.starts_with("http://"))
+      one.remove_prefix(7);
+    if (one.find("://") != std::string_view::npos)
       return invalid_argument("etcd endpoint '" + std::string(one) +
-                              "': TLS to etcd is not supported yet; use http:// on a trusted net");
-    if (one.starts_with("http://")) one.remove_prefix(7);
+                              "': the scheme must be http:// or https://");
+    if (!out.empty() && out.front().tls != tls)
+      return invalid_argument("etcd endpoint '" + std::string(one) +
+                              "': every endpoint must be https:// or none (a mix is refused)");
     while (!one.empty() && one.back() == '/') one.remove_suffix(1);
     auto colon = one.rfind(':');
     if (one.empty() || colon == std::string_view::npos || colon == 0)
@@ -119,7 +133,10 @@ Result<std::vector<Endpoint>> parse_endpoints(std::string_view list) {
     auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), port);
     if (ec != std::errc() || end != p.data() + p.size() || port == 0 || port > 65535)
       return invalid_argument("etcd endpoint '" + std::string(one) + "': bad port");
-    out.push_back({std::string(one.substr(0, colon)), static_cast<std::uint16_t>(port)});
+    std::string_view host = one.substr(0, colon);
+    if (host.find_first_of("/@?# ") != std::string_view::npos)
+      return invalid_argument("etcd endpoint '" + std::string(one) + "': expected HOST:PORT");
+    out.push_back({std::string(host), static_cast<std::uint16_t>(port), tls});
     if (out.size() > kMaxEndpoints) return invalid_argument("more than 16 etcd endpoints");
   }
   if (out.empty()) return invalid_argument("no etcd endpoint given");
@@ -213,8 +230,9 @@ Status parse_ok(std::string_view body) {
   return {};
 }
 
-EtcdClient::EtcdClient(std::vector<Endpoint> endpoints, std::chrono::milliseconds timeout)
-    : endpoints_(std::move(endpoints)), timeout_(timeout) {}
+EtcdClient::EtcdClient(std::vector<Endpoint> endpoints, std::chrono::milliseconds timeout,
+                       std::shared_ptr<const http::TlsClient> tls)
+    : endpoints_(std::move(endpoints)), timeout_(timeout), tls_(std::move(tls)) {}
 
 Endpoint EtcdClient::current() const {
   std::lock_guard lock(mu_);
@@ -239,7 +257,7 @@ Result<std::string> EtcdClient::call(std::string_view path, std::string body) {
     for (std::size_t n = 0; n < endpoints_.size(); ++n) {
       const std::size_t i = (start + n) % endpoints_.size();
       const Endpoint& ep = endpoints_[i];
-      Result<http::Response> res = attempt(ep, path, body, timeout_);
+      Result<http::Response> res = attempt(ep, path, body, timeout_, tls_.get());
       if (res.ok() && res->result_int() != 503 && res->result_int() != 504) {
         std::lock_guard lock(mu_);
         current_ = i;

@@ -6,6 +6,7 @@
 
 #include "abx/cluster/etcd.h"
 #include "abx/cluster/membership.h"
+#include "abx/cluster/tls.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view in(reinterpret_cast<const char*>(data), size);
@@ -19,7 +20,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (auto id = abx::cluster::parse_lease_grant(in); id.ok() && *id == 0) std::abort();
   if (auto ttl = abx::cluster::parse_keepalive(in); ttl.ok() && *ttl <= 0) std::abort();
   (void)abx::cluster::parse_ok(in);
-  (void)abx::cluster::parse_endpoints(in);
+  if (auto eps = abx::cluster::parse_endpoints(in); eps.ok()) {
+    // https:// for all or none (a mix is refused), never more than 16, never an empty host.
+    if (eps->empty() || eps->size() > 16) std::abort();
+    for (const auto& e : *eps)
+      if (e.tls != eps->front().tls || e.host.empty() || e.port == 0) std::abort();
+  }
+  if (auto hp = abx::cluster::parse_host_port(in, "--cluster-listen"); hp.ok() && hp->host.empty())
+    std::abort();
   (void)abx::cluster::decode_node(in);
   (void)abx::cluster::decode_placement(in);
   (void)abx::cluster::parse_api_url(in);

@@ -108,14 +108,17 @@ Result<Placement> decode_placement(std::string_view text) {
 }
 
 Result<Endpoint> parse_api_url(std::string_view url) {
-  if (!url.starts_with("http://"))
-    return invalid_argument("node API URL '" + std::string(url) + "': expected http://HOST:PORT");
-  std::string_view rest = url.substr(7);
+  const bool tls = url.starts_with("https://");
+  if (!tls && !url.starts_with("http://"))
+    return invalid_argument("node API URL '" + std::string(url) +
+                            "': expected http://HOST:PORT or https://HOST:PORT");
+  std::string_view rest = url.substr(tls ? 8 : 7);
   while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
   auto colon = rest.rfind(':');
   unsigned port = 0;
   if (colon == std::string_view::npos || colon == 0)
-    return invalid_argument("node API URL '" + std::string(url) + "': expected http://HOST:PORT");
+    return invalid_argument("node API URL '" + std::string(url) +
+                            "': expected http(s)://HOST:PORT");
   std::string_view p = rest.substr(colon + 1);
   auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), port);
   if (ec != std::errc() || end != p.data() + p.size() || port == 0 || port > 65535)
@@ -123,7 +126,7 @@ Result<Endpoint> parse_api_url(std::string_view url) {
   std::string_view host = rest.substr(0, colon);
   if (host.find('/') != std::string_view::npos || host.find('@') != std::string_view::npos)
     return invalid_argument("node API URL '" + std::string(url) + "': expected http://HOST:PORT");
-  return Endpoint{std::string(host), static_cast<std::uint16_t>(port)};
+  return Endpoint{std::string(host), static_cast<std::uint16_t>(port), tls};
 }
 
 Result<std::string> choose_node(const std::vector<NodeInfo>& nodes,

@@ -30,7 +30,9 @@
 #include "abx/base/try.h"
 #include "abx/cluster/etcd.h"
 #include "abx/cluster/membership.h"
+#include "abx/cluster/tls.h"
 #include "abx/egress/policy.h"
+#include "abx/http/client.h"
 #include "abx/image/registry.h"
 #include "abx/image/store.h"
 #include "abx/platform/gateway.h"
@@ -38,10 +40,12 @@
 #include "abx/runtime/userns.h"
 #include "abx/store/store.h"
 #include "abx/templates/template.h"
+#include "abx/token/token.h"
 #include "abxd_images.h"
 #include "api.h"
 #include "bundle.h"
 #include "cluster_router.h"
+#include "cluster_tls.h"
 #include "sandboxes.h"
 #include "secrets.h"
 #include "volumes.h"
@@ -130,6 +134,7 @@ struct Config {
   int cluster_ttl = 10;               // seconds
   std::int64_t cluster_capacity = 0;  // 0: --userns-slots
   int cluster_fanout_timeout_ms = 2000;
+  cluster::TlsSettings cluster_tls;  // --etcd-ca/-cert/-key, --cluster-ca/-cert/-key/-listen
 };
 
 int fail(const Error& e, int code) {
@@ -335,12 +340,39 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, Config& cfg
       ->capture_default_str();
   app.add_option("--cluster", cfg.cluster,
                  "Join an abx cluster whose state is in etcd: comma-separated etcd client "
-                 "endpoints (http://HOST:PORT,...); see docs/cluster.md");
+                 "endpoints (http://HOST:PORT,... or https://HOST:PORT,... with --etcd-ca); see "
+                 "docs/cluster.md");
+  app.add_option("--etcd-ca", cfg.cluster_tls.etcd.ca,
+                 "PEM bundle of the CA that signed the etcd members' certificates (https:// "
+                 "endpoints; their certificates must name the endpoint's host)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--etcd-cert", cfg.cluster_tls.etcd.cert,
+                 "PEM client certificate this node presents to etcd (etcd --client-cert-auth)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--etcd-key", cfg.cluster_tls.etcd.key,
+                 "Its private key (PEM; mode 0400 or 0600, owned by abxd's user)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--cluster-ca", cfg.cluster_tls.node.ca,
+                 "PEM certificate of the cluster CA: mutual TLS between nodes (with "
+                 "--cluster-cert, --cluster-key, --cluster-listen); a peer's certificate must "
+                 "chain to it")
+      ->check(CLI::ExistingFile);
+  app.add_option("--cluster-cert", cfg.cluster_tls.node.cert,
+                 "PEM certificate of this node, signed by the cluster CA, naming the host of "
+                 "--advertise-url (scripts/cluster-certs.sh)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--cluster-key", cfg.cluster_tls.node.key,
+                 "Its private key (PEM; mode 0400 or 0600, owned by abxd's user)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--cluster-listen", cfg.cluster_tls.listen,
+                 "HOST:PORT of this node's internal endpoint (mutual TLS): the only place where "
+                 "it accepts other nodes' calls; --advertise-url is then https:// of it");
   app.add_option("--node-name", cfg.node_name,
                  "This node's name in the cluster ([a-z0-9][a-z0-9-]{0,62}; with --cluster)");
   app.add_option("--advertise-url", cfg.advertise_url,
                  "http://HOST:PORT where the other nodes reach this node's listener (default "
-                 "http://<--listen>)");
+                 "http://<--listen>); with --cluster-listen https://HOST:PORT of that endpoint "
+                 "(default https://<--cluster-listen>)");
   app.add_option("--cluster-secret-file", cfg.cluster_secret_file,
                  "A file holding the secret every node of the cluster shares (>= 16 bytes): "
                  "nodes authenticate their relayed calls with it")
@@ -624,13 +656,30 @@ void raise_open_file_limit(Logger& log) {
 }
 
 // --cluster: the etcd client, this node's registration (under a lease its thread renews) and
-// the cluster secret. Errors: a bad flag (kInvalidArgument), etcd unreachable (kUnavailable), a
+// the cluster secret; with mutual TLS between nodes, `tls` loaded (its internal endpoint is
+// opened later, with the listener). Errors: a bad flag (kInvalidArgument), etcd unreachable
+// (kUnavailable), etcd's certificate not verified (kUnauthenticated, naming the endpoint), a
 // live node of the same name (kAlreadyExists).
 Result<std::string> join_cluster(const Config& cfg,
                                  const std::atomic<platform::SandboxManager*>& mgr,
                                  std::unique_ptr<cluster::EtcdClient>& etcd,
-                                 std::unique_ptr<cluster::Membership>& membership) {
+                                 std::unique_ptr<cluster::Membership>& membership,
+                                 cluster::TlsPlan& plan,
+                                 std::unique_ptr<platform::ClusterTls>& tls) {
   ABX_ASSIGN_OR_RETURN(auto endpoints, cluster::parse_endpoints(cfg.cluster));
+  ABX_ASSIGN_OR_RETURN(
+      plan, cluster::check_tls_settings(cfg.cluster_tls, endpoints, cfg.advertise_url, cfg.listen));
+  std::shared_ptr<const http::TlsClient> etcd_tls;
+  if (plan.etcd_tls) {
+    const auto& f = cfg.cluster_tls.etcd;
+    auto loaded = http::TlsClient::load({f.ca, f.cert, f.key});
+    if (!loaded.ok())
+      return invalid_argument("--etcd-ca/--etcd-cert/--etcd-key: " + loaded.error().message());
+    etcd_tls = std::move(*loaded);
+  }
+  if (plan.node_tls) {
+    ABX_ASSIGN_OR_RETURN(tls, platform::ClusterTls::start(cfg.cluster_tls.node));
+  }
   if (cfg.node_name.empty()) return invalid_argument("--cluster needs --node-name");
   if (cfg.cluster_secret_file.empty())
     return invalid_argument("--cluster needs --cluster-secret-file");
@@ -643,9 +692,7 @@ Result<std::string> join_cluster(const Config& cfg,
     return invalid_argument("the cluster secret (--cluster-secret-file) must be >= 16 bytes");
   cluster::MembershipOptions mo;
   mo.self.name = cfg.node_name;
-  mo.self.api_url = cfg.advertise_url.empty() ? "http://" + cfg.listen : cfg.advertise_url;
-  if (mo.self.api_url.ends_with(":0"))
-    return invalid_argument("--cluster with --listen on port 0 needs --advertise-url");
+  mo.self.api_url = plan.advertise_url;
   mo.self.capacity = cfg.cluster_capacity > 0 ? cfg.cluster_capacity : cfg.userns.slots;
   mo.ttl = std::chrono::seconds(cfg.cluster_ttl);
   // 0 until the manager is up (it starts after the node has joined).
@@ -653,7 +700,8 @@ Result<std::string> join_cluster(const Config& cfg,
     platform::SandboxManager* m = mgr.load();
     return m ? static_cast<std::int64_t>(m->all().size()) : std::int64_t{0};
   };
-  etcd = std::make_unique<cluster::EtcdClient>(std::move(endpoints));
+  etcd = std::make_unique<cluster::EtcdClient>(std::move(endpoints), std::chrono::seconds(2),
+                                               std::move(etcd_tls));
   auto joined = cluster::Membership::start(*etcd, std::move(mo));
   if (!joined.ok()) return joined.error().with_context("--cluster");
   membership = std::move(*joined);
@@ -780,8 +828,10 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   std::unique_ptr<cluster::EtcdClient> etcd;
   std::unique_ptr<cluster::Membership> membership;
   std::string cluster_secret;
+  cluster::TlsPlan tls_plan;
+  std::unique_ptr<platform::ClusterTls> cluster_tls;
   if (!cfg.cluster.empty()) {
-    auto joined = join_cluster(cfg, cluster_mgr, etcd, membership);
+    auto joined = join_cluster(cfg, cluster_mgr, etcd, membership, tls_plan, cluster_tls);
     if (!joined.ok())
       return fail_networked(joined.error(), joined.error().code() == ErrorCode::kInvalidArgument
                                                 ? kExitUsage
@@ -797,12 +847,24 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   platform::ControlApi api(**mgr, **st);
   api.set_console(!cfg.no_console);
   std::unique_ptr<platform::ClusterRouter> router;
+  // With mutual TLS between nodes: the internal gateway's backend marks the calls that came
+  // through the internal endpoint with a token of this process (cluster_tls.h).
+  std::string transport_token;
+  std::unique_ptr<platform::StampingBackend> internal_backend;
+  if (cluster_tls) {
+    auto t = token::random_hex(32);
+    if (!t.ok()) return fail_networked(t.error(), kExitConfig);
+    transport_token = *t;
+    internal_backend = std::make_unique<platform::StampingBackend>(api, transport_token);
+  }
   if (membership) {
     cluster_mgr = mgr->get();
     router = std::make_unique<platform::ClusterRouter>(
         *membership, **mgr, **st,
         platform::ClusterRouterOptions{
             .secret = cluster_secret,
+            .tls = cluster_tls.get(),
+            .transport_token = transport_token,
             .fanout_timeout = std::chrono::milliseconds(cfg.cluster_fanout_timeout_ms)});
     api.enable_cluster(*router);
   }
@@ -853,6 +915,25 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   platform::TemplateJobs jobs(builder, (fs::path(cfg.home) / "template-files").string(), st->get());
   api.enable_builds(builder, (*mgr)->images(), (fs::path(cfg.home) / "uploads").string(), &jobs);
 
+  // The internal endpoint first (a node's calls may come as soon as the public listener is up
+  // and the node's record names it): the internal gateway on a loopback port, then the mutual
+  // TLS listener in front of it.
+  std::unique_ptr<platform::Gateway> internal_gw;
+  if (cluster_tls) {
+    platform::GatewayOptions iopt = gopt;
+    iopt.host = "127.0.0.1";
+    iopt.port = 0;
+    iopt.io_threads = 1;
+    iopt.workers = 4;
+    auto igw = platform::Gateway::start(iopt, *internal_backend);
+    if (!igw.ok()) return fail_networked(igw.error(), kExitListen);
+    internal_gw = std::move(*igw);
+    auto port = cluster_tls->listen(tls_plan.listen_host, tls_plan.listen_port, "127.0.0.1",
+                                    internal_gw->port());
+    if (!port.ok()) return fail_networked(port.error(), kExitListen);
+    log.info("internal endpoint (mutual TLS) on " + tls_plan.listen_host + ":" +
+             std::to_string(*port) + ", advertised as " + tls_plan.advertise_url);
+  }
   auto gw = platform::Gateway::start(gopt, api);
   if (!gw.ok()) return fail_networked(gw.error(), kExitListen);
   std::string addr = (*gw)->host() + ":" + std::to_string((*gw)->port());
@@ -872,6 +953,10 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
                        // drain
   events.stop();       // event streams end cleanly (their last chunk) rather than hold the drain
   (*gw)->shutdown(std::chrono::seconds(10));
+  if (cluster_tls) {
+    cluster_tls->stop();
+    internal_gw->shutdown(std::chrono::seconds(2));
+  }
   if (cfg.kill_sandboxes) {
     (*mgr)->kill_all();
     if (router) router->forget_gone();  // their placement records leave the cluster's map

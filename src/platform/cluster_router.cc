@@ -15,6 +15,7 @@
 #include "abx/http/client.h"
 #include "abx/platform/gateway.h"
 #include "abx/token/token.h"
+#include "cluster_tls.h"
 
 namespace abx::platform {
 
@@ -94,6 +95,8 @@ ClusterRouter::ClusterRouter(cluster::Membership& membership, SandboxManager& sa
       sandboxes_(sandboxes),
       store_(store),
       secret_(std::move(options.secret)),
+      tls_(options.tls),
+      transport_token_(std::move(options.transport_token)),
       fanout_timeout_(options.fanout_timeout) {
   sweeper_ = std::thread([this] { sweep_loop(); });
 }
@@ -110,6 +113,12 @@ ClusterRouter::~ClusterRouter() {
 std::optional<Result<std::string>> ClusterRouter::internal_team(const Request& req) const {
   auto auth = req.find(kClusterAuthField);
   if (auth == req.end()) return std::nullopt;
+  if (!transport_token_.empty() &&
+      !token::constant_time_equal(req[kClusterTransportField], transport_token_))
+    return Result<std::string>(
+        Error(ErrorCode::kUnauthenticated,
+              "a node's call is accepted on the internal endpoint only (--cluster-listen, "
+              "mutual TLS)"));
   if (!token::constant_time_equal(auth->value(), secret_))
     return Result<std::string>(Error(ErrorCode::kUnauthenticated, "invalid cluster credential"));
   std::string_view team = req[kClusterTeamField];
@@ -261,9 +270,29 @@ Result<std::optional<ClusterRouter::Owner>> ClusterRouter::owner_of(const std::s
   return std::optional<Owner>(std::move(o));
 }
 
+Result<cluster::Endpoint> ClusterRouter::node_endpoint(const std::string& api_url) const {
+  ABX_ASSIGN_OR_RETURN(cluster::Endpoint ep, cluster::parse_api_url(api_url));
+  if (ep.tls && !tls_)
+    return Error(
+        ErrorCode::kFailedPrecondition,
+        "node " + api_url +
+            " speaks mutual TLS and this node has none (--cluster-cert, --cluster-listen)");
+  if (!ep.tls && tls_)
+    return Error(ErrorCode::kFailedPrecondition,
+                 "node " + api_url +
+                     " is plain http:// and this cluster uses mutual TLS: not sent the secret");
+  return ep;
+}
+
+Result<Response> ClusterRouter::fetch_node(const std::string& api_url, Request req,
+                                           std::chrono::milliseconds timeout) {
+  ABX_ASSIGN_OR_RETURN(cluster::Endpoint ep, node_endpoint(api_url));
+  req.set(bhttp::field::host, ep.str());
+  return http::fetch(ep.host, ep.port, std::move(req), timeout, tls_ ? &tls_->client() : nullptr);
+}
+
 Result<Response> ClusterRouter::relay(const cluster::NodeInfo& node, const Request& req,
                                       const std::string& team, std::chrono::milliseconds timeout) {
-  ABX_ASSIGN_OR_RETURN(cluster::Endpoint ep, cluster::parse_api_url(node.api_url));
   Request out = req;
   // The client's credentials end here: the owner trusts the cluster secret and the team.
   out.erase("X-API-KEY");
@@ -271,12 +300,12 @@ Result<Response> ClusterRouter::relay(const cluster::NodeInfo& node, const Reque
   out.erase(kPeerAddressField);
   out.erase(kClusterAuthField);
   out.erase(kClusterTeamField);
+  out.erase(kClusterTransportField);
   out.erase(bhttp::field::connection);
   out.set(kClusterAuthField, secret_);
   out.set(kClusterTeamField, team);
-  out.set(bhttp::field::host, ep.str());
   out.prepare_payload();
-  auto res = http::fetch(ep.host, ep.port, std::move(out), timeout);
+  auto res = fetch_node(node.api_url, std::move(out), timeout);
   if (!res.ok())
     return unavailable("node '" + node.name + "' (" + node.api_url +
                        ") did not answer: " + res.error().message());
@@ -533,18 +562,17 @@ Result<Response> ClusterRouter::move_in(const std::string& tar_path, unsigned ve
 
 Status ClusterRouter::ship(const std::string& sandbox_id, const std::string& team,
                            const cluster::NodeInfo& node, const std::string& tar_path) {
-  ABX_ASSIGN_OR_RETURN(cluster::Endpoint ep, cluster::parse_api_url(node.api_url));
+  ABX_TRY(node_endpoint(node.api_url));
   std::ifstream in(tar_path, std::ios::binary);
   std::string body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (!in && !in.eof()) return internal_error("read " + tar_path);
   Request out(bhttp::verb::post, std::string(kMoveInPath), 11);
-  out.set(bhttp::field::host, ep.str());
   out.set(bhttp::field::content_type, "application/x-tar");
   out.set(kClusterAuthField, secret_);
   out.set(kClusterTeamField, team);
   out.body() = std::move(body);
   out.prepare_payload();
-  auto res = http::fetch(ep.host, ep.port, std::move(out), kMoveTimeout);
+  auto res = fetch_node(node.api_url, std::move(out), kMoveTimeout);
   if (!res.ok())
     return unavailable("node '" + node.name +
                        "' did not answer the move: " + res.error().message());
@@ -568,11 +596,10 @@ Status ClusterRouter::ship(const std::string& sandbox_id, const std::string& tea
     // node's kill removes the map's record too: it is written back if it went.
     auto kept = membership_.placement(sandbox_id);
     Request del(bhttp::verb::delete_, "/sandboxes/" + sandbox_id, 11);
-    del.set(bhttp::field::host, ep.str());
     del.set(kClusterAuthField, secret_);
     del.set(kClusterTeamField, team);
     del.prepare_payload();
-    (void)http::fetch(ep.host, ep.port, std::move(del), kRelayTimeout);
+    (void)fetch_node(node.api_url, std::move(del), kRelayTimeout);
     if (kept.ok() && *kept && (*kept)->node == membership_.self().name) {
       if (auto now = membership_.placement(sandbox_id); now.ok() && !*now)
         (void)membership_.record(**kept);
@@ -730,7 +757,18 @@ Result<UniqueFd> ClusterRouter::connect_owner(const std::string& sandbox_id) {
     url = owner->node->api_url;
     remember(sandbox_id, url);
   }
-  ABX_ASSIGN_OR_RETURN(cluster::Endpoint ep, cluster::parse_api_url(url));
+  ABX_ASSIGN_OR_RETURN(cluster::Endpoint ep, node_endpoint(url));
+  if (tls_) {
+    // Sandbox traffic to the owner's internal endpoint through a TLS tunnel (cluster_tls.h).
+    auto fd = tls_->tunnel(ep.host, ep.port, kConnectTimeout);
+    if (!fd.ok()) {
+      std::lock_guard lock(mu_);
+      owners_.erase(sandbox_id);
+      return unavailable("the node of sandbox '" + sandbox_id + "' (" + url +
+                         ") cannot be reached: " + fd.error().message());
+    }
+    return fd;
+  }
   namespace asio = boost::asio;
   asio::io_context io;
   asio::ip::tcp::resolver resolver(io);

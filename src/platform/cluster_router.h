@@ -14,7 +14,9 @@
 // A relayed control request carries the cluster secret (kClusterAuthField, compared in constant
 // time) and the team the front door authenticated (kClusterTeamField); the owner then serves it
 // locally and relays nothing further. A request with kClusterAuthField and a wrong secret is
-// refused (401), so a sandbox or client cannot pose as a node.
+// refused (401), so a sandbox or client cannot pose as a node. With mutual TLS between nodes
+// (cluster_tls.h) a node's call must also have come through the internal endpoint, whose
+// handshake verified the caller's certificate: the secret is then a second factor.
 #pragma once
 
 #include <boost/json/value.hpp>
@@ -59,8 +61,16 @@ inline constexpr std::string_view kClusterMissingField = "Abx-Cluster-Missing";
 // or went); the front door reads the cluster's map again.
 inline constexpr std::string_view kClusterNotOwnerField = "Abx-Cluster-Not-Owner";
 
+class ClusterTls;
+
 struct ClusterRouterOptions {
   std::string secret;  // the shared cluster secret (>= 16 bytes)
+  // Mutual TLS between nodes (cluster_tls.h), or null: plain HTTP with the secret. With it every
+  // call to another node goes over TLS to its internal endpoint (an http:// node is refused: the
+  // secret never travels in clear), and a node's call is accepted only when it came through
+  // this node's internal endpoint: it carries kClusterTransportField = `transport_token`.
+  ClusterTls* tls = nullptr;
+  std::string transport_token;
   // Each node's share of a call that asks every node (merged lists and metrics): nodes are asked
   // at once, and one that has not answered by then is left out (kClusterMissingField).
   std::chrono::milliseconds fanout_timeout{2000};
@@ -111,6 +121,11 @@ class ClusterRouter {
   Result<std::optional<Owner>> owner_of(const std::string& sandbox_id, bool fresh = false);
   Result<std::vector<cluster::NodeInfo>> live_nodes();
   void drop_placement(const std::string& sandbox_id);
+  // Sends `req` to the node at `api_url` (TLS to its internal endpoint when this node has TLS).
+  Result<http::Response> fetch_node(const std::string& api_url, http::Request req,
+                                    std::chrono::milliseconds timeout);
+  // The node at `api_url` speaks what this node does: https:// with TLS, http:// without.
+  Result<cluster::Endpoint> node_endpoint(const std::string& api_url) const;
   Result<http::Response> relay(const cluster::NodeInfo& node, const http::Request& req,
                                const std::string& team,
                                std::chrono::milliseconds timeout = std::chrono::seconds(120));
@@ -150,6 +165,8 @@ class ClusterRouter {
   SandboxManager& sandboxes_;
   store::Store& store_;
   std::string secret_;
+  ClusterTls* tls_ = nullptr;
+  std::string transport_token_;
   std::chrono::milliseconds fanout_timeout_;
   Logger log_{"cluster"};
   mutable std::mutex mu_;

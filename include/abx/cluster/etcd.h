@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -22,17 +23,21 @@
 #include <vector>
 
 #include "abx/base/error.h"
+#include "abx/http/client.h"
 
 namespace abx::cluster {
 
 struct Endpoint {
   std::string host;
   std::uint16_t port = 0;
+  bool tls = false;  // https://
   std::string str() const { return host + ":" + std::to_string(port); }
+  std::string url() const { return (tls ? "https://" : "http://") + str(); }
 };
 
 // "http://127.0.0.1:2379,127.0.0.1:22379": comma-separated HOST:PORT, each with an optional
-// http:// prefix (https:// is refused: TLS to etcd is not implemented yet). At most 16.
+// http:// prefix, or "https://10.0.0.10:2379,https://etcd2:2379" (TLS: every endpoint https://;
+// a mix is refused). At most 16.
 Result<std::vector<Endpoint>> parse_endpoints(std::string_view list);
 
 struct KeyValue {
@@ -73,8 +78,13 @@ Status parse_ok(std::string_view body);
 class EtcdClient {
  public:
   // `timeout` bounds each attempt on one member (connect + request + answer).
+  // `tls`: required when the endpoints are https:// (their certificates are verified against its
+  // CA and their host names; its client certificate, if any, is presented: etcd's
+  // --client-cert-auth). A member whose certificate does not verify ends a call with
+  // kUnauthenticated naming it (a configuration error, not a member to fail over from).
   explicit EtcdClient(std::vector<Endpoint> endpoints,
-                      std::chrono::milliseconds timeout = std::chrono::seconds(2));
+                      std::chrono::milliseconds timeout = std::chrono::seconds(2),
+                      std::shared_ptr<const http::TlsClient> tls = nullptr);
 
   Status put(std::string_view key, std::string_view value, std::int64_t lease = 0);
   Result<std::optional<KeyValue>> get(std::string_view key);
@@ -110,6 +120,7 @@ class EtcdClient {
 
   std::vector<Endpoint> endpoints_;
   std::chrono::milliseconds timeout_;
+  std::shared_ptr<const http::TlsClient> tls_;
   mutable std::mutex mu_;
   std::size_t current_ = 0;
 };

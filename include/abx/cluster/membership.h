@@ -42,7 +42,9 @@ Status check_node_name(std::string_view name);
 
 struct NodeInfo {
   std::string name;
-  std::string api_url;  // http://HOST:PORT: this node's API and proxy, as other nodes reach it
+  // http://HOST:PORT: this node's API and proxy, as other nodes reach it; https://HOST:PORT: its
+  // internal endpoint (--cluster-listen, mutual TLS), which serves the same.
+  std::string api_url;
   std::int64_t capacity = 0;   // sandboxes it may run
   std::int64_t sandboxes = 0;  // sandboxes it runs now
   double load = 0;             // 1-minute load average
@@ -68,7 +70,8 @@ struct Placement {
 std::string encode_placement(const Placement& p);
 Result<Placement> decode_placement(std::string_view json);
 
-// HOST and PORT of an api_url "http://HOST:PORT" (kInvalidArgument otherwise).
+// HOST and PORT of an api_url "http://HOST:PORT" or "https://HOST:PORT" (Endpoint::tls: the
+// node's internal endpoint, mutual TLS; kInvalidArgument otherwise).
 Result<Endpoint> parse_api_url(std::string_view url);
 
 // Where a new sandbox goes (not a reservation: creates through two front doors at the same

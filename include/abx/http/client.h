@@ -2,7 +2,8 @@
 //
 // Used by tests, tools and (later) the SDK. One Connection is one TCP connection; requests on it
 // are sent one after another. Errors: kUnavailable (connect/read/write failed or the peer
-// closed), kDeadlineExceeded (the timeout passed), kInvalidArgument (bad address).
+// closed), kDeadlineExceeded (the timeout passed), kInvalidArgument (bad address),
+// kUnauthenticated (TLS: the server's certificate did not verify, or it refused ours).
 #pragma once
 
 #include <chrono>
@@ -18,11 +19,43 @@
 
 namespace abx::http {
 
+// TLS for client connections (abxd --cluster: etcd over https, node-to-node mutual TLS), on
+// OpenSSL through Boost.Asio's ssl::stream. The server's certificate must chain to `ca_file`
+// and name the host asked for (IP address or DNS name, in its subjectAltName); `cert_file` and
+// `key_file` (both or neither) are the client's certificate, presented when the server asks.
+struct TlsClientOptions {
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+};
+
+// A loaded client TLS context (certificates read once), shared by any number of connections
+// and threads. Errors of load(): kInvalidArgument naming the file that cannot be read or used
+// (a key that does not match its certificate included).
+class TlsClient {
+ public:
+  static Result<std::shared_ptr<const TlsClient>> load(const TlsClientOptions& options);
+  ~TlsClient();
+  struct Impl;
+  Impl& impl() const { return *impl_; }
+
+ private:
+  explicit TlsClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
 class Connection {
  public:
   static Result<std::unique_ptr<Connection>> open(
       const std::string& host, std::uint16_t port,
       std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  // The same over TLS: connects, then completes the handshake within `timeout`, verifying the
+  // server's certificate against `tls` and the name `host` (or `server_name` when given, e.g. a
+  // DNS name for an address). A certificate that does not verify is kUnauthenticated, with
+  // OpenSSL's reason.
+  static Result<std::unique_ptr<Connection>> open_tls(
+      const std::string& host, std::uint16_t port, const TlsClient& tls,
+      std::chrono::milliseconds timeout = std::chrono::seconds(10), std::string server_name = {});
   // A connection over a stream socket the caller already connected (e.g. one opened inside
   // another network namespace); `host` is the Host header sent when a request has none.
   // Errors: kInternal when the descriptor cannot be adopted.
@@ -60,9 +93,10 @@ class Connection {
   std::unique_ptr<Impl> impl_;
 };
 
-// Convenience for one-off calls: opens a connection, sends, closes.
+// Convenience for one-off calls: opens a connection (over TLS when `tls` is set), sends, closes.
 Result<Response> fetch(const std::string& host, std::uint16_t port, Request req,
-                       std::chrono::milliseconds timeout = std::chrono::seconds(30));
+                       std::chrono::milliseconds timeout = std::chrono::seconds(30),
+                       const TlsClient* tls = nullptr);
 
 // Builds a request with a JSON (or empty) body.
 Request make_request(boost::beast::http::verb method, std::string target, std::string body = {},

@@ -2,6 +2,8 @@
 // and chaos .test.mjs).
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { request as httpsRequest } from 'node:https';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 
@@ -36,10 +38,34 @@ export function stop(p, signal) {
 
 const b64 = (s) => Buffer.from(s).toString('base64');
 
-// POSTs `body` to etcd's JSON gateway at `path` on the first of the client `ports` that answers.
-export async function etcdCall(ports, path, body) {
+// One POST over https with a client certificate (`tls`: {ca, cert, key} file paths), as abxd
+// speaks to an etcd with --client-cert-auth: {status, body}.
+function httpsPost(port, path, body, tls) {
+  return new Promise((resolve, reject) => {
+    const req = httpsRequest({
+      host: '127.0.0.1', port, path, method: 'POST', timeout: 5000,
+      ca: readFileSync(tls.ca), cert: readFileSync(tls.cert), key: readFileSync(tls.key),
+    }, (res) => {
+      let data = '';
+      res.on('data', (d) => { data += d; });
+      res.on('end', () => resolve({ status: res.statusCode, body: data }));
+    });
+    req.on('error', reject);
+    req.on('timeout', () => req.destroy(new Error('timeout')));
+    req.end(JSON.stringify(body));
+  });
+}
+
+// POSTs `body` to etcd's JSON gateway at `path` on the first of the client `ports` that answers
+// (over https with `tls`, {ca, cert, key}, when given).
+export async function etcdCall(ports, path, body, tls) {
   for (const port of ports) {
     try {
+      if (tls) {
+        const r = await httpsPost(port, path, body, tls);
+        if (r.status === 200) return JSON.parse(r.body);
+        continue;
+      }
       const r = await fetch(`http://127.0.0.1:${port}${path}`, {
         method: 'POST',
         body: JSON.stringify(body),
@@ -51,9 +77,9 @@ export async function etcdCall(ports, path, body) {
 }
 
 // The keys under `prefix` as {key: its JSON value}.
-export async function etcdRange(ports, prefix) {
+export async function etcdRange(ports, prefix, tls) {
   const end = prefix.slice(0, -1) + String.fromCharCode(prefix.charCodeAt(prefix.length - 1) + 1);
-  const r = await etcdCall(ports, '/v3/kv/range', { key: b64(prefix), range_end: b64(end) });
+  const r = await etcdCall(ports, '/v3/kv/range', { key: b64(prefix), range_end: b64(end) }, tls);
   const out = {};
   for (const kv of r.kvs || []) {
     out[Buffer.from(kv.key, 'base64').toString()] =
@@ -63,31 +89,35 @@ export async function etcdRange(ports, prefix) {
 }
 
 // The cluster's sandbox map: {sandboxID: node name}.
-export async function placements(ports) {
+export async function placements(ports, tls) {
   const out = {};
-  for (const v of Object.values(await etcdRange(ports, '/abx/sandboxes/'))) out[v.sandboxID] = v.node;
+  for (const v of Object.values(await etcdRange(ports, '/abx/sandboxes/', tls))) out[v.sandboxID] = v.node;
   return out;
 }
 
 // Spawns etcd member `e` ({name, client, peer}) of `initialCluster` with its data in `dir`. The
 // members of one cluster share a token made from `initialCluster` (its ports are this test's).
-export function spawnEtcd(e, dir, initialCluster) {
+// With `tls` ({ca, cert, key}: the member's certificate and the CA its clients' must chain to)
+// clients speak https and must present a certificate (--client-cert-auth); peers stay on http.
+export function spawnEtcd(e, dir, initialCluster, tls) {
   const token = `abx-test-${createHash('sha256').update(initialCluster).digest('hex').slice(0, 8)}`;
-  const c = `http://127.0.0.1:${e.client}`;
+  const c = `${tls ? 'https' : 'http'}://127.0.0.1:${e.client}`;
   const p = `http://127.0.0.1:${e.peer}`;
+  const tlsArgs = tls ? ['--cert-file', tls.cert, '--key-file', tls.key,
+    '--trusted-ca-file', tls.ca, '--client-cert-auth'] : [];
   e.proc = spawn(ETCD_BIN, ['--name', e.name, '--data-dir', join(dir, e.name),
     '--listen-client-urls', c, '--advertise-client-urls', c, '--listen-peer-urls', p,
     '--initial-advertise-peer-urls', p, '--initial-cluster', initialCluster,
-    '--initial-cluster-state', 'new', '--initial-cluster-token', token,
+    '--initial-cluster-state', 'new', '--initial-cluster-token', token, ...tlsArgs,
     '--logger', 'zap', '--log-level', 'error'], { stdio: 'ignore' });
   return e;
 }
 
 // Resolves once a put through one of `ports` succeeds (10 s at most).
-export async function waitForEtcd(ports) {
+export async function waitForEtcd(ports, tls) {
   for (let i = 0; ; i++) {
     try {
-      await etcdCall(ports, '/v3/kv/put', { key: b64('probe'), value: b64('1') });
+      await etcdCall(ports, '/v3/kv/put', { key: b64('probe'), value: b64('1') }, tls);
       return;
     } catch {}
     if (i > 100) throw new Error('etcd did not come up');
