@@ -25,6 +25,7 @@ pkgs=(
   libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev libboost-system1.81-dev
   libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev
   libssl-dev libseccomp-dev libsqlite3-dev sqlite3
+  libnghttp2-dev  # HTTP/2 on the egress proxy's intercepted flows (src/platform/egress_h2.cc)
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pytest python3-yaml  # python/: pytest (ctest python_e2e), PyYAML for local template.yaml
   python3-pip python3-venv python3-wheel  # `pip install --no-build-isolation ./python`, offline
