@@ -52,7 +52,8 @@ std::optional<H2Refusal> check_h2_request(const std::vector<Header>& fields,
 
 std::size_t apply_h2_headers(std::vector<Header>& fields, const std::vector<Header>& rule) {
   std::size_t first = fields.size();
-  for (const auto& [k, v] : rule) {
+  for (const Header& h : rule) {
+    const std::string& k = h.first;
     std::size_t removed_before_first = 0;
     std::size_t i = 0;
     auto it = std::remove_if(fields.begin(), fields.end(), [&](const Header& f) {
@@ -63,7 +64,7 @@ std::size_t apply_h2_headers(std::vector<Header>& fields, const std::vector<Head
     });
     fields.erase(it, fields.end());
     first -= removed_before_first;
-    fields.emplace_back(ascii_lower(k), v);
+    fields.emplace_back(ascii_lower(k), h.second);
   }
   return first;
 }

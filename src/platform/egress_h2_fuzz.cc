@@ -82,10 +82,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       });
   nghttp2_session_callbacks_set_on_frame_recv_callback(
       cbs, [](nghttp2_session*, const nghttp2_frame* f, void* user) {
-        auto* st = static_cast<State*>(user);
+        auto* s = static_cast<State*>(user);
         if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST)
-          on_block(*st, std::move(st->blocks[f->hd.stream_id]));
-        st->blocks.erase(f->hd.stream_id);
+          on_block(*s, std::move(s->blocks[f->hd.stream_id]));
+        s->blocks.erase(f->hd.stream_id);
         return 0;
       });
   nghttp2_option* opt = nullptr;
