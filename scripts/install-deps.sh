@@ -56,6 +56,7 @@ fi
 # binary from npm's registry (package node-linux-<arch>), so no other source is needed.
 if [ "$bench" = 1 ]; then
   pkgs+=(wrk nginx-light python3-fastapi python3-uvicorn)
+  pkgs+=(nghttp2-client)  # h2load: bench/egress_rules.sh's HTTP/2 row
   # perf: where a bench's time goes (bench/lib/perf_command_server.sh, abxd's proxy in bench/README.md)
   pkgs+=(linux-perf)
   pkgs+=(bubblewrap)  # bench/sandbox_create: the namespace-setup floor to compare against

@@ -100,8 +100,9 @@ struct EgressProxyHooks {
   // Transforms (E2B network.rules). Optional. For an allowed flow with a Host (port 80) or SNI
   // (port 443), the rule that applies to `host` now, if any. A flow whose first answer is a rule
   // is intercepted: every request on it is parsed, must name that same host in its Host header
-  // (else 421 and the connection closes), and gets the headers of the rule in force at that
-  // request (an update applies to the next request). Other flows stay a byte relay.
+  // (else 421 and the connection closes; on HTTP/2 each stream's :authority, else that stream
+  // is answered 421), and gets the headers of the rule in force at that request or stream (an
+  // update applies to the next one). Other flows stay a byte relay.
   std::function<std::optional<EgressTransform>(const EgressFlow&, std::string_view host)> transform;
   // Each intercepted request once (its response's status, or why it was refused). Optional.
   std::function<void(const EgressFlow&, const EgressTransformEvent&)> on_transform;
