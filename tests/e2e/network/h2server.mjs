@@ -11,6 +11,7 @@
 //   /big?n=<bytes>   a body of that many bytes ('x'), in 64 KiB writes (flow control both ways)
 //   /trailers        the body above, then the trailer `x-test-trailer: t1`
 //   /reset           the stream is reset with INTERNAL_ERROR before any response
+//   /goaway          a GOAWAY (NO_ERROR, this stream the last) is sent before the response
 // Log lines (one per event, appended to --log):
 //   `<peer> conn=<n> <method> <path> proto=<ALPN> authority=<:authority>` per stream, then
 //   `<peer> hdr <name>=<value>` for each authorization or x-test-* field as received (raw: a
@@ -80,6 +81,7 @@ server.on('stream', (stream, headers, flags, rawHeaders) => {
       more();
       return;
     }
+    if (path === '/goaway') session.goaway(http2.constants.NGHTTP2_NO_ERROR, stream.id);
     const trailers = path === '/trailers';
     stream.respond({':status': 200, 'content-type': 'text/plain'}, {waitForTrailers: trailers});
     if (trailers) stream.on('wantTrailers', () => stream.sendTrailers({'x-test-trailer': 't1'}));

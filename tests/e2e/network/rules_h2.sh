@@ -10,7 +10,7 @@
 # and a same-named header the sandbox sent replaced (one field, the rule's); several streams
 # multiplexed on one connection each get it; a forged :authority is answered 421 and never
 # forwarded, and so is a header block over the limits (431); bodies of megabytes stream both ways
-# under flow control; response trailers and an upstream RST_STREAM reach the sandbox; an upstream that speaks only HTTP/1.1 still works when
+# under flow control; response trailers, an upstream RST_STREAM and GOAWAY reach the sandbox; an upstream that speaks only HTTP/1.1 still works when
 # the sandbox offered h2 (both legs fall back to HTTP/1.1); the audit has a transform event per
 # stream; the value is not in the audit or abxd's log.
 # ctest passes ABXD_BIN, ABX_CLI_BIN, ABX_IMAGE_STORE and ABX_INET_INDEX. Needs root.
@@ -122,6 +122,13 @@ got=$(sx "$sb" "curl -sv --http2 --max-time 10 https://h2.abx.test/trailers 2>&1
 got=$(sx "$sb" "curl -s --http2 --max-time 10 https://h2.abx.test/reset; echo rc=\$?")
 [ "$got" = "rc=92" ] || fail "upstream RST_STREAM should be an HTTP/2 stream error (92): $got"
 
+step "the upstream's GOAWAY reaches the sandbox: its next request takes a new connection"
+: >"$h2log"
+got=$(sx "$sb" "curl -s --http2 --max-time 10 -o /dev/null -w '%{http_code} %{num_connects}\n' https://h2.abx.test/goaway --next --http2 --max-time 10 -o /dev/null -w '%{http_code} %{num_connects}\n' https://h2.abx.test/after-goaway")
+[ "$(echo $got)" = "200 1 200 1" ] || fail "after GOAWAY (status, new connections): $got"
+[ "$(grep -E ' GET /(goaway|after-goaway) ' "$h2log" | sed 's/.*conn=\([0-9]*\).*/\1/' | sort -u | wc -l)" = 2 ] ||
+  fail "both requests on one upstream connection: $(cat "$h2log")"
+
 step "an upstream that speaks only HTTP/1.1, the sandbox offering h2: HTTP/1.1 both legs"
 : >"$hlog"
 got=$(h2curl "https://web.abx.test/h1")
@@ -139,6 +146,9 @@ ok = [e for e in h2 if e["status"] == 200 and e["rule"] == "h2.abx.test" and
 forged = [e for e in ev if e["domain"] == "other.abx.test" and e["status"] == 0 and
           "Host differs" in e.get("reason", "")]
 reset = [e for e in h2 if "upstream reset the stream" in e.get("reason", "")]
+# After the upstream's GOAWAY the sandbox was told too, so it sent no stream the proxy refused.
+if any("GOAWAY" in e.get("reason", "") for e in ev):
+    sys.exit(1)
 # one, own, m1-m5, after, post, big, trailers: 11 answered streams
 sys.exit(0 if len(ok) >= 11 and len(forged) >= 2 and reset else 1)
 PY
