@@ -10,6 +10,8 @@
 #   1 connection kept alive: p50/p95 per request; aim: p50 added <= 1 ms;
 #   1 connection, a new one per request (Connection: close): p50/p95, what each handshake costs;
 #   16 connections kept alive: requests/s; aim: rule/plain >= 0.7x;
+#   HTTP/2 (h2load): 4 connections x 16 concurrent streams, requests/s: through the rule both
+#          legs are h2 (the proxy's nghttp2 relay); without, h2 end to end through the SNI relay;
 # and the first request to a new name (a leaf minted) vs the second to it (the leaf cached),
 # python3 inside the sandbox, a new connection each, after the DNS lookup; aim: <= 5 ms extra.
 #
@@ -22,7 +24,7 @@
 # abxd's ruleset, the resolver's bindings and the egress proxy. The python3 of the first-request
 # measure runs inside the sandbox itself (abx exec), trusting abxd's CA as any program there does.
 #
-# Needs root, wrk and nginx (scripts/install-deps.sh's bench section) and the base image.
+# Needs root, wrk, h2load and nginx (scripts/install-deps.sh's bench section) and the base image.
 # Not a test: never run from .ci/run or ctest.
 # Usage: bench/egress_rules.sh [--seconds S] [--rounds R] [--names N] [--abxd PATH] [--abx PATH]
 #                              [--index I] [--wait-idle S] [--perf FILE]
@@ -59,7 +61,7 @@ for d in build/release build/dev; do
 done
 [ -n "$abxd" ] && [ -n "$abx" ] || { echo "egress_rules bench: build abxd and abx first" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "egress_rules bench: needs root" >&2; exit 1; }
-for t in wrk nginx; do
+for t in wrk h2load nginx; do
   command -v "$t" >/dev/null || [ -x "/usr/sbin/$t" ] ||
     { echo "egress_rules bench: needs $t (scripts/install-deps.sh)" >&2; exit 1; }
 done
@@ -107,7 +109,7 @@ http {
   keepalive_requests 100000000;
   keepalive_timeout 300s;
   server {
-    listen $fast:443 ssl;
+    listen $fast:443 ssl http2;
     ssl_certificate $work/nginx/cert.pem;
     ssl_certificate_key $work/nginx/key.pem;
     location / { return 200 "ok\n"; }
@@ -196,11 +198,31 @@ run_wrk() {
   python3 -c "print(f'{$n / ($dur / 1e6):.0f} $p50 $p95')"
 }
 
+# run_h2 MODE -> requests/s of h2load (HTTP/2: 4 connections, 16 streams each at once); checks
+# that h2 was negotiated, nothing failed, and the upstream saw the right header.
+run_h2() {
+  local mode=$1 hdr=() o
+  [ "$mode" = plain ] && hdr+=(-H "authorization: $client_value")
+  : >"$auth_log"
+  o=$(in_netns h2load -c 4 -m 16 -D "$secs" ${hdr[@]+"${hdr[@]}"} https://fast.abx.test/ 2>&1) ||
+    { echo "h2load: $o" >&2; exit 1; }
+  grep -q "Application protocol: h2" <<<"$o" || { echo "h2load ($mode): not h2: $o" >&2; exit 1; }
+  grep -q " 0 failed, 0 errored" <<<"$o" || { echo "h2load ($mode): $o" >&2; exit 1; }
+  local want=$client_value
+  [ "$mode" = rule ] && want=$rule_value
+  [ "$(sort -u "$auth_log")" = "$want" ] ||
+    { echo "h2load ($mode): the upstream did not see the $mode value" >&2; exit 1; }
+  sed -n 's/^finished in [0-9.]*s, \([0-9.]*\) req\/s.*/\1/p' <<<"$o"
+}
+
 # Warm up: the sandbox's names bound, a leaf for fast.abx.test minted, both paths once.
 set_rules rule
 run_wrk rule 1 0 >/dev/null
 set_rules plain
 run_wrk plain 1 0 >/dev/null
+set_rules rule
+run_h2 rule >/dev/null
+set_rules plain
 
 bench_wait_idle "$wait_idle"
 load_before=$(bench_load)
@@ -208,12 +230,13 @@ declare -A res
 for r in $(seq "$rounds"); do
   order="rule plain"
   [ $((r % 2)) = 0 ] && order="plain rule"
-  for load in ka1 close1 ka16; do
+  for load in ka1 close1 ka16 h2; do
     for mode in $order; do
       set_rules "$mode"
       case $load in
         ka1) res[$load.$mode]+="$(run_wrk "$mode" 1 0)," ;;
         close1) res[$load.$mode]+="$(run_wrk "$mode" 1 1)," ;;
+        h2) res[$load.$mode]+="$(run_h2 "$mode")," ;;
         ka16)
           perf_pid=""
           if [ -n "$perf_out" ] && [ "$mode" = rule ]; then
@@ -266,12 +289,13 @@ load_after=$(bench_load)
 
 python3 - "$rounds" "$secs" "$firsts_plain" "$firsts" \
   "${res[ka1.rule]}" "${res[ka1.plain]}" "${res[close1.rule]}" "${res[close1.plain]}" \
-  "${res[ka16.rule]}" "${res[ka16.plain]}" >"$work/summary" <<'PY'
+  "${res[ka16.rule]}" "${res[ka16.plain]}" "${res[h2.rule]}" "${res[h2.plain]}" \
+  >"$work/summary" <<'PY'
 import statistics, sys
 rounds, secs, firsts_plain, firsts = sys.argv[1:5]
 runs = [[tuple(map(float, x.split())) for x in a.strip(",").split(",")] for a in sys.argv[5:]]
 med = lambda rs, i: statistics.median(r[i] for r in rs)
-ka1r, ka1p, c1r, c1p, ka16r, ka16p = runs
+ka1r, ka1p, c1r, c1p, ka16r, ka16p, h2r, h2p = runs
 def line(label, r, p):
     print(f"{label}: rule p50/p95 {med(r,1):.0f}/{med(r,2):.0f} us, plain {med(p,1):.0f}/{med(p,2):.0f} us,"
           f" p50 added {med(r,1)-med(p,1):.0f} us (per round: "
@@ -281,6 +305,9 @@ line("1 connection, new per request", c1r, c1p)
 print(f"16 connections, kept alive: rule {med(ka16r,0):.0f} req/s, plain {med(ka16p,0):.0f} req/s,"
       f" ratio {med(ka16r,0)/med(ka16p,0):.2f}x (per round: "
       + ", ".join(f"{a[0]/b[0]:.2f}" for a, b in zip(ka16r, ka16p)) + ")")
+print(f"HTTP/2, 4 connections x 16 streams: rule {med(h2r,0):.0f} req/s, plain {med(h2p,0):.0f} req/s,"
+      f" ratio {med(h2r,0)/med(h2p,0):.2f}x (per round: "
+      + ", ".join(f"{a[0]/b[0]:.2f}" for a, b in zip(h2r, h2p)) + ")")
 def times(text):
     first, again = [], []
     for l in text.splitlines():
@@ -297,18 +324,21 @@ print(f"new name ({len(first)} names, python3 in the sandbox, a new connection e
       f" first - second p50 {statistics.median(ex):.0f} us, p95 {ex[int(0.95*(len(ex)-1)+0.5)]:.0f} us;"
       f" without a rule: first p50 {statistics.median(pfirst):.0f} us, second p50 {statistics.median(pagain):.0f} us")
 print(f"ROWS {med(ka1r,1):.0f} {med(ka1p,1):.0f} {med(c1r,1):.0f} {med(c1p,1):.0f} "
-      f"{med(ka16r,0):.0f} {med(ka16p,0):.0f} {statistics.median(first):.0f} {statistics.median(again):.0f}")
+      f"{med(ka16r,0):.0f} {med(ka16p,0):.0f} {statistics.median(first):.0f} {statistics.median(again):.0f} "
+      f"{med(h2r,0):.0f} {med(h2p,0):.0f}")
 PY
 echo "egress_rules bench: $(nproc) CPUs, load ${load_before} -> ${load_after}, abxd $abxd," \
   "$rounds rounds x ${secs} s per run (medians of the rounds)"
 grep -v '^ROWS' "$work/summary"
-read -r k1r k1p c1r c1p k16r k16p fr fa <<<"$(sed -n 's/^ROWS //p' "$work/summary")"
+read -r k1r k1p c1r c1p k16r k16p fr fa h2r h2p <<<"$(sed -n 's/^ROWS //p' "$work/summary")"
 bench_row egress_rules "HTTPS request p50, 1 keep-alive connection, through a transform rule" \
   "$k1r" "header set by the sandbox (no interception)" "$k1p" us lower
 bench_row egress_rules "HTTPS request p50, a new connection each, through a transform rule" \
   "$c1r" "header set by the sandbox (no interception)" "$c1p" us lower
 bench_row egress_rules "HTTPS requests/s, 16 keep-alive connections, through a transform rule" \
   "$k16r" "header set by the sandbox (no interception)" "$k16p" req/s higher ">=0.7x"
+bench_row egress_rules "HTTP/2 requests/s, 4 connections x 16 streams, through a transform rule" \
+  "$h2r" "header set by the sandbox (h2 end to end, no interception)" "$h2p" req/s higher
 bench_row egress_rules "first HTTPS request to a new name (leaf minted), p50 after DNS" \
   "$fr" "the second request to it (leaf cached)" "$fa" us lower
 if awk -v a="$load_before" 'BEGIN {exit !(a > 1.0)}'; then

@@ -25,6 +25,7 @@ pkgs=(
   libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev libboost-system1.81-dev
   libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev
   libssl-dev libseccomp-dev libsqlite3-dev sqlite3
+  libnghttp2-dev  # HTTP/2 on the egress proxy's intercepted flows (src/platform/egress_h2.cc)
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pytest python3-yaml  # python/: pytest (ctest python_e2e), PyYAML for local template.yaml
   python3-pip python3-venv python3-wheel  # `pip install --no-build-isolation ./python`, offline
@@ -55,6 +56,7 @@ fi
 # binary from npm's registry (package node-linux-<arch>), so no other source is needed.
 if [ "$bench" = 1 ]; then
   pkgs+=(wrk nginx-light python3-fastapi python3-uvicorn)
+  pkgs+=(nghttp2-client)  # h2load: bench/egress_rules.sh's HTTP/2 row
   # perf: where a bench's time goes (bench/lib/perf_command_server.sh, abxd's proxy in bench/README.md)
   pkgs+=(linux-perf)
   pkgs+=(bubblewrap)  # bench/sandbox_create: the namespace-setup floor to compare against

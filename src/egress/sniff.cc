@@ -43,6 +43,7 @@ SniffResult check_name(std::string_view raw, std::string_view what) {
 constexpr unsigned kRecordHandshake = 22;
 constexpr unsigned kHandshakeClientHello = 1;
 constexpr unsigned kExtServerName = 0;
+constexpr unsigned kExtAlpn = 16;
 constexpr unsigned kNameTypeHostName = 0;
 constexpr std::size_t kRecordHeader = 5;
 constexpr std::size_t kMaxRecordPayload = std::size_t{1} << 14;  // TLSPlaintext.length
@@ -132,6 +133,21 @@ SniffResult parse_server_name(Cursor ext, std::optional<std::string>* host) {
   return SniffResult::none();
 }
 
+// The ALPN extension's body (RFC 7301 §3.1): a list of non-empty protocol names; true when
+// one is "h2". Anything malformed offers nothing.
+bool alpn_offers_h2(Cursor ext) {
+  Cursor list;
+  if (ext.vec(2, &list) != Step::kOk || !ext.at_end()) return false;
+  while (!list.at_end()) {
+    Cursor entry;
+    std::string_view proto;
+    if (list.vec(1, &entry) != Step::kOk) return false;
+    if (entry.bytes(entry.end - entry.pos, &proto) != Step::kOk) return false;
+    if (proto == "h2") return true;
+  }
+  return false;
+}
+
 // The ClientHello body (RFC 8446 §4.1.2, which also reads TLS 1.0-1.2 hellos).
 SniffResult parse_client_hello(Cursor c) {
   SniffResult r;
@@ -160,11 +176,16 @@ SniffResult parse_client_hello(Cursor c) {
   if (!c.at_end()) return SniffResult::malformed("ClientHello: bytes after the extensions");
   std::optional<std::string> host;
   bool seen_server_name = false;
+  bool alpn_h2 = false;
   while (!exts.at_end()) {
     std::size_t type = 0;
     Cursor body;
     if (!ok(exts.uint(2, &type), "extension header overruns the extensions", &r)) return r;
     if (!ok(exts.vec(2, &body), "extension overruns the extensions", &r)) return r;
+    if (type == kExtAlpn) {
+      alpn_h2 = alpn_offers_h2(body);
+      continue;
+    }
     if (type != kExtServerName) {
       if (!ok(body.skip(body.end - body.pos), "extension", &r)) return r;
       continue;
@@ -174,7 +195,9 @@ SniffResult parse_client_hello(Cursor c) {
     SniffResult sni = parse_server_name(body, &host);
     if (sni.kind != SniffResult::Kind::kNone) return sni;
   }
-  return host ? SniffResult::found(std::move(*host)) : SniffResult::none();
+  SniffResult out = host ? SniffResult::found(std::move(*host)) : SniffResult::none();
+  out.alpn_h2 = alpn_h2;
+  return out;
 }
 
 SniffResult tls_prefix(std::string_view in) {

@@ -118,6 +118,29 @@ TEST(SniffTls, NoneWithoutServerName) {
   EXPECT_EQ(tls_server_name(hello(sni_ext({{1, "x"}}))).kind, Kind::kNone);
 }
 
+// ALPN (RFC 7301): whether the ClientHello offers h2, which the proxy needs before it connects
+// upstream (it offers the upstream h2 only when the sandbox did).
+TEST(SniffTls, AlpnOffersH2) {
+  auto alpn = [](std::initializer_list<std::string> protos) {
+    std::string list;
+    for (const auto& p : protos) list += static_cast<char>(p.size()) + p;
+    return ext(16, u16(list.size()) + list);
+  };
+  EXPECT_FALSE(tls_server_name(kOpensslHello).alpn_h2);  // s_client sends no ALPN
+  SniffResult r = tls_server_name(hello(sni_ext("x.test") + alpn({"h2", "http/1.1"})));
+  ASSERT_EQ(r.kind, Kind::kFound) << r.reason;
+  EXPECT_TRUE(r.alpn_h2);
+  EXPECT_TRUE(tls_server_name(hello(alpn({"http/1.1", "h2"}) + sni_ext("x.test"))).alpn_h2);
+  EXPECT_TRUE(tls_server_name(hello(alpn({"h2"}))).alpn_h2);  // kNone keeps it too
+  EXPECT_FALSE(tls_server_name(hello(sni_ext("x.test") + alpn({"http/1.1"}))).alpn_h2);
+  EXPECT_FALSE(tls_server_name(hello(sni_ext("x.test") + alpn({"h2c", "h"}))).alpn_h2);
+  // A malformed ALPN list offers nothing, and the name is still found.
+  r = tls_server_name(hello(sni_ext("x.test") + ext(16, u16(9) + "\x02h2")));
+  EXPECT_EQ(r.name, "x.test");
+  EXPECT_FALSE(r.alpn_h2);
+  EXPECT_FALSE(tls_server_name(hello(sni_ext("x.test") + ext(16, u16(3) + "\x05h2"))).alpn_h2);
+}
+
 TEST(SniffTls, NamesAreCheckedAndLowerCased) {
   EXPECT_EQ(tls_server_name(hello(sni_ext("API.Example.COM"))).name, "api.example.com");
   EXPECT_EQ(tls_server_name(hello(sni_ext("a_b-c.example."))).name, "a_b-c.example");

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "abx/base/try.h"
+#include "egress_proxy.h"
 #include "sandbox_config.h"
 
 namespace abx::platform {
@@ -210,15 +211,20 @@ Result<std::shared_ptr<ssl::context>> CertAuthority::server_context(const std::s
       SSL_CTX_add1_chain_cert(raw, keys_->ca_cert.get()) != 1 ||
       SSL_CTX_use_PrivateKey(raw, keys_->leaf_key.get()) != 1)
     return ssl_error("TLS context for " + name);
-  // HTTP/1.1 only: the proxy rewrites HTTP/1 requests (a client offering h2 falls back).
+  // h2 only on a connection the proxy marked (its upstream chose h2), else HTTP/1.1 (a client
+  // offering h2 falls back).
   SSL_CTX_set_alpn_select_cb(
       raw,
-      [](SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
+      [](SSL* ssl, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
          unsigned int inlen, void*) -> int {
         static const unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+        static const unsigned char kH2Http11[] = {2,   'h', '2', 8,   'h', 't',
+                                                  't', 'p', '/', '1', '.', '1'};
+        const bool h2 = SSL_get_ex_data(ssl, egress_alpn_h2_slot()) != nullptr;
         unsigned char* sel = nullptr;
-        if (SSL_select_next_proto(&sel, outlen, kHttp11, sizeof kHttp11, in, inlen) !=
-            OPENSSL_NPN_NEGOTIATED)
+        if (SSL_select_next_proto(&sel, outlen, h2 ? kH2Http11 : kHttp11,
+                                  h2 ? sizeof kH2Http11 : sizeof kHttp11, in,
+                                  inlen) != OPENSSL_NPN_NEGOTIATED)
           return SSL_TLSEXT_ERR_NOACK;
         *out = sel;
         return SSL_TLSEXT_ERR_OK;

@@ -41,7 +41,8 @@ class CertAuthority {
   const std::string& cert_path() const { return cert_path_; }
 
   // A TLS server context presenting a leaf for `name` (lower case), from the cache or minted now.
-  // ALPN: http/1.1 when the client offers it.
+  // ALPN: h2 when the connection's SSL is marked at egress_alpn_h2_slot() (egress_proxy.h) and
+  // the client offers it, else http/1.1 when the client offers it.
   Result<std::shared_ptr<boost::asio::ssl::context>> server_context(const std::string& name);
   std::size_t minted() const;  // leaves minted since start (tests: the cache is used)
 

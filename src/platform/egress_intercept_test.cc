@@ -326,6 +326,81 @@ TEST_F(InterceptTest, HttpsIsTerminatedWithALeafForTheNameAndTheUpstreamVerified
   EXPECT_EQ(abxd_ca_->minted(), 1u);  // the leaf was cached for the second connection
 }
 
+// ALPN: the upstream is offered h2 only when the sandbox offered it, and the sandbox gets h2 only
+// when the upstream chose it; otherwise both legs speak HTTP/1.1. (The HTTP/2 relay itself is
+// tests/e2e/network/rules_h2.sh's, against a real h2 server.)
+std::atomic<bool> g_upstream_takes_h2{false};
+std::atomic<int> g_upstream_offered_h2{-1};  // the last ClientHello the upstream saw: 1 offered h2
+
+int upstream_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
+                  unsigned int inlen, void*) {
+  static const unsigned char kH2Http11[] = {2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+  static const unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+  bool offered = false;
+  for (unsigned int i = 0; i < inlen; i += 1 + in[i])
+    if (in[i] == 2 && i + 2 < inlen && in[i + 1] == 'h' && in[i + 2] == '2') offered = true;
+  g_upstream_offered_h2 = offered ? 1 : 0;
+  const bool h2 = g_upstream_takes_h2.load();
+  unsigned char* sel = nullptr;
+  if (SSL_select_next_proto(&sel, outlen, h2 ? kH2Http11 : kHttp11,
+                            h2 ? sizeof kH2Http11 : sizeof kHttp11, in,
+                            inlen) != OPENSSL_NPN_NEGOTIATED)
+    return SSL_TLSEXT_ERR_NOACK;
+  *out = sel;
+  return SSL_TLSEXT_ERR_OK;
+}
+
+std::string selected_alpn(SSL* s) {
+  const unsigned char* p = nullptr;
+  unsigned int n = 0;
+  SSL_get0_alpn_selected(s, &p, &n);
+  return std::string(reinterpret_cast<const char*>(p), n);
+}
+
+TEST_F(InterceptTest, AlpnIsHttp11OnBothLegsUnlessBothOfferH2) {
+  Requests seen;
+  auto up_ctx = upstream_ctx("api.test");
+  SSL_CTX_set_alpn_select_cb(up_ctx->native_handle(), upstream_alpn, nullptr);
+  Server up([&](tcp::socket& s) {
+    ssl::stream<tcp::socket&> tls(s, *up_ctx);
+    tls.handshake(ssl::stream_base::server);
+    if (selected_alpn(tls.native_handle()) == "http/1.1") answer_all(tls, seen);
+  });
+  start(443, up.endpoint(), "api.test");
+  asio::io_context io;
+  ssl::context cctx = client_ctx();
+  auto request = [&](bool offer_h2) {
+    tcp::socket c = connect(io);
+    ssl::stream<tcp::socket&> tls(c, cctx);
+    SSL_set_tlsext_host_name(tls.native_handle(), "api.test");
+    static const unsigned char kH2Http11[] = {2,   'h', '2', 8,   'h', 't',
+                                              't', 'p', '/', '1', '.', '1'};
+    static const unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+    if (offer_h2) {
+      SSL_set_alpn_protos(tls.native_handle(), kH2Http11, sizeof kH2Http11);
+    } else {
+      SSL_set_alpn_protos(tls.native_handle(), kHttp11, sizeof kHttp11);
+    }
+    tls.handshake(ssl::stream_base::client);
+    const std::string alpn = selected_alpn(tls.native_handle());
+    beast::flat_buffer buf;
+    EXPECT_EQ(roundtrip(tls, buf, get("api.test")).body(), "got 0");
+    return alpn;
+  };
+  // An upstream that would take h2: never offered it by a sandbox that did not offer it.
+  g_upstream_takes_h2 = true;
+  EXPECT_EQ(request(false), "http/1.1");
+  EXPECT_EQ(g_upstream_offered_h2.load(), 0);
+  // An upstream that speaks HTTP/1.1 only: offered h2 (the sandbox did), it chooses HTTP/1.1,
+  // and so does the sandbox, whose h2 offer is declined.
+  g_upstream_takes_h2 = false;
+  EXPECT_EQ(request(true), "http/1.1");
+  EXPECT_EQ(g_upstream_offered_h2.load(), 1);
+  auto got = seen.all();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[1][http::field::authorization], "Bearer first");
+}
+
 // A sandbox that opens a connection per request: the proxy's upstream handshakes after the first
 // resume its TLS session (no full handshake, no chain verification again), and still carry the
 // rule's header.

@@ -32,6 +32,7 @@
 #include "abx/base/try.h"
 #include "abx/egress/sniff.h"
 #include "abx/runtime/netns.h"
+#include "egress_h2.h"
 
 namespace abx::platform {
 
@@ -294,6 +295,7 @@ class Flow : public std::enable_shared_from_this<Flow> {
   bool timed_out_ = false;
   bool client_eof_ = false;
   bool intercept_ = false;  // a transform rule matched the flow's name: not a byte relay
+  bool client_h2_ = false;  // the sandbox's ClientHello offered h2 (ALPN)
   std::string head_;        // the first bytes, up to kMaxSniffBytes, sent upstream before the relay
   std::size_t head_len_ = 0;
   std::uint64_t bytes_out_ = 0, bytes_in_ = 0;
@@ -373,6 +375,7 @@ void Flow::on_head(const error_code& ec, std::size_t n) {
     read_head();
     return;
   }
+  client_h2_ = flow_.dst_port == 443 && r.alpn_h2;
   if (r.kind == egress::SniffResult::Kind::kFound) {
     flow_.domain = std::move(r.name);
   } else if (r.kind == egress::SniffResult::Kind::kMalformed) {
@@ -606,8 +609,15 @@ awaitable<void> Flow::intercept(std::shared_ptr<Flow> self) {
       &self->proxy_->upstream_sessions,
       name + "|" + ip_str(self->flow_.dst_ip) + ":" + std::to_string(self->flow_.dst_port)};
   ssl::stream<tcp::socket&> up(self->upstream_, *hooks.upstream_tls);
+  // h2 is offered upstream only when the sandbox offered it: a sandbox speaking HTTP/1.1 to an
+  // upstream speaking h2 would need a translation this proxy does not make.
   static const unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
-  SSL_set_alpn_protos(up.native_handle(), kHttp11, sizeof kHttp11);
+  static const unsigned char kH2Http11[] = {2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+  if (self->client_h2_) {
+    SSL_set_alpn_protos(up.native_handle(), kH2Http11, sizeof kH2Http11);
+  } else {
+    SSL_set_alpn_protos(up.native_handle(), kHttp11, sizeof kHttp11);
+  }
   if (SSL_set_tlsext_host_name(up.native_handle(), name.c_str()) != 1) {
     self->abort("upstream SNI");
     co_return;
@@ -632,7 +642,16 @@ awaitable<void> Flow::intercept(std::shared_ptr<Flow> self) {
     self->abort("no certificate");
     co_return;
   }
+  auto alpn_is_h2 = [](SSL* s) {
+    const unsigned char* proto = nullptr;
+    unsigned int len = 0;
+    SSL_get0_alpn_selected(s, &proto, &len);
+    return len == 2 && proto[0] == 'h' && proto[1] == '2';
+  };
+  const bool up_h2 = alpn_is_h2(up.native_handle());
   ssl::stream<tcp::socket&> down(self->client_, **ctx);
+  static char h2_allowed = 1;
+  SSL_set_ex_data(down.native_handle(), egress_alpn_h2_slot(), up_h2 ? &h2_allowed : nullptr);
   co_await down.async_handshake(ssl::stream_base::server,
                                 asio::buffer(self->head_.data(), self->head_len_), tok);
   self->head_ = std::string();
@@ -643,7 +662,26 @@ awaitable<void> Flow::intercept(std::shared_ptr<Flow> self) {
     co_return;
   }
   self->touch();
-  co_await self->serve_http(down, up, cbuf);
+  if (up_h2 != alpn_is_h2(down.native_handle())) {
+    // The sandbox offered h2 in the ClientHello the proxy read, so it was selected for it when
+    // the upstream chose it: this would be a ClientHello other than the one sniffed.
+    self->transform_event({name, "", {}, 0, "the sandbox did not take h2 after offering it"});
+    self->abort("ALPN mismatch");
+    co_return;
+  }
+  if (up_h2) {
+    H2BridgeHooks h2;
+    h2.name = name;
+    h2.transform = [self, name] { return self->proxy_->hooks.transform(self->flow_, name); };
+    h2.event = [self](const EgressTransformEvent& ev) { self->transform_event(ev); };
+    h2.touch = [self] { self->touch(); };
+    h2.bytes_out = &self->bytes_out_;
+    h2.bytes_in = &self->bytes_in_;
+    h2.log = &self->proxy_->log;
+    co_await serve_h2(down, up, std::move(h2));
+  } else {
+    co_await self->serve_http(down, up, cbuf);
+  }
   if (self->phase_ == Phase::kRelay) {
     // close_notify to the sandbox (a response framed by the connection's end is complete only
     // with it), waiting at most a second for the sandbox's own.
@@ -886,6 +924,11 @@ void EgressProxy::Impl::on_accept(const std::shared_ptr<Listener>& l, const erro
     flow->refuse();
   }
   accept(l);
+}
+
+int egress_alpn_h2_slot() {
+  static const int slot = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  return slot;
 }
 
 EgressProxy::EgressProxy(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -11,11 +11,14 @@
 // a rule matches is intercepted instead. On 443 the proxy first connects to the real server and
 // verifies its certificate for that name (hooks.upstream_tls: a failure resets the sandbox's
 // connection mid-handshake, so the sandbox sees a TLS failure, never a bypass), then completes
-// the sandbox's handshake with a certificate for the name (hooks.server_tls, HTTP/1.1 by ALPN).
-// Then, per request: the Host must be the flow's name (else 421), the rule's headers are set,
-// the request and its response are relayed (bodies streamed, chunked or not), keep-alive kept.
-// A 101 (WebSocket) turns the connection into a byte relay: headers go on the upgrade request
-// only. `Expect: 100-continue` is not answered early (clients send the body after their wait).
+// the sandbox's handshake with a certificate for the name (hooks.server_tls). ALPN: the
+// upstream is offered h2 only when the sandbox's ClientHello offered it (so that both legs speak
+// the same version), and the sandbox gets h2 only when the upstream chose it; HTTP/2 flows are
+// relayed stream by stream (egress_h2.h), the rest as HTTP/1.1. Then, per HTTP/1 request: the Host
+// must be the flow's name (else 421), the rule's headers are set, the request and its response are
+// relayed (bodies streamed, chunked or not), keep-alive kept. A 101 (WebSocket) turns the
+// connection into a byte relay: headers go on the upgrade request only. `Expect: 100-continue` is
+// not answered early (clients send the body after their wait).
 //
 // Never waiting forever on a sandbox: the first bytes are read under a deadline and a 16 KiB
 // cap, after which the flow is decided without a domain; the same happens for bytes that are
@@ -97,8 +100,9 @@ struct EgressProxyHooks {
   // Transforms (E2B network.rules). Optional. For an allowed flow with a Host (port 80) or SNI
   // (port 443), the rule that applies to `host` now, if any. A flow whose first answer is a rule
   // is intercepted: every request on it is parsed, must name that same host in its Host header
-  // (else 421 and the connection closes), and gets the headers of the rule in force at that
-  // request (an update applies to the next request). Other flows stay a byte relay.
+  // (else 421 and the connection closes; on HTTP/2 each stream's :authority, else that stream
+  // is answered 421), and gets the headers of the rule in force at that request or stream (an
+  // update applies to the next one). Other flows stay a byte relay.
   std::function<std::optional<EgressTransform>(const EgressFlow&, std::string_view host)> transform;
   // Each intercepted request once (its response's status, or why it was refused). Optional.
   std::function<void(const EgressFlow&, const EgressTransformEvent&)> on_transform;
@@ -107,6 +111,9 @@ struct EgressProxyHooks {
   // per connection). Both needed, else port 443 is never intercepted. The proxy keeps the
   // upstream sessions itself (start() sets `upstream_tls`'s client session callback), keyed by
   // name and address, and resumes them: a flow per request does not pay a full handshake each.
+  // ALPN: the context's select callback may pick h2 only for a connection whose SSL holds a
+  // non-null pointer at egress_alpn_h2_slot() (the proxy sets it when the upstream chose h2),
+  // else http/1.1 (CertAuthority::server_context does this).
   std::function<Result<std::shared_ptr<boost::asio::ssl::context>>(const std::string& name)>
       server_tls;
   std::shared_ptr<boost::asio::ssl::context> upstream_tls;
@@ -126,6 +133,10 @@ struct EgressProxyOptions {
   std::size_t max_flows = 1024;
   std::size_t max_flows_per_source = 128;
 };
+
+// The OpenSSL ex_data index (SSL_get_ex_data) that tells a server_tls context's ALPN callback
+// that h2 may be selected on this connection (non-null: yes).
+int egress_alpn_h2_slot();
 
 class EgressProxy {
  public:

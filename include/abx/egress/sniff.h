@@ -35,6 +35,9 @@ struct SniffResult {
   Kind kind = Kind::kNeedMore;
   std::string name;    // kFound: lower-cased, [a-z0-9.-_], 1..253 characters, no trailing dot
   std::string reason;  // kMalformed: what was wrong, for logs
+  // TLS, kFound or kNone: the ClientHello's ALPN extension offers "h2" (a malformed ALPN
+  // extension offers nothing; it is the TLS server's to refuse, not the sniffer's).
+  bool alpn_h2 = false;
 
   static SniffResult need_more() { return {}; }
   static SniffResult found(std::string name) { return {Kind::kFound, std::move(name), {}}; }
