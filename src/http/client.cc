@@ -22,6 +22,7 @@
 #include <limits>
 
 #include "abx/base/try.h"
+#include "abx/http/openssl_error.h"
 
 namespace abx::http {
 
@@ -38,8 +39,7 @@ struct TlsClient::Impl {
 TlsClient::TlsClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TlsClient::~TlsClient() = default;
 
-namespace {
-std::string openssl_reason() {
+std::string openssl_error_text() {
   unsigned long e = ERR_get_error();
   ERR_clear_error();
   if (e == 0) return "unknown OpenSSL error";
@@ -47,7 +47,6 @@ std::string openssl_reason() {
   ERR_error_string_n(e, buf, sizeof buf);
   return buf;
 }
-}  // namespace
 
 Result<std::shared_ptr<const TlsClient>> TlsClient::load(const TlsClientOptions& o) {
   if (o.ca_file.empty()) return invalid_argument("TLS: a CA bundle is required");
@@ -59,13 +58,14 @@ Result<std::shared_ptr<const TlsClient>> TlsClient::load(const TlsClientOptions&
   ERR_clear_error();
   if (SSL_CTX_load_verify_locations(raw, o.ca_file.c_str(), nullptr) != 1)
     return invalid_argument("TLS: cannot load the CA bundle " + o.ca_file + ": " +
-                            openssl_reason());
+                            openssl_error_text());
   if (!o.cert_file.empty()) {
     if (SSL_CTX_use_certificate_chain_file(raw, o.cert_file.c_str()) != 1)
       return invalid_argument("TLS: cannot load the certificate " + o.cert_file + ": " +
-                              openssl_reason());
+                              openssl_error_text());
     if (SSL_CTX_use_PrivateKey_file(raw, o.key_file.c_str(), SSL_FILETYPE_PEM) != 1)
-      return invalid_argument("TLS: cannot load the key " + o.key_file + ": " + openssl_reason());
+      return invalid_argument("TLS: cannot load the key " + o.key_file + ": " +
+                              openssl_error_text());
     if (SSL_CTX_check_private_key(raw) != 1)
       return invalid_argument("TLS: the key " + o.key_file + " does not match the certificate " +
                               o.cert_file);

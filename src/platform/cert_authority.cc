@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "abx/base/try.h"
+#include "abx/http/openssl_error.h"
 #include "egress_proxy.h"
 #include "sandbox_config.h"
 
@@ -41,11 +42,8 @@ using Cert = std::unique_ptr<X509, X509Free>;
 using Bio = std::unique_ptr<BIO, BioFree>;
 
 Error ssl_error(std::string what) {
-  unsigned long e = ERR_get_error();
-  char buf[256] = {0};
-  if (e) ERR_error_string_n(e, buf, sizeof buf);
-  ERR_clear_error();
-  return internal_error(what + (e ? std::string(": ") + buf : std::string()));
+  const bool queued = ERR_peek_error() != 0;
+  return internal_error(what + (queued ? ": " + http::openssl_error_text() : std::string()));
 }
 
 Result<Pkey> new_key() {

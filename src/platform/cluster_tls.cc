@@ -29,6 +29,7 @@
 
 #include "abx/base/log.h"
 #include "abx/base/try.h"
+#include "abx/http/openssl_error.h"
 
 namespace abx::platform {
 
@@ -81,15 +82,6 @@ constexpr std::size_t kPipeBuffer = 64 * 1024;
 // init) must not inherit them.
 void set_cloexec(int fd) { (void)::fcntl(fd, F_SETFD, FD_CLOEXEC); }
 
-std::string openssl_reason() {
-  unsigned long e = ERR_get_error();
-  ERR_clear_error();
-  if (e == 0) return "unknown OpenSSL error";
-  char buf[256];
-  ERR_error_string_n(e, buf, sizeof buf);
-  return buf;
-}
-
 // The node's certificate and key, and the cluster CA every peer's certificate must chain to;
 // `server`: also asks each client for one and refuses a client without.
 Status load_context(ssl::context& ctx, const cluster::TlsFiles& f, bool server) {
@@ -97,11 +89,11 @@ Status load_context(ssl::context& ctx, const cluster::TlsFiles& f, bool server) 
   SSL_CTX_set_min_proto_version(raw, TLS1_2_VERSION);
   ERR_clear_error();
   if (SSL_CTX_load_verify_locations(raw, f.ca.c_str(), nullptr) != 1)
-    return invalid_argument("--cluster-ca " + f.ca + ": " + openssl_reason());
+    return invalid_argument("--cluster-ca " + f.ca + ": " + http::openssl_error_text());
   if (SSL_CTX_use_certificate_chain_file(raw, f.cert.c_str()) != 1)
-    return invalid_argument("--cluster-cert " + f.cert + ": " + openssl_reason());
+    return invalid_argument("--cluster-cert " + f.cert + ": " + http::openssl_error_text());
   if (SSL_CTX_use_PrivateKey_file(raw, f.key.c_str(), SSL_FILETYPE_PEM) != 1)
-    return invalid_argument("--cluster-key " + f.key + ": " + openssl_reason());
+    return invalid_argument("--cluster-key " + f.key + ": " + http::openssl_error_text());
   if (SSL_CTX_check_private_key(raw) != 1)
     return invalid_argument("--cluster-key " + f.key + " does not match --cluster-cert " + f.cert);
   SSL_CTX_set_verify(
