@@ -54,6 +54,12 @@ struct ChildCompanion {
   char* pid_out = nullptr;  // kCompanionPidDigits + 1 bytes inside one of argv's strings
 };
 
+// The most descriptors the init, or its companion, gets mapped.
+inline constexpr std::size_t kMaxChildFds = 64;
+// The companion's descriptors: at most this many, each below kMaxCompanionFd.
+inline constexpr std::size_t kMaxCompanionFds = 16;
+inline constexpr int kMaxCompanionFd = 19;
+
 // Room for the companion's pid in the init's argv ("<flag>=" then this many characters).
 inline constexpr std::size_t kCompanionPidDigits = 10;
 
@@ -126,6 +132,10 @@ bool rlimit_child(const ChildPlan& p, ChildReport* r);  // rlimit.cc
 bool companion_child(const ChildPlan& p, ChildReport* r);
 bool caps_child(const ChildPlan& p, ChildReport* r);  // caps.cc: bounding, ambient, capset
 bool fds_child(ChildPlan& p, ChildReport* r);  // fds.cc: map, /dev/null, close rest; moves sock
+// fds.cc: each fds[i].parent_fd duplicated onto fds[i].child_fd (no FD_CLOEXEC), every source
+// first moved above `top` (>= every child_fd) so that no dup2 clobbers a source still to be
+// mapped; the copies above `top` are close-on-exec. At most kMaxChildFds. False with errno set.
+bool map_fds(const ChildFd* fds, std::size_t n, int top);
 bool seccomp_child(const ChildPlan& p, ChildReport* r);  // seccomp.cc: install the filter
 
 // First thing in the child: close every inherited descriptor except 0..2, the report socket and

@@ -27,7 +27,6 @@ namespace abx::runtime {
 namespace {
 
 constexpr std::size_t kStackBytes = 64 * 1024;  // exec_in_path's buffer and a few frames
-constexpr std::size_t kMaxFds = 16;
 
 struct CompanionArgs {
   const ChildCompanion* c;
@@ -94,26 +93,16 @@ int companion_main(void* arg) {
   ::sigemptyset(&none);
   ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, nullptr, _NSIG / 8);
   ::syscall(SYS_setsid);
-  // Descriptors: sources moved above every target first (a dup2 onto a target never clobbers
-  // a source still to be mapped), then mapped; everything above 2 that is not a target closed.
+  // Descriptors: mapped (map_fds), then everything above 2 that is not a target closed.
   int top = 2;
-  for (std::size_t i = 0; i < c.nfds; ++i)
+  bool target[kMaxCompanionFd] = {};
+  for (std::size_t i = 0; i < c.nfds; ++i) {
     if (c.fds[i].child_fd > top) top = c.fds[i].child_fd;
-  int high[kMaxFds];
-  for (std::size_t i = 0; i < c.nfds; ++i) {
-    high[i] = ::fcntl(c.fds[i].parent_fd, F_DUPFD_CLOEXEC, top + 1);
-    if (high[i] < 0) {
-      a->exec_errno = errno;
-      ::_exit(127);
-    }
-  }
-  bool target[kMaxFds + 3] = {};
-  for (std::size_t i = 0; i < c.nfds; ++i) {
-    if (::dup2(high[i], c.fds[i].child_fd) < 0) {
-      a->exec_errno = errno;
-      ::_exit(127);
-    }
     target[c.fds[i].child_fd] = true;
+  }
+  if (!map_fds(c.fds, c.nfds, top)) {
+    a->exec_errno = errno;
+    ::_exit(127);
   }
   for (int fd = 3; fd <= top; ++fd) {
     if (!target[fd]) ::close(fd);
@@ -145,12 +134,12 @@ void write_pid(char* out, pid_t pid) {
 bool companion_child(const ChildPlan& p, ChildReport* r) {
   const ChildCompanion* c = p.companion;
   if (c == nullptr) return true;
-  if (c->nfds > kMaxFds) {
+  if (c->nfds > kMaxCompanionFds) {
     errno = E2BIG;
     return fail(r, "too many companion descriptors");
   }
   for (std::size_t i = 0; i < c->nfds; ++i) {
-    if (c->fds[i].child_fd < 0 || c->fds[i].child_fd >= static_cast<int>(kMaxFds) + 3) {
+    if (c->fds[i].child_fd < 0 || c->fds[i].child_fd >= kMaxCompanionFd) {
       errno = EBADF;
       return fail(r, "companion descriptor out of range");
     }

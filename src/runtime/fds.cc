@@ -15,7 +15,7 @@
 namespace abx::runtime {
 namespace {
 
-constexpr std::size_t kMaxFds = 64;
+constexpr std::size_t kMaxFds = kMaxChildFds;
 
 bool close_range_(unsigned first, unsigned last, ChildReport* r) {
   if (first > last) return true;
@@ -52,6 +52,23 @@ bool close_inherited_child(const ChildPlan& p, ChildReport* r) {
   return close_range_(next, ~0u, r);
 }
 
+bool map_fds(const ChildFd* fds, std::size_t n, int top) {
+  if (n > kMaxFds) {
+    errno = E2BIG;
+    return false;
+  }
+  int high[kMaxFds];
+  for (std::size_t i = 0; i < n; ++i) {
+    high[i] = ::fcntl(fds[i].parent_fd, F_DUPFD_CLOEXEC, top + 1);
+    if (high[i] < 0) return false;
+  }
+  // dup2 leaves the new descriptor without FD_CLOEXEC: it survives the exec.
+  for (std::size_t i = 0; i < n; ++i) {
+    if (::dup2(high[i], fds[i].child_fd) < 0) return false;
+  }
+  return true;
+}
+
 bool fds_child(ChildPlan& p, ChildReport* r) {
   if (p.nfds > kMaxFds) {
     errno = E2BIG;
@@ -60,18 +77,13 @@ bool fds_child(ChildPlan& p, ChildReport* r) {
   int top = 2;
   for (std::size_t i = 0; i < p.nfds; ++i)
     if (p.fds[i].child_fd > top) top = p.fds[i].child_fd;
-  int high[kMaxFds];
-  for (std::size_t i = 0; i < p.nfds; ++i) {
-    high[i] = ::fcntl(p.fds[i].parent_fd, F_DUPFD_CLOEXEC, top + 1);
-    if (high[i] < 0) return fail(r, "dup mapped descriptor");
-  }
+  // The report socket first, above every target, so that no mapping lands on it.
   int sock = ::fcntl(p.sock, F_DUPFD_CLOEXEC, top + 1);
   if (sock < 0) return fail(r, "dup report socket");
   p.sock = sock;
+  if (!map_fds(p.fds, p.nfds, top)) return fail(r, "map descriptors");
   bool mapped[3] = {false, false, false};
   for (std::size_t i = 0; i < p.nfds; ++i) {
-    // dup2 leaves the new descriptor without FD_CLOEXEC: it survives the exec.
-    if (::dup2(high[i], p.fds[i].child_fd) < 0) return fail(r, "dup2 mapped descriptor");
     if (p.fds[i].child_fd < 3) mapped[p.fds[i].child_fd] = true;
   }
   for (int fd = 0; fd < 3; ++fd) {

@@ -397,11 +397,14 @@ Status build_companion(SandboxConfig& config, PlanStorage& s) {
                        [fd](const FdMapping& m) { return m.child_fd == fd; });
   };
   for (const auto& f : c.fds) {
-    if (!is_init_fd(f.parent_fd) || f.child_fd < 0 || f.child_fd > 18)
+    if (!is_init_fd(f.parent_fd) || f.child_fd < 0 || f.child_fd >= kMaxCompanionFd)
       return invalid_argument("companion: descriptor " + std::to_string(f.parent_fd) + " -> " +
                               std::to_string(f.child_fd) + " is not the init's, or too high");
     s.companion_fds.push_back({f.parent_fd, f.child_fd});
   }
+  if (s.companion_fds.size() > kMaxCompanionFds)
+    return invalid_argument("companion: more than " + std::to_string(kMaxCompanionFds) +
+                            " descriptors");
   for (int fd : c.private_fds) {
     if (fd <= 2 || !is_init_fd(fd))
       return invalid_argument("companion: private descriptor " + std::to_string(fd) +
