@@ -55,7 +55,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 from rows import row  # noqa: E402
-from api_client import Api  # noqa: E402
+from api_client import Api, create_steps  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -129,24 +129,6 @@ def parallel_creates(port, key, clients, total):
         out["create_ms"] = {"p50": pct(creates, 50), "p99": pct(creates, 99)}
         out["delete_ms"] = {"p50": pct(deletes, 50), "p99": pct(deletes, 99)}
     return out
-
-
-def create_steps(api):
-    """abxd's GET /metrics: {step: (count, sum ms)} of its successful creates so far."""
-    st, body = api.call("GET", "/metrics")
-    if st != 200:
-        sys.exit(f"GET /metrics: {st} {body[:200]}")
-    steps = {}
-    for line in body.decode().splitlines():
-        m = re.match(r'abx_create_step_seconds_(sum|count)\{step="([a-z_]+)"\} (\S+)$', line)
-        if m:
-            count, total = steps.get(m.group(2), (0, 0.0))
-            if m.group(1) == "sum":
-                total = float(m.group(3)) * 1000
-            else:
-                count = int(m.group(3))
-            steps[m.group(2)] = (count, total)
-    return steps
 
 
 def layer_pool_takes(api):

@@ -1,6 +1,9 @@
-"""A keep-alive client of abxd's API for the benches (abxd.py, lib/cluster.py)."""
+"""A keep-alive client of abxd's API for the benches (abxd.py, lib/cluster.py,
+lib/python_create.py), and abxd's create timeline from its metrics."""
 import http.client
 import json
+import re
+import sys
 
 
 class Api:
@@ -33,3 +36,21 @@ class Api:
                 if attempt == 2:
                     raise
         return r.status, r.read()
+
+
+def create_steps(api):
+    """abxd's GET /metrics: {step: (count, sum ms)} of its successful creates so far."""
+    st, body = api.call("GET", "/metrics")
+    if st != 200:
+        sys.exit(f"GET /metrics: {st} {body[:200]}")
+    steps = {}
+    for line in body.decode().splitlines():
+        m = re.match(r'abx_create_step_seconds_(sum|count)\{step="([a-z_]+)"\} (\S+)$', line)
+        if m:
+            count, total = steps.get(m.group(2), (0, 0.0))
+            if m.group(1) == "sum":
+                total = float(m.group(3)) * 1000
+            else:
+                count = int(float(m.group(3)))
+            steps[m.group(2)] = (count, total)
+    return steps

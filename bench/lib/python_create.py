@@ -6,11 +6,14 @@ alternating order: POST /sandboxes, then POST /commands/demo through abxd's prox
 summary line "PYCREATE {...}". Usage: python_create.py URL KEY CXX_TEMPLATE PY_TEMPLATE N WARMUP"""
 import http.client
 import json
-import re
+import os
 import statistics
 import sys
 import time
 from urllib.parse import urlparse
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from api_client import Api, create_steps  # noqa: E402
 
 
 def pct(values, p):
@@ -40,20 +43,10 @@ def main():
         r = conn.getresponse()
         return r.status, r.read()
 
+    metrics = Api(u.port, key)  # abxd's create timeline, on a connection of its own
+
     def steps():
-        """abxd's GET /metrics: {step: (count, sum ms)} of its successful creates so far."""
-        st, data = req(api, "GET", "/metrics", headers={"X-API-KEY": key})
-        out = {}
-        for line in data.decode().splitlines() if st == 200 else []:
-            m = re.match(r'abx_create_step_seconds_(sum|count)\{step="([a-z_]+)"\} (\S+)$', line)
-            if m:
-                count, total = out.get(m.group(2), (0, 0.0))
-                if m.group(1) == "sum":
-                    total = float(m.group(3)) * 1e3
-                else:
-                    count = int(float(m.group(3)))
-                out[m.group(2)] = (count, total)
-        return out
+        return create_steps(metrics)
 
     step_ms = {"cxx": {}, "py": {}}
 
