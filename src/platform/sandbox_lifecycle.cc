@@ -208,6 +208,7 @@ Result<UniqueFd> SandboxManager::tcp_socket(const std::string& id) const {
 }
 
 void SandboxManager::kill_all() {
+  pool_.reset();  // pooled sandboxes are nobody's: destroyed either way
   std::map<std::string, std::shared_ptr<LiveSandbox>> all;
   {
     std::lock_guard lock(mu_);
@@ -220,6 +221,7 @@ void SandboxManager::kill_all() {
 }
 
 std::size_t SandboxManager::detach_all() {
+  pool_.reset();  // pooled sandboxes are nobody's: destroyed either way
   std::map<std::string, std::shared_ptr<LiveSandbox>> all;
   {
     std::lock_guard lock(mu_);

@@ -10,4 +10,8 @@ namespace abx::runtime {
 // records) tell the original process from a newer one that reused the pid.
 unsigned long long process_start_time(pid_t pid);
 
+// Lowers the calling thread's scheduling priority by `levels` nice levels (at most to 19, never
+// above what it was): background work (a pool's refill) that must not slow what it serves.
+void lower_thread_priority(int levels);
+
 }  // namespace abx::runtime
