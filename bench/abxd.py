@@ -131,13 +131,19 @@ def parallel_creates(port, key, clients, total):
     return out
 
 
-def layer_pool_takes(api):
-    """abxd's GET /metrics: {"hit": n, "miss": n} of its writable-layer pool so far."""
+def pool_takes(api, series="abx_layer_pool_takes_total"):
+    """abxd's GET /metrics: {"hit": n, "miss": n, ...} of one of its pools so far: the
+    writable-layer pool's (default) or the sandbox pool's (abx_sandbox_pool_takes_total, which
+    also counts "wait": a create that waited for the sandbox being booted)."""
     st, body = api.call("GET", "/metrics")
     if st != 200:
         sys.exit(f"GET /metrics: {st} {body[:200]}")
     return {m.group(1): int(m.group(2)) for m in re.finditer(
-        r'^abx_layer_pool_takes_total\{result="(hit|miss)"\} (\d+)$', body.decode(), re.M)}
+        r'^' + series + r'\{result="(hit|wait|miss)"\} (\d+)$', body.decode(), re.M)}
+
+
+def takes_between(before, after):
+    return {k: after.get(k, 0) - before.get(k, 0) for k in ("hit", "wait", "miss")}
 
 
 
@@ -151,10 +157,12 @@ def abx_links():
 
 
 def wait_links_gone(names, timeout=5.0):
-    """Waits until none of the links `names` exists (the kernel removes a sandbox's link when it
-    takes down the sandbox's network namespace, after the DELETE); False on timeout."""
+    """Waits until one of the links `names` (those there before the DELETE: the deleted
+    sandbox's, and pooled sandboxes' with --sandbox-pool) is gone (the kernel removes a sandbox's
+    link when it takes down the sandbox's network namespace, after the DELETE); False on
+    timeout."""
     deadline = time.perf_counter() + timeout
-    while names & abx_links():
+    while names and names <= abx_links():
         if time.perf_counter() > deadline:
             print(f"warning: links {sorted(names)} still there {timeout:.0f} s after DELETE",
                   file=sys.stderr)
@@ -533,6 +541,7 @@ def main():
         deletes = []
         pending = set()  # the host ends of the last deleted sandbox's link, if not gone yet
         steps_before = create_steps(api) if "create" in sections else {}
+        sandbox_pool_before = pool_takes(api, "abx_sandbox_pool_takes_total")
         for i in range(args.creates if "create" in sections else 0):
             kind = "quiet" if i % 2 == 0 else "after_delete"
             if kind == "quiet" and pending:
@@ -546,7 +555,8 @@ def main():
             if st != 201:
                 sys.exit(f"create failed: {st} {body[:200]}")
             sid = json.loads(body)["sandboxID"]
-            # Its link: the only sandbox, so every abx link there is.
+            # Its link is one of these (with --sandbox-pool the pooled sandboxes' are there too,
+            # and stay): the wait below ends once any of them is gone.
             pending = abx_links()
             t0 = time.perf_counter()
             api.call("DELETE", f"/sandboxes/{sid}")
@@ -558,7 +568,9 @@ def main():
         if "create" in sections:
             # Where the creates' time went inside abxd (issue 44): the mean of each step.
             after = create_steps(api)
-            report["layer_pool_takes"] = layer_pool_takes(api)
+            report["layer_pool_takes"] = pool_takes(api)
+            report["sandbox_pool_takes"] = takes_between(
+                sandbox_pool_before, pool_takes(api, "abx_sandbox_pool_takes_total"))
             report["create_steps_ms"] = {
                 k: (total - steps_before.get(k, (0, 0.0))[1]) / (n - steps_before.get(k, (0, 0))[0])
                 for k, (n, total) in after.items() if n > steps_before.get(k, (0, 0))[0]}
@@ -571,7 +583,10 @@ def main():
         # 1b. creates from parallel clients (issue 44: 8 clients, >= 200 creates/s, p99 <= 60 ms):
         # each client creates a sandbox, deletes it, and again, until --parallel-creates are done.
         if "parallel" in sections:
+            before = pool_takes(api, "abx_sandbox_pool_takes_total")
             report["parallel"] = parallel_creates(port, key, args.clients, args.parallel_creates)
+            report["parallel"]["sandbox_pool_takes"] = takes_between(
+                before, pool_takes(api, "abx_sandbox_pool_takes_total"))
 
         # 2. proxy overhead, side by side in front of the same servers in one demo sandbox:
         # its abx-server (POST /commands/demo) and its envd (Process/Start of `echo hi`, a
@@ -677,6 +692,9 @@ def main():
         takes = report.get("layer_pool_takes", {})
         print(f"{'  layers from the pool (hit / made at create)':52} "
               f"{takes.get('hit', 0)}/{takes.get('miss', 0)}")
+        sp = report.get("sandbox_pool_takes", {})
+        print(f"{'  sandboxes from the pool (hit / wait / booted at create)':52} "
+              f"{sp.get('hit', 0)}/{sp.get('wait', 0)}/{sp.get('miss', 0)}")
     if "link_teardown_ms" in report:
         t = report["link_teardown_ms"]
         print(f"{'  the kernel removing the link after DELETE, p50':52} {t['p50']:12.1f}")
@@ -699,6 +717,9 @@ def main():
             print(f"{'  DELETE p50/99 (ms)':52} {d['p50']:5.1f}/{d['p99']:.1f}")
             row("abxd", f"create->ready p99, {pr['clients']} clients", c["p99"], "-", "-", "ms",
                 "lower", "<=60")
+        sp = pr.get("sandbox_pool_takes", {})
+        print(f"{'  sandboxes from the pool (hit / wait / booted at create)':52} "
+              f"{sp.get('hit', 0)}/{sp.get('wait', 0)}/{sp.get('miss', 0)}")
         if pr["failed"]:
             print(f"{'  failed creates':52} {pr['failed']:12d}  e.g. {pr['failures'][0]}")
     aims = []

@@ -9,7 +9,9 @@
 # Aim (issue 37): Python's p50 <= 1.5x C++'s. Needs root and the base image in the image store
 # ($ABX_IMAGE_STORE, default build/images; the build adds layers to it, it gcs nothing).
 # Usage: bench/python_create.sh [--rounds N] [--warmup N] [--build-dir DIR] [--wait-idle S]
+#                               [--abxd-arg FLAG]...
 #   --build-dir  where abxd and abx are (default build/release, else build/dev; no build step)
+#   --abxd-arg   an extra flag for abxd (repeatable; e.g. --abxd-arg=--sandbox-pool=2)
 # Not a test: never run from .ci/run.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -18,14 +20,16 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
 cd "$root"
 
-rounds=20; warmup=2; dir=""; wait_idle=${BENCH_WAIT_IDLE:-0}
+rounds=20; warmup=2; dir=""; wait_idle=${BENCH_WAIT_IDLE:-0}; abxd_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds="$2"; shift ;;
     --warmup) warmup="$2"; shift ;;
     --build-dir) dir="$2"; shift ;;
     --wait-idle) wait_idle="$2"; shift ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --abxd-arg) abxd_args+=("$2"); shift ;;
+    --abxd-arg=*) abxd_args+=("${1#--abxd-arg=}") ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "[bench] python_create: ignoring $1 (bench/run.sh passes every bench's options)" >&2 ;;
   esac
   shift
@@ -52,7 +56,7 @@ trap cleanup EXIT
 
 bench_wait_idle "$wait_idle"
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-bench_start_abxd "$abxd" "$work/home" --log-level warn
+bench_start_abxd "$abxd" "$work/home" --log-level warn ${abxd_args[@]+"${abxd_args[@]}"}
 export ABX_API_URL="$BENCH_ABXD_URL" ABX_API_KEY="$BENCH_ABXD_KEY" ABX_HOME="$work/client"
 
 # The two contexts: the same layers (FROM base, tools.py copied in); only the server differs.
@@ -86,7 +90,7 @@ for t in cxx py; do
 done
 
 echo "# create -> first POST /commands/demo answered through abxd: C++ module vs Python module"
-echo "# $abxd (${build_type:-unknown} build); $rounds rounds after $warmup warm-up, alternated;" \
+echo "# $abxd ${abxd_args[*]+${abxd_args[*]}} (${build_type:-unknown} build); $rounds rounds after $warmup warm-up, alternated;" \
   "$(date -u +%FT%TZ); $(nproc) CPUs; load $load_before"
 /usr/bin/python3 "$here/lib/python_create.py" "$BENCH_ABXD_URL" "$BENCH_ABXD_KEY" \
   bench-cxx-demo bench-py-demo "$rounds" "$warmup" | tee "$work/run.out"

@@ -63,10 +63,12 @@ std::optional<BootedSandbox> SandboxPool::take(
           stale.push_back(std::move(b));
         }
       }
-      // The one being booted for this template is nearer to ready than a boot of our own.
-      if (out || booting_ != template_id || stop_) break;
-      waited = true;
+      // The one being booted for this template is nearer to ready than a boot of our own; one
+      // create waits for it, any other boots its own (the refill boots one at a time).
+      if (out || booting_ != template_id || stop_ || (waiting_ && !waited)) break;
+      waited = waiting_ = true;
       cv_.wait(lock);
+      waiting_ = false;
       it = stock_.find(template_id);
       if (it == stock_.end()) break;  // pushed out meanwhile
     }

@@ -71,7 +71,8 @@ class SandboxPool {
   SandboxPool& operator=(const SandboxPool&) = delete;
 
   // A ready sandbox of `template_id` for which `usable` holds (others are destroyed), or the one
-  // the refill is booting for it, waited for (a hit, or a wait); nullopt (a miss) otherwise.
+  // the refill is booting for it, waited for by one create at a time (a hit, or a wait); nullopt
+  // (a miss) otherwise.
   // Either way the template is asked for now: the refill keeps it stocked until it is idle.
   std::optional<BootedSandbox> take(const std::string& template_id,
                                     const std::function<bool(const BootedSandbox&)>& usable);
@@ -95,7 +96,8 @@ class SandboxPool {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, Stock> stock_;
-  std::string booting_;  // the template the refill is booting for, or empty
+  std::string booting_;   // the template the refill is booting for, or empty
+  bool waiting_ = false;  // a create waits for that boot
   bool stop_ = false;
   Stats stats_;
   std::thread thread_;

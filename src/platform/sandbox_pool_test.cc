@@ -122,6 +122,10 @@ TEST(SandboxPool, ATakeWaitsForTheSandboxBeingBootedForItsTemplate) {
   std::optional<BootedSandbox> got;
   std::thread taker([&] { got = pool.take("base", any); });
   std::this_thread::sleep_for(50ms);
+  // One create waits for that boot; a second one boots its own at once rather than queue
+  // behind the refill.
+  EXPECT_FALSE(pool.take("base", any).has_value());
+  EXPECT_EQ(pool.stats().misses, 2u);
   f.set_open(true);
   taker.join();
   ASSERT_TRUE(got.has_value());
