@@ -563,6 +563,10 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
     });
     if (booted) tl.mark("pool");
   }
+  // The refill waits until this create has recorded what it took (or failed).
+  ScopeExit handed{[&, took = booted.has_value()] {
+    if (took) pool_->handed();
+  }};
   if (!booted) {
     ABX_ASSIGN_OR_RETURN(BootedSandbox b, boot(catalog, *tmpl, img, req, tl));
     booted.emplace(std::move(b));
@@ -579,6 +583,7 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
     return s.error();
   }
   committed = true;
+  tl.mark("record");
   auto live = std::make_shared<LiveSandbox>(
       std::move(rec), std::make_shared<runtime::Sandbox>(std::move(*booted->sandbox)));
   live->set_access_token(std::move(booted->token));
@@ -596,7 +601,7 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   live->note("info", "created from template '" + tmpl->id + "', deadline in " +
                          std::to_string(timeout) + " s");
   live->sample_metrics();  // the first metrics sample; the reaper takes one every 5 s after it
-  tl.mark("record");
+  tl.mark("announce");
   create_timings_.add(tl);
   Logger("sandboxes", id).debug("created in " + tl.summary());
   return live;

@@ -74,6 +74,7 @@ std::optional<BootedSandbox> SandboxPool::take(
     }
     if (out) {
       ++(waited ? stats_.waits : stats_.hits);
+      ++handing_;
     } else {
       ++stats_.misses;
     }
@@ -82,6 +83,14 @@ std::optional<BootedSandbox> SandboxPool::take(
   cv_.notify_all();  // the refill: one fewer ready, or a template newly asked for
   for (auto& b : stale) discard_(b);
   return out;
+}
+
+void SandboxPool::handed() {
+  {
+    std::lock_guard lock(mu_);
+    if (handing_ > 0) --handing_;
+  }
+  cv_.notify_all();
 }
 
 void SandboxPool::flush() {
@@ -159,6 +168,12 @@ void SandboxPool::run() {
       cv_.wait_for(lock, opt_.tick);
       continue;
     }
+    // Not beside a create that is still recording the sandbox it took (bounded: a create that
+    // never calls handed() holds nothing for long).
+    if (handing_ > 0 && cv_.wait_for(lock, opt_.hold, [&] { return stop_ || handing_ == 0; }) &&
+        stop_)
+      continue;
+    handing_ = 0;
     booting_ = *tmpl;
     lock.unlock();
     Result<BootedSandbox> made = boot_(*tmpl);

@@ -50,6 +50,8 @@ class SandboxPool {
     // The refill's pause when nothing is wanted (and the first wait after a failed boot, which
     // doubles up to a minute).
     std::chrono::milliseconds tick{std::chrono::seconds(1)};
+    // How long the refill waits for creates that took a sandbox to record it (handed()).
+    std::chrono::milliseconds hold{100};
   };
   // A new ready sandbox of the template (the refill thread's, below abxd's priority).
   using Boot = std::function<Result<BootedSandbox>(const std::string& template_id)>;
@@ -76,6 +78,9 @@ class SandboxPool {
   // Either way the template is asked for now: the refill keeps it stocked until it is idle.
   std::optional<BootedSandbox> take(const std::string& template_id,
                                     const std::function<bool(const BootedSandbox&)>& usable);
+  // The create that took a sandbox (a hit or a wait) has recorded it: until then, for at most
+  // Options::hold, the refill starts no boot, which would take the CPU the create needs.
+  void handed();
   // Destroys every ready sandbox (templates reloaded); the refill boots new ones as needed.
   void flush();
   Stats stats() const;
@@ -98,6 +103,7 @@ class SandboxPool {
   std::map<std::string, Stock> stock_;
   std::string booting_;   // the template the refill is booting for, or empty
   bool waiting_ = false;  // a create waits for that boot
+  int handing_ = 0;       // creates that took a sandbox and have not recorded it yet
   bool stop_ = false;
   Stats stats_;
   std::thread thread_;

@@ -55,6 +55,10 @@ class FakeBoots {
     std::lock_guard lock(mu_);
     digest_ = std::move(d);
   }
+  int started() {
+    std::lock_guard lock(mu_);
+    return started_;
+  }
   // Waits (bounded) until `n` boots have started.
   bool started_at_least(int n) {
     std::unique_lock lock(mu_);
@@ -152,6 +156,21 @@ TEST(SandboxPool, AFailedBootSendsTheWaitingCreateToBootItsOwn) {
   EXPECT_GE(pool.stats().failed, 1u);
   f.set_fail(false);  // after the backoff it boots again
   EXPECT_TRUE(eventually([&] { return pool.stats().ready == 1; }));
+}
+
+TEST(SandboxPool, NoBootStartsWhileACreateIsStillRecordingWhatItTook) {
+  FakeBoots f;
+  SandboxPool::Options o = fast(1);
+  o.hold = std::chrono::seconds(30);
+  SandboxPool pool(o, f.boot(), f.discard(), [](std::size_t) { return true; });
+  (void)pool.take("base", any);
+  ASSERT_TRUE(eventually([&] { return pool.stats().ready == 1; }));
+  ASSERT_TRUE(pool.take("base", any).has_value());
+  std::this_thread::sleep_for(200ms);  // ten ticks: the refill holds back
+  EXPECT_EQ(f.started(), 1);
+  pool.handed();
+  EXPECT_TRUE(eventually([&] { return pool.stats().ready == 1; }));
+  EXPECT_EQ(f.started(), 2);
 }
 
 TEST(SandboxPool, AStaleSandboxIsDestroyedNeverHandedOut) {

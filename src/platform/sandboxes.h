@@ -405,7 +405,8 @@ class SandboxManager {
   std::set<std::string> images_in_use() const;
   const ManagerOptions& options() const { return opt_; }
   // Successful creates' step timings since start (GET /metrics): create() marks admit, image,
-  // run_dir, config, runtime's spawn steps, envd_ready, server_ready and record.
+  // pool (a pooled sandbox taken) or run_dir, config, runtime's spawn steps, envd_ready,
+  // server_ready, ready_cmd, then record and announce.
   const TimelineStats& create_timings() const { return create_timings_; }
   // The writable-layer pool's counters (all zero without a pool).
   runtime::LayerPool::Stats layer_pool_stats() const;
