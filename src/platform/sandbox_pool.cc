@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "abx/base/failure_run.h"
 #include "abx/base/log.h"
 #include "abx/runtime/process.h"
 
@@ -133,8 +134,7 @@ void SandboxPool::run() {
   // took the sandbox.
   runtime::lower_thread_priority(10);
   const Logger logger("sandbox_pool");
-  std::chrono::milliseconds backoff = opt_.tick;
-  std::uint64_t failures = 0;
+  FailureRun failures(logger, opt_.tick, std::chrono::minutes(1));
   std::unique_lock lock(mu_);
   while (!stop_) {
     // Templates nobody asked for in opt_.idle leave, with their sandboxes.
@@ -182,18 +182,14 @@ void SandboxPool::run() {
     if (!made) {
       ++stats_.failed;
       cv_.notify_all();  // a create waiting for it boots its own
-      if (failures++ == 0)
-        logger.warn("template '" + *tmpl +
-                    "': no sandbox booted ahead (creates boot theirs): " + made.error().message());
-      cv_.wait_for(lock, backoff, [&] { return stop_; });
-      backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::minutes(1));
+      cv_.wait_for(lock,
+                   failures.failed("template '" + *tmpl +
+                                   "': no sandbox booted ahead (creates boot theirs): " +
+                                   made.error().message()),
+                   [&] { return stop_; });
       continue;
     }
-    if (failures > 0) {
-      logger.info("sandboxes booted ahead again, after " + std::to_string(failures) + " failed");
-      failures = 0;
-      backoff = opt_.tick;
-    }
+    failures.succeeded("sandboxes booted ahead again");
     ++stats_.booted;
     auto it = stock_.find(*tmpl);
     if (it != stock_.end() && !stop_) {
