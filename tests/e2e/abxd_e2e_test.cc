@@ -312,7 +312,8 @@ class SandboxPoolE2E : public AbxdE2E {
 
 // The first create of a template misses and from then on two sandboxes of it are kept booted:
 // a create takes one (its command server answers the first call, no retry), each is handed out
-// once, with an id, token and environment of its own; a create asking for what a pooled one was
+// once, with an id, token and environment of its own (a request that spells out the default
+// network too); a create asking for what a pooled one was
 // not booted with (envVars) boots its own. SIGTERM destroys the pooled ones; after kill -9 the
 // next start removes them (sandbox state and run directories alike).
 TEST_F(SandboxPoolE2E, PooledSandboxesServeCreatesOnceEachAndLeaveNothingOnStopOrCrash) {
@@ -344,9 +345,16 @@ TEST_F(SandboxPoolE2E, PooledSandboxesServeCreatesOnceEachAndLeaveNothingOnStopO
     EXPECT_EQ(info.result_int(), 200);
     EXPECT_NE(info.body().find(R"("n":"x")"), std::string::npos) << info.body();
   }
+  // A request that spells out the default network (allowInternetAccess: true) is served too.
+  ASSERT_TRUE(pool_ready(2));
+  const std::set<std::string> stocked = state_dirs();
+  auto spelled = create(R"({"templateID":"demo","timeout":60,"allowInternetAccess":true})");
+  const std::string spelled_id(spelled.at("sandboxID").as_string());
+  EXPECT_TRUE(stocked.contains(spelled_id)) << "not a pooled sandbox";
+  ids.insert(spelled_id);
   EXPECT_EQ(metric("abx_sandbox_pool_takes_total{result=\"hit\"}") +
                 metric("abx_sandbox_pool_takes_total{result=\"wait\"}"),
-            2);
+            3);
   // envVars: the pooled ones were booted without them, so this create boots its own.
   ASSERT_TRUE(pool_ready(2));
   const std::set<std::string> before = state_dirs();
@@ -355,7 +363,7 @@ TEST_F(SandboxPoolE2E, PooledSandboxesServeCreatesOnceEachAndLeaveNothingOnStopO
   EXPECT_FALSE(before.contains(own_id)) << "a pooled sandbox for a create with envVars";
   EXPECT_EQ(metric("abx_sandbox_pool_takes_total{result=\"hit\"}") +
                 metric("abx_sandbox_pool_takes_total{result=\"wait\"}"),
-            2);
+            3);
   EXPECT_EQ(metric("abx_sandbox_pool_ready"), 2);
   ids.insert(own_id);
   EXPECT_EQ(state_dirs().size(), ids.size() + 2);
