@@ -313,8 +313,8 @@ class SandboxPoolE2E : public AbxdE2E {
 // The first create of a template misses and from then on two sandboxes of it are kept booted:
 // a create takes one (its command server answers the first call, no retry), each is handed out
 // once, with an id, token and environment of its own (a request that spells out the default
-// network too); a create asking for what a pooled one was
-// not booted with (envVars) boots its own. SIGTERM destroys the pooled ones; after kill -9 the
+// network too); a create asking for what a pooled one was not booted with (envVars) boots its
+// own. SIGTERM destroys the pooled ones; after kill -9 the
 // next start removes them (sandbox state and run directories alike).
 TEST_F(SandboxPoolE2E, PooledSandboxesServeCreatesOnceEachAndLeaveNothingOnStopOrCrash) {
   EXPECT_EQ(metric("abx_sandbox_pool_ready"), 0);
