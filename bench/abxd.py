@@ -504,6 +504,9 @@ def main():
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build/release"))
     ap.add_argument("--creates", type=int, default=int(os.environ.get("BENCH_CREATES", 100)))
     ap.add_argument("--live", type=int, default=int(os.environ.get("BENCH_LIVE", 500)))
+    ap.add_argument("--live-creates", type=int, default=20,
+                    help="the live section's sequential create/DELETE pairs made while --live "
+                    "sandboxes are alive (issue 44: the create's figures at 300 live)")
     ap.add_argument("--duration", type=int, default=int(os.environ.get("BENCH_DURATION", 5)),
                     help="seconds of wrk per proxy measurement")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the proxy section")
@@ -659,6 +662,30 @@ def main():
             report["live"] = {"n": len(ids), "fill_seconds": fill_s, "abxd_rss_mib": rss_mib(proc.pid),
                               "mem_per_sandbox_mib": (mem1 - mem0) / max(1, len(ids)),
                               "get_p50_ms": pct(gets, 50), "get_p99_ms": pct(gets, 99)}
+            # The create's figures with that many alive: create->ready and DELETE, and the mean
+            # of each create step, to set beside the create section's (taken at 0 live).
+            before = create_steps(api)
+            made, gone = [], []
+            for _ in range(args.live_creates):
+                t1 = time.perf_counter()
+                st, body = api.call("POST", "/sandboxes", {"templateID": "base", "timeout": 900})
+                if st != 201:
+                    print(f"[bench] create at {len(ids)} live failed: {st} {body[:200]}",
+                          file=sys.stderr)
+                    break
+                made.append((time.perf_counter() - t1) * 1000)
+                t1 = time.perf_counter()
+                api.call("DELETE", f"/sandboxes/{json.loads(body)['sandboxID']}")
+                gone.append((time.perf_counter() - t1) * 1000)
+            if made:
+                after = create_steps(api)
+                report["live"]["create_ms"] = {"n": len(made), "p50": pct(made, 50),
+                                               "p99": pct(made, 99)}
+                report["live"]["delete_ms"] = {"n": len(gone), "p50": pct(gone, 50),
+                                               "p99": pct(gone, 99)}
+                report["live"]["create_steps_ms"] = {
+                    k: (total - before.get(k, (0, 0.0))[1]) / (n - before.get(k, (0, 0))[0])
+                    for k, (n, total) in after.items() if n > before.get(k, (0, 0))[0]}
             for sid in ids:
                 api.call("DELETE", f"/sandboxes/{sid}")
     finally:
@@ -785,6 +812,20 @@ def main():
         print(f"{'  system memory per sandbox (MiB)':52} {lv['mem_per_sandbox_mib']:12.2f}")
         print(f"{'  GET /sandboxes/{id} p50 / p99 (ms)':52} "
               f"{lv['get_p50_ms']:6.2f}/{lv['get_p99_ms']:.2f}")
+        if "create_ms" in lv:
+            c, d = lv["create_ms"], lv["delete_ms"]
+            print(f"{'  create->ready p50 / p99 at ' + str(lv['n']) + ' live (n=' + str(c['n']) + ')':52} "
+                  f"{c['p50']:6.1f}/{c['p99']:.1f}")
+            print(f"{'  DELETE p50 / p99 at ' + str(lv['n']) + ' live':52} "
+                  f"{d['p50']:6.1f}/{d['p99']:.1f}")
+            zero = report.get("create_steps_ms", {})
+            print(f"{'  mean ms per create step, at 0 live -> at ' + str(lv['n']) + ':':52}")
+            for name, ms in lv["create_steps_ms"].items():
+                was = zero.get(name)
+                print(f"{'    ' + name:52} {(f'{was:.3f}' if was is not None else '-'):>9} -> "
+                      f"{ms:.3f}")
+            print(f"{'    sum of the steps':52} {sum(zero.values()):9.3f} -> "
+                  f"{sum(lv['create_steps_ms'].values()):.3f}")
     if "create_ms" in report:
         aims.insert(0, ("API create->ready p50 < 25 ms", report["create_ms"]["p50"] < 25))
     for text, ok in aims:
