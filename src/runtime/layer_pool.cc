@@ -2,7 +2,6 @@
 // makes the missing ones, one at a time, and empties sizes left idle.
 #include "abx/runtime/layer_pool.h"
 
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -87,10 +86,7 @@ struct LayerPool::Impl {
   void run() {
     // Below the creates it serves (10 nice levels below abxd's, at most 19; never above it):
     // a refill runs beside the create that took the layer and must not slow it.
-    errno = 0;
-    const int nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
-    if (errno == 0)
-      (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), std::min(nice + 10, 19));
+    lower_thread_priority(10);
     // After a failure the next try waits, twice as long each time up to a minute (a full disk,
     // no free loop device: creates make their own layers meanwhile); the log names the first
     // failure of a run of them and the recovery.

@@ -3,9 +3,12 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 
 #include "abx/base/try.h"
@@ -130,6 +133,13 @@ unsigned long long process_start_time(pid_t pid) {
     while (*p && *p != ' ') ++p;
   }
   return std::strtoull(p, nullptr, 10);
+}
+
+void lower_thread_priority(int levels) {
+  errno = 0;
+  const int nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
+  if (errno == 0 && levels > 0)
+    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), std::min(nice + levels, 19));
 }
 
 }  // namespace abx::runtime

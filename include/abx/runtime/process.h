@@ -10,4 +10,9 @@ namespace abx::runtime {
 // records) tell the original process from a newer one that reused the pid.
 unsigned long long process_start_time(pid_t pid);
 
+// Puts the calling thread `levels` nice levels below its current priority (at most 19, never
+// above it; best effort): background work that runs beside the creates it serves and must not
+// slow them (the writable-layer pool's refill, abxd's teardown of deleted sandboxes).
+void lower_thread_priority(int levels);
+
 }  // namespace abx::runtime
