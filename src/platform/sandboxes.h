@@ -352,8 +352,9 @@ class SandboxManager {
   // Leaves every sandbox running for the next abxd to adopt (what SIGTERM does by default).
   // Returns how many there were, once the teardowns of the sandboxes killed before ran.
   std::size_t detach_all();
-  // Killed sandboxes whose teardown is queued or running.
-  std::size_t teardowns_pending() const { return teardown_.pending(); }
+  // Held by a create for its whole length (the API's and MCP's): killed sandboxes' teardowns
+  // start only in a gap between creates (teardown.h), never on a create's way.
+  TeardownQueue::Hold hold_teardowns() { return teardown_.hold(); }
 
   // Fork: one snapshot of the running sandbox `id` (it is frozen for the dump, then runs on,
   // its id and deadline untouched), restored `count` times as new sandboxes, each with its own

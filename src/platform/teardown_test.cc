@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <future>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -74,6 +76,39 @@ TEST(TeardownQueue, AThrowingJobDoesNotStopTheWorker) {
   ASSERT_TRUE(q.push("good", [&after] { after = true; }));
   q.drain();
   EXPECT_TRUE(after);
+}
+
+// A create in flight holds teardowns back: none starts while it is held, and the queued ones
+// run once it ends (or, held too long, after max_defer all the same).
+TEST(TeardownQueue, AHeldQueueStartsNothingUntilReleasedOrMaxDefer) {
+  TeardownQueue q(8, std::chrono::milliseconds(1), std::chrono::hours(1));
+  std::atomic<int> ran{0};
+  {
+    auto held = q.hold();
+    ASSERT_TRUE(q.push("a", [&ran] { ++ran; }));
+    ASSERT_TRUE(q.push("b", [&ran] { ++ran; }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(ran.load(), 0);      // held: nothing started (max_defer is an hour)
+    auto moved = std::move(held);  // a moved hold still holds
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(ran.load(), 0);
+  }
+  std::promise<void> done;
+  ASSERT_TRUE(q.push("c", [&done] { done.set_value(); }));
+  done.get_future().wait();  // released: all three ran, in order
+  EXPECT_EQ(ran.load(), 2);
+
+  // drain() does not wait for the holder: the jobs it waits for start at once.
+  auto held = q.hold();
+  ASSERT_TRUE(q.push("d", [&ran] { ++ran; }));
+  q.drain();
+  EXPECT_EQ(ran.load(), 3);
+
+  TeardownQueue soon(8, std::chrono::milliseconds(1), std::chrono::milliseconds(10));
+  auto held_long = soon.hold();
+  std::promise<void> ran_anyway;
+  ASSERT_TRUE(soon.push("e", [&ran_anyway] { ran_anyway.set_value(); }));
+  ran_anyway.get_future().wait();  // past max_defer it runs though still held
 }
 
 // The worker runs below the threads that push (the creates): 10 nice levels lower, at most 19.
