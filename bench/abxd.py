@@ -133,13 +133,19 @@ def parallel_creates(port, key, clients, total):
     return out
 
 
-def layer_pool_takes(api):
-    """abxd's GET /metrics: {"hit": n, "miss": n} of its writable-layer pool so far."""
+def pool_takes(api, series="abx_layer_pool_takes_total"):
+    """abxd's GET /metrics: {"hit": n, "miss": n, ...} of one of its pools so far: the
+    writable-layer pool's (default) or the sandbox pool's (abx_sandbox_pool_takes_total, which
+    also counts "wait": a create that waited for the sandbox being booted)."""
     st, body = api.call("GET", "/metrics")
     if st != 200:
         sys.exit(f"GET /metrics: {st} {body[:200]}")
     return {m.group(1): int(m.group(2)) for m in re.finditer(
-        r'^abx_layer_pool_takes_total\{result="(hit|miss)"\} (\d+)$', body.decode(), re.M)}
+        r'^' + series + r'\{result="(hit|wait|miss)"\} (\d+)$', body.decode(), re.M)}
+
+
+def takes_between(before, after):
+    return {k: after.get(k, 0) - before.get(k, 0) for k in ("hit", "wait", "miss")}
 
 
 
@@ -153,15 +159,17 @@ def abx_links():
 
 
 def wait_teardown(links, paths, timeout=10.0):
-    """Waits until none of the links `links` exists and none of `paths` (a deleted sandbox's
-    state and run dirs, which abxd's teardown removes after the DELETE answered): the ms until
-    the links were gone and until the paths were, each None on timeout."""
+    """Waits until one of the links `links` (those there before the DELETE: the deleted
+    sandbox's, and pooled sandboxes' with --sandbox-pool, which stay) is gone and none of `paths`
+    exists (a deleted sandbox's state and run dirs, which abxd's teardown removes after the
+    DELETE answered): the ms until the link was gone and until the paths were, each None on
+    timeout."""
     t0 = time.perf_counter()
     deadline = t0 + timeout
     link_ms = dirs_ms = None
     while link_ms is None or dirs_ms is None:
         now = time.perf_counter()
-        if link_ms is None and not links & abx_links():
+        if link_ms is None and not (links and links <= abx_links()):
             link_ms = (now - t0) * 1000
         if dirs_ms is None and not any(os.path.lexists(p) for p in paths):
             dirs_ms = (now - t0) * 1000
@@ -547,6 +555,7 @@ def main():
         pending_dir, deleted_at = None, 0.0
         background = []  # ms from a DELETE's answer until its state dir was gone
         steps_before = create_steps(api) if "create" in sections else {}
+        sandbox_pool_before = pool_takes(api, "abx_sandbox_pool_takes_total")
         for i in range(args.creates if "create" in sections else 0):
             kind = "quiet" if i % 2 == 0 else "after_delete"
             if kind == "quiet" and pending:
@@ -564,7 +573,8 @@ def main():
             if st != 201:
                 sys.exit(f"create failed: {st} {body[:200]}")
             sid = json.loads(body)["sandboxID"]
-            # Its link: the only sandbox, so every abx link there is.
+            # Its link is one of these (with --sandbox-pool the pooled sandboxes' are there too,
+            # and stay): the wait below ends once any of them is gone.
             pending = abx_links()
             t0 = time.perf_counter()
             api.call("DELETE", f"/sandboxes/{sid}")
@@ -579,7 +589,9 @@ def main():
         if "create" in sections:
             # Where the creates' time went inside abxd (issue 44): the mean of each step.
             after = create_steps(api)
-            report["layer_pool_takes"] = layer_pool_takes(api)
+            report["layer_pool_takes"] = pool_takes(api)
+            report["sandbox_pool_takes"] = takes_between(
+                sandbox_pool_before, pool_takes(api, "abx_sandbox_pool_takes_total"))
             report["create_steps_ms"] = {
                 k: (total - steps_before.get(k, (0, 0.0))[1]) / (n - steps_before.get(k, (0, 0))[0])
                 for k, (n, total) in after.items() if n > steps_before.get(k, (0, 0))[0]}
@@ -594,7 +606,10 @@ def main():
         # 1b. creates from parallel clients (issue 44: 8 clients, >= 200 creates/s, p99 <= 60 ms):
         # each client creates a sandbox, deletes it, and again, until --parallel-creates are done.
         if "parallel" in sections:
+            before = pool_takes(api, "abx_sandbox_pool_takes_total")
             report["parallel"] = parallel_creates(port, key, args.clients, args.parallel_creates)
+            report["parallel"]["sandbox_pool_takes"] = takes_between(
+                before, pool_takes(api, "abx_sandbox_pool_takes_total"))
 
         # 2. proxy overhead, side by side in front of the same servers in one demo sandbox:
         # its abx-server (POST /commands/demo) and its envd (Process/Start of `echo hi`, a
@@ -700,6 +715,9 @@ def main():
         takes = report.get("layer_pool_takes", {})
         print(f"{'  layers from the pool (hit / made at create)':52} "
               f"{takes.get('hit', 0)}/{takes.get('miss', 0)}")
+        sp = report.get("sandbox_pool_takes", {})
+        print(f"{'  sandboxes from the pool (hit / wait / booted at create)':52} "
+              f"{sp.get('hit', 0)}/{sp.get('wait', 0)}/{sp.get('miss', 0)}")
     if "link_teardown_ms" in report:
         t = report["link_teardown_ms"]
         print(f"{'  the kernel removing the link after DELETE, p50':52} {t['p50']:12.1f}")
@@ -725,6 +743,9 @@ def main():
             print(f"{'  DELETE p50/99 (ms)':52} {d['p50']:5.1f}/{d['p99']:.1f}")
             row("abxd", f"create->ready p99, {pr['clients']} clients", c["p99"], "-", "-", "ms",
                 "lower", "<=60")
+        sp = pr.get("sandbox_pool_takes", {})
+        print(f"{'  sandboxes from the pool (hit / wait / booted at create)':52} "
+              f"{sp.get('hit', 0)}/{sp.get('wait', 0)}/{sp.get('miss', 0)}")
         if pr["failed"]:
             print(f"{'  failed creates':52} {pr['failed']:12d}  e.g. {pr['failures'][0]}")
     aims = []

@@ -9,7 +9,10 @@
 # Aim (issue 37): Python's p50 <= 1.5x C++'s. Needs root and the base image in the image store
 # ($ABX_IMAGE_STORE, default build/images; the build adds layers to it, it gcs nothing).
 # Usage: bench/python_create.sh [--rounds N] [--warmup N] [--build-dir DIR] [--wait-idle S]
+#                               [--abxd-arg FLAG]... [--pause-ms MS]
 #   --build-dir  where abxd and abx are (default build/release, else build/dev; no build step)
+#   --abxd-arg   an extra flag for abxd (repeatable; e.g. --abxd-arg=--sandbox-pool=2)
+#   --pause-ms   each create comes this long after the last DELETE (default 0: back to back)
 # Not a test: never run from .ci/run.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -18,14 +21,17 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
 cd "$root"
 
-rounds=20; warmup=2; dir=""; wait_idle=${BENCH_WAIT_IDLE:-0}
+rounds=20; warmup=2; dir=""; wait_idle=${BENCH_WAIT_IDLE:-0}; abxd_args=(); pause_ms=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds="$2"; shift ;;
     --warmup) warmup="$2"; shift ;;
     --build-dir) dir="$2"; shift ;;
     --wait-idle) wait_idle="$2"; shift ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --abxd-arg) abxd_args+=("$2"); shift ;;
+    --abxd-arg=*) abxd_args+=("${1#--abxd-arg=}") ;;
+    --pause-ms) pause_ms="$2"; shift ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "[bench] python_create: ignoring $1 (bench/run.sh passes every bench's options)" >&2 ;;
   esac
   shift
@@ -52,7 +58,7 @@ trap cleanup EXIT
 
 bench_wait_idle "$wait_idle"
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-bench_start_abxd "$abxd" "$work/home" --log-level warn
+bench_start_abxd "$abxd" "$work/home" --log-level warn ${abxd_args[@]+"${abxd_args[@]}"}
 export ABX_API_URL="$BENCH_ABXD_URL" ABX_API_KEY="$BENCH_ABXD_KEY" ABX_HOME="$work/client"
 
 # The two contexts: the same layers (FROM base, tools.py copied in); only the server differs.
@@ -86,10 +92,10 @@ for t in cxx py; do
 done
 
 echo "# create -> first POST /commands/demo answered through abxd: C++ module vs Python module"
-echo "# $abxd (${build_type:-unknown} build); $rounds rounds after $warmup warm-up, alternated;" \
+echo "# $abxd ${abxd_args[*]+${abxd_args[*]}} (${build_type:-unknown} build); pause ${pause_ms} ms; $rounds rounds after $warmup warm-up, alternated;" \
   "$(date -u +%FT%TZ); $(nproc) CPUs; load $load_before"
 /usr/bin/python3 "$here/lib/python_create.py" "$BENCH_ABXD_URL" "$BENCH_ABXD_KEY" \
-  bench-cxx-demo bench-py-demo "$rounds" "$warmup" | tee "$work/run.out"
+  bench-cxx-demo bench-py-demo "$rounds" "$warmup" "$pause_ms" | tee "$work/run.out"
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 summary=$(sed -n 's/^PYCREATE //p' "$work/run.out")
 read -r c50 c95 p50 p95 busy < <(python3 -c '
@@ -102,6 +108,12 @@ met=$(awk -v r="$ratio" 'BEGIN {print (r <= 1.5) ? "met" : "NOT met"}')
 echo "C++ module:    p50 $c50 ms, p95 $c95 ms"
 echo "Python module: p50 $p50 ms, p95 $p95 ms"
 echo "ratio Python / C++ (p50): ${ratio}x (aim <= 1.5x: $met)"
+python3 -c '
+import json, sys
+d = json.loads(sys.argv[1])
+c, p = d["cxx"]["pooled"], d["py"]["pooled"]
+print(f"creates that took a pooled sandbox (abxd --sandbox-pool): C++ {c}, Python {p}")
+' "$summary"
 python3 -c '
 import json, sys
 d = json.loads(sys.argv[1])

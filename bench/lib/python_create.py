@@ -3,7 +3,9 @@ serving a Python module (abx-server --python) against one serving the C++ demo m
 (abx-server --module), both FROM base, through one abxd. Per round, for each template in
 alternating order: POST /sandboxes, then POST /commands/demo through abxd's proxy until the first
 200 (retried every 2 ms, as the SDK polls), then DELETE. Prints one line per create and a JSON
-summary line "PYCREATE {...}". Usage: python_create.py URL KEY CXX_TEMPLATE PY_TEMPLATE N WARMUP"""
+summary line "PYCREATE {...}". With PAUSE_MS, each create comes that long after the last DELETE
+(creates arriving at most that often; with abxd --sandbox-pool the refill boots meanwhile).
+Usage: python_create.py URL KEY CXX_TEMPLATE PY_TEMPLATE N WARMUP [PAUSE_MS]"""
 import http.client
 import json
 import os
@@ -31,6 +33,7 @@ def machine_jiffies():
 def main():
     url, key, cxx, py, n, warmup = sys.argv[1:7]
     n, warmup = int(n), int(warmup)
+    pause_s = float(sys.argv[7]) / 1000 if len(sys.argv) > 7 else 0.0
     u = urlparse(url)
     api = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
 
@@ -49,9 +52,11 @@ def main():
         return create_steps(metrics)
 
     step_ms = {"cxx": {}, "py": {}}
+    pooled = {"cxx": 0, "py": 0}  # creates that took a sandbox from abxd's pool (a "pool" step)
 
     def one(template, name=None):
         before = steps() if name else {}
+        time.sleep(pause_s)
         t0 = time.perf_counter()
         st, data = req(api, "POST", "/sandboxes", {"templateID": template, "timeout": 120},
                        {"X-API-KEY": key})
@@ -87,6 +92,7 @@ def main():
                     c0, t0_ = before.get(k, (0, 0.0))
                     if c > c0:
                         step_ms[name].setdefault(k, []).append(total - t0_)
+                        pooled[name] += k == "pool"
             if json.loads(data) != {"result": "42: world"}:
                 sys.exit(f"{template}: demo answered {data!r}")
         finally:
@@ -112,6 +118,7 @@ def main():
         out[name] = {"p50": statistics.median(firsts), "p95": pct(firsts, 95),
                      "create_p50": statistics.median(r[1] for r in res[name]),
                      "max_calls": max(r[2] for r in res[name]),
+                     "pooled": pooled[name],
                      # Where abxd's part of each create went (GET /metrics around it): median ms.
                      "steps_ms": {k: round(statistics.median(v), 2)
                                   for k, v in step_ms[name].items()}}

@@ -94,6 +94,8 @@ struct Config {
   std::uint64_t volume_size_mib = platform::kDefaultVolumeBytes >> 20;
   std::size_t layer_pool = 2;
   double layer_pool_idle = 600;  // seconds
+  std::size_t sandbox_pool = 0;
+  double sandbox_pool_idle = 300;  // seconds
   runtime::UserNamespace userns;
   bool no_userns = false;
   double server_ready_timeout = 20;  // seconds
@@ -318,6 +320,19 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, Config& cfg
       ->capture_default_str();
   app.add_option("--layer-pool-idle", cfg.layer_pool_idle,
                  "Seconds a layer size may go untaken before its ready layers are removed")
+      ->check(CLI::Range(1.0, 86400.0))
+      ->capture_default_str();
+  app.add_option("--sandbox-pool", cfg.sandbox_pool,
+                 "Sandboxes kept booted and ready (envd and the template's servers answering, "
+                 "never handed out before) per template that creates asked for lately, up to 8 "
+                 "templates: a create without envVars, volumes or network rules of its own takes "
+                 "one and only records it; each costs an idle sandbox's memory (0: none; "
+                 "docs/abxd.md)")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  app.add_option("--sandbox-pool-idle", cfg.sandbox_pool_idle,
+                 "Seconds a template may go without a create before its pooled sandboxes are "
+                 "destroyed")
       ->check(CLI::Range(1.0, 86400.0))
       ->capture_default_str();
   app.add_option("--volume-size-mib", cfg.volume_size_mib,
@@ -818,6 +833,9 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   mo.layer_pool = cfg.layer_pool;
   mo.layer_pool_idle =
       std::chrono::milliseconds(static_cast<std::int64_t>(cfg.layer_pool_idle * 1000));
+  mo.sandbox_pool = cfg.sandbox_pool;
+  mo.sandbox_pool_idle =
+      std::chrono::milliseconds(static_cast<std::int64_t>(cfg.sandbox_pool_idle * 1000));
   mo.userns = cfg.userns;
   mo.server_ready_timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(cfg.server_ready_timeout * 1000));

@@ -105,6 +105,26 @@ Result<Response> abxd_metrics(Context& ctx) {
   out += "# TYPE abx_layer_pool_takes_total counter\n";
   out += "abx_layer_pool_takes_total{result=\"hit\"} " + std::to_string(pool.hits) + "\n";
   out += "abx_layer_pool_takes_total{result=\"miss\"} " + std::to_string(pool.misses) + "\n";
+  const SandboxPool::Stats sp = ctx.sandboxes.sandbox_pool_stats();
+  out += "# HELP abx_sandbox_pool_ready Sandboxes booted ahead of creates, not yet taken.\n";
+  out += "# TYPE abx_sandbox_pool_ready gauge\n";
+  out += "abx_sandbox_pool_ready " + std::to_string(sp.ready) + "\n";
+  out +=
+      "# HELP abx_sandbox_pool_takes_total Creates that took a ready pooled sandbox (hit), "
+      "waited for the one being booted (wait), or booted their own (miss).\n";
+  out += "# TYPE abx_sandbox_pool_takes_total counter\n";
+  for (const auto& [result, n] :
+       {std::pair{"hit", sp.hits}, std::pair{"wait", sp.waits}, std::pair{"miss", sp.misses}})
+    out += std::string("abx_sandbox_pool_takes_total{result=\"") + result + "\"} " +
+           std::to_string(n) + "\n";
+  out +=
+      "# HELP abx_sandbox_pool_boots_total Sandboxes the pool booted (ok), failed to boot, "
+      "or destroyed untaken (discarded: idle, stale, shutdown).\n";
+  out += "# TYPE abx_sandbox_pool_boots_total counter\n";
+  for (const auto& [result, n] : {std::pair{"ok", sp.booted}, std::pair{"failed", sp.failed},
+                                  std::pair{"discarded", sp.discarded}})
+    out += std::string("abx_sandbox_pool_boots_total{result=\"") + result + "\"} " +
+           std::to_string(n) + "\n";
   out += "# HELP abx_sandboxes_live Live sandboxes (running or paused).\n";
   out += "# TYPE abx_sandboxes_live gauge\n";
   out += "abx_sandboxes_live " + std::to_string(ctx.sandboxes.all().size()) + "\n";

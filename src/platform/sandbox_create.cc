@@ -29,6 +29,7 @@
 #include "abx/token/token.h"
 #include "bundle.h"
 #include "sandbox_config.h"
+#include "sandbox_pool.h"
 #include "sandboxes.h"
 #include "sandboxes_internal.h"
 #include "volumes.h"
@@ -518,11 +519,8 @@ Result<std::vector<EnvdLogLine>> read_envd_log(const runtime::Sandbox& sb,
   return out;
 }
 
-// Order: check the request, make the token (file), spawn, wait for envd, then record; a failure
-// after the token file exists undoes everything made so far (one guard: the sandbox, its link,
-// the run directory), so an unacknowledged create leaves nothing behind.
-// One function of ~130 lines on purpose: every step after the token file is covered by the one
-// undo guard and reads its state (sb, net, run_dir), so they stay in its scope, in order.
+// Order: check the request, take a pooled sandbox or boot one (boot()), then record; a failure
+// after that discards the sandbox, so an unacknowledged create leaves nothing behind.
 Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest& req) {
   // Where this create's time goes, step by step (summed into create_timings() on success).
   Timeline tl;
@@ -556,6 +554,97 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
     ABX_ASSIGN_OR_RETURN(img, resolve_image(*tmpl));
   }
   tl.mark("image");
+  const std::string digest = img ? img->manifest_digest : std::string();
+  std::optional<BootedSandbox> booted;
+  if (pool_ && poolable(req)) {
+    // Booted from this very catalog and image; else it is destroyed and the next one tried.
+    booted = pool_->take(tmpl->id, [&](const BootedSandbox& b) {
+      return b.catalog == catalog && b.image_digest == digest;
+    });
+    if (booted) tl.mark("pool");
+  }
+  // The refill waits until this create has recorded what it took (or failed).
+  ScopeExit handed{[&, took = booted.has_value()] {
+    if (took) pool_->handed();
+  }};
+  if (!booted) {
+    ABX_ASSIGN_OR_RETURN(BootedSandbox b, boot(catalog, *tmpl, img, req, tl));
+    booted.emplace(std::move(b));
+  }
+  bool committed = false;
+  ScopeExit undo{[&] {
+    if (!committed) discard(*booted);
+  }};
+  const std::string& id = booted->id;
+  store::SandboxRecord rec =
+      new_record(opt_, *tmpl, req, id, *booted->sandbox, booted->token, timeout, booted->network);
+  if (Status s = store_->insert_sandbox(rec); !s) {
+    Logger("sandboxes", id).error(s.error().message());
+    return s.error();
+  }
+  committed = true;
+  tl.mark("record");
+  auto live = std::make_shared<LiveSandbox>(
+      std::move(rec), std::make_shared<runtime::Sandbox>(std::move(*booted->sandbox)));
+  live->set_access_token(std::move(booted->token));
+  live->traffic_token = std::move(booted->traffic_token);
+  live->mask_host = booted->network.mask_request_host;
+  live->tmpl = std::make_shared<const templates::Template>(*tmpl);
+  live->image_digest = digest;
+  live->network = booted->network;
+  {
+    std::lock_guard lock(mu_);
+    live_[live->record.id] = live;
+  }
+  count_start(live->record.team_id);
+  emit(kEventCreated, live->record);
+  live->note("info", "created from template '" + tmpl->id + "', deadline in " +
+                         std::to_string(timeout) + " s");
+  live->sample_metrics();  // the first metrics sample; the reaper takes one every 5 s after it
+  tl.mark("announce");
+  create_timings_.add(tl);
+  Logger("sandboxes", id).debug("created in " + tl.summary());
+  return live;
+}
+
+bool SandboxManager::poolable(const CreateRequest& req) const {
+  if (!req.secure || !req.env_vars.empty() || !req.volume_mounts.empty()) return false;
+  if (!req.network) return true;
+  // The request's network may spell out the default (the SDKs send allowInternetAccess).
+  return boost::json::serialize(req.network->to_json(/*reveal=*/true)) ==
+         boost::json::serialize(default_network().to_json(/*reveal=*/true));
+}
+
+void SandboxManager::discard(BootedSandbox& b) {
+  if (b.sandbox) (void)b.sandbox->destroy();
+  b.sandbox.reset();
+  if (b.network.enabled && opt_.network != nullptr) opt_.network->detach(b.id);
+  std::error_code ec;
+  fs::remove_all(fs::path(opt_.home) / "run" / b.id, ec);
+}
+
+Result<BootedSandbox> SandboxManager::boot_ahead(const std::string& id) {
+  auto catalog = this->catalog();
+  const templates::Template* tmpl = catalog->get(id);
+  if (tmpl == nullptr) return not_found("template '" + id + "' not found");
+  std::optional<image::Image> img;
+  if (tmpl->rootfs != "host") {
+    ABX_ASSIGN_OR_RETURN(img, resolve_image(*tmpl));
+  }
+  CreateRequest req;
+  req.template_id = id;
+  Timeline tl;
+  return boot(std::move(catalog), *tmpl, img, req, tl);
+}
+
+// Order: make the token (file), the run directory and envd's configuration, spawn, wait for
+// envd and the servers; a failure after the token file exists undoes everything made so far
+// (one guard: the sandbox, its link, the run directory).
+// One function of ~110 lines on purpose: every step after the token file is covered by the one
+// undo guard and reads its state (sb, net, run_dir), so they stay in its scope, in order.
+Result<BootedSandbox> SandboxManager::boot(
+    std::shared_ptr<const templates::TemplateCatalog> catalog, const templates::Template& tmpl,
+    const std::optional<image::Image>& img, const CreateRequest& req, Timeline& tl) {
   ABX_ASSIGN_OR_RETURN(const store::SandboxId sid, store::SandboxId::generate());
   const std::string& id = sid.str();
   std::string token;
@@ -596,13 +685,13 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   }
   // The network: a link under the request's rules (or abxd's default), unless the template or
   // abxd has none.
-  if (tmpl->network == templates::NetworkMode::kHost && !opt_.allow_host_network) {
+  if (tmpl.network == templates::NetworkMode::kHost && !opt_.allow_host_network) {
     return Error(ErrorCode::kPermissionDenied,
-                 "template '" + tmpl->id +
+                 "template '" + tmpl.id +
                      "' asks for the host's network, which abxd allows only with "
                      "--allow-host-network");
   }
-  if (tmpl->network != templates::NetworkMode::kDefault || !network || !network->enabled())
+  if (tmpl.network != templates::NetworkMode::kDefault || !network || !network->enabled())
     net.enabled = false;
   if (net.enabled) {
     std::error_code ec;
@@ -611,10 +700,10 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   }
 
   tl.mark("run_dir");
-  const std::map<std::string, std::string> env = sandbox_env(opt_, *tmpl, img, req, id, net);
-  const envd::EnvdConfig envd_cfg = envd_config(opt_, *tmpl, img, token_file, env);
+  const std::map<std::string, std::string> env = sandbox_env(opt_, tmpl, img, req, id, net);
+  const envd::EnvdConfig envd_cfg = envd_config(opt_, tmpl, img, token_file, env);
   ABX_ASSIGN_OR_RETURN(UniqueFd envd_json_fd, write_envd_config(run_dir, envd_cfg));
-  runtime::SandboxConfig config = envd_sandbox_config(opt_, *tmpl, img, id, token_file, net,
+  runtime::SandboxConfig config = envd_sandbox_config(opt_, tmpl, img, id, token_file, net,
                                                       run_dir.string(), env, envd_json_fd.get());
   // The volumes, after abxd's own binds (check_mount_path keeps them apart), writable.
   for (const auto& m : req.volume_mounts) {
@@ -637,43 +726,29 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
     ABX_TRY(write_run_secret((run_dir / "traffic_token").string(), traffic_token));
   }
   tl.mark("config");
-  auto spawned = spawn_ready(std::move(config), *tmpl, token, opt_.server_ready_timeout, tl);
+  auto spawned = spawn_ready(std::move(config), tmpl, token, opt_.server_ready_timeout, tl);
   if (!spawned.ok()) return failed(spawned.error());
   sb.emplace(std::move(*spawned));
   if (img) {
     if (auto rc = img->config.labels.find(std::string(kReadyCmdLabel));
         rc != img->config.labels.end() && !rc->second.empty()) {
       if (Status ready =
-              wait_for_ready_cmd(*sb, *tmpl, id, rc->second, token, opt_.server_ready_timeout);
+              wait_for_ready_cmd(*sb, tmpl, id, rc->second, token, opt_.server_ready_timeout);
           !ready.ok())
         return failed(ready.error());
       tl.mark("ready_cmd");
     }
   }
-  store::SandboxRecord rec = new_record(opt_, *tmpl, req, id, *sb, token, timeout, net);
-  ABX_TRY(store_->insert_sandbox(rec));
   committed = true;
-  auto live = std::make_shared<LiveSandbox>(std::move(rec),
-                                            std::make_shared<runtime::Sandbox>(std::move(*sb)));
-  live->set_access_token(std::move(token));
-  live->traffic_token = std::move(traffic_token);
-  live->mask_host = net.mask_request_host;
-  live->tmpl = std::make_shared<const templates::Template>(*tmpl);
-  live->image_digest = img ? img->manifest_digest : std::string();
-  live->network = net;
-  {
-    std::lock_guard lock(mu_);
-    live_[live->record.id] = live;
-  }
-  count_start(live->record.team_id);
-  emit(kEventCreated, live->record);
-  live->note("info", "created from template '" + tmpl->id + "', deadline in " +
-                         std::to_string(timeout) + " s");
-  live->sample_metrics();  // the first metrics sample; the reaper takes one every 5 s after it
-  tl.mark("record");
-  create_timings_.add(tl);
-  slog.debug("created in " + tl.summary());
-  return live;
+  BootedSandbox b;
+  b.id = id;
+  b.token = std::move(token);
+  b.traffic_token = std::move(traffic_token);
+  b.network = std::move(net);
+  b.image_digest = img ? img->manifest_digest : std::string();
+  b.catalog = std::move(catalog);
+  b.sandbox = std::move(sb);
+  return b;
 }
 
 // A filesystem-only pause's resume: create()'s spawn, from what create() saved in the run

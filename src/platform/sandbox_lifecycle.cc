@@ -247,6 +247,7 @@ Result<UniqueFd> SandboxManager::tcp_socket(const std::string& id) const {
 }
 
 void SandboxManager::kill_all() {
+  pool_.reset();  // pooled sandboxes are nobody's: destroyed either way
   std::map<std::string, std::shared_ptr<LiveSandbox>> all;
   {
     std::lock_guard lock(mu_);
@@ -266,6 +267,7 @@ void SandboxManager::kill_all() {
 }
 
 std::size_t SandboxManager::detach_all() {
+  pool_.reset();  // pooled sandboxes are nobody's: destroyed either way
   std::map<std::string, std::shared_ptr<LiveSandbox>> all;
   {
     std::lock_guard lock(mu_);

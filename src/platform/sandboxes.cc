@@ -124,6 +124,19 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions opt
                    pool.error().message());
     }
   }
+  if (m->opt_.sandbox_pool > 0) {
+    SandboxPool::Options po;
+    po.per_template = m->opt_.sandbox_pool;
+    po.idle = m->opt_.sandbox_pool_idle;
+    SandboxManager* raw = m.get();
+    m->pool_ = std::make_unique<SandboxPool>(
+        po, [raw](const std::string& id) { return raw->boot_ahead(id); },
+        [raw](BootedSandbox& b) { raw->discard(b); },
+        [raw](std::size_t pooled) {
+          std::lock_guard lock(raw->mu_);
+          return raw->live_.size() + pooled < raw->opt_.max_sandboxes;
+        });
+  }
   m->remove_cut_checkpoints();
   if (int n = prune_bundles(m->opt_.home, m->bundles_in_use()); n > 0)
     m->log_.info("removed " + std::to_string(n) + " bundle version(s) no sandbox or snapshot uses");
@@ -254,6 +267,10 @@ runtime::LayerPool::Stats SandboxManager::layer_pool_stats() const {
   return layer_pool_ ? layer_pool_->stats() : runtime::LayerPool::Stats{};
 }
 
+SandboxPool::Stats SandboxManager::sandbox_pool_stats() const {
+  return pool_ ? pool_->stats() : SandboxPool::Stats{};
+}
+
 std::set<std::string> SandboxManager::images_in_use() const {
   std::set<std::string> out = snapshot_images();
   std::lock_guard lock(mu_);
@@ -277,6 +294,8 @@ std::size_t SandboxManager::reload_templates() {
     std::lock_guard lock(catalog_mu_);
     catalog_ = std::move(fresh);
   }
+  // Booted from the old catalog: never handed out now (create checks), so gone at once.
+  if (pool_) pool_->flush();
   log_.info("templates reloaded: " + std::to_string(n));
   return n;
 }

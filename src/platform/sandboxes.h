@@ -49,6 +49,7 @@
 #include "abx/token/token.h"
 #include "events.h"
 #include "network.h"
+#include "sandbox_pool.h"
 #include "teardown.h"
 
 namespace abx::platform {
@@ -219,6 +220,11 @@ struct ManagerOptions {
   // a size untaken for layer_pool_idle is emptied. 0: every create makes its own layer.
   std::size_t layer_pool = 2;
   std::chrono::milliseconds layer_pool_idle{std::chrono::minutes(10)};
+  // Sandboxes booted ahead of creates (sandbox_pool.h; abxd --sandbox-pool,
+  // --sandbox-pool-idle): this many ready per template that creates asked for lately, up to 8
+  // templates; a template not asked for in sandbox_pool_idle leaves the pool. 0: none.
+  std::size_t sandbox_pool = 0;
+  std::chrono::milliseconds sandbox_pool_idle{std::chrono::minutes(5)};
   runtime::UserNamespace userns;  // each sandbox's id range (abxd --userns-base/-slots)
   // How long create waits for a template's command server to accept connections on its port
   // (abxd --server-ready-timeout). A server that exits first fails the create at once.
@@ -350,7 +356,9 @@ class SandboxManager {
   // the earlier kills' too.
   void kill_all();
   // Leaves every sandbox running for the next abxd to adopt (what SIGTERM does by default).
-  // Returns how many there were, once the teardowns of the sandboxes killed before ran.
+  // Returns how many there were, once the teardowns of the sandboxes killed before ran. Both
+  // destroy the pooled sandboxes (no create took them) and stop the pool: no create may run
+  // meanwhile or after.
   std::size_t detach_all();
   // Held by a create for its whole length (the API's and MCP's): killed sandboxes' teardowns
   // start only in a gap between creates (teardown.h), never on a create's way.
@@ -409,10 +417,13 @@ class SandboxManager {
   std::set<std::string> images_in_use() const;
   const ManagerOptions& options() const { return opt_; }
   // Successful creates' step timings since start (GET /metrics): create() marks admit, image,
-  // run_dir, config, runtime's spawn steps, envd_ready, server_ready and record.
+  // pool (a pooled sandbox taken) or run_dir, config, runtime's spawn steps, envd_ready,
+  // server_ready, ready_cmd, then record and announce.
   const TimelineStats& create_timings() const { return create_timings_; }
   // The writable-layer pool's counters (all zero without a pool).
   runtime::LayerPool::Stats layer_pool_stats() const;
+  // The sandbox pool's counters (all zero without one: --sandbox-pool 0).
+  SandboxPool::Stats sandbox_pool_stats() const;
   // The event log (null when abxd records none).
   EventLog* events() const { return opt_.events; }
   // Records a lifecycle event of `rec` when there is an event log.
@@ -438,6 +449,20 @@ class SandboxManager {
   // At start, after the adoptions: the run and checkpoint directories of sandboxes no record
   // keeps (a crash with teardowns pending, or in the middle of a create).
   void remove_orphan_dirs();
+  // sandbox_create.cc: a new sandbox of `tmpl` (from `catalog`) spawned and ready as `req` asks
+  // (its envVars, network, volumes and token), with its run directory; nothing is left of it on
+  // error. create() records it; the sandbox pool boots ahead with a default request.
+  Result<BootedSandbox> boot(std::shared_ptr<const templates::TemplateCatalog> catalog,
+                             const templates::Template& tmpl,
+                             const std::optional<image::Image>& img, const CreateRequest& req,
+                             Timeline& tl);
+  // Destroys what boot() made: the sandbox, its link's rules, its run directory.
+  void discard(BootedSandbox& b);
+  // Whether a pooled sandbox serves `req`: it asks for nothing one was not booted with (no
+  // envVars, no volumes, a token, the default network).
+  bool poolable(const CreateRequest& req) const;
+  // The pool's refill: one sandbox of template `id` as a create with nothing in it would boot.
+  Result<BootedSandbox> boot_ahead(const std::string& id);
   // persistence.cc; the callers hold sb.mu.
   bool can_checkpoint(const LiveSandbox& sb) const;
   Status pause_to_disk(LiveSandbox& sb);
@@ -549,9 +574,12 @@ class SandboxManager {
   std::int64_t last_team_sample_ms_ = 0;
   // The key every checkpoint and snapshot is sealed with (<home>/checkpoint.key, 0600).
   std::string checkpoint_key_;
-  // Killed sandboxes' teardowns (teardown.h). Last: destroyed first, finishing its jobs while
-  // everything they use is still there.
+  // Killed sandboxes' teardowns (teardown.h). Destroyed after the pool, before everything else,
+  // finishing its jobs while everything they use is still there.
   TeardownQueue teardown_;
+  // Last: destroyed first, its refill stopped and its sandboxes discarded while the rest of the
+  // manager is still there. Null: --sandbox-pool 0.
+  std::unique_ptr<SandboxPool> pool_;
 };
 
 // Whether team `team_id` may use template `template_id`: one no team owns (built-in, catalog

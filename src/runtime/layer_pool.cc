@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "abx/base/failure_run.h"
 #include "abx/base/log.h"
 #include "abx/base/try.h"
 #include "disk.h"
@@ -91,8 +92,7 @@ struct LayerPool::Impl {
     // no free loop device: creates make their own layers meanwhile); the log names the first
     // failure of a run of them and the recovery.
     const Logger logger("layer_pool");
-    std::chrono::milliseconds backoff = opt.tick;
-    std::uint64_t failures = 0;
+    FailureRun failures(logger, opt.tick, std::chrono::minutes(1));
     std::unique_lock lock(mu);
     while (!stop) {
       std::vector<ReadyLayer> drop;
@@ -109,17 +109,13 @@ struct LayerPool::Impl {
         if (!bytes) continue;
         if (!made) {
           ++counts.failed;
-          if (failures++ == 0)
-            logger.warn("no writable layer made (creates make theirs): " + made.error().message());
-          cv.wait_for(lock, backoff, [&] { return stop; });
-          backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::minutes(1));
+          cv.wait_for(lock,
+                      failures.failed("no writable layer made (creates make theirs): " +
+                                      made.error().message()),
+                      [&] { return stop; });
           continue;
         }
-        if (failures > 0) {
-          logger.info("writable layers made again, after " + std::to_string(failures) + " failed");
-          failures = 0;
-          backoff = opt.tick;
-        }
+        failures.succeeded("writable layers made again");
         ++counts.made;
         auto it = sizes.find(*bytes);
         if (it != sizes.end() && it->second.ready.size() < opt.per_size) {

@@ -331,6 +331,119 @@ TEST_F(AbxdE2E, LayerPoolKeepsLayersReadyAndLeavesNothingOnStopOrCrash) {
   EXPECT_EQ(metric("abx_layer_pool_ready"), 0);  // kept warm again only once a create takes one
 }
 
+// The sandbox pool (issue 44; docs/abxd.md, "The sandbox pool"), on: abxd --sandbox-pool 2.
+class SandboxPoolE2E : public AbxdE2E {
+ protected:
+  std::vector<std::string> abxd_args() const override { return {"--sandbox-pool", "2"}; }
+  double metric(const std::string& series) {
+    const std::string text = api(bhttp::verb::get, "/metrics").body();
+    auto at = text.find("\n" + series + " ");
+    if (at == std::string::npos) return -1;
+    return std::stod(text.substr(at + series.size() + 2));
+  }
+  bool pool_ready(double n) {
+    for (int i = 0; i < 400 && metric("abx_sandbox_pool_ready") != n; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return metric("abx_sandbox_pool_ready") == n;
+  }
+  // The sandboxes runtime keeps state for under this home (pooled ones included).
+  std::set<std::string> state_dirs() {
+    std::set<std::string> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(home() / "sandboxes", ec)) {
+      const std::string name = e.path().filename().string();
+      if (!name.starts_with(".")) out.insert(name);
+    }
+    return out;
+  }
+  std::set<std::string> run_dirs() {
+    std::set<std::string> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(home() / "run", ec))
+      out.insert(e.path().filename().string());
+    return out;
+  }
+};
+
+// The first create of a template misses and from then on two sandboxes of it are kept booted:
+// a create takes one (its command server answers the first call, no retry), each is handed out
+// once, with an id, token and environment of its own (a request that spells out the default
+// network too); a create asking for what a pooled one was not booted with (envVars) boots its
+// own. SIGTERM destroys the pooled ones; after kill -9 the
+// next start removes them (sandbox state and run directories alike).
+TEST_F(SandboxPoolE2E, PooledSandboxesServeCreatesOnceEachAndLeaveNothingOnStopOrCrash) {
+  EXPECT_EQ(metric("abx_sandbox_pool_ready"), 0);
+  auto first = create(R"({"templateID":"demo","timeout":60})");
+  EXPECT_EQ(metric("abx_sandbox_pool_takes_total{result=\"miss\"}"), 1);
+  ASSERT_TRUE(pool_ready(2));
+  std::set<std::string> pooled = state_dirs();
+  pooled.erase(std::string(first.at("sandboxID").as_string()));
+  ASSERT_EQ(pooled.size(), 2u);
+
+  std::set<std::string> ids = {std::string(first.at("sandboxID").as_string())};
+  std::set<std::string> tokens = {std::string(first.at("envdAccessToken").as_string())};
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(pool_ready(2)) << i;
+    auto sb = create(R"({"templateID":"demo","timeout":60,"metadata":{"n":"x"}})");
+    const std::string id(sb.at("sandboxID").as_string());
+    const std::string token(sb.at("envdAccessToken").as_string());
+    EXPECT_TRUE(pooled.contains(id) || i > 0) << id << " is not one of the pooled " << i;
+    EXPECT_TRUE(ids.insert(id).second) << id << " handed out twice";
+    EXPECT_TRUE(tokens.insert(token).second) << "a token handed out twice";
+    // Ready when taken: the command server answers at once.
+    auto r = sandbox_call(id, 49982, bhttp::verb::post, "/commands/demo", R"({"x":42,"y":"pool"})",
+                          token);
+    EXPECT_EQ(r.result_int(), 200) << r.body();
+    EXPECT_NE(r.body().find("42: pool"), std::string::npos) << r.body();
+    // The record is the create's: its metadata, its deadline from now.
+    auto info = api(bhttp::verb::get, "/sandboxes/" + id);
+    EXPECT_EQ(info.result_int(), 200);
+    EXPECT_NE(info.body().find(R"("n":"x")"), std::string::npos) << info.body();
+  }
+  // A request that spells out the default network (allowInternetAccess: true) is served too.
+  ASSERT_TRUE(pool_ready(2));
+  const std::set<std::string> stocked = state_dirs();
+  auto spelled = create(R"({"templateID":"demo","timeout":60,"allowInternetAccess":true})");
+  const std::string spelled_id(spelled.at("sandboxID").as_string());
+  EXPECT_TRUE(stocked.contains(spelled_id)) << "not a pooled sandbox";
+  ids.insert(spelled_id);
+  EXPECT_EQ(metric("abx_sandbox_pool_takes_total{result=\"hit\"}") +
+                metric("abx_sandbox_pool_takes_total{result=\"wait\"}"),
+            3);
+  // envVars: the pooled ones were booted without them, so this create boots its own.
+  ASSERT_TRUE(pool_ready(2));
+  const std::set<std::string> before = state_dirs();
+  auto own = create(R"({"templateID":"demo","timeout":60,"envVars":{"POOLED":"no"}})");
+  const std::string own_id(own.at("sandboxID").as_string());
+  EXPECT_FALSE(before.contains(own_id)) << "a pooled sandbox for a create with envVars";
+  EXPECT_EQ(metric("abx_sandbox_pool_takes_total{result=\"hit\"}") +
+                metric("abx_sandbox_pool_takes_total{result=\"wait\"}"),
+            3);
+  EXPECT_EQ(metric("abx_sandbox_pool_ready"), 2);
+  ids.insert(own_id);
+  EXPECT_EQ(state_dirs().size(), ids.size() + 2);
+  for (const auto& id : ids)
+    EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);
+
+  // SIGTERM: the pooled ones are destroyed (no create took them; nobody adopts them).
+  EXPECT_EQ(abxd().stop(), 0);
+  EXPECT_TRUE(state_dirs().empty()) << state_dirs().size() << " sandboxes left";
+  EXPECT_TRUE(run_dirs().empty()) << run_dirs().size() << " run directories left";
+
+  // kill -9: they outlive abxd; the next start removes them.
+  start();
+  EXPECT_EQ(metric("abx_sandbox_pool_ready"), 0);  // stocked again only once a create asks
+  auto again = create(R"({"templateID":"demo","timeout":60})");
+  const std::string kept(again.at("sandboxID").as_string());
+  ASSERT_TRUE(pool_ready(2));
+  abxd().kill9();
+  EXPECT_EQ(state_dirs().size(), 3u);
+  start();
+  EXPECT_EQ(state_dirs(), std::set<std::string>{kept});  // the created one is adopted
+  EXPECT_EQ(run_dirs(), std::set<std::string>{kept});
+  EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + kept).result_int(), 204);
+}
+
 TEST_F(AbxdE2E, AuthIsRequiredAndTokensDoNotCrossSandboxes) {
   EXPECT_EQ(api(bhttp::verb::get, "/v2/sandboxes", "", "").result_int(), 401);
   EXPECT_EQ(api(bhttp::verb::get, "/v2/sandboxes", "", "e2b_0000").result_int(), 401);
