@@ -67,6 +67,32 @@ build() {
   cmake --build "$@" -j 1
 }
 
+# Free space on the disk of the build tree, in GiB.
+free_gib() { df -P -B1G . | awk 'NR == 2 { print $4 }'; }
+
+# A full run from a clean clone writes about 40 GiB (build/dev 6, build/images 3.5 plus the
+# image cache, build/asan 17, build/tsan 6, build/release 4). Stop 53's CI failed when the disk
+# filled while the code-interpreter image was extracted: say so up front, not as an extraction
+# error.
+need_gib=20
+if [ "$(free_gib)" -lt "$need_gib" ]; then
+  echo "test.sh: warning: only $(free_gib) GiB free on $(df -P . | awk 'NR == 2 { print $6 }')," \
+    "a full run from a clean clone needs about 40 (it removes a finished sanitizer tree when" \
+    "space runs short)" >&2
+  df -h . >&2 || true
+fi
+
+# After a preset's tests passed, its tree is not needed again in this run: when less than 30 GiB
+# is left for what follows, it goes (a clean clone's CI run then peaks near 27 GiB, not 40).
+prune_if_short() {
+  local free
+  free=$(free_gib)
+  if [ "$free" -lt 30 ]; then
+    echo "test.sh: $free GiB free: removing build/$1 (its tests passed) to make room" >&2
+    rm -rf "build/$1"
+  fi
+}
+
 step "installing dependencies"
 scripts/install-deps.sh --no-bench
 
@@ -82,7 +108,11 @@ fi
 # The images base and code-interpreter (Debian bookworm from Debian's registry, mmdebstrap; cached
 # in /var/cache/abx) go once into build/images, the store every test's abxd shares.
 step "building the base and code-interpreter images into build/images (scripts/build-images.sh)"
-scripts/build-images.sh --store build/images --abxd build/dev/src/platform/abxd
+if ! scripts/build-images.sh --store build/images --abxd build/dev/src/platform/abxd; then
+  echo "test.sh: building the images failed; the disk now:" >&2
+  df -h . /var/cache >&2 || true
+  exit 1
+fi
 
 step "running tests (dev preset)"
 run_ctest dev --preset dev -j "$jobs" --timeout 300
@@ -94,6 +124,7 @@ if [ "$asan" = 1 ]; then
   step "running unit tests under AddressSanitizer + UBSan (asan preset)"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     run_ctest asan --preset asan -j "$jobs" --timeout 600
+  prune_if_short asan
 fi
 
 if [ "$tsan" = 1 ]; then
@@ -105,6 +136,7 @@ if [ "$tsan" = 1 ]; then
   step "running the concurrency-heavy unit tests under ThreadSanitizer (tsan preset)"
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     run_ctest tsan --preset tsan -j "$jobs" --timeout 600
+  prune_if_short tsan
 fi
 
 if [ "$release" = 1 ]; then

@@ -96,6 +96,7 @@ class Extractor {
     std::unique_ptr<archive, ReadDeleter> in(archive_read_new());
     std::unique_ptr<archive, WriteDeleter> out(archive_write_disk_new());
     if (!in || !out) return internal_error("layer " + layer_ + ": out of memory");
+    writer_ = out.get();
     // Only what layers use: tar (ustar, pax, GNU) behind none, gzip or zstd.
     archive_read_support_format_tar(in.get());
     archive_read_support_filter_gzip(in.get());
@@ -125,8 +126,15 @@ class Extractor {
  private:
   Error fail(archive* a, std::string_view what) const {
     const char* msg = archive_error_string(a);
-    return invalid_argument("layer " + layer_ + ": " + std::string(what) + ": " +
-                            (msg != nullptr ? msg : "unknown libarchive error"));
+    std::string text = "layer " + layer_ + ": " + std::string(what) + ": " +
+                       (msg != nullptr ? msg : "unknown libarchive error");
+    // On the disk writer, libarchive's "Can't create '...'" leaves out why (stop 53's CI: most
+    // likely a full disk); its errno is the system's there.
+    if (int err = archive_errno(a); a == writer_ && err > 0) {
+      std::string why = std::strerror(err);
+      if (text.find(why) == std::string::npos) text += " (" + why + ")";
+    }
+    return invalid_argument(text);
   }
   Error refuse(const std::string& name, std::string_view why) const {
     return invalid_argument("layer " + layer_ + ": entry \"" + name.substr(0, 300) + "\" " +
@@ -350,6 +358,7 @@ class Extractor {
 
   LayerLimits limits_;
   std::string layer_;
+  archive* writer_ = nullptr;  // the disk writer of run(), whose errno is the system's
   std::uint64_t compressed_ = 0;
   ExtractStats stats_;
   std::set<std::string> whiteouts_;  // layer-relative paths to hide

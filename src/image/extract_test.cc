@@ -1,11 +1,13 @@
 // Layer extraction against hostile tarballs (built in the test with libarchive's writer). The
 // tests run as root, as the store does.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -273,6 +275,28 @@ TEST_F(ImageExtract, CorruptArchiveLeavesNothing) {
   auto img = add({tar}, kOciLayerGzip);
   ASSERT_FALSE(img.ok());
   EXPECT_EQ(img.error().code(), ErrorCode::kInvalidArgument);
+  expect_clean();
+}
+
+// A write the disk refuses says why. libarchive's own text leaves the errno out ("Write failed",
+// "Can't create '...'"); stop 53's CI failed on such a line, most likely on a full disk. Here
+// RLIMIT_FSIZE refuses the write (EFBIG) with no mount needed.
+TEST_F(ImageExtract, AWriteTheDiskRefusesNamesTheSystemsReason) {
+  open_store({.max_ratio = 1000000});
+  std::string layer =
+      TarBuilder(TarBuilder::Compression::kGzip).file("big", std::string(4 << 20, 'x')).finish();
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  auto* old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = old;
+  small.rlim_cur = 1 << 20;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  auto img = add({layer}, kOciLayerGzip);
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+  ASSERT_FALSE(img.ok());
+  EXPECT_NE(img.error().message().find("File too large"), std::string::npos)
+      << img.error().to_string();
   expect_clean();
 }
 

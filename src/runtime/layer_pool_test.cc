@@ -130,14 +130,16 @@ TEST_F(LayerPoolTest, FirstTakeMissesThenTheSizeIsKeptFullOfFreshDetachedLayers)
 
 TEST_F(LayerPoolTest, ASizeLeftIdleIsEmptied) {
   LayerPoolOptions o = options(2);
-  o.idle = milliseconds(300);
+  // Longer than the pool takes to make its two layers, even under a sanitizer on a loaded
+  // machine (300 ms was not: the size expired before the check of its ready layers).
+  o.idle = milliseconds(3000);
   auto pool = LayerPool::start(o);
   ASSERT_TRUE(pool.ok());
   (void)(*pool)->take(kSize);
   ASSERT_TRUE((*pool)->wait_full(milliseconds(20000)));
   EXPECT_EQ((*pool)->stats().ready, 2u);
   // (The thread removes the files just after it lets go of the size.)
-  for (int i = 0; i < 200 && ((*pool)->stats().sizes != 0 || files_in(state_ + "/.rw-pool") != 0);
+  for (int i = 0; i < 400 && ((*pool)->stats().sizes != 0 || files_in(state_ + "/.rw-pool") != 0);
        ++i)
     std::this_thread::sleep_for(milliseconds(25));
   LayerPool::Stats s = (*pool)->stats();
