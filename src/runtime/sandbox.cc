@@ -46,6 +46,7 @@
 #include "abx/base/scope_exit.h"
 #include "abx/base/try.h"
 #include "abx/runtime/netns.h"
+#include "abx/runtime/process.h"
 #include "child.h"
 #include "disk.h"
 #include "mounts.h"
@@ -893,6 +894,8 @@ Result<Sandbox> Sandbox::spawn(SandboxConfig config, Timeline* timeline) {
   st->pid = pid;
   st->start = process_start_time(pid);
   child_sock.reset();
+  // Before the init starts anything: every process of the sandbox inherits its nice value.
+  match_daemon_priority(pid);
   mark("clone");
 
   // 5.-6. record, attach, release; until "go" the child only waits, so killing it is safe.

@@ -314,6 +314,32 @@ TEST_F(SandboxTest, CompanionStartsBesideTheInit) {
       << r.out;
 }
 
+// A sandbox booted by a background thread that lowered its own priority (the sandbox pool's
+// refill) runs at the daemon's priority, its init and what the init starts alike: a process
+// inherits the nice value of the thread that cloned it.
+TEST_F(SandboxTest, ASandboxBootedFromALoweredThreadRunsAtTheDaemonsPriority) {
+  errno = 0;
+  const int daemon = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::getpid()));
+  ASSERT_EQ(errno, 0);
+  if (daemon >= 19) GTEST_SKIP() << "the test runs at nice 19: no thread can go lower";
+  auto c = testing::probe_config(tmp_.path(), {});
+  // Field 19 of /proc/<pid>/stat is the nice value: the init's, then a child's of it.
+  c.argv = {"/bin/sh", "-c",
+            "cut -d' ' -f19 /proc/$$/stat; sh -c 'cut -d\" \" -f19 /proc/$$/stat'"};
+  testing::RunResult r;
+  int lowered = 0;
+  std::thread booter([&] {
+    lower_thread_priority(10);
+    lowered = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
+    r = testing::run_sandbox(c);
+  });
+  booter.join();
+  ASSERT_GT(lowered, daemon);  // the booting thread did run lower
+  ASSERT_TRUE(r.exited_ok()) << r.out;
+  const std::string n = std::to_string(daemon);
+  EXPECT_EQ(r.out, n + "\n" + n + "\n");
+}
+
 // A companion whose exec fails leaves the init running, with 0 as its pid.
 TEST_F(SandboxTest, ACompanionThatCannotStartIsPidZero) {
   auto c = testing::probe_config(tmp_.path(), {});

@@ -142,4 +142,13 @@ void lower_thread_priority(int levels) {
     (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), std::min(nice + levels, 19));
 }
 
+void match_daemon_priority(pid_t pid) {
+  errno = 0;
+  const int daemon = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::getpid()));
+  if (errno != 0) return;
+  const int now = ::getpriority(PRIO_PROCESS, static_cast<id_t>(pid));
+  if (errno == 0 && now != daemon)
+    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(pid), daemon);
+}
+
 }  // namespace abx::runtime

@@ -15,4 +15,10 @@ unsigned long long process_start_time(pid_t pid);
 // slow them (the writable-layer pool's refill, abxd's teardown of deleted sandboxes).
 void lower_thread_priority(int levels);
 
+// Gives process `pid` the daemon's own priority (its main thread's nice value), whatever the
+// calling thread's: a process inherits the nice value of the thread that cloned it, so a sandbox
+// booted ahead by a background thread (lower_thread_priority) would otherwise run every process
+// it ever starts that many levels below the sandboxes a create booted. Best effort.
+void match_daemon_priority(pid_t pid);
+
 }  // namespace abx::runtime
