@@ -106,6 +106,7 @@ Status SandboxManager::kill(const std::string& id, const char* reason) {
   }
   Status s;
   store::Store::Durability durability;
+  bool paused_on_disk = false;
   {
     // A move to another node (move_out) holds its lock: once it is done the sandbox is that
     // node's, and not here to kill. (move_out takes no sandbox that left live_.)
@@ -113,10 +114,18 @@ Status SandboxManager::kill(const std::string& id, const char* reason) {
     if (sb->moved) return not_found("sandbox '" + id + "' not found");
     sb->note("info", std::string("killed (") + reason + ")");
     durability = end_durability(*sb);
+    paused_on_disk = !sb->record.checkpoint.empty() || sb->record.filesystem_only;
     s = end_now(*sb);
   }
   emit(kEventKilled, sb->record, {{"reason", reason}}, durability);
-  tear_down(std::move(sb));
+  // One paused to disk or without its memory has no process to wait for: what is left is its
+  // checkpoint or kept layer, the user's data, gone before the answer as E2B's kill of a paused
+  // sandbox promises (and fast: no tree to reap, no layer mounted).
+  if (paused_on_disk) {
+    finish_teardown(*sb);
+  } else {
+    tear_down(std::move(sb));
+  }
   return s;
 }
 

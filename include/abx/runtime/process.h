@@ -12,7 +12,8 @@ unsigned long long process_start_time(pid_t pid);
 
 // Puts the calling thread `levels` nice levels below its current priority (at most 19, never
 // above it; best effort): background work that runs beside the creates it serves and must not
-// slow them (the writable-layer pool's refill, abxd's teardown of deleted sandboxes).
+// slow them (the writable-layer and sandbox pools' refills, abxd's teardown of deleted
+// sandboxes).
 void lower_thread_priority(int levels);
 
 // Gives process `pid` the daemon's own priority (its main thread's nice value), whatever the
