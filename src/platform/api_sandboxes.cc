@@ -340,6 +340,7 @@ Result<Response> create_sandbox(Context& ctx) {
   cr.team_id = ctx.team;  // the manager refuses another team's template or snapshot (404)
   ABX_TRY(resolve_template_tag(ctx, cr.template_id));
   ABX_TRY(resolve_volume_mounts(ctx, cr.volume_mounts));
+  auto teardowns_wait = ctx.sandboxes.hold_teardowns();
   ABX_ASSIGN_OR_RETURN(auto sb, ctx.sandboxes.create(cr));
   json::object o = sandbox_json(*sb);
   // network.rules for hosts the sandbox may not reach are kept (E2B) and reported here.

@@ -116,7 +116,7 @@ void EventLog::prune() {
 }
 
 void EventLog::record(std::string_view type, const store::SandboxRecord& rec,
-                      const boost::json::object& data) {
+                      const boost::json::object& data, store::Store::Durability durability) {
   store::EventRecord e;
   e.ts_ms = wall_ms();
   e.team_id = rec.team_id;
@@ -124,7 +124,7 @@ void EventLog::record(std::string_view type, const store::SandboxRecord& rec,
   e.template_id = rec.template_id;
   e.type = std::string(type);
   e.data = data.empty() ? "{}" : boost::json::serialize(data);
-  auto id = store_.append_event(e);
+  auto id = store_.append_event(e, durability);
   if (!id.ok()) {
     log_.error("event " + e.type + " of sandbox " + rec.id +
                " not recorded: " + id.error().message());

@@ -84,8 +84,10 @@ class EventLog {
   EventLog& operator=(const EventLog&) = delete;
 
   // Appends one event for sandbox `rec` (its id, team, template) and wakes the streams.
+  // `durability`: store::Store::append_event's.
   void record(std::string_view type, const store::SandboxRecord& rec,
-              const boost::json::object& data = {});
+              const boost::json::object& data = {},
+              store::Store::Durability durability = store::Store::Durability::kPowerLoss);
 
   // A page of events (the JSON form of GET /events).
   Result<std::vector<store::EventRecord>> list(const store::EventFilter& f) {

@@ -143,6 +143,7 @@ class AbxdBackend : public PlatformBackend {
     cr.metadata = spec.metadata;
     cr.env_vars = spec.envs;
     cr.team_id = team_;
+    auto teardowns_wait = sandboxes_.hold_teardowns();
     ABX_ASSIGN_OR_RETURN(auto sb, sandboxes_.create(cr));
     return summary_of(sb->record, false);
   }

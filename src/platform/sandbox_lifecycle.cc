@@ -19,22 +19,57 @@ namespace abx::platform {
 
 namespace fs = std::filesystem;
 
-Status SandboxManager::destroy(const std::shared_ptr<LiveSandbox>& sb) {
-  std::lock_guard lock(sb->mu);
+// How long a kill waits for the sandbox's processes to exit after their SIGKILL (they have
+// exited when its init has: runtime::Sandbox::kill). Past it the caller is answered anyway;
+// nothing of the sandbox runs user code once SIGKILL is pending, and the teardown waits for them.
+constexpr std::chrono::milliseconds kKillExitWait{5000};
+
+// A running sandbox's end (its killed state and event) needs to outlive abxd, not the machine:
+// a power loss ends its processes too, and the next abxd, finding none, marks it killed with a
+// `lost` event. One paused to disk or filesystem-only would come back from its checkpoint after
+// a power loss: its end is fsynced. (Caller holds sb.mu.)
+namespace {
+store::Store::Durability end_durability(const LiveSandbox& sb) {
+  return sb.record.checkpoint.empty() ? store::Store::Durability::kProcessCrash
+                                      : store::Store::Durability::kPowerLoss;
+}
+}  // namespace
+
+Status SandboxManager::end_now(LiveSandbox& sb) {
   Status s;
-  if (auto rt = sb->runtime()) {
-    if (sb->paused) (void)rt->cgroups().freeze(false);  // frozen tasks would not die
-    s = rt->destroy();
+  if (auto rt = sb.runtime()) {
+    if (sb.paused) (void)rt->cgroups().freeze(false);  // frozen tasks would not die
+    s = rt->kill(kKillExitWait);
   }
-  sb->paused = false;
-  if (sb->network.enabled && opt_.network) opt_.network->detach(sb->record.id);
-  std::error_code ec;
-  fs::remove_all(fs::path(opt_.home) / "run" / sb->record.id, ec);
-  // A sandbox paused to disk: its checkpoint goes with it (and a crashed pause's leftovers).
-  fs::remove_all(checkpoint_dir(sb->record.id), ec);
-  sb->record.checkpoint.clear();
-  (void)store_->update_state(sb->record.id, store::SandboxState::kKilled);
+  sb.paused = false;
+  if (sb.network.enabled && opt_.network) opt_.network->detach(sb.record.id);
+  (void)store_->update_state(sb.record.id, store::SandboxState::kKilled, end_durability(sb));
   return s;
+}
+
+void SandboxManager::tear_down(std::shared_ptr<LiveSandbox> sb) {
+  const std::string id = sb->record.id;
+  if (teardown_.push(id, [this, sb] { finish_teardown(*sb); })) return;
+  sb->note("info", "teardown queue full (" + std::to_string(TeardownQueue::kDefaultCapacity) +
+                       " waiting): torn down before the answer");
+  finish_teardown(*sb);
+}
+
+void SandboxManager::finish_teardown(LiveSandbox& sb) {
+  // Its lock as the kill's was: a caller that found the sandbox before it left live_ and waits
+  // for the lock (a pause, a resume) finds it torn down after, not half way.
+  std::lock_guard lock(sb.mu);
+  Status s;
+  if (auto rt = sb.runtime()) s = rt->destroy();
+  std::error_code ec;
+  fs::remove_all(fs::path(opt_.home) / "run" / sb.record.id, ec);
+  // A sandbox paused to disk: its checkpoint goes with it (and a crashed pause's leftovers).
+  std::error_code cec;
+  fs::remove_all(checkpoint_dir(sb.record.id), cec);
+  sb.record.checkpoint.clear();
+  if (!s) sb.note("warn", "teardown: " + s.error().message());
+  if (ec) sb.note("warn", "teardown: removing its run directory: " + ec.message());
+  if (cec) sb.note("warn", "teardown: removing its checkpoint: " + cec.message());
 }
 
 Result<std::vector<std::string>> SandboxManager::update_network(const std::string& id,
@@ -69,15 +104,28 @@ Status SandboxManager::kill(const std::string& id, const char* reason) {
     sb = it->second;
     live_.erase(it);
   }
+  Status s;
+  store::Store::Durability durability;
+  bool paused_on_disk = false;
   {
     // A move to another node (move_out) holds its lock: once it is done the sandbox is that
     // node's, and not here to kill. (move_out takes no sandbox that left live_.)
     std::lock_guard lock(sb->mu);
     if (sb->moved) return not_found("sandbox '" + id + "' not found");
+    sb->note("info", std::string("killed (") + reason + ")");
+    durability = end_durability(*sb);
+    paused_on_disk = !sb->record.checkpoint.empty() || sb->record.filesystem_only;
+    s = end_now(*sb);
   }
-  sb->note("info", std::string("killed (") + reason + ")");
-  Status s = destroy(sb);
-  emit(kEventKilled, sb->record, {{"reason", reason}});
+  emit(kEventKilled, sb->record, {{"reason", reason}}, durability);
+  // One paused to disk or without its memory has no process to wait for: what is left is its
+  // checkpoint or kept layer, the user's data, gone before the answer as E2B's kill of a paused
+  // sandbox promises (and fast: no tree to reap, no layer mounted).
+  if (paused_on_disk) {
+    finish_teardown(*sb);
+  } else {
+    tear_down(std::move(sb));
+  }
   return s;
 }
 
@@ -215,9 +263,16 @@ void SandboxManager::kill_all() {
     all.swap(live_);
   }
   for (auto& [id, sb] : all) {
-    (void)destroy(sb);
-    emit(kEventKilled, sb->record, {{"reason", kEndShutdown}});
+    store::Store::Durability durability;
+    {
+      std::lock_guard lock(sb->mu);
+      durability = end_durability(*sb);
+      (void)end_now(*sb);
+    }
+    emit(kEventKilled, sb->record, {{"reason", kEndShutdown}}, durability);
+    tear_down(sb);
   }
+  teardown_.drain();
 }
 
 std::size_t SandboxManager::detach_all() {
@@ -231,6 +286,7 @@ std::size_t SandboxManager::detach_all() {
     std::lock_guard lock(sb->mu);
     if (auto rt = sb->runtime()) rt->detach();
   }
+  teardown_.drain();  // killed before the stop: those are not left half removed
   return all.size();
 }
 

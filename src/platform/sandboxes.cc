@@ -108,14 +108,7 @@ Result<std::unique_ptr<SandboxManager>> SandboxManager::start(ManagerOptions opt
     f.page_token = page.next_token;
   }
   auto cleaned = runtime::cleanup_stale(state_dir);
-  // Run directories of no live sandbox: a create (or the sandbox pool's boot ahead) that a crash
-  // cut short before its record; cleanup_stale() took their sandboxes.
-  for (const auto& e : fs::directory_iterator(m->opt_.home + "/run", ec)) {
-    if (!m->live_.contains(e.path().filename().string())) {
-      std::error_code rec;
-      fs::remove_all(e.path(), rec);
-    }
-  }
+  m->remove_orphan_dirs();
   // After cleanup_stale(): the pool's directory is a dot entry it leaves alone, and the pool
   // removes what a dead predecessor left there itself.
   if (m->opt_.layer_pool > 0) {
@@ -232,6 +225,33 @@ bool SandboxManager::adopt(const store::SandboxRecord& rec, const std::string& s
   std::lock_guard lock(mu_);  // move_in adopts while abxd serves
   live_[rec.id] = std::move(live);
   return true;
+}
+
+void SandboxManager::remove_orphan_dirs() {
+  // Only names that are sandbox ids: dot entries (a fork's, a move's, a pause's working
+  // directories) are remove_cut_checkpoints()'s and migration's.
+  int removed = 0;
+  for (const auto& base : {opt_.home + "/run", opt_.home + "/checkpoints"}) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(base, ec)) {
+      const std::string name = e.path().filename().string();
+      if (!store::SandboxId::valid(name)) continue;
+      {
+        std::lock_guard lock(mu_);
+        if (live_.contains(name)) continue;
+      }
+      std::error_code rec;
+      fs::remove_all(e.path(), rec);
+      if (rec) {
+        log_.warn("cannot remove " + e.path().string() + " (no sandbox has it): " + rec.message());
+      } else {
+        ++removed;
+      }
+    }
+  }
+  if (removed > 0)
+    log_.info("removed " + std::to_string(removed) +
+              " run or checkpoint director(ies) of sandboxes no record keeps");
 }
 
 SandboxManager::~SandboxManager() {

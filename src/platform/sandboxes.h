@@ -15,7 +15,8 @@
 // (runtime::Sandbox::adopt: pidfd by pid + start time, netns, cgroups; token re-read from its
 // file and checked against the stored digest); records whose sandbox is gone are marked killed,
 // and runtime::cleanup_stale() removes sandboxes nobody records — so no sandbox runs without a
-// record and an owner.
+// record and an owner — and remove_orphan_dirs() the run and checkpoint directories of sandboxes
+// no record keeps (a kill -9 with teardowns still queued: teardown.h).
 #pragma once
 
 #include <atomic>
@@ -49,6 +50,7 @@
 #include "events.h"
 #include "network.h"
 #include "sandbox_pool.h"
+#include "teardown.h"
 
 namespace abx::platform {
 
@@ -309,6 +311,10 @@ class SandboxManager {
   std::vector<TeamSample> team_metrics(const std::string& team_id, std::int64_t start_ms,
                                        std::int64_t end_ms) const;
   // kNotFound if unknown. `reason` is the killed event's eventData.reason (events.h kEnd*).
+  // Returns once nothing of the sandbox runs (its processes killed and exited), no traffic
+  // reaches it, it is gone from live_ and its record and event say killed; the rest of its
+  // teardown (cgroups, writable layer, directories) runs after on a background thread
+  // (end_now, tear_down). Its id range and link stay taken until that teardown ends.
   Status kill(const std::string& id, const char* reason = kEndKilled);
   // The deadline becomes now + seconds, earlier or later than it was (POST .../timeout).
   // `seconds` (0..max_timeout_seconds) was checked where the request came in: asserted.
@@ -346,11 +352,17 @@ class SandboxManager {
   // The warnings of the new rules (network.rules for hosts the sandbox may not reach).
   Result<std::vector<std::string>> update_network(const std::string& id,
                                                   const boost::json::object& body);
-  void kill_all();  // abxd stopping with --kill-sandboxes (reason "shutdown")
+  // abxd stopping with --kill-sandboxes (reason "shutdown"). Returns once every teardown ran,
+  // the earlier kills' too.
+  void kill_all();
   // Leaves every sandbox running for the next abxd to adopt (what SIGTERM does by default).
-  // Returns how many there were. Both destroy the pooled sandboxes (no create took them) and
-  // stop the pool: no create may run meanwhile or after.
+  // Returns how many there were, once the teardowns of the sandboxes killed before ran. Both
+  // destroy the pooled sandboxes (no create took them) and stop the pool: no create may run
+  // meanwhile or after.
   std::size_t detach_all();
+  // Held by a create for its whole length (the API's and MCP's): killed sandboxes' teardowns
+  // start only in a gap between creates (teardown.h), never on a create's way.
+  TeardownQueue::Hold hold_teardowns() { return teardown_.hold(); }
 
   // Fork: one snapshot of the running sandbox `id` (it is frozen for the dump, then runs on,
   // its id and deadline untouched), restored `count` times as new sandboxes, each with its own
@@ -416,15 +428,27 @@ class SandboxManager {
   EventLog* events() const { return opt_.events; }
   // Records a lifecycle event of `rec` when there is an event log.
   void emit(std::string_view type, const store::SandboxRecord& rec,
-            const boost::json::object& data = {}) const {
-    if (opt_.events) opt_.events->record(type, rec, data);
+            const boost::json::object& data = {},
+            store::Store::Durability durability = store::Store::Durability::kPowerLoss) const {
+    if (opt_.events) opt_.events->record(type, rec, data, durability);
   }
 
  private:
   SandboxManager(ManagerOptions options, store::Store& store, templates::TemplateCatalog catalog,
                  image::Store images);
   void reaper_loop();
-  Status destroy(const std::shared_ptr<LiveSandbox>& sb);
+  // A kill in two halves (sandbox_lifecycle.cc). end_now, under sb.mu, is what the caller
+  // waits for: every process of the sandbox killed (runtime::Sandbox::kill), no traffic to it
+  // (its netns closed to new sockets, its link's rules and resolver detached), its record
+  // killed. tear_down then queues the rest, finish_teardown, on teardown_ (or runs it at once
+  // when the queue is full): the init reaped, cgroups, writable layer, state, run and
+  // checkpoint directories removed; its errors are logged with the sandbox's id.
+  Status end_now(LiveSandbox& sb);
+  void tear_down(std::shared_ptr<LiveSandbox> sb);
+  void finish_teardown(LiveSandbox& sb);
+  // At start, after the adoptions: the run and checkpoint directories of sandboxes no record
+  // keeps (a crash with teardowns pending, or in the middle of a create).
+  void remove_orphan_dirs();
   // sandbox_create.cc: a new sandbox of `tmpl` (from `catalog`) spawned and ready as `req` asks
   // (its envVars, network, volumes and token), with its run directory; nothing is left of it on
   // error. create() records it; the sandbox pool boots ahead with a default request.
@@ -550,6 +574,9 @@ class SandboxManager {
   std::int64_t last_team_sample_ms_ = 0;
   // The key every checkpoint and snapshot is sealed with (<home>/checkpoint.key, 0600).
   std::string checkpoint_key_;
+  // Killed sandboxes' teardowns (teardown.h). Destroyed after the pool, before everything else,
+  // finishing its jobs while everything they use is still there.
+  TeardownQueue teardown_;
   // Last: destroyed first, its refill stopped and its sandboxes discarded while the rest of the
   // manager is still there. Null: --sandbox-pool 0.
   std::unique_ptr<SandboxPool> pool_;

@@ -280,6 +280,14 @@ std::vector<pid_t> SandboxCgroups::pids() const {
   return {};
 }
 
+Status SandboxCgroups::send_kill() const {
+  if (!v2_dir_.empty() && exists(v2_dir_ + "/cgroup.kill"))
+    return write_file(v2_dir_ + "/cgroup.kill", "1");
+  if (!freezer_dir_.empty() && exists(freezer_dir_)) return kill();  // freeze, kill, thaw: waits
+  for (pid_t p : pids()) ::kill(p, SIGKILL);
+  return {};
+}
+
 Status SandboxCgroups::kill() const {
   auto empty = [&] { return pids().empty(); };
   if (!v2_dir_.empty() && exists(v2_dir_ + "/cgroup.kill")) {

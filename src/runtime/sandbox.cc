@@ -681,20 +681,39 @@ void Sandbox::detach() {
   s_->lock.reset();  // unlocked: the next owner may adopt() it (or cleanup_stale() remove it)
 }
 
+Status Sandbox::kill(std::chrono::milliseconds exit_wait) {
+  if (!s_ || s_->destroyed || s_->killed) return {};
+  s_->killed = true;
+  close_netns();  // no new socket into it; a held netns fd would also keep the namespace alive
+  if (s_->status) return {};  // reaped already: nothing of it runs
+  // The slot before the signal: once the init is gone its claim would be free for any create,
+  // while this sandbox's link (named after the slot) and layer still exist.
+  if (s_->slot) s_->slot_taken_over = take_over_slot(s_->registry, *s_->slot, s_->pid, s_->start);
+  // Killing the init of a pid namespace kills everything in it; the cgroup kill also catches
+  // anything that got out of the namespace but not out of the cgroup (nothing should).
+  Status result = s_->cgroups.send_kill();
+  if (sys_pidfd_send_signal(s_->pidfd.get(), SIGKILL) != 0 && errno != ESRCH && result)
+    result = os::errno_error("pidfd_send_signal SIGKILL", errno);
+  if (exit_wait.count() > 0) {
+    // The init exits last: the kernel ends a pid namespace's init only once every other process
+    // in it has exited, so a readable pidfd means the whole tree is gone (the init a zombie).
+    pollfd p{s_->pidfd.get(), POLLIN, 0};
+    (void)os::retry_eintr([&] {
+      return ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(exit_wait.count(), 60'000)));
+    });
+  }
+  return result;
+}
+
 Status Sandbox::destroy() {
   if (!s_ || s_->destroyed) return {};
-  s_->destroyed = true;
   Status result;
   auto keep = [&](Status s) {
     if (result && !s) result = s;
   };
-  close_netns();  // a held netns fd would keep the namespace alive
+  keep(kill());  // (a no-op when the owner called it already)
+  s_->destroyed = true;
   if (!s_->status) {
-    // Killing the init of a pid namespace kills everything in it; the cgroup kill also catches
-    // anything that got out of the namespace but not out of the cgroup (nothing should).
-    keep(s_->cgroups.kill());
-    if (sys_pidfd_send_signal(s_->pidfd.get(), SIGKILL) != 0 && errno != ESRCH)
-      keep(os::errno_error("pidfd_send_signal SIGKILL", errno));
     auto st = wait();
     if (!st) keep(st.error());
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <memory>
@@ -14,6 +15,7 @@
 #include "abx/base/error.h"
 #include "abx/base/fd.h"
 #include "abx/runtime/cgroup.h"
+#include "abx/runtime/process.h"
 #include "abx/runtime/sandbox.h"
 #include "abx/runtime/veth.h"
 #include "userns_internal.h"
@@ -41,6 +43,10 @@ struct Sandbox::State {
   std::optional<int> status;  // set once reaped
   SandboxCgroups cgroups;
   bool destroyed = false;
+  bool killed = false;  // kill() ran: the tree has its SIGKILL, the netns fd is closed
+  // kill() took the slot's claim over from the init (take_over_slot): this process holds it
+  // until destroy() releases it.
+  bool slot_taken_over = false;
   bool adopted = false;  // the init is not our child: no waitid, exit seen through the pidfd
   unsigned long long start = 0;       // the init's start time
   std::optional<std::uint32_t> slot;  // the user namespace's slot (userns.h)
@@ -48,8 +54,13 @@ struct Sandbox::State {
   std::uint32_t root_id = 0;
   std::string registry;
 
+  // Frees the slot's claim: the init's, or this process's once kill() took it over.
   void release_slot_of_init() const {
-    if (slot) release_slot(registry, *slot, pid, start);
+    if (!slot) return;
+    if (slot_taken_over)
+      release_slot(registry, *slot, ::getpid(), process_start_time(::getpid()));
+    else
+      release_slot(registry, *slot, pid, start);
   }
 };
 

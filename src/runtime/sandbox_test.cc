@@ -25,6 +25,7 @@
 
 #include "abx/runtime/netns.h"
 #include "abx/runtime/process.h"
+#include "abx/runtime/userns.h"
 #include "abx/runtime/veth.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
@@ -142,6 +143,75 @@ TEST_F(SandboxTest, DestroyKillsWholeTreeAndRemovesEverything) {
   for (pid_t p : pids) EXPECT_FALSE(alive(p)) << p;
   expect_no_leftovers(state, dirs);
   EXPECT_TRUE(sb->destroy().ok());  // idempotent
+}
+
+// The first half of destroy() an owner answers after (abxd's DELETE): kill() ends the whole
+// tree and closes the netns, while the cgroups and the state directory wait for destroy(); the
+// user namespace's slot is the owner's from kill() to destroy(), not the dying init's.
+TEST_F(SandboxTest, KillEndsTheTreeAndDestroyRemovesTheRest) {
+  auto c = testing::probe_config(tmp_.path(), {"sh", "sleep 100 & sleep 100 & wait"});
+  auto sb = Sandbox::spawn(c);
+  ASSERT_TRUE(sb.ok()) << sb.error().to_string();
+  std::vector<pid_t> pids;
+  for (int i = 0; i < 2000 && pids.size() < 3; ++i) {
+    pids = sb->cgroups().pids();
+    ::usleep(1000);
+  }
+  ASSERT_EQ(pids.size(), 3u);  // sh + 2 sleeps
+  ASSERT_TRUE(c.userns.enabled);
+  const std::string claim = c.userns.registry + "/" +
+                            std::to_string((sb->root_host_id() - c.userns.base) / kIdsPerSandbox);
+  const std::string init_claim =
+      std::to_string(sb->pid()) + " " + std::to_string(process_start_time(sb->pid())) + "\n";
+  ASSERT_EQ(testing::slurp(claim), init_claim);
+  auto dirs = sb->cgroups().dirs();
+  const std::string state = sb->state_path();
+
+  Status k = sb->kill(std::chrono::seconds(30));
+  ASSERT_TRUE(k.ok()) << k.error().to_string();
+  // Every process has exited (the init is a zombie until destroy() reaps it)...
+  for (pid_t p : pids) EXPECT_FALSE(alive(p)) << p;
+  // ...nothing new reaches its network namespace...
+  auto sock = sb->tcp_socket();
+  ASSERT_FALSE(sock.ok());
+  EXPECT_EQ(sock.error().code(), ErrorCode::kFailedPrecondition);
+  // ...its slot is held by this process now, and the rest is still there for destroy().
+  EXPECT_EQ(testing::slurp(claim), std::to_string(::getpid()) + " " +
+                                       std::to_string(process_start_time(::getpid())) + "\n");
+  EXPECT_TRUE(testing::path_exists(state));
+  for (const auto& d : dirs) EXPECT_TRUE(testing::path_exists(d)) << d;
+  EXPECT_TRUE(sb->kill().ok());  // idempotent
+
+  Status d = sb->destroy();
+  ASSERT_TRUE(d.ok()) << d.error().to_string();
+  expect_no_leftovers(state, dirs);
+  // Released (unless another test's sandbox took the slot in between: then it is not ours).
+  const std::string after = testing::slurp(claim);
+  EXPECT_EQ(after.find(std::to_string(::getpid()) + " "), std::string::npos) << after;
+  EXPECT_TRUE(sb->kill().ok());  // after destroy(): nothing to do
+}
+
+// kill() without a wait answers at once; destroy() then waits for the tree, reaps the init and
+// removes everything. A sandbox whose init had already exited (reaped) is killed as a no-op.
+TEST_F(SandboxTest, KillWithoutWaitingThenDestroyLeavesNothing) {
+  auto sb = Sandbox::spawn(testing::probe_config(tmp_.path(), {"sleep", "100"}));
+  ASSERT_TRUE(sb.ok()) << sb.error().to_string();
+  const pid_t init = sb->pid();
+  auto dirs = sb->cgroups().dirs();
+  const std::string state = sb->state_path();
+  ASSERT_TRUE(sb->kill().ok());
+  ASSERT_TRUE(sb->destroy().ok());
+  EXPECT_FALSE(alive(init));
+  expect_no_leftovers(state, dirs);
+
+  auto done = Sandbox::spawn(testing::probe_config(tmp_.path(), {"sh", "true"}));
+  ASSERT_TRUE(done.ok()) << done.error().to_string();
+  ASSERT_TRUE(done->wait().ok());
+  const std::string done_state = done->state_path();
+  auto done_dirs = done->cgroups().dirs();
+  EXPECT_TRUE(done->kill(std::chrono::seconds(5)).ok());
+  ASSERT_TRUE(done->destroy().ok());
+  expect_no_leftovers(done_state, done_dirs);
 }
 
 TEST_F(SandboxTest, DirectoryRootfsIsCopyOnWrite) {

@@ -138,7 +138,7 @@ unsigned long long process_start_time(pid_t pid) {
 void lower_thread_priority(int levels) {
   errno = 0;
   const int nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
-  if (errno == 0)
+  if (errno == 0 && levels > 0)
     (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), std::min(nice + levels, 19));
 }
 

@@ -186,6 +186,17 @@ Status hold_slot(const UserNamespace& u, std::uint32_t slot, pid_t pid) {
   return replace_file(slot_path(u.registry, slot), holder_record(pid));
 }
 
+bool take_over_slot(const std::string& registry, std::uint32_t slot, pid_t from_pid,
+                    unsigned long long from_start) {
+  auto lock = lock_registry(registry);
+  if (!lock) return false;
+  const std::string path = slot_path(registry, slot);
+  auto text = read_file(path, 256);
+  if (!text || *text != std::to_string(from_pid) + " " + std::to_string(from_start) + "\n")
+    return false;
+  return replace_file(path, holder_record(::getpid())).ok();
+}
+
 void release_slot(const std::string& registry, std::uint32_t slot, pid_t pid,
                   unsigned long long start) {
   auto lock = lock_registry(registry);

@@ -27,6 +27,13 @@ Status claim_slot_exact(const UserNamespace& u, std::uint32_t slot);
 // Records `pid` (the sandbox's init) as the holder of `slot`: the claim then lives as long as
 // the init, whoever owns the sandbox.
 Status hold_slot(const UserNamespace& u, std::uint32_t slot, pid_t pid);
+// Hands `slot` from the process `from_pid` started at `from_start` (a sandbox's init) to the
+// calling process, if the claim still names the former: a sandbox killed now but torn down
+// later keeps its id range (and its link's name and /30) until its owner releases it with
+// release_slot(registry, slot, getpid(), <its start time>). False when the claim names another
+// process or none (the init had died and the slot may be another sandbox's already).
+bool take_over_slot(const std::string& registry, std::uint32_t slot, pid_t from_pid,
+                    unsigned long long from_start);
 // Frees `slot` if its claim still names the process `pid` started at `start` (best effort: a
 // claim whose holder is gone is free anyway). Conditional because once that process died the
 // slot may already belong to another sandbox.

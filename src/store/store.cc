@@ -657,13 +657,21 @@ Result<SandboxPage> Store::list_sandboxes(const SandboxFilter& f) {
   return page;
 }
 
-Status Store::update_state(std::string_view id, SandboxState state) {
+Status Store::update_state(std::string_view id, SandboxState state, Durability durability) {
   if (!SandboxId::valid(id)) return bad_id(id);
   std::lock_guard lock(impl_->mu);
-  ABX_ASSIGN_OR_RETURN(
-      auto s, impl_->conn.prepare("UPDATE sandboxes SET state = ?2 WHERE id = ?1", "update state"));
-  ABX_TRY(s.bind(1, id).bind(2, state_name(state)).exec());
-  return impl_->expect_one_change(id);
+  // kProcessCrash: as in set_deadline, this one commit without the WAL's fsync.
+  const bool relaxed = durability == Durability::kProcessCrash;
+  if (relaxed) ABX_TRY(impl_->conn.exec("PRAGMA synchronous = NORMAL", "relax synchronous"));
+  Status wrote = [&]() -> Status {
+    ABX_ASSIGN_OR_RETURN(
+        auto s,
+        impl_->conn.prepare("UPDATE sandboxes SET state = ?2 WHERE id = ?1", "update state"));
+    ABX_TRY(s.bind(1, id).bind(2, state_name(state)).exec());
+    return impl_->expect_one_change(id);
+  }();
+  if (relaxed) ABX_TRY(impl_->conn.exec("PRAGMA synchronous = FULL", "set synchronous"));
+  return wrote;
 }
 
 Status Store::set_checkpoint(std::string_view id, SandboxState state, std::string_view checkpoint,
@@ -1072,25 +1080,31 @@ Result<std::int64_t> Store::prune_nonces(std::int64_t now) {
 
 // --- lifecycle events ---
 
-Result<std::int64_t> Store::append_event(const EventRecord& e) {
+Result<std::int64_t> Store::append_event(const EventRecord& e, Durability durability) {
   if (!valid_team_id(e.team_id)) return invalid_argument("invalid team id");
   if (e.type.empty() || e.type.size() > 64)
     return invalid_argument("event type must be 1..64 bytes");
   if (e.data.size() > 4096) return invalid_argument("event data over 4096 bytes");
   std::lock_guard lock(impl_->mu);
-  ABX_ASSIGN_OR_RETURN(
-      auto s, impl_->conn.prepare("INSERT INTO events (ts, team_id, sandbox_id, template_id, type, "
-                                  "data) VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING id",
-                                  "append event"));
-  s.bind(1, e.ts_ms)
-      .bind(2, e.team_id)
-      .bind(3, e.sandbox_id)
-      .bind(4, e.template_id)
-      .bind(5, e.type)
-      .bind(6, e.data.empty() ? std::string("{}") : e.data);
-  ABX_ASSIGN_OR_RETURN(auto row, s.step());
-  if (!row) return internal_error("append event: no id returned");
-  return s.int64(0);
+  const bool relaxed = durability == Durability::kProcessCrash;  // as in set_deadline
+  if (relaxed) ABX_TRY(impl_->conn.exec("PRAGMA synchronous = NORMAL", "relax synchronous"));
+  Result<std::int64_t> id = [&]() -> Result<std::int64_t> {
+    ABX_ASSIGN_OR_RETURN(
+        auto s, impl_->conn.prepare("INSERT INTO events (ts, team_id, sandbox_id, template_id, "
+                                    "type, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING id",
+                                    "append event"));
+    s.bind(1, e.ts_ms)
+        .bind(2, e.team_id)
+        .bind(3, e.sandbox_id)
+        .bind(4, e.template_id)
+        .bind(5, e.type)
+        .bind(6, e.data.empty() ? std::string("{}") : e.data);
+    ABX_ASSIGN_OR_RETURN(auto row, s.step());
+    if (!row) return internal_error("append event: no id returned");
+    return s.int64(0);
+  }();
+  if (relaxed) ABX_TRY(impl_->conn.exec("PRAGMA synchronous = FULL", "set synchronous"));
+  return id;
 }
 
 Result<std::vector<EventRecord>> Store::list_events(const EventFilter& f) {

@@ -223,6 +223,12 @@ TEST(Store, SandboxCrud) {
       s->set_deadline("0000000000000000000x", 1, Store::Durability::kProcessCrash).error().code(),
       ErrorCode::kNotFound);
   EXPECT_EQ(*s->synchronous_setting(), 2);
+  // A state written the same way (abxd's DELETE of a running sandbox marks it killed so).
+  ASSERT_TRUE(s->update_state(r.id, SandboxState::kRunning, Store::Durability::kProcessCrash).ok());
+  EXPECT_EQ(open_or_die(d.path() / "abx.db")->get_sandbox(r.id)->state, SandboxState::kRunning);
+  ASSERT_TRUE(s->update_state(r.id, SandboxState::kKilled, Store::Durability::kProcessCrash).ok());
+  EXPECT_EQ(open_or_die(d.path() / "abx.db")->get_sandbox(r.id)->state, SandboxState::kKilled);
+  EXPECT_EQ(*s->synchronous_setting(), 2);
 
   ASSERT_TRUE(s->delete_sandbox(r.id).ok());
   for (auto st : {s->delete_sandbox(r.id), s->update_state(r.id, SandboxState::kKilled),
@@ -719,6 +725,15 @@ TEST(StoreEvents, IdsIncreaseAndCursorFilters) {
   EventFilter bad;
   bad.limit = 0;
   EXPECT_FALSE(s->list_events(bad).ok());
+  // An event written for abxd's death only (a DELETE's killed event): another connection reads
+  // it, and this one is back at synchronous = FULL after it, after a refused one too.
+  auto relaxed = s->append_event(event("a", id_for(9), "sandbox.lifecycle.killed", 2000),
+                                 Store::Durability::kProcessCrash);
+  ASSERT_TRUE(relaxed.ok()) << relaxed.error().to_string();
+  EXPECT_EQ(*open_or_die(d.path() / "abx.db")->last_event_id(), *relaxed);
+  EXPECT_EQ(*s->synchronous_setting(), 2);
+  EXPECT_FALSE(s->append_event(big, Store::Durability::kProcessCrash).ok());
+  EXPECT_EQ(*s->synchronous_setting(), 2);
 }
 
 TEST(StoreEvents, PruneKeepsNewestAndIdsAreNeverReused) {

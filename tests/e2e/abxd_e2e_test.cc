@@ -19,6 +19,7 @@
 #include "abx/auth/signing.h"
 #include "abx/base/base64.h"
 #include "abx/http/client.h"
+#include "abx/runtime/cgroup.h"
 #include "abx/testing/abxd.h"
 
 namespace abx::e2e {
@@ -27,6 +28,53 @@ namespace {
 namespace bhttp = boost::beast::http;
 namespace json = boost::json;
 namespace fs = std::filesystem;
+
+// What sandbox `id` of `home` puts on the host: its state, run and checkpoint directories, its
+// cgroups, loop devices backed by files of its state directory and mounts under it.
+std::vector<std::string> host_traces(const fs::path& home, const std::string& id) {
+  std::vector<std::string> out;
+  for (const fs::path& p : {home / "sandboxes" / id, home / "run" / id, home / "checkpoints" / id})
+    if (fs::exists(p)) out.push_back(p.string());
+  if (auto layout = runtime::CgroupLayout::detect(); layout.ok()) {
+    const auto cgroups = runtime::SandboxCgroups::existing(*layout, "abx", id);
+    for (const auto& d : cgroups.dirs())
+      if (fs::exists(d)) out.push_back(d);
+  }
+  const std::string state = (home / "sandboxes" / id).string() + "/";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/sys/block", ec)) {
+    std::ifstream f(e.path() / "loop/backing_file");
+    std::string backing;
+    std::getline(f, backing);
+    if (backing.starts_with(state)) out.push_back(e.path().filename().string() + " on " + backing);
+  }
+  std::ifstream mi("/proc/self/mountinfo");
+  for (std::string line; std::getline(mi, line);)
+    if (line.find(state) != std::string::npos) out.push_back("mount " + line);
+  return out;
+}
+
+// host_traces of every id in `ids`, after waiting (up to 30 s) for them to go: a teardown runs
+// after its DELETE answered, and a loop device clears itself after its last mount is gone.
+std::vector<std::string> traces_left(const fs::path& home, const std::vector<std::string>& ids) {
+  std::vector<std::string> all;
+  for (int i = 0; i < 600; ++i) {
+    all.clear();
+    for (const auto& id : ids)
+      for (auto& t : host_traces(home, id)) all.push_back(std::move(t));
+    if (all.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return all;
+}
+
+// Whether `pid` runs (exists and is not a zombie).
+bool runs(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string all((std::istreambuf_iterator<char>(f)), {});
+  auto close = all.rfind(')');
+  return close != std::string::npos && close + 2 < all.size() && all[close + 2] != 'Z';
+}
 
 class AbxdE2E : public testing::AbxdFixture {
  protected:
@@ -212,17 +260,18 @@ TEST_F(AbxdE2E, LayerPoolKeepsLayersReadyAndLeavesNothingOnStopOrCrash) {
   const std::string home_path = home().string();
   // Loop devices backed by files of this home, and mounts under it (bounded waits: a loop
   // device clears itself asynchronously after its last mount is gone).
-  auto loops = [&] {
+  auto loops_under = [&](const std::string& dir) {
     int n = 0;
     std::error_code ec;
     for (const auto& e : fs::directory_iterator("/sys/block", ec)) {
       std::ifstream f(e.path() / "loop/backing_file");
       std::string backing;
       std::getline(f, backing);
-      if (backing.starts_with(home_path + "/")) ++n;
+      if (backing.starts_with(dir + "/")) ++n;
     }
     return n;
   };
+  auto loops = [&] { return loops_under(home_path); };
   auto mounts = [&] {
     int n = 0;
     std::ifstream mi("/proc/self/mountinfo");
@@ -269,9 +318,15 @@ TEST_F(AbxdE2E, LayerPoolKeepsLayersReadyAndLeavesNothingOnStopOrCrash) {
   ASSERT_TRUE(wait_ready(2));
   abxd().kill9();
   // The kernel closed the dead abxd's fds: its ready layers' mounts and loop devices are gone.
-  EXPECT_TRUE(settles_at(0)) << loops() << " loop devices, " << mounts() << " mounts";
+  // (The deleted sandbox's layer may still be mounted: a teardown cut short by the kill, which
+  // the next start finishes.)
+  const std::string pool_path = pool.string();
+  for (int i = 0; i < 200 && loops_under(pool_path) != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(loops_under(pool_path), 0);
   EXPECT_EQ(files(), 2);  // only the files remain, until the next start
   start();
+  EXPECT_TRUE(settles_at(0)) << loops() << " loop devices, " << mounts() << " mounts";
   EXPECT_EQ(files(), 0);
   EXPECT_EQ(metric("abx_layer_pool_ready"), 0);  // kept warm again only once a create takes one
 }
@@ -616,10 +671,71 @@ TEST_F(AbxdE2E, KillNineAndRestartAdoptsLiveSandboxes) {
             json::parse(R"({"autoResume":false,"onTimeout":"pause"})"));
   EXPECT_EQ(call_demo(id, token, R"({"x":2})").body(), R"({"result":"2: hello"})");
   EXPECT_NE(api(bhttp::verb::get, "/v2/sandboxes").body().find(id), std::string::npos);
-  // Killing it after adoption removes everything.
+  // Killing it after adoption removes everything (its teardown runs after the DELETE answered).
   EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);
-  EXPECT_FALSE(fs::exists("/sys/fs/cgroup/unified/abx/" + id));
-  EXPECT_FALSE(fs::exists(home() / "sandboxes" / id));
+  EXPECT_EQ(traces_left(home(), {id}), std::vector<std::string>{});
+}
+
+// DELETE (issue 44) answers once nothing of the sandbox runs and the API and the proxy no longer
+// know it; its teardown (cgroups, writable layer and its loop device, state and run
+// directories) finishes after, on abxd's teardown thread.
+TEST_F(AbxdE2E, DeleteAnswersWithItsProcessesGoneAndTheTeardownFollows) {
+  auto sb = create(R"({"templateID":"demo","timeout":120})");
+  std::string id(sb.at("sandboxID").as_string());
+  std::string token(sb.at("envdAccessToken").as_string());
+  ASSERT_EQ(call_demo(id, token, R"({"x":1})").result_int(), 200);  // envd and its server run
+  auto layout = runtime::CgroupLayout::detect();
+  ASSERT_TRUE(layout.ok()) << layout.error().message();
+  const auto pids = runtime::SandboxCgroups::existing(*layout, "abx", id).pids();
+  ASSERT_GE(pids.size(), 2u);  // envd and the command server at least
+  ASSERT_NE(host_traces(home(), id), std::vector<std::string>{});
+
+  ASSERT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);
+  for (pid_t p : pids) EXPECT_FALSE(runs(p)) << "pid " << p << " still runs after the DELETE";
+  EXPECT_EQ(api(bhttp::verb::get, "/sandboxes/" + id).result_int(), 404);
+  EXPECT_EQ(sandbox_call(id, 49983, bhttp::verb::get, "/health", "", token).result_int(), 502);
+  EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 404);
+  EXPECT_EQ(traces_left(home(), {id}), std::vector<std::string>{});
+}
+
+// A stop (SIGTERM) finishes the teardowns still pending before abxd exits; a kill -9 leaves
+// them to the next start, which removes what they would have (issue 44).
+TEST_F(AbxdE2E, PendingTeardownsFinishOnStopAndAfterACrash) {
+  auto burst = [&](int n) {
+    std::vector<std::string> ids;
+    for (int i = 0; i < n; ++i)
+      ids.emplace_back(
+          create(R"({"templateID":"base","timeout":120})").at("sandboxID").as_string());
+    for (const auto& id : ids)
+      EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);
+    return ids;
+  };
+  auto dirs_left = [&](const std::vector<std::string>& ids) {
+    std::vector<std::string> left;
+    for (const auto& id : ids)
+      for (const fs::path& p : {home() / "sandboxes" / id, home() / "run" / id})
+        if (fs::exists(p)) left.push_back(p.string());
+    return left;
+  };
+  auto stopped = burst(3);
+  ASSERT_EQ(abxd().stop(), 0);
+  // No wait: the stop returned after the teardowns (only loop devices clear asynchronously).
+  EXPECT_EQ(dirs_left(stopped), std::vector<std::string>{});
+  EXPECT_EQ(traces_left(home(), stopped), std::vector<std::string>{});
+
+  start();
+  auto crashed = burst(4);
+  abxd().kill9();
+  // Four teardowns queued one after the other on one thread, the kill right after the last
+  // answer: some were still to run (else this test would not test the crash case).
+  EXPECT_NE(dirs_left(crashed), std::vector<std::string>{});
+  start();
+  EXPECT_EQ(traces_left(home(), crashed), std::vector<std::string>{});
+  for (const auto& id : crashed)
+    EXPECT_EQ(api(bhttp::verb::get, "/sandboxes/" + id).result_int(), 404) << id;
+  // The next create works, and its DELETE is torn down as usual.
+  auto next = burst(1);
+  EXPECT_EQ(traces_left(home(), next), std::vector<std::string>{});
 }
 
 TEST_F(AbxdE2E, KillNineUnderLoadLosesNothingAcknowledged) {

@@ -68,6 +68,10 @@ class SandboxCgroups {
   Status attach(pid_t pid) const;
   // Kills every task in the groups and waits (bounded) until they are empty.
   Status kill() const;
+  // kill() without the wait: SIGKILL sent to every task (cgroup.kill, else through the v1
+  // freezer, else one pass over the pids), not waited for. The caller waits its own way (a pid
+  // namespace's init exits last: Sandbox::kill polls its pidfd).
+  Status send_kill() const;
   // Freezes (true) or thaws (false) every task, waiting until the kernel reports it done:
   // cgroup v2's cgroup.freeze, else the v1 freezer. Memory is kept while frozen.
   // failed_precondition when neither is available.

@@ -10,8 +10,10 @@ namespace abx::runtime {
 // records) tell the original process from a newer one that reused the pid.
 unsigned long long process_start_time(pid_t pid);
 
-// Lowers the calling thread's scheduling priority by `levels` nice levels (at most to 19, never
-// above what it was): background work (a pool's refill) that must not slow what it serves.
+// Puts the calling thread `levels` nice levels below its current priority (at most 19, never
+// above it; best effort): background work that runs beside the creates it serves and must not
+// slow them (the writable-layer and sandbox pools' refills, abxd's teardown of deleted
+// sandboxes).
 void lower_thread_priority(int levels);
 
 // Gives process `pid` the daemon's own priority (its main thread's nice value), whatever the

@@ -250,9 +250,22 @@ class Sandbox {
   // is unlocked for a later adopt(). Used by an owner that exits but wants its sandboxes kept.
   void detach();
 
-  // Kills the whole tree (cgroup.kill or freezer, then SIGKILL to the init), reaps the init,
-  // removes the cgroups, unmounts the writable layer and removes the state directory (the
-  // layer's image included). Idempotent.
+  // The part of destroy() an owner waits for before it answers, the rest left for later
+  // (abxd's DELETE: the teardown then runs on a background thread): sends SIGKILL to the whole
+  // tree (cgroup.kill, then the init through its pidfd) and closes the netns fd (tcp_socket()
+  // fails from here on). With `exit_wait` > 0 it then waits up to that long (at most 60 s) for
+  // the init to exit, which a pid namespace's init does only after every other process in it
+  // exited: the tree is then gone, the init a zombie until destroy() reaps it. Before the
+  // signal it takes the user namespace's slot over from the init (userns.h): held by the
+  // calling process, not the dying init, so the id range and the link's name and /30 go to no
+  // new sandbox until destroy() released them (a crash of the caller frees the claim; the next
+  // owner's cleanup_stale() removes the rest). Errors: the kill's (the cgroup's, the pidfd's);
+  // a timed-out wait is none. Idempotent; nothing after destroy() or detach().
+  Status kill(std::chrono::milliseconds exit_wait = std::chrono::milliseconds(0));
+
+  // Kills the whole tree (kill(), when the owner did not call it), reaps the init, removes the
+  // cgroups, unmounts the writable layer, removes the state directory (the layer's image
+  // included) and frees the user namespace's slot. Idempotent.
   Status destroy();
 
   // Defined in src/runtime/sandbox_internal.h: what spawn(), adopt() and restore() fill.

@@ -287,11 +287,12 @@ class Store {
   Status insert_sandbox(const SandboxRecord& rec);
   Result<SandboxRecord> get_sandbox(std::string_view id);
   Result<SandboxPage> list_sandboxes(const SandboxFilter& filter);
-  Status update_state(std::string_view id, SandboxState state);
   // How far a write must last. kPowerLoss (every write but where asked otherwise): on disk
   // (the WAL fsynced) before the call returns. kProcessCrash: in the OS's page cache, so it
   // survives abxd's death but not the machine's; the next kPowerLoss write makes it durable too.
   enum class Durability { kPowerLoss, kProcessCrash };
+  Status update_state(std::string_view id, SandboxState state,
+                      Durability durability = Durability::kPowerLoss);
   Status set_deadline(std::string_view id, std::int64_t end_at_ms,
                       Durability durability = Durability::kPowerLoss);
   // PRAGMA synchronous of the store's connection (2: FULL, as every write but a kProcessCrash one
@@ -354,7 +355,10 @@ class Store {
 
   // --- lifecycle events (the abxd event log) ---
   // Appends and returns its id. kInvalidArgument: bad team id, type, or data over 4 KiB.
-  Result<std::int64_t> append_event(const EventRecord& e);
+  // kProcessCrash: as for update_state (abxd's DELETE of a running sandbox writes its killed
+  // event so, together with its state).
+  Result<std::int64_t> append_event(const EventRecord& e,
+                                    Durability durability = Durability::kPowerLoss);
   Result<std::vector<EventRecord>> list_events(const EventFilter& f);
   // The newest id ever given (0 when there has been none).
   Result<std::int64_t> last_event_id();
