@@ -570,8 +570,10 @@ Result<store::SandboxRecord> SandboxManager::settle_checkpoint(const store::Sand
       sb = not_found("destroyed: paused to disk");
     } else {
       // A resume restored it (or booted it again on its kept layer) and was cut short before
-      // recording it: it holds, once it has its link (the cut may have come before restore()
-      // made it).
+      // recording it: it holds, once it runs (a restore leaves its tasks stopped until its init
+      // is recorded, and the cut may have come between the two) and has its link (the cut may
+      // have come before restore() made it).
+      if (!rec.filesystem_only) ABX_TRY(runtime::continue_restored(*sb));
       ABX_TRY(runtime::recover(*sb));
       ABX_TRY(store_->set_checkpoint(rec.id, store::SandboxState::kRunning, ""));
       fs::remove_all(rec.checkpoint, ec);

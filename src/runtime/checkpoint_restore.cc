@@ -47,6 +47,19 @@ void child_keep_only(int keep) {
   ::syscall(SYS_close_range, static_cast<unsigned>(keep + 1), ~0u, 0u);
 }
 
+// SIGCONT to every task of a restored tree that CRIU left stopped (--leave-stopped): the init
+// (through its pidfd) and every task in its cgroups. A task that was itself stopped when it was
+// dumped runs on too: CRIU leaves them all stopped alike.
+Status continue_tree(const Sandbox::State& st) {
+  if (sys_pidfd_send_signal(st.pidfd.get(), SIGCONT) != 0 && errno != ESRCH)
+    return os::errno_error("SIGCONT to the restored init", errno);
+  for (pid_t p : st.cgroups.pids()) {
+    if (::kill(p, SIGCONT) != 0 && errno != ESRCH)
+      return os::errno_error("SIGCONT to restored task " + std::to_string(p), errno);
+  }
+  return {};
+}
+
 // A checkpoint.json read back, with what restore() checks and uses.
 struct Saved {
   std::string id;
@@ -350,9 +363,9 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
   // 5. CRIU. Its log and pidfile go to the state dir: `dir` stays as it was.
   const std::string pidfile = st->dir + "/" + kRestorePid;
   std::vector<std::string> args = {
-      options.criu, "restore",   "--images-dir", images,   "--work-dir",    st->dir,
-      "-o",         kRestoreLog, "-v2",          "--root", stage + "/root", "--restore-detached",
-      "--pidfile",  pidfile,     "--external",   "mnt[]"};
+      options.criu, "restore",   "--images-dir", images,   "--work-dir",     st->dir,
+      "-o",         kRestoreLog, "-v2",          "--root", stage + "/root",  "--restore-detached",
+      "--pidfile",  pidfile,     "--external",   "mnt[]",  "--leave-stopped"};
   for (std::size_t i = 0; i < config.binds.size(); ++i) {
     args.push_back("--external");
     args.push_back("mnt[" + bind_key(i) + "]:" + stage + "/" + bind_key(i));
@@ -383,6 +396,14 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
   ABX_ASSIGN_OR_RETURN(st->netns, open_fd("/proc/" + std::to_string(pid) + "/ns/net", O_RDONLY));
   if (config.id != saved.id) ABX_TRY(set_hostname(st->pid, config.id));
   if (config.veth.enabled) ABX_TRY(connect_veth(config, *st));
+  // 7. Only now does the restored tree run. CRIU left every task stopped (--leave-stopped), so
+  // an owner killed before the init record above leaves a tree that never ran: the next owner's
+  // cleanup_stale() removes it, and the checkpoint's writable layer (the restored sandbox's own
+  // with link_layer) is as it was dumped for the next resume. Before this, the tasks ran from
+  // CRIU's exit on: a crash in that window left a layer that no longer matched the process
+  // images (CRIU: "Can't open file ... on restore"), and the sandbox could not be resumed again.
+  // An owner killed after the record finds the tree again (adopt) and continue_restored()s it.
+  ABX_TRY(continue_tree(*st));
   mark("init");
   // The restored mount namespace has its own copies of the staged mounts. The images' links
   // go too (they would keep a deleted checkpoint's pages on disk).
@@ -396,5 +417,7 @@ Result<Sandbox> restore(const std::string& dir, SandboxConfig config,
   committed = true;
   return SandboxAccess::make(std::move(st));
 }
+
+Status continue_restored(Sandbox& sb) { return continue_tree(SandboxAccess::state(sb)); }
 
 }  // namespace abx::runtime

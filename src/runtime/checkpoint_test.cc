@@ -65,6 +65,14 @@ std::string hostname_of(pid_t pid) {
   return out;
 }
 
+// The state letter of /proc/<pid>/stat ('T': stopped), or '?' when the task is gone.
+char task_state(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = text.rfind(") ");
+  return close == std::string::npos || close + 2 >= text.size() ? '?' : text[close + 2];
+}
+
 struct Count {
   unsigned long long n = 0;
   std::string token;
@@ -1650,6 +1658,15 @@ TEST_F(CheckpointTest, AdoptAndRecoverCompleteARestoreWhoseOwnerDiedAfterCriu) {
   ASSERT_TRUE(adopted) << adopted.error().to_string();
   EXPECT_FALSE(fs::exists(stage)) << "adopt() left the restore's stage";
   EXPECT_FALSE(fs::exists(state_ + "/" + c.id + "/stage"));
+  // Nothing of the restored tree has run: CRIU left every task stopped until the restore ends,
+  // so an owner that dies before it changes nothing (the writable layer stays as dumped). The
+  // next owner lets it run.
+  const std::vector<pid_t> tasks = adopted->cgroups().pids();
+  ASSERT_FALSE(tasks.empty());
+  for (pid_t p : tasks) EXPECT_EQ(task_state(p), 'T') << "task " << p << " ran";
+  Status continued = continue_restored(*adopted);
+  ASSERT_TRUE(continued.ok()) << continued.error().to_string();
+  for (pid_t p : tasks) EXPECT_NE(task_state(p), 'T') << "task " << p << " still stopped";
   auto now = request(*adopted, adopted->upper_dir());  // the restored sandbox itself is whole
   ASSERT_TRUE(now.has_value());
   EXPECT_EQ(now->token, first.token);

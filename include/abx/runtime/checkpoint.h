@@ -214,6 +214,12 @@ Status release_checkpointed(Sandbox& sb, const std::string& dir, std::string_vie
 // to `criu_wait`, then killed (with its process group): a hung CRIU does not cost the sandbox.
 Status recover(Sandbox& sb, std::chrono::milliseconds criu_wait = std::chrono::seconds(60));
 
+// Lets a restored tree run: restore() leaves every task stopped until the init is recorded,
+// then does this itself; an owner that finds a restore cut short by its predecessor's death
+// after that record (the tree adopted, still stopped) calls it. Harmless on a running tree, but
+// it also continues any task a user stopped: call it only for a cut restore.
+Status continue_restored(Sandbox& sb);
+
 // Restores the checkpoint in `dir` as a sandbox of `config` (what spawn() got: the same
 // layers, binds (targets as checkpointed, sources re-made) and veth settings; argv is not run).
 // The user namespace gets the checkpoint's slot when it is free (pause to disk); else (a fork
