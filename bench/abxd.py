@@ -685,6 +685,16 @@ def main():
             report["live"] = {"n": len(ids), "fill_seconds": fill_s, "abxd_rss_mib": rss_mib(proc.pid),
                               "mem_per_sandbox_mib": (mem1 - mem0) / max(1, len(ids)),
                               "get_p50_ms": pct(gets, 50), "get_p99_ms": pct(gets, 99)}
+            # What the live sandboxes cost the machine while idle: its busy share over 3 s.
+            def jiffies():
+                with open("/proc/stat") as f:
+                    v = [int(x) for x in f.readline().split()[1:]]
+                return v[0] + v[1] + v[2] + v[5] + v[6] + v[7], sum(v[:8])
+            b0, t0j = jiffies()
+            time.sleep(3)
+            b1, t1j = jiffies()
+            report["live"]["idle_busy_pct"] = 100.0 * (b1 - b0) / max(1, t1j - t0j)
+            report["live"]["abxd_fds"] = len(os.listdir(f"/proc/{proc.pid}/fd"))
             # The create's figures with that many alive: create->ready and DELETE, and the mean
             # of each create step, to set beside the create section's (taken at 0 live).
             before = create_steps(api)
@@ -838,6 +848,8 @@ def main():
         print(f"{'  system memory per sandbox (MiB)':52} {lv['mem_per_sandbox_mib']:12.2f}")
         print(f"{'  GET /sandboxes/{id} p50 / p99 (ms)':52} "
               f"{lv['get_p50_ms']:6.2f}/{lv['get_p99_ms']:.2f}")
+        print(f"{'  machine busy over 3 s with them idle (%)':52} {lv['idle_busy_pct']:12.1f}")
+        print(f"{'  abxd open descriptors':52} {lv['abxd_fds']:12d}")
         if "create_ms" in lv:
             c, d = lv["create_ms"], lv["delete_ms"]
             print(f"{'  create->ready p50 / p99 at ' + str(lv['n']) + ' live (n=' + str(c['n']) + ')':52} "
