@@ -12,10 +12,13 @@
 //   /trailers        the body above, then the trailer `x-test-trailer: t1`
 //   /reset           the stream is reset with INTERNAL_ERROR before any response
 //   /goaway          a GOAWAY (NO_ERROR, this stream the last) is sent before the response
+//   /slow            the response's headers, then nothing for 30 s (the client gives up first)
 // Log lines (one per event, appended to --log):
 //   `<peer> conn=<n> <method> <path> proto=<ALPN> authority=<:authority>` per stream, then
 //   `<peer> hdr <name>=<value>` for each authorization or x-test-* field as received (raw: a
-//   duplicated field is two lines), and `<peer> trailer <name>=<value>` for request trailers.
+//   duplicated field is two lines), and `<peer> trailer <name>=<value>` for request trailers;
+//   `<peer> conn=<n> rst <path> code=<n>` when a stream ends reset (by either side), and
+//   `<peer> conn=<n> goaway code=<n>` when the client sends a GOAWAY.
 // Prints "listening" on stdout once it listens.
 import fs from 'node:fs';
 import http2 from 'node:http2';
@@ -39,7 +42,11 @@ const server = http2.createSecureServer({
   allowHTTP1: false,
   settings: {maxConcurrentStreams: 100},
 });
-server.on('session', (session) => connId.set(session, ++conns));
+server.on('session', (session) => {
+  connId.set(session, ++conns);
+  const peer = session.socket.remoteAddress;
+  session.on('goaway', (code) => log(`${peer} conn=${connId.get(session)} goaway code=${code}`));
+});
 server.on('stream', (stream, headers, flags, rawHeaders) => {
   const session = stream.session;
   const peer = session.socket.remoteAddress;
@@ -56,6 +63,16 @@ server.on('stream', (stream, headers, flags, rawHeaders) => {
     for (const [k, v] of Object.entries(trailers)) log(`${peer} trailer ${k}=${v}`);
   });
   stream.on('error', () => {});
+  stream.on('close', () => {
+    if (stream.rstCode) log(`${peer} conn=${conn} rst ${path} code=${stream.rstCode}`);
+  });
+  if (path === '/slow') {
+    stream.respond({':status': 200, 'content-type': 'text/plain'});
+    stream.write('started\n');
+    const timer = setTimeout(() => stream.end('done\n'), 30000);
+    stream.on('close', () => clearTimeout(timer));
+    return;
+  }
   if (path === '/reset') {
     stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
     return;

@@ -10,7 +10,9 @@
 # and a same-named header the sandbox sent replaced (one field, the rule's); several streams
 # multiplexed on one connection each get it; a forged :authority is answered 421 and never
 # forwarded, and so is a header block over the limits (431); bodies of megabytes stream both ways
-# under flow control; response trailers, an upstream RST_STREAM and GOAWAY reach the sandbox; an upstream that speaks only HTTP/1.1 still works when
+# under flow control; response trailers, an upstream RST_STREAM and GOAWAY reach the sandbox; a
+# stream the sandbox resets is reset upstream with its code while another stream of the same
+# connection goes on; an upstream that speaks only HTTP/1.1 still works when
 # the sandbox offered h2 (both legs fall back to HTTP/1.1); the audit has a transform event per
 # stream; the value is not in the audit or abxd's log.
 # ctest passes ABXD_BIN, ABX_CLI_BIN, ABX_IMAGE_STORE and ABX_INET_INDEX. Needs root.
@@ -129,6 +131,22 @@ got=$(sx "$sb" "curl -s --http2 --max-time 10 -o /dev/null -w '%{http_code} %{nu
 [ "$(grep -E ' GET /(goaway|after-goaway) ' "$h2log" | sed 's/.*conn=\([0-9]*\).*/\1/' | sort -u | wc -l)" = 2 ] ||
   fail "both requests on one upstream connection: $(cat "$h2log")"
 
+step "a stream the sandbox resets reaches the upstream as that stream's reset; the others go on"
+: >"$h2log"
+# Two streams on one connection: /slow, which curl gives up on after 2 s (RST_STREAM CANCEL),
+# and a 5 MB download held to 1 MB/s, which is still running then and must finish.
+got=$(sx "$sb" "curl -s --http2 -Z --max-time 2 -o /dev/null -w 'slow %{http_code} %{exitcode}\n' https://h2.abx.test/slow --next --http2 --max-time 20 --limit-rate 1M -o /dev/null -w 'big %{http_code} %{exitcode} %{size_download}\n' 'https://h2.abx.test/big?n=5000000' 2>/dev/null; echo rc=\$?")
+[ "$(echo $got)" = "slow 200 28 big 200 0 5000000 rc=28" ] || fail "reset by the sandbox: $got"
+# The upstream saw /slow reset with the sandbox's code (curl resets a stream it gives up on
+# with STREAM_CLOSED, 5; the proxy passes the code on) on the connection /big came on, and /big
+# was not reset: the reset was that stream's, not the connection's end.
+slow_conn=$(sed -n 's/.*conn=\([0-9]*\) GET \/slow .*/\1/p' "$h2log")
+[ -n "$slow_conn" ] && grep -q "conn=$slow_conn GET /big?n=5000000 " "$h2log" ||
+  fail "the two streams were not on one upstream connection: $(grep ' GET ' "$h2log")"
+grep -q "conn=$slow_conn rst /slow code=5\$" "$h2log" ||
+  fail "the upstream did not see the sandbox's reset of /slow: $(grep -E 'rst|goaway' "$h2log")"
+grep -q "rst /big" "$h2log" && fail "the download was reset too: $(grep rst "$h2log")"
+
 step "an upstream that speaks only HTTP/1.1, the sandbox offering h2: HTTP/1.1 both legs"
 : >"$hlog"
 got=$(h2curl "https://web.abx.test/h1")
@@ -146,11 +164,12 @@ ok = [e for e in h2 if e["status"] == 200 and e["rule"] == "h2.abx.test" and
 forged = [e for e in ev if e["domain"] == "other.abx.test" and e["status"] == 0 and
           "Host differs" in e.get("reason", "")]
 reset = [e for e in h2 if "upstream reset the stream" in e.get("reason", "")]
+sandbox_reset = [e for e in h2 if "the sandbox reset the stream (STREAM_CLOSED)" in e.get("reason", "")]
 # After the upstream's GOAWAY the sandbox was told too, so it sent no stream the proxy refused.
 if any("GOAWAY" in e.get("reason", "") for e in ev):
     sys.exit(1)
 # one, own, m1-m5, after, post, big, trailers: 11 answered streams
-sys.exit(0 if len(ok) >= 11 and len(forged) >= 2 and reset else 1)
+sys.exit(0 if len(ok) >= 11 and len(forged) >= 2 and reset and sandbox_reset else 1)
 PY
 grep -q "${secret#Bearer }" "$work/body" && fail "the value is in the audit"
 grep -q "${secret#Bearer }" "$work/abxd.log" && fail "the value is in abxd's log"
