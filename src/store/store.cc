@@ -366,6 +366,19 @@ struct Store::Impl {
   int version = 0;
   int nonce_calls = 0;
 
+  // Runs `write` (one commit; the caller holds mu) as durable as `durability` asks.
+  // kProcessCrash: with synchronous = NORMAL, which in WAL mode writes the WAL without fsyncing
+  // it (the fdatasync of a growing WAL: 1.28 ms in one traced connect); then back to FULL
+  // whatever the write did, as every other write counts on it.
+  template <class Write>
+  auto with_durability(Durability durability, Write&& write) -> decltype(write()) {
+    const bool relaxed = durability == Durability::kProcessCrash;
+    if (relaxed) ABX_TRY(conn.exec("PRAGMA synchronous = NORMAL", "relax synchronous"));
+    auto wrote = write();
+    if (relaxed) ABX_TRY(conn.exec("PRAGMA synchronous = FULL", "set synchronous"));
+    return wrote;
+  }
+
   // BEGIN IMMEDIATE … COMMIT, rolled back unless committed.
   class Tx {
    public:
@@ -660,18 +673,13 @@ Result<SandboxPage> Store::list_sandboxes(const SandboxFilter& f) {
 Status Store::update_state(std::string_view id, SandboxState state, Durability durability) {
   if (!SandboxId::valid(id)) return bad_id(id);
   std::lock_guard lock(impl_->mu);
-  // kProcessCrash: as in set_deadline, this one commit without the WAL's fsync.
-  const bool relaxed = durability == Durability::kProcessCrash;
-  if (relaxed) ABX_TRY(impl_->conn.exec("PRAGMA synchronous = NORMAL", "relax synchronous"));
-  Status wrote = [&]() -> Status {
+  return impl_->with_durability(durability, [&]() -> Status {
     ABX_ASSIGN_OR_RETURN(
         auto s,
         impl_->conn.prepare("UPDATE sandboxes SET state = ?2 WHERE id = ?1", "update state"));
     ABX_TRY(s.bind(1, id).bind(2, state_name(state)).exec());
     return impl_->expect_one_change(id);
-  }();
-  if (relaxed) ABX_TRY(impl_->conn.exec("PRAGMA synchronous = FULL", "set synchronous"));
-  return wrote;
+  });
 }
 
 Status Store::set_checkpoint(std::string_view id, SandboxState state, std::string_view checkpoint,
@@ -695,20 +703,13 @@ Status Store::set_checkpoint(std::string_view id, SandboxState state, std::strin
 Status Store::set_deadline(std::string_view id, std::int64_t end_at_ms, Durability durability) {
   if (!SandboxId::valid(id)) return bad_id(id);
   std::lock_guard lock(impl_->mu);
-  // kProcessCrash: this one commit with synchronous = NORMAL, which in WAL mode writes the WAL
-  // without fsyncing it (the fdatasync of a growing WAL: 1.28 ms in one traced connect).
-  const bool relaxed = durability == Durability::kProcessCrash;
-  if (relaxed) ABX_TRY(impl_->conn.exec("PRAGMA synchronous = NORMAL", "relax synchronous"));
-  Status wrote = [&]() -> Status {
+  return impl_->with_durability(durability, [&]() -> Status {
     ABX_ASSIGN_OR_RETURN(
         auto s,
         impl_->conn.prepare("UPDATE sandboxes SET end_at = ?2 WHERE id = ?1", "set deadline"));
     ABX_TRY(s.bind(1, id).bind(2, end_at_ms).exec());
     return impl_->expect_one_change(id);
-  }();
-  // Back to FULL whatever the write did: every other write counts on it.
-  if (relaxed) ABX_TRY(impl_->conn.exec("PRAGMA synchronous = FULL", "set synchronous"));
-  return wrote;
+  });
 }
 
 Result<int> Store::synchronous_setting() {
@@ -1086,9 +1087,7 @@ Result<std::int64_t> Store::append_event(const EventRecord& e, Durability durabi
     return invalid_argument("event type must be 1..64 bytes");
   if (e.data.size() > 4096) return invalid_argument("event data over 4096 bytes");
   std::lock_guard lock(impl_->mu);
-  const bool relaxed = durability == Durability::kProcessCrash;  // as in set_deadline
-  if (relaxed) ABX_TRY(impl_->conn.exec("PRAGMA synchronous = NORMAL", "relax synchronous"));
-  Result<std::int64_t> id = [&]() -> Result<std::int64_t> {
+  return impl_->with_durability(durability, [&]() -> Result<std::int64_t> {
     ABX_ASSIGN_OR_RETURN(
         auto s, impl_->conn.prepare("INSERT INTO events (ts, team_id, sandbox_id, template_id, "
                                     "type, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING id",
@@ -1102,9 +1101,7 @@ Result<std::int64_t> Store::append_event(const EventRecord& e, Durability durabi
     ABX_ASSIGN_OR_RETURN(auto row, s.step());
     if (!row) return internal_error("append event: no id returned");
     return s.int64(0);
-  }();
-  if (relaxed) ABX_TRY(impl_->conn.exec("PRAGMA synchronous = FULL", "set synchronous"));
-  return id;
+  });
 }
 
 Result<std::vector<EventRecord>> Store::list_events(const EventFilter& f) {
