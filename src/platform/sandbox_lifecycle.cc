@@ -24,14 +24,18 @@ namespace fs = std::filesystem;
 // nothing of the sandbox runs user code once SIGKILL is pending, and the teardown waits for them.
 constexpr std::chrono::milliseconds kKillExitWait{5000};
 
+namespace {
+// Paused to disk or without its memory (both record a checkpoint directory): no process runs,
+// and what is left of it is that directory, the user's data. (Caller holds sb.mu.)
+bool on_disk(const LiveSandbox& sb) { return !sb.record.checkpoint.empty(); }
+
 // A running sandbox's end (its killed state and event) needs to outlive abxd, not the machine:
 // a power loss ends its processes too, and the next abxd, finding none, marks it killed with a
-// `lost` event. One paused to disk or filesystem-only would come back from its checkpoint after
-// a power loss: its end is fsynced. (Caller holds sb.mu.)
-namespace {
+// `lost` event. One on disk would come back from its checkpoint after a power loss: its end is
+// fsynced. (Caller holds sb.mu.)
 store::Store::Durability end_durability(const LiveSandbox& sb) {
-  return sb.record.checkpoint.empty() ? store::Store::Durability::kProcessCrash
-                                      : store::Store::Durability::kPowerLoss;
+  return on_disk(sb) ? store::Store::Durability::kPowerLoss
+                     : store::Store::Durability::kProcessCrash;
 }
 }  // namespace
 
@@ -114,7 +118,7 @@ Status SandboxManager::kill(const std::string& id, const char* reason) {
     if (sb->moved) return not_found("sandbox '" + id + "' not found");
     sb->note("info", std::string("killed (") + reason + ")");
     durability = end_durability(*sb);
-    paused_on_disk = !sb->record.checkpoint.empty() || sb->record.filesystem_only;
+    paused_on_disk = on_disk(*sb);
     s = end_now(*sb);
   }
   emit(kEventKilled, sb->record, {{"reason", reason}}, durability);

@@ -169,10 +169,9 @@ void SandboxPool::run() {
       continue;
     }
     // Not beside a create that is still recording the sandbox it took (bounded: a create that
-    // never calls handed() holds nothing for long).
-    if (handing_ > 0 && cv_.wait_for(lock, opt_.hold, [&] { return stop_ || handing_ == 0; }) &&
-        stop_)
-      continue;
+    // never calls handed() holds nothing for long, and past the hold none is waited for).
+    if (handing_ > 0) cv_.wait_for(lock, opt_.hold, [&] { return stop_ || handing_ == 0; });
+    if (stop_) continue;
     handing_ = 0;
     booting_ = *tmpl;
     lock.unlock();

@@ -26,10 +26,13 @@ std::string slot_path(const std::string& registry, std::uint32_t slot) {
   return registry + "/" + std::to_string(slot);
 }
 
-// "<pid> <start>\n" of a live process, the content of a claim.
-std::string holder_record(pid_t pid) {
-  return std::to_string(pid) + " " + std::to_string(process_start_time(pid)) + "\n";
+// "<pid> <start>\n", the content of a claim held by the process `pid` started at `start`.
+std::string claim_record(pid_t pid, unsigned long long start) {
+  return std::to_string(pid) + " " + std::to_string(start) + "\n";
 }
+
+// The claim of a live process.
+std::string holder_record(pid_t pid) { return claim_record(pid, process_start_time(pid)); }
 
 // A claim is live while the process it names (pid + start time) exists.
 bool claim_live(const std::string& path) {
@@ -192,8 +195,7 @@ bool take_over_slot(const std::string& registry, std::uint32_t slot, pid_t from_
   if (!lock) return false;
   const std::string path = slot_path(registry, slot);
   auto text = read_file(path, 256);
-  if (!text || *text != std::to_string(from_pid) + " " + std::to_string(from_start) + "\n")
-    return false;
+  if (!text || *text != claim_record(from_pid, from_start)) return false;
   return replace_file(path, holder_record(::getpid())).ok();
 }
 
@@ -203,8 +205,7 @@ void release_slot(const std::string& registry, std::uint32_t slot, pid_t pid,
   if (!lock) return;
   std::string path = slot_path(registry, slot);
   auto text = read_file(path, 256);
-  if (text && *text == std::to_string(pid) + " " + std::to_string(start) + "\n")
-    ::unlink(path.c_str());
+  if (text && *text == claim_record(pid, start)) ::unlink(path.c_str());
 }
 
 Result<ScopedThreadOwner> ScopedThreadOwner::become(std::uint32_t id) {

@@ -29,6 +29,20 @@ namespace bhttp = boost::beast::http;
 namespace json = boost::json;
 namespace fs = std::filesystem;
 
+// The loop devices backed by files under `dir`, as "<device> on <backing file>".
+std::vector<std::string> loops_under(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/sys/block", ec)) {
+    std::ifstream f(e.path() / "loop/backing_file");
+    std::string backing;
+    std::getline(f, backing);
+    if (backing.starts_with(dir + "/"))
+      out.push_back(e.path().filename().string() + " on " + backing);
+  }
+  return out;
+}
+
 // What sandbox `id` of `home` puts on the host: its state, run and checkpoint directories, its
 // cgroups, loop devices backed by files of its state directory and mounts under it.
 std::vector<std::string> host_traces(const fs::path& home, const std::string& id) {
@@ -40,17 +54,11 @@ std::vector<std::string> host_traces(const fs::path& home, const std::string& id
     for (const auto& d : cgroups.dirs())
       if (fs::exists(d)) out.push_back(d);
   }
-  const std::string state = (home / "sandboxes" / id).string() + "/";
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator("/sys/block", ec)) {
-    std::ifstream f(e.path() / "loop/backing_file");
-    std::string backing;
-    std::getline(f, backing);
-    if (backing.starts_with(state)) out.push_back(e.path().filename().string() + " on " + backing);
-  }
+  const std::string state = (home / "sandboxes" / id).string();
+  for (auto& l : loops_under(state)) out.push_back(std::move(l));
   std::ifstream mi("/proc/self/mountinfo");
   for (std::string line; std::getline(mi, line);)
-    if (line.find(state) != std::string::npos) out.push_back("mount " + line);
+    if (line.find(state + "/") != std::string::npos) out.push_back("mount " + line);
   return out;
 }
 
@@ -260,18 +268,7 @@ TEST_F(AbxdE2E, LayerPoolKeepsLayersReadyAndLeavesNothingOnStopOrCrash) {
   const std::string home_path = home().string();
   // Loop devices backed by files of this home, and mounts under it (bounded waits: a loop
   // device clears itself asynchronously after its last mount is gone).
-  auto loops_under = [&](const std::string& dir) {
-    int n = 0;
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator("/sys/block", ec)) {
-      std::ifstream f(e.path() / "loop/backing_file");
-      std::string backing;
-      std::getline(f, backing);
-      if (backing.starts_with(dir + "/")) ++n;
-    }
-    return n;
-  };
-  auto loops = [&] { return loops_under(home_path); };
+  auto loops = [&] { return loops_under(home_path).size(); };
   auto mounts = [&] {
     int n = 0;
     std::ifstream mi("/proc/self/mountinfo");
@@ -279,7 +276,7 @@ TEST_F(AbxdE2E, LayerPoolKeepsLayersReadyAndLeavesNothingOnStopOrCrash) {
       if (line.find(home_path + "/sandboxes/") != std::string::npos) ++n;
     return n;
   };
-  auto settles_at = [&](int want) {
+  auto settles_at = [&](std::size_t want) {
     for (int i = 0; i < 200 && (loops() != want || mounts() != 0); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     return loops() == want && mounts() == 0;
@@ -321,9 +318,9 @@ TEST_F(AbxdE2E, LayerPoolKeepsLayersReadyAndLeavesNothingOnStopOrCrash) {
   // (The deleted sandbox's layer may still be mounted: a teardown cut short by the kill, which
   // the next start finishes.)
   const std::string pool_path = pool.string();
-  for (int i = 0; i < 200 && loops_under(pool_path) != 0; ++i)
+  for (int i = 0; i < 200 && !loops_under(pool_path).empty(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_EQ(loops_under(pool_path), 0);
+  EXPECT_EQ(loops_under(pool_path), std::vector<std::string>{});
   EXPECT_EQ(files(), 2);  // only the files remain, until the next start
   start();
   EXPECT_TRUE(settles_at(0)) << loops() << " loop devices, " << mounts() << " mounts";
