@@ -57,7 +57,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 from rows import row  # noqa: E402
-from api_client import Api, create_steps  # noqa: E402
+from api_client import Api, create_steps, machine_jiffies, step_means  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -595,9 +595,7 @@ def main():
             report["layer_pool_takes"] = pool_takes(api)
             report["sandbox_pool_takes"] = takes_between(
                 sandbox_pool_before, pool_takes(api, "abx_sandbox_pool_takes_total"))
-            report["create_steps_ms"] = {
-                k: (total - steps_before.get(k, (0, 0.0))[1]) / (n - steps_before.get(k, (0, 0))[0])
-                for k, (n, total) in after.items() if n > steps_before.get(k, (0, 0))[0]}
+            report["create_steps_ms"] = step_means(steps_before, after)
         if teardown:
             report["link_teardown_ms"] = {"n": len(teardown), "p50": pct(teardown, 50)}
         if background:
@@ -686,13 +684,9 @@ def main():
                               "mem_per_sandbox_mib": (mem1 - mem0) / max(1, len(ids)),
                               "get_p50_ms": pct(gets, 50), "get_p99_ms": pct(gets, 99)}
             # What the live sandboxes cost the machine while idle: its busy share over 3 s.
-            def jiffies():
-                with open("/proc/stat") as f:
-                    v = [int(x) for x in f.readline().split()[1:]]
-                return v[0] + v[1] + v[2] + v[5] + v[6] + v[7], sum(v[:8])
-            b0, t0j = jiffies()
+            b0, t0j = machine_jiffies()
             time.sleep(3)
-            b1, t1j = jiffies()
+            b1, t1j = machine_jiffies()
             report["live"]["idle_busy_pct"] = 100.0 * (b1 - b0) / max(1, t1j - t0j)
             report["live"]["abxd_fds"] = len(os.listdir(f"/proc/{proc.pid}/fd"))
             # The create's figures with that many alive: create->ready and DELETE, and the mean
@@ -716,9 +710,7 @@ def main():
                                                "p99": pct(made, 99)}
                 report["live"]["delete_ms"] = {"n": len(gone), "p50": pct(gone, 50),
                                                "p99": pct(gone, 99)}
-                report["live"]["create_steps_ms"] = {
-                    k: (total - before.get(k, (0, 0.0))[1]) / (n - before.get(k, (0, 0))[0])
-                    for k, (n, total) in after.items() if n > before.get(k, (0, 0))[0]}
+                report["live"]["create_steps_ms"] = step_means(before, after)
             for sid in ids:
                 api.call("DELETE", f"/sandboxes/{sid}")
     finally:

@@ -1,5 +1,5 @@
 """A keep-alive client of abxd's API for the benches (abxd.py, lib/cluster.py,
-lib/python_create.py), and abxd's create timeline from its metrics."""
+lib/python_create.py), abxd's create timeline from its metrics, and the machine's busy time."""
 import http.client
 import json
 import re
@@ -54,3 +54,18 @@ def create_steps(api):
                 count = int(float(m.group(3)))
             steps[m.group(2)] = (count, total)
     return steps
+
+
+def step_means(before, after):
+    """{step: mean ms} of the creates between two create_steps() snapshots."""
+    return {k: (total - before.get(k, (0, 0.0))[1]) / (n - before.get(k, (0, 0))[0])
+            for k, (n, total) in after.items() if n > before.get(k, (0, 0))[0]}
+
+
+def machine_jiffies():
+    """(busy, total) jiffies of all CPUs from /proc/stat (busy: user, nice, system, irq, softirq,
+    steal)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7]
+    return busy, busy + v[3] + v[4]

@@ -15,19 +15,12 @@ import time
 from urllib.parse import urlparse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from api_client import Api, create_steps  # noqa: E402
+from api_client import Api, create_steps, machine_jiffies  # noqa: E402
 
 
 def pct(values, p):
     s = sorted(values)
     return s[min(len(s) - 1, max(0, int(round(p / 100.0 * (len(s) - 1)))))]
-
-
-def machine_jiffies():
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7]
-    return busy, busy + v[3] + v[4]
 
 
 def main():
