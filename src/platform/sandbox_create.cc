@@ -556,22 +556,24 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
   tl.mark("image");
   const std::string digest = img ? img->manifest_digest : std::string();
   std::optional<BootedSandbox> booted;
-  if (pool_ && poolable(req)) {
+  bool committed = false;
+  const bool pooled = pool_ && poolable(req);
+  if (pooled) {
     // Booted from this very catalog and image; else it is destroyed and the next one tried.
     booted = pool_->take(tmpl->id, [&](const BootedSandbox& b) {
       return b.catalog == catalog && b.image_digest == digest;
     });
     if (booted) tl.mark("pool");
   }
-  // The refill waits until this create has recorded what it took (or failed).
-  ScopeExit handed{[&, took = booted.has_value()] {
-    if (took) pool_->handed();
+  // The refill waits until this create has recorded its sandbox (or failed), and boots the
+  // template ahead only once a create of it succeeded.
+  ScopeExit ended{[&] {
+    if (pooled) pool_->ended(tmpl->id, committed);
   }};
   if (!booted) {
     ABX_ASSIGN_OR_RETURN(BootedSandbox b, boot(catalog, *tmpl, img, req, tl));
     booted.emplace(std::move(b));
   }
-  bool committed = false;
   ScopeExit undo{[&] {
     if (!committed) discard(*booted);
   }};
@@ -610,9 +612,11 @@ Result<std::shared_ptr<LiveSandbox>> SandboxManager::create(const CreateRequest&
 bool SandboxManager::poolable(const CreateRequest& req) const {
   if (!req.secure || !req.env_vars.empty() || !req.volume_mounts.empty()) return false;
   if (!req.network) return true;
-  // The request's network may spell out the default (the SDKs send allowInternetAccess).
-  return boost::json::serialize(req.network->to_json(/*reveal=*/true)) ==
-         boost::json::serialize(default_network().to_json(/*reveal=*/true));
+  // The request's network may spell out the default (the SDKs send allowInternetAccess). The
+  // whole of what the store keeps is compared: the network object alone leaves out
+  // allowInternetAccess, and a create asking for no internet took a pooled sandbox that had it.
+  return boost::json::serialize(network_record(*req.network)) ==
+         boost::json::serialize(network_record(default_network()));
 }
 
 void SandboxManager::discard(BootedSandbox& b) {

@@ -75,10 +75,10 @@ std::optional<BootedSandbox> SandboxPool::take(
     }
     if (out) {
       ++(waited ? stats_.waits : stats_.hits);
-      ++handing_;
     } else {
       ++stats_.misses;
     }
+    ++handing_;
     stats_.discarded += stale.size();
   }
   cv_.notify_all();  // the refill: one fewer ready, or a template newly asked for
@@ -86,10 +86,11 @@ std::optional<BootedSandbox> SandboxPool::take(
   return out;
 }
 
-void SandboxPool::handed() {
+void SandboxPool::ended(const std::string& template_id, bool created) {
   {
     std::lock_guard lock(mu_);
     if (handing_ > 0) --handing_;
+    if (auto it = stock_.find(template_id); created && it != stock_.end()) it->second.proven = true;
   }
   cv_.notify_all();
 }
@@ -121,7 +122,7 @@ std::optional<std::string> SandboxPool::wanted() const {
   std::optional<std::string> best;
   std::size_t fewest = opt_.per_template;
   for (const auto& [id, stock] : stock_) {
-    if (stock.ready.size() < fewest) {
+    if (stock.proven && stock.ready.size() < fewest) {
       fewest = stock.ready.size();
       best = id;
     }
@@ -168,8 +169,8 @@ void SandboxPool::run() {
       cv_.wait_for(lock, opt_.tick);
       continue;
     }
-    // Not beside a create that is still recording the sandbox it took (bounded: a create that
-    // never calls handed() holds nothing for long, and past the hold none is waited for).
+    // Not beside a create between its take() and ended() (bounded: a create that never calls
+    // ended() holds nothing for long, and past the hold none is waited for).
     if (handing_ > 0) cv_.wait_for(lock, opt_.hold, [&] { return stop_ || handing_ == 0; });
     if (stop_) continue;
     handing_ = 0;

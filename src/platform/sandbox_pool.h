@@ -50,7 +50,7 @@ class SandboxPool {
     // The refill's pause when nothing is wanted (and the first wait after a failed boot, which
     // doubles up to a minute).
     std::chrono::milliseconds tick{std::chrono::seconds(1)};
-    // How long the refill waits for creates that took a sandbox to record it (handed()).
+    // How long the refill waits for creates between their take() and ended().
     std::chrono::milliseconds hold{100};
   };
   // A new ready sandbox of the template (the refill thread's, below abxd's priority).
@@ -75,12 +75,16 @@ class SandboxPool {
   // A ready sandbox of `template_id` for which `usable` holds (others are destroyed), or the one
   // the refill is booting for it, waited for by one create at a time (a hit, or a wait); nullopt
   // (a miss) otherwise.
-  // Either way the template is asked for now: the refill keeps it stocked until it is idle.
+  // Either way the template is asked for now: once a create of it succeeded (ended()), the
+  // refill keeps it stocked until it is idle. Every take() is followed by one ended().
   std::optional<BootedSandbox> take(const std::string& template_id,
                                     const std::function<bool(const BootedSandbox&)>& usable);
-  // The create that took a sandbox (a hit or a wait) has recorded it: until then, for at most
-  // Options::hold, the refill starts no boot, which would take the CPU the create needs.
-  void handed();
+  // The create that called take() has ended: it recorded a sandbox (`created`: the one it took,
+  // or on a miss the one it booted) or it failed. Until then, for at most Options::hold, the
+  // refill starts no boot, which would take the CPU the create needs. A template is booted ahead
+  // only after one of its creates succeeded: one whose creates fail (a ready command that never
+  // passes, an image that cannot be used) is never booted in the background.
+  void ended(const std::string& template_id, bool created);
   // Destroys every ready sandbox (templates reloaded); the refill boots new ones as needed.
   void flush();
   Stats stats() const;
@@ -89,9 +93,11 @@ class SandboxPool {
   struct Stock {
     std::deque<BootedSandbox> ready;
     std::chrono::steady_clock::time_point asked;
+    bool proven = false;  // a create of it succeeded: the refill may boot it
   };
   void run();
-  // The template to boot one for next (the one asked for with the fewest ready), if any. Under mu_.
+  // The template to boot one for next (the proven one asked for with the fewest ready), if any.
+  // Under mu_.
   std::optional<std::string> wanted() const;
 
   const Options opt_;
@@ -103,7 +109,7 @@ class SandboxPool {
   std::map<std::string, Stock> stock_;
   std::string booting_;   // the template the refill is booting for, or empty
   bool waiting_ = false;  // a create waits for that boot
-  int handing_ = 0;       // creates that took a sandbox and have not recorded it yet
+  int handing_ = 0;       // creates between their take() and ended()
   bool stop_ = false;
   Stats stats_;
   std::thread thread_;

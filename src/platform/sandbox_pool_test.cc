@@ -91,6 +91,15 @@ bool eventually(const std::function<bool()>& pred) {
   return pred();
 }
 
+// A create as SandboxManager::create makes it: take(), then ended() (it recorded a sandbox).
+std::optional<BootedSandbox> create(
+    SandboxPool& pool, const std::string& tmpl,
+    const std::function<bool(const BootedSandbox&)>& usable = any) {
+  auto b = pool.take(tmpl, usable);
+  pool.ended(tmpl, true);
+  return b;
+}
+
 SandboxPool::Options fast(std::size_t per_template) {
   SandboxPool::Options o;
   o.per_template = per_template;
@@ -101,12 +110,12 @@ SandboxPool::Options fast(std::size_t per_template) {
 TEST(SandboxPool, FirstTakeMissesThenTheTemplateIsKeptStockedAndEachSandboxIsHandedOutOnce) {
   FakeBoots f;
   SandboxPool pool(fast(2), f.boot(), f.discard(), [](std::size_t) { return true; });
-  EXPECT_FALSE(pool.take("base", any).has_value());  // nothing asked for it before
+  EXPECT_FALSE(create(pool, "base").has_value());  // nothing asked for it before
   ASSERT_TRUE(eventually([&] { return pool.stats().ready == 2; }));
   std::set<std::string> seen;
   for (int i = 0; i < 6; ++i) {
     ASSERT_TRUE(eventually([&] { return pool.stats().ready >= 1; })) << i;
-    auto b = pool.take("base", any);
+    auto b = create(pool, "base");
     ASSERT_TRUE(b.has_value()) << i;
     EXPECT_TRUE(b->id.starts_with("base-"));
     EXPECT_TRUE(seen.insert(b->id).second) << b->id << " handed out twice";
@@ -121,14 +130,14 @@ TEST(SandboxPool, ATakeWaitsForTheSandboxBeingBootedForItsTemplate) {
   FakeBoots f;
   SandboxPool pool(fast(1), f.boot(), f.discard(), [](std::size_t) { return true; });
   f.set_open(false);
-  EXPECT_FALSE(pool.take("base", any).has_value());
+  EXPECT_FALSE(create(pool, "base").has_value());
   ASSERT_TRUE(f.started_at_least(1));  // the refill is in the boot, held
   std::optional<BootedSandbox> got;
-  std::thread taker([&] { got = pool.take("base", any); });
+  std::thread taker([&] { got = create(pool, "base"); });
   std::this_thread::sleep_for(50ms);
   // One create waits for that boot; a second one boots its own at once rather than queue
   // behind the refill.
-  EXPECT_FALSE(pool.take("base", any).has_value());
+  EXPECT_FALSE(create(pool, "base").has_value());
   EXPECT_EQ(pool.stats().misses, 2u);
   f.set_open(true);
   taker.join();
@@ -141,12 +150,12 @@ TEST(SandboxPool, AFailedBootSendsTheWaitingCreateToBootItsOwn) {
   SandboxPool pool(fast(1), f.boot(), f.discard(), [](std::size_t) { return true; });
   f.set_open(false);
   f.set_fail(true);
-  EXPECT_FALSE(pool.take("base", any).has_value());
+  EXPECT_FALSE(create(pool, "base").has_value());
   ASSERT_TRUE(f.started_at_least(1));
   std::optional<BootedSandbox> got;
   std::atomic<bool> done{false};
   std::thread taker([&] {
-    got = pool.take("base", any);
+    got = create(pool, "base");
     done = true;
   });
   std::this_thread::sleep_for(50ms);
@@ -163,12 +172,12 @@ TEST(SandboxPool, NoBootStartsWhileACreateIsStillRecordingWhatItTook) {
   SandboxPool::Options o = fast(1);
   o.hold = std::chrono::seconds(30);
   SandboxPool pool(o, f.boot(), f.discard(), [](std::size_t) { return true; });
-  (void)pool.take("base", any);
+  (void)create(pool, "base");
   ASSERT_TRUE(eventually([&] { return pool.stats().ready == 1; }));
   ASSERT_TRUE(pool.take("base", any).has_value());
   std::this_thread::sleep_for(200ms);  // ten ticks: the refill holds back
   EXPECT_EQ(f.started(), 1);
-  pool.handed();
+  pool.ended("base", true);
   EXPECT_TRUE(eventually([&] { return pool.stats().ready == 1; }));
   EXPECT_EQ(f.started(), 2);
 }
@@ -176,18 +185,18 @@ TEST(SandboxPool, NoBootStartsWhileACreateIsStillRecordingWhatItTook) {
 TEST(SandboxPool, AStaleSandboxIsDestroyedNeverHandedOut) {
   FakeBoots f;
   SandboxPool pool(fast(2), f.boot(), f.discard(), [](std::size_t) { return true; });
-  (void)pool.take("base", any);
+  (void)create(pool, "base");
   ASSERT_TRUE(eventually([&] { return pool.stats().ready == 2; }));
   f.set_digest("d2");  // the template's image changed: the two ready ones are stale
   auto fresh = [](const BootedSandbox& b) { return b.image_digest == "d2"; };
   // Both stale ones go; a new one is booted (and waited for) or the create boots its own.
-  auto b = pool.take("base", fresh);
+  auto b = create(pool, "base", fresh);
   if (b) {
     EXPECT_EQ(b->image_digest, "d2");
   }
   EXPECT_EQ(f.discarded().size(), 2u);
   ASSERT_TRUE(eventually([&] { return pool.stats().ready == 2; }));
-  auto c = pool.take("base", fresh);
+  auto c = create(pool, "base", fresh);
   ASSERT_TRUE(c.has_value());
   EXPECT_EQ(c->image_digest, "d2");
 }
@@ -195,7 +204,7 @@ TEST(SandboxPool, AStaleSandboxIsDestroyedNeverHandedOut) {
 TEST(SandboxPool, FlushDestroysTheReadyOnesAndTheRefillBootsNewOnes) {
   FakeBoots f;
   SandboxPool pool(fast(2), f.boot(), f.discard(), [](std::size_t) { return true; });
-  (void)pool.take("base", any);
+  (void)create(pool, "base");
   ASSERT_TRUE(eventually([&] { return pool.stats().ready == 2; }));
   pool.flush();
   EXPECT_EQ(f.discarded().size(), 2u);
@@ -209,7 +218,7 @@ TEST(SandboxPool, NoBootWithoutRoomAndTheDestructorDestroysWhatIsReady) {
   {
     SandboxPool pool(fast(3), f.boot(), f.discard(),
                      [&](std::size_t pooled) { return pooled < limit; });
-    (void)pool.take("base", any);
+    (void)create(pool, "base");
     ASSERT_TRUE(eventually([&] { return pool.stats().ready == 1; }));
     std::this_thread::sleep_for(100ms);  // several ticks: still one, the room says so
     EXPECT_EQ(pool.stats().ready, 1u);
@@ -225,16 +234,16 @@ TEST(SandboxPool, AnIdleTemplateLeavesAndTheLeastRecentlyAskedMakesRoomForANinth
   o.idle = 300ms;
   o.max_templates = 2;
   SandboxPool pool(o, f.boot(), f.discard(), [](std::size_t) { return true; });
-  (void)pool.take("a", any);
+  (void)create(pool, "a");
   ASSERT_TRUE(eventually([&] { return pool.stats().ready == 1; }));
   EXPECT_TRUE(eventually([&] { return f.discarded().size() == 1; }));  // idle: "a" left
   EXPECT_EQ(pool.stats().ready, 0u);
   o.idle = std::chrono::minutes(5);
   SandboxPool bounded(o, f.boot(), f.discard(), [](std::size_t) { return true; });
-  (void)bounded.take("b", any);
-  (void)bounded.take("c", any);
+  (void)create(bounded, "b");
+  (void)create(bounded, "c");
   ASSERT_TRUE(eventually([&] { return bounded.stats().ready == 2; }));
-  (void)bounded.take("d", any);  // "b" was asked for longest ago
+  (void)create(bounded, "d");  // "b" was asked for longest ago
   std::size_t of_b = 0, of_c = 0;
   for (const auto& id : f.discarded()) {
     of_b += id.starts_with("b-");
@@ -243,9 +252,30 @@ TEST(SandboxPool, AnIdleTemplateLeavesAndTheLeastRecentlyAskedMakesRoomForANinth
   EXPECT_EQ(of_b, 1u);
   EXPECT_EQ(of_c, 0u);
   EXPECT_TRUE(eventually([&] { return bounded.stats().ready == 2; }));
-  auto c = bounded.take("c", any);
+  auto c = create(bounded, "c");
   ASSERT_TRUE(c.has_value());
   EXPECT_TRUE(c->id.starts_with("c-"));
+}
+
+TEST(SandboxPool, ATemplateIsBootedAheadOnlyOnceACreateOfItSucceeded) {
+  FakeBoots f;
+  SandboxPool::Options o = fast(1);
+  o.hold = 20ms;
+  SandboxPool pool(o, f.boot(), f.discard(), [](std::size_t) { return true; });
+  // Creates that fail (a ready command that never passes): nothing is booted in the background.
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(pool.take("never", any).has_value());
+    pool.ended("never", false);
+  }
+  std::this_thread::sleep_for(200ms);  // ten ticks
+  EXPECT_EQ(f.started(), 0);
+  // A create that misses is not raced by a boot of the same template while it boots its own.
+  EXPECT_FALSE(pool.take("base", any).has_value());
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(f.started(), 0);
+  pool.ended("base", true);
+  EXPECT_TRUE(eventually([&] { return pool.stats().ready == 1; }));
+  EXPECT_EQ(pool.stats().misses, 4u);
 }
 
 }  // namespace
