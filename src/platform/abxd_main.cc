@@ -94,7 +94,7 @@ struct Config {
   std::uint64_t volume_size_mib = platform::kDefaultVolumeBytes >> 20;
   std::size_t layer_pool = 2;
   double layer_pool_idle = 600;  // seconds
-  std::size_t sandbox_pool = 0;
+  std::size_t sandbox_pool = 1;
   double sandbox_pool_idle = 300;  // seconds
   runtime::UserNamespace userns;
   bool no_userns = false;
@@ -326,8 +326,8 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, Config& cfg
                  "Sandboxes kept booted and ready (envd and the template's servers answering, "
                  "never handed out before) per template that creates asked for lately, up to 8 "
                  "templates: a create without envVars, volumes or network rules of its own takes "
-                 "one and only records it; each costs an idle sandbox's memory (0: none; "
-                 "docs/abxd.md)")
+                 "one and only records it; each costs an idle sandbox's memory (0: none, every "
+                 "create boots its own; docs/abxd.md)")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
   app.add_option("--sandbox-pool-idle", cfg.sandbox_pool_idle,

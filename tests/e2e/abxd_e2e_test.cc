@@ -196,9 +196,16 @@ TEST_F(AbxdE2E, V2CreateAndConnectRoutesOfNewerSdks) {
   EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);
 }
 
+// abxd without the sandbox pool (on by default): every create boots its own sandbox, so a
+// test can count the steps, layers and sandboxes of each.
+class AbxdNoPoolE2E : public AbxdE2E {
+ protected:
+  std::vector<std::string> abxd_args() const override { return {"--sandbox-pool", "0"}; }
+};
+
 // GET /metrics (issue 44): where successful creates spent their time, step by step, in
 // Prometheus' text format; a failed create counts in no step.
-TEST_F(AbxdE2E, MetricsShowEachCreateStep) {
+TEST_F(AbxdNoPoolE2E, MetricsShowEachCreateStep) {
   EXPECT_EQ(api(bhttp::verb::get, "/metrics", "", "").result_int(), 401);
   // A series' value, or -1 when the series is absent.
   auto value = [](const std::string& text, const std::string& series) -> double {
@@ -251,7 +258,7 @@ TEST_F(AbxdE2E, MetricsShowEachCreateStep) {
 // size makes its layer and from then on the pool keeps --layer-pool (2) ready, which the next
 // creates take; abxd's SIGTERM and its kill -9 each leave no mount and no loop device of the
 // home, and the next start removes the files a killed abxd left.
-TEST_F(AbxdE2E, LayerPoolKeepsLayersReadyAndLeavesNothingOnStopOrCrash) {
+TEST_F(AbxdNoPoolE2E, LayerPoolKeepsLayersReadyAndLeavesNothingOnStopOrCrash) {
   auto value = [](const std::string& text, const std::string& series) -> double {
     auto at = text.find("\n" + series + " ");
     if (at == std::string::npos) return -1;
@@ -421,6 +428,24 @@ TEST_F(SandboxPoolE2E, PooledSandboxesServeCreatesOnceEachAndLeaveNothingOnStopO
             3);
   EXPECT_EQ(metric("abx_sandbox_pool_ready"), 2);
   ids.insert(own_id);
+  // allowInternetAccess: false is not the default network: never a pooled sandbox (which has
+  // the internet), whatever the network object says.
+  for (const char* body : {R"({"templateID":"demo","timeout":60,"allowInternetAccess":false})",
+                           R"({"templateID":"demo","timeout":60,"allowInternetAccess":false,)"
+                           R"("network":{"allowPublicTraffic":true}})"}) {
+    ASSERT_TRUE(pool_ready(2));
+    const std::set<std::string> stocked_now = state_dirs();
+    auto closed = create(body);
+    const std::string closed_id(closed.at("sandboxID").as_string());
+    EXPECT_FALSE(stocked_now.contains(closed_id)) << "a pooled sandbox for " << body;
+    auto info = api(bhttp::verb::get, "/sandboxes/" + closed_id);
+    EXPECT_NE(info.body().find(R"("allowInternetAccess":false)"), std::string::npos)
+        << info.body();
+    ids.insert(closed_id);
+  }
+  EXPECT_EQ(metric("abx_sandbox_pool_takes_total{result=\"hit\"}") +
+                metric("abx_sandbox_pool_takes_total{result=\"wait\"}"),
+            3);
   EXPECT_EQ(state_dirs().size(), ids.size() + 2);
   for (const auto& id : ids)
     EXPECT_EQ(api(bhttp::verb::delete_, "/sandboxes/" + id).result_int(), 204);

@@ -68,7 +68,10 @@ before(async () => {
   work = mkdtempSync(join(tmpdir(), 'abx-js-template-'));
   const { store } = privateImageStore(work);
   // A ready command that never succeeds fails the create after 5 s.
-  daemon = await startAbxd('template', ['--image-store', store, '--server-ready-timeout', '5']);
+  // --sandbox-pool 0: the pool would boot sandboxes of the templates built here in the
+  // background, and a test below counts the run directories a failed create leaves.
+  daemon = await startAbxd('template', ['--image-store', store, '--server-ready-timeout', '5',
+    '--sandbox-pool', '0']);
   haveBusybox = existsSync(busybox);
   if (haveBusybox) await buildBusybox('bb');
 });
