@@ -92,9 +92,8 @@ bool eventually(const std::function<bool()>& pred) {
 }
 
 // A create as SandboxManager::create makes it: take(), then ended() (it recorded a sandbox).
-std::optional<BootedSandbox> create(
-    SandboxPool& pool, const std::string& tmpl,
-    const std::function<bool(const BootedSandbox&)>& usable = any) {
+std::optional<BootedSandbox> create(SandboxPool& pool, const std::string& tmpl,
+                                    const std::function<bool(const BootedSandbox&)>& usable = any) {
   auto b = pool.take(tmpl, usable);
   pool.ended(tmpl, true);
   return b;

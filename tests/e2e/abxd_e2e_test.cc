@@ -439,8 +439,7 @@ TEST_F(SandboxPoolE2E, PooledSandboxesServeCreatesOnceEachAndLeaveNothingOnStopO
     const std::string closed_id(closed.at("sandboxID").as_string());
     EXPECT_FALSE(stocked_now.contains(closed_id)) << "a pooled sandbox for " << body;
     auto info = api(bhttp::verb::get, "/sandboxes/" + closed_id);
-    EXPECT_NE(info.body().find(R"("allowInternetAccess":false)"), std::string::npos)
-        << info.body();
+    EXPECT_NE(info.body().find(R"("allowInternetAccess":false)"), std::string::npos) << info.body();
     ids.insert(closed_id);
   }
   EXPECT_EQ(metric("abx_sandbox_pool_takes_total{result=\"hit\"}") +
