@@ -202,6 +202,11 @@ Status Membership::register_node() {
 void Membership::renew_loop() {
   const auto period =
       std::max<std::chrono::milliseconds>(opt_.ttl / 3, std::chrono::milliseconds(200));
+  auto tell = [this] {
+    if (!opt_.on_nodes) return;
+    if (auto list = nodes(); list.ok()) opt_.on_nodes(*list);
+  };
+  tell();
   std::unique_lock lock(mu_);
   while (!cv_.wait_for(lock, period, [this] { return stopping_; })) {
     lock.unlock();
@@ -216,6 +221,7 @@ void Membership::renew_loop() {
     }
     if (Status s = register_node(); !s.ok())
       log_.warn("node registration refresh failed: " + s.error().message());
+    tell();
     lock.lock();
   }
 }

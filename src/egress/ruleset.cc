@@ -35,6 +35,13 @@ std::string logged(const std::string& match, std::uint32_t slot, const char* ver
 
 }  // namespace
 
+std::string render_blocked(const std::string& table, const std::vector<Cidr>& blocked) {
+  std::string s = "flush set inet " + table + " blocked\n";
+  if (!blocked.empty())
+    s += "add element inet " + table + " blocked { " + elements(blocked) + " }\n";
+  return s;
+}
+
 std::string render_delete(const std::string& table) {
   return "table inet " + table + " {}\ndelete table inet " + table + "\n";
 }

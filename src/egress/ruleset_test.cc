@@ -190,6 +190,23 @@ TEST(Ruleset, SandboxesComeAndGoOneTransactionEach) {
     std::tie(rc, out) = nft("", render_detach(base, six));
     ASSERT_EQ(rc, 0) << out;
 
+    // The always-blocked set is replaced whole (abxd --cluster: the other nodes, as they come
+    // and go), and the sandboxes' chains keep consulting it.
+    std::vector<Cidr> more = p.blocked;
+    more.push_back(*parse_cidr("198.18.7.20"));
+    std::tie(rc, out) = nft("", render_blocked("abx_test", more));
+    ASSERT_EQ(rc, 0) << out;
+    std::tie(rc, out) = nft("list set inet abx_test blocked");
+    EXPECT_TRUE(contains(out, "198.18.7.20")) << out;
+    EXPECT_TRUE(contains(out, "192.168.1.5")) << out;
+    std::tie(rc, out) = nft("", render_blocked("abx_test", p.blocked));
+    ASSERT_EQ(rc, 0) << out;
+    std::tie(rc, out) = nft("list set inet abx_test blocked");
+    EXPECT_FALSE(contains(out, "198.18.7.20")) << out;
+    EXPECT_TRUE(contains(out, "192.168.1.5")) << out;
+    std::tie(rc, out) = nft("list table inet abx_test");
+    EXPECT_TRUE(contains(out, "ip daddr @blocked")) << out;
+
     // Detaching what is not there fails as a whole and changes nothing.
     std::tie(rc, out) = nft("", render_detach(base, p.sandboxes[1]));
     EXPECT_NE(rc, 0);

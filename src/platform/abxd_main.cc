@@ -44,6 +44,7 @@
 #include "abxd_images.h"
 #include "api.h"
 #include "bundle.h"
+#include "cluster_block.h"
 #include "cluster_router.h"
 #include "cluster_tls.h"
 #include "sandboxes.h"
@@ -677,6 +678,7 @@ void raise_open_file_limit(Logger& log) {
 // live node of the same name (kAlreadyExists).
 Result<std::string> join_cluster(const Config& cfg,
                                  const std::atomic<platform::SandboxManager*>& mgr,
+                                 platform::SandboxNetwork& network,
                                  std::unique_ptr<cluster::EtcdClient>& etcd,
                                  std::unique_ptr<cluster::Membership>& membership,
                                  cluster::TlsPlan& plan,
@@ -714,6 +716,22 @@ Result<std::string> join_cluster(const Config& cfg,
   mo.count_sandboxes = [&mgr] {
     platform::SandboxManager* m = mgr.load();
     return m ? static_cast<std::int64_t>(m->all().size()) : std::int64_t{0};
+  };
+  // The other nodes' addresses, blocked for every sandbox as they join and leave (on the
+  // renewal thread, its only caller; a node whose address cannot be found is logged once).
+  mo.on_nodes = [&network, self = cfg.node_name,
+                 said = std::make_shared<std::vector<std::string>>()](
+                    const std::vector<cluster::NodeInfo>& nodes) {
+    const Logger log("cluster");
+    std::vector<std::string> unresolved;
+    auto peers = platform::peer_addresses(nodes, self, &unresolved);
+    if (unresolved != *said) {
+      for (const auto& u : unresolved)
+        log.warn("node " + u + ": no address to block for sandboxes (add it with --block-net)");
+      *said = std::move(unresolved);
+    }
+    if (Status s = network.set_peers_blocked(std::move(peers)); !s)
+      log.warn("blocking the other nodes for sandboxes: " + s.error().message());
   };
   etcd = std::make_unique<cluster::EtcdClient>(std::move(endpoints), std::chrono::seconds(2),
                                                std::move(etcd_tls));
@@ -767,6 +785,18 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
     if (!r)
       return fail(invalid_argument("--block-net " + b + ": " + r.error().message()), kExitUsage);
     no.extra_blocked.push_back(*r);
+  }
+  if (!cfg.cluster.empty()) {
+    // Sandboxes never reach the cluster's etcd (docs/cluster.md): its members' addresses are
+    // blocked as the host's own are. A malformed list fails in join_cluster, with its reason.
+    if (auto endpoints = cluster::parse_endpoints(cfg.cluster); endpoints.ok()) {
+      std::vector<std::string> unresolved;
+      auto etcd_ips = platform::etcd_addresses(*endpoints, &unresolved);
+      no.extra_blocked.insert(no.extra_blocked.end(), etcd_ips.begin(), etcd_ips.end());
+      for (const auto& u : unresolved)
+        log.warn("etcd endpoint " + u +
+                 ": no address to block for sandboxes (add it with --block-net)");
+    }
   }
   no.dns_upstream = cfg.dns_upstream;
   no.upstream_extra_ca = cfg.egress_extra_ca;
@@ -849,7 +879,8 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   cluster::TlsPlan tls_plan;
   std::unique_ptr<platform::ClusterTls> cluster_tls;
   if (!cfg.cluster.empty()) {
-    auto joined = join_cluster(cfg, cluster_mgr, etcd, membership, tls_plan, cluster_tls);
+    auto joined =
+        join_cluster(cfg, cluster_mgr, **network, etcd, membership, tls_plan, cluster_tls);
     if (!joined.ok())
       return fail_networked(joined.error(), joined.error().code() == ErrorCode::kInvalidArgument
                                                 ? kExitUsage

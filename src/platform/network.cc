@@ -451,6 +451,7 @@ Result<std::unique_ptr<SandboxNetwork>> SandboxNetwork::start(
 
   ABX_ASSIGN_OR_RETURN(std::vector<egress::Cidr> extra, range_and_host_addresses(range));
   extra.insert(extra.end(), n->opt_.extra_blocked.begin(), n->opt_.extra_blocked.end());
+  n->start_blocked_ = extra;
   n->blocked_ = egress::default_blocked(std::move(extra));
 
   ABX_ASSIGN_OR_RETURN(const UpstreamResolver upstream, upstream_resolver(n->opt_.dns_upstream));
@@ -776,6 +777,22 @@ std::vector<AuditEvent> SandboxNetwork::audit(const std::string& id, std::int64_
   return out;
 }
 
+Status SandboxNetwork::set_peers_blocked(std::vector<egress::Cidr> peers) {
+  if (!opt_.enabled) return {};
+  std::vector<egress::Cidr> extra = start_blocked_;
+  extra.insert(extra.end(), peers.begin(), peers.end());
+  egress::Blocked next = egress::default_blocked(std::move(extra));
+  std::lock_guard lock(mu_);
+  if (removed_) return {};  // abxd is stopping: no table to change (and none to put back)
+  if (next.nets == blocked_.nets) return {};
+  blocked_ = std::move(next);
+  std::string shown;
+  for (const auto& c : peers) shown += (shown.empty() ? "" : ", ") + c.str();
+  log_.info("blocking the cluster's other nodes for every sandbox: " +
+            (shown.empty() ? std::string("none") : shown));
+  return apply_change_locked("the cluster's nodes", egress::render_blocked(table_, blocked_.nets));
+}
+
 void SandboxNetwork::remove_rules() {
   if (!opt_.enabled) return;
   std::lock_guard lock(mu_);
@@ -844,7 +861,10 @@ bool SandboxNetwork::may_resolve(std::uint32_t src, const std::string& qname) {
 }
 
 bool SandboxNetwork::host_or_blocked(std::uint32_t ip) const {
-  if (blocked_.contains(ip)) return true;
+  {
+    std::lock_guard lock(mu_);
+    if (blocked_.contains(ip)) return true;
+  }
   auto local = runtime::is_host_address(ip);
   if (!local) {
     log_.warn("is " + egress::ipv4_str(ip) + " the host's? " + local.error().message() +

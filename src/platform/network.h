@@ -177,6 +177,11 @@ class SandboxNetwork {
   // Removes the table (abxd stops with no sandbox left running). Final: later attaches and
   // updates are refused, and a late detach leaves the table removed.
   void remove_rules();
+  // abxd --cluster: the other nodes' addresses, blocked for every sandbox as the always-blocked
+  // addresses are (direct flows, the proxy, the resolver's answers), in place of what an earlier
+  // call gave. A change rewrites the ruleset's `blocked` set alone, in one transaction (the whole
+  // table if that fails); the same addresses again change nothing.
+  Status set_peers_blocked(std::vector<egress::Cidr> peers);
 
  private:
   struct Entry {
@@ -232,7 +237,8 @@ class SandboxNetwork {
   // the table back, as the repair of a failed change would; attach and update are refused.
   bool removed_ = false;  // guarded by mu_
   std::uint16_t log_group_ = 0;
-  egress::Blocked blocked_;
+  std::vector<egress::Cidr> start_blocked_;  // start's: the range, the host's, --block-net
+  egress::Blocked blocked_;                  // those, the defaults and the peers; guarded by mu_
   Logger log_{"network"};
   boost::asio::io_context io_;
   std::unique_ptr<DnsForwarder> dns_;

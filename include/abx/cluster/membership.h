@@ -87,6 +87,9 @@ struct MembershipOptions {
   NodeInfo self;                                  // name, api_url, capacity
   std::chrono::seconds ttl{10};                   // the node key's lease
   std::function<std::int64_t()> count_sandboxes;  // sampled at each renewal
+  // The live nodes (this one included), given on the renewal thread as soon as it starts and
+  // after each renewal; not when etcd could not be read (the last list stands).
+  std::function<void(const std::vector<NodeInfo>&)> on_nodes;
 };
 
 class Membership {

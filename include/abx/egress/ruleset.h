@@ -58,6 +58,9 @@ std::string render_attach(const RulesetPlan& plan, const RulesetSandbox& sandbox
 // New rules for an attached sandbox (`before`: what it had).
 std::string render_update(const RulesetPlan& plan, const RulesetSandbox& before,
                           const RulesetSandbox& after);
+// Replaces the elements of the always-blocked set of a table render_ruleset() made with `blocked`
+// (one transaction: a packet sees the old set or the new one, never an empty one).
+std::string render_blocked(const std::string& table, const std::vector<Cidr>& blocked);
 // Removes what render_attach() added. Fails (as one transaction: nothing changes) when some of
 // it is missing; re-render the whole table then.
 std::string render_detach(const RulesetPlan& plan, const RulesetSandbox& sandbox);
