@@ -30,6 +30,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::abort();
   (void)abx::cluster::decode_node(in);
   (void)abx::cluster::decode_placement(in);
+  if (auto k = abx::cluster::decode_key(in); k.ok()) {
+    // What decodes encodes to a record that decodes the same.
+    auto again = abx::cluster::decode_key(abx::cluster::encode_key(*k));
+    if (!again.ok() || again->digest != k->digest || again->revoked != k->revoked) std::abort();
+  }
   (void)abx::cluster::parse_api_url(in);
   return 0;
 }

@@ -107,6 +107,49 @@ Result<Placement> decode_placement(std::string_view text) {
   return p;
 }
 
+namespace {
+
+bool lower_hex(std::string_view s, std::size_t n) {
+  return s.size() == n && std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+}  // namespace
+
+std::string encode_key(const SharedKey& k) {
+  return json::serialize(json::object{{"id", k.id},
+                                      {"team", k.team},
+                                      {"name", k.name},
+                                      {"prefix", k.prefix},
+                                      {"digest", k.digest},
+                                      {"createdAt", k.created_ms},
+                                      {"revoked", k.revoked}});
+}
+
+Result<SharedKey> decode_key(std::string_view text) {
+  if (text.size() > kMaxRecordBytes) return invalid_argument("key record too large");
+  ABX_ASSIGN_OR_RETURN(json::value v, parse_json_strict(text));
+  ABX_ASSIGN_OR_RETURN(const json::object* o, json_as_object(v, ""));
+  SharedKey k;
+  ABX_ASSIGN_OR_RETURN(k.id, required_string(*o, "id"));
+  if (!lower_hex(k.id, 16)) return invalid_argument("id: expected 16 lowercase hex digits");
+  ABX_ASSIGN_OR_RETURN(k.team, required_string(*o, "team"));
+  if (Status s = check_node_name(k.team); !s)
+    return invalid_argument("team: expected [a-z0-9][a-z0-9-]{0,62}");
+  ABX_ASSIGN_OR_RETURN(k.name, required_string(*o, "name"));
+  if (k.name.size() > 256) return invalid_argument("name: longer than 256 bytes");
+  ABX_ASSIGN_OR_RETURN(k.prefix, required_string(*o, "prefix"));
+  if (!k.prefix.starts_with("e2b_") || !lower_hex(std::string_view(k.prefix).substr(4), 4))
+    return invalid_argument("prefix: expected e2b_ and 4 lowercase hex digits");
+  ABX_ASSIGN_OR_RETURN(k.digest, required_string(*o, "digest"));
+  if (!lower_hex(k.digest, 64)) return invalid_argument("digest: expected 64 lowercase hex digits");
+  ABX_ASSIGN_OR_RETURN(k.created_ms, json_required_int(*o, "createdAt", "", 0));
+  ABX_ASSIGN_OR_RETURN(auto revoked, json_optional_bool(*o, "revoked", ""));
+  k.revoked = revoked.value_or(false);
+  return k;
+}
+
 Result<Endpoint> parse_api_url(std::string_view url) {
   const bool tls = url.starts_with("https://");
   if (!tls && !url.starts_with("http://"))
@@ -203,8 +246,10 @@ void Membership::renew_loop() {
   const auto period =
       std::max<std::chrono::milliseconds>(opt_.ttl / 3, std::chrono::milliseconds(200));
   auto tell = [this] {
-    if (!opt_.on_nodes) return;
-    if (auto list = nodes(); list.ok()) opt_.on_nodes(*list);
+    if (opt_.on_nodes) {
+      if (auto list = nodes(); list.ok()) opt_.on_nodes(*list);
+    }
+    if (opt_.each_renewal) opt_.each_renewal(etcd_);
   };
   tell();
   std::unique_lock lock(mu_);

@@ -45,6 +45,7 @@
 #include "api.h"
 #include "bundle.h"
 #include "cluster_block.h"
+#include "cluster_keys.h"
 #include "cluster_router.h"
 #include "cluster_tls.h"
 #include "sandboxes.h"
@@ -678,7 +679,7 @@ void raise_open_file_limit(Logger& log) {
 // live node of the same name (kAlreadyExists).
 Result<std::string> join_cluster(const Config& cfg,
                                  const std::atomic<platform::SandboxManager*>& mgr,
-                                 platform::SandboxNetwork& network,
+                                 platform::SandboxNetwork& network, store::Store& store,
                                  std::unique_ptr<cluster::EtcdClient>& etcd,
                                  std::unique_ptr<cluster::Membership>& membership,
                                  cluster::TlsPlan& plan,
@@ -733,6 +734,26 @@ Result<std::string> join_cluster(const Config& cfg,
     if (Status s = network.set_peers_blocked(std::move(peers)); !s)
       log.warn("blocking the other nodes for sandboxes: " + s.error().message());
   };
+  // API keys shared with the other nodes (cluster_keys.h), at the same times; what could not
+  // be shared is logged when it changes.
+  mo.each_renewal =
+      [&store, said = std::make_shared<std::vector<std::string>>()](cluster::EtcdClient& client) {
+        const Logger log("cluster");
+        auto shared = platform::share_api_keys(store, client);
+        std::vector<std::string> problems;
+        if (!shared.ok()) {
+          problems.push_back(shared.error().message());
+        } else {
+          problems = shared->problems;
+          if (shared->published > 0 || shared->imported > 0)
+            log.info("API keys shared: " + std::to_string(shared->published) + " published, " +
+                     std::to_string(shared->imported) + " taken from other nodes");
+        }
+        if (problems != *said) {
+          for (const auto& p : problems) log.warn("sharing API keys: " + p);
+          *said = std::move(problems);
+        }
+      };
   etcd = std::make_unique<cluster::EtcdClient>(std::move(endpoints), std::chrono::seconds(2),
                                                std::move(etcd_tls));
   auto joined = cluster::Membership::start(*etcd, std::move(mo));
@@ -880,7 +901,7 @@ int serve(const Config& cfg, const platform::GatewayOptions& gopt) {
   std::unique_ptr<platform::ClusterTls> cluster_tls;
   if (!cfg.cluster.empty()) {
     auto joined =
-        join_cluster(cfg, cluster_mgr, **network, etcd, membership, tls_plan, cluster_tls);
+        join_cluster(cfg, cluster_mgr, **network, **st, etcd, membership, tls_plan, cluster_tls);
     if (!joined.ok())
       return fail_networked(joined.error(), joined.error().code() == ErrorCode::kInvalidArgument
                                                 ? kExitUsage

@@ -955,6 +955,95 @@ Status Store::revoke_api_key(std::string_view which) {
   return s.bind(1, ids[0]).exec();
 }
 
+Result<std::vector<SharedApiKey>> Store::export_api_keys() {
+  std::lock_guard lock(impl_->mu);
+  ABX_ASSIGN_OR_RETURN(
+      auto s, impl_->conn.prepare("SELECT id, name, prefix, created_at, revoked, team_id, digest "
+                                  "FROM api_keys ORDER BY created_at, id",
+                                  "export api keys"));
+  std::vector<SharedApiKey> out;
+  for (;;) {
+    ABX_ASSIGN_OR_RETURN(auto row, s.step());
+    if (!row) break;
+    SharedApiKey k;
+    k.info.id = s.text(0);
+    k.info.name = s.text(1);
+    k.info.prefix = s.text(2);
+    k.info.created_at_ms = s.int64(3);
+    k.info.revoked = s.int64(4) != 0;
+    k.info.team_id = s.text(5);
+    k.digest = s.text(6);
+    out.push_back(std::move(k));
+  }
+  return out;
+}
+
+Result<bool> Store::import_api_key(const SharedApiKey& k) {
+  auto hex = [](std::string_view v, std::size_t n) {
+    return v.size() == n && std::all_of(v.begin(), v.end(), [](char c) {
+             return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+           });
+  };
+  if (!hex(k.info.id, 16)) return invalid_argument("shared API key: malformed id");
+  if (!hex(k.digest, 64)) return invalid_argument("shared API key: malformed digest");
+  if (!valid_team_id(k.info.team_id)) return invalid_argument("shared API key: malformed team");
+  if (k.info.name.size() > 256) return invalid_argument("shared API key: name too long");
+  if (!k.info.prefix.starts_with("e2b_") || !hex(std::string_view(k.info.prefix).substr(4), 4))
+    return invalid_argument("shared API key: malformed prefix");
+  std::lock_guard lock(impl_->mu);
+  auto& c = impl_->conn;
+  Impl::Tx tx(c);
+  ABX_TRY(tx.begin());
+  std::optional<bool> have_revoked;
+  {
+    ABX_ASSIGN_OR_RETURN(
+        auto s, c.prepare("SELECT revoked, digest FROM api_keys WHERE id = ?1", "find api key"));
+    s.bind(1, k.info.id);
+    ABX_ASSIGN_OR_RETURN(bool row, s.step());
+    if (row) {
+      // Same id, another digest: not the same key (ids are random; refuse rather than mix).
+      if (s.text(1) != k.digest)
+        return Error(ErrorCode::kAlreadyExists,
+                     "shared API key " + k.info.id + ": this node has another key of that id");
+      have_revoked = s.int64(0) != 0;
+    }
+  }
+  if (have_revoked) {
+    if (*have_revoked || !k.info.revoked) return false;
+    ABX_ASSIGN_OR_RETURN(
+        auto s, c.prepare("UPDATE api_keys SET revoked = 1 WHERE id = ?1", "revoke api key"));
+    ABX_TRY(s.bind(1, k.info.id).exec());
+    ABX_TRY(tx.commit());
+    return true;
+  }
+  {
+    ABX_ASSIGN_OR_RETURN(
+        auto s,
+        c.prepare("INSERT OR IGNORE INTO teams (id, created_at) VALUES (?1, ?2)", "insert team"));
+    ABX_TRY(s.bind(1, k.info.team_id).bind(2, now_ms()).exec());
+  }
+  {
+    ABX_ASSIGN_OR_RETURN(
+        auto s, c.prepare("INSERT INTO api_keys (id, name, prefix, digest, created_at, team_id, "
+                          "revoked) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                          "import api key"));
+    auto st = s.bind(1, k.info.id)
+                  .bind(2, k.info.name)
+                  .bind(3, k.info.prefix)
+                  .bind(4, k.digest)
+                  .bind(5, k.info.created_at_ms)
+                  .bind(6, k.info.team_id)
+                  .bind(7, std::int64_t{k.info.revoked ? 1 : 0})
+                  .exec();
+    if (!st.ok() && st.error().code() == ErrorCode::kAlreadyExists)
+      return Error(ErrorCode::kAlreadyExists,
+                   "shared API key " + k.info.id + ": this node has another key of that digest");
+    if (!st.ok()) return st.error();
+  }
+  ABX_TRY(tx.commit());
+  return true;
+}
+
 // --- AK/SK ---
 
 Result<AccessKey> Store::create_access_key(std::string_view name, std::string_view team_id) {

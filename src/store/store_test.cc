@@ -449,6 +449,59 @@ TEST(Store, ApiKeysCreateVerifyRevoke) {
   for (const auto& i : *list) EXPECT_TRUE(i.revoked);
 }
 
+// abxd --cluster: a key made on one node's store works on another's once imported; a revocation
+// travels the same way and is never undone; what is malformed or clashes is refused.
+TEST(Store, ApiKeysExportedFromOneStoreWorkInAnotherAndStayRevoked) {
+  TempDir d;
+  auto one = open_or_die(d.path() / "one.db");
+  auto two = open_or_die(d.path() / "two.db");
+  ASSERT_TRUE(one->create_team("acme").ok());
+  auto k = one->create_api_key("ci", "acme");
+  ASSERT_TRUE(k.ok());
+  auto shared = one->export_api_keys();
+  ASSERT_TRUE(shared.ok());
+  ASSERT_EQ(shared->size(), 1u);
+  EXPECT_EQ((*shared)[0].digest, token_digest(k->key));
+  EXPECT_EQ((*shared)[0].info.team_id, "acme");
+
+  EXPECT_EQ(two->verify_api_key(k->key).error().code(), ErrorCode::kUnauthenticated);
+  EXPECT_EQ(two->import_api_key((*shared)[0]).value_or(false), true);
+  auto v = two->verify_api_key(k->key);
+  ASSERT_TRUE(v.ok()) << v.error().message();
+  EXPECT_EQ(v->id, k->info.id);
+  EXPECT_EQ(v->team_id, "acme");                                       // the team came with its key
+  EXPECT_EQ(two->import_api_key((*shared)[0]).value_or(true), false);  // nothing new
+
+  // Revoked on one: exported revoked, and the import revokes it on two.
+  ASSERT_TRUE(one->revoke_api_key(k->info.id).ok());
+  auto revoked = one->export_api_keys();
+  ASSERT_TRUE(revoked.ok());
+  ASSERT_TRUE((*revoked)[0].info.revoked);
+  EXPECT_EQ(two->import_api_key((*revoked)[0]).value_or(false), true);
+  EXPECT_EQ(two->verify_api_key(k->key).error().code(), ErrorCode::kUnauthenticated);
+  // An active copy of it later never brings it back.
+  EXPECT_EQ(two->import_api_key((*shared)[0]).value_or(true), false);
+  EXPECT_EQ(two->verify_api_key(k->key).error().code(), ErrorCode::kUnauthenticated);
+
+  // Malformed records, and a record whose id names another key of this store.
+  SharedApiKey bad = (*shared)[0];
+  bad.digest = "not hex";
+  EXPECT_EQ(two->import_api_key(bad).error().code(), ErrorCode::kInvalidArgument);
+  bad = (*shared)[0];
+  bad.info.team_id = "Acme!";
+  EXPECT_EQ(two->import_api_key(bad).error().code(), ErrorCode::kInvalidArgument);
+  bad = (*shared)[0];
+  bad.digest = token_digest("e2b_another");
+  EXPECT_EQ(two->import_api_key(bad).error().code(), ErrorCode::kAlreadyExists);
+  auto own = two->create_api_key("own");
+  ASSERT_TRUE(own.ok());
+  bad = (*shared)[0];
+  bad.info.id = "00000000000000ff";
+  bad.digest = token_digest(own->key);  // another id with a digest two has
+  EXPECT_EQ(two->import_api_key(bad).error().code(), ErrorCode::kAlreadyExists);
+  EXPECT_TRUE(two->verify_api_key(own->key).ok());
+}
+
 TEST(Store, StoresOnlyDigestsOfKeysAndTokens) {
   TempDir d;
   fs::path p = d.path() / "abx.db";

@@ -36,6 +36,7 @@ namespace abx::cluster {
 
 inline constexpr std::string_view kNodesPrefix = "/abx/nodes/";
 inline constexpr std::string_view kSandboxesPrefix = "/abx/sandboxes/";
+inline constexpr std::string_view kKeysPrefix = "/abx/keys/";
 
 // A node name: [a-z0-9][a-z0-9-]{0,62}. Errors: kInvalidArgument.
 Status check_node_name(std::string_view name);
@@ -70,6 +71,23 @@ struct Placement {
 std::string encode_placement(const Placement& p);
 Result<Placement> decode_placement(std::string_view json);
 
+// An API key as the cluster shares it (/abx/keys/<id>; docs/cluster.md, "Keys and teams"): what
+// a node's store keeps of it, with the SHA-256 digest of the key and never the key itself. Any
+// node accepts a key once it has read its record; a revoked one stays revoked everywhere.
+struct SharedKey {
+  std::string id;      // 16 lowercase hex digits
+  std::string team;    // the key's team: [a-z0-9][a-z0-9-]{0,62}
+  std::string name;    // at most 256 bytes
+  std::string prefix;  // "e2b_" and 4 lowercase hex digits
+  std::string digest;  // 64 lowercase hex digits
+  std::int64_t created_ms = 0;
+  bool revoked = false;
+};
+// {id, team, name, prefix, digest, createdAt, revoked}.
+std::string encode_key(const SharedKey& k);
+// kInvalidArgument naming the field that is malformed.
+Result<SharedKey> decode_key(std::string_view json);
+
 // HOST and PORT of an api_url "http://HOST:PORT" or "https://HOST:PORT" (Endpoint::tls: the
 // node's internal endpoint, mutual TLS; kInvalidArgument otherwise).
 Result<Endpoint> parse_api_url(std::string_view url);
@@ -90,6 +108,8 @@ struct MembershipOptions {
   // The live nodes (this one included), given on the renewal thread as soon as it starts and
   // after each renewal; not when etcd could not be read (the last list stands).
   std::function<void(const std::vector<NodeInfo>&)> on_nodes;
+  // Work to do with etcd at the same times (abxd: sharing its API keys), on the same thread.
+  std::function<void(EtcdClient&)> each_renewal;
 };
 
 class Membership {

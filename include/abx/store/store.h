@@ -154,6 +154,14 @@ struct NewApiKey {
   std::string key;  // the plaintext "e2b_<40 hex>", returned once and never stored
 };
 
+// An API key as abxd --cluster shares it with the other nodes (docs/cluster.md, "Keys and
+// teams"): the key's record and the hex SHA-256 digest the store checks a presented key against
+// (never the key). last_used_ms is the node's own and not shared.
+struct SharedApiKey {
+  ApiKeyInfo info;
+  std::string digest;
+};
+
 struct AccessKey {
   std::string access_key_id;  // "ABX" + 17 uppercase alphanumerics
   std::string secret;         // 64 hex; empty in list_access_keys()
@@ -325,6 +333,15 @@ class Store {
   // Revokes by exact id, by a unique id prefix (>= 4 characters) or by the plaintext key.
   // kNotFound when nothing matches, kInvalidArgument when a prefix matches several keys.
   Status revoke_api_key(std::string_view id_or_prefix);
+
+  // Every API key with its digest, revoked ones included (abxd --cluster publishes them).
+  Result<std::vector<SharedApiKey>> export_api_keys();
+  // A key another node made: added (its team too, if this store has none of that name), or, for
+  // a key this store has, revoked when `k` is. A revoked key never becomes active again, and an
+  // imported key is never changed otherwise. Returns whether anything changed.
+  // kInvalidArgument for a malformed id, team, prefix or digest; kAlreadyExists when another key
+  // of this store has that digest.
+  Result<bool> import_api_key(const SharedApiKey& k);
 
   // --- AK/SK credentials for request signing (abx/auth/signing.h) ---
   // kNotFound if there is no team `team_id`.
