@@ -452,6 +452,10 @@ TEST(Store, ApiKeysCreateVerifyRevoke) {
 // abxd --cluster: a key made on one node's store works on another's once imported; a revocation
 // travels the same way and is never undone; what is malformed or clashes is refused.
 TEST(Store, ApiKeysExportedFromOneStoreWorkInAnotherAndStayRevoked) {
+  auto imported = [](const Result<bool>& r) -> std::string {
+    if (!r.ok()) return r.error().message();
+    return *r ? "changed" : "unchanged";
+  };
   TempDir d;
   auto one = open_or_die(d.path() / "one.db");
   auto two = open_or_die(d.path() / "two.db");
@@ -465,22 +469,22 @@ TEST(Store, ApiKeysExportedFromOneStoreWorkInAnotherAndStayRevoked) {
   EXPECT_EQ((*shared)[0].info.team_id, "acme");
 
   EXPECT_EQ(two->verify_api_key(k->key).error().code(), ErrorCode::kUnauthenticated);
-  EXPECT_EQ(two->import_api_key((*shared)[0]).value_or(false), true);
+  EXPECT_EQ(imported(two->import_api_key((*shared)[0])), "changed");
   auto v = two->verify_api_key(k->key);
   ASSERT_TRUE(v.ok()) << v.error().message();
   EXPECT_EQ(v->id, k->info.id);
-  EXPECT_EQ(v->team_id, "acme");                                       // the team came with its key
-  EXPECT_EQ(two->import_api_key((*shared)[0]).value_or(true), false);  // nothing new
+  EXPECT_EQ(v->team_id, "acme");  // the team came with its key
+  EXPECT_EQ(imported(two->import_api_key((*shared)[0])), "unchanged");  // nothing new
 
   // Revoked on one: exported revoked, and the import revokes it on two.
   ASSERT_TRUE(one->revoke_api_key(k->info.id).ok());
   auto revoked = one->export_api_keys();
   ASSERT_TRUE(revoked.ok());
   ASSERT_TRUE((*revoked)[0].info.revoked);
-  EXPECT_EQ(two->import_api_key((*revoked)[0]).value_or(false), true);
+  EXPECT_EQ(imported(two->import_api_key((*revoked)[0])), "changed");
   EXPECT_EQ(two->verify_api_key(k->key).error().code(), ErrorCode::kUnauthenticated);
   // An active copy of it later never brings it back.
-  EXPECT_EQ(two->import_api_key((*shared)[0]).value_or(true), false);
+  EXPECT_EQ(imported(two->import_api_key((*shared)[0])), "unchanged");
   EXPECT_EQ(two->verify_api_key(k->key).error().code(), ErrorCode::kUnauthenticated);
 
   // Malformed records, and a record whose id names another key of this store.
