@@ -130,6 +130,7 @@ class Bridge : public std::enable_shared_from_this<Bridge> {
     up_wake_.cancel();
   }
   void stop();
+  void end_down();
   void upstream_gone(const std::string& why);
   void goaway_down(std::uint32_t code);
   void goaway_up(std::uint32_t code);
@@ -168,6 +169,7 @@ class Bridge : public std::enable_shared_from_this<Bridge> {
   asio::steady_timer down_wake_, up_wake_, all_done_;
   int live_ = 0;  // coroutines running
   bool stopping_ = false;
+  bool down_done_ = false;  // the sandbox's session is over: stop once the upstream is flushed
   bool up_gone_ = false;    // the upstream's connection ended or its session is done
   bool up_goaway_ = false;  // the upstream sent GOAWAY: no new streams
   bool down_goaway_sent_ = false;
@@ -247,6 +249,18 @@ awaitable<void> Bridge::run() {
   }
 }
 
+// The sandbox's session is over (its GOAWAY with no stream left, or its connection closed).
+// What the upstream is still owed — the GOAWAY with the sandbox's code — is written first: the
+// upstream's writer stops the bridge once it has nothing more to send.
+void Bridge::end_down() {
+  if (!stopping_ && !up_gone_ && up_ != nullptr && nghttp2_session_want_write(up_) != 0) {
+    down_done_ = true;
+    up_wake_.cancel();
+    return;
+  }
+  stop();
+}
+
 void Bridge::stop() {
   if (stopping_) return;
   stopping_ = true;
@@ -285,7 +299,7 @@ awaitable<void> Bridge::reader(Side side) {
     }
     if (ec) {
       if (side == kDown) {
-        stop();  // the sandbox is gone: nothing left to deliver
+        end_down();  // the sandbox is gone: nothing left to deliver to it
       } else {
         upstream_gone("the upstream closed the connection");
       }
@@ -339,9 +353,13 @@ awaitable<void> Bridge::writer(Side side) {
       hooks_.touch();
       continue;
     }
+    if (side == kUp && down_done_) {
+      stop();  // what the upstream was owed after the sandbox's end is written
+      co_return;
+    }
     if (!nghttp2_session_want_read(s) && !nghttp2_session_want_write(s)) {
       if (side == kDown) {
-        stop();  // the sandbox's session is over (GOAWAY, no streams left)
+        end_down();  // the sandbox's session is over (GOAWAY, no streams left)
       } else {
         upstream_gone("the upstream's session ended");
       }
@@ -421,6 +439,10 @@ int Bridge::on_frame_recv(nghttp2_session* s, const nghttp2_frame* f) {
   const Side side = side_of(s);
   if (f->hd.type == NGHTTP2_GOAWAY) {
     if (side == kDown) {
+      hooks_.log->debug("egress h2 " + hooks_.name + ": the sandbox sent GOAWAY (code " +
+                        std::to_string(f->goaway.error_code) + ")" +
+                        (up_gone_ ? ", the upstream is gone" : "") +
+                        (up_goaway_sent_ ? ", the upstream has one" : ""));
       goaway_up(f->goaway.error_code);
     } else {
       up_goaway_ = true;

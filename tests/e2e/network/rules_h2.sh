@@ -12,7 +12,8 @@
 # forwarded, and so is a header block over the limits (431); bodies of megabytes stream both ways
 # under flow control; response trailers, an upstream RST_STREAM and GOAWAY reach the sandbox; a
 # stream the sandbox resets is reset upstream with its code while another stream of the same
-# connection goes on; an upstream that speaks only HTTP/1.1 still works when
+# connection goes on; the sandbox's GOAWAY (sent by a few lines of Python: no client in the image
+# sends one) reaches the upstream with its code; an upstream that speaks only HTTP/1.1 still works when
 # the sandbox offered h2 (both legs fall back to HTTP/1.1); the audit has a transform event per
 # stream; the value is not in the audit or abxd's log.
 # ctest passes ABXD_BIN, ABX_CLI_BIN, ABX_IMAGE_STORE and ABX_INET_INDEX. Needs root.
@@ -146,6 +147,52 @@ slow_conn=$(sed -n 's/.*conn=\([0-9]*\) GET \/slow .*/\1/p' "$h2log")
 grep -q "conn=$slow_conn rst /slow code=5\$" "$h2log" ||
   fail "the upstream did not see the sandbox's reset of /slow: $(grep -E 'rst|goaway' "$h2log")"
 grep -q "rst /big" "$h2log" && fail "the download was reset too: $(grep rst "$h2log")"
+
+step "the sandbox's GOAWAY reaches the upstream with its code"
+# No h2 client in the base image sends a GOAWAY (curl closes the connection without one), so a
+# few lines of Python speak the frames themselves: the preface and SETTINGS, one request (its
+# header block HPACK literals without indexing), the answer read to its END_STREAM, then a
+# GOAWAY with ENHANCE_YOUR_CALM (11), a code nothing else in this test sends.
+abx files write "$sb" /tmp/goaway.py >/dev/null <<'PY' || fail "write goaway.py"
+import socket, ssl, sys, time
+ctx = ssl.create_default_context()  # the sandbox's bundle: it trusts abxd's CA
+ctx.set_alpn_protocols(["h2"])
+s = ctx.wrap_socket(socket.create_connection(("h2.abx.test", 443), 10), server_hostname="h2.abx.test")
+if s.selected_alpn_protocol() != "h2":
+    sys.exit("alpn: %s" % s.selected_alpn_protocol())
+def frame(kind, flags, stream, payload=b""):
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+def literal(name, value):
+    return b"\x00" + bytes([len(name)]) + name.encode() + bytes([len(value)]) + value.encode()
+block = (literal(":method", "GET") + literal(":scheme", "https") + literal(":path", "/sandbox-goaway")
+         + literal(":authority", "h2.abx.test"))
+s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0) + frame(1, 0x5, 1, block))
+buf, answered, deadline = b"", False, time.time() + 10
+while not answered and time.time() < deadline:
+    data = s.recv(65536)
+    if not data:
+        break
+    buf += data
+    while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
+        n, kind, flags = int.from_bytes(buf[:3], "big"), buf[3], buf[4]
+        stream = int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF
+        if kind == 4 and not flags & 1:
+            s.sendall(frame(4, 1, 0))  # SETTINGS ack
+        if stream == 1 and kind in (0, 1) and flags & 1:
+            answered = True
+        buf = buf[9 + n:]
+s.sendall(frame(7, 0, 0, (0).to_bytes(4, "big") + (11).to_bytes(4, "big")))  # no pushed stream
+time.sleep(1)
+print("answered" if answered else "no answer")
+PY
+: >"$h2log"
+got=$(sx "$sb" "python3 /tmp/goaway.py")
+[ "$got" = answered ] || fail "the raw h2 request: $got"
+ga_conn=$(sed -n 's/.*conn=\([0-9]*\) GET \/sandbox-goaway .*/\1/p' "$h2log")
+[ -n "$ga_conn" ] || fail "the raw request did not reach the upstream: $(cat "$h2log")"
+for _ in $(seq 20); do grep -q "conn=$ga_conn goaway code=11\$" "$h2log" && break; sleep 0.1; done
+grep -q "conn=$ga_conn goaway code=11\$" "$h2log" ||
+  fail "the upstream did not see the sandbox's GOAWAY: $(grep -E 'rst|goaway|sandbox-goaway' "$h2log")"
 
 step "an upstream that speaks only HTTP/1.1, the sandbox offering h2: HTTP/1.1 both legs"
 : >"$hlog"
