@@ -5,6 +5,7 @@
 #include <charconv>
 #include <fstream>
 
+#include "abx/base/hex.h"
 #include "abx/base/json.h"
 #include "abx/base/time.h"
 #include "abx/base/try.h"
@@ -109,11 +110,7 @@ Result<Placement> decode_placement(std::string_view text) {
 
 namespace {
 
-bool lower_hex(std::string_view s, std::size_t n) {
-  return s.size() == n && std::all_of(s.begin(), s.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
-}
+bool lower_hex(std::string_view s, std::size_t n) { return s.size() == n && is_lower_hex(s); }
 
 }  // namespace
 
@@ -246,10 +243,7 @@ void Membership::renew_loop() {
   const auto period =
       std::max<std::chrono::milliseconds>(opt_.ttl / 3, std::chrono::milliseconds(200));
   auto tell = [this] {
-    if (opt_.on_nodes) {
-      if (auto list = nodes(); list.ok()) opt_.on_nodes(*list);
-    }
-    if (opt_.each_renewal) opt_.each_renewal(etcd_);
+    if (opt_.each_renewal) opt_.each_renewal(*this);
   };
   tell();
   std::unique_lock lock(mu_);

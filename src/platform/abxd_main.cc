@@ -718,42 +718,34 @@ Result<std::string> join_cluster(const Config& cfg,
     platform::SandboxManager* m = mgr.load();
     return m ? static_cast<std::int64_t>(m->all().size()) : std::int64_t{0};
   };
-  // The other nodes' addresses, blocked for every sandbox as they join and leave (on the
-  // renewal thread, its only caller; a node whose address cannot be found is logged once).
-  mo.on_nodes = [&network, self = cfg.node_name,
-                 said = std::make_shared<std::vector<std::string>>()](
-                    const std::vector<cluster::NodeInfo>& nodes) {
+  // At each renewal (on its thread, the only caller): the other nodes' addresses blocked for
+  // every sandbox as they join and leave, and API keys shared with them (cluster_keys.h). What
+  // could not be done is logged when it changes, not at every renewal.
+  mo.each_renewal = [&network, &store, self = cfg.node_name,
+                     said = std::make_shared<std::vector<std::string>>()](cluster::Membership& m) {
     const Logger log("cluster");
-    std::vector<std::string> unresolved;
-    auto peers = platform::peer_addresses(nodes, self, &unresolved);
-    if (unresolved != *said) {
+    std::vector<std::string> problems;
+    if (auto nodes = m.nodes(); nodes.ok()) {  // else the last list stands
+      std::vector<std::string> unresolved;
+      auto peers = platform::peer_addresses(*nodes, self, &unresolved);
       for (const auto& u : unresolved)
-        log.warn("node " + u + ": no address to block for sandboxes (add it with --block-net)");
-      *said = std::move(unresolved);
+        problems.push_back("node " + u + ": no address to block for sandboxes (--block-net)");
+      if (Status s = network.set_peers_blocked(std::move(peers)); !s)
+        problems.push_back("blocking the other nodes for sandboxes: " + s.error().message());
     }
-    if (Status s = network.set_peers_blocked(std::move(peers)); !s)
-      log.warn("blocking the other nodes for sandboxes: " + s.error().message());
+    if (auto shared = platform::share_api_keys(store, m.etcd()); !shared.ok()) {
+      problems.push_back("sharing API keys: " + shared.error().message());
+    } else {
+      for (const auto& p : shared->problems) problems.push_back("sharing API keys: " + p);
+      if (shared->published > 0 || shared->imported > 0)
+        log.info("API keys shared: " + std::to_string(shared->published) + " published, " +
+                 std::to_string(shared->imported) + " taken from other nodes");
+    }
+    if (problems != *said) {
+      for (const auto& p : problems) log.warn(p);
+      *said = std::move(problems);
+    }
   };
-  // API keys shared with the other nodes (cluster_keys.h), at the same times; what could not
-  // be shared is logged when it changes.
-  mo.each_renewal =
-      [&store, said = std::make_shared<std::vector<std::string>>()](cluster::EtcdClient& client) {
-        const Logger log("cluster");
-        auto shared = platform::share_api_keys(store, client);
-        std::vector<std::string> problems;
-        if (!shared.ok()) {
-          problems.push_back(shared.error().message());
-        } else {
-          problems = shared->problems;
-          if (shared->published > 0 || shared->imported > 0)
-            log.info("API keys shared: " + std::to_string(shared->published) + " published, " +
-                     std::to_string(shared->imported) + " taken from other nodes");
-        }
-        if (problems != *said) {
-          for (const auto& p : problems) log.warn("sharing API keys: " + p);
-          *said = std::move(problems);
-        }
-      };
   etcd = std::make_unique<cluster::EtcdClient>(std::move(endpoints), std::chrono::seconds(2),
                                                std::move(etcd_tls));
   auto joined = cluster::Membership::start(*etcd, std::move(mo));

@@ -15,18 +15,15 @@
 
 namespace abx::platform {
 
-// `host`'s IPv4 addresses: itself when it is one, else what the host's resolver answers for it
-// (names in /etc/hosts included); none when it has none (an IPv6 literal, a name that does not
-// resolve): `why` then says so.
-std::vector<egress::Cidr> ipv4_addresses_of(const std::string& host, std::string* why);
+// Hosts are IPv4 addresses: the cluster's HTTP client connects to addresses only (no names), so
+// a host that is not one is named in `unresolved` (docs/cluster.md: block it with --block-net).
 
-// Every address of the etcd endpoints (each /32, no duplicates); the endpoints none was found for
-// are named in `unresolved`.
+// The etcd endpoints' addresses (each /32, sorted, no duplicates).
 std::vector<egress::Cidr> etcd_addresses(const std::vector<cluster::Endpoint>& endpoints,
                                          std::vector<std::string>* unresolved);
 
-// Every address of the nodes other than `self` (the hosts of their apiUrl, each /32, sorted, no
-// duplicates); a node whose apiUrl is malformed or does not resolve is named in `unresolved`.
+// The addresses of the nodes other than `self` (the hosts of their apiUrl, each /32, sorted, no
+// duplicates); a node whose apiUrl is malformed is named in `unresolved` too.
 std::vector<egress::Cidr> peer_addresses(const std::vector<cluster::NodeInfo>& nodes,
                                          std::string_view self,
                                          std::vector<std::string>* unresolved);

@@ -1,5 +1,4 @@
-// The addresses a cluster node blocks for its sandboxes: literals and /etc/hosts names only (a
-// test never asks a real resolver).
+// The addresses a cluster node blocks for its sandboxes.
 #include "cluster_block.h"
 
 #include <gtest/gtest.h>
@@ -26,16 +25,17 @@ TEST(ClusterBlock, EveryOtherNodesAddressOnceAndNeverItsOwn) {
   EXPECT_TRUE(unresolved.empty());
 }
 
-TEST(ClusterBlock, ANameIsResolvedAndWhatCannotBeIsNamed) {
+TEST(ClusterBlock, WhatIsNotAnIPv4AddressIsNamedNotBlocked) {
   std::vector<std::string> unresolved;
-  auto got = peer_addresses({node("n2", "http://localhost:49999"), node("n3", "ftp://x"),
-                             node("n4", "http://[::1]:49999")},
+  auto got = peer_addresses({node("n2", "http://abx-n2:49999"), node("n3", "ftp://x"),
+                             node("n4", "http://[::1]:49999"), node("n5", "http://10.0.0.5:1")},
                             "n1", &unresolved);
   ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].str(), "127.0.0.1");
-  ASSERT_EQ(unresolved.size(), 2u);
-  EXPECT_NE(unresolved[0].find("n3 ftp://x"), std::string::npos) << unresolved[0];
-  EXPECT_NE(unresolved[1].find("n4"), std::string::npos) << unresolved[1];
+  EXPECT_EQ(got[0].str(), "10.0.0.5");
+  ASSERT_EQ(unresolved.size(), 3u);
+  EXPECT_EQ(unresolved[0], "n2 http://abx-n2:49999 (not an IPv4 address)");
+  EXPECT_NE(unresolved[1].find("n3 ftp://x ("), std::string::npos) << unresolved[1];
+  EXPECT_NE(unresolved[2].find("n4"), std::string::npos) << unresolved[2];
 }
 
 TEST(ClusterBlock, EtcdsEndpointsEachOnce) {

@@ -47,7 +47,9 @@ Result<KeyShare> share_api_keys(store::Store& store, cluster::EtcdClient& etcd) 
   }
   // Ours that etcd lacks, and our revocations of keys etcd has active. A record in etcd is only
   // ever added (if absent) or turned revoked: an active copy never overwrites a revocation.
+  std::map<std::string, bool> ours;  // id -> revoked here
   for (const auto& l : local) {
+    ours.emplace(l.info.id, l.info.revoked);
     const std::string key = std::string(cluster::kKeysPrefix) + l.info.id;
     auto r = remote.find(l.info.id);
     if (r == remote.end()) {
@@ -66,8 +68,9 @@ Result<KeyShare> share_api_keys(store::Store& store, cluster::EtcdClient& etcd) 
       ++out.published;
     }
   }
-  // Theirs: new keys and revocations.
+  // Theirs: new keys and revocations (a key this store has as etcd has it costs no write).
   for (const auto& [id, r] : remote) {
+    if (auto o = ours.find(id); o != ours.end() && (o->second || !r.revoked)) continue;
     auto changed = store.import_api_key(to_store(r));
     if (!changed.ok()) {
       out.problems.push_back(std::string(cluster::kKeysPrefix) + id + ": " +

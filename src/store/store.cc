@@ -37,11 +37,6 @@ std::array<unsigned char, SHA256_DIGEST_LENGTH> sha256(std::string_view s) {
   return out;
 }
 
-bool is_lower_hex(std::string_view s) {
-  return std::all_of(s.begin(), s.end(),
-                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
-
 // Uniform characters from `alphabet` (rejection sampling: no modulo bias).
 Result<std::string> random_chars(std::string_view alphabet, std::size_t n) {
   const unsigned limit = 256 - (256 % alphabet.size());
@@ -979,11 +974,7 @@ Result<std::vector<SharedApiKey>> Store::export_api_keys() {
 }
 
 Result<bool> Store::import_api_key(const SharedApiKey& k) {
-  auto hex = [](std::string_view v, std::size_t n) {
-    return v.size() == n && std::all_of(v.begin(), v.end(), [](char c) {
-             return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-           });
-  };
+  auto hex = [](std::string_view v, std::size_t n) { return v.size() == n && is_lower_hex(v); };
   if (!hex(k.info.id, 16)) return invalid_argument("shared API key: malformed id");
   if (!hex(k.digest, 64)) return invalid_argument("shared API key: malformed digest");
   if (!valid_team_id(k.info.team_id)) return invalid_argument("shared API key: malformed team");

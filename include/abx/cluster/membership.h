@@ -101,15 +101,15 @@ Result<std::string> choose_node(const std::vector<NodeInfo>& nodes,
                                 const std::vector<Placement>& placements,
                                 std::string_view preferred);
 
+class Membership;
+
 struct MembershipOptions {
   NodeInfo self;                                  // name, api_url, capacity
   std::chrono::seconds ttl{10};                   // the node key's lease
   std::function<std::int64_t()> count_sandboxes;  // sampled at each renewal
-  // The live nodes (this one included), given on the renewal thread as soon as it starts and
-  // after each renewal; not when etcd could not be read (the last list stands).
-  std::function<void(const std::vector<NodeInfo>&)> on_nodes;
-  // Work to do with etcd at the same times (abxd: sharing its API keys), on the same thread.
-  std::function<void(EtcdClient&)> each_renewal;
+  // Work done on the renewal thread as soon as it starts and after each renewal (abxd: blocking
+  // the other nodes' addresses for its sandboxes, sharing its API keys).
+  std::function<void(Membership&)> each_renewal;
 };
 
 class Membership {
