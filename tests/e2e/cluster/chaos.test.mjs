@@ -10,14 +10,14 @@
 //   ABX_CHAOS_SEED=7 ABX_CHAOS_SECONDS=60 (defaults 43 and 45)
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync, mkdirSync }
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync }
   from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
-import { exited, freePort, placements, sleep, startEtcd, startNode, stop } from './procs.mjs';
+import { clusterNode, exited, placements, sleep, startEtcd, startNode, stop } from './procs.mjs';
 
 const jsRequire = createRequire(new URL('../js/package.json', import.meta.url));
 const { Sandbox } = await import(pathToFileURL(jsRequire.resolve('e2b')).href);
@@ -63,17 +63,11 @@ before(async () => {
   secret = randomBytes(24).toString('hex');
   writeFileSync(secretFile, secret, { mode: 0o600 });
   for (const [i, name] of ['n1', 'n2', 'n3', 'n4'].entries()) {
-    const port = await freePort();
-    const home = join(dir, name);
-    mkdirSync(home);
-    nodes.push({
-      name, port, home, url: `http://127.0.0.1:${port}`, dead: false, draining: false,
-      args: ['--home', home, '--listen', `127.0.0.1:${port}`, '--dns-upstream', '127.0.0.1:9',
-        '--kill-sandboxes', '--pause', 'disk', '--sandbox-net', `10.218.${i * 32}.0/19`,
-        '--cluster', `http://127.0.0.1:${etcd.client}`, '--node-name', name, '--advertise-url', `http://127.0.0.1:${port}`,
-        '--cluster-secret-file', secretFile, '--cluster-ttl', String(TTL),
-        '--cluster-capacity', '50'],
+    const n = await clusterNode(dir, i, name, {
+      net: '10.218', endpoints: `http://127.0.0.1:${etcd.client}`, secretFile, ttl: TTL,
+      extra: ['--pause', 'disk', '--cluster-capacity', '50'],
     });
+    nodes.push({ ...n, dead: false, draining: false });
   }
   await Promise.all(nodes.map(startNode));
   for (const n of nodes) n.key = readFileSync(join(n.home, 'api_key'), 'utf8').trim();

@@ -5,14 +5,14 @@
 //   ABXD_BIN=build/dev/src/platform/abxd ABX_ETCD_BIN=/usr/bin/etcd node --test cluster.test.mjs
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
-import { exited, freePort, placements, sleep, spawnEtcd, startNode, stop, waitForEtcd } from './procs.mjs';
+import { clusterNode, exited, freePort, placements, sleep, spawnEtcd, startNode, stop, waitForEtcd } from './procs.mjs';
 
 // The SDK pinned by tests/e2e/js (run.sh installs it there).
 const jsRequire = createRequire(new URL('../js/package.json', import.meta.url));
@@ -58,17 +58,9 @@ before(async () => {
   secretFile = join(dir, 'cluster-secret');
   writeFileSync(secretFile, randomBytes(24).toString('hex'), { mode: 0o600 });
   for (const [i, name] of ['n1', 'n2', 'n3'].entries()) {
-    const port = await freePort();
-    const home = join(dir, name);
-    mkdirSync(home);
-    nodes.push({
-      name, port, home,
-      args: ['--home', home, '--listen', `127.0.0.1:${port}`, '--dns-upstream', '127.0.0.1:9',
-        '--kill-sandboxes', '--sandbox-net', `10.214.${i * 32}.0/19`, '--cluster', endpoints,
-        '--node-name', name, '--advertise-url', `http://127.0.0.1:${port}`,
-        '--cluster-secret-file', secretFile, '--cluster-ttl', String(TTL),
-        '--cluster-capacity', '20'],
-    });
+    nodes.push(await clusterNode(dir, i, name, {
+      net: '10.214', endpoints, secretFile, ttl: TTL, extra: ['--cluster-capacity', '20'],
+    }));
   }
   await Promise.all(nodes.map(startNode));
   const base = `http://127.0.0.1:${nodes[0].port}`;

@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
-import { etcdRange, freePort, placements, sleep, startEtcd, startNode, stop, useNode } from './procs.mjs';
+import { clusterNode, etcdRange, placements, sleep, startEtcd, startNode, stop, useNode } from './procs.mjs';
 
 const jsRequire = createRequire(new URL('../js/package.json', import.meta.url));
 const { Sandbox } = await import(pathToFileURL(jsRequire.resolve('e2b')).href);
@@ -32,22 +32,16 @@ before(async () => {
   const secretFile = join(dir, 'cluster-secret');
   writeFileSync(secretFile, randomBytes(24).toString('hex'), { mode: 0o600 });
   for (const [i, name] of ['n1', 'n2'].entries()) {
-    const port = await freePort();
-    const home = join(dir, name);
-    mkdirSync(home);
+    const n = await clusterNode(dir, i, name, {
+      net: '10.216', endpoints: `http://127.0.0.1:${etcd.client}`, secretFile, ttl: 5,
+      extra: ['--pause', 'disk', '--cluster-capacity', String(10 * (i + 1))],
+    });
     if (name === 'n2') {
       // A template node 1 lacks: a sandbox of it cannot move there.
-      mkdirSync(join(home, 'templates', 'only2'), { recursive: true });
-      writeFileSync(join(home, 'templates', 'only2', 'template.yaml'), 'id: only2\n');
+      mkdirSync(join(n.home, 'templates', 'only2'), { recursive: true });
+      writeFileSync(join(n.home, 'templates', 'only2', 'template.yaml'), 'id: only2\n');
     }
-    nodes.push({
-      name, port, home, url: `http://127.0.0.1:${port}`,
-      args: ['--home', home, '--listen', `127.0.0.1:${port}`, '--dns-upstream', '127.0.0.1:9',
-        '--kill-sandboxes', '--pause', 'disk', '--sandbox-net', `10.216.${i * 32}.0/19`,
-        '--cluster', `http://127.0.0.1:${etcd.client}`, '--node-name', name, '--advertise-url', `http://127.0.0.1:${port}`,
-        '--cluster-secret-file', secretFile, '--cluster-ttl', '5',
-        '--cluster-capacity', String(10 * (i + 1))],
-    });
+    nodes.push(n);
   }
   await Promise.all(nodes.map(startNode));
   for (const n of nodes) n.key = readFileSync(join(n.home, 'api_key'), 'utf8').trim();

@@ -7,13 +7,13 @@
 //   ABXD_BIN=build/dev/src/platform/abxd ABX_ETCD_BIN=/usr/bin/etcd node --test fanout.test.mjs
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
-import { exited, freePort, placements, startEtcd, startNode, stop, useNode } from './procs.mjs';
+import { clusterNode, exited, placements, startEtcd, startNode, stop, useNode } from './procs.mjs';
 
 const jsRequire = createRequire(new URL('../js/package.json', import.meta.url));
 const { Sandbox } = await import(pathToFileURL(jsRequire.resolve('e2b')).href);
@@ -41,18 +41,11 @@ before(async () => {
   // (20 free, n1 has 10).
   const capacity = { n1: 10, n2: 30, n3: 20 };
   for (const [i, name] of ['n1', 'n2', 'n3'].entries()) {
-    const port = await freePort();
-    const home = join(dir, name);
-    mkdirSync(home);
-    nodes.push({
-      name, port, home, url: `http://127.0.0.1:${port}`,
-      args: ['--home', home, '--listen', `127.0.0.1:${port}`, '--dns-upstream', '127.0.0.1:9',
-        '--kill-sandboxes', '--pause', 'disk', '--sandbox-net', `10.217.${i * 32}.0/19`,
-        '--cluster', `http://127.0.0.1:${etcd.client}`, '--node-name', name, '--advertise-url', `http://127.0.0.1:${port}`,
-        '--cluster-secret-file', secretFile, '--cluster-ttl', '60',
-        '--cluster-capacity', String(capacity[name]),
+    nodes.push(await clusterNode(dir, i, name, {
+      net: '10.217', endpoints: `http://127.0.0.1:${etcd.client}`, secretFile, ttl: 60,
+      extra: ['--pause', 'disk', '--cluster-capacity', String(capacity[name]),
         '--cluster-fanout-timeout-ms', String(FANOUT_MS)],
-    });
+    }));
   }
   await Promise.all(nodes.map(startNode));
   for (const n of nodes) n.key = readFileSync(join(n.home, 'api_key'), 'utf8').trim();

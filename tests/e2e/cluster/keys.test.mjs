@@ -11,10 +11,10 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { etcdRange, exited, freePort, sleep, startEtcd, startNode, stop } from './procs.mjs';
+import { clusterNode, etcdRange, exited, sleep, startEtcd, startNode, stop } from './procs.mjs';
 
 const ABXD_BIN = process.env.ABXD_BIN;
 const dir = mkdtempSync(join(tmpdir(), 'abx-keys-'));
@@ -42,17 +42,9 @@ before(async () => {
   const secretFile = join(dir, 'cluster-secret');
   writeFileSync(secretFile, randomBytes(24).toString('hex'), { mode: 0o600 });
   for (const [i, name] of ['n1', 'n2'].entries()) {
-    const port = await freePort();
-    const home = join(dir, name);
-    mkdirSync(home);
-    nodes.push({
-      name, port, home, url: `http://127.0.0.1:${port}`,
-      args: ['--home', home, '--listen', `127.0.0.1:${port}`, '--dns-upstream', '127.0.0.1:9',
-        '--kill-sandboxes', '--sandbox-net', `10.219.${i * 32}.0/19`,
-        '--cluster', `http://127.0.0.1:${etcd.client}`, '--node-name', name,
-        '--advertise-url', `http://127.0.0.1:${port}`, '--cluster-secret-file', secretFile,
-        '--cluster-ttl', '3'],
-    });
+    nodes.push(await clusterNode(dir, i, name, {
+      net: '10.219', endpoints: `http://127.0.0.1:${etcd.client}`, secretFile, ttl: 3,
+    }));
   }
   await Promise.all(nodes.map(startNode));
   for (const n of nodes) n.key = readFileSync(join(n.home, 'api_key'), 'utf8').trim();

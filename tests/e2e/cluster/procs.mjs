@@ -1,8 +1,8 @@
-// Process, port, etcd and node helpers shared by the cluster e2e tests (cluster, drain, fanout
-// and chaos .test.mjs).
+// Process, port, etcd and node helpers shared by the cluster e2e tests (cluster, drain, fanout,
+// chaos and keys .test.mjs).
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { request as httpsRequest } from 'node:https';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
@@ -148,6 +148,23 @@ export function startNode(n) {
       }
     });
   });
+}
+
+// Node `name` of a test's cluster, not started (startNode): a fresh home under `dir`, a free
+// loopback port, and the flags every test's node has (the test DNS upstream, --kill-sandboxes,
+// its own /19 of `net`, e.g. '10.216', by its index `i`; etcd `endpoints`, the secret file and
+// the TTL), then `extra`: {name, port, home, url, args}.
+export async function clusterNode(dir, i, name, { net, endpoints, secretFile, ttl, extra = [] }) {
+  const port = await freePort();
+  const home = join(dir, name);
+  mkdirSync(home);
+  return {
+    name, port, home, url: `http://127.0.0.1:${port}`,
+    args: ['--home', home, '--listen', `127.0.0.1:${port}`, '--dns-upstream', '127.0.0.1:9',
+      '--kill-sandboxes', '--sandbox-net', `${net}.${i * 32}.0/19`, '--cluster', endpoints,
+      '--node-name', name, '--advertise-url', `http://127.0.0.1:${port}`,
+      '--cluster-secret-file', secretFile, '--cluster-ttl', String(ttl), ...extra],
+  };
 }
 
 // Points the e2b SDK (its environment) at node `n` ({url, key}).
